@@ -1,0 +1,56 @@
+"""User-facing errors: one actionable line, never a traceback wall."""
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Callable
+
+EXIT_USAGE = 2  # bad input: flags, names, paths
+EXIT_FAILURE = 1  # the measurement itself failed (out of memory, corrupt data, ...)
+
+
+class BenchError(Exception):
+    """An error the user can act on. `str(err)` is one line saying what is wrong and what to do."""
+
+    exit_code = EXIT_FAILURE
+
+
+class UsageError(BenchError):
+    """Bad input detected before any measurement (flags, model names, paths)."""
+
+    exit_code = EXIT_USAGE
+
+
+def one_line(exc: BaseException) -> str:
+    """A one-line description of `exc`.
+
+    Multi-line messages (for example an exception re-raised from a DataLoader worker, which carries
+    the worker's whole traceback) are reduced to their last non-empty line, which is where Python
+    puts the original `Type: message`.
+    """
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    if not lines:
+        return type(exc).__name__
+    if len(lines) > 1:
+        return lines[-1]  # a re-raised worker traceback ends with "Type: message"
+    return lines[0] if isinstance(exc, BenchError) else f"{type(exc).__name__}: {lines[0]}"
+
+
+def cli_entry(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | None], int]:
+    """Wrap a CLI `main(argv) -> exit code` so a BenchError prints `error: <line>` and exits non-zero.
+
+    Anything else propagates: a bug should show its traceback.
+    """
+
+    @functools.wraps(main)
+    def wrapped(argv: list[str] | None = None) -> int:
+        try:
+            return main(argv)
+        except BenchError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return err.exit_code
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            return 130
+
+    return wrapped

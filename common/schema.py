@@ -1,0 +1,89 @@
+"""The MLflow run schema: the contract between train/, profiling/ and analysis/.
+
+See docs/schema.md for the meaning of every name. Values are raw SI units; names carry the unit.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import socket
+from typing import Any, Mapping
+
+# --- tags --------------------------------------------------------------------------------------
+TAG_RUN_KIND = "run_kind"
+TAG_ENV_LABEL = "env_label"
+TAG_DEVICE_NAME = "device_name"
+TAG_DEVICE_TYPE = "device_type"
+TAG_HOST = "host"
+TAG_CONFIG_KEY = "config_key"
+TAG_ERROR = "error"  # one-line reason on every FAILED run
+TAG_INTENSITY_SOURCE = "intensity_source"  # "measured" (ncu counters) or "modeled" (byte model)
+
+RUN_KINDS = ("train", "profile", "peaks", "analysis", "sweep", "complexity")
+
+# --- the measured configuration ----------------------------------------------------------------
+# Fields that change what the device computes. Two runs with equal values do the same work per
+# step, so their counters and timings can be joined: a `profile` run of a config (on a GPU, under
+# ncu) and the `train` runs of the same config (unperturbed timing) share `config_key`.
+# Not in the key: device (joined separately via device_name/env_label), iteration counts, seed,
+# data source, loader workers, learning rate, env label.
+CONFIG_KEY_FIELDS = (
+    "model",
+    "batch_size",
+    "precision",
+    "image_size",
+    "channels_last",
+    "compile",
+    "optimizer",
+)
+
+PRECISIONS = ("fp32", "fp16", "bf16")
+
+_KEY_RE = re.compile(r"^[/\w.\- ]*$")
+
+
+def config_key(config: Mapping[str, Any]) -> str:
+    """Stable 16-hex-digit hash of the CONFIG_KEY_FIELDS of `config` (a dict of params).
+
+    Values are normalized (ints stay ints, booleans are booleans, strings lower-case) so that the
+    same config hashes equally whether it comes from argparse, a sweep file or MLflow params
+    (which MLflow stores as strings).
+    """
+    missing = [f for f in CONFIG_KEY_FIELDS if f not in config]
+    if missing:
+        raise KeyError(f"config_key needs {', '.join(missing)}")
+    norm = {f: _normalize(config[f]) for f in CONFIG_KEY_FIELDS}
+    blob = json.dumps(norm, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _normalize(value: Any) -> Any:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)):
+        return int(value) if float(value).is_integer() else float(value)
+    text = str(value).strip().lower()
+    if text in ("true", "false"):
+        return text == "true"
+    try:
+        return _normalize(float(text))
+    except ValueError:
+        return text
+
+
+def check_key(name: str) -> str:
+    """Return `name` if MLflow accepts it as a metric/param/tag key, else raise ValueError."""
+    if not name or not _KEY_RE.match(name):
+        raise ValueError(f"invalid MLflow key {name!r}: use letters, digits, _ - . / and spaces")
+    return name
+
+
+def sanitize_key(name: str) -> str:
+    """Replace characters MLflow rejects in keys by '_' (for keys built from kernel or layer names)."""
+    return re.sub(r"[^/\w.\- ]", "_", name) or "_"
+
+
+def default_env_label() -> str:
+    """The environment label used when the user gives none: the host name."""
+    return socket.gethostname()

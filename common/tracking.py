@@ -1,0 +1,399 @@
+"""The one module that writes runs to MLflow.
+
+Every entry point (train, profile, peaks, analysis, sweep, complexity) records its results into a
+`RunRecord` (plain, JSON-serialisable data) inside a `RunSession`. The session
+
+* creates the MLflow run, or resumes the one `mlflow run` created (MLFLOW_RUN_ID);
+* writes params and tags as soon as they are known and everything else with batched calls;
+* ends the run FINISHED, or FAILED with a one-line `error` tag when the body raised;
+* when the tracking server cannot be reached, keeps the whole record in a local spool file so that
+  no measurement is lost; `python -m common.upload` sends spooled runs once the server is back.
+
+Only this module (and analysis/fetch.py, which reads) imports mlflow.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from common import schema
+from common.errors import BenchError, one_line
+
+SPOOL_ENV = "ROOFLINE_SPOOL_DIR"
+
+_UNREACHABLE_MARKERS = (
+    "Connection refused",
+    "Max retries exceeded",
+    "Failed to establish a new connection",
+    "Name or service not known",
+    "Temporary failure in name resolution",
+    "Connection aborted",
+    "Read timed out",
+    "Connection reset",
+    "RemoteDisconnected",
+)
+
+
+def param_str(value: Any) -> str:
+    """The string MLflow stores for a param; booleans lower-case like MLproject's."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+@dataclass
+class RunRecord:
+    """Everything a run logs, as plain data. Values are raw SI numbers, never rounded."""
+
+    run_kind: str
+    run_name: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+    # per-step metrics: name -> values; the step index is the position in the list
+    series: dict[str, list[float]] = field(default_factory=dict)
+    # artifacts written from memory: artifact path ("dir/name.txt") -> text
+    texts: dict[str, str] = field(default_factory=dict)
+    # artifacts copied from disk: artifact path ("dir/name.csv") -> local file path
+    files: dict[str, str] = field(default_factory=dict)
+
+    def merge(self, other: "RunRecord") -> None:
+        self.params.update(other.params)
+        self.tags.update(other.tags)
+        self.metrics.update(other.metrics)
+        self.series.update(other.series)
+        self.texts.update(other.texts)
+        self.files.update(other.files)
+
+    def is_empty(self) -> bool:
+        return not (self.params or self.tags or self.metrics or self.series or self.texts or self.files)
+
+    def validate(self) -> None:
+        for key in [*self.params, *self.tags, *self.metrics, *self.series]:
+            schema.check_key(key)
+
+
+def spool_dir() -> Path:
+    """Where runs that could not reach the tracking server are kept."""
+    return Path(os.environ.get(SPOOL_ENV) or Path.home() / ".cache" / "roofline-bench" / "spool")
+
+
+def is_unreachable(exc: BaseException) -> bool:
+    """True when `exc` says the tracking server could not be reached (as opposed to a bad request)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, (ConnectionError, TimeoutError)):
+            return True
+        if type(exc).__name__ in ("ConnectionError", "ConnectTimeout", "ReadTimeout", "MaxRetryError"):
+            return True
+        text = str(exc)
+        if any(m in text for m in _UNREACHABLE_MARKERS):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+class RunSession:
+    """A context manager around one MLflow run. See the module docstring.
+
+    `parent` makes this a child run (sweeps). `system_metrics` samples CPU/GPU/memory/disk into the
+    run while it is open (MLflow's system metrics monitor).
+    """
+
+    def __init__(
+        self,
+        run_kind: str,
+        *,
+        experiment: str | None = None,
+        run_name: str | None = None,
+        tags: dict[str, str] | None = None,
+        parent: "RunSession | None" = None,
+        system_metrics: bool = False,
+        resume_env_run: bool = True,
+        quiet: bool = False,
+    ) -> None:
+        if run_kind not in schema.RUN_KINDS:
+            raise ValueError(f"run_kind must be one of {schema.RUN_KINDS}, got {run_kind!r}")
+        self.experiment = experiment
+        self.parent = parent
+        self.system_metrics = system_metrics
+        self.resume_env_run = resume_env_run and parent is None
+        self.quiet = quiet
+        self.local_id = uuid.uuid4().hex
+        self.run_id: str | None = None
+        self.experiment_id: str | None = None
+        self.offline = False
+        self.status: str | None = None
+        self.error: str | None = None
+        self.spool_path: Path | None = None
+        self.record = RunRecord(run_kind, run_name=run_name, tags={schema.TAG_RUN_KIND: run_kind, **(tags or {})})
+        self._pending = RunRecord(run_kind, run_name=run_name, tags=dict(self.record.tags))
+        self._client = None
+        self._monitor = None
+        self._written_params: set[str] = set()
+
+    # ---------------------------------------------------------------- recording
+    def log_params(self, params: dict[str, Any]) -> None:
+        self._add(RunRecord(self.record.run_kind, params={k: param_str(v) for k, v in params.items()}))
+
+    def set_tags(self, tags: dict[str, Any]) -> None:
+        self._add(RunRecord(self.record.run_kind, tags={k: str(v) for k, v in tags.items()}))
+
+    def log_metrics(self, metrics: dict[str, float]) -> None:
+        self._add(RunRecord(self.record.run_kind, metrics={k: float(v) for k, v in metrics.items()}))
+
+    def log_series(self, name: str, values: list[float]) -> None:
+        self._add(RunRecord(self.record.run_kind, series={name: [float(v) for v in values]}))
+
+    def log_text(self, artifact_path: str, text: str) -> None:
+        self._add(RunRecord(self.record.run_kind, texts={artifact_path: text}))
+
+    def log_file(self, artifact_path: str, local_path: str | os.PathLike) -> None:
+        self._add(RunRecord(self.record.run_kind, files={artifact_path: str(local_path)}))
+
+    def _add(self, part: RunRecord) -> None:
+        part.validate()
+        self.record.merge(part)
+        self._pending.merge(part)
+
+    # ---------------------------------------------------------------- lifecycle
+    def __enter__(self) -> "RunSession":
+        try:
+            self._open()
+        except BenchError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - decide below
+            if not is_unreachable(exc):
+                raise BenchError(f"cannot use the MLflow tracking store: {one_line(exc)}") from exc
+            self._go_offline(exc)
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc is None:
+            self.status = "FINISHED"
+        elif isinstance(exc, KeyboardInterrupt):
+            self.status, self.error = "KILLED", "interrupted by the user"
+        else:
+            self.status, self.error = "FAILED", one_line(exc)
+        if self.error:
+            self.set_tags({schema.TAG_ERROR: self.error[:5000]})
+        self._finish()
+        return False
+
+    def flush(self) -> None:
+        """Send what was recorded since the last flush (params and tags early, so the UI shows them)."""
+        if self.offline or self._pending.is_empty():
+            return
+        try:
+            self._write(self._pending)
+            self._pending = RunRecord(self.record.run_kind)
+        except Exception as exc:  # noqa: BLE001
+            if not is_unreachable(exc):
+                raise
+            self._go_offline(exc)
+
+    # ---------------------------------------------------------------- internals
+    def _open(self) -> None:
+        from mlflow.tracking import MlflowClient
+
+        self._client = MlflowClient()
+        env_run = os.environ.get("MLFLOW_RUN_ID") if self.resume_env_run else None
+        if env_run:
+            # `mlflow run` created this run; take it over (and don't let child runs reuse it).
+            del os.environ["MLFLOW_RUN_ID"]
+            run = self._client.get_run(env_run)
+            self.run_id, self.experiment_id = env_run, run.info.experiment_id
+            self._written_params = set(run.data.params)
+            self._client.update_run(env_run, status="RUNNING", name=self.record.run_name)
+        else:
+            self.experiment_id = self._experiment_id()
+            tags = dict(self.record.tags)
+            if self.parent is not None and self.parent.run_id:
+                tags["mlflow.parentRunId"] = self.parent.run_id
+            run = self._client.create_run(self.experiment_id, run_name=self.record.run_name, tags=tags)
+            self.run_id = run.info.run_id
+        if self.system_metrics:
+            self._start_monitor()
+        self.flush()
+
+    def _experiment_id(self) -> str:
+        if self.parent is not None and self.parent.experiment_id:
+            return self.parent.experiment_id
+        name = self.experiment or os.environ.get("MLFLOW_EXPERIMENT_NAME")
+        if name:
+            exp = self._client.get_experiment_by_name(name)
+            return exp.experiment_id if exp else self._client.create_experiment(name)
+        return os.environ.get("MLFLOW_EXPERIMENT_ID") or "0"
+
+    def _start_monitor(self) -> None:
+        try:
+            from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+            self._monitor = SystemMetricsMonitor(self.run_id)
+            self._monitor.start()
+        except Exception as exc:  # noqa: BLE001 - system metrics are a nice-to-have
+            self._monitor = None
+            self._say(f"note: system metrics off ({one_line(exc)})")
+
+    def _write(self, rec: RunRecord) -> None:
+        from mlflow.entities import Metric, Param, RunTag
+
+        client, run_id = self._client, self.run_id
+        now_ms = int(time.time() * 1000)
+        params = [Param(k, v) for k, v in rec.params.items() if k not in self._written_params]
+        tags = [RunTag(k, v) for k, v in rec.tags.items()]
+        metrics = [Metric(k, v, now_ms, 0) for k, v in rec.metrics.items()]
+        for name, values in rec.series.items():
+            metrics.extend(Metric(name, v, now_ms, i) for i, v in enumerate(values))
+        if params or tags or metrics:
+            client.log_batch(run_id, metrics=metrics, params=params, tags=tags)
+        self._written_params.update(p.key for p in params)
+        for path, text in rec.texts.items():
+            client.log_text(run_id, text, path)
+        for path, local in rec.files.items():
+            art_dir, name = os.path.split(path)
+            if os.path.basename(local) == name:
+                client.log_artifact(run_id, local, art_dir or None)
+            else:  # rename on the way in
+                import tempfile
+
+                with tempfile.TemporaryDirectory() as tmp:
+                    shutil.copyfile(local, os.path.join(tmp, name))
+                    client.log_artifact(run_id, os.path.join(tmp, name), art_dir or None)
+
+    def _finish(self) -> None:
+        if self._monitor is not None:
+            try:
+                self._monitor.finish()
+            except Exception:  # noqa: BLE001
+                pass
+        if not self.offline:
+            try:
+                self.flush()
+                if not self.offline:
+                    self._client.set_terminated(self.run_id, status=self.status)
+            except Exception as exc:  # noqa: BLE001
+                if not is_unreachable(exc):
+                    raise
+                self._go_offline(exc)
+        if self.offline:
+            self.spool_path = self._spool()
+            self._say(
+                f"tracking server unreachable: run kept in {self.spool_path}; "
+                "send it later with `python -m common.upload`"
+            )
+
+    def _go_offline(self, exc: BaseException) -> None:
+        if not self.offline:
+            self._say(f"warning: tracking server unreachable ({one_line(exc)[:200]}); continuing offline")
+        self.offline = True
+
+    def _spool(self) -> Path:
+        """Write the unsent part of the run (everything, if the run was never created) to disk."""
+        folder = spool_dir() / self.local_id
+        (folder / "files").mkdir(parents=True, exist_ok=True)
+        rec = self._pending if self.run_id else self.record
+        files = {}
+        for i, (art, local) in enumerate(rec.files.items()):
+            if os.path.exists(local):
+                dest = folder / "files" / f"{i}_{os.path.basename(local)}"
+                shutil.copyfile(local, dest)
+                files[art] = str(dest)
+        entry = {
+            "local_id": self.local_id,
+            "run_id": self.run_id,
+            "experiment_id": self.experiment_id,
+            "experiment": self.experiment or os.environ.get("MLFLOW_EXPERIMENT_NAME"),
+            "parent_local_id": self.parent.local_id if self.parent else None,
+            "parent_run_id": self.parent.run_id if self.parent else None,
+            "status": self.status,
+            "tracking_uri": _tracking_uri(),
+            "created_s": time.time(),
+            "record": {**asdict(rec), "files": files},
+        }
+        tmp = folder / "run.json.tmp"
+        tmp.write_text(json.dumps(entry, indent=1))
+        tmp.replace(folder / "run.json")
+        return folder / "run.json"
+
+    def _say(self, text: str) -> None:
+        if not self.quiet:
+            print(text, file=sys.stderr)
+
+
+def _tracking_uri() -> str:
+    import mlflow
+
+    return mlflow.get_tracking_uri()
+
+
+# -------------------------------------------------------------------- spool upload
+def spooled_runs(folder: Path | None = None) -> list[dict]:
+    """Spooled runs, parents before their children, oldest first."""
+    folder = folder or spool_dir()
+    entries = []
+    for path in sorted(folder.glob("*/run.json")):
+        entry = json.loads(path.read_text())
+        entry["_path"] = str(path)
+        entries.append(entry)
+    entries.sort(key=lambda e: (e["parent_local_id"] is not None, e["created_s"]))
+    return entries
+
+
+def upload_spooled(folder: Path | None = None, say=print) -> tuple[int, int]:
+    """Send every spooled run to the current tracking server. Returns (sent, still_spooled)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient()
+    sent = 0
+    entries = spooled_runs(folder)
+    run_ids: dict[str, str] = {}
+    for entry in entries:
+        rec_d = entry["record"]
+        rec = RunRecord(**rec_d)
+        session = RunSession(rec.run_kind, run_name=rec.run_name, quiet=True)
+        session._client = client
+        session.local_id = entry["local_id"]
+        parent_run = entry.get("parent_run_id") or run_ids.get(entry.get("parent_local_id") or "")
+        try:
+            if entry["run_id"]:
+                session.run_id = entry["run_id"]
+                session._written_params = set(client.get_run(entry["run_id"]).data.params)
+            else:
+                exp_name = entry.get("experiment")
+                if entry.get("experiment_id"):
+                    exp_id = entry["experiment_id"]
+                elif exp_name:
+                    exp = client.get_experiment_by_name(exp_name)
+                    exp_id = exp.experiment_id if exp else client.create_experiment(exp_name)
+                else:
+                    exp_id = "0"
+                tags = dict(rec.tags)
+                if parent_run:
+                    tags["mlflow.parentRunId"] = parent_run
+                session.run_id = client.create_run(exp_id, run_name=rec.run_name, tags=tags).info.run_id
+            session._write(rec)
+            client.set_terminated(session.run_id, status=entry.get("status") or "FINISHED")
+        except Exception as exc:  # noqa: BLE001
+            if is_unreachable(exc):
+                say(f"server still unreachable: {one_line(exc)[:200]}")
+                break
+            raise
+        run_ids[entry["local_id"]] = session.run_id
+        shutil.rmtree(Path(entry["_path"]).parent, ignore_errors=True)
+        sent += 1
+        say(f"uploaded {rec.run_kind} run {rec.run_name or ''} -> {session.run_id}")
+    return sent, len(entries) - sent
+
+
+def iter_spooled_records(folder: Path | None = None) -> Iterator[RunRecord]:
+    for entry in spooled_runs(folder):
+        yield RunRecord(**entry["record"])

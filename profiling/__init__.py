@@ -1,0 +1,1 @@
+"""Nsight Compute capture and import (`python -m profiling`) and roofline ceilings (`python -m profiling.peaks`)."""

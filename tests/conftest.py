@@ -1,0 +1,57 @@
+"""Shared test fixtures: temporary sqlite tracking stores, the recorded ncu fixtures."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# Byte-exact copies of ../shared/fixtures/ncu (provenance in SOURCES.md there and here).
+NCU_FIXTURES = ROOT / "tests" / "data" / "ncu"
+
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+@pytest.fixture
+def ncu_dir() -> Path:
+    return NCU_FIXTURES
+
+
+@pytest.fixture
+def tracking(tmp_path, monkeypatch):
+    """A fresh sqlite tracking store for one test; returns its URI. Also isolates the spool dir."""
+    import mlflow
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("ROOFLINE_SPOOL_DIR", str(tmp_path / "spool"))
+    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_ID", raising=False)
+    mlflow.set_tracking_uri(uri)
+    yield uri
+    mlflow.set_tracking_uri(None)
+
+
+def gpu_available() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if gpu_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

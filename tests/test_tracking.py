@@ -1,0 +1,85 @@
+"""common.tracking: runs end FINISHED or FAILED with the reason; nothing is lost when offline."""
+from __future__ import annotations
+
+import json
+
+import mlflow
+import pytest
+
+from common import schema
+from common.tracking import RunSession, spooled_runs, upload_spooled
+
+
+def test_finished_run_has_params_metrics_series_and_text(tracking):
+    with RunSession("train", run_name="r", experiment="e") as s:
+        s.log_params({"batch_size": 2, "channels_last": False})
+        s.flush()
+        s.log_metrics({"step_time_median_s": 0.25})
+        s.log_series("step_time_s", [0.1, 0.2, 0.3])
+        s.log_text("reports/a.txt", "hello")
+    client = mlflow.tracking.MlflowClient()
+    run = client.get_run(s.run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.params == {"batch_size": "2", "channels_last": "false"}
+    assert run.data.metrics["step_time_median_s"] == 0.25
+    assert run.data.tags[schema.TAG_RUN_KIND] == "train"
+    hist = client.get_metric_history(s.run_id, "step_time_s")
+    assert [(m.step, m.value) for m in sorted(hist, key=lambda m: m.step)] == [(0, 0.1), (1, 0.2), (2, 0.3)]
+    assert [f.path for f in client.list_artifacts(s.run_id, "reports")] == ["reports/a.txt"]
+
+
+def test_exception_ends_run_failed_with_last_line_as_error(tracking):
+    with pytest.raises(RuntimeError):
+        with RunSession("train", run_name="bad") as s:
+            raise RuntimeError("worker traceback\n  File x\nValueError: corrupt image a.jpg")
+    run = mlflow.tracking.MlflowClient().get_run(s.run_id)
+    assert run.info.status == "FAILED"
+    assert run.data.tags["error"] == "ValueError: corrupt image a.jpg"
+
+
+def test_resumes_run_created_by_mlflow_run(tracking, monkeypatch):
+    client = mlflow.tracking.MlflowClient()
+    pre = client.create_run("0", tags={}).info.run_id
+    client.log_param(pre, "batch", "02")  # what `mlflow run -P batch=02` logs
+    monkeypatch.setenv("MLFLOW_RUN_ID", pre)
+    with RunSession("train") as s:
+        s.log_params({"batch": 2, "model": "resnet18"})  # same key, different string: not re-logged
+    assert s.run_id == pre
+    run = client.get_run(pre)
+    assert run.info.status == "FINISHED" and run.data.params == {"batch": "02", "model": "resnet18"}
+
+
+def test_invalid_key_is_rejected():
+    s = RunSession("train")
+    with pytest.raises(ValueError, match="invalid MLflow key"):
+        s.log_metrics({"bad:key": 1.0})
+
+
+def test_unreachable_server_spools_and_upload_sends_later(tmp_path, monkeypatch, tracking):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")  # nothing listens on port 9
+    mlflow.set_tracking_uri("http://127.0.0.1:9")
+    art = tmp_path / "table.csv"
+    art.write_text("a,b\n1,2\n")
+    with RunSession("train", run_name="offline", experiment="exp-off", quiet=True) as s:
+        s.log_params({"model": "resnet18"})
+        s.log_metrics({"throughput_samples_per_s": 12.5})
+        s.log_series("step_time_s", [0.5, 0.25])
+        s.log_file("tables/table.csv", art)
+    assert s.offline and s.spool_path is not None and s.spool_path.exists()
+    art.unlink()  # the spool keeps its own copy
+    entry = json.loads(s.spool_path.read_text())
+    assert entry["status"] == "FINISHED" and entry["record"]["metrics"] == {"throughput_samples_per_s": 12.5}
+
+    mlflow.set_tracking_uri(tracking)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking)
+    sent, left = upload_spooled(say=lambda *_: None)
+    assert (sent, left) == (1, 0) and spooled_runs() == []
+    runs = mlflow.search_runs(experiment_names=["exp-off"], output_format="list")
+    assert len(runs) == 1
+    run = runs[0]
+    assert run.info.status == "FINISHED"
+    assert run.data.params == {"model": "resnet18"}
+    assert run.data.metrics["throughput_samples_per_s"] == 12.5
+    client = mlflow.tracking.MlflowClient()
+    assert len(client.get_metric_history(run.info.run_id, "step_time_s")) == 2
+    assert [f.path for f in client.list_artifacts(run.info.run_id, "tables")] == ["tables/table.csv"]

@@ -1,0 +1,1 @@
+"""Fixed-iteration training benchmark of torchvision models (`python -m train`)."""
