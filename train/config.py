@@ -1,0 +1,139 @@
+"""The measured configuration of a training benchmark, validated on construction."""
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict, dataclass, field, fields
+
+from common import schema
+
+DEVICES = ("auto", "cpu", "cuda", "mps")
+OPTIMIZERS = ("sgd", "adamw")
+DOCUMENTED_MODELS = ("resnet18", "resnet34", "resnet50", "vgg16", "mobilenet_v2")
+
+
+@dataclass
+class TrainConfig:
+    """One benchmark configuration. Field names are the MLflow param names (docs/schema.md)."""
+
+    model: str = "resnet18"
+    """torchvision classification model name (torchvision.models.list_models)."""
+    batch_size: int = 16
+    """samples per step."""
+    precision: str = "fp32"
+    """fp32, or fp16/bf16 through torch.autocast (fp16 adds a GradScaler on CUDA)."""
+    device: str = "auto"
+    """auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps."""
+    warmup_iters: int = 3
+    """steps run before measuring (not timed; include torch.compile's compilation)."""
+    iters: int = 20
+    """measured steps."""
+    image_size: int = 224
+    """input height = width in pixels."""
+    data: str = "synthetic"
+    """synthetic (one batch resident on the device), fake (FakeData through a DataLoader), a path to
+    an ImageFolder tree (uses <path>/train when it exists), or cifar10:<path> (CIFAR-10 python folder)."""
+    workers: int = 2
+    """DataLoader worker processes (fake and folder data only)."""
+    channels_last: bool = False
+    """convert model and inputs to torch.channels_last."""
+    compile: bool = False
+    """torch.compile the model (compilation happens in warmup; needs warmup_iters >= 1)."""
+    seed: int = 0
+    """seed for weights, synthetic data and loader order."""
+    env_label: str = field(default_factory=schema.default_env_label)
+    """your name for this environment (default: host name); analysis groups by it."""
+    lr: float = 0.01
+    """learning rate."""
+    optimizer: str = "sgd"
+    """sgd (momentum 0.9) or adamw."""
+    num_classes: int = 1000
+    """classifier outputs (set from the data set's classes for folder/cifar10 data)."""
+
+    def __post_init__(self) -> None:
+        self.model = str(self.model).strip()
+        self.precision = str(self.precision).lower()
+        self.device = str(self.device).lower()
+        self.optimizer = str(self.optimizer).lower()
+        for name in ("batch_size", "iters", "image_size", "num_classes"):
+            if int(getattr(self, name)) <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        for name in ("warmup_iters", "workers"):
+            if int(getattr(self, name)) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.precision not in schema.PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(schema.PRECISIONS)}, got {self.precision!r}")
+        if self.device not in DEVICES and not self.device.startswith("cuda:"):
+            raise ValueError(f"device must be one of {', '.join(DEVICES)} or cuda:N, got {self.device!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if self.compile and self.warmup_iters < 1:
+            raise ValueError("warmup_iters must be >= 1 with compile, so compilation is not timed")
+        if self.image_size < 32:
+            raise ValueError(f"image_size must be >= 32 pixels, got {self.image_size}")
+        if not self.data:
+            raise ValueError("data must be synthetic, fake, a folder path or cifar10:<path>")
+        if not self.env_label:
+            self.env_label = schema.default_env_label()
+
+    @property
+    def data_kind(self) -> str:
+        """synthetic | fake | folder | cifar10"""
+        if self.data in ("synthetic", "fake"):
+            return self.data
+        return "cifar10" if self.data.startswith("cifar10:") else "folder"
+
+    def params(self) -> dict:
+        """MLflow params of this config (everything but env_label, which is a tag)."""
+        out = asdict(self)
+        out.pop("env_label")
+        return out
+
+    def config_key(self) -> str:
+        return schema.config_key(asdict(self))
+
+    def run_name(self) -> str:
+        return f"{self.model}-b{self.batch_size}-{self.precision}-{self.image_size}px"
+
+
+def add_config_args(parser: argparse.ArgumentParser) -> None:
+    """The config flags shared by `python -m train`, `python -m profiling` and the sweep."""
+    d = TrainConfig(env_label="x")
+    g = parser.add_argument_group("configuration")
+    g.add_argument("--model", default=d.model, help=f"torchvision classifier, e.g. {', '.join(DOCUMENTED_MODELS)}")
+    g.add_argument("--batch", "--batch-size", dest="batch_size", type=int, default=d.batch_size, help="samples per step")
+    g.add_argument("--precision", default=d.precision, choices=schema.PRECISIONS, help="fp32, or fp16/bf16 autocast")
+    g.add_argument("--device", default=d.device, help="auto | cpu | cuda | cuda:N | mps")
+    g.add_argument("--warmup-iters", type=int, default=d.warmup_iters, help="untimed steps first")
+    g.add_argument("--iters", type=int, default=d.iters, help="measured steps")
+    g.add_argument("--image-size", type=int, default=d.image_size, help="input height and width (pixels)")
+    g.add_argument("--data", default=d.data, help="synthetic | fake | PATH (ImageFolder) | cifar10:PATH")
+    g.add_argument("--workers", type=int, default=d.workers, help="DataLoader workers (fake/folder data)")
+    g.add_argument("--channels-last", type=str_bool, nargs="?", const=True, default=False, help="channels_last memory format")
+    g.add_argument("--compile", type=str_bool, nargs="?", const=True, default=False, help="torch.compile the model")
+    g.add_argument("--seed", type=int, default=d.seed)
+    g.add_argument("--env-label", default=None, help="name of this environment (default: host name)")
+    g.add_argument("--lr", type=float, default=d.lr, help="learning rate")
+    g.add_argument("--optimizer", default=d.optimizer, choices=OPTIMIZERS)
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """Build a TrainConfig from parsed flags; ValueError names the bad field."""
+    names = {f.name for f in fields(TrainConfig)}
+    kwargs = {k: v for k, v in vars(args).items() if k in names and v is not None}
+    return TrainConfig(**kwargs)
+
+
+def str_bool(text: str | bool) -> bool:
+    """Parse MLproject-style booleans ("true"/"false"/"1"/"0"/"yes"/"no")."""
+    if isinstance(text, bool):
+        return text
+    value = str(text).strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off", ""):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
