@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import re
 import sys
 from typing import Callable
 
@@ -32,8 +33,14 @@ def one_line(exc: BaseException) -> str:
     if not lines:
         return type(exc).__name__
     if len(lines) > 1:
-        return lines[-1]  # a re-raised worker traceback ends with "Type: message"
+        # A re-raised worker traceback ends with "module.Type: message"; our own errors lose the type.
+        last = lines[-1]
+        m = _TYPE_PREFIX.match(last)
+        return m.group(2) if m and isinstance(exc, BenchError) else last
     return lines[0] if isinstance(exc, BenchError) else f"{type(exc).__name__}: {lines[0]}"
+
+
+_TYPE_PREFIX = re.compile(r"^([\w.]+(?:Error|Exception)): (.*)$")
 
 
 def cli_entry(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | None], int]:
@@ -47,7 +54,7 @@ def cli_entry(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | 
         try:
             return main(argv)
         except BenchError as err:
-            print(f"error: {err}", file=sys.stderr)
+            print(f"error: {one_line(err)}", file=sys.stderr)
             return err.exit_code
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)

@@ -26,6 +26,7 @@ RUN_KINDS = ("train", "profile", "peaks", "analysis", "sweep", "complexity")
 # Fields that change what the device computes. Two runs with equal values do the same work per
 # step, so their counters and timings can be joined: a `profile` run of a config (on a GPU, under
 # ncu) and the `train` runs of the same config (unperturbed timing) share `config_key`.
+# num_classes is in the key because the classifier head is part of the work (CIFAR-10 has 10).
 # Not in the key: device (joined separately via device_name/env_label), iteration counts, seed,
 # data source, loader workers, learning rate, env label.
 CONFIG_KEY_FIELDS = (
@@ -36,6 +37,7 @@ CONFIG_KEY_FIELDS = (
     "channels_last",
     "compile",
     "optimizer",
+    "num_classes",
 )
 
 PRECISIONS = ("fp32", "fp16", "bf16")

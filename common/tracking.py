@@ -397,3 +397,31 @@ def upload_spooled(folder: Path | None = None, say=print) -> tuple[int, int]:
 def iter_spooled_records(folder: Path | None = None) -> Iterator[RunRecord]:
     for entry in spooled_runs(folder):
         yield RunRecord(**entry["record"])
+
+
+def fail_pending_run(run_kind: str, message: str) -> str | None:
+    """Mark the run `mlflow run` created (MLFLOW_RUN_ID) FAILED with `message`, if there is one.
+
+    For errors found before a run of our own is opened (bad flags under `mlflow run`): the run
+    already exists and must not stay RUNNING. Returns its id, or None when there was none.
+    """
+    if not os.environ.get("MLFLOW_RUN_ID"):
+        return None
+    session = RunSession(run_kind, quiet=True)
+    try:
+        with session:
+            raise BenchError(message)
+    except BenchError:
+        pass
+    return session.run_id
+
+
+def ui_hint(run_id: str | None, experiment_id: str | None) -> str:
+    """How to look at a run: the UI command for a local store, the URL for a server."""
+    import mlflow
+
+    uri = mlflow.get_tracking_uri()
+    path = f"#/experiments/{experiment_id}/runs/{run_id}" if run_id else ""
+    if uri.startswith(("http://", "https://")):
+        return f"see {uri.rstrip('/')}/{path}"
+    return f"see it with `mlflow ui --backend-store-uri {uri}`, then http://127.0.0.1:5000/{path}"

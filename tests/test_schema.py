@@ -3,7 +3,7 @@ from common import schema
 
 def test_config_key_is_stable_across_string_and_typed_values():
     typed = dict(model="resnet18", batch_size=64, precision="fp32", image_size=224,
-                 channels_last=False, compile=False, optimizer="sgd")
+                 channels_last=False, compile=False, optimizer="sgd", num_classes=1000)
     as_params = {k: str(v).lower() for k, v in typed.items()}  # how MLflow returns params
     assert schema.config_key(typed) == schema.config_key(as_params)
     assert schema.config_key(typed) != schema.config_key({**typed, "batch_size": 32})
@@ -12,7 +12,7 @@ def test_config_key_is_stable_across_string_and_typed_values():
 
 def test_config_key_ignores_fields_outside_the_key():
     base = dict(model="resnet18", batch_size=64, precision="fp32", image_size=224,
-                channels_last=False, compile=False, optimizer="sgd")
+                channels_last=False, compile=False, optimizer="sgd", num_classes=1000)
     assert schema.config_key(base) == schema.config_key({**base, "iters": 10, "seed": 3})
 
 

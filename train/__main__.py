@@ -1,0 +1,121 @@
+"""`python -m train`: fixed-iteration training benchmark of a torchvision model, logged to MLflow."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from common import schema
+from common.errors import BenchError, UsageError, cli_entry
+from train.config import TrainConfig, add_config_args, config_from_args
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m train",
+        description="Time a fixed number of training steps of a torchvision model and log the run to MLflow "
+        "(MLFLOW_TRACKING_URI; default sqlite:///mlflow.db).",
+    )
+    add_config_args(parser)
+    out = parser.add_argument_group("output")
+    out.add_argument("--experiment", default=None, help="MLflow experiment name (default: MLFLOW_EXPERIMENT_NAME or Default)")
+    out.add_argument("--no-progress", action="store_true", help="no progress bar")
+    out.add_argument("--no-system-metrics", action="store_true", help="do not sample CPU/GPU/memory into the run")
+    out.add_argument("--profile-steps", type=int, default=0, metavar="K",
+                     help="profile mode (under ncu; see python -m profiling): K NVTX-marked steps between "
+                     "cudaProfilerStart/Stop after warmup; logs no run")
+    return parser
+
+
+def run(cfg: TrainConfig, *, experiment: str | None = None, progress: bool = True,
+        system_metrics: bool = True, parent=None, extra_params: dict | None = None,
+        extra_tags: dict | None = None, quiet: bool = False):
+    """Pre-flight, then one `train` run: returns the closed RunSession (status, run_id, record).
+
+    Raises BenchError for bad input found before the run (nothing logged) and re-raises failures
+    inside the run after it was ended FAILED with the reason.
+    """
+    from common.envinfo import environment_report, environment_tags
+    from common.tracking import RunSession
+    from train.bench import preflight, run_benchmark
+
+    device = preflight(cfg)
+    session = RunSession("train", experiment=experiment, run_name=f"{cfg.run_name()}-{device.type}",
+                         tags=environment_tags(str(device), cfg.env_label), parent=parent,
+                         system_metrics=system_metrics, quiet=quiet)
+    with session:
+        session.log_params({**cfg.params(), "device": str(device), **(extra_params or {})})
+        session.set_tags({schema.TAG_CONFIG_KEY: cfg.config_key(), schema.TAG_INTENSITY_SOURCE: "modeled", **(extra_tags or {})})
+        session.flush()
+
+        def on_prepared(c: TrainConfig) -> None:  # num_classes known once the data set is open
+            session.log_params({"num_classes": c.num_classes})
+            session.set_tags({schema.TAG_CONFIG_KEY: c.config_key()})
+
+        result = run_benchmark(cfg, device, progress=progress, on_prepared=on_prepared)
+        session.set_tags({"data_description": result.data_description})
+        session.log_metrics(result.metrics)
+        session.log_series("step_time_s", result.step_times_s)
+        for path, text in result.texts.items():
+            session.log_text(path, text)
+        session.log_text("environment.txt", environment_report())
+    return session, result
+
+
+@cli_entry
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        cfg = config_from_args(args)
+    except ValueError as exc:
+        _fail_env_run(str(exc))
+        raise UsageError(str(exc)) from None
+    if args.profile_steps:
+        return _profile(cfg, args.profile_steps)
+    try:
+        session, result = run(cfg, experiment=args.experiment, progress=not args.no_progress,
+                              system_metrics=not args.no_system_metrics)
+    except BenchError as exc:
+        _fail_env_run(str(exc))
+        raise
+    m = result.metrics
+    where = f"kept offline in {session.spool_path}" if session.offline else f"run {session.run_id}"
+    print(
+        f"{cfg.model} b{cfg.batch_size} {cfg.precision} {cfg.image_size}px on {session.record.tags[schema.TAG_DEVICE_NAME]}: "
+        f"{m['throughput_samples_per_s']:.2f} samples/s, {m['step_time_median_s'] * 1e3:.1f} ms/step (median of {cfg.iters}), "
+        f"{m['achieved_flops_per_s'] / 1e9:.2f} GFLOP/s achieved; {where}"
+    )
+    if not session.offline:
+        from common.tracking import ui_hint
+
+        print(ui_hint(session.run_id, session.experiment_id))
+    return 0
+
+
+def _fail_env_run(message: str) -> None:
+    from common.tracking import fail_pending_run
+
+    fail_pending_run("train", message)
+
+
+def _profile(cfg: TrainConfig, steps: int) -> int:
+    import torch
+
+    from train.bench import preflight, profile_steps
+
+    if not torch.cuda.is_available():
+        raise UsageError("profile mode needs an NVIDIA GPU (CUDA is not available here); "
+                         "import ncu output made elsewhere with python -m profiling --import FILE")
+    if cfg.device == "auto":
+        cfg.device = "cuda"
+    device = preflight(cfg)
+    if device.type != "cuda":
+        raise UsageError(f"profile mode needs --device cuda, got {cfg.device}")
+    profile_steps(cfg, device, steps)
+    print(f"profiled {steps} step(s) of {cfg.run_name()} on {torch.cuda.get_device_name(device)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    raise SystemExit(main())

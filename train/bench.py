@@ -1,0 +1,211 @@
+"""The benchmark: prepare a config, count its work, warm up, measure, and summarise.
+
+`run_benchmark` returns plain data (`BenchResult`); the CLI (train/__main__.py) logs it through a
+`common.tracking.RunSession`. Profile mode (`profile_steps`) reuses the same preparation and the same
+`train_step`, wrapped in NVTX ranges and the CUDA profiler's start/stop.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from common.errors import BenchError, UsageError, one_line
+from train import device as dev
+from train import flops as fl
+from train.config import TrainConfig
+from train.data import BatchSource, check_data, open_source, synthetic_source
+from train.models import build_model, check_model_name
+from train.step import StepParts, make_optimizer, nvtx_range, train_step
+from train.timing import make_clock, measure, summarize
+
+COUNT_BATCHES = (2, 4)  # counts are taken at these batch sizes and extrapolated (see train/flops.py)
+
+
+@dataclass
+class Prepared:
+    cfg: TrainConfig
+    device: object
+    model: object
+    parts: StepParts
+    source: BatchSource
+
+    def step(self) -> None:
+        train_step(self.parts, *self.source.next())
+
+
+@dataclass
+class BenchResult:
+    metrics: dict[str, float]
+    step_times_s: list[float]
+    texts: dict[str, str] = field(default_factory=dict)
+    data_description: str = ""
+
+
+def preflight(cfg: TrainConfig):
+    """Cheap checks before a run is created: model name, device, precision, data path."""
+    cfg.model = check_model_name(cfg.model)
+    device = dev.resolve_device(cfg.device)
+    dev.check_precision(cfg.precision, device)
+    check_data(cfg.data)
+    return device
+
+
+def prepare(cfg: TrainConfig, device) -> Prepared:
+    """Data source, model, optimizer and step parts for `cfg` on `device` (cfg.num_classes is
+    updated from the data set)."""
+    import torch
+
+    torch.manual_seed(cfg.seed)
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = True  # as real training does; autotuning happens in warmup
+    source = open_source(cfg, device)
+    cfg.num_classes = source.num_classes
+    model = build_model(cfg.model, cfg.num_classes).to(device)
+    if cfg.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    model.train()
+    optimizer = make_optimizer(cfg.optimizer, model.parameters(), cfg.lr)
+    parts = StepParts(model, optimizer, dev.autocast_context(cfg.precision, device), dev.grad_scaler(cfg.precision, device))
+    return Prepared(cfg, device, model, parts, source)
+
+
+def count_work(prep: Prepared) -> tuple[fl.StepCounts, fl.ForwardProfile]:
+    """Training FLOPs and modeled bytes per step, and DeepSpeed's forward profile (untimed).
+
+    Runs real steps at small batch sizes on the benchmark's device with the benchmark's model,
+    precision and memory format, before any compilation.
+    """
+    cfg = prep.cfg
+    counts = {}
+    sizes = (cfg.batch_size,) if cfg.batch_size in COUNT_BATCHES else COUNT_BATCHES
+    batches = {b: synthetic_source(b, cfg.image_size, cfg.num_classes, prep.device, cfg.channels_last, cfg.seed).next()
+               for b in sizes}
+    # One uncounted step first: the optimizer's first step creates its state (SGD clones the
+    # gradients into momentum buffers), which later steps update in place instead.
+    train_step(prep.parts, *batches[sizes[0]])
+    for b, (x, y) in batches.items():
+        counts[b] = fl.count_step(lambda: train_step(prep.parts, x, y), b)
+    step_counts = counts[cfg.batch_size] if cfg.batch_size in counts else fl.extrapolate(counts[2], counts[4], cfg.batch_size)
+    forward = fl.deepspeed_forward_profile(prep.model, x)
+    return step_counts, forward
+
+
+def run_benchmark(cfg: TrainConfig, device, progress: bool = True,
+                  on_prepared: Callable[[TrainConfig], None] | None = None) -> BenchResult:
+    """Prepare, count, warm up and measure `cfg` on `device`. Raises BenchError on user-facing failures."""
+    wall0 = time.perf_counter()
+    prep = prepare(cfg, device)
+    if on_prepared is not None:
+        on_prepared(cfg)
+    try:
+        counts, forward = count_work(prep)
+    except (BenchError, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # noqa: BLE001 - first execution of the model: report, don't dump
+        raise _runtime_error(exc, cfg, device) from exc
+    count_s = time.perf_counter() - wall0
+
+    if cfg.compile:
+        import torch
+
+        prep.parts.model = torch.compile(prep.model)
+    clock = make_clock(lambda: dev.synchronize(device))
+    dev.reset_peak_memory(device)
+    bar = _progress(cfg, progress)
+    try:
+        for _ in range(cfg.warmup_iters):
+            prep.step()
+            bar.update(1)
+        dev.synchronize(device)
+        cpu0 = dev.cpu_times_s()
+        t0 = time.perf_counter()
+        bar.set_description(f"{cfg.model} b{cfg.batch_size} measure")
+        times = measure(prep.step, cfg.iters, clock, on_step=lambda i, dt: (bar.update(1), bar.set_postfix_str(f"{dt * 1e3:.1f} ms/step")))
+        wall_s = time.perf_counter() - t0
+        cpu1 = dev.cpu_times_s()
+    except (BenchError, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise _runtime_error(exc, cfg, device) from exc
+    finally:
+        bar.close()
+
+    metrics = summarize(times, cfg.batch_size)
+    metrics.update(
+        fwd_flops_per_sample=forward.flops_per_sample,
+        fwd_macs_per_sample=forward.macs_per_sample,
+        params=float(forward.params),
+        train_flops_per_step=counts.train_flops,
+        train_flops_per_sample=counts.train_flops / cfg.batch_size,
+        achieved_flops_per_s=counts.train_flops / metrics["step_time_median_s"],
+        modeled_bytes_per_step=counts.modeled_bytes,
+        modeled_intensity_flops_per_byte=counts.modeled_intensity_flops_per_byte,
+        max_rss_bytes=dev.max_rss_bytes(),
+        cpu_user_s=cpu1[0] - cpu0[0],
+        cpu_sys_s=cpu1[1] - cpu0[1],
+        wall_s=wall_s,
+        count_wall_s=count_s,
+    )
+    peak = dev.device_peak_memory_bytes(device)
+    if peak is not None:
+        metrics["device_peak_mem_bytes"] = peak
+    texts = {
+        "flops/deepspeed_forward_profile.txt": forward.report,
+        "flops/counts_by_op.csv": _counts_csv(counts),
+    }
+    return BenchResult(metrics, times, texts, prep.source.description)
+
+
+def profile_steps(cfg: TrainConfig, device, steps: int, profiler_start: Callable[[], None] | None = None,
+                  profiler_stop: Callable[[], None] | None = None, mark=nvtx_range) -> None:
+    """Profile mode: warm up, then `steps` NVTX-marked steps between CUDA profiler start and stop.
+
+    Run under `ncu --profile-from-start off` (python -m profiling does that), only the marked
+    steps are captured. Start/stop are injectable so the sequence is testable without a GPU.
+    """
+    import torch
+
+    if steps <= 0:
+        raise UsageError(f"--profile-steps must be a positive integer, got {steps}")
+    profiler_start = profiler_start or torch.cuda.profiler.start
+    profiler_stop = profiler_stop or torch.cuda.profiler.stop
+    prep = prepare(cfg, device)
+    if cfg.compile:
+        prep.parts.model = torch.compile(prep.model)
+    try:
+        for _ in range(cfg.warmup_iters):
+            prep.step()
+        batches = [prep.source.next() for _ in range(steps)]  # loading is not what ncu measures
+        dev.synchronize(device)
+        prep.parts.mark = mark
+        profiler_start()
+        for x, y in batches:
+            train_step(prep.parts, x, y)
+        dev.synchronize(device)
+        profiler_stop()
+    except (BenchError, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise _runtime_error(exc, cfg, device) from exc
+
+
+def _runtime_error(exc: BaseException, cfg: TrainConfig, device) -> BenchError:
+    if dev.is_out_of_memory(exc):
+        return BenchError(f"out of memory on {device.type} at batch {cfg.batch_size} ({cfg.model}, {cfg.image_size}px, "
+                          f"{cfg.precision}): use a smaller --batch or --image-size")
+    return BenchError(f"{cfg.model} failed to train at batch {cfg.batch_size}, {cfg.image_size}px, {cfg.precision} on {device.type}: {one_line(exc)}")
+
+
+def _counts_csv(counts: fl.StepCounts) -> str:
+    ops = sorted(set(counts.flops_by_op) | set(counts.bytes_by_op), key=lambda k: -counts.bytes_by_op.get(k, 0.0))
+    lines = ["aten_op,train_flops_per_step,modeled_bytes_per_step"]
+    lines += [f"{op},{counts.flops_by_op.get(op, 0.0):.0f},{counts.bytes_by_op.get(op, 0.0):.0f}" for op in ops]
+    return "\n".join(lines) + "\n"
+
+
+def _progress(cfg: TrainConfig, enabled: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=cfg.warmup_iters + cfg.iters, desc=f"{cfg.model} b{cfg.batch_size} warmup", unit="step",
+                disable=not enabled, mininterval=0.5, leave=False)

@@ -1,0 +1,215 @@
+"""Input pipelines: synthetic (resident on the device), FakeData, ImageFolder and CIFAR-10 folders.
+
+Every source is a `BatchSource`: `next()` returns one `(inputs, targets)` batch already on the
+device. For loader-backed sources, fetching the batch is part of the timed step, as it is in real
+training; the synthetic source keeps one batch resident so the step measures compute only.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from common.errors import BenchError, UsageError
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+CIFAR10_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
+
+
+class CorruptDataError(BenchError):
+    """An image or batch file that cannot be decoded."""
+
+
+@dataclass
+class BatchSource:
+    next: Callable[[], tuple]
+    num_classes: int
+    samples: int | None  # data set size (None for synthetic)
+    description: str
+
+
+# ------------------------------------------------------------------ validation (no torch needed)
+def image_folder_root(path: str) -> Path:
+    """The ImageFolder root for `path`: `<path>/train` when it exists (imagenette, imagenet-mini)."""
+    root = Path(path).expanduser()
+    if not root.exists():
+        raise UsageError(f"data folder {root} does not exist: give an ImageFolder path, synthetic, fake or cifar10:<path>")
+    if not root.is_dir():
+        raise UsageError(f"data path {root} is not a folder: expected <path>/train/<class>/<image>.jpg")
+    return root / "train" if (root / "train").is_dir() else root
+
+
+def cifar10_root(path: str) -> Path:
+    """The folder holding CIFAR-10's python batches (accepts its parent too)."""
+    root = Path(path).expanduser()
+    if (root / "cifar-10-batches-py").is_dir():
+        root = root / "cifar-10-batches-py"
+    if not root.is_dir():
+        raise UsageError(f"CIFAR-10 folder {root} does not exist: give cifar10:<folder with data_batch_1..5>")
+    if not any((root / f).is_file() for f in CIFAR10_FILES):
+        raise UsageError(f"no CIFAR-10 training batches (data_batch_1..5) in {root}: get the python version of CIFAR-10")
+    return root
+
+
+def check_data(data: str) -> None:
+    """Cheap pre-flight checks of the --data value (existence, layout); decoding errors come later."""
+    if data in ("synthetic", "fake"):
+        return
+    if data.startswith("cifar10:"):
+        cifar10_root(data.split(":", 1)[1])
+        return
+    root = image_folder_root(data)
+    classes = [d for d in root.iterdir() if d.is_dir() and not d.name.startswith(".")]
+    if not classes:
+        raise UsageError(f"no class folders in {root}: expected {root}/<class>/<image>.jpg (ImageFolder layout)")
+
+
+# ------------------------------------------------------------------ data sets
+def checked_image_loader(path: str):
+    """ImageFolder's loader, turning undecodable files into a CorruptDataError naming the file."""
+    from PIL import Image
+
+    try:
+        with open(path, "rb") as fh:
+            img = Image.open(fh)
+            return img.convert("RGB")
+    except (OSError, ValueError, SyntaxError) as exc:
+        raise CorruptDataError(f"cannot decode image {path} ({exc}): remove or replace the file") from None
+
+
+def _train_transform(image_size: int):
+    from torchvision import transforms as T
+
+    return T.Compose(
+        [
+            T.RandomResizedCrop(image_size, antialias=True),
+            T.RandomHorizontalFlip(),
+            T.ToTensor(),
+            T.Normalize(IMAGENET_MEAN, IMAGENET_STD),
+        ]
+    )
+
+
+def image_folder(path: str, image_size: int):
+    from torchvision.datasets import ImageFolder
+
+    root = image_folder_root(path)
+    try:
+        ds = ImageFolder(str(root), transform=_train_transform(image_size), loader=checked_image_loader)
+    except FileNotFoundError as exc:
+        raise UsageError(f"no images in {root} ({exc}): expected {root}/<class>/<image>.jpg") from None
+    return ds, len(ds.classes)
+
+
+class Cifar10Folder:
+    """CIFAR-10 training set from its python pickles, read without torchvision's md5 check.
+
+    (torchvision.datasets.CIFAR10 refuses copies whose checksums differ, such as re-packed or
+    subset copies; a benchmark only needs the arrays.)
+    """
+
+    def __init__(self, path: str, image_size: int) -> None:
+        import torch
+
+        root = cifar10_root(path)
+        images, labels = [], []
+        for name in CIFAR10_FILES:
+            file = root / name
+            if not file.is_file():
+                continue
+            try:
+                with open(file, "rb") as fh:
+                    entry = pickle.load(fh, encoding="latin1")
+                data = np.asarray(entry["data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
+                labels.extend(int(x) for x in entry.get("labels", entry.get("fine_labels", [])))
+            except Exception as exc:  # noqa: BLE001 - any decoding problem means a corrupt file
+                raise CorruptDataError(f"corrupt CIFAR-10 batch {file} ({type(exc).__name__}: {exc})") from None
+            images.append(data)
+        self.images = torch.from_numpy(np.concatenate(images))
+        self.labels = torch.tensor(labels, dtype=torch.long)
+        if len(self.labels) != len(self.images):
+            raise CorruptDataError(f"CIFAR-10 batches in {root} have {len(self.images)} images but {len(self.labels)} labels")
+        self.image_size = image_size
+        self.num_classes = 10
+        self.mean = torch.tensor(IMAGENET_MEAN).view(3, 1, 1)
+        self.std = torch.tensor(IMAGENET_STD).view(3, 1, 1)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int):
+        import torch.nn.functional as F
+
+        x = self.images[i].float().div_(255)
+        if self.image_size != 32:
+            x = F.interpolate(x[None], size=(self.image_size, self.image_size), mode="bilinear", align_corners=False)[0]
+        return (x - self.mean) / self.std, self.labels[i]
+
+
+# ------------------------------------------------------------------ sources
+def synthetic_source(batch_size, image_size, num_classes, device, channels_last, seed) -> BatchSource:
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch_size, 3, image_size, image_size, generator=gen)
+    y = torch.randint(0, num_classes, (batch_size,), generator=gen)
+    x = x.to(device, memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+    y = y.to(device)
+    return BatchSource(lambda: (x, y), num_classes, None, "synthetic batch resident on the device")
+
+
+def loader_source(dataset, num_classes, batch_size, workers, device, channels_last, seed, what) -> BatchSource:
+    import torch
+    from torch.utils.data import DataLoader
+
+    if len(dataset) < batch_size:
+        raise UsageError(f"{what} has {len(dataset)} samples, fewer than one batch of {batch_size}: use a smaller --batch")
+    gen = torch.Generator().manual_seed(seed)
+    loader = DataLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=True,
+        drop_last=True,
+        num_workers=workers,
+        pin_memory=device.type == "cuda",
+        persistent_workers=workers > 0,
+        generator=gen,
+    )
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    state = {"it": iter(loader)}
+
+    def next_batch():
+        try:
+            x, y = next(state["it"])
+        except StopIteration:  # fixed iteration count: cycle over epochs
+            state["it"] = iter(loader)
+            x, y = next(state["it"])
+        return x.to(device, non_blocking=True, memory_format=fmt), y.to(device, non_blocking=True)
+
+    return BatchSource(next_batch, num_classes, len(dataset), f"{what} through a DataLoader ({workers} workers)")
+
+
+def open_source(cfg, device) -> BatchSource:
+    """The batch source for `cfg.data` (see TrainConfig.data)."""
+    kind = cfg.data_kind
+    if kind == "synthetic":
+        return synthetic_source(cfg.batch_size, cfg.image_size, cfg.num_classes, device, cfg.channels_last, cfg.seed)
+    if kind == "fake":
+        from torchvision import transforms as T
+        from torchvision.datasets import FakeData
+
+        n = cfg.batch_size * min(cfg.warmup_iters + cfg.iters, 64)
+        ds = FakeData(size=n, image_size=(3, cfg.image_size, cfg.image_size), num_classes=cfg.num_classes,
+                      transform=T.Compose([T.ToTensor(), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)]),
+                      random_offset=cfg.seed)
+        return loader_source(ds, cfg.num_classes, cfg.batch_size, cfg.workers, device, cfg.channels_last, cfg.seed, "FakeData")
+    if kind == "cifar10":
+        ds = Cifar10Folder(cfg.data.split(":", 1)[1], cfg.image_size)
+        return loader_source(ds, 10, cfg.batch_size, cfg.workers, device, cfg.channels_last, cfg.seed, f"CIFAR-10 at {cfg.data[8:]}")
+    ds, n_classes = image_folder(cfg.data, cfg.image_size)
+    return loader_source(ds, n_classes, cfg.batch_size, cfg.workers, device, cfg.channels_last, cfg.seed, f"ImageFolder {image_folder_root(cfg.data)}")

@@ -1,0 +1,110 @@
+"""Device resolution, precision support and device memory statistics."""
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import sys
+
+from common.errors import UsageError
+
+
+def resolve_device(name: str):
+    """`auto` picks cuda, then mps, then cpu. An explicitly requested but missing device is an error."""
+    import torch
+
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    dev = torch.device(name)
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UsageError("CUDA is not available on this machine (no NVIDIA GPU or driver): use --device cpu or auto")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise UsageError(f"{name} does not exist: this machine has {torch.cuda.device_count()} CUDA device(s)")
+        return dev if dev.index is not None else torch.device("cuda", torch.cuda.current_device())
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise UsageError("MPS is not available (needs Apple silicon and macOS 12.3+): use --device cpu or auto")
+    return dev
+
+
+def check_precision(precision: str, device) -> None:
+    """Raise UsageError when autocast at `precision` is not supported on `device`."""
+    import torch
+
+    if precision == "fp32":
+        return
+    if device.type == "cpu" and precision == "fp16":
+        raise UsageError("fp16 autocast is not supported for training on cpu: use --precision bf16 or fp32")
+    if device.type == "cuda" and precision == "bf16" and not torch.cuda.is_bf16_supported():
+        raise UsageError(f"{torch.cuda.get_device_name(device)} does not support bf16: use --precision fp16 or fp32")
+
+
+def autocast_context(precision: str, device):
+    """A zero-argument factory of the autocast context for `precision` (nullcontext for fp32)."""
+    import torch
+
+    if precision == "fp32":
+        return contextlib.nullcontext
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[precision]
+    return lambda: torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def grad_scaler(precision: str, device):
+    """A GradScaler for fp16 on CUDA (fp16 gradients underflow without it), else None."""
+    import torch
+
+    if precision == "fp16" and device.type == "cuda":
+        return torch.amp.GradScaler("cuda")
+    return None
+
+
+def synchronize(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def reset_peak_memory(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def device_peak_memory_bytes(device) -> float | None:
+    """Peak bytes allocated by tensors on the device since the last reset (None where not reported)."""
+    import torch
+
+    if device.type == "cuda":
+        return float(torch.cuda.max_memory_allocated(device))
+    if device.type == "mps":
+        return float(torch.mps.driver_allocated_memory())
+    return None
+
+
+def max_rss_bytes() -> float:
+    """Peak resident set size of this process (not of DataLoader workers)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return float(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def cpu_times_s() -> tuple[float, float]:
+    """(user, system) CPU seconds used by this process so far, all threads."""
+    t = os.times()
+    return t.user, t.system
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    import torch
+
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and ("out of memory" in text.lower() or "DefaultCPUAllocator: can't allocate" in text)

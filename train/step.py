@@ -1,0 +1,76 @@
+"""The ONE training step, shared by the timing benchmark and the NVTX profile mode."""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Callable, ContextManager
+
+PHASES = ("train_step", "forward", "backward", "optimizer")
+
+
+def no_marks(_name: str) -> ContextManager:
+    return contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def nvtx_range(name: str):
+    """A process-wide NVTX start/end range.
+
+    Push/pop ranges are per thread: autograd launches backward kernels from its own thread, so
+    `ncu --nvtx-include "train_step/"` with push/pop ranges silently drops them. Start/end ranges
+    are process-wide and cover every thread's launches between start and end.
+    """
+    import nvtx
+
+    rng = nvtx.start_range(message=name)
+    try:
+        yield
+    finally:
+        nvtx.end_range(rng)
+
+
+@dataclass
+class StepParts:
+    """What a step needs besides the batch. `autocast` is a zero-argument context factory."""
+
+    model: object
+    optimizer: object
+    autocast: Callable[[], ContextManager]
+    scaler: object | None = None
+    mark: Callable[[str], ContextManager] = no_marks
+
+
+def logits_of(output):
+    """Main logits of a classifier output (googlenet/inception return named tuples in train mode)."""
+    return getattr(output, "logits", output)
+
+
+def train_step(parts: StepParts, inputs, targets):
+    """Forward, loss, backward and optimizer step. Returns the loss (not synchronised)."""
+    import torch.nn.functional as F
+
+    mark = parts.mark
+    with mark("train_step"):
+        parts.optimizer.zero_grad(set_to_none=True)
+        with mark("forward"):
+            with parts.autocast():
+                loss = F.cross_entropy(logits_of(parts.model(inputs)), targets)
+        with mark("backward"):
+            (parts.scaler.scale(loss) if parts.scaler is not None else loss).backward()
+        with mark("optimizer"):
+            if parts.scaler is not None:
+                parts.scaler.step(parts.optimizer)
+                parts.scaler.update()
+            else:
+                parts.optimizer.step()
+    return loss.detach()
+
+
+def make_optimizer(name: str, params, lr: float):
+    import torch
+
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9)
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=lr)
+    raise ValueError(f"optimizer must be sgd or adamw, got {name!r}")

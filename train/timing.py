@@ -1,0 +1,76 @@
+"""Step timing: a synchronising clock per device, the measured loop, and summary statistics."""
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable, Sequence
+
+import numpy as np
+
+
+def make_clock(synchronize: Callable[[], None]) -> Callable[[], float]:
+    """A clock that waits for the device to finish queued work before reading perf_counter."""
+
+    def now() -> float:
+        synchronize()
+        return time.perf_counter()
+
+    return now
+
+
+def measure(step: Callable[[], object], iters: int, clock: Callable[[], float],
+            on_step: Callable[[int, float], None] | None = None) -> list[float]:
+    """Run `step` `iters` times; return each step's seconds between two synchronised clock reads.
+
+    `on_step(i, seconds)` (progress display) runs outside the timed interval.
+    """
+    times = []
+    for i in range(iters):
+        t0 = clock()
+        step()
+        dt = clock() - t0
+        times.append(dt)
+        if on_step is not None:
+            on_step(i, dt)
+    return times
+
+
+def summarize(step_times_s: Sequence[float], batch_size: int) -> dict[str, float]:
+    """Summary statistics of measured step times (seconds) and the throughput they imply."""
+    t = np.asarray(step_times_s, dtype=float)
+    if t.size == 0 or not np.all(np.isfinite(t)) or np.any(t <= 0):
+        raise ValueError("step times must be a non-empty sequence of positive finite seconds")
+    per_step_throughput = batch_size / t
+    mean = float(t.mean())
+    return {
+        "step_time_median_s": float(np.median(t)),
+        "step_time_mean_s": mean,
+        "step_time_std_s": float(t.std(ddof=1)) if t.size > 1 else 0.0,
+        "step_time_min_s": float(t.min()),
+        "step_time_p95_s": float(np.percentile(t, 95)),
+        "throughput_samples_per_s": batch_size / mean,
+        "throughput_std_samples_per_s": float(per_step_throughput.std(ddof=1)) if t.size > 1 else 0.0,
+    }
+
+
+def ci95_half_width_rel(step_times_s: Sequence[float]) -> float:
+    """Half-width of the 95 % confidence interval of the mean step time, relative to the mean.
+
+    Student t for small samples, normal quantile beyond 30 (accurate to < 1 % of the width).
+    """
+    t = np.asarray(step_times_s, dtype=float)
+    n = t.size
+    if n < 2:
+        return math.inf
+    q = _t_quantile_975(n - 1)
+    return float(q * t.std(ddof=1) / math.sqrt(n) / t.mean())
+
+
+# two-sided 95 % Student t quantiles for 1..30 degrees of freedom
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+         2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+         2.052, 2.048, 2.045, 2.042)
+
+
+def _t_quantile_975(dof: int) -> float:
+    return _T975[dof - 1] if dof <= len(_T975) else 1.960 + 2.4 / dof
