@@ -47,12 +47,7 @@ def run(cfg: TrainConfig, *, experiment: str | None = None, progress: bool = Tru
         session.log_params({**cfg.params(), "device": str(device), **(extra_params or {})})
         session.set_tags({schema.TAG_CONFIG_KEY: cfg.config_key(), schema.TAG_INTENSITY_SOURCE: "modeled", **(extra_tags or {})})
         session.flush()
-
-        def on_prepared(c: TrainConfig) -> None:  # num_classes known once the data set is open
-            session.log_params({"num_classes": c.num_classes})
-            session.set_tags({schema.TAG_CONFIG_KEY: c.config_key()})
-
-        result = run_benchmark(cfg, device, progress=progress, on_prepared=on_prepared)
+        result = run_benchmark(cfg, device, progress=progress)
         session.set_tags({"data_description": result.data_description})
         session.log_metrics(result.metrics)
         session.log_series("step_time_s", result.step_times_s)

@@ -47,7 +47,9 @@ def preflight(cfg: TrainConfig):
     cfg.model = check_model_name(cfg.model)
     device = dev.resolve_device(cfg.device)
     dev.check_precision(cfg.precision, device)
-    check_data(cfg.data)
+    classes = check_data(cfg.data)
+    if classes is not None:
+        cfg.num_classes = classes
     return device
 
 
@@ -60,7 +62,8 @@ def prepare(cfg: TrainConfig, device) -> Prepared:
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True  # as real training does; autotuning happens in warmup
     source = open_source(cfg, device)
-    cfg.num_classes = source.num_classes
+    if source.num_classes != cfg.num_classes:
+        raise BenchError(f"data set has {source.num_classes} classes but {cfg.num_classes} were expected from its folders")
     model = build_model(cfg.model, cfg.num_classes).to(device)
     if cfg.channels_last:
         model = model.to(memory_format=torch.channels_last)
@@ -91,13 +94,10 @@ def count_work(prep: Prepared) -> tuple[fl.StepCounts, fl.ForwardProfile]:
     return step_counts, forward
 
 
-def run_benchmark(cfg: TrainConfig, device, progress: bool = True,
-                  on_prepared: Callable[[TrainConfig], None] | None = None) -> BenchResult:
+def run_benchmark(cfg: TrainConfig, device, progress: bool = True) -> BenchResult:
     """Prepare, count, warm up and measure `cfg` on `device`. Raises BenchError on user-facing failures."""
     wall0 = time.perf_counter()
     prep = prepare(cfg, device)
-    if on_prepared is not None:
-        on_prepared(cfg)
     try:
         counts, forward = count_work(prep)
     except (BenchError, KeyboardInterrupt):

@@ -56,17 +56,22 @@ def cifar10_root(path: str) -> Path:
     return root
 
 
-def check_data(data: str) -> None:
-    """Cheap pre-flight checks of the --data value (existence, layout); decoding errors come later."""
+def check_data(data: str) -> int | None:
+    """Cheap pre-flight checks of the --data value (existence, layout); decoding errors come later.
+
+    Returns the data set's number of classes (None for synthetic and fake data, which take it
+    from the config), so the run's params are right before any image is decoded.
+    """
     if data in ("synthetic", "fake"):
-        return
+        return None
     if data.startswith("cifar10:"):
         cifar10_root(data.split(":", 1)[1])
-        return
+        return 10
     root = image_folder_root(data)
     classes = [d for d in root.iterdir() if d.is_dir() and not d.name.startswith(".")]
     if not classes:
         raise UsageError(f"no class folders in {root}: expected {root}/<class>/<image>.jpg (ImageFolder layout)")
+    return len(classes)
 
 
 # ------------------------------------------------------------------ data sets

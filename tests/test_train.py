@@ -1,0 +1,236 @@
+"""python -m train end to end on tiny configs: what a run logs, and every bad-input case."""
+from __future__ import annotations
+
+import math
+
+import mlflow
+import pytest
+import torch
+import torch.nn as nn
+
+from common import schema
+from tests.helpers import TINY, make_cifar10, make_image_folder
+from train.__main__ import main
+from train.config import TrainConfig
+
+
+def runs(experiment_ids=("0",)):
+    return mlflow.search_runs(experiment_ids=list(experiment_ids), output_format="list")
+
+
+def only_run():
+    found = runs()
+    assert len(found) == 1, [r.info.run_name for r in found]
+    return found[0]
+
+
+def hand_conv_linear_flops(model: nn.Module, x: torch.Tensor) -> tuple[int, int]:
+    """Forward FLOPs of convolutions and linears (2 per multiply-add) from module hooks, and the
+    FLOPs of the first convolution (whose input, the images, needs no gradient)."""
+    total, first = [0], []
+
+    def conv_hook(m, inp, out):
+        n, c_out, h, w = out.shape
+        f = 2 * n * h * w * c_out * (m.in_channels // m.groups) * m.kernel_size[0] * m.kernel_size[1]
+        total[0] += f
+        if not first:
+            first.append(f)
+
+    def lin_hook(m, inp, out):
+        total[0] += 2 * inp[0].shape[0] * m.in_features * m.out_features
+
+    hooks = [m.register_forward_hook(conv_hook) for m in model.modules() if isinstance(m, nn.Conv2d)]
+    hooks += [m.register_forward_hook(lin_hook) for m in model.modules() if isinstance(m, nn.Linear)]
+    with torch.no_grad():
+        model(x)
+    for h in hooks:
+        h.remove()
+    return total[0], first[0]
+
+
+def test_run_logs_the_schema(tracking, capsys):
+    assert main(TINY) == 0
+    run = only_run()
+    p, m, t = run.data.params, run.data.metrics, run.data.tags
+    assert run.info.status == "FINISHED"
+    assert p["model"] == "resnet18" and p["batch_size"] == "2" and p["image_size"] == "32"
+    assert p["precision"] == "fp32" and p["device"] == "cpu" and p["num_classes"] == "1000"
+    assert p["iters"] == "3" and p["warmup_iters"] == "1" and p["optimizer"] == "sgd"
+    assert t[schema.TAG_RUN_KIND] == "train" and t[schema.TAG_DEVICE_TYPE] == "cpu"
+    assert t[schema.TAG_CONFIG_KEY] == TrainConfig(model="resnet18", batch_size=2, image_size=32).config_key()
+    assert t[schema.TAG_ENV_LABEL] and t[schema.TAG_DEVICE_NAME] and t["torch_version"].startswith("2.14.1")
+    assert t[schema.TAG_INTENSITY_SOURCE] == "modeled"
+
+    client = mlflow.tracking.MlflowClient()
+    steps = sorted(client.get_metric_history(run.info.run_id, "step_time_s"), key=lambda x: x.step)
+    times = [s.value for s in steps]
+    assert [s.step for s in steps] == [0, 1, 2] and all(v > 0 for v in times)
+    assert m["step_time_median_s"] == pytest.approx(sorted(times)[1])
+    assert m["step_time_mean_s"] == pytest.approx(sum(times) / 3)
+    assert m["throughput_samples_per_s"] == pytest.approx(2 / m["step_time_mean_s"])
+
+    # FLOPs against module-hook formulas worked out independently of the counters
+    import torchvision
+
+    fwd, first_conv = hand_conv_linear_flops(torchvision.models.resnet18(), torch.randn(2, 3, 32, 32))
+    assert m["train_flops_per_step"] == 3 * fwd - first_conv
+    assert m["achieved_flops_per_s"] == pytest.approx(m["train_flops_per_step"] / m["step_time_median_s"])
+    assert m["fwd_macs_per_sample"] == pytest.approx(fwd / 2 / 2, rel=1e-3)  # DeepSpeed: same multiply-adds
+    assert m["fwd_flops_per_sample"] > 2 * m["fwd_macs_per_sample"]  # + batch norm, ReLU, pooling, adds
+    assert m["params"] == 11_689_512
+    assert m["modeled_intensity_flops_per_byte"] == pytest.approx(m["train_flops_per_step"] / m["modeled_bytes_per_step"])
+    # weights are read and written at least once per step: 4 bytes x params x (read + write)
+    assert m["modeled_bytes_per_step"] > 2 * 4 * 11_689_512
+    for key in ("max_rss_bytes", "cpu_user_s", "wall_s", "step_time_p95_s", "step_time_std_s"):
+        assert math.isfinite(m[key]) and m[key] >= 0
+    assert "device_peak_mem_bytes" not in m  # CPU reports no device allocator peak
+
+    arts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    arts |= {a.path for a in client.list_artifacts(run.info.run_id, "flops")}
+    assert {"environment.txt", "flops/deepspeed_forward_profile.txt", "flops/counts_by_op.csv"} <= arts
+    out = capsys.readouterr().out
+    assert "samples/s" in out and "GFLOP/s achieved" in out and run.info.run_id in out and "mlflow ui" in out
+
+
+def error_of(capsys, argv) -> tuple[int, str]:
+    code = main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    return code, err[-1] if err else ""
+
+
+def arg(flag, value):
+    out = list(TINY)
+    if flag in out:
+        out[out.index(flag) + 1] = value
+    else:
+        out += [flag, value]
+    return out
+
+
+@pytest.mark.parametrize(
+    "flag,value,message",
+    [
+        ("--model", "resnet19", "unknown model 'resnet19': did you mean resnet18"),
+        ("--batch", "0", "batch_size must be a positive integer, got 0"),
+        ("--batch", "-3", "batch_size must be a positive integer, got -3"),
+        ("--iters", "0", "iters must be a positive integer, got 0"),
+        ("--precision", "fp16", "fp16 autocast is not supported for training on cpu"),
+        ("--device", "cuda", "CUDA is not available on this machine"),
+        ("--device", "tpu", "device must be one of"),
+        ("--data", "/nonexistent/imagenette", "data folder /nonexistent/imagenette does not exist"),
+        ("--data", "cifar10:/nonexistent", "CIFAR-10 folder /nonexistent does not exist"),
+    ],
+)
+def test_bad_input_is_one_line_and_creates_no_run(tracking, capsys, flag, value, message):
+    code, line = error_of(capsys, arg(flag, value))
+    assert code == 2
+    assert line.startswith("error: ") and message in line
+    assert runs() == []
+
+
+def test_empty_dataset_folder(tracking, capsys, tmp_path):
+    (tmp_path / "empty" / "train").mkdir(parents=True)
+    code, line = error_of(capsys, arg("--data", str(tmp_path / "empty")))
+    assert code == 2 and "no class folders" in line
+
+
+def test_bad_flag_under_mlflow_run_marks_that_run_failed(tracking, capsys, monkeypatch):
+    pre = mlflow.tracking.MlflowClient().create_run("0").info.run_id
+    monkeypatch.setenv("MLFLOW_RUN_ID", pre)
+    code, line = error_of(capsys, arg("--batch", "0"))
+    assert code == 2
+    run = mlflow.get_run(pre)
+    assert run.info.status == "FAILED" and "batch_size must be a positive integer" in run.data.tags["error"]
+
+
+@pytest.mark.parametrize("workers", ["0", "1"])
+def test_corrupt_jpeg_fails_the_run_naming_the_file(tracking, capsys, tmp_path, workers):
+    root = make_image_folder(tmp_path / "ds", per_class=2)
+    for jpg in (root / "train").rglob("*.jpg"):
+        jpg.write_bytes(b"\xff\xd8\xff this is not a jpeg")
+    code, line = error_of(capsys, arg("--data", str(root)) + ["--workers", workers])
+    assert code == 1
+    assert "cannot decode image" in line and ".jpg" in line and "Traceback" not in line
+    run = only_run()
+    assert run.info.status == "FAILED" and "cannot decode image" in run.data.tags["error"]
+
+
+def test_corrupt_cifar_batch_fails_the_run(tracking, capsys, tmp_path):
+    root = make_cifar10(tmp_path / "cifar")
+    (root / "data_batch_2").write_bytes(b"garbage")
+    code, line = error_of(capsys, arg("--data", f"cifar10:{root}"))
+    assert code == 1 and "corrupt CIFAR-10 batch" in line
+    assert only_run().info.status == "FAILED"
+
+
+def test_out_of_memory_ends_failed_with_advice(tracking, capsys, monkeypatch):
+    import train.bench
+
+    def oom(*a, **k):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(train.bench, "measure", oom)
+    code, line = error_of(capsys, TINY)
+    assert code == 1 and "out of memory on cpu at batch 2" in line and "smaller --batch" in line
+    run = only_run()
+    assert run.info.status == "FAILED" and "out of memory" in run.data.tags["error"]
+    assert "step_time_median_s" not in run.data.metrics  # never FINISHED with partial numbers
+
+
+def test_model_that_cannot_run_at_this_size_fails_cleanly(tracking, capsys):
+    code, line = error_of(capsys, arg("--model", "vit_b_16"))  # ViT needs 224 px
+    assert code == 1 and "vit_b_16 failed to train at batch 2, 32px" in line
+    assert only_run().info.status == "FAILED"
+
+
+def test_image_folder_on_generated_jpegs(tracking, capsys, tmp_path):
+    root = make_image_folder(tmp_path / "imagenette", classes=("a", "b", "c"), per_class=2)
+    assert main(arg("--data", str(root)) + ["--workers", "0"]) == 0
+    run = only_run()
+    assert run.info.status == "FINISHED"
+    assert run.data.params["num_classes"] == "3" and run.data.params["data"] == str(root)
+    assert "ImageFolder" in run.data.tags["data_description"]
+    assert run.data.tags[schema.TAG_CONFIG_KEY] == TrainConfig(batch_size=2, image_size=32, num_classes=3).config_key()
+
+
+def test_cifar10_folder(tracking, tmp_path):
+    root = make_cifar10(tmp_path / "cifar-10-batches-py")
+    assert main(arg("--data", f"cifar10:{tmp_path}") + ["--workers", "0"]) == 0
+    run = only_run()
+    assert run.info.status == "FINISHED" and run.data.params["num_classes"] == "10"
+
+
+def test_fake_data_through_a_loader(tracking):
+    assert main(arg("--data", "fake") + ["--workers", "0"]) == 0
+    assert "FakeData" in only_run().data.tags["data_description"]
+
+
+def test_profile_mode_needs_cuda(tracking, capsys):
+    code, line = error_of(capsys, TINY + ["--profile-steps", "1"])
+    assert code == 2 and "needs an NVIDIA GPU" in line and "--import" in line
+    assert runs() == []
+
+
+def test_profile_steps_marks_phases_between_profiler_start_and_stop():
+    from train.bench import profile_steps
+    from train.step import PHASES
+
+    events = []
+
+    class Mark:
+        def __init__(self, name):
+            self.name = name
+
+        def __enter__(self):
+            events.append(("start", self.name))
+
+        def __exit__(self, *exc):
+            events.append(("end", self.name))
+
+    cfg = TrainConfig(model="resnet18", batch_size=2, image_size=32, warmup_iters=2, iters=1, device="cpu")
+    profile_steps(cfg, torch.device("cpu"), 2, profiler_start=lambda: events.append("profiler_start"),
+                  profiler_stop=lambda: events.append("profiler_stop"), mark=Mark)
+    one_step = [("start", "train_step"), ("start", "forward"), ("end", "forward"), ("start", "backward"),
+                ("end", "backward"), ("start", "optimizer"), ("end", "optimizer"), ("end", "train_step")]
+    assert events == ["profiler_start", *one_step, *one_step, "profiler_stop"]
+    assert {name for kind, name in one_step} == set(PHASES)
