@@ -1,6 +1,7 @@
 """User-facing errors: one actionable line, never a traceback wall."""
 from __future__ import annotations
 
+import argparse
 import functools
 import re
 import sys
@@ -61,3 +62,11 @@ def cli_entry(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | 
             return 130
 
     return wrapped
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse that raises UsageError (one line, exit 2) instead of printing usage and exiting,
+    so a bad flag under `mlflow run` can still end that run FAILED with the reason."""
+
+    def error(self, message: str):  # noqa: D102 - argparse API
+        raise UsageError(f"{message} (see {self.prog} --help)")

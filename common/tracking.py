@@ -27,6 +27,10 @@ from common import schema
 from common.errors import BenchError, one_line
 
 SPOOL_ENV = "ROOFLINE_SPOOL_DIR"
+# Metric histories keep at most this many points per series (every k-th step beyond it, with the
+# stride in the tag `<name>_stride`). MLflow's SQL store inserts ~0.2 ms of CPU per metric row, so
+# 10,000 rows cost ~2 s; callers keep the full series as an artifact (see train/__main__.py).
+MAX_SERIES_POINTS = 1000
 
 _UNREACHABLE_MARKERS = (
     "Connection refused",
@@ -78,6 +82,11 @@ class RunRecord:
     def validate(self) -> None:
         for key in [*self.params, *self.tags, *self.metrics, *self.series]:
             schema.check_key(key)
+
+
+def series_stride(n_points: int) -> int:
+    """Every how many steps a series of `n_points` is logged as metric history."""
+    return max(1, -(-n_points // MAX_SERIES_POINTS))
 
 
 def spool_dir() -> Path:
@@ -252,7 +261,10 @@ class RunSession:
         tags = [RunTag(k, v) for k, v in rec.tags.items()]
         metrics = [Metric(k, v, now_ms, 0) for k, v in rec.metrics.items()]
         for name, values in rec.series.items():
-            metrics.extend(Metric(name, v, now_ms, i) for i, v in enumerate(values))
+            stride = series_stride(len(values))
+            metrics.extend(Metric(name, v, now_ms, i) for i, v in enumerate(values) if i % stride == 0)
+            if stride > 1:
+                tags.append(RunTag(f"{name}_stride", str(stride)))
         if params or tags or metrics:
             client.log_batch(run_id, metrics=metrics, params=params, tags=tags)
         self._written_params.update(p.key for p in params)

@@ -83,3 +83,14 @@ def test_unreachable_server_spools_and_upload_sends_later(tmp_path, monkeypatch,
     client = mlflow.tracking.MlflowClient()
     assert len(client.get_metric_history(run.info.run_id, "step_time_s")) == 2
     assert [f.path for f in client.list_artifacts(run.info.run_id, "tables")] == ["tables/table.csv"]
+
+
+def test_long_series_keeps_every_kth_step_in_history_and_says_so(tracking):
+    values = [float(i) for i in range(2500)]
+    with RunSession("train") as s:
+        s.log_series("step_time_s", values)
+    client = mlflow.tracking.MlflowClient()
+    hist = sorted(client.get_metric_history(s.run_id, "step_time_s"), key=lambda m: m.step)
+    assert [m.step for m in hist] == list(range(0, 2500, 3))  # ceil(2500 / 1000) = 3
+    assert all(m.value == m.step for m in hist)
+    assert client.get_run(s.run_id).data.tags["step_time_s_stride"] == "3"

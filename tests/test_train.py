@@ -87,7 +87,11 @@ def test_run_logs_the_schema(tracking, capsys):
 
     arts = {a.path for a in client.list_artifacts(run.info.run_id)}
     arts |= {a.path for a in client.list_artifacts(run.info.run_id, "flops")}
-    assert {"environment.txt", "flops/deepspeed_forward_profile.txt", "flops/counts_by_op.csv"} <= arts
+    arts |= {a.path for a in client.list_artifacts(run.info.run_id, "timing")}
+    assert {"environment.txt", "flops/deepspeed_forward_profile.txt", "flops/counts_by_op.csv",
+            "timing/step_times.csv"} <= arts
+    csv = mlflow.artifacts.load_text(f"runs:/{run.info.run_id}/timing/step_times.csv").splitlines()
+    assert csv[0] == "step,step_time_s" and [float(r.split(",")[1]) for r in csv[1:]] == times
     out = capsys.readouterr().out
     assert "samples/s" in out and "GFLOP/s achieved" in out and run.info.run_id in out and "mlflow ui" in out
 

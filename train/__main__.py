@@ -1,17 +1,16 @@
 """`python -m train`: fixed-iteration training benchmark of a torchvision model, logged to MLflow."""
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
 from common import schema
-from common.errors import BenchError, UsageError, cli_entry
+from common.errors import ArgumentParser, BenchError, UsageError, cli_entry
 from train.config import TrainConfig, add_config_args, config_from_args
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(
         prog="python -m train",
         description="Time a fixed number of training steps of a torchvision model and log the run to MLflow "
         "(MLFLOW_TRACKING_URI; default sqlite:///mlflow.db).",
@@ -51,6 +50,7 @@ def run(cfg: TrainConfig, *, experiment: str | None = None, progress: bool = Tru
         session.set_tags({"data_description": result.data_description})
         session.log_metrics(result.metrics)
         session.log_series("step_time_s", result.step_times_s)
+        session.log_text("timing/step_times.csv", step_times_csv(result.step_times_s))
         for path, text in result.texts.items():
             session.log_text(path, text)
         session.log_text("environment.txt", environment_report())
@@ -59,10 +59,10 @@ def run(cfg: TrainConfig, *, experiment: str | None = None, progress: bool = Tru
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)
         cfg = config_from_args(args)
-    except ValueError as exc:
+    except (UsageError, ValueError) as exc:
         _fail_env_run(str(exc))
         raise UsageError(str(exc)) from None
     if args.profile_steps:
@@ -85,6 +85,11 @@ def main(argv: list[str] | None = None) -> int:
 
         print(ui_hint(session.run_id, session.experiment_id))
     return 0
+
+
+def step_times_csv(step_times_s: list[float]) -> str:
+    """Every measured step time, exactly (the metric history keeps at most 1,000 points)."""
+    return "step,step_time_s\n" + "".join(f"{i},{t!r}\n" for i, t in enumerate(step_times_s))
 
 
 def _fail_env_run(message: str) -> None:

@@ -23,7 +23,7 @@ class TrainConfig:
     """fp32, or fp16/bf16 through torch.autocast (fp16 adds a GradScaler on CUDA)."""
     device: str = "auto"
     """auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps."""
-    warmup_iters: int = 3
+    warmup_iters: int = 5
     """steps run before measuring (not timed; include torch.compile's compilation)."""
     iters: int = 20
     """measured steps."""

@@ -1,0 +1,44 @@
+"""`mlflow run .` with --env-manager local: the MLproject maps onto python -m train."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import mlflow
+
+from tests.conftest import ROOT
+
+
+def mlflow_run(tracking: str, tmp_path, *params: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, MLFLOW_TRACKING_URI=tracking, DS_ACCELERATOR="cpu",
+               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    env.pop("MLFLOW_RUN_ID", None)
+    args = [sys.executable, "-m", "mlflow", "run", str(ROOT), "--env-manager", "local",
+            "--experiment-name", "mlproject-test"]
+    for p in params:
+        args += ["-P", p]
+    return subprocess.run(args, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+
+
+def test_mlflow_run_local_env_manager(tracking, tmp_path):
+    done = mlflow_run(tracking, tmp_path, "batch=2", "image_size=32", "iters=3", "warmup_iters=1",
+                      "device=cpu", "env_label=ci-box", "channels_last=true")
+    assert done.returncode == 0, done.stderr[-2000:]
+    runs = mlflow.search_runs(experiment_names=["mlproject-test"], output_format="list")
+    assert len(runs) == 1
+    run = runs[0]
+    assert run.info.status == "FINISHED"
+    assert run.data.params["batch"] == "2"  # logged by mlflow run from -P
+    assert run.data.params["batch_size"] == "2" and run.data.params["channels_last"] == "true"
+    assert run.data.tags["env_label"] == "ci-box" and run.data.tags["run_kind"] == "train"
+    assert run.data.metrics["throughput_samples_per_s"] > 0
+    assert "samples/s" in done.stdout
+
+
+def test_mlflow_run_with_bad_parameter_ends_failed_with_reason(tracking, tmp_path):
+    done = mlflow_run(tracking, tmp_path, "batch=two", "device=cpu")
+    assert done.returncode != 0
+    assert "error: argument --batch/--batch-size: invalid int value: 'two'" in done.stderr
+    run = mlflow.search_runs(experiment_names=["mlproject-test"], output_format="list")[0]
+    assert run.info.status == "FAILED" and "invalid int value: 'two'" in run.data.tags["error"]
