@@ -238,3 +238,14 @@ def test_profile_steps_marks_phases_between_profiler_start_and_stop():
                 ("end", "backward"), ("start", "optimizer"), ("end", "optimizer"), ("end", "train_step")]
     assert events == ["profiler_start", *one_step, *one_step, "profiler_stop"]
     assert {name for kind, name in one_step} == set(PHASES)
+
+
+def test_iters_auto_logs_how_it_stopped(tracking):
+    argv = arg("--iters", "auto") + ["--max-iters", "4", "--ci-target", "0.9"]
+    assert main(argv) == 0
+    run = only_run()
+    m, t = run.data.metrics, run.data.tags
+    assert run.data.params["iters"] == "auto"
+    assert t["measure_stop"] in ("converged", "max_iters")
+    assert 2 <= m["measured_iters"] <= 4
+    assert m["step_time_ci95_rel"] <= 0.9 or t["measure_stop"] == "max_iters"

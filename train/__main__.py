@@ -47,7 +47,7 @@ def run(cfg: TrainConfig, *, experiment: str | None = None, progress: bool = Tru
         session.set_tags({schema.TAG_CONFIG_KEY: cfg.config_key(), schema.TAG_INTENSITY_SOURCE: "modeled", **(extra_tags or {})})
         session.flush()
         result = run_benchmark(cfg, device, progress=progress)
-        session.set_tags({"data_description": result.data_description})
+        session.set_tags({"data_description": result.data_description, "measure_stop": result.stop_reason})
         session.log_metrics(result.metrics)
         session.log_series("step_time_s", result.step_times_s)
         session.log_text("timing/step_times.csv", step_times_csv(result.step_times_s))
@@ -85,6 +85,11 @@ def main(argv: list[str] | None = None) -> int:
 
         print(ui_hint(session.run_id, session.experiment_id))
     return 0
+
+
+def _ci_text(metrics: dict) -> str:
+    rel = metrics.get("step_time_ci95_rel")
+    return f", mean ±{rel:.1%} at 95% confidence" if rel is not None else ""
 
 
 def step_times_csv(step_times_s: list[float]) -> str:

@@ -17,7 +17,7 @@ from train.config import TrainConfig
 from train.data import BatchSource, check_data, open_source, synthetic_source
 from train.models import build_model, check_model_name
 from train.step import StepParts, make_optimizer, nvtx_range, train_step
-from train.timing import make_clock, measure, summarize
+from train.timing import ci95_half_width_rel, make_clock, measure, measure_until, summarize
 
 COUNT_BATCHES = (2, 4)  # counts are taken at these batch sizes and extrapolated (see train/flops.py)
 
@@ -40,6 +40,7 @@ class BenchResult:
     step_times_s: list[float]
     texts: dict[str, str] = field(default_factory=dict)
     data_description: str = ""
+    stop_reason: str = "fixed"  # fixed | converged | max_iters | max_time
 
 
 def preflight(cfg: TrainConfig):
@@ -121,7 +122,13 @@ def run_benchmark(cfg: TrainConfig, device, progress: bool = True) -> BenchResul
         cpu0 = dev.cpu_times_s()
         t0 = time.perf_counter()
         bar.set_description(f"{cfg.model} b{cfg.batch_size} measure")
-        times = measure(prep.step, cfg.iters, clock, on_step=lambda i, dt: (bar.update(1), bar.set_postfix_str(f"{dt * 1e3:.1f} ms/step")))
+        if cfg.iters == "auto":
+            times, stop = measure_until(
+                prep.step, clock, target_rel=cfg.ci_target, max_iters=cfg.max_iters, max_time_s=cfg.max_time_s,
+                on_step=lambda i, dt, rel: (bar.update(1), bar.set_postfix_str(f"{dt * 1e3:.1f} ms/step, CI ±{rel:.1%}")))
+        else:
+            times, stop = measure(prep.step, cfg.iters, clock, on_step=lambda i, dt: (
+                bar.update(1), bar.set_postfix_str(f"{dt * 1e3:.1f} ms/step"))), "fixed"
         wall_s = time.perf_counter() - t0
         cpu1 = dev.cpu_times_s()
     except (BenchError, KeyboardInterrupt):
@@ -133,6 +140,7 @@ def run_benchmark(cfg: TrainConfig, device, progress: bool = True) -> BenchResul
 
     metrics = summarize(times, cfg.batch_size)
     metrics.update(
+        measured_iters=float(len(times)),
         fwd_flops_per_sample=forward.flops_per_sample,
         fwd_macs_per_sample=forward.macs_per_sample,
         params=float(forward.params),
@@ -147,6 +155,8 @@ def run_benchmark(cfg: TrainConfig, device, progress: bool = True) -> BenchResul
         wall_s=wall_s,
         count_wall_s=count_s,
     )
+    if len(times) >= 2:
+        metrics["step_time_ci95_rel"] = ci95_half_width_rel(times)
     peak = dev.device_peak_memory_bytes(device)
     if peak is not None:
         metrics["device_peak_mem_bytes"] = peak
@@ -154,7 +164,7 @@ def run_benchmark(cfg: TrainConfig, device, progress: bool = True) -> BenchResul
         "flops/deepspeed_forward_profile.txt": forward.report,
         "flops/counts_by_op.csv": _counts_csv(counts),
     }
-    return BenchResult(metrics, times, texts, prep.source.description)
+    return BenchResult(metrics, times, texts, prep.source.description, stop)
 
 
 def profile_steps(cfg: TrainConfig, device, steps: int, profiler_start: Callable[[], None] | None = None,
@@ -207,5 +217,6 @@ def _counts_csv(counts: fl.StepCounts) -> str:
 def _progress(cfg: TrainConfig, enabled: bool):
     from tqdm import tqdm
 
-    return tqdm(total=cfg.warmup_iters + cfg.iters, desc=f"{cfg.model} b{cfg.batch_size} warmup", unit="step",
+    measured = cfg.max_iters if cfg.iters == "auto" else cfg.iters
+    return tqdm(total=cfg.warmup_iters + measured, desc=f"{cfg.model} b{cfg.batch_size} warmup", unit="step",
                 disable=not enabled, mininterval=0.5, leave=False)

@@ -25,8 +25,9 @@ class TrainConfig:
     """auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps."""
     warmup_iters: int = 5
     """steps run before measuring (not timed; include torch.compile's compilation)."""
-    iters: int = 20
-    """measured steps."""
+    iters: int | str = 20
+    """measured steps, or "auto": measure until the 95 % confidence half-width of the mean step time
+    is within ci_target of the mean (at least 10 steps), or max_iters / max_time_s is reached."""
     image_size: int = 224
     """input height = width in pixels."""
     data: str = "synthetic"
@@ -48,15 +49,34 @@ class TrainConfig:
     """sgd (momentum 0.9) or adamw."""
     num_classes: int = 1000
     """classifier outputs (set from the data set's classes for folder/cifar10 data)."""
+    ci_target: float = 0.02
+    """iters=auto: target 95 % CI half-width of the mean step time, relative to the mean."""
+    max_iters: int = 1000
+    """iters=auto: most measured steps."""
+    max_time_s: float = 300.0
+    """iters=auto: most seconds spent in measured steps."""
 
     def __post_init__(self) -> None:
         self.model = str(self.model).strip()
         self.precision = str(self.precision).lower()
         self.device = str(self.device).lower()
         self.optimizer = str(self.optimizer).lower()
-        for name in ("batch_size", "iters", "image_size", "num_classes"):
+        if str(self.iters).strip().lower() == "auto":
+            self.iters = "auto"
+        else:
+            try:
+                self.iters = int(self.iters)
+            except (TypeError, ValueError):
+                raise ValueError(f"iters must be a positive integer or auto, got {self.iters!r}") from None
+        for name in ("batch_size", "image_size", "num_classes", "max_iters"):
             if int(getattr(self, name)) <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        if self.iters != "auto" and self.iters <= 0:
+            raise ValueError(f"iters must be a positive integer or auto, got {self.iters}")
+        if not 0 < self.ci_target < 1:
+            raise ValueError(f"ci_target must be between 0 and 1 (a fraction of the mean), got {self.ci_target}")
+        if not self.max_time_s > 0:
+            raise ValueError(f"max_time_s must be > 0, got {self.max_time_s}")
         for name in ("warmup_iters", "workers"):
             if int(getattr(self, name)) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
@@ -106,7 +126,10 @@ def add_config_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--precision", default=d.precision, choices=schema.PRECISIONS, help="fp32, or fp16/bf16 autocast")
     g.add_argument("--device", default=d.device, help="auto | cpu | cuda | cuda:N | mps")
     g.add_argument("--warmup-iters", type=int, default=d.warmup_iters, help="untimed steps first")
-    g.add_argument("--iters", type=int, default=d.iters, help="measured steps")
+    g.add_argument("--iters", default=d.iters, help="measured steps, or auto (until the 95%% CI of the mean is within --ci-target)")
+    g.add_argument("--ci-target", type=float, default=d.ci_target, help="--iters auto: relative 95%% CI half-width goal")
+    g.add_argument("--max-iters", type=int, default=d.max_iters, help="--iters auto: cap on measured steps")
+    g.add_argument("--max-time-s", type=float, default=d.max_time_s, help="--iters auto: cap on measuring seconds")
     g.add_argument("--image-size", type=int, default=d.image_size, help="input height and width (pixels)")
     g.add_argument("--data", default=d.data, help="synthetic | fake | PATH (ImageFolder) | cifar10:PATH")
     g.add_argument("--workers", type=int, default=d.workers, help="DataLoader workers (fake/folder data)")

@@ -35,6 +35,41 @@ def measure(step: Callable[[], object], iters: int, clock: Callable[[], float],
     return times
 
 
+def measure_until(step: Callable[[], object], clock: Callable[[], float], *, target_rel: float = 0.02,
+                  min_iters: int = 10, max_iters: int = 1000, max_time_s: float = 300.0,
+                  on_step: Callable[[int, float, float], None] | None = None) -> tuple[list[float], str]:
+    """Adaptive measurement: run `step` until the 95 % CI half-width of the mean step time is within
+    `target_rel` of the mean (after at least `min_iters` steps), or a cap is hit.
+
+    Returns (step times, stop reason: "converged" | "max_iters" | "max_time").
+    `on_step(i, seconds, ci95_rel)` runs outside the timed interval.
+    """
+    times: list[float] = []
+    total = total_sq = 0.0
+    start = time.perf_counter()
+    while True:
+        t0 = clock()
+        step()
+        dt = clock() - t0
+        times.append(dt)
+        total += dt
+        total_sq += dt * dt
+        n = len(times)
+        rel = math.inf
+        if n >= 2:
+            mean = total / n
+            var = max(0.0, (total_sq - n * mean * mean) / (n - 1))
+            rel = _t_quantile_975(n - 1) * math.sqrt(var / n) / mean
+        if on_step is not None:
+            on_step(n - 1, dt, rel)
+        if n >= min_iters and rel <= target_rel:
+            return times, "converged"
+        if n >= max_iters:
+            return times, "max_iters"
+        if time.perf_counter() - start >= max_time_s:
+            return times, "max_time"
+
+
 def summarize(step_times_s: Sequence[float], batch_size: int) -> dict[str, float]:
     """Summary statistics of measured step times (seconds) and the throughput they imply."""
     t = np.asarray(step_times_s, dtype=float)
