@@ -19,6 +19,7 @@ import csv
 import math
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -134,6 +135,7 @@ class NcuReport:
 
 
 # ------------------------------------------------------------------------------------ values
+@lru_cache(maxsize=512)
 def unit_scale(unit: str) -> tuple[float, str]:
     """(factor to SI, base unit) for an ncu unit: "Kbyte" -> (1e3, "byte"), "usecond" -> (1e-6,
     "second"), "Gbyte/second" -> (1e9, "byte/second"), "inst" -> (1, "inst")."""
@@ -301,11 +303,12 @@ def _nvtx_columns(header: list[str]) -> tuple[int | None, int | None]:
     return pp, se
 
 
-def _kernel_from_row(row: list[str], header: list[str], pp: int | None, se: int | None) -> NcuKernel:
-    attrs = {}
-    for c in ID_COLUMNS:
-        if c in header:
-            attrs[c] = row[header.index(c)].strip()
+def _id_columns(header: list[str]) -> list[tuple[str, int]]:
+    return [(c, header.index(c)) for c in ID_COLUMNS if c in header]
+
+
+def _kernel_from_row(row: list[str], idcols: list[tuple[str, int]], pp: int | None, se: int | None) -> NcuKernel:
+    attrs = {c: row[i].strip() for c, i in idcols}
     try:
         rid = int(attrs.get("ID", "").replace(",", ""))
     except ValueError as exc:
@@ -334,6 +337,13 @@ def _store(k: NcuKernel, name: str, unit: str, value: str, report: NcuReport) ->
     k.units[name] = base
 
 
+def _cached(keep: Callable[[str], bool] | None) -> Callable[[str], bool]:
+    """`keep` plus the device name, memoized per metric name (details pages repeat names per kernel)."""
+    if keep is None:
+        return lambda name: True
+    return lru_cache(maxsize=None)(lambda name: name == DEVICE_NAME_METRIC or bool(keep(name)))
+
+
 def _parse_details(header: list[str], rows: Iterable[list[str]], report: NcuReport, keep) -> None:
     report.page = "details"
     pp, se = _nvtx_columns(header)
@@ -341,6 +351,8 @@ def _parse_details(header: list[str], rows: Iterable[list[str]], report: NcuRepo
     i_id, i_pid = header.index("ID"), header.index("Process ID") if "Process ID" in header else None
     i_name, i_unit, i_val = (header.index(c) for c in DETAILS_COLUMNS)
     width = len(header)
+    idcols = _id_columns(header)
+    wanted = _cached(keep)
     by_key: dict[tuple[str, str], NcuKernel] = {}
     for row in rows:
         if len(row) < i_val + 1 or len(row) > width or not row[i_id].strip():
@@ -350,7 +362,7 @@ def _parse_details(header: list[str], rows: Iterable[list[str]], report: NcuRepo
         k = by_key.get(key)
         if k is None:
             try:
-                k = _kernel_from_row(row + [""] * (width - len(row)), header, pp, se)
+                k = _kernel_from_row(row + [""] * (width - len(row)), idcols, pp, se)
             except NcuParseError:
                 report.program_lines += 1
                 continue
@@ -359,7 +371,7 @@ def _parse_details(header: list[str], rows: Iterable[list[str]], report: NcuRepo
         name = row[i_name].strip()
         if not name:  # a rule row (Rule Name/Description set, no metric)
             continue
-        if keep is None or keep(name) or name == DEVICE_NAME_METRIC:
+        if wanted(name):
             _store(k, name, row[i_unit], row[i_val], report)
 
 
@@ -378,6 +390,7 @@ def _parse_raw(header: list[str], rows: Iterable[list[str]], report: NcuReport, 
         if _METRIC_NAME.match(h) and (keep is None or keep(h) or h == DEVICE_NAME_METRIC)
     ]
     width = len(header)
+    idcols = _id_columns(header)
     units: list[str] | None = None
     i_id = header.index("ID")
     for row in rows:
@@ -388,7 +401,7 @@ def _parse_raw(header: list[str], rows: Iterable[list[str]], report: NcuReport, 
             units = row
             continue
         try:
-            k = _kernel_from_row(row, header, pp, se)
+            k = _kernel_from_row(row, idcols, pp, se)
         except NcuParseError:
             report.program_lines += 1
             continue
