@@ -277,8 +277,7 @@ def parse_ncu_csv(text: str, keep: Callable[[str], bool] | None = None, source: 
 
 
 def _no_table_reason(text: str, source: str, messages: list[str]) -> str:
-    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-    if '"Device","Kernel","Invocations"' in text or first.startswith("==") and "nvprof" in text.lower():
+    if '"Device","Kernel","Invocations"' in text or "NVPROF is profiling" in text:
         return (
             f"{source} is nvprof output, not Nsight Compute: nvprof metrics (flop_count_sp, ...) "
             "do not exist on current GPUs; profile with `python -m profiling` or export with ncu --csv"

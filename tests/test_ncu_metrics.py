@@ -171,7 +171,7 @@ def test_phase_shares_and_top_kernels_order():
     assert top["kernel"].tolist() == ["k2", "k1"] and top["time_share"].tolist() == [0.5, 0.375]
 
 
-def test_na_in_a_counted_metric_is_an_error(ncu_dir):
+def test_na_in_a_counted_metric_is_an_error():
     report = read_ncu_csv(MESSAGES / "na_metrics.csv", keep=M.is_relevant)
     with pytest.raises(BenchError, match=r"n/a for sm__ops_path_tensor_src_tf32_dst_fp32.sum \(2 of 2 kernels\)"):
         M.summarize(report)
