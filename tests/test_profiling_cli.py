@@ -282,3 +282,28 @@ def test_config_flags_round_trip_through_train_parser():
     add_config_args(p)
     again = config_from_args(p.parse_args(flags))
     assert again == config_from_args(args)
+
+
+# ---------------------------------------------------------------- the real CUDA check and a real capture
+def test_real_probe_agrees_with_torch():
+    import torch
+
+    info = cli.cuda_probe("cuda")
+    assert info.available == torch.cuda.is_available()
+    if info.available:
+        assert info.name == torch.cuda.get_device_name(0)
+        assert info.capability == tuple(torch.cuda.get_device_capability(0))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(shutil.which("ncu") is None, reason="needs Nsight Compute (ncu) on PATH")
+def test_real_capture_attributes_backward_kernels(tracking, tmp_path):
+    """On a GPU with ncu: one tiny training step; backward kernels must carry FLOPs (start/end ranges)."""
+    args = ["--model", "resnet18", "--batch", "2", "--image-size", "32", "--warmup-iters", "1",
+            "--profile-steps", "1", "--out", str(tmp_path / "o"), "--experiment", "prof"]  # fmt: skip
+    assert cli.main(args) == 0
+    run = only_run()
+    m = run.data.metrics
+    assert run.info.status == "FINISHED" and m["ncu_kernels"] > 0 and m["ncu_flops_total"] > 0
+    assert m["ncu_dram_bytes"] > 0 and m["ncu_intensity_dram_flops_per_byte"] > 0
+    assert m.get("ncu_phase_backward_flops_share", 0) > 0.2  # backward ~ 2x forward work
