@@ -1,0 +1,323 @@
+"""`python -m profiling`: Nsight Compute counters of one training config -> one MLflow `profile` run.
+
+Two ways in:
+
+* capture (needs an NVIDIA GPU and ncu): runs ``ncu ... python -m train <config> --profile-steps K``
+  (profiling.ncu_command), parses ncu's CSV log and logs the run;
+* ``--import FILE``: an ncu CSV (details or raw page) or a ``.ncu-rep`` report made elsewhere, logged
+  with the config given on the command line (works on any machine).
+
+The CUDA check is injectable: ``main(argv, probe=...)`` takes a callable ``probe(device, env_label)``
+returning GpuInfo; the default asks torch. Tests pass a stand-in probe and put a stand-in ``ncu`` on
+PATH, so the whole capture path runs without a GPU (docs/profiling.md, "Testing without a GPU").
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from common import schema
+from common.errors import BenchError, UsageError, cli_entry
+from common.tracking import RunSession
+from profiling import ncu_metrics
+from profiling.ncu_command import (
+    CLOCK_CONTROLS,
+    REPLAY_MODES,
+    CaptureOptions,
+    classify_ncu_output,
+    legacy_message,
+    ncu_argv,
+    ncu_version,
+    resolve_ncu,
+    run_ncu,
+    train_argv,
+)
+from profiling.ncu_parse import NcuReport, parse_ncu_csv, read_ncu_csv
+from profiling.ncu_report_import import is_ncu_rep, load_ncu_rep
+from train.config import TrainConfig, add_config_args, config_from_args
+
+ROOT = Path(__file__).resolve().parents[1]
+TOP_KERNELS = 25
+NO_GPU_MESSAGE = (
+    "profiling needs an NVIDIA GPU with CUDA (torch.cuda.is_available() is False here); counters "
+    "measured on another machine can be logged with --import FILE (an ncu CSV or .ncu-rep), which works anywhere"
+)
+
+
+@dataclass
+class GpuInfo:
+    """What the capture path needs to know about the local GPU."""
+
+    available: bool
+    """torch.cuda.is_available()."""
+    name: str | None = None
+    """torch.cuda.get_device_name(), e.g. "NVIDIA L4"."""
+    capability: tuple[int, int] | None = None
+    """compute capability (major, minor); chooses the tensor-core counters."""
+    tags: dict[str, str] = field(default_factory=dict)
+    """environment tags (common.envinfo.environment_tags)."""
+
+
+def cuda_probe(device: str, env_label: str | None = None) -> GpuInfo:
+    """The real probe: torch's view of `device` (no CUDA context is created)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return GpuInfo(False)
+    from common.envinfo import environment_tags
+
+    dev = torch.device(device)
+    index = dev.index if dev.index is not None else 0
+    return GpuInfo(
+        True,
+        torch.cuda.get_device_name(index),
+        tuple(torch.cuda.get_device_capability(index)),
+        environment_tags(device, env_label),
+    )
+
+
+# ------------------------------------------------------------------------------------ flags
+def _opt_int(text: str) -> int | None:
+    """An int, or None for "" (MLproject passes empty strings for unset parameters)."""
+    text = str(text).strip()
+    if not text or text.lower() == "none":
+        return None
+    try:
+        return int(float(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def _opt_str(text: str) -> str | None:
+    text = str(text).strip()
+    return text or None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m profiling",
+        description="Nsight Compute counters of one training config (capture with ncu, or --import) "
+        "-> one MLflow `profile` run with FLOPs, DRAM/L2/L1 bytes and measured arithmetic intensity.",
+    )
+    add_config_args(p)
+    g = p.add_argument_group("profiling")
+    g.add_argument("--profile-steps", type=int, default=1, help="training steps profiled after warmup (default 1)")
+    g.add_argument("--metric-set", default="roofline", choices=ncu_metrics.METRIC_SETS, help="ncu metrics to collect")
+    g.add_argument("--metrics", default="", help="extra ncu metrics, comma separated")
+    g.add_argument("--replay-mode", default="kernel", choices=REPLAY_MODES, help="ncu --replay-mode")
+    g.add_argument("--clock-control", default="base", choices=CLOCK_CONTROLS, help="ncu --clock-control")
+    g.add_argument("--launch-skip", type=_opt_int, default=0, help="ncu --launch-skip (kernels in the profiled region)")
+    g.add_argument("--launch-count", type=_opt_int, default=None, help="ncu --launch-count (default: all)")
+    g.add_argument(
+        "--tensor-counters",
+        default="auto",
+        choices=ncu_metrics.TENSOR_MODES,
+        help="tensor-core counters: auto (by compute capability), ops (sm_80+), inst (sm_70/75), none",
+    )
+    g.add_argument("--ncu", default="ncu", help="ncu executable (default: ncu on PATH)")
+    g.add_argument("--out", default=str(ROOT / "out" / "profile"), help="folder for the ncu CSV log")
+    g.add_argument(
+        "--import", dest="import_file", type=_opt_str, default=None, metavar="FILE",
+        help="log an existing ncu CSV or .ncu-rep instead of capturing (works without a GPU)",
+    )  # fmt: skip
+    g.add_argument(
+        "--device-name", type=_opt_str, default=None,
+        help='GPU name as torch.cuda.get_device_name() reports it, e.g. "NVIDIA L4" (imports; read from the '
+        "file when it carries it)",
+    )  # fmt: skip
+    g.add_argument("--experiment", type=_opt_str, default=None, help="MLflow experiment (default: MLflow's)")
+    return p
+
+
+def config_flags(args: argparse.Namespace) -> list[str]:
+    """The training-config flags of `args` as `python -m train` takes them (from add_config_args)."""
+    ref = argparse.ArgumentParser(add_help=False)
+    add_config_args(ref)
+    flags: list[str] = []
+    for action in ref._actions:  # the flags add_config_args defines, whatever they are
+        if not action.option_strings:
+            continue
+        value = getattr(args, action.dest, None)
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        flags += [action.option_strings[0], str(value)]
+    return flags
+
+
+def _config(args: argparse.Namespace) -> TrainConfig:
+    if args.device == "auto":
+        args.device = "cuda"
+    if not str(args.device).startswith("cuda"):
+        raise UsageError(f"profiling measures CUDA kernels: --device must be cuda or cuda:N, got {args.device!r}")
+    try:
+        return config_from_args(args)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def _options(args: argparse.Namespace) -> CaptureOptions:
+    try:
+        return CaptureOptions(
+            profile_steps=args.profile_steps,
+            metric_set=args.metric_set,
+            extra_metrics=tuple(m for m in (args.metrics or "").split(",")),
+            replay_mode=args.replay_mode,
+            clock_control=args.clock_control,
+            launch_skip=args.launch_skip or 0,
+            launch_count=args.launch_count,
+            tensor_counters=args.tensor_counters,
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+# ------------------------------------------------------------------------------------ main
+def main(argv: list[str] | None = None, *, probe: Callable[..., GpuInfo] | None = None) -> int:
+    """Entry point; `probe` replaces the CUDA check (tests)."""
+    return cli_entry(lambda a: _main(a, probe or cuda_probe))(argv)
+
+
+def _main(argv: list[str] | None, probe: Callable[..., GpuInfo], say: Callable[[str], None] = print) -> int:
+    args = build_parser().parse_args(argv)
+    config = _config(args)
+    opts = _options(args)
+    importing = args.import_file is not None
+    if importing and not Path(args.import_file).is_file():
+        raise UsageError(f"--import {args.import_file}: no such file")
+
+    run_name = f"{config.run_name()}-ncu"
+    tags = {
+        schema.TAG_CONFIG_KEY: config.config_key(),
+        schema.TAG_ENV_LABEL: config.env_label,
+        schema.TAG_DEVICE_TYPE: "cuda",
+        schema.TAG_INTENSITY_SOURCE: "measured",
+        "ncu_source": "import" if importing else "capture",
+    }
+    params = {**config.params(), "profile_steps": opts.profile_steps}
+    if importing:
+        params["ncu_import_file"] = Path(args.import_file).name
+    else:
+        params.update(
+            ncu_metric_set=opts.metric_set,
+            ncu_replay_mode=opts.replay_mode,
+            ncu_clock_control=opts.clock_control,
+            ncu_launch_skip=opts.launch_skip,
+            ncu_launch_count=opts.launch_count if opts.launch_count is not None else "all",
+            ncu_extra_metrics=",".join(opts.extra_metrics) or "none",
+        )
+
+    with RunSession("profile", experiment=args.experiment, run_name=run_name, tags=tags) as session:
+        session.log_params(params)
+        session.flush()
+        if importing:
+            report, device_name = _import(args, session, say)
+        else:
+            report, device_name = _capture(args, config, opts, probe, session, say)
+        summary = ncu_metrics.summarize(report)
+        ncu_metrics.require_roofline(summary, report.source)
+        session.set_tags({schema.TAG_DEVICE_NAME: device_name, **summary.mlflow_tags()})
+        session.log_metrics(summary.mlflow_metrics())
+        session.log_text("ncu/top_kernels.csv", ncu_metrics.top_kernels(summary, TOP_KERNELS).to_csv(index=False))
+        session.log_text("ncu/kernels.csv", summary.kernels.to_csv(index=False))
+        if summary.phases is not None:
+            session.log_text("ncu/phases.csv", summary.phases.to_csv(index_label="phase"))
+        elif not importing:
+            say("note: no NVTX phases in the ncu output (does train's profile mode mark forward/backward/optimizer?)")
+        if "time_s" not in summary.measured:
+            say("note: no gpu__time_duration.sum in the input: ncu_kernel_time_s not logged")
+    say(_summary_line(session.run_id, summary, device_name))
+    return 0
+
+
+def _import(args: argparse.Namespace, session: RunSession, say) -> tuple[NcuReport, str]:
+    path = Path(args.import_file)
+    session.log_file(f"ncu/{path.name}", path)
+    say(f"importing {path} ...")
+    if is_ncu_rep(path):
+        report = load_ncu_rep(path)
+    else:
+        report = read_ncu_csv(path, keep=ncu_metrics.is_relevant)
+    name, cap = ncu_metrics.device_from_report(report)
+    device_name = args.device_name or name
+    if not device_name:
+        raise BenchError(
+            f"{path.name} does not name its GPU: pass --device-name as torch.cuda.get_device_name() "
+            'reports it on the profiled machine, e.g. --device-name "NVIDIA L4"'
+        )
+    if args.device_name and name and args.device_name != name:
+        say(f"note: {path.name} says the GPU is {name!r}; logging --device-name {args.device_name!r}")
+    extra = {"ncu_import_file": path.name, "ncu_page": report.page}
+    if cap:
+        extra["cuda_capability"] = f"{cap[0]}.{cap[1]}"
+    session.set_tags(extra)
+    return report, device_name
+
+
+def _capture(args, config: TrainConfig, opts: CaptureOptions, probe, session: RunSession, say) -> tuple[NcuReport, str]:
+    gpu = probe(config.device, config.env_label)
+    if not gpu.available:
+        raise BenchError(NO_GPU_MESSAGE)
+    ncu = resolve_ncu(args.ncu)
+    if opts.legacy_metrics:
+        say(f"note: {legacy_message(opts.legacy_metrics)}; running ncu anyway as asked")
+    tensor = opts.tensor_counters
+    if tensor == "auto":
+        tensor = ncu_metrics.tensor_counters_for(gpu.capability)
+    metrics = ncu_metrics.metric_list(opts.metric_set, tensor, opts.extra_metrics)
+
+    out_dir = Path(args.out).expanduser().resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log_file = out_dir / f"{config.run_name()}-{config.config_key()}.csv"
+    if log_file.exists():
+        log_file.unlink()  # never parse a stale log from an earlier capture
+    program = train_argv(sys.executable, config_flags(args), opts.profile_steps)
+    argv = ncu_argv(ncu, log_file, metrics, opts, program)
+
+    session.set_tags(
+        {
+            **gpu.tags,
+            schema.TAG_DEVICE_NAME: gpu.name or "unknown",
+            schema.TAG_DEVICE_TYPE: "cuda",
+            schema.TAG_ENV_LABEL: config.env_label,
+            "ncu_version": ncu_version(ncu),
+            "ncu_tensor_counters": tensor,
+        }
+    )
+    session.log_text("ncu/command.txt", shlex.join(argv) + "\n")
+    session.flush()
+    say(f"profiling {config.run_name()} on {gpu.name} with ncu ({opts.metric_set} metrics, {opts.profile_steps} step(s))")
+    say(f"  {shlex.join(argv)}")
+    rc = run_ncu(argv, log_file, cwd=ROOT, say=say)
+    text = log_file.read_text(encoding="utf-8-sig", errors="replace") if log_file.exists() else ""
+    if log_file.exists():
+        session.log_file(f"ncu/{log_file.name}", log_file)
+    reason = classify_ncu_output(text, rc)
+    if reason:
+        raise BenchError(reason)
+    if not text.strip():
+        raise BenchError(f"ncu exited with code {rc} but wrote nothing to {log_file}")
+    return parse_ncu_csv(text, keep=ncu_metrics.is_relevant, source=log_file.name), gpu.name or "unknown"
+
+
+def _summary_line(run_id: str | None, s: ncu_metrics.NcuSummary, device_name: str) -> str:
+    t = s.totals
+    n = len(s.kernels)
+    parts = [f"profile run {run_id} ({device_name}): {n} kernel{'' if n == 1 else 's'}"]
+    if "flops_total" in t:
+        precisions = [q.split("_", 1)[1] for q in s.measured if q.startswith("flops_") and t.get(q)]
+        parts.append(f"{t['flops_total']:.4g} FLOP ({'+'.join(precisions) or 'none counted'})")
+    if "dram_bytes" in t:
+        parts.append(f"{t['dram_bytes']:.4g} DRAM bytes")
+    ai = s.intensity("dram")
+    if ai is not None and not math.isnan(ai):
+        parts.append(f"intensity {ai:.3g} FLOP/byte (measured)")
+    if "time_s" in t:
+        parts.append(f"kernel time {t['time_s'] * 1e3:.4g} ms under ncu (not a training time)")
+    return ", ".join(parts)

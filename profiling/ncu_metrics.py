@@ -1,0 +1,440 @@
+"""Which counters to ask ncu for, and how they become FLOPs, bytes, time and intensities.
+
+Pure: no mlflow, no files. Input is a parsed report (profiling.ncu_parse.NcuReport, or the same
+structure built from a .ncu-rep by profiling.ncu_report_import); output is a per-kernel DataFrame,
+totals, per-phase shares and the MLflow metric dict of a `profile` run (docs/profiling.md).
+
+Counting rules (see docs/profiling.md for sources):
+
+* FLOPs per precision = add + mul + 2 * fma, from the per-thread SASS instruction counters
+  ``sm__sass_thread_inst_executed_op_{d,f,h}{add,mul,fma}_pred_on.sum`` (``smsp__`` counters
+  and, in reports that only carry rates, ``<counter>.per_cycle_elapsed * smsp__cycles_elapsed.avg``
+  are accepted too -- that is how Nsight Compute's own roofline chart gets counts).
+* Half precision: every h-instruction is counted as a packed HFMA2/HADD2/HMUL2 doing HALF_LANES = 2
+  lanes of work, so fp16 FLOPs = 2 * (hadd + hmul) + 4 * hfma. This is what current Nsight Compute
+  versions use in their half-precision roofline (``..._hfma_pred_on_x4``, ``..._hadd_pred_on_x2``);
+  it over-counts by up to 2x when the compiler emits scalar half math (one useful lane).
+* Tensor cores: on sm_80 and newer the ``sm__ops_path_tensor_*`` counters count math operations
+  directly (2 per multiply-add); before sm_80 ``sm__inst_executed_pipe_tensor.sum`` *
+  TENSOR_INST_FLOPS (512, the factor Nsight Compute's tensor roofline section applies).
+* DRAM bytes = ``dram__bytes_read.sum + dram__bytes_write.sum`` (``dram__bytes_op_*`` on newer
+  ncu), L2 = ``lts__t_bytes.sum`` (or 32-byte ``lts__t_sectors.sum``), L1 = ``l1tex__t_bytes.sum``
+  (or ``l1tex__t_sectors.sum``); kernel time = ``gpu__time_duration.sum``.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from common.errors import BenchError
+from profiling.ncu_parse import DEVICE_NAME_METRIC, NcuKernel, NcuReport
+
+HALF_LANES = 2
+"""Lanes per half-precision SASS instruction (HFMA2 packs two fp16 FMAs). See module docstring."""
+TENSOR_INST_FLOPS = 512
+"""FLOPs per tensor-pipe warp instruction before sm_80 (Nsight Compute's tensor roofline factor)."""
+SECTOR_BYTES = 32
+"""Bytes per L1/L2 sector, to turn ``*_sectors.sum`` into bytes when ``*_bytes.sum`` is absent."""
+
+PRECISIONS = ("fp64", "fp32", "fp16")
+OPS = {"fp64": ("dadd", "dmul", "dfma"), "fp32": ("fadd", "fmul", "ffma"), "fp16": ("hadd", "hmul", "hfma")}
+OP_WEIGHT = {"add": 1.0, "mul": 1.0, "fma": 2.0}
+LANES = {"fp64": 1, "fp32": 1, "fp16": HALF_LANES}
+
+TIME_METRIC = "gpu__time_duration.sum"
+DRAM_READ = ("dram__bytes_read.sum", "dram__bytes_op_read.sum")
+DRAM_WRITE = ("dram__bytes_write.sum", "dram__bytes_op_write.sum")
+DRAM_TOTAL = "dram__bytes.sum"
+L2_BYTES, L2_SECTORS = "lts__t_bytes.sum", "lts__t_sectors.sum"
+L1_BYTES, L1_SECTORS = "l1tex__t_bytes.sum", "l1tex__t_sectors.sum"
+TENSOR_OPS_PREFIX = "sm__ops_path_tensor_"
+TENSOR_INST = ("sm__inst_executed_pipe_tensor.sum", "smsp__inst_executed_pipe_tensor.sum")
+TENSOR_OPS_METRICS = (
+    "sm__ops_path_tensor_src_fp16_dst_fp16.sum",
+    "sm__ops_path_tensor_src_fp16_dst_fp32.sum",
+    "sm__ops_path_tensor_src_bf16_dst_fp32.sum",
+    "sm__ops_path_tensor_src_tf32_dst_fp32.sum",
+)
+CYCLES = {"sm": "sm__cycles_elapsed.avg", "smsp": "smsp__cycles_elapsed.avg"}
+
+# The nvprof-era names of the course brief's seed set; Nsight Compute has no such metrics.
+LEGACY_NVPROF_METRICS = ("flop_count_sp", "flop_count_hp", "flop_count_dp")
+METRIC_SETS = ("roofline", "seed")
+TENSOR_MODES = ("auto", "ops", "inst", "none")
+
+QUANTITIES = ("flops_fp64", "flops_fp32", "flops_fp16", "flops_tensor", "dram_bytes", "l2_bytes", "l1_bytes", "time_s")
+
+
+def op_counter(op: str, unit: str = "sm") -> str:
+    return f"{unit}__sass_thread_inst_executed_op_{op}_pred_on.sum"
+
+
+def tensor_counters_for(capability: tuple[int, int] | None) -> str:
+    """"ops" (sm_80+, or unknown), "inst" (sm_70/sm_75: Volta, Turing) or "none" (no tensor cores)."""
+    if capability is None or tuple(capability) >= (8, 0):
+        return "ops"
+    return "inst" if tuple(capability) >= (7, 0) else "none"
+
+
+def metric_list(metric_set: str, tensor: str = "ops", extra: tuple[str, ...] | list[str] = ()) -> list[str]:
+    """The ``--metrics`` list for a metric set ("roofline" or "seed") plus extra metrics, no duplicates."""
+    if metric_set == "roofline":
+        names = [op_counter(op) for p in PRECISIONS for op in OPS[p]]
+        if tensor == "ops":
+            names += list(TENSOR_OPS_METRICS)
+        elif tensor == "inst":
+            names.append(TENSOR_INST[0])
+        elif tensor != "none":
+            raise ValueError(f"tensor counters must be ops, inst or none, got {tensor!r}")
+        names += [DRAM_READ[0], DRAM_WRITE[0], L2_BYTES, L1_BYTES, TIME_METRIC]
+    elif metric_set == "seed":
+        names = [
+            "flop_count_sp",
+            "flop_count_hp",
+            "dram__bytes_read.sum",
+            "dram__bytes_write.sum",
+            "pcie__read_bytes.sum",
+            "pcie__write_bytes.sum",
+        ]
+    else:
+        raise ValueError(f"metric_set must be one of {', '.join(METRIC_SETS)}, got {metric_set!r}")
+    out: list[str] = []
+    for n in [*names, *extra]:
+        n = n.strip()
+        if n and n not in out:
+            out.append(n)
+    return out
+
+
+_RELEVANT = re.compile(
+    r"^(sm|smsp)__sass_thread_inst_executed_op_[dfh](add|mul|fma)_pred_on\.sum(\.per_cycle_elapsed)?$"
+    r"|^(sm|smsp)__cycles_elapsed\.avg$"
+    r"|^sm__ops_path_tensor_.*\.sum(\.per_cycle_elapsed)?$"
+    r"|^(sm|smsp)__inst_executed_pipe_tensor\.sum(\.per_cycle_elapsed)?$"
+    r"|^dram__bytes(_op)?_(read|write)\.sum$|^dram__bytes\.sum$"
+    r"|^(lts|l1tex)__t_(bytes|sectors)\.sum$"
+    r"|^gpu__time_duration\.sum$"
+    r"|^device__attribute_(display_name|compute_capability_major|compute_capability_minor)$"
+)
+
+
+def is_relevant(name: str) -> bool:
+    """True for the metrics this module reads (used to keep big raw exports small in memory)."""
+    return bool(_RELEVANT.match(name))
+
+
+# ------------------------------------------------------------------------------------ per kernel
+def _first(m: dict[str, float], names) -> float | None:
+    for n in names:
+        if n in m:
+            return m[n]
+    return None
+
+
+def _count(m: dict[str, float], counter_sm: str) -> tuple[float | None, str]:
+    """(count, how): the sm__/smsp__ counter, or rate * elapsed cycles when only the rate exists."""
+    counter_smsp = counter_sm.replace("sm__", "smsp__", 1)
+    for name in (counter_sm, counter_smsp):
+        if name in m:
+            return m[name], "count"
+    for unit, cyc in (("smsp", CYCLES["smsp"]), ("sm", CYCLES["sm"])):
+        rate = m.get((counter_smsp if unit == "smsp" else counter_sm) + ".per_cycle_elapsed")
+        if rate is not None and cyc in m:
+            return rate * m[cyc], f"per_cycle_elapsed_x_{cyc}"
+    return None, ""
+
+
+def _tensor_ops(m: dict[str, float]) -> float | None:
+    """Sum of sm__ops_path_tensor_* floating-point op counts (base names; sparsity variants only
+    when the base name is absent; integer paths are not FLOPs)."""
+    groups: dict[str, dict[str, float]] = {}
+    for name, v in m.items():
+        if not name.startswith(TENSOR_OPS_PREFIX) or "_src_int" in name or "_realtime" in name:
+            continue
+        if name.endswith(".sum"):
+            stem, value = name[: -len(".sum")], v
+        elif name.endswith(".sum.per_cycle_elapsed") and CYCLES["sm"] in m:
+            stem, value = name[: -len(".sum.per_cycle_elapsed")], v * m[CYCLES["sm"]]
+        else:
+            continue
+        base = re.sub(r"_sparsity_(on|off)$", "", stem)
+        groups.setdefault(base, {})
+        groups[base].setdefault(stem, value)  # a count wins over a rate of the same stem
+    if not groups:
+        return None
+    total = 0.0
+    for base, parts in groups.items():
+        total += parts[base] if base in parts else sum(parts.values())
+    return total
+
+
+def kernel_quantities(m: dict[str, float]) -> tuple[dict[str, float], dict[str, str]]:
+    """FLOPs by precision, tensor FLOPs, bytes and time of one kernel (NaN where not measured),
+    plus the counters each came from."""
+    q: dict[str, float] = {}
+    src: dict[str, str] = {}
+    for p in PRECISIONS:
+        total, how = 0.0, ""
+        for op in OPS[p]:
+            c, h = _count(m, op_counter(op))
+            if c is not None:
+                how = how or h
+                total += OP_WEIGHT[op[1:]] * LANES[p] * c
+        q[f"flops_{p}"] = total if how else math.nan
+        if how:
+            src[f"flops_{p}"] = "sass_thread_inst_executed" + ("" if how == "count" else f"_{how}")
+    ops = _tensor_ops(m)
+    if ops is not None:
+        q["flops_tensor"], src["flops_tensor"] = ops, "sm__ops_path_tensor"
+    else:
+        inst, _ = _count(m, TENSOR_INST[0])
+        if inst is not None:
+            q["flops_tensor"] = inst * TENSOR_INST_FLOPS
+            src["flops_tensor"] = f"sm__inst_executed_pipe_tensor_x{TENSOR_INST_FLOPS}"
+        else:
+            q["flops_tensor"] = math.nan
+    rd, wr = _first(m, DRAM_READ), _first(m, DRAM_WRITE)
+    q["dram_read_bytes"] = rd if rd is not None else math.nan
+    q["dram_write_bytes"] = wr if wr is not None else math.nan
+    if rd is not None and wr is not None:
+        q["dram_bytes"], src["dram_bytes"] = rd + wr, "dram__bytes_read+write"
+    elif DRAM_TOTAL in m:
+        q["dram_bytes"], src["dram_bytes"] = m[DRAM_TOTAL], DRAM_TOTAL
+    else:
+        q["dram_bytes"] = math.nan
+    for key, nb, ns in (("l2_bytes", L2_BYTES, L2_SECTORS), ("l1_bytes", L1_BYTES, L1_SECTORS)):
+        if nb in m:
+            q[key], src[key] = m[nb], nb
+        elif ns in m:
+            q[key], src[key] = m[ns] * SECTOR_BYTES, f"{ns}_x{SECTOR_BYTES}"
+        else:
+            q[key] = math.nan
+    t = m.get(TIME_METRIC)
+    q["time_s"] = t if t is not None else math.nan
+    if t is not None:
+        src["time_s"] = TIME_METRIC
+    return q, src
+
+
+# ------------------------------------------------------------------------------------ summary
+@dataclass
+class NcuSummary:
+    """Aggregated counters of one profile (all values raw SI)."""
+
+    kernels: pd.DataFrame
+    """one row per profiled kernel (see KERNEL_COLUMNS)."""
+    totals: dict[str, float]
+    """sum over kernels of every measured quantity; flops_total = sum of measured precisions."""
+    measured: list[str]
+    """quantities with counters in the input (others are absent, never zero-filled)."""
+    sources: dict[str, str] = field(default_factory=dict)
+    """quantity -> counters it came from."""
+    phases: pd.DataFrame | None = None
+    """per NVTX phase: kernels, time_s, flops_total, dram_bytes and their shares; None without NVTX."""
+
+    @property
+    def missing(self) -> list[str]:
+        return [q for q in QUANTITIES if q not in self.measured]
+
+    def intensity(self, level: str) -> float | None:
+        """FLOPs per byte at "dram", "l2" or "l1" (None when FLOPs or bytes were not measured)."""
+        f, b = self.totals.get("flops_total"), self.totals.get(f"{level}_bytes")
+        if f is None or b is None or b <= 0:
+            return None
+        return f / b
+
+    def mlflow_metrics(self) -> dict[str, float]:
+        """The `profile` run's metrics (docs/profiling.md): only measured quantities appear."""
+        t, out = self.totals, {}
+        for p in (*PRECISIONS, "tensor", "total"):
+            if f"flops_{p}" in t:
+                out[f"ncu_flops_{p}"] = t[f"flops_{p}"]
+        for key, name in (
+            ("dram_bytes", "ncu_dram_bytes"),
+            ("dram_read_bytes", "ncu_dram_read_bytes"),
+            ("dram_write_bytes", "ncu_dram_write_bytes"),
+            ("l2_bytes", "ncu_l2_bytes"),
+            ("l1_bytes", "ncu_l1_bytes"),
+            ("time_s", "ncu_kernel_time_s"),
+        ):
+            if key in t:
+                out[name] = t[key]
+        out["ncu_kernels"] = float(len(self.kernels))
+        for level in ("dram", "l2", "l1"):
+            ai = self.intensity(level)
+            if ai is not None:
+                out[f"ncu_intensity_{level}_flops_per_byte"] = ai
+        if self.phases is not None:
+            for phase, row in self.phases.iterrows():
+                key = phase_key(str(phase))
+                out[f"ncu_phase_{key}_kernels"] = float(row["kernels"])
+                for col in ("time_share", "flops_share", "dram_bytes_share"):
+                    if not math.isnan(row[col]):
+                        out[f"ncu_phase_{key}_{col}"] = float(row[col])
+        return out
+
+    def mlflow_tags(self) -> dict[str, str]:
+        tags = {
+            "ncu_measured": ",".join(self.measured),
+            "ncu_missing": ",".join(self.missing) or "none",
+            "ncu_half_lanes": str(HALF_LANES),
+        }
+        for q, s in sorted(self.sources.items()):
+            tags[f"ncu_source_{q}"] = s
+        return tags
+
+
+KERNEL_COLUMNS = (
+    "id", "kernel", "phase", "block", "grid", "time_s",
+    "flops_fp64", "flops_fp32", "flops_fp16", "flops_tensor", "flops_total",
+    "dram_read_bytes", "dram_write_bytes", "dram_bytes", "l2_bytes", "l1_bytes",
+    "intensity_dram_flops_per_byte",
+)  # fmt: skip
+
+
+def phase_key(phase: str) -> str:
+    """A phase name as it appears inside metric keys ("optimizer step" -> "optimizer_step")."""
+    return re.sub(r"[^\w.\-]", "_", phase) or "_"
+
+
+def _used_metric(name: str) -> bool:
+    return is_relevant(name) and not name.startswith("device__")
+
+
+def summarize(report: NcuReport) -> NcuSummary:
+    """Per-kernel table, totals and phase shares of a parsed report.
+
+    Raises BenchError when the report has no kernels, or when ncu reported ``n/a`` for a counter
+    that feeds a total (a total with holes would be silently wrong).
+    """
+    if not report.kernels:
+        raise BenchError(
+            f"no kernels in {report.source or 'the ncu output'}: ncu profiled nothing "
+            "(check --launch-skip/--launch-count and that the program ran its CUDA work)"
+        )
+    bad = {n: c for n, c in report.na.items() if _used_metric(n)}
+    if bad:
+        worst = ", ".join(f"{n} ({c} of {len(report.kernels)} kernels)" for n, c in sorted(bad.items()))
+        raise BenchError(
+            f"ncu reported n/a for {worst}: this GPU, driver or ncu version cannot collect it; "
+            "profile without it (--tensor-counters none for tensor counters) or on a GPU that supports it"
+        )
+    rows, sources = [], {}
+    for k in report.kernels:
+        q, src = kernel_quantities(k.metrics)
+        sources.update(src)
+        rows.append(_kernel_row(k, q))
+    df = pd.DataFrame.from_records(rows, columns=list(KERNEL_COLUMNS))
+    measured = [q for q in QUANTITIES if df[q].notna().any()]
+    totals: dict[str, float] = {}
+    for q in measured:
+        totals[q] = float(df[q].sum(skipna=True))
+    for extra in ("dram_read_bytes", "dram_write_bytes"):
+        if df[extra].notna().any():
+            totals[extra] = float(df[extra].sum(skipna=True))
+    if any(q.startswith("flops_") for q in measured):
+        totals["flops_total"] = float(df["flops_total"].sum(skipna=True))
+    phases = _phases(df, totals) if report.has_nvtx and df["phase"].notna().any() else None
+    return NcuSummary(kernels=df, totals=totals, measured=measured, sources=sources, phases=phases)
+
+
+def _kernel_row(k: NcuKernel, q: dict[str, float]) -> dict:
+    flops = [q[f"flops_{p}"] for p in (*PRECISIONS, "tensor")]
+    have = [f for f in flops if not math.isnan(f)]
+    total = sum(have) if have else math.nan
+    dram = q["dram_bytes"]
+    return {
+        "id": k.id,
+        "kernel": k.name,
+        "phase": k.phase,
+        "block": k.attrs.get("Block Size", ""),
+        "grid": k.attrs.get("Grid Size", ""),
+        **{key: q[key] for key in q},
+        "flops_total": total,
+        "intensity_dram_flops_per_byte": total / dram if dram and not math.isnan(dram) and dram > 0 else math.nan,
+    }
+
+
+def _phases(df: pd.DataFrame, totals: dict[str, float]) -> pd.DataFrame:
+    g = df.assign(phase=df["phase"].fillna("none")).groupby("phase", sort=False)
+    out = pd.DataFrame(
+        {
+            "kernels": g.size(),
+            "time_s": g["time_s"].sum(min_count=1),
+            "flops_total": g["flops_total"].sum(min_count=1),
+            "dram_bytes": g["dram_bytes"].sum(min_count=1),
+        }
+    )
+    for col, share in (("time_s", "time_share"), ("flops_total", "flops_share"), ("dram_bytes", "dram_bytes_share")):
+        denom = totals.get(col)
+        out[share] = out[col] / denom if denom else math.nan
+    return out
+
+
+def top_kernels(summary: NcuSummary, n: int = 25) -> pd.DataFrame:
+    """Kernels grouped by name, heaviest kernel time first: launches, time and its share, FLOPs,
+    DRAM bytes and DRAM intensity."""
+    df = summary.kernels
+    g = df.groupby("kernel", sort=False)
+    out = pd.DataFrame(
+        {
+            "launches": g.size(),
+            "time_s": g["time_s"].sum(min_count=1),
+            "flops_total": g["flops_total"].sum(min_count=1),
+            "dram_bytes": g["dram_bytes"].sum(min_count=1),
+        }
+    )
+    total_t = summary.totals.get("time_s")
+    out["time_share"] = out["time_s"] / total_t if total_t else math.nan
+    out["intensity_dram_flops_per_byte"] = out["flops_total"] / out["dram_bytes"].where(out["dram_bytes"] > 0)
+    out = out.sort_values(["time_s", "flops_total"], ascending=False, na_position="last").head(n)
+    return out.reset_index()
+
+
+def require_roofline(summary: NcuSummary, source: str) -> None:
+    """Raise BenchError unless FLOP counters and DRAM bytes were measured (a profile run is a
+    measured roofline point: FLOPs per DRAM byte)."""
+    have_flops = any(q.startswith("flops_") for q in summary.measured)
+    have_dram = "dram_bytes" in summary.measured
+    if have_flops and have_dram:
+        return
+    lacking = [w for w, ok in (("FLOP counters", have_flops), ("DRAM bytes", have_dram)) if not ok]
+    found = ", ".join(summary.measured) or "none of the roofline counters"
+    raise BenchError(
+        f"{source} has no {' and no '.join(lacking)} (found: {found}): capture with "
+        "`python -m profiling` (metric set roofline), or profile with `ncu --set roofline`/`--set full` "
+        "and import the .ncu-rep"
+    )
+
+
+def device_from_report(report: NcuReport) -> tuple[str | None, tuple[int, int] | None]:
+    """(GPU name, compute capability) when the report carries them."""
+    name = report.device_name
+    cap = None
+    for k in report.kernels:
+        major = k.metrics.get("device__attribute_compute_capability_major")
+        minor = k.metrics.get("device__attribute_compute_capability_minor")
+        if major is not None and minor is not None:
+            cap = (int(major), int(minor))
+            break
+        cc = k.attrs.get("CC", "")
+        if re.fullmatch(r"\d+\.\d+", cc):
+            a, b = cc.split(".")
+            cap = (int(a), int(b))
+            break
+    return name, cap
+
+
+__all__ = [
+    "DEVICE_NAME_METRIC",
+    "HALF_LANES",
+    "TENSOR_INST_FLOPS",
+    "NcuSummary",
+    "metric_list",
+    "summarize",
+    "top_kernels",
+    "require_roofline",
+]

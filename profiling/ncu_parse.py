@@ -1,0 +1,409 @@
+"""Read Nsight Compute CSV output into per-kernel records with SI values.
+
+Pure: no mlflow, no file writes (``read_ncu_csv`` only reads). Handles both CSV pages that
+``ncu --csv`` prints:
+
+* details (``--page details``, the default): one row per kernel and metric, columns
+  ``"ID","Process ID",...,"Metric Name","Metric Unit","Metric Value"``, optionally NVTX columns
+  after ``Host Name`` (``--nvtx``) and trailing rule columns (``Rule Name``, ...);
+* raw (``--page raw``): a header row, a units row, then one row per kernel with one column per
+  metric.
+
+Also: ``==PROF==``/``==WARNING==``/``==ERROR==`` lines and program output before (or between) the
+table rows, a UTF-8 BOM, CRLF line ends, thousands separators (``"134,221,568"``), ``n/a`` values,
+and unit prefixes scaled by 1000 (``Kbyte`` = 1,000 byte; ``usecond`` = 1e-6 s).
+"""
+from __future__ import annotations
+
+import csv
+import math
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable, Iterable
+
+from common.errors import BenchError
+
+NA = math.nan  # what an `n/a` metric value becomes; see NcuReport.na
+
+# Identity columns of both pages (everything that is not a metric). NVTX columns are found by name.
+ID_COLUMNS = (
+    "ID",
+    "Process ID",
+    "Process Name",
+    "Host Name",
+    "Kernel Name",
+    "Kernel Time",
+    "Context",
+    "Stream",
+    "Block Size",
+    "Grid Size",
+    "Device",
+    "CC",
+    "Section Name",
+)
+DETAILS_COLUMNS = ("Metric Name", "Metric Unit", "Metric Value")
+RULE_COLUMNS = ("Rule Name", "Rule Type", "Rule Description", "Estimated Speedup Type", "Estimated Speedup")
+DEVICE_NAME_METRIC = "device__attribute_display_name"
+
+# SI scale of unit prefixes (decimal, as ncu prints them: Kbyte = 1,000 byte).
+PREFIXES = {"": 1.0, "K": 1e3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
+TIME_UNITS = {
+    "ns": 1e-9, "nsec": 1e-9, "nsecond": 1e-9,
+    "us": 1e-6, "usec": 1e-6, "usecond": 1e-6,
+    "ms": 1e-3, "msec": 1e-3, "msecond": 1e-3,
+    "s": 1.0, "sec": 1.0, "second": 1.0,
+}  # fmt: skip
+_PREFIXED = re.compile(
+    r"^(?P<p>[KkMGTP])(?P<base>byte|inst|sector|cycle|warp|thread|request|transaction|block|flop|op|ops|hz)$",
+    re.IGNORECASE,
+)
+_THOUSANDS = re.compile(r"^[+-]?\d{1,3}(,\d{3})+(\.\d*)?([eE][+-]?\d+)?$")
+_QUOTED = re.compile(r'"([^"]*)"')
+_METRIC_NAME = re.compile(r"^[a-z0-9_]+__[A-Za-z0-9_.]+$")  # unit__counter[.rollup[.submetric]]
+
+
+class NcuParseError(BenchError):
+    """The input is not Nsight Compute CSV output (or not a table we can read)."""
+
+
+@dataclass
+class NcuKernel:
+    """One profiled result (a kernel launch; a range in range replay modes)."""
+
+    id: int
+    """ncu's result ID (the "ID" column)."""
+    name: str
+    """kernel name as ncu printed it (demangled by default)."""
+    attrs: dict[str, str] = field(default_factory=dict)
+    """identity columns: Process ID, Block Size, Grid Size, Device, CC, Stream, ..."""
+    nvtx_push_pop: tuple[str, ...] = ()
+    """names of the NVTX push/pop ranges open on the launching thread, outermost first."""
+    nvtx_start_end: tuple[str, ...] = ()
+    """names of the process-wide NVTX start/end ranges open at launch, in start order."""
+    metrics: dict[str, float] = field(default_factory=dict)
+    """metric name -> value in SI base units (bytes, seconds, counts); NaN where ncu said n/a."""
+    units: dict[str, str] = field(default_factory=dict)
+    """metric name -> base unit after scaling ("byte", "second", "inst", "inst/cycle", "%", "")."""
+    texts: dict[str, str] = field(default_factory=dict)
+    """metric name -> value, for metrics whose value is not a number (device name, cache config)."""
+
+    @property
+    def phase(self) -> str | None:
+        """The innermost NVTX range: start/end ranges first (process-wide, so backward kernels
+        launched from autograd's thread carry them), else push/pop ranges; None without NVTX."""
+        if self.nvtx_start_end:
+            return self.nvtx_start_end[-1]
+        if self.nvtx_push_pop:
+            return self.nvtx_push_pop[-1]
+        return None
+
+
+@dataclass
+class NcuReport:
+    """Everything read from one ncu output: kernels in file order plus what surrounded the table."""
+
+    kernels: list[NcuKernel]
+    page: str
+    """"details", "raw" or "ncu-rep"."""
+    messages: list[str] = field(default_factory=list)
+    """ncu's own lines (==PROF==, ==WARNING==, ==ERROR==), in order."""
+    program_lines: int = 0
+    """other non-table lines (program output) that were skipped."""
+    na: dict[str, int] = field(default_factory=dict)
+    """metric name -> number of kernels for which ncu reported n/a."""
+    has_nvtx: bool = False
+    """True when the table had NVTX columns (ncu --nvtx)."""
+    source: str = ""
+    """file name (or "<text>")."""
+
+    @property
+    def device_name(self) -> str | None:
+        """GPU name when the output carries it (raw page with device attributes, .ncu-rep)."""
+        for k in self.kernels:
+            name = k.texts.get(DEVICE_NAME_METRIC)
+            if name:
+                return name
+        return None
+
+    def metric_names(self) -> set[str]:
+        names: set[str] = set()
+        for k in self.kernels:
+            names.update(k.metrics)
+        return names
+
+
+# ------------------------------------------------------------------------------------ values
+@lru_cache(maxsize=512)
+def unit_scale(unit: str) -> tuple[float, str]:
+    """(factor to SI, base unit) for an ncu unit: "Kbyte" -> (1e3, "byte"), "usecond" -> (1e-6,
+    "second"), "Gbyte/second" -> (1e9, "byte/second"), "inst" -> (1, "inst")."""
+    u = (unit or "").strip()
+    if not u:
+        return 1.0, ""
+    num, sep, den = u.partition("/")
+    s_num, b_num = _scale_one(num)
+    if not sep:
+        return s_num, b_num
+    s_den, b_den = _scale_one(den)
+    return s_num / s_den, f"{b_num}/{b_den}"
+
+
+def _scale_one(u: str) -> tuple[float, str]:
+    u = u.strip()
+    if u in TIME_UNITS:
+        return TIME_UNITS[u], "second"
+    m = _PREFIXED.match(u)
+    if m:
+        return PREFIXES[m["p"]], m["base"].lower()
+    return 1.0, u
+
+
+def parse_number(text: str) -> float | None:
+    """A metric value as float: thousands separators removed, ``n/a`` -> NaN, empty -> None.
+
+    Raises ValueError when the text is not a number (a string-valued metric)."""
+    t = (text or "").strip()
+    if not t:
+        return None
+    if t.lower() == "n/a":
+        return NA
+    if "," in t:
+        if not _THOUSANDS.match(t):
+            raise ValueError(f"not a number: {t!r}")
+        t = t.replace(",", "")
+    return float(t)
+
+
+# ------------------------------------------------------------------------------------ NVTX
+def nvtx_ranges(cell: str) -> tuple[str, ...]:
+    """Range names in one NVTX column cell, outermost (or first started) first.
+
+    ncu writes each open range as ``<domain>:<name>:<PL_Type>:<PL_Value>:<CLR_Type>:<Color>:
+    <Msg_Type>:<Msg>`` (start/end ranges prefixed by their numeric id), each in double quotes,
+    after the thread id for push/pop ranges, e.g.
+    ``3984  "<default domain>:train_step:none:none:none:none:none:none"  "<default domain>:forward:..."``.
+    Start/end ranges are ordered by id (their start order).
+    """
+    cell = (cell or "").strip()
+    if not cell:
+        return ()
+    segments = _QUOTED.findall(cell)
+    if not segments:  # unquoted: a single range, or several separated by runs of blanks
+        segments = [s for s in re.split(r"\s{2,}", cell) if s.strip()]
+    found: list[tuple[int, int, str]] = []
+    for pos, seg in enumerate(segments):
+        rng = _range_name(seg)
+        if rng is not None:
+            rid, name = rng
+            found.append((rid if rid is not None else -1, pos, name))
+    if any(rid >= 0 for rid, _, _ in found):
+        found.sort()
+    return tuple(name for _, _, name in found)
+
+
+def _range_name(segment: str) -> tuple[int | None, str] | None:
+    parts = segment.strip().split(":")
+    if len(parts) < 8:  # not the documented layout: a bare thread id, or a name alone
+        text = segment.strip()
+        if not text or text.isdigit() or text.lower() == "none":
+            return None
+        return None, text
+    core = parts[:-6]  # drop PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg
+    rid = None
+    if len(core) >= 3 and core[0].strip().isdigit():
+        rid, core = int(core[0].strip()), core[1:]
+    name = ":".join(core[1:]).strip()  # core[0] is the domain
+    if not name or name.lower() == "none":
+        msg = parts[-1].strip()  # some writers put the text in Msg instead
+        if not msg or msg.lower() == "none":
+            return None
+        name = msg
+    return rid, name
+
+
+# ------------------------------------------------------------------------------------ CSV
+def read_ncu_csv(path: str | Path, keep: Callable[[str], bool] | None = None) -> NcuReport:
+    """Read an ncu CSV file (see parse_ncu_csv). Decodes UTF-8 with or without BOM."""
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise BenchError(f"cannot read {p}: {exc.strerror or exc}") from exc
+    text = data.decode("utf-8-sig", errors="replace")
+    return parse_ncu_csv(text, keep=keep, source=p.name)
+
+
+def parse_ncu_csv(text: str, keep: Callable[[str], bool] | None = None, source: str = "<text>") -> NcuReport:
+    """Parse the text ncu wrote with ``--csv`` (log file or captured stdout).
+
+    `keep(metric_name)` limits which metrics are stored (large raw exports have ~500 columns);
+    the device name is always kept. Raises NcuParseError when no ncu table is found.
+    """
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    messages: list[str] = []
+    program = 0
+    body: list[str] | None = None
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        s = line.lstrip("\ufeff").strip()
+        if s.startswith('"ID",') or s.startswith("ID,"):
+            body = lines[i:]
+            break
+        if s.startswith("=="):
+            messages.append(s)
+        elif s:
+            program += 1
+    if body is None:
+        raise NcuParseError(_no_table_reason(text, source, messages))
+
+    table: list[str] = []
+    for line in body:
+        s = line.strip()
+        if s.startswith("=="):
+            messages.append(s)
+        elif s:
+            table.append(line)
+    rows = csv.reader(table)
+    header = [h.strip().lstrip("\ufeff") for h in next(rows)]
+    report = NcuReport(kernels=[], page="", messages=messages, program_lines=program, source=source)
+    if all(c in header for c in DETAILS_COLUMNS):
+        _parse_details(header, rows, report, keep)
+    else:
+        _parse_raw(header, rows, report, keep)
+    return report
+
+
+def _no_table_reason(text: str, source: str, messages: list[str]) -> str:
+    if '"Device","Kernel","Invocations"' in text or "NVPROF is profiling" in text:
+        return (
+            f"{source} is nvprof output, not Nsight Compute: nvprof metrics (flop_count_sp, ...) "
+            "do not exist on current GPUs; profile with `python -m profiling` or export with ncu --csv"
+        )
+    errors = [m for m in messages if m.startswith("==ERROR==")]
+    if errors:
+        return f"{source} has no ncu table; ncu said: {errors[-1]}"
+    return (
+        f"{source} is not Nsight Compute CSV output (no header row starting with \"ID\"): export with "
+        "`ncu --csv --page details` or `ncu --import report.ncu-rep --csv --page raw`, or pass the .ncu-rep"
+    )
+
+
+def _nvtx_columns(header: list[str]) -> tuple[int | None, int | None]:
+    pp = se = None
+    for i, h in enumerate(header):
+        low = h.lower()
+        if "push/pop_range" in low or (low.startswith("nvtx") and pp is None):
+            pp = i
+        elif "start/stop_range" in low or "start/end_range" in low:
+            se = i
+    return pp, se
+
+
+def _id_columns(header: list[str]) -> list[tuple[str, int]]:
+    return [(c, header.index(c)) for c in ID_COLUMNS if c in header]
+
+
+def _kernel_from_row(row: list[str], idcols: list[tuple[str, int]], pp: int | None, se: int | None) -> NcuKernel:
+    attrs = {c: row[i].strip() for c, i in idcols}
+    try:
+        rid = int(attrs.get("ID", "").replace(",", ""))
+    except ValueError as exc:
+        raise NcuParseError(f"bad result ID {attrs.get('ID')!r}: not ncu CSV output") from exc
+    return NcuKernel(
+        id=rid,
+        name=attrs.pop("Kernel Name", ""),
+        attrs={k: v for k, v in attrs.items() if k != "ID"},
+        nvtx_push_pop=nvtx_ranges(row[pp]) if pp is not None else (),
+        nvtx_start_end=nvtx_ranges(row[se]) if se is not None else (),
+    )
+
+
+def _store(k: NcuKernel, name: str, unit: str, value: str, report: NcuReport) -> None:
+    try:
+        v = parse_number(value)
+    except ValueError:
+        k.texts[name] = value.strip()
+        return
+    if v is None:
+        return
+    scale, base = unit_scale(unit)
+    if math.isnan(v):
+        report.na[name] = report.na.get(name, 0) + 1
+    k.metrics[name] = v * scale
+    k.units[name] = base
+
+
+def _cached(keep: Callable[[str], bool] | None) -> Callable[[str], bool]:
+    """`keep` plus the device name, memoized per metric name (details pages repeat names per kernel)."""
+    if keep is None:
+        return lambda name: True
+    return lru_cache(maxsize=None)(lambda name: name == DEVICE_NAME_METRIC or bool(keep(name)))
+
+
+def _parse_details(header: list[str], rows: Iterable[list[str]], report: NcuReport, keep) -> None:
+    report.page = "details"
+    pp, se = _nvtx_columns(header)
+    report.has_nvtx = pp is not None or se is not None
+    i_id, i_pid = header.index("ID"), header.index("Process ID") if "Process ID" in header else None
+    i_name, i_unit, i_val = (header.index(c) for c in DETAILS_COLUMNS)
+    width = len(header)
+    idcols = _id_columns(header)
+    wanted = _cached(keep)
+    by_key: dict[tuple[str, str], NcuKernel] = {}
+    for row in rows:
+        if len(row) < i_val + 1 or len(row) > width or not row[i_id].strip():
+            report.program_lines += 1  # program output that happened to sit inside the table
+            continue
+        key = (row[i_pid] if i_pid is not None else "", row[i_id])
+        k = by_key.get(key)
+        if k is None:
+            try:
+                k = _kernel_from_row(row + [""] * (width - len(row)), idcols, pp, se)
+            except NcuParseError:
+                report.program_lines += 1
+                continue
+            by_key[key] = k
+            report.kernels.append(k)
+        name = row[i_name].strip()
+        if not name:  # a rule row (Rule Name/Description set, no metric)
+            continue
+        if wanted(name):
+            _store(k, name, row[i_unit], row[i_val], report)
+
+
+def _parse_raw(header: list[str], rows: Iterable[list[str]], report: NcuReport, keep) -> None:
+    report.page = "raw"
+    if "Kernel Name" not in header:
+        raise NcuParseError(
+            f"{report.source} has an \"ID\" header but neither Metric Name/Value columns (details page) "
+            "nor Kernel Name (raw page): not Nsight Compute CSV output"
+        )
+    pp, se = _nvtx_columns(header)
+    report.has_nvtx = pp is not None or se is not None
+    metric_cols = [
+        (i, h)
+        for i, h in enumerate(header)
+        if _METRIC_NAME.match(h) and (keep is None or keep(h) or h == DEVICE_NAME_METRIC)
+    ]
+    width = len(header)
+    idcols = _id_columns(header)
+    units: list[str] | None = None
+    i_id = header.index("ID")
+    for row in rows:
+        if len(row) != width:
+            report.program_lines += 1
+            continue
+        if units is None and not row[i_id].strip():  # the units row follows the header
+            units = row
+            continue
+        try:
+            k = _kernel_from_row(row, idcols, pp, se)
+        except NcuParseError:
+            report.program_lines += 1
+            continue
+        for i, h in metric_cols:
+            _store(k, h, units[i] if units else "", row[i], report)
+        report.kernels.append(k)

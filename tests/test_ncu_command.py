@@ -1,0 +1,139 @@
+"""profiling.ncu_command: the ncu argument list per option, option validation, ncu failures as one line."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from common.errors import BenchError
+from profiling.ncu_command import (
+    NO_KERNELS_MESSAGE,
+    PERM_MESSAGE,
+    CaptureOptions,
+    classify_ncu_output,
+    ncu_argv,
+    resolve_ncu,
+    train_argv,
+)
+
+MESSAGES = Path(__file__).resolve().parent / "data" / "ncu_messages"
+PROGRAM = ["/usr/bin/python3", "-m", "train", "--batch", "2", "--profile-steps", "1"]
+
+
+def _value(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+def test_default_argv_is_a_list_with_the_capture_flags_then_the_program():
+    argv = ncu_argv("/opt/ncu", "/tmp/log.csv", ["a.sum", "b.sum"], CaptureOptions(), PROGRAM)
+    assert argv[0] == "/opt/ncu" and all(isinstance(a, str) for a in argv)
+    assert _value(argv, "--profile-from-start") == "off"
+    assert _value(argv, "--target-processes") == "all"
+    assert "--csv" in argv and "--nvtx" in argv
+    assert _value(argv, "--page") == "details" and _value(argv, "--print-units") == "base"
+    assert _value(argv, "--log-file") == "/tmp/log.csv"
+    assert _value(argv, "--metrics") == "a.sum,b.sum"
+    assert _value(argv, "--replay-mode") == "kernel" and _value(argv, "--clock-control") == "base"
+    assert "--launch-skip" not in argv and "--launch-count" not in argv
+    assert argv[-len(PROGRAM):] == PROGRAM  # the program comes last, untouched
+
+
+@pytest.mark.parametrize("mode", ["kernel", "application", "range", "app-range"])
+def test_replay_mode(mode):
+    argv = ncu_argv("ncu", "l", ["m"], CaptureOptions(replay_mode=mode), PROGRAM)
+    assert _value(argv, "--replay-mode") == mode
+
+
+@pytest.mark.parametrize("clock", ["base", "none"])
+def test_clock_control(clock):
+    assert _value(ncu_argv("ncu", "l", ["m"], CaptureOptions(clock_control=clock), PROGRAM), "--clock-control") == clock
+
+
+def test_launch_skip_and_count():
+    argv = ncu_argv("ncu", "l", ["m"], CaptureOptions(launch_skip=5, launch_count=40), PROGRAM)
+    assert _value(argv, "--launch-skip") == "5" and _value(argv, "--launch-count") == "40"
+    assert argv.index("--launch-count") < argv.index(PROGRAM[0])
+
+
+def test_extra_ncu_args_go_before_the_program():
+    argv = ncu_argv("ncu", "l", ["m"], CaptureOptions(extra_ncu_args=("--cache-control", "none")), PROGRAM)
+    assert argv[-len(PROGRAM) - 2 : -len(PROGRAM)] == ["--cache-control", "none"]
+
+
+def test_train_argv():
+    assert train_argv("/py", ["--model", "resnet18"], 3) == ["/py", "-m", "train", "--model", "resnet18", "--profile-steps", "3"]
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"profile_steps": 0}, "profile_steps"),
+        ({"metric_set": "full"}, "metric_set"),
+        ({"replay_mode": "graph"}, "replay_mode"),
+        ({"clock_control": "boost"}, "clock_control"),
+        ({"launch_skip": -1}, "launch_skip"),
+        ({"launch_count": 0}, "launch_count"),
+        ({"tensor_counters": "hmma"}, "tensor_counters"),
+        ({"extra_metrics": ("dram bytes",)}, "extra_metrics"),
+    ],
+)
+def test_capture_options_validation_names_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=f"^{field} "):
+        CaptureOptions(**kwargs)
+
+
+def test_legacy_metrics_are_spotted_in_the_seed_set_and_extras():
+    assert CaptureOptions(metric_set="seed").legacy_metrics == ["flop_count_sp", "flop_count_hp"]
+    assert CaptureOptions(extra_metrics=("flop_count_dp", "lts__t_bytes.sum")).legacy_metrics == ["flop_count_dp"]
+    assert CaptureOptions().legacy_metrics == []
+
+
+# ---------------------------------------------------------------- error mapping from recorded messages
+def _log(name: str) -> str:
+    return (MESSAGES / name).read_text()
+
+
+def test_perm_error_says_the_fix():
+    msg = classify_ncu_output(_log("err_nvgpuctrperm.log"), 1)
+    assert msg == PERM_MESSAGE
+    assert "NVreg_RestrictProfilingToAdminUsers=0" in msg and "--cap-add SYS_ADMIN" in msg and "\n" not in msg
+
+
+def test_legacy_metric_error_names_nvprof():
+    msg = classify_ncu_output(_log("legacy_flop_count_sp.log"), 1)
+    assert msg.startswith("ncu rejects flop_count_sp: these are nvprof-era metric names")
+    assert "--metric-set roofline" in msg
+
+
+def test_unknown_metric_error_names_the_metric():
+    msg = classify_ncu_output(_log("unknown_metric.log"), 1)
+    assert msg.startswith("ncu does not know metric(s) sm__ops_path_tensor_src_tf32_dst_fp32 on this GPU")
+    assert "--tensor-counters inst|none" in msg
+
+
+def test_program_failure_wins_over_no_kernels():
+    msg = classify_ncu_output(_log("app_error.log"), 1)
+    assert msg.startswith("the profiled program failed under ncu (exit code 1)")
+
+
+def test_no_kernels():
+    assert classify_ncu_output(_log("no_kernels.log"), 0) == NO_KERNELS_MESSAGE
+
+
+def test_other_errors_and_exit_codes():
+    assert classify_ncu_output("==ERROR== Profiling failed because a driver resource was unavailable.", 1) == (
+        "ncu failed: Profiling failed because a driver resource was unavailable."
+    )
+    assert classify_ncu_output("==PROF== Connected\nsegfault", -11) == "ncu exited with code -11: segfault"
+
+
+def test_a_good_log_is_not_an_error(ncu_dir):
+    assert classify_ncu_output((ncu_dir / "rtx5070_saxpy_n16777216_details.csv").read_text(encoding="utf-8-sig"), 0) is None
+
+
+def test_ncu_not_on_path_says_how_to_install():
+    with pytest.raises(BenchError, match=r"`ncu` \(Nsight Compute CLI\) is not on PATH: install Nsight Compute"):
+        resolve_ncu("ncu", which=lambda name: None)
+    with pytest.raises(BenchError, match="ncu not found at /nonexistent/ncu: install"):
+        resolve_ncu("/nonexistent/ncu")
+    assert resolve_ncu("ncu", which=lambda name: "/usr/local/cuda/bin/ncu") == "/usr/local/cuda/bin/ncu"

@@ -1,0 +1,217 @@
+"""profiling.ncu_metrics (+ .ncu-rep import): FLOPs, bytes, time and intensities against known truths."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from common.errors import BenchError
+from common.schema import check_key
+from profiling import ncu_metrics as M
+from profiling.ncu_parse import NcuKernel, NcuReport, read_ncu_csv
+from profiling.ncu_report_import import load_ncu_rep
+
+MESSAGES = Path(__file__).resolve().parent / "data" / "ncu_messages"
+REL = 1e-3  # the issue's +-0.1 %
+
+
+def _report(*metric_dicts, nvtx=None) -> NcuReport:
+    kernels = [
+        NcuKernel(id=i, name=f"k{i}", metrics=dict(m), nvtx_start_end=(nvtx[i],) if nvtx else ())
+        for i, m in enumerate(metric_dicts)
+    ]
+    return NcuReport(kernels=kernels, page="details", has_nvtx=bool(nvtx), source="synthetic")
+
+
+# ---------------------------------------------------------------- known truths (SOURCES.md)
+def test_l4_fixture_truths(ncu_dir):
+    s = M.summarize(read_ncu_csv(ncu_dir / "l4_resnet18_bs64_train_step_details_nvtx.csv", keep=M.is_relevant))
+    m = s.mlflow_metrics()
+    assert m["ncu_kernels"] == 98
+    assert m["ncu_flops_fp32"] == pytest.approx(4.928e9, rel=REL)
+    assert m["ncu_dram_bytes"] == pytest.approx(7.099e8, rel=REL)
+    assert m["ncu_kernel_time_s"] == pytest.approx(7.376e-3, rel=REL)
+    assert m["ncu_intensity_dram_flops_per_byte"] == pytest.approx(6.94, rel=REL)
+    # only fp32 counters were captured there: the other precisions are absent, not zero
+    assert m["ncu_flops_total"] == m["ncu_flops_fp32"]
+    assert "ncu_flops_fp16" not in m and "ncu_flops_tensor" not in m and "ncu_l2_bytes" not in m
+    assert s.missing == ["flops_fp64", "flops_fp16", "flops_tensor", "l2_bytes", "l1_bytes"]
+
+
+def test_l4_phase_shares_show_the_missing_backward_pass(ncu_dir):
+    s = M.summarize(read_ncu_csv(ncu_dir / "l4_resnet18_bs64_train_step_details_nvtx.csv", keep=M.is_relevant))
+    ph = s.phases
+    assert list(ph.index) == ["forward", "loss", "backward", "optimizer_step"]
+    assert ph["kernels"].tolist() == [89, 2, 1, 6]
+    for col in ("time_share", "flops_share", "dram_bytes_share"):
+        assert ph[col].sum() == pytest.approx(1.0, rel=1e-12)
+    assert ph.loc["backward", "flops_share"] == 0.0  # push/pop ranges lost autograd's kernels
+    assert ph.loc["forward", "flops_share"] > 0.97
+    m = s.mlflow_metrics()
+    assert m["ncu_phase_optimizer_step_kernels"] == 6
+    for key in m:
+        check_key(key)
+
+
+def test_saxpy_dram_read_bytes(ncu_dir):
+    s = M.summarize(read_ncu_csv(ncu_dir / "rtx5070_saxpy_n16777216_details.csv", keep=M.is_relevant))
+    assert s.totals["dram_read_bytes"] == 134_221_568  # ~ 2 * n * 4 bytes, n = 16,777,216
+    assert s.totals["dram_bytes"] == 134_221_568 + 43_631_104
+    assert s.mlflow_metrics()["ncu_dram_read_bytes"] == 134_221_568
+    with pytest.raises(BenchError, match="has no FLOP counters"):
+        M.require_roofline(s, "saxpy.csv")
+
+
+def test_t4_ncu_rep_flops_from_rates_times_cycles(ncu_dir):
+    report = load_ncu_rep(ncu_dir / "t4_matrix_add_1000x1000_set_full.ncu-rep")
+    assert report.page == "ncu-rep" and len(report.kernels) == 1
+    assert report.kernels[0].name == "matrix_addition2D"
+    assert M.device_from_report(report) == ("Tesla T4", (7, 5))
+    s = M.summarize(report)
+    assert s.totals["flops_fp32"] == pytest.approx(1.000e6, rel=1e-9)  # one add per element of 1000x1000
+    assert s.totals["flops_fp64"] == 0.0
+    assert s.totals["dram_read_bytes"] == 9_612_288
+    assert s.totals["dram_write_bytes"] == 4_189_344
+    assert s.totals["time_s"] == pytest.approx(52_576e-9, rel=1e-12)
+    assert s.sources["flops_fp32"].endswith("per_cycle_elapsed_x_smsp__cycles_elapsed.avg")
+    # full-set reports carry lts__t_sectors, not lts__t_bytes: 32-byte sectors
+    assert s.sources["l2_bytes"] == "lts__t_sectors.sum_x32"
+    M.require_roofline(s, "t4.ncu-rep")
+
+
+def test_b200_raw_page_has_time_only(ncu_dir):
+    s = M.summarize(read_ncu_csv(ncu_dir / "b200_decode_raw_page.csv", keep=M.is_relevant))
+    assert s.measured == ["time_s"] and len(s.kernels) == 16
+    with pytest.raises(BenchError, match="no FLOP counters and no DRAM bytes"):
+        M.require_roofline(s, "b200.csv")
+
+
+# ---------------------------------------------------------------- counting rules, hand-computed
+def test_flops_per_precision_add_mul_2fma_and_half2_lanes():
+    c = M.op_counter
+    s = M.summarize(
+        _report(
+            {
+                c("dadd"): 1, c("dmul"): 2, c("dfma"): 3,  # 1 + 2 + 2*3 = 9
+                c("fadd"): 10, c("fmul"): 20, c("ffma"): 30,  # 10 + 20 + 60 = 90
+                c("hadd"): 100, c("hmul"): 200, c("hfma"): 300,  # 2*(100 + 200) + 4*300 = 1800
+                "dram__bytes_read.sum": 1000, "dram__bytes_write.sum": 899,
+            }  # fmt: skip
+        )
+    )
+    assert (s.totals["flops_fp64"], s.totals["flops_fp32"], s.totals["flops_fp16"]) == (9, 90, 1800)
+    assert s.totals["flops_total"] == 1899 and s.totals["dram_bytes"] == 1899
+    assert s.intensity("dram") == 1.0
+
+
+def test_smsp_counters_and_rate_times_cycles_count_the_same():
+    a = M.kernel_quantities({"smsp__sass_thread_inst_executed_op_ffma_pred_on.sum": 5})[0]
+    b = M.kernel_quantities(
+        {"smsp__sass_thread_inst_executed_op_ffma_pred_on.sum.per_cycle_elapsed": 0.5, "smsp__cycles_elapsed.avg": 10}
+    )[0]
+    assert a["flops_fp32"] == b["flops_fp32"] == 10
+
+
+def test_sm_and_smsp_counter_of_the_same_op_are_not_added_twice():
+    q, _ = M.kernel_quantities({M.op_counter("fadd"): 7, M.op_counter("fadd", "smsp"): 7})
+    assert q["flops_fp32"] == 7
+
+
+def test_tensor_ops_counters_base_names_win_sparsity_variants_fill_in_ints_excluded():
+    q, src = M.kernel_quantities(
+        {
+            "sm__ops_path_tensor_src_fp16_dst_fp32.sum": 1000,
+            "sm__ops_path_tensor_src_fp16_dst_fp32_sparsity_off.sum": 1000,  # part of the base: not added
+            "sm__ops_path_tensor_src_bf16_dst_fp32_sparsity_off.sum": 30,  # base absent: variants count
+            "sm__ops_path_tensor_src_bf16_dst_fp32_sparsity_on.sum": 2,
+            "sm__ops_path_tensor_src_int8.sum": 5000,  # integer ops are not FLOPs
+        }
+    )
+    assert q["flops_tensor"] == 1032 and src["flops_tensor"] == "sm__ops_path_tensor"
+
+
+def test_tensor_instructions_before_sm80_times_512():
+    q, src = M.kernel_quantities({"sm__inst_executed_pipe_tensor.sum": 3})
+    assert q["flops_tensor"] == 3 * 512 and src["flops_tensor"] == "sm__inst_executed_pipe_tensor_x512"
+
+
+def test_cache_bytes_and_sector_fallback():
+    q, src = M.kernel_quantities({"lts__t_bytes.sum": 640, "l1tex__t_sectors.sum": 10})
+    assert q["l2_bytes"] == 640 and src["l2_bytes"] == "lts__t_bytes.sum"
+    assert q["l1_bytes"] == 320 and src["l1_bytes"] == "l1tex__t_sectors.sum_x32"
+
+
+def test_intensities_at_every_level():
+    s = M.summarize(
+        _report(
+            {M.op_counter("ffma"): 50, "dram__bytes_read.sum": 50, "dram__bytes_write.sum": 50,
+             "lts__t_bytes.sum": 25, "l1tex__t_bytes.sum": 10, "gpu__time_duration.sum": 1e-6}  # fmt: skip
+        )
+    )
+    m = s.mlflow_metrics()
+    assert m["ncu_intensity_dram_flops_per_byte"] == 1.0
+    assert m["ncu_intensity_l2_flops_per_byte"] == 4.0
+    assert m["ncu_intensity_l1_flops_per_byte"] == 10.0
+
+
+def test_phase_shares_and_top_kernels_order():
+    s = M.summarize(
+        _report(
+            {M.op_counter("fadd"): 30, "dram__bytes.sum": 10, "gpu__time_duration.sum": 1.0},
+            {M.op_counter("fadd"): 10, "dram__bytes.sum": 30, "gpu__time_duration.sum": 3.0},
+            {M.op_counter("fadd"): 60, "dram__bytes.sum": 60, "gpu__time_duration.sum": 4.0},
+            nvtx=["forward", "backward", "backward"],
+        )
+    )
+    ph = s.phases
+    assert ph.loc["forward", "flops_share"] == 0.3 and ph.loc["backward", "time_share"] == 0.875
+    assert ph.loc["backward", "dram_bytes_share"] == 0.9
+    top = M.top_kernels(s, 2)
+    assert top["kernel"].tolist() == ["k2", "k1"] and top["time_share"].tolist() == [0.5, 0.375]
+
+
+def test_na_in_a_counted_metric_is_an_error():
+    report = read_ncu_csv(MESSAGES / "na_metrics.csv", keep=M.is_relevant)
+    with pytest.raises(BenchError, match=r"n/a for sm__ops_path_tensor_src_tf32_dst_fp32.sum \(2 of 2 kernels\)"):
+        M.summarize(report)
+
+
+def test_na_in_an_unused_metric_is_ignored():
+    r = _report({M.op_counter("fadd"): 1, "dram__bytes.sum": 1, "sm__throughput.avg.pct_of_peak_sustained_elapsed": math.nan})
+    r.na = {"sm__throughput.avg.pct_of_peak_sustained_elapsed": 1}
+    assert M.summarize(r).totals["flops_total"] == 1
+
+
+def test_no_kernels_is_an_error():
+    with pytest.raises(BenchError, match="no kernels in synthetic"):
+        M.summarize(NcuReport(kernels=[], page="details", source="synthetic"))
+
+
+# ---------------------------------------------------------------- metric sets
+def test_roofline_metric_set_per_tensor_mode():
+    ops = M.metric_list("roofline", "ops")
+    assert "sm__sass_thread_inst_executed_op_hfma_pred_on.sum" in ops
+    assert "sm__sass_thread_inst_executed_op_dadd_pred_on.sum" in ops
+    assert {"dram__bytes_read.sum", "dram__bytes_write.sum", "lts__t_bytes.sum", "l1tex__t_bytes.sum",
+            "gpu__time_duration.sum"} <= set(ops)  # fmt: skip
+    assert "sm__ops_path_tensor_src_tf32_dst_fp32.sum" in ops and "sm__inst_executed_pipe_tensor.sum" not in ops
+    inst = M.metric_list("roofline", "inst")
+    assert "sm__inst_executed_pipe_tensor.sum" in inst and not any("ops_path" in n for n in inst)
+    none = M.metric_list("roofline", "none", ["dram__bytes_read.sum", "lts__t_sectors.sum"])
+    assert not any("tensor" in n for n in none) and none.count("dram__bytes_read.sum") == 1
+    assert none[-1] == "lts__t_sectors.sum" and all(M.is_relevant(n) for n in none)
+
+
+def test_seed_metric_set_and_unknown_set():
+    assert M.metric_list("seed") == [
+        "flop_count_sp", "flop_count_hp", "dram__bytes_read.sum", "dram__bytes_write.sum",
+        "pcie__read_bytes.sum", "pcie__write_bytes.sum",
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="metric_set must be one of roofline, seed"):
+        M.metric_list("full")
+
+
+@pytest.mark.parametrize("cap, mode", [(None, "ops"), ((9, 0), "ops"), ((8, 0), "ops"), ((7, 5), "inst"), ((6, 1), "none")])
+def test_tensor_counters_by_compute_capability(cap, mode):
+    assert M.tensor_counters_for(cap) == mode

@@ -1,0 +1,212 @@
+"""profiling.ncu_parse: every recorded ncu output parses, with SI values and the quirks of each format."""
+from __future__ import annotations
+
+import csv
+import io
+import math
+from pathlib import Path
+
+import pytest
+
+from profiling.ncu_parse import (
+    NcuParseError,
+    nvtx_ranges,
+    parse_ncu_csv,
+    parse_number,
+    read_ncu_csv,
+    unit_scale,
+)
+
+MESSAGES = Path(__file__).resolve().parent / "data" / "ncu_messages"
+L4 = "l4_resnet18_bs64_train_step_details_nvtx.csv"
+SAXPY = "rtx5070_saxpy_n16777216_details.csv"
+GEMM = "rtx5070_gemm_tiled_2048_details.csv"
+B200 = "b200_decode_raw_page.csv"
+
+
+@pytest.mark.parametrize(
+    "name, page, kernels",
+    [(L4, "details", 98), (SAXPY, "details", 1), (GEMM, "details", 1), (B200, "raw", 16)],
+)
+def test_every_csv_fixture_parses(ncu_dir, name, page, kernels):
+    report = read_ncu_csv(ncu_dir / name)
+    assert report.page == page
+    assert len(report.kernels) == kernels
+    assert all(k.name for k in report.kernels)
+    assert report.na == {}
+
+
+def test_l4_details_page_with_nvtx_columns(ncu_dir):
+    report = read_ncu_csv(ncu_dir / L4)
+    assert report.has_nvtx
+    k = report.kernels[0]
+    assert k.id == 0 and k.name.startswith("void implicit_convolve_sgemm<float, float")
+    assert k.attrs["Block Size"] == "(8, 8, 1)" and k.attrs["CC"] == "8.9"
+    # the fixture's push/pop stack: train_step, then the phase
+    assert k.nvtx_push_pop == ("train_step", "forward") and k.phase == "forward"
+    # "1.08" Mbyte -> 1,080,000 byte; "96.99" usecond -> 96.99e-6 s
+    assert k.metrics["dram__bytes_read.sum"] == pytest.approx(1.08e6, rel=1e-12)
+    assert k.units["dram__bytes_read.sum"] == "byte"
+    assert k.metrics["gpu__time_duration.sum"] == pytest.approx(96.99e-6, rel=1e-12)
+    assert k.units["gpu__time_duration.sum"] == "second"
+    phases = [k.phase for k in report.kernels]
+    assert phases.count("forward") == 89 and phases.count("backward") == 1
+    assert phases.count("optimizer_step") == 6 and phases.count("loss") == 2
+
+
+def test_saxpy_bom_crlf_prof_lines_and_thousands_separators(ncu_dir):
+    raw = (ncu_dir / SAXPY).read_bytes()
+    assert raw.startswith(b"\xef\xbb\xbf") and b"\r\n" in raw  # the quirks are really in the file
+    report = read_ncu_csv(ncu_dir / SAXPY)
+    assert [m.split()[:2] for m in report.messages] == [["==PROF==", "Connected"], ["==PROF==", "Disconnected"]]
+    assert report.program_lines == 6  # device:, measuring..., theoretical, measured, wrote, NVML
+    k = report.kernels[0]
+    assert k.metrics["dram__bytes_op_read.sum"] == 134_221_568
+    assert k.metrics["gpu__time_duration.sum"] == pytest.approx(292_928e-9, rel=1e-12)
+    assert k.attrs["CC"] == "12.0" and not report.has_nvtx
+
+
+def test_b200_raw_page_units_row_and_device_name(ncu_dir):
+    report = read_ncu_csv(ncu_dir / B200)
+    assert report.device_name == "NVIDIA B200"
+    k0 = report.kernels[0]
+    assert k0.metrics["gpu__time_duration.sum"] == pytest.approx(9920e-9, rel=1e-12)  # units row: ns
+    assert k0.units["launch__shared_mem_config_size"] == "byte"
+    assert [k.id for k in report.kernels] == list(range(16))
+
+
+def test_keep_filter_limits_stored_metrics_but_keeps_device_name(ncu_dir):
+    report = read_ncu_csv(ncu_dir / B200, keep=lambda n: n == "gpu__time_duration.sum")
+    assert set(report.kernels[0].metrics) == {"gpu__time_duration.sum"}
+    assert report.device_name == "NVIDIA B200"
+
+
+@pytest.mark.parametrize(
+    "unit, scale, base",
+    [
+        ("byte", 1.0, "byte"),
+        ("Kbyte", 1e3, "byte"),
+        ("Mbyte", 1e6, "byte"),
+        ("Gbyte", 1e9, "byte"),
+        ("ns", 1e-9, "second"),
+        ("nsecond", 1e-9, "second"),
+        ("usecond", 1e-6, "second"),
+        ("msecond", 1e-3, "second"),
+        ("second", 1.0, "second"),
+        ("Gbyte/second", 1e9, "byte/second"),
+        ("Kinst", 1e3, "inst"),
+        ("inst/cycle", 1.0, "inst/cycle"),
+        ("Ghz", 1e9, "hz"),
+        ("%", 1.0, "%"),
+        ("", 1.0, ""),
+    ],
+)
+def test_unit_prefixes_scale_by_1000(unit, scale, base):
+    s, b = unit_scale(unit)
+    assert s == pytest.approx(scale, rel=1e-12) and b == base
+
+
+def test_numbers_thousands_separators_and_na():
+    assert parse_number("134,221,568") == 134_221_568
+    assert parse_number("1,234.5") == 1234.5
+    assert parse_number("3.71") == 3.71
+    assert math.isnan(parse_number("n/a"))
+    assert parse_number("") is None
+    with pytest.raises(ValueError):
+        parse_number("1,5")  # not a thousands separator: refuse rather than guess
+    with pytest.raises(ValueError):
+        parse_number("Tesla T4")
+
+
+def test_nvtx_push_pop_cell_from_fixture():
+    cell = (
+        '3984  "<default domain>:train_step:none:none:none:none:none:none"  '
+        '"<default domain>:backward:none:none:none:none:none:none" '
+    )
+    assert nvtx_ranges(cell) == ("train_step", "backward")
+    assert nvtx_ranges("") == ()
+
+
+def test_nvtx_start_end_cell_sorted_by_range_id_and_colons_in_names():
+    cell = '"7:<default domain>:forward:none:none:none:none:none:none" "3:<default domain>:train_step:none:none:none:none:none:none"'
+    assert nvtx_ranges(cell) == ("train_step", "forward")
+    assert nvtx_ranges('"<default domain>:a:b:none:none:none:none:none:none"') == ("a:b",)
+
+
+HEADER_RULES = (
+    '"ID","Process ID","Process Name","Host Name",'
+    '"thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg",'
+    '"Id:Domain:Start/Stop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg",'
+    '"Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name",'
+    '"Metric Name","Metric Unit","Metric Value","Rule Name","Rule Type","Rule Description",'
+    '"Estimated Speedup Type","Estimated Speedup"'
+)
+
+
+def _row(kid, metric, unit, value, rule=("", "", "", "", "")):
+    """One details-page row as ncu quotes it (every field quoted, inner quotes doubled)."""
+    se = '"1:<default domain>:train_step:none:none:none:none:none:none" "2:<default domain>:backward:none:none:none:none:none:none"'
+    cells = [str(kid), "77", "python3", "127.0.0.1", "", se, "k<float>(int)", "1", "7",
+             "(256, 1, 1)", "(8, 1, 1)", "0", "9.0", "Speed Of Light", metric, unit, value, *rule]  # fmt: skip
+    buf = io.StringIO()
+    csv.writer(buf, quoting=csv.QUOTE_ALL, lineterminator="").writerow(cells)
+    return buf.getvalue()
+
+
+def test_details_page_with_start_end_ranges_rule_rows_and_interleaved_output():
+    text = "\n".join(
+        [
+            "==PROF== Connected to process 77 (/usr/bin/python3)",
+            "warmup done",
+            HEADER_RULES,
+            _row(0, "dram__bytes_read.sum", "Kbyte", "2.50"),
+            "==PROF== Profiling kernel - 0: 0%....50%....100% - 9 passes",
+            _row(0, "", "", "", ("SOLBottleneck", "OPT", "This kernel ...", "global", "12.5")),
+            "program printed this, with, commas",
+            _row(0, "gpu__time_duration.sum", "msecond", "1.5"),
+            _row(1, "dram__bytes_read.sum", "byte", "n/a"),
+        ]
+    )
+    report = parse_ncu_csv(text)
+    assert report.page == "details" and report.has_nvtx
+    assert [k.id for k in report.kernels] == [0, 1]
+    k0 = report.kernels[0]
+    assert k0.nvtx_start_end == ("train_step", "backward") and k0.phase == "backward"
+    assert k0.metrics == {"dram__bytes_read.sum": 2500.0, "gpu__time_duration.sum": 1.5e-3}
+    assert math.isnan(report.kernels[1].metrics["dram__bytes_read.sum"])
+    assert report.na == {"dram__bytes_read.sum": 1}
+    assert report.program_lines == 2 and len(report.messages) == 2
+
+
+def test_raw_page_kbyte_units_row():
+    text = "\r\n".join(
+        [
+            '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size",'
+            '"Grid Size","Device","CC","dram__bytes_read.sum","gpu__time_duration.sum","launch__func_cache_config"',
+            '"","","","","","","","","","","","Kbyte","usecond",""',
+            '"0","1","p","h","a","1","7","(1, 1, 1)","(1, 1, 1)","0","8.0","1,024.5","2.5","CachePreferNone"',
+            '"1","1","p","h","b","1","7","(1, 1, 1)","(1, 1, 1)","0","8.0","n/a","3",""',
+        ]
+    )
+    report = parse_ncu_csv("\ufeff" + text)
+    assert report.page == "raw"
+    a, b = report.kernels
+    assert a.metrics["dram__bytes_read.sum"] == pytest.approx(1_024_500.0, rel=1e-12)
+    assert a.metrics["gpu__time_duration.sum"] == pytest.approx(2.5e-6, rel=1e-12)
+    assert a.texts["launch__func_cache_config"] == "CachePreferNone"
+    assert report.na == {"dram__bytes_read.sum": 1} and b.metrics["gpu__time_duration.sum"] == pytest.approx(3e-6)
+
+
+def test_not_ncu_csv_is_a_one_line_error():
+    with pytest.raises(NcuParseError, match=r'not_ncu.csv is not Nsight Compute CSV output \(no header row starting with "ID"\)'):
+        read_ncu_csv(MESSAGES / "not_ncu.csv")
+
+
+def test_nvprof_output_is_named_as_such():
+    with pytest.raises(NcuParseError, match="nvprof output, not Nsight Compute"):
+        read_ncu_csv(MESSAGES / "nvprof_metrics.csv")
+
+
+def test_log_with_only_ncu_errors_reports_the_error():
+    with pytest.raises(NcuParseError, match="ERR_NVGPUCTRPERM"):
+        read_ncu_csv(MESSAGES / "err_nvgpuctrperm.log")

@@ -1,0 +1,309 @@
+"""`python -m profiling` end to end: a stand-in `ncu` on PATH -> CSV -> parse -> one MLflow profile run.
+
+The stand-in is a small Python script named `ncu` that the test puts first on PATH. It records the
+argv it was given, copies a recorded ncu output (a fixture CSV, or a message log such as
+ERR_NVGPUCTRPERM) to the `--log-file` it was asked for, prints it when told to, and exits with the
+code it was told. It does not run the `python -m train` child. The CUDA check is replaced by a probe
+passed to `main` (profiling/cli.py).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import mlflow
+import pandas as pd
+import pytest
+
+from common import schema
+from profiling import cli
+from profiling.cli import GpuInfo, NO_GPU_MESSAGE
+from train.config import TrainConfig
+
+MESSAGES = Path(__file__).resolve().parent / "data" / "ncu_messages"
+L4_CSV = "l4_resnet18_bs64_train_step_details_nvtx.csv"
+CONFIG = ["--model", "resnet18", "--batch", "64", "--image-size", "32", "--env-label", "lab-l4", "--warmup-iters", "2"]
+
+STANDIN = '''#!{python}
+import json, os, shutil, sys
+args = sys.argv[1:]
+if args == ["--version"]:
+    print("NVIDIA (R) Nsight Compute Command Line Profiler")
+    print("Version 0.0.0.0 (stand-in for tests)")
+    sys.exit(0)
+with open(os.environ["STANDIN_ARGV"], "w") as fh:
+    json.dump(sys.argv, fh)
+log = args[args.index("--log-file") + 1]
+shutil.copyfile(os.environ["STANDIN_OUTPUT"], log)
+if os.environ.get("STANDIN_PRINT"):
+    print(open(log).read())
+sys.exit(int(os.environ.get("STANDIN_RC", "0")))
+'''
+
+
+@pytest.fixture(scope="module")
+def template_db(tmp_path_factory):
+    """An empty sqlite store with MLflow's schema already created (once per module)."""
+    path = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
+    mlflow.tracking.MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
+    return path
+
+
+@pytest.fixture
+def tracking(template_db, tmp_path, monkeypatch):
+    """conftest's `tracking` (a fresh sqlite store per test, isolated spool dir), made from a copy of
+    the template: creating MLflow's schema takes ~5 s on this machine, copying it ~0.2 s."""
+    db = tmp_path / "mlflow.db"
+    shutil.copyfile(template_db, db)
+    uri = f"sqlite:///{db}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("ROOFLINE_SPOOL_DIR", str(tmp_path / "spool"))
+    for name in ("MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID"):
+        monkeypatch.delenv(name, raising=False)
+    mlflow.set_tracking_uri(uri)
+    yield uri
+    mlflow.set_tracking_uri(None)
+
+
+def gpu(available=True):
+    return lambda device, env_label=None: GpuInfo(
+        available, "NVIDIA L4" if available else None, (8, 9) if available else None, {"driver_version": "555.42"}
+    )
+
+
+@pytest.fixture
+def standin(tmp_path, monkeypatch):
+    """Put the stand-in `ncu` first on PATH; returns a function choosing what it writes."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    exe = bin_dir / "ncu"
+    exe.write_text(STANDIN.format(python=sys.executable))
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{'/usr/bin:/bin'}")
+    argv_file = tmp_path / "standin_argv.json"
+    monkeypatch.setenv("STANDIN_ARGV", str(argv_file))
+
+    def configure(output: Path, rc: int = 0, echo: bool = False):
+        monkeypatch.setenv("STANDIN_OUTPUT", str(output))
+        monkeypatch.setenv("STANDIN_RC", str(rc))
+        if echo:
+            monkeypatch.setenv("STANDIN_PRINT", "1")
+        return argv_file
+
+    return configure
+
+
+def only_run(experiment="prof"):
+    runs = mlflow.search_runs(experiment_names=[experiment], output_format="list")
+    assert len(runs) == 1
+    return runs[0]
+
+
+def artifact_csv(run_id: str, path: str, tmp_path: Path) -> pd.DataFrame:
+    local = mlflow.tracking.MlflowClient().download_artifacts(run_id, path, str(tmp_path / "dl"))
+    return pd.read_csv(local)
+
+
+def test_capture_end_to_end_with_standin_ncu(tracking, standin, ncu_dir, tmp_path, capsys):
+    argv_file = standin(ncu_dir / L4_CSV)
+    rc = cli.main([*CONFIG, "--profile-steps", "2", "--out", str(tmp_path / "out"), "--experiment", "prof"], probe=gpu())
+    assert rc == 0
+
+    # what ncu was asked to run
+    seen = json.loads(argv_file.read_text())
+    assert Path(seen[0]).name == "ncu"
+    assert seen[seen.index("--profile-from-start") + 1] == "off"
+    assert seen[seen.index("--target-processes") + 1] == "all" and "--csv" in seen and "--nvtx" in seen
+    metrics = seen[seen.index("--metrics") + 1].split(",")
+    assert "sm__sass_thread_inst_executed_op_ffma_pred_on.sum" in metrics
+    assert "sm__ops_path_tensor_src_fp16_dst_fp32.sum" in metrics  # sm_89 from the probe: ops counters
+    child = seen[seen.index(sys.executable) :]
+    assert child[:3] == [sys.executable, "-m", "train"] and child[-2:] == ["--profile-steps", "2"]
+    flags = dict(zip(child[3:-2:2], child[4:-2:2]))
+    assert flags["--model"] == "resnet18" and flags["--batch"] == "64" and flags["--image-size"] == "32"
+    assert flags["--device"] == "cuda" and flags["--warmup-iters"] == "2" and flags["--channels-last"] == "false"
+
+    # the MLflow run
+    run = only_run()
+    assert run.info.status == "FINISHED"
+    expected_key = TrainConfig(model="resnet18", batch_size=64, image_size=32, env_label="x").config_key()
+    tags = run.data.tags
+    assert tags[schema.TAG_RUN_KIND] == "profile" and tags[schema.TAG_CONFIG_KEY] == expected_key
+    assert tags[schema.TAG_DEVICE_NAME] == "NVIDIA L4" and tags[schema.TAG_DEVICE_TYPE] == "cuda"
+    assert tags[schema.TAG_ENV_LABEL] == "lab-l4" and tags[schema.TAG_INTENSITY_SOURCE] == "measured"
+    assert tags["ncu_version"] == "Version 0.0.0.0 (stand-in for tests)" and tags["driver_version"] == "555.42"
+    assert tags["ncu_source"] == "capture" and tags["ncu_tensor_counters"] == "ops"
+    p = run.data.params
+    assert p["batch_size"] == "64" and p["device"] == "cuda" and p["profile_steps"] == "2"
+    assert p["ncu_metric_set"] == "roofline" and p["ncu_replay_mode"] == "kernel"
+    m = run.data.metrics
+    assert m["ncu_kernels"] == 98
+    assert m["ncu_flops_fp32"] == pytest.approx(4.928e9, rel=1e-3)
+    assert m["ncu_dram_bytes"] == pytest.approx(7.099e8, rel=1e-3)
+    assert m["ncu_kernel_time_s"] == pytest.approx(7.376e-3, rel=1e-3)
+    assert m["ncu_intensity_dram_flops_per_byte"] == pytest.approx(6.94, rel=1e-3)
+    assert m["ncu_phase_forward_kernels"] == 89
+
+    client = mlflow.tracking.MlflowClient()
+    arts = {a.path for a in client.list_artifacts(run.info.run_id, "ncu")}
+    log_name = f"resnet18-b64-fp32-32px-{expected_key}.csv"
+    assert arts == {f"ncu/{n}" for n in (log_name, "top_kernels.csv", "kernels.csv", "phases.csv", "command.txt")}
+    top = artifact_csv(run.info.run_id, "ncu/top_kernels.csv", tmp_path)
+    assert top["time_s"].is_monotonic_decreasing and top["launches"].sum() <= 98
+    kernels = artifact_csv(run.info.run_id, "ncu/kernels.csv", tmp_path)
+    assert len(kernels) == 98 and kernels["flops_fp32"].sum() == pytest.approx(4.928e9, rel=1e-3)
+    out = capsys.readouterr().out
+    assert "98 kernels" in out.splitlines()[-1] and "6.94 FLOP/byte (measured)" in out.splitlines()[-1]
+
+
+@pytest.mark.parametrize(
+    "output, rc, extra, message",
+    [
+        (MESSAGES / "err_nvgpuctrperm.log", 1, [], "ncu may not read the GPU performance counters (ERR_NVGPUCTRPERM)"),
+        (MESSAGES / "no_kernels.log", 0, [], "ncu profiled no kernels"),
+        (MESSAGES / "legacy_flop_count_sp.log", 1, ["--metric-set", "seed"], "ncu rejects flop_count_sp: these are nvprof-era"),
+        (MESSAGES / "app_error.log", 1, [], "the profiled program failed under ncu (exit code 1)"),
+        (MESSAGES / "na_metrics.csv", 0, [], "ncu reported n/a for sm__ops_path_tensor_src_tf32_dst_fp32.sum"),
+        (MESSAGES / "not_ncu.csv", 0, [], "is not Nsight Compute CSV output"),
+    ],
+)
+def test_capture_failures_end_the_run_failed_with_the_reason(
+    tracking, standin, tmp_path, capsys, output, rc, extra, message
+):
+    argv_file = standin(output, rc=rc, echo=True)
+    code = cli.main([*CONFIG, *extra, "--out", str(tmp_path / "out"), "--experiment", "prof"], probe=gpu())
+    assert code == 1 and argv_file.exists()
+    run = only_run()
+    assert run.info.status == "FAILED"
+    assert message in run.data.tags["error"] and "\n" not in run.data.tags["error"]
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: ") and message in err[-1]
+    # the raw ncu log stays with the failed run as evidence
+    arts = {a.path for a in mlflow.tracking.MlflowClient().list_artifacts(run.info.run_id, "ncu")}
+    assert any(a.endswith(".csv") and "resnet18" in a for a in arts)
+
+
+def test_seed_set_asks_ncu_for_the_legacy_names(tracking, standin, tmp_path, capsys):
+    argv_file = standin(MESSAGES / "legacy_flop_count_sp.log", rc=1)
+    cli.main([*CONFIG, "--metric-set", "seed", "--out", str(tmp_path / "o"), "--experiment", "prof"], probe=gpu())
+    seen = json.loads(argv_file.read_text())
+    assert seen[seen.index("--metrics") + 1].split(",")[:2] == ["flop_count_sp", "flop_count_hp"]
+    assert "note: ncu rejects flop_count_sp, flop_count_hp" in capsys.readouterr().out
+
+
+def test_ncu_not_on_path(tracking, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PATH", str(tmp_path))  # nothing there
+    assert cli.main([*CONFIG, "--experiment", "prof", "--out", str(tmp_path / "o")], probe=gpu()) == 1
+    run = only_run()
+    assert run.info.status == "FAILED"
+    assert run.data.tags["error"].startswith("`ncu` (Nsight Compute CLI) is not on PATH: install Nsight Compute")
+
+
+def test_no_cuda_fails_and_points_to_import(tracking, standin, ncu_dir, tmp_path, capsys):
+    argv_file = standin(ncu_dir / L4_CSV)
+    assert cli.main([*CONFIG, "--experiment", "prof", "--out", str(tmp_path / "o")], probe=gpu(False)) == 1
+    run = only_run()
+    assert run.info.status == "FAILED" and run.data.tags["error"] == NO_GPU_MESSAGE
+    assert "--import FILE" in NO_GPU_MESSAGE and not argv_file.exists()  # ncu never ran
+
+
+# ---------------------------------------------------------------- --import
+def test_import_l4_csv_needs_no_gpu_and_no_ncu(tracking, ncu_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    boom = lambda *a, **k: pytest.fail("the import path must not probe CUDA")  # noqa: E731
+    args = [*CONFIG, "--import", str(ncu_dir / L4_CSV), "--device-name", "NVIDIA L4", "--experiment", "prof"]
+    assert cli.main(args, probe=boom) == 0
+    run = only_run()
+    assert run.info.status == "FINISHED"
+    assert run.data.tags[schema.TAG_DEVICE_NAME] == "NVIDIA L4" and run.data.tags["ncu_source"] == "import"
+    assert run.data.params["ncu_import_file"] == L4_CSV
+    assert run.data.metrics["ncu_intensity_dram_flops_per_byte"] == pytest.approx(6.94, rel=1e-3)
+    arts = {a.path for a in mlflow.tracking.MlflowClient().list_artifacts(run.info.run_id, "ncu")}
+    assert f"ncu/{L4_CSV}" in arts and "ncu/top_kernels.csv" in arts
+
+
+def test_import_ncu_rep_reads_the_device_name(tracking, ncu_dir):
+    rep = ncu_dir / "t4_matrix_add_1000x1000_set_full.ncu-rep"
+    assert cli.main(["--import", str(rep), "--experiment", "prof"], probe=None) == 0
+    run = only_run()
+    assert run.data.tags[schema.TAG_DEVICE_NAME] == "Tesla T4" and run.data.tags["cuda_capability"] == "7.5"
+    assert run.data.metrics["ncu_flops_fp32"] == pytest.approx(1.0e6, rel=1e-9)
+    assert run.data.metrics["ncu_dram_read_bytes"] == 9_612_288
+    assert run.data.metrics["ncu_kernel_time_s"] == pytest.approx(52_576e-9, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "file, extra, message",
+    [
+        (MESSAGES / "not_ncu.csv", ["--device-name", "NVIDIA L4"], "not_ncu.csv is not Nsight Compute CSV output"),
+        (MESSAGES / "nvprof_metrics.csv", ["--device-name", "Tesla K20c"], "nvprof_metrics.csv is nvprof output"),
+        ("rtx5070_saxpy_n16777216_details.csv", ["--device-name", "NVIDIA GeForce RTX 5070"], "rtx5070_saxpy_n16777216_details.csv has no FLOP counters"),
+        (L4_CSV, [], f"{L4_CSV} does not name its GPU: pass --device-name"),
+    ],
+)
+def test_import_failures_end_failed(tracking, ncu_dir, file, extra, message):
+    path = file if isinstance(file, Path) else ncu_dir / file
+    assert cli.main(["--import", str(path), *extra, "--experiment", "prof"]) == 1
+    run = only_run()
+    assert run.info.status == "FAILED" and run.data.tags["error"].startswith(message)
+
+
+# ---------------------------------------------------------------- bad input: exit 2, no run
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--device", "cpu"], "--device must be cuda or cuda:N"),
+        (["--batch", "0"], "batch_size must be a positive integer"),
+        (["--profile-steps", "0"], "profile_steps must be >= 1"),
+        (["--launch-count", "0"], "launch_count must be >= 1"),
+        (["--import", "/nonexistent.csv"], "--import /nonexistent.csv: no such file"),
+    ],
+)
+def test_bad_input_is_a_usage_error_without_a_run(tracking, capsys, args, message):
+    assert cli.main([*args, "--experiment", "prof"], probe=gpu()) == 2
+    assert message in capsys.readouterr().err
+    assert mlflow.search_runs(experiment_names=["prof"], output_format="list") == []
+
+
+def test_mlproject_style_empty_strings_mean_unset():
+    args = cli.build_parser().parse_args(["--import", "", "--launch-count", "", "--device-name", "", "--experiment", ""])
+    assert args.import_file is None and args.launch_count is None and args.device_name is None and args.experiment is None
+
+
+def test_config_flags_round_trip_through_train_parser():
+    from train.config import add_config_args, config_from_args
+    import argparse
+
+    args = cli.build_parser().parse_args([*CONFIG, "--channels-last", "true", "--device", "cuda:1"])
+    flags = cli.config_flags(args)
+    p = argparse.ArgumentParser()
+    add_config_args(p)
+    again = config_from_args(p.parse_args(flags))
+    assert again == config_from_args(args)
+
+
+# ---------------------------------------------------------------- the real CUDA check and a real capture
+def test_real_probe_agrees_with_torch():
+    import torch
+
+    info = cli.cuda_probe("cuda")
+    assert info.available == torch.cuda.is_available()
+    if info.available:
+        assert info.name == torch.cuda.get_device_name(0)
+        assert info.capability == tuple(torch.cuda.get_device_capability(0))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(shutil.which("ncu") is None, reason="needs Nsight Compute (ncu) on PATH")
+def test_real_capture_attributes_backward_kernels(tracking, tmp_path):
+    """On a GPU with ncu: one tiny training step; backward kernels must carry FLOPs (start/end ranges)."""
+    args = ["--model", "resnet18", "--batch", "2", "--image-size", "32", "--warmup-iters", "1",
+            "--profile-steps", "1", "--out", str(tmp_path / "o"), "--experiment", "prof"]  # fmt: skip
+    assert cli.main(args) == 0
+    run = only_run()
+    m = run.data.metrics
+    assert run.info.status == "FINISHED" and m["ncu_kernels"] > 0 and m["ncu_flops_total"] > 0
+    assert m["ncu_dram_bytes"] > 0 and m["ncu_intensity_dram_flops_per_byte"] > 0
+    assert m.get("ncu_phase_backward_flops_share", 0) > 0.2  # backward ~ 2x forward work
