@@ -40,6 +40,7 @@ from profiling.ncu_command import (
 from profiling.ncu_parse import NcuReport, parse_ncu_csv, read_ncu_csv
 from profiling.ncu_report_import import is_ncu_rep, load_ncu_rep
 from train.config import TrainConfig, add_config_args, config_from_args
+from train.data import num_classes_for
 
 ROOT = Path(__file__).resolve().parents[1]
 TOP_KERNELS = 25
@@ -157,9 +158,12 @@ def _config(args: argparse.Namespace) -> TrainConfig:
     if not str(args.device).startswith("cuda"):
         raise UsageError(f"profiling measures CUDA kernels: --device must be cuda or cuda:N, got {args.device!r}")
     try:
-        return config_from_args(args)
+        config = config_from_args(args)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
+    # the same num_classes as `python -m train` derives, so config_key joins with its timing runs
+    config.num_classes = num_classes_for(config.data, config.num_classes)
+    return config
 
 
 def _options(args: argparse.Namespace) -> CaptureOptions:

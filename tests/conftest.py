@@ -23,12 +23,29 @@ def ncu_dir() -> Path:
     return NCU_FIXTURES
 
 
-@pytest.fixture
-def tracking(tmp_path, monkeypatch):
-    """A fresh sqlite tracking store for one test; returns its URI. Also isolates the spool dir."""
+@pytest.fixture(scope="session")
+def template_db(tmp_path_factory) -> Path:
+    """An empty sqlite store with MLflow's schema already created, once per test session."""
     import mlflow
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    path = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
+    mlflow.tracking.MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
+    return path
+
+
+@pytest.fixture
+def tracking(template_db, tmp_path, monkeypatch):
+    """A fresh sqlite tracking store for one test; returns its URI. Also isolates the spool dir.
+
+    Made from a copy of `template_db`: creating MLflow's schema takes ~5 s here, copying ~0.2 s.
+    """
+    import shutil
+
+    import mlflow
+
+    db = tmp_path / "mlflow.db"
+    shutil.copyfile(template_db, db)
+    uri = f"sqlite:///{db}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("ROOFLINE_SPOOL_DIR", str(tmp_path / "spool"))
     monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)

@@ -10,12 +10,12 @@ import mlflow
 from tests.conftest import ROOT
 
 
-def mlflow_run(tracking: str, tmp_path, *params: str) -> subprocess.CompletedProcess:
+def mlflow_run(tracking: str, tmp_path, *params: str, entry: str = "main") -> subprocess.CompletedProcess:
     env = dict(os.environ, MLFLOW_TRACKING_URI=tracking, DS_ACCELERATOR="cpu",
                PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
     env.pop("MLFLOW_RUN_ID", None)
     args = [sys.executable, "-m", "mlflow", "run", str(ROOT), "--env-manager", "local",
-            "--experiment-name", "mlproject-test"]
+            "--experiment-name", "mlproject-test", "-e", entry]
     for p in params:
         args += ["-P", p]
     return subprocess.run(args, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
@@ -42,3 +42,14 @@ def test_mlflow_run_with_bad_parameter_ends_failed_with_reason(tracking, tmp_pat
     assert "error: argument --batch/--batch-size: invalid int value: 'two'" in done.stderr
     run = mlflow.search_runs(experiment_names=["mlproject-test"], output_format="list")[0]
     assert run.info.status == "FAILED" and "invalid int value: 'two'" in run.data.tags["error"]
+
+
+def test_mlflow_run_profile_entry_imports_ncu_output(tracking, tmp_path, ncu_dir):
+    csv = ncu_dir / "l4_resnet18_bs64_train_step_details_nvtx.csv"
+    done = mlflow_run(tracking, tmp_path, "batch=64", "image_size=32", f"import_file={csv}",
+                      "device_name=NVIDIA L4", "env_label=lab", entry="profile")
+    assert done.returncode == 0, done.stderr[-2000:]
+    run = mlflow.search_runs(experiment_names=["mlproject-test"], output_format="list")[0]
+    assert run.info.status == "FINISHED" and run.data.tags["run_kind"] == "profile"
+    assert run.data.tags["device_name"] == "NVIDIA L4"
+    assert abs(run.data.metrics["ncu_intensity_dram_flops_per_byte"] - 6.94) < 0.007

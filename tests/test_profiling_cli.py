@@ -43,30 +43,6 @@ sys.exit(int(os.environ.get("STANDIN_RC", "0")))
 '''
 
 
-@pytest.fixture(scope="module")
-def template_db(tmp_path_factory):
-    """An empty sqlite store with MLflow's schema already created (once per module)."""
-    path = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
-    mlflow.tracking.MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
-    return path
-
-
-@pytest.fixture
-def tracking(template_db, tmp_path, monkeypatch):
-    """conftest's `tracking` (a fresh sqlite store per test, isolated spool dir), made from a copy of
-    the template: creating MLflow's schema takes ~5 s on this machine, copying it ~0.2 s."""
-    db = tmp_path / "mlflow.db"
-    shutil.copyfile(template_db, db)
-    uri = f"sqlite:///{db}"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    monkeypatch.setenv("ROOFLINE_SPOOL_DIR", str(tmp_path / "spool"))
-    for name in ("MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID"):
-        monkeypatch.delenv(name, raising=False)
-    mlflow.set_tracking_uri(uri)
-    yield uri
-    mlflow.set_tracking_uri(None)
-
-
 def gpu(available=True):
     return lambda device, env_label=None: GpuInfo(
         available, "NVIDIA L4" if available else None, (8, 9) if available else None, {"driver_version": "555.42"}
@@ -222,6 +198,19 @@ def test_import_l4_csv_needs_no_gpu_and_no_ncu(tracking, ncu_dir, tmp_path, monk
     assert run.data.metrics["ncu_intensity_dram_flops_per_byte"] == pytest.approx(6.94, rel=1e-3)
     arts = {a.path for a in mlflow.tracking.MlflowClient().list_artifacts(run.info.run_id, "ncu")}
     assert f"ncu/{L4_CSV}" in arts and "ncu/top_kernels.csv" in arts
+
+
+def test_profile_config_key_joins_the_train_run_of_the_same_folder_data(tracking, ncu_dir, tmp_path):
+    from tests.helpers import make_image_folder
+
+    root = make_image_folder(tmp_path / "imagenette", classes=("a", "b", "c"), per_class=1)
+    args = [*CONFIG, "--data", str(root), "--import", str(ncu_dir / L4_CSV), "--device-name", "NVIDIA L4",
+            "--experiment", "prof"]
+    assert cli.main(args, probe=None) == 0
+    run = only_run()
+    assert run.data.params["num_classes"] == "3"  # counted from the folders, as python -m train does
+    expected = TrainConfig(model="resnet18", batch_size=64, image_size=32, num_classes=3, env_label="x")
+    assert run.data.tags[schema.TAG_CONFIG_KEY] == expected.config_key()
 
 
 def test_import_ncu_rep_reads_the_device_name(tracking, ncu_dir):

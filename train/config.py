@@ -139,6 +139,8 @@ def add_config_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--env-label", default=None, help="name of this environment (default: host name)")
     g.add_argument("--lr", type=float, default=d.lr, help="learning rate")
     g.add_argument("--optimizer", default=d.optimizer, choices=OPTIMIZERS)
+    g.add_argument("--num-classes", type=int, default=d.num_classes,
+                   help="classifier outputs for synthetic/fake data (folder and cifar10 data set it from the data)")
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:

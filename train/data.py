@@ -74,6 +74,19 @@ def check_data(data: str) -> int | None:
     return len(classes)
 
 
+def num_classes_for(data: str, default: int) -> int:
+    """Classes of the data named by `data` where they can be read here, else `default`.
+
+    For configs describing runs made elsewhere (ncu imports, sweeps planned ahead): a folder that
+    does not exist on this machine cannot be counted, so the --num-classes flag stands.
+    """
+    try:
+        found = check_data(data)
+    except UsageError:
+        return default
+    return default if found is None else found
+
+
 # ------------------------------------------------------------------ data sets
 def checked_image_loader(path: str):
     """ImageFolder's loader, turning undecodable files into a CorruptDataError naming the file."""
