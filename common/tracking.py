@@ -21,7 +21,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from common import schema
 from common.errors import BenchError, one_line
@@ -127,6 +127,7 @@ class RunSession:
         parent: "RunSession | None" = None,
         system_metrics: bool = False,
         resume_env_run: bool = True,
+        run_id: str | None = None,
         quiet: bool = False,
     ) -> None:
         if run_kind not in schema.RUN_KINDS:
@@ -135,6 +136,7 @@ class RunSession:
         self.parent = parent
         self.system_metrics = system_metrics
         self.resume_env_run = resume_env_run and parent is None
+        self.resume_run_id = run_id  # an existing run to continue (a resumed sweep's parent)
         self.quiet = quiet
         self.local_id = uuid.uuid4().hex
         self.run_id: str | None = None
@@ -175,7 +177,11 @@ class RunSession:
 
     # ---------------------------------------------------------------- lifecycle
     def __enter__(self) -> "RunSession":
+        if self.parent is not None and self.parent.offline:
+            self._go_offline(None)  # the parent already found the server unreachable
+            return self
         try:
+            _check_reachable()
             self._open()
         except BenchError:
             raise
@@ -215,9 +221,11 @@ class RunSession:
 
         self._client = MlflowClient()
         env_run = os.environ.get("MLFLOW_RUN_ID") if self.resume_env_run else None
-        if env_run:
+        if env_run and not self.resume_run_id:
             # `mlflow run` created this run; take it over (and don't let child runs reuse it).
             del os.environ["MLFLOW_RUN_ID"]
+        env_run = self.resume_run_id or env_run
+        if env_run:
             run = self._client.get_run(env_run)
             self.run_id, self.experiment_id = env_run, run.info.experiment_id
             self._written_params = set(run.data.params)
@@ -236,11 +244,7 @@ class RunSession:
     def _experiment_id(self) -> str:
         if self.parent is not None and self.parent.experiment_id:
             return self.parent.experiment_id
-        name = self.experiment or os.environ.get("MLFLOW_EXPERIMENT_NAME")
-        if name:
-            exp = self._client.get_experiment_by_name(name)
-            return exp.experiment_id if exp else self._client.create_experiment(name)
-        return os.environ.get("MLFLOW_EXPERIMENT_ID") or "0"
+        return experiment_id_for(self.experiment, create=True, client=self._client)
 
     def _start_monitor(self) -> None:
         try:
@@ -303,10 +307,12 @@ class RunSession:
                 "send it later with `python -m common.upload`"
             )
 
-    def _go_offline(self, exc: BaseException) -> None:
-        if not self.offline:
+    def _go_offline(self, exc: BaseException | None) -> None:
+        if not self.offline and exc is not None:
             self._say(f"warning: tracking server unreachable ({one_line(exc)[:200]}); continuing offline")
         self.offline = True
+        if self.parent is not None:
+            self.parent.offline = True  # siblings started after this one go straight offline
 
     def _spool(self) -> Path:
         """Write the unsent part of the run (everything, if the run was never created) to disk."""
@@ -339,6 +345,40 @@ class RunSession:
     def _say(self, text: str) -> None:
         if not self.quiet:
             print(text, file=sys.stderr)
+
+
+def experiment_id_for(name: str | None, create: bool = False, client=None) -> str | None:
+    """The experiment runs go to: `name`, else MLFLOW_EXPERIMENT_NAME / _ID, else Default ("0").
+
+    None when the named experiment does not exist and `create` is false.
+    """
+    if client is None:
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient()
+    name = name or os.environ.get("MLFLOW_EXPERIMENT_NAME")
+    if name:
+        exp = client.get_experiment_by_name(name)
+        if exp is not None:
+            return exp.experiment_id
+        return client.create_experiment(name) if create else None
+    return os.environ.get("MLFLOW_EXPERIMENT_ID") or "0"
+
+
+def _check_reachable(timeout_s: float = 5.0) -> None:
+    """For an HTTP tracking server, one quick GET /health instead of MLflow's long retry schedule.
+
+    Raises ConnectionError when the server does not answer; other URIs are not checked.
+    """
+    uri = _tracking_uri()
+    if not uri.startswith(("http://", "https://")):
+        return
+    import requests
+
+    try:
+        requests.get(uri.rstrip("/") + "/health", timeout=timeout_s)
+    except requests.RequestException as exc:
+        raise ConnectionError(f"{uri} does not answer ({type(exc).__name__})") from exc
 
 
 def _tracking_uri() -> str:
@@ -404,11 +444,6 @@ def upload_spooled(folder: Path | None = None, say=print) -> tuple[int, int]:
         sent += 1
         say(f"uploaded {rec.run_kind} run {rec.run_name or ''} -> {session.run_id}")
     return sent, len(entries) - sent
-
-
-def iter_spooled_records(folder: Path | None = None) -> Iterator[RunRecord]:
-    for entry in spooled_runs(folder):
-        yield RunRecord(**entry["record"])
 
 
 def fail_pending_run(run_kind: str, message: str) -> str | None:

@@ -56,6 +56,43 @@ def tracking(template_db, tmp_path, monkeypatch):
     mlflow.set_tracking_uri(None)
 
 
+SERVER_BACKENDS = ["sqlite", "postgresql"]
+
+
+@pytest.fixture(scope="session", params=SERVER_BACKENDS)
+def mlflow_server(request, tmp_path_factory):
+    """One real `mlflow server` per backend for the whole session (starting one takes ~20-40 s here).
+
+    postgresql runs when ROOFLINE_TEST_POSTGRES_URI names a database (.ci/run sets one up).
+    """
+    from tests.mlflow_server import MlflowServer
+
+    root = tmp_path_factory.mktemp(f"server-{request.param}")
+    if request.param == "postgresql":
+        backend = os.environ.get("ROOFLINE_TEST_POSTGRES_URI")
+        if not backend:
+            pytest.skip("set ROOFLINE_TEST_POSTGRES_URI=postgresql://user:pass@host/db to test a PostgreSQL backend")
+    else:
+        backend = f"sqlite:///{root / 'server.db'}"
+    server = MlflowServer(backend, root / "artifacts").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def on_server(mlflow_server, tmp_path, monkeypatch):
+    """Point this test's MLflow client at the shared server; returns the server."""
+    import mlflow
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server.url)
+    monkeypatch.setenv("ROOFLINE_SPOOL_DIR", str(tmp_path / "spool"))
+    for name in ("MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID"):
+        monkeypatch.delenv(name, raising=False)
+    mlflow.set_tracking_uri(mlflow_server.url)
+    yield mlflow_server
+    mlflow.set_tracking_uri(None)
+
+
 def gpu_available() -> bool:
     try:
         import torch

@@ -32,7 +32,7 @@ def entry_points() -> dict:
 def test_every_parameter_is_used_once_and_every_flag_exists():
     import importlib
 
-    modules = {"main": "train.__main__", "profile": "profiling.cli"}
+    modules = {"main": "train.__main__", "profile": "profiling.cli", "sweep": "train.sweep"}
     for name, ep in entry_points().items():
         command = ep["command"]
         used = re.findall(r"\{(\w+)\}", command)
