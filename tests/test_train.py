@@ -117,7 +117,7 @@ def arg(flag, value):
         ("--model", "resnet19", "unknown model 'resnet19': did you mean resnet18"),
         ("--batch", "0", "batch_size must be a positive integer, got 0"),
         ("--batch", "-3", "batch_size must be a positive integer, got -3"),
-        ("--iters", "0", "iters must be a positive integer, got 0"),
+        ("--iters", "0", "iters must be a positive integer or auto, got 0"),
         ("--precision", "fp16", "fp16 autocast is not supported for training on cpu"),
         ("--device", "cuda", "CUDA is not available on this machine"),
         ("--device", "tpu", "device must be one of"),
