@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import mlflow
+import pytest
 
 from tests.conftest import ROOT
 
@@ -53,3 +54,24 @@ def test_mlflow_run_profile_entry_imports_ncu_output(tracking, tmp_path, ncu_dir
     assert run.info.status == "FINISHED" and run.data.tags["run_kind"] == "profile"
     assert run.data.tags["device_name"] == "NVIDIA L4"
     assert abs(run.data.metrics["ncu_intensity_dram_flops_per_byte"] - 6.94) < 0.007
+
+
+@pytest.mark.skipif(os.environ.get("ROOFLINE_TEST_VIRTUALENV") != "1",
+                    reason="builds a 6 GB venv from conda.yaml (minutes): set ROOFLINE_TEST_VIRTUALENV=1 (.ci/run does)")
+def test_mlflow_run_virtualenv_env_manager(tracking, tmp_path):
+    """The conda.yaml pip list builds a working environment with mlflow's virtualenv manager."""
+    import shutil
+
+    if shutil.which("pyenv") is None and not os.path.exists(os.path.expanduser("~/.pyenv/bin/pyenv")):
+        pytest.skip("mlflow's virtualenv manager needs pyenv")
+    env = dict(os.environ, MLFLOW_TRACKING_URI=tracking,
+               PATH=os.pathsep.join([os.path.dirname(sys.executable), os.path.expanduser("~/.pyenv/bin"),
+                                     os.environ.get("PATH", "")]))
+    env.pop("MLFLOW_RUN_ID", None)
+    args = [sys.executable, "-m", "mlflow", "run", str(ROOT), "--env-manager", "virtualenv",
+            "--experiment-name", "venv-test", "-P", "batch=2", "-P", "image_size=32", "-P", "iters=2",
+            "-P", "warmup_iters=1", "-P", "device=cpu"]
+    done = subprocess.run(args, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=3600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = mlflow.search_runs(experiment_names=["venv-test"], output_format="list")[0]
+    assert run.info.status == "FINISHED" and run.data.metrics["throughput_samples_per_s"] > 0
