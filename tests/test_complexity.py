@@ -235,6 +235,14 @@ def test_lists_accept_spaces_commas_and_one_quoted_string():
     assert cfg.models == ["resnet18", "vgg16", "mobilenet_v2"] and cfg.batch_sizes == [16, 32, 64]
 
 
+def test_header_names_the_measured_batches_per_group():
+    from types import SimpleNamespace as NS
+
+    models = [NS(model="a", measured_batches=(1, 2)), NS(model="b", measured_batches=(1, 2)), NS(model="c", measured_batches=(2, 4))]
+    assert cx.measured_batches_text(models) == "1 and 2 (2 and 4 for c)"
+    assert cx.measured_batches_text(models[:2]) == "1 and 2"
+
+
 # ------------------------------------------------------------------ the logged run
 def test_complexity_run_logs_metrics_tables_and_tags(tracking, capsys, tmp_path):
     code = cx.main(["--models", "resnet18", "--batch-sizes", "2", "8", "--image-size", "32", "--device", "cpu",

@@ -62,7 +62,7 @@ class ComplexityConfig:
     def __post_init__(self) -> None:
         from train.footprint import parse_bytes
 
-        self.models = [str(m).strip() for m in self.models if str(m).strip()]
+        self.models = list(dict.fromkeys(str(m).strip() for m in self.models if str(m).strip()))
         if not self.models:
             raise ValueError("models must name at least one torchvision classifier")
         for name in ("batch_sizes", "rss_batch_sizes"):
@@ -195,7 +195,7 @@ def preflight(cfg: ComplexityConfig):
     from train import device as dev
     from train.models import check_model_name
 
-    cfg.models = [check_model_name(m) for m in cfg.models]
+    cfg.models = list(dict.fromkeys(check_model_name(m) for m in cfg.models))
     device = dev.resolve_device(cfg.device)
     dev.check_precision(cfg.precision, device)
     if cfg.validate_rss and device.type != "cpu":
@@ -376,7 +376,7 @@ def markdown(result: ComplexityResult) -> str:
     cfg = result.cfg
     gib = 2**30
     mem_txt = format_bytes(result.device_memory_bytes)
-    batches = " and ".join(sorted({" and ".join(map(str, c.measured_batches)) for c in result.models}))
+    batches = measured_batches_text(result.models)
     head = (f"Per-sample quantities measured at batch {batches} on {result.device} ({result.device_name}) and scaled linearly to each batch "
             f"({cfg.precision}, {cfg.image_size} px, {cfg.optimizer}). Predicted training memory = weights + gradients "
             f"+ optimizer state + activations (GiB; `over` = more than {mem_txt}, {result.device_memory_source}).")
@@ -401,6 +401,21 @@ def markdown(result: ComplexityResult) -> str:
             lines.append(f"| {r['model']} | {r['batch_size']} | {r['measured_growth_bytes'] / 2**20:.1f} | "
                          f"{r['predicted_growth_bytes'] / 2**20:.1f} | {r['rel_error']:+.1%} |")
     return "\n".join(lines) + "\n"
+
+
+def measured_batches_text(models) -> str:
+    """'1 and 2', or '1 and 2 (2 and 4 for resnet18)' when some models had to be measured elsewhere."""
+    def pair(c):
+        return " and ".join(map(str, c.measured_batches))
+
+    groups: dict[str, list[str]] = {}
+    for c in models:
+        groups.setdefault(pair(c), []).append(c.model)
+    if not groups:
+        return "-"
+    common = max(groups, key=lambda k: len(groups[k]))
+    others = [f"{k} for {', '.join(v)}" for k, v in groups.items() if k != common]
+    return common + (f" ({'; '.join(others)})" if others else "")
 
 
 def artifacts(result: ComplexityResult) -> dict[str, str]:
