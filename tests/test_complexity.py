@@ -211,6 +211,7 @@ def test_config_errors_name_the_field(kwargs, field):
     (["--batch-sizes", "-8"], "--batch-sizes must be positive integers, got -8"),
     (["--batch-sizes", "16 x"], "--batch-sizes takes whole numbers, got 'x'"),
     (["--device-memory", "16QB"], "--device-memory: expected a size like 16GiB"),
+    (["--image-size", "abc"], "argument --image-size: invalid int value: 'abc'"),
 ])
 def test_bad_input_gives_one_line_error_and_usage_exit(argv, message, capsys, tracking):
     code = cx.main(["--no-progress", *argv])

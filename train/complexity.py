@@ -126,8 +126,15 @@ def _int_list(values, flag: str) -> list[int]:
     return out
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad flag is one line (UsageError), not the usage text plus the error."""
+
+    def error(self, message: str):
+        raise UsageError(f"{message} (see python -m train.complexity --help)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="python -m train.complexity",
         description="Parameters, FLOPs, activation memory and predicted training memory per model and batch "
         "size, measured at batch 1 and 2 and scaled linearly; logged as a `complexity` MLflow run.",
@@ -495,8 +502,8 @@ def _write_out(out_dir: str | None, texts: dict[str, str]) -> None:
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)
         cfg = config_from_args(args)
         if not args.no_track:
             preflight(cfg)  # bad names/devices: fail the run `mlflow run` created, log nothing else
