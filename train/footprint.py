@@ -2,12 +2,14 @@
 optimizer-state bytes, the activations autograd saves for backward, and the memory model built
 from them.
 
-Everything is measured on the benchmark's own device, model and `train_step` at the two small
-batch sizes train/bench.py counts at (`COUNT_BATCHES`, 2 and 4) and scaled linearly:
+Everything is measured on the benchmark's own device, model and `train_step` at two small batch
+sizes (1 and 2; 2 and 4, train/bench.py's `COUNT_BATCHES`, when batch norm cannot train on one
+sample) and scaled linearly:
 
 * training FLOPs and modeled bytes: `train.flops.count_step` around `train_step`, after one
-  uncounted step, exactly as `train.bench.count_work` does (so a training run of the same config
-  logs the same numbers); extrapolated to any batch with `train.flops.extrapolate`;
+  uncounted step, as `train.bench.count_work` does; extrapolated to any batch with
+  `train.flops.extrapolate`. Every count is affine in the batch, so a training run of the same
+  config (which counts at 2 and 4) logs the same numbers;
 * forward FLOPs/MACs: `train.flops.deepspeed_forward_profile`, with the per-module numbers read
   from the same DeepSpeed pass;
 * activations: every storage autograd saves during those counted steps, seen through
@@ -34,6 +36,7 @@ Pure measurement and arithmetic: no MLflow, no files (the RSS probe runs in a su
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -423,7 +426,7 @@ def analyze_model(cfg, device, measure_batches: tuple[int, int] | None = None) -
     for sizes in candidates:
         if len(set(sizes)) != 2 or min(sizes) < 1:
             raise ValueError(f"need two different positive batch sizes to measure at, got {sizes}")
-        cfg.batch_size = sizes[0]
+        cfg = dataclasses.replace(cfg, batch_size=sizes[0])  # the caller's config stays as it was
         prep = prepare(cfg, device)
         model, parts = prep.model, prep.parts
         batches = {b: synthetic_source(b, cfg.image_size, cfg.num_classes, device, cfg.channels_last, cfg.seed).next()
