@@ -1,0 +1,281 @@
+"""Model complexity: parameter counts, saved activations, optimizer state and the memory model,
+against published numbers, hand-computed bytes and a measured training step."""
+from __future__ import annotations
+
+import csv
+import io
+
+import mlflow
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from train import complexity as cx
+from train import footprint as fp
+from train.config import TrainConfig
+
+CPU = torch.device("cpu")
+
+
+# ------------------------------------------------------------------ parameters
+@pytest.mark.parametrize("name, published", [
+    ("resnet18", 11_689_512), ("resnet50", 25_557_032), ("vgg16", 138_357_544), ("mobilenet_v2", 3_504_872),
+])
+def test_parameter_counts_equal_torchvision_published(name, published):
+    model = fp.meta_model(name)  # meta device: shapes only, nothing allocated or initialised
+    assert next(model.parameters()).device.type == "meta"
+    assert fp.count_params(model) == (published, 4 * published)  # fp32
+
+
+# ------------------------------------------------------------------ saved activations, by hand
+def tiny_net(inplace: bool, bn: bool = False) -> nn.Sequential:
+    layers = [nn.Conv2d(3, 4, 3, padding=1)]
+    if bn:
+        layers.append(nn.BatchNorm2d(4))
+    layers += [nn.ReLU(inplace=inplace), nn.Conv2d(4, 8, 3, padding=1)]
+    return nn.Sequential(*layers)
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+def test_conv_relu_conv_saved_bytes_by_hand(inplace):
+    # x: 2x3x8x8 fp32 = 1536 B, does not require grad. What autograd keeps for backward:
+    #   conv0 (ConvolutionBackward0): its input x (1536 B) and its weight (a parameter: not counted)
+    #   relu  (ReluBackward0): its result, 2x4x8x8 fp32 = 2048 B. In place, the result IS conv0's
+    #         output storage; not in place, a new storage: 2048 B either way.
+    #   conv2: its input = relu's result, the SAME storage (counted once) + its weight (parameter)
+    #   .sum() (SumBackward0): only sizes, no tensor
+    # A naive per-tensor sum would give 1536 + 432 + 2048 + 2048 + 1152 = 7216 B.
+    torch.manual_seed(0)
+    net, x = tiny_net(inplace), torch.randn(2, 3, 8, 8)
+    saved = fp.saved_bytes(net, lambda: net(x).sum(), batch_size=2)
+    assert saved.total_bytes == 1536 + 2048
+    assert saved.by_module == {"0": 1536, "1": 2048}  # conv2 saved nothing new
+    assert saved.weight_bytes == 4 * (4 * 3 * 9) + 4 * (8 * 4 * 9)  # conv weights 432 + 1152 B, biases not saved
+
+
+def test_batch_norm_saves_batch_independent_statistics_and_buffers_are_weights():
+    # conv -> bn -> relu_ (in place) -> conv, at batch N:
+    #   conv0: x (N*3*64*4 B); bn: its input = conv0 output (N*4*64*4 B) + save_mean, save_invstd
+    #   (4 channels x 4 B each = 32 B, independent of N) + weight, running_mean, running_var
+    #   (a parameter and two buffers: weights, 48 B); relu_: bn's output (N*4*64*4 B), which conv2
+    #   saves again (same storage).
+    torch.manual_seed(0)
+    net = tiny_net(inplace=True, bn=True)
+    totals = {}
+    for n in (2, 4):
+        x = torch.randn(n, 3, 8, 8)
+        saved = fp.saved_bytes(net, lambda: net(x).sum(), batch_size=n)
+        assert saved.by_module == {"0": n * 768, "1": n * 1024 + 32, "2": n * 1024}
+        assert saved.weight_bytes == 432 + 1152 + 3 * 16
+        totals[n] = saved.total_bytes
+    slope, fixed = fp._affine(totals)
+    assert (slope, fixed) == (768 + 1024 + 1024, 32)
+
+
+def test_cross_entropy_and_views_of_saved_storages():
+    # conv -> relu -> conv -> flatten -> linear -> cross_entropy at batch 2:
+    #   conv0 x 1536, relu 2048, linear: flatten VIEW of conv2's output (its storage, 2x8x8x8x4 =
+    #   4096 B) + weight.t() (a view of a parameter: not counted); loss: log_softmax result (2x10x4 =
+    #   80 B, which nll_loss saves again), the int64 targets (16 B) and nll's total_weight (4 B).
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 8, 3, padding=1), nn.Flatten(), nn.Linear(512, 10))
+    x, y = torch.randn(2, 3, 8, 8), torch.tensor([1, 2])
+    saved = fp.saved_bytes(net, lambda: F.cross_entropy(net(x), y), batch_size=2)
+    assert saved.by_module == {"0": 1536, "1": 2048, "4": 4096, fp.LOSS_ROW: 80 + 16 + 4}
+    assert saved.total_bytes == 7780
+    assert saved.output_shapes["4"] == (2, 10)
+
+
+def test_deepspeed_per_module_flops_sum_to_the_total():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 8, 3, padding=1), nn.Flatten(), nn.Linear(512, 10))
+    profile, by_module = fp.forward_profile_by_module(net, torch.randn(2, 3, 8, 8))
+    macs0 = 2 * 8 * 8 * 4 * 3 * 9  # N*H*W*Cout*Cin*k*k
+    assert by_module["0"] == (2 * macs0 + 2 * 8 * 8 * 4, macs0)  # DeepSpeed adds one FLOP per bias add
+    assert by_module["1"] == (2 * 4 * 8 * 8, 0)  # ReLU: one FLOP per element
+    assert by_module["4"] == (2 * 2 * 512 * 10, 2 * 512 * 10)
+    assert sum(f for f, _ in by_module.values()) == profile.flops
+    assert sum(m for _, m in by_module.values()) == profile.macs
+
+
+# ------------------------------------------------------------------ gradients and optimizer state
+@pytest.mark.parametrize("optimizer, expected", [
+    ("sgd", 240),  # momentum: one buffer per parameter (Linear 5->10: 60 fp32 = 240 B)
+    ("adamw", 2 * 240 + 2 * 4),  # exp_avg + exp_avg_sq, plus one fp32 `step` scalar per parameter tensor
+])
+def test_optimizer_state_bytes_measured_after_one_step(optimizer, expected):
+    from train.step import make_optimizer
+
+    lin = nn.Linear(5, 10)
+    opt = make_optimizer(optimizer, lin.parameters(), 0.01)
+    assert fp.optimizer_state_bytes(opt) == 0 and fp.grad_bytes(lin) == 0
+    lin(torch.randn(3, 5)).sum().backward()
+    opt.step()
+    assert fp.grad_bytes(lin) == 240
+    assert fp.optimizer_state_bytes(opt) == expected
+
+
+# ------------------------------------------------------------------ the memory model
+def test_memory_model_and_largest_fitting_batch_by_hand():
+    # fixed = 100 + 100 + 200 + 10 = 410 B; 30 B per sample; 1000 B -> (1000 - 410) // 30 = 19
+    assert fp.predicted_train_mem_bytes(100, 100, 200, 10, 30, 19) == 980
+    assert fp.max_batch_fit(410, 30, 1000) == 19
+    assert fp.max_batch_fit(410, 30, 439) == 0  # not even one sample
+    assert fp.max_batch_fit(410, 30, 440) == 1
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("16GiB", 16 * 2**30), ("16GB", 16 * 10**9), ("512MiB", 512 * 2**20), ("512 mb", 512 * 10**6),
+    ("1.5KiB", 1536), ("100", 100), ("2e9", 2 * 10**9), ("1TiB", 2**40),
+])
+def test_parse_bytes(text, expected):
+    assert fp.parse_bytes(text) == expected
+
+
+@pytest.mark.parametrize("text", ["16XB", "GiB", "sixteen", "-1GB", "0", "16 iB", ""])
+def test_parse_bytes_rejects_bad_sizes(text):
+    with pytest.raises(ValueError, match="size like 16GiB|at least 1 byte"):
+        fp.parse_bytes(text)
+
+
+def test_analysis_matches_count_work_of_a_training_run():
+    """The counts are those a training run of the same config logs (measured at 1 and 2 here,
+    at 2 and 4 there: every count is affine in the batch, so they agree exactly)."""
+    from train.bench import count_work, prepare
+
+    c = fp.analyze_model(TrainConfig(model="resnet18", image_size=64, data="synthetic", env_label="t"), CPU)
+    assert c.measured_batches == (1, 2)
+    counts, forward = count_work(prepare(TrainConfig(model="resnet18", image_size=64, batch_size=16, data="synthetic", env_label="t"), CPU))
+    mine = c.step_counts(16)
+    assert mine.train_flops == counts.train_flops and mine.modeled_bytes == counts.modeled_bytes
+    assert mine.modeled_intensity_flops_per_byte == counts.modeled_intensity_flops_per_byte
+    assert (c.fwd_flops_per_sample, c.fwd_macs_per_sample) == (forward.flops_per_sample, forward.macs_per_sample)
+    assert c.params == forward.params == 11_689_512
+    assert c.grad_bytes == c.optimizer_state_bytes == c.param_bytes == 4 * c.params  # SGD momentum: 1 x params
+    # the per-layer table adds up to the model's totals
+    assert sum(r.saved_bytes_per_sample for r in c.layers) == c.activation_bytes_per_sample
+    assert sum(r.saved_fixed_bytes for r in c.layers) == c.activation_fixed_bytes
+    assert sum(r.fwd_flops_per_sample for r in c.layers) == pytest.approx(c.fwd_flops_per_sample, rel=1e-12)
+    assert sum(r.params for r in c.layers) == c.params
+    conv1 = next(r for r in c.layers if r.name == "conv1")
+    assert conv1.output_shape == "64x32x32" and conv1.saved_bytes_per_sample == 3 * 64 * 64 * 4  # saves the image
+    assert c.predicted_train_mem_bytes(16) == c.fixed_bytes + 16 * c.activation_bytes_per_sample
+
+
+def test_batch_norm_on_a_1x1_map_measures_at_2_and_4():
+    # resnet18 at 32 px ends in 1x1 maps: batch norm cannot train on one sample there
+    c = fp.analyze_model(TrainConfig(model="resnet18", image_size=32, data="synthetic", env_label="t"), CPU)
+    assert c.measured_batches == (2, 4)
+    assert c.activation_bytes_per_sample > 0
+
+
+# ------------------------------------------------------------------ the prediction vs a measured step
+# Tolerance, from measurements on this machine (2-core Xeon VM, torch 2.14.1, glibc malloc), three
+# repetitions each: mobilenet_v2, 64 px, SGD: batch 4 -27.3..-29.9 %, batch 16 -26.2..-29.2 %
+# (prediction below the measured growth). The RSS growth of a first step also holds what the
+# formula leaves out: ~21 MiB of library code paged in by the first backward (RssFile), oneDNN's
+# JIT kernels, transient gradients of activations and glibc's cached, fragmented heap; the live
+# tensors alone peaked at 105 MiB at batch 16 (torch profiler memory events) against 124 MiB
+# predicted and ~170 MiB RSS. We accept -45 % .. +15 %: wide enough for that overhead, narrow
+# enough to catch a missing optimizer state (-47 % at batch 4) or doubly counted activations
+# (+30 % at batch 16).
+RSS_TOLERANCE = (-0.45, 0.15)
+
+
+def test_memory_prediction_against_rss_of_a_real_step():
+    c = fp.analyze_model(TrainConfig(model="mobilenet_v2", image_size=64, data="synthetic", env_label="t"), CPU)
+    for batch in (4, 16):
+        m = fp.measure_step_rss("mobilenet_v2", batch, 64)
+        assert m.peak_source == "VmHWM reset before the step"  # not ru_maxrss: see train/rss_step.py
+        predicted = fp.predicted_step_growth_bytes(c, batch)
+        error = (predicted - m.growth_bytes) / m.growth_bytes
+        assert RSS_TOLERANCE[0] <= error <= RSS_TOLERANCE[1], (batch, m, predicted, error)
+
+
+# ------------------------------------------------------------------ config and CLI errors
+@pytest.mark.parametrize("kwargs, field", [
+    ({"batch_sizes": [16, 0]}, "batch_sizes"), ({"batch_sizes": [-4]}, "batch_sizes"),
+    ({"rss_batch_sizes": [0]}, "rss_batch_sizes"), ({"image_size": 16}, "image_size"),
+    ({"optimizer": "lion"}, "optimizer"), ({"device_memory": "lots"}, "device_memory"),
+    ({"models": []}, "models"), ({"precision": "fp8"}, "precision"),
+])
+def test_config_errors_name_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=f"^{field}"):
+        cx.ComplexityConfig(env_label="t", **kwargs)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--models", "resnet81"], "unknown model 'resnet81': did you mean resnet18"),
+    (["--batch-sizes", "16", "0"], "--batch-sizes must be positive integers, got 16 0"),
+    (["--batch-sizes", "-8"], "--batch-sizes must be positive integers, got -8"),
+    (["--batch-sizes", "16 x"], "--batch-sizes takes whole numbers, got 'x'"),
+    (["--device-memory", "16QB"], "--device-memory: expected a size like 16GiB"),
+    (["--image-size", "abc"], "argument --image-size: invalid int value: 'abc'"),
+])
+def test_bad_input_gives_one_line_error_and_usage_exit(argv, message, capsys, tracking):
+    code = cx.main(["--no-progress", *argv])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert len(err.splitlines()) == 1 and err.startswith("error: ") and message in err
+    assert mlflow.search_runs(search_all_experiments=True, output_format="list") == []  # no run was created
+
+
+def test_bad_model_fails_the_run_mlflow_run_created(tracking, monkeypatch, capsys):
+    client = mlflow.tracking.MlflowClient()
+    pre = client.create_run("0").info.run_id
+    monkeypatch.setenv("MLFLOW_RUN_ID", pre)
+    assert cx.main(["--models", "resnet81", "--no-progress"]) == 2
+    run = client.get_run(pre)
+    assert run.info.status == "FAILED" and "unknown model 'resnet81'" in run.data.tags["error"]
+
+
+def test_lists_accept_spaces_commas_and_one_quoted_string():
+    args = cx.build_parser().parse_args(["--models", "resnet18,vgg16", "mobilenet_v2", "--batch-sizes", "64 16", "32"])
+    cfg = cx.config_from_args(args)
+    assert cfg.models == ["resnet18", "vgg16", "mobilenet_v2"] and cfg.batch_sizes == [16, 32, 64]
+
+
+def test_header_names_the_measured_batches_per_group():
+    from types import SimpleNamespace as NS
+
+    models = [NS(model="a", measured_batches=(1, 2)), NS(model="b", measured_batches=(1, 2)), NS(model="c", measured_batches=(2, 4))]
+    assert cx.measured_batches_text(models) == "1 and 2 (2 and 4 for c)"
+    assert cx.measured_batches_text(models[:2]) == "1 and 2"
+
+
+# ------------------------------------------------------------------ the logged run
+def test_complexity_run_logs_metrics_tables_and_tags(tracking, capsys, tmp_path):
+    code = cx.main(["--models", "resnet18", "--batch-sizes", "2", "8", "--image-size", "32", "--device", "cpu",
+                    "--device-memory", "1GiB", "--experiment", "cx", "--env-label", "laptop", "--no-progress",
+                    "--out", str(tmp_path / "out")])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "| resnet18 | 11.69 |" in out and "measured at batch 2 and 4" in out
+    assert out.strip().splitlines()[-2].startswith("measured 1 model(s) in ")
+
+    (run,) = mlflow.search_runs(experiment_names=["cx"], output_format="list")
+    client = mlflow.tracking.MlflowClient()
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["run_kind"] == "complexity" and run.data.tags["env_label"] == "laptop"
+    assert run.data.tags["device_name"]
+    assert run.data.params["device_memory_bytes"] == str(2**30)
+    m = run.data.metrics
+    assert m["resnet18/params"] == 11_689_512
+    assert m["resnet18/grad_bytes"] == m["resnet18/optimizer_state_bytes"] == 4 * 11_689_512
+    per_sample, fixed = m["resnet18/activation_bytes_per_sample"], m["resnet18/fixed_bytes"]
+    assert m["resnet18/b8/predicted_train_mem_bytes"] == pytest.approx(fixed + 8 * per_sample)
+    assert m["resnet18/max_batch_fit"] == (2**30 - fixed) // per_sample
+    assert m["resnet18/b2/train_flops_per_step"] == pytest.approx(2 * m["resnet18/train_flops_per_sample"])
+
+    paths = {f.path for f in client.list_artifacts(run.info.run_id, "complexity")}
+    assert {"complexity/models.csv", "complexity/batches.csv", "complexity/summary.md", "complexity/layers"} <= paths
+    models_csv = mlflow.artifacts.load_text(f"runs:/{run.info.run_id}/complexity/models.csv")
+    (row,) = list(csv.DictReader(io.StringIO(models_csv)))
+    assert tuple(row) == cx.MODEL_COLUMNS
+    assert int(row["params"]) == 11_689_512 and int(row["max_batch_fit"]) == m["resnet18/max_batch_fit"]
+    layers = list(csv.DictReader(io.StringIO(mlflow.artifacts.load_text(f"runs:/{run.info.run_id}/complexity/layers/resnet18.csv"))))
+    assert sum(int(r["params"]) for r in layers) == 11_689_512
+    assert (tmp_path / "out" / "models.csv").read_text() == models_csv  # --out writes the same tables
+    batches = list(csv.DictReader((tmp_path / "out" / "batches.csv").open()))
+    assert [int(r["batch_size"]) for r in batches] == [2, 8] and all(r["fits"] == "true" for r in batches)
