@@ -6,9 +6,10 @@
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, ContextManager
 
 from common.errors import BenchError, UsageError, one_line
 from train import device as dev
@@ -74,6 +75,26 @@ def prepare(cfg: TrainConfig, device) -> Prepared:
     return Prepared(cfg, device, model, parts, source)
 
 
+def count_steps(prep: Prepared, sizes: tuple[int, ...],
+                around: Callable[[int], ContextManager] | None = None) -> tuple[dict[int, fl.StepCounts], dict]:
+    """Counted training steps of `prep` at each batch size in `sizes` (synthetic batches).
+
+    One uncounted step runs first: the optimizer's first step creates its state (SGD clones the
+    gradients into momentum buffers), which later steps update in place instead. `around(batch)`
+    gives a context to hold open during that batch's counted step (the complexity command records
+    saved tensors there). Returns the counts and the batches {size: (inputs, targets)}.
+    """
+    cfg = prep.cfg
+    batches = {b: synthetic_source(b, cfg.image_size, cfg.num_classes, prep.device, cfg.channels_last, cfg.seed).next()
+               for b in sizes}
+    train_step(prep.parts, *batches[sizes[0]])
+    counts = {}
+    for b, (x, y) in batches.items():
+        with around(b) if around is not None else contextlib.nullcontext():
+            counts[b] = fl.count_step(lambda: train_step(prep.parts, x, y), b)
+    return counts, batches
+
+
 def count_work(prep: Prepared) -> tuple[fl.StepCounts, fl.ForwardProfile]:
     """Training FLOPs and modeled bytes per step, and DeepSpeed's forward profile (untimed).
 
@@ -81,17 +102,10 @@ def count_work(prep: Prepared) -> tuple[fl.StepCounts, fl.ForwardProfile]:
     precision and memory format, before any compilation.
     """
     cfg = prep.cfg
-    counts = {}
     sizes = (cfg.batch_size,) if cfg.batch_size in COUNT_BATCHES else COUNT_BATCHES
-    batches = {b: synthetic_source(b, cfg.image_size, cfg.num_classes, prep.device, cfg.channels_last, cfg.seed).next()
-               for b in sizes}
-    # One uncounted step first: the optimizer's first step creates its state (SGD clones the
-    # gradients into momentum buffers), which later steps update in place instead.
-    train_step(prep.parts, *batches[sizes[0]])
-    for b, (x, y) in batches.items():
-        counts[b] = fl.count_step(lambda: train_step(prep.parts, x, y), b)
+    counts, batches = count_steps(prep, sizes)
     step_counts = counts[cfg.batch_size] if cfg.batch_size in counts else fl.extrapolate(counts[2], counts[4], cfg.batch_size)
-    forward = fl.deepspeed_forward_profile(prep.model, x)
+    forward = fl.deepspeed_forward_profile(prep.model, batches[sizes[-1]][0])
     return step_counts, forward
 
 

@@ -410,17 +410,15 @@ MEASURE_BATCHES = (1, 2)  # cheapest pair; counts and saved bytes are affine in 
 def analyze_model(cfg, device, measure_batches: tuple[int, int] | None = None) -> ModelComplexity:
     """Measure `cfg.model` (a TrainConfig with data="synthetic") on `device`. See the module docstring.
 
-    Mirrors train.bench.count_work step by step: the benchmark's own `prepare`, one uncounted
-    `train_step`, then one counted `train_step` per measured batch; the saved-tensor recorder is open
-    during the counted steps, so activations are those of the real step, not of a re-implemented one.
+    Uses the benchmark's own `prepare` and `count_steps` (one uncounted `train_step`, then one
+    counted `train_step` per measured batch), with the saved-tensor recorder open during the counted
+    steps, so counts and activations are those of the real step, not of a re-implemented one.
 
     Measures at batches 1 and 2 (half the work of count_work's 2 and 4; every count is affine in the
     batch, so the extrapolated numbers are the same). A model whose batch norm sees one value per
     channel at batch 1 (a 1x1 feature map, e.g. ResNets below 64 px) is measured at 2 and 4 instead.
     """
-    from train.bench import COUNT_BATCHES, prepare
-    from train.data import synthetic_source
-    from train.step import train_step
+    from train.bench import COUNT_BATCHES, count_steps, prepare
 
     candidates = [tuple(measure_batches)] if measure_batches else [MEASURE_BATCHES, COUNT_BATCHES]
     for sizes in candidates:
@@ -429,23 +427,22 @@ def analyze_model(cfg, device, measure_batches: tuple[int, int] | None = None) -
         cfg = dataclasses.replace(cfg, batch_size=sizes[0])  # the caller's config stays as it was
         prep = prepare(cfg, device)
         model, parts = prep.model, prep.parts
-        batches = {b: synthetic_source(b, cfg.image_size, cfg.num_classes, device, cfg.channels_last, cfg.seed).next()
-                   for b in sizes}
+        recorders: dict[int, SavedTensorRecorder] = {}
+
+        def around(b: int, model=model, recorders=recorders) -> SavedTensorRecorder:
+            recorders[b] = SavedTensorRecorder(model, b)
+            return recorders[b]
+
         try:
-            # One uncounted step: the optimizer's first step creates its state (as in count_work).
-            train_step(parts, *batches[sizes[0]])
+            # the benchmark's own counting steps, with the saved-tensor recorder open around each
+            counts, batches = count_steps(prep, sizes, around)
             break
         except ValueError as exc:
             if "more than 1 value per channel" not in str(exc) or sizes == candidates[-1]:
                 raise
     grads = grad_bytes(model)
     opt_state = optimizer_state_bytes(parts.optimizer)
-    counts: dict[int, fl.StepCounts] = {}
-    saved: dict[int, SavedTensors] = {}
-    for b, (x, y) in batches.items():
-        with SavedTensorRecorder(model, b) as rec:
-            counts[b] = fl.count_step(lambda x=x, y=y: train_step(parts, x, y), b)
-        saved[b] = rec.result()
+    saved = {b: rec.result() for b, rec in recorders.items()}
     forward, module_flops = forward_profile_by_module(model, batches[sizes[0]][0])
     n_params, p_bytes = count_params(model)
     act_slope, act_fixed = _affine({b: s.total_bytes for b, s in saved.items()})
