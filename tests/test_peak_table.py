@@ -243,3 +243,16 @@ def test_table_cli_prints_a_lookup(capsys):
     assert pt._main(["Tesla T4"]) == 0
     out = capsys.readouterr().out
     assert "| Tesla T4 | - | 8.1 | - | 65 | - | 320 |" in out
+
+
+def test_the_documented_example_file_loads(tmp_path):
+    """docs/peaks.md shows the override format; keep that example valid."""
+    from tests.conftest import ROOT
+
+    doc = (ROOT / "docs" / "peaks.md").read_text()
+    example = doc.split("```json\n", 1)[1].split("```", 1)[0]
+    path = _write(tmp_path, example)
+    ada = lookup("RTX 6000 Ada", overrides=path)
+    assert ada.device_name == "NVIDIA RTX 6000 Ada Generation" and ada.dram_bytes_per_s == 960e9
+    laptop = lookup("NVIDIA GeForce RTX 4080 Laptop GPU", overrides=path)
+    assert laptop.flops_per_s["fp16"] == 53.5e12 and laptop.dram_bytes_per_s == pytest.approx(432e9)
