@@ -256,12 +256,22 @@ def test_cuda_without_cuda_is_a_one_line_error(capsys, tracking):
         (["--dtypes", "tf32"], "--dtypes tf32: tf32 is a CUDA tensor-core mode"),
         (["--repeats", "0"], "repeats must be a positive integer"),
         (["--device", "tpu"], "device must be auto, cpu, cuda, cuda:N or mps"),
+        (["--bandwidth-mib", "10000000"], "the STREAM arrays need 29296.9 GiB"),  # 3 x 9.5 TiB
     ],
 )
 def test_bad_flags_exit_2_with_one_line(capsys, tracking, argv, message):
     assert cli.main(TINY + argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and message in err and "\n" not in err
+
+
+def test_mps_without_mps_is_a_one_line_error(capsys, tracking):
+    import torch
+
+    if torch.backends.mps.is_available():
+        pytest.skip("checks the message on a machine without MPS")
+    assert cli.main(["--device", "mps"]) == 2
+    assert capsys.readouterr().err.startswith("error: --device mps: MPS is not available")
 
 
 def test_tiny_measurement_logs_a_peaks_run(capsys, tracking):
