@@ -1,0 +1,529 @@
+"""Measured roofline ceilings on the device at hand: GEMM FLOP/s per dtype, STREAM DRAM bandwidth.
+
+`python -m profiling.peaks` (CLI in profiling/peaks_cli.py) measures and logs a `peaks` run; this
+module is the measurement core: it times, counts and returns plain data; it never imports mlflow,
+writes files or prints.
+
+Compute ceiling: `torch.mm` of two n x n matrices into a preallocated output, 2 n^3 FLOPs per call
+(one multiply and one add per inner-product term). Repeated `repeats` times after a warmup; every
+sample is (calls x FLOPs) / seconds between two device syncs.
+
+Bandwidth ceiling, the way STREAM does it: three preallocated float32 arrays of `array_bytes` each,
+touched once before timing (so page faults are not measured), then alternately
+    copy   c = a            counted as 2 arrays moved  (read a, write c)
+    triad  a = b + s * c    counted as 3 arrays moved  (read b, read c, write a)
+with all threads torch uses. STREAM counts bytes this way and so do we: the write-allocate read
+of the destination that plain stores cause on CPUs is real traffic but is not counted, so the
+numbers compare with published STREAM results. `peak_dram_bytes_per_s` is the better of the two
+kernels' best samples; which one is recorded alongside.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Sequence
+
+from common import schema
+from common.errors import UsageError
+from profiling.peak_table import DTYPES
+
+DEVICE_TYPES = ("cpu", "cuda", "mps")
+DEFAULT_MATRIX_SIZE = {"cpu": 4096, "cuda": 8192, "mps": 4096}
+DEFAULT_WARMUP_S = {"cpu": 0.0, "cuda": 0.25, "mps": 0.25}  # GPU clocks need a moment to ramp up
+MIN_SAMPLE_S = 0.05  # fast calls are batched so one timed sample lasts at least this long
+STREAM_KERNELS = {"copy": 2, "triad": 3}  # arrays moved per element, as STREAM counts them
+STREAM_ELEMENT_BYTES = 4  # float32: MPS has no float64; bytes moved do not depend on the dtype
+TRIAD_SCALAR = 0.5  # keeps repeated c = a; a = b + s*c bounded (no inf, no denormals)
+CPU_FP16_PROBE_SIZE = 512
+CPU_FP16_MIN_RATIO = 0.25  # fp16 joins the CPU defaults when it runs at >= 1/4 of the fp32 rate
+
+
+# --------------------------------------------------------------------------- dtype availability
+@dataclass(frozen=True)
+class DtypeStatus:
+    """Whether a dtype can be measured on a device, and whether it is by default."""
+
+    measurable: bool
+    default: bool
+    reason: str = ""  # why it is not measurable, or not a default
+
+
+def dtype_availability(
+    device_type: str,
+    capability: tuple[int, int] | None = None,
+    bf16_supported: bool = False,
+    cpu_fp16_ratio: float | None = None,
+) -> dict[str, DtypeStatus]:
+    """Which dtypes a GEMM ceiling can be measured for. Pure: the caller supplies the facts.
+
+    device_type: cpu | cuda | mps.
+    capability: CUDA compute capability (major, minor); tf32 tensor cores need (8, 0) or newer.
+    bf16_supported: CUDA: torch.cuda.is_bf16_supported(including_emulation=False) (native bf16,
+        sm_80+); MPS: macOS 14 or newer. Ignored on CPU, where bf16 always runs (fast with
+        AMX/AVX512-BF16, slowly without) and the measurement says which.
+    cpu_fp16_ratio: fp16/fp32 matmul throughput in a short probe (see probe_cpu_fp16_ratio).
+        CPUs without a native fp16 GEMM path run fp16 matmuls tens of times slower than fp32; fp16
+        is a default only when the probe shows it at CPU_FP16_MIN_RATIO of fp32 or better.
+    fp64 is measurable wherever the backend has it, but never a default (1/32 to 1/64 rate on most
+    GPUs and slow to measure): ask for it with --dtypes.
+    """
+    if device_type not in DEVICE_TYPES:
+        raise ValueError(f"device_type must be one of {', '.join(DEVICE_TYPES)}, got {device_type!r}")
+    opt_in_fp64 = DtypeStatus(True, False, "fp64 is opt-in (slow on most devices): add it to --dtypes")
+    yes = DtypeStatus(True, True)
+    if device_type == "cuda":
+        cap = tuple(capability) if capability else (0, 0)
+        cap_text = f"sm_{cap[0]}{cap[1]}" if capability else "unknown capability"
+        return {
+            "fp64": opt_in_fp64,
+            "fp32": yes,
+            "tf32": yes if cap >= (8, 0) else DtypeStatus(False, False, f"tf32 tensor cores need sm_80+ (this GPU: {cap_text})"),
+            "fp16": yes,
+            "bf16": yes if bf16_supported else DtypeStatus(False, False, f"no native bf16 on this GPU ({cap_text}; needs sm_80+)"),
+        }
+    if device_type == "mps":
+        return {
+            "fp64": DtypeStatus(False, False, "MPS has no float64"),
+            "fp32": yes,
+            "tf32": DtypeStatus(False, False, "tf32 is a CUDA tensor-core mode"),
+            "fp16": yes,
+            "bf16": yes if bf16_supported else DtypeStatus(False, False, "bf16 on MPS needs macOS 14 or newer"),
+        }
+    if cpu_fp16_ratio is None:
+        fp16 = DtypeStatus(True, False, "fp16 on CPU was not probed: add it to --dtypes to measure it")
+    elif cpu_fp16_ratio >= CPU_FP16_MIN_RATIO:
+        fp16 = yes
+    else:
+        fp16 = DtypeStatus(
+            True,
+            False,
+            f"fp16 matmul ran at {cpu_fp16_ratio:.0%} of the fp32 rate in a {CPU_FP16_PROBE_SIZE}^3 probe "
+            "(no fast fp16 path on this CPU): add it to --dtypes to measure it anyway",
+        )
+    return {
+        "fp64": opt_in_fp64,
+        "fp32": yes,
+        "tf32": DtypeStatus(False, False, "tf32 is a CUDA tensor-core mode (sm_80+), not available on CPU"),
+        "fp16": fp16,
+        "bf16": yes,
+    }
+
+
+def select_dtypes(requested: Sequence[str] | None, availability: dict[str, DtypeStatus]) -> tuple[list[str], dict[str, str]]:
+    """(dtypes to measure, {dtype: why skipped}). `requested` None means the device's defaults.
+
+    Raises UsageError when a requested dtype cannot be measured on this device.
+    """
+    if requested is None:
+        chosen = [d for d in DTYPES if availability[d].default]
+    else:
+        bad = [d for d in requested if not availability[d].measurable]
+        if bad:
+            raise UsageError("; ".join(f"--dtypes {d}: {availability[d].reason}" for d in bad))
+        chosen = [d for d in DTYPES if d in requested]
+    skipped = {d: availability[d].reason for d in DTYPES if d not in chosen}
+    return chosen, skipped
+
+
+# --------------------------------------------------------------------------- configuration
+@dataclass
+class PeaksConfig:
+    """One ceilings measurement. Field names are the MLflow param names."""
+
+    device: str = "auto"
+    """auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps."""
+    dtypes: tuple[str, ...] | None = None
+    """GEMM dtypes among fp64, fp32, tf32, fp16, bf16; None: the device's defaults (all it supports
+    except fp64); ("all",): every dtype the device can run."""
+    matrix_size: int = 0
+    """n of the n x n x n matmuls; 0: 4096 on CPU and MPS, 8192 on CUDA."""
+    bandwidth_mib: int = 512
+    """size of each of the three STREAM arrays in MiB; keep it >= 4x the last-level cache."""
+    repeats: int = 5
+    """timed samples per dtype (after warmup); best and median are reported."""
+    bandwidth_repeats: int = 10
+    """timed samples per STREAM kernel (copy, triad)."""
+    env_label: str = field(default_factory=schema.default_env_label)
+    """your name for this environment (default: host name); analysis groups by it."""
+    experiment: str | None = None
+    """MLflow experiment name (default: $MLFLOW_EXPERIMENT_NAME, else the default experiment)."""
+    peaks_file: str | None = None
+    """JSON/YAML file with vendor-peak entries to add or override (default: $ROOFLINE_PEAKS_FILE)."""
+    track: bool = True
+    """log a `peaks` run to MLflow (false: measure and print only)."""
+
+    def __post_init__(self) -> None:
+        self.device = str(self.device).strip().lower()
+        if self.device not in ("auto", *DEVICE_TYPES) and not (self.device.startswith("cuda:") and self.device[5:].isdigit()):
+            raise ValueError(f"device must be auto, cpu, cuda, cuda:N or mps, got {self.device!r}")
+        if self.dtypes is not None and tuple(self.dtypes) != ("all",):
+            dtypes = tuple(str(d).strip().lower() for d in self.dtypes)
+            unknown = [d for d in dtypes if d not in DTYPES]
+            if unknown or not dtypes:
+                raise ValueError(f"dtypes must be among {', '.join(DTYPES)}, got {', '.join(unknown) or 'nothing'}")
+            if len(set(dtypes)) != len(dtypes):
+                raise ValueError(f"dtypes lists a dtype twice: {', '.join(dtypes)}")
+            self.dtypes = dtypes
+        elif self.dtypes is not None:
+            self.dtypes = ("all",)
+        if int(self.matrix_size) < 0 or 0 < int(self.matrix_size) < 16:
+            raise ValueError(f"matrix_size must be 0 (device default) or >= 16, got {self.matrix_size}")
+        for name in ("bandwidth_mib", "repeats", "bandwidth_repeats"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        if not self.env_label:
+            self.env_label = schema.default_env_label()
+
+    def requested_dtypes(self, availability: dict[str, DtypeStatus]) -> list[str] | None:
+        """The dtypes asked for (None: the device's defaults), "all" expanded against `availability`."""
+        if self.dtypes == ("all",):
+            return [d for d in DTYPES if availability[d].measurable]
+        return list(self.dtypes) if self.dtypes else None
+
+    def matrix_size_for(self, device_type: str) -> int:
+        return int(self.matrix_size) or DEFAULT_MATRIX_SIZE[device_type]
+
+    def params(self) -> dict:
+        """MLflow params (env_label is a tag; experiment, peaks_file and track are not measurement)."""
+        return {
+            "device": self.device,
+            "dtypes": ",".join(self.dtypes) if self.dtypes else "auto",
+            "matrix_size": self.matrix_size,
+            "bandwidth_mib": self.bandwidth_mib,
+            "repeats": self.repeats,
+            "bandwidth_repeats": self.bandwidth_repeats,
+        }
+
+
+# --------------------------------------------------------------------------- timing
+@dataclass
+class Measurement:
+    """Timed samples of one kernel. `work` is FLOPs (compute) or bytes (bandwidth) per call."""
+
+    name: str
+    unit: str  # "flops" | "bytes"
+    work: float
+    calls_per_sample: int
+    samples_s: list[float]
+
+    @property
+    def rates(self) -> list[float]:
+        """work per second of every sample (FLOP/s or byte/s)."""
+        return [self.work * self.calls_per_sample / t for t in self.samples_s]
+
+    @property
+    def best(self) -> float:
+        return max(self.rates)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.rates)
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "unit": f"{self.unit}_per_s",
+            f"{self.unit}_per_call": self.work,
+            "calls_per_sample": self.calls_per_sample,
+            "samples_s": self.samples_s,
+            "rates_per_s": self.rates,
+            "best_per_s": self.best,
+            "median_per_s": self.median,
+        }
+
+
+Sync = Callable[[], None]
+Clock = Callable[[], float]
+
+
+def device_sync(device: str) -> Sync:
+    """A function that waits for all queued work on `device` (no-op on CPU)."""
+    import torch
+
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return lambda: torch.cuda.synchronize(dev)
+    if dev.type == "mps":
+        return torch.mps.synchronize
+    return lambda: None
+
+
+def _timed(fn: Callable[[], object], calls: int, sync: Sync, clock: Clock) -> float:
+    sync()
+    t0 = clock()
+    for _ in range(calls):
+        fn()
+    sync()
+    return clock() - t0
+
+
+def _sample(
+    name: str,
+    unit: str,
+    work: float,
+    fn: Callable[[], object],
+    repeats: int,
+    sync: Sync,
+    clock: Clock,
+    warmup_s: float,
+    min_sample_s: float,
+) -> Measurement:
+    """Warm up (one call, more until warmup_s has passed), calibrate, take `repeats` samples.
+
+    The last warmup call's time says how many calls make one sample of at least min_sample_s.
+    """
+    start = clock()
+    one = _timed(fn, 1, sync, clock)
+    while clock() - start < warmup_s:
+        one = _timed(fn, 1, sync, clock)
+    calls = max(1, math.ceil(min_sample_s / one)) if one > 0 else 1
+    samples = [_timed(fn, calls, sync, clock) for _ in range(repeats)]
+    bad = [t for t in samples if not t > 0]
+    if bad:
+        raise RuntimeError(f"{name}: the clock did not advance during a sample ({bad[0]!r} s)")
+    return Measurement(name, unit, float(work), calls, samples)
+
+
+@contextmanager
+def _matmul_precision(dtype: str) -> Iterator[None]:
+    """tf32 = fp32 tensors with TF32 tensor-core math allowed; fp32 = full-precision fp32 math."""
+    import torch
+
+    if dtype not in ("fp32", "tf32"):
+        yield
+        return
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high" if dtype == "tf32" else "highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
+def torch_dtype(dtype: str):
+    import torch
+
+    return {"fp64": torch.float64, "fp32": torch.float32, "tf32": torch.float32,
+            "fp16": torch.float16, "bf16": torch.bfloat16}[dtype]  # fmt: skip
+
+
+def measure_matmul(
+    dtype: str,
+    n: int,
+    repeats: int,
+    device: str = "cpu",
+    *,
+    sync: Sync | None = None,
+    clock: Clock = time.perf_counter,
+    warmup_s: float = 0.0,
+    min_sample_s: float = MIN_SAMPLE_S,
+) -> Measurement:
+    """FLOP/s of `torch.mm(a, b, out=c)` with n x n operands of `dtype` (2 n^3 FLOPs per call)."""
+    import torch
+
+    sync = sync or device_sync(device)
+    td = torch_dtype(dtype)
+    a = torch.empty(n, n, dtype=td, device=device).uniform_(-1, 1)
+    b = torch.empty(n, n, dtype=td, device=device).uniform_(-1, 1)
+    c = torch.empty(n, n, dtype=td, device=device)
+    try:
+        with _matmul_precision(dtype):
+            return _sample(
+                dtype, "flops", 2.0 * n**3, lambda: torch.mm(a, b, out=c), repeats, sync, clock, warmup_s, min_sample_s
+            )
+    finally:
+        del a, b, c
+
+
+def probe_cpu_fp16_ratio(n: int = CPU_FP16_PROBE_SIZE, rounds: int = 3, clock: Clock = time.perf_counter) -> float:
+    """Best fp16 / best fp32 time of an n^3 CPU matmul, the two interleaved for `rounds` rounds.
+
+    Interleaving exposes both dtypes to the same interference from other processes; the decision
+    it feeds (>= CPU_FP16_MIN_RATIO or not) separates ~1 (native fp16 GEMM) from a few percent.
+    """
+    import torch
+
+    ops = {}
+    for dtype in ("fp32", "fp16"):
+        a = torch.empty(n, n, dtype=torch_dtype(dtype)).uniform_(-1, 1)
+        b = torch.empty(n, n, dtype=torch_dtype(dtype)).uniform_(-1, 1)
+        c = torch.empty(n, n, dtype=torch_dtype(dtype))
+        ops[dtype] = (lambda a=a, b=b, c=c: torch.mm(a, b, out=c))
+        ops[dtype]()  # warmup
+    best = {"fp32": math.inf, "fp16": math.inf}
+    with _matmul_precision("fp32"):
+        for _ in range(rounds):
+            for dtype, op in ops.items():
+                best[dtype] = min(best[dtype], _timed(op, 1, lambda: None, clock))
+    return best["fp32"] / best["fp16"]  # equal work: a time ratio is the throughput ratio
+
+
+def measure_stream(
+    array_bytes: int,
+    repeats: int,
+    device: str = "cpu",
+    *,
+    sync: Sync | None = None,
+    clock: Clock = time.perf_counter,
+    warmup_s: float = 0.0,
+    min_sample_s: float = MIN_SAMPLE_S,
+    on_kernel: Callable[[Measurement], None] | None = None,
+) -> dict[str, Measurement]:
+    """STREAM copy and triad on three preallocated float32 arrays of `array_bytes` each."""
+    import torch
+
+    sync = sync or device_sync(device)
+    n = max(1, array_bytes // STREAM_ELEMENT_BYTES)
+    a = torch.empty(n, dtype=torch.float32, device=device)
+    b = torch.empty(n, dtype=torch.float32, device=device)
+    c = torch.empty(n, dtype=torch.float32, device=device)
+    try:
+        a.fill_(1.0), b.fill_(2.0), c.fill_(0.0)  # first touch: page faults happen here, untimed
+        sync()
+        kernels = {
+            "copy": lambda: c.copy_(a),
+            "triad": lambda: torch.add(b, c, alpha=TRIAD_SCALAR, out=a),
+        }
+        out = {}
+        for name, fn in kernels.items():
+            moved = STREAM_KERNELS[name] * n * STREAM_ELEMENT_BYTES
+            out[name] = _sample(name, "bytes", moved, fn, repeats, sync, clock, warmup_s, min_sample_s)
+            if on_kernel:
+                on_kernel(out[name])
+        return out
+    finally:
+        del a, b, c
+
+
+# --------------------------------------------------------------------------- the whole measurement
+@dataclass
+class PeaksResult:
+    """Everything one run measured, as plain data (raw SI values)."""
+
+    device_type: str
+    matrix_size: int
+    array_bytes: int
+    compute: dict[str, Measurement] = field(default_factory=dict)
+    stream: dict[str, Measurement] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    cpu_fp16_ratio: float | None = None
+    wall_s: float = 0.0
+
+    @property
+    def dram_kernel(self) -> str:
+        """The STREAM kernel with the highest best sample (copy or triad)."""
+        return max(self.stream, key=lambda k: self.stream[k].best)
+
+    def metrics(self) -> dict[str, float]:
+        m: dict[str, float] = {}
+        for dtype, meas in self.compute.items():
+            m[f"peak_flops_per_s_{dtype}"] = meas.best
+            m[f"peak_flops_per_s_{dtype}_median"] = meas.median
+        for name, meas in self.stream.items():
+            m[f"peak_dram_{name}_bytes_per_s"] = meas.best
+            m[f"peak_dram_{name}_bytes_per_s_median"] = meas.median
+        if self.stream:
+            best = self.stream[self.dram_kernel]
+            m["peak_dram_bytes_per_s"] = best.best
+            m["peak_dram_bytes_per_s_median"] = best.median
+        if self.cpu_fp16_ratio is not None:
+            m["cpu_fp16_probe_ratio"] = self.cpu_fp16_ratio
+        m["wall_s"] = self.wall_s
+        return m
+
+    def to_dict(self) -> dict:
+        return {
+            "device_type": self.device_type,
+            "matrix_size": self.matrix_size,
+            "array_bytes": self.array_bytes,
+            "stream_counting": {k: f"{v} arrays x {STREAM_ELEMENT_BYTES} byte per element" for k, v in STREAM_KERNELS.items()},
+            "compute": {k: v.to_dict() for k, v in self.compute.items()},
+            "stream": {k: v.to_dict() for k, v in self.stream.items()},
+            "skipped": self.skipped,
+            "cpu_fp16_probe_ratio": self.cpu_fp16_ratio,
+            "metrics": self.metrics(),
+        }
+
+    def summary(self) -> str:
+        parts = [f"{d} {format_rate(m.best, 'FLOP/s')}" for d, m in self.compute.items()]
+        if self.stream:
+            parts.append(f"DRAM {format_rate(self.stream[self.dram_kernel].best, 'B/s')} ({self.dram_kernel})")
+        return ", ".join(parts)
+
+
+def format_rate(value: float, unit: str) -> str:
+    """Display only: 1.234e11 FLOP/s -> '123 GFLOP/s' (SI prefixes, 1 G = 1e9)."""
+    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+def plan(dtypes: Sequence[str]) -> list[str]:
+    """The steps run_peaks reports through `on_step`, in order (for a progress bar)."""
+    return [f"gemm {d}" for d in dtypes] + [f"stream {k}" for k in STREAM_KERNELS]
+
+
+def run_peaks(
+    device: str,
+    dtypes: Sequence[str],
+    matrix_size: int,
+    array_bytes: int,
+    repeats: int,
+    bandwidth_repeats: int,
+    *,
+    skipped: dict[str, str] | None = None,
+    cpu_fp16_ratio: float | None = None,
+    clock: Clock = time.perf_counter,
+    warmup_s: float | None = None,
+    min_sample_s: float = MIN_SAMPLE_S,
+    on_step: Callable[[str, Measurement], None] | None = None,
+) -> PeaksResult:
+    """Measure the GEMM ceiling of every dtype, then STREAM copy and triad, on `device`."""
+    import torch
+
+    device_type = torch.device(device).type
+    warm = DEFAULT_WARMUP_S[device_type] if warmup_s is None else warmup_s
+    sync = device_sync(device)
+    t0 = clock()
+    result = PeaksResult(device_type, matrix_size, array_bytes, skipped=dict(skipped or {}), cpu_fp16_ratio=cpu_fp16_ratio)
+    for dtype in dtypes:
+        meas = measure_matmul(
+            dtype, matrix_size, repeats, device, sync=sync, clock=clock, warmup_s=warm, min_sample_s=min_sample_s
+        )
+        result.compute[dtype] = meas
+        if on_step:
+            on_step(f"gemm {dtype}", meas)
+        _release(device_type)
+    result.stream = measure_stream(
+        array_bytes,
+        bandwidth_repeats,
+        device,
+        sync=sync,
+        clock=clock,
+        warmup_s=warm,
+        min_sample_s=min_sample_s,
+        on_kernel=(lambda m: on_step(f"stream {m.name}", m)) if on_step else None,
+    )
+    _release(device_type)
+    result.wall_s = clock() - t0
+    return result
+
+
+def _release(device_type: str) -> None:
+    import torch
+
+    if device_type == "cuda":
+        torch.cuda.empty_cache()
+    elif device_type == "mps":
+        torch.mps.empty_cache()
+
+
+if __name__ == "__main__":
+    from profiling.peaks_cli import main
+
+    sys.exit(main())

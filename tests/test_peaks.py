@@ -1,0 +1,355 @@
+"""profiling.peaks: dtype availability, timing arithmetic, STREAM byte counting, the `peaks` run."""
+from __future__ import annotations
+
+import json
+import math
+
+import mlflow
+import pytest
+
+from common import envinfo, schema
+from common.errors import UsageError
+from profiling import peaks as core
+from profiling import peaks_cli as cli
+from tests.conftest import gpu_available
+
+
+# ------------------------------------------------------------------------------ dtype availability
+def _default(av):
+    return [d for d, s in av.items() if s.default]
+
+
+def _measurable(av):
+    return [d for d, s in av.items() if s.measurable]
+
+
+@pytest.mark.parametrize(
+    "capability,bf16,defaults,not_measurable",
+    [
+        ((7, 0), False, ["fp32", "fp16"], ["tf32", "bf16"]),  # V100
+        ((7, 5), False, ["fp32", "fp16"], ["tf32", "bf16"]),  # T4
+        ((8, 0), True, ["fp32", "tf32", "fp16", "bf16"], []),  # A100
+        ((8, 6), True, ["fp32", "tf32", "fp16", "bf16"], []),  # A10G, RTX 3090
+        ((8, 9), True, ["fp32", "tf32", "fp16", "bf16"], []),  # L4, RTX 4090
+        ((9, 0), True, ["fp32", "tf32", "fp16", "bf16"], []),  # H100
+    ],
+)
+def test_cuda_dtypes(capability, bf16, defaults, not_measurable):
+    av = core.dtype_availability("cuda", capability, bf16)
+    assert _default(av) == defaults
+    assert [d for d in av if not av[d].measurable] == not_measurable
+    assert av["fp64"].measurable and not av["fp64"].default  # opt-in everywhere
+    if not_measurable:
+        assert f"sm_{capability[0]}{capability[1]}" in av["tf32"].reason
+
+
+def test_cuda_bf16_follows_native_support_not_capability():
+    # torch.cuda.is_bf16_supported() with emulation says True on a T4; we pass the native answer
+    assert not core.dtype_availability("cuda", (8, 0), False)["bf16"].measurable
+    assert core.dtype_availability("cuda", (8, 0), True)["bf16"].default
+
+
+@pytest.mark.parametrize(
+    "ratio,fp16_default,reason",
+    [
+        (None, False, "not probed"),
+        (0.03, False, "3% of the fp32 rate"),  # no fast fp16 path: opt-in only
+        (0.25, True, ""),
+        (1.25, True, ""),  # AVX512-FP16 / AMX: as fast as fp32 or faster
+    ],
+)
+def test_cpu_dtypes(ratio, fp16_default, reason):
+    av = core.dtype_availability("cpu", cpu_fp16_ratio=ratio)
+    assert av["fp32"].default and av["bf16"].default
+    assert not av["tf32"].measurable and "CUDA" in av["tf32"].reason
+    assert av["fp16"].measurable and av["fp16"].default == fp16_default
+    assert reason in av["fp16"].reason
+
+
+def test_mps_dtypes():
+    assert _measurable(core.dtype_availability("mps", bf16_supported=False)) == ["fp32", "fp16"]
+    assert _default(core.dtype_availability("mps", bf16_supported=True)) == ["fp32", "fp16", "bf16"]
+
+
+def test_select_dtypes_defaults_order_and_refusals():
+    av = core.dtype_availability("cuda", (7, 5), False)
+    chosen, skipped = core.select_dtypes(None, av)
+    assert chosen == ["fp32", "fp16"] and set(skipped) == {"fp64", "tf32", "bf16"}
+    chosen, _ = core.select_dtypes(["fp16", "fp64"], av)
+    assert chosen == ["fp64", "fp16"]  # canonical order
+    with pytest.raises(UsageError, match=r"--dtypes bf16: no native bf16.*sm_75"):
+        core.select_dtypes(["fp32", "bf16"], av)
+
+
+def test_unknown_device_type_is_rejected():
+    with pytest.raises(ValueError, match="device_type"):
+        core.dtype_availability("tpu")
+
+
+# ------------------------------------------------------------------------------ config validation
+@pytest.mark.parametrize(
+    "kwargs,field",
+    [
+        ({"device": "gpu"}, "device"),
+        ({"device": "cuda:x"}, "device"),
+        ({"dtypes": ("fp8",)}, "dtypes"),
+        ({"dtypes": ("fp32", "fp32")}, "dtypes"),
+        ({"dtypes": ()}, "dtypes"),
+        ({"matrix_size": -1}, "matrix_size"),
+        ({"matrix_size": 8}, "matrix_size"),
+        ({"bandwidth_mib": 0}, "bandwidth_mib"),
+        ({"repeats": 0}, "repeats"),
+        ({"bandwidth_repeats": -3}, "bandwidth_repeats"),
+    ],
+)
+def test_config_validation_names_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        core.PeaksConfig(env_label="t", **kwargs)
+
+
+def test_dtypes_all_expands_to_what_the_device_can_run():
+    cfg = core.PeaksConfig(env_label="t", dtypes=("all",))
+    assert cfg.params()["dtypes"] == "all"
+    assert cfg.requested_dtypes(core.dtype_availability("cpu")) == ["fp64", "fp32", "fp16", "bf16"]
+    assert cfg.requested_dtypes(core.dtype_availability("cuda", (7, 5))) == ["fp64", "fp32", "fp16"]
+    assert core.PeaksConfig(env_label="t").requested_dtypes(core.dtype_availability("cpu")) is None
+
+
+def test_config_defaults_per_device():
+    cfg = core.PeaksConfig(env_label="t", dtypes=("BF16", "fp32"))
+    assert cfg.dtypes == ("bf16", "fp32")
+    assert cfg.matrix_size_for("cpu") == 4096 and cfg.matrix_size_for("cuda") == 8192
+    assert core.PeaksConfig(env_label="t", matrix_size=64).matrix_size_for("cuda") == 64
+    assert core.PeaksConfig(env_label="").env_label == schema.default_env_label()
+
+
+# ------------------------------------------------------------------------------ timing arithmetic
+class FakeDevice:
+    """A clock that advances `call_s` per kernel call, so every timing is known exactly."""
+
+    def __init__(self, call_s: float):
+        self.now = 0.0
+        self.call_s = call_s
+        self.calls = 0
+
+    def clock(self) -> float:
+        return self.now
+
+    def kernel(self) -> None:
+        self.calls += 1
+        self.now += self.call_s
+
+
+def test_sample_batches_fast_calls_and_computes_rates():
+    dev = FakeDevice(0.25)
+    m = core._sample("k", "flops", 1e9, dev.kernel, 3, lambda: None, dev.clock, warmup_s=0.0, min_sample_s=1.0)
+    assert m.calls_per_sample == 4  # 4 calls of 0.25 s make a 1 s sample
+    assert m.samples_s == [1.0, 1.0, 1.0]
+    assert m.rates == [4e9, 4e9, 4e9] and m.best == 4e9 and m.median == 4e9
+    assert dev.calls == 1 + 3 * 4  # one warmup call, then the samples
+
+
+def test_warmup_runs_until_warmup_s():
+    dev = FakeDevice(0.25)
+    core._sample("k", "flops", 1.0, dev.kernel, 1, lambda: None, dev.clock, warmup_s=1.0, min_sample_s=0.0)
+    assert dev.calls == 4 + 1  # warmup calls at t=0.25, 0.5, 0.75, 1.0; then one sample
+
+
+def test_best_and_median_of_uneven_samples():
+    m = core.Measurement("copy", "bytes", 8.0, 2, [1.0, 4.0, 2.0])
+    assert m.rates == [16.0, 4.0, 8.0]
+    assert m.best == 16.0 and m.median == 8.0
+
+
+def test_clock_that_does_not_advance_is_an_error():
+    with pytest.raises(RuntimeError, match="clock did not advance"):
+        core._sample("k", "flops", 1.0, lambda: None, 2, lambda: None, lambda: 0.0, 0.0, 0.0)
+
+
+def test_matmul_counts_two_n_cubed_flops_and_restores_precision():
+    import torch
+
+    before = torch.get_float32_matmul_precision()
+    m = core.measure_matmul("fp32", 48, 2, "cpu", min_sample_s=0.0)
+    assert m.work == 2 * 48**3 and len(m.samples_s) == 2
+    assert all(math.isfinite(r) and r > 0 for r in m.rates)
+    assert torch.get_float32_matmul_precision() == before
+
+
+def test_stream_counts_bytes_like_stream():
+    m = core.measure_stream(1000 * 4, 3, "cpu", min_sample_s=0.0)
+    assert set(m) == {"copy", "triad"}
+    assert m["copy"].work == 2 * 1000 * 4  # read a, write c
+    assert m["triad"].work == 3 * 1000 * 4  # read b, read c, write a
+    assert all(len(x.samples_s) == 3 and x.best > 0 for x in m.values())
+
+
+def test_result_metrics_pick_the_better_stream_kernel():
+    r = core.PeaksResult("cpu", 64, 4000)
+    r.compute["fp32"] = core.Measurement("fp32", "flops", 100.0, 1, [1.0, 2.0, 4.0])
+    r.stream["copy"] = core.Measurement("copy", "bytes", 10.0, 1, [1.0, 1.0])
+    r.stream["triad"] = core.Measurement("triad", "bytes", 30.0, 1, [1.0, 2.0, 3.0])
+    m = r.metrics()
+    assert m["peak_flops_per_s_fp32"] == 100.0 and m["peak_flops_per_s_fp32_median"] == 50.0
+    assert r.dram_kernel == "triad"
+    assert m["peak_dram_bytes_per_s"] == 30.0 and m["peak_dram_bytes_per_s_median"] == 15.0
+    assert m["peak_dram_copy_bytes_per_s"] == 10.0
+    for key in m:
+        schema.check_key(key)
+
+
+def test_format_rate_is_si():
+    assert core.format_rate(1.234e11, "FLOP/s") == "123 GFLOP/s"
+    assert core.format_rate(3.35e12, "B/s") == "3.35 TB/s"
+    assert core.format_rate(12.0, "B/s") == "12 B/s"
+
+
+def test_cpu_fp16_probe_returns_a_ratio():
+    ratio = core.probe_cpu_fp16_ratio(n=64)
+    assert math.isfinite(ratio) and ratio > 0
+
+
+# ------------------------------------------------------------------------------ CLI edge helpers
+def test_last_level_cache_from_sysfs(tmp_path):
+    for i, (level, size) in enumerate([(1, "48K"), (1, "32K"), (2, "2048K"), (3, "107520K")]):
+        d = tmp_path / f"index{i}"
+        d.mkdir()
+        (d / "level").write_text(f"{level}\n")
+        (d / "size").write_text(f"{size}\n")
+    assert cli.cpu_last_level_cache_bytes(str(tmp_path)) == 107520 * 1024
+    assert cli.cpu_last_level_cache_bytes(str(tmp_path / "missing")) is None
+
+
+def test_cpu_matrix_flags(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile sse\n")
+    assert cli.cpu_matrix_flags(str(info)) == "amx_bf16 amx_tile avx512_bf16 avx512f avx2"
+
+
+def test_check_sizes():
+    facts = cli.DeviceFacts(llc_bytes=100 * 2**20, free_bytes=4 * 2**30)
+    assert cli.check_sizes(512 * 2**20, 4096, ["fp32"], facts) == []
+    (warning,) = cli.check_sizes(64 * 2**20, 4096, ["fp32"], facts)
+    assert "less than 4x the last-level cache" in warning
+    with pytest.raises(UsageError, match="STREAM arrays need 6.0 GiB.*--bandwidth-mib"):
+        cli.check_sizes(2 * 2**30, 4096, ["fp32"], facts)
+    with pytest.raises(UsageError, match="matmul operands.*--matrix-size"):
+        cli.check_sizes(2**20, 32768, ["fp64"], facts)
+
+
+# ------------------------------------------------------------------------------ the CLI
+TINY = ["--device", "cpu", "--matrix-size", "64", "--bandwidth-mib", "1", "--repeats", "2", "--bandwidth-repeats", "3"]
+
+
+@pytest.mark.skipif(gpu_available(), reason="checks the message on a machine without CUDA")
+def test_cuda_without_cuda_is_a_one_line_error(capsys, tracking):
+    assert cli.main(["--device", "cuda"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --device cuda: CUDA is not available") and "\n" not in err
+    assert mlflow.search_runs(search_all_experiments=True).empty  # nothing measured, no run
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--dtypes", "fp32,fp8"], "dtypes must be among"),
+        (["--dtypes", "tf32"], "--dtypes tf32: tf32 is a CUDA tensor-core mode"),
+        (["--repeats", "0"], "repeats must be a positive integer"),
+        (["--device", "tpu"], "device must be auto, cpu, cuda, cuda:N or mps"),
+        (["--bandwidth-mib", "10000000"], "the STREAM arrays need 29296.9 GiB"),  # 3 x 9.5 TiB
+    ],
+)
+def test_bad_flags_exit_2_with_one_line(capsys, tracking, argv, message):
+    assert cli.main(TINY + argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and message in err and "\n" not in err
+
+
+def test_mps_without_mps_is_a_one_line_error(capsys, tracking):
+    import torch
+
+    if torch.backends.mps.is_available():
+        pytest.skip("checks the message on a machine without MPS")
+    assert cli.main(["--device", "mps"]) == 2
+    assert capsys.readouterr().err.startswith("error: --device mps: MPS is not available")
+
+
+def test_tiny_measurement_logs_a_peaks_run(capsys, tracking):
+    argv = TINY + ["--dtypes", "fp32,bf16", "--env-label", "test-env", "--experiment", "peaks-test"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith("peaks cpu [") and "fp32" in out[0] and "DRAM" in out[0]
+
+    (run,) = mlflow.search_runs(experiment_names=["peaks-test"], output_format="list")
+    assert run.info.status == "FINISHED" and run.info.run_id in out[0]
+    tags, metrics, params = run.data.tags, run.data.metrics, run.data.params
+    assert tags[schema.TAG_RUN_KIND] == "peaks"
+    assert tags[schema.TAG_ENV_LABEL] == "test-env"
+    assert tags[schema.TAG_DEVICE_NAME] == envinfo.device_name("cpu")
+    assert tags[schema.TAG_DEVICE_TYPE] == "cpu" and "torch_version" in tags
+    assert tags["dtypes_measured"] == "fp32,bf16" and "tf32" in tags["dtypes_skipped"]
+    for dtype in ("fp32", "bf16"):
+        best, median = metrics[f"peak_flops_per_s_{dtype}"], metrics[f"peak_flops_per_s_{dtype}_median"]
+        assert math.isfinite(best) and 0 < median <= best
+    assert "peak_flops_per_s_fp16" not in metrics
+    kernel = tags["peak_dram_kernel"]
+    assert metrics["peak_dram_bytes_per_s"] == metrics[f"peak_dram_{kernel}_bytes_per_s"]
+    assert metrics["peak_dram_bytes_per_s"] == max(metrics["peak_dram_copy_bytes_per_s"], metrics["peak_dram_triad_bytes_per_s"])
+    assert 0 < metrics["peak_dram_bytes_per_s_median"] <= metrics["peak_dram_bytes_per_s"]
+    assert params["matrix_size_resolved"] == "64" and params["stream_array_bytes"] == str(2**20)
+    assert params["dtypes"] == "fp32,bf16" and params["repeats"] == "2"
+
+    client = mlflow.tracking.MlflowClient()
+    local = client.download_artifacts(run.info.run_id, "peaks/samples.json")
+    samples = json.loads(open(local).read())
+    assert len(samples["compute"]["fp32"]["samples_s"]) == 2
+    assert samples["compute"]["fp32"]["flops_per_call"] == 2 * 64**3
+    assert len(samples["stream"]["triad"]["samples_s"]) == 3
+    assert samples["stream"]["copy"]["bytes_per_call"] == 2 * 2**20  # 2 arrays of 1 MiB
+
+
+def test_vendor_entry_is_logged_when_the_device_is_in_the_table(tmp_path, capsys, tracking):
+    name = envinfo.device_name("cpu")
+    peaks_file = tmp_path / "peaks.json"
+    peaks_file.write_text(json.dumps([{
+        "device_name": name, "flops_per_s": {"fp32": 1e12},
+        "dram_bytes_per_s": 100e9, "source": "https://example.com/cpu",
+    }]))  # fmt: skip
+    assert cli.main(TINY + ["--dtypes", "fp32", "--peaks-file", str(peaks_file), "--experiment", "v"]) == 0
+    assert "of datasheet" in capsys.readouterr().out
+    (run,) = mlflow.search_runs(experiment_names=["v"], output_format="list")
+    assert run.data.tags["vendor_peaks"] == name and run.data.tags["vendor_source"] == "https://example.com/cpu"
+    assert float(run.data.params["vendor_peak_flops_per_s_fp32"]) == 1e12
+    assert float(run.data.params["vendor_peak_dram_bytes_per_s"]) == 100e9
+    m = run.data.metrics
+    assert m["fraction_of_vendor_flops_fp32"] == pytest.approx(m["peak_flops_per_s_fp32"] / 1e12)
+    assert m["fraction_of_vendor_dram"] == pytest.approx(m["peak_dram_bytes_per_s"] / 100e9)
+
+
+def test_out_of_memory_ends_the_run_failed(monkeypatch, capsys, tracking):
+    def boom(*args, **kwargs):
+        raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(core, "run_peaks", boom)
+    assert cli.main(TINY + ["--dtypes", "fp32", "--experiment", "oom"]) == 1
+    assert "error: out of memory during gemm fp32" in capsys.readouterr().err
+    (run,) = mlflow.search_runs(experiment_names=["oom"], output_format="list")
+    assert run.info.status == "FAILED" and "smaller --matrix-size" in run.data.tags["error"]
+
+
+def test_no_track_measures_without_a_run(capsys, tracking):
+    assert cli.main(TINY + ["--dtypes", "fp32", "--track", "false"]) == 0
+    assert capsys.readouterr().out.strip().endswith("not tracked")
+    assert mlflow.search_runs(search_all_experiments=True).empty
+
+
+@pytest.mark.gpu
+def test_cuda_tiny_measurement(tracking):
+    import torch
+
+    cap = torch.cuda.get_device_capability()
+    av = core.dtype_availability("cuda", cap, torch.cuda.is_bf16_supported(including_emulation=False))
+    dtypes, _ = core.select_dtypes(None, av)
+    r = core.run_peaks("cuda", dtypes, 256, 2**20, 2, 2, min_sample_s=0.0)
+    assert set(r.compute) == set(dtypes) and all(m.best > 0 for m in r.compute.values())
+    assert r.metrics()["peak_dram_bytes_per_s"] > 0
