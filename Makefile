@@ -24,6 +24,7 @@ run: setup
 	$(PY) -m train --model resnet18 --batch 16 --device cpu
 
 test: setup
+	$(VENV)/bin/ruff check --select F,E9 --output-format concise .
 	$(PY) -m pytest -q
 
 ui: setup

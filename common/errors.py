@@ -1,7 +1,6 @@
 """User-facing errors: one actionable line, never a traceback wall."""
 from __future__ import annotations
 
-import argparse
 import functools
 import re
 import sys
@@ -47,7 +46,9 @@ _TYPE_PREFIX = re.compile(r"^([\w.]+(?:Error|Exception)): (.*)$")
 def cli_entry(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | None], int]:
     """Wrap a CLI `main(argv) -> exit code` so a BenchError prints `error: <line>` and exits non-zero.
 
-    Anything else propagates: a bug should show its traceback.
+    Anything else propagates: a bug should show its traceback. Under `mlflow run` the run exists
+    before the script starts; if the error came before a RunSession took that run over, it is ended
+    FAILED here with the reason.
     """
 
     @functools.wraps(main)
@@ -56,6 +57,7 @@ def cli_entry(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | 
             return main(argv)
         except BenchError as err:
             print(f"error: {one_line(err)}", file=sys.stderr)
+            _fail_pending_run(one_line(err))
             return err.exit_code
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
@@ -64,9 +66,11 @@ def cli_entry(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | 
     return wrapped
 
 
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse that raises UsageError (one line, exit 2) instead of printing usage and exiting,
-    so a bad flag under `mlflow run` can still end that run FAILED with the reason."""
 
-    def error(self, message: str):  # noqa: D102 - argparse API
-        raise UsageError(f"{message} (see {self.prog} --help)")
+def _fail_pending_run(message: str) -> None:
+    import os
+
+    if os.environ.get("MLFLOW_RUN_ID"):  # RunSession removes it when it takes the run over
+        from common.tracking import fail_pending_run
+
+        fail_pending_run(message)

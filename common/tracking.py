@@ -446,21 +446,24 @@ def upload_spooled(folder: Path | None = None, say=print) -> tuple[int, int]:
     return sent, len(entries) - sent
 
 
-def fail_pending_run(run_kind: str, message: str) -> str | None:
-    """Mark the run `mlflow run` created (MLFLOW_RUN_ID) FAILED with `message`, if there is one.
+def fail_pending_run(message: str) -> str | None:
+    """End the run `mlflow run` created (MLFLOW_RUN_ID) FAILED with an `error` tag, if there is one.
 
-    For errors found before a run of our own is opened (bad flags under `mlflow run`): the run
-    already exists and must not stay RUNNING. Returns its id, or None when there was none.
+    For errors found before a RunSession took that run over (bad flags under `mlflow run`): the run
+    already exists and must not stay RUNNING without a reason. Returns its id, or None.
     """
-    if not os.environ.get("MLFLOW_RUN_ID"):
+    run_id = os.environ.pop("MLFLOW_RUN_ID", None)
+    if not run_id:
         return None
-    session = RunSession(run_kind, quiet=True)
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient()
     try:
-        with session:
-            raise BenchError(message)
-    except BenchError:
-        pass
-    return session.run_id
+        client.set_tag(run_id, schema.TAG_ERROR, message[:5000])
+        client.set_terminated(run_id, status="FAILED")
+    except Exception as exc:  # noqa: BLE001 - the message was printed; mlflow run marks it FAILED too
+        print(f"note: could not mark run {run_id} FAILED ({one_line(exc)[:200]})", file=sys.stderr)
+    return run_id
 
 
 def ui_hint(run_id: str | None, experiment_id: str | None) -> str:

@@ -1,15 +1,15 @@
 """`python -m common.upload`: send runs kept offline (server unreachable) to the tracking server."""
 from __future__ import annotations
 
-import argparse
 
+from common.cli import ArgumentParser
 from common.errors import BenchError, cli_entry
 from common.tracking import spool_dir, spooled_runs, upload_spooled
 
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m common.upload", description=__doc__)
+    parser = ArgumentParser(prog="python -m common.upload", description=__doc__)
     parser.add_argument("--spool-dir", default=None, help=f"where offline runs are kept (default {spool_dir()})")
     parser.add_argument("--list", action="store_true", help="only list the spooled runs")
     args = parser.parse_args(argv)

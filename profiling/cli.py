@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from common import schema
+from common.cli import ArgumentParser
 from common.errors import BenchError, UsageError, cli_entry
 from common.tracking import RunSession
 from profiling import ncu_metrics
@@ -100,7 +101,7 @@ def _opt_str(text: str) -> str | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python -m profiling",
         description="Nsight Compute counters of one training config (capture with ncu, or --import) "
         "-> one MLflow `profile` run with FLOPs, DRAM/L2/L1 bytes and measured arithmetic intensity.",

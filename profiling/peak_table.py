@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from common.cli import ArgumentParser
 from common.errors import UsageError
 
 DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16")
@@ -427,9 +428,7 @@ def format_table(entries: Iterable[VendorPeaks]) -> str:
 
 
 def _main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m profiling.peak_table", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m profiling.peak_table", description=__doc__.splitlines()[0])
     parser.add_argument("name", nargs="?", help="device name to resolve (as torch.cuda.get_device_name reports it)")
     parser.add_argument("--peaks-file", default=None, help=f"user entries (JSON/YAML); default ${PEAKS_FILE_ENV}")
     args = parser.parse_args(argv)

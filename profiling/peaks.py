@@ -244,12 +244,10 @@ def device_sync(device: str) -> Sync:
     """A function that waits for all queued work on `device` (no-op on CPU)."""
     import torch
 
+    from train.device import synchronize
+
     dev = torch.device(device)
-    if dev.type == "cuda":
-        return lambda: torch.cuda.synchronize(dev)
-    if dev.type == "mps":
-        return torch.mps.synchronize
-    return lambda: None
+    return lambda: synchronize(dev)
 
 
 def _timed(fn: Callable[[], object], calls: int, sync: Sync, clock: Clock) -> float:
@@ -330,13 +328,10 @@ def measure_matmul(
     a = torch.empty(n, n, dtype=td, device=device).uniform_(-1, 1)
     b = torch.empty(n, n, dtype=td, device=device).uniform_(-1, 1)
     c = torch.empty(n, n, dtype=td, device=device)
-    try:
-        with _matmul_precision(dtype):
-            return _sample(
-                dtype, "flops", 2.0 * n**3, lambda: torch.mm(a, b, out=c), repeats, sync, clock, warmup_s, min_sample_s
-            )
-    finally:
-        del a, b, c
+    with _matmul_precision(dtype):  # the operands are freed when this returns
+        return _sample(
+            dtype, "flops", 2.0 * n**3, lambda: torch.mm(a, b, out=c), repeats, sync, clock, warmup_s, min_sample_s
+        )
 
 
 def probe_cpu_fp16_ratio(n: int = CPU_FP16_PROBE_SIZE, rounds: int = 3, clock: Clock = time.perf_counter) -> float:
@@ -381,22 +376,19 @@ def measure_stream(
     a = torch.empty(n, dtype=torch.float32, device=device)
     b = torch.empty(n, dtype=torch.float32, device=device)
     c = torch.empty(n, dtype=torch.float32, device=device)
-    try:
-        a.fill_(1.0), b.fill_(2.0), c.fill_(0.0)  # first touch: page faults happen here, untimed
-        sync()
-        kernels = {
-            "copy": lambda: c.copy_(a),
-            "triad": lambda: torch.add(b, c, alpha=TRIAD_SCALAR, out=a),
-        }
-        out = {}
-        for name, fn in kernels.items():
-            moved = STREAM_KERNELS[name] * n * STREAM_ELEMENT_BYTES
-            out[name] = _sample(name, "bytes", moved, fn, repeats, sync, clock, warmup_s, min_sample_s)
-            if on_kernel:
-                on_kernel(out[name])
-        return out
-    finally:
-        del a, b, c
+    a.fill_(1.0), b.fill_(2.0), c.fill_(0.0)  # first touch: page faults happen here, untimed
+    sync()
+    kernels = {
+        "copy": lambda: c.copy_(a),
+        "triad": lambda: torch.add(b, c, alpha=TRIAD_SCALAR, out=a),
+    }
+    out = {}
+    for name, fn in kernels.items():
+        moved = STREAM_KERNELS[name] * n * STREAM_ELEMENT_BYTES
+        out[name] = _sample(name, "bytes", moved, fn, repeats, sync, clock, warmup_s, min_sample_s)
+        if on_kernel:
+            on_kernel(out[name])
+    return out
 
 
 # --------------------------------------------------------------------------- the whole measurement

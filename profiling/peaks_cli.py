@@ -16,12 +16,12 @@ from common import envinfo, schema
 from common.errors import BenchError, UsageError, cli_entry
 from profiling import peaks as core
 from profiling.peak_table import DTYPES, PEAKS_FILE_ENV, VendorPeaks, find
-from train.config import str_bool
+from common.cli import ArgumentParser, str_bool
 
 
 def build_parser() -> argparse.ArgumentParser:
     d = core.PeaksConfig(env_label="x")
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python -m profiling.peaks",
         description="Measure the compute (GEMM per dtype) and DRAM (STREAM copy/triad) ceilings of a device "
         "and log them as an MLflow `peaks` run.",

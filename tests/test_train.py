@@ -198,7 +198,7 @@ def test_image_folder_on_generated_jpegs(tracking, capsys, tmp_path):
 
 
 def test_cifar10_folder(tracking, tmp_path):
-    root = make_cifar10(tmp_path / "cifar-10-batches-py")
+    make_cifar10(tmp_path / "cifar-10-batches-py")  # given its parent, as torchvision's root
     assert main(arg("--data", f"cifar10:{tmp_path}") + ["--workers", "0"]) == 0
     run = only_run()
     assert run.info.status == "FINISHED" and run.data.params["num_classes"] == "10"

@@ -5,7 +5,8 @@ import os
 import sys
 
 from common import schema
-from common.errors import ArgumentParser, BenchError, UsageError, cli_entry
+from common.cli import ArgumentParser
+from common.errors import BenchError, UsageError, cli_entry
 from train.config import TrainConfig, add_config_args, config_from_args
 
 
@@ -66,25 +67,20 @@ def run(cfg: TrainConfig, *, experiment: str | None = None, progress: bool = Tru
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
-        args = build_parser().parse_args(argv)
         cfg = config_from_args(args)
-    except (UsageError, ValueError) as exc:
-        _fail_env_run(str(exc))
+    except ValueError as exc:
         raise UsageError(str(exc)) from None
     if args.profile_steps:
         return _profile(cfg, args.profile_steps)
-    try:
-        session, result = run(cfg, experiment=args.experiment, progress=not args.no_progress,
-                              system_metrics=not args.no_system_metrics)
-    except BenchError as exc:
-        _fail_env_run(str(exc))
-        raise
+    session, result = run(cfg, experiment=args.experiment, progress=not args.no_progress,
+                          system_metrics=not args.no_system_metrics)
     m = result.metrics
     where = f"kept offline in {session.spool_path}" if session.offline else f"run {session.run_id}"
     print(
         f"{cfg.model} b{cfg.batch_size} {cfg.precision} {cfg.image_size}px on {session.record.tags[schema.TAG_DEVICE_NAME]}: "
-        f"{m['throughput_samples_per_s']:.2f} samples/s, {m['step_time_median_s'] * 1e3:.1f} ms/step (median of {cfg.iters}), "
+        f"{m['throughput_samples_per_s']:.2f} samples/s, {m['step_time_median_s'] * 1e3:.1f} ms/step (median of {len(result.step_times_s)}{_ci_text(m)}), "
         f"{m['achieved_flops_per_s'] / 1e9:.2f} GFLOP/s achieved; {where}"
     )
     if not session.offline:
@@ -122,12 +118,6 @@ def _ci_text(metrics: dict) -> str:
 def step_times_csv(step_times_s: list[float]) -> str:
     """Every measured step time, exactly (the metric history keeps at most 1,000 points)."""
     return "step,step_time_s\n" + "".join(f"{i},{t!r}\n" for i, t in enumerate(step_times_s))
-
-
-def _fail_env_run(message: str) -> None:
-    from common.tracking import fail_pending_run
-
-    fail_pending_run("train", message)
 
 
 def _profile(cfg: TrainConfig, steps: int) -> int:

@@ -22,7 +22,8 @@ from pathlib import Path
 
 from common import schema
 from common.errors import BenchError, UsageError, cli_entry, one_line
-from train.config import DEVICES, OPTIMIZERS, str_bool
+from common.cli import ArgumentParser, split_words, str_bool
+from train.config import DEVICES, OPTIMIZERS
 
 DEFAULT_MODELS = ("resnet18", "resnet50", "vgg16", "mobilenet_v2")
 DEFAULT_BATCH_SIZES = (16, 32, 64, 128)
@@ -108,17 +109,9 @@ class ComplexityConfig:
 
 
 # ------------------------------------------------------------------ CLI parsing
-def _split_list(values) -> list[str]:
-    """`--models a b`, `--models a,b` and MLproject's single quoted string "a b" all mean [a, b]."""
-    out: list[str] = []
-    for v in values or []:
-        out.extend(t for t in re.split(r"[\s,]+", str(v)) if t)
-    return out
-
-
 def _int_list(values, flag: str) -> list[int]:
     out = []
-    for token in _split_list(values):
+    for token in split_words(values):
         try:
             out.append(int(token))
         except ValueError:
@@ -126,15 +119,8 @@ def _int_list(values, flag: str) -> list[int]:
     return out
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a bad flag is one line (UsageError), not the usage text plus the error."""
-
-    def error(self, message: str):
-        raise UsageError(f"{message} (see python -m train.complexity --help)")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = ArgumentParser(
         prog="python -m train.complexity",
         description="Parameters, FLOPs, activation memory and predicted training memory per model and batch "
         "size, measured at batch 1 and 2 and scaled linearly; logged as a `complexity` MLflow run.",
@@ -165,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def config_from_args(args: argparse.Namespace) -> ComplexityConfig:
     kwargs = {f.name: getattr(args, f.name) for f in fields(ComplexityConfig) if getattr(args, f.name, None) is not None}
-    kwargs["models"] = _split_list(args.models)
+    kwargs["models"] = split_words(args.models)
     kwargs["batch_sizes"] = _int_list(args.batch_sizes, "--batch-sizes")
     kwargs["rss_batch_sizes"] = _int_list(args.rss_batch_sizes, "--rss-batch-sizes")
     try:
@@ -502,14 +488,10 @@ def _write_out(out_dir: str | None, texts: dict[str, str]) -> None:
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
-    try:
-        args = build_parser().parse_args(argv)
-        cfg = config_from_args(args)
-        if not args.no_track:
-            preflight(cfg)  # bad names/devices: fail the run `mlflow run` created, log nothing else
-    except UsageError as exc:
-        _fail_env_run(str(exc))
-        raise
+    args = build_parser().parse_args(argv)
+    cfg = config_from_args(args)
+    if not args.no_track:
+        preflight(cfg)  # bad names/devices: one line, nothing logged (cli_entry fails an mlflow-run run)
     session, result = run(cfg, experiment=args.experiment, progress=not args.no_progress,
                           track=not args.no_track, out_dir=args.out)
     print(markdown(result))
@@ -522,12 +504,6 @@ def main(argv: list[str] | None = None) -> int:
 
         print(ui_hint(session.run_id, session.experiment_id))
     return 0
-
-
-def _fail_env_run(message: str) -> None:
-    from common.tracking import fail_pending_run
-
-    fail_pending_run("complexity", message)
 
 
 if __name__ == "__main__":

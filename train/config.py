@@ -5,6 +5,7 @@ import argparse
 from dataclasses import asdict, dataclass, field, fields
 
 from common import schema
+from common.cli import str_bool
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 OPTIMIZERS = ("sgd", "adamw")
@@ -150,15 +151,5 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     return TrainConfig(**kwargs)
 
 
-def str_bool(text: str | bool) -> bool:
-    """Parse MLproject-style booleans ("true"/"false"/"1"/"0"/"yes"/"no")."""
-    if isinstance(text, bool):
-        return text
-    value = str(text).strip().lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off", ""):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 

@@ -6,7 +6,6 @@ training; the synthetic source keeps one batch resident so the step measures com
 """
 from __future__ import annotations
 
-import os
 import pickle
 from dataclasses import dataclass
 from pathlib import Path

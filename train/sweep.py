@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Callable
 
 from common import schema
-from common.errors import ArgumentParser, BenchError, UsageError, cli_entry, one_line
+from common.cli import ArgumentParser, split_words
+from common.errors import BenchError, UsageError, cli_entry, one_line
 from train.config import TrainConfig, add_config_args
 
 TAG_SWEEP_NAME = "sweep_name"
@@ -333,7 +334,7 @@ def _list_of(convert):
     """One flag value holding a list ("resnet18 resnet50" or "16,32", as MLproject passes it)."""
 
     def parse(text):
-        return [convert(v) for v in str(text).replace(",", " ").split()]
+        return [convert(v) for v in split_words(text)]
 
     parse.__name__ = convert.__name__
     return parse
