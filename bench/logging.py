@@ -12,7 +12,8 @@ from __future__ import annotations
 import os
 import sys
 
-# This file is named like the standard library's `logging`: take bench/ off the import path first.
+# This file is named like the standard library's `logging` (and bench/analysis.py like the project's
+# analysis package): take bench/ off the import path first; put the project root on it.
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 sys.path.insert(0, os.path.dirname(_HERE))
