@@ -177,7 +177,7 @@ def run(cfg: AnalysisConfig, say: Callable[[str], None] = lambda _: None,
         series = fetch.fetch_series(list(vr["run_id"]))
         timings["series_fetch_s"] = time.perf_counter() - t_series
         by_env: dict[tuple[str, str], list[float]] = {}
-        for _, r in vr.iterrows():
+        for r in vr.to_dict("records"):
             by_env.setdefault((r["env_label"], r["device_name"]), []).extend(series.get(r["run_id"], []))
         empty = [e for e, v in by_env.items() if not v]
         if empty:

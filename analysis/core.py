@@ -53,7 +53,7 @@ def build(runs: pd.DataFrame, vendor_lookup: join.VendorLookup | None = None,
     roofs, roof_notes = join.choose_roofs(envs, runs, vendor_lookup, file_peaks)
     notes += roof_notes
     points = join.evaluate(points, roofs)
-    points["label"] = [join.point_label(r) for _, r in points.iterrows()]
+    points["label"] = [join.point_label(r) for r in points.to_dict("records")]
 
     missing = points[points["intensity_source"] == "missing"]
     if len(missing):

@@ -145,38 +145,32 @@ def aggregate_repeats(train: pd.DataFrame) -> pd.DataFrame:
             "modeled_intensity_flops_per_byte"]
     if train.empty:
         return pd.DataFrame(columns=cols)
-    t = train.copy()
+    t = train.sort_values("start_time", kind="stable").copy()
     derived = t["train_flops_per_step"] / t["step_time_median_s"]
     t["achieved_flops_per_s"] = t["achieved_flops_per_s"].where(t["achieved_flops_per_s"].notna(), derived)
-    rows = []
-    for key, g in t.sort_values("start_time").groupby(GROUP_KEYS, sort=True):
-        first = g.iloc[-1]  # latest run's params (equal within a config_key)
-        thr = g["throughput_samples_per_s"].dropna()
-        n = len(g)
-        if len(thr) >= 2:
-            sd, kind = float(thr.std(ddof=1)), f"across {len(thr)} runs"
-        elif len(thr) == 1:
-            within = g.loc[thr.index, "throughput_std_samples_per_s"].iloc[0]
-            sd, kind = float(within), ("within run" if not math.isnan(within) else "")
-        else:
-            sd, kind = math.nan, ""
-        ach = g["achieved_flops_per_s"].dropna()
-        row = dict(zip(GROUP_KEYS, key))
-        row.update({c: first[c] for c in CONFIG_PARAMS if c not in GROUP_KEYS})
-        row.update(
-            n_runs=n,
-            run_ids=list(g["run_id"]),
-            throughput_mean_samples_per_s=float(thr.mean()) if len(thr) else math.nan,
-            throughput_sd_samples_per_s=sd,
-            throughput_sd_kind=kind,
-            achieved_flops_per_s=float(ach.mean()) if len(ach) else math.nan,
-            achieved_sd_flops_per_s=float(ach.std(ddof=1)) if len(ach) >= 2 else math.nan,
-            step_time_median_s=float(g["step_time_median_s"].mean()),
-            train_flops_per_step=float(g["train_flops_per_step"].mean()),
-            modeled_intensity_flops_per_byte=float(g["modeled_intensity_flops_per_byte"].mean()),
-        )
-        rows.append(row)
-    return pd.DataFrame(rows, columns=cols)
+    # the within-run SD counts only for the run that has a throughput (used when it is the only one)
+    t["_within"] = t["throughput_std_samples_per_s"].where(t["throughput_samples_per_s"].notna())
+    params = [c for c in CONFIG_PARAMS if c not in GROUP_KEYS]
+    agg = t.groupby(GROUP_KEYS, sort=True).agg(
+        n_runs=("run_id", "size"),
+        run_ids=("run_id", list),
+        _n_thr=("throughput_samples_per_s", "count"),
+        throughput_mean_samples_per_s=("throughput_samples_per_s", "mean"),
+        _sd_across=("throughput_samples_per_s", "std"),
+        _within=("_within", "max"),
+        achieved_flops_per_s=("achieved_flops_per_s", "mean"),
+        achieved_sd_flops_per_s=("achieved_flops_per_s", "std"),
+        step_time_median_s=("step_time_median_s", "mean"),
+        train_flops_per_step=("train_flops_per_step", "mean"),
+        modeled_intensity_flops_per_byte=("modeled_intensity_flops_per_byte", "mean"),
+        **{p: (p, "last") for p in params},  # latest run's params (equal within a config_key)
+    ).reset_index()
+    across = agg["_n_thr"] >= 2
+    agg["throughput_sd_samples_per_s"] = np.where(across, agg["_sd_across"], agg["_within"]).astype(float)
+    agg["throughput_sd_kind"] = np.where(
+        across, "across " + agg["_n_thr"].astype(str) + " runs",
+        np.where((agg["_n_thr"] == 1) & agg["_within"].notna(), "within run", ""))
+    return agg[cols]
 
 
 # ------------------------------------------------------------------------------- profile runs
@@ -217,6 +211,9 @@ def profile_intensities(runs: pd.DataFrame) -> pd.DataFrame:
 def attach_intensity(points: pd.DataFrame, profiles: pd.DataFrame) -> pd.DataFrame:
     """Add `intensity_flops_per_byte` and `intensity_source` (measured | modeled | missing)."""
     out = points.merge(profiles, on=["config_key", "device_name"], how="left")
+    for c in ("intensity_dram_flops_per_byte", "intensity_l2_flops_per_byte", "intensity_l1_flops_per_byte",
+              "modeled_intensity_flops_per_byte", "achieved_flops_per_s"):
+        out[c] = pd.to_numeric(out[c], errors="coerce").astype(float)  # an empty merge leaves object columns
     measured = out["intensity_dram_flops_per_byte"].notna()
     modeled = out["modeled_intensity_flops_per_byte"].gt(0)
     out["intensity_flops_per_byte"] = np.where(measured, out["intensity_dram_flops_per_byte"],
@@ -320,7 +317,7 @@ def choose_roofs(
 def evaluate(points: pd.DataFrame, roofs: dict[tuple[str, str], dict[str, Roof | None]]) -> pd.DataFrame:
     """Add ceiling_dtype, peak, bandwidth, ridge, attainable, bound, efficiency, roof_source."""
     evals = []
-    for _, p in points.iterrows():
+    for p in points.to_dict("records"):
         roof = roofs.get((p["env_label"], p["device_name"]), {}).get("roof")
         intens = {"dram": p.get("intensity_flops_per_byte"), "l2": p.get("intensity_l2_flops_per_byte"),
                   "l1": p.get("intensity_l1_flops_per_byte")}

@@ -58,7 +58,7 @@ def summary_markdown(points: pd.DataFrame) -> str:
     headers = ["environment", "device", "model", "precision", "batch", "runs", "samples/s (mean ± SD)",
                "achieved GFLOP/s", "intensity (FLOP/B)", "intensity source", "ceiling", "bound", "efficiency"]
     rows = []
-    for _, p in points.iterrows():
+    for p in points.to_dict("records"):
         thr, sd = _f(p["throughput_mean_samples_per_s"]), _f(p["throughput_sd_samples_per_s"])
         thr_txt = num(thr, 4)
         if math.isfinite(sd):
@@ -107,7 +107,7 @@ def environments_markdown(envs: pd.DataFrame) -> str:
     headers = ["environment", "device", "type", "host", "torch", "CUDA", "cuDNN", "driver", "Python", "OS", "train runs"]
     rows = [[e["env_label"], e["device_name"], e["device_type"], e["host"], e["torch_version"], e["cuda_version"],
              e["cudnn_version"], e["driver_version"], e["python_version"], e["os"], int(e["n_train_runs"])]
-            for _, e in envs.iterrows()]
+            for e in envs.to_dict("records")]
     return md_table(headers, rows)
 
 
@@ -115,14 +115,14 @@ def speedups_markdown(sp: pd.DataFrame) -> str:
     headers = ["environment", "device", "model", "batch", "precision", "speed-up over fp32 (± SD)"]
     rows = [[r["env_label"], r["device_name"], r["model"], int(r["batch_size"]), r["precision"],
              f"{r['speedup']:.2f}×" + (f" ± {r['speedup_sd']:.2f}" if math.isfinite(_f(r["speedup_sd"])) else "")]
-            for _, r in sp.iterrows()]
+            for r in sp.to_dict("records")]
     return md_table(headers, rows)
 
 
 def failed_markdown(failed: pd.DataFrame) -> str:
     headers = ["run", "kind", "status", "environment", "device", "name", "error"]
     rows = [[r["run_id"][:8], r["run_kind"], r["status"], r["env_label"], r["device_name"], r["run_name"],
-             r["error"][:300]] for _, r in failed.iterrows()]
+             r["error"][:300]] for r in failed.to_dict("records")]
     return md_table(headers, rows)
 
 
