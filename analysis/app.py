@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import socket
 import sys
 import time
@@ -40,6 +41,8 @@ class AnalysisConfig:
     """log the outputs as artifacts of an `analysis` run."""
     variability_config: str = ""
     """config_key for the step-time variability figure (empty: the config in the most environments)."""
+    jobs: int = 0
+    """processes drawing figures (0: up to 4 on Linux, 1 elsewhere)."""
 
     def __post_init__(self) -> None:
         if not str(self.out).strip():
@@ -47,6 +50,9 @@ class AnalysisConfig:
         if int(self.max_runs) <= 0:
             raise ValueError(f"max_runs must be a positive integer, got {self.max_runs}")
         self.max_runs = int(self.max_runs)
+        if int(self.jobs) < 0:
+            raise ValueError(f"jobs must be >= 0 (0 = automatic), got {self.jobs}")
+        self.jobs = int(self.jobs)
 
     def query(self) -> fetch.Query:
         return fetch.Query(self.experiments, self.filter, self.env_labels, self.max_runs)
@@ -98,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-track", dest="track", action="store_false", help="same as --track false")
     p.add_argument("--variability-config", default="", metavar="CONFIG_KEY",
                    help="config_key for the step-time variability figure (default: the most widely run config)")
+    p.add_argument("--jobs", type=int, default=0, help="processes drawing figures (default 0: up to 4 on Linux, 1 elsewhere)")
     return p
 
 
@@ -106,7 +113,7 @@ def config_from_args(args: argparse.Namespace) -> AnalysisConfig:
         return AnalysisConfig(
             experiments=_split(args.experiment), filter=args.filter or "", env_labels=_split(args.env_label),
             out=args.out, max_runs=args.max_runs, peaks_file=args.peaks_file or "", track=args.track,
-            variability_config=args.variability_config or "",
+            variability_config=args.variability_config or "", jobs=args.jobs,
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
@@ -149,10 +156,15 @@ def run(cfg: AnalysisConfig, say: Callable[[str], None] = lambda _: None,
 
     pts = analysis.points
     envs = sorted(analysis.roofs)
-    say(f"drawing figures for {len(envs)} environment(s)")
+    jobs: list[tuple[str, str, str, tuple]] = []  # (section, title, plots function, args)
+    if not analysis.speedups.empty:
+        jobs.append(("speedup", "fp16/bf16 speed-up over fp32", "speedup_vs_batch",
+                     (analysis.speedups, fig_dir / "speedup_vs_batch.png")))
+    jobs.append(("intensity", "Intensity vs batch size", "intensity_vs_batch", (pts, fig_dir / "intensity_vs_batch.png")))
+    jobs.append(("throughput", "Throughput vs batch size", "throughput_vs_batch", (pts, fig_dir / "throughput_vs_batch.png")))
     if len(envs) > 1 or not envs:
-        path, _ = plots.roofline_combined(pts, analysis.roofs, fig_dir / "roofline_all.png")
-        add("roofline", "Roofline, all environments", path)
+        jobs.append(("roofline", "Roofline, all environments", "roofline_combined",
+                     (pts, analysis.roofs, fig_dir / "roofline_all.png")))
     used_slugs: set[str] = set()
     for env, dev in envs:
         name = slug(env) if len(envs) == len({e for e, _ in envs}) else slug(f"{env}_{dev}")
@@ -160,12 +172,8 @@ def run(cfg: AnalysisConfig, say: Callable[[str], None] = lambda _: None,
             name += "_"
         used_slugs.add(name)
         sub = pts[(pts["env_label"] == env) & (pts["device_name"] == dev)]
-        path, _ = plots.roofline_env(sub, env, dev, analysis.roofs[(env, dev)], fig_dir / f"roofline_{name}.png")
-        add("roofline", f"Roofline, {env} ({dev})", path)
-    add("throughput", "Throughput vs batch size", plots.throughput_vs_batch(pts, fig_dir / "throughput_vs_batch.png"))
-    add("intensity", "Intensity vs batch size", plots.intensity_vs_batch(pts, fig_dir / "intensity_vs_batch.png"))
-    if not analysis.speedups.empty:
-        add("speedup", "fp16/bf16 speed-up over fp32", plots.speedup_vs_batch(analysis.speedups, fig_dir / "speedup_vs_batch.png"))
+        jobs.append(("roofline", f"Roofline, {env} ({dev})", "roofline_env",
+                     (sub, env, dev, analysis.roofs[(env, dev)], fig_dir / f"roofline_{name}.png")))
 
     var_title = ""
     key = core.variability_config(analysis, cfg.variability_config or None)
@@ -185,9 +193,15 @@ def run(cfg: AnalysisConfig, say: Callable[[str], None] = lambda _: None,
         label = next(iter(pts.loc[pts["config_key"] == key, "label"]), key)
         var_title = (f"Config `{label}` (config_key {key}), the config run in the most environments; "
                      f"per-step times of up to 5 latest runs per environment.")
-        add("variability", f"Step-time variability: {label}",
-            plots.step_time_variability(by_env, f"Step-time variability across environments: {label}",
-                                        fig_dir / "step_time_variability.png"))
+        jobs.append(("variability", f"Step-time variability: {label}", "step_time_variability",
+                     (by_env, f"Step-time variability across environments: {label}", fig_dir / "step_time_variability.png")))
+
+    n_jobs = cfg.jobs or default_jobs()
+    say(f"drawing {len(jobs)} figures for {len(envs)} environment(s)" + (f" in {n_jobs} processes" if n_jobs > 1 else ""))
+    paths = render_figures([(fn, args) for _, _, fn, args in jobs], n_jobs)
+    order = {"roofline": 0, "throughput": 1, "variability": 2, "intensity": 3, "speedup": 4}
+    for (section, title, _, _), path in sorted(zip(jobs, paths), key=lambda jp: order[jp[0][0]]):
+        add(section, title, path)
     timings["figures_s"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -200,6 +214,29 @@ def run(cfg: AnalysisConfig, say: Callable[[str], None] = lambda _: None,
     timings["report_s"] = time.perf_counter() - t
     timings["total_s"] = time.perf_counter() - t0
     return Result(analysis, out_dir, files, timings)
+
+
+def default_jobs() -> int:
+    """Figure processes when --jobs is 0: up to 4 on Linux (fork is cheap there), else 1."""
+    return min(4, os.cpu_count() or 1) if sys.platform.startswith("linux") else 1
+
+
+def _draw(job: tuple[str, tuple]) -> Path:
+    out = getattr(plots, job[0])(*job[1])
+    return out[0] if isinstance(out, tuple) else out
+
+
+def render_figures(jobs: list[tuple[str, tuple]], n_jobs: int) -> list[Path]:
+    """Draw figures (plots function name, args), in `n_jobs` forked processes when > 1: each figure is
+    independent and matplotlib's drawing holds the GIL, so processes are what runs them side by side."""
+    if n_jobs <= 1 or len(jobs) <= 1:
+        return [_draw(j) for j in jobs]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    ctx = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(max_workers=min(n_jobs, len(jobs)), mp_context=ctx) as pool:
+        return list(pool.map(_draw, jobs))
 
 
 def _log(session, cfg: AnalysisConfig, result: Result) -> None:

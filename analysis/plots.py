@@ -61,10 +61,11 @@ def _series_label(row: pd.Series) -> str:
     return "/".join(p for p in parts if not (p.startswith("b") and p[1:].isdigit()))
 
 
-def _panels(n: int, width_each: float = 6.0, height_each: float = 4.2):
+def _panels(n: int, width_each: float = 5.5, height_each: float = 4.0, right: float = 0.25):
     ncols = 1 if n == 1 else 2 if n <= 4 else 3
     nrows = math.ceil(n / ncols)
-    fig, axes = _new(width_each * ncols, height_each * nrows, nrows, ncols, left=0.9, top=0.75, bottom=0.65)
+    fig, axes = _new(width_each * ncols + right, height_each * nrows, nrows, ncols, left=0.9, right=right,
+                     top=0.75, bottom=0.65)
     flat = list(axes.flat)
     for ax in flat[n:]:
         ax.set_visible(False)
@@ -72,11 +73,14 @@ def _panels(n: int, width_each: float = 6.0, height_each: float = 4.2):
 
 
 def _plain_log_ticks(axis) -> None:
-    """Log axis ticks as plain numbers (200, not 2 x 10^2); minor labels only within one decade."""
-    fmt = FuncFormatter(lambda v, _: f"{v:g}")
-    axis.set_major_formatter(fmt)
-    lo, hi = axis.get_view_interval()
-    axis.set_minor_formatter(fmt if lo > 0 and hi / lo < 10 else NullFormatter())
+    """Log axis ticks as plain numbers (200, not 2 x 10^2); minor ticks at 2 and 5 labelled too."""
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+
+    def minor(v, _):
+        mantissa = round(v / 10 ** math.floor(math.log10(v)), 6) if v > 0 else 0
+        return f"{v:g}" if mantissa in (2, 5) else ""
+
+    axis.set_minor_formatter(FuncFormatter(minor))
 
 
 def _env_title(env: str, device: str) -> str:
@@ -279,26 +283,31 @@ def roofline_combined(points: pd.DataFrame, roofs: dict, path: Path) -> tuple[Pa
 # ------------------------------------------------------------------------------- per-env panels
 def _per_env_lines(points: pd.DataFrame, y: str, yerr: str | None, path: Path, ylabel: str, title: str,
                    logy: bool, marker_by_source: bool = False, hline: float | None = None) -> Path:
+    """One panel per environment, one line per series (model/precision/options) in the same color in
+    every panel, and one legend for the figure."""
     envs = sorted({(e, d) for e, d in zip(points["env_label"], points["device_name"])})
-    fig, axes = _panels(max(len(envs), 1))
+    pts = points[points[y].notna()]
+    pts = pts.assign(series=[_series_label(r) for r in pts.to_dict("records")])
+    names = sorted(set(pts["series"]))
+    cmap = matplotlib.colormaps["tab10" if len(names) <= 10 else "tab20"]
+    color_of = {n: matplotlib.colors.to_hex(cmap(i % cmap.N)) for i, n in enumerate(names)}
+    legend_in = 2.6
+    fig, axes = _panels(max(len(envs), 1), right=legend_in)
     if not envs:
         axes[0].text(0.5, 0.5, "no data", ha="center", va="center", transform=axes[0].transAxes)
     for ax, (env, dev) in zip(axes, envs):
-        sub = points[(points["env_label"] == env) & (points["device_name"] == dev) & points[y].notna()]
-        sub = sub.assign(series=[_series_label(r) for r in sub.to_dict("records")])
-        for series, g in sub.sort_values("batch_size").groupby("series", sort=True):
+        sub = pts[(pts["env_label"] == env) & (pts["device_name"] == dev)].sort_values("batch_size")
+        for series, g in sub.groupby("series", sort=True):
+            color = color_of[series]
             if not marker_by_source:
                 err = g[yerr].fillna(0).to_numpy() if yerr else None
-                ax.errorbar(g["batch_size"], g[y], yerr=err, capsize=3, marker="o", ms=5, lw=1.4, label=series)
+                ax.errorbar(g["batch_size"], g[y], yerr=err, capsize=3, marker="o", ms=5, lw=1.4, color=color)
                 continue
             # one line per intensity source: a measured and a modeled value are never joined
-            color = None
             for source, gs in g.groupby("intensity_source", sort=True):
                 style = SOURCE_MARKER.get(source, SOURCE_MARKER["modeled"])
-                (line,) = ax.plot(gs["batch_size"], gs[y], lw=1.4, ms=7, markeredgewidth=1.4, color=color,
-                                  ls="-" if source == "measured" else "--",
-                                  label=series if color is None else None, **style)
-                color = line.get_color()
+                ax.plot(gs["batch_size"], gs[y], lw=1.4, ms=7, markeredgewidth=1.4, color=color,
+                        ls="-" if source == "measured" else "--", **style)
         if hline is not None:
             ax.axhline(hline, color="gray", lw=1, ls="--")
         ax.set_xscale("log", base=2)
@@ -312,12 +321,14 @@ def _per_env_lines(points: pd.DataFrame, y: str, yerr: str | None, path: Path, y
         ax.set_ylabel(ylabel)
         ax.set_title(_env_title(env, dev), fontsize=10)
         ax.grid(True, alpha=0.3)
-        handles, labels = ax.get_legend_handles_labels()
-        if marker_by_source:
-            handles += [Line2D([], [], ls="-", color="black", label="measured (ncu)", **SOURCE_MARKER["measured"]),
-                        Line2D([], [], ls="--", color="black", label="modeled (byte model)", **SOURCE_MARKER["modeled"])]
-        if handles:
-            ax.legend(handles=handles, fontsize=7, loc="upper left", framealpha=0.8)
+    handles = [Line2D([], [], color=color_of[n], marker="o", ms=5, label=n) for n in names]
+    if marker_by_source:
+        handles += [Line2D([], [], ls="-", color="black", label="measured (ncu)", **SOURCE_MARKER["measured"]),
+                    Line2D([], [], ls="--", color="black", label="modeled (byte model)", **SOURCE_MARKER["modeled"])]
+    if handles:
+        width, height = fig.get_size_inches()
+        fig.legend(handles=handles, fontsize=8, loc="upper left", frameon=False,
+                   bbox_to_anchor=(1 - (legend_in - 0.15) / width, 1 - 0.75 / height))
     fig.suptitle(title, fontsize=12)
     return _save(fig, path)
 
