@@ -48,6 +48,7 @@ def build(runs: pd.DataFrame, vendor_lookup: join.VendorLookup | None = None,
     notes += join.train_notes(train)
     points = join.aggregate_repeats(train)
     profiles = join.profile_intensities(runs)
+    notes += join.profile_notes(runs)
     points = join.attach_intensity(points, profiles)
     envs = sorted({(e, d) for e, d in zip(points["env_label"], points["device_name"])})
     roofs, roof_notes = join.choose_roofs(envs, runs, vendor_lookup, file_peaks)
@@ -64,10 +65,16 @@ def build(runs: pd.DataFrame, vendor_lookup: join.VendorLookup | None = None,
     for (env, dev), g in fallback.groupby(["env_label", "device_name"]):
         notes.append(f"{env}: no {'/'.join(sorted(set(g['precision'])))} ceiling for {dev}; "
                      "those points are held against the fp32 ceiling")
+    above = points[points["efficiency"] > 1.0]
+    if len(above):
+        notes.append(f"{len(above)} point(s) lie above their roof (efficiency > 100%), e.g. "
+                     f"{', '.join((above['env_label'] + ': ' + above['label']).head(3))}: the ceiling is too low for them "
+                     "(fp32 runs on TF32 tensor cores, a peaks run below the real peak) or the intensity is off "
+                     "(a modeled intensity counts no cache reuse)")
     n_measured = int((points["intensity_source"] == "measured").sum())
     counts.update(points=len(points), measured_points=n_measured,
                   modeled_points=int((points["intensity_source"] == "modeled").sum()))
-    failed = join.failed_runs(runs)
+    failed = join.failed_runs(runs, set(train["device_name"]) or None)
     counts["failed"] = len(failed)
     return Analysis(
         points=points.sort_values(["env_label", "device_name", "model", "precision", "batch_size"]).reset_index(drop=True),

@@ -208,6 +208,25 @@ def profile_intensities(runs: pd.DataFrame) -> pd.DataFrame:
     return out[cols].reset_index(drop=True)
 
 
+def profile_notes(runs: pd.DataFrame) -> list[str]:
+    """Profile runs that cannot give an intensity, and why."""
+    pr = of_kind(runs, "profile")
+    if pr.empty:
+        return []
+    flops, dram = num(pr, "metrics.ncu_flops_total"), num(pr, "metrics.ncu_dram_bytes")
+    logged = num(pr, "metrics.ncu_intensity_dram_flops_per_byte")
+    unusable = pr[~(((flops > 0) & (dram > 0)) | (logged > 0))]
+    notes = []
+    if len(unusable):
+        notes.append(f"{len(unusable)} profile run(s) lack ncu_flops_total/ncu_dram_bytes (e.g. "
+                     f"{', '.join(short(r) for r in unusable['run_id'].head(3))}): their configs use the modeled intensity")
+    no_key = pr[_config_keys(pr) == ""]
+    if len(no_key):
+        notes.append(f"{len(no_key)} profile run(s) have no config_key: not joined "
+                     f"(e.g. {', '.join(short(r) for r in no_key['run_id'].head(3))})")
+    return notes
+
+
 def attach_intensity(points: pd.DataFrame, profiles: pd.DataFrame) -> pd.DataFrame:
     """Add `intensity_flops_per_byte` and `intensity_source` (measured | modeled | missing)."""
     out = points.merge(profiles, on=["config_key", "device_name"], how="left")
@@ -224,7 +243,7 @@ def attach_intensity(points: pd.DataFrame, profiles: pd.DataFrame) -> pd.DataFra
 
 
 # ------------------------------------------------------------------------------- roofs
-def _roof_from_peaks_row(row: pd.Series, device: str) -> Roof:
+def _roof_from_peaks_row(row: dict, device: str) -> Roof:
     roof = Roof(device)
     src = f"measured: peaks run {short(row['run_id'])}"
     for dtype in roofline.DTYPES:
@@ -249,11 +268,11 @@ def measured_roofs(runs: pd.DataFrame) -> tuple[dict[tuple[str, str], Roof], dic
     if pk.empty:
         return by_env, by_dev
     pk = pk.assign(_start=_start(pk)).sort_values("_start")
-    for _, row in pk.iterrows():
+    for row in pk.to_dict("records"):
         env = str(row.get(f"tags.{schema.TAG_ENV_LABEL}") or "")
         dev = str(row.get(f"tags.{schema.TAG_DEVICE_NAME}") or "")
         roof = _roof_from_peaks_row(row, dev)
-        if roof.is_empty():
+        if roof.is_empty():  # no peak_* metric: nothing to draw
             continue
         by_env[(env, dev)] = roof  # later rows overwrite: latest wins
         by_dev[dev] = (env, roof)
@@ -365,14 +384,17 @@ def environments(train: pd.DataFrame) -> pd.DataFrame:
     return out[cols].sort_values(["env_label", "device_name"]).reset_index(drop=True)
 
 
-def failed_runs(runs: pd.DataFrame) -> pd.DataFrame:
-    """FAILED/KILLED train, profile and peaks runs with their `error` tag."""
+def failed_runs(runs: pd.DataFrame, devices: set[str] | None = None) -> pd.DataFrame:
+    """FAILED/KILLED train runs, and profile/peaks runs (of `devices` only, when given), with their
+    `error` tag."""
     cols = ["run_id", "run_kind", "status", "env_label", "device_name", "run_name", "error"]
     if runs.empty:
         return pd.DataFrame(columns=cols)
     kind = text(runs, f"tags.{schema.TAG_RUN_KIND}")
     status = text(runs, "status")
-    bad = runs[kind.isin(["train", "profile", "peaks"]) & status.isin(["FAILED", "KILLED"])]
+    relevant = (kind == "train") | (kind.isin(["profile", "peaks"])
+                                    & (text(runs, f"tags.{schema.TAG_DEVICE_NAME}").isin(devices) if devices else True))
+    bad = runs[relevant & status.isin(["FAILED", "KILLED"])]
     out = pd.DataFrame({
         "run_id": text(bad, "run_id"),
         "run_kind": text(bad, f"tags.{schema.TAG_RUN_KIND}"),

@@ -202,3 +202,24 @@ def test_cli_lists_accept_commas_and_repeats_and_string_booleans():
     assert app.config_from_args(app.build_parser().parse_args([])).track is True
     q = fetch.Query(["e"], " params.model = 'a' ", ["l"], 5)
     assert q.describe() == "e; filter \"params.model = 'a'\"; env label(s) l"
+
+
+def test_hierarchical_limiter_and_point_above_roof_are_reported():
+    t = train("t", "e", "GPU", 64, "fp32", 100, achieved=12e12, intensity=10)
+    prof = {"run_id": "p", "status": "FINISHED", "tags.run_kind": "profile", "tags.config_key": t["tags.config_key"],
+            "tags.device_name": "GPU", "metrics.ncu_flops_total": 4e12, "metrics.ncu_dram_bytes": 1e10,
+            "metrics.ncu_l2_bytes": 4e11}
+    pk = peaks("k", "e", "GPU", 1, peak_flops_per_s_fp32=20e12, peak_dram_bytes_per_s=100e9,
+               peak_l2_bytes_per_s=1e12)
+    bad_prof = {"run_id": "q", "status": "FINISHED", "tags.run_kind": "profile", "tags.config_key": "x",
+                "tags.device_name": "GPU", "metrics.ncu_kernels": 3}
+    a = core.build(pd.DataFrame([t, prof, pk, bad_prof]))
+    p = a.points.iloc[0]
+    # DRAM: 400 FLOP/B * 100e9 = 40e12 -> capped at 20e12 (compute-bound, ridge 200);
+    # L2: 4e12 / 4e11 = 10 FLOP/B * 1e12 = 10e12 < 20e12 -> L2 is the limiter
+    assert p["intensity_flops_per_byte"] == 400 and p["bound"] == "compute-bound"
+    assert p["hier_limiter"] == "l2" and p["efficiency"] == pytest.approx(0.6)  # 12e12 / 20e12 (DRAM roofline)
+    text = " | ".join(a.notes)
+    assert "1 profile run(s) lack ncu_flops_total/ncu_dram_bytes (e.g. q)" in text
+    above = core.build(pd.DataFrame([train("t", "e", "GPU", 64, "fp32", 100, achieved=30e12, intensity=1000), pk]))
+    assert any(n.startswith("1 point(s) lie above their roof") and "e: resnet18/b64/fp32" in n for n in above.notes)
