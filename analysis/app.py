@@ -85,6 +85,17 @@ def str_bool(text: str | bool) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
+def whole(text: str) -> int:
+    """An integer flag that also takes MLproject's float form ("500.0")."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not value.is_integer():
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
+    return int(value)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m analysis",
@@ -97,14 +108,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env-label", action="append", metavar="LABEL",
                    help="only this environment; repeat or comma-separate (default: all)")
     p.add_argument("--out", default=AnalysisConfig.out, help="output folder (default: %(default)s)")
-    p.add_argument("--max-runs", type=int, default=AnalysisConfig.max_runs, help="at most this many train runs")
+    p.add_argument("--max-runs", type=whole, default=AnalysisConfig.max_runs, help="at most this many train runs")
     p.add_argument("--peaks-file", default="", help="JSON/YAML vendor ceilings per device name (adds to the vendor table)")
     p.add_argument("--track", type=str_bool, nargs="?", const=True, default=True,
                    help="log outputs as artifacts of an `analysis` run (true/false; default true)")
     p.add_argument("--no-track", dest="track", action="store_false", help="same as --track false")
     p.add_argument("--variability-config", default="", metavar="CONFIG_KEY",
                    help="config_key for the step-time variability figure (default: the most widely run config)")
-    p.add_argument("--jobs", type=int, default=0, help="processes drawing figures (default 0: up to 4 on Linux, 1 elsewhere)")
+    p.add_argument("--jobs", type=whole, default=0, help="processes drawing figures (default 0: up to 4 on Linux, 1 elsewhere)")
     return p
 
 

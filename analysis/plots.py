@@ -72,15 +72,19 @@ def _panels(n: int, width_each: float = 5.5, height_each: float = 4.0, right: fl
     return fig, flat[:n]
 
 
-def _plain_log_ticks(axis) -> None:
-    """Log axis ticks as plain numbers (200, not 2 x 10^2); minor ticks at 2 and 5 labelled too."""
-    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+def _log_ticks(axis, fmt=lambda v: f"{v:g}") -> None:
+    """Log axis ticks as `fmt(v)` (plain 200, not 2 x 10^2); minor ticks at 2 and 5 labelled too."""
+    axis.set_major_formatter(FuncFormatter(lambda v, _: fmt(v)))
 
     def minor(v, _):
         mantissa = round(v / 10 ** math.floor(math.log10(v)), 6) if v > 0 else 0
-        return f"{v:g}" if mantissa in (2, 5) else ""
+        return fmt(v) if mantissa in (2, 5) else ""
 
     axis.set_minor_formatter(FuncFormatter(minor))
+
+
+def _flops_label(v: float) -> str:
+    return si(v, "FLOP/s", 3)
 
 
 def _env_title(env: str, device: str) -> str:
@@ -198,7 +202,8 @@ def _axes_roofline(ax, x_lo, x_hi, pts, roofs: list[Roof]) -> None:
         ax.set_ylim(10 ** math.floor(math.log10(min(ys) / 1.5)), 10 ** math.ceil(math.log10(max(ys) * 1.5)))
     ax.set_xlabel("arithmetic intensity (FLOP per DRAM byte)")
     ax.set_ylabel("achieved FLOP/s (training FLOPs / median step time)")
-    ax.yaxis.set_major_formatter(EngFormatter(unit="FLOP/s"))
+    _log_ticks(ax.yaxis, _flops_label)
+    _log_ticks(ax.xaxis)
     ax.grid(True, which="major", alpha=0.3)
 
 
@@ -316,7 +321,7 @@ def _per_env_lines(points: pd.DataFrame, y: str, yerr: str | None, path: Path, y
             ax.set_xticks(batches, [str(b) for b in batches])
         if logy:
             ax.set_yscale("log")
-            _plain_log_ticks(ax.yaxis)
+            _log_ticks(ax.yaxis)
         ax.set_xlabel("batch size (samples per step)")
         ax.set_ylabel(ylabel)
         ax.set_title(_env_title(env, dev), fontsize=10)

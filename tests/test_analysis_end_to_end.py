@@ -15,7 +15,7 @@ import mlflow
 import pandas as pd
 import pytest
 
-from analysis import app
+from analysis import app, core, fetch, vendor
 from common import schema
 from common.tracking import RunSession
 
@@ -112,8 +112,17 @@ def vendor_stub(name):
 
 
 def analyse(tmp_path, argv=(), vendor_lookup=vendor_stub):
+    """The whole pipeline: fetch, join, figures, report (untracked)."""
     cfg = app.config_from_args(app.build_parser().parse_args(["--no-track", "--out", str(tmp_path / "out"), *argv]))
     return app.run(cfg, vendor_lookup=vendor_lookup)
+
+
+def joined(argv=(), vendor_lookup=vendor_stub) -> core.Analysis:
+    """Fetch and join only (no figures): for tests about numbers."""
+    cfg = app.config_from_args(app.build_parser().parse_args(["--no-track", *argv]))
+    runs, _ = fetch.fetch_runs(cfg.query())
+    file_peaks = vendor.read_peaks_file(cfg.peaks_file) if cfg.peaks_file else None
+    return core.build(runs, vendor_lookup, file_peaks)
 
 
 def row(points: pd.DataFrame, env: str, batch: int, precision: str) -> pd.Series:
@@ -122,9 +131,9 @@ def row(points: pd.DataFrame, env: str, batch: int, precision: str) -> pd.Series
     return sel.iloc[0]
 
 
-def test_points_classification_and_efficiency_by_hand(store, tmp_path):
-    res = analyse(tmp_path, ["--experiment", EXP])
-    pts = res.analysis.points
+def test_points_classification_and_efficiency_by_hand(store):
+    res = joined(["--experiment", EXP])
+    pts = res.points
     assert len(pts) == 4
 
     a = row(pts, "l4", 32, "fp32")  # repeats: mean ± SD across runs
@@ -153,11 +162,11 @@ def test_points_classification_and_efficiency_by_hand(store, tmp_path):
     d = row(pts, "laptop", 32, "fp32")  # no peaks: no bound, no efficiency
     assert d["bound"] == "" and math.isnan(d["efficiency"]) and math.isnan(d["peak_flops_per_s"])
 
-    sp = res.analysis.speedups
+    sp = res.speedups
     assert len(sp) == 1 and sp.iloc[0]["speedup"] == pytest.approx(2.0)
     assert sp.iloc[0]["speedup_sd"] == pytest.approx(2 * math.sqrt((30 / 1400) ** 2 + (20 / 700) ** 2))
 
-    failed = res.analysis.failed
+    failed = res.failed
     assert list(failed["error"]) == ["RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"]
 
 
@@ -193,10 +202,9 @@ def test_outputs_tables_figures_and_report(store, tmp_path):
                                    "modeled_points": 3, "failed": 1}
 
 
-def test_vendor_table_is_the_roof_without_a_peaks_run(tracking, tmp_path):
+def test_vendor_table_is_the_roof_without_a_peaks_run(tracking):
     log_train("l4", L4, 64, "fp32", thr=700, thr_sd=20, flops_step=1.5e12, median_s=0.1, intensity=60)
-    res = analyse(tmp_path)
-    p = res.analysis.points.iloc[0]
+    p = joined().points.iloc[0]
     # vendor ridge 30.3e12 / 300e9 = 101 > 60: memory-bound, attainable 60 * 300e9 = 18e12
     assert p["roof_source"] == "vendor" and p["bound"] == "memory-bound"
     assert p["efficiency"] == pytest.approx(1.5e13 / 18e12)
@@ -214,20 +222,22 @@ def test_peaks_file_gives_the_roof(tracking, tmp_path):
     log_train("laptop", CPU, 32, "fp32", thr=20, thr_sd=1, flops_step=0.8e12, median_s=1.6, intensity=50)
     pf = tmp_path / "peaks.yaml"
     pf.write_text(f'"{CPU}":\n  flops_per_s: {{fp32: 1.0e+12}}\n  dram_bytes_per_s: 50e9\n  source: spec sheet\n')
-    res = analyse(tmp_path, ["--peaks-file", str(pf)], vendor_lookup=None)
-    p = res.analysis.points.iloc[0]
+    p = joined(["--peaks-file", str(pf)], vendor_lookup=None).points.iloc[0]
     # ridge 1e12 / 50e9 = 20 <= 50: compute-bound; achieved 0.8e12 / 1.6 = 5e11 -> 50 %
     assert p["roof_source"] == "peaks file" and p["bound"] == "compute-bound"
     assert p["efficiency"] == pytest.approx(0.5)
 
 
-def test_env_label_and_filter_select_train_runs(store, tmp_path):
+def test_env_label_and_filter_select_train_runs(store):
     log_train("laptop", CPU, 32, "fp32", thr=10, thr_sd=1, flops_step=1e11, median_s=3.2, intensity=20, model="vgg16")
-    res = analyse(tmp_path, ["--env-label", "laptop", "--filter", "params.model = 'vgg16'"])
-    pts = res.analysis.points
+    pts = joined(["--env-label", "laptop", "--filter", "params.model = 'vgg16'"]).points
     assert list(pts["model"]) == ["vgg16"] and list(pts["env_label"]) == ["laptop"]
-    res = analyse(tmp_path, ["--env-label", "l4,laptop", "--filter", "params.batch_size = '32'"])
-    assert sorted(res.analysis.points["model"]) == ["resnet18", "resnet18", "vgg16"]
+    pts = joined(["--env-label", "l4,laptop", "--filter", "params.batch_size = '32'"]).points
+    assert sorted(pts["model"]) == ["resnet18", "resnet18", "vgg16"]
+    runs, notes = fetch.fetch_runs(fetch.Query(max_runs=2))
+    train_runs = runs[runs["tags.run_kind"] == "train"]
+    assert list(train_runs["tags.mlflow.runName"]) == ["vgg16-b32-fp32", "resnet18-b32-fp32"]  # the latest two
+    assert notes == ["stopped at --max-runs 2 train runs (latest first); raise it to see older runs"]
 
 
 def test_cli_tracks_outputs_as_artifacts_of_an_analysis_run(store, tmp_path, capsys, monkeypatch):
