@@ -94,11 +94,14 @@ def experiment_ids(names: list[str]) -> list[str] | None:
 
     client = MlflowClient()
     ids, missing = [], []
-    for name in names:
-        exp = client.get_experiment_by_name(name)
-        (ids.append(exp.experiment_id) if exp is not None else missing.append(name))
+    try:
+        for name in names:
+            exp = client.get_experiment_by_name(name)
+            (ids.append(exp.experiment_id) if exp is not None else missing.append(name))
+        known = [e.name for e in client.search_experiments(max_results=20)] if missing else []
+    except Exception as exc:  # noqa: BLE001 - unreachable server, bad URI
+        raise BenchError(f"cannot read experiments from {tracking_uri()}: {one_line(exc)}") from exc
     if missing:
-        known = [e.name for e in client.search_experiments(max_results=20)]
         raise UsageError(f"no experiment named {', '.join(map(repr, missing))} on this tracking server; "
                          f"existing: {', '.join(known) or 'none'}")
     return ids

@@ -8,7 +8,6 @@ Nothing here imports mlflow, reads files or plots.
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, Iterable
 
 import numpy as np
