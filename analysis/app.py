@@ -36,7 +36,8 @@ class AnalysisConfig:
     max_runs: int = 10000
     """at most this many train runs, latest first."""
     peaks_file: str = ""
-    """JSON/YAML file of vendor ceilings that adds to / overrides the vendor table (see docs/analysis.md)."""
+    """JSON/YAML file of vendor entries that adds to / overrides the vendor table, passed through to
+    profiling.peak_table (format: docs/peaks.md; default $ROOFLINE_PEAKS_FILE)."""
     track: bool = True
     """log the outputs as artifacts of an `analysis` run."""
     variability_config: str = ""
@@ -109,7 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only this environment; repeat or comma-separate (default: all)")
     p.add_argument("--out", default=AnalysisConfig.out, help="output folder (default: %(default)s)")
     p.add_argument("--max-runs", type=whole, default=AnalysisConfig.max_runs, help="at most this many train runs")
-    p.add_argument("--peaks-file", default="", help="JSON/YAML vendor ceilings per device name (adds to the vendor table)")
+    p.add_argument("--peaks-file", default="", help="JSON/YAML vendor entries adding to / overriding the vendor table (format: docs/peaks.md; "
+                        "default $ROOFLINE_PEAKS_FILE)")
     p.add_argument("--track", type=str_bool, nargs="?", const=True, default=True,
                    help="log outputs as artifacts of an `analysis` run (true/false; default true)")
     p.add_argument("--no-track", dest="track", action="store_false", help="same as --track false")
@@ -132,12 +134,12 @@ def config_from_args(args: argparse.Namespace) -> AnalysisConfig:
 
 def run(cfg: AnalysisConfig, say: Callable[[str], None] = lambda _: None,
         vendor_lookup: Callable | None | str = "auto") -> Result:
-    """Fetch, join, draw and write. `vendor_lookup='auto'` imports profiling.peak_table.find."""
+    """Fetch, join, draw and write. `vendor_lookup='auto'`: profiling.peak_table.find with
+    --peaks-file passed through (tests inject a stub or None instead)."""
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
-    file_peaks = vendor.read_peaks_file(cfg.peaks_file) if cfg.peaks_file else None
     if vendor_lookup == "auto":
-        vendor_lookup, vendor_note = vendor.load_vendor_lookup()
+        vendor_lookup, vendor_note = vendor.load_vendor_lookup(cfg.peaks_file)
     else:
         vendor_note = "" if vendor_lookup is not None else "no vendor peak table in use"
     query = cfg.query()
@@ -149,7 +151,7 @@ def run(cfg: AnalysisConfig, say: Callable[[str], None] = lambda _: None,
                          "check the names with `mlflow ui` or loosen --filter/--env-label")
 
     t = time.perf_counter()
-    analysis = core.build(runs, vendor_lookup, file_peaks, vendor_note)
+    analysis = core.build(runs, vendor_lookup, vendor_note)
     analysis.notes[:0] = fetch_notes
     timings["join_s"] = time.perf_counter() - t
     say(f"joined {analysis.counts['train']} train, {analysis.counts['profile']} profile, "

@@ -6,8 +6,6 @@ lookup, so tests can pass a stub and nothing here touches MLflow, files or plots
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
-
 import pandas as pd
 
 from analysis import join
@@ -32,8 +30,7 @@ class Analysis:
     counts: dict[str, int] = field(default_factory=dict)
 
 
-def build(runs: pd.DataFrame, vendor_lookup: join.VendorLookup | None = None,
-          file_peaks: dict[str, Any] | None = None, vendor_note: str = "") -> Analysis:
+def build(runs: pd.DataFrame, vendor_lookup: join.VendorLookup | None = None, vendor_note: str = "") -> Analysis:
     """Join train, profile and peaks runs into roofline points. Never raises on missing data: what
     is missing ends up in `notes` and as empty cells."""
     notes: list[str] = [vendor_note] if vendor_note else []
@@ -51,7 +48,7 @@ def build(runs: pd.DataFrame, vendor_lookup: join.VendorLookup | None = None,
     notes += join.profile_notes(runs)
     points = join.attach_intensity(points, profiles)
     envs = sorted({(e, d) for e, d in zip(points["env_label"], points["device_name"])})
-    roofs, roof_notes = join.choose_roofs(envs, runs, vendor_lookup, file_peaks)
+    roofs, roof_notes = join.choose_roofs(envs, runs, vendor_lookup)
     notes += roof_notes
     points = join.evaluate(points, roofs)
     points["label"] = [join.point_label(r) for r in points.to_dict("records")]

@@ -279,8 +279,8 @@ def measured_roofs(runs: pd.DataFrame) -> tuple[dict[tuple[str, str], Roof], dic
 
 
 def roof_from_vendor(entry: Any, device: str, label: str = "vendor") -> Roof | None:
-    """Roof from a VendorPeaks-like object (device_name, flops_per_s, dram_bytes_per_s, source;
-    optional l2_bytes_per_s / l1_bytes_per_s) or a dict with those keys."""
+    """Roof from a VendorPeaks-like object (flops_per_s, dram_bytes_per_s, source; optional
+    l2_bytes_per_s / l1_bytes_per_s) or a dict with those keys."""
     if entry is None:
         return None
     get = entry.get if isinstance(entry, dict) else (lambda k, d=None: getattr(entry, k, d))
@@ -302,13 +302,11 @@ def choose_roofs(
     envs: Iterable[tuple[str, str]],
     runs: pd.DataFrame,
     vendor_lookup: VendorLookup | None,
-    file_peaks: dict[str, dict] | None = None,
 ) -> tuple[dict[tuple[str, str], dict[str, Roof | None]], list[str]]:
     """Per (env_label, device_name): {'measured', 'vendor', 'roof'} where 'roof' (used for
-    efficiency) takes each ceiling from the measured peaks run when it has it, else the vendor
-    side (a --peaks-file entry, else the vendor table). Returns (roofs, notes)."""
+    efficiency) takes each ceiling from the measured peaks run when it has it, else from the vendor
+    lookup (the peak table with the user's --peaks-file). Returns (roofs, notes)."""
     by_env, by_dev = measured_roofs(runs)
-    file_peaks = {k.lower(): v for k, v in (file_peaks or {}).items()}
     out: dict[tuple[str, str], dict[str, Roof | None]] = {}
     notes: list[str] = []
     vendor_cache: dict[str, Roof | None] = {}
@@ -318,16 +316,12 @@ def choose_roofs(
             other_env, measured = by_dev[dev]
             notes.append(f"{env}: no peaks run of its own; using the measured peaks of '{other_env}' (same device {dev})")
         if dev not in vendor_cache:
-            entry = file_peaks.get(dev.lower())
-            vendor = roof_from_vendor(entry, dev, "peaks file") if entry is not None else None
-            if vendor is None and vendor_lookup is not None:
-                vendor = roof_from_vendor(vendor_lookup(dev), dev)
-            vendor_cache[dev] = vendor
+            vendor_cache[dev] = roof_from_vendor(vendor_lookup(dev), dev) if vendor_lookup is not None else None
         vendor = vendor_cache[dev]
         roof = measured.merged_over(vendor) if measured is not None else vendor
         if roof is None:
-            notes.append(f"no peaks for {dev} (env {env}): no peaks run and no vendor entry; "
-                         "efficiency and bound left empty (run `python -m profiling.peaks` there, or pass --peaks-file)")
+            notes.append(f"no peaks for {dev} (env {env}): no peaks run and no vendor entry; efficiency and bound "
+                         "left empty (run `python -m profiling.peaks` there, or add the device with --peaks-file)")
         out[(env, dev)] = {"measured": measured, "vendor": vendor, "roof": roof}
     return out, notes
 

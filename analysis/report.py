@@ -136,9 +136,9 @@ METHOD = """\
   run's *modeled* intensity (bytes of every op's inputs and outputs, no reuse) and the point is drawn
   as a hollow triangle instead of a filled circle. The `intensity source` column says which.
 - **Ceilings**: a measured peaks run of the same environment and device (else of another environment
-  with the same device name) gives the roof; ceilings it lacks come from the --peaks-file entry, else
-  the vendor table. Measured ceilings are drawn solid, vendor ones dashed. No ceiling: no bound and no
-  efficiency (never a guessed number).
+  with the same device name) gives the roof; ceilings it lacks come from the vendor table
+  (profiling.peak_table, with the entries of --peaks-file). Measured ceilings are drawn solid, vendor
+  ones dashed. No ceiling: no bound and no efficiency (never a guessed number).
 - **Ceiling per precision**: fp32 runs -> the fp32 ceiling; fp16/bf16 autocast runs -> the fp16/bf16
   (tensor-core) ceiling when known, else fp32. On Ampere and newer GPUs cuDNN convolutions in fp32 may
   use TF32 (torch.backends.cudnn.allow_tf32 is on by default), so fp32 runs can exceed the fp32 ceiling;

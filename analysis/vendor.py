@@ -1,74 +1,102 @@
-"""Where vendor ceilings come from: the project's peak table and an optional --peaks-file.
+"""Where vendor ceilings come from: the project's peak table, with the user's --peaks-file.
 
-The vendor table lives in profiling/peak_table.py (`find(device_name) -> VendorPeaks | None` with
-fields device_name, flops_per_s {dtype: FLOP/s}, dram_bytes_per_s, source). It is imported lazily so
-that analysis works (with a note in the report) where that module is absent.
+The vendor table lives in profiling/peak_table.py: `find(device_name, overrides=None) ->
+VendorPeaks | None` (fields device_name, flops_per_s {dtype: FLOP/s}, dram_bytes_per_s, source),
+with tolerant name matching and user overrides from a JSON/YAML file (`--peaks-file`, else
+$ROOFLINE_PEAKS_FILE; format in docs/peaks.md). Analysis passes its --peaks-file straight through,
+so there is one file format in the project.
 
-A peaks file (JSON or YAML) adds or overrides entries, for devices the table does not know:
-
-    "NVIDIA L4":
-      flops_per_s: {fp32: 30.3e12, fp16: 121e12, bf16: 121e12}
-      dram_bytes_per_s: 300e9
-      source: https://www.nvidia.com/en-us/data-center/l4/
+The table is imported lazily. Where it is absent, a peaks file is still read here (same format,
+exact device names or aliases only) and the report says so; with neither, the report says there is
+no vendor table.
 """
 from __future__ import annotations
 
+import inspect
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any, Callable
 
 from common.errors import UsageError
 
-
-def load_vendor_lookup() -> tuple[Callable[[str], Any] | None, str]:
-    """(profiling.peak_table.find, '') or (None, note saying why there is no vendor table)."""
-    try:
-        from profiling.peak_table import find
-    except ImportError as exc:
-        return None, f"no vendor peak table available (profiling.peak_table: {exc}); only measured peaks runs and --peaks-file give roofs"
-    return find, ""
+PEAKS_FILE_ENV = "ROOFLINE_PEAKS_FILE"  # the variable profiling.peak_table reads too
+_FIELDS = {"device_name", "aliases", "flops_per_s", "dram_bytes_per_s", "source"}
 
 
-def parse_peaks_file(text: str, name: str = "peaks file") -> dict[str, dict]:
-    """Parse a peaks file (JSON or YAML mapping device name -> entry) into plain dicts.
+def load_vendor_lookup(peaks_file: str = "") -> tuple[Callable[[str], Any] | None, str]:
+    """(lookup(device_name) -> VendorPeaks-like | None, note); note is '' when all is normal.
 
-    Each entry needs `flops_per_s` (dtype -> FLOP/s) and/or `dram_bytes_per_s`, both positive SI
-    numbers; `source` is free text. Raises UsageError naming the bad entry.
+    A bad peaks file is a UsageError here, before any work.
     """
+    path = peaks_file or os.environ.get(PEAKS_FILE_ENV, "")
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
-        import yaml
+        from profiling import peak_table
+    except ImportError as exc:
+        if path:
+            entries = read_peaks_file(path)
+            return _file_lookup(entries), (f"no vendor peak table available (profiling.peak_table: {exc}); "
+                                           f"vendor ceilings from {path} only, matched by exact device name")
+        return None, (f"no vendor peak table available (profiling.peak_table: {exc}); "
+                      "only measured peaks runs give roofs")
+    find = peak_table.find
+    if not path:
+        return find, ""
+    if hasattr(peak_table, "load_overrides"):
+        peak_table.load_overrides(path)  # validate now: one line naming the bad entry
+    if "overrides" in inspect.signature(find).parameters:
+        return (lambda name: find(name, overrides=path)), ""
+    return find, f"profiling.peak_table.find takes no overrides: {path} not used"
 
-        try:
+
+def parse_peaks_file(text: str, name: str = "peaks file", yaml_syntax: bool = False) -> list[dict]:
+    """Entries of a peaks file in profiling.peak_table's format: {"devices": [entry, ...]} or a bare
+    list; an entry has device_name and optionally aliases, flops_per_s {dtype: FLOP/s},
+    dram_bytes_per_s, source. Raises UsageError naming the file and the entry."""
+    try:
+        if yaml_syntax:
+            import yaml
+
             data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise UsageError(f"{name}: neither JSON nor YAML ({str(exc).splitlines()[0]})") from exc
-    if not isinstance(data, dict) or not data:
-        raise UsageError(f"{name}: expected a mapping of device name -> {{flops_per_s, dram_bytes_per_s, source}}")
-    out = {}
-    for device, entry in data.items():
-        if not isinstance(entry, dict):
-            raise UsageError(f"{name}: entry {device!r} must be a mapping")
-        flops = entry.get("flops_per_s") or {}
+        else:
+            data = json.loads(text)
+    except Exception as exc:  # noqa: BLE001 - json/yaml errors in one line
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UsageError(f"{name} is not valid {'YAML' if yaml_syntax else 'JSON'}: {first}") from None
+    items = data.get("devices") if isinstance(data, dict) else data
+    if not isinstance(items, list):
+        raise UsageError(f'{name}: expected {{"devices": [...]}} or a list of entries (format: docs/peaks.md)')
+    out = []
+    for i, item in enumerate(items, 1):
+        where = f"{name}, entry {i}"
+        if not isinstance(item, dict):
+            raise UsageError(f"{where}: expected a mapping with device_name, flops_per_s, dram_bytes_per_s, source")
+        unknown = sorted(set(item) - _FIELDS)
+        if unknown:
+            raise UsageError(f"{where}: unknown field(s) {', '.join(unknown)} (allowed: {', '.join(sorted(_FIELDS))})")
+        device = item.get("device_name")
+        if not isinstance(device, str) or not device.strip():
+            raise UsageError(f"{where}: device_name is required")
+        flops = item.get("flops_per_s") or {}
         if not isinstance(flops, dict):
-            raise UsageError(f"{name}: {device!r}.flops_per_s must map dtype -> FLOP/s")
-        clean: dict[str, Any] = {"device_name": str(device), "flops_per_s": {}, "source": str(entry.get("source", ""))}
-        for dtype, value in flops.items():
-            clean["flops_per_s"][str(dtype)] = _positive(value, f"{name}: {device!r}.flops_per_s.{dtype}")
-        for key in ("dram_bytes_per_s", "l2_bytes_per_s", "l1_bytes_per_s"):
-            if entry.get(key) is not None:
-                clean[key] = _positive(entry[key], f"{name}: {device!r}.{key}")
-        if not clean["flops_per_s"] and "dram_bytes_per_s" not in clean:
-            raise UsageError(f"{name}: {device!r} has neither flops_per_s nor dram_bytes_per_s")
-        out[str(device)] = clean
+            raise UsageError(f"{where} ({device}): flops_per_s must map dtype -> FLOP/s")
+        entry: dict[str, Any] = {"device_name": device, "source": str(item.get("source") or ""),
+                                 "flops_per_s": {str(d): _positive(v, f"{where} ({device}): flops_per_s.{d}")
+                                                 for d, v in flops.items()}}
+        if item.get("dram_bytes_per_s") is not None:
+            entry["dram_bytes_per_s"] = _positive(item["dram_bytes_per_s"], f"{where} ({device}): dram_bytes_per_s")
+        if not entry["flops_per_s"] and "dram_bytes_per_s" not in entry:
+            raise UsageError(f"{where} ({device}): needs flops_per_s or dram_bytes_per_s")
+        aliases = item.get("aliases") or []
+        entry["names"] = [device, *([aliases] if isinstance(aliases, str) else aliases)]
+        out.append(entry)
     return out
 
 
 def _positive(value: Any, where: str) -> float:
     try:
-        v = float(value)
+        v = float(value)  # YAML reads 30.3e12 (no sign in the exponent) as a string
     except (TypeError, ValueError):
         raise UsageError(f"{where} must be a number in SI units (e.g. 30.3e12), got {value!r}") from None
     if not (math.isfinite(v) and v > 0):
@@ -76,8 +104,14 @@ def _positive(value: Any, where: str) -> float:
     return v
 
 
-def read_peaks_file(path: str) -> dict[str, dict]:
-    p = Path(path)
+def read_peaks_file(path: str) -> list[dict]:
+    p = Path(path).expanduser()
     if not p.is_file():
-        raise UsageError(f"--peaks-file {path}: no such file")
-    return parse_peaks_file(p.read_text(), str(p))
+        raise UsageError(f"peaks file {p} does not exist (set by --peaks-file or ${PEAKS_FILE_ENV})")
+    return parse_peaks_file(p.read_text(encoding="utf-8-sig"), f"peaks file {p}",
+                            yaml_syntax=p.suffix.lower() in (".yaml", ".yml"))
+
+
+def _file_lookup(entries: list[dict]) -> Callable[[str], dict | None]:
+    by_name = {n.strip().lower(): e for e in entries for n in e["names"]}
+    return lambda device: by_name.get((device or "").strip().lower())

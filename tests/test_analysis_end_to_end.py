@@ -118,11 +118,13 @@ def analyse(tmp_path, argv=(), vendor_lookup=vendor_stub):
 
 
 def joined(argv=(), vendor_lookup=vendor_stub) -> core.Analysis:
-    """Fetch and join only (no figures): for tests about numbers."""
+    """Fetch and join only (no figures): for tests about numbers. vendor_lookup='auto': the real
+    lookup (profiling.peak_table when present) with --peaks-file passed through."""
     cfg = app.config_from_args(app.build_parser().parse_args(["--no-track", *argv]))
     runs, _ = fetch.fetch_runs(cfg.query())
-    file_peaks = vendor.read_peaks_file(cfg.peaks_file) if cfg.peaks_file else None
-    return core.build(runs, vendor_lookup, file_peaks)
+    if vendor_lookup == "auto":
+        vendor_lookup, _ = vendor.load_vendor_lookup(cfg.peaks_file)
+    return core.build(runs, vendor_lookup)
 
 
 def row(points: pd.DataFrame, env: str, batch: int, precision: str) -> pd.Series:
@@ -220,11 +222,14 @@ def test_without_vendor_table_report_says_so(tracking, tmp_path):
 
 def test_peaks_file_gives_the_roof(tracking, tmp_path):
     log_train("laptop", CPU, 32, "fp32", thr=20, thr_sd=1, flops_step=0.8e12, median_s=1.6, intensity=50)
-    pf = tmp_path / "peaks.yaml"
-    pf.write_text(f'"{CPU}":\n  flops_per_s: {{fp32: 1.0e+12}}\n  dram_bytes_per_s: 50e9\n  source: spec sheet\n')
-    p = joined(["--peaks-file", str(pf)], vendor_lookup=None).points.iloc[0]
+    pf = tmp_path / "peaks.yaml"  # profiling.peak_table's format (docs/peaks.md): all four fields for a new device
+    pf.write_text(f'devices:\n  - device_name: "{CPU}"\n    flops_per_s: {{fp32: 1.0e+12}}\n'
+                  '    dram_bytes_per_s: 50e9\n    source: spec sheet\n')
+    a = joined(["--peaks-file", str(pf)], vendor_lookup="auto")
+    p = a.points.iloc[0]
     # ridge 1e12 / 50e9 = 20 <= 50: compute-bound; achieved 0.8e12 / 1.6 = 5e11 -> 50 %
-    assert p["roof_source"] == "peaks file" and p["bound"] == "compute-bound"
+    assert p["roof_source"] == "vendor" and p["bound"] == "compute-bound"
+    assert a.roofs[("laptop", CPU)]["roof"].sources["flops:fp32"] == "vendor: spec sheet"
     assert p["efficiency"] == pytest.approx(0.5)
 
 
@@ -241,7 +246,7 @@ def test_env_label_and_filter_select_train_runs(store):
 
 
 def test_cli_tracks_outputs_as_artifacts_of_an_analysis_run(store, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr("analysis.vendor.load_vendor_lookup", lambda: (vendor_stub, ""))
+    monkeypatch.setattr("analysis.vendor.load_vendor_lookup", lambda *_: (vendor_stub, ""))
     rc = app.cli(["--experiment", EXP, "--out", str(tmp_path / "o")])
     assert rc == 0
     summary = capsys.readouterr().out.strip().splitlines()

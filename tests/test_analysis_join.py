@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import math
+import re
+import sys
+import types
 
 import pandas as pd
 import pytest
@@ -86,7 +89,7 @@ def peaks(run_id, env, dev, start, **metrics):
             "tags.env_label": env, "tags.device_name": dev, **{f"metrics.{k}": v for k, v in metrics.items()}}
 
 
-def test_roof_precedence_latest_measured_then_other_env_then_peaks_file_then_vendor():
+def test_roof_precedence_latest_measured_then_other_env_then_vendor():
     runs = pd.DataFrame([
         peaks("old", "a", "GPU", 1, peak_flops_per_s_fp32=10e12, peak_dram_bytes_per_s=100e9),
         peaks("new", "a", "GPU", 2, peak_flops_per_s_fp32=12e12, peak_dram_bytes_per_s=120e9),
@@ -98,19 +101,17 @@ def test_roof_precedence_latest_measured_then_other_env_then_peaks_file_then_ven
         return {"flops_per_s": {"fp32": 15e12, "bf16": 60e12}, "dram_bytes_per_s": 150e9, "source": "datasheet"} \
             if name in ("GPU", "VendorOnly") else None
 
-    file_peaks = vendor.parse_peaks_file('{"FileDev": {"flops_per_s": {"fp32": 1e12}, "dram_bytes_per_s": 5e10}}')
-    roofs, notes = join.choose_roofs([("a", "GPU"), ("b", "GPU"), ("c", "FileDev"), ("d", "VendorOnly"), ("e", "None")],
-                                     runs, lookup, file_peaks)
+    roofs, notes = join.choose_roofs([("a", "GPU"), ("b", "GPU"), ("d", "VendorOnly"), ("e", "None")], runs, lookup)
     a = roofs[("a", "GPU")]["roof"]
     assert a.flops_per_s == {"fp32": 12e12, "bf16": 60e12} and a.dram_bytes_per_s == 120e9  # latest run; bf16 from vendor
     assert a.sources["flops:fp32"] == "measured: peaks run new" and a.sources["flops:bf16"] == "vendor: datasheet"
+    assert roofs[("a", "GPU")]["vendor"].peak("fp32") == 15e12  # kept for the dashed vendor lines
     assert roofs[("b", "GPU")]["roof"].flops_per_s["fp32"] == 12e12  # same device, other env's peaks
     assert any("b: no peaks run of its own; using the measured peaks of 'a'" in n for n in notes)
-    assert roofs[("c", "FileDev")]["roof"].sources["flops:fp32"] == "peaks file: no source given"
     assert roofs[("d", "VendorOnly")]["measured"] is None and roofs[("d", "VendorOnly")]["roof"].peak("fp32") == 15e12
     assert roofs[("e", "None")]["roof"] is None
     assert any(n.startswith("no peaks for None (env e)") for n in notes)
-    assert "FileDev" not in vendor_calls and vendor_calls.count("GPU") == 1  # file first; one lookup per device
+    assert vendor_calls == ["GPU", "VendorOnly", "None"]  # one lookup per device
 
 
 def test_speedups_and_failed_runs():
@@ -159,27 +160,66 @@ def test_variability_config_prefers_most_environments():
 
 
 @pytest.mark.parametrize("text, msg", [
-    ("[1, 2]", "expected a mapping"),
-    ("GPU: {flops_per_s: {fp32: -1}}", "GPU'.flops_per_s.fp32 must be positive"),
-    ("GPU: {flops_per_s: {fp32: lots}}", "must be a number in SI units"),
-    ("GPU: {source: x}", "has neither flops_per_s nor dram_bytes_per_s"),
-    ("GPU: [unclosed", "neither JSON nor YAML"),
+    ('{"x": 1}', 'expected {"devices": [...]} or a list of entries'),
+    ('[{"device_name": "GPU", "flops_per_s": {"fp32": -1}}]', "entry 1 (GPU): flops_per_s.fp32 must be positive"),
+    ('[{"device_name": "GPU", "flops_per_s": {"fp32": "lots"}}]', "must be a number in SI units"),
+    ('[{"device_name": "GPU", "source": "x"}]', "entry 1 (GPU): needs flops_per_s or dram_bytes_per_s"),
+    ('[{"device_name": "GPU", "dram_bytes_per_sec": 1e9}]', "entry 1: unknown field(s) dram_bytes_per_sec"),
+    ('[{"flops_per_s": {"fp32": 1e12}}]', "entry 1: device_name is required"),
+    ('[{"device_name": ', "is not valid JSON"),
 ])
 def test_peaks_file_errors_name_the_entry(text, msg):
-    with pytest.raises(UsageError, match=msg.replace("(", r"\(").replace("[", r"\[")):
+    with pytest.raises(UsageError, match=re.escape(msg)):
         vendor.parse_peaks_file(text)
 
 
-def test_peaks_file_yaml_exponents_without_sign_are_numbers():
-    parsed = vendor.parse_peaks_file("GPU:\n  flops_per_s: {fp32: 30.3e12}\n  dram_bytes_per_s: 300e9\n  source: s\n")
-    assert parsed["GPU"]["flops_per_s"]["fp32"] == 30.3e12 and parsed["GPU"]["dram_bytes_per_s"] == 300e9
+def use_table(monkeypatch, module) -> None:
+    """Make `from profiling import peak_table` give `module` (None: ImportError), whether or not the
+    real module exists and was imported already."""
+    import profiling
+
+    monkeypatch.setitem(sys.modules, "profiling.peak_table", module)
+    if module is None:
+        monkeypatch.delattr(profiling, "peak_table", raising=False)
+    else:
+        monkeypatch.setattr(profiling, "peak_table", module, raising=False)
 
 
-def test_vendor_lookup_import_is_lazy_and_optional():
-    lookup, note = vendor.load_vendor_lookup()
-    assert (lookup is None) == bool(note)
-    if lookup is None:
-        assert "no vendor peak table available" in note
+def test_peaks_file_yaml_and_exact_name_or_alias_lookup(tmp_path, monkeypatch):
+    f = tmp_path / "peaks.yaml"
+    f.write_text("devices:\n  - device_name: My CPU\n    aliases: [cpu0]\n    flops_per_s: {fp32: 30.3e12}\n"
+                 "    dram_bytes_per_s: 300e9\n    source: s\n")
+    entries = vendor.read_peaks_file(str(f))
+    assert entries[0]["flops_per_s"]["fp32"] == 30.3e12 and entries[0]["dram_bytes_per_s"] == 300e9
+    use_table(monkeypatch, None)  # the table absent: the file alone
+    lookup, note = vendor.load_vendor_lookup(str(f))
+    assert "vendor ceilings from" in note and lookup("my cpu")["source"] == "s" and lookup("CPU0") is not None
+    assert lookup("Other CPU") is None
+    with pytest.raises(UsageError, match="does not exist"):
+        vendor.load_vendor_lookup(str(tmp_path / "missing.json"))
+
+
+def test_peaks_file_is_passed_through_to_the_peak_table(monkeypatch, tmp_path):
+    calls = []
+    fake = types.ModuleType("profiling.peak_table")
+    fake.find = lambda device_name, overrides=None: calls.append((device_name, overrides)) or "entry"
+    fake.load_overrides = lambda path: calls.append(("validated", path))
+    use_table(monkeypatch, fake)
+    monkeypatch.delenv(vendor.PEAKS_FILE_ENV, raising=False)
+    lookup, note = vendor.load_vendor_lookup("my.json")
+    assert note == "" and lookup("NVIDIA L4") == "entry"
+    assert calls == [("validated", "my.json"), ("NVIDIA L4", "my.json")]
+    monkeypatch.setenv(vendor.PEAKS_FILE_ENV, "env.json")  # the variable when no flag is given
+    calls.clear()
+    vendor.load_vendor_lookup("")[0]("T4")
+    assert calls == [("validated", "env.json"), ("T4", "env.json")]
+
+
+def test_without_table_or_file_there_is_no_lookup_and_a_note(monkeypatch):
+    use_table(monkeypatch, None)
+    monkeypatch.delenv(vendor.PEAKS_FILE_ENV, raising=False)
+    lookup, note = vendor.load_vendor_lookup("")
+    assert lookup is None and note.startswith("no vendor peak table available")
 
 
 def test_config_validation_names_the_field():
