@@ -1,0 +1,309 @@
+"""`python -m analysis`: runs on the tracking server -> figures, tables and report.md.
+
+argparse -> AnalysisConfig -> fetch (analysis/fetch.py) -> build (analysis/core.py, pure) -> figures
+(analysis/plots.py) -> tables and report (analysis/report.py) -> artifacts of an `analysis` run.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from analysis import core, fetch, plots, report, vendor
+from analysis.fmt import slug
+from common import schema
+from common.errors import BenchError, UsageError, cli_entry
+
+
+@dataclass
+class AnalysisConfig:
+    """What to analyse and where to put the results."""
+
+    experiments: list[str] = field(default_factory=list)
+    """experiment names to read (empty: every experiment on the tracking server)."""
+    filter: str = ""
+    """MLflow search filter for the train runs, e.g. "params.model = 'resnet18'"."""
+    env_labels: list[str] = field(default_factory=list)
+    """only these environments (env_label tags); empty: all."""
+    out: str = "analysis_report"
+    """output folder for figures, tables and report.md."""
+    max_runs: int = 10000
+    """at most this many train runs, latest first."""
+    peaks_file: str = ""
+    """JSON/YAML file of vendor entries that adds to / overrides the vendor table, passed through to
+    profiling.peak_table (format: docs/peaks.md; default $ROOFLINE_PEAKS_FILE)."""
+    track: bool = True
+    """log the outputs as artifacts of an `analysis` run."""
+    variability_config: str = ""
+    """config_key for the step-time variability figure (empty: the config in the most environments)."""
+    jobs: int = 0
+    """processes drawing figures (0: up to 4 on Linux, 1 elsewhere)."""
+
+    def __post_init__(self) -> None:
+        if not str(self.out).strip():
+            raise ValueError("out must be a folder path")
+        if int(self.max_runs) <= 0:
+            raise ValueError(f"max_runs must be a positive integer, got {self.max_runs}")
+        self.max_runs = int(self.max_runs)
+        if int(self.jobs) < 0:
+            raise ValueError(f"jobs must be >= 0 (0 = automatic), got {self.jobs}")
+        self.jobs = int(self.jobs)
+
+    def query(self) -> fetch.Query:
+        return fetch.Query(self.experiments, self.filter, self.env_labels, self.max_runs)
+
+
+@dataclass
+class Result:
+    analysis: core.Analysis
+    out_dir: Path
+    files: list[Path]
+    timings_s: dict[str, float]
+
+
+def _split(values: list[str] | None) -> list[str]:
+    """Repeatable flags that also accept comma-separated lists (MLproject passes one string)."""
+    out: list[str] = []
+    for v in values or []:
+        out += [p.strip() for p in str(v).split(",") if p.strip()]
+    return out
+
+
+def str_bool(text: str | bool) -> bool:
+    if isinstance(text, bool):
+        return text
+    value = str(text).strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def whole(text: str) -> int:
+    """An integer flag that also takes MLproject's float form ("500.0")."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not value.is_integer():
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
+    return int(value)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m analysis",
+        description="Rooflines, tables and a report from train/profile/peaks runs on the MLflow tracking "
+                    "server (MLFLOW_TRACKING_URI, default sqlite:///mlflow.db).",
+    )
+    p.add_argument("--experiment", action="append", metavar="NAME",
+                   help="experiment name; repeat or comma-separate for several (default: all experiments)")
+    p.add_argument("--filter", default="", help="MLflow filter for train runs, e.g. \"params.model = 'resnet18'\"")
+    p.add_argument("--env-label", action="append", metavar="LABEL",
+                   help="only this environment; repeat or comma-separate (default: all)")
+    p.add_argument("--out", default=AnalysisConfig.out, help="output folder (default: %(default)s)")
+    p.add_argument("--max-runs", type=whole, default=AnalysisConfig.max_runs, help="at most this many train runs")
+    p.add_argument("--peaks-file", default="", help="JSON/YAML vendor entries adding to / overriding the vendor table (format: docs/peaks.md; "
+                        "default $ROOFLINE_PEAKS_FILE)")
+    p.add_argument("--track", type=str_bool, nargs="?", const=True, default=True,
+                   help="log outputs as artifacts of an `analysis` run (true/false; default true)")
+    p.add_argument("--no-track", dest="track", action="store_false", help="same as --track false")
+    p.add_argument("--variability-config", default="", metavar="CONFIG_KEY",
+                   help="config_key for the step-time variability figure (default: the most widely run config)")
+    p.add_argument("--jobs", type=whole, default=0, help="processes drawing figures (default 0: up to 4 on Linux, 1 elsewhere)")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> AnalysisConfig:
+    try:
+        return AnalysisConfig(
+            experiments=_split(args.experiment), filter=args.filter or "", env_labels=_split(args.env_label),
+            out=args.out, max_runs=args.max_runs, peaks_file=args.peaks_file or "", track=args.track,
+            variability_config=args.variability_config or "", jobs=args.jobs,
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def run(cfg: AnalysisConfig, say: Callable[[str], None] = lambda _: None,
+        vendor_lookup: Callable | None | str = "auto") -> Result:
+    """Fetch, join, draw and write. `vendor_lookup='auto'`: profiling.peak_table.find with
+    --peaks-file passed through (tests inject a stub or None instead)."""
+    t0 = time.perf_counter()
+    timings: dict[str, float] = {}
+    if vendor_lookup == "auto":
+        vendor_lookup, vendor_note = vendor.load_vendor_lookup(cfg.peaks_file)
+    else:
+        vendor_note = "" if vendor_lookup is not None else "no vendor peak table in use"
+    query = cfg.query()
+    runs, fetch_notes = fetch.fetch_runs(query, say)
+    timings["fetch_s"] = time.perf_counter() - t0
+    n_train = 0 if runs.empty else int((runs.get("tags.run_kind") == "train").sum())
+    if n_train == 0:
+        raise UsageError(f"no train runs match ({query.describe()}) on {fetch.tracking_uri()}; "
+                         "check the names with `mlflow ui` or loosen --filter/--env-label")
+
+    t = time.perf_counter()
+    analysis = core.build(runs, vendor_lookup, vendor_note)
+    analysis.notes[:0] = fetch_notes
+    timings["join_s"] = time.perf_counter() - t
+    say(f"joined {analysis.counts['train']} train, {analysis.counts['profile']} profile, "
+        f"{analysis.counts['peaks']} peaks runs into {analysis.counts['points']} points")
+
+    t = time.perf_counter()
+    out_dir = Path(cfg.out)
+    fig_dir = out_dir / "figures"
+    figures: dict[str, list[tuple[str, str]]] = {}
+    files: list[Path] = []
+
+    def add(section: str, title: str, path: Path) -> None:
+        figures.setdefault(section, []).append((title, str(path.relative_to(out_dir))))
+        files.append(path)
+
+    pts = analysis.points
+    envs = sorted(analysis.roofs)
+    jobs: list[tuple[str, str, str, tuple]] = []  # (section, title, plots function, args)
+    if not analysis.speedups.empty:
+        jobs.append(("speedup", "fp16/bf16 speed-up over fp32", "speedup_vs_batch",
+                     (analysis.speedups, fig_dir / "speedup_vs_batch.png")))
+    jobs.append(("intensity", "Intensity vs batch size", "intensity_vs_batch", (pts, fig_dir / "intensity_vs_batch.png")))
+    jobs.append(("throughput", "Throughput vs batch size", "throughput_vs_batch", (pts, fig_dir / "throughput_vs_batch.png")))
+    if len(envs) > 1 or not envs:
+        jobs.append(("roofline", "Roofline, all environments", "roofline_combined",
+                     (pts, analysis.roofs, fig_dir / "roofline_all.png")))
+    used_slugs: set[str] = set()
+    for env, dev in envs:
+        name = slug(env) if len(envs) == len({e for e, _ in envs}) else slug(f"{env}_{dev}")
+        while name in used_slugs:
+            name += "_"
+        used_slugs.add(name)
+        sub = pts[(pts["env_label"] == env) & (pts["device_name"] == dev)]
+        jobs.append(("roofline", f"Roofline, {env} ({dev})", "roofline_env",
+                     (sub, env, dev, analysis.roofs[(env, dev)], fig_dir / f"roofline_{name}.png")))
+
+    var_title = ""
+    key = core.variability_config(analysis, cfg.variability_config or None)
+    if cfg.variability_config and key is None:
+        analysis.notes.append(f"--variability-config {cfg.variability_config}: no train run has that config_key")
+    if key:
+        vr = core.variability_runs(analysis, key)
+        t_series = time.perf_counter()
+        series = fetch.fetch_series(list(vr["run_id"]))
+        timings["series_fetch_s"] = time.perf_counter() - t_series
+        by_env: dict[tuple[str, str], list[float]] = {}
+        for r in vr.to_dict("records"):
+            by_env.setdefault((r["env_label"], r["device_name"]), []).extend(series.get(r["run_id"], []))
+        empty = [e for e, v in by_env.items() if not v]
+        if empty:
+            analysis.notes.append(f"no step_time_s series logged for config {key} in {', '.join(e for e, _ in empty)}")
+        label = next(iter(pts.loc[pts["config_key"] == key, "label"]), key)
+        var_title = (f"Config `{label}` (config_key {key}), the config run in the most environments; "
+                     f"per-step times of up to 5 latest runs per environment.")
+        jobs.append(("variability", f"Step-time variability: {label}", "step_time_variability",
+                     (by_env, f"Step-time variability across environments: {label}", fig_dir / "step_time_variability.png")))
+
+    n_jobs = cfg.jobs or default_jobs()
+    say(f"drawing {len(jobs)} figures for {len(envs)} environment(s)" + (f" in {n_jobs} processes" if n_jobs > 1 else ""))
+    paths = render_figures([(fn, args) for _, _, fn, args in jobs], n_jobs)
+    order = {"roofline": 0, "throughput": 1, "variability": 2, "intensity": 3, "speedup": 4}
+    for (section, title, _, _), path in sorted(zip(jobs, paths), key=lambda jp: order[jp[0][0]]):
+        add(section, title, path)
+    timings["figures_s"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    files += report.write_tables(analysis, out_dir)
+    generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    text = report.report_markdown(analysis, figures, fetch.tracking_uri(), query.describe(), generated, var_title)
+    report_path = out_dir / "report.md"
+    report_path.write_text(text)
+    files.append(report_path)
+    timings["report_s"] = time.perf_counter() - t
+    timings["total_s"] = time.perf_counter() - t0
+    return Result(analysis, out_dir, files, timings)
+
+
+def default_jobs() -> int:
+    """Figure processes when --jobs is 0: up to 4 on Linux (fork is cheap there), else 1."""
+    return min(4, os.cpu_count() or 1) if sys.platform.startswith("linux") else 1
+
+
+def _draw(job: tuple[str, tuple]) -> Path:
+    out = getattr(plots, job[0])(*job[1])
+    return out[0] if isinstance(out, tuple) else out
+
+
+def render_figures(jobs: list[tuple[str, tuple]], n_jobs: int) -> list[Path]:
+    """Draw figures (plots function name, args), in `n_jobs` forked processes when > 1: each figure is
+    independent and matplotlib's drawing holds the GIL, so processes are what runs them side by side."""
+    if n_jobs <= 1 or len(jobs) <= 1:
+        return [_draw(j) for j in jobs]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    ctx = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(max_workers=min(n_jobs, len(jobs)), mp_context=ctx) as pool:
+        return list(pool.map(_draw, jobs))
+
+
+def _log(session, cfg: AnalysisConfig, result: Result) -> None:
+    for path in result.files:
+        rel = path.relative_to(result.out_dir)
+        session.log_file(str(Path("report") / rel), path)
+    c = result.analysis.counts
+    session.log_metrics({
+        "n_train_runs": c["train"], "n_profile_runs": c["profile"], "n_peaks_runs": c["peaks"],
+        "n_failed_runs": c["failed"], "n_points": c["points"], "n_measured_points": c["measured_points"],
+        "n_modeled_points": c["modeled_points"], **{f"analysis_{k}": v for k, v in result.timings_s.items()},
+    })
+
+
+def _raise_if_no_points(result: Result) -> None:
+    if result.analysis.counts["points"] == 0:
+        raise BenchError(f"no FINISHED train runs among the matches ({result.analysis.counts['failed']} failed); "
+                         f"failures listed in {result.out_dir / 'report.md'}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    cfg = config_from_args(args)
+
+    def say(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    if cfg.track:
+        from common.tracking import RunSession
+
+        tags = {schema.TAG_HOST: socket.gethostname(), schema.TAG_ENV_LABEL: schema.default_env_label()}
+        with RunSession("analysis", experiment=cfg.experiments[0] if cfg.experiments else None,
+                        run_name="analysis", tags=tags) as session:
+            session.log_params({"experiments": ",".join(cfg.experiments) or "all", "filter": cfg.filter[:500],
+                                "env_labels": ",".join(cfg.env_labels) or "all", "max_runs": cfg.max_runs,
+                                "peaks_file": cfg.peaks_file or "none", "out": cfg.out})
+            session.flush()
+            result = run(cfg, say)
+            _log(session, cfg, result)
+            _raise_if_no_points(result)
+        where = f"; logged to run {session.run_id}" if session.run_id else ""
+    else:
+        result = run(cfg, say)
+        _raise_if_no_points(result)
+        where = ""
+    for note in result.analysis.notes:
+        say(f"note: {note}")
+    c = result.analysis.counts
+    n_envs = len(result.analysis.roofs)
+    print(f"analysed {c['train']} train, {c['profile']} profile, {c['peaks']} peaks runs ({n_envs} environment(s)) -> "
+          f"{c['points']} points ({c['measured_points']} measured, {c['modeled_points']} modeled intensity), "
+          f"{c['failed']} failed run(s); report: {result.out_dir / 'report.md'} "
+          f"({result.timings_s['total_s']:.1f} s){where}")
+    return 0
+
+
+cli = cli_entry(main)

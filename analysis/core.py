@@ -1,0 +1,108 @@
+"""The analysis as one pure function: runs DataFrame -> points, roofs, tables and notes.
+
+`build()` takes the runs (mlflow.search_runs layout, see analysis/join.py) and an injected vendor
+lookup, so tests can pass a stub and nothing here touches MLflow, files or plots.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+import pandas as pd
+
+from analysis import join
+from analysis.roofline import Roof
+
+
+@dataclass
+class Analysis:
+    """Everything the figures and the report are drawn from."""
+
+    points: pd.DataFrame
+    """one row per (env_label, device_name, config_key): samples/s mean ± SD, achieved FLOP/s,
+    intensity and its source, ceiling, bound, efficiency (raw SI values)."""
+    train: pd.DataFrame
+    """one row per FINISHED train run."""
+    roofs: dict[tuple[str, str], dict[str, Roof | None]]
+    """(env_label, device_name) -> {'measured', 'vendor', 'roof'} (roof = used for efficiency)."""
+    environments: pd.DataFrame
+    failed: pd.DataFrame
+    speedups: pd.DataFrame
+    notes: list[str] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def build(runs: pd.DataFrame, vendor_lookup: join.VendorLookup | None = None, vendor_note: str = "") -> Analysis:
+    """Join train, profile and peaks runs into roofline points. Never raises on missing data: what
+    is missing ends up in `notes` and as empty cells."""
+    notes: list[str] = [vendor_note] if vendor_note else []
+    status = join.text(runs, "status")
+    kind = join.text(runs, "tags.run_kind")
+    counts = {k: int(((kind == k) & (status == "FINISHED")).sum()) for k in ("train", "profile", "peaks")}
+    running = int((kind.isin(["train", "profile", "peaks"]) & ~status.isin(["FINISHED", "FAILED", "KILLED"])).sum())
+    if running:
+        notes.append(f"{running} run(s) not finished (RUNNING/SCHEDULED) ignored")
+
+    train = join.train_runs(runs)
+    notes += join.train_notes(train)
+    points = join.aggregate_repeats(train)
+    profiles = join.profile_intensities(runs)
+    notes += join.profile_notes(runs)
+    points = join.attach_intensity(points, profiles)
+    envs = sorted({(e, d) for e, d in zip(points["env_label"], points["device_name"])})
+    roofs, roof_notes = join.choose_roofs(envs, runs, vendor_lookup)
+    notes += roof_notes
+    points = join.evaluate(points, roofs)
+    points["label"] = [join.point_label(r) for r in points.to_dict("records")]
+
+    missing = points[points["intensity_source"] == "missing"]
+    if len(missing):
+        notes.append(f"{len(missing)} point(s) have no intensity (no profile run and no modeled intensity): "
+                     f"not on the roofline, e.g. {', '.join(missing['label'].head(3))}")
+    fallback = points[points["precision"].isin(["fp16", "bf16"]) & (points["ceiling_dtype"] == "fp32")
+                      & points["peak_flops_per_s"].notna()]
+    for (env, dev), g in fallback.groupby(["env_label", "device_name"]):
+        notes.append(f"{env}: no {'/'.join(sorted(set(g['precision'])))} ceiling for {dev}; "
+                     "those points are held against the fp32 ceiling")
+    above = points[points["efficiency"] > 1.0]
+    if len(above):
+        notes.append(f"{len(above)} point(s) lie above their roof (efficiency > 100%), e.g. "
+                     f"{', '.join((above['env_label'] + ': ' + above['label']).head(3))}: the ceiling is too low for them "
+                     "(fp32 runs on TF32 tensor cores, a peaks run below the real peak) or the intensity is off "
+                     "(a modeled intensity counts no cache reuse)")
+    n_measured = int((points["intensity_source"] == "measured").sum())
+    counts.update(points=len(points), measured_points=n_measured,
+                  modeled_points=int((points["intensity_source"] == "modeled").sum()))
+    failed = join.failed_runs(runs, set(train["device_name"]) or None)
+    counts["failed"] = len(failed)
+    return Analysis(
+        points=points.sort_values(["env_label", "device_name", "model", "precision", "batch_size"]).reset_index(drop=True),
+        train=train,
+        roofs=roofs,
+        environments=join.environments(train),
+        failed=failed,
+        speedups=join.speedups(points),
+        notes=notes,
+        counts=counts,
+    )
+
+
+def variability_config(analysis: Analysis, wanted: str | None = None) -> str | None:
+    """The config_key for the step-time variability figure: `wanted` if given, else the config
+    present in the most environments (ties: most runs, then the smallest key for stability)."""
+    t = analysis.train
+    if t.empty:
+        return None
+    if wanted:
+        return wanted if (t["config_key"] == wanted).any() else None
+    t = t[t["config_key"] != ""]
+    if t.empty:
+        return None
+    stats = t.groupby("config_key").agg(envs=("env_label", "nunique"), runs=("run_id", "size"))
+    stats = stats.reset_index().sort_values(["envs", "runs", "config_key"], ascending=[False, False, True])
+    return str(stats.iloc[0]["config_key"])
+
+
+def variability_runs(analysis: Analysis, key: str, per_env: int = 5) -> pd.DataFrame:
+    """The train runs of config `key` whose step_time_s series are plotted (latest `per_env` per env)."""
+    t = analysis.train
+    t = t[t["config_key"] == key].sort_values("start_time")
+    return t.groupby(["env_label", "device_name"]).tail(per_env).reset_index(drop=True)

@@ -1,0 +1,44 @@
+"""Display formatting (rounding happens only here, at the edge)."""
+from __future__ import annotations
+
+import math
+
+_PREFIXES = [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")]
+
+
+def si(value: float | None, unit: str = "", digits: int = 3) -> str:
+    """30.3e12, 'FLOP/s' -> '30.3 TFLOP/s' (decimal prefixes: k = 1000). '' for missing values."""
+    if value is None or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return ""
+    for scale, prefix in _PREFIXES:
+        if abs(value) >= scale:
+            return f"{value / scale:.{digits}g} {prefix}{unit}"
+    return f"{value:.{digits}g} {unit}".rstrip()
+
+
+def num(value: float | None, digits: int = 3) -> str:
+    """`digits` significant figures, never in exponent notation, no trailing zeros:
+    11034 -> '11000', 0.01234 -> '0.0123', 410.02 -> '410'."""
+    if value is None or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return ""
+    if value == 0:
+        return "0"
+    decimals = digits - 1 - math.floor(math.log10(abs(value)))
+    rounded = round(value, decimals)
+    if rounded != 0 and math.floor(math.log10(abs(rounded))) > math.floor(math.log10(abs(value))):
+        decimals -= 1  # 99.96 -> 100, not 100.0
+        rounded = round(value, decimals)
+    text = f"{rounded:.{max(decimals, 0)}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def pct(value: float | None) -> str:
+    if value is None or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return ""
+    return f"{100 * value:.1f}%"
+
+
+def slug(text: str) -> str:
+    """A file-name-safe version of an environment label."""
+    out = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(text)).strip("_.")
+    return out or "env"

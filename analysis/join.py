@@ -1,0 +1,415 @@
+"""Pure DataFrame joins: runs (as mlflow.search_runs returns them) -> roofline points and roofs.
+
+Input contract: a pandas DataFrame with MLflow's search_runs layout: `run_id`, `status`,
+`start_time`, and one column per key prefixed `metrics.`, `params.`, `tags.`. Absent columns are
+treated as missing values, so hand-made frames in tests need only the columns they use.
+
+Nothing here imports mlflow, reads files or plots.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+import numpy as np
+import pandas as pd
+
+from analysis import roofline
+from analysis.roofline import Roof
+from common import schema
+
+GROUP_KEYS = ["env_label", "device_name", "config_key"]
+CONFIG_PARAMS = ["model", "batch_size", "precision", "image_size", "channels_last", "compile", "optimizer"]
+TRAIN_METRICS = [
+    "throughput_samples_per_s",
+    "throughput_std_samples_per_s",
+    "step_time_median_s",
+    "step_time_mean_s",
+    "step_time_std_s",
+    "train_flops_per_step",
+    "achieved_flops_per_s",
+    "modeled_intensity_flops_per_byte",
+]
+ENV_TAGS = ["device_type", "host", "torch_version", "cuda_version", "cudnn_version", "driver_version",
+            "python_version", "os", "cpu_model"]
+# metrics a train run must carry to become a full roofline point
+REQUIRED_TRAIN_METRICS = ["throughput_samples_per_s", "achieved_flops_per_s", "modeled_intensity_flops_per_byte"]
+
+VendorLookup = Callable[[str], Any]
+
+
+# ------------------------------------------------------------------------------- column access
+def col(df: pd.DataFrame, name: str, default: Any = np.nan) -> pd.Series:
+    """Column `name` of `df`, or a column of `default` when MLflow returned none (no run logged it)."""
+    if name in df.columns:
+        return df[name]
+    return pd.Series([default] * len(df), index=df.index, dtype=object if isinstance(default, str) else float)
+
+
+def num(df: pd.DataFrame, name: str) -> pd.Series:
+    return pd.to_numeric(col(df, name), errors="coerce").astype(float)
+
+
+def text(df: pd.DataFrame, name: str) -> pd.Series:
+    return col(df, name, "").fillna("").astype(str)
+
+
+def short(run_id: str) -> str:
+    return str(run_id)[:8]
+
+
+def of_kind(runs: pd.DataFrame, kind: str, status: str | None = "FINISHED") -> pd.DataFrame:
+    mask = text(runs, f"tags.{schema.TAG_RUN_KIND}") == kind
+    if status is not None:
+        mask &= text(runs, "status") == status
+    return runs[mask]
+
+
+def _config_keys(runs: pd.DataFrame) -> pd.Series:
+    """The config_key tag, or the key computed from the params when a run lacks the tag."""
+    keys = text(runs, f"tags.{schema.TAG_CONFIG_KEY}")
+    missing = keys == ""
+    if missing.any():
+        params = {f: col(runs, f"params.{f}") for f in schema.CONFIG_KEY_FIELDS}
+        for idx in keys.index[missing]:
+            values = {f: params[f].loc[idx] for f in schema.CONFIG_KEY_FIELDS}
+            if all(isinstance(v, str) and v != "" for v in values.values()):
+                keys.loc[idx] = schema.config_key(values)
+    return keys
+
+
+def _start(runs: pd.DataFrame) -> pd.Series:
+    s = col(runs, "start_time")
+    if pd.api.types.is_datetime64_any_dtype(s):
+        return s.astype("int64").astype(float)
+    return pd.to_numeric(s, errors="coerce").astype(float)
+
+
+# ------------------------------------------------------------------------------- train runs
+def train_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """One flat row per FINISHED train run: identity, config params, the summary metrics."""
+    tr = of_kind(runs, "train")
+    out = pd.DataFrame(index=tr.index)
+    out["run_id"] = text(tr, "run_id")
+    out["run_name"] = text(tr, "tags.mlflow.runName")
+    out["start_time"] = _start(tr)
+    out["env_label"] = text(tr, f"tags.{schema.TAG_ENV_LABEL}").replace("", "(no env_label)")
+    out["device_name"] = text(tr, f"tags.{schema.TAG_DEVICE_NAME}").replace("", "(unknown device)")
+    for tag in ENV_TAGS:
+        out[tag] = text(tr, f"tags.{tag}")
+    out["config_key"] = _config_keys(tr)
+    for p in CONFIG_PARAMS:
+        out[p] = text(tr, f"params.{p}")
+    out["precision"] = out["precision"].str.lower()
+    out["batch_size"] = pd.to_numeric(out["batch_size"], errors="coerce")
+    out["image_size"] = pd.to_numeric(out["image_size"], errors="coerce")
+    out["repeat"] = pd.to_numeric(col(tr, "params.repeat"), errors="coerce")
+    out["parent_run_id"] = text(tr, "tags.mlflow.parentRunId")
+    for m in TRAIN_METRICS:
+        out[m] = num(tr, f"metrics.{m}")
+    return out.reset_index(drop=True)
+
+
+def train_notes(train: pd.DataFrame) -> list[str]:
+    """One line per missing metric saying how many runs lack it and what that costs."""
+    notes = []
+    consequence = {
+        "throughput_samples_per_s": "no samples/s for them",
+        "achieved_flops_per_s": "derived as train_flops_per_step / step_time_median_s where possible, else no roofline point",
+        "modeled_intensity_flops_per_byte": "no intensity unless a profile run of the same config and device exists",
+        "throughput_std_samples_per_s": "single runs among them have no SD",
+    }
+    for m, what in consequence.items():
+        lack = train[train[m].isna()]
+        if len(lack):
+            ex = ", ".join(short(r) for r in lack["run_id"].head(3))
+            notes.append(f"{len(lack)} train run(s) lack metric {m} (e.g. {ex}): {what}")
+    no_key = train[train["config_key"] == ""]
+    if len(no_key):
+        notes.append(f"{len(no_key)} train run(s) have no config_key tag and incomplete config params: "
+                     f"not joined with profile runs (e.g. {', '.join(short(r) for r in no_key['run_id'].head(3))})")
+    return notes
+
+
+def aggregate_repeats(train: pd.DataFrame) -> pd.DataFrame:
+    """One row per (env_label, device_name, config_key).
+
+    Several runs: samples/s = mean ± SD across runs (ddof=1). One run: its own within-run SD
+    (throughput_std_samples_per_s). Achieved FLOP/s = mean over runs of each run's
+    train_flops_per_step / step_time_median_s (the logged achieved_flops_per_s, derived the same way
+    when a run lacks it).
+    """
+    cols = [*GROUP_KEYS, *[c for c in CONFIG_PARAMS if c not in GROUP_KEYS], "n_runs", "run_ids",
+            "throughput_mean_samples_per_s", "throughput_sd_samples_per_s", "throughput_sd_kind",
+            "achieved_flops_per_s", "achieved_sd_flops_per_s", "step_time_median_s", "train_flops_per_step",
+            "modeled_intensity_flops_per_byte"]
+    if train.empty:
+        return pd.DataFrame(columns=cols)
+    t = train.sort_values("start_time", kind="stable").copy()
+    derived = t["train_flops_per_step"] / t["step_time_median_s"]
+    t["achieved_flops_per_s"] = t["achieved_flops_per_s"].where(t["achieved_flops_per_s"].notna(), derived)
+    # the within-run SD counts only for the run that has a throughput (used when it is the only one)
+    t["_within"] = t["throughput_std_samples_per_s"].where(t["throughput_samples_per_s"].notna())
+    params = [c for c in CONFIG_PARAMS if c not in GROUP_KEYS]
+    agg = t.groupby(GROUP_KEYS, sort=True).agg(
+        n_runs=("run_id", "size"),
+        run_ids=("run_id", list),
+        _n_thr=("throughput_samples_per_s", "count"),
+        throughput_mean_samples_per_s=("throughput_samples_per_s", "mean"),
+        _sd_across=("throughput_samples_per_s", "std"),
+        _within=("_within", "max"),
+        achieved_flops_per_s=("achieved_flops_per_s", "mean"),
+        achieved_sd_flops_per_s=("achieved_flops_per_s", "std"),
+        step_time_median_s=("step_time_median_s", "mean"),
+        train_flops_per_step=("train_flops_per_step", "mean"),
+        modeled_intensity_flops_per_byte=("modeled_intensity_flops_per_byte", "mean"),
+        **{p: (p, "last") for p in params},  # latest run's params (equal within a config_key)
+    ).reset_index()
+    across = agg["_n_thr"] >= 2
+    agg["throughput_sd_samples_per_s"] = np.where(across, agg["_sd_across"], agg["_within"]).astype(float)
+    agg["throughput_sd_kind"] = np.where(
+        across, "across " + agg["_n_thr"].astype(str) + " runs",
+        np.where((agg["_n_thr"] == 1) & agg["_within"].notna(), "within run", ""))
+    return agg[cols]
+
+
+# ------------------------------------------------------------------------------- profile runs
+def profile_intensities(runs: pd.DataFrame) -> pd.DataFrame:
+    """Measured intensities per (config_key, device_name) from the latest FINISHED profile run.
+
+    DRAM intensity = ncu_flops_total / ncu_dram_bytes (the logged ncu_intensity_dram_flops_per_byte
+    when ncu_flops_total or ncu_dram_bytes is absent); L2 and L1 likewise where their bytes exist.
+    """
+    cols = ["config_key", "device_name", "profile_run_id", "profile_env_label", "intensity_dram_flops_per_byte",
+            "intensity_l2_flops_per_byte", "intensity_l1_flops_per_byte"]
+    pr = of_kind(runs, "profile")
+    if pr.empty:
+        return pd.DataFrame(columns=cols)
+    flops = num(pr, "metrics.ncu_flops_total")
+
+    def ratio(byte_col: str) -> pd.Series:
+        b = num(pr, byte_col)
+        return (flops / b).where((b > 0) & (flops > 0))
+
+    dram = ratio("metrics.ncu_dram_bytes")
+    dram = dram.where(dram.notna(), num(pr, "metrics.ncu_intensity_dram_flops_per_byte"))
+    out = pd.DataFrame({
+        "config_key": _config_keys(pr),
+        "device_name": text(pr, f"tags.{schema.TAG_DEVICE_NAME}"),
+        "profile_run_id": text(pr, "run_id"),
+        "profile_env_label": text(pr, f"tags.{schema.TAG_ENV_LABEL}"),
+        "intensity_dram_flops_per_byte": dram,
+        "intensity_l2_flops_per_byte": ratio("metrics.ncu_l2_bytes"),
+        "intensity_l1_flops_per_byte": ratio("metrics.ncu_l1_bytes"),
+        "_start": _start(pr),
+    })
+    out = out[(out["config_key"] != "") & out["intensity_dram_flops_per_byte"].gt(0)]
+    out = out.sort_values("_start").groupby(["config_key", "device_name"], sort=False).tail(1)
+    return out[cols].reset_index(drop=True)
+
+
+def profile_notes(runs: pd.DataFrame) -> list[str]:
+    """Profile runs that cannot give an intensity, and why."""
+    pr = of_kind(runs, "profile")
+    if pr.empty:
+        return []
+    flops, dram = num(pr, "metrics.ncu_flops_total"), num(pr, "metrics.ncu_dram_bytes")
+    logged = num(pr, "metrics.ncu_intensity_dram_flops_per_byte")
+    unusable = pr[~(((flops > 0) & (dram > 0)) | (logged > 0))]
+    notes = []
+    if len(unusable):
+        notes.append(f"{len(unusable)} profile run(s) lack ncu_flops_total/ncu_dram_bytes (e.g. "
+                     f"{', '.join(short(r) for r in unusable['run_id'].head(3))}): their configs use the modeled intensity")
+    no_key = pr[_config_keys(pr) == ""]
+    if len(no_key):
+        notes.append(f"{len(no_key)} profile run(s) have no config_key: not joined "
+                     f"(e.g. {', '.join(short(r) for r in no_key['run_id'].head(3))})")
+    return notes
+
+
+def attach_intensity(points: pd.DataFrame, profiles: pd.DataFrame) -> pd.DataFrame:
+    """Add `intensity_flops_per_byte` and `intensity_source` (measured | modeled | missing)."""
+    out = points.merge(profiles, on=["config_key", "device_name"], how="left")
+    for c in ("intensity_dram_flops_per_byte", "intensity_l2_flops_per_byte", "intensity_l1_flops_per_byte",
+              "modeled_intensity_flops_per_byte", "achieved_flops_per_s"):
+        out[c] = pd.to_numeric(out[c], errors="coerce").astype(float)  # an empty merge leaves object columns
+    measured = out["intensity_dram_flops_per_byte"].notna()
+    modeled = out["modeled_intensity_flops_per_byte"].gt(0)
+    out["intensity_flops_per_byte"] = np.where(measured, out["intensity_dram_flops_per_byte"],
+                                               np.where(modeled, out["modeled_intensity_flops_per_byte"], np.nan))
+    out["intensity_source"] = np.where(measured, "measured", np.where(modeled, "modeled", "missing"))
+    out["profile_run_id"] = out["profile_run_id"].fillna("")
+    return out
+
+
+# ------------------------------------------------------------------------------- roofs
+def _roof_from_peaks_row(row: dict, device: str) -> Roof:
+    roof = Roof(device)
+    src = f"measured: peaks run {short(row['run_id'])}"
+    for dtype in roofline.DTYPES:
+        v = pd.to_numeric(row.get(f"metrics.peak_flops_per_s_{dtype}"), errors="coerce")
+        if pd.notna(v) and v > 0:
+            roof.flops_per_s[dtype] = float(v)
+            roof.sources[f"flops:{dtype}"] = src
+    for level in roofline.LEVELS:
+        v = pd.to_numeric(row.get(f"metrics.peak_{level}_bytes_per_s"), errors="coerce")
+        if pd.notna(v) and v > 0:
+            roof.bytes_per_s[level] = float(v)
+            roof.sources[f"bytes:{level}"] = src
+    return roof
+
+
+def measured_roofs(runs: pd.DataFrame) -> tuple[dict[tuple[str, str], Roof], dict[str, tuple[str, Roof]]]:
+    """Roofs from FINISHED peaks runs: the latest per (env_label, device_name), and the latest per
+    device_name alone (with the env it came from) for environments that measured none."""
+    pk = of_kind(runs, "peaks")
+    by_env: dict[tuple[str, str], Roof] = {}
+    by_dev: dict[str, tuple[str, Roof]] = {}
+    if pk.empty:
+        return by_env, by_dev
+    pk = pk.assign(_start=_start(pk)).sort_values("_start")
+    for row in pk.to_dict("records"):
+        env = str(row.get(f"tags.{schema.TAG_ENV_LABEL}") or "")
+        dev = str(row.get(f"tags.{schema.TAG_DEVICE_NAME}") or "")
+        roof = _roof_from_peaks_row(row, dev)
+        if roof.is_empty():  # no peak_* metric: nothing to draw
+            continue
+        by_env[(env, dev)] = roof  # later rows overwrite: latest wins
+        by_dev[dev] = (env, roof)
+    return by_env, by_dev
+
+
+def roof_from_vendor(entry: Any, device: str, label: str = "vendor") -> Roof | None:
+    """Roof from a VendorPeaks-like object (flops_per_s, dram_bytes_per_s, source; optional
+    l2_bytes_per_s / l1_bytes_per_s) or a dict with those keys."""
+    if entry is None:
+        return None
+    get = entry.get if isinstance(entry, dict) else (lambda k, d=None: getattr(entry, k, d))
+    roof = Roof(device)
+    src = f"{label}: {get('source', '') or 'no source given'}"
+    for dtype, v in (get("flops_per_s", {}) or {}).items():
+        if roofline._ok(v):
+            roof.flops_per_s[str(dtype)] = float(v)
+            roof.sources[f"flops:{dtype}"] = src
+    for level in roofline.LEVELS:
+        v = get(f"{level}_bytes_per_s", None)
+        if roofline._ok(v):
+            roof.bytes_per_s[level] = float(v)
+            roof.sources[f"bytes:{level}"] = src
+    return None if roof.is_empty() else roof
+
+
+def choose_roofs(
+    envs: Iterable[tuple[str, str]],
+    runs: pd.DataFrame,
+    vendor_lookup: VendorLookup | None,
+) -> tuple[dict[tuple[str, str], dict[str, Roof | None]], list[str]]:
+    """Per (env_label, device_name): {'measured', 'vendor', 'roof'} where 'roof' (used for
+    efficiency) takes each ceiling from the measured peaks run when it has it, else from the vendor
+    lookup (the peak table with the user's --peaks-file). Returns (roofs, notes)."""
+    by_env, by_dev = measured_roofs(runs)
+    out: dict[tuple[str, str], dict[str, Roof | None]] = {}
+    notes: list[str] = []
+    vendor_cache: dict[str, Roof | None] = {}
+    for env, dev in envs:
+        measured = by_env.get((env, dev))
+        if measured is None and dev in by_dev:
+            other_env, measured = by_dev[dev]
+            notes.append(f"{env}: no peaks run of its own; using the measured peaks of '{other_env}' (same device {dev})")
+        if dev not in vendor_cache:
+            vendor_cache[dev] = roof_from_vendor(vendor_lookup(dev), dev) if vendor_lookup is not None else None
+        vendor = vendor_cache[dev]
+        roof = measured.merged_over(vendor) if measured is not None else vendor
+        if roof is None:
+            notes.append(f"no peaks for {dev} (env {env}): no peaks run and no vendor entry; efficiency and bound "
+                         "left empty (run `python -m profiling.peaks` there, or add the device with --peaks-file)")
+        out[(env, dev)] = {"measured": measured, "vendor": vendor, "roof": roof}
+    return out, notes
+
+
+def evaluate(points: pd.DataFrame, roofs: dict[tuple[str, str], dict[str, Roof | None]]) -> pd.DataFrame:
+    """Add ceiling_dtype, peak, bandwidth, ridge, attainable, bound, efficiency, roof_source."""
+    evals = []
+    for p in points.to_dict("records"):
+        roof = roofs.get((p["env_label"], p["device_name"]), {}).get("roof")
+        intens = {"dram": p.get("intensity_flops_per_byte"), "l2": p.get("intensity_l2_flops_per_byte"),
+                  "l1": p.get("intensity_l1_flops_per_byte")}
+        intens = {k: float(v) for k, v in intens.items() if v is not None and pd.notna(v)}
+        ev = roofline.evaluate_point(p["precision"], p["achieved_flops_per_s"], intens, roof)
+        evals.append(ev.__dict__)
+    ev_df = pd.DataFrame(evals, index=points.index,
+                         columns=list(roofline.PointEval.__dataclass_fields__))
+    return pd.concat([points, ev_df], axis=1)
+
+
+# ------------------------------------------------------------------------------- speed-ups
+def speedups(points: pd.DataFrame) -> pd.DataFrame:
+    """fp16/bf16 samples/s over fp32 samples/s for the same env, device and config otherwise.
+
+    SD by first-order propagation of the two independent SDs: s * sqrt((sd_h/h)^2 + (sd_f/f)^2).
+    """
+    cols = ["env_label", "device_name", "model", "batch_size", "image_size", "channels_last", "compile",
+            "optimizer", "precision", "speedup", "speedup_sd"]
+    if points.empty:
+        return pd.DataFrame(columns=cols)
+    keys = ["env_label", "device_name", "model", "batch_size", "image_size", "channels_last", "compile", "optimizer"]
+    base = points[points["precision"] == "fp32"][keys + ["throughput_mean_samples_per_s", "throughput_sd_samples_per_s"]]
+    half = points[points["precision"].isin(["fp16", "bf16"])]
+    m = half.merge(base, on=keys, suffixes=("", "_fp32"))
+    if m.empty:
+        return pd.DataFrame(columns=cols)
+    h, f = m["throughput_mean_samples_per_s"], m["throughput_mean_samples_per_s_fp32"]
+    m["speedup"] = h / f
+    rel = np.sqrt((m["throughput_sd_samples_per_s"] / h) ** 2 + (m["throughput_sd_samples_per_s_fp32"] / f) ** 2)
+    m["speedup_sd"] = m["speedup"] * rel
+    return m[cols].sort_values(keys + ["precision"]).reset_index(drop=True)
+
+
+# ------------------------------------------------------------------------------- environments, failures
+def environments(train: pd.DataFrame) -> pd.DataFrame:
+    """One row per (env_label, device_name) with its latest train run's environment tags."""
+    cols = ["env_label", "device_name", *ENV_TAGS, "n_train_runs"]
+    if train.empty:
+        return pd.DataFrame(columns=cols)
+    t = train.sort_values("start_time")
+    last = t.groupby(["env_label", "device_name"], sort=True).tail(1).set_index(["env_label", "device_name"])
+    counts = t.groupby(["env_label", "device_name"]).size().rename("n_train_runs")
+    out = last[ENV_TAGS].join(counts).reset_index()
+    return out[cols].sort_values(["env_label", "device_name"]).reset_index(drop=True)
+
+
+def failed_runs(runs: pd.DataFrame, devices: set[str] | None = None) -> pd.DataFrame:
+    """FAILED/KILLED train runs, and profile/peaks runs (of `devices` only, when given), with their
+    `error` tag."""
+    cols = ["run_id", "run_kind", "status", "env_label", "device_name", "run_name", "error"]
+    if runs.empty:
+        return pd.DataFrame(columns=cols)
+    kind = text(runs, f"tags.{schema.TAG_RUN_KIND}")
+    status = text(runs, "status")
+    relevant = (kind == "train") | (kind.isin(["profile", "peaks"])
+                                    & (text(runs, f"tags.{schema.TAG_DEVICE_NAME}").isin(devices) if devices else True))
+    bad = runs[relevant & status.isin(["FAILED", "KILLED"])]
+    out = pd.DataFrame({
+        "run_id": text(bad, "run_id"),
+        "run_kind": text(bad, f"tags.{schema.TAG_RUN_KIND}"),
+        "status": text(bad, "status"),
+        "env_label": text(bad, f"tags.{schema.TAG_ENV_LABEL}"),
+        "device_name": text(bad, f"tags.{schema.TAG_DEVICE_NAME}"),
+        "run_name": text(bad, "tags.mlflow.runName"),
+        "error": text(bad, f"tags.{schema.TAG_ERROR}").replace("", "(no error tag)"),
+    })
+    return out[cols].reset_index(drop=True)
+
+
+def point_label(row: pd.Series | dict) -> str:
+    """'model/b<batch>/<precision>' plus non-default options (image size, channels_last, compile)."""
+    b = row.get("batch_size")
+    b = int(b) if b is not None and pd.notna(b) else "?"
+    label = f"{row.get('model') or '?'}/b{b}/{row.get('precision') or '?'}"
+    size = row.get("image_size")
+    if size is not None and pd.notna(size) and int(size) != 224:
+        label += f"/{int(size)}px"
+    if str(row.get("channels_last", "")).lower() == "true":
+        label += "/cl"
+    if str(row.get("compile", "")).lower() == "true":
+        label += "/compiled"
+    return label

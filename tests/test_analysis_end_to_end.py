@@ -1,0 +1,288 @@
+"""python -m analysis against runs logged to a temporary tracking store.
+
+The store holds two environments:
+  l4     (device "NVIDIA L4"):      train runs of resnet18 b32 fp32 (2 repeats), b64 fp32, b64 bf16;
+                                    a profile run of b64 fp32; a peaks run; a FAILED train run.
+  laptop (device "Test CPU 9000"):  one train run of resnet18 b32 fp32; no peaks anywhere.
+Expected values below are computed by hand from the logged numbers.
+"""
+from __future__ import annotations
+
+import math
+
+import matplotlib.image as mpimg
+import mlflow
+import pandas as pd
+import pytest
+
+from analysis import app, core, fetch, vendor
+from common import schema
+from common.tracking import RunSession
+
+EXP = "bench"
+L4 = "NVIDIA L4"
+CPU = "Test CPU 9000"
+
+
+def params(batch: int, precision: str, model: str = "resnet18") -> dict:
+    return dict(model=model, batch_size=batch, precision=precision, device="cuda", warmup_iters=1, iters=4,
+                image_size=224, data="synthetic", workers=0, channels_last=False, compile=False, seed=0,
+                lr=0.01, optimizer="sgd", num_classes=1000)
+
+
+def env_tags(env: str, device: str) -> dict:
+    return {schema.TAG_ENV_LABEL: env, schema.TAG_DEVICE_NAME: device,
+            schema.TAG_DEVICE_TYPE: "cuda" if device == L4 else "cpu", schema.TAG_HOST: f"{env}-host",
+            "torch_version": "2.14.1", "cuda_version": "13.0" if device == L4 else "none",
+            "python_version": "3.11.9"}
+
+
+def log_train(env, device, batch, precision, *, thr, thr_sd, flops_step, median_s, intensity, steps=None,
+              repeat=None, model="resnet18"):
+    p = params(batch, precision, model)
+    if repeat is not None:
+        p["repeat"] = repeat
+    tags = {**env_tags(env, device), schema.TAG_CONFIG_KEY: schema.config_key(p)}
+    with RunSession("train", experiment=EXP, run_name=f"{model}-b{batch}-{precision}", tags=tags, quiet=True) as s:
+        s.log_params(p)
+        s.log_metrics({
+            "throughput_samples_per_s": thr, "throughput_std_samples_per_s": thr_sd,
+            "step_time_median_s": median_s, "step_time_mean_s": batch / thr, "step_time_std_s": 0.001,
+            "train_flops_per_step": flops_step, "achieved_flops_per_s": flops_step / median_s,
+            "modeled_intensity_flops_per_byte": intensity, "modeled_bytes_per_step": flops_step / intensity,
+        })
+        s.log_series("step_time_s", steps or [median_s] * 4)
+    return s.run_id
+
+
+def log_profile(device, batch, precision, *, flops, dram_bytes, l2_bytes=None):
+    p = params(batch, precision)
+    tags = {**env_tags("l4", device), schema.TAG_CONFIG_KEY: schema.config_key(p)}
+    metrics = {"ncu_flops_total": flops, "ncu_dram_bytes": dram_bytes,
+               "ncu_intensity_dram_flops_per_byte": flops / dram_bytes, "ncu_kernel_time_s": 1.0}
+    if l2_bytes:
+        metrics["ncu_l2_bytes"] = l2_bytes
+    with RunSession("profile", experiment=EXP, tags=tags, quiet=True) as s:
+        s.log_params(p)
+        s.log_metrics(metrics)
+
+
+def log_peaks(env, device, metrics):
+    with RunSession("peaks", experiment=EXP, tags=env_tags(env, device), quiet=True) as s:
+        s.log_metrics(metrics)
+
+
+def log_failed(env, device, error):
+    with pytest.raises(RuntimeError):
+        with RunSession("train", experiment=EXP, run_name="oom", tags=env_tags(env, device), quiet=True) as s:
+            s.log_params(params(512, "fp32"))
+            raise RuntimeError(error)
+
+
+@pytest.fixture
+def store(tracking):
+    # l4: resnet18 b32 fp32 twice (samples/s 400 and 420; achieved 0.8e12/0.08 = 1e13 and 0.8e12/(0.8/12) = 1.2e13)
+    log_train("l4", L4, 32, "fp32", thr=400, thr_sd=10, flops_step=0.8e12, median_s=0.08, intensity=50,
+              repeat=0, steps=[0.08, 0.081, 0.079, 0.09])
+    log_train("l4", L4, 32, "fp32", thr=420, thr_sd=12, flops_step=0.8e12, median_s=0.8 / 12, intensity=50,
+              repeat=1, steps=[0.066, 0.067, 0.068, 0.07])
+    # b64 fp32: achieved 1.5e13; profiled: 2e12 FLOPs / 1e10 B = 200 FLOP/B (L2: 2e12 / 2e9 = 1000)
+    log_train("l4", L4, 64, "fp32", thr=700, thr_sd=20, flops_step=1.5e12, median_s=0.1, intensity=60)
+    log_profile(L4, 64, "fp32", flops=2e12, dram_bytes=1e10, l2_bytes=2e9)
+    # b64 bf16: achieved 2e13, modeled intensity 100
+    log_train("l4", L4, 64, "bf16", thr=1400, thr_sd=30, flops_step=1.0e12, median_s=0.05, intensity=100)
+    log_peaks("l4", L4, {"peak_flops_per_s_fp32": 20e12, "peak_flops_per_s_bf16": 80e12,
+                         "peak_dram_bytes_per_s": 250e9})
+    log_failed("l4", L4, "CUDA out of memory. Tried to allocate 2.00 GiB")
+    # laptop: one run, no peaks
+    log_train("laptop", CPU, 32, "fp32", thr=20, thr_sd=1, flops_step=0.8e12, median_s=1.6, intensity=50,
+              steps=[1.5, 1.6, 1.7, 1.6])
+    return tracking
+
+
+class VendorStub:
+    device_name = L4
+    flops_per_s = {"fp32": 30.3e12, "fp16": 121e12, "bf16": 121e12}
+    dram_bytes_per_s = 300e9
+    source = "https://www.nvidia.com/en-us/data-center/l4/"
+
+
+def vendor_stub(name):
+    return VendorStub() if name == L4 else None
+
+
+def analyse(tmp_path, argv=(), vendor_lookup=vendor_stub):
+    """The whole pipeline: fetch, join, figures, report (untracked)."""
+    cfg = app.config_from_args(app.build_parser().parse_args(["--no-track", "--out", str(tmp_path / "out"), *argv]))
+    return app.run(cfg, vendor_lookup=vendor_lookup)
+
+
+def joined(argv=(), vendor_lookup=vendor_stub) -> core.Analysis:
+    """Fetch and join only (no figures): for tests about numbers. vendor_lookup='auto': the real
+    lookup (profiling.peak_table when present) with --peaks-file passed through."""
+    cfg = app.config_from_args(app.build_parser().parse_args(["--no-track", *argv]))
+    runs, _ = fetch.fetch_runs(cfg.query())
+    if vendor_lookup == "auto":
+        vendor_lookup, _ = vendor.load_vendor_lookup(cfg.peaks_file)
+    return core.build(runs, vendor_lookup)
+
+
+def row(points: pd.DataFrame, env: str, batch: int, precision: str) -> pd.Series:
+    sel = points[(points["env_label"] == env) & (points["batch_size"] == batch) & (points["precision"] == precision)]
+    assert len(sel) == 1
+    return sel.iloc[0]
+
+
+def test_points_classification_and_efficiency_by_hand(store):
+    res = joined(["--experiment", EXP])
+    pts = res.points
+    assert len(pts) == 4
+
+    a = row(pts, "l4", 32, "fp32")  # repeats: mean ± SD across runs
+    assert a["n_runs"] == 2 and a["throughput_sd_kind"] == "across 2 runs"
+    assert a["throughput_mean_samples_per_s"] == pytest.approx(410)
+    assert a["throughput_sd_samples_per_s"] == pytest.approx(math.sqrt(200))  # (10² + 10²) / (2 - 1)
+    assert a["achieved_flops_per_s"] == pytest.approx(1.1e13)
+    assert a["intensity_source"] == "modeled" and a["intensity_flops_per_byte"] == 50
+    # ridge fp32 = 20e12 / 250e9 = 80 FLOP/B > 50: memory-bound; attainable 50 * 250e9 = 12.5e12
+    assert a["ridge_flops_per_byte"] == pytest.approx(80)
+    assert a["bound"] == "memory-bound"
+    assert a["attainable_flops_per_s"] == pytest.approx(12.5e12)
+    assert a["efficiency"] == pytest.approx(1.1e13 / 12.5e12)
+    assert a["roof_source"] == "measured"
+
+    b = row(pts, "l4", 64, "fp32")  # profiled: measured intensity 200 >= 80: compute-bound
+    assert b["intensity_source"] == "measured" and b["intensity_flops_per_byte"] == pytest.approx(200)
+    assert b["intensity_l2_flops_per_byte"] == pytest.approx(1000)
+    assert b["throughput_sd_kind"] == "within run" and b["throughput_sd_samples_per_s"] == 20
+    assert b["bound"] == "compute-bound" and b["efficiency"] == pytest.approx(1.5e13 / 20e12)
+
+    c = row(pts, "l4", 64, "bf16")  # bf16 ceiling 80e12, ridge 320 > 100: memory-bound, attainable 25e12
+    assert c["ceiling_dtype"] == "bf16" and c["ridge_flops_per_byte"] == pytest.approx(320)
+    assert c["bound"] == "memory-bound" and c["efficiency"] == pytest.approx(2e13 / 25e12)
+
+    d = row(pts, "laptop", 32, "fp32")  # no peaks: no bound, no efficiency
+    assert d["bound"] == "" and math.isnan(d["efficiency"]) and math.isnan(d["peak_flops_per_s"])
+
+    sp = res.speedups
+    assert len(sp) == 1 and sp.iloc[0]["speedup"] == pytest.approx(2.0)
+    assert sp.iloc[0]["speedup_sd"] == pytest.approx(2 * math.sqrt((30 / 1400) ** 2 + (20 / 700) ** 2))
+
+    failed = res.failed
+    assert list(failed["error"]) == ["RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"]
+
+
+def test_outputs_tables_figures_and_report(store, tmp_path):
+    res = analyse(tmp_path)
+    out = tmp_path / "out"
+    csv = pd.read_csv(out / "summary.csv")
+    assert len(csv) == 4
+    b = csv[(csv["env_label"] == "l4") & (csv["batch_size"] == 64) & (csv["precision"] == "fp32")].iloc[0]
+    assert b["achieved_flops_per_s"] == pytest.approx(1.5e13)  # raw SI, not rounded
+    assert b["intensity_source"] == "measured" and b["bound"] == "compute-bound"
+    lap = csv[csv["env_label"] == "laptop"].iloc[0]
+    assert pd.isna(lap["efficiency"]) and lap["intensity_source"] == "modeled"
+
+    pngs = sorted(p.name for p in (out / "figures").glob("*.png"))
+    assert pngs == ["intensity_vs_batch.png", "roofline_all.png", "roofline_l4.png", "roofline_laptop.png",
+                    "speedup_vs_batch.png", "step_time_variability.png", "throughput_vs_batch.png"]
+    for name in pngs:
+        img = mpimg.imread(out / "figures" / name)
+        assert img.ndim == 3 and img.shape[0] > 300 and img.shape[1] > 300
+
+    md = (out / "report.md").read_text()
+    assert f"no peaks for {CPU}" in md
+    assert "| l4 | NVIDIA L4 | resnet18 | fp32 | 64 | 1 | 700 ± 20 (within run) | 15000 | 200 | measured |" in md
+    assert "| l4 | NVIDIA L4 | resnet18 | fp32 | 32 | 2 | 410 ± 14 | 11000 | 50 | modeled |" in md
+    assert "CUDA out of memory" in md
+    for name in pngs:
+        assert f"(figures/{name})" in md
+    # the variability figure shows the config both environments ran: resnet18 b32 fp32
+    assert "resnet18/b32/fp32" in md.split("## Step-time variability")[1].split("##")[0]
+    assert (out / "summary.md").read_text().startswith("| environment |")
+    assert res.analysis.counts == {"train": 5, "profile": 1, "peaks": 1, "points": 4, "measured_points": 1,
+                                   "modeled_points": 3, "failed": 1}
+
+
+def test_vendor_table_is_the_roof_without_a_peaks_run(tracking):
+    log_train("l4", L4, 64, "fp32", thr=700, thr_sd=20, flops_step=1.5e12, median_s=0.1, intensity=60)
+    p = joined().points.iloc[0]
+    # vendor ridge 30.3e12 / 300e9 = 101 > 60: memory-bound, attainable 60 * 300e9 = 18e12
+    assert p["roof_source"] == "vendor" and p["bound"] == "memory-bound"
+    assert p["efficiency"] == pytest.approx(1.5e13 / 18e12)
+
+
+def test_without_vendor_table_report_says_so(tracking, tmp_path):
+    log_train("l4", L4, 64, "fp32", thr=700, thr_sd=20, flops_step=1.5e12, median_s=0.1, intensity=60)
+    res = analyse(tmp_path, vendor_lookup=None)
+    assert math.isnan(res.analysis.points.iloc[0]["efficiency"])
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "no vendor peak table in use" in md and f"no peaks for {L4}" in md
+
+
+def test_peaks_file_gives_the_roof(tracking, tmp_path):
+    log_train("laptop", CPU, 32, "fp32", thr=20, thr_sd=1, flops_step=0.8e12, median_s=1.6, intensity=50)
+    pf = tmp_path / "peaks.yaml"  # profiling.peak_table's format (docs/peaks.md): all four fields for a new device
+    pf.write_text(f'devices:\n  - device_name: "{CPU}"\n    flops_per_s: {{fp32: 1.0e+12}}\n'
+                  '    dram_bytes_per_s: 50e9\n    source: spec sheet\n')
+    a = joined(["--peaks-file", str(pf)], vendor_lookup="auto")
+    p = a.points.iloc[0]
+    # ridge 1e12 / 50e9 = 20 <= 50: compute-bound; achieved 0.8e12 / 1.6 = 5e11 -> 50 %
+    assert p["roof_source"] == "vendor" and p["bound"] == "compute-bound"
+    assert a.roofs[("laptop", CPU)]["roof"].sources["flops:fp32"] == "vendor: spec sheet"
+    assert p["efficiency"] == pytest.approx(0.5)
+
+
+def test_env_label_and_filter_select_train_runs(store):
+    log_train("laptop", CPU, 32, "fp32", thr=10, thr_sd=1, flops_step=1e11, median_s=3.2, intensity=20, model="vgg16")
+    pts = joined(["--env-label", "laptop", "--filter", "params.model = 'vgg16'"]).points
+    assert list(pts["model"]) == ["vgg16"] and list(pts["env_label"]) == ["laptop"]
+    pts = joined(["--env-label", "l4,laptop", "--filter", "params.batch_size = '32'"]).points
+    assert sorted(pts["model"]) == ["resnet18", "resnet18", "vgg16"]
+    runs, notes = fetch.fetch_runs(fetch.Query(max_runs=2))
+    train_runs = runs[runs["tags.run_kind"] == "train"]
+    assert list(train_runs["tags.mlflow.runName"]) == ["vgg16-b32-fp32", "resnet18-b32-fp32"]  # the latest two
+    assert notes == ["stopped at --max-runs 2 train runs (latest first); raise it to see older runs"]
+
+
+def test_cli_tracks_outputs_as_artifacts_of_an_analysis_run(store, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("analysis.vendor.load_vendor_lookup", lambda *_: (vendor_stub, ""))
+    rc = app.cli(["--experiment", EXP, "--out", str(tmp_path / "o")])
+    assert rc == 0
+    summary = capsys.readouterr().out.strip().splitlines()
+    assert len(summary) == 1 and summary[0].startswith("analysed 5 train, 1 profile, 1 peaks runs (2 environment(s)) -> 4 points")
+    runs = mlflow.search_runs(experiment_names=[EXP], filter_string="tags.run_kind = 'analysis'", output_format="list")
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    client = mlflow.tracking.MlflowClient()
+    top = {f.path for f in client.list_artifacts(runs[0].info.run_id, "report")}
+    assert {"report/report.md", "report/summary.csv", "report/summary.md", "report/figures"} <= top
+    figs = {f.path for f in client.list_artifacts(runs[0].info.run_id, "report/figures")}
+    assert "report/figures/roofline_all.png" in figs
+    assert runs[0].data.metrics["n_points"] == 4
+
+
+def test_no_matching_runs_is_one_line_and_nonzero(tracking, tmp_path, capsys):
+    rc = app.cli(["--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip().splitlines()  # progress lines, then the error
+    assert rc == 2
+    assert [ln for ln in err if ln.startswith("error")] == err[-1:]
+    assert err[-1].startswith("error: no train runs match (all experiments)")
+    # the analysis run itself ends FAILED with that reason
+    run = mlflow.search_runs(search_all_experiments=True, output_format="list")[0]
+    assert run.info.status == "FAILED" and run.data.tags["error"].startswith("no train runs match")
+
+
+def test_unknown_experiment_and_bad_filter_are_usage_errors(store, tmp_path, capsys):
+    assert app.cli(["--no-track", "--experiment", "nope", "--out", str(tmp_path / "o")]) == 2
+    assert "no experiment named 'nope'" in capsys.readouterr().err
+    assert app.cli(["--no-track", "--filter", "params.model ~ 1", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: MLflow rejected the filter \"params.model ~ 1\": Expected a quoted string value for parameter (e.g. 'my-value'). Got value 1"]
+
+
+def test_only_failed_runs_writes_report_and_fails(tracking, tmp_path, capsys):
+    log_failed("l4", L4, "CUDA out of memory")
+    rc = app.cli(["--no-track", "--out", str(tmp_path / "o")])
+    assert rc == 1
+    assert "no FINISHED train runs among the matches (1 failed)" in capsys.readouterr().err
+    assert "CUDA out of memory" in (tmp_path / "o" / "report.md").read_text()

@@ -1,0 +1,307 @@
+"""analysis.join / core / vendor / config validation on hand-made frames (mlflow.search_runs layout)."""
+from __future__ import annotations
+
+import math
+import re
+import sys
+import types
+
+import pandas as pd
+import pytest
+
+from analysis import app, core, fetch, join, vendor
+from common import schema
+from common.errors import UsageError
+
+
+def train(run_id, env, dev, batch, precision, thr, thr_sd=None, achieved=None, intensity=None, start=0,
+          flops=None, median=None, model="resnet18"):
+    p = dict(model=model, batch_size=str(batch), precision=precision, image_size="224", channels_last="false",
+             compile="false", optimizer="sgd")
+    row = {"run_id": run_id, "status": "FINISHED", "start_time": start, "tags.run_kind": "train",
+           "tags.env_label": env, "tags.device_name": dev, "tags.config_key": schema.config_key(p),
+           "metrics.throughput_samples_per_s": thr}
+    row.update({f"params.{k}": v for k, v in p.items()})
+    for key, val in (("throughput_std_samples_per_s", thr_sd), ("achieved_flops_per_s", achieved),
+                     ("modeled_intensity_flops_per_byte", intensity), ("train_flops_per_step", flops),
+                     ("step_time_median_s", median)):
+        if val is not None:
+            row[f"metrics.{key}"] = val
+    return row
+
+
+def test_repeats_mean_sd_across_runs_single_run_within():
+    runs = pd.DataFrame([
+        train("a", "e", "d", 32, "fp32", 100, thr_sd=5, achieved=1e12, intensity=10),
+        train("b", "e", "d", 32, "fp32", 110, thr_sd=6, achieved=2e12, intensity=10),
+        train("c", "e", "d", 32, "fp32", 120, thr_sd=7, achieved=3e12, intensity=10),
+        train("d", "e", "d", 64, "fp32", 200, thr_sd=9, achieved=4e12, intensity=20),
+    ])
+    pts = join.aggregate_repeats(join.train_runs(runs)).set_index("batch_size")
+    assert pts.loc[32, "n_runs"] == 3 and pts.loc[32, "throughput_mean_samples_per_s"] == pytest.approx(110)
+    assert pts.loc[32, "throughput_sd_samples_per_s"] == pytest.approx(10)  # SD of 100, 110, 120 (ddof 1)
+    assert pts.loc[32, "throughput_sd_kind"] == "across 3 runs"
+    assert pts.loc[32, "achieved_flops_per_s"] == pytest.approx(2e12)
+    assert pts.loc[64, "throughput_sd_samples_per_s"] == 9 and pts.loc[64, "throughput_sd_kind"] == "within run"
+
+
+def test_missing_achieved_is_derived_and_missing_metrics_are_noted():
+    runs = pd.DataFrame([train("a", "e", "d", 32, "fp32", 100, flops=1e12, median=0.5)])
+    t = join.train_runs(runs)
+    pts = join.aggregate_repeats(t)
+    assert pts.iloc[0]["achieved_flops_per_s"] == pytest.approx(2e12)  # 1e12 / 0.5 s
+    notes = " | ".join(join.train_notes(t))
+    assert "1 train run(s) lack metric modeled_intensity_flops_per_byte" in notes
+    assert "lack metric achieved_flops_per_s" in notes
+
+
+def test_profile_gives_measured_intensity_for_its_device_only():
+    runs = pd.DataFrame([
+        train("t1", "l4", "NVIDIA L4", 64, "fp32", 700, achieved=1.5e13, intensity=60),
+        train("t2", "t4", "Tesla T4", 64, "fp32", 300, achieved=5e12, intensity=60),
+    ])
+    key = runs.loc[0, "tags.config_key"]
+    prof = pd.DataFrame([{"run_id": "p1", "status": "FINISHED", "start_time": 1, "tags.run_kind": "profile",
+                          "tags.config_key": key, "tags.device_name": "NVIDIA L4",
+                          "metrics.ncu_flops_total": 3e12, "metrics.ncu_dram_bytes": 1.5e10,
+                          "metrics.ncu_l1_bytes": 6e10}])
+    all_runs = pd.concat([runs, prof], ignore_index=True)
+    pts = join.attach_intensity(join.aggregate_repeats(join.train_runs(all_runs)), join.profile_intensities(all_runs))
+    pts = pts.set_index("env_label")
+    assert pts.loc["l4", "intensity_source"] == "measured" and pts.loc["l4", "intensity_flops_per_byte"] == 200
+    assert pts.loc["l4", "intensity_l1_flops_per_byte"] == 50 and math.isnan(pts.loc["l4", "intensity_l2_flops_per_byte"])
+    assert pts.loc["t4", "intensity_source"] == "modeled" and pts.loc["t4", "intensity_flops_per_byte"] == 60
+    assert pts.loc["l4", "profile_run_id"] == "p1" and pts.loc["t4", "profile_run_id"] == ""
+
+
+def test_train_run_without_config_key_tag_still_joins_by_params():
+    row = train("t1", "l4", "NVIDIA L4", 64, "fp32", 700, achieved=1.5e13, intensity=60)
+    key = row.pop("tags.config_key")
+    prof = {"run_id": "p1", "status": "FINISHED", "tags.run_kind": "profile", "tags.config_key": key,
+            "tags.device_name": "NVIDIA L4", "metrics.ncu_flops_total": 2e12, "metrics.ncu_dram_bytes": 1e10}
+    runs = pd.DataFrame([row, prof])
+    pts = join.attach_intensity(join.aggregate_repeats(join.train_runs(runs)), join.profile_intensities(runs))
+    assert pts.iloc[0]["intensity_source"] == "measured" and pts.iloc[0]["intensity_flops_per_byte"] == 200
+
+
+def peaks(run_id, env, dev, start, **metrics):
+    return {"run_id": run_id, "status": "FINISHED", "start_time": start, "tags.run_kind": "peaks",
+            "tags.env_label": env, "tags.device_name": dev, **{f"metrics.{k}": v for k, v in metrics.items()}}
+
+
+def test_roof_precedence_latest_measured_then_other_env_then_vendor():
+    runs = pd.DataFrame([
+        peaks("old", "a", "GPU", 1, peak_flops_per_s_fp32=10e12, peak_dram_bytes_per_s=100e9),
+        peaks("new", "a", "GPU", 2, peak_flops_per_s_fp32=12e12, peak_dram_bytes_per_s=120e9),
+    ])
+    vendor_calls = []
+
+    def lookup(name):
+        vendor_calls.append(name)
+        return {"flops_per_s": {"fp32": 15e12, "bf16": 60e12}, "dram_bytes_per_s": 150e9, "source": "datasheet"} \
+            if name in ("GPU", "VendorOnly") else None
+
+    roofs, notes = join.choose_roofs([("a", "GPU"), ("b", "GPU"), ("d", "VendorOnly"), ("e", "None")], runs, lookup)
+    a = roofs[("a", "GPU")]["roof"]
+    assert a.flops_per_s == {"fp32": 12e12, "bf16": 60e12} and a.dram_bytes_per_s == 120e9  # latest run; bf16 from vendor
+    assert a.sources["flops:fp32"] == "measured: peaks run new" and a.sources["flops:bf16"] == "vendor: datasheet"
+    assert roofs[("a", "GPU")]["vendor"].peak("fp32") == 15e12  # kept for the dashed vendor lines
+    assert roofs[("b", "GPU")]["roof"].flops_per_s["fp32"] == 12e12  # same device, other env's peaks
+    assert any("b: no peaks run of its own; using the measured peaks of 'a'" in n for n in notes)
+    assert roofs[("d", "VendorOnly")]["measured"] is None and roofs[("d", "VendorOnly")]["roof"].peak("fp32") == 15e12
+    assert roofs[("e", "None")]["roof"] is None
+    assert any(n.startswith("no peaks for None (env e)") for n in notes)
+    assert vendor_calls == ["GPU", "VendorOnly", "None"]  # one lookup per device
+
+
+def test_speedups_and_failed_runs():
+    runs = pd.DataFrame([
+        train("a", "e", "d", 64, "fp32", 100, thr_sd=4),
+        train("b", "e", "d", 64, "bf16", 250, thr_sd=5),
+        train("c", "e", "d", 32, "fp16", 90, thr_sd=5),  # no fp32 partner: no speed-up
+        {"run_id": "f", "status": "FAILED", "tags.run_kind": "train", "tags.error": "boom",
+         "tags.env_label": "e", "tags.device_name": "d"},
+        {"run_id": "g", "status": "FAILED", "tags.run_kind": "analysis", "tags.error": "not listed"},
+    ])
+    pts = join.aggregate_repeats(join.train_runs(runs))
+    sp = join.speedups(pts)
+    assert len(sp) == 1 and sp.iloc[0]["precision"] == "bf16"
+    assert sp.iloc[0]["speedup"] == pytest.approx(2.5)
+    assert sp.iloc[0]["speedup_sd"] == pytest.approx(2.5 * math.sqrt((5 / 250) ** 2 + (4 / 100) ** 2))
+    failed = join.failed_runs(runs)
+    assert list(failed["run_id"]) == ["f"] and list(failed["error"]) == ["boom"]
+
+
+def test_build_marks_missing_intensity_and_bf16_fallback():
+    runs = pd.DataFrame([
+        train("a", "e", "GPU", 64, "bf16", 100, achieved=1e12),  # no intensity at all
+        train("b", "e", "GPU", 32, "bf16", 100, achieved=1e12, intensity=10),
+        peaks("p", "e", "GPU", 1, peak_flops_per_s_fp32=10e12, peak_dram_bytes_per_s=100e9),
+    ])
+    a = core.build(runs, None, vendor_note="no vendor table")
+    text = " | ".join(a.notes)
+    assert a.notes[0] == "no vendor table"
+    assert "1 point(s) have no intensity" in text and "resnet18/b64/bf16" in text
+    assert "e: no bf16 ceiling for GPU; those points are held against the fp32 ceiling" in text
+    b = a.points.set_index("batch_size").loc[32]
+    assert b["ceiling_dtype"] == "fp32" and b["efficiency"] == pytest.approx(1.0)  # 1e12 / (10 * 100e9)
+
+
+def test_variability_config_prefers_most_environments():
+    runs = pd.DataFrame([
+        train("a", "e1", "d", 64, "fp32", 1), train("b", "e1", "d", 64, "fp32", 1), train("c", "e1", "d", 64, "fp32", 1),
+        train("x", "e1", "d", 32, "fp32", 1), train("y", "e2", "d2", 32, "fp32", 1),
+    ])
+    a = core.build(runs)
+    key32 = runs.loc[3, "tags.config_key"]
+    assert core.variability_config(a) == key32  # in 2 environments beats 3 runs in one
+    assert core.variability_config(a, "nope") is None
+    assert list(core.variability_runs(a, runs.loc[0, "tags.config_key"], per_env=2)["run_id"]) == ["b", "c"]
+
+
+@pytest.mark.parametrize("text, msg", [
+    ('{"x": 1}', 'expected {"devices": [...]} or a list of entries'),
+    ('[{"device_name": "GPU", "flops_per_s": {"fp32": -1}}]', "entry 1 (GPU): flops_per_s.fp32 must be positive"),
+    ('[{"device_name": "GPU", "flops_per_s": {"fp32": "lots"}}]', "must be a number in SI units"),
+    ('[{"device_name": "GPU", "source": "x"}]', "entry 1 (GPU): needs flops_per_s or dram_bytes_per_s"),
+    ('[{"device_name": "GPU", "dram_bytes_per_sec": 1e9}]', "entry 1: unknown field(s) dram_bytes_per_sec"),
+    ('[{"flops_per_s": {"fp32": 1e12}}]', "entry 1: device_name is required"),
+    ('[{"device_name": ', "is not valid JSON"),
+])
+def test_peaks_file_errors_name_the_entry(text, msg):
+    with pytest.raises(UsageError, match=re.escape(msg)):
+        vendor.parse_peaks_file(text)
+
+
+def use_table(monkeypatch, module) -> None:
+    """Make `from profiling import peak_table` give `module` (None: ImportError), whether or not the
+    real module exists and was imported already."""
+    import profiling
+
+    monkeypatch.setitem(sys.modules, "profiling.peak_table", module)
+    if module is None:
+        monkeypatch.delattr(profiling, "peak_table", raising=False)
+    else:
+        monkeypatch.setattr(profiling, "peak_table", module, raising=False)
+
+
+def test_peaks_file_yaml_and_exact_name_or_alias_lookup(tmp_path, monkeypatch):
+    f = tmp_path / "peaks.yaml"
+    f.write_text("devices:\n  - device_name: My CPU\n    aliases: [cpu0]\n    flops_per_s: {fp32: 30.3e12}\n"
+                 "    dram_bytes_per_s: 300e9\n    source: s\n")
+    entries = vendor.read_peaks_file(str(f))
+    assert entries[0]["flops_per_s"]["fp32"] == 30.3e12 and entries[0]["dram_bytes_per_s"] == 300e9
+    use_table(monkeypatch, None)  # the table absent: the file alone
+    lookup, note = vendor.load_vendor_lookup(str(f))
+    assert "vendor ceilings from" in note and lookup("my cpu")["source"] == "s" and lookup("CPU0") is not None
+    assert lookup("Other CPU") is None
+    with pytest.raises(UsageError, match="does not exist"):
+        vendor.load_vendor_lookup(str(tmp_path / "missing.json"))
+
+
+def test_peaks_file_is_passed_through_to_the_peak_table(monkeypatch, tmp_path):
+    calls = []
+    fake = types.ModuleType("profiling.peak_table")
+    fake.find = lambda device_name, overrides=None: calls.append((device_name, overrides)) or "entry"
+    fake.load_overrides = lambda path: calls.append(("validated", path))
+    use_table(monkeypatch, fake)
+    monkeypatch.delenv(vendor.PEAKS_FILE_ENV, raising=False)
+    lookup, note = vendor.load_vendor_lookup("my.json")
+    assert note == "" and lookup("NVIDIA L4") == "entry"
+    assert calls == [("validated", "my.json"), ("NVIDIA L4", "my.json")]
+    monkeypatch.setenv(vendor.PEAKS_FILE_ENV, "env.json")  # the variable when no flag is given
+    calls.clear()
+    vendor.load_vendor_lookup("")[0]("T4")
+    assert calls == [("validated", "env.json"), ("T4", "env.json")]
+
+
+def test_without_table_or_file_there_is_no_lookup_and_a_note(monkeypatch):
+    use_table(monkeypatch, None)
+    monkeypatch.delenv(vendor.PEAKS_FILE_ENV, raising=False)
+    lookup, note = vendor.load_vendor_lookup("")
+    assert lookup is None and note.startswith("no vendor peak table available")
+
+
+def test_config_validation_names_the_field():
+    with pytest.raises(ValueError, match="max_runs"):
+        app.AnalysisConfig(max_runs=0)
+    with pytest.raises(ValueError, match="out"):
+        app.AnalysisConfig(out=" ")
+    with pytest.raises(ValueError, match="max_runs"):
+        fetch.Query(max_runs=-1)
+    with pytest.raises(UsageError, match="max_runs must be a positive integer"):
+        app.config_from_args(app.build_parser().parse_args(["--max-runs", "0"]))
+
+
+def test_cli_lists_accept_commas_and_repeats_and_string_booleans():
+    args = app.build_parser().parse_args(["--experiment", "a,b", "--experiment", "c", "--env-label", "x, y",
+                                          "--track", "false"])
+    cfg = app.config_from_args(args)
+    assert cfg.experiments == ["a", "b", "c"] and cfg.env_labels == ["x", "y"] and cfg.track is False
+    assert app.config_from_args(app.build_parser().parse_args(["--no-track"])).track is False
+    assert app.config_from_args(app.build_parser().parse_args([])).track is True
+    q = fetch.Query(["e"], " params.model = 'a' ", ["l"], 5)
+    assert q.describe() == "e; filter \"params.model = 'a'\"; env label(s) l"
+
+
+def test_hierarchical_limiter_and_point_above_roof_are_reported():
+    t = train("t", "e", "GPU", 64, "fp32", 100, achieved=12e12, intensity=10)
+    prof = {"run_id": "p", "status": "FINISHED", "tags.run_kind": "profile", "tags.config_key": t["tags.config_key"],
+            "tags.device_name": "GPU", "metrics.ncu_flops_total": 4e12, "metrics.ncu_dram_bytes": 1e10,
+            "metrics.ncu_l2_bytes": 4e11}
+    pk = peaks("k", "e", "GPU", 1, peak_flops_per_s_fp32=20e12, peak_dram_bytes_per_s=100e9,
+               peak_l2_bytes_per_s=1e12)
+    bad_prof = {"run_id": "q", "status": "FINISHED", "tags.run_kind": "profile", "tags.config_key": "x",
+                "tags.device_name": "GPU", "metrics.ncu_kernels": 3}
+    a = core.build(pd.DataFrame([t, prof, pk, bad_prof]))
+    p = a.points.iloc[0]
+    # DRAM: 400 FLOP/B * 100e9 = 40e12 -> capped at 20e12 (compute-bound, ridge 200);
+    # L2: 4e12 / 4e11 = 10 FLOP/B * 1e12 = 10e12 < 20e12 -> L2 is the limiter
+    assert p["intensity_flops_per_byte"] == 400 and p["bound"] == "compute-bound"
+    assert p["hier_limiter"] == "l2" and p["efficiency"] == pytest.approx(0.6)  # 12e12 / 20e12 (DRAM roofline)
+    text = " | ".join(a.notes)
+    assert "1 profile run(s) lack ncu_flops_total/ncu_dram_bytes (e.g. q)" in text
+    above = core.build(pd.DataFrame([train("t", "e", "GPU", 64, "fp32", 100, achieved=30e12, intensity=1000), pk]))
+    assert any(n.startswith("1 point(s) lie above their roof") and "e: resnet18/b64/fp32" in n for n in above.notes)
+
+
+MLPROJECT_ANALYZE = """
+analyze:
+  parameters:
+    experiment: {type: string, default: ""}
+    filter: {type: string, default: ""}
+    env_label: {type: string, default: ""}
+    out: {type: string, default: "analysis_report"}
+    max_runs: {type: float, default: 10000}
+    peaks_file: {type: string, default: ""}
+    track: {type: string, default: "true"}
+    variability_config: {type: string, default: ""}
+    jobs: {type: float, default: 0}
+  command: >-
+    python -m analysis --experiment {experiment} --filter {filter} --env-label {env_label}
+    --out {out} --max-runs {max_runs} --peaks-file {peaks_file} --track {track}
+    --variability-config {variability_config} --jobs {jobs}
+"""
+
+
+def test_mlproject_analyze_entry_point_maps_onto_the_flags():
+    """The entry point proposed for MLproject (docs/analysis.md) yields a command our parser reads."""
+    import shlex
+
+    import yaml
+    from mlflow.projects._project_spec import EntryPoint
+
+    spec = yaml.safe_load(MLPROJECT_ANALYZE)["analyze"]
+    entry = EntryPoint("analyze", spec["parameters"], spec["command"])
+
+    def parse(params):
+        argv = shlex.split(entry.compute_command(params, storage_dir=None))
+        assert argv[:3] == ["python", "-m", "analysis"]
+        return app.config_from_args(app.build_parser().parse_args(argv[3:]))
+
+    default = parse({})
+    assert default == app.AnalysisConfig()
+    cfg = parse({"experiment": "bench,cloud", "filter": "params.model = 'resnet18'", "env_label": "l4",
+                 "max_runs": "500.0", "track": "false", "jobs": 2})
+    assert cfg.experiments == ["bench", "cloud"] and cfg.filter == "params.model = 'resnet18'"
+    assert cfg.env_labels == ["l4"] and cfg.max_runs == 500 and cfg.track is False and cfg.jobs == 2
