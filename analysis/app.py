@@ -18,6 +18,7 @@ from typing import Callable
 from analysis import core, fetch, plots, report, vendor
 from analysis.fmt import slug
 from common import schema
+from common.cli import ArgumentParser, str_bool
 from common.errors import BenchError, UsageError, cli_entry
 
 
@@ -75,17 +76,6 @@ def _split(values: list[str] | None) -> list[str]:
     return out
 
 
-def str_bool(text: str | bool) -> bool:
-    if isinstance(text, bool):
-        return text
-    value = str(text).strip().lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-
-
 def whole(text: str) -> int:
     """An integer flag that also takes MLproject's float form ("500.0")."""
     try:
@@ -98,7 +88,7 @@ def whole(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python -m analysis",
         description="Rooflines, tables and a report from train/profile/peaks runs on the MLflow tracking "
                     "server (MLFLOW_TRACKING_URI, default sqlite:///mlflow.db).",

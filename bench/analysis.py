@@ -22,6 +22,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# bench/ holds logging.py and analysis.py: off the import path, or they shadow the standard library's
+# logging and the project's analysis package.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 sys.path.insert(0, str(ROOT))
 
 ENVS = [  # env_label, device_name, device_type, fp32 peak, bf16 peak, DRAM byte/s

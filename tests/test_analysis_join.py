@@ -17,7 +17,7 @@ from common.errors import UsageError
 def train(run_id, env, dev, batch, precision, thr, thr_sd=None, achieved=None, intensity=None, start=0,
           flops=None, median=None, model="resnet18"):
     p = dict(model=model, batch_size=str(batch), precision=precision, image_size="224", channels_last="false",
-             compile="false", optimizer="sgd")
+             compile="false", optimizer="sgd", num_classes="1000")
     row = {"run_id": run_id, "status": "FINISHED", "start_time": start, "tags.run_kind": "train",
            "tags.env_label": env, "tags.device_name": dev, "tags.config_key": schema.config_key(p),
            "metrics.throughput_samples_per_s": thr}

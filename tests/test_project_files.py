@@ -33,7 +33,7 @@ def test_every_parameter_is_used_once_and_every_flag_exists():
     import importlib
 
     modules = {"main": "train.__main__", "profile": "profiling.cli", "sweep": "train.sweep",
-               "peaks": "profiling.peaks_cli", "complexity": "train.complexity"}
+               "peaks": "profiling.peaks_cli", "complexity": "train.complexity", "analyze": "analysis.app"}
     for name, ep in entry_points().items():
         command = ep["command"]
         used = re.findall(r"\{(\w+)\}", command)

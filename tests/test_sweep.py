@@ -153,7 +153,7 @@ def test_cli_end_to_end_prints_table_and_summary(tracking, capsys):
 
 # ---------------------------------------------------------------- a real server, over HTTP
 @pytest.mark.server
-def test_two_machines_sweep_into_one_server(on_server):
+def test_two_machines_sweep_and_analysis_on_one_server(on_server, tmp_path):
     exp = f"multi-{uuid.uuid4().hex[:8]}"
     s = spec(name="fleet")
     for label in ("machine-a", "machine-b"):
@@ -168,6 +168,16 @@ def test_two_machines_sweep_into_one_server(on_server):
     # resume over HTTP: nothing is redone
     assert [o.status for o in sw.run_sweep(s, experiment=exp, env_label="machine-a", progress=False, quiet=True)] == ["SKIPPED"]
     assert len(search(exp, "tags.run_kind = 'train'")) == 2
+    # and the analysis reads both machines' runs over HTTP and logs its own run there
+    from analysis.app import main as analyze
+
+    out = tmp_path / "report"
+    assert analyze(["--experiment", exp, "--out", str(out), "--jobs", "1"]) == 0
+    summary = (out / "summary.csv").read_text()
+    assert "machine-a" in summary and "machine-b" in summary
+    assert (out / "report.md").is_file()
+    done = search(exp, "tags.run_kind = 'analysis'")
+    assert len(done) == 1 and done[0].info.status == "FINISHED"
 
 
 @pytest.mark.server
