@@ -5,7 +5,12 @@ alternating blocks (A B, B A, A B, ...) so that bursts of load from other proces
 machine hit both alike, and the median of the per-pair ratios discards the pairs a burst did hit.
 The harness block is train.timing.measure with the device-synchronising clock and the tqdm progress
 update the CLI uses (rendering to /dev/null); the bare block just calls the step. Reported: median
-over pairs of harness/bare wall time, with the interquartile range.
+over pairs of harness/bare wall time, with the interquartile range, and an A/A control (bare vs
+bare, same schedule) that shows the noise floor of that comparison on this machine.
+
+Because that floor is about ±1-2 % on a shared 2-core machine, the harness's own cost is also
+measured directly: the same loop around a step that does nothing, per step, as a fraction of the
+bare step time. That figure is what the harness adds, free of the model's timing noise.
 
     python bench/overhead.py [--model resnet18 --batch 8 --image-size 64 --iters 5 --rounds 40]
 """
@@ -69,20 +74,37 @@ def main() -> None:
         dev.synchronize(device)
         return time.perf_counter() - t0
 
-    ratios = []
-    for r in range(args.rounds):
-        if r % 2 == 0:
-            a = harness()
-            b = bare()
-        else:
-            b = bare()
-            a = harness()
-        ratios.append(a / b)
-    ratios.sort()
-    q = statistics.quantiles(ratios, n=4)
-    med = statistics.median(ratios)
-    print(f"{cfg.model} b{cfg.batch_size} {cfg.image_size}px on {device.type}: harness/bare = {med:.4f} "
-          f"(median of {args.rounds} block pairs x {args.iters} steps; IQR {q[0]:.4f}-{q[2]:.4f}); goal <= 1.01")
+    def pairs(a_fn, b_fn) -> list[float]:
+        out = []
+        for r in range(args.rounds):
+            if r % 2 == 0:
+                a, b = a_fn(), b_fn()
+            else:
+                b, a = b_fn(), a_fn()
+            out.append(a / b)
+        return out
+
+    def describe(ratios: list[float]) -> str:
+        q = statistics.quantiles(ratios, n=4)
+        return f"{statistics.median(ratios):.4f} (IQR {q[0]:.4f}-{q[2]:.4f})"
+
+    ratios = pairs(harness, bare)
+    control = pairs(bare, bare)
+    bare_step_s = statistics.median(bare() for _ in range(5)) / args.iters
+
+    # the harness around a no-op step: its own per-step cost
+    n_noop = 2000
+    bar = tqdm(total=n_noop, mininterval=0.5, leave=False, file=devnull)
+    t0 = time.perf_counter()
+    measure(lambda: None, n_noop, clock, on_step=lambda i, dt: (bar.update(1), bar.set_postfix_str(f"{dt * 1e3:.1f} ms/step")))
+    overhead_s = (time.perf_counter() - t0) / n_noop
+    bar.close()
+
+    print(f"{cfg.model} b{cfg.batch_size} {cfg.image_size}px on {device.type}, {args.rounds} block pairs x {args.iters} steps:")
+    print(f"  harness/bare wall time: {describe(ratios)}")
+    print(f"  bare/bare (A/A control): {describe(control)}")
+    print(f"  harness cost per step: {overhead_s * 1e6:.1f} us = {overhead_s / bare_step_s:.5f} of a "
+          f"{bare_step_s * 1e3:.1f} ms step -> expected ratio {1 + overhead_s / bare_step_s:.5f}; goal <= 1.01")
 
 if __name__ == "__main__":
     main()
