@@ -159,18 +159,26 @@ def test_variability_config_prefers_most_environments():
     assert list(core.variability_runs(a, runs.loc[0, "tags.config_key"], per_env=2)["run_id"]) == ["b", "c"]
 
 
-@pytest.mark.parametrize("text, msg", [
-    ('{"x": 1}', 'expected {"devices": [...]} or a list of entries'),
-    ('[{"device_name": "GPU", "flops_per_s": {"fp32": -1}}]', "entry 1 (GPU): flops_per_s.fp32 must be positive"),
-    ('[{"device_name": "GPU", "flops_per_s": {"fp32": "lots"}}]', "must be a number in SI units"),
-    ('[{"device_name": "GPU", "source": "x"}]', "entry 1 (GPU): needs flops_per_s or dram_bytes_per_s"),
-    ('[{"device_name": "GPU", "dram_bytes_per_sec": 1e9}]', "entry 1: unknown field(s) dram_bytes_per_sec"),
-    ('[{"flops_per_s": {"fp32": 1e12}}]', "entry 1: device_name is required"),
-    ('[{"device_name": ', "is not valid JSON"),
-])
-def test_peaks_file_errors_name_the_entry(text, msg):
-    with pytest.raises(UsageError, match=re.escape(msg)):
-        vendor.parse_peaks_file(text)
+def test_bad_peaks_file_is_one_line_before_any_run_is_read(tmp_path):
+    f = tmp_path / "peaks.json"
+    f.write_text('[{"device_name": "GPU", "dram_bytes_per_sec": 1e9}]')
+    with pytest.raises(UsageError, match=re.escape("unknown field(s) dram_bytes_per_sec")):
+        vendor.load_vendor_lookup(str(f))
+    with pytest.raises(UsageError, match="does not exist"):
+        vendor.load_vendor_lookup(str(tmp_path / "missing.json"))
+
+
+def test_peaks_file_entry_is_found_by_the_real_table(tmp_path, monkeypatch):
+    monkeypatch.delenv(vendor.PEAKS_FILE_ENV, raising=False)
+    f = tmp_path / "peaks.yaml"
+    f.write_text("devices:\n  - device_name: My CPU\n    aliases: [cpu0]\n    flops_per_s: {fp32: 30.3e12}\n"
+                 "    dram_bytes_per_s: 300e9\n    source: s\n")
+    lookup, note = vendor.load_vendor_lookup(str(f))
+    assert note == ""
+    entry = lookup("my cpu")
+    assert entry.flops_per_s["fp32"] == 30.3e12 and entry.dram_bytes_per_s == 300e9 and entry.source == "s"
+    assert lookup("Other CPU") is None
+    assert vendor.load_vendor_lookup("")[0]("NVIDIA L4").device_name == "NVIDIA L4"
 
 
 def use_table(monkeypatch, module) -> None:
@@ -183,20 +191,6 @@ def use_table(monkeypatch, module) -> None:
         monkeypatch.delattr(profiling, "peak_table", raising=False)
     else:
         monkeypatch.setattr(profiling, "peak_table", module, raising=False)
-
-
-def test_peaks_file_yaml_and_exact_name_or_alias_lookup(tmp_path, monkeypatch):
-    f = tmp_path / "peaks.yaml"
-    f.write_text("devices:\n  - device_name: My CPU\n    aliases: [cpu0]\n    flops_per_s: {fp32: 30.3e12}\n"
-                 "    dram_bytes_per_s: 300e9\n    source: s\n")
-    entries = vendor.read_peaks_file(str(f))
-    assert entries[0]["flops_per_s"]["fp32"] == 30.3e12 and entries[0]["dram_bytes_per_s"] == 300e9
-    use_table(monkeypatch, None)  # the table absent: the file alone
-    lookup, note = vendor.load_vendor_lookup(str(f))
-    assert "vendor ceilings from" in note and lookup("my cpu")["source"] == "s" and lookup("CPU0") is not None
-    assert lookup("Other CPU") is None
-    with pytest.raises(UsageError, match="does not exist"):
-        vendor.load_vendor_lookup(str(tmp_path / "missing.json"))
 
 
 def test_peaks_file_is_passed_through_to_the_peak_table(monkeypatch, tmp_path):
@@ -213,13 +207,6 @@ def test_peaks_file_is_passed_through_to_the_peak_table(monkeypatch, tmp_path):
     calls.clear()
     vendor.load_vendor_lookup("")[0]("T4")
     assert calls == [("validated", "env.json"), ("T4", "env.json")]
-
-
-def test_without_table_or_file_there_is_no_lookup_and_a_note(monkeypatch):
-    use_table(monkeypatch, None)
-    monkeypatch.delenv(vendor.PEAKS_FILE_ENV, raising=False)
-    lookup, note = vendor.load_vendor_lookup("")
-    assert lookup is None and note.startswith("no vendor peak table available")
 
 
 def test_config_validation_names_the_field():
