@@ -42,6 +42,7 @@ from profiling.ncu_parse import NcuReport, parse_ncu_csv, read_ncu_csv
 from profiling.ncu_report_import import is_ncu_rep, load_ncu_rep
 from train.config import TrainConfig, add_config_args, config_from_args
 from train.data import num_classes_for
+from train.models import check_model_name
 
 ROOT = Path(__file__).resolve().parents[1]
 TOP_KERNELS = 25
@@ -158,6 +159,9 @@ def _config(args: argparse.Namespace) -> TrainConfig:
         args.device = "cuda"
     if not str(args.device).startswith("cuda"):
         raise UsageError(f"profiling measures CUDA kernels: --device must be cuda or cuda:N, got {args.device!r}")
+    # an unknown model is bad input (exit 2, no run), on the import path as on the capture path;
+    # the canonical spelling keeps config_key equal to that of `python -m train` (its preflight does the same)
+    args.model = check_model_name(args.model)
     try:
         config = config_from_args(args)
     except ValueError as exc:

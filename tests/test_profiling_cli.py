@@ -256,6 +256,27 @@ def test_bad_input_is_a_usage_error_without_a_run(tracking, capsys, args, messag
     assert mlflow.search_runs(experiment_names=["prof"], output_format="list") == []
 
 
+@pytest.mark.parametrize("importing", [True, False], ids=["import", "capture"])
+def test_unknown_model_is_a_usage_error_on_both_paths(tracking, standin, ncu_dir, tmp_path, capsys, importing):
+    argv_file = standin(ncu_dir / L4_CSV)
+    where = ["--import", str(ncu_dir / L4_CSV), "--device-name", "NVIDIA L4"] if importing else ["--out", str(tmp_path / "o")]
+    assert cli.main(["--model", "notamodel", *where, "--experiment", "prof"], probe=gpu()) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: unknown model 'notamodel': see torchvision.models.list_models()"]
+    assert mlflow.search_runs(experiment_names=["prof"], output_format="list") == []
+    assert not argv_file.exists()  # ncu never ran
+
+
+def test_model_name_is_canonicalised_like_train_does(tracking, ncu_dir):
+    args = [*CONFIG, "--model", "ResNet18", "--import", str(ncu_dir / L4_CSV), "--device-name", "NVIDIA L4",
+            "--experiment", "prof"]  # fmt: skip
+    assert cli.main(args) == 0
+    run = only_run()
+    assert run.data.params["model"] == "resnet18"
+    expected = TrainConfig(model="resnet18", batch_size=64, image_size=32, env_label="x").config_key()
+    assert run.data.tags[schema.TAG_CONFIG_KEY] == expected
+
+
 def test_mlproject_style_empty_strings_mean_unset():
     args = cli.build_parser().parse_args(["--import", "", "--launch-count", "", "--device-name", "", "--experiment", ""])
     assert args.import_file is None and args.launch_count is None and args.device_name is None and args.experiment is None
