@@ -1,6 +1,7 @@
-"""The ncu command line (an argument list, never a shell string) and ncu's failures as one-line errors.
+"""The ncu command line (an argument list, never a shell string) and running it.
 
-`ncu_argv`, `train_argv` and `classify_ncu_output` are pure; `resolve_ncu`, `ncu_version` and
+`ncu_argv` and `train_argv` are pure (so is `classify_ncu_output`, which lives in
+profiling.ncu_parse so that the import path uses it too); `resolve_ncu`, `ncu_version` and
 `run_ncu` are the thin edge that touches the system. Flags used (Nsight Compute CLI, see
 docs/profiling.md for what was verified):
 
@@ -25,7 +26,17 @@ from pathlib import Path
 from typing import Callable
 
 from common.errors import BenchError
-from profiling.ncu_metrics import LEGACY_NVPROF_METRICS, METRIC_SETS, TENSOR_MODES
+from profiling.ncu_metrics import METRIC_SETS, TENSOR_MODES
+
+# ncu's failures as one line live in ncu_parse (pure, importable by every path without a cycle);
+# re-exported here, where the capture path has always found them.
+from profiling.ncu_parse import (  # noqa: F401
+    LEGACY_NVPROF_METRICS,
+    NO_KERNELS_MESSAGE,
+    PERM_MESSAGE,
+    classify_ncu_output,
+    legacy_message,
+)
 
 REPLAY_MODES = ("kernel", "application", "range", "app-range")
 CLOCK_CONTROLS = ("base", "none")
@@ -118,70 +129,6 @@ def ncu_argv(ncu: str, log_file: str | os.PathLike, metrics: list[str], opts: Ca
         argv += ["--launch-count", str(int(opts.launch_count))]
     argv += list(opts.extra_ncu_args)
     return argv + list(program)
-
-
-# ------------------------------------------------------------------------------------ errors
-PERM_MESSAGE = (
-    "ncu may not read the GPU performance counters (ERR_NVGPUCTRPERM): run it as root/administrator, "
-    "or allow all users with the NVIDIA driver option NVreg_RestrictProfilingToAdminUsers=0 "
-    "(https://developer.nvidia.com/ERR_NVGPUCTRPERM); in a container also add --cap-add SYS_ADMIN"
-)
-NO_KERNELS_MESSAGE = (
-    "ncu profiled no kernels: with --profile-from-start off only kernels between "
-    "torch.cuda.profiler.start() and stop() count, so check that `python -m train ... --profile-steps K` "
-    "reaches its measured steps, and that --launch-skip is below the number of kernels launched"
-)
-_MISSING_METRIC = re.compile(
-    r"Failed to find metric\s+(?:regex:)?\^?(?P<name>[A-Za-z0-9_]+(?:\\?\.[A-Za-z0-9_]+)*)", re.IGNORECASE
-)
-_APP_ERROR = re.compile(r"The application returned an error code \((?P<code>-?\d+)\)", re.IGNORECASE)
-
-
-def legacy_message(names: list[str]) -> str:
-    return (
-        f"ncu rejects {', '.join(names)}: these are nvprof-era metric names (the course brief's seed set) "
-        "that Nsight Compute does not have; use --metric-set roofline, which counts FLOPs from "
-        "sm__sass_thread_inst_executed_op_{d,f,h}{add,mul,fma}_pred_on.sum (docs/profiling.md)"
-    )
-
-
-def classify_ncu_output(text: str, returncode: int | None = 0) -> str | None:
-    """The one-line reason an ncu run failed, from its log text and exit code; None when it looks fine.
-
-    Checked in order: counter permission, unknown (incl. nvprof-era) metrics, the profiled program
-    failing, no kernels profiled, any other ==ERROR== or non-zero exit.
-    """
-    text = text or ""
-    if "ERR_NVGPUCTRPERM" in text:
-        return PERM_MESSAGE
-    missing = []
-    for m in _MISSING_METRIC.finditer(text):
-        name = m["name"].replace("\\.", ".")
-        if name not in missing:
-            missing.append(name)
-    if missing:
-        legacy = [n for n in missing if n.split(".")[0] in LEGACY_NVPROF_METRICS]
-        if legacy:
-            return legacy_message([n.split(".")[0] for n in legacy])
-        return (
-            f"ncu does not know metric(s) {', '.join(missing)} on this GPU or ncu version: list the available "
-            "ones with `ncu --query-metrics`, drop them from --metrics, or choose --tensor-counters inst|none"
-        )
-    app = _APP_ERROR.search(text)
-    if app:
-        return (
-            f"the profiled program failed under ncu (exit code {app['code']}): read its output above and try "
-            "the same `python -m train ... --profile-steps K` without ncu"
-        )
-    if re.search(r"No kernels were profiled", text, re.IGNORECASE):
-        return NO_KERNELS_MESSAGE
-    errors = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("==ERROR==")]
-    if errors:
-        return f"ncu failed: {errors[-1][len('==ERROR=='):].strip()}"
-    if returncode not in (0, None):
-        last = next((ln.strip() for ln in reversed(text.splitlines()) if ln.strip()), "no output")
-        return f"ncu exited with code {returncode}: {last[:300]}"
-    return None
 
 
 # ------------------------------------------------------------------------------------ edge

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from common.errors import BenchError
-from profiling.ncu_parse import DEVICE_NAME_METRIC, NcuKernel, NcuReport
+from profiling.ncu_parse import DEVICE_NAME_METRIC, LEGACY_NVPROF_METRICS, NcuKernel, NcuReport  # noqa: F401
 
 HALF_LANES = 2
 """Lanes per half-precision SASS instruction (HFMA2 packs two fp16 FMAs). See module docstring."""
@@ -60,8 +60,6 @@ TENSOR_OPS_METRICS = (
 )
 CYCLES = {"sm": "sm__cycles_elapsed.avg", "smsp": "smsp__cycles_elapsed.avg"}
 
-# The nvprof-era names of the course brief's seed set; Nsight Compute has no such metrics.
-LEGACY_NVPROF_METRICS = ("flop_count_sp", "flop_count_hp", "flop_count_dp")
 METRIC_SETS = ("roofline", "seed")
 TENSOR_MODES = ("auto", "ops", "inst", "none")
 

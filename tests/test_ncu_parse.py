@@ -9,7 +9,10 @@ from pathlib import Path
 import pytest
 
 from profiling.ncu_parse import (
+    NO_KERNELS_MESSAGE,
+    PERM_MESSAGE,
     NcuParseError,
+    legacy_message,
     nvtx_ranges,
     parse_ncu_csv,
     parse_number,
@@ -207,6 +210,29 @@ def test_nvprof_output_is_named_as_such():
         read_ncu_csv(MESSAGES / "nvprof_metrics.csv")
 
 
-def test_log_with_only_ncu_errors_reports_the_error():
-    with pytest.raises(NcuParseError, match="ERR_NVGPUCTRPERM"):
-        read_ncu_csv(MESSAGES / "err_nvgpuctrperm.log")
+@pytest.mark.parametrize(
+    "log, reason",
+    [
+        ("err_nvgpuctrperm.log", PERM_MESSAGE),
+        ("no_kernels.log", NO_KERNELS_MESSAGE),
+        ("legacy_flop_count_sp.log", legacy_message(["flop_count_sp"])),
+    ],
+)
+def test_a_log_of_ncu_messages_gets_the_same_reason_as_a_failed_capture(log, reason):
+    with pytest.raises(NcuParseError) as err:
+        read_ncu_csv(MESSAGES / log)
+    assert str(err.value) == f"{log} holds ncu's messages but no counter table: {reason}"
+
+
+def test_the_classifier_is_pure_and_imports_no_capture_code():
+    """ncu_parse holds the classifier so the import path can use it: no cycle, no mlflow."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, profiling.ncu_parse as p; "
+        "bad = [m for m in ('mlflow', 'profiling.ncu_command', 'profiling.ncu_metrics', 'profiling.cli') if m in sys.modules]; "
+        "assert not bad, bad; "
+        "assert p.classify_ncu_output('==ERROR== ERR_NVGPUCTRPERM', 1) == p.PERM_MESSAGE"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])

@@ -20,6 +20,7 @@ import pytest
 from common import schema
 from profiling import cli
 from profiling.cli import GpuInfo, NO_GPU_MESSAGE
+from profiling.ncu_parse import NO_KERNELS_MESSAGE, PERM_MESSAGE
 from train.config import TrainConfig
 
 MESSAGES = Path(__file__).resolve().parent / "data" / "ncu_messages"
@@ -237,6 +238,24 @@ def test_import_failures_end_failed(tracking, ncu_dir, file, extra, message):
     assert cli.main(["--import", str(path), *extra, "--experiment", "prof"]) == 1
     run = only_run()
     assert run.info.status == "FAILED" and run.data.tags["error"].startswith(message)
+
+
+@pytest.mark.parametrize(
+    "log, message",
+    [
+        ("err_nvgpuctrperm.log", PERM_MESSAGE),
+        ("no_kernels.log", NO_KERNELS_MESSAGE),
+        ("app_error.log", "the profiled program failed under ncu (exit code 1)"),
+    ],
+)
+def test_import_of_an_ncu_error_log_gets_the_capture_message(tracking, capsys, log, message):
+    args = [*CONFIG, "--import", str(MESSAGES / log), "--device-name", "NVIDIA L4", "--experiment", "prof"]
+    assert cli.main(args) == 1
+    run = only_run()
+    assert run.info.status == "FAILED"
+    assert run.data.tags["error"].startswith(f"{log} holds ncu's messages but no counter table: {message}")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0] == f"error: {run.data.tags['error']}"
 
 
 # ---------------------------------------------------------------- bad input: exit 2, no run
