@@ -308,7 +308,8 @@ def parse_ncu_csv(text: str, keep: Callable[[str], bool] | None = None, source: 
     """Parse the text ncu wrote with ``--csv`` (log file or captured stdout).
 
     `keep(metric_name)` limits which metrics are stored (large raw exports have ~500 columns);
-    the device name is always kept. Raises NcuParseError when no ncu table is found.
+    the device name is always kept. Raises NcuParseError when no ncu table is found, or when a
+    table header is followed by no readable result row.
     """
     if text.startswith("\ufeff"):
         text = text[1:]
@@ -340,9 +341,29 @@ def parse_ncu_csv(text: str, keep: Callable[[str], bool] | None = None, source: 
     report = NcuReport(kernels=[], page="", messages=messages, program_lines=program, source=source)
     if all(c in header for c in DETAILS_COLUMNS):
         _parse_details(header, rows, report, keep)
+        candidates = len(table) - 1
     else:
-        _parse_raw(header, rows, report, keep)
+        units_row = _parse_raw(header, rows, report, keep)
+        candidates = len(table) - 1 - int(units_row)
+    if not report.kernels:
+        raise NcuParseError(_no_results_reason(source, messages, table, candidates))
     return report
+
+
+def _no_results_reason(source: str, messages: list[str], table: list[str], candidates: int) -> str:
+    """Why a table with an ncu header gave no kernels. Never the launch-skip hint: a real ncu run
+    that profiles nothing prints no table at all ("No kernels were profiled", classified below)."""
+    reason = classify_ncu_output("\n".join(messages), None)
+    if reason:
+        return f"{source} holds ncu's messages but no counter table: {reason}"
+    export = "export it again on the profiling machine (`ncu --import report.ncu-rep --csv --page raw`)"
+    if candidates <= 0:
+        return f"{source} has an ncu table header but no result rows (a truncated export?): {export}"
+    first = next((ln.strip() for ln in table[1:] if ln.strip()), "")
+    return (
+        f"{source}: none of the {candidates} rows under its ncu table header could be read as a result "
+        f"(first: {first[:60]!r}): the file is damaged or not ncu CSV output; {export}"
+    )
 
 
 def _no_table_reason(text: str, source: str, messages: list[str]) -> str:
@@ -445,7 +466,8 @@ def _parse_details(header: list[str], rows: Iterable[list[str]], report: NcuRepo
             _store(k, name, row[i_unit], row[i_val], report)
 
 
-def _parse_raw(header: list[str], rows: Iterable[list[str]], report: NcuReport, keep) -> None:
+def _parse_raw(header: list[str], rows: Iterable[list[str]], report: NcuReport, keep) -> bool:
+    """Fill `report` from a raw page; True when the units row was seen."""
     report.page = "raw"
     if "Kernel Name" not in header:
         raise NcuParseError(
@@ -478,3 +500,4 @@ def _parse_raw(header: list[str], rows: Iterable[list[str]], report: NcuReport, 
         for i, h in metric_cols:
             _store(k, h, units[i] if units else "", row[i], report)
         report.kernels.append(k)
+    return units is not None

@@ -16,7 +16,7 @@ from typing import Callable
 
 from common.errors import BenchError, one_line
 from profiling.ncu_metrics import is_relevant
-from profiling.ncu_parse import DEVICE_NAME_METRIC, NcuKernel, NcuReport, unit_scale
+from profiling.ncu_parse import DEVICE_NAME_METRIC, NcuKernel, NcuReport, classify_ncu_output, unit_scale
 
 NCU_REP_SUFFIXES = (".ncu-rep", ".ncu-repz")
 
@@ -43,6 +43,60 @@ def load_ncu_rep(path: str | Path, keep: Callable[[str], bool] = is_relevant) ->
         raise BenchError(f"cannot read {p.name} as an Nsight Compute report: {one_line(exc)}") from exc
 
     report = NcuReport(kernels=[], page="ncu-rep", source=p.name)
+    _add_results(ctx, report, keep)
+    if not report.kernels:
+        raise BenchError(empty_report_reason(p.name, _head(p)))
+    return report
+
+
+REPORT_MAGIC = b"NVR\x00"
+"""First bytes of an uncompressed .ncu-rep (seen in the T4 fixture; not a documented format)."""
+
+
+def empty_report_reason(name: str, head: bytes) -> str:
+    """Why a file ncu_report opened without error gave no results (pure, from its first bytes).
+
+    ncu_report.load_report does not raise on garbage: 2000 random bytes load as a report with no
+    ranges, and so does a report missing its last bytes. So: text made of ncu's messages gets the
+    capture path's one-line reason; a file that starts like a report is a truncated/damaged one
+    (or one whose ncu run profiled nothing); anything else is not a readable report.
+    """
+    text = head.decode("utf-8", errors="strict") if _is_text(head) else ""
+    if text:
+        messages = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("==")]
+        reason = classify_ncu_output("\n".join(messages), None)
+        if reason:
+            return f"{name} holds ncu's messages but no counter table: {reason}"
+    if head.startswith(REPORT_MAGIC):
+        return (
+            f"{name} starts like an Nsight Compute report but ncu_report reads no profiled kernel from it: the "
+            "file is truncated or damaged (copy it again), or the ncu run that wrote it profiled nothing"
+        )
+    return (
+        f"{name} is not a readable Nsight Compute report (ncu_report finds no results in it): copy the "
+        "file again, or export a CSV where it was made with `ncu --import report.ncu-rep --csv --page raw`"
+    )
+
+
+def _head(p: Path, n: int = 65536) -> bytes:
+    try:
+        with open(p, "rb") as fh:
+            return fh.read(n)
+    except OSError:
+        return b""
+
+
+def _is_text(head: bytes) -> bool:
+    if not head or b"\x00" in head:
+        return False
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _add_results(ctx, report: NcuReport, keep: Callable[[str], bool]) -> None:
     next_id = 0
     for r in range(ctx.num_ranges()):
         rng = ctx.range_by_idx(r)
@@ -59,7 +113,6 @@ def load_ncu_rep(path: str | Path, keep: Callable[[str], bool] = is_relevant) ->
             k.nvtx_push_pop, k.nvtx_start_end = pp, se
             report.has_nvtx = report.has_nvtx or bool(pp or se)
             report.kernels.append(k)
-    return report
 
 
 def _result_id(action, default: int) -> int:

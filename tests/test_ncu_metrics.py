@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import random
 from pathlib import Path
 
 import pytest
@@ -78,6 +79,35 @@ def test_t4_ncu_rep_flops_from_rates_times_cycles(ncu_dir):
     # full-set reports carry lts__t_sectors, not lts__t_bytes: 32-byte sectors
     assert s.sources["l2_bytes"] == "lts__t_sectors.sum_x32"
     M.require_roofline(s, "t4.ncu-rep")
+
+
+def test_random_bytes_named_ncu_rep_are_not_a_readable_report(tmp_path):
+    bad = tmp_path / "bad.ncu-rep"
+    bad.write_bytes(random.Random(3).randbytes(2000))  # ncu_report loads this as a report with no ranges
+    with pytest.raises(BenchError) as err:
+        load_ncu_rep(bad)
+    msg = str(err.value)
+    assert msg.startswith("bad.ncu-rep is not a readable Nsight Compute report (ncu_report finds no results in it)")
+    assert "launch-skip" not in msg and "\n" not in msg
+
+
+def test_truncated_ncu_rep_is_called_truncated_not_empty(ncu_dir, tmp_path):
+    data = (ncu_dir / "t4_matrix_add_1000x1000_set_full.ncu-rep").read_bytes()
+    cut = tmp_path / "cut.ncu-rep"
+    cut.write_bytes(data[:-10])  # the last 10 bytes missing: ncu_report reads no range
+    with pytest.raises(BenchError, match=r"^cut.ncu-rep starts like an Nsight Compute report but ncu_report reads no "
+                       r"profiled kernel from it: the file is truncated or damaged"):  # fmt: skip
+        load_ncu_rep(cut)
+
+
+def test_an_ncu_error_log_saved_as_ncu_rep_gets_the_capture_message(tmp_path):
+    from profiling.ncu_parse import PERM_MESSAGE
+
+    log = tmp_path / "report.ncu-rep"
+    log.write_bytes((MESSAGES / "err_nvgpuctrperm.log").read_bytes())
+    with pytest.raises(BenchError) as err:
+        load_ncu_rep(log)
+    assert str(err.value) == f"report.ncu-rep holds ncu's messages but no counter table: {PERM_MESSAGE}"
 
 
 def test_b200_raw_page_has_time_only(ncu_dir):

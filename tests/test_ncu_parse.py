@@ -236,3 +236,24 @@ def test_the_classifier_is_pure_and_imports_no_capture_code():
         "assert p.classify_ncu_output('==ERROR== ERR_NVGPUCTRPERM', 1) == p.PERM_MESSAGE"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])
+
+
+DETAILS_HEADER = '"ID","Process ID","Process Name","Host Name","Kernel Name","Metric Name","Metric Unit","Metric Value"'
+
+
+def test_a_table_whose_rows_cannot_be_read_is_not_called_empty(tmp_path):
+    f = tmp_path / "mangled.csv"
+    f.write_text("\n".join([DETAILS_HEADER, '"x7","1","p","h","k","dram__bytes_read.sum","byte","5"', '"x8","1","p"']))
+    with pytest.raises(NcuParseError) as err:
+        read_ncu_csv(f)
+    msg = str(err.value)
+    assert msg.startswith("mangled.csv: none of the 2 rows under its ncu table header could be read as a result")
+    assert "launch-skip" not in msg
+
+
+def test_a_header_without_rows_is_a_truncated_export():
+    with pytest.raises(NcuParseError, match="^cut.csv has an ncu table header but no result rows"):
+        parse_ncu_csv(DETAILS_HEADER + "\n", source="cut.csv")
+    raw = '"ID","Kernel Name","gpu__time_duration.sum"\n"","","ns"\n'  # raw page: header and units row only
+    with pytest.raises(NcuParseError, match="^raw.csv has an ncu table header but no result rows"):
+        parse_ncu_csv(raw, source="raw.csv")

@@ -240,6 +240,16 @@ def test_import_failures_end_failed(tracking, ncu_dir, file, extra, message):
     assert run.info.status == "FAILED" and run.data.tags["error"].startswith(message)
 
 
+def test_import_of_a_corrupt_ncu_rep_says_it_is_unreadable(tracking, tmp_path, capsys):
+    bad = tmp_path / "garbage.ncu-rep"
+    bad.write_bytes(bytes((i * 7919 + 13) % 251 for i in range(2000)))
+    assert cli.main([*CONFIG, "--import", str(bad), "--experiment", "prof"]) == 1
+    run = only_run()
+    assert run.info.status == "FAILED"
+    assert run.data.tags["error"].startswith("garbage.ncu-rep is not a readable Nsight Compute report")
+    assert "launch-skip" not in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "log, message",
     [
