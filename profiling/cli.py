@@ -303,11 +303,15 @@ def _capture(args, config: TrainConfig, opts: CaptureOptions, probe, session: Ru
     session.flush()
     say(f"profiling {config.run_name()} on {gpu.name} with ncu ({opts.metric_set} metrics, {opts.profile_steps} step(s))")
     say(f"  {shlex.join(argv)}")
-    rc = run_ncu(argv, log_file, cwd=ROOT, say=say)
+    ran = run_ncu(argv, log_file, cwd=ROOT, say=say)
+    rc = ran.returncode
     text = log_file.read_text(encoding="utf-8-sig", errors="replace") if log_file.exists() else ""
     if log_file.exists():
         session.log_file(f"ncu/{log_file.name}", log_file)
-    reason = classify_ncu_output(text, rc)
+    if ran.console.strip():
+        session.log_text("ncu/console.txt", ran.console + "\n")
+    # ncu prints some failures only to the console (before or instead of the log file): classify both
+    reason = classify_ncu_output("\n".join(t for t in (text, ran.console) if t.strip()), rc)
     if reason:
         raise BenchError(reason)
     if not text.strip():

@@ -2,7 +2,8 @@
 
 `ncu_argv` and `train_argv` are pure (so is `classify_ncu_output`, which lives in
 profiling.ncu_parse so that the import path uses it too); `resolve_ncu`, `ncu_version` and
-`run_ncu` are the thin edge that touches the system. Flags used (Nsight Compute CLI, see
+`run_ncu` are the thin edge that touches the system. `run_ncu` tees ncu's console output to the
+terminal and keeps it, so a failure ncu prints only to the console is classified too. Flags used (Nsight Compute CLI, see
 docs/profiling.md for what was verified):
 
   --profile-from-start off   profile only between cudaProfilerStart/Stop (torch.cuda.profiler.start/stop)
@@ -16,11 +17,15 @@ docs/profiling.md for what was verified):
 """
 from __future__ import annotations
 
+import codecs
 import os
 import re
 import shutil
 import subprocess
+import sys
+import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -155,24 +160,106 @@ def ncu_version(ncu: str) -> str:
     return lines[-1][:250] if out.returncode == 0 and lines else "unknown"
 
 
+CONSOLE_TAIL_LINES = 200
+"""Console lines kept besides ncu's own (==PROF==/==WARNING==/==ERROR==): the last ones."""
+CONSOLE_NCU_LINES = 2000
+"""At most this many of ncu's own console lines are kept (the first ones)."""
+
+
+@dataclass
+class NcuRun:
+    """What `run_ncu` saw: the exit code and ncu's console output."""
+
+    returncode: int
+    console: str = ""
+    """stdout and stderr of ncu and the profiled program, as the user saw them: every ncu line
+    (``==PROF==``, ``==WARNING==``, ``==ERROR==``; the first CONSOLE_NCU_LINES) and the last
+    CONSOLE_TAIL_LINES other lines, in arrival order."""
+
+
+class _ConsoleBuffer:
+    """Thread-safe line buffer fed by the stdout and stderr tees (bounded: training can print a lot)."""
+
+    def __init__(self, tail: int = CONSOLE_TAIL_LINES, ncu_lines: int = CONSOLE_NCU_LINES):
+        self._lock = threading.Lock()
+        self._seq = 0
+        self._ncu: list[tuple[int, str]] = []
+        self._ncu_max = ncu_lines
+        self._tail: deque[tuple[int, str]] = deque(maxlen=tail)
+
+    def add(self, line: str) -> None:
+        line = line.rstrip("\r\n")
+        with self._lock:
+            self._seq += 1
+            if line.lstrip().startswith("=="):
+                if len(self._ncu) < self._ncu_max:
+                    self._ncu.append((self._seq, line))
+            else:
+                self._tail.append((self._seq, line))
+
+    def text(self) -> str:
+        with self._lock:
+            return "\n".join(line for _, line in sorted([*self._ncu, *self._tail]))
+
+
+def _tee(pipe, stream_name: str, buffer: _ConsoleBuffer) -> None:
+    """Copy `pipe` (bytes) to sys.stdout/sys.stderr as it arrives and feed complete lines to `buffer`."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    pending = ""
+    read = getattr(pipe, "read1", pipe.read)
+    while True:
+        chunk = read(65536)
+        text = decoder.decode(chunk or b"", final=not chunk)
+        if text:
+            out = getattr(sys, stream_name)  # looked up each time: tests swap the streams
+            try:
+                out.write(text)
+                out.flush()
+            except (OSError, ValueError):  # a closed terminal must not stop the buffering
+                pass
+            pending += text
+            *lines, pending = re.split(r"\r\n|\n|\r", pending)
+            for line in lines:
+                buffer.add(line)
+        if not chunk:
+            break
+    if pending:
+        buffer.add(pending)
+    pipe.close()
+
+
 def run_ncu(
     argv: list[str],
     log_file: str | os.PathLike,
     cwd: str | os.PathLike | None = None,
     say: Callable[[str], None] = print,
     poll_s: float = 15.0,
-) -> int:
-    """Run ncu (the program's own output goes to this terminal); print a progress line every
-    `poll_s` seconds; return ncu's exit code."""
+) -> NcuRun:
+    """Run ncu, tee its console output (and the profiled program's) to this terminal while keeping
+    it for classification (ncu prints some errors only there, not to --log-file); print a progress
+    line every `poll_s` seconds; return the exit code and the kept console text.
+
+    PYTHONUNBUFFERED=1 is set for the child so the training program's lines still arrive as they
+    are printed, now that its stdout is a pipe.
+    """
     t0 = time.monotonic()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     try:
-        proc = subprocess.Popen(argv, cwd=cwd)
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     except OSError as exc:
         raise BenchError(f"cannot start {argv[0]}: {exc.strerror or exc}: {INSTALL_HINT}") from exc
+    buffer = _ConsoleBuffer()
+    tees = [
+        threading.Thread(target=_tee, args=(proc.stdout, "stdout", buffer), daemon=True),
+        threading.Thread(target=_tee, args=(proc.stderr, "stderr", buffer), daemon=True),
+    ]
+    for t in tees:
+        t.start()
     try:
         while True:
             try:
-                return proc.wait(timeout=poll_s)
+                rc = proc.wait(timeout=poll_s)
+                break
             except subprocess.TimeoutExpired:
                 size = os.path.getsize(log_file) if os.path.exists(log_file) else 0
                 say(f"  ncu running: {time.monotonic() - t0:.0f} s, log {size / 1e3:.0f} kB")
@@ -183,3 +270,6 @@ def run_ncu(
         except subprocess.TimeoutExpired:
             proc.kill()
         raise
+    for t in tees:  # a leftover grandchild may hold the pipe open: do not wait for it forever
+        t.join(timeout=10)
+    return NcuRun(rc, buffer.text())

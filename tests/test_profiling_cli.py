@@ -2,8 +2,8 @@
 
 The stand-in is a small Python script named `ncu` that the test puts first on PATH. It records the
 argv it was given, copies a recorded ncu output (a fixture CSV, or a message log such as
-ERR_NVGPUCTRPERM) to the `--log-file` it was asked for, prints it when told to, and exits with the
-code it was told. It does not run the `python -m train` child. The CUDA check is replaced by a probe
+ERR_NVGPUCTRPERM) to the `--log-file` it was asked for (or writes none), prints it when told to,
+prints a given line to stderr, and exits with the code it was told. It does not run the `python -m train` child. The CUDA check is replaced by a probe
 passed to `main` (profiling/cli.py).
 """
 from __future__ import annotations
@@ -36,10 +36,13 @@ if args == ["--version"]:
     sys.exit(0)
 with open(os.environ["STANDIN_ARGV"], "w") as fh:
     json.dump(sys.argv, fh)
+if os.environ.get("STANDIN_STDERR"):
+    print(os.environ["STANDIN_STDERR"], file=sys.stderr)
 log = args[args.index("--log-file") + 1]
-shutil.copyfile(os.environ["STANDIN_OUTPUT"], log)
-if os.environ.get("STANDIN_PRINT"):
-    print(open(log).read())
+if os.environ.get("STANDIN_OUTPUT"):
+    shutil.copyfile(os.environ["STANDIN_OUTPUT"], log)
+    if os.environ.get("STANDIN_PRINT"):
+        print(open(log).read())
 sys.exit(int(os.environ.get("STANDIN_RC", "0")))
 '''
 
@@ -62,11 +65,13 @@ def standin(tmp_path, monkeypatch):
     argv_file = tmp_path / "standin_argv.json"
     monkeypatch.setenv("STANDIN_ARGV", str(argv_file))
 
-    def configure(output: Path, rc: int = 0, echo: bool = False):
-        monkeypatch.setenv("STANDIN_OUTPUT", str(output))
+    def configure(output: Path | None, rc: int = 0, echo: bool = False, stderr: str | None = None):
+        monkeypatch.setenv("STANDIN_OUTPUT", str(output) if output else "")  # None: write no log file
         monkeypatch.setenv("STANDIN_RC", str(rc))
         if echo:
             monkeypatch.setenv("STANDIN_PRINT", "1")
+        if stderr:
+            monkeypatch.setenv("STANDIN_STDERR", stderr)
         return argv_file
 
     return configure
@@ -160,6 +165,21 @@ def test_capture_failures_end_the_run_failed_with_the_reason(
     # the raw ncu log stays with the failed run as evidence
     arts = {a.path for a in mlflow.tracking.MlflowClient().list_artifacts(run.info.run_id, "ncu")}
     assert any(a.endswith(".csv") and "resnet18" in a for a in arts)
+
+
+def test_an_error_ncu_prints_only_to_the_console_is_classified(tracking, standin, tmp_path, capsys):
+    perm_line = (MESSAGES / "err_nvgpuctrperm.log").read_text().splitlines()[1]
+    assert perm_line.startswith("==ERROR== ERR_NVGPUCTRPERM")
+    argv_file = standin(None, rc=1, stderr=perm_line)  # no log file at all, the error on stderr only
+    code = cli.main([*CONFIG, "--out", str(tmp_path / "out"), "--experiment", "prof"], probe=gpu())
+    assert code == 1 and argv_file.exists()
+    run = only_run()
+    assert run.info.status == "FAILED" and run.data.tags["error"] == PERM_MESSAGE
+    err = capsys.readouterr().err.splitlines()
+    assert perm_line in err  # still shown to the user as ncu printed it
+    assert err[-1] == f"error: {PERM_MESSAGE}"
+    local = mlflow.tracking.MlflowClient().download_artifacts(run.info.run_id, "ncu/console.txt", str(tmp_path / "dl"))
+    assert Path(local).read_text() == perm_line + "\n"
 
 
 def test_seed_set_asks_ncu_for_the_legacy_names(tracking, standin, tmp_path, capsys):
