@@ -231,6 +231,8 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo], say: Callable[[
             report, device_name = _capture(args, config, opts, probe, session, say)
         summary = ncu_metrics.summarize(report)
         ncu_metrics.require_roofline(summary, report.source)
+        for warning in summary.warnings:
+            say(f"warning: {warning}")
         session.set_tags({schema.TAG_DEVICE_NAME: device_name, **summary.mlflow_tags()})
         session.log_metrics(summary.mlflow_metrics())
         session.log_text("ncu/top_kernels.csv", ncu_metrics.top_kernels(summary, TOP_KERNELS).to_csv(index=False))

@@ -169,21 +169,28 @@ def _tensor_ops(m: dict[str, float]) -> float | None:
     return total
 
 
-def kernel_quantities(m: dict[str, float]) -> tuple[dict[str, float], dict[str, str]]:
+def kernel_quantities(m: dict[str, float]) -> tuple[dict[str, float], dict[str, str], dict[str, tuple[str, ...]]]:
     """FLOPs by precision, tensor FLOPs, bytes and time of one kernel (NaN where not measured),
-    plus the counters each came from."""
+    the counters each came from, and the gaps: quantity -> the counters it lacks where a
+    quantity was measured from only some of its counters (e.g. fp16 with hfma but no hadd/hmul:
+    a partial count, reported as such instead of passing for the whole)."""
     q: dict[str, float] = {}
     src: dict[str, str] = {}
+    gaps: dict[str, tuple[str, ...]] = {}
     for p in PRECISIONS:
-        total, how = 0.0, ""
+        total, how, absent = 0.0, "", []
         for op in OPS[p]:
             c, h = _count(m, op_counter(op))
             if c is not None:
                 how = how or h
                 total += OP_WEIGHT[op[1:]] * LANES[p] * c
+            else:
+                absent.append(op)
         q[f"flops_{p}"] = total if how else math.nan
         if how:
             src[f"flops_{p}"] = "sass_thread_inst_executed" + ("" if how == "count" else f"_{how}")
+            if absent:
+                gaps[f"flops_{p}"] = tuple(absent)
     ops = _tensor_ops(m)
     if ops is not None:
         q["flops_tensor"], src["flops_tensor"] = ops, "sm__ops_path_tensor"
@@ -214,7 +221,7 @@ def kernel_quantities(m: dict[str, float]) -> tuple[dict[str, float], dict[str, 
     q["time_s"] = t if t is not None else math.nan
     if t is not None:
         src["time_s"] = TIME_METRIC
-    return q, src
+    return q, src, gaps
 
 
 # ------------------------------------------------------------------------------------ summary
@@ -232,6 +239,17 @@ class NcuSummary:
     """quantity -> counters it came from."""
     phases: pd.DataFrame | None = None
     """per NVTX phase: kernels, time_s, flops_total, dram_bytes and their shares; None without NVTX."""
+    partial: dict[str, str] = field(default_factory=dict)
+    """quantity -> what it lacks, for quantities counted from only some of their counters
+    ("no hadd, hmul counters in 3 of 98 kernels"): their totals are lower bounds."""
+
+    @property
+    def warnings(self) -> list[str]:
+        """One line per partial quantity, for the CLI to print."""
+        return [
+            f"{q} is a partial count ({why}): the logged ncu_{q} and ncu_flops_total are lower bounds"
+            for q, why in self.partial.items()
+        ]
 
     @property
     def missing(self) -> list[str]:
@@ -279,6 +297,7 @@ class NcuSummary:
             "ncu_measured": ",".join(self.measured),
             "ncu_missing": ",".join(self.missing) or "none",
             "ncu_half_lanes": str(HALF_LANES),
+            "ncu_partial": "; ".join(f"{q}: {why}" for q, why in self.partial.items()) or "none",
         }
         for q, s in sorted(self.sources.items()):
             tags[f"ncu_source_{q}"] = s
@@ -321,9 +340,13 @@ def summarize(report: NcuReport) -> NcuSummary:
             "profile without it (--tensor-counters none for tensor counters) or on a GPU that supports it"
         )
     rows, sources = [], {}
+    lacking: dict[str, dict[tuple[str, ...], int]] = {}
     for k in report.kernels:
-        q, src = kernel_quantities(k.metrics)
+        q, src, gaps = kernel_quantities(k.metrics)
         sources.update(src)
+        for quantity, absent in gaps.items():
+            lacking.setdefault(quantity, {}).setdefault(absent, 0)
+            lacking[quantity][absent] += 1
         rows.append(_kernel_row(k, q))
     df = pd.DataFrame.from_records(rows, columns=list(KERNEL_COLUMNS))
     measured = [q for q in QUANTITIES if df[q].notna().any()]
@@ -336,7 +359,13 @@ def summarize(report: NcuReport) -> NcuSummary:
     if any(q.startswith("flops_") for q in measured):
         totals["flops_total"] = float(df["flops_total"].sum(skipna=True))
     phases = _phases(df, totals) if report.has_nvtx and df["phase"].notna().any() else None
-    return NcuSummary(kernels=df, totals=totals, measured=measured, sources=sources, phases=phases)
+    n = len(report.kernels)
+    partial = {
+        quantity: "; ".join(f"no {', '.join(absent)} counter{'s' if len(absent) > 1 else ''} in {c} of {n} kernels"
+                            for absent, c in by.items())
+        for quantity, by in lacking.items()
+    }  # fmt: skip
+    return NcuSummary(kernels=df, totals=totals, measured=measured, sources=sources, phases=phases, partial=partial)
 
 
 def _kernel_row(k: NcuKernel, q: dict[str, float]) -> dict:

@@ -135,6 +135,33 @@ def test_flops_per_precision_add_mul_2fma_and_half2_lanes():
     assert s.intensity("dram") == 1.0
 
 
+def test_a_precision_with_only_some_counters_is_recorded_as_partial():
+    c = M.op_counter
+    q, src, gaps = M.kernel_quantities({c("hfma"): 10, c("fadd"): 1, c("fmul"): 2, c("ffma"): 3})
+    assert q["flops_fp16"] == 40 and gaps == {"flops_fp16": ("hadd", "hmul")}  # 4 * 10, hadd/hmul unknown
+    assert q["flops_fp32"] == 9 and "flops_fp32" not in gaps and math.isnan(q["flops_fp64"])
+    s = M.summarize(
+        _report(
+            {c("hfma"): 10, c("fadd"): 1, c("fmul"): 2, c("ffma"): 3, "dram__bytes.sum": 7},
+            {c("hfma"): 5, c("hadd"): 1, c("fadd"): 1, c("fmul"): 0, c("ffma"): 0, "dram__bytes.sum": 7},
+        )
+    )
+    assert s.totals["flops_fp16"] == 40 + (20 + 2) and s.totals["flops_fp32"] == 9 + 1
+    assert s.partial == {"flops_fp16": "no hadd, hmul counters in 1 of 2 kernels; no hmul counter in 1 of 2 kernels"}
+    assert s.mlflow_tags()["ncu_partial"] == (
+        "flops_fp16: no hadd, hmul counters in 1 of 2 kernels; no hmul counter in 1 of 2 kernels"
+    )
+    assert s.warnings == [
+        "flops_fp16 is a partial count (no hadd, hmul counters in 1 of 2 kernels; no hmul counter in 1 of 2 "
+        "kernels): the logged ncu_flops_fp16 and ncu_flops_total are lower bounds"
+    ]
+
+
+def test_complete_precisions_are_not_partial(ncu_dir):
+    s = M.summarize(read_ncu_csv(ncu_dir / "l4_resnet18_bs64_train_step_details_nvtx.csv", keep=M.is_relevant))
+    assert s.partial == {} and s.warnings == [] and s.mlflow_tags()["ncu_partial"] == "none"
+
+
 def test_smsp_counters_and_rate_times_cycles_count_the_same():
     a = M.kernel_quantities({"smsp__sass_thread_inst_executed_op_ffma_pred_on.sum": 5})[0]
     b = M.kernel_quantities(
@@ -144,12 +171,12 @@ def test_smsp_counters_and_rate_times_cycles_count_the_same():
 
 
 def test_sm_and_smsp_counter_of_the_same_op_are_not_added_twice():
-    q, _ = M.kernel_quantities({M.op_counter("fadd"): 7, M.op_counter("fadd", "smsp"): 7})
+    q, _, _ = M.kernel_quantities({M.op_counter("fadd"): 7, M.op_counter("fadd", "smsp"): 7})
     assert q["flops_fp32"] == 7
 
 
 def test_tensor_ops_counters_base_names_win_sparsity_variants_fill_in_ints_excluded():
-    q, src = M.kernel_quantities(
+    q, src, _ = M.kernel_quantities(
         {
             "sm__ops_path_tensor_src_fp16_dst_fp32.sum": 1000,
             "sm__ops_path_tensor_src_fp16_dst_fp32_sparsity_off.sum": 1000,  # part of the base: not added
@@ -162,12 +189,12 @@ def test_tensor_ops_counters_base_names_win_sparsity_variants_fill_in_ints_exclu
 
 
 def test_tensor_instructions_before_sm80_times_512():
-    q, src = M.kernel_quantities({"sm__inst_executed_pipe_tensor.sum": 3})
+    q, src, _ = M.kernel_quantities({"sm__inst_executed_pipe_tensor.sum": 3})
     assert q["flops_tensor"] == 3 * 512 and src["flops_tensor"] == "sm__inst_executed_pipe_tensor_x512"
 
 
 def test_cache_bytes_and_sector_fallback():
-    q, src = M.kernel_quantities({"lts__t_bytes.sum": 640, "l1tex__t_sectors.sum": 10})
+    q, src, _ = M.kernel_quantities({"lts__t_bytes.sum": 640, "l1tex__t_sectors.sum": 10})
     assert q["l2_bytes"] == 640 and src["l2_bytes"] == "lts__t_bytes.sum"
     assert q["l1_bytes"] == 320 and src["l1_bytes"] == "l1tex__t_sectors.sum_x32"
 

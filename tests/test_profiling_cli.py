@@ -288,6 +288,29 @@ def test_import_of_an_ncu_error_log_gets_the_capture_message(tracking, capsys, l
     assert len(err) == 1 and err[0] == f"error: {run.data.tags['error']}"
 
 
+def details_csv(path: Path, kernels: list[dict[str, float]], cc: str = "8.9") -> Path:
+    """A details-page CSV as ncu writes it: one row per kernel and metric (plain units)."""
+    rows = ['"ID","Process ID","Process Name","Host Name","Kernel Name","Device","CC","Metric Name","Metric Unit","Metric Value"']
+    for i, metrics in enumerate(kernels):
+        for name, value in metrics.items():
+            rows.append(f'"{i}","1","python3","h","k{i}","0","{cc}","{name}","","{value}"')
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_import_warns_and_tags_a_partial_precision(tracking, tmp_path, capsys):
+    f = details_csv(tmp_path / "partial.csv", [{"sm__sass_thread_inst_executed_op_hfma_pred_on.sum": 10,
+                                                 "dram__bytes_read.sum": 30, "dram__bytes_write.sum": 10}])  # fmt: skip
+    args = [*CONFIG, "--import", str(f), "--device-name", "NVIDIA L4", "--experiment", "prof"]
+    assert cli.main(args) == 0
+    run = only_run()
+    assert run.data.metrics["ncu_flops_fp16"] == 40 and run.data.metrics["ncu_intensity_dram_flops_per_byte"] == 1.0
+    assert run.data.tags["ncu_partial"] == "flops_fp16: no hadd, hmul counters in 1 of 1 kernels"
+    out = capsys.readouterr().out.splitlines()
+    assert "warning: flops_fp16 is a partial count (no hadd, hmul counters in 1 of 1 kernels): the logged " \
+           "ncu_flops_fp16 and ncu_flops_total are lower bounds" in out  # fmt: skip
+
+
 # ---------------------------------------------------------------- bad input: exit 2, no run
 @pytest.mark.parametrize(
     "args, message",
