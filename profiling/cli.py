@@ -120,7 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--tensor-counters",
         default="auto",
         choices=ncu_metrics.TENSOR_MODES,
-        help="tensor-core counters: auto (by compute capability), ops (sm_80+), inst (sm_70/75), none",
+        help="tensor-core counters: auto (by compute capability), ops (sm_80+), inst (sm_70/75; warns on "
+        "sm_80-89, refused on sm_90+), none",
     )
     g.add_argument("--ncu", default="ncu", help="ncu executable (default: ncu on PATH)")
     g.add_argument("--out", default=str(ROOT / "out" / "profile"), help="folder for the ncu CSV log")
@@ -226,10 +227,10 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo], say: Callable[[
         session.log_params(params)
         session.flush()
         if importing:
-            report, device_name = _import(args, session, say)
+            report, device_name, capability = _import(args, session, say)
         else:
-            report, device_name = _capture(args, config, opts, probe, session, say)
-        summary = ncu_metrics.summarize(report)
+            report, device_name, capability = _capture(args, config, opts, probe, session, say)
+        summary = ncu_metrics.summarize(report, capability)
         ncu_metrics.require_roofline(summary, report.source)
         for warning in summary.warnings:
             say(f"warning: {warning}")
@@ -247,7 +248,7 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo], say: Callable[[
     return 0
 
 
-def _import(args: argparse.Namespace, session: RunSession, say) -> tuple[NcuReport, str]:
+def _import(args: argparse.Namespace, session: RunSession, say) -> tuple[NcuReport, str, tuple[int, int] | None]:
     path = Path(args.import_file)
     session.log_file(f"ncu/{path.name}", path)
     say(f"importing {path} ...")
@@ -268,10 +269,12 @@ def _import(args: argparse.Namespace, session: RunSession, say) -> tuple[NcuRepo
     if cap:
         extra["cuda_capability"] = f"{cap[0]}.{cap[1]}"
     session.set_tags(extra)
-    return report, device_name
+    return report, device_name, cap
 
 
-def _capture(args, config: TrainConfig, opts: CaptureOptions, probe, session: RunSession, say) -> tuple[NcuReport, str]:
+def _capture(
+    args, config: TrainConfig, opts: CaptureOptions, probe, session: RunSession, say
+) -> tuple[NcuReport, str, tuple[int, int] | None]:
     gpu = probe(config.device, config.env_label)
     if not gpu.available:
         raise BenchError(NO_GPU_MESSAGE)
@@ -281,6 +284,13 @@ def _capture(args, config: TrainConfig, opts: CaptureOptions, probe, session: Ru
     tensor = opts.tensor_counters
     if tensor == "auto":
         tensor = ncu_metrics.tensor_counters_for(gpu.capability)
+    if tensor == "inst":
+        # sm_80+: the ops counters exist and one instruction's FLOPs vary; refused where no factor is known
+        caution = ncu_metrics.tensor_inst_caution(gpu.capability)
+        if caution and ncu_metrics.tensor_inst_flops(gpu.capability) is None:
+            raise BenchError(f"--tensor-counters inst: {caution}")
+        if caution:
+            say(f"warning: --tensor-counters inst: {caution}")
     metrics = ncu_metrics.metric_list(opts.metric_set, tensor, opts.extra_metrics)
 
     out_dir = Path(args.out).expanduser().resolve()
@@ -318,7 +328,8 @@ def _capture(args, config: TrainConfig, opts: CaptureOptions, probe, session: Ru
         raise BenchError(reason)
     if not text.strip():
         raise BenchError(f"ncu exited with code {rc} but wrote nothing to {log_file}")
-    return parse_ncu_csv(text, keep=ncu_metrics.is_relevant, source=log_file.name), gpu.name or "unknown"
+    report = parse_ncu_csv(text, keep=ncu_metrics.is_relevant, source=log_file.name)
+    return report, gpu.name or "unknown", gpu.capability
 
 
 def _summary_line(run_id: str | None, s: ncu_metrics.NcuSummary, device_name: str) -> str:

@@ -73,7 +73,8 @@ class CaptureOptions:
     """ncu --launch-count: profile at most this many launches (None: all)."""
     tensor_counters: str = "auto"
     """auto (by compute capability), ops (sm__ops_path_tensor_*, sm_80+), inst
-    (sm__inst_executed_pipe_tensor.sum x 512, sm_70/75) or none."""
+    (sm__inst_executed_pipe_tensor.sum x the FLOPs of one tensor instruction on that architecture,
+    ncu_metrics.TENSOR_INST_FLOPS: sm_70/75; warns on sm_80-89, refused on sm_90+) or none."""
     extra_ncu_args: tuple[str, ...] = field(default=())
     """further ncu arguments inserted before the program (advanced; e.g. ("--cache-control", "none"))."""
 

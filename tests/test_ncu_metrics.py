@@ -138,7 +138,7 @@ def test_flops_per_precision_add_mul_2fma_and_half2_lanes():
 def test_a_precision_with_only_some_counters_is_recorded_as_partial():
     c = M.op_counter
     q, src, gaps = M.kernel_quantities({c("hfma"): 10, c("fadd"): 1, c("fmul"): 2, c("ffma"): 3})
-    assert q["flops_fp16"] == 40 and gaps == {"flops_fp16": ("hadd", "hmul")}  # 4 * 10, hadd/hmul unknown
+    assert q["flops_fp16"] == 40 and gaps == {"flops_fp16": "no hadd, hmul counters"}  # 4 * 10, hadd/hmul unknown
     assert q["flops_fp32"] == 9 and "flops_fp32" not in gaps and math.isnan(q["flops_fp64"])
     s = M.summarize(
         _report(
@@ -152,8 +152,8 @@ def test_a_precision_with_only_some_counters_is_recorded_as_partial():
         "flops_fp16: no hadd, hmul counters in 1 of 2 kernels; no hmul counter in 1 of 2 kernels"
     )
     assert s.warnings == [
-        "flops_fp16 is a partial count (no hadd, hmul counters in 1 of 2 kernels; no hmul counter in 1 of 2 "
-        "kernels): the logged ncu_flops_fp16 and ncu_flops_total are lower bounds"
+        "flops_fp16 is incomplete (no hadd, hmul counters in 1 of 2 kernels; no hmul counter in 1 of 2 "
+        "kernels): ncu_flops_fp16 (where logged) and ncu_flops_total are lower bounds"
     ]
 
 
@@ -188,9 +188,105 @@ def test_tensor_ops_counters_base_names_win_sparsity_variants_fill_in_ints_exclu
     assert q["flops_tensor"] == 1032 and src["flops_tensor"] == "sm__ops_path_tensor"
 
 
-def test_tensor_instructions_before_sm80_times_512():
-    q, src, _ = M.kernel_quantities({"sm__inst_executed_pipe_tensor.sum": 3})
-    assert q["flops_tensor"] == 3 * 512 and src["flops_tensor"] == "sm__inst_executed_pipe_tensor_x512"
+T = "sm__ops_path_tensor_"
+
+
+@pytest.mark.parametrize(
+    "counters, ops",
+    [
+        # the src_fp16 aggregate covers both destinations: 3000, not 3000 + 1000 + 2000
+        ({T + "src_fp16.sum": 3000, T + "src_fp16_dst_fp16.sum": 1000, T + "src_fp16_dst_fp32.sum": 2000}, 3000),
+        # without the aggregate the destinations add up: 1000 + 2000, plus bf16 500 and tf32 7
+        ({T + "src_fp16_dst_fp16.sum": 1000, T + "src_fp16_dst_fp32.sum": 2000,
+          T + "src_bf16_dst_fp32.sum": 500, T + "src_tf32_dst_fp32.sum": 7}, 3507),
+        # dst counters win over dst-less sparsity variants of the same source (they overlap): 90 + 30
+        ({T + "src_fp8_sparsity_off.sum": 100, T + "src_fp8_sparsity_on.sum": 20,
+          T + "src_fp8_dst_fp32.sum": 90, T + "src_fp8_dst_fp16.sum": 30}, 120),
+        # only sparsity variants: summed
+        ({T + "src_fp8_sparsity_off.sum": 100, T + "src_fp8_sparsity_on.sum": 20}, 120),
+        # one destination via its base, the other via its sparsity variants: 40 + (5 + 6)
+        ({T + "src_fp16_dst_fp32.sum": 40, T + "src_fp16_dst_fp16_sparsity_off.sum": 5,
+          T + "src_fp16_dst_fp16_sparsity_on.sum": 6}, 51),
+        # instruction-specific (Blackwell) counters only when no generic one of that source exists
+        ({T + "op_utcqmma_src_fp8_dst_fp32.sum": 64, T + "src_fp8_dst_fp32.sum": 64}, 64),
+        ({T + "op_utcqmma_src_fp8_dst_fp32.sum": 64, T + "op_utcomma_src_fp4_dst_fp32.sum": 16}, 80),
+        # multi-type sources keep their underscores: fp4_fp6_fp8 is one source
+        ({T + "src_fp4_fp6_fp8_dst_fp32.sum": 8, T + "src_fp4_fp6_fp8_dst_fp16.sum": 2, T + "src_fp4_dst_fp32.sum": 1}, 11),
+        # realtime variants and integer/binary sources are skipped
+        ({T + "src_fp64.sum": 9, T + "src_fp64_realtime.sum": 9, T + "src_int4.sum": 99, T + "src_b1.sum": 99}, 9),
+    ],
+)  # fmt: skip
+def test_tensor_ops_count_each_op_once(counters, ops):
+    q, src, gaps = M.kernel_quantities(counters)
+    assert q["flops_tensor"] == ops and src["flops_tensor"] == "sm__ops_path_tensor" and gaps == {}
+
+
+def test_tensor_ops_rates_fall_back_to_smsp_cycles():
+    rate = {T + "src_fp16.sum.per_cycle_elapsed": 2.5}
+    q, src, _ = M.kernel_quantities({**rate, "smsp__cycles_elapsed.avg": 1000})  # no sm__cycles_elapsed.avg
+    assert q["flops_tensor"] == 2500 and src["flops_tensor"] == "sm__ops_path_tensor_per_cycle_elapsed_x_smsp__cycles_elapsed.avg"
+    q, src, _ = M.kernel_quantities({**rate, "sm__cycles_elapsed.avg": 400, "smsp__cycles_elapsed.avg": 1000})
+    assert q["flops_tensor"] == 1000 and src["flops_tensor"].endswith("_x_sm__cycles_elapsed.avg")  # its own unit first
+    q, _, _ = M.kernel_quantities({**rate, T + "src_fp16.sum": 7, "smsp__cycles_elapsed.avg": 1000})
+    assert q["flops_tensor"] == 7  # a count wins over the rate of the same counter
+    assert math.isnan(M.kernel_quantities(rate)[0]["flops_tensor"])  # no cycles at all: not measured
+
+
+def test_sass_rates_of_sm_counters_fall_back_to_smsp_cycles():
+    q, src, _ = M.kernel_quantities({M.op_counter("fadd") + ".per_cycle_elapsed": 0.5, "smsp__cycles_elapsed.avg": 8})
+    assert q["flops_fp32"] == 4 and src["flops_fp32"] == "sass_thread_inst_executed_per_cycle_elapsed_x_smsp__cycles_elapsed.avg"
+
+
+def test_t4_fixture_sm_and_smsp_elapsed_cycles_are_the_same_clock(ncu_dir):
+    """The fact the fallback rests on, in a real report."""
+    import ncu_report
+
+    action = ncu_report.load_report(str(ncu_dir / "t4_matrix_add_1000x1000_set_full.ncu-rep")).range_by_idx(0).action_by_idx(0)
+    sm, smsp = (action.metric_by_name(f"{u}__cycles_elapsed.avg").as_double() for u in ("sm", "smsp"))
+    assert sm == smsp == pytest.approx(28_419.6, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    "cap, flops",
+    [((7, 0), 3 * 512), ((7, 2), 3 * 512), ((7, 5), 3 * 2048), ((8, 0), 3 * 4096), ((8, 6), 3 * 4096), ((8, 9), 3 * 4096)],
+)
+def test_tensor_instructions_times_the_factor_of_the_architecture(cap, flops):
+    q, src, gaps = M.kernel_quantities({"sm__inst_executed_pipe_tensor.sum": 3}, cap)
+    assert q["flops_tensor"] == flops and src["flops_tensor"] == f"sm__inst_executed_pipe_tensor_x{flops // 3}"
+    assert gaps == {}
+
+
+@pytest.mark.parametrize("cap, where", [((9, 0), "sm_90"), ((12, 0), "sm_120"), (None, "an unknown GPU")])
+def test_tensor_instructions_without_a_known_factor_are_a_gap_not_a_guess(cap, where):
+    q, _, gaps = M.kernel_quantities({"sm__inst_executed_pipe_tensor.sum": 3}, cap)
+    assert math.isnan(q["flops_tensor"])
+    assert gaps == {"flops_tensor": f"tensor instructions without a FLOPs-per-instruction factor for {where}"}
+    q, _, gaps = M.kernel_quantities({"sm__inst_executed_pipe_tensor.sum": 0}, cap)
+    assert q["flops_tensor"] == 0 and gaps == {}  # no tensor work needs no factor
+
+
+def test_tensor_instructions_on_sm80_plus_are_counted_with_a_caution_and_refused_on_sm90():
+    r = _report({"sm__inst_executed_pipe_tensor.sum": 2, M.op_counter("fadd"): 1, M.op_counter("fmul"): 0,
+                 M.op_counter("ffma"): 0, "dram__bytes.sum": 1})  # fmt: skip
+    s = M.summarize(r, (8, 6))
+    assert s.totals["flops_tensor"] == 8192 and s.totals["flops_total"] == 8193
+    assert s.cautions == [M.tensor_inst_caution((8, 6))] and s.warnings == s.cautions
+    assert s.cautions[0].startswith("tensor FLOPs from sm__inst_executed_pipe_tensor.sum x 4096 assume every tensor "
+                                    "instruction on sm_86 is an fp16/bf16 HMMA.16816")  # fmt: skip
+    assert s.mlflow_tags()["ncu_caution"] == s.cautions[0]
+    assert M.summarize(r, (7, 5)).cautions == [] and M.summarize(r, (7, 5)).totals["flops_tensor"] == 4096
+    s90 = M.summarize(r, (9, 0))
+    assert "flops_tensor" not in s90.measured and s90.totals["flops_total"] == 1
+    assert s90.partial == {"flops_tensor": "tensor instructions without a FLOPs-per-instruction factor for sm_90 in 1 of 1 kernels"}
+    assert M.tensor_inst_caution((9, 0)).startswith("no FLOPs-per-instruction factor is known for sm_90")
+    assert M.tensor_inst_caution((7, 5)) is None and M.tensor_inst_caution(None) is None
+    assert M.tensor_inst_flops((8, 9)) == 4096 and M.tensor_inst_flops((9, 0)) is None
+
+
+def test_summarize_reads_the_capability_from_the_report():
+    k = NcuKernel(id=0, name="k", attrs={"CC": "7.5"}, metrics={"sm__inst_executed_pipe_tensor.sum": 1, "dram__bytes.sum": 1})
+    s = M.summarize(NcuReport(kernels=[k], page="details", source="x"))
+    assert s.totals["flops_tensor"] == 2048
 
 
 def test_cache_bytes_and_sector_fallback():

@@ -19,6 +19,7 @@ import pytest
 
 from common import schema
 from profiling import cli
+from profiling import ncu_metrics as M
 from profiling.cli import GpuInfo, NO_GPU_MESSAGE
 from profiling.ncu_parse import NO_KERNELS_MESSAGE, PERM_MESSAGE
 from train.config import TrainConfig
@@ -47,9 +48,9 @@ sys.exit(int(os.environ.get("STANDIN_RC", "0")))
 '''
 
 
-def gpu(available=True):
+def gpu(available=True, capability=(8, 9), name="NVIDIA L4"):
     return lambda device, env_label=None: GpuInfo(
-        available, "NVIDIA L4" if available else None, (8, 9) if available else None, {"driver_version": "555.42"}
+        available, name if available else None, capability if available else None, {"driver_version": "555.42"}
     )
 
 
@@ -182,6 +183,27 @@ def test_an_error_ncu_prints_only_to_the_console_is_classified(tracking, standin
     assert Path(local).read_text() == perm_line + "\n"
 
 
+def test_tensor_counters_inst_warns_on_sm80_plus(tracking, standin, ncu_dir, tmp_path, capsys):
+    argv_file = standin(ncu_dir / L4_CSV)
+    args = [*CONFIG, "--tensor-counters", "inst", "--out", str(tmp_path / "o"), "--experiment", "prof"]
+    assert cli.main(args, probe=gpu(capability=(8, 6), name="NVIDIA GeForce RTX 3090")) == 0
+    metrics = json.loads(argv_file.read_text())
+    metrics = metrics[metrics.index("--metrics") + 1].split(",")
+    assert "sm__inst_executed_pipe_tensor.sum" in metrics and not any("ops_path" in m for m in metrics)
+    out = capsys.readouterr().out.splitlines()
+    assert f"warning: --tensor-counters inst: {M.tensor_inst_caution((8, 6))}" in out
+    assert only_run().data.tags["ncu_tensor_counters"] == "inst"
+
+
+def test_tensor_counters_inst_is_refused_without_a_known_factor(tracking, standin, ncu_dir, tmp_path):
+    argv_file = standin(ncu_dir / L4_CSV)
+    args = [*CONFIG, "--tensor-counters", "inst", "--out", str(tmp_path / "o"), "--experiment", "prof"]
+    assert cli.main(args, probe=gpu(capability=(9, 0), name="NVIDIA H100 80GB HBM3")) == 1
+    run = only_run()
+    assert run.info.status == "FAILED" and not argv_file.exists()  # refused before ncu ran
+    assert run.data.tags["error"].startswith("--tensor-counters inst: no FLOPs-per-instruction factor is known for sm_90")
+
+
 def test_seed_set_asks_ncu_for_the_legacy_names(tracking, standin, tmp_path, capsys):
     argv_file = standin(MESSAGES / "legacy_flop_count_sp.log", rc=1)
     cli.main([*CONFIG, "--metric-set", "seed", "--out", str(tmp_path / "o"), "--experiment", "prof"], probe=gpu())
@@ -307,8 +329,8 @@ def test_import_warns_and_tags_a_partial_precision(tracking, tmp_path, capsys):
     assert run.data.metrics["ncu_flops_fp16"] == 40 and run.data.metrics["ncu_intensity_dram_flops_per_byte"] == 1.0
     assert run.data.tags["ncu_partial"] == "flops_fp16: no hadd, hmul counters in 1 of 1 kernels"
     out = capsys.readouterr().out.splitlines()
-    assert "warning: flops_fp16 is a partial count (no hadd, hmul counters in 1 of 1 kernels): the logged " \
-           "ncu_flops_fp16 and ncu_flops_total are lower bounds" in out  # fmt: skip
+    assert "warning: flops_fp16 is incomplete (no hadd, hmul counters in 1 of 1 kernels): ncu_flops_fp16 " \
+           "(where logged) and ncu_flops_total are lower bounds" in out  # fmt: skip
 
 
 # ---------------------------------------------------------------- bad input: exit 2, no run
