@@ -232,9 +232,14 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo], say: Callable[[
             report, device_name, capability = _capture(args, config, opts, probe, session, say)
         summary = ncu_metrics.summarize(report, capability)
         ncu_metrics.require_roofline(summary, report.source)
-        for warning in summary.warnings:
+        warnings, tags = list(summary.warnings), summary.mlflow_tags()
+        gap = ncu_metrics.tensor_flops_gap(summary, config.precision)
+        if gap:
+            tags["ncu_tensor_undercount"], warning = gap
+            warnings.append(warning)
+        for warning in warnings:
             say(f"warning: {warning}")
-        session.set_tags({schema.TAG_DEVICE_NAME: device_name, **summary.mlflow_tags()})
+        session.set_tags({schema.TAG_DEVICE_NAME: device_name, **tags})
         session.log_metrics(summary.mlflow_metrics())
         session.log_text("ncu/top_kernels.csv", ncu_metrics.top_kernels(summary, TOP_KERNELS).to_csv(index=False))
         session.log_text("ncu/kernels.csv", summary.kernels.to_csv(index=False))

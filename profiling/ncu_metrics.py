@@ -550,6 +550,28 @@ def require_roofline(summary: NcuSummary, source: str) -> None:
     )
 
 
+def tensor_flops_gap(summary: NcuSummary, precision: str) -> tuple[str, str] | None:
+    """(tag value, one-line warning) when a half-precision config has no tensor-core FLOPs in its
+    counters, else None. Under fp16/bf16 autocast the convolutions and matmuls run on tensor
+    cores, so without tensor counters ncu_flops_total leaves out most of the work."""
+    if precision not in ("fp16", "bf16"):
+        return None
+    if "flops_tensor" not in summary.measured:
+        return (
+            "no tensor-core counters",
+            f"--precision {precision} but the input has no tensor-core counters: its tensor-core work is missing "
+            "from ncu_flops_total, which is undercounted (profile with sm__ops_path_tensor_* on sm_80+, or "
+            "sm__inst_executed_pipe_tensor.sum on sm_70/75)",
+        )
+    if not summary.totals.get("flops_tensor"):
+        return (
+            "tensor-core counters read 0",
+            f"--precision {precision} but the tensor-core counters read 0: no kernel used tensor cores, which "
+            "autocast should; check that the input was profiled with this config",
+        )
+    return None
+
+
 def device_from_report(report: NcuReport) -> tuple[str | None, tuple[int, int] | None]:
     """(GPU name, compute capability) when the report carries them."""
     name = report.device_name

@@ -333,6 +333,34 @@ def test_import_warns_and_tags_a_partial_precision(tracking, tmp_path, capsys):
            "(where logged) and ncu_flops_total are lower bounds" in out  # fmt: skip
 
 
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_import_of_a_half_precision_config_without_tensor_counters_warns(tracking, ncu_dir, capsys, precision):
+    args = [*CONFIG, "--precision", precision, "--import", str(ncu_dir / L4_CSV), "--device-name", "NVIDIA L4",
+            "--experiment", "prof"]  # fmt: skip
+    assert cli.main(args) == 0
+    run = only_run()
+    assert run.info.status == "FINISHED" and run.data.tags["ncu_tensor_undercount"] == "no tensor-core counters"
+    warnings = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("warning: ")]
+    assert warnings == [
+        f"warning: --precision {precision} but the input has no tensor-core counters: its tensor-core work is "
+        "missing from ncu_flops_total, which is undercounted (profile with sm__ops_path_tensor_* on sm_80+, or "
+        "sm__inst_executed_pipe_tensor.sum on sm_70/75)"
+    ]
+
+
+def test_import_of_half_precision_with_zero_tensor_ops_and_of_fp32_without(tracking, tmp_path, capsys):
+    f = details_csv(tmp_path / "zero.csv", [{"sm__ops_path_tensor_src_fp16.sum": 0, "dram__bytes.sum": 4,
+                                              **{M.op_counter(op): 1 for op in ("fadd", "fmul", "ffma")}}])  # fmt: skip
+    base = ["--import", str(f), "--device-name", "NVIDIA L4", "--experiment", "prof"]
+    assert cli.main([*CONFIG, "--precision", "fp16", *base]) == 0
+    assert only_run().data.tags["ncu_tensor_undercount"] == "tensor-core counters read 0"
+    assert "warning: --precision fp16 but the tensor-core counters read 0" in capsys.readouterr().out
+    mlflow.delete_experiment(mlflow.get_experiment_by_name("prof").experiment_id)
+    assert cli.main([*CONFIG, *base[:-1], "prof2"]) == 0  # fp32: tensor cores are not expected
+    run = mlflow.search_runs(experiment_names=["prof2"], output_format="list")[0]
+    assert "ncu_tensor_undercount" not in run.data.tags and "warning" not in capsys.readouterr().out
+
+
 # ---------------------------------------------------------------- bad input: exit 2, no run
 @pytest.mark.parametrize(
     "args, message",
