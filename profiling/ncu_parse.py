@@ -46,6 +46,8 @@ ID_COLUMNS = (
 DETAILS_COLUMNS = ("Metric Name", "Metric Unit", "Metric Value")
 RULE_COLUMNS = ("Rule Name", "Rule Type", "Rule Description", "Estimated Speedup Type", "Estimated Speedup")
 DEVICE_NAME_METRIC = "device__attribute_display_name"
+PHASE_NAMES = ("forward", "backward", "optimizer")
+"""The phase ranges `python -m train --profile-steps K` marks inside `train_step` (train.step.PHASES)."""
 
 # SI scale of unit prefixes (decimal, as ncu prints them: Kbyte = 1,000 byte).
 PREFIXES = {"": 1.0, "K": 1e3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
@@ -91,8 +93,21 @@ class NcuKernel:
 
     @property
     def phase(self) -> str | None:
-        """The innermost NVTX range: start/end ranges first (process-wide, so backward kernels
-        launched from autograd's thread carry them), else push/pop ranges; None without NVTX."""
+        """The training phase the kernel ran in; None without NVTX.
+
+        A known phase name (PHASE_NAMES) among the open ranges wins wherever it sits, so the
+        answer does not depend on the order ranges are listed in (for start/end ranges neither
+        ncu's CSV nor ncu_report documents one). Start/end ranges are looked at first
+        (process-wide, so backward kernels launched from autograd's thread carry them), then
+        push/pop ranges, whose order is the stack order (innermost last). Several known names
+        in one kind (only with nested marks of one's own) resolve to the last listed. Without
+        a known name: the innermost range as listed (e.g. "loss", "optimizer_step" in the L4
+        fixture).
+        """
+        for ranges in (self.nvtx_start_end, self.nvtx_push_pop):
+            known = [name for name in ranges if name in PHASE_NAMES]
+            if known:
+                return known[-1]
         if self.nvtx_start_end:
             return self.nvtx_start_end[-1]
         if self.nvtx_push_pop:

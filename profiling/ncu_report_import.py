@@ -176,12 +176,18 @@ def _copy_launch(action, k: NcuKernel) -> None:
         k.attrs["CC"] = f"{int(major)}.{int(minor)}"
 
 
+MAX_NVTX_RANGES = 256
+"""Ranges read per domain and kind (a guard against a reader that never returns None)."""
+
+
 def _nvtx(action) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(push/pop range names in stack order, start/end range names) of the action's NVTX state.
 
-    Best effort: written against the ncu_report API (INvtxState.domains, domain_by_id,
-    INvtxDomainInfo.push_pop_range(i), start_end_range(i), INvtxRange.name); no recorded report with
-    NVTX ranges was available to test it (docs/profiling.md).
+    Written against the ncu_report API (INvtxState.domains, domain_by_id,
+    INvtxDomainInfo.push_pop_range(i), start_end_range(i), INvtxRange.name/message). The package
+    documents push_pop_range's index as the call-stack order; it documents no order for
+    start/end ranges, so the phase is chosen by name (NcuKernel.phase), not by position. Tested
+    with stand-in objects: no recorded report with NVTX ranges was available (docs/profiling.md).
     """
     try:
         state = action.nvtx_state()
@@ -195,15 +201,13 @@ def _nvtx(action) -> tuple[tuple[str, ...], tuple[str, ...]]:
         for dom_id in state.domains():
             dom = state.domain_by_id(dom_id)
             for getter, out in ((dom.push_pop_range, push_pop), (dom.start_end_range, start_end)):
-                i = 0
-                while True:
+                for i in range(MAX_NVTX_RANGES):
                     rng = getter(i)
                     if rng is None:
                         break
                     name = rng.name() or rng.message()
                     if name:
                         out.append(name)
-                    i += 1
     except Exception:  # noqa: BLE001 - keep the counters even when NVTX cannot be read
         return tuple(push_pop), tuple(start_end)
     return tuple(push_pop), tuple(start_end)

@@ -368,3 +368,121 @@ def test_seed_metric_set_and_unknown_set():
 @pytest.mark.parametrize("cap, mode", [(None, "ops"), ((9, 0), "ops"), ((8, 0), "ops"), ((7, 5), "inst"), ((6, 1), "none")])
 def test_tensor_counters_by_compute_capability(cap, mode):
     assert M.tensor_counters_for(cap) == mode
+
+
+# ---------------------------------------------------------------- .ncu-rep NVTX phases, with stand-in ncu_report objects
+class _Metric:
+    def __init__(self, value, unit=""):
+        self.value, self._unit = value, unit
+
+    def has_value(self):
+        return self.value is not None
+
+    def as_double(self):
+        return float(self.value)
+
+    def as_uint64(self):
+        return int(self.value)
+
+    def as_string(self):
+        return str(self.value)
+
+    def unit(self):
+        return self._unit
+
+
+class _Range:
+    """INvtxRange as train's nvtx.start_range(message=...) leaves it: no name, the text in message."""
+
+    def __init__(self, text):
+        self.text = text
+
+    def name(self):
+        return ""
+
+    def message(self):
+        return self.text
+
+
+class _Domain:
+    def __init__(self, push_pop=(), start_end=()):
+        self.pp, self.se = [_Range(n) for n in push_pop], [_Range(n) for n in start_end]
+
+    def push_pop_range(self, i):
+        return self.pp[i] if i < len(self.pp) else None
+
+    def start_end_range(self, i):
+        return self.se[i] if i < len(self.se) else None
+
+
+class _State:
+    def __init__(self, *domains):
+        self.doms = dict(enumerate(domains))
+
+    def domains(self):
+        return tuple(self.doms)
+
+    def domain_by_id(self, i):
+        return self.doms[i]
+
+
+class _Action:
+    def __init__(self, name, metrics, state):
+        self._name, self.metrics, self.state = name, metrics, state
+
+    def name(self):
+        return self._name
+
+    def metric_names(self):
+        return tuple(self.metrics)
+
+    def metric_by_name(self, n):
+        return self.metrics.get(n)
+
+    def nvtx_state(self):
+        return self.state
+
+
+class _Ctx:
+    def __init__(self, actions):
+        self.actions = actions
+
+    def num_ranges(self):
+        return 1
+
+    def range_by_idx(self, i):
+        return self
+
+    def num_actions(self):
+        return len(self.actions)
+
+    def action_by_idx(self, a):
+        return self.actions[a]
+
+
+def test_ncu_rep_phases_come_from_the_known_name_not_the_range_order():
+    from profiling.ncu_report_import import _add_results
+
+    def action(name, flops, state):
+        return _Action(name, {M.op_counter("fadd"): _Metric(flops, "inst"), "dram__bytes.sum": _Metric(10, "byte"),
+                              "gpu__time_duration.sum": _Metric(1, "usecond")}, state)  # fmt: skip
+
+    ctx = _Ctx(
+        [
+            # start/end ranges listed inner-first, then outer: by order the phase would be "train_step"
+            action("conv_fwd", 30, _State(_Domain(start_end=("forward", "train_step")))),
+            # listed outer-first in another domain order
+            action("conv_bwd", 60, _State(_Domain(start_end=("train_step",)), _Domain(start_end=("backward",)))),
+            # push/pop only, with a user range inside the phase (stack order, innermost last)
+            action("sgd", 10, _State(_Domain(push_pop=("train_step", "optimizer", "foreach_add")))),
+            action("memcpy", 0, None),  # no NVTX state at all
+        ]
+    )
+    report = NcuReport(kernels=[], page="ncu-rep", source="stand-in")
+    _add_results(ctx, report, M.is_relevant)
+    assert [k.phase for k in report.kernels] == ["forward", "backward", "optimizer", None]
+    assert report.has_nvtx and report.kernels[0].nvtx_start_end == ("forward", "train_step")
+    ph = M.summarize(report).phases
+    assert ph["kernels"].to_dict() == {"forward": 1, "backward": 1, "optimizer": 1, "none": 1}
+    assert ph.loc["backward", "flops_share"] == 0.6 and ph.loc["forward", "flops_share"] == 0.3
+    assert ph.loc["optimizer", "time_share"] == 0.25

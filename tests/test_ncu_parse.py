@@ -257,3 +257,49 @@ def test_a_header_without_rows_is_a_truncated_export():
     raw = '"ID","Kernel Name","gpu__time_duration.sum"\n"","","ns"\n'  # raw page: header and units row only
     with pytest.raises(NcuParseError, match="^raw.csv has an ncu table header but no result rows"):
         parse_ncu_csv(raw, source="raw.csv")
+
+
+# ---------------------------------------------------------------- phase: the known phase name, not the range order
+def _se(*ranges: tuple[int, str]) -> str:
+    return " ".join(f'"{rid}:<default domain>:{name}:none:none:none:none:none:none"' for rid, name in ranges)
+
+
+def _pp(*names: str) -> str:
+    return "77  " + "  ".join(f'"<default domain>:{n}:none:none:none:none:none:none"' for n in names)
+
+
+@pytest.mark.parametrize(
+    "push_pop, start_end, phase",
+    [
+        # start/end ids that list the outer range last: by order the phase would be "train_step"
+        ("", _se((1, "forward"), (2, "train_step")), "forward"),
+        ("", _se((5, "train_step"), (9, "backward")), "backward"),
+        # a user's own range inside the phase: the known name still wins
+        (_pp("train_step", "optimizer", "my_clip_grad"), "", "optimizer"),
+        # start/end (process-wide) before push/pop
+        (_pp("train_step", "forward"), _se((3, "train_step"), (4, "backward")), "backward"),
+        # no known name: the innermost range as listed (the L4 fixture's "loss")
+        (_pp("train_step", "loss"), "", "loss"),
+        ("", "", None),
+    ],
+)
+def test_phase_is_the_known_phase_name_whatever_the_range_order(push_pop, start_end, phase):
+    header = (
+        '"ID","Process ID","Process Name","Host Name",'
+        '"thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg",'
+        '"Id:Domain:Start/Stop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg",'
+        '"Kernel Name","Metric Name","Metric Unit","Metric Value"'
+    )
+    buf = io.StringIO()
+    csv.writer(buf, quoting=csv.QUOTE_ALL, lineterminator="").writerow(
+        ["0", "77", "python3", "h", push_pop, start_end, "k", "gpu__time_duration.sum", "ns", "5"]
+    )
+    (k,) = parse_ncu_csv(header + "\n" + buf.getvalue()).kernels
+    assert k.phase == phase
+
+
+def test_phase_names_are_the_ones_train_marks():
+    from profiling.ncu_parse import PHASE_NAMES
+    from train.step import PHASES
+
+    assert PHASE_NAMES == tuple(p for p in PHASES if p != "train_step")
