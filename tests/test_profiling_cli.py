@@ -134,7 +134,8 @@ def test_capture_end_to_end_with_standin_ncu(tracking, standin, ncu_dir, tmp_pat
     log_name = f"resnet18-b64-fp32-32px-{expected_key}.csv"
     assert arts == {f"ncu/{n}" for n in (log_name, "top_kernels.csv", "kernels.csv", "phases.csv", "command.txt")}
     top = artifact_csv(run.info.run_id, "ncu/top_kernels.csv", tmp_path)
-    assert top["time_s"].is_monotonic_decreasing and top["launches"].sum() <= 98
+    # the fixture has 18 distinct kernel names (fewer than TOP_KERNELS), so every launch is in the table
+    assert top["time_s"].is_monotonic_decreasing and len(top) == 18 and top["launches"].sum() == 98
     kernels = artifact_csv(run.info.run_id, "ncu/kernels.csv", tmp_path)
     assert len(kernels) == 98 and kernels["flops_fp32"].sum() == pytest.approx(4.928e9, rel=1e-3)
     out = capsys.readouterr().out
@@ -206,10 +207,40 @@ def test_tensor_counters_inst_is_refused_without_a_known_factor(tracking, standi
 
 def test_seed_set_asks_ncu_for_the_legacy_names(tracking, standin, tmp_path, capsys):
     argv_file = standin(MESSAGES / "legacy_flop_count_sp.log", rc=1)
-    cli.main([*CONFIG, "--metric-set", "seed", "--out", str(tmp_path / "o"), "--experiment", "prof"], probe=gpu())
+    code = cli.main([*CONFIG, "--metric-set", "seed", "--out", str(tmp_path / "o"), "--experiment", "prof"], probe=gpu())
+    assert code == 1
     seen = json.loads(argv_file.read_text())
     assert seen[seen.index("--metrics") + 1].split(",")[:2] == ["flop_count_sp", "flop_count_hp"]
     assert "note: ncu rejects flop_count_sp, flop_count_hp" in capsys.readouterr().out
+    run = only_run()
+    assert run.info.status == "FAILED" and run.data.tags["error"].startswith("ncu rejects flop_count_sp: these are nvprof-era")
+    assert run.data.params["ncu_metric_set"] == "seed"
+
+
+@pytest.mark.parametrize(
+    "flags, probe, wanted, unwanted",
+    [
+        (["--metrics", "lts__t_sectors.sum, sm__warps_active.avg.pct_of_peak_sustained_active", "--tensor-counters", "none"],
+         gpu(), ["lts__t_sectors.sum", "sm__warps_active.avg.pct_of_peak_sustained_active"], ["tensor"]),
+        (["--tensor-counters", "inst"], gpu(capability=(7, 5), name="Tesla T4"),
+         ["sm__inst_executed_pipe_tensor.sum"], ["ops_path"]),
+        (["--tensor-counters", "ops"], gpu(capability=(7, 5), name="Tesla T4"),
+         ["sm__ops_path_tensor_src_fp16_dst_fp32.sum"], ["inst_executed_pipe_tensor"]),
+        (["--tensor-counters", "auto"], gpu(capability=(7, 0), name="Tesla V100-SXM2-16GB"),
+         ["sm__inst_executed_pipe_tensor.sum"], ["ops_path"]),
+    ],
+)  # fmt: skip
+def test_metrics_and_tensor_counters_flags_reach_the_ncu_argv(tracking, standin, ncu_dir, tmp_path, flags, probe,
+                                                              wanted, unwanted):  # fmt: skip
+    argv_file = standin(ncu_dir / L4_CSV)
+    assert cli.main([*CONFIG, *flags, "--out", str(tmp_path / "o"), "--experiment", "prof"], probe=probe) == 0
+    seen = json.loads(argv_file.read_text())
+    metrics = seen[seen.index("--metrics") + 1].split(",")
+    assert set(wanted) <= set(metrics) and not any(u in m for m in metrics for u in unwanted)
+    assert metrics[: len(M.OPS["fp64"])] == [M.op_counter(op) for op in M.OPS["fp64"]]  # the roofline set first
+    if "--metrics" in flags:
+        assert metrics[-2:] == wanted  # extras last, stripped, in the order given
+        assert only_run().data.params["ncu_extra_metrics"] == ",".join(wanted)
 
 
 def test_ncu_not_on_path(tracking, tmp_path, monkeypatch, capsys):
@@ -222,10 +253,21 @@ def test_ncu_not_on_path(tracking, tmp_path, monkeypatch, capsys):
 
 def test_no_cuda_fails_and_points_to_import(tracking, standin, ncu_dir, tmp_path, capsys):
     argv_file = standin(ncu_dir / L4_CSV)
-    assert cli.main([*CONFIG, "--experiment", "prof", "--out", str(tmp_path / "o")], probe=gpu(False)) == 1
+    asked = []
+
+    def no_cuda(device, env_label=None):
+        asked.append((device, env_label))
+        return GpuInfo(False)
+
+    args = [*CONFIG, "--device", "cuda:1", "--experiment", "prof", "--out", str(tmp_path / "o")]
+    assert cli.main(args, probe=no_cuda) == 1
+    assert asked == [("cuda:1", "lab-l4")]  # the probe was asked about the configured device
     run = only_run()
     assert run.info.status == "FAILED" and run.data.tags["error"] == NO_GPU_MESSAGE
-    assert "--import FILE" in NO_GPU_MESSAGE and not argv_file.exists()  # ncu never ran
+    assert run.data.params["device"] == "cuda:1"
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: {NO_GPU_MESSAGE}"] and "--import FILE" in err[0]
+    assert not argv_file.exists()  # ncu never ran
 
 
 # ---------------------------------------------------------------- --import
