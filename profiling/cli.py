@@ -233,6 +233,8 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo], say: Callable[[
         summary = ncu_metrics.summarize(report, capability)
         ncu_metrics.require_roofline(summary, report.source)
         warnings, tags = list(summary.warnings), summary.mlflow_tags()
+        if not importing and opts.tensor_counters == "inst":  # its caution was printed before ncu ran
+            warnings = [w for w in warnings if w not in summary.cautions]
         gap = ncu_metrics.tensor_flops_gap(summary, config.precision)
         if gap:
             tags["ncu_tensor_undercount"], warning = gap
@@ -289,13 +291,13 @@ def _capture(
     tensor = opts.tensor_counters
     if tensor == "auto":
         tensor = ncu_metrics.tensor_counters_for(gpu.capability)
-    if tensor == "inst":
+    if tensor == "inst" and gpu.capability and tuple(gpu.capability) >= ncu_metrics.TENSOR_INST_EXACT_BEFORE:
         # sm_80+: the ops counters exist and one instruction's FLOPs vary; refused where no factor is known
         caution = ncu_metrics.tensor_inst_caution(gpu.capability)
-        if caution and ncu_metrics.tensor_inst_flops(gpu.capability) is None:
+        if ncu_metrics.tensor_inst_flops(gpu.capability) is None:
             raise BenchError(f"--tensor-counters inst: {caution}")
-        if caution:
-            say(f"warning: --tensor-counters inst: {caution}")
+        say(f"warning: --tensor-counters inst: {caution}")
+        session.set_tags({"ncu_caution": caution})
     metrics = ncu_metrics.metric_list(opts.metric_set, tensor, opts.extra_metrics)
 
     out_dir = Path(args.out).expanduser().resolve()

@@ -245,10 +245,19 @@ def tensor_inst_flops(capability: tuple[int, int] | None) -> int | None:
 
 
 def tensor_inst_caution(capability: tuple[int, int] | None) -> str | None:
-    """Why counting tensor FLOPs from instructions is unsafe on this GPU (sm_80+), else None."""
-    if capability is None or tuple(capability) < TENSOR_INST_EXACT_BEFORE:
+    """Why tensor FLOPs counted from instructions may be wrong on this GPU, else None (sm_70/72,
+    where PyTorch's fp32-accumulating HMMA.884 is the form in use; unknown GPUs: no factor, a gap)."""
+    if capability is None:
         return None
     cc = f"sm_{capability[0]}{capability[1]}"
+    if tuple(capability) == (7, 5):
+        return (
+            f"tensor FLOPs from sm__inst_executed_pipe_tensor.sum x 2048 assume every tensor instruction on {cc} "
+            "is an HMMA.1688 (turing_*1688* kernels); Volta-form kernels (volta_*884*, which cuBLAS also runs on "
+            "Turing) do 512 FLOP per instruction and are over-counted 4x"
+        )
+    if tuple(capability) < TENSOR_INST_EXACT_BEFORE:
+        return None
     factor = tensor_inst_flops(capability)
     if factor is None:
         return (

@@ -274,12 +274,15 @@ def test_tensor_instructions_on_sm80_plus_are_counted_with_a_caution_and_refused
     assert s.cautions[0].startswith("tensor FLOPs from sm__inst_executed_pipe_tensor.sum x 4096 assume every tensor "
                                     "instruction on sm_86 is an fp16/bf16 HMMA.16816")  # fmt: skip
     assert s.mlflow_tags()["ncu_caution"] == s.cautions[0]
-    assert M.summarize(r, (7, 5)).cautions == [] and M.summarize(r, (7, 5)).totals["flops_tensor"] == 4096
+    assert M.summarize(r, (7, 0)).cautions == [] and M.summarize(r, (7, 0)).totals["flops_tensor"] == 1024
+    s75 = M.summarize(r, (7, 5))
+    assert s75.totals["flops_tensor"] == 4096 and s75.cautions == [M.tensor_inst_caution((7, 5))]
+    assert "volta_*884*" in s75.cautions[0] and "over-counted 4x" in s75.cautions[0]
     s90 = M.summarize(r, (9, 0))
     assert "flops_tensor" not in s90.measured and s90.totals["flops_total"] == 1
     assert s90.partial == {"flops_tensor": "tensor instructions without a FLOPs-per-instruction factor for sm_90 in 1 of 1 kernels"}
     assert M.tensor_inst_caution((9, 0)).startswith("no FLOPs-per-instruction factor is known for sm_90")
-    assert M.tensor_inst_caution((7, 5)) is None and M.tensor_inst_caution(None) is None
+    assert M.tensor_inst_caution((7, 0)) is None and M.tensor_inst_caution(None) is None
     assert M.tensor_inst_flops((8, 9)) == 4096 and M.tensor_inst_flops((9, 0)) is None
 
 

@@ -192,8 +192,9 @@ def test_tensor_counters_inst_warns_on_sm80_plus(tracking, standin, ncu_dir, tmp
     metrics = metrics[metrics.index("--metrics") + 1].split(",")
     assert "sm__inst_executed_pipe_tensor.sum" in metrics and not any("ops_path" in m for m in metrics)
     out = capsys.readouterr().out.splitlines()
-    assert f"warning: --tensor-counters inst: {M.tensor_inst_caution((8, 6))}" in out
-    assert only_run().data.tags["ncu_tensor_counters"] == "inst"
+    assert [ln for ln in out if ln.startswith("warning:")] == [f"warning: --tensor-counters inst: {M.tensor_inst_caution((8, 6))}"]
+    tags = only_run().data.tags
+    assert tags["ncu_tensor_counters"] == "inst" and tags["ncu_caution"] == M.tensor_inst_caution((8, 6))
 
 
 def test_tensor_counters_inst_is_refused_without_a_known_factor(tracking, standin, ncu_dir, tmp_path):
