@@ -175,7 +175,8 @@ class NcuRun:
     console: str = ""
     """stdout and stderr of ncu and the profiled program, as the user saw them: every ncu line
     (``==PROF==``, ``==WARNING==``, ``==ERROR==``; the first CONSOLE_NCU_LINES) and the last
-    CONSOLE_TAIL_LINES other lines, in arrival order."""
+    CONSOLE_TAIL_LINES other lines, in arrival order (within a stream exact; between stdout
+    and stderr only as the two reader threads happen to get them)."""
 
 
 class _ConsoleBuffer:
