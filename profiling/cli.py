@@ -233,7 +233,7 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo], say: Callable[[
         summary = ncu_metrics.summarize(report, capability)
         ncu_metrics.require_roofline(summary, report.source)
         warnings, tags = list(summary.warnings), summary.mlflow_tags()
-        if not importing and opts.tensor_counters == "inst":  # its caution was printed before ncu ran
+        if _warned_inst_before_capture(importing, opts, capability):  # do not print that caution twice
             warnings = [w for w in warnings if w not in summary.cautions]
         gap = ncu_metrics.tensor_flops_gap(summary, config.precision)
         if gap:
@@ -253,6 +253,17 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo], say: Callable[[
             say("note: no gpu__time_duration.sum in the input: ncu_kernel_time_s not logged")
     say(_summary_line(session.run_id, summary, device_name))
     return 0
+
+
+def _warned_inst_before_capture(importing: bool, opts: CaptureOptions, capability) -> bool:
+    """True when the capture path cautions about (or refuses) --tensor-counters inst before ncu
+    runs: sm_80+. The same caution from the summary is then not printed again."""
+    return (
+        not importing
+        and opts.tensor_counters == "inst"
+        and capability is not None
+        and tuple(capability) >= ncu_metrics.TENSOR_INST_EXACT_BEFORE
+    )
 
 
 def _import(args: argparse.Namespace, session: RunSession, say) -> tuple[NcuReport, str, tuple[int, int] | None]:
@@ -291,7 +302,7 @@ def _capture(
     tensor = opts.tensor_counters
     if tensor == "auto":
         tensor = ncu_metrics.tensor_counters_for(gpu.capability)
-    if tensor == "inst" and gpu.capability and tuple(gpu.capability) >= ncu_metrics.TENSOR_INST_EXACT_BEFORE:
+    if tensor == "inst" and _warned_inst_before_capture(False, opts, gpu.capability):
         # sm_80+: the ops counters exist and one instruction's FLOPs vary; refused where no factor is known
         caution = ncu_metrics.tensor_inst_caution(gpu.capability)
         if ncu_metrics.tensor_inst_flops(gpu.capability) is None:

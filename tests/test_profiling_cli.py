@@ -197,6 +197,20 @@ def test_tensor_counters_inst_warns_on_sm80_plus(tracking, standin, ncu_dir, tmp
     assert tags["ncu_tensor_counters"] == "inst" and tags["ncu_caution"] == M.tensor_inst_caution((8, 6))
 
 
+@pytest.mark.parametrize("cap, cc, factor", [((7, 5), "7.5", 2048), ((8, 6), "8.6", 4096)])
+def test_tensor_instruction_caution_is_printed_once(tracking, standin, tmp_path, capsys, cap, cc, factor):
+    counters = {"sm__inst_executed_pipe_tensor.sum": 10, "dram__bytes.sum": 1000,
+                **{M.op_counter(op): 0 for op in ("fadd", "fmul", "ffma")}}  # fmt: skip
+    argv_file = standin(details_csv(tmp_path / "log.csv", [counters], cc=cc))
+    args = [*CONFIG, "--tensor-counters", "inst", "--out", str(tmp_path / "o"), "--experiment", "prof"]
+    assert cli.main(args, probe=gpu(capability=cap)) == 0 and argv_file.exists()
+    run = only_run()
+    assert run.data.metrics["ncu_flops_tensor"] == 10 * factor
+    caution = M.tensor_inst_caution(cap)
+    warnings = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("warning:")]
+    assert len(warnings) == 1 and warnings[0].endswith(caution) and run.data.tags["ncu_caution"] == caution
+
+
 def test_tensor_counters_inst_is_refused_without_a_known_factor(tracking, standin, ncu_dir, tmp_path):
     argv_file = standin(ncu_dir / L4_CSV)
     args = [*CONFIG, "--tensor-counters", "inst", "--out", str(tmp_path / "o"), "--experiment", "prof"]
