@@ -42,6 +42,7 @@ from profiling.ncu_parse import NcuReport, parse_ncu_csv, read_ncu_csv
 from profiling.ncu_report_import import is_ncu_rep, load_ncu_rep
 from train.config import TrainConfig, add_config_args, config_from_args
 from train.data import num_classes_for
+from train.models import check_model_name
 
 ROOT = Path(__file__).resolve().parents[1]
 TOP_KERNELS = 25
@@ -119,7 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--tensor-counters",
         default="auto",
         choices=ncu_metrics.TENSOR_MODES,
-        help="tensor-core counters: auto (by compute capability), ops (sm_80+), inst (sm_70/75), none",
+        help="tensor-core counters: auto (by compute capability), ops (sm_80+), inst (sm_70/75; warns on "
+        "sm_80-89, refused on sm_90+), none",
     )
     g.add_argument("--ncu", default="ncu", help="ncu executable (default: ncu on PATH)")
     g.add_argument("--out", default=str(ROOT / "out" / "profile"), help="folder for the ncu CSV log")
@@ -158,6 +160,9 @@ def _config(args: argparse.Namespace) -> TrainConfig:
         args.device = "cuda"
     if not str(args.device).startswith("cuda"):
         raise UsageError(f"profiling measures CUDA kernels: --device must be cuda or cuda:N, got {args.device!r}")
+    # an unknown model is bad input (exit 2, no run), on the import path as on the capture path;
+    # the canonical spelling keeps config_key equal to that of `python -m train` (its preflight does the same)
+    args.model = check_model_name(args.model)
     try:
         config = config_from_args(args)
     except ValueError as exc:
@@ -222,12 +227,21 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo], say: Callable[[
         session.log_params(params)
         session.flush()
         if importing:
-            report, device_name = _import(args, session, say)
+            report, device_name, capability = _import(args, session, say)
         else:
-            report, device_name = _capture(args, config, opts, probe, session, say)
-        summary = ncu_metrics.summarize(report)
+            report, device_name, capability = _capture(args, config, opts, probe, session, say)
+        summary = ncu_metrics.summarize(report, capability)
         ncu_metrics.require_roofline(summary, report.source)
-        session.set_tags({schema.TAG_DEVICE_NAME: device_name, **summary.mlflow_tags()})
+        warnings, tags = list(summary.warnings), summary.mlflow_tags()
+        if _warned_inst_before_capture(importing, opts, capability):  # do not print that caution twice
+            warnings = [w for w in warnings if w not in summary.cautions]
+        gap = ncu_metrics.tensor_flops_gap(summary, config.precision)
+        if gap:
+            tags["ncu_tensor_undercount"], warning = gap
+            warnings.append(warning)
+        for warning in warnings:
+            say(f"warning: {warning}")
+        session.set_tags({schema.TAG_DEVICE_NAME: device_name, **tags})
         session.log_metrics(summary.mlflow_metrics())
         session.log_text("ncu/top_kernels.csv", ncu_metrics.top_kernels(summary, TOP_KERNELS).to_csv(index=False))
         session.log_text("ncu/kernels.csv", summary.kernels.to_csv(index=False))
@@ -241,7 +255,18 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo], say: Callable[[
     return 0
 
 
-def _import(args: argparse.Namespace, session: RunSession, say) -> tuple[NcuReport, str]:
+def _warned_inst_before_capture(importing: bool, opts: CaptureOptions, capability) -> bool:
+    """True when the capture path cautions about (or refuses) --tensor-counters inst before ncu
+    runs: sm_80+. The same caution from the summary is then not printed again."""
+    return (
+        not importing
+        and opts.tensor_counters == "inst"
+        and capability is not None
+        and tuple(capability) >= ncu_metrics.TENSOR_INST_EXACT_BEFORE
+    )
+
+
+def _import(args: argparse.Namespace, session: RunSession, say) -> tuple[NcuReport, str, tuple[int, int] | None]:
     path = Path(args.import_file)
     session.log_file(f"ncu/{path.name}", path)
     say(f"importing {path} ...")
@@ -262,10 +287,12 @@ def _import(args: argparse.Namespace, session: RunSession, say) -> tuple[NcuRepo
     if cap:
         extra["cuda_capability"] = f"{cap[0]}.{cap[1]}"
     session.set_tags(extra)
-    return report, device_name
+    return report, device_name, cap
 
 
-def _capture(args, config: TrainConfig, opts: CaptureOptions, probe, session: RunSession, say) -> tuple[NcuReport, str]:
+def _capture(
+    args, config: TrainConfig, opts: CaptureOptions, probe, session: RunSession, say
+) -> tuple[NcuReport, str, tuple[int, int] | None]:
     gpu = probe(config.device, config.env_label)
     if not gpu.available:
         raise BenchError(NO_GPU_MESSAGE)
@@ -275,6 +302,13 @@ def _capture(args, config: TrainConfig, opts: CaptureOptions, probe, session: Ru
     tensor = opts.tensor_counters
     if tensor == "auto":
         tensor = ncu_metrics.tensor_counters_for(gpu.capability)
+    if tensor == "inst" and _warned_inst_before_capture(False, opts, gpu.capability):
+        # sm_80+: the ops counters exist and one instruction's FLOPs vary; refused where no factor is known
+        caution = ncu_metrics.tensor_inst_caution(gpu.capability)
+        if ncu_metrics.tensor_inst_flops(gpu.capability) is None:
+            raise BenchError(f"--tensor-counters inst: {caution}")
+        say(f"warning: --tensor-counters inst: {caution}")
+        session.set_tags({"ncu_caution": caution})
     metrics = ncu_metrics.metric_list(opts.metric_set, tensor, opts.extra_metrics)
 
     out_dir = Path(args.out).expanduser().resolve()
@@ -299,16 +333,21 @@ def _capture(args, config: TrainConfig, opts: CaptureOptions, probe, session: Ru
     session.flush()
     say(f"profiling {config.run_name()} on {gpu.name} with ncu ({opts.metric_set} metrics, {opts.profile_steps} step(s))")
     say(f"  {shlex.join(argv)}")
-    rc = run_ncu(argv, log_file, cwd=ROOT, say=say)
+    ran = run_ncu(argv, log_file, cwd=ROOT, say=say)
+    rc = ran.returncode
     text = log_file.read_text(encoding="utf-8-sig", errors="replace") if log_file.exists() else ""
     if log_file.exists():
         session.log_file(f"ncu/{log_file.name}", log_file)
-    reason = classify_ncu_output(text, rc)
+    if ran.console.strip():
+        session.log_text("ncu/console.txt", ran.console + "\n")
+    # ncu prints some failures only to the console (before or instead of the log file): classify both
+    reason = classify_ncu_output("\n".join(t for t in (text, ran.console) if t.strip()), rc)
     if reason:
         raise BenchError(reason)
     if not text.strip():
         raise BenchError(f"ncu exited with code {rc} but wrote nothing to {log_file}")
-    return parse_ncu_csv(text, keep=ncu_metrics.is_relevant, source=log_file.name), gpu.name or "unknown"
+    report = parse_ncu_csv(text, keep=ncu_metrics.is_relevant, source=log_file.name)
+    return report, gpu.name or "unknown", gpu.capability
 
 
 def _summary_line(run_id: str | None, s: ncu_metrics.NcuSummary, device_name: str) -> str:

@@ -1,7 +1,9 @@
-"""The ncu command line (an argument list, never a shell string) and ncu's failures as one-line errors.
+"""The ncu command line (an argument list, never a shell string) and running it.
 
-`ncu_argv`, `train_argv` and `classify_ncu_output` are pure; `resolve_ncu`, `ncu_version` and
-`run_ncu` are the thin edge that touches the system. Flags used (Nsight Compute CLI, see
+`ncu_argv` and `train_argv` are pure (so is `classify_ncu_output`, which lives in
+profiling.ncu_parse so that the import path uses it too); `resolve_ncu`, `ncu_version` and
+`run_ncu` are the thin edge that touches the system. `run_ncu` tees ncu's console output to the
+terminal and keeps it, so a failure ncu prints only to the console is classified too. Flags used (Nsight Compute CLI, see
 docs/profiling.md for what was verified):
 
   --profile-from-start off   profile only between cudaProfilerStart/Stop (torch.cuda.profiler.start/stop)
@@ -15,17 +17,31 @@ docs/profiling.md for what was verified):
 """
 from __future__ import annotations
 
+import codecs
 import os
 import re
 import shutil
 import subprocess
+import sys
+import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from common.errors import BenchError
-from profiling.ncu_metrics import LEGACY_NVPROF_METRICS, METRIC_SETS, TENSOR_MODES
+from profiling.ncu_metrics import METRIC_SETS, TENSOR_MODES
+
+# ncu's failures as one line live in ncu_parse (pure, importable by every path without a cycle);
+# re-exported here, where the capture path has always found them.
+from profiling.ncu_parse import (  # noqa: F401
+    LEGACY_NVPROF_METRICS,
+    NO_KERNELS_MESSAGE,
+    PERM_MESSAGE,
+    classify_ncu_output,
+    legacy_message,
+)
 
 REPLAY_MODES = ("kernel", "application", "range", "app-range")
 CLOCK_CONTROLS = ("base", "none")
@@ -57,7 +73,8 @@ class CaptureOptions:
     """ncu --launch-count: profile at most this many launches (None: all)."""
     tensor_counters: str = "auto"
     """auto (by compute capability), ops (sm__ops_path_tensor_*, sm_80+), inst
-    (sm__inst_executed_pipe_tensor.sum x 512, sm_70/75) or none."""
+    (sm__inst_executed_pipe_tensor.sum x the FLOPs of one tensor instruction on that architecture,
+    ncu_metrics.TENSOR_INST_FLOPS: sm_70/75; warns on sm_80-89, refused on sm_90+) or none."""
     extra_ncu_args: tuple[str, ...] = field(default=())
     """further ncu arguments inserted before the program (advanced; e.g. ("--cache-control", "none"))."""
 
@@ -120,70 +137,6 @@ def ncu_argv(ncu: str, log_file: str | os.PathLike, metrics: list[str], opts: Ca
     return argv + list(program)
 
 
-# ------------------------------------------------------------------------------------ errors
-PERM_MESSAGE = (
-    "ncu may not read the GPU performance counters (ERR_NVGPUCTRPERM): run it as root/administrator, "
-    "or allow all users with the NVIDIA driver option NVreg_RestrictProfilingToAdminUsers=0 "
-    "(https://developer.nvidia.com/ERR_NVGPUCTRPERM); in a container also add --cap-add SYS_ADMIN"
-)
-NO_KERNELS_MESSAGE = (
-    "ncu profiled no kernels: with --profile-from-start off only kernels between "
-    "torch.cuda.profiler.start() and stop() count, so check that `python -m train ... --profile-steps K` "
-    "reaches its measured steps, and that --launch-skip is below the number of kernels launched"
-)
-_MISSING_METRIC = re.compile(
-    r"Failed to find metric\s+(?:regex:)?\^?(?P<name>[A-Za-z0-9_]+(?:\\?\.[A-Za-z0-9_]+)*)", re.IGNORECASE
-)
-_APP_ERROR = re.compile(r"The application returned an error code \((?P<code>-?\d+)\)", re.IGNORECASE)
-
-
-def legacy_message(names: list[str]) -> str:
-    return (
-        f"ncu rejects {', '.join(names)}: these are nvprof-era metric names (the course brief's seed set) "
-        "that Nsight Compute does not have; use --metric-set roofline, which counts FLOPs from "
-        "sm__sass_thread_inst_executed_op_{d,f,h}{add,mul,fma}_pred_on.sum (docs/profiling.md)"
-    )
-
-
-def classify_ncu_output(text: str, returncode: int | None = 0) -> str | None:
-    """The one-line reason an ncu run failed, from its log text and exit code; None when it looks fine.
-
-    Checked in order: counter permission, unknown (incl. nvprof-era) metrics, the profiled program
-    failing, no kernels profiled, any other ==ERROR== or non-zero exit.
-    """
-    text = text or ""
-    if "ERR_NVGPUCTRPERM" in text:
-        return PERM_MESSAGE
-    missing = []
-    for m in _MISSING_METRIC.finditer(text):
-        name = m["name"].replace("\\.", ".")
-        if name not in missing:
-            missing.append(name)
-    if missing:
-        legacy = [n for n in missing if n.split(".")[0] in LEGACY_NVPROF_METRICS]
-        if legacy:
-            return legacy_message([n.split(".")[0] for n in legacy])
-        return (
-            f"ncu does not know metric(s) {', '.join(missing)} on this GPU or ncu version: list the available "
-            "ones with `ncu --query-metrics`, drop them from --metrics, or choose --tensor-counters inst|none"
-        )
-    app = _APP_ERROR.search(text)
-    if app:
-        return (
-            f"the profiled program failed under ncu (exit code {app['code']}): read its output above and try "
-            "the same `python -m train ... --profile-steps K` without ncu"
-        )
-    if re.search(r"No kernels were profiled", text, re.IGNORECASE):
-        return NO_KERNELS_MESSAGE
-    errors = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("==ERROR==")]
-    if errors:
-        return f"ncu failed: {errors[-1][len('==ERROR=='):].strip()}"
-    if returncode not in (0, None):
-        last = next((ln.strip() for ln in reversed(text.splitlines()) if ln.strip()), "no output")
-        return f"ncu exited with code {returncode}: {last[:300]}"
-    return None
-
-
 # ------------------------------------------------------------------------------------ edge
 def resolve_ncu(ncu: str, which: Callable[[str], str | None] = shutil.which) -> str:
     """Absolute path of the ncu executable, or BenchError saying how to install it."""
@@ -208,24 +161,107 @@ def ncu_version(ncu: str) -> str:
     return lines[-1][:250] if out.returncode == 0 and lines else "unknown"
 
 
+CONSOLE_TAIL_LINES = 200
+"""Console lines kept besides ncu's own (==PROF==/==WARNING==/==ERROR==): the last ones."""
+CONSOLE_NCU_LINES = 2000
+"""At most this many of ncu's own console lines are kept (the first ones)."""
+
+
+@dataclass
+class NcuRun:
+    """What `run_ncu` saw: the exit code and ncu's console output."""
+
+    returncode: int
+    console: str = ""
+    """stdout and stderr of ncu and the profiled program, as the user saw them: every ncu line
+    (``==PROF==``, ``==WARNING==``, ``==ERROR==``; the first CONSOLE_NCU_LINES) and the last
+    CONSOLE_TAIL_LINES other lines, in arrival order (within a stream exact; between stdout
+    and stderr only as the two reader threads happen to get them)."""
+
+
+class _ConsoleBuffer:
+    """Thread-safe line buffer fed by the stdout and stderr tees (bounded: training can print a lot)."""
+
+    def __init__(self, tail: int = CONSOLE_TAIL_LINES, ncu_lines: int = CONSOLE_NCU_LINES):
+        self._lock = threading.Lock()
+        self._seq = 0
+        self._ncu: list[tuple[int, str]] = []
+        self._ncu_max = ncu_lines
+        self._tail: deque[tuple[int, str]] = deque(maxlen=tail)
+
+    def add(self, line: str) -> None:
+        line = line.rstrip("\r\n")
+        with self._lock:
+            self._seq += 1
+            if line.lstrip().startswith("=="):
+                if len(self._ncu) < self._ncu_max:
+                    self._ncu.append((self._seq, line))
+            else:
+                self._tail.append((self._seq, line))
+
+    def text(self) -> str:
+        with self._lock:
+            return "\n".join(line for _, line in sorted([*self._ncu, *self._tail]))
+
+
+def _tee(pipe, stream_name: str, buffer: _ConsoleBuffer) -> None:
+    """Copy `pipe` (bytes) to sys.stdout/sys.stderr as it arrives and feed complete lines to `buffer`."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    pending = ""
+    read = getattr(pipe, "read1", pipe.read)
+    while True:
+        chunk = read(65536)
+        text = decoder.decode(chunk or b"", final=not chunk)
+        if text:
+            out = getattr(sys, stream_name)  # looked up each time: tests swap the streams
+            try:
+                out.write(text)
+                out.flush()
+            except (OSError, ValueError):  # a closed terminal must not stop the buffering
+                pass
+            pending += text
+            *lines, pending = re.split(r"\r\n|\n|\r", pending)
+            for line in lines:
+                buffer.add(line)
+        if not chunk:
+            break
+    if pending:
+        buffer.add(pending)
+    pipe.close()
+
+
 def run_ncu(
     argv: list[str],
     log_file: str | os.PathLike,
     cwd: str | os.PathLike | None = None,
     say: Callable[[str], None] = print,
     poll_s: float = 15.0,
-) -> int:
-    """Run ncu (the program's own output goes to this terminal); print a progress line every
-    `poll_s` seconds; return ncu's exit code."""
+) -> NcuRun:
+    """Run ncu, tee its console output (and the profiled program's) to this terminal while keeping
+    it for classification (ncu prints some errors only there, not to --log-file); print a progress
+    line every `poll_s` seconds; return the exit code and the kept console text.
+
+    PYTHONUNBUFFERED=1 is set for the child so the training program's lines still arrive as they
+    are printed, now that its stdout is a pipe.
+    """
     t0 = time.monotonic()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     try:
-        proc = subprocess.Popen(argv, cwd=cwd)
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     except OSError as exc:
         raise BenchError(f"cannot start {argv[0]}: {exc.strerror or exc}: {INSTALL_HINT}") from exc
+    buffer = _ConsoleBuffer()
+    tees = [
+        threading.Thread(target=_tee, args=(proc.stdout, "stdout", buffer), daemon=True),
+        threading.Thread(target=_tee, args=(proc.stderr, "stderr", buffer), daemon=True),
+    ]
+    for t in tees:
+        t.start()
     try:
         while True:
             try:
-                return proc.wait(timeout=poll_s)
+                rc = proc.wait(timeout=poll_s)
+                break
             except subprocess.TimeoutExpired:
                 size = os.path.getsize(log_file) if os.path.exists(log_file) else 0
                 say(f"  ncu running: {time.monotonic() - t0:.0f} s, log {size / 1e3:.0f} kB")
@@ -236,3 +272,6 @@ def run_ncu(
         except subprocess.TimeoutExpired:
             proc.kill()
         raise
+    for t in tees:  # a leftover grandchild may hold the pipe open: do not wait for it forever
+        t.join(timeout=10)
+    return NcuRun(rc, buffer.text())

@@ -15,8 +15,10 @@ Counting rules (see docs/profiling.md for sources):
   versions use in their half-precision roofline (``..._hfma_pred_on_x4``, ``..._hadd_pred_on_x2``);
   it over-counts by up to 2x when the compiler emits scalar half math (one useful lane).
 * Tensor cores: on sm_80 and newer the ``sm__ops_path_tensor_*`` counters count math operations
-  directly (2 per multiply-add); before sm_80 ``sm__inst_executed_pipe_tensor.sum`` *
-  TENSOR_INST_FLOPS (512, the factor Nsight Compute's tensor roofline section applies).
+  directly (2 per multiply-add), each op once (aggregates such as ``src_fp16`` are not added to
+  their ``dst_*`` parts); before sm_80 ``sm__inst_executed_pipe_tensor.sum`` times the FLOPs
+  of one tensor instruction on that architecture (TENSOR_INST_FLOPS: 512 on sm_70, 2048 on
+  sm_75, ...; sm_80+ only with a warning, none on sm_90+).
 * DRAM bytes = ``dram__bytes_read.sum + dram__bytes_write.sum`` (``dram__bytes_op_*`` on newer
   ncu), L2 = ``lts__t_bytes.sum`` (or 32-byte ``lts__t_sectors.sum``), L1 = ``l1tex__t_bytes.sum``
   (or ``l1tex__t_sectors.sum``); kernel time = ``gpu__time_duration.sum``.
@@ -30,12 +32,30 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from common.errors import BenchError
-from profiling.ncu_parse import DEVICE_NAME_METRIC, NcuKernel, NcuReport
+from profiling.ncu_parse import DEVICE_NAME_METRIC, LEGACY_NVPROF_METRICS, NcuKernel, NcuReport  # noqa: F401
 
 HALF_LANES = 2
 """Lanes per half-precision SASS instruction (HFMA2 packs two fp16 FMAs). See module docstring."""
-TENSOR_INST_FLOPS = 512
-"""FLOPs per tensor-pipe warp instruction before sm_80 (Nsight Compute's tensor roofline factor)."""
+TENSOR_INST_FLOPS: dict[tuple[int, int], tuple[int, str]] = {
+    (7, 0): (512, "HMMA.884.F32.F32 (Volta): a warp's mma m8n8k4 with fp32 accumulation is 4 such "
+                  "instructions for 4 x 8x8x4 = 1024 FMA, i.e. 256 FMA = 512 FLOP each"),
+    (7, 2): (512, "HMMA.884.F32.F32 (Xavier, a Volta SM): 256 FMA = 512 FLOP each"),
+    (7, 5): (2048, "HMMA.1688.F32 (Turing, cuBLAS/cuDNN *1688* kernels): one warp mma m16n8k8 = "
+                   "1024 FMA = 2048 FLOP"),
+    (8, 0): (4096, "HMMA.16816.F32 (Ampere): one warp mma m16n8k16 = 2048 FMA = 4096 FLOP"),
+    (8, 6): (4096, "HMMA.16816.F32 (GA10x): one warp mma m16n8k16 = 2048 FMA = 4096 FLOP"),
+    (8, 7): (4096, "HMMA.16816.F32 (Orin): one warp mma m16n8k16 = 2048 FMA = 4096 FLOP"),
+    (8, 9): (4096, "HMMA.16816.F32 (Ada): one warp mma m16n8k16 = 2048 FMA = 4096 FLOP"),
+}
+"""FLOPs per tensor-pipe warp instruction (``sm__inst_executed_pipe_tensor.sum``) by compute
+capability, with the SASS instruction assumed. One factor per architecture is an assumption:
+the shape varies with the instruction (sm_80+: HMMA.1688/1684 for tf32, DMMA.884 for fp64, 8-bit
+QMMA on sm_89, integer IMMA that is no FLOP at all; Volta with fp16 accumulation: 1024), which is
+why ``sm__ops_path_tensor_*`` (exact op counts) are used on sm_80+ and inst there only warns.
+Hopper and newer (wgmma/tcgen05, shapes up to m64n256k16) have no entry: inst is refused there.
+Sources and reasoning: docs/profiling.md, "Tensor-core FLOPs"."""
+TENSOR_INST_EXACT_BEFORE = (8, 0)
+"""From this capability on, ops counters exist and the instruction shape varies: inst warns."""
 SECTOR_BYTES = 32
 """Bytes per L1/L2 sector, to turn ``*_sectors.sum`` into bytes when ``*_bytes.sum`` is absent."""
 
@@ -60,8 +80,6 @@ TENSOR_OPS_METRICS = (
 )
 CYCLES = {"sm": "sm__cycles_elapsed.avg", "smsp": "smsp__cycles_elapsed.avg"}
 
-# The nvprof-era names of the course brief's seed set; Nsight Compute has no such metrics.
-LEGACY_NVPROF_METRICS = ("flop_count_sp", "flop_count_hp", "flop_count_dp")
 METRIC_SETS = ("roofline", "seed")
 TENSOR_MODES = ("auto", "ops", "inst", "none")
 
@@ -140,62 +158,159 @@ def _count(m: dict[str, float], counter_sm: str) -> tuple[float | None, str]:
     for name in (counter_sm, counter_smsp):
         if name in m:
             return m[name], "count"
-    for unit, cyc in (("smsp", CYCLES["smsp"]), ("sm", CYCLES["sm"])):
-        rate = m.get((counter_smsp if unit == "smsp" else counter_sm) + ".per_cycle_elapsed")
-        if rate is not None and cyc in m:
+    for unit, counter in (("smsp", counter_smsp), ("sm", counter_sm)):
+        rate = m.get(counter + ".per_cycle_elapsed")
+        cyc = _cycles(m, unit)
+        if rate is not None and cyc is not None:
             return rate * m[cyc], f"per_cycle_elapsed_x_{cyc}"
     return None, ""
 
 
-def _tensor_ops(m: dict[str, float]) -> float | None:
-    """Sum of sm__ops_path_tensor_* floating-point op counts (base names; sparsity variants only
-    when the base name is absent; integer paths are not FLOPs)."""
-    groups: dict[str, dict[str, float]] = {}
+def _cycles(m: dict[str, float], unit: str) -> str | None:
+    """The elapsed-cycles metric that turns a ``<unit>__...per_cycle_elapsed`` rate into a count:
+    the unit's own, else the other one. sm__ and smsp__ elapsed cycles tick on the same SM clock
+    (the T4 fixture has both: 28,419.6 each), so either converts the rate; the source tag says
+    which was used."""
+    own, other = CYCLES[unit], CYCLES["sm" if unit == "smsp" else "smsp"]
+    if own in m:
+        return own
+    return other if other in m else None
+
+
+_TENSOR_OPS_NAME = re.compile(
+    r"^sm__ops_path_tensor_(?:op_(?P<op>[a-z0-9]+)_)?src_(?P<src>[a-z0-9_]+?)"
+    r"(?:_dst_(?P<dst>[a-z0-9_]+?))?(?:_sparsity_(?P<sp>on|off))?\.sum(?P<rate>\.per_cycle_elapsed)?$"
+)
+
+
+def _tensor_ops(m: dict[str, float]) -> tuple[float, str] | None:
+    """(floating-point tensor ops, how) from ``sm__ops_path_tensor_*``, each op counted once.
+
+    The counters form a hierarchy per source type: ``src_fp16`` covers ``src_fp16_dst_fp16`` and
+    ``src_fp16_dst_fp32`` (Nsight Compute's own tensor roofline reads the ``src_fp16`` aggregate
+    next to ``src_bf16_dst_fp32``, ``src_tf32_dst_fp32``, ``src_fp64``), and a name without
+    ``_sparsity_on/off`` covers both variants. So per source type: the aggregate if present, else
+    per destination type the dst counter (else its sparsity variants summed), else the
+    sparsity variants of the source; instruction-specific ``op_<name>_`` counters (Blackwell)
+    only when no generic counter of that source exists. Integer sources are not FLOPs;
+    ``_realtime`` variants are skipped. Rates (``.per_cycle_elapsed``) are multiplied by
+    sm__cycles_elapsed.avg (else smsp__cycles_elapsed.avg); a count wins over the rate of the
+    same counter.
+    """
+    entries: dict[tuple[str, str | None, str | None, str | None], float] = {}
+    how = "count"
     for name, v in m.items():
-        if not name.startswith(TENSOR_OPS_PREFIX) or "_src_int" in name or "_realtime" in name:
+        if not name.startswith(TENSOR_OPS_PREFIX) or "_realtime" in name:
             continue
-        if name.endswith(".sum"):
-            stem, value = name[: -len(".sum")], v
-        elif name.endswith(".sum.per_cycle_elapsed") and CYCLES["sm"] in m:
-            stem, value = name[: -len(".sum.per_cycle_elapsed")], v * m[CYCLES["sm"]]
+        g = _TENSOR_OPS_NAME.match(name)
+        if g is None or g["src"].startswith("int") or g["src"].startswith("b1"):
+            continue
+        key = (g["src"], g["op"], g["dst"], g["sp"])
+        if g["rate"]:
+            cyc = _cycles(m, "sm")
+            if cyc is None or key in entries:
+                continue
+            entries[key], how = v * m[cyc], f"per_cycle_elapsed_x_{cyc}"
         else:
-            continue
-        base = re.sub(r"_sparsity_(on|off)$", "", stem)
-        groups.setdefault(base, {})
-        groups[base].setdefault(stem, value)  # a count wins over a rate of the same stem
-    if not groups:
+            entries[key] = v  # a count replaces the rate of the same counter
+    if not entries:
         return None
     total = 0.0
-    for base, parts in groups.items():
-        total += parts[base] if base in parts else sum(parts.values())
-    return total
+    for src in {k[0] for k in entries}:
+        generic = {k[2:]: v for k, v in entries.items() if k[0] == src and k[1] is None}
+        if generic:
+            total += _one_source(generic)
+        else:
+            for op in {k[1] for k in entries if k[0] == src}:
+                total += _one_source({k[2:]: v for k, v in entries.items() if k[0] == src and k[1] == op})
+    return total, "sm__ops_path_tensor" + ("" if how == "count" else f"_{how}")
 
 
-def kernel_quantities(m: dict[str, float]) -> tuple[dict[str, float], dict[str, str]]:
+def _one_source(parts: dict[tuple[str | None, str | None], float]) -> float:
+    """Ops of one source type from its (dst, sparsity) -> value counters, without overlaps."""
+    if (None, None) in parts:
+        return parts[(None, None)]
+    dsts = {d for d, _ in parts if d is not None}
+    if dsts:
+        return sum(parts[(d, None)] if (d, None) in parts else sum(v for (dd, _), v in parts.items() if dd == d)
+                   for d in dsts)  # fmt: skip
+    return sum(parts.values())
+
+
+def tensor_inst_flops(capability: tuple[int, int] | None) -> int | None:
+    """FLOPs per tensor-pipe instruction on this compute capability, None where no single factor
+    is known (Hopper and newer, unknown GPUs). See TENSOR_INST_FLOPS."""
+    entry = TENSOR_INST_FLOPS.get(tuple(capability)) if capability else None
+    return entry[0] if entry else None
+
+
+def tensor_inst_caution(capability: tuple[int, int] | None) -> str | None:
+    """Why tensor FLOPs counted from instructions may be wrong on this GPU, else None (sm_70/72,
+    where PyTorch's fp32-accumulating HMMA.884 is the form in use; unknown GPUs: no factor, a gap)."""
+    if capability is None:
+        return None
+    cc = f"sm_{capability[0]}{capability[1]}"
+    if tuple(capability) == (7, 5):
+        return (
+            f"tensor FLOPs from sm__inst_executed_pipe_tensor.sum x 2048 assume every tensor instruction on {cc} "
+            "is an HMMA.1688 (turing_*1688* kernels); Volta-form kernels (volta_*884*, which cuBLAS also runs on "
+            "Turing) do 512 FLOP per instruction and are over-counted 4x"
+        )
+    if tuple(capability) < TENSOR_INST_EXACT_BEFORE:
+        return None
+    factor = tensor_inst_flops(capability)
+    if factor is None:
+        return (
+            f"no FLOPs-per-instruction factor is known for {cc} tensor instructions (warpgroup/tcgen05 MMA "
+            "shapes vary per kernel): use --tensor-counters ops (sm__ops_path_tensor_*)"
+        )
+    return (
+        f"tensor FLOPs from sm__inst_executed_pipe_tensor.sum x {factor} assume every tensor instruction on "
+        f"{cc} is an fp16/bf16 HMMA.16816; tf32 (HMMA.1684/1688), fp64 (DMMA), 8-bit and integer MMAs make "
+        "it wrong: --tensor-counters ops counts the ops exactly"
+    )
+
+
+def kernel_quantities(
+    m: dict[str, float], capability: tuple[int, int] | None = None
+) -> tuple[dict[str, float], dict[str, str], dict[str, str]]:
     """FLOPs by precision, tensor FLOPs, bytes and time of one kernel (NaN where not measured),
-    plus the counters each came from."""
+    the counters each came from, and the gaps: quantity -> what it lacks where a quantity was
+    counted incompletely (fp16 with hfma but no hadd/hmul counter; tensor instructions without a
+    FLOPs-per-instruction factor for `capability`), reported instead of passing for the whole."""
     q: dict[str, float] = {}
     src: dict[str, str] = {}
+    gaps: dict[str, str] = {}
     for p in PRECISIONS:
-        total, how = 0.0, ""
+        total, how, absent = 0.0, "", []
         for op in OPS[p]:
             c, h = _count(m, op_counter(op))
             if c is not None:
                 how = how or h
                 total += OP_WEIGHT[op[1:]] * LANES[p] * c
+            else:
+                absent.append(op)
         q[f"flops_{p}"] = total if how else math.nan
         if how:
             src[f"flops_{p}"] = "sass_thread_inst_executed" + ("" if how == "count" else f"_{how}")
+            if absent:
+                gaps[f"flops_{p}"] = f"no {', '.join(absent)} counter{'s' if len(absent) > 1 else ''}"
     ops = _tensor_ops(m)
+    q["flops_tensor"] = math.nan
     if ops is not None:
-        q["flops_tensor"], src["flops_tensor"] = ops, "sm__ops_path_tensor"
+        q["flops_tensor"], src["flops_tensor"] = ops
     else:
-        inst, _ = _count(m, TENSOR_INST[0])
-        if inst is not None:
-            q["flops_tensor"] = inst * TENSOR_INST_FLOPS
-            src["flops_tensor"] = f"sm__inst_executed_pipe_tensor_x{TENSOR_INST_FLOPS}"
-        else:
-            q["flops_tensor"] = math.nan
+        inst, how = _count(m, TENSOR_INST[0])
+        factor = tensor_inst_flops(capability)
+        rate = "" if how == "count" else f"_{how}"
+        if inst is not None and inst == 0:  # no tensor work: no factor needed
+            q["flops_tensor"], src["flops_tensor"] = 0.0, f"sm__inst_executed_pipe_tensor{rate}"
+        elif inst is not None and factor is None:
+            cc = f"sm_{capability[0]}{capability[1]}" if capability else "an unknown GPU"
+            gaps["flops_tensor"] = f"tensor instructions without a FLOPs-per-instruction factor for {cc}"
+        elif inst is not None:
+            q["flops_tensor"] = inst * factor
+            src["flops_tensor"] = f"sm__inst_executed_pipe_tensor{rate}_x{factor}"
     rd, wr = _first(m, DRAM_READ), _first(m, DRAM_WRITE)
     q["dram_read_bytes"] = rd if rd is not None else math.nan
     q["dram_write_bytes"] = wr if wr is not None else math.nan
@@ -216,7 +331,7 @@ def kernel_quantities(m: dict[str, float]) -> tuple[dict[str, float], dict[str, 
     q["time_s"] = t if t is not None else math.nan
     if t is not None:
         src["time_s"] = TIME_METRIC
-    return q, src
+    return q, src, gaps
 
 
 # ------------------------------------------------------------------------------------ summary
@@ -234,6 +349,19 @@ class NcuSummary:
     """quantity -> counters it came from."""
     phases: pd.DataFrame | None = None
     """per NVTX phase: kernels, time_s, flops_total, dram_bytes and their shares; None without NVTX."""
+    partial: dict[str, str] = field(default_factory=dict)
+    """quantity -> what it lacks, for quantities counted incompletely ("no hadd, hmul counters in
+    3 of 98 kernels"): their totals, and ncu_flops_total, are lower bounds."""
+    cautions: list[str] = field(default_factory=list)
+    """assumptions behind a number that may not hold (tensor FLOPs from instructions on sm_80+)."""
+
+    @property
+    def warnings(self) -> list[str]:
+        """One line per partial quantity and per caution, for the CLI to print."""
+        return [
+            f"{q} is incomplete ({why}): ncu_{q} (where logged) and ncu_flops_total are lower bounds"
+            for q, why in self.partial.items()
+        ] + list(self.cautions)
 
     @property
     def missing(self) -> list[str]:
@@ -281,7 +409,10 @@ class NcuSummary:
             "ncu_measured": ",".join(self.measured),
             "ncu_missing": ",".join(self.missing) or "none",
             "ncu_half_lanes": str(HALF_LANES),
+            "ncu_partial": "; ".join(f"{q}: {why}" for q, why in self.partial.items()) or "none",
         }
+        if self.cautions:
+            tags["ncu_caution"] = " | ".join(self.cautions)[:5000]
         for q, s in sorted(self.sources.items()):
             tags[f"ncu_source_{q}"] = s
         return tags
@@ -304,12 +435,16 @@ def _used_metric(name: str) -> bool:
     return is_relevant(name) and not name.startswith("device__")
 
 
-def summarize(report: NcuReport) -> NcuSummary:
+def summarize(report: NcuReport, capability: tuple[int, int] | None = None) -> NcuSummary:
     """Per-kernel table, totals and phase shares of a parsed report.
 
-    Raises BenchError when the report has no kernels, or when ncu reported ``n/a`` for a counter
-    that feeds a total (a total with holes would be silently wrong).
+    `capability` (compute capability) chooses the FLOPs per tensor instruction; default: what
+    the report says (device attributes or the CC column). Raises BenchError when the report has
+    no kernels, or when ncu reported ``n/a`` for a counter that feeds a total (a total with holes
+    would be silently wrong).
     """
+    if capability is None:
+        capability = device_from_report(report)[1]
     if not report.kernels:
         raise BenchError(
             f"no kernels in {report.source or 'the ncu output'}: ncu profiled nothing "
@@ -323,9 +458,13 @@ def summarize(report: NcuReport) -> NcuSummary:
             "profile without it (--tensor-counters none for tensor counters) or on a GPU that supports it"
         )
     rows, sources = [], {}
+    lacking: dict[str, dict[str, int]] = {}
     for k in report.kernels:
-        q, src = kernel_quantities(k.metrics)
+        q, src, gaps = kernel_quantities(k.metrics, capability)
         sources.update(src)
+        for quantity, absent in gaps.items():
+            lacking.setdefault(quantity, {}).setdefault(absent, 0)
+            lacking[quantity][absent] += 1
         rows.append(_kernel_row(k, q))
     df = pd.DataFrame.from_records(rows, columns=list(KERNEL_COLUMNS))
     measured = [q for q in QUANTITIES if df[q].notna().any()]
@@ -338,7 +477,17 @@ def summarize(report: NcuReport) -> NcuSummary:
     if any(q.startswith("flops_") for q in measured):
         totals["flops_total"] = float(df["flops_total"].sum(skipna=True))
     phases = _phases(df, totals) if report.has_nvtx and df["phase"].notna().any() else None
-    return NcuSummary(kernels=df, totals=totals, measured=measured, sources=sources, phases=phases)
+    n = len(report.kernels)
+    partial = {quantity: "; ".join(f"{why} in {c} of {n} kernels" for why, c in by.items()) for quantity, by in lacking.items()}
+    cautions = []
+    if sources.get("flops_tensor", "").startswith(TENSOR_INST[0].split(".")[0]) and totals.get("flops_tensor"):
+        caution = tensor_inst_caution(capability)
+        if caution:
+            cautions.append(caution)
+    return NcuSummary(
+        kernels=df, totals=totals, measured=measured, sources=sources, phases=phases, partial=partial,
+        cautions=cautions,
+    )  # fmt: skip
 
 
 def _kernel_row(k: NcuKernel, q: dict[str, float]) -> dict:
@@ -410,6 +559,28 @@ def require_roofline(summary: NcuSummary, source: str) -> None:
     )
 
 
+def tensor_flops_gap(summary: NcuSummary, precision: str) -> tuple[str, str] | None:
+    """(tag value, one-line warning) when a half-precision config has no tensor-core FLOPs in its
+    counters, else None. Under fp16/bf16 autocast the convolutions and matmuls run on tensor
+    cores, so without tensor counters ncu_flops_total leaves out most of the work."""
+    if precision not in ("fp16", "bf16"):
+        return None
+    if "flops_tensor" not in summary.measured:
+        return (
+            "no tensor-core counters",
+            f"--precision {precision} but the input has no tensor-core counters: its tensor-core work is missing "
+            "from ncu_flops_total, which is undercounted (profile with sm__ops_path_tensor_* on sm_80+, or "
+            "sm__inst_executed_pipe_tensor.sum on sm_70/75)",
+        )
+    if not summary.totals.get("flops_tensor"):
+        return (
+            "tensor-core counters read 0",
+            f"--precision {precision} but the tensor-core counters read 0: no kernel used tensor cores, which "
+            "autocast should; check that the input was profiled with this config",
+        )
+    return None
+
+
 def device_from_report(report: NcuReport) -> tuple[str | None, tuple[int, int] | None]:
     """(GPU name, compute capability) when the report carries them."""
     name = report.device_name
@@ -432,6 +603,8 @@ __all__ = [
     "DEVICE_NAME_METRIC",
     "HALF_LANES",
     "TENSOR_INST_FLOPS",
+    "tensor_inst_flops",
+    "tensor_inst_caution",
     "NcuSummary",
     "metric_list",
     "summarize",

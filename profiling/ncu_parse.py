@@ -46,6 +46,8 @@ ID_COLUMNS = (
 DETAILS_COLUMNS = ("Metric Name", "Metric Unit", "Metric Value")
 RULE_COLUMNS = ("Rule Name", "Rule Type", "Rule Description", "Estimated Speedup Type", "Estimated Speedup")
 DEVICE_NAME_METRIC = "device__attribute_display_name"
+PHASE_NAMES = ("forward", "backward", "optimizer")
+"""The phase ranges `python -m train --profile-steps K` marks inside `train_step` (train.step.PHASES)."""
 
 # SI scale of unit prefixes (decimal, as ncu prints them: Kbyte = 1,000 byte).
 PREFIXES = {"": 1.0, "K": 1e3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
@@ -91,8 +93,21 @@ class NcuKernel:
 
     @property
     def phase(self) -> str | None:
-        """The innermost NVTX range: start/end ranges first (process-wide, so backward kernels
-        launched from autograd's thread carry them), else push/pop ranges; None without NVTX."""
+        """The training phase the kernel ran in; None without NVTX.
+
+        A known phase name (PHASE_NAMES) among the open ranges wins wherever it sits, so the
+        answer does not depend on the order ranges are listed in (for start/end ranges neither
+        ncu's CSV nor ncu_report documents one). Start/end ranges are looked at first
+        (process-wide, so backward kernels launched from autograd's thread carry them), then
+        push/pop ranges, whose order is the stack order (innermost last). Several known names
+        in one kind (only with nested marks of one's own) resolve to the last listed. Without
+        a known name: the innermost range as listed (e.g. "loss", "optimizer_step" in the L4
+        fixture).
+        """
+        for ranges in (self.nvtx_start_end, self.nvtx_push_pop):
+            known = [name for name in ranges if name in PHASE_NAMES]
+            if known:
+                return known[-1]
         if self.nvtx_start_end:
             return self.nvtx_start_end[-1]
         if self.nvtx_push_pop:
@@ -132,6 +147,75 @@ class NcuReport:
         for k in self.kernels:
             names.update(k.metrics)
         return names
+
+
+# ------------------------------------------------------------------------------------ ncu's messages
+# The nvprof-era names of the course brief's seed set; Nsight Compute has no such metrics.
+LEGACY_NVPROF_METRICS = ("flop_count_sp", "flop_count_hp", "flop_count_dp")
+
+PERM_MESSAGE = (
+    "ncu may not read the GPU performance counters (ERR_NVGPUCTRPERM): run it as root/administrator, "
+    "or allow all users with the NVIDIA driver option NVreg_RestrictProfilingToAdminUsers=0 "
+    "(https://developer.nvidia.com/ERR_NVGPUCTRPERM); in a container also add --cap-add SYS_ADMIN"
+)
+NO_KERNELS_MESSAGE = (
+    "ncu profiled no kernels: with --profile-from-start off only kernels between "
+    "torch.cuda.profiler.start() and stop() count, so check that `python -m train ... --profile-steps K` "
+    "reaches its measured steps, and that --launch-skip is below the number of kernels launched"
+)
+_MISSING_METRIC = re.compile(
+    r"Failed to find metric\s+(?:regex:)?\^?(?P<name>[A-Za-z0-9_]+(?:\\?\.[A-Za-z0-9_]+)*)", re.IGNORECASE
+)
+_APP_ERROR = re.compile(r"The application returned an error code \((?P<code>-?\d+)\)", re.IGNORECASE)
+
+
+def legacy_message(names: list[str]) -> str:
+    return (
+        f"ncu rejects {', '.join(names)}: these are nvprof-era metric names (the course brief's seed set) "
+        "that Nsight Compute does not have; use --metric-set roofline, which counts FLOPs from "
+        "sm__sass_thread_inst_executed_op_{d,f,h}{add,mul,fma}_pred_on.sum (docs/profiling.md)"
+    )
+
+
+def classify_ncu_output(text: str, returncode: int | None = 0) -> str | None:
+    """The one-line reason an ncu run failed, from its output (log file and/or console) and exit
+    code; None when it looks fine. `returncode=None` means "unknown" (an imported file).
+
+    Checked in order: counter permission, unknown (incl. nvprof-era) metrics, the profiled program
+    failing, no kernels profiled, any other ==ERROR== or non-zero exit. Pure: the capture path
+    (profiling.cli) and the import path (parse_ncu_csv, profiling.ncu_report_import) both use it.
+    """
+    text = text or ""
+    if "ERR_NVGPUCTRPERM" in text:
+        return PERM_MESSAGE
+    missing = []
+    for m in _MISSING_METRIC.finditer(text):
+        name = m["name"].replace("\\.", ".")
+        if name not in missing:
+            missing.append(name)
+    if missing:
+        legacy = [n for n in missing if n.split(".")[0] in LEGACY_NVPROF_METRICS]
+        if legacy:
+            return legacy_message([n.split(".")[0] for n in legacy])
+        return (
+            f"ncu does not know metric(s) {', '.join(missing)} on this GPU or ncu version: list the available "
+            "ones with `ncu --query-metrics`, drop them from --metrics, or choose --tensor-counters inst|none"
+        )
+    app = _APP_ERROR.search(text)
+    if app:
+        return (
+            f"the profiled program failed under ncu (exit code {app['code']}): read its output and try "
+            "the same `python -m train ... --profile-steps K` without ncu"
+        )
+    if re.search(r"No kernels were profiled", text, re.IGNORECASE):
+        return NO_KERNELS_MESSAGE
+    errors = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("==ERROR==")]
+    if errors:
+        return f"ncu failed: {errors[-1][len('==ERROR=='):].strip()}"
+    if returncode not in (0, None):
+        last = next((ln.strip() for ln in reversed(text.splitlines()) if ln.strip()), "no output")
+        return f"ncu exited with code {returncode}: {last[:300]}"
+    return None
 
 
 # ------------------------------------------------------------------------------------ values
@@ -239,7 +323,8 @@ def parse_ncu_csv(text: str, keep: Callable[[str], bool] | None = None, source: 
     """Parse the text ncu wrote with ``--csv`` (log file or captured stdout).
 
     `keep(metric_name)` limits which metrics are stored (large raw exports have ~500 columns);
-    the device name is always kept. Raises NcuParseError when no ncu table is found.
+    the device name is always kept. Raises NcuParseError when no ncu table is found, or when a
+    table header is followed by no readable result row.
     """
     if text.startswith("\ufeff"):
         text = text[1:]
@@ -271,9 +356,29 @@ def parse_ncu_csv(text: str, keep: Callable[[str], bool] | None = None, source: 
     report = NcuReport(kernels=[], page="", messages=messages, program_lines=program, source=source)
     if all(c in header for c in DETAILS_COLUMNS):
         _parse_details(header, rows, report, keep)
+        candidates = len(table) - 1
     else:
-        _parse_raw(header, rows, report, keep)
+        units_row = _parse_raw(header, rows, report, keep)
+        candidates = len(table) - 1 - int(units_row)
+    if not report.kernels:
+        raise NcuParseError(_no_results_reason(source, messages, table, candidates))
     return report
+
+
+def _no_results_reason(source: str, messages: list[str], table: list[str], candidates: int) -> str:
+    """Why a table with an ncu header gave no kernels. Never the launch-skip hint: a real ncu run
+    that profiles nothing prints no table at all ("No kernels were profiled", classified below)."""
+    reason = classify_ncu_output("\n".join(messages), None)
+    if reason:
+        return f"{source} holds ncu's messages but no counter table: {reason}"
+    export = "export it again on the profiling machine (`ncu --import report.ncu-rep --csv --page raw`)"
+    if candidates <= 0:
+        return f"{source} has an ncu table header but no result rows (a truncated export?): {export}"
+    first = next((ln.strip() for ln in table[1:] if ln.strip()), "")
+    return (
+        f"{source}: none of the {candidates} rows under its ncu table header could be read as a result "
+        f"(first: {first[:60]!r}): the file is damaged or not ncu CSV output; {export}"
+    )
 
 
 def _no_table_reason(text: str, source: str, messages: list[str]) -> str:
@@ -282,9 +387,11 @@ def _no_table_reason(text: str, source: str, messages: list[str]) -> str:
             f"{source} is nvprof output, not Nsight Compute: nvprof metrics (flop_count_sp, ...) "
             "do not exist on current GPUs; profile with `python -m profiling` or export with ncu --csv"
         )
-    errors = [m for m in messages if m.startswith("==ERROR==")]
-    if errors:
-        return f"{source} has no ncu table; ncu said: {errors[-1]}"
+    # ncu's console output or log without a table (e.g. saved from a failed run elsewhere): the
+    # same one-line reasons as a failed capture
+    reason = classify_ncu_output("\n".join(messages), None)
+    if reason:
+        return f"{source} holds ncu's messages but no counter table: {reason}"
     return (
         f"{source} is not Nsight Compute CSV output (no header row starting with \"ID\"): export with "
         "`ncu --csv --page details` or `ncu --import report.ncu-rep --csv --page raw`, or pass the .ncu-rep"
@@ -374,7 +481,8 @@ def _parse_details(header: list[str], rows: Iterable[list[str]], report: NcuRepo
             _store(k, name, row[i_unit], row[i_val], report)
 
 
-def _parse_raw(header: list[str], rows: Iterable[list[str]], report: NcuReport, keep) -> None:
+def _parse_raw(header: list[str], rows: Iterable[list[str]], report: NcuReport, keep) -> bool:
+    """Fill `report` from a raw page; True when the units row was seen."""
     report.page = "raw"
     if "Kernel Name" not in header:
         raise NcuParseError(
@@ -407,3 +515,4 @@ def _parse_raw(header: list[str], rows: Iterable[list[str]], report: NcuReport, 
         for i, h in metric_cols:
             _store(k, h, units[i] if units else "", row[i], report)
         report.kernels.append(k)
+    return units is not None

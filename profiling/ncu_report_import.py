@@ -16,7 +16,7 @@ from typing import Callable
 
 from common.errors import BenchError, one_line
 from profiling.ncu_metrics import is_relevant
-from profiling.ncu_parse import DEVICE_NAME_METRIC, NcuKernel, NcuReport, unit_scale
+from profiling.ncu_parse import DEVICE_NAME_METRIC, NcuKernel, NcuReport, classify_ncu_output, unit_scale
 
 NCU_REP_SUFFIXES = (".ncu-rep", ".ncu-repz")
 
@@ -43,6 +43,60 @@ def load_ncu_rep(path: str | Path, keep: Callable[[str], bool] = is_relevant) ->
         raise BenchError(f"cannot read {p.name} as an Nsight Compute report: {one_line(exc)}") from exc
 
     report = NcuReport(kernels=[], page="ncu-rep", source=p.name)
+    _add_results(ctx, report, keep)
+    if not report.kernels:
+        raise BenchError(empty_report_reason(p.name, _head(p)))
+    return report
+
+
+REPORT_MAGIC = b"NVR\x00"
+"""First bytes of an uncompressed .ncu-rep (seen in the T4 fixture; not a documented format)."""
+
+
+def empty_report_reason(name: str, head: bytes) -> str:
+    """Why a file ncu_report opened without error gave no results (pure, from its first bytes).
+
+    ncu_report.load_report does not raise on garbage: 2000 random bytes load as a report with no
+    ranges, and so does a report missing its last bytes. So: text made of ncu's messages gets the
+    capture path's one-line reason; a file that starts like a report is a truncated/damaged one
+    (or one whose ncu run profiled nothing); anything else is not a readable report.
+    """
+    text = head.decode("utf-8", errors="strict") if _is_text(head) else ""
+    if text:
+        messages = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("==")]
+        reason = classify_ncu_output("\n".join(messages), None)
+        if reason:
+            return f"{name} holds ncu's messages but no counter table: {reason}"
+    if head.startswith(REPORT_MAGIC):
+        return (
+            f"{name} starts like an Nsight Compute report but ncu_report reads no profiled kernel from it: the "
+            "file is truncated or damaged (copy it again), or the ncu run that wrote it profiled nothing"
+        )
+    return (
+        f"{name} is not a readable Nsight Compute report (ncu_report finds no results in it): copy the "
+        "file again, or export a CSV where it was made with `ncu --import report.ncu-rep --csv --page raw`"
+    )
+
+
+def _head(p: Path, n: int = 65536) -> bytes:
+    try:
+        with open(p, "rb") as fh:
+            return fh.read(n)
+    except OSError:
+        return b""
+
+
+def _is_text(head: bytes) -> bool:
+    if not head or b"\x00" in head:
+        return False
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _add_results(ctx, report: NcuReport, keep: Callable[[str], bool]) -> None:
     next_id = 0
     for r in range(ctx.num_ranges()):
         rng = ctx.range_by_idx(r)
@@ -59,7 +113,6 @@ def load_ncu_rep(path: str | Path, keep: Callable[[str], bool] = is_relevant) ->
             k.nvtx_push_pop, k.nvtx_start_end = pp, se
             report.has_nvtx = report.has_nvtx or bool(pp or se)
             report.kernels.append(k)
-    return report
 
 
 def _result_id(action, default: int) -> int:
@@ -123,12 +176,18 @@ def _copy_launch(action, k: NcuKernel) -> None:
         k.attrs["CC"] = f"{int(major)}.{int(minor)}"
 
 
+MAX_NVTX_RANGES = 256
+"""Ranges read per domain and kind (a guard against a reader that never returns None)."""
+
+
 def _nvtx(action) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(push/pop range names in stack order, start/end range names) of the action's NVTX state.
 
-    Best effort: written against the ncu_report API (INvtxState.domains, domain_by_id,
-    INvtxDomainInfo.push_pop_range(i), start_end_range(i), INvtxRange.name); no recorded report with
-    NVTX ranges was available to test it (docs/profiling.md).
+    Written against the ncu_report API (INvtxState.domains, domain_by_id,
+    INvtxDomainInfo.push_pop_range(i), start_end_range(i), INvtxRange.name/message). The package
+    documents push_pop_range's index as the call-stack order; it documents no order for
+    start/end ranges, so the phase is chosen by name (NcuKernel.phase), not by position. Tested
+    with stand-in objects: no recorded report with NVTX ranges was available (docs/profiling.md).
     """
     try:
         state = action.nvtx_state()
@@ -142,15 +201,13 @@ def _nvtx(action) -> tuple[tuple[str, ...], tuple[str, ...]]:
         for dom_id in state.domains():
             dom = state.domain_by_id(dom_id)
             for getter, out in ((dom.push_pop_range, push_pop), (dom.start_end_range, start_end)):
-                i = 0
-                while True:
+                for i in range(MAX_NVTX_RANGES):
                     rng = getter(i)
                     if rng is None:
                         break
                     name = rng.name() or rng.message()
                     if name:
                         out.append(name)
-                    i += 1
     except Exception:  # noqa: BLE001 - keep the counters even when NVTX cannot be read
         return tuple(push_pop), tuple(start_end)
     return tuple(push_pop), tuple(start_end)

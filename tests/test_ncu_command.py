@@ -13,6 +13,7 @@ from profiling.ncu_command import (
     classify_ncu_output,
     ncu_argv,
     resolve_ncu,
+    run_ncu,
     train_argv,
 )
 
@@ -137,3 +138,44 @@ def test_ncu_not_on_path_says_how_to_install():
     with pytest.raises(BenchError, match="ncu not found at /nonexistent/ncu: install"):
         resolve_ncu("/nonexistent/ncu")
     assert resolve_ncu("ncu", which=lambda name: "/usr/local/cuda/bin/ncu") == "/usr/local/cuda/bin/ncu"
+
+
+# ---------------------------------------------------------------- run_ncu: tee and keep the console
+def _script(tmp_path: Path, body: str) -> list[str]:
+    import sys
+
+    f = tmp_path / "fake_ncu.py"
+    f.write_text("import sys\n" + body)
+    return [sys.executable, str(f)]
+
+
+def test_run_ncu_shows_and_keeps_stdout_and_stderr(tmp_path, capsys):
+    argv = _script(tmp_path, 'print("program line")\nsys.stdout.flush()\n'
+                             'print("==ERROR== ERR_NVGPUCTRPERM - no permission", file=sys.stderr)\nsys.exit(3)\n')
+    ran = run_ncu(argv, tmp_path / "log.csv", say=lambda line: None)
+    assert ran.returncode == 3
+    # two pipes, two reader threads: which stream's line is kept first is not defined
+    assert sorted(ran.console.splitlines()) == ["==ERROR== ERR_NVGPUCTRPERM - no permission", "program line"]
+    seen = capsys.readouterr()
+    assert seen.out == "program line\n" and seen.err == "==ERROR== ERR_NVGPUCTRPERM - no permission\n"
+    assert classify_ncu_output(ran.console, ran.returncode) == PERM_MESSAGE
+
+
+def test_run_ncu_keeps_every_ncu_line_and_only_the_tail_of_the_rest(tmp_path, capsys):
+    from profiling.ncu_command import CONSOLE_TAIL_LINES
+
+    argv = _script(tmp_path, 'print("==PROF== Connected to process 1")\n'
+                             'for i in range(1000): print(f"step {i}")\n'
+                             'print("==WARNING== No kernels were profiled.")\n')
+    ran = run_ncu(argv, tmp_path / "log.csv", say=lambda line: None)
+    lines = ran.console.splitlines()
+    assert ran.returncode == 0 and len(lines) == CONSOLE_TAIL_LINES + 2
+    assert lines[0] == "==PROF== Connected to process 1" and lines[-1] == "==WARNING== No kernels were profiled."
+    assert lines[1] == f"step {1000 - CONSOLE_TAIL_LINES}" and lines[-2] == "step 999"
+    assert len(capsys.readouterr().out.splitlines()) == 1002  # the terminal saw everything
+    assert classify_ncu_output(ran.console, 0) == NO_KERNELS_MESSAGE
+
+
+def test_run_ncu_that_cannot_start_says_how_to_install(tmp_path):
+    with pytest.raises(BenchError, match="cannot start /nonexistent/ncu: .*install Nsight Compute"):
+        run_ncu(["/nonexistent/ncu"], tmp_path / "log.csv")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import random
 from pathlib import Path
 
 import pytest
@@ -80,6 +81,35 @@ def test_t4_ncu_rep_flops_from_rates_times_cycles(ncu_dir):
     M.require_roofline(s, "t4.ncu-rep")
 
 
+def test_random_bytes_named_ncu_rep_are_not_a_readable_report(tmp_path):
+    bad = tmp_path / "bad.ncu-rep"
+    bad.write_bytes(random.Random(3).randbytes(2000))  # ncu_report loads this as a report with no ranges
+    with pytest.raises(BenchError) as err:
+        load_ncu_rep(bad)
+    msg = str(err.value)
+    assert msg.startswith("bad.ncu-rep is not a readable Nsight Compute report (ncu_report finds no results in it)")
+    assert "launch-skip" not in msg and "\n" not in msg
+
+
+def test_truncated_ncu_rep_is_called_truncated_not_empty(ncu_dir, tmp_path):
+    data = (ncu_dir / "t4_matrix_add_1000x1000_set_full.ncu-rep").read_bytes()
+    cut = tmp_path / "cut.ncu-rep"
+    cut.write_bytes(data[:-10])  # the last 10 bytes missing: ncu_report reads no range
+    with pytest.raises(BenchError, match=r"^cut.ncu-rep starts like an Nsight Compute report but ncu_report reads no "
+                       r"profiled kernel from it: the file is truncated or damaged"):  # fmt: skip
+        load_ncu_rep(cut)
+
+
+def test_an_ncu_error_log_saved_as_ncu_rep_gets_the_capture_message(tmp_path):
+    from profiling.ncu_parse import PERM_MESSAGE
+
+    log = tmp_path / "report.ncu-rep"
+    log.write_bytes((MESSAGES / "err_nvgpuctrperm.log").read_bytes())
+    with pytest.raises(BenchError) as err:
+        load_ncu_rep(log)
+    assert str(err.value) == f"report.ncu-rep holds ncu's messages but no counter table: {PERM_MESSAGE}"
+
+
 def test_b200_raw_page_has_time_only(ncu_dir):
     s = M.summarize(read_ncu_csv(ncu_dir / "b200_decode_raw_page.csv", keep=M.is_relevant))
     assert s.measured == ["time_s"] and len(s.kernels) == 16
@@ -105,6 +135,33 @@ def test_flops_per_precision_add_mul_2fma_and_half2_lanes():
     assert s.intensity("dram") == 1.0
 
 
+def test_a_precision_with_only_some_counters_is_recorded_as_partial():
+    c = M.op_counter
+    q, src, gaps = M.kernel_quantities({c("hfma"): 10, c("fadd"): 1, c("fmul"): 2, c("ffma"): 3})
+    assert q["flops_fp16"] == 40 and gaps == {"flops_fp16": "no hadd, hmul counters"}  # 4 * 10, hadd/hmul unknown
+    assert q["flops_fp32"] == 9 and "flops_fp32" not in gaps and math.isnan(q["flops_fp64"])
+    s = M.summarize(
+        _report(
+            {c("hfma"): 10, c("fadd"): 1, c("fmul"): 2, c("ffma"): 3, "dram__bytes.sum": 7},
+            {c("hfma"): 5, c("hadd"): 1, c("fadd"): 1, c("fmul"): 0, c("ffma"): 0, "dram__bytes.sum": 7},
+        )
+    )
+    assert s.totals["flops_fp16"] == 40 + (20 + 2) and s.totals["flops_fp32"] == 9 + 1
+    assert s.partial == {"flops_fp16": "no hadd, hmul counters in 1 of 2 kernels; no hmul counter in 1 of 2 kernels"}
+    assert s.mlflow_tags()["ncu_partial"] == (
+        "flops_fp16: no hadd, hmul counters in 1 of 2 kernels; no hmul counter in 1 of 2 kernels"
+    )
+    assert s.warnings == [
+        "flops_fp16 is incomplete (no hadd, hmul counters in 1 of 2 kernels; no hmul counter in 1 of 2 "
+        "kernels): ncu_flops_fp16 (where logged) and ncu_flops_total are lower bounds"
+    ]
+
+
+def test_complete_precisions_are_not_partial(ncu_dir):
+    s = M.summarize(read_ncu_csv(ncu_dir / "l4_resnet18_bs64_train_step_details_nvtx.csv", keep=M.is_relevant))
+    assert s.partial == {} and s.warnings == [] and s.mlflow_tags()["ncu_partial"] == "none"
+
+
 def test_smsp_counters_and_rate_times_cycles_count_the_same():
     a = M.kernel_quantities({"smsp__sass_thread_inst_executed_op_ffma_pred_on.sum": 5})[0]
     b = M.kernel_quantities(
@@ -114,12 +171,12 @@ def test_smsp_counters_and_rate_times_cycles_count_the_same():
 
 
 def test_sm_and_smsp_counter_of_the_same_op_are_not_added_twice():
-    q, _ = M.kernel_quantities({M.op_counter("fadd"): 7, M.op_counter("fadd", "smsp"): 7})
+    q, _, _ = M.kernel_quantities({M.op_counter("fadd"): 7, M.op_counter("fadd", "smsp"): 7})
     assert q["flops_fp32"] == 7
 
 
 def test_tensor_ops_counters_base_names_win_sparsity_variants_fill_in_ints_excluded():
-    q, src = M.kernel_quantities(
+    q, src, _ = M.kernel_quantities(
         {
             "sm__ops_path_tensor_src_fp16_dst_fp32.sum": 1000,
             "sm__ops_path_tensor_src_fp16_dst_fp32_sparsity_off.sum": 1000,  # part of the base: not added
@@ -131,13 +188,112 @@ def test_tensor_ops_counters_base_names_win_sparsity_variants_fill_in_ints_exclu
     assert q["flops_tensor"] == 1032 and src["flops_tensor"] == "sm__ops_path_tensor"
 
 
-def test_tensor_instructions_before_sm80_times_512():
-    q, src = M.kernel_quantities({"sm__inst_executed_pipe_tensor.sum": 3})
-    assert q["flops_tensor"] == 3 * 512 and src["flops_tensor"] == "sm__inst_executed_pipe_tensor_x512"
+T = "sm__ops_path_tensor_"
+
+
+@pytest.mark.parametrize(
+    "counters, ops",
+    [
+        # the src_fp16 aggregate covers both destinations: 3000, not 3000 + 1000 + 2000
+        ({T + "src_fp16.sum": 3000, T + "src_fp16_dst_fp16.sum": 1000, T + "src_fp16_dst_fp32.sum": 2000}, 3000),
+        # without the aggregate the destinations add up: 1000 + 2000, plus bf16 500 and tf32 7
+        ({T + "src_fp16_dst_fp16.sum": 1000, T + "src_fp16_dst_fp32.sum": 2000,
+          T + "src_bf16_dst_fp32.sum": 500, T + "src_tf32_dst_fp32.sum": 7}, 3507),
+        # dst counters win over dst-less sparsity variants of the same source (they overlap): 90 + 30
+        ({T + "src_fp8_sparsity_off.sum": 100, T + "src_fp8_sparsity_on.sum": 20,
+          T + "src_fp8_dst_fp32.sum": 90, T + "src_fp8_dst_fp16.sum": 30}, 120),
+        # only sparsity variants: summed
+        ({T + "src_fp8_sparsity_off.sum": 100, T + "src_fp8_sparsity_on.sum": 20}, 120),
+        # one destination via its base, the other via its sparsity variants: 40 + (5 + 6)
+        ({T + "src_fp16_dst_fp32.sum": 40, T + "src_fp16_dst_fp16_sparsity_off.sum": 5,
+          T + "src_fp16_dst_fp16_sparsity_on.sum": 6}, 51),
+        # instruction-specific (Blackwell) counters only when no generic one of that source exists
+        ({T + "op_utcqmma_src_fp8_dst_fp32.sum": 64, T + "src_fp8_dst_fp32.sum": 64}, 64),
+        ({T + "op_utcqmma_src_fp8_dst_fp32.sum": 64, T + "op_utcomma_src_fp4_dst_fp32.sum": 16}, 80),
+        # multi-type sources keep their underscores: fp4_fp6_fp8 is one source
+        ({T + "src_fp4_fp6_fp8_dst_fp32.sum": 8, T + "src_fp4_fp6_fp8_dst_fp16.sum": 2, T + "src_fp4_dst_fp32.sum": 1}, 11),
+        # realtime variants and integer/binary sources are skipped
+        ({T + "src_fp64.sum": 9, T + "src_fp64_realtime.sum": 9, T + "src_int4.sum": 99, T + "src_b1.sum": 99}, 9),
+    ],
+)  # fmt: skip
+def test_tensor_ops_count_each_op_once(counters, ops):
+    q, src, gaps = M.kernel_quantities(counters)
+    assert q["flops_tensor"] == ops and src["flops_tensor"] == "sm__ops_path_tensor" and gaps == {}
+
+
+def test_tensor_ops_rates_fall_back_to_smsp_cycles():
+    rate = {T + "src_fp16.sum.per_cycle_elapsed": 2.5}
+    q, src, _ = M.kernel_quantities({**rate, "smsp__cycles_elapsed.avg": 1000})  # no sm__cycles_elapsed.avg
+    assert q["flops_tensor"] == 2500 and src["flops_tensor"] == "sm__ops_path_tensor_per_cycle_elapsed_x_smsp__cycles_elapsed.avg"
+    q, src, _ = M.kernel_quantities({**rate, "sm__cycles_elapsed.avg": 400, "smsp__cycles_elapsed.avg": 1000})
+    assert q["flops_tensor"] == 1000 and src["flops_tensor"].endswith("_x_sm__cycles_elapsed.avg")  # its own unit first
+    q, _, _ = M.kernel_quantities({**rate, T + "src_fp16.sum": 7, "smsp__cycles_elapsed.avg": 1000})
+    assert q["flops_tensor"] == 7  # a count wins over the rate of the same counter
+    assert math.isnan(M.kernel_quantities(rate)[0]["flops_tensor"])  # no cycles at all: not measured
+
+
+def test_sass_rates_of_sm_counters_fall_back_to_smsp_cycles():
+    q, src, _ = M.kernel_quantities({M.op_counter("fadd") + ".per_cycle_elapsed": 0.5, "smsp__cycles_elapsed.avg": 8})
+    assert q["flops_fp32"] == 4 and src["flops_fp32"] == "sass_thread_inst_executed_per_cycle_elapsed_x_smsp__cycles_elapsed.avg"
+
+
+def test_t4_fixture_sm_and_smsp_elapsed_cycles_are_the_same_clock(ncu_dir):
+    """The fact the fallback rests on, in a real report."""
+    import ncu_report
+
+    action = ncu_report.load_report(str(ncu_dir / "t4_matrix_add_1000x1000_set_full.ncu-rep")).range_by_idx(0).action_by_idx(0)
+    sm, smsp = (action.metric_by_name(f"{u}__cycles_elapsed.avg").as_double() for u in ("sm", "smsp"))
+    assert sm == smsp == pytest.approx(28_419.6, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    "cap, flops",
+    [((7, 0), 3 * 512), ((7, 2), 3 * 512), ((7, 5), 3 * 2048), ((8, 0), 3 * 4096), ((8, 6), 3 * 4096), ((8, 9), 3 * 4096)],
+)
+def test_tensor_instructions_times_the_factor_of_the_architecture(cap, flops):
+    q, src, gaps = M.kernel_quantities({"sm__inst_executed_pipe_tensor.sum": 3}, cap)
+    assert q["flops_tensor"] == flops and src["flops_tensor"] == f"sm__inst_executed_pipe_tensor_x{flops // 3}"
+    assert gaps == {}
+
+
+@pytest.mark.parametrize("cap, where", [((9, 0), "sm_90"), ((12, 0), "sm_120"), (None, "an unknown GPU")])
+def test_tensor_instructions_without_a_known_factor_are_a_gap_not_a_guess(cap, where):
+    q, _, gaps = M.kernel_quantities({"sm__inst_executed_pipe_tensor.sum": 3}, cap)
+    assert math.isnan(q["flops_tensor"])
+    assert gaps == {"flops_tensor": f"tensor instructions without a FLOPs-per-instruction factor for {where}"}
+    q, _, gaps = M.kernel_quantities({"sm__inst_executed_pipe_tensor.sum": 0}, cap)
+    assert q["flops_tensor"] == 0 and gaps == {}  # no tensor work needs no factor
+
+
+def test_tensor_instructions_on_sm80_plus_are_counted_with_a_caution_and_refused_on_sm90():
+    r = _report({"sm__inst_executed_pipe_tensor.sum": 2, M.op_counter("fadd"): 1, M.op_counter("fmul"): 0,
+                 M.op_counter("ffma"): 0, "dram__bytes.sum": 1})  # fmt: skip
+    s = M.summarize(r, (8, 6))
+    assert s.totals["flops_tensor"] == 8192 and s.totals["flops_total"] == 8193
+    assert s.cautions == [M.tensor_inst_caution((8, 6))] and s.warnings == s.cautions
+    assert s.cautions[0].startswith("tensor FLOPs from sm__inst_executed_pipe_tensor.sum x 4096 assume every tensor "
+                                    "instruction on sm_86 is an fp16/bf16 HMMA.16816")  # fmt: skip
+    assert s.mlflow_tags()["ncu_caution"] == s.cautions[0]
+    assert M.summarize(r, (7, 0)).cautions == [] and M.summarize(r, (7, 0)).totals["flops_tensor"] == 1024
+    s75 = M.summarize(r, (7, 5))
+    assert s75.totals["flops_tensor"] == 4096 and s75.cautions == [M.tensor_inst_caution((7, 5))]
+    assert "volta_*884*" in s75.cautions[0] and "over-counted 4x" in s75.cautions[0]
+    s90 = M.summarize(r, (9, 0))
+    assert "flops_tensor" not in s90.measured and s90.totals["flops_total"] == 1
+    assert s90.partial == {"flops_tensor": "tensor instructions without a FLOPs-per-instruction factor for sm_90 in 1 of 1 kernels"}
+    assert M.tensor_inst_caution((9, 0)).startswith("no FLOPs-per-instruction factor is known for sm_90")
+    assert M.tensor_inst_caution((7, 0)) is None and M.tensor_inst_caution(None) is None
+    assert M.tensor_inst_flops((8, 9)) == 4096 and M.tensor_inst_flops((9, 0)) is None
+
+
+def test_summarize_reads_the_capability_from_the_report():
+    k = NcuKernel(id=0, name="k", attrs={"CC": "7.5"}, metrics={"sm__inst_executed_pipe_tensor.sum": 1, "dram__bytes.sum": 1})
+    s = M.summarize(NcuReport(kernels=[k], page="details", source="x"))
+    assert s.totals["flops_tensor"] == 2048
 
 
 def test_cache_bytes_and_sector_fallback():
-    q, src = M.kernel_quantities({"lts__t_bytes.sum": 640, "l1tex__t_sectors.sum": 10})
+    q, src, _ = M.kernel_quantities({"lts__t_bytes.sum": 640, "l1tex__t_sectors.sum": 10})
     assert q["l2_bytes"] == 640 and src["l2_bytes"] == "lts__t_bytes.sum"
     assert q["l1_bytes"] == 320 and src["l1_bytes"] == "l1tex__t_sectors.sum_x32"
 
@@ -215,3 +371,121 @@ def test_seed_metric_set_and_unknown_set():
 @pytest.mark.parametrize("cap, mode", [(None, "ops"), ((9, 0), "ops"), ((8, 0), "ops"), ((7, 5), "inst"), ((6, 1), "none")])
 def test_tensor_counters_by_compute_capability(cap, mode):
     assert M.tensor_counters_for(cap) == mode
+
+
+# ---------------------------------------------------------------- .ncu-rep NVTX phases, with stand-in ncu_report objects
+class _Metric:
+    def __init__(self, value, unit=""):
+        self.value, self._unit = value, unit
+
+    def has_value(self):
+        return self.value is not None
+
+    def as_double(self):
+        return float(self.value)
+
+    def as_uint64(self):
+        return int(self.value)
+
+    def as_string(self):
+        return str(self.value)
+
+    def unit(self):
+        return self._unit
+
+
+class _Range:
+    """INvtxRange as train's nvtx.start_range(message=...) leaves it: no name, the text in message."""
+
+    def __init__(self, text):
+        self.text = text
+
+    def name(self):
+        return ""
+
+    def message(self):
+        return self.text
+
+
+class _Domain:
+    def __init__(self, push_pop=(), start_end=()):
+        self.pp, self.se = [_Range(n) for n in push_pop], [_Range(n) for n in start_end]
+
+    def push_pop_range(self, i):
+        return self.pp[i] if i < len(self.pp) else None
+
+    def start_end_range(self, i):
+        return self.se[i] if i < len(self.se) else None
+
+
+class _State:
+    def __init__(self, *domains):
+        self.doms = dict(enumerate(domains))
+
+    def domains(self):
+        return tuple(self.doms)
+
+    def domain_by_id(self, i):
+        return self.doms[i]
+
+
+class _Action:
+    def __init__(self, name, metrics, state):
+        self._name, self.metrics, self.state = name, metrics, state
+
+    def name(self):
+        return self._name
+
+    def metric_names(self):
+        return tuple(self.metrics)
+
+    def metric_by_name(self, n):
+        return self.metrics.get(n)
+
+    def nvtx_state(self):
+        return self.state
+
+
+class _Ctx:
+    def __init__(self, actions):
+        self.actions = actions
+
+    def num_ranges(self):
+        return 1
+
+    def range_by_idx(self, i):
+        return self
+
+    def num_actions(self):
+        return len(self.actions)
+
+    def action_by_idx(self, a):
+        return self.actions[a]
+
+
+def test_ncu_rep_phases_come_from_the_known_name_not_the_range_order():
+    from profiling.ncu_report_import import _add_results
+
+    def action(name, flops, state):
+        return _Action(name, {M.op_counter("fadd"): _Metric(flops, "inst"), "dram__bytes.sum": _Metric(10, "byte"),
+                              "gpu__time_duration.sum": _Metric(1, "usecond")}, state)  # fmt: skip
+
+    ctx = _Ctx(
+        [
+            # start/end ranges listed inner-first, then outer: by order the phase would be "train_step"
+            action("conv_fwd", 30, _State(_Domain(start_end=("forward", "train_step")))),
+            # listed outer-first in another domain order
+            action("conv_bwd", 60, _State(_Domain(start_end=("train_step",)), _Domain(start_end=("backward",)))),
+            # push/pop only, with a user range inside the phase (stack order, innermost last)
+            action("sgd", 10, _State(_Domain(push_pop=("train_step", "optimizer", "foreach_add")))),
+            action("memcpy", 0, None),  # no NVTX state at all
+        ]
+    )
+    report = NcuReport(kernels=[], page="ncu-rep", source="stand-in")
+    _add_results(ctx, report, M.is_relevant)
+    assert [k.phase for k in report.kernels] == ["forward", "backward", "optimizer", None]
+    assert report.has_nvtx and report.kernels[0].nvtx_start_end == ("forward", "train_step")
+    ph = M.summarize(report).phases
+    assert ph["kernels"].to_dict() == {"forward": 1, "backward": 1, "optimizer": 1, "none": 1}
+    assert ph.loc["backward", "flops_share"] == 0.6 and ph.loc["forward", "flops_share"] == 0.3
+    assert ph.loc["optimizer", "time_share"] == 0.25

@@ -9,7 +9,10 @@ from pathlib import Path
 import pytest
 
 from profiling.ncu_parse import (
+    NO_KERNELS_MESSAGE,
+    PERM_MESSAGE,
     NcuParseError,
+    legacy_message,
     nvtx_ranges,
     parse_ncu_csv,
     parse_number,
@@ -207,6 +210,96 @@ def test_nvprof_output_is_named_as_such():
         read_ncu_csv(MESSAGES / "nvprof_metrics.csv")
 
 
-def test_log_with_only_ncu_errors_reports_the_error():
-    with pytest.raises(NcuParseError, match="ERR_NVGPUCTRPERM"):
-        read_ncu_csv(MESSAGES / "err_nvgpuctrperm.log")
+@pytest.mark.parametrize(
+    "log, reason",
+    [
+        ("err_nvgpuctrperm.log", PERM_MESSAGE),
+        ("no_kernels.log", NO_KERNELS_MESSAGE),
+        ("legacy_flop_count_sp.log", legacy_message(["flop_count_sp"])),
+    ],
+)
+def test_a_log_of_ncu_messages_gets_the_same_reason_as_a_failed_capture(log, reason):
+    with pytest.raises(NcuParseError) as err:
+        read_ncu_csv(MESSAGES / log)
+    assert str(err.value) == f"{log} holds ncu's messages but no counter table: {reason}"
+
+
+def test_the_classifier_is_pure_and_imports_no_capture_code():
+    """ncu_parse holds the classifier so the import path can use it: no cycle, no mlflow."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, profiling.ncu_parse as p; "
+        "bad = [m for m in ('mlflow', 'profiling.ncu_command', 'profiling.ncu_metrics', 'profiling.cli') if m in sys.modules]; "
+        "assert not bad, bad; "
+        "assert p.classify_ncu_output('==ERROR== ERR_NVGPUCTRPERM', 1) == p.PERM_MESSAGE"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])
+
+
+DETAILS_HEADER = '"ID","Process ID","Process Name","Host Name","Kernel Name","Metric Name","Metric Unit","Metric Value"'
+
+
+def test_a_table_whose_rows_cannot_be_read_is_not_called_empty(tmp_path):
+    f = tmp_path / "mangled.csv"
+    f.write_text("\n".join([DETAILS_HEADER, '"x7","1","p","h","k","dram__bytes_read.sum","byte","5"', '"x8","1","p"']))
+    with pytest.raises(NcuParseError) as err:
+        read_ncu_csv(f)
+    msg = str(err.value)
+    assert msg.startswith("mangled.csv: none of the 2 rows under its ncu table header could be read as a result")
+    assert "launch-skip" not in msg
+
+
+def test_a_header_without_rows_is_a_truncated_export():
+    with pytest.raises(NcuParseError, match="^cut.csv has an ncu table header but no result rows"):
+        parse_ncu_csv(DETAILS_HEADER + "\n", source="cut.csv")
+    raw = '"ID","Kernel Name","gpu__time_duration.sum"\n"","","ns"\n'  # raw page: header and units row only
+    with pytest.raises(NcuParseError, match="^raw.csv has an ncu table header but no result rows"):
+        parse_ncu_csv(raw, source="raw.csv")
+
+
+# ---------------------------------------------------------------- phase: the known phase name, not the range order
+def _se(*ranges: tuple[int, str]) -> str:
+    return " ".join(f'"{rid}:<default domain>:{name}:none:none:none:none:none:none"' for rid, name in ranges)
+
+
+def _pp(*names: str) -> str:
+    return "77  " + "  ".join(f'"<default domain>:{n}:none:none:none:none:none:none"' for n in names)
+
+
+@pytest.mark.parametrize(
+    "push_pop, start_end, phase",
+    [
+        # start/end ids that list the outer range last: by order the phase would be "train_step"
+        ("", _se((1, "forward"), (2, "train_step")), "forward"),
+        ("", _se((5, "train_step"), (9, "backward")), "backward"),
+        # a user's own range inside the phase: the known name still wins
+        (_pp("train_step", "optimizer", "my_clip_grad"), "", "optimizer"),
+        # start/end (process-wide) before push/pop
+        (_pp("train_step", "forward"), _se((3, "train_step"), (4, "backward")), "backward"),
+        # no known name: the innermost range as listed (the L4 fixture's "loss")
+        (_pp("train_step", "loss"), "", "loss"),
+        ("", "", None),
+    ],
+)
+def test_phase_is_the_known_phase_name_whatever_the_range_order(push_pop, start_end, phase):
+    header = (
+        '"ID","Process ID","Process Name","Host Name",'
+        '"thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg",'
+        '"Id:Domain:Start/Stop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg",'
+        '"Kernel Name","Metric Name","Metric Unit","Metric Value"'
+    )
+    buf = io.StringIO()
+    csv.writer(buf, quoting=csv.QUOTE_ALL, lineterminator="").writerow(
+        ["0", "77", "python3", "h", push_pop, start_end, "k", "gpu__time_duration.sum", "ns", "5"]
+    )
+    (k,) = parse_ncu_csv(header + "\n" + buf.getvalue()).kernels
+    assert k.phase == phase
+
+
+def test_phase_names_are_the_ones_train_marks():
+    from profiling.ncu_parse import PHASE_NAMES
+    from train.step import PHASES
+
+    assert PHASE_NAMES == tuple(p for p in PHASES if p != "train_step")

@@ -2,8 +2,8 @@
 
 The stand-in is a small Python script named `ncu` that the test puts first on PATH. It records the
 argv it was given, copies a recorded ncu output (a fixture CSV, or a message log such as
-ERR_NVGPUCTRPERM) to the `--log-file` it was asked for, prints it when told to, and exits with the
-code it was told. It does not run the `python -m train` child. The CUDA check is replaced by a probe
+ERR_NVGPUCTRPERM) to the `--log-file` it was asked for (or writes none), prints it when told to,
+prints a given line to stderr, and exits with the code it was told. It does not run the `python -m train` child. The CUDA check is replaced by a probe
 passed to `main` (profiling/cli.py).
 """
 from __future__ import annotations
@@ -19,7 +19,9 @@ import pytest
 
 from common import schema
 from profiling import cli
+from profiling import ncu_metrics as M
 from profiling.cli import GpuInfo, NO_GPU_MESSAGE
+from profiling.ncu_parse import NO_KERNELS_MESSAGE, PERM_MESSAGE
 from train.config import TrainConfig
 
 MESSAGES = Path(__file__).resolve().parent / "data" / "ncu_messages"
@@ -35,17 +37,20 @@ if args == ["--version"]:
     sys.exit(0)
 with open(os.environ["STANDIN_ARGV"], "w") as fh:
     json.dump(sys.argv, fh)
+if os.environ.get("STANDIN_STDERR"):
+    print(os.environ["STANDIN_STDERR"], file=sys.stderr)
 log = args[args.index("--log-file") + 1]
-shutil.copyfile(os.environ["STANDIN_OUTPUT"], log)
-if os.environ.get("STANDIN_PRINT"):
-    print(open(log).read())
+if os.environ.get("STANDIN_OUTPUT"):
+    shutil.copyfile(os.environ["STANDIN_OUTPUT"], log)
+    if os.environ.get("STANDIN_PRINT"):
+        print(open(log).read())
 sys.exit(int(os.environ.get("STANDIN_RC", "0")))
 '''
 
 
-def gpu(available=True):
+def gpu(available=True, capability=(8, 9), name="NVIDIA L4"):
     return lambda device, env_label=None: GpuInfo(
-        available, "NVIDIA L4" if available else None, (8, 9) if available else None, {"driver_version": "555.42"}
+        available, name if available else None, capability if available else None, {"driver_version": "555.42"}
     )
 
 
@@ -61,11 +66,13 @@ def standin(tmp_path, monkeypatch):
     argv_file = tmp_path / "standin_argv.json"
     monkeypatch.setenv("STANDIN_ARGV", str(argv_file))
 
-    def configure(output: Path, rc: int = 0, echo: bool = False):
-        monkeypatch.setenv("STANDIN_OUTPUT", str(output))
+    def configure(output: Path | None, rc: int = 0, echo: bool = False, stderr: str | None = None):
+        monkeypatch.setenv("STANDIN_OUTPUT", str(output) if output else "")  # None: write no log file
         monkeypatch.setenv("STANDIN_RC", str(rc))
         if echo:
             monkeypatch.setenv("STANDIN_PRINT", "1")
+        if stderr:
+            monkeypatch.setenv("STANDIN_STDERR", stderr)
         return argv_file
 
     return configure
@@ -127,7 +134,8 @@ def test_capture_end_to_end_with_standin_ncu(tracking, standin, ncu_dir, tmp_pat
     log_name = f"resnet18-b64-fp32-32px-{expected_key}.csv"
     assert arts == {f"ncu/{n}" for n in (log_name, "top_kernels.csv", "kernels.csv", "phases.csv", "command.txt")}
     top = artifact_csv(run.info.run_id, "ncu/top_kernels.csv", tmp_path)
-    assert top["time_s"].is_monotonic_decreasing and top["launches"].sum() <= 98
+    # the fixture has 18 distinct kernel names (fewer than TOP_KERNELS), so every launch is in the table
+    assert top["time_s"].is_monotonic_decreasing and len(top) == 18 and top["launches"].sum() == 98
     kernels = artifact_csv(run.info.run_id, "ncu/kernels.csv", tmp_path)
     assert len(kernels) == 98 and kernels["flops_fp32"].sum() == pytest.approx(4.928e9, rel=1e-3)
     out = capsys.readouterr().out
@@ -161,12 +169,93 @@ def test_capture_failures_end_the_run_failed_with_the_reason(
     assert any(a.endswith(".csv") and "resnet18" in a for a in arts)
 
 
+def test_an_error_ncu_prints_only_to_the_console_is_classified(tracking, standin, tmp_path, capsys):
+    perm_line = (MESSAGES / "err_nvgpuctrperm.log").read_text().splitlines()[1]
+    assert perm_line.startswith("==ERROR== ERR_NVGPUCTRPERM")
+    argv_file = standin(None, rc=1, stderr=perm_line)  # no log file at all, the error on stderr only
+    code = cli.main([*CONFIG, "--out", str(tmp_path / "out"), "--experiment", "prof"], probe=gpu())
+    assert code == 1 and argv_file.exists()
+    run = only_run()
+    assert run.info.status == "FAILED" and run.data.tags["error"] == PERM_MESSAGE
+    err = capsys.readouterr().err.splitlines()
+    assert perm_line in err  # still shown to the user as ncu printed it
+    assert err[-1] == f"error: {PERM_MESSAGE}"
+    local = mlflow.tracking.MlflowClient().download_artifacts(run.info.run_id, "ncu/console.txt", str(tmp_path / "dl"))
+    assert Path(local).read_text() == perm_line + "\n"
+
+
+def test_tensor_counters_inst_warns_on_sm80_plus(tracking, standin, ncu_dir, tmp_path, capsys):
+    argv_file = standin(ncu_dir / L4_CSV)
+    args = [*CONFIG, "--tensor-counters", "inst", "--out", str(tmp_path / "o"), "--experiment", "prof"]
+    assert cli.main(args, probe=gpu(capability=(8, 6), name="NVIDIA GeForce RTX 3090")) == 0
+    metrics = json.loads(argv_file.read_text())
+    metrics = metrics[metrics.index("--metrics") + 1].split(",")
+    assert "sm__inst_executed_pipe_tensor.sum" in metrics and not any("ops_path" in m for m in metrics)
+    out = capsys.readouterr().out.splitlines()
+    assert [ln for ln in out if ln.startswith("warning:")] == [f"warning: --tensor-counters inst: {M.tensor_inst_caution((8, 6))}"]
+    tags = only_run().data.tags
+    assert tags["ncu_tensor_counters"] == "inst" and tags["ncu_caution"] == M.tensor_inst_caution((8, 6))
+
+
+@pytest.mark.parametrize("cap, cc, factor", [((7, 5), "7.5", 2048), ((8, 6), "8.6", 4096)])
+def test_tensor_instruction_caution_is_printed_once(tracking, standin, tmp_path, capsys, cap, cc, factor):
+    counters = {"sm__inst_executed_pipe_tensor.sum": 10, "dram__bytes.sum": 1000,
+                **{M.op_counter(op): 0 for op in ("fadd", "fmul", "ffma")}}  # fmt: skip
+    argv_file = standin(details_csv(tmp_path / "log.csv", [counters], cc=cc))
+    args = [*CONFIG, "--tensor-counters", "inst", "--out", str(tmp_path / "o"), "--experiment", "prof"]
+    assert cli.main(args, probe=gpu(capability=cap)) == 0 and argv_file.exists()
+    run = only_run()
+    assert run.data.metrics["ncu_flops_tensor"] == 10 * factor
+    caution = M.tensor_inst_caution(cap)
+    warnings = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("warning:")]
+    assert len(warnings) == 1 and warnings[0].endswith(caution) and run.data.tags["ncu_caution"] == caution
+
+
+def test_tensor_counters_inst_is_refused_without_a_known_factor(tracking, standin, ncu_dir, tmp_path):
+    argv_file = standin(ncu_dir / L4_CSV)
+    args = [*CONFIG, "--tensor-counters", "inst", "--out", str(tmp_path / "o"), "--experiment", "prof"]
+    assert cli.main(args, probe=gpu(capability=(9, 0), name="NVIDIA H100 80GB HBM3")) == 1
+    run = only_run()
+    assert run.info.status == "FAILED" and not argv_file.exists()  # refused before ncu ran
+    assert run.data.tags["error"].startswith("--tensor-counters inst: no FLOPs-per-instruction factor is known for sm_90")
+
+
 def test_seed_set_asks_ncu_for_the_legacy_names(tracking, standin, tmp_path, capsys):
     argv_file = standin(MESSAGES / "legacy_flop_count_sp.log", rc=1)
-    cli.main([*CONFIG, "--metric-set", "seed", "--out", str(tmp_path / "o"), "--experiment", "prof"], probe=gpu())
+    code = cli.main([*CONFIG, "--metric-set", "seed", "--out", str(tmp_path / "o"), "--experiment", "prof"], probe=gpu())
+    assert code == 1
     seen = json.loads(argv_file.read_text())
     assert seen[seen.index("--metrics") + 1].split(",")[:2] == ["flop_count_sp", "flop_count_hp"]
     assert "note: ncu rejects flop_count_sp, flop_count_hp" in capsys.readouterr().out
+    run = only_run()
+    assert run.info.status == "FAILED" and run.data.tags["error"].startswith("ncu rejects flop_count_sp: these are nvprof-era")
+    assert run.data.params["ncu_metric_set"] == "seed"
+
+
+@pytest.mark.parametrize(
+    "flags, probe, wanted, unwanted",
+    [
+        (["--metrics", "lts__t_sectors.sum, sm__warps_active.avg.pct_of_peak_sustained_active", "--tensor-counters", "none"],
+         gpu(), ["lts__t_sectors.sum", "sm__warps_active.avg.pct_of_peak_sustained_active"], ["tensor"]),
+        (["--tensor-counters", "inst"], gpu(capability=(7, 5), name="Tesla T4"),
+         ["sm__inst_executed_pipe_tensor.sum"], ["ops_path"]),
+        (["--tensor-counters", "ops"], gpu(capability=(7, 5), name="Tesla T4"),
+         ["sm__ops_path_tensor_src_fp16_dst_fp32.sum"], ["inst_executed_pipe_tensor"]),
+        (["--tensor-counters", "auto"], gpu(capability=(7, 0), name="Tesla V100-SXM2-16GB"),
+         ["sm__inst_executed_pipe_tensor.sum"], ["ops_path"]),
+    ],
+)  # fmt: skip
+def test_metrics_and_tensor_counters_flags_reach_the_ncu_argv(tracking, standin, ncu_dir, tmp_path, flags, probe,
+                                                              wanted, unwanted):  # fmt: skip
+    argv_file = standin(ncu_dir / L4_CSV)
+    assert cli.main([*CONFIG, *flags, "--out", str(tmp_path / "o"), "--experiment", "prof"], probe=probe) == 0
+    seen = json.loads(argv_file.read_text())
+    metrics = seen[seen.index("--metrics") + 1].split(",")
+    assert set(wanted) <= set(metrics) and not any(u in m for m in metrics for u in unwanted)
+    assert metrics[: len(M.OPS["fp64"])] == [M.op_counter(op) for op in M.OPS["fp64"]]  # the roofline set first
+    if "--metrics" in flags:
+        assert metrics[-2:] == wanted  # extras last, stripped, in the order given
+        assert only_run().data.params["ncu_extra_metrics"] == ",".join(wanted)
 
 
 def test_ncu_not_on_path(tracking, tmp_path, monkeypatch, capsys):
@@ -179,10 +268,21 @@ def test_ncu_not_on_path(tracking, tmp_path, monkeypatch, capsys):
 
 def test_no_cuda_fails_and_points_to_import(tracking, standin, ncu_dir, tmp_path, capsys):
     argv_file = standin(ncu_dir / L4_CSV)
-    assert cli.main([*CONFIG, "--experiment", "prof", "--out", str(tmp_path / "o")], probe=gpu(False)) == 1
+    asked = []
+
+    def no_cuda(device, env_label=None):
+        asked.append((device, env_label))
+        return GpuInfo(False)
+
+    args = [*CONFIG, "--device", "cuda:1", "--experiment", "prof", "--out", str(tmp_path / "o")]
+    assert cli.main(args, probe=no_cuda) == 1
+    assert asked == [("cuda:1", "lab-l4")]  # the probe was asked about the configured device
     run = only_run()
     assert run.info.status == "FAILED" and run.data.tags["error"] == NO_GPU_MESSAGE
-    assert "--import FILE" in NO_GPU_MESSAGE and not argv_file.exists()  # ncu never ran
+    assert run.data.params["device"] == "cuda:1"
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: {NO_GPU_MESSAGE}"] and "--import FILE" in err[0]
+    assert not argv_file.exists()  # ncu never ran
 
 
 # ---------------------------------------------------------------- --import
@@ -239,6 +339,85 @@ def test_import_failures_end_failed(tracking, ncu_dir, file, extra, message):
     assert run.info.status == "FAILED" and run.data.tags["error"].startswith(message)
 
 
+def test_import_of_a_corrupt_ncu_rep_says_it_is_unreadable(tracking, tmp_path, capsys):
+    bad = tmp_path / "garbage.ncu-rep"
+    bad.write_bytes(bytes((i * 7919 + 13) % 251 for i in range(2000)))
+    assert cli.main([*CONFIG, "--import", str(bad), "--experiment", "prof"]) == 1
+    run = only_run()
+    assert run.info.status == "FAILED"
+    assert run.data.tags["error"].startswith("garbage.ncu-rep is not a readable Nsight Compute report")
+    assert "launch-skip" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "log, message",
+    [
+        ("err_nvgpuctrperm.log", PERM_MESSAGE),
+        ("no_kernels.log", NO_KERNELS_MESSAGE),
+        ("app_error.log", "the profiled program failed under ncu (exit code 1)"),
+    ],
+)
+def test_import_of_an_ncu_error_log_gets_the_capture_message(tracking, capsys, log, message):
+    args = [*CONFIG, "--import", str(MESSAGES / log), "--device-name", "NVIDIA L4", "--experiment", "prof"]
+    assert cli.main(args) == 1
+    run = only_run()
+    assert run.info.status == "FAILED"
+    assert run.data.tags["error"].startswith(f"{log} holds ncu's messages but no counter table: {message}")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0] == f"error: {run.data.tags['error']}"
+
+
+def details_csv(path: Path, kernels: list[dict[str, float]], cc: str = "8.9") -> Path:
+    """A details-page CSV as ncu writes it: one row per kernel and metric (plain units)."""
+    rows = ['"ID","Process ID","Process Name","Host Name","Kernel Name","Device","CC","Metric Name","Metric Unit","Metric Value"']
+    for i, metrics in enumerate(kernels):
+        for name, value in metrics.items():
+            rows.append(f'"{i}","1","python3","h","k{i}","0","{cc}","{name}","","{value}"')
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_import_warns_and_tags_a_partial_precision(tracking, tmp_path, capsys):
+    f = details_csv(tmp_path / "partial.csv", [{"sm__sass_thread_inst_executed_op_hfma_pred_on.sum": 10,
+                                                 "dram__bytes_read.sum": 30, "dram__bytes_write.sum": 10}])  # fmt: skip
+    args = [*CONFIG, "--import", str(f), "--device-name", "NVIDIA L4", "--experiment", "prof"]
+    assert cli.main(args) == 0
+    run = only_run()
+    assert run.data.metrics["ncu_flops_fp16"] == 40 and run.data.metrics["ncu_intensity_dram_flops_per_byte"] == 1.0
+    assert run.data.tags["ncu_partial"] == "flops_fp16: no hadd, hmul counters in 1 of 1 kernels"
+    out = capsys.readouterr().out.splitlines()
+    assert "warning: flops_fp16 is incomplete (no hadd, hmul counters in 1 of 1 kernels): ncu_flops_fp16 " \
+           "(where logged) and ncu_flops_total are lower bounds" in out  # fmt: skip
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_import_of_a_half_precision_config_without_tensor_counters_warns(tracking, ncu_dir, capsys, precision):
+    args = [*CONFIG, "--precision", precision, "--import", str(ncu_dir / L4_CSV), "--device-name", "NVIDIA L4",
+            "--experiment", "prof"]  # fmt: skip
+    assert cli.main(args) == 0
+    run = only_run()
+    assert run.info.status == "FINISHED" and run.data.tags["ncu_tensor_undercount"] == "no tensor-core counters"
+    warnings = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("warning: ")]
+    assert warnings == [
+        f"warning: --precision {precision} but the input has no tensor-core counters: its tensor-core work is "
+        "missing from ncu_flops_total, which is undercounted (profile with sm__ops_path_tensor_* on sm_80+, or "
+        "sm__inst_executed_pipe_tensor.sum on sm_70/75)"
+    ]
+
+
+def test_import_of_half_precision_with_zero_tensor_ops_and_of_fp32_without(tracking, tmp_path, capsys):
+    f = details_csv(tmp_path / "zero.csv", [{"sm__ops_path_tensor_src_fp16.sum": 0, "dram__bytes.sum": 4,
+                                              **{M.op_counter(op): 1 for op in ("fadd", "fmul", "ffma")}}])  # fmt: skip
+    base = ["--import", str(f), "--device-name", "NVIDIA L4", "--experiment", "prof"]
+    assert cli.main([*CONFIG, "--precision", "fp16", *base]) == 0
+    assert only_run().data.tags["ncu_tensor_undercount"] == "tensor-core counters read 0"
+    assert "warning: --precision fp16 but the tensor-core counters read 0" in capsys.readouterr().out
+    mlflow.delete_experiment(mlflow.get_experiment_by_name("prof").experiment_id)
+    assert cli.main([*CONFIG, *base[:-1], "prof2"]) == 0  # fp32: tensor cores are not expected
+    run = mlflow.search_runs(experiment_names=["prof2"], output_format="list")[0]
+    assert "ncu_tensor_undercount" not in run.data.tags and "warning" not in capsys.readouterr().out
+
+
 # ---------------------------------------------------------------- bad input: exit 2, no run
 @pytest.mark.parametrize(
     "args, message",
@@ -254,6 +433,27 @@ def test_bad_input_is_a_usage_error_without_a_run(tracking, capsys, args, messag
     assert cli.main([*args, "--experiment", "prof"], probe=gpu()) == 2
     assert message in capsys.readouterr().err
     assert mlflow.search_runs(experiment_names=["prof"], output_format="list") == []
+
+
+@pytest.mark.parametrize("importing", [True, False], ids=["import", "capture"])
+def test_unknown_model_is_a_usage_error_on_both_paths(tracking, standin, ncu_dir, tmp_path, capsys, importing):
+    argv_file = standin(ncu_dir / L4_CSV)
+    where = ["--import", str(ncu_dir / L4_CSV), "--device-name", "NVIDIA L4"] if importing else ["--out", str(tmp_path / "o")]
+    assert cli.main(["--model", "notamodel", *where, "--experiment", "prof"], probe=gpu()) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: unknown model 'notamodel': see torchvision.models.list_models()"]
+    assert mlflow.search_runs(experiment_names=["prof"], output_format="list") == []
+    assert not argv_file.exists()  # ncu never ran
+
+
+def test_model_name_is_canonicalised_like_train_does(tracking, ncu_dir):
+    args = [*CONFIG, "--model", "ResNet18", "--import", str(ncu_dir / L4_CSV), "--device-name", "NVIDIA L4",
+            "--experiment", "prof"]  # fmt: skip
+    assert cli.main(args) == 0
+    run = only_run()
+    assert run.data.params["model"] == "resnet18"
+    expected = TrainConfig(model="resnet18", batch_size=64, image_size=32, env_label="x").config_key()
+    assert run.data.tags[schema.TAG_CONFIG_KEY] == expected
 
 
 def test_mlproject_style_empty_strings_mean_unset():
