@@ -18,7 +18,9 @@ from analysis.roofline import Roof
 from common import schema
 
 GROUP_KEYS = ["env_label", "device_name", "config_key"]
-CONFIG_PARAMS = ["model", "batch_size", "precision", "image_size", "channels_last", "compile", "optimizer"]
+# the config params kept on a point (the fields of common.schema.CONFIG_KEY_FIELDS)
+CONFIG_PARAMS = ["model", "batch_size", "precision", "image_size", "channels_last", "compile", "optimizer", "num_classes"]
+DEFAULT_NUM_CLASSES = 1000  # torchvision's ImageNet head; other values are named in labels
 TRAIN_METRICS = [
     "throughput_samples_per_s",
     "throughput_std_samples_per_s",
@@ -102,6 +104,7 @@ def train_runs(runs: pd.DataFrame) -> pd.DataFrame:
     out["precision"] = out["precision"].str.lower()
     out["batch_size"] = pd.to_numeric(out["batch_size"], errors="coerce")
     out["image_size"] = pd.to_numeric(out["image_size"], errors="coerce")
+    out["num_classes"] = pd.to_numeric(out["num_classes"], errors="coerce")
     out["repeat"] = pd.to_numeric(col(tr, "params.repeat"), errors="coerce")
     out["parent_run_id"] = text(tr, "tags.mlflow.parentRunId")
     for m in TRAIN_METRICS:
@@ -342,16 +345,20 @@ def evaluate(points: pd.DataFrame, roofs: dict[tuple[str, str], dict[str, Roof |
 
 
 # ------------------------------------------------------------------------------- speed-ups
+SPEEDUP_KEYS = ["env_label", "device_name", "model", "batch_size", "image_size", "num_classes", "channels_last",
+                "compile", "optimizer"]
+
+
 def speedups(points: pd.DataFrame) -> pd.DataFrame:
-    """fp16/bf16 samples/s over fp32 samples/s for the same env, device and config otherwise.
+    """fp16/bf16 samples/s over fp32 samples/s for the same env, device and config otherwise
+    (SPEEDUP_KEYS: every config field but the precision).
 
     SD by first-order propagation of the two independent SDs: s * sqrt((sd_h/h)^2 + (sd_f/f)^2).
     """
-    cols = ["env_label", "device_name", "model", "batch_size", "image_size", "channels_last", "compile",
-            "optimizer", "precision", "speedup", "speedup_sd"]
+    cols = [*SPEEDUP_KEYS, "precision", "label", "speedup", "speedup_sd"]
     if points.empty:
         return pd.DataFrame(columns=cols)
-    keys = ["env_label", "device_name", "model", "batch_size", "image_size", "channels_last", "compile", "optimizer"]
+    keys = SPEEDUP_KEYS
     base = points[points["precision"] == "fp32"][keys + ["throughput_mean_samples_per_s", "throughput_sd_samples_per_s"]]
     half = points[points["precision"].isin(["fp16", "bf16"])]
     m = half.merge(base, on=keys, suffixes=("", "_fp32"))
@@ -361,6 +368,7 @@ def speedups(points: pd.DataFrame) -> pd.DataFrame:
     m["speedup"] = h / f
     rel = np.sqrt((m["throughput_sd_samples_per_s"] / h) ** 2 + (m["throughput_sd_samples_per_s_fp32"] / f) ** 2)
     m["speedup_sd"] = m["speedup"] * rel
+    m["label"] = [point_label(r) for r in m.to_dict("records")]
     return m[cols].sort_values(keys + ["precision"]).reset_index(drop=True)
 
 
@@ -401,13 +409,16 @@ def failed_runs(runs: pd.DataFrame, devices: set[str] | None = None) -> pd.DataF
 
 
 def point_label(row: pd.Series | dict) -> str:
-    """'model/b<batch>/<precision>' plus non-default options (image size, channels_last, compile)."""
+    """'model/b<batch>/<precision>' plus non-default options (image size, classes, channels_last, compile)."""
     b = row.get("batch_size")
     b = int(b) if b is not None and pd.notna(b) else "?"
     label = f"{row.get('model') or '?'}/b{b}/{row.get('precision') or '?'}"
     size = row.get("image_size")
     if size is not None and pd.notna(size) and int(size) != 224:
         label += f"/{int(size)}px"
+    classes = row.get("num_classes")
+    if classes is not None and pd.notna(classes) and int(classes) != DEFAULT_NUM_CLASSES:
+        label += f"/{int(classes)}cls"
     if str(row.get("channels_last", "")).lower() == "true":
         label += "/cl"
     if str(row.get("compile", "")).lower() == "true":

@@ -350,9 +350,7 @@ def intensity_vs_batch(points: pd.DataFrame, path: Path) -> Path:
 
 
 def speedup_vs_batch(speedups: pd.DataFrame, path: Path) -> Path:
-    sp = speedups.copy()
-    sp["label"] = [f"{r['model']}/b{int(r['batch_size'])}/{r['precision']}" for r in sp.to_dict("records")]
-    return _per_env_lines(sp, "speedup", "speedup_sd", path, "speed-up over fp32 (samples/s ratio)",
+    return _per_env_lines(speedups, "speedup", "speedup_sd", path, "speed-up over fp32 (samples/s ratio)",
                           "fp16/bf16 autocast speed-up over fp32 (error bars: ±1 SD, propagated)",
                           logy=False, hline=1.0)
 

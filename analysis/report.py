@@ -15,7 +15,7 @@ from analysis.fmt import num, pct, si
 from analysis.roofline import Roof
 
 SUMMARY_COLUMNS = [
-    "env_label", "device_name", "model", "precision", "batch_size", "image_size", "channels_last", "compile",
+    "env_label", "device_name", "model", "precision", "batch_size", "image_size", "num_classes", "channels_last", "compile",
     "optimizer", "config_key", "n_runs", "throughput_mean_samples_per_s", "throughput_sd_samples_per_s",
     "throughput_sd_kind", "achieved_flops_per_s", "step_time_median_s", "train_flops_per_step",
     "intensity_flops_per_byte", "intensity_source", "modeled_intensity_flops_per_byte", "profile_run_id",
@@ -43,6 +43,12 @@ def _f(v) -> float:
         return math.nan
 
 
+def _int(v) -> str:
+    """A whole number for a table cell; '' when missing."""
+    f = _f(v)
+    return str(int(f)) if math.isfinite(f) else ""
+
+
 def summary_frame(points: pd.DataFrame) -> pd.DataFrame:
     """The summary table with raw SI values (what summary.csv holds)."""
     df = points.copy()
@@ -52,11 +58,12 @@ def summary_frame(points: pd.DataFrame) -> pd.DataFrame:
     df["run_ids"] = [";".join(r) if isinstance(r, list) else str(r) for r in df["run_ids"]]
     df["batch_size"] = df["batch_size"].astype("Int64")
     df["image_size"] = df["image_size"].astype("Int64")
+    df["num_classes"] = pd.to_numeric(df["num_classes"], errors="coerce").astype("Int64")
     return df[SUMMARY_COLUMNS]
 
 
 def summary_markdown(points: pd.DataFrame) -> str:
-    headers = ["environment", "device", "model", "precision", "batch", "runs", "samples/s (mean ± SD)",
+    headers = ["environment", "device", "model", "precision", "batch", "classes", "runs", "samples/s (mean ± SD)",
                "achieved GFLOP/s", "intensity (FLOP/B)", "intensity source", "ceiling", "bound", "efficiency"]
     rows = []
     for p in points.to_dict("records"):
@@ -72,7 +79,7 @@ def summary_markdown(points: pd.DataFrame) -> str:
             bound += f" (hierarchical: {p['hier_limiter']})"
         rows.append([
             p["env_label"], p["device_name"], p["model"], p["precision"],
-            "" if pd.isna(p["batch_size"]) else int(p["batch_size"]), int(p["n_runs"]), thr_txt,
+            _int(p["batch_size"]), _int(p.get("num_classes")), int(p["n_runs"]), thr_txt,
             num(ach / 1e9, 4) if math.isfinite(ach) else "",
             num(_f(p["intensity_flops_per_byte"]), 3), p["intensity_source"], ceiling, bound,
             pct(_f(p.get("efficiency"))),
@@ -113,8 +120,8 @@ def environments_markdown(envs: pd.DataFrame) -> str:
 
 
 def speedups_markdown(sp: pd.DataFrame) -> str:
-    headers = ["environment", "device", "model", "batch", "precision", "speed-up over fp32 (± SD)"]
-    rows = [[r["env_label"], r["device_name"], r["model"], int(r["batch_size"]), r["precision"],
+    headers = ["environment", "device", "model", "batch", "classes", "precision", "speed-up over fp32 (± SD)"]
+    rows = [[r["env_label"], r["device_name"], r["model"], _int(r["batch_size"]), _int(r["num_classes"]), r["precision"],
              f"{r['speedup']:.2f}×" + (f" ± {r['speedup_sd']:.2f}" if math.isfinite(_f(r["speedup_sd"])) else "")]
             for r in sp.to_dict("records")]
     return md_table(headers, rows)

@@ -9,15 +9,15 @@ import types
 import pandas as pd
 import pytest
 
-from analysis import app, core, fetch, join, vendor
+from analysis import app, core, fetch, join, report, vendor
 from common import schema
 from common.errors import UsageError
 
 
 def train(run_id, env, dev, batch, precision, thr, thr_sd=None, achieved=None, intensity=None, start=0,
-          flops=None, median=None, model="resnet18"):
+          flops=None, median=None, model="resnet18", num_classes=1000):
     p = dict(model=model, batch_size=str(batch), precision=precision, image_size="224", channels_last="false",
-             compile="false", optimizer="sgd", num_classes="1000")
+             compile="false", optimizer="sgd", num_classes=str(num_classes))
     row = {"run_id": run_id, "status": "FINISHED", "start_time": start, "tags.run_kind": "train",
            "tags.env_label": env, "tags.device_name": dev, "tags.config_key": schema.config_key(p),
            "metrics.throughput_samples_per_s": thr}
@@ -130,6 +130,30 @@ def test_speedups_and_failed_runs():
     assert sp.iloc[0]["speedup_sd"] == pytest.approx(2.5 * math.sqrt((5 / 250) ** 2 + (4 / 100) ** 2))
     failed = join.failed_runs(runs)
     assert list(failed["run_id"]) == ["f"] and list(failed["error"]) == ["boom"]
+
+
+def test_num_classes_separates_points_speedup_pairs_labels_and_rows():
+    runs = pd.DataFrame([
+        train("a", "e", "d", 64, "fp32", 100, thr_sd=4),
+        train("b", "e", "d", 64, "bf16", 250, thr_sd=5),
+        train("c", "e", "d", 64, "fp32", 200, thr_sd=2, num_classes=10),
+        train("f", "e", "d", 64, "bf16", 300, thr_sd=3, num_classes=10),
+    ])
+    a = core.build(runs)
+    assert sorted(a.points["label"]) == ["resnet18/b64/bf16", "resnet18/b64/bf16/10cls",
+                                         "resnet18/b64/fp32", "resnet18/b64/fp32/10cls"]
+    sp = a.speedups.set_index("num_classes")
+    assert len(sp) == 2  # one pair per head size, never 10 classes against 1000
+    assert sp.loc[1000, "speedup"] == pytest.approx(2.5)  # 250 / 100
+    assert sp.loc[1000, "speedup_sd"] == pytest.approx(2.5 * math.sqrt((5 / 250) ** 2 + (4 / 100) ** 2))
+    assert sp.loc[10, "speedup"] == pytest.approx(1.5)  # 300 / 200
+    assert sp.loc[10, "speedup_sd"] == pytest.approx(1.5 * math.sqrt((3 / 300) ** 2 + (2 / 200) ** 2))
+    assert sp.loc[10, "label"] == "resnet18/b64/bf16/10cls"
+    md = report.summary_markdown(a.points)
+    assert "| e | d | resnet18 | fp32 | 64 | 10 | 1 | 200 ± 2 (within run) |" in md
+    assert "| e | d | resnet18 | fp32 | 64 | 1000 | 1 | 100 ± 4 (within run) |" in md
+    assert sorted(report.summary_frame(a.points)["num_classes"]) == [10, 10, 1000, 1000]
+    assert "| e | d | resnet18 | 64 | 10 | bf16 | 1.50× ± 0.02 |" in report.speedups_markdown(a.speedups)
 
 
 def test_build_marks_missing_intensity_and_bf16_fallback():
