@@ -71,6 +71,8 @@ def build(runs: pd.DataFrame, vendor_lookup: join.VendorLookup | None = None, ve
     n_measured = int((points["intensity_source"] == "measured").sum())
     counts.update(points=len(points), measured_points=n_measured,
                   modeled_points=int((points["intensity_source"] == "modeled").sum()))
+    speedups, speedup_notes = join.speedups(points)
+    notes += speedup_notes
     failed = join.failed_runs(runs, set(train["device_name"]) or None)
     counts["failed"] = len(failed)
     return Analysis(
@@ -79,7 +81,7 @@ def build(runs: pd.DataFrame, vendor_lookup: join.VendorLookup | None = None, ve
         roofs=roofs,
         environments=join.environments(train),
         failed=failed,
-        speedups=join.speedups(points),
+        speedups=speedups,
         notes=notes,
         counts=counts,
     )

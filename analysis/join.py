@@ -349,27 +349,44 @@ SPEEDUP_KEYS = ["env_label", "device_name", "model", "batch_size", "image_size",
                 "compile", "optimizer"]
 
 
-def speedups(points: pd.DataFrame) -> pd.DataFrame:
+def speedups(points: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     """fp16/bf16 samples/s over fp32 samples/s for the same env, device and config otherwise
-    (SPEEDUP_KEYS: every config field but the precision).
+    (SPEEDUP_KEYS: every config field but the precision). Returns (speed-ups, notes).
 
+    Points whose config is incomplete (a run without a batch_size or num_classes param, ...) are
+    left out with a note: pandas would merge their missing values as equal and pair unrelated runs.
     SD by first-order propagation of the two independent SDs: s * sqrt((sd_h/h)^2 + (sd_f/f)^2).
     """
     cols = [*SPEEDUP_KEYS, "precision", "label", "speedup", "speedup_sd"]
+    empty = pd.DataFrame(columns=cols)
     if points.empty:
-        return pd.DataFrame(columns=cols)
+        return empty, []
     keys = SPEEDUP_KEYS
-    base = points[points["precision"] == "fp32"][keys + ["throughput_mean_samples_per_s", "throughput_sd_samples_per_s"]]
-    half = points[points["precision"].isin(["fp16", "bf16"])]
+    known = pd.Series(True, index=points.index)
+    for k in keys:
+        v = points[k]
+        known &= v.notna() & (v.astype(str).str.strip() != "")
+    candidates = points["precision"].isin(["fp32", "fp16", "bf16"])
+    notes = []
+    left_out = points[candidates & ~known]
+    if len(left_out):
+        missing = sorted({k for k in keys for v in left_out[k] if pd.isna(v) or str(v).strip() == ""})
+        examples = ", ".join(f"{r['env_label']}: {point_label(r)}" for r in left_out.head(3).to_dict("records"))
+        notes.append(f"{len(left_out)} point(s) left out of the fp16/bf16 speed-ups: their runs lack "
+                     f"{', '.join(missing)}, so no fp32 partner can be matched (e.g. "
+                     f"{examples})")
+    ok = points[known]
+    base = ok[ok["precision"] == "fp32"][keys + ["throughput_mean_samples_per_s", "throughput_sd_samples_per_s"]]
+    half = ok[ok["precision"].isin(["fp16", "bf16"])]
     m = half.merge(base, on=keys, suffixes=("", "_fp32"))
     if m.empty:
-        return pd.DataFrame(columns=cols)
+        return empty, notes
     h, f = m["throughput_mean_samples_per_s"], m["throughput_mean_samples_per_s_fp32"]
     m["speedup"] = h / f
     rel = np.sqrt((m["throughput_sd_samples_per_s"] / h) ** 2 + (m["throughput_sd_samples_per_s_fp32"] / f) ** 2)
     m["speedup_sd"] = m["speedup"] * rel
     m["label"] = [point_label(r) for r in m.to_dict("records")]
-    return m[cols].sort_values(keys + ["precision"]).reset_index(drop=True)
+    return m[cols].sort_values(keys + ["precision"]).reset_index(drop=True), notes
 
 
 # ------------------------------------------------------------------------------- environments, failures

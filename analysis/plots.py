@@ -291,7 +291,7 @@ def _per_env_lines(points: pd.DataFrame, y: str, yerr: str | None, path: Path, y
     """One panel per environment, one line per series (model/precision/options) in the same color in
     every panel, and one legend for the figure."""
     envs = sorted({(e, d) for e, d in zip(points["env_label"], points["device_name"])})
-    pts = points[points[y].notna()]
+    pts = points[points[y].notna() & pd.to_numeric(points["batch_size"], errors="coerce").gt(0)]  # no batch: no x
     pts = pts.assign(series=[_series_label(r) for r in pts.to_dict("records")])
     names = sorted(set(pts["series"]))
     cmap = matplotlib.colormaps["tab10" if len(names) <= 10 else "tab20"]
@@ -315,10 +315,13 @@ def _per_env_lines(points: pd.DataFrame, y: str, yerr: str | None, path: Path, y
                         ls="-" if source == "measured" else "--", **style)
         if hline is not None:
             ax.axhline(hline, color="gray", lw=1, ls="--")
-        ax.set_xscale("log", base=2)
         batches = sorted(set(int(b) for b in sub["batch_size"].dropna()))
-        if batches:
-            ax.set_xticks(batches, [str(b) for b in batches])
+        if not batches:
+            ax.text(0.5, 0.5, "no run with a batch_size param", ha="center", va="center", transform=ax.transAxes)
+            ax.set_title(_env_title(env, dev), fontsize=10)
+            continue
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(batches, [str(b) for b in batches])
         if logy:
             ax.set_yscale("log")
             _log_ticks(ax.yaxis)

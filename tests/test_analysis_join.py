@@ -9,7 +9,7 @@ import types
 import pandas as pd
 import pytest
 
-from analysis import app, core, fetch, join, report, vendor
+from analysis import app, core, fetch, join, plots, report, vendor
 from common import schema
 from common.errors import UsageError
 
@@ -124,8 +124,8 @@ def test_speedups_and_failed_runs():
         {"run_id": "g", "status": "FAILED", "tags.run_kind": "analysis", "tags.error": "not listed"},
     ])
     pts = join.aggregate_repeats(join.train_runs(runs))
-    sp = join.speedups(pts)
-    assert len(sp) == 1 and sp.iloc[0]["precision"] == "bf16"
+    sp, notes = join.speedups(pts)
+    assert len(sp) == 1 and notes == [] and sp.iloc[0]["precision"] == "bf16"
     assert sp.iloc[0]["speedup"] == pytest.approx(2.5)
     assert sp.iloc[0]["speedup_sd"] == pytest.approx(2.5 * math.sqrt((5 / 250) ** 2 + (4 / 100) ** 2))
     failed = join.failed_runs(runs)
@@ -154,6 +154,23 @@ def test_num_classes_separates_points_speedup_pairs_labels_and_rows():
     assert "| e | d | resnet18 | fp32 | 64 | 1000 | 1 | 100 ± 4 (within run) |" in md
     assert sorted(report.summary_frame(a.points)["num_classes"]) == [10, 10, 1000, 1000]
     assert "| e | d | resnet18 | 64 | 10 | bf16 | 1.50× ± 0.02 |" in report.speedups_markdown(a.speedups)
+
+
+def test_runs_without_batch_size_get_no_speedup_and_a_note(tmp_path):
+    rows = [train("a", "e", "d", 64, "fp32", 100, thr_sd=4), train("b", "e", "d", 64, "bf16", 250, thr_sd=5),
+            train("c", "e", "d", 32, "fp32", 80, thr_sd=4), train("f", "e", "d", 32, "bf16", 160, thr_sd=4)]
+    for r in rows[2:]:  # an older logger: config_key tag, but no batch_size param
+        del r["params.batch_size"]
+    a = core.build(pd.DataFrame(rows))
+    # only the b64 pair: the two runs without a batch size are not merged as "equal NaN batches"
+    assert list(a.speedups["batch_size"]) == [64] and a.speedups.iloc[0]["speedup"] == pytest.approx(2.5)
+    assert any(n.startswith("2 point(s) left out of the fp16/bf16 speed-ups: their runs lack batch_size")
+               and "e: resnet18/b?/fp32" in n for n in a.notes)
+    # the tables and the figure draw (no int(NaN)) even when only such rows are there
+    only = a.speedups.assign(batch_size=float("nan"))
+    assert "| e | d | resnet18 |  | 1000 | bf16 | 2.50×" in report.speedups_markdown(only)
+    assert plots.speedup_vs_batch(only, tmp_path / "sp.png").is_file()
+    assert "| e | d | resnet18 | fp32 |  | 1000 | 1 | 80 ± 4 (within run) |" in report.summary_markdown(a.points)
 
 
 def test_build_marks_missing_intensity_and_bf16_fallback():
