@@ -128,13 +128,15 @@ def train_notes(train: pd.DataFrame) -> list[str]:
             notes.append(f"{len(lack)} train run(s) lack metric {m} (e.g. {ex}): {what}")
     no_key = train[train["config_key"] == ""]
     if len(no_key):
-        notes.append(f"{len(no_key)} train run(s) have no config_key tag and incomplete config params: "
-                     f"not joined with profile runs (e.g. {', '.join(short(r) for r in no_key['run_id'].head(3))})")
+        notes.append(f"{len(no_key)} train run(s) have no config_key tag and incomplete config params: each is "
+                     "its own point (never averaged with another run), without a profile run or a speed-up "
+                     f"(e.g. {', '.join(short(r) for r in no_key['run_id'].head(3))})")
     return notes
 
 
 def aggregate_repeats(train: pd.DataFrame) -> pd.DataFrame:
-    """One row per (env_label, device_name, config_key).
+    """One row per (env_label, device_name, config_key); a run without a config_key (no tag and
+    incomplete params: nothing says which runs did the same work) is a row of its own.
 
     Several runs: samples/s = mean ± SD across runs (ddof=1). One run: its own within-run SD
     (throughput_std_samples_per_s). Achieved FLOP/s = mean over runs of each run's
@@ -152,8 +154,10 @@ def aggregate_repeats(train: pd.DataFrame) -> pd.DataFrame:
     t["achieved_flops_per_s"] = t["achieved_flops_per_s"].where(t["achieved_flops_per_s"].notna(), derived)
     # the within-run SD counts only for the run that has a throughput (used when it is the only one)
     t["_within"] = t["throughput_std_samples_per_s"].where(t["throughput_samples_per_s"].notna())
+    t["_group"] = t["config_key"].where(t["config_key"] != "", "~run " + t["run_id"])
     params = [c for c in CONFIG_PARAMS if c not in GROUP_KEYS]
-    agg = t.groupby(GROUP_KEYS, sort=True).agg(
+    agg = t.groupby(["env_label", "device_name", "_group"], sort=True).agg(
+        config_key=("config_key", "last"),
         n_runs=("run_id", "size"),
         run_ids=("run_id", list),
         _n_thr=("throughput_samples_per_s", "count"),

@@ -173,6 +173,27 @@ def test_runs_without_batch_size_get_no_speedup_and_a_note(tmp_path):
     assert "| e | d | resnet18 | fp32 |  | 1000 | 1 | 80 ± 4 (within run) |" in report.summary_markdown(a.points)
 
 
+def test_runs_without_config_key_are_never_merged():
+    old = [train("o1", "e", "d", 8, "fp32", 100, thr_sd=3, achieved=1e12, intensity=10),
+           train("o2", "e", "d", 64, "fp32", 20, thr_sd=1, achieved=4e12, intensity=30, model="vgg16"),
+           train("o3", "e", "d", 8, "bf16", 150, thr_sd=3, achieved=2e12, intensity=10)]
+    for r in old:  # logged before num_classes existed: no tag, incomplete params
+        del r["tags.config_key"], r["params.num_classes"]
+    a = core.build(pd.DataFrame([*old, train("n", "e", "d", 8, "fp32", 90, thr_sd=2, achieved=1e12, intensity=10)]))
+    pts = a.points.set_index("run_ids", drop=False)
+    assert len(pts) == 4 and list(pts["n_runs"]) == [1, 1, 1, 1]
+    by_run = {r[0]: p for r, p in zip(pts["run_ids"], pts.to_dict("records"))}
+    assert by_run["o1"]["throughput_mean_samples_per_s"] == 100 and by_run["o1"]["model"] == "resnet18"
+    assert by_run["o2"]["throughput_mean_samples_per_s"] == 20 and by_run["o2"]["model"] == "vgg16"
+    assert by_run["o2"]["achieved_flops_per_s"] == 4e12 and by_run["o2"]["config_key"] == ""
+    assert by_run["n"]["throughput_mean_samples_per_s"] == 90 and by_run["n"]["config_key"] != ""
+    assert a.speedups.empty  # o3 (bf16) is not paired with o1: neither says how many classes it had
+    text = " | ".join(a.notes)
+    assert "3 train run(s) have no config_key tag and incomplete config params: each is its own point" in text
+    assert "left out of the fp16/bf16 speed-ups: their runs lack num_classes" in text
+    assert core.variability_config(a) == by_run["n"]["config_key"]
+
+
 def test_build_marks_missing_intensity_and_bf16_fallback():
     runs = pd.DataFrame([
         train("a", "e", "GPU", 64, "bf16", 100, achieved=1e12),  # no intensity at all
