@@ -165,9 +165,8 @@ def run(cfg: AnalysisConfig, say: Callable[[str], None] = lambda _: None,
                      (analysis.speedups, fig_dir / "speedup_vs_batch.png")))
     jobs.append(("intensity", "Intensity vs batch size", "intensity_vs_batch", (pts, fig_dir / "intensity_vs_batch.png")))
     jobs.append(("throughput", "Throughput vs batch size", "throughput_vs_batch", (pts, fig_dir / "throughput_vs_batch.png")))
-    if len(envs) > 1 or not envs:
-        jobs.append(("roofline", "Roofline, all environments", "roofline_combined",
-                     (pts, analysis.roofs, fig_dir / "roofline_all.png")))
+    jobs.append(("roofline", "Roofline, all environments", "roofline_combined",
+                 (pts, analysis.roofs, fig_dir / "roofline_all.png")))
     used_slugs: set[str] = set()
     for env, dev in envs:
         name = slug(env) if len(envs) == len({e for e, _ in envs}) else slug(f"{env}_{dev}")

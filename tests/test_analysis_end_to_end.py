@@ -212,6 +212,14 @@ def test_vendor_table_is_the_roof_without_a_peaks_run(tracking):
     assert p["efficiency"] == pytest.approx(1.5e13 / 18e12)
 
 
+def test_one_environment_gets_its_roofline_and_the_combined_one(tracking, tmp_path):
+    log_train("l4", L4, 64, "fp32", thr=700, thr_sd=20, flops_step=1.5e12, median_s=0.1, intensity=60)
+    analyse(tmp_path)
+    pngs = sorted(p.name for p in (tmp_path / "out" / "figures").glob("roofline*.png"))
+    assert pngs == ["roofline_all.png", "roofline_l4.png"]
+    assert "(figures/roofline_all.png)" in (tmp_path / "out" / "report.md").read_text()
+
+
 def test_without_vendor_table_report_says_so(tracking, tmp_path):
     log_train("l4", L4, 64, "fp32", thr=700, thr_sd=20, flops_step=1.5e12, median_s=0.1, intensity=60)
     res = analyse(tmp_path, vendor_lookup=None)
