@@ -314,33 +314,16 @@ def test_hierarchical_limiter_and_point_above_roof_are_reported():
     assert any(n.startswith("1 point(s) lie above their roof") and "e: resnet18/b64/fp32" in n for n in above.notes)
 
 
-MLPROJECT_ANALYZE = """
-analyze:
-  parameters:
-    experiment: {type: string, default: ""}
-    filter: {type: string, default: ""}
-    env_label: {type: string, default: ""}
-    out: {type: string, default: "analysis_report"}
-    max_runs: {type: float, default: 10000}
-    peaks_file: {type: string, default: ""}
-    track: {type: string, default: "true"}
-    variability_config: {type: string, default: ""}
-    jobs: {type: float, default: 0}
-  command: >-
-    python -m analysis --experiment {experiment} --filter {filter} --env-label {env_label}
-    --out {out} --max-runs {max_runs} --peaks-file {peaks_file} --track {track}
-    --variability-config {variability_config} --jobs {jobs}
-"""
-
-
 def test_mlproject_analyze_entry_point_maps_onto_the_flags():
-    """The entry point proposed for MLproject (docs/analysis.md) yields a command our parser reads."""
+    """The `analyze` entry point of the project's own MLproject yields a command our parser reads."""
     import shlex
 
     import yaml
     from mlflow.projects._project_spec import EntryPoint
 
-    spec = yaml.safe_load(MLPROJECT_ANALYZE)["analyze"]
+    from tests.conftest import ROOT
+
+    spec = yaml.safe_load((ROOT / "MLproject").read_text())["entry_points"]["analyze"]
     entry = EntryPoint("analyze", spec["parameters"], spec["command"])
 
     def parse(params):
@@ -351,6 +334,8 @@ def test_mlproject_analyze_entry_point_maps_onto_the_flags():
     default = parse({})
     assert default == app.AnalysisConfig()
     cfg = parse({"experiment": "bench,cloud", "filter": "params.model = 'resnet18'", "env_label": "l4",
-                 "max_runs": "500.0", "track": "false", "jobs": 2})
+                 "max_runs": "500.0", "track": "false", "jobs": "2", "peaks_file": "my peaks.yaml",
+                 "variability_config": "abc123", "out": "reports/x"})
     assert cfg.experiments == ["bench", "cloud"] and cfg.filter == "params.model = 'resnet18'"
     assert cfg.env_labels == ["l4"] and cfg.max_runs == 500 and cfg.track is False and cfg.jobs == 2
+    assert cfg.peaks_file == "my peaks.yaml" and cfg.variability_config == "abc123" and cfg.out == "reports/x"
