@@ -109,7 +109,8 @@ def experiment_ids(names: list[str]) -> list[str] | None:
 
 def fetch_runs(query: Query, say: Callable[[str], None] = lambda _: None) -> tuple[pd.DataFrame, list[str]]:
     """All train runs matching `query` (any status) plus the profile and peaks runs of the same
-    experiments (not filtered: they join by config_key and device). Returns (runs, notes)."""
+    experiments (not filtered: they join by config_key and device), each search capped at
+    `query.max_runs` (a note when a cap is hit). Returns (runs, notes)."""
     notes: list[str] = []
     check_filter(query.filter)
     ids = experiment_ids(query.experiments)
@@ -130,6 +131,9 @@ def fetch_runs(query: Query, say: Callable[[str], None] = lambda _: None) -> tup
     for other in ("profile", "peaks"):
         df = _search(ids, f"{kind} = '{other}'", query.max_runs)
         say(f"fetched {len(df)} {other} run(s)")
+        if len(df) >= query.max_runs:
+            notes.append(f"stopped at --max-runs {query.max_runs} {other} runs (latest first): older {other} runs "
+                         "were not read; raise --max-runs to use them")
         frames.append(df)
     frames = [f for f in frames if not f.empty]
     runs = pd.concat(frames, ignore_index=True, sort=False) if frames else pd.DataFrame()

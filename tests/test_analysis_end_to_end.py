@@ -251,6 +251,16 @@ def test_env_label_and_filter_select_train_runs(store):
     train_runs = runs[runs["tags.run_kind"] == "train"]
     assert list(train_runs["tags.mlflow.runName"]) == ["vgg16-b32-fp32", "resnet18-b32-fp32"]  # the latest two
     assert notes == ["stopped at --max-runs 2 train runs (latest first); raise it to see older runs"]
+    log_peaks("laptop", CPU, {"peak_flops_per_s_fp32": 1e12})  # now 2 peaks runs, still 1 profile run
+    runs, notes = fetch.fetch_runs(fetch.Query(max_runs=2))
+    assert notes == ["stopped at --max-runs 2 train runs (latest first); raise it to see older runs",
+                     "stopped at --max-runs 2 peaks runs (latest first): older peaks runs were not read; "
+                     "raise --max-runs to use them"]
+    assert sorted(runs["tags.run_kind"]) == ["peaks", "peaks", "profile", "train", "train"]
+    runs, notes = fetch.fetch_runs(fetch.Query(max_runs=1))
+    assert [n.split(" runs")[0] for n in notes] == ["stopped at --max-runs 1 train", "stopped at --max-runs 1 profile",
+                                                   "stopped at --max-runs 1 peaks"]
+    assert (runs["tags.run_kind"] == "peaks").sum() == 1 and (runs["tags.run_kind"] == "profile").sum() == 1
 
 
 def test_cli_tracks_outputs_as_artifacts_of_an_analysis_run(store, tmp_path, capsys, monkeypatch):
