@@ -125,13 +125,11 @@ def config_from_args(args: argparse.Namespace) -> AnalysisConfig:
 def run(cfg: AnalysisConfig, say: Callable[[str], None] = lambda _: None,
         vendor_lookup: Callable | None | str = "auto") -> Result:
     """Fetch, join, draw and write. `vendor_lookup='auto'`: profiling.peak_table.find with
-    --peaks-file passed through (tests inject a stub or None instead)."""
+    --peaks-file passed through (tests inject a stub instead)."""
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
     if vendor_lookup == "auto":
-        vendor_lookup, vendor_note = vendor.load_vendor_lookup(cfg.peaks_file)
-    else:
-        vendor_note = "" if vendor_lookup is not None else "no vendor peak table in use"
+        vendor_lookup = vendor.load_vendor_lookup(cfg.peaks_file)
     query = cfg.query()
     runs, fetch_notes = fetch.fetch_runs(query, say)
     timings["fetch_s"] = time.perf_counter() - t0
@@ -141,7 +139,7 @@ def run(cfg: AnalysisConfig, say: Callable[[str], None] = lambda _: None,
                          "check the names with `mlflow ui` or loosen --filter/--env-label")
 
     t = time.perf_counter()
-    analysis = core.build(runs, vendor_lookup, vendor_note)
+    analysis = core.build(runs, vendor_lookup)
     analysis.notes[:0] = fetch_notes
     timings["join_s"] = time.perf_counter() - t
     say(f"joined {analysis.counts['train']} train, {analysis.counts['profile']} profile, "

@@ -30,10 +30,10 @@ class Analysis:
     counts: dict[str, int] = field(default_factory=dict)
 
 
-def build(runs: pd.DataFrame, vendor_lookup: join.VendorLookup | None = None, vendor_note: str = "") -> Analysis:
+def build(runs: pd.DataFrame, vendor_lookup: join.VendorLookup | None = None) -> Analysis:
     """Join train, profile and peaks runs into roofline points. Never raises on missing data: what
     is missing ends up in `notes` and as empty cells."""
-    notes: list[str] = [vendor_note] if vendor_note else []
+    notes: list[str] = []
     status = join.text(runs, "status")
     kind = join.text(runs, "tags.run_kind")
     counts = {k: int(((kind == k) & (status == "FINISHED")).sum()) for k in ("train", "profile", "peaks")}

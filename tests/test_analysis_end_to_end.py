@@ -119,11 +119,11 @@ def analyse(tmp_path, argv=(), vendor_lookup=vendor_stub):
 
 def joined(argv=(), vendor_lookup=vendor_stub) -> core.Analysis:
     """Fetch and join only (no figures): for tests about numbers. vendor_lookup='auto': the real
-    lookup (profiling.peak_table when present) with --peaks-file passed through."""
+    lookup (profiling.peak_table) with --peaks-file passed through."""
     cfg = app.config_from_args(app.build_parser().parse_args(["--no-track", *argv]))
     runs, _ = fetch.fetch_runs(cfg.query())
     if vendor_lookup == "auto":
-        vendor_lookup, _ = vendor.load_vendor_lookup(cfg.peaks_file)
+        vendor_lookup = vendor.load_vendor_lookup(cfg.peaks_file)
     return core.build(runs, vendor_lookup)
 
 
@@ -220,12 +220,14 @@ def test_one_environment_gets_its_roofline_and_the_combined_one(tracking, tmp_pa
     assert "(figures/roofline_all.png)" in (tmp_path / "out" / "report.md").read_text()
 
 
-def test_without_vendor_table_report_says_so(tracking, tmp_path):
-    log_train("l4", L4, 64, "fp32", thr=700, thr_sd=20, flops_step=1.5e12, median_s=0.1, intensity=60)
-    res = analyse(tmp_path, vendor_lookup=None)
-    assert math.isnan(res.analysis.points.iloc[0]["efficiency"])
+def test_device_unknown_to_the_real_vendor_table_has_no_roof_and_the_report_says_so(tracking, tmp_path, monkeypatch):
+    monkeypatch.delenv(vendor.PEAKS_FILE_ENV, raising=False)
+    log_train("laptop", CPU, 32, "fp32", thr=20, thr_sd=1, flops_step=0.8e12, median_s=1.6, intensity=50)
+    res = analyse(tmp_path, vendor_lookup="auto")  # profiling.peak_table, which has no "Test CPU 9000"
+    p = res.analysis.points.iloc[0]
+    assert math.isnan(p["efficiency"]) and p["bound"] == "" and res.analysis.roofs[("laptop", CPU)]["roof"] is None
     md = (tmp_path / "out" / "report.md").read_text()
-    assert "no vendor peak table in use" in md and f"no peaks for {L4}" in md
+    assert f"no peaks for {CPU} (env laptop): no peaks run and no vendor entry" in md
 
 
 def test_peaks_file_gives_the_roof(tracking, tmp_path):
@@ -264,7 +266,7 @@ def test_env_label_and_filter_select_train_runs(store):
 
 
 def test_cli_tracks_outputs_as_artifacts_of_an_analysis_run(store, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr("analysis.vendor.load_vendor_lookup", lambda *_: (vendor_stub, ""))
+    monkeypatch.setattr("analysis.vendor.load_vendor_lookup", lambda *_: vendor_stub)
     rc = app.cli(["--experiment", EXP, "--out", str(tmp_path / "o")])
     assert rc == 0
     summary = capsys.readouterr().out.strip().splitlines()

@@ -200,9 +200,8 @@ def test_build_marks_missing_intensity_and_bf16_fallback():
         train("b", "e", "GPU", 32, "bf16", 100, achieved=1e12, intensity=10),
         peaks("p", "e", "GPU", 1, peak_flops_per_s_fp32=10e12, peak_dram_bytes_per_s=100e9),
     ])
-    a = core.build(runs, None, vendor_note="no vendor table")
+    a = core.build(runs, None)
     text = " | ".join(a.notes)
-    assert a.notes[0] == "no vendor table"
     assert "1 point(s) have no intensity" in text and "resnet18/b64/bf16" in text
     assert "e: no bf16 ceiling for GPU; those points are held against the fp32 ceiling" in text
     b = a.points.set_index("batch_size").loc[32]
@@ -235,24 +234,19 @@ def test_peaks_file_entry_is_found_by_the_real_table(tmp_path, monkeypatch):
     f = tmp_path / "peaks.yaml"
     f.write_text("devices:\n  - device_name: My CPU\n    aliases: [cpu0]\n    flops_per_s: {fp32: 30.3e12}\n"
                  "    dram_bytes_per_s: 300e9\n    source: s\n")
-    lookup, note = vendor.load_vendor_lookup(str(f))
-    assert note == ""
+    lookup = vendor.load_vendor_lookup(str(f))
     entry = lookup("my cpu")
     assert entry.flops_per_s["fp32"] == 30.3e12 and entry.dram_bytes_per_s == 300e9 and entry.source == "s"
     assert lookup("Other CPU") is None
-    assert vendor.load_vendor_lookup("")[0]("NVIDIA L4").device_name == "NVIDIA L4"
+    assert vendor.load_vendor_lookup("")("NVIDIA L4").device_name == "NVIDIA L4"
 
 
 def use_table(monkeypatch, module) -> None:
-    """Make `from profiling import peak_table` give `module` (None: ImportError), whether or not the
-    real module exists and was imported already."""
+    """Make `from profiling import peak_table` give `module`."""
     import profiling
 
     monkeypatch.setitem(sys.modules, "profiling.peak_table", module)
-    if module is None:
-        monkeypatch.delattr(profiling, "peak_table", raising=False)
-    else:
-        monkeypatch.setattr(profiling, "peak_table", module, raising=False)
+    monkeypatch.setattr(profiling, "peak_table", module)
 
 
 def test_peaks_file_is_passed_through_to_the_peak_table(monkeypatch, tmp_path):
@@ -262,12 +256,12 @@ def test_peaks_file_is_passed_through_to_the_peak_table(monkeypatch, tmp_path):
     fake.load_overrides = lambda path: calls.append(("validated", path))
     use_table(monkeypatch, fake)
     monkeypatch.delenv(vendor.PEAKS_FILE_ENV, raising=False)
-    lookup, note = vendor.load_vendor_lookup("my.json")
-    assert note == "" and lookup("NVIDIA L4") == "entry"
+    lookup = vendor.load_vendor_lookup("my.json")
+    assert lookup("NVIDIA L4") == "entry"
     assert calls == [("validated", "my.json"), ("NVIDIA L4", "my.json")]
     monkeypatch.setenv(vendor.PEAKS_FILE_ENV, "env.json")  # the variable when no flag is given
     calls.clear()
-    vendor.load_vendor_lookup("")[0]("T4")
+    vendor.load_vendor_lookup("")("T4")
     assert calls == [("validated", "env.json"), ("T4", "env.json")]
 
 
