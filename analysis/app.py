@@ -132,14 +132,16 @@ def run(cfg: AnalysisConfig, say: Callable[[str], None] = lambda _: None,
         vendor_lookup = vendor.load_vendor_lookup(cfg.peaks_file)
     query = cfg.query()
     runs, fetch_notes = fetch.fetch_runs(query, say)
-    timings["fetch_s"] = time.perf_counter() - t0
     n_train = 0 if runs.empty else int((runs.get("tags.run_kind") == "train").sum())
     if n_train == 0:
         raise UsageError(f"no train runs match ({query.describe()}) on {fetch.tracking_uri()}; "
                          "check the names with `mlflow ui` or loosen --filter/--env-label")
+    complexity, complexity_notes = fetch.fetch_complexity(query, say)
+    fetch_notes += complexity_notes
+    timings["fetch_s"] = time.perf_counter() - t0
 
     t = time.perf_counter()
-    analysis = core.build(runs, vendor_lookup)
+    analysis = core.build(runs, vendor_lookup, complexity)
     analysis.notes[:0] = fetch_notes
     timings["join_s"] = time.perf_counter() - t
     say(f"joined {analysis.counts['train']} train, {analysis.counts['profile']} profile, "

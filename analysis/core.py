@@ -28,11 +28,15 @@ class Analysis:
     speedups: pd.DataFrame
     notes: list[str] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
+    complexity: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """rows of the latest complexity run's models.csv per environment (join.complexity_table)."""
 
 
-def build(runs: pd.DataFrame, vendor_lookup: join.VendorLookup | None = None) -> Analysis:
-    """Join train, profile and peaks runs into roofline points. Never raises on missing data: what
-    is missing ends up in `notes` and as empty cells."""
+def build(runs: pd.DataFrame, vendor_lookup: join.VendorLookup | None = None,
+          complexity: list[dict] | None = None) -> Analysis:
+    """Join train, profile and peaks runs into roofline points; `complexity` are the models.csv
+    tables of complexity runs (fetch.fetch_complexity). Never raises on missing data: what is
+    missing ends up in `notes` and as empty cells."""
     notes: list[str] = []
     status = join.text(runs, "status")
     kind = join.text(runs, "tags.run_kind")
@@ -73,6 +77,8 @@ def build(runs: pd.DataFrame, vendor_lookup: join.VendorLookup | None = None) ->
                   modeled_points=int((points["intensity_source"] == "modeled").sum()))
     speedups, speedup_notes = join.speedups(points)
     notes += speedup_notes
+    complexity_rows, complexity_notes = join.complexity_table(complexity or [], set(points["model"]))
+    notes += complexity_notes
     failed = join.failed_runs(runs, set(train["device_name"]) or None)
     counts["failed"] = len(failed)
     return Analysis(
@@ -84,6 +90,7 @@ def build(runs: pd.DataFrame, vendor_lookup: join.VendorLookup | None = None) ->
         speedups=speedups,
         notes=notes,
         counts=counts,
+        complexity=complexity_rows,
     )
 
 

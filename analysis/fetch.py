@@ -142,6 +142,62 @@ def fetch_runs(query: Query, say: Callable[[str], None] = lambda _: None) -> tup
     return runs, notes
 
 
+COMPLEXITY_CSV = "complexity/models.csv"  # the stable per-model table of a `complexity` run (docs/complexity.md)
+
+
+def fetch_complexity(query: Query, say: Callable[[str], None] = lambda _: None) -> tuple[list[dict], list[str]]:
+    """The `complexity/models.csv` artifact of the latest FINISHED `complexity` run per env_label in
+    the query's experiments (and env labels). One search, usually empty; a download per environment
+    that has such a run. Returns ([{run_id, env_label, device_name, device_memory_source, csv}], notes)."""
+    ids = experiment_ids(query.experiments)
+    kind = f"tags.{schema.TAG_RUN_KIND}"
+    df = _search(ids, f"{kind} = 'complexity' AND attributes.status = 'FINISHED'", query.max_runs)
+    if df.empty:
+        return [], []
+    env_col, dev_col = f"tags.{schema.TAG_ENV_LABEL}", f"tags.{schema.TAG_DEVICE_NAME}"
+    for c in (env_col, dev_col, "params.device_memory_source"):
+        if c not in df:
+            df[c] = ""
+    df = df.fillna({env_col: "", dev_col: "", "params.device_memory_source": ""})
+    if query.env_labels:
+        df = df[df[env_col].isin(query.env_labels)]
+    latest = df.groupby(env_col, sort=True).head(1)  # search_runs returns the latest first
+    out, notes = [], []
+    for r in latest.to_dict("records"):
+        try:
+            text = _download_text(r["run_id"], COMPLEXITY_CSV)
+        except Exception as exc:  # noqa: BLE001 - missing artifact, server-side error
+            notes.append(f"complexity run {r['run_id'][:8]} ({r[env_col] or 'no env_label'}) has no readable "
+                         f"{COMPLEXITY_CSV} ({one_line(exc)[:160]}): not in the report")
+            continue
+        out.append({"run_id": r["run_id"], "env_label": r[env_col], "device_name": r[dev_col],
+                    "device_memory_source": r["params.device_memory_source"], "csv": text})
+    say(f"fetched {len(out)} complexity table(s)")
+    return out, notes
+
+
+def _download_text(run_id: str, path: str) -> str:
+    """One small artifact as text (without MLflow's progress bar on stderr)."""
+    import os
+    import tempfile
+
+    import mlflow
+
+    bar = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+    before = os.environ.get(bar)
+    os.environ[bar] = "false"
+    try:
+        with tempfile.TemporaryDirectory(prefix="analysis-") as tmp:
+            local = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=path, dst_path=tmp)
+            with open(local, encoding="utf-8") as fh:
+                return fh.read()
+    finally:
+        if before is None:
+            os.environ.pop(bar, None)
+        else:
+            os.environ[bar] = before
+
+
 def fetch_series(run_ids: list[str], key: str = "step_time_s") -> dict[str, list[float]]:
     """The per-step values of metric `key` for each run, ordered by step."""
     from mlflow.tracking import MlflowClient

@@ -393,6 +393,48 @@ def speedups(points: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     return m[cols].sort_values(keys + ["precision"]).reset_index(drop=True), notes
 
 
+# ------------------------------------------------------------------------------- model complexity
+# columns of complexity/models.csv (train/complexity.py MODEL_COLUMNS, docs/complexity.md) the report uses
+COMPLEXITY_COLUMNS = ["model", "image_size", "precision", "optimizer", "num_classes", "params", "fwd_flops_per_sample",
+                      "fwd_macs_per_sample", "train_flops_per_sample", "activation_bytes_per_sample",
+                      "device_memory_bytes", "max_batch_fit"]
+
+
+def complexity_table(entries: list[dict], models: Iterable[str]) -> tuple[pd.DataFrame, list[str]]:
+    """Rows of the `complexity/models.csv` tables (one entry per environment: run_id, env_label,
+    device_name, device_memory_source, csv text) for the `models` of the analysed runs, or for every
+    model when none of them was measured. Returns (table, notes)."""
+    import io
+
+    cols = ["env_label", "device_name", *COMPLEXITY_COLUMNS, "device_memory_source", "run_id"]
+    frames, notes = [], []
+    for e in entries:
+        try:
+            df = pd.read_csv(io.StringIO(e["csv"]))
+        except (ValueError, pd.errors.ParserError) as exc:
+            notes.append(f"complexity run {short(e['run_id'])}: models.csv unreadable ({str(exc).splitlines()[0]}); "
+                         "not in the report")
+            continue
+        missing = [c for c in COMPLEXITY_COLUMNS if c not in df.columns]
+        if missing:
+            notes.append(f"complexity run {short(e['run_id'])}: models.csv lacks {', '.join(missing)}; not in the report")
+            continue
+        for k in ("env_label", "device_name", "device_memory_source", "run_id"):
+            df[k] = e.get(k, "") or ""
+        frames.append(df[cols])
+    if not frames:
+        return pd.DataFrame(columns=cols), notes
+    table = pd.concat(frames, ignore_index=True)
+    wanted = set(models)
+    mine = table[table["model"].isin(wanted)]
+    if mine.empty:
+        notes.append("no complexity run measured the analysed models "
+                     f"({', '.join(sorted(wanted)) or 'none'}); the Model complexity section lists every model it has")
+    else:
+        table = mine
+    return table.sort_values(["env_label", "model", "image_size"]).reset_index(drop=True), notes
+
+
 # ------------------------------------------------------------------------------- environments, failures
 def environments(train: pd.DataFrame) -> pd.DataFrame:
     """One row per (env_label, device_name) with its latest train run's environment tags."""

@@ -127,6 +127,32 @@ def speedups_markdown(sp: pd.DataFrame) -> str:
     return md_table(headers, rows)
 
 
+def complexity_markdown(cx: pd.DataFrame) -> str:
+    headers = ["environment", "device", "model", "image", "precision", "classes", "params",
+               "fwd GFLOP/sample", "fwd GMAC/sample", "train GFLOP/sample", "activations/sample",
+               "largest batch that fits", "device memory assumed"]
+    rows = []
+    for r in cx.to_dict("records"):
+        mem = si(_f(r["device_memory_bytes"]), "B")
+        src = str(r.get("device_memory_source") or "").strip()
+        rows.append([
+            r["env_label"], r["device_name"], r["model"], f"{_int(r['image_size'])} px", r["precision"],
+            _int(r["num_classes"]), f"{num(_f(r['params']) / 1e6, 4)} M",
+            num(_f(r["fwd_flops_per_sample"]) / 1e9, 4), num(_f(r["fwd_macs_per_sample"]) / 1e9, 4),
+            num(_f(r["train_flops_per_sample"]) / 1e9, 4), si(_f(r["activation_bytes_per_sample"]), "B"),
+            _int(r["max_batch_fit"]), f"{mem} ({src})" if src and mem else mem,
+        ])
+    return md_table(headers, rows)
+
+
+COMPLEXITY_INTRO = (
+    "From the latest `complexity` run per environment (`python -m train.complexity`, docs/complexity.md): "
+    "forward FLOPs count 2 per multiply-add plus elementwise work, MACs are multiply-adds, training FLOPs "
+    "are forward + backward + optimizer; activations are the bytes saved for backward per sample; the "
+    "largest batch is predicted from weights, gradients, optimizer state and activations, not measured."
+)
+
+
 def failed_markdown(failed: pd.DataFrame) -> str:
     headers = ["run", "kind", "status", "environment", "device", "name", "error"]
     rows = [[r["run_id"][:8], r["run_kind"], r["status"], r["env_label"], r["device_name"], r["run_name"],
@@ -198,6 +224,11 @@ def report_markdown(analysis: Analysis, figures: dict[str, list[tuple[str, str]]
         out += ["No configuration has both an fp32 and an fp16/bf16 run in the same environment.", ""]
     else:
         out += figs("speedup") + [speedups_markdown(analysis.speedups), ""]
+    out += ["## Model complexity", ""]
+    if analysis.complexity.empty:
+        out += ["No `complexity` run in these experiments (`python -m train.complexity` logs one).", ""]
+    else:
+        out += [COMPLEXITY_INTRO, "", complexity_markdown(analysis.complexity), ""]
     out += ["## Failed runs", ""]
     out += [failed_markdown(analysis.failed), ""] if not analysis.failed.empty else ["None.", ""]
     out += ["## Method", "", METHOD]
@@ -215,6 +246,10 @@ def write_tables(analysis: Analysis, out_dir: Path) -> list[Path]:
         sp = out_dir / "speedups.csv"
         analysis.speedups.to_csv(sp, index=False)
         paths.append(sp)
+    if not analysis.complexity.empty:
+        cx = out_dir / "complexity.csv"
+        analysis.complexity.to_csv(cx, index=False)
+        paths.append(cx)
     if not analysis.failed.empty:
         fl = out_dir / "failed_runs.csv"
         analysis.failed.to_csv(fl, index=False)

@@ -100,6 +100,35 @@ def store(tracking):
     return tracking
 
 
+def complexity_row(model, params, fwd_flops, train_flops, act_bytes, max_batch, mem=16 * 2**30) -> dict:
+    """A complexity/models.csv row (columns: train/complexity.py MODEL_COLUMNS, docs/complexity.md)."""
+    from train.complexity import MODEL_COLUMNS
+
+    row = dict.fromkeys(MODEL_COLUMNS, 0)
+    row.update(model=model, image_size=224, precision="fp32", optimizer="sgd", num_classes=1000, params=params,
+               fwd_flops_per_sample=fwd_flops, fwd_macs_per_sample=fwd_flops / 2, train_flops_per_sample=train_flops,
+               activation_bytes_per_sample=act_bytes, device_memory_bytes=mem, max_batch_fit=max_batch,
+               measured_batches="1 2")
+    return row
+
+
+def log_complexity(env, device, rows, source="--device-memory 16GiB", exp=EXP):
+    from train.complexity import MODEL_COLUMNS, to_csv
+
+    tags = {schema.TAG_ENV_LABEL: env, schema.TAG_DEVICE_NAME: device}
+    with RunSession("complexity", experiment=exp, run_name="complexity", tags=tags, quiet=True) as s:
+        s.log_params({"models": ",".join(r["model"] for r in rows), "device_memory_bytes": rows[0]["device_memory_bytes"],
+                      "device_memory_source": source})
+        s.log_text("complexity/models.csv", to_csv(rows, MODEL_COLUMNS))
+    return s.run_id
+
+
+RESNET18 = complexity_row("resnet18", 11_689_512, 3.64e9, 10.65e9, 22.19e6, 768)
+VGG16 = complexity_row("vgg16", 138_357_544, 30.97e9, 92.65e9, 73.36e6, 211)
+RESNET18_ROW = ("| l4 | NVIDIA L4 | resnet18 | 224 px | fp32 | 1000 | 11.69 M | 3.64 | 1.82 | 10.65 | 22.2 MB | 768 "
+                "| 17.2 GB (--device-memory 16GiB) |")
+
+
 class VendorStub:
     device_name = L4
     flops_per_s = {"fp32": 30.3e12, "fp16": 121e12, "bf16": 121e12}
@@ -202,6 +231,39 @@ def test_outputs_tables_figures_and_report(store, tmp_path):
     assert (out / "summary.md").read_text().startswith("| environment |")
     assert res.analysis.counts == {"train": 5, "profile": 1, "peaks": 1, "points": 4, "measured_points": 1,
                                    "modeled_points": 3, "failed": 1}
+
+
+def test_report_has_model_complexity_of_the_analysed_models_from_the_latest_run(store, tmp_path):
+    log_complexity("l4", L4, [complexity_row("resnet18", 1, 1e9, 3e9, 1e6, 5)], source="old run")  # superseded
+    run_id = log_complexity("l4", L4, [RESNET18, VGG16])
+    res = analyse(tmp_path)
+    cx = res.analysis.complexity
+    assert list(cx["model"]) == ["resnet18"] and list(cx["run_id"]) == [run_id]  # vgg16 was not analysed
+    assert cx.iloc[0]["max_batch_fit"] == 768 and cx.iloc[0]["fwd_macs_per_sample"] == 1.82e9
+    md = (tmp_path / "out" / "report.md").read_text()
+    section = md.split("## Model complexity")[1].split("\n## ")[0]
+    assert RESNET18_ROW in section and "vgg16" not in section and "old run" not in section
+    csv = pd.read_csv(tmp_path / "out" / "complexity.csv")
+    assert csv.iloc[0]["train_flops_per_sample"] == 10.65e9 and csv.iloc[0]["device_memory_bytes"] == 16 * 2**30
+
+
+def test_complexity_of_other_models_only_lists_them_all_and_says_so(store, tmp_path):
+    # vgg16 fwd MACs 30.97e9 / 2 = 15.485e9, stored as 15.48499...e9: "15.48"
+    log_complexity("laptop", CPU, [VGG16, complexity_row("mobilenet_v2", 3_504_872, 0.64e9, 1.78e9, 78.2e6, 219)],
+                   source="available RAM")
+    res = analyse(tmp_path, ["--env-label", "l4,laptop"])
+    assert sorted(res.analysis.complexity["model"]) == ["mobilenet_v2", "vgg16"]
+    assert any(n.startswith("no complexity run measured the analysed models (resnet18)") for n in res.analysis.notes)
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "| laptop | Test CPU 9000 | vgg16 | 224 px | fp32 | 1000 | 138.4 M | 30.97 | 15.48 | 92.65 | 73.4 MB | 211 " \
+           "| 17.2 GB (available RAM) |" in md
+
+
+def test_without_complexity_runs_the_report_says_how_to_get_them(store, tmp_path):
+    analyse(tmp_path)
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "## Model complexity\n\nNo `complexity` run in these experiments" in md
+    assert not (tmp_path / "out" / "complexity.csv").exists()
 
 
 def test_vendor_table_is_the_roof_without_a_peaks_run(tracking):

@@ -194,6 +194,20 @@ def test_runs_without_config_key_are_never_merged():
     assert core.variability_config(a) == by_run["n"]["config_key"]
 
 
+def test_complexity_table_skips_tables_without_the_documented_columns():
+    good = "model,image_size,precision,optimizer,num_classes,params,fwd_flops_per_sample,fwd_macs_per_sample," \
+           "train_flops_per_sample,activation_bytes_per_sample,device_memory_bytes,max_batch_fit\n" \
+           "resnet18,224,fp32,sgd,1000,11689512,3.64e9,1.82e9,1.065e10,2.219e7,1.7e10,768\n"
+    bad = "model,params\nresnet18,11689512\n"
+    entries = [{"run_id": "c1" * 8, "env_label": "a", "device_name": "d", "device_memory_source": "s", "csv": good},
+               {"run_id": "c2" * 8, "env_label": "b", "device_name": "d", "device_memory_source": "s", "csv": bad}]
+    table, notes = join.complexity_table(entries, {"resnet18"})
+    assert list(table["env_label"]) == ["a"] and table.iloc[0]["max_batch_fit"] == 768
+    assert notes == ["complexity run c2c2c2c2: models.csv lacks image_size, precision, optimizer, num_classes, "
+                     "fwd_flops_per_sample, fwd_macs_per_sample, train_flops_per_sample, activation_bytes_per_sample, "
+                     "device_memory_bytes, max_batch_fit; not in the report"]
+
+
 def test_build_marks_missing_intensity_and_bf16_fallback():
     runs = pd.DataFrame([
         train("a", "e", "GPU", 64, "bf16", 100, achieved=1e12),  # no intensity at all
