@@ -330,6 +330,8 @@ def draw_roofline_env(points: pd.DataFrame, env: str, device: str, roofset: dict
                 _draw_roof(ax, replaced, x_lo, x_hi, dtypes=None, ridge_dtypes=set(), color=None, tag="vendor, not used",
                            labels=labels, gid="vendor|", lw=1.0, alpha=0.5)
     _draw_points(ax, pts, [PRECISION_COLORS.get(p, "black") for p in pts["precision"]], levels=True)
+    if any(c in pts and pts[c].gt(0).any() for c in ("intensity_l2_flops_per_byte", "intensity_l1_flops_per_byte")):
+        ax.set_xlabel("arithmetic intensity (FLOP per DRAM byte; hollow squares/diamonds: per L2/L1 byte)")
     n_lab = _label_points(labels, pts)
     extra = [Line2D([], [], ls="none", marker="o", color=c, label=p) for p, c in PRECISION_COLORS.items()
              if (pts["precision"] == p).any()]

@@ -15,7 +15,7 @@ import mlflow
 import pandas as pd
 import pytest
 
-from analysis import app, core, fetch, vendor
+from analysis import app, core, fetch, plots, vendor
 from common import schema
 from common.tracking import RunSession
 
@@ -264,6 +264,52 @@ def test_without_complexity_runs_the_report_says_how_to_get_them(store, tmp_path
     md = (tmp_path / "out" / "report.md").read_text()
     assert "## Model complexity\n\nNo `complexity` run in these experiments" in md
     assert not (tmp_path / "out" / "complexity.csv").exists()
+
+
+def test_hierarchical_roofline_from_logged_runs_only(tracking, tmp_path, monkeypatch):
+    """peaks run: fp32 20 TFLOP/s, DRAM 250 GB/s, L2 1 TB/s, L1 5 TB/s; profile run: 4e12 FLOPs over
+    1e10 DRAM, 4e11 L2 and 1e12 L1 bytes -> intensities 400, 10 and 4 FLOP/B; train run: 0.8e12
+    FLOPs per step / 0.1 s = 8e12 FLOP/s.
+    DRAM: min(400 x 250e9, 20e12) = 20e12 (compute-bound, ridge 80); L2: 10 x 1e12 = 10e12;
+    L1: min(4 x 5e12, 20e12) = 20e12 -> the hierarchical limiter is L2; efficiency 8e12 / 20e12."""
+    gpu = "Test GPU 1"
+    log_train("lab", gpu, 64, "fp32", thr=640, thr_sd=5, flops_step=0.8e12, median_s=0.1, intensity=60)
+    p = params(64, "fp32")
+    with RunSession("profile", experiment=EXP, quiet=True,
+                    tags={**env_tags("lab", gpu), schema.TAG_CONFIG_KEY: schema.config_key(p)}) as s:
+        s.log_params(p)
+        s.log_metrics({"ncu_flops_total": 4e12, "ncu_dram_bytes": 1e10, "ncu_l2_bytes": 4e11, "ncu_l1_bytes": 1e12})
+    log_peaks("lab", gpu, {"peak_flops_per_s_fp32": 20e12, "peak_dram_bytes_per_s": 250e9,
+                           "peak_l2_bytes_per_s": 1e12, "peak_l1_bytes_per_s": 5e12})
+    figures, save = {}, plots._save
+
+    def keep(fig, path):  # the figures drawn in this process (--jobs 1), for their Line2D objects
+        figures[path.name] = fig
+        return save(fig, path)
+
+    monkeypatch.setattr(plots, "_save", keep)
+    res = analyse(tmp_path, ["--jobs", "1"], vendor_lookup=lambda _: None)
+
+    pt = res.analysis.points.iloc[0]
+    assert pt["intensity_source"] == "measured" and pt["intensity_flops_per_byte"] == pytest.approx(400)
+    assert pt["intensity_l2_flops_per_byte"] == pytest.approx(10) and pt["intensity_l1_flops_per_byte"] == pytest.approx(4)
+    assert pt["bound"] == "compute-bound" and pt["hier_limiter"] == "l2" and pt["efficiency"] == pytest.approx(0.4)
+    csv = pd.read_csv(tmp_path / "out" / "summary.csv")
+    assert csv.iloc[0]["hier_limiter"] == "l2" and csv.iloc[0]["intensity_l2_flops_per_byte"] == pytest.approx(10)
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "| 400 | measured | fp32 20 TFLOP/s (measured) | compute-bound (hierarchical: l2) | 40.0% |" in md
+    assert "| lab | Test GPU 1 | L2 bandwidth | 1 TB/s | measured: peaks run" in md
+
+    lines = {ln.get_gid(): ln for ln in figures["roofline_lab.png"].axes[0].get_lines() if ln.get_gid()}
+    for level, bw in (("l2", 1e12), ("l1", 5e12), ("dram", 250e9)):
+        ceiling = lines[f"roof|bytes:{level}"]
+        assert ceiling.get_ydata()[0] / ceiling.get_xdata()[0] == pytest.approx(bw)
+    assert list(lines["points:l2"].get_xdata()) == [pytest.approx(10)]
+    assert list(lines["points:l1"].get_xdata()) == [pytest.approx(4)]
+    assert list(lines["points:l2"].get_ydata()) == [pytest.approx(8e12)]
+    assert "per L2/L1 byte" in figures["roofline_lab.png"].axes[0].get_xlabel()
+    legend = [t.get_text() for t in figures["roofline_lab.png"].axes[0].get_legend().get_texts()]
+    assert "L2 bandwidth ceiling\n(source in its label)" in legend and "same point at its L2\nintensity (hierarchical)" in legend
 
 
 def test_vendor_table_is_the_roof_without_a_peaks_run(tracking):
