@@ -9,6 +9,7 @@ Expected values below are computed by hand from the logged numbers.
 from __future__ import annotations
 
 import math
+import uuid
 
 import matplotlib.image as mpimg
 import mlflow
@@ -38,12 +39,12 @@ def env_tags(env: str, device: str) -> dict:
 
 
 def log_train(env, device, batch, precision, *, thr, thr_sd, flops_step, median_s, intensity, steps=None,
-              repeat=None, model="resnet18"):
+              repeat=None, model="resnet18", exp=EXP):
     p = params(batch, precision, model)
     if repeat is not None:
         p["repeat"] = repeat
     tags = {**env_tags(env, device), schema.TAG_CONFIG_KEY: schema.config_key(p)}
-    with RunSession("train", experiment=EXP, run_name=f"{model}-b{batch}-{precision}", tags=tags, quiet=True) as s:
+    with RunSession("train", experiment=exp, run_name=f"{model}-b{batch}-{precision}", tags=tags, quiet=True) as s:
         s.log_params(p)
         s.log_metrics({
             "throughput_samples_per_s": thr, "throughput_std_samples_per_s": thr_sd,
@@ -55,20 +56,20 @@ def log_train(env, device, batch, precision, *, thr, thr_sd, flops_step, median_
     return s.run_id
 
 
-def log_profile(device, batch, precision, *, flops, dram_bytes, l2_bytes=None):
+def log_profile(device, batch, precision, *, flops, dram_bytes, l2_bytes=None, exp=EXP):
     p = params(batch, precision)
     tags = {**env_tags("l4", device), schema.TAG_CONFIG_KEY: schema.config_key(p)}
     metrics = {"ncu_flops_total": flops, "ncu_dram_bytes": dram_bytes,
                "ncu_intensity_dram_flops_per_byte": flops / dram_bytes, "ncu_kernel_time_s": 1.0}
     if l2_bytes:
         metrics["ncu_l2_bytes"] = l2_bytes
-    with RunSession("profile", experiment=EXP, tags=tags, quiet=True) as s:
+    with RunSession("profile", experiment=exp, tags=tags, quiet=True) as s:
         s.log_params(p)
         s.log_metrics(metrics)
 
 
-def log_peaks(env, device, metrics):
-    with RunSession("peaks", experiment=EXP, tags=env_tags(env, device), quiet=True) as s:
+def log_peaks(env, device, metrics, exp=EXP):
+    with RunSession("peaks", experiment=exp, tags=env_tags(env, device), quiet=True) as s:
         s.log_metrics(metrics)
 
 
@@ -414,3 +415,39 @@ def test_only_failed_runs_writes_report_and_fails(tracking, tmp_path, capsys):
     assert rc == 1
     assert "no FINISHED train runs among the matches (1 failed)" in capsys.readouterr().err
     assert "CUDA out of memory" in (tmp_path / "o" / "report.md").read_text()
+
+
+@pytest.mark.server
+def test_analysis_over_http_against_a_real_mlflow_server(on_server, tmp_path, monkeypatch):
+    """The same pipeline with MLFLOW_TRACKING_URI=http://...: searches, metric histories and artifact
+    downloads (complexity/models.csv) through the server, and the analysis run's artifacts uploaded
+    through its artifact proxy. Uses the session's shared server, so a fresh experiment name."""
+    exp = f"analysis-http-{uuid.uuid4().hex[:8]}"
+    # b64 fp32: achieved 1.5e12 / 0.1 = 1.5e13, profiled 2e12 / 1e10 = 200 FLOP/B; b64 bf16: 1e12 / 0.05 = 2e13
+    fp32 = log_train("l4", L4, 64, "fp32", thr=700, thr_sd=20, flops_step=1.5e12, median_s=0.1, intensity=60,
+                     exp=exp, steps=[0.1, 0.11, 0.09, 0.1])
+    log_train("l4", L4, 64, "bf16", thr=1400, thr_sd=30, flops_step=1.0e12, median_s=0.05, intensity=100, exp=exp)
+    log_profile(L4, 64, "fp32", flops=2e12, dram_bytes=1e10, exp=exp)
+    log_peaks("l4", L4, {"peak_flops_per_s_fp32": 20e12, "peak_flops_per_s_bf16": 80e12,
+                         "peak_dram_bytes_per_s": 250e9}, exp=exp)
+    log_complexity("l4", L4, [RESNET18], exp=exp)
+    monkeypatch.setattr("analysis.vendor.load_vendor_lookup", lambda *_: vendor_stub)
+    out = tmp_path / "report"
+    assert app.main(["--experiment", exp, "--out", str(out), "--jobs", "1"]) == 0
+
+    csv = pd.read_csv(out / "summary.csv").set_index("precision")
+    # fp32: 200 FLOP/B >= ridge 20e12 / 250e9 = 80: compute-bound, 1.5e13 / 20e12 = 75 %
+    assert csv.loc["fp32", "intensity_source"] == "measured" and csv.loc["fp32", "bound"] == "compute-bound"
+    assert csv.loc["fp32", "efficiency"] == pytest.approx(0.75)
+    # bf16: modeled 100 < ridge 80e12 / 250e9 = 320: memory-bound, 2e13 / (100 x 250e9) = 80 %
+    assert csv.loc["bf16", "bound"] == "memory-bound" and csv.loc["bf16", "efficiency"] == pytest.approx(0.8)
+    md = (out / "report.md").read_text()
+    assert RESNET18_ROW in md  # complexity/models.csv came through the artifact proxy
+    assert "| l4 | NVIDIA L4 | resnet18 | 64 | 1000 | bf16 | 2.00× ± 0.07 |" in md  # 1400 / 700; SD: 2 x sqrt((30/1400)² + (20/700)²)
+    assert fetch.fetch_series([fp32]) == {fp32: [0.1, 0.11, 0.09, 0.1]}  # the variability figure's input
+    assert mpimg.imread(out / "figures" / "step_time_variability.png").ndim == 3
+    done = mlflow.search_runs(experiment_names=[exp], filter_string="tags.run_kind = 'analysis'", output_format="list")
+    assert len(done) == 1 and done[0].info.status == "FINISHED" and done[0].data.metrics["n_points"] == 2
+    listed = {f.path for f in mlflow.tracking.MlflowClient().list_artifacts(done[0].info.run_id, "report")}
+    assert {"report/report.md", "report/summary.csv", "report/complexity.csv", "report/figures"} <= listed
+    assert RESNET18_ROW in mlflow.artifacts.load_text(f"runs:/{done[0].info.run_id}/report/report.md")
