@@ -114,6 +114,13 @@ def test_roof_precedence_latest_measured_then_other_env_then_vendor():
     assert vendor_calls == ["GPU", "VendorOnly", "None"]  # one lookup per device
 
 
+def test_vendor_entry_with_l2_l1_bandwidths_gives_those_ceilings():
+    entry = {"flops_per_s": {"fp32": 20e12}, "dram_bytes_per_s": 250e9, "l2_bytes_per_s": 1e12,
+             "l1_bytes_per_s": 5e12, "source": "file"}
+    roof = join.roof_from_vendor(entry, "GPU")
+    assert roof.bytes_per_s == {"dram": 250e9, "l2": 1e12, "l1": 5e12} and roof.sources["bytes:l2"] == "vendor: file"
+
+
 def test_speedups_and_failed_runs():
     runs = pd.DataFrame([
         train("a", "e", "d", 64, "fp32", 100, thr_sd=4),
