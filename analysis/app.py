@@ -125,23 +125,23 @@ def config_from_args(args: argparse.Namespace) -> AnalysisConfig:
 def run(cfg: AnalysisConfig, say: Callable[[str], None] = lambda _: None,
         vendor_lookup: Callable | None | str = "auto") -> Result:
     """Fetch, join, draw and write. `vendor_lookup='auto'`: profiling.peak_table.find with
-    --peaks-file passed through (tests inject a stub or None instead)."""
+    --peaks-file passed through (tests inject a stub instead)."""
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
     if vendor_lookup == "auto":
-        vendor_lookup, vendor_note = vendor.load_vendor_lookup(cfg.peaks_file)
-    else:
-        vendor_note = "" if vendor_lookup is not None else "no vendor peak table in use"
+        vendor_lookup = vendor.load_vendor_lookup(cfg.peaks_file)
     query = cfg.query()
     runs, fetch_notes = fetch.fetch_runs(query, say)
-    timings["fetch_s"] = time.perf_counter() - t0
     n_train = 0 if runs.empty else int((runs.get("tags.run_kind") == "train").sum())
     if n_train == 0:
         raise UsageError(f"no train runs match ({query.describe()}) on {fetch.tracking_uri()}; "
                          "check the names with `mlflow ui` or loosen --filter/--env-label")
+    complexity, complexity_notes = fetch.fetch_complexity(query, say)
+    fetch_notes += complexity_notes
+    timings["fetch_s"] = time.perf_counter() - t0
 
     t = time.perf_counter()
-    analysis = core.build(runs, vendor_lookup, vendor_note)
+    analysis = core.build(runs, vendor_lookup, complexity)
     analysis.notes[:0] = fetch_notes
     timings["join_s"] = time.perf_counter() - t
     say(f"joined {analysis.counts['train']} train, {analysis.counts['profile']} profile, "
@@ -165,9 +165,8 @@ def run(cfg: AnalysisConfig, say: Callable[[str], None] = lambda _: None,
                      (analysis.speedups, fig_dir / "speedup_vs_batch.png")))
     jobs.append(("intensity", "Intensity vs batch size", "intensity_vs_batch", (pts, fig_dir / "intensity_vs_batch.png")))
     jobs.append(("throughput", "Throughput vs batch size", "throughput_vs_batch", (pts, fig_dir / "throughput_vs_batch.png")))
-    if len(envs) > 1 or not envs:
-        jobs.append(("roofline", "Roofline, all environments", "roofline_combined",
-                     (pts, analysis.roofs, fig_dir / "roofline_all.png")))
+    jobs.append(("roofline", "Roofline, all environments", "roofline_combined",
+                 (pts, analysis.roofs, fig_dir / "roofline_all.png")))
     used_slugs: set[str] = set()
     for env, dev in envs:
         name = slug(env) if len(envs) == len({e for e, _ in envs}) else slug(f"{env}_{dev}")

@@ -28,12 +28,16 @@ class Analysis:
     speedups: pd.DataFrame
     notes: list[str] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
+    complexity: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """rows of the latest complexity run's models.csv per environment (join.complexity_table)."""
 
 
-def build(runs: pd.DataFrame, vendor_lookup: join.VendorLookup | None = None, vendor_note: str = "") -> Analysis:
-    """Join train, profile and peaks runs into roofline points. Never raises on missing data: what
-    is missing ends up in `notes` and as empty cells."""
-    notes: list[str] = [vendor_note] if vendor_note else []
+def build(runs: pd.DataFrame, vendor_lookup: join.VendorLookup | None = None,
+          complexity: list[dict] | None = None) -> Analysis:
+    """Join train, profile and peaks runs into roofline points; `complexity` are the models.csv
+    tables of complexity runs (fetch.fetch_complexity). Never raises on missing data: what is
+    missing ends up in `notes` and as empty cells."""
+    notes: list[str] = []
     status = join.text(runs, "status")
     kind = join.text(runs, "tags.run_kind")
     counts = {k: int(((kind == k) & (status == "FINISHED")).sum()) for k in ("train", "profile", "peaks")}
@@ -71,6 +75,10 @@ def build(runs: pd.DataFrame, vendor_lookup: join.VendorLookup | None = None, ve
     n_measured = int((points["intensity_source"] == "measured").sum())
     counts.update(points=len(points), measured_points=n_measured,
                   modeled_points=int((points["intensity_source"] == "modeled").sum()))
+    speedups, speedup_notes = join.speedups(points)
+    notes += speedup_notes
+    complexity_rows, complexity_notes = join.complexity_table(complexity or [], set(points["model"]))
+    notes += complexity_notes
     failed = join.failed_runs(runs, set(train["device_name"]) or None)
     counts["failed"] = len(failed)
     return Analysis(
@@ -79,9 +87,10 @@ def build(runs: pd.DataFrame, vendor_lookup: join.VendorLookup | None = None, ve
         roofs=roofs,
         environments=join.environments(train),
         failed=failed,
-        speedups=join.speedups(points),
+        speedups=speedups,
         notes=notes,
         counts=counts,
+        complexity=complexity_rows,
     )
 
 

@@ -109,7 +109,8 @@ def experiment_ids(names: list[str]) -> list[str] | None:
 
 def fetch_runs(query: Query, say: Callable[[str], None] = lambda _: None) -> tuple[pd.DataFrame, list[str]]:
     """All train runs matching `query` (any status) plus the profile and peaks runs of the same
-    experiments (not filtered: they join by config_key and device). Returns (runs, notes)."""
+    experiments (not filtered: they join by config_key and device), each search capped at
+    `query.max_runs` (a note when a cap is hit). Returns (runs, notes)."""
     notes: list[str] = []
     check_filter(query.filter)
     ids = experiment_ids(query.experiments)
@@ -130,12 +131,71 @@ def fetch_runs(query: Query, say: Callable[[str], None] = lambda _: None) -> tup
     for other in ("profile", "peaks"):
         df = _search(ids, f"{kind} = '{other}'", query.max_runs)
         say(f"fetched {len(df)} {other} run(s)")
+        if len(df) >= query.max_runs:
+            notes.append(f"stopped at --max-runs {query.max_runs} {other} runs (latest first): older {other} runs "
+                         "were not read; raise --max-runs to use them")
         frames.append(df)
     frames = [f for f in frames if not f.empty]
     runs = pd.concat(frames, ignore_index=True, sort=False) if frames else pd.DataFrame()
     if not runs.empty:
         runs = runs.drop_duplicates("run_id").reset_index(drop=True)
     return runs, notes
+
+
+COMPLEXITY_CSV = "complexity/models.csv"  # the stable per-model table of a `complexity` run (docs/complexity.md)
+
+
+def fetch_complexity(query: Query, say: Callable[[str], None] = lambda _: None) -> tuple[list[dict], list[str]]:
+    """The `complexity/models.csv` artifact of the latest FINISHED `complexity` run per env_label in
+    the query's experiments (and env labels). One search, usually empty; a download per environment
+    that has such a run. Returns ([{run_id, env_label, device_name, device_memory_source, csv}], notes)."""
+    ids = experiment_ids(query.experiments)
+    kind = f"tags.{schema.TAG_RUN_KIND}"
+    df = _search(ids, f"{kind} = 'complexity' AND attributes.status = 'FINISHED'", query.max_runs)
+    if df.empty:
+        return [], []
+    env_col, dev_col = f"tags.{schema.TAG_ENV_LABEL}", f"tags.{schema.TAG_DEVICE_NAME}"
+    for c in (env_col, dev_col, "params.device_memory_source"):
+        if c not in df:
+            df[c] = ""
+    df = df.fillna({env_col: "", dev_col: "", "params.device_memory_source": ""})
+    if query.env_labels:
+        df = df[df[env_col].isin(query.env_labels)]
+    latest = df.groupby(env_col, sort=True).head(1)  # search_runs returns the latest first
+    out, notes = [], []
+    for r in latest.to_dict("records"):
+        try:
+            text = _download_text(r["run_id"], COMPLEXITY_CSV)
+        except Exception as exc:  # noqa: BLE001 - missing artifact, server-side error
+            notes.append(f"complexity run {r['run_id'][:8]} ({r[env_col] or 'no env_label'}) has no readable "
+                         f"{COMPLEXITY_CSV} ({one_line(exc)[:160]}): not in the report")
+            continue
+        out.append({"run_id": r["run_id"], "env_label": r[env_col], "device_name": r[dev_col],
+                    "device_memory_source": r["params.device_memory_source"], "csv": text})
+    say(f"fetched {len(out)} complexity table(s)")
+    return out, notes
+
+
+def _download_text(run_id: str, path: str) -> str:
+    """One small artifact as text (without MLflow's progress bar on stderr)."""
+    import os
+    import tempfile
+
+    import mlflow
+
+    bar = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+    before = os.environ.get(bar)
+    os.environ[bar] = "false"
+    try:
+        with tempfile.TemporaryDirectory(prefix="analysis-") as tmp:
+            local = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=path, dst_path=tmp)
+            with open(local, encoding="utf-8") as fh:
+                return fh.read()
+    finally:
+        if before is None:
+            os.environ.pop(bar, None)
+        else:
+            os.environ[bar] = before
 
 
 def fetch_series(run_ids: list[str], key: str = "step_time_s") -> dict[str, list[float]]:

@@ -18,7 +18,9 @@ from analysis.roofline import Roof
 from common import schema
 
 GROUP_KEYS = ["env_label", "device_name", "config_key"]
-CONFIG_PARAMS = ["model", "batch_size", "precision", "image_size", "channels_last", "compile", "optimizer"]
+# the config params kept on a point (the fields of common.schema.CONFIG_KEY_FIELDS)
+CONFIG_PARAMS = ["model", "batch_size", "precision", "image_size", "channels_last", "compile", "optimizer", "num_classes"]
+DEFAULT_NUM_CLASSES = 1000  # torchvision's ImageNet head; other values are named in labels
 TRAIN_METRICS = [
     "throughput_samples_per_s",
     "throughput_std_samples_per_s",
@@ -102,6 +104,7 @@ def train_runs(runs: pd.DataFrame) -> pd.DataFrame:
     out["precision"] = out["precision"].str.lower()
     out["batch_size"] = pd.to_numeric(out["batch_size"], errors="coerce")
     out["image_size"] = pd.to_numeric(out["image_size"], errors="coerce")
+    out["num_classes"] = pd.to_numeric(out["num_classes"], errors="coerce")
     out["repeat"] = pd.to_numeric(col(tr, "params.repeat"), errors="coerce")
     out["parent_run_id"] = text(tr, "tags.mlflow.parentRunId")
     for m in TRAIN_METRICS:
@@ -125,13 +128,15 @@ def train_notes(train: pd.DataFrame) -> list[str]:
             notes.append(f"{len(lack)} train run(s) lack metric {m} (e.g. {ex}): {what}")
     no_key = train[train["config_key"] == ""]
     if len(no_key):
-        notes.append(f"{len(no_key)} train run(s) have no config_key tag and incomplete config params: "
-                     f"not joined with profile runs (e.g. {', '.join(short(r) for r in no_key['run_id'].head(3))})")
+        notes.append(f"{len(no_key)} train run(s) have no config_key tag and incomplete config params: each is "
+                     "its own point (never averaged with another run), without a profile run or a speed-up "
+                     f"(e.g. {', '.join(short(r) for r in no_key['run_id'].head(3))})")
     return notes
 
 
 def aggregate_repeats(train: pd.DataFrame) -> pd.DataFrame:
-    """One row per (env_label, device_name, config_key).
+    """One row per (env_label, device_name, config_key); a run without a config_key (no tag and
+    incomplete params: nothing says which runs did the same work) is a row of its own.
 
     Several runs: samples/s = mean ± SD across runs (ddof=1). One run: its own within-run SD
     (throughput_std_samples_per_s). Achieved FLOP/s = mean over runs of each run's
@@ -149,8 +154,10 @@ def aggregate_repeats(train: pd.DataFrame) -> pd.DataFrame:
     t["achieved_flops_per_s"] = t["achieved_flops_per_s"].where(t["achieved_flops_per_s"].notna(), derived)
     # the within-run SD counts only for the run that has a throughput (used when it is the only one)
     t["_within"] = t["throughput_std_samples_per_s"].where(t["throughput_samples_per_s"].notna())
+    t["_group"] = t["config_key"].where(t["config_key"] != "", "~run " + t["run_id"])
     params = [c for c in CONFIG_PARAMS if c not in GROUP_KEYS]
-    agg = t.groupby(GROUP_KEYS, sort=True).agg(
+    agg = t.groupby(["env_label", "device_name", "_group"], sort=True).agg(
+        config_key=("config_key", "last"),
         n_runs=("run_id", "size"),
         run_ids=("run_id", list),
         _n_thr=("throughput_samples_per_s", "count"),
@@ -342,26 +349,90 @@ def evaluate(points: pd.DataFrame, roofs: dict[tuple[str, str], dict[str, Roof |
 
 
 # ------------------------------------------------------------------------------- speed-ups
-def speedups(points: pd.DataFrame) -> pd.DataFrame:
-    """fp16/bf16 samples/s over fp32 samples/s for the same env, device and config otherwise.
+SPEEDUP_KEYS = ["env_label", "device_name", "model", "batch_size", "image_size", "num_classes", "channels_last",
+                "compile", "optimizer"]
 
+
+def speedups(points: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """fp16/bf16 samples/s over fp32 samples/s for the same env, device and config otherwise
+    (SPEEDUP_KEYS: every config field but the precision). Returns (speed-ups, notes).
+
+    Points whose config is incomplete (a run without a batch_size or num_classes param, ...) are
+    left out with a note: pandas would merge their missing values as equal and pair unrelated runs.
     SD by first-order propagation of the two independent SDs: s * sqrt((sd_h/h)^2 + (sd_f/f)^2).
     """
-    cols = ["env_label", "device_name", "model", "batch_size", "image_size", "channels_last", "compile",
-            "optimizer", "precision", "speedup", "speedup_sd"]
+    cols = [*SPEEDUP_KEYS, "precision", "label", "speedup", "speedup_sd"]
+    empty = pd.DataFrame(columns=cols)
     if points.empty:
-        return pd.DataFrame(columns=cols)
-    keys = ["env_label", "device_name", "model", "batch_size", "image_size", "channels_last", "compile", "optimizer"]
-    base = points[points["precision"] == "fp32"][keys + ["throughput_mean_samples_per_s", "throughput_sd_samples_per_s"]]
-    half = points[points["precision"].isin(["fp16", "bf16"])]
+        return empty, []
+    keys = SPEEDUP_KEYS
+    known = pd.Series(True, index=points.index)
+    for k in keys:
+        v = points[k]
+        known &= v.notna() & (v.astype(str).str.strip() != "")
+    candidates = points["precision"].isin(["fp32", "fp16", "bf16"])
+    notes = []
+    left_out = points[candidates & ~known]
+    if len(left_out):
+        missing = sorted({k for k in keys for v in left_out[k] if pd.isna(v) or str(v).strip() == ""})
+        examples = ", ".join(f"{r['env_label']}: {point_label(r)}" for r in left_out.head(3).to_dict("records"))
+        notes.append(f"{len(left_out)} point(s) left out of the fp16/bf16 speed-ups: their runs lack "
+                     f"{', '.join(missing)}, so no fp32 partner can be matched (e.g. "
+                     f"{examples})")
+    ok = points[known]
+    base = ok[ok["precision"] == "fp32"][keys + ["throughput_mean_samples_per_s", "throughput_sd_samples_per_s"]]
+    half = ok[ok["precision"].isin(["fp16", "bf16"])]
     m = half.merge(base, on=keys, suffixes=("", "_fp32"))
     if m.empty:
-        return pd.DataFrame(columns=cols)
+        return empty, notes
     h, f = m["throughput_mean_samples_per_s"], m["throughput_mean_samples_per_s_fp32"]
     m["speedup"] = h / f
     rel = np.sqrt((m["throughput_sd_samples_per_s"] / h) ** 2 + (m["throughput_sd_samples_per_s_fp32"] / f) ** 2)
     m["speedup_sd"] = m["speedup"] * rel
-    return m[cols].sort_values(keys + ["precision"]).reset_index(drop=True)
+    m["label"] = [point_label(r) for r in m.to_dict("records")]
+    return m[cols].sort_values(keys + ["precision"]).reset_index(drop=True), notes
+
+
+# ------------------------------------------------------------------------------- model complexity
+# columns of complexity/models.csv (train/complexity.py MODEL_COLUMNS, docs/complexity.md) the report uses
+COMPLEXITY_COLUMNS = ["model", "image_size", "precision", "optimizer", "num_classes", "params", "fwd_flops_per_sample",
+                      "fwd_macs_per_sample", "train_flops_per_sample", "activation_bytes_per_sample",
+                      "device_memory_bytes", "max_batch_fit"]
+
+
+def complexity_table(entries: list[dict], models: Iterable[str]) -> tuple[pd.DataFrame, list[str]]:
+    """Rows of the `complexity/models.csv` tables (one entry per environment: run_id, env_label,
+    device_name, device_memory_source, csv text) for the `models` of the analysed runs, or for every
+    model when none of them was measured. Returns (table, notes)."""
+    import io
+
+    cols = ["env_label", "device_name", *COMPLEXITY_COLUMNS, "device_memory_source", "run_id"]
+    frames, notes = [], []
+    for e in entries:
+        try:
+            df = pd.read_csv(io.StringIO(e["csv"]))
+        except (ValueError, pd.errors.ParserError) as exc:
+            notes.append(f"complexity run {short(e['run_id'])}: models.csv unreadable ({str(exc).splitlines()[0]}); "
+                         "not in the report")
+            continue
+        missing = [c for c in COMPLEXITY_COLUMNS if c not in df.columns]
+        if missing:
+            notes.append(f"complexity run {short(e['run_id'])}: models.csv lacks {', '.join(missing)}; not in the report")
+            continue
+        for k in ("env_label", "device_name", "device_memory_source", "run_id"):
+            df[k] = e.get(k, "") or ""
+        frames.append(df[cols])
+    if not frames:
+        return pd.DataFrame(columns=cols), notes
+    table = pd.concat(frames, ignore_index=True)
+    wanted = set(models)
+    mine = table[table["model"].isin(wanted)]
+    if mine.empty:
+        notes.append("no complexity run measured the analysed models "
+                     f"({', '.join(sorted(wanted)) or 'none'}); the Model complexity section lists every model it has")
+    else:
+        table = mine
+    return table.sort_values(["env_label", "model", "image_size"]).reset_index(drop=True), notes
 
 
 # ------------------------------------------------------------------------------- environments, failures
@@ -401,13 +472,16 @@ def failed_runs(runs: pd.DataFrame, devices: set[str] | None = None) -> pd.DataF
 
 
 def point_label(row: pd.Series | dict) -> str:
-    """'model/b<batch>/<precision>' plus non-default options (image size, channels_last, compile)."""
+    """'model/b<batch>/<precision>' plus non-default options (image size, classes, channels_last, compile)."""
     b = row.get("batch_size")
     b = int(b) if b is not None and pd.notna(b) else "?"
     label = f"{row.get('model') or '?'}/b{b}/{row.get('precision') or '?'}"
     size = row.get("image_size")
     if size is not None and pd.notna(size) and int(size) != 224:
         label += f"/{int(size)}px"
+    classes = row.get("num_classes")
+    if classes is not None and pd.notna(classes) and int(classes) != DEFAULT_NUM_CLASSES:
+        label += f"/{int(classes)}cls"
     if str(row.get("channels_last", "")).lower() == "true":
         label += "/cl"
     if str(row.get("compile", "")).lower() == "true":

@@ -4,7 +4,8 @@ Every function takes the DataFrames built by analysis/core.py and a path, draws 
 returns the path. Encodings used throughout:
   marker shape  = where the intensity came from: filled circle = measured (ncu counters),
                   hollow triangle = modeled (byte model);
-  line style    = where a ceiling came from: solid = measured peaks run, dashed = vendor / peaks file.
+  line style    = where each ceiling came from (Roof.sources): solid = measured peaks run,
+                  dashed = vendor / peaks file; L2 and L1 slopes have their own dash pattern.
 """
 from __future__ import annotations
 
@@ -93,13 +94,87 @@ def _env_title(env: str, device: str) -> str:
 
 # ------------------------------------------------------------------------------- roofline
 LEGEND_IN = 3.4  # inches right of a roofline's axes for its legend
+CEILING_FONT = 8.0
+POINT_FONT = 7.0
 
 
-def _draw_roof(ax, roof: Roof, x_lo: float, x_hi: float, color: str | None, style: str, tag: str,
-               dtypes_used: set[str], label_ceilings: bool, ridge_lines: bool = True) -> None:
-    """Bandwidth slopes (one per memory level), compute ceilings (equal ones merged: vendor fp16 =
-    bf16) and, for the dtypes in `dtypes_used`, the ridge point."""
-    peaks = {d: v for d, v in roof.flops_per_s.items() if v and v > 0}
+def source_kind(roof: Roof, key: str) -> str:
+    """'measured' or 'vendor': where ceiling `key` ('flops:fp32', 'bytes:dram') of `roof` came from."""
+    return "measured" if roof.sources.get(key, "").startswith("measured") else "vendor"
+
+
+def source_style(roof: Roof, key: str) -> str:
+    """The line style of one ceiling: solid when a peaks run measured it, dashed otherwise."""
+    return "-" if source_kind(roof, key) == "measured" else "--"
+
+
+class _Labels:
+    """Text placed in display space so that labels do not overlap each other or the points.
+
+    Boxes are estimated from the font size (0.6 em per character), which is cheap and close enough
+    for the short labels used here. Axis limits must be final before anything is placed.
+    """
+
+    def __init__(self, ax):
+        self.ax = ax
+        self.boxes: list[tuple[float, float, float, float]] = []
+        self.px = ax.figure.dpi / 72  # display pixels per point
+
+    def _box(self, x, y, dx, dy, text, ha, fontsize):
+        lines = str(text).split("\n")
+        w = 0.6 * fontsize * self.px * max(len(s) for s in lines)
+        h = 1.25 * fontsize * self.px * len(lines)
+        x0 = x + dx * self.px - (w if ha == "right" else 0)
+        y0 = y + dy * self.px  # offsets are to the text's bottom (va="bottom")
+        return (x0, y0, x0 + w, y0 + h)
+
+    def _free(self, box) -> bool:
+        return not any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3] for b in self.boxes)
+
+    def block(self, xs, ys, half_px: float = 4.0) -> None:
+        """Mark the markers at data (xs, ys) as taken."""
+        for px, py in self.ax.transData.transform(np.column_stack([xs, ys])):
+            self.boxes.append((px - half_px, py - half_px, px + half_px, py + half_px))
+
+    def place(self, text: str, xy: tuple[float, float], offsets: list[tuple], *, ha: str = "left",
+              color: str = "black", fontsize: float = CEILING_FONT, always: bool = True) -> bool:
+        """Put `text` at the first offset (dx, dy[, ha]) in points from `xy` that overlaps nothing
+        placed yet; with `always`, at the first offset when none is free. Returns whether it was placed."""
+        x, y = self.ax.transData.transform([xy])[0]
+        cands = [(o[0], o[1], o[2] if len(o) > 2 else ha) for o in offsets]
+        boxes = [self._box(x, y, dx, dy, text, h, fontsize) for dx, dy, h in cands]
+        free = [i for i, b in enumerate(boxes) if self._free(b)]
+        if not free and not always:
+            return False
+        i = free[0] if free else 0
+        self.boxes.append(boxes[i])
+        self.ax.annotate(text, xy=xy, xytext=cands[i][:2], textcoords="offset points", ha=cands[i][2], va="bottom",
+                         fontsize=fontsize, color=color)
+        return True
+
+
+_ABOVE_RIGHT_END = [(-3, 2), (-3, -11), (-120, 2), (-120, -11), (-240, 2), (-240, -11)]
+_RIDGE = [(3, -22), (3, -44), (3, 4), (-60, -22)]
+_SLOPE = [(3, 4), (3, 16), (3, -12), (40, 4)]
+_POINT = [(4, 3), (4, -12), (-4, 3, "right"), (-4, -12, "right")]
+
+
+def _who(tag: str, kind: str) -> str:
+    """'measured', 'vendor', 'l4; vendor', 'vendor, not used': the source said once."""
+    return kind if not tag else tag if kind in tag else f"{tag}; {kind}"
+
+
+def _draw_roof(ax, roof: Roof, x_lo: float, x_hi: float, *, dtypes: set[str] | None, ridge_dtypes: set[str],
+               color: str | None, tag: str, labels: _Labels | None, ridge_lines: bool = True, gid: str = "",
+               lw: float = 1.6, alpha: float = 0.85) -> None:
+    """Bandwidth slopes (one per memory level), compute ceilings of `dtypes` (all when None; equal
+    ones with the same source merged: vendor fp16 = bf16) and, for `ridge_dtypes`, the ridge point.
+
+    Each ceiling's line style comes from its own source in `roof.sources` (solid measured, dashed
+    vendor); L2/L1 slopes have their own pattern. Lines carry a gid '<gid>flops:<dtypes>' (dtypes
+    joined by '/' where merged), '<gid>bytes:<level>', '<gid>ridge:<dtype>' so tests can find them.
+    """
+    peaks = {d: v for d, v in roof.flops_per_s.items() if v and v > 0 and (dtypes is None or d in dtypes)}
     top = max(peaks.values()) if peaks else None
     for level in LEVELS:
         bw = roof.bytes_per_s.get(level)
@@ -107,32 +182,33 @@ def _draw_roof(ax, roof: Roof, x_lo: float, x_hi: float, color: str | None, styl
             continue
         y_hi = top if top else bw * x_hi
         x_end = min(x_hi, y_hi / bw)
-        ls = style if level == "dram" else LEVEL_STYLE[level]
-        ax.plot([x_lo, x_end], [bw * x_lo, bw * x_end], color=color or "black", ls=ls, lw=1.6, alpha=0.85)
-        if label_ceilings:
-            ax.annotate(f"{level.upper()} {si(bw, 'B/s')} ({tag})", xy=(x_lo, bw * x_lo), xytext=(3, 4),
-                        textcoords="offset points", fontsize=8, color=color or "black")
+        key = f"bytes:{level}"
+        ls = source_style(roof, key) if level == "dram" else LEVEL_STYLE[level]
+        ax.plot([x_lo, x_end], [bw * x_lo, bw * x_end], color=color or "black", ls=ls, lw=lw, alpha=alpha,
+                gid=f"{gid}{key}")
+        if labels is not None:
+            labels.place(f"{level.upper()} {si(bw, 'B/s')} ({_who(tag, source_kind(roof, key))})", (x_lo, bw * x_lo),
+                         _SLOPE, color=color or "black")
     bw = roof.bytes_per_s.get("dram")
-    groups: dict[float, list[str]] = {}
+    groups: dict[tuple[float, str], list[str]] = {}
     for dtype, peak in peaks.items():
-        groups.setdefault(peak, []).append(dtype)
-    for peak, dts in sorted(groups.items()):
+        groups.setdefault((peak, source_kind(roof, f"flops:{dtype}")), []).append(dtype)
+    for (peak, kind), dts in sorted(groups.items()):
         dts = sorted(dts, key=lambda d: list(DTYPE_COLORS).index(d) if d in DTYPE_COLORS else 99)
         name = "/".join(dts)
         c = color or DTYPE_COLORS.get(dts[0], "black")
         x_start = peak / bw if bw else x_lo
-        ax.plot([max(x_start, x_lo), x_hi], [peak, peak], color=c, ls=style, lw=1.6, alpha=0.85)
+        ls = "-" if kind == "measured" else "--"
+        ax.plot([max(x_start, x_lo), x_hi], [peak, peak], color=c, ls=ls, lw=lw, alpha=alpha, gid=f"{gid}flops:{name}")
         ridge = peak / bw if bw else math.nan
-        show_ridge = bool(bw) and bool(set(dts) & dtypes_used) and x_lo < ridge < x_hi
-        if label_ceilings:
+        show_ridge = bool(bw) and bool(set(dts) & ridge_dtypes) and x_lo < ridge < x_hi
+        if labels is not None:
             text = f"{name} {si(peak, 'FLOP/s')}" + (f", ridge {ridge:.3g} FLOP/B" if show_ridge and not ridge_lines else "")
-            ax.annotate(f"{text} ({tag})", xy=(x_hi, peak), xytext=(-3, 3), textcoords="offset points",
-                        ha="right", fontsize=8, color=c)
+            labels.place(f"{text} ({_who(tag, kind)})", (x_hi, peak), _ABOVE_RIGHT_END, ha="right", color=c)
         if show_ridge and ridge_lines:
-            ax.axvline(ridge, color=c, ls=":", lw=1.0, alpha=0.7)
-            if label_ceilings:
-                ax.annotate(f"ridge {name}\n{ridge:.3g} FLOP/B", xy=(ridge, peak), xytext=(3, -24),
-                            textcoords="offset points", fontsize=7, color=c)
+            ax.axvline(ridge, color=c, ls=":", lw=1.0, alpha=0.7, gid=f"{gid}ridge:{name}")
+            if labels is not None:
+                labels.place(f"ridge {name}\n{ridge:.3g} FLOP/B", (ridge, peak), _RIDGE, color=c, fontsize=7)
 
 
 def _x_range(points: pd.DataFrame, roofs: list[Roof], levels: bool = True) -> tuple[float, float]:
@@ -147,8 +223,9 @@ def _x_range(points: pd.DataFrame, roofs: list[Roof], levels: bool = True) -> tu
 
 
 def _draw_points(ax, pts: pd.DataFrame, colors: list[str], levels: bool) -> None:
-    """Points, one artist per (color, marker); with `levels`, the same points at their L2/L1
-    intensities (hierarchical roofline) joined by a thin line."""
+    """Points, one artist per (color, marker) with gid 'points:<source>'; with `levels`, the same
+    points at their L2/L1 intensities (hierarchical roofline, gid 'points:l2'/'points:l1') joined
+    by a thin line."""
     pts = pts.assign(_color=list(colors))
     for level, marker in (("l2", "s"), ("l1", "D")) if levels else ():
         col = f"intensity_{level}_flops_per_byte"
@@ -159,33 +236,23 @@ def _draw_points(ax, pts: pd.DataFrame, colors: list[str], levels: bool) -> None
             xs = np.column_stack([g["intensity_flops_per_byte"], g[col], gap]).ravel()
             ys = np.column_stack([g["achieved_flops_per_s"], g["achieved_flops_per_s"], gap]).ravel()
             ax.plot(xs, ys, color=color, lw=0.6, alpha=0.5)
-            ax.plot(g[col], g["achieved_flops_per_s"], marker=marker, ms=5, color=color, fillstyle="none", ls="none")
+            ax.plot(g[col], g["achieved_flops_per_s"], marker=marker, ms=5, color=color, fillstyle="none", ls="none",
+                    gid=f"points:{level}")
     for (color, source), g in pts.groupby(["_color", "intensity_source"], sort=False):
         style = SOURCE_MARKER.get(source, SOURCE_MARKER["modeled"])
         ax.plot(g["intensity_flops_per_byte"], g["achieved_flops_per_s"], ls="none", ms=7, color=color,
-                markeredgewidth=1.4, **style)
+                markeredgewidth=1.4, gid=f"points:{source}", **style)
 
 
-def _label_points(ax, pts: pd.DataFrame, fontsize: float = 7.0) -> int:
-    """Label points whose label box would not overlap an earlier one (axis limits must be final).
-    Returns the number labelled."""
-    if pts.empty:
-        return 0
-    dpi = ax.figure.dpi
-    char_w, h = 0.6 * fontsize * dpi / 72, 1.25 * fontsize * dpi / 72
-    off = 4 * dpi / 72
-    xy = ax.transData.transform(np.column_stack([pts["intensity_flops_per_byte"], pts["achieved_flops_per_s"]]))
-    placed: list[tuple[float, float, float, float]] = []
+def _label_points(labels: _Labels, pts: pd.DataFrame) -> int:
+    """Label points whose label would not overlap a label placed before (ceilings first). Returns
+    the number labelled."""
     n = 0
-    for (px, py), (xi, yi, text) in zip(xy, zip(pts["intensity_flops_per_byte"], pts["achieved_flops_per_s"], pts["label"])):
-        box = (px + off, py + off * 0.7, px + off + char_w * len(text), py + off * 0.7 + h)
-        if any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3] for b in placed):
-            continue
-        placed.append(box)
-        ax.annotate(text, xy=(xi, yi), xytext=(4, 3), textcoords="offset points", fontsize=fontsize, color="#333333")
-        n += 1
-        if n >= MAX_LABELS:
-            break
+    for xi, yi, text in zip(pts["intensity_flops_per_byte"], pts["achieved_flops_per_s"], pts["label"]):
+        if labels.place(text, (xi, yi), _POINT, color="#333333", fontsize=POINT_FONT, always=False):
+            n += 1
+            if n >= MAX_LABELS:
+                break
     return n
 
 
@@ -207,13 +274,17 @@ def _axes_roofline(ax, x_lo, x_hi, pts, roofs: list[Roof]) -> None:
     ax.grid(True, which="major", alpha=0.3)
 
 
-def _legend_roofline(ax, pts, extra_handles, levels: bool) -> None:
+def _legend_roofline(ax, pts, extra_handles, levels: bool, roofs: list[Roof] = ()) -> None:
     handles = [
         Line2D([], [], ls="none", color="black", ms=7, label="intensity measured\n(Nsight Compute counters)", **SOURCE_MARKER["measured"]),
         Line2D([], [], ls="none", color="black", ms=7, label="intensity modeled\n(byte model, no counters)", **SOURCE_MARKER["modeled"]),
         Line2D([], [], color="black", ls="-", label="ceiling: measured (peaks run)"),
         Line2D([], [], color="black", ls="--", label="ceiling: vendor / peaks file"),
     ]
+    for level in ("l2", "l1"):
+        if any(r.bytes_per_s.get(level) for r in roofs):
+            handles.append(Line2D([], [], color="black", ls=LEVEL_STYLE[level],
+                                  label=f"{level.upper()} bandwidth ceiling\n(source in its label)"))
     for level, marker in (("l2", "s"), ("l1", "D")) if levels else ():
         c = f"intensity_{level}_flops_per_byte"
         if c in pts and pts[c].notna().any():
@@ -223,66 +294,100 @@ def _legend_roofline(ax, pts, extra_handles, levels: bool) -> None:
               borderaxespad=0, framealpha=0.9)
 
 
-def roofline_env(points: pd.DataFrame, env: str, device: str, roofset: dict, path: Path) -> tuple[Path, int]:
-    """The roofline of one environment: its ceilings and its points (color = precision)."""
+def _plotted(points: pd.DataFrame) -> pd.DataFrame:
+    return points[points["intensity_flops_per_byte"].gt(0) & points["achieved_flops_per_s"].gt(0)]
+
+
+def draw_roofline_env(points: pd.DataFrame, env: str, device: str, roofset: dict) -> tuple[Figure, int]:
+    """The roofline of one environment (color = precision): the roof its efficiencies are computed
+    against (`roofset['roof']`: measured ceilings, the vendor table filling the others) for the
+    ceiling dtypes its points use plus every measured one, with the ridges of the dtypes in use; and,
+    thinner, the vendor values a measured ceiling replaced. Returns (figure, points drawn)."""
     fig, axes = _new(10 + LEGEND_IN, 6.5, left=1.3, right=LEGEND_IN, top=0.75)
     ax = axes[0][0]
-    pts = points[points["intensity_flops_per_byte"].gt(0) & points["achieved_flops_per_s"].gt(0)]
+    pts = _plotted(points)
     measured, vendor = roofset.get("measured"), roofset.get("vendor")
-    roofs = [r for r in (measured, vendor) if r is not None]
+    roof = roofset.get("roof") or (measured.merged_over(vendor) if measured is not None else vendor)
+    roofs = [r for r in (roof, vendor) if r is not None]
     x_lo, x_hi = _x_range(pts, roofs)
     _axes_roofline(ax, x_lo, x_hi, pts, roofs)
-    used = set(pts["ceiling_dtype"]) if "ceiling_dtype" in pts else {"fp32"}
-    if measured is not None:
-        _draw_roof(ax, measured, x_lo, x_hi, None, "-", "measured", used, True)
-    if vendor is not None:
-        _draw_roof(ax, vendor, x_lo, x_hi, None, "--", "vendor", used if measured is None else set(), True)
+    labels = _Labels(ax)
+    labels.block(pts["intensity_flops_per_byte"], pts["achieved_flops_per_s"])
+    used = set(pts["ceiling_dtype"].dropna()) if "ceiling_dtype" in pts else set()
+    if roof is not None:
+        shown = used | {d for d in roof.flops_per_s if source_kind(roof, f"flops:{d}") == "measured"}
+        if not shown & set(roof.flops_per_s):
+            shown = set(roof.flops_per_s)
+        _draw_roof(ax, roof, x_lo, x_hi, dtypes=shown, ridge_dtypes=used, color=None, tag="", labels=labels,
+                   gid="roof|")
+        if measured is not None and vendor is not None:  # the vendor values a measured one replaced
+            replaced = Roof(vendor.device_name, sources=vendor.sources)
+            replaced.flops_per_s = {d: v for d, v in vendor.flops_per_s.items()
+                                    if d in shown and source_kind(roof, f"flops:{d}") == "measured"}
+            if source_kind(roof, "bytes:dram") == "measured" and "dram" in vendor.bytes_per_s:
+                replaced.bytes_per_s = {"dram": vendor.bytes_per_s["dram"]}
+            if not replaced.is_empty():
+                _draw_roof(ax, replaced, x_lo, x_hi, dtypes=None, ridge_dtypes=set(), color=None, tag="vendor, not used",
+                           labels=labels, gid="vendor|", lw=1.0, alpha=0.5)
     _draw_points(ax, pts, [PRECISION_COLORS.get(p, "black") for p in pts["precision"]], levels=True)
-    n_lab = _label_points(ax, pts)
+    if any(c in pts and pts[c].gt(0).any() for c in ("intensity_l2_flops_per_byte", "intensity_l1_flops_per_byte")):
+        ax.set_xlabel("arithmetic intensity (FLOP per DRAM byte; hollow squares/diamonds: per L2/L1 byte)")
+    n_lab = _label_points(labels, pts)
     extra = [Line2D([], [], ls="none", marker="o", color=c, label=p) for p, c in PRECISION_COLORS.items()
              if (pts["precision"] == p).any()]
-    _legend_roofline(ax, pts, extra, levels=True)
+    _legend_roofline(ax, pts, extra, levels=True, roofs=roofs)
     title = f"Roofline: {_env_title(env, device)}"
-    if not roofs:
+    if roof is None:
         title += f"\nno peaks for {device}: no ceilings drawn"
     if len(pts) > n_lab:
         title += f"\n{n_lab} of {len(pts)} points labelled (the others overlap; all are in summary.csv)"
     ax.set_title(title, fontsize=11)
-    return _save(fig, path), len(pts)
+    return fig, len(pts)
 
 
-def roofline_combined(points: pd.DataFrame, roofs: dict, path: Path) -> tuple[Path, int]:
-    """All environments on one roofline (color = environment; each env's ceilings for the dtypes its
-    points use: solid where measured, dashed where vendor; ridges named in the ceiling labels)."""
+def roofline_env(points: pd.DataFrame, env: str, device: str, roofset: dict, path: Path) -> tuple[Path, int]:
+    fig, n = draw_roofline_env(points, env, device, roofset)
+    return _save(fig, path), n
+
+
+def draw_roofline_combined(points: pd.DataFrame, roofs: dict) -> tuple[Figure, int]:
+    """All environments on one roofline (color = environment): each environment's roof (the one its
+    efficiencies use) for the dtypes its points use, each ceiling solid or dashed by its own source,
+    ridges named in the ceiling labels. Returns (figure, points drawn)."""
     fig, axes = _new(11 + LEGEND_IN, 7, left=1.3, right=LEGEND_IN, top=0.75)
     ax = axes[0][0]
-    pts = points[points["intensity_flops_per_byte"].gt(0) & points["achieved_flops_per_s"].gt(0)]
+    pts = _plotted(points)
     envs = sorted(roofs)
     colors = _env_colors([f"{e} | {d}" for e, d in envs])
     all_roofs = [r["roof"] for r in roofs.values() if r.get("roof") is not None]
     x_lo, x_hi = _x_range(pts, all_roofs, levels=False)
     _axes_roofline(ax, x_lo, x_hi, pts, all_roofs)
+    labels = _Labels(ax)
+    labels.block(pts["intensity_flops_per_byte"], pts["achieved_flops_per_s"])
     for env, dev in envs:
-        rs = roofs[(env, dev)]
-        roof = rs.get("roof")
+        roof = roofs[(env, dev)].get("roof")
         if roof is None:
             continue
         sub = pts[(pts["env_label"] == env) & (pts["device_name"] == dev)]
-        used = set(sub["ceiling_dtype"]) or {"fp32"}
-        only = Roof(roof.device_name, {d: v for d, v in roof.flops_per_s.items() if d in used},
-                    {"dram": roof.dram_bytes_per_s} if math.isfinite(roof.dram_bytes_per_s) else {},
-                    roof.sources)
-        style = "-" if rs.get("measured") is not None else "--"
-        _draw_roof(ax, only, x_lo, x_hi, colors[f"{env} | {dev}"], style, env, used, len(envs) <= 6, ridge_lines=False)
+        used = set(sub["ceiling_dtype"].dropna()) or {"fp32"}
+        dram = {"dram": roof.dram_bytes_per_s} if math.isfinite(roof.dram_bytes_per_s) else {}
+        only = Roof(roof.device_name, dict(roof.flops_per_s), dram, roof.sources)
+        _draw_roof(ax, only, x_lo, x_hi, dtypes=used, ridge_dtypes=used, color=colors[f"{env} | {dev}"], tag=env,
+                   labels=labels if len(envs) <= 6 else None, ridge_lines=False, gid=f"{env}|{dev}|")
     _draw_points(ax, pts, [colors[f"{e} | {d}"] for e, d in zip(pts["env_label"], pts["device_name"])], levels=False)
-    n_lab = _label_points(ax, pts) if len(pts) <= 3 * MAX_LABELS else 0
+    n_lab = _label_points(labels, pts) if len(pts) <= 3 * MAX_LABELS else 0
     extra = [Line2D([], [], color=colors[f"{e} | {d}"], marker="o", label=_env_title(e, d)) for e, d in envs]
     _legend_roofline(ax, pts, extra, levels=False)
     title = "Roofline: all environments"
     if len(pts) > n_lab:
         title += f"\n{n_lab} of {len(pts)} points labelled (per-environment figures and summary.csv name them)"
     ax.set_title(title, fontsize=11)
-    return _save(fig, path), len(pts)
+    return fig, len(pts)
+
+
+def roofline_combined(points: pd.DataFrame, roofs: dict, path: Path) -> tuple[Path, int]:
+    fig, n = draw_roofline_combined(points, roofs)
+    return _save(fig, path), n
 
 
 # ------------------------------------------------------------------------------- per-env panels
@@ -291,7 +396,7 @@ def _per_env_lines(points: pd.DataFrame, y: str, yerr: str | None, path: Path, y
     """One panel per environment, one line per series (model/precision/options) in the same color in
     every panel, and one legend for the figure."""
     envs = sorted({(e, d) for e, d in zip(points["env_label"], points["device_name"])})
-    pts = points[points[y].notna()]
+    pts = points[points[y].notna() & pd.to_numeric(points["batch_size"], errors="coerce").gt(0)]  # no batch: no x
     pts = pts.assign(series=[_series_label(r) for r in pts.to_dict("records")])
     names = sorted(set(pts["series"]))
     cmap = matplotlib.colormaps["tab10" if len(names) <= 10 else "tab20"]
@@ -315,10 +420,13 @@ def _per_env_lines(points: pd.DataFrame, y: str, yerr: str | None, path: Path, y
                         ls="-" if source == "measured" else "--", **style)
         if hline is not None:
             ax.axhline(hline, color="gray", lw=1, ls="--")
-        ax.set_xscale("log", base=2)
         batches = sorted(set(int(b) for b in sub["batch_size"].dropna()))
-        if batches:
-            ax.set_xticks(batches, [str(b) for b in batches])
+        if not batches:
+            ax.text(0.5, 0.5, "no run with a batch_size param", ha="center", va="center", transform=ax.transAxes)
+            ax.set_title(_env_title(env, dev), fontsize=10)
+            continue
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(batches, [str(b) for b in batches])
         if logy:
             ax.set_yscale("log")
             _log_ticks(ax.yaxis)
@@ -350,9 +458,7 @@ def intensity_vs_batch(points: pd.DataFrame, path: Path) -> Path:
 
 
 def speedup_vs_batch(speedups: pd.DataFrame, path: Path) -> Path:
-    sp = speedups.copy()
-    sp["label"] = [f"{r['model']}/b{int(r['batch_size'])}/{r['precision']}" for r in sp.to_dict("records")]
-    return _per_env_lines(sp, "speedup", "speedup_sd", path, "speed-up over fp32 (samples/s ratio)",
+    return _per_env_lines(speedups, "speedup", "speedup_sd", path, "speed-up over fp32 (samples/s ratio)",
                           "fp16/bf16 autocast speed-up over fp32 (error bars: ±1 SD, propagated)",
                           logy=False, hline=1.0)
 

@@ -15,7 +15,7 @@ from analysis.fmt import num, pct, si
 from analysis.roofline import Roof
 
 SUMMARY_COLUMNS = [
-    "env_label", "device_name", "model", "precision", "batch_size", "image_size", "channels_last", "compile",
+    "env_label", "device_name", "model", "precision", "batch_size", "image_size", "num_classes", "channels_last", "compile",
     "optimizer", "config_key", "n_runs", "throughput_mean_samples_per_s", "throughput_sd_samples_per_s",
     "throughput_sd_kind", "achieved_flops_per_s", "step_time_median_s", "train_flops_per_step",
     "intensity_flops_per_byte", "intensity_source", "modeled_intensity_flops_per_byte", "profile_run_id",
@@ -43,6 +43,12 @@ def _f(v) -> float:
         return math.nan
 
 
+def _int(v) -> str:
+    """A whole number for a table cell; '' when missing."""
+    f = _f(v)
+    return str(int(f)) if math.isfinite(f) else ""
+
+
 def summary_frame(points: pd.DataFrame) -> pd.DataFrame:
     """The summary table with raw SI values (what summary.csv holds)."""
     df = points.copy()
@@ -52,11 +58,12 @@ def summary_frame(points: pd.DataFrame) -> pd.DataFrame:
     df["run_ids"] = [";".join(r) if isinstance(r, list) else str(r) for r in df["run_ids"]]
     df["batch_size"] = df["batch_size"].astype("Int64")
     df["image_size"] = df["image_size"].astype("Int64")
+    df["num_classes"] = pd.to_numeric(df["num_classes"], errors="coerce").astype("Int64")
     return df[SUMMARY_COLUMNS]
 
 
 def summary_markdown(points: pd.DataFrame) -> str:
-    headers = ["environment", "device", "model", "precision", "batch", "runs", "samples/s (mean ± SD)",
+    headers = ["environment", "device", "model", "precision", "batch", "classes", "runs", "samples/s (mean ± SD)",
                "achieved GFLOP/s", "intensity (FLOP/B)", "intensity source", "ceiling", "bound", "efficiency"]
     rows = []
     for p in points.to_dict("records"):
@@ -72,7 +79,7 @@ def summary_markdown(points: pd.DataFrame) -> str:
             bound += f" (hierarchical: {p['hier_limiter']})"
         rows.append([
             p["env_label"], p["device_name"], p["model"], p["precision"],
-            "" if pd.isna(p["batch_size"]) else int(p["batch_size"]), int(p["n_runs"]), thr_txt,
+            _int(p["batch_size"]), _int(p.get("num_classes")), int(p["n_runs"]), thr_txt,
             num(ach / 1e9, 4) if math.isfinite(ach) else "",
             num(_f(p["intensity_flops_per_byte"]), 3), p["intensity_source"], ceiling, bound,
             pct(_f(p.get("efficiency"))),
@@ -113,11 +120,37 @@ def environments_markdown(envs: pd.DataFrame) -> str:
 
 
 def speedups_markdown(sp: pd.DataFrame) -> str:
-    headers = ["environment", "device", "model", "batch", "precision", "speed-up over fp32 (± SD)"]
-    rows = [[r["env_label"], r["device_name"], r["model"], int(r["batch_size"]), r["precision"],
+    headers = ["environment", "device", "model", "batch", "classes", "precision", "speed-up over fp32 (± SD)"]
+    rows = [[r["env_label"], r["device_name"], r["model"], _int(r["batch_size"]), _int(r["num_classes"]), r["precision"],
              f"{r['speedup']:.2f}×" + (f" ± {r['speedup_sd']:.2f}" if math.isfinite(_f(r["speedup_sd"])) else "")]
             for r in sp.to_dict("records")]
     return md_table(headers, rows)
+
+
+def complexity_markdown(cx: pd.DataFrame) -> str:
+    headers = ["environment", "device", "model", "image", "precision", "classes", "params",
+               "fwd GFLOP/sample", "fwd GMAC/sample", "train GFLOP/sample", "activations/sample",
+               "largest batch that fits", "device memory assumed"]
+    rows = []
+    for r in cx.to_dict("records"):
+        mem = si(_f(r["device_memory_bytes"]), "B")
+        src = str(r.get("device_memory_source") or "").strip()
+        rows.append([
+            r["env_label"], r["device_name"], r["model"], f"{_int(r['image_size'])} px", r["precision"],
+            _int(r["num_classes"]), f"{num(_f(r['params']) / 1e6, 4)} M",
+            num(_f(r["fwd_flops_per_sample"]) / 1e9, 4), num(_f(r["fwd_macs_per_sample"]) / 1e9, 4),
+            num(_f(r["train_flops_per_sample"]) / 1e9, 4), si(_f(r["activation_bytes_per_sample"]), "B"),
+            _int(r["max_batch_fit"]), f"{mem} ({src})" if src and mem else mem,
+        ])
+    return md_table(headers, rows)
+
+
+COMPLEXITY_INTRO = (
+    "From the latest `complexity` run per environment (`python -m train.complexity`, docs/complexity.md): "
+    "forward FLOPs count 2 per multiply-add plus elementwise work, MACs are multiply-adds, training FLOPs "
+    "are forward + backward + optimizer; activations are the bytes saved for backward per sample; the "
+    "largest batch is predicted from weights, gradients, optimizer state and activations, not measured."
+)
 
 
 def failed_markdown(failed: pd.DataFrame) -> str:
@@ -191,6 +224,11 @@ def report_markdown(analysis: Analysis, figures: dict[str, list[tuple[str, str]]
         out += ["No configuration has both an fp32 and an fp16/bf16 run in the same environment.", ""]
     else:
         out += figs("speedup") + [speedups_markdown(analysis.speedups), ""]
+    out += ["## Model complexity", ""]
+    if analysis.complexity.empty:
+        out += ["No `complexity` run in these experiments (`python -m train.complexity` logs one).", ""]
+    else:
+        out += [COMPLEXITY_INTRO, "", complexity_markdown(analysis.complexity), ""]
     out += ["## Failed runs", ""]
     out += [failed_markdown(analysis.failed), ""] if not analysis.failed.empty else ["None.", ""]
     out += ["## Method", "", METHOD]
@@ -208,6 +246,10 @@ def write_tables(analysis: Analysis, out_dir: Path) -> list[Path]:
         sp = out_dir / "speedups.csv"
         analysis.speedups.to_csv(sp, index=False)
         paths.append(sp)
+    if not analysis.complexity.empty:
+        cx = out_dir / "complexity.csv"
+        analysis.complexity.to_csv(cx, index=False)
+        paths.append(cx)
     if not analysis.failed.empty:
         fl = out_dir / "failed_runs.csv"
         analysis.failed.to_csv(fl, index=False)

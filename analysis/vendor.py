@@ -13,8 +13,9 @@ from typing import Any, Callable
 PEAKS_FILE_ENV = "ROOFLINE_PEAKS_FILE"  # the variable profiling.peak_table reads too
 
 
-def load_vendor_lookup(peaks_file: str = "") -> tuple[Callable[[str], Any], str]:
-    """(lookup(device_name) -> VendorPeaks | None, note); the note is '' (kept for the report).
+def load_vendor_lookup(peaks_file: str = "") -> Callable[[str], Any]:
+    """lookup(device_name) -> VendorPeaks | None. profiling.peak_table is part of the project and
+    always imported; a device it does not know gives None (the report then says `no peaks for ...`).
 
     A bad peaks file is a one-line UsageError here, before any run is read.
     """
@@ -22,6 +23,6 @@ def load_vendor_lookup(peaks_file: str = "") -> tuple[Callable[[str], Any], str]
 
     path = peaks_file or os.environ.get(PEAKS_FILE_ENV, "")
     if not path:
-        return peak_table.find, ""
+        return peak_table.find
     peak_table.load_overrides(path)  # validate now: one line naming the bad entry
-    return (lambda name: peak_table.find(name, overrides=path)), ""
+    return lambda name: peak_table.find(name, overrides=path)

@@ -9,13 +9,14 @@ Expected values below are computed by hand from the logged numbers.
 from __future__ import annotations
 
 import math
+import uuid
 
 import matplotlib.image as mpimg
 import mlflow
 import pandas as pd
 import pytest
 
-from analysis import app, core, fetch, vendor
+from analysis import app, core, fetch, plots, vendor
 from common import schema
 from common.tracking import RunSession
 
@@ -38,12 +39,12 @@ def env_tags(env: str, device: str) -> dict:
 
 
 def log_train(env, device, batch, precision, *, thr, thr_sd, flops_step, median_s, intensity, steps=None,
-              repeat=None, model="resnet18"):
+              repeat=None, model="resnet18", exp=EXP):
     p = params(batch, precision, model)
     if repeat is not None:
         p["repeat"] = repeat
     tags = {**env_tags(env, device), schema.TAG_CONFIG_KEY: schema.config_key(p)}
-    with RunSession("train", experiment=EXP, run_name=f"{model}-b{batch}-{precision}", tags=tags, quiet=True) as s:
+    with RunSession("train", experiment=exp, run_name=f"{model}-b{batch}-{precision}", tags=tags, quiet=True) as s:
         s.log_params(p)
         s.log_metrics({
             "throughput_samples_per_s": thr, "throughput_std_samples_per_s": thr_sd,
@@ -55,20 +56,20 @@ def log_train(env, device, batch, precision, *, thr, thr_sd, flops_step, median_
     return s.run_id
 
 
-def log_profile(device, batch, precision, *, flops, dram_bytes, l2_bytes=None):
+def log_profile(device, batch, precision, *, flops, dram_bytes, l2_bytes=None, exp=EXP):
     p = params(batch, precision)
     tags = {**env_tags("l4", device), schema.TAG_CONFIG_KEY: schema.config_key(p)}
     metrics = {"ncu_flops_total": flops, "ncu_dram_bytes": dram_bytes,
                "ncu_intensity_dram_flops_per_byte": flops / dram_bytes, "ncu_kernel_time_s": 1.0}
     if l2_bytes:
         metrics["ncu_l2_bytes"] = l2_bytes
-    with RunSession("profile", experiment=EXP, tags=tags, quiet=True) as s:
+    with RunSession("profile", experiment=exp, tags=tags, quiet=True) as s:
         s.log_params(p)
         s.log_metrics(metrics)
 
 
-def log_peaks(env, device, metrics):
-    with RunSession("peaks", experiment=EXP, tags=env_tags(env, device), quiet=True) as s:
+def log_peaks(env, device, metrics, exp=EXP):
+    with RunSession("peaks", experiment=exp, tags=env_tags(env, device), quiet=True) as s:
         s.log_metrics(metrics)
 
 
@@ -100,6 +101,35 @@ def store(tracking):
     return tracking
 
 
+def complexity_row(model, params, fwd_flops, train_flops, act_bytes, max_batch, mem=16 * 2**30) -> dict:
+    """A complexity/models.csv row (columns: train/complexity.py MODEL_COLUMNS, docs/complexity.md)."""
+    from train.complexity import MODEL_COLUMNS
+
+    row = dict.fromkeys(MODEL_COLUMNS, 0)
+    row.update(model=model, image_size=224, precision="fp32", optimizer="sgd", num_classes=1000, params=params,
+               fwd_flops_per_sample=fwd_flops, fwd_macs_per_sample=fwd_flops / 2, train_flops_per_sample=train_flops,
+               activation_bytes_per_sample=act_bytes, device_memory_bytes=mem, max_batch_fit=max_batch,
+               measured_batches="1 2")
+    return row
+
+
+def log_complexity(env, device, rows, source="--device-memory 16GiB", exp=EXP):
+    from train.complexity import MODEL_COLUMNS, to_csv
+
+    tags = {schema.TAG_ENV_LABEL: env, schema.TAG_DEVICE_NAME: device}
+    with RunSession("complexity", experiment=exp, run_name="complexity", tags=tags, quiet=True) as s:
+        s.log_params({"models": ",".join(r["model"] for r in rows), "device_memory_bytes": rows[0]["device_memory_bytes"],
+                      "device_memory_source": source})
+        s.log_text("complexity/models.csv", to_csv(rows, MODEL_COLUMNS))
+    return s.run_id
+
+
+RESNET18 = complexity_row("resnet18", 11_689_512, 3.64e9, 10.65e9, 22.19e6, 768)
+VGG16 = complexity_row("vgg16", 138_357_544, 30.97e9, 92.65e9, 73.36e6, 211)
+RESNET18_ROW = ("| l4 | NVIDIA L4 | resnet18 | 224 px | fp32 | 1000 | 11.69 M | 3.64 | 1.82 | 10.65 | 22.2 MB | 768 "
+                "| 17.2 GB (--device-memory 16GiB) |")
+
+
 class VendorStub:
     device_name = L4
     flops_per_s = {"fp32": 30.3e12, "fp16": 121e12, "bf16": 121e12}
@@ -119,11 +149,11 @@ def analyse(tmp_path, argv=(), vendor_lookup=vendor_stub):
 
 def joined(argv=(), vendor_lookup=vendor_stub) -> core.Analysis:
     """Fetch and join only (no figures): for tests about numbers. vendor_lookup='auto': the real
-    lookup (profiling.peak_table when present) with --peaks-file passed through."""
+    lookup (profiling.peak_table) with --peaks-file passed through."""
     cfg = app.config_from_args(app.build_parser().parse_args(["--no-track", *argv]))
     runs, _ = fetch.fetch_runs(cfg.query())
     if vendor_lookup == "auto":
-        vendor_lookup, _ = vendor.load_vendor_lookup(cfg.peaks_file)
+        vendor_lookup = vendor.load_vendor_lookup(cfg.peaks_file)
     return core.build(runs, vendor_lookup)
 
 
@@ -192,8 +222,8 @@ def test_outputs_tables_figures_and_report(store, tmp_path):
 
     md = (out / "report.md").read_text()
     assert f"no peaks for {CPU}" in md
-    assert "| l4 | NVIDIA L4 | resnet18 | fp32 | 64 | 1 | 700 ± 20 (within run) | 15000 | 200 | measured |" in md
-    assert "| l4 | NVIDIA L4 | resnet18 | fp32 | 32 | 2 | 410 ± 14 | 11000 | 50 | modeled |" in md
+    assert "| l4 | NVIDIA L4 | resnet18 | fp32 | 64 | 1000 | 1 | 700 ± 20 (within run) | 15000 | 200 | measured |" in md
+    assert "| l4 | NVIDIA L4 | resnet18 | fp32 | 32 | 1000 | 2 | 410 ± 14 | 11000 | 50 | modeled |" in md
     assert "CUDA out of memory" in md
     for name in pngs:
         assert f"(figures/{name})" in md
@@ -204,6 +234,85 @@ def test_outputs_tables_figures_and_report(store, tmp_path):
                                    "modeled_points": 3, "failed": 1}
 
 
+def test_report_has_model_complexity_of_the_analysed_models_from_the_latest_run(store, tmp_path):
+    log_complexity("l4", L4, [complexity_row("resnet18", 1, 1e9, 3e9, 1e6, 5)], source="old run")  # superseded
+    run_id = log_complexity("l4", L4, [RESNET18, VGG16])
+    res = analyse(tmp_path)
+    cx = res.analysis.complexity
+    assert list(cx["model"]) == ["resnet18"] and list(cx["run_id"]) == [run_id]  # vgg16 was not analysed
+    assert cx.iloc[0]["max_batch_fit"] == 768 and cx.iloc[0]["fwd_macs_per_sample"] == 1.82e9
+    md = (tmp_path / "out" / "report.md").read_text()
+    section = md.split("## Model complexity")[1].split("\n## ")[0]
+    assert RESNET18_ROW in section and "vgg16" not in section and "old run" not in section
+    csv = pd.read_csv(tmp_path / "out" / "complexity.csv")
+    assert csv.iloc[0]["train_flops_per_sample"] == 10.65e9 and csv.iloc[0]["device_memory_bytes"] == 16 * 2**30
+
+
+def test_complexity_of_other_models_only_lists_them_all_and_says_so(store, tmp_path):
+    # vgg16 fwd MACs 30.97e9 / 2 = 15.485e9, stored as 15.48499...e9: "15.48"
+    log_complexity("laptop", CPU, [VGG16, complexity_row("mobilenet_v2", 3_504_872, 0.64e9, 1.78e9, 78.2e6, 219)],
+                   source="available RAM")
+    res = analyse(tmp_path, ["--env-label", "l4,laptop"])
+    assert sorted(res.analysis.complexity["model"]) == ["mobilenet_v2", "vgg16"]
+    assert any(n.startswith("no complexity run measured the analysed models (resnet18)") for n in res.analysis.notes)
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "| laptop | Test CPU 9000 | vgg16 | 224 px | fp32 | 1000 | 138.4 M | 30.97 | 15.48 | 92.65 | 73.4 MB | 211 " \
+           "| 17.2 GB (available RAM) |" in md
+
+
+def test_without_complexity_runs_the_report_says_how_to_get_them(store, tmp_path):
+    analyse(tmp_path)
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "## Model complexity\n\nNo `complexity` run in these experiments" in md
+    assert not (tmp_path / "out" / "complexity.csv").exists()
+
+
+def test_hierarchical_roofline_from_logged_runs_only(tracking, tmp_path, monkeypatch):
+    """peaks run: fp32 20 TFLOP/s, DRAM 250 GB/s, L2 1 TB/s, L1 5 TB/s; profile run: 4e12 FLOPs over
+    1e10 DRAM, 4e11 L2 and 1e12 L1 bytes -> intensities 400, 10 and 4 FLOP/B; train run: 0.8e12
+    FLOPs per step / 0.1 s = 8e12 FLOP/s.
+    DRAM: min(400 x 250e9, 20e12) = 20e12 (compute-bound, ridge 80); L2: 10 x 1e12 = 10e12;
+    L1: min(4 x 5e12, 20e12) = 20e12 -> the hierarchical limiter is L2; efficiency 8e12 / 20e12."""
+    gpu = "Test GPU 1"
+    log_train("lab", gpu, 64, "fp32", thr=640, thr_sd=5, flops_step=0.8e12, median_s=0.1, intensity=60)
+    p = params(64, "fp32")
+    with RunSession("profile", experiment=EXP, quiet=True,
+                    tags={**env_tags("lab", gpu), schema.TAG_CONFIG_KEY: schema.config_key(p)}) as s:
+        s.log_params(p)
+        s.log_metrics({"ncu_flops_total": 4e12, "ncu_dram_bytes": 1e10, "ncu_l2_bytes": 4e11, "ncu_l1_bytes": 1e12})
+    log_peaks("lab", gpu, {"peak_flops_per_s_fp32": 20e12, "peak_dram_bytes_per_s": 250e9,
+                           "peak_l2_bytes_per_s": 1e12, "peak_l1_bytes_per_s": 5e12})
+    figures, save = {}, plots._save
+
+    def keep(fig, path):  # the figures drawn in this process (--jobs 1), for their Line2D objects
+        figures[path.name] = fig
+        return save(fig, path)
+
+    monkeypatch.setattr(plots, "_save", keep)
+    res = analyse(tmp_path, ["--jobs", "1"], vendor_lookup=lambda _: None)
+
+    pt = res.analysis.points.iloc[0]
+    assert pt["intensity_source"] == "measured" and pt["intensity_flops_per_byte"] == pytest.approx(400)
+    assert pt["intensity_l2_flops_per_byte"] == pytest.approx(10) and pt["intensity_l1_flops_per_byte"] == pytest.approx(4)
+    assert pt["bound"] == "compute-bound" and pt["hier_limiter"] == "l2" and pt["efficiency"] == pytest.approx(0.4)
+    csv = pd.read_csv(tmp_path / "out" / "summary.csv")
+    assert csv.iloc[0]["hier_limiter"] == "l2" and csv.iloc[0]["intensity_l2_flops_per_byte"] == pytest.approx(10)
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "| 400 | measured | fp32 20 TFLOP/s (measured) | compute-bound (hierarchical: l2) | 40.0% |" in md
+    assert "| lab | Test GPU 1 | L2 bandwidth | 1 TB/s | measured: peaks run" in md
+
+    lines = {ln.get_gid(): ln for ln in figures["roofline_lab.png"].axes[0].get_lines() if ln.get_gid()}
+    for level, bw in (("l2", 1e12), ("l1", 5e12), ("dram", 250e9)):
+        ceiling = lines[f"roof|bytes:{level}"]
+        assert ceiling.get_ydata()[0] / ceiling.get_xdata()[0] == pytest.approx(bw)
+    assert list(lines["points:l2"].get_xdata()) == [pytest.approx(10)]
+    assert list(lines["points:l1"].get_xdata()) == [pytest.approx(4)]
+    assert list(lines["points:l2"].get_ydata()) == [pytest.approx(8e12)]
+    assert "per L2/L1 byte" in figures["roofline_lab.png"].axes[0].get_xlabel()
+    legend = [t.get_text() for t in figures["roofline_lab.png"].axes[0].get_legend().get_texts()]
+    assert "L2 bandwidth ceiling\n(source in its label)" in legend and "same point at its L2\nintensity (hierarchical)" in legend
+
+
 def test_vendor_table_is_the_roof_without_a_peaks_run(tracking):
     log_train("l4", L4, 64, "fp32", thr=700, thr_sd=20, flops_step=1.5e12, median_s=0.1, intensity=60)
     p = joined().points.iloc[0]
@@ -212,12 +321,22 @@ def test_vendor_table_is_the_roof_without_a_peaks_run(tracking):
     assert p["efficiency"] == pytest.approx(1.5e13 / 18e12)
 
 
-def test_without_vendor_table_report_says_so(tracking, tmp_path):
+def test_one_environment_gets_its_roofline_and_the_combined_one(tracking, tmp_path):
     log_train("l4", L4, 64, "fp32", thr=700, thr_sd=20, flops_step=1.5e12, median_s=0.1, intensity=60)
-    res = analyse(tmp_path, vendor_lookup=None)
-    assert math.isnan(res.analysis.points.iloc[0]["efficiency"])
+    analyse(tmp_path)
+    pngs = sorted(p.name for p in (tmp_path / "out" / "figures").glob("roofline*.png"))
+    assert pngs == ["roofline_all.png", "roofline_l4.png"]
+    assert "(figures/roofline_all.png)" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_device_unknown_to_the_real_vendor_table_has_no_roof_and_the_report_says_so(tracking, tmp_path, monkeypatch):
+    monkeypatch.delenv(vendor.PEAKS_FILE_ENV, raising=False)
+    log_train("laptop", CPU, 32, "fp32", thr=20, thr_sd=1, flops_step=0.8e12, median_s=1.6, intensity=50)
+    res = analyse(tmp_path, vendor_lookup="auto")  # profiling.peak_table, which has no "Test CPU 9000"
+    p = res.analysis.points.iloc[0]
+    assert math.isnan(p["efficiency"]) and p["bound"] == "" and res.analysis.roofs[("laptop", CPU)]["roof"] is None
     md = (tmp_path / "out" / "report.md").read_text()
-    assert "no vendor peak table in use" in md and f"no peaks for {L4}" in md
+    assert f"no peaks for {CPU} (env laptop): no peaks run and no vendor entry" in md
 
 
 def test_peaks_file_gives_the_roof(tracking, tmp_path):
@@ -243,10 +362,20 @@ def test_env_label_and_filter_select_train_runs(store):
     train_runs = runs[runs["tags.run_kind"] == "train"]
     assert list(train_runs["tags.mlflow.runName"]) == ["vgg16-b32-fp32", "resnet18-b32-fp32"]  # the latest two
     assert notes == ["stopped at --max-runs 2 train runs (latest first); raise it to see older runs"]
+    log_peaks("laptop", CPU, {"peak_flops_per_s_fp32": 1e12})  # now 2 peaks runs, still 1 profile run
+    runs, notes = fetch.fetch_runs(fetch.Query(max_runs=2))
+    assert notes == ["stopped at --max-runs 2 train runs (latest first); raise it to see older runs",
+                     "stopped at --max-runs 2 peaks runs (latest first): older peaks runs were not read; "
+                     "raise --max-runs to use them"]
+    assert sorted(runs["tags.run_kind"]) == ["peaks", "peaks", "profile", "train", "train"]
+    runs, notes = fetch.fetch_runs(fetch.Query(max_runs=1))
+    assert [n.split(" runs")[0] for n in notes] == ["stopped at --max-runs 1 train", "stopped at --max-runs 1 profile",
+                                                   "stopped at --max-runs 1 peaks"]
+    assert (runs["tags.run_kind"] == "peaks").sum() == 1 and (runs["tags.run_kind"] == "profile").sum() == 1
 
 
 def test_cli_tracks_outputs_as_artifacts_of_an_analysis_run(store, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr("analysis.vendor.load_vendor_lookup", lambda *_: (vendor_stub, ""))
+    monkeypatch.setattr("analysis.vendor.load_vendor_lookup", lambda *_: vendor_stub)
     rc = app.cli(["--experiment", EXP, "--out", str(tmp_path / "o")])
     assert rc == 0
     summary = capsys.readouterr().out.strip().splitlines()
@@ -286,3 +415,39 @@ def test_only_failed_runs_writes_report_and_fails(tracking, tmp_path, capsys):
     assert rc == 1
     assert "no FINISHED train runs among the matches (1 failed)" in capsys.readouterr().err
     assert "CUDA out of memory" in (tmp_path / "o" / "report.md").read_text()
+
+
+@pytest.mark.server
+def test_analysis_over_http_against_a_real_mlflow_server(on_server, tmp_path, monkeypatch):
+    """The same pipeline with MLFLOW_TRACKING_URI=http://...: searches, metric histories and artifact
+    downloads (complexity/models.csv) through the server, and the analysis run's artifacts uploaded
+    through its artifact proxy. Uses the session's shared server, so a fresh experiment name."""
+    exp = f"analysis-http-{uuid.uuid4().hex[:8]}"
+    # b64 fp32: achieved 1.5e12 / 0.1 = 1.5e13, profiled 2e12 / 1e10 = 200 FLOP/B; b64 bf16: 1e12 / 0.05 = 2e13
+    fp32 = log_train("l4", L4, 64, "fp32", thr=700, thr_sd=20, flops_step=1.5e12, median_s=0.1, intensity=60,
+                     exp=exp, steps=[0.1, 0.11, 0.09, 0.1])
+    log_train("l4", L4, 64, "bf16", thr=1400, thr_sd=30, flops_step=1.0e12, median_s=0.05, intensity=100, exp=exp)
+    log_profile(L4, 64, "fp32", flops=2e12, dram_bytes=1e10, exp=exp)
+    log_peaks("l4", L4, {"peak_flops_per_s_fp32": 20e12, "peak_flops_per_s_bf16": 80e12,
+                         "peak_dram_bytes_per_s": 250e9}, exp=exp)
+    log_complexity("l4", L4, [RESNET18], exp=exp)
+    monkeypatch.setattr("analysis.vendor.load_vendor_lookup", lambda *_: vendor_stub)
+    out = tmp_path / "report"
+    assert app.main(["--experiment", exp, "--out", str(out), "--jobs", "1"]) == 0
+
+    csv = pd.read_csv(out / "summary.csv").set_index("precision")
+    # fp32: 200 FLOP/B >= ridge 20e12 / 250e9 = 80: compute-bound, 1.5e13 / 20e12 = 75 %
+    assert csv.loc["fp32", "intensity_source"] == "measured" and csv.loc["fp32", "bound"] == "compute-bound"
+    assert csv.loc["fp32", "efficiency"] == pytest.approx(0.75)
+    # bf16: modeled 100 < ridge 80e12 / 250e9 = 320: memory-bound, 2e13 / (100 x 250e9) = 80 %
+    assert csv.loc["bf16", "bound"] == "memory-bound" and csv.loc["bf16", "efficiency"] == pytest.approx(0.8)
+    md = (out / "report.md").read_text()
+    assert RESNET18_ROW in md  # complexity/models.csv came through the artifact proxy
+    assert "| l4 | NVIDIA L4 | resnet18 | 64 | 1000 | bf16 | 2.00× ± 0.07 |" in md  # 1400 / 700; SD: 2 x sqrt((30/1400)² + (20/700)²)
+    assert fetch.fetch_series([fp32]) == {fp32: [0.1, 0.11, 0.09, 0.1]}  # the variability figure's input
+    assert mpimg.imread(out / "figures" / "step_time_variability.png").ndim == 3
+    done = mlflow.search_runs(experiment_names=[exp], filter_string="tags.run_kind = 'analysis'", output_format="list")
+    assert len(done) == 1 and done[0].info.status == "FINISHED" and done[0].data.metrics["n_points"] == 2
+    listed = {f.path for f in mlflow.tracking.MlflowClient().list_artifacts(done[0].info.run_id, "report")}
+    assert {"report/report.md", "report/summary.csv", "report/complexity.csv", "report/figures"} <= listed
+    assert RESNET18_ROW in mlflow.artifacts.load_text(f"runs:/{done[0].info.run_id}/report/report.md")

@@ -9,15 +9,15 @@ import types
 import pandas as pd
 import pytest
 
-from analysis import app, core, fetch, join, vendor
+from analysis import app, core, fetch, join, plots, report, vendor
 from common import schema
 from common.errors import UsageError
 
 
 def train(run_id, env, dev, batch, precision, thr, thr_sd=None, achieved=None, intensity=None, start=0,
-          flops=None, median=None, model="resnet18"):
+          flops=None, median=None, model="resnet18", num_classes=1000):
     p = dict(model=model, batch_size=str(batch), precision=precision, image_size="224", channels_last="false",
-             compile="false", optimizer="sgd", num_classes="1000")
+             compile="false", optimizer="sgd", num_classes=str(num_classes))
     row = {"run_id": run_id, "status": "FINISHED", "start_time": start, "tags.run_kind": "train",
            "tags.env_label": env, "tags.device_name": dev, "tags.config_key": schema.config_key(p),
            "metrics.throughput_samples_per_s": thr}
@@ -114,6 +114,13 @@ def test_roof_precedence_latest_measured_then_other_env_then_vendor():
     assert vendor_calls == ["GPU", "VendorOnly", "None"]  # one lookup per device
 
 
+def test_vendor_entry_with_l2_l1_bandwidths_gives_those_ceilings():
+    entry = {"flops_per_s": {"fp32": 20e12}, "dram_bytes_per_s": 250e9, "l2_bytes_per_s": 1e12,
+             "l1_bytes_per_s": 5e12, "source": "file"}
+    roof = join.roof_from_vendor(entry, "GPU")
+    assert roof.bytes_per_s == {"dram": 250e9, "l2": 1e12, "l1": 5e12} and roof.sources["bytes:l2"] == "vendor: file"
+
+
 def test_speedups_and_failed_runs():
     runs = pd.DataFrame([
         train("a", "e", "d", 64, "fp32", 100, thr_sd=4),
@@ -124,12 +131,88 @@ def test_speedups_and_failed_runs():
         {"run_id": "g", "status": "FAILED", "tags.run_kind": "analysis", "tags.error": "not listed"},
     ])
     pts = join.aggregate_repeats(join.train_runs(runs))
-    sp = join.speedups(pts)
-    assert len(sp) == 1 and sp.iloc[0]["precision"] == "bf16"
+    sp, notes = join.speedups(pts)
+    assert len(sp) == 1 and notes == [] and sp.iloc[0]["precision"] == "bf16"
     assert sp.iloc[0]["speedup"] == pytest.approx(2.5)
     assert sp.iloc[0]["speedup_sd"] == pytest.approx(2.5 * math.sqrt((5 / 250) ** 2 + (4 / 100) ** 2))
     failed = join.failed_runs(runs)
     assert list(failed["run_id"]) == ["f"] and list(failed["error"]) == ["boom"]
+
+
+def test_num_classes_separates_points_speedup_pairs_labels_and_rows():
+    runs = pd.DataFrame([
+        train("a", "e", "d", 64, "fp32", 100, thr_sd=4),
+        train("b", "e", "d", 64, "bf16", 250, thr_sd=5),
+        train("c", "e", "d", 64, "fp32", 200, thr_sd=2, num_classes=10),
+        train("f", "e", "d", 64, "bf16", 300, thr_sd=3, num_classes=10),
+    ])
+    a = core.build(runs)
+    assert sorted(a.points["label"]) == ["resnet18/b64/bf16", "resnet18/b64/bf16/10cls",
+                                         "resnet18/b64/fp32", "resnet18/b64/fp32/10cls"]
+    sp = a.speedups.set_index("num_classes")
+    assert len(sp) == 2  # one pair per head size, never 10 classes against 1000
+    assert sp.loc[1000, "speedup"] == pytest.approx(2.5)  # 250 / 100
+    assert sp.loc[1000, "speedup_sd"] == pytest.approx(2.5 * math.sqrt((5 / 250) ** 2 + (4 / 100) ** 2))
+    assert sp.loc[10, "speedup"] == pytest.approx(1.5)  # 300 / 200
+    assert sp.loc[10, "speedup_sd"] == pytest.approx(1.5 * math.sqrt((3 / 300) ** 2 + (2 / 200) ** 2))
+    assert sp.loc[10, "label"] == "resnet18/b64/bf16/10cls"
+    md = report.summary_markdown(a.points)
+    assert "| e | d | resnet18 | fp32 | 64 | 10 | 1 | 200 ± 2 (within run) |" in md
+    assert "| e | d | resnet18 | fp32 | 64 | 1000 | 1 | 100 ± 4 (within run) |" in md
+    assert sorted(report.summary_frame(a.points)["num_classes"]) == [10, 10, 1000, 1000]
+    assert "| e | d | resnet18 | 64 | 10 | bf16 | 1.50× ± 0.02 |" in report.speedups_markdown(a.speedups)
+
+
+def test_runs_without_batch_size_get_no_speedup_and_a_note(tmp_path):
+    rows = [train("a", "e", "d", 64, "fp32", 100, thr_sd=4), train("b", "e", "d", 64, "bf16", 250, thr_sd=5),
+            train("c", "e", "d", 32, "fp32", 80, thr_sd=4), train("f", "e", "d", 32, "bf16", 160, thr_sd=4)]
+    for r in rows[2:]:  # an older logger: config_key tag, but no batch_size param
+        del r["params.batch_size"]
+    a = core.build(pd.DataFrame(rows))
+    # only the b64 pair: the two runs without a batch size are not merged as "equal NaN batches"
+    assert list(a.speedups["batch_size"]) == [64] and a.speedups.iloc[0]["speedup"] == pytest.approx(2.5)
+    assert any(n.startswith("2 point(s) left out of the fp16/bf16 speed-ups: their runs lack batch_size")
+               and "e: resnet18/b?/fp32" in n for n in a.notes)
+    # the tables and the figure draw (no int(NaN)) even when only such rows are there
+    only = a.speedups.assign(batch_size=float("nan"))
+    assert "| e | d | resnet18 |  | 1000 | bf16 | 2.50×" in report.speedups_markdown(only)
+    assert plots.speedup_vs_batch(only, tmp_path / "sp.png").is_file()
+    assert "| e | d | resnet18 | fp32 |  | 1000 | 1 | 80 ± 4 (within run) |" in report.summary_markdown(a.points)
+
+
+def test_runs_without_config_key_are_never_merged():
+    old = [train("o1", "e", "d", 8, "fp32", 100, thr_sd=3, achieved=1e12, intensity=10),
+           train("o2", "e", "d", 64, "fp32", 20, thr_sd=1, achieved=4e12, intensity=30, model="vgg16"),
+           train("o3", "e", "d", 8, "bf16", 150, thr_sd=3, achieved=2e12, intensity=10)]
+    for r in old:  # logged before num_classes existed: no tag, incomplete params
+        del r["tags.config_key"], r["params.num_classes"]
+    a = core.build(pd.DataFrame([*old, train("n", "e", "d", 8, "fp32", 90, thr_sd=2, achieved=1e12, intensity=10)]))
+    pts = a.points.set_index("run_ids", drop=False)
+    assert len(pts) == 4 and list(pts["n_runs"]) == [1, 1, 1, 1]
+    by_run = {r[0]: p for r, p in zip(pts["run_ids"], pts.to_dict("records"))}
+    assert by_run["o1"]["throughput_mean_samples_per_s"] == 100 and by_run["o1"]["model"] == "resnet18"
+    assert by_run["o2"]["throughput_mean_samples_per_s"] == 20 and by_run["o2"]["model"] == "vgg16"
+    assert by_run["o2"]["achieved_flops_per_s"] == 4e12 and by_run["o2"]["config_key"] == ""
+    assert by_run["n"]["throughput_mean_samples_per_s"] == 90 and by_run["n"]["config_key"] != ""
+    assert a.speedups.empty  # o3 (bf16) is not paired with o1: neither says how many classes it had
+    text = " | ".join(a.notes)
+    assert "3 train run(s) have no config_key tag and incomplete config params: each is its own point" in text
+    assert "left out of the fp16/bf16 speed-ups: their runs lack num_classes" in text
+    assert core.variability_config(a) == by_run["n"]["config_key"]
+
+
+def test_complexity_table_skips_tables_without_the_documented_columns():
+    good = "model,image_size,precision,optimizer,num_classes,params,fwd_flops_per_sample,fwd_macs_per_sample," \
+           "train_flops_per_sample,activation_bytes_per_sample,device_memory_bytes,max_batch_fit\n" \
+           "resnet18,224,fp32,sgd,1000,11689512,3.64e9,1.82e9,1.065e10,2.219e7,1.7e10,768\n"
+    bad = "model,params\nresnet18,11689512\n"
+    entries = [{"run_id": "c1" * 8, "env_label": "a", "device_name": "d", "device_memory_source": "s", "csv": good},
+               {"run_id": "c2" * 8, "env_label": "b", "device_name": "d", "device_memory_source": "s", "csv": bad}]
+    table, notes = join.complexity_table(entries, {"resnet18"})
+    assert list(table["env_label"]) == ["a"] and table.iloc[0]["max_batch_fit"] == 768
+    assert notes == ["complexity run c2c2c2c2: models.csv lacks image_size, precision, optimizer, num_classes, "
+                     "fwd_flops_per_sample, fwd_macs_per_sample, train_flops_per_sample, activation_bytes_per_sample, "
+                     "device_memory_bytes, max_batch_fit; not in the report"]
 
 
 def test_build_marks_missing_intensity_and_bf16_fallback():
@@ -138,9 +221,8 @@ def test_build_marks_missing_intensity_and_bf16_fallback():
         train("b", "e", "GPU", 32, "bf16", 100, achieved=1e12, intensity=10),
         peaks("p", "e", "GPU", 1, peak_flops_per_s_fp32=10e12, peak_dram_bytes_per_s=100e9),
     ])
-    a = core.build(runs, None, vendor_note="no vendor table")
+    a = core.build(runs, None)
     text = " | ".join(a.notes)
-    assert a.notes[0] == "no vendor table"
     assert "1 point(s) have no intensity" in text and "resnet18/b64/bf16" in text
     assert "e: no bf16 ceiling for GPU; those points are held against the fp32 ceiling" in text
     b = a.points.set_index("batch_size").loc[32]
@@ -173,24 +255,19 @@ def test_peaks_file_entry_is_found_by_the_real_table(tmp_path, monkeypatch):
     f = tmp_path / "peaks.yaml"
     f.write_text("devices:\n  - device_name: My CPU\n    aliases: [cpu0]\n    flops_per_s: {fp32: 30.3e12}\n"
                  "    dram_bytes_per_s: 300e9\n    source: s\n")
-    lookup, note = vendor.load_vendor_lookup(str(f))
-    assert note == ""
+    lookup = vendor.load_vendor_lookup(str(f))
     entry = lookup("my cpu")
     assert entry.flops_per_s["fp32"] == 30.3e12 and entry.dram_bytes_per_s == 300e9 and entry.source == "s"
     assert lookup("Other CPU") is None
-    assert vendor.load_vendor_lookup("")[0]("NVIDIA L4").device_name == "NVIDIA L4"
+    assert vendor.load_vendor_lookup("")("NVIDIA L4").device_name == "NVIDIA L4"
 
 
 def use_table(monkeypatch, module) -> None:
-    """Make `from profiling import peak_table` give `module` (None: ImportError), whether or not the
-    real module exists and was imported already."""
+    """Make `from profiling import peak_table` give `module`."""
     import profiling
 
     monkeypatch.setitem(sys.modules, "profiling.peak_table", module)
-    if module is None:
-        monkeypatch.delattr(profiling, "peak_table", raising=False)
-    else:
-        monkeypatch.setattr(profiling, "peak_table", module, raising=False)
+    monkeypatch.setattr(profiling, "peak_table", module)
 
 
 def test_peaks_file_is_passed_through_to_the_peak_table(monkeypatch, tmp_path):
@@ -200,12 +277,12 @@ def test_peaks_file_is_passed_through_to_the_peak_table(monkeypatch, tmp_path):
     fake.load_overrides = lambda path: calls.append(("validated", path))
     use_table(monkeypatch, fake)
     monkeypatch.delenv(vendor.PEAKS_FILE_ENV, raising=False)
-    lookup, note = vendor.load_vendor_lookup("my.json")
-    assert note == "" and lookup("NVIDIA L4") == "entry"
+    lookup = vendor.load_vendor_lookup("my.json")
+    assert lookup("NVIDIA L4") == "entry"
     assert calls == [("validated", "my.json"), ("NVIDIA L4", "my.json")]
     monkeypatch.setenv(vendor.PEAKS_FILE_ENV, "env.json")  # the variable when no flag is given
     calls.clear()
-    vendor.load_vendor_lookup("")[0]("T4")
+    vendor.load_vendor_lookup("")("T4")
     assert calls == [("validated", "env.json"), ("T4", "env.json")]
 
 
@@ -252,33 +329,16 @@ def test_hierarchical_limiter_and_point_above_roof_are_reported():
     assert any(n.startswith("1 point(s) lie above their roof") and "e: resnet18/b64/fp32" in n for n in above.notes)
 
 
-MLPROJECT_ANALYZE = """
-analyze:
-  parameters:
-    experiment: {type: string, default: ""}
-    filter: {type: string, default: ""}
-    env_label: {type: string, default: ""}
-    out: {type: string, default: "analysis_report"}
-    max_runs: {type: float, default: 10000}
-    peaks_file: {type: string, default: ""}
-    track: {type: string, default: "true"}
-    variability_config: {type: string, default: ""}
-    jobs: {type: float, default: 0}
-  command: >-
-    python -m analysis --experiment {experiment} --filter {filter} --env-label {env_label}
-    --out {out} --max-runs {max_runs} --peaks-file {peaks_file} --track {track}
-    --variability-config {variability_config} --jobs {jobs}
-"""
-
-
 def test_mlproject_analyze_entry_point_maps_onto_the_flags():
-    """The entry point proposed for MLproject (docs/analysis.md) yields a command our parser reads."""
+    """The `analyze` entry point of the project's own MLproject yields a command our parser reads."""
     import shlex
 
     import yaml
     from mlflow.projects._project_spec import EntryPoint
 
-    spec = yaml.safe_load(MLPROJECT_ANALYZE)["analyze"]
+    from tests.conftest import ROOT
+
+    spec = yaml.safe_load((ROOT / "MLproject").read_text())["entry_points"]["analyze"]
     entry = EntryPoint("analyze", spec["parameters"], spec["command"])
 
     def parse(params):
@@ -289,6 +349,8 @@ def test_mlproject_analyze_entry_point_maps_onto_the_flags():
     default = parse({})
     assert default == app.AnalysisConfig()
     cfg = parse({"experiment": "bench,cloud", "filter": "params.model = 'resnet18'", "env_label": "l4",
-                 "max_runs": "500.0", "track": "false", "jobs": 2})
+                 "max_runs": "500.0", "track": "false", "jobs": "2", "peaks_file": "my peaks.yaml",
+                 "variability_config": "abc123", "out": "reports/x"})
     assert cfg.experiments == ["bench", "cloud"] and cfg.filter == "params.model = 'resnet18'"
     assert cfg.env_labels == ["l4"] and cfg.max_runs == 500 and cfg.track is False and cfg.jobs == 2
+    assert cfg.peaks_file == "my peaks.yaml" and cfg.variability_config == "abc123" and cfg.out == "reports/x"
