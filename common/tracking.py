@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from common import schema
-from common.errors import BenchError, one_line
+from common.errors import BenchError, UsageError, one_line
 
 SPOOL_ENV = "ROOFLINE_SPOOL_DIR"
 # Metric histories keep at most this many points per series (every k-th step beyond it, with the
@@ -129,6 +129,8 @@ class RunSession:
         resume_env_run: bool = True,
         run_id: str | None = None,
         quiet: bool = False,
+        offline: bool = False,
+        local_id: str | None = None,
     ) -> None:
         if run_kind not in schema.RUN_KINDS:
             raise ValueError(f"run_kind must be one of {schema.RUN_KINDS}, got {run_kind!r}")
@@ -138,10 +140,15 @@ class RunSession:
         self.resume_env_run = resume_env_run and parent is None
         self.resume_run_id = run_id  # an existing run to continue (a resumed sweep's parent)
         self.quiet = quiet
-        self.local_id = uuid.uuid4().hex
+        # `local_id` names the spool folder: passing a spooled run's id continues that entry.
+        self.local_id = local_id or uuid.uuid4().hex
         self.run_id: str | None = None
         self.experiment_id: str | None = None
-        self.offline = False
+        # offline=True: the caller already knows the server is unreachable; do not try it again.
+        self.offline = offline
+        self.children: list[RunSession] = []  # child sessions opened under this one, in order
+        if parent is not None:
+            parent.children.append(self)
         self.status: str | None = None
         self.error: str | None = None
         self.spool_path: Path | None = None
@@ -150,6 +157,7 @@ class RunSession:
         self._client = None
         self._monitor = None
         self._written_params: set[str] = set()
+        self._fail_reason: str | None = None
 
     # ---------------------------------------------------------------- recording
     def log_params(self, params: dict[str, Any]) -> None:
@@ -177,11 +185,12 @@ class RunSession:
 
     # ---------------------------------------------------------------- lifecycle
     def __enter__(self) -> "RunSession":
-        if self.parent is not None and self.parent.offline:
-            self._go_offline(None)  # the parent already found the server unreachable
+        if self.offline or (self.parent is not None and self.parent.offline):
+            self._go_offline(None)  # the caller or the parent already found the server unreachable
+            self.run_id = self.resume_run_id  # a run created before the outage is completed by upload
             return self
         try:
-            _check_reachable()
+            check_reachable()
             self._open()
         except BenchError:
             raise
@@ -191,8 +200,14 @@ class RunSession:
             self._go_offline(exc)
         return self
 
+    def fail(self, reason: str) -> None:
+        """End this run FAILED with `reason` as its error, though the body raised nothing."""
+        self._fail_reason = reason
+
     def __exit__(self, exc_type, exc, tb) -> bool:
-        if exc is None:
+        if exc is None and self._fail_reason:
+            self.status, self.error = "FAILED", self._fail_reason
+        elif exc is None:
             self.status = "FINISHED"
         elif isinstance(exc, KeyboardInterrupt):
             self.status, self.error = "KILLED", "interrupted by the user"
@@ -345,7 +360,7 @@ class RunSession:
             "parent_local_id": self.parent.local_id if self.parent else None,
             "parent_run_id": self.parent.run_id if self.parent else None,
             "status": self.status,
-            "tracking_uri": _tracking_uri(),
+            "tracking_uri": tracking_uri(),
             "created_s": time.time(),
             "record": {**asdict(self.record), "files": files},
             "unsent": unsent,
@@ -382,12 +397,12 @@ def experiment_id_for(name: str | None, create: bool = False, client=None) -> st
     return os.environ.get("MLFLOW_EXPERIMENT_ID") or "0"
 
 
-def _check_reachable(timeout_s: float = 5.0) -> None:
+def check_reachable(timeout_s: float = 5.0) -> None:
     """For an HTTP tracking server, one quick GET /health instead of MLflow's long retry schedule.
 
     Raises ConnectionError when the server does not answer; other URIs are not checked.
     """
-    uri = _tracking_uri()
+    uri = tracking_uri()
     if not uri.startswith(("http://", "https://")):
         return
     import requests
@@ -398,10 +413,37 @@ def _check_reachable(timeout_s: float = 5.0) -> None:
         raise ConnectionError(f"{uri} does not answer ({type(exc).__name__})") from exc
 
 
-def _tracking_uri() -> str:
+def server_reachable() -> bool:
+    """False when an HTTP tracking server does not answer one quick GET /health (5 s timeout)."""
+    try:
+        check_reachable()
+    except ConnectionError:
+        return False
+    return True
+
+
+def tracking_uri() -> str:
+    """The tracking URI in use (MLFLOW_TRACKING_URI, mlflow.set_tracking_uri, or the default)."""
     import mlflow
 
     return mlflow.get_tracking_uri()
+
+
+def same_tracking_uri(uri: str | None) -> bool:
+    """Whether `uri` (as a spool entry records it) is the tracking URI in use now."""
+    return (uri or "").rstrip("/") == tracking_uri().rstrip("/")
+
+
+def quoted(value: str, what: str = "value") -> str:
+    """`value` as a string literal of an MLflow search filter (which has no escape for quotes).
+
+    Same rule as analysis/fetch.py: single quotes, else double quotes; both is a usage error.
+    """
+    if "'" not in value:
+        return f"'{value}'"
+    if '"' not in value:
+        return f'"{value}"'
+    raise UsageError(f"{what} {value!r} contains both quote characters ' and \"; rename it")
 
 
 # -------------------------------------------------------------------- spool upload
@@ -521,6 +563,17 @@ def fail_pending_run(message: str) -> str | None:
     except Exception as exc:  # noqa: BLE001 - the message was printed; mlflow run marks it FAILED too
         print(f"note: could not mark run {run_id} FAILED ({one_line(exc)[:200]})", file=sys.stderr)
     return run_id
+
+
+def redirect_run(run_id: str, target_run_id: str, tags: dict[str, str], note: str) -> None:
+    """Tag an existing run (one `mlflow run` created) as a pointer to `target_run_id`: `tags`, nested
+    under the target (`mlflow.parentRunId`), with `note` as its description. Its status is left to
+    whoever ends it (`mlflow run` does, from the exit code)."""
+    from mlflow.entities import RunTag
+    from mlflow.tracking import MlflowClient
+
+    all_tags = {**tags, "mlflow.parentRunId": target_run_id, "mlflow.note.content": note}
+    MlflowClient().log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in all_tags.items()])
 
 
 def ui_hint(run_id: str | None, experiment_id: str | None) -> str:
