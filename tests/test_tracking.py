@@ -109,7 +109,7 @@ def _refuse(method_name, when):
     return patched
 
 
-def test_outage_mid_write_spools_full_record_and_only_the_unsent_part_is_uploaded(tracking, monkeypatch):
+def test_outage_mid_write_spools_full_record_and_only_the_unsent_part_is_uploaded(tracking, monkeypatch, capsys):
     """The server went away after the metrics were sent but before the text artifact: the spool
     entry keeps the whole record (for resume) and exactly the unsent part (for upload)."""
     with monkeypatch.context() as m:
@@ -130,6 +130,10 @@ def test_outage_mid_write_spools_full_record_and_only_the_unsent_part_is_uploade
     assert list(unsent["texts"]) == ["timing/step_times.csv"]
     client = mlflow.tracking.MlflowClient()
     assert client.get_run(s.run_id).info.status == "RUNNING"
+    from common.upload import main as upload_main
+
+    assert upload_main(["--list"]) == 0
+    assert f"FINISHED  (completes run {s.run_id} on {tracking})" in capsys.readouterr().out
 
     assert upload_spooled(say=lambda *_: None) == (1, 0)
     runs = mlflow.search_runs(experiment_names=["exp-cut"], output_format="list")
