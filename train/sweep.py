@@ -387,8 +387,8 @@ def run_sweep(spec: SweepSpec, *, experiment: str | None = None, env_label: str 
     state = existing_state(spec.name, label, experiment, reachable=reachable)
     check_same_spec(spec, state, label)
     if not state.reachable:
-        _say(quiet, "warning: tracking server unreachable: resuming from locally spooled runs only; "
-                    "this sweep's runs are kept offline (python -m common.upload sends them later)")
+        _say(quiet, "warning: tracking server unreachable: runs already done are known from this machine's spool "
+                    "and ledger only; this sweep's runs are kept offline (python -m common.upload sends them later)")
     elif state.stale_running:
         close_stale(state.stale_running)
         _say(quiet, f"marked {len(state.stale_running)} run(s) left RUNNING by an interrupted sweep as FAILED")
