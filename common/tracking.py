@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from common import schema
-from common.errors import BenchError, one_line
+from common.errors import BenchError, UsageError, one_line
 
 SPOOL_ENV = "ROOFLINE_SPOOL_DIR"
 # Metric histories keep at most this many points per series (every k-th step beyond it, with the
@@ -129,6 +129,8 @@ class RunSession:
         resume_env_run: bool = True,
         run_id: str | None = None,
         quiet: bool = False,
+        offline: bool = False,
+        local_id: str | None = None,
     ) -> None:
         if run_kind not in schema.RUN_KINDS:
             raise ValueError(f"run_kind must be one of {schema.RUN_KINDS}, got {run_kind!r}")
@@ -138,10 +140,15 @@ class RunSession:
         self.resume_env_run = resume_env_run and parent is None
         self.resume_run_id = run_id  # an existing run to continue (a resumed sweep's parent)
         self.quiet = quiet
-        self.local_id = uuid.uuid4().hex
+        # `local_id` names the spool folder: passing a spooled run's id continues that entry.
+        self.local_id = local_id or uuid.uuid4().hex
         self.run_id: str | None = None
         self.experiment_id: str | None = None
-        self.offline = False
+        # offline=True: the caller already knows the server is unreachable; do not try it again.
+        self.offline = offline
+        self.children: list[RunSession] = []  # child sessions opened under this one, in order
+        if parent is not None:
+            parent.children.append(self)
         self.status: str | None = None
         self.error: str | None = None
         self.spool_path: Path | None = None
@@ -150,6 +157,7 @@ class RunSession:
         self._client = None
         self._monitor = None
         self._written_params: set[str] = set()
+        self._fail_reason: str | None = None
 
     # ---------------------------------------------------------------- recording
     def log_params(self, params: dict[str, Any]) -> None:
@@ -177,11 +185,12 @@ class RunSession:
 
     # ---------------------------------------------------------------- lifecycle
     def __enter__(self) -> "RunSession":
-        if self.parent is not None and self.parent.offline:
-            self._go_offline(None)  # the parent already found the server unreachable
+        if self.offline or (self.parent is not None and self.parent.offline):
+            self._go_offline(None)  # the caller or the parent already found the server unreachable
+            self.run_id = self.resume_run_id  # a run created before the outage is completed by upload
             return self
         try:
-            _check_reachable()
+            check_reachable()
             self._open()
         except BenchError:
             raise
@@ -191,8 +200,14 @@ class RunSession:
             self._go_offline(exc)
         return self
 
+    def fail(self, reason: str) -> None:
+        """End this run FAILED with `reason` as its error, though the body raised nothing."""
+        self._fail_reason = reason
+
     def __exit__(self, exc_type, exc, tb) -> bool:
-        if exc is None:
+        if exc is None and self._fail_reason:
+            self.status, self.error = "FAILED", self._fail_reason
+        elif exc is None:
             self.status = "FINISHED"
         elif isinstance(exc, KeyboardInterrupt):
             self.status, self.error = "KILLED", "interrupted by the user"
@@ -257,6 +272,8 @@ class RunSession:
             self._say(f"note: system metrics off ({one_line(exc)})")
 
     def _write(self, rec: RunRecord) -> None:
+        """Send `rec`, removing each part from it as soon as the server has it: if a call fails,
+        `rec` is exactly what is still unsent (so a spooled or re-uploaded run is never doubled)."""
         from mlflow.entities import Metric, Param, RunTag
 
         client, run_id = self._client, self.run_id
@@ -272,9 +289,14 @@ class RunSession:
         if params or tags or metrics:
             client.log_batch(run_id, metrics=metrics, params=params, tags=tags)
         self._written_params.update(p.key for p in params)
-        for path, text in rec.texts.items():
+        rec.params.clear()
+        rec.tags.clear()
+        rec.metrics.clear()
+        rec.series.clear()
+        for path, text in list(rec.texts.items()):
             client.log_text(run_id, text, path)
-        for path, local in rec.files.items():
+            del rec.texts[path]
+        for path, local in list(rec.files.items()):
             art_dir, name = os.path.split(path)
             if os.path.basename(local) == name:
                 client.log_artifact(run_id, local, art_dir or None)
@@ -284,6 +306,7 @@ class RunSession:
                 with tempfile.TemporaryDirectory() as tmp:
                     shutil.copyfile(local, os.path.join(tmp, name))
                     client.log_artifact(run_id, os.path.join(tmp, name), art_dir or None)
+            del rec.files[path]
 
     def _finish(self) -> None:
         if self._monitor is not None:
@@ -315,16 +338,20 @@ class RunSession:
             self.parent.offline = True  # siblings started after this one go straight offline
 
     def _spool(self) -> Path:
-        """Write the unsent part of the run (everything, if the run was never created) to disk."""
+        """Write the run to disk: the whole record (what a resumed sweep reads: tags, params, status)
+        and, for a run the server already has, the part still unsent (what upload sends)."""
         folder = spool_dir() / self.local_id
         (folder / "files").mkdir(parents=True, exist_ok=True)
-        rec = self._pending if self.run_id else self.record
         files = {}
-        for i, (art, local) in enumerate(rec.files.items()):
-            if os.path.exists(local):
-                dest = folder / "files" / f"{i}_{os.path.basename(local)}"
+        for i, (art, local) in enumerate(self.record.files.items()):
+            dest = folder / "files" / f"{i}_{os.path.basename(local)}"
+            if os.path.exists(local) and os.path.abspath(local) != os.path.abspath(dest):
                 shutil.copyfile(local, dest)
+            if dest.exists():
                 files[art] = str(dest)
+        unsent = None  # None: the run does not exist on the server yet; upload sends `record`
+        if self.run_id:
+            unsent = {**asdict(self._pending), "files": {a: files[a] for a in self._pending.files if a in files}}
         entry = {
             "local_id": self.local_id,
             "run_id": self.run_id,
@@ -333,14 +360,19 @@ class RunSession:
             "parent_local_id": self.parent.local_id if self.parent else None,
             "parent_run_id": self.parent.run_id if self.parent else None,
             "status": self.status,
-            "tracking_uri": _tracking_uri(),
+            "tracking_uri": tracking_uri(),
             "created_s": time.time(),
-            "record": {**asdict(rec), "files": files},
+            "record": {**asdict(self.record), "files": files},
+            "unsent": unsent,
         }
-        tmp = folder / "run.json.tmp"
-        tmp.write_text(json.dumps(entry, indent=1))
-        tmp.replace(folder / "run.json")
-        return folder / "run.json"
+        path = folder / "run.json"
+        if path.exists():  # continuing a spooled run (a resumed sweep's parent): keep its place in the order
+            try:
+                entry["created_s"] = json.loads(path.read_text()).get("created_s", entry["created_s"])
+            except (OSError, ValueError):
+                pass
+        _save_entry(entry, path)
+        return path
 
     def _say(self, text: str) -> None:
         if not self.quiet:
@@ -365,12 +397,12 @@ def experiment_id_for(name: str | None, create: bool = False, client=None) -> st
     return os.environ.get("MLFLOW_EXPERIMENT_ID") or "0"
 
 
-def _check_reachable(timeout_s: float = 5.0) -> None:
+def check_reachable(timeout_s: float = 5.0) -> None:
     """For an HTTP tracking server, one quick GET /health instead of MLflow's long retry schedule.
 
     Raises ConnectionError when the server does not answer; other URIs are not checked.
     """
-    uri = _tracking_uri()
+    uri = tracking_uri()
     if not uri.startswith(("http://", "https://")):
         return
     import requests
@@ -381,10 +413,37 @@ def _check_reachable(timeout_s: float = 5.0) -> None:
         raise ConnectionError(f"{uri} does not answer ({type(exc).__name__})") from exc
 
 
-def _tracking_uri() -> str:
+def server_reachable() -> bool:
+    """False when an HTTP tracking server does not answer one quick GET /health (5 s timeout)."""
+    try:
+        check_reachable()
+    except ConnectionError:
+        return False
+    return True
+
+
+def tracking_uri() -> str:
+    """The tracking URI in use (MLFLOW_TRACKING_URI, mlflow.set_tracking_uri, or the default)."""
     import mlflow
 
     return mlflow.get_tracking_uri()
+
+
+def same_tracking_uri(uri: str | None) -> bool:
+    """Whether `uri` (as a spool entry records it) is the tracking URI in use now."""
+    return (uri or "").rstrip("/") == tracking_uri().rstrip("/")
+
+
+def quoted(value: str, what: str = "value") -> str:
+    """`value` as a string literal of an MLflow search filter (which has no escape for quotes).
+
+    Same rule as analysis/fetch.py: single quotes, else double quotes; both is a usage error.
+    """
+    if "'" not in value:
+        return f"'{value}'"
+    if '"' not in value:
+        return f'"{value}"'
+    raise UsageError(f"{what} {value!r} contains both quote characters ' and \"; rename it")
 
 
 # -------------------------------------------------------------------- spool upload
@@ -400,23 +459,44 @@ def spooled_runs(folder: Path | None = None) -> list[dict]:
     return entries
 
 
-def upload_spooled(folder: Path | None = None, say=print) -> tuple[int, int]:
-    """Send every spooled run to the current tracking server. Returns (sent, still_spooled)."""
+def _save_entry(entry: dict, path: str | Path | None = None) -> None:
+    """Write a spool entry atomically (a crash leaves the old or the new entry, never half of one)."""
+    path = Path(path or entry["_path"])
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps({k: v for k, v in entry.items() if k != "_path"}, indent=1))
+    tmp.replace(path)
+
+
+def upload_spooled(folder: Path | None = None, say=print, select=None) -> tuple[int, int]:
+    """Send spooled runs to the current tracking server. Returns (sent, still_spooled).
+
+    `select(entry)` limits the upload to some entries (a resumed sweep sends its own). Safe to
+    interrupt and repeat: a run id is written back into its entry (and into its children's entries,
+    as their parent) as soon as the server created it, and what was sent is dropped from the entry,
+    so a second upload completes the same run instead of creating another.
+    """
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient()
     sent = 0
-    entries = spooled_runs(folder)
+    every = spooled_runs(folder)
+    entries = [e for e in every if select is None or select(e)]
     run_ids: dict[str, str] = {}
+    waiting = 0
     for entry in entries:
-        rec_d = entry["record"]
-        rec = RunRecord(**rec_d)
+        rec = RunRecord(**entry["record"])
+        # Entries written before "unsent" existed hold only the unsent part in "record".
+        unsent = rec if entry.get("unsent") is None else RunRecord(**entry["unsent"])
+        parent_local = entry.get("parent_local_id")
+        parent_run = entry.get("parent_run_id") or run_ids.get(parent_local or "")
+        if parent_local and not parent_run and not entry.get("run_id") and any(
+                e["local_id"] == parent_local for e in every if Path(e["_path"]).exists()):
+            waiting += 1  # its parent is still spooled: creating it now would orphan it
+            continue
         session = RunSession(rec.run_kind, run_name=rec.run_name, quiet=True)
         session._client = client
-        session.local_id = entry["local_id"]
-        parent_run = entry.get("parent_run_id") or run_ids.get(entry.get("parent_local_id") or "")
         try:
-            if entry["run_id"]:
+            if entry.get("run_id"):
                 session.run_id = entry["run_id"]
                 session._written_params = set(client.get_run(entry["run_id"]).data.params)
             else:
@@ -432,18 +512,37 @@ def upload_spooled(folder: Path | None = None, say=print) -> tuple[int, int]:
                 if parent_run:
                     tags["mlflow.parentRunId"] = parent_run
                 session.run_id = client.create_run(exp_id, run_name=rec.run_name, tags=tags).info.run_id
-            session._write(rec)
+                entry.update(run_id=session.run_id, experiment_id=exp_id, parent_run_id=parent_run,
+                             unsent=asdict(unsent))
+                _save_entry(entry)
+                _link_children(every, entry)
+            session._write(unsent)
             client.set_terminated(session.run_id, status=entry.get("status") or "FINISHED")
         except Exception as exc:  # noqa: BLE001
+            if entry.get("run_id"):
+                entry["unsent"] = asdict(unsent)  # what _write has not sent yet
+                _save_entry(entry)
             if is_unreachable(exc):
                 say(f"server still unreachable: {one_line(exc)[:200]}")
                 break
             raise
         run_ids[entry["local_id"]] = session.run_id
+        _link_children(every, entry)
         shutil.rmtree(Path(entry["_path"]).parent, ignore_errors=True)
         sent += 1
         say(f"uploaded {rec.run_kind} run {rec.run_name or ''} -> {session.run_id}")
+    if waiting:
+        say(f"{waiting} run(s) wait for their parent run to be uploaded first")
     return sent, len(entries) - sent
+
+
+def _link_children(entries: list[dict], parent: dict) -> None:
+    """Record `parent`'s server run id in its spooled children, so a later upload links them."""
+    for child in entries:
+        if (child.get("parent_local_id") == parent["local_id"] and not child.get("parent_run_id")
+                and Path(child["_path"]).exists()):
+            child["parent_run_id"] = parent["run_id"]
+            _save_entry(child)
 
 
 def fail_pending_run(message: str) -> str | None:
@@ -464,6 +563,17 @@ def fail_pending_run(message: str) -> str | None:
     except Exception as exc:  # noqa: BLE001 - the message was printed; mlflow run marks it FAILED too
         print(f"note: could not mark run {run_id} FAILED ({one_line(exc)[:200]})", file=sys.stderr)
     return run_id
+
+
+def redirect_run(run_id: str, target_run_id: str, tags: dict[str, str], note: str) -> None:
+    """Tag an existing run (one `mlflow run` created) as a pointer to `target_run_id`: `tags`, nested
+    under the target (`mlflow.parentRunId`), with `note` as its description. Its status is left to
+    whoever ends it (`mlflow run` does, from the exit code)."""
+    from mlflow.entities import RunTag
+    from mlflow.tracking import MlflowClient
+
+    all_tags = {**tags, "mlflow.parentRunId": target_run_id, "mlflow.note.content": note}
+    MlflowClient().log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in all_tags.items()])
 
 
 def ui_hint(run_id: str | None, experiment_id: str | None) -> str:

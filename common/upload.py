@@ -1,7 +1,6 @@
 """`python -m common.upload`: send runs kept offline (server unreachable) to the tracking server."""
 from __future__ import annotations
 
-
 from common.cli import ArgumentParser
 from common.errors import BenchError, cli_entry
 from common.tracking import spool_dir, spooled_runs, upload_spooled
@@ -20,7 +19,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.list or not entries:
         for e in entries:
             rec = e["record"]
-            print(f"{e['local_id']}  {rec['run_kind']:8s} {rec.get('run_name') or '':40s} {e['status']}  (for {e['tracking_uri']})")
+            # a run id: the server has the run (created before the outage) and upload completes it in place
+            where = f"completes run {e['run_id']} on" if e.get("run_id") else "for"
+            print(f"{e['local_id']}  {rec['run_kind']:8s} {rec.get('run_name') or '':40s} {e['status']}  ({where} {e['tracking_uri']})")
         print(f"{len(entries)} spooled run(s) in {folder}")
         return 0
     sent, left = upload_spooled(folder)

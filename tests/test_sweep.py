@@ -1,15 +1,16 @@
 """python -m train.sweep: the matrix, failure isolation, resume, and many machines on one server."""
 from __future__ import annotations
 
-import json
 import uuid
 
 import mlflow
 import pytest
 
 from common import schema
+from common.errors import UsageError
 from common.tracking import spooled_runs, upload_spooled
 from train import sweep as sw
+from train.config import TrainConfig
 
 TINY_BASE = {"image_size": 32, "iters": 2, "warmup_iters": 1, "device": "cpu"}
 
@@ -30,6 +31,31 @@ def test_plan_is_the_cross_product_in_repeat_major_order():
     plan = [(c.model, c.batch_size, r) for c, r in s.plan()]
     assert plan == [("resnet18", 2, 0), ("resnet18", 4, 0), ("resnet34", 2, 0), ("resnet34", 4, 0),
                     ("resnet18", 2, 1), ("resnet18", 4, 1), ("resnet34", 2, 1), ("resnet34", 4, 1)]
+
+
+def test_repeated_axis_values_run_once_in_first_seen_order():
+    s = spec(matrix={"model": ["resnet18", "resnet34", "resnet18"], "batch_size": [4, 2, 4], "precision": ["fp32", "FP32"]})
+    assert s.matrix["model"] == ["resnet18", "resnet34"] and s.matrix["batch_size"] == [4, 2]
+    # "FP32" is a different axis value but the same configuration once TrainConfig normalises it
+    assert [(c.model, c.batch_size, c.precision) for c, _ in s.plan()] == [
+        ("resnet18", 4, "fp32"), ("resnet18", 2, "fp32"), ("resnet34", 4, "fp32"), ("resnet34", 2, "fp32")]
+    args = sw.build_parser().parse_args(["--models", "resnet18", "resnet18", "--batch-sizes", "2,2"])
+    assert sw.spec_from_args(args).matrix == {"model": ["resnet18"], "batch_size": [2]}
+
+
+def test_sweep_key_covers_every_field_but_env_label_and_labels_show_other_axes():
+    s = spec(matrix={"model": ["resnet18"], "batch_size": [2], "data": ["synthetic", "fake"], "seed": [0, 1]})
+    (a, _), (b, _), (c, _), (d, _) = s.plan()
+    assert a.config_key() == b.config_key() == c.config_key()  # the analysis join ignores data and seed
+    assert len({sw.sweep_key(x) for x in (a, b, c, d)}) == 4  # resume does not
+    assert sw.sweep_key(a) == sw.sweep_key(TrainConfig(**{**TINY_BASE, "model": "resnet18", "batch_size": "2",
+                                                          "env_label": "elsewhere"}))
+    assert sw.child_label(c, 1, list(s.matrix)) == "resnet18 b2 fp32 32px data=fake seed=0 #1"
+
+
+def test_env_label_is_not_part_of_the_default_name():
+    assert spec(base={**TINY_BASE, "env_label": "box-a"}).name == spec(base={**TINY_BASE, "env_label": "box-b"}).name
+    assert spec(base={**TINY_BASE, "env_label": "box-a"}).env_label == "box-a"
 
 
 def test_default_name_is_stable_and_changes_with_the_spec():
@@ -77,6 +103,8 @@ def test_cli_matrix_file_and_flags(tmp_path):
         (["--matrix", "/nonexistent.yaml"], "sweep file /nonexistent.yaml does not exist"),
         (["--models", "resnet18", "--repeats", "0"], "repeats must be a positive integer"),
         (["--models", "resnet18", "--batch", "-1"], "batch_size must be a positive integer"),
+        (["--models", "resnet18", "resnet81"], "unknown model 'resnet81': did you mean resnet18"),
+        (["--models", "resnet18", "--env-label", "it's \"x\"", "--dry-run"], "contains both quote characters ' and \"; rename it"),
     ],
 )
 def test_cli_bad_input_is_one_line(capsys, argv, message):
@@ -123,6 +151,188 @@ def test_failure_isolation_and_resume(tracking, capsys):
     # Another machine (env label) does not skip what box-a did.
     other = sw.run_sweep(spec(name="iso"), experiment=exp, env_label="box-b", progress=False, quiet=True)
     assert [o.status for o in other] == ["FINISHED"]
+
+
+def test_failure_while_preparing_is_a_failed_child_and_the_sweep_goes_on(tracking, monkeypatch):
+    """Out of memory while allocating the batch (inside the run) and an unexpected error before the
+    run opened: both become FAILED children with a one-line reason; the next configuration runs."""
+    import train.bench as bench
+
+    real_open = bench.open_source
+
+    def open_source(cfg, device):
+        if cfg.batch_size == 3:
+            raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
+                               "memory: you tried to allocate 1228800000000 bytes. Error code 12")
+        return real_open(cfg, device)
+
+    real_preflight = bench.preflight
+
+    def preflight(cfg):
+        if cfg.batch_size == 5:
+            raise OSError("disk on fire")
+        return real_preflight(cfg)
+
+    monkeypatch.setattr(bench, "open_source", open_source)
+    monkeypatch.setattr(bench, "preflight", preflight)
+    exp = "sweep-prep"
+    out = sw.run_sweep(spec(matrix={"model": ["resnet18"], "batch_size": [3, 5, 2]}, name="prep"),
+                       experiment=exp, env_label="oom-box", progress=False, quiet=True)
+    assert [o.status for o in out] == ["FAILED", "FAILED", "FINISHED"]
+    assert out[0].error == ("out of memory on cpu at batch 3 (resnet18, 32px, fp32): use a smaller --batch or --image-size")
+    assert out[1].error == "OSError: disk on fire"
+    client = mlflow.tracking.MlflowClient()
+    for o, batch in zip(out[:2], ("3", "5")):
+        run = client.get_run(o.run_id)
+        assert run.info.status == "FAILED" and run.data.tags[schema.TAG_ERROR] == o.error
+        assert run.data.params["batch_size"] == batch and run.data.params["repeat"] == "0"
+        assert run.data.tags[sw.TAG_SWEEP_KEY] == o.sweep_key
+    (parent,) = search(exp, "tags.run_kind = 'sweep'")
+    assert parent.info.status == "FINISHED" and parent.data.metrics["children_failed"] == 2
+    assert len(search(exp, f"tags.mlflow.parentRunId = '{parent.info.run_id}'")) == 3
+
+
+def test_every_run_failing_fails_the_parent_and_exits_1(tracking, capsys):
+    argv = ["--models", "resnet18", "--precisions", "fp16", "--image-size", "32", "--iters", "2", "--warmup-iters", "1",
+            "--device", "cpu", "--env-label", "box", "--no-progress", "--name", "allbad", "--experiment", "allbad"]
+    assert sw.main(argv) == 1
+    (parent,) = search("allbad", "tags.run_kind = 'sweep'")
+    assert parent.info.status == "FAILED"
+    assert parent.data.tags[schema.TAG_ERROR].startswith("all 1 run(s) failed; first: fp16 autocast is not supported")
+
+
+def test_resume_tells_apart_configurations_equal_in_config_key(tracking):
+    """data: [synthetic, fake] share config_key; an interrupted first attempt must not skip `fake`."""
+    exp = "sweep-data"
+    s = spec(matrix={"model": ["resnet18"], "batch_size": [2], "data": ["synthetic", "fake"]},
+             base={**TINY_BASE, "workers": 0}, name="data")
+
+    def interrupt(outcome):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        sw.run_sweep(s, experiment=exp, env_label="box", progress=False, quiet=True, on_child_done=interrupt)
+    (parent,) = search(exp, "tags.run_kind = 'sweep'")
+    assert parent.info.status == "KILLED" and parent.data.metrics["children_finished"] == 1
+
+    again = sw.run_sweep(s, experiment=exp, env_label="box", progress=False, quiet=True)
+    assert [(o.label, o.status) for o in again] == [("resnet18 b2 fp32 32px data=synthetic #0", "SKIPPED"),
+                                                     ("resnet18 b2 fp32 32px data=fake #0", "FINISHED")]
+    assert again[0].config_key == again[1].config_key and again[0].sweep_key != again[1].sweep_key
+    train = search(exp, "tags.run_kind = 'train'")
+    assert sorted(r.data.params["data"] for r in train) == ["fake", "synthetic"]
+    assert [r.info.run_id for r in search(exp, "tags.run_kind = 'sweep'")] == [parent.info.run_id]
+
+
+def _cut_off_at_the_end_of(batch: str, monkeypatch):
+    """The server "goes away" while the child of `batch` logs its results (its run already exists)."""
+    real = mlflow.tracking.MlflowClient.log_batch
+
+    def log_batch(self, run_id, metrics=(), params=(), tags=(), **kw):
+        run = self.get_run(run_id)
+        if run.data.params.get("batch_size") == batch and any(m.key == "step_time_median_s" for m in metrics):
+            raise ConnectionError("Connection refused (test outage)")
+        return real(self, run_id, metrics=metrics, params=params, tags=tags, **kw)
+
+    monkeypatch.setattr(mlflow.tracking.MlflowClient, "log_batch", log_batch)
+
+
+def test_run_cut_off_mid_child_counts_as_done_and_is_completed_not_redone(tracking, monkeypatch):
+    exp = "sweep-cut"
+    s = spec(matrix={"model": ["resnet18"], "batch_size": [4, 2]}, name="cut")
+    with monkeypatch.context() as m:
+        _cut_off_at_the_end_of("4", m)
+        out = sw.run_sweep(s, experiment=exp, env_label="box", progress=False, quiet=True)
+    assert [o.status for o in out] == ["OFFLINE", "OFFLINE"]  # the second went straight offline
+    cut = out[0].run_id
+    client = mlflow.tracking.MlflowClient()
+    assert client.get_run(cut).info.status == "RUNNING"
+    entry = next(e for e in spooled_runs() if e["run_id"] == cut)
+    assert entry["record"]["tags"][sw.TAG_SWEEP_NAME] == "cut" and entry["record"]["params"]["repeat"] == "0"
+    assert entry["record"]["tags"][sw.TAG_SWEEP_KEY] == out[0].sweep_key
+
+    # What a resume sees before uploading: both done (spooled), and the cut run is not "stale".
+    state = sw.existing_state("cut", "box", exp, reachable=True)
+    assert state.done == {(out[0].sweep_key, 0), (out[1].sweep_key, 0)} and state.stale_running == []
+    # The resume itself uploads this sweep's spooled runs first: nothing is redone or duplicated.
+    again = sw.run_sweep(s, experiment=exp, env_label="box", progress=False, quiet=True)
+    assert [o.status for o in again] == ["SKIPPED", "SKIPPED"] and spooled_runs() == []
+    runs = search(exp, "tags.run_kind = 'train'")
+    assert len(runs) == 2 and all(r.info.status == "FINISHED" and schema.TAG_ERROR not in r.data.tags for r in runs)
+    assert cut in {r.info.run_id for r in runs}
+    assert client.get_run(cut).data.metrics["step_time_median_s"] > 0
+    (parent,) = search(exp, "tags.run_kind = 'sweep'")
+    assert parent.info.status == "FINISHED" and parent.data.metrics["children_skipped"] == 2
+
+
+def test_server_down_at_start_costs_one_health_check_and_spools(tmp_path, monkeypatch, capsys):
+    """No MLflow call at all while the server does not answer /health (MLflow's own retries took
+    ~4 minutes); FAILED + OFFLINE exits 0 because offline measurements are kept."""
+    import requests
+
+    from tests.mlflow_server import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
+    monkeypatch.setenv("ROOFLINE_SPOOL_DIR", str(tmp_path / "spool"))
+    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
+    mlflow.set_tracking_uri(url)
+    health = []
+    real_get = requests.get
+    monkeypatch.setattr(requests, "get", lambda u, **kw: (health.append((u, kw.get("timeout"))), real_get(u, **kw))[1])
+
+    def no_mlflow(*a, **k):
+        raise AssertionError("MLflow was called while the server was known to be down")
+
+    monkeypatch.setattr(mlflow, "search_runs", no_mlflow)
+    monkeypatch.setattr(mlflow.tracking.MlflowClient, "__init__", no_mlflow)
+    try:
+        argv = ["--models", "resnet18", "--precisions", "fp32", "fp16", "--image-size", "32", "--iters", "2",
+                "--warmup-iters", "1", "--device", "cpu", "--env-label", "box", "--no-progress", "--name", "down"]
+        assert sw.main(argv) == 0
+    finally:
+        mlflow.set_tracking_uri(None)
+    assert health == [(url + "/health", 5.0)]
+    out = capsys.readouterr()
+    assert "sweep down: 0 finished, 0 skipped (done before), 1 failed, 1 kept offline" in out.out
+    assert "tracking server unreachable" in out.err
+    entries = {(e["record"]["run_kind"], e["status"]) for e in spooled_runs()}
+    assert entries == {("sweep", "FINISHED"), ("train", "FINISHED"), ("train", "FAILED")}
+
+
+def test_env_label_with_a_quote_resumes(tracking):
+    s = spec(name="quote")
+    assert [o.status for o in sw.run_sweep(s, experiment="q", env_label="bob's box", progress=False, quiet=True)] == ["FINISHED"]
+    assert [o.status for o in sw.run_sweep(s, experiment="q", env_label="bob's box", progress=False, quiet=True)] == ["SKIPPED"]
+
+
+def test_same_name_with_another_matrix_is_refused(tracking):
+    sw.run_sweep(spec(name="fixed"), experiment="m", env_label="box", progress=False, quiet=True)
+    bigger = spec(matrix={"model": ["resnet18"], "batch_size": [2, 4]}, name="fixed")
+    with pytest.raises(UsageError, match=r"sweep 'fixed' on box already exists with a different matrix \(was .*\[2\]"):
+        sw.run_sweep(bigger, experiment="m", env_label="box", progress=False, quiet=True)
+    with pytest.raises(UsageError, match="different repeats"):
+        sw.run_sweep(spec(name="fixed", repeats=2), experiment="m", env_label="box", progress=False, quiet=True)
+    assert len(search("m", "tags.run_kind = 'train'")) == 1  # nothing ran
+    assert [o.status for o in sw.run_sweep(spec(name="fixed"), experiment="m", env_label="box", progress=False,
+                                           quiet=True)] == ["SKIPPED"]
+
+
+def test_resume_under_mlflow_run_labels_the_new_run_instead_of_leaving_it_empty(tracking, monkeypatch):
+    s = spec(name="mlrun")
+    sw.run_sweep(s, experiment="mlrun", env_label="box", progress=False, quiet=True)
+    (parent,) = search("mlrun", "tags.run_kind = 'sweep'")
+    client = mlflow.tracking.MlflowClient()
+    made = client.create_run(parent.info.experiment_id).info.run_id  # what `mlflow run` does before starting us
+    monkeypatch.setenv("MLFLOW_RUN_ID", made)
+    assert [o.status for o in sw.run_sweep(s, experiment="mlrun", env_label="box", progress=False, quiet=True)] == ["SKIPPED"]
+    pointer = client.get_run(made)
+    assert pointer.data.tags[schema.TAG_RUN_KIND] == "sweep" and pointer.data.tags[sw.TAG_SWEEP_NAME] == "mlrun"
+    assert pointer.data.tags[sw.TAG_RESUME_OF] == parent.info.run_id
+    assert pointer.data.tags["mlflow.parentRunId"] == parent.info.run_id
+    assert parent.info.run_id in pointer.data.tags["mlflow.note.content"]
+    assert sw.existing_state("mlrun", "box", "mlrun").parent_run_id == parent.info.run_id
+    assert client.get_run(parent.info.run_id).data.metrics["children_skipped"] == 1
 
 
 def test_runs_left_running_by_a_killed_sweep_are_failed_and_redone(tracking):
@@ -173,15 +383,24 @@ def test_two_machines_sweep_and_analysis_on_one_server(on_server, tmp_path):
 
     out = tmp_path / "report"
     assert analyze(["--experiment", exp, "--out", str(out), "--jobs", "1"]) == 0
-    summary = (out / "summary.csv").read_text()
-    assert "machine-a" in summary and "machine-b" in summary
+    import pandas as pd
+
+    summary = pd.read_csv(out / "summary.csv")
+    by_label = {c.data.tags[schema.TAG_ENV_LABEL]: c.info.run_id for c in children}
+    assert sorted(summary["env_label"]) == ["machine-a", "machine-b"]  # one group per machine
+    for row in summary.to_dict("records"):
+        assert row["n_runs"] == 1 and row["run_ids"] == by_label[row["env_label"]]
     assert (out / "report.md").is_file()
     done = search(exp, "tags.run_kind = 'analysis'")
     assert len(done) == 1 and done[0].info.status == "FINISHED"
 
 
 @pytest.mark.server
-def test_server_down_mid_sweep_keeps_measurements_and_upload_sends_them(tmp_path, monkeypatch):
+def test_server_down_during_a_child_run_loses_nothing_and_duplicates_nothing(tmp_path, monkeypatch):
+    """The server is stopped while the second child is running (its run exists, RUNNING). The
+    measurement is spooled; a resume while the server is still down redoes nothing; upload completes
+    the same run; a resume once it is back finds everything done: one FINISHED run per config."""
+    import train.bench as bench
     from tests.mlflow_server import MlflowServer
 
     server = MlflowServer(f"sqlite:///{tmp_path / 'down.db'}", tmp_path / "artifacts").start()
@@ -189,37 +408,53 @@ def test_server_down_mid_sweep_keeps_measurements_and_upload_sends_them(tmp_path
         monkeypatch.setenv("MLFLOW_TRACKING_URI", server.url)
         monkeypatch.setenv("ROOFLINE_SPOOL_DIR", str(tmp_path / "spool"))
         monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
+        monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
         mlflow.set_tracking_uri(server.url)
         s = spec(matrix={"model": ["resnet18"], "batch_size": [2, 4]}, name="outage")
 
-        def kill_after_first(outcome):
-            if outcome.status == "FINISHED":
-                server.stop()
+        real_step, steps_at_4 = bench.train_step, []
 
-        out = sw.run_sweep(s, experiment="outage", env_label="box", progress=False, quiet=True,
-                           on_child_done=kill_after_first)
+        def step_then_outage(parts, x, y):
+            if x.shape[0] == 4:
+                steps_at_4.append(1)
+                if len(steps_at_4) == 3:  # counting took two steps; this is the warm-up step
+                    server.stop()
+            return real_step(parts, x, y)
+
+        with monkeypatch.context() as m:
+            m.setattr(bench, "train_step", step_then_outage)
+            out = sw.run_sweep(s, experiment="outage", env_label="box", progress=False, quiet=True)
         assert [o.status for o in out] == ["FINISHED", "OFFLINE"]
+        cut = out[1].run_id
+        assert cut is not None  # created on the server before it went down
         entries = spooled_runs()
         assert sorted(e["record"]["run_kind"] for e in entries) == ["sweep", "train"]
         child = next(e for e in entries if e["record"]["run_kind"] == "train")
-        assert child["status"] == "FINISHED" and child["record"]["metrics"]["throughput_samples_per_s"] > 0
-        assert json.loads(json.dumps(child["record"]["params"]))["batch_size"] == "4"
+        assert child["run_id"] == cut and child["status"] == "FINISHED"
+        assert child["record"]["tags"][sw.TAG_SWEEP_NAME] == "outage" and child["record"]["params"]["batch_size"] == "4"
+        assert child["unsent"]["metrics"]["throughput_samples_per_s"] > 0
+
+        # Resume while the server is still down: b2 is known from the ledger, b4 from the spool.
+        offline = sw.run_sweep(s, experiment="outage", env_label="box", progress=False, quiet=True)
+        assert [o.status for o in offline] == ["SKIPPED", "SKIPPED"]
+        assert len(spooled_runs()) == 2  # the parent's entry was continued, not doubled
 
         server.start()
         sent, left = upload_spooled(say=lambda *_: None)
         assert (sent, left) == (2, 0)
-        parent = search("outage", "tags.run_kind = 'sweep'")
-        assert len(parent) == 1 and parent[0].info.status == "FINISHED"
-        assert parent[0].data.metrics["children_offline"] == 1
-        children = search("outage", f"tags.mlflow.parentRunId = '{parent[0].info.run_id}'")
+        (parent,) = search("outage", "tags.run_kind = 'sweep'")
+        assert parent.info.status == "FINISHED" and parent.data.metrics["children_skipped"] == 2
+        children = search("outage", f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
         assert sorted(c.data.params["batch_size"] for c in children) == ["2", "4"]
-        assert all(c.info.status == "FINISHED" for c in children)
+        assert all(c.info.status == "FINISHED" and schema.TAG_ERROR not in c.data.tags for c in children)
         uploaded = next(c for c in children if c.data.params["batch_size"] == "4")
-        assert mlflow.artifacts.load_text(f"runs:/{uploaded.info.run_id}/timing/step_times.csv").count("\n") == 3
+        assert uploaded.info.run_id == cut
+        assert mlflow.artifacts.load_text(f"runs:/{cut}/timing/step_times.csv").count("\n") == 3
 
         again = sw.run_sweep(s, experiment="outage", env_label="box", progress=False, quiet=True)
         assert [o.status for o in again] == ["SKIPPED", "SKIPPED"]
         assert len(search("outage", "tags.run_kind = 'train'")) == 2
+        assert len(search("outage", "tags.run_kind = 'sweep'")) == 1
     finally:
         server.stop()
         mlflow.set_tracking_uri(None)
@@ -229,7 +464,16 @@ def test_cli_takes_mlproject_style_values():
     """mlflow run passes each -P value as one shell-quoted word; empty means not given."""
     argv = ["--models", "resnet18 mobilenet_v2", "--batch-sizes", "16,32", "--precisions", "fp32 bf16",
             "--image-sizes", "", "--repeats", "", "--matrix", "", "--name", "", "--device", "cpu",
-            "--warmup-iters", "", "--iters", "auto", "--image-size", "", "--data", "", "--workers", "", "--env-label", ""]
+            "--warmup-iters", "", "--iters", "auto", "--image-size", "", "--data", "", "--workers", "", "--env-label", "",
+            "--channels-last", "", "--compile", "", "--seed", "", "--lr", "", "--optimizer", "", "--num-classes", "",
+            "--ci-target", "", "--max-iters", "", "--max-time-s", ""]
     s = sw.spec_from_args(sw.build_parser().parse_args(argv))
     assert s.matrix == {"model": ["resnet18", "mobilenet_v2"], "batch_size": [16, 32], "precision": ["fp32", "bf16"]}
     assert s.base == {"device": "cpu", "iters": "auto"} and s.repeats == 1 and s.name.startswith("sweep-")
+    given = argv[:argv.index("--image-size")] + [
+        "--channels-last", "true", "--compile", "false", "--seed", "3", "--lr", "0.1", "--optimizer", "adamw",
+        "--num-classes", "10", "--ci-target", "0.05", "--max-iters", "200", "--max-time-s", "60", "--env-label", "lab"]
+    s = sw.spec_from_args(sw.build_parser().parse_args(given))
+    assert s.base == {"device": "cpu", "iters": "auto", "channels_last": True, "compile": False, "seed": 3, "lr": 0.1,
+                      "optimizer": "adamw", "num_classes": 10, "ci_target": 0.05, "max_iters": 200, "max_time_s": 60.0}
+    assert s.env_label == "lab" and {c.max_iters for c, _ in s.plan()} == {200}

@@ -7,7 +7,8 @@ import mlflow
 import pytest
 
 from common import schema
-from common.tracking import RunSession, spooled_runs, upload_spooled
+from common.errors import UsageError
+from common.tracking import RunSession, quoted, spooled_runs, upload_spooled
 
 
 def test_finished_run_has_params_metrics_series_and_text(tracking):
@@ -94,3 +95,101 @@ def test_long_series_keeps_every_kth_step_in_history_and_says_so(tracking):
     assert [m.step for m in hist] == list(range(0, 2500, 3))  # ceil(2500 / 1000) = 3
     assert all(m.value == m.step for m in hist)
     assert client.get_run(s.run_id).data.tags["step_time_s_stride"] == "3"
+
+
+def _refuse(method_name, when):
+    """A MlflowClient method that raises ConnectionError (an outage) when `when(*args, **kw)` holds."""
+    original = getattr(mlflow.tracking.MlflowClient, method_name)
+
+    def patched(self, *args, **kw):
+        if when(*args, **kw):
+            raise ConnectionError("Connection refused (test outage)")
+        return original(self, *args, **kw)
+
+    return patched
+
+
+def test_outage_mid_write_spools_full_record_and_only_the_unsent_part_is_uploaded(tracking, monkeypatch, capsys):
+    """The server went away after the metrics were sent but before the text artifact: the spool
+    entry keeps the whole record (for resume) and exactly the unsent part (for upload)."""
+    with monkeypatch.context() as m:
+        m.setattr(mlflow.tracking.MlflowClient, "log_text", _refuse("log_text", lambda *a, **k: True))
+        with RunSession("train", run_name="cut", experiment="exp-cut", tags={"sweep_name": "s"}, quiet=True) as s:
+            s.log_params({"model": "resnet18"})
+            s.flush()
+            s.log_metrics({"throughput_samples_per_s": 12.5})
+            s.log_series("step_time_s", [0.5, 0.25, 0.75])
+            s.log_text("timing/step_times.csv", "step,step_time_s\n")
+    assert s.offline and s.run_id
+    entry = json.loads(s.spool_path.read_text())
+    assert entry["run_id"] == s.run_id and entry["status"] == "FINISHED"
+    assert entry["record"]["tags"]["sweep_name"] == "s" and entry["record"]["params"] == {"model": "resnet18"}
+    assert entry["record"]["metrics"] == {"throughput_samples_per_s": 12.5}
+    unsent = entry["unsent"]
+    assert unsent["params"] == {} and unsent["metrics"] == {} and unsent["series"] == {}
+    assert list(unsent["texts"]) == ["timing/step_times.csv"]
+    client = mlflow.tracking.MlflowClient()
+    assert client.get_run(s.run_id).info.status == "RUNNING"
+    from common.upload import main as upload_main
+
+    assert upload_main(["--list"]) == 0
+    assert f"FINISHED  (completes run {s.run_id} on {tracking})" in capsys.readouterr().out
+
+    assert upload_spooled(say=lambda *_: None) == (1, 0)
+    runs = mlflow.search_runs(experiment_names=["exp-cut"], output_format="list")
+    assert [r.info.run_id for r in runs] == [s.run_id]  # completed in place, not a second copy
+    assert runs[0].info.status == "FINISHED"
+    assert len(client.get_metric_history(s.run_id, "step_time_s")) == 3  # not sent twice
+    assert [f.path for f in client.list_artifacts(s.run_id, "timing")] == ["timing/step_times.csv"]
+
+
+@pytest.mark.parametrize("fail_at", ["create_run", "log_batch"])
+def test_interrupted_upload_then_second_upload_makes_one_linked_copy(tracking, monkeypatch, fail_at):
+    """An upload cut off at the child (before or after the server created it) and run again: one
+    parent, one child, linked, both FINISHED; ids written back into the spool in between."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")  # nothing listens on port 9
+    mlflow.set_tracking_uri("http://127.0.0.1:9")
+    with RunSession("sweep", run_name="p", experiment="exp-up", quiet=True) as parent:
+        parent.log_params({"sweep_repeats": 1})
+        with RunSession("train", run_name="c", experiment="exp-up", parent=parent, quiet=True) as child:
+            child.log_params({"model": "resnet18"})
+            child.log_metrics({"throughput_samples_per_s": 3.0})
+            child.log_series("step_time_s", [0.5, 0.25])
+    assert parent.offline and child.offline
+    mlflow.set_tracking_uri(tracking)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking)
+
+    is_child = {"create_run": lambda *a, **k: k.get("tags", {}).get(schema.TAG_RUN_KIND) == "train",
+                "log_batch": lambda *a, **k: any(p.key == "model" for p in k.get("params", []))}[fail_at]
+    with monkeypatch.context() as m:
+        m.setattr(mlflow.tracking.MlflowClient, fail_at, _refuse(fail_at, is_child))
+        assert upload_spooled(say=lambda *_: None) == (1, 1)
+    parent_run = mlflow.search_runs(experiment_names=["exp-up"], filter_string="tags.run_kind = 'sweep'",
+                                    output_format="list")
+    assert len(parent_run) == 1 and parent_run[0].info.status == "FINISHED"
+    parent_id = parent_run[0].info.run_id
+    (left,) = spooled_runs()
+    assert left["local_id"] == child.local_id and left["parent_run_id"] == parent_id  # the link survives the call
+    created = left["run_id"]
+    assert (created is None) == (fail_at == "create_run")
+
+    assert upload_spooled(say=lambda *_: None) == (1, 0)
+    children = mlflow.search_runs(experiment_names=["exp-up"], filter_string="tags.run_kind = 'train'",
+                                  output_format="list")
+    assert len(children) == 1
+    run = children[0]
+    assert run.info.status == "FINISHED" and run.data.tags["mlflow.parentRunId"] == parent_id
+    if created:
+        assert run.info.run_id == created
+    assert run.data.metrics["throughput_samples_per_s"] == 3.0
+    assert len(mlflow.tracking.MlflowClient().get_metric_history(run.info.run_id, "step_time_s")) == 2
+
+
+@pytest.mark.parametrize("value,literal", [("box", "'box'"), ("bob's box", '"bob\'s box"'), ('a "b"', "'a \"b\"'")])
+def test_quoted_filter_literal(value, literal):
+    assert quoted(value) == literal
+
+
+def test_quoted_refuses_both_quote_characters():
+    with pytest.raises(UsageError, match="env label .* contains both quote characters"):
+        quoted("it's \"x\"", "env label")

@@ -112,12 +112,12 @@ def count_work(prep: Prepared) -> tuple[fl.StepCounts, fl.ForwardProfile]:
 def run_benchmark(cfg: TrainConfig, device, progress: bool = True) -> BenchResult:
     """Prepare, count, warm up and measure `cfg` on `device`. Raises BenchError on user-facing failures."""
     wall0 = time.perf_counter()
-    prep = prepare(cfg, device)
     try:
+        prep = prepare(cfg, device)
         counts, forward = count_work(prep)
     except (BenchError, KeyboardInterrupt):
         raise
-    except Exception as exc:  # noqa: BLE001 - first execution of the model: report, don't dump
+    except Exception as exc:  # noqa: BLE001 - first allocation and execution of the model: report, don't dump
         raise _runtime_error(exc, cfg, device) from exc
     count_s = time.perf_counter() - wall0
 
@@ -194,10 +194,10 @@ def profile_steps(cfg: TrainConfig, device, steps: int, profiler_start: Callable
         raise UsageError(f"--profile-steps must be a positive integer, got {steps}")
     profiler_start = profiler_start or torch.cuda.profiler.start
     profiler_stop = profiler_stop or torch.cuda.profiler.stop
-    prep = prepare(cfg, device)
-    if cfg.compile:
-        prep.parts.model = torch.compile(prep.model)
     try:
+        prep = prepare(cfg, device)
+        if cfg.compile:
+            prep.parts.model = torch.compile(prep.model)
         for _ in range(cfg.warmup_iters):
             prep.step()
         batches = [prep.source.next() for _ in range(steps)]  # loading is not what ncu measures
