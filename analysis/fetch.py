@@ -46,14 +46,6 @@ class Query:
         return "; ".join(parts)
 
 
-def _quoted(value: str) -> str:
-    if "'" not in value:
-        return f"'{value}'"
-    if '"' not in value:
-        return f'"{value}"'
-    raise UsageError(f"env label {value!r} contains both quote characters; rename it")
-
-
 def _search(experiment_ids: list[str] | None, filter_string: str, max_results: int) -> pd.DataFrame:
     import mlflow
 
@@ -120,7 +112,7 @@ def fetch_runs(query: Query, say: Callable[[str], None] = lambda _: None) -> tup
     frames = []
     remaining = query.max_runs
     for label in labels:
-        clauses = base + ([f"tags.{schema.TAG_ENV_LABEL} = {_quoted(label)}"] if label else [])
+        clauses = base + ([f"tags.{schema.TAG_ENV_LABEL} = {schema.filter_literal(label, 'env label')}"] if label else [])
         df = _search(ids, " AND ".join(clauses), remaining)
         say(f"fetched {len(df)} train run(s)" + (f" for env {label}" if label else ""))
         frames.append(df)

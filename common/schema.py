@@ -89,3 +89,15 @@ def sanitize_key(name: str) -> str:
 def default_env_label() -> str:
     """The environment label used when the user gives none: the host name."""
     return socket.gethostname()
+
+
+def filter_literal(value: str, what: str = "value") -> str:
+    """`value` as a string literal of an MLflow search filter, which has no escape for quotes:
+    single quotes, else double quotes; a value holding both cannot be searched for (UsageError)."""
+    from common.errors import UsageError
+
+    if "'" not in value:
+        return f"'{value}'"
+    if '"' not in value:
+        return f'"{value}"'
+    raise UsageError(f"{what} {value!r} contains both quote characters ' and \"; rename it")

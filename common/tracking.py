@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from common import schema
-from common.errors import BenchError, UsageError, one_line
+from common.errors import BenchError, one_line
 
 SPOOL_ENV = "ROOFLINE_SPOOL_DIR"
 # Metric histories keep at most this many points per series (every k-th step beyond it, with the
@@ -432,18 +432,6 @@ def tracking_uri() -> str:
 def same_tracking_uri(uri: str | None) -> bool:
     """Whether `uri` (as a spool entry records it) is the tracking URI in use now."""
     return (uri or "").rstrip("/") == tracking_uri().rstrip("/")
-
-
-def quoted(value: str, what: str = "value") -> str:
-    """`value` as a string literal of an MLflow search filter (which has no escape for quotes).
-
-    Same rule as analysis/fetch.py: single quotes, else double quotes; both is a usage error.
-    """
-    if "'" not in value:
-        return f"'{value}'"
-    if '"' not in value:
-        return f'"{value}"'
-    raise UsageError(f"{what} {value!r} contains both quote characters ' and \"; rename it")
 
 
 # -------------------------------------------------------------------- spool upload

@@ -1,4 +1,7 @@
+import pytest
+
 from common import schema
+from common.errors import UsageError
 
 
 def test_config_key_is_stable_across_string_and_typed_values():
@@ -19,3 +22,13 @@ def test_config_key_ignores_fields_outside_the_key():
 def test_sanitize_and_check_key():
     assert schema.sanitize_key("void k<float>(int*)") == "void k_float__int__"
     assert schema.check_key("ncu_dram_bytes") == "ncu_dram_bytes"
+
+
+@pytest.mark.parametrize("value,literal", [("box", "'box'"), ("bob's box", '"bob\'s box"'), ('a "b"', "'a \"b\"'")])
+def test_filter_literal_quotes(value, literal):
+    assert schema.filter_literal(value) == literal
+
+
+def test_filter_literal_refuses_both_quote_characters():
+    with pytest.raises(UsageError, match="env label .* contains both quote characters"):
+        schema.filter_literal("it's \"x\"", "env label")

@@ -7,8 +7,7 @@ import mlflow
 import pytest
 
 from common import schema
-from common.errors import UsageError
-from common.tracking import RunSession, quoted, spooled_runs, upload_spooled
+from common.tracking import RunSession, spooled_runs, upload_spooled
 
 
 def test_finished_run_has_params_metrics_series_and_text(tracking):
@@ -183,13 +182,3 @@ def test_interrupted_upload_then_second_upload_makes_one_linked_copy(tracking, m
         assert run.info.run_id == created
     assert run.data.metrics["throughput_samples_per_s"] == 3.0
     assert len(mlflow.tracking.MlflowClient().get_metric_history(run.info.run_id, "step_time_s")) == 2
-
-
-@pytest.mark.parametrize("value,literal", [("box", "'box'"), ("bob's box", '"bob\'s box"'), ('a "b"', "'a \"b\"'")])
-def test_quoted_filter_literal(value, literal):
-    assert quoted(value) == literal
-
-
-def test_quoted_refuses_both_quote_characters():
-    with pytest.raises(UsageError, match="env label .* contains both quote characters"):
-        quoted("it's \"x\"", "env label")

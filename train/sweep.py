@@ -216,9 +216,9 @@ def existing_state(name: str, env_label: str, experiment: str | None, reachable:
     quick /health check) the server. `reachable=False` skips the server without asking it."""
     import mlflow
 
-    from common.tracking import experiment_id_for, is_unreachable, quoted, server_reachable, spooled_runs
+    from common.tracking import experiment_id_for, is_unreachable, server_reachable, spooled_runs
 
-    label_literal = quoted(env_label, "env label")
+    label_literal = schema.filter_literal(env_label, "env label")
     state = SweepState(reachable=server_reachable() if reachable is None else reachable)
     spooled_ids = set()
     for entry in spooled_runs():
@@ -242,7 +242,7 @@ def existing_state(name: str, env_label: str, experiment: str | None, reachable:
         exp_id = experiment_id_for(experiment)
         if exp_id is None:
             return state
-        filt = f"tags.{TAG_SWEEP_NAME} = {quoted(name, 'sweep name')} and tags.{schema.TAG_ENV_LABEL} = {label_literal}"
+        filt = f"tags.{TAG_SWEEP_NAME} = {schema.filter_literal(name, 'sweep name')} and tags.{schema.TAG_ENV_LABEL} = {label_literal}"
         runs = mlflow.search_runs(experiment_ids=[exp_id], filter_string=filt, output_format="list",
                                   max_results=50_000, order_by=["attributes.start_time ASC"])
     except Exception as exc:  # noqa: BLE001
@@ -369,13 +369,13 @@ def run_sweep(spec: SweepSpec, *, experiment: str | None = None, env_label: str 
               progress: bool = True, quiet: bool = False,
               on_child_done: Callable[[ChildOutcome], None] | None = None) -> list[ChildOutcome]:
     """Run (or resume) the sweep; returns one outcome per planned (configuration, repeat)."""
-    from common.tracking import RunSession, quoted, redirect_run, server_reachable
+    from common.tracking import RunSession, redirect_run, server_reachable
     from train.__main__ import run as run_train
 
     check_models(spec)
     plan = spec.plan()  # validates every configuration before anything runs
     label = env_label or spec.env_label or plan[0][0].env_label
-    quoted(label, "env label")
+    schema.filter_literal(label, "env label")
     for cfg, _ in plan:
         cfg.env_label = label
     keys = [sweep_key(cfg) for cfg, _ in plan]  # before running: run_train normalises some fields
