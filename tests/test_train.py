@@ -209,6 +209,20 @@ def test_fake_data_through_a_loader(tracking):
     assert "FakeData" in only_run().data.tags["data_description"]
 
 
+def test_fake_data_with_iters_auto(tracking):
+    assert main(arg("--data", "fake") + ["--workers", "0", "--iters", "auto", "--max-iters", "3"]) == 0
+    run = only_run()
+    assert run.info.status == "FINISHED" and run.data.metrics["measured_iters"] == 3.0
+
+
+def test_out_of_memory_while_preparing_is_one_line(tracking, capsys):
+    code, line = error_of(capsys, arg("--batch", "100000000"))  # a 1.2 TB synthetic batch
+    assert code == 1
+    assert line.startswith("error: out of memory on cpu at batch 100000000") and "smaller --batch" in line
+    run = only_run()
+    assert run.info.status == "FAILED" and "out of memory" in run.data.tags["error"]
+
+
 def test_profile_mode_needs_cuda(tracking, capsys):
     code, line = error_of(capsys, TINY + ["--profile-steps", "1"])
     assert code == 2 and "needs an NVIDIA GPU" in line and "--import" in line

@@ -220,7 +220,8 @@ def open_source(cfg, device) -> BatchSource:
         from torchvision import transforms as T
         from torchvision.datasets import FakeData
 
-        n = cfg.batch_size * min(cfg.warmup_iters + cfg.iters, 64)
+        steps = cfg.warmup_iters + (cfg.max_iters if cfg.iters == "auto" else cfg.iters)
+        n = cfg.batch_size * min(steps, 64)  # at most 64 distinct batches; the loader cycles over epochs
         ds = FakeData(size=n, image_size=(3, cfg.image_size, cfg.image_size), num_classes=cfg.num_classes,
                       transform=T.Compose([T.ToTensor(), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)]),
                       random_offset=cfg.seed)
