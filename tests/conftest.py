@@ -28,7 +28,12 @@ def template_db(tmp_path_factory) -> Path:
     """An empty sqlite store with MLflow's schema already created, once per test session."""
     import mlflow
 
-    path = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    folder = tmp_path_factory.mktemp("mlflow-template")
+    path = folder / "mlflow.db"
+    # the Default experiment's artifact location is stored in the database: keep it out of the repo
+    SqlAlchemyStore(f"sqlite:///{path}", str(folder / "artifacts")).search_experiments()
     mlflow.tracking.MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
     return path
 
@@ -38,6 +43,8 @@ def tracking(template_db, tmp_path, monkeypatch):
     """A fresh sqlite tracking store for one test; returns its URI. Also isolates the spool dir.
 
     Made from a copy of `template_db`: creating MLflow's schema takes ~5 s here, copying ~0.2 s.
+    The test runs in `tmp_path`, where MLflow puts the artifacts of experiments it creates
+    (`./mlruns`), so no test writes into the working tree.
     """
     import shutil
 
@@ -46,6 +53,7 @@ def tracking(template_db, tmp_path, monkeypatch):
     db = tmp_path / "mlflow.db"
     shutil.copyfile(template_db, db)
     uri = f"sqlite:///{db}"
+    monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("ROOFLINE_SPOOL_DIR", str(tmp_path / "spool"))
     monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
