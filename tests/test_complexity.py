@@ -101,19 +101,29 @@ def test_deepspeed_per_module_flops_sum_to_the_total():
 
 # ------------------------------------------------------------------ gradients and optimizer state
 @pytest.mark.parametrize("optimizer, expected", [
-    ("sgd", 240),  # momentum: one buffer per parameter (Linear 5->10: 60 fp32 = 240 B)
-    ("adamw", 2 * 240 + 2 * 4),  # exp_avg + exp_avg_sq, plus one fp32 `step` scalar per parameter tensor
+    ("sgd", 240),  # momentum: one buffer per parameter (Linear 5->10: 60 fp32 = 240 B) = 1 x parameter bytes
+    ("adam", 2 * 240 + 2 * 4),  # exp_avg + exp_avg_sq = 2 x parameter bytes, plus one fp32 `step` per tensor
+    ("adamw", 2 * 240 + 2 * 4),  # the same state; only the update differs
 ])
 def test_optimizer_state_bytes_measured_after_one_step(optimizer, expected):
     from train.step import make_optimizer
 
-    lin = nn.Linear(5, 10)
+    lin = nn.Linear(5, 10)  # two parameter tensors: weight 10x5, bias 10
     opt = make_optimizer(optimizer, lin.parameters(), 0.01)
     assert fp.optimizer_state_bytes(opt) == 0 and fp.grad_bytes(lin) == 0
     lin(torch.randn(3, 5)).sum().backward()
     opt.step()
     assert fp.grad_bytes(lin) == 240
     assert fp.optimizer_state_bytes(opt) == expected
+
+
+def test_adam_is_plain_adam_without_weight_decay():
+    from train.step import make_optimizer
+
+    opt = make_optimizer("adam", nn.Linear(5, 10).parameters(), 0.01)
+    assert type(opt) is torch.optim.Adam and opt.param_groups[0]["weight_decay"] == 0
+    assert TrainConfig(optimizer="Adam", env_label="t").optimizer == "adam"
+    assert cx.config_from_args(cx.build_parser().parse_args(["--optimizer", "adam"])).optimizer == "adam"
 
 
 # ------------------------------------------------------------------ the memory model
@@ -163,11 +173,15 @@ def test_analysis_matches_count_work_of_a_training_run():
     assert c.predicted_train_mem_bytes(16) == c.fixed_bytes + 16 * c.activation_bytes_per_sample
 
 
-def test_batch_norm_on_a_1x1_map_measures_at_2_and_4():
+def test_batch_norm_on_a_1x1_map_measures_at_2_and_4_and_adam_state_is_twice_the_parameters():
     # resnet18 at 32 px ends in 1x1 maps: batch norm cannot train on one sample there
-    c = fp.analyze_model(TrainConfig(model="resnet18", image_size=32, data="synthetic", env_label="t"), CPU)
+    c = fp.analyze_model(TrainConfig(model="resnet18", image_size=32, data="synthetic", env_label="t",
+                                     optimizer="adam"), CPU)
     assert c.measured_batches == (2, 4)
     assert c.activation_bytes_per_sample > 0
+    # Adam: exp_avg + exp_avg_sq (2 x 46,758,048 B) + one fp32 `step` per parameter tensor (62 in resnet18)
+    assert c.param_bytes == 4 * 11_689_512 and c.grad_bytes == c.param_bytes
+    assert c.optimizer_state_bytes == 2 * c.param_bytes + 62 * 4
 
 
 # ------------------------------------------------------------------ the prediction vs a measured step

@@ -42,7 +42,7 @@ class ComplexityConfig:
     image_size: int = 224
     """input height = width in pixels (>= 32)."""
     optimizer: str = "sgd"
-    """sgd (momentum 0.9: one state tensor per parameter) or adamw (two, plus a step counter)."""
+    """sgd (momentum 0.9: one state tensor per parameter), adam or adamw (two each, plus a step counter)."""
     precision: str = "fp32"
     """fp32, or fp16/bf16 through torch.autocast, as in training runs."""
     device: str = "auto"
@@ -129,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--models", nargs="+", default=list(d.models), help="torchvision classifiers (space or comma separated)")
     p.add_argument("--batch-sizes", nargs="+", default=[str(b) for b in d.batch_sizes], help="batch sizes to predict for")
     p.add_argument("--image-size", type=int, default=d.image_size, help="input height and width (pixels)")
-    p.add_argument("--optimizer", default=d.optimizer, help="sgd (momentum) or adamw")
+    p.add_argument("--optimizer", default=d.optimizer, help="sgd (momentum 0.9), adam or adamw")
     p.add_argument("--precision", default=d.precision, help="fp32, bf16 or fp16 (autocast)")
     p.add_argument("--device", default=d.device, help="auto | cpu | cuda | cuda:N | mps (where to measure)")
     p.add_argument("--num-classes", type=int, default=d.num_classes, help="classifier outputs")
