@@ -226,6 +226,7 @@ def test_config_errors_name_the_field(kwargs, field):
     (["--batch-sizes", "16 x"], "--batch-sizes takes whole numbers, got 'x'"),
     (["--device-memory", "16QB"], "--device-memory: expected a size like 16GiB"),
     (["--image-size", "abc"], "argument --image-size: invalid int value: 'abc'"),
+    (["--validate-rss", "maybe"], "--validate-rss must be auto, true or false, got 'maybe'"),
 ])
 def test_bad_input_gives_one_line_error_and_usage_exit(argv, message, capsys, tracking):
     code = cx.main(["--no-progress", *argv])
@@ -242,6 +243,34 @@ def test_bad_model_fails_the_run_mlflow_run_created(tracking, monkeypatch, capsy
     assert cx.main(["--models", "resnet81", "--no-progress"]) == 2
     run = client.get_run(pre)
     assert run.info.status == "FAILED" and "unknown model 'resnet81'" in run.data.tags["error"]
+
+
+def _config(*argv) -> cx.ComplexityConfig:
+    return cx.config_from_args(cx.build_parser().parse_args(list(argv)))
+
+
+def test_rss_check_is_on_by_default_on_cpu_only(monkeypatch):
+    from types import SimpleNamespace as NS
+
+    from common.errors import UsageError
+    from train import device as dev
+
+    cfg = _config()
+    assert cfg.validate_rss == "auto"
+    assert cfg.rss_check_on(CPU) is True
+    assert cfg.rss_check_on(NS(type="cuda")) is False and cfg.rss_check_on(NS(type="mps")) is False
+    assert _config("--validate-rss", "false").rss_check_on(CPU) is False  # the way to turn it off
+    assert _config("--validate-rss").validate_rss is True  # bare flag = true, as before
+    cfg = _config("--device", "cpu")
+    cx.preflight(cfg)
+    assert cfg.validate_rss is True  # auto resolved: the run logs what it did
+    # off the CPU, auto quietly means off and an explicit true is refused in one line
+    monkeypatch.setattr(dev, "resolve_device", lambda _name: torch.device("cuda"))
+    cfg = _config("--device", "cuda", "--models", "resnet18")
+    cx.preflight(cfg)
+    assert cfg.validate_rss is False
+    with pytest.raises(UsageError, match="^--validate-rss measures this process's RSS and needs --device cpu"):
+        cx.preflight(_config("--device", "cuda", "--models", "resnet18", "--validate-rss", "true"))
 
 
 def test_lists_accept_spaces_commas_and_one_quoted_string():

@@ -51,8 +51,9 @@ class ComplexityConfig:
     """classifier outputs."""
     device_memory: str | None = None
     """memory to fit the batch into, e.g. 16GiB, 16GB, 512MiB (default: the measured device's)."""
-    validate_rss: bool = False
-    """CPU only: compare the prediction with the RSS growth of one real step per --rss-batch-sizes."""
+    validate_rss: bool | str = "auto"
+    """compare the prediction with the RSS growth of one real step per --rss-batch-sizes (CPU only):
+    auto = on when measuring on the CPU, off elsewhere; true (refused off the CPU) or false."""
     rss_batch_sizes: list[int] = field(default_factory=lambda: list(DEFAULT_RSS_BATCH_SIZES))
     """batch sizes of the RSS check (one fresh process each; keep them small)."""
     seed: int = 0
@@ -83,6 +84,7 @@ class ComplexityConfig:
             raise ValueError(f"precision must be one of {', '.join(schema.PRECISIONS)}, got {self.precision!r}")
         if self.device not in DEVICES and not self.device.startswith("cuda:"):
             raise ValueError(f"device must be one of {', '.join(DEVICES)} or cuda:N, got {self.device!r}")
+        self.validate_rss = _auto_bool(self.validate_rss)
         if self.device_memory is not None and str(self.device_memory).strip() == "":
             self.device_memory = None
         if self.device_memory is not None:
@@ -92,6 +94,12 @@ class ComplexityConfig:
                 raise ValueError(f"device_memory: {exc}") from None
         if not self.env_label:
             self.env_label = schema.default_env_label()
+
+    def rss_check_on(self, device) -> bool:
+        """Whether the RSS check runs on `device` (auto: only on the CPU)."""
+        if self.validate_rss == "auto":
+            return device.type == "cpu"
+        return bool(self.validate_rss)
 
     @property
     def device_memory_bytes(self) -> int | None:
@@ -106,6 +114,19 @@ class ComplexityConfig:
             "num_classes": self.num_classes, "validate_rss": self.validate_rss,
             "rss_batch_sizes": ",".join(map(str, self.rss_batch_sizes)), "seed": self.seed,
         }
+
+
+def _auto_bool(value) -> bool | str:
+    """"auto" (or empty: the default) stays "auto"; true/false words become booleans."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("auto", ""):
+        return "auto"
+    try:
+        return str_bool(text)
+    except argparse.ArgumentTypeError:
+        raise ValueError(f"validate_rss must be auto, true or false, got {value!r}") from None
 
 
 # ------------------------------------------------------------------ CLI parsing
@@ -136,8 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device-memory", default=None,
                    help="memory to fit into, e.g. 16GiB (2^30), 16GB (10^9), 512MiB; default: the device's "
                    "(CUDA total memory; CPU: available RAM)")
-    p.add_argument("--validate-rss", type=str_bool, nargs="?", const=True, default=False,
-                   help="CPU: check the prediction against the RSS growth of one real step (fresh process per batch)")
+    p.add_argument("--validate-rss", nargs="?", const="true", default="auto", metavar="{auto,true,false}",
+                   help="check the prediction against the RSS growth of one real step (fresh process per model and "
+                   "batch); auto (default) = on for --device cpu, off elsewhere; false turns it off")
     p.add_argument("--rss-batch-sizes", nargs="+", default=[str(b) for b in d.rss_batch_sizes],
                    help="batch sizes of the RSS check")
     p.add_argument("--seed", type=int, default=d.seed)
@@ -191,8 +213,10 @@ def preflight(cfg: ComplexityConfig):
     cfg.models = list(dict.fromkeys(check_model_name(m) for m in cfg.models))
     device = dev.resolve_device(cfg.device)
     dev.check_precision(cfg.precision, device)
-    if cfg.validate_rss and device.type != "cpu":
-        raise UsageError(f"--validate-rss measures this process's RSS and needs --device cpu (got {device.type})")
+    if cfg.validate_rss is True and device.type != "cpu":
+        raise UsageError(f"--validate-rss measures this process's RSS and needs --device cpu (got {device.type}); "
+                         "leave it at auto or false")
+    cfg.validate_rss = cfg.rss_check_on(device)  # auto -> what it means here; logged as the run's param
     return device
 
 
@@ -210,7 +234,8 @@ def measure(cfg: ComplexityConfig, device, progress: bool = True) -> ComplexityR
     else:
         mem, source = device_memory_bytes(device)
     result = ComplexityResult(cfg, str(device), envinfo.device_name(str(device)), mem, source, [])
-    steps = len(cfg.models) * (1 + (len(cfg.rss_batch_sizes) if cfg.validate_rss else 0))
+    check_rss = cfg.rss_check_on(device)
+    steps = len(cfg.models) * (1 + (len(cfg.rss_batch_sizes) if check_rss else 0))
     bar = tqdm(total=steps, desc="complexity", unit="step", disable=not progress, leave=False)
     try:
         for name in cfg.models:
@@ -225,7 +250,7 @@ def measure(cfg: ComplexityConfig, device, progress: bool = True) -> ComplexityR
             except Exception as exc:  # noqa: BLE001 - first execution of the model: one line, not a dump
                 raise _runtime_error(exc, name, cfg, device) from exc
             bar.update(1)
-            if cfg.validate_rss:
+            if check_rss:
                 for b in cfg.rss_batch_sizes:
                     bar.set_description(f"RSS {name} b{b}")
                     result.rss.setdefault(name, []).append(
