@@ -273,6 +273,66 @@ def test_rss_check_is_on_by_default_on_cpu_only(monkeypatch):
         cx.preflight(_config("--device", "cuda", "--models", "resnet18", "--validate-rss", "true"))
 
 
+def test_rss_batches_replace_sizes_batch_norm_cannot_train_at():
+    from types import SimpleNamespace as NS
+
+    assert cx.rss_batches(NS(model="a", measured_batches=(1, 2), image_size=64), [1, 2]) == ([1, 2], [])
+    bn = NS(model="mnasnet0_5", measured_batches=(2, 4), image_size=32)  # analyze_model fell back to 2 and 4
+    assert cx.rss_batches(bn, [1, 2]) == ([2, 4], [
+        "mnasnet0_5 batch 1 checked at batch 4 instead: its batch norm cannot train on 1 sample(s) at 32 px "
+        "(a 1x1 feature map)"])
+    assert cx.rss_batches(bn, [1, 8])[0] == [2, 8]
+    assert cx.rss_batches(bn, [2, 8]) == ([2, 8], [])
+
+
+def test_rss_check_that_cannot_run_keeps_the_analysis(tracking, monkeypatch, capsys):
+    # The audit's case: mnasnet0_5 at 32 px has a 1x1 map before a batch norm, so batch 1 cannot train
+    # ("Expected more than 1 value per channel") and used to throw the finished analysis away. Batch 1
+    # is now checked at 4 instead (a real probe); a probe that fails anyway (batch 2, simulated)
+    # becomes a note. The default device memory is psutil's available RAM (200 MB here).
+    from types import SimpleNamespace as NS
+
+    import psutil
+
+    from common.errors import BenchError
+
+    real_probe = fp.measure_step_rss
+
+    def probe(model, batch_size, *args, **kwargs):
+        if batch_size == 2:
+            raise BenchError("RSS probe of mnasnet0_5 at batch 2 failed: MemoryError")
+        return real_probe(model, batch_size, *args, **kwargs)
+
+    monkeypatch.setattr(fp, "measure_step_rss", probe)
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: NS(available=200_000_000, total=400_000_000))
+    code = cx.main(["--models", "mnasnet0_5", "--image-size", "32", "--batch-sizes", "2", "8", "--rss-batch-sizes", "1", "2",
+                    "--device", "cpu", "--experiment", "cx", "--no-progress"])
+    out = capsys.readouterr().out
+    assert code == 0
+    notes = ["mnasnet0_5 batch 1 checked at batch 4 instead: its batch norm cannot train on 1 sample(s) at 32 px (a 1x1 feature map)",
+             "mnasnet0_5 batch 2 not checked: RSS probe of mnasnet0_5 at batch 2 failed: MemoryError"]
+    assert "RSS check notes:\n" + "".join(f"- {n}\n" for n in notes) in out
+    assert "| mnasnet0_5 | 4 |" in out and "| mnasnet0_5 | 2 |" not in out
+
+    (run,) = mlflow.search_runs(experiment_names=["cx"], output_format="list")
+    assert run.info.status == "FINISHED" and run.data.tags["rss_notes"] == "; ".join(notes)
+    p, m = run.data.params, run.data.metrics
+    assert p["validate_rss"] == "true" and p["rss_batch_sizes"] == "1,2"
+    assert p["device_memory_bytes"] == "200000000" and p["device_memory_source"] == "available RAM (psutil) at start"
+    assert m["device_memory_bytes"] == 200_000_000
+    assert m["mnasnet0_5/params"] == 2_218_512  # torchvision's published count: the analysis was kept
+    assert not [k for k in m if "/rss_b1/" in k or "/rss_b2/" in k]
+    weights = m["mnasnet0_5/param_bytes"] + m["mnasnet0_5/buffer_bytes"]
+    predicted = m["mnasnet0_5/fixed_bytes"] - weights + 4 * m["mnasnet0_5/activation_bytes_per_sample"]
+    assert m["mnasnet0_5/rss_b4/predicted_growth_bytes"] == pytest.approx(predicted)
+    measured = m["mnasnet0_5/rss_b4/measured_growth_bytes"]
+    assert measured > m["mnasnet0_5/grad_bytes"]  # a real step: it holds at least the gradients
+    assert m["mnasnet0_5/rss_b4/rel_error"] == pytest.approx((predicted - measured) / measured)
+    rows = list(csv.DictReader(io.StringIO(mlflow.artifacts.load_text(f"runs:/{run.info.run_id}/complexity/rss_validation.csv"))))
+    assert [(r["model"], r["batch_size"]) for r in rows] == [("mnasnet0_5", "4")]
+    assert "RSS check notes:" in mlflow.artifacts.load_text(f"runs:/{run.info.run_id}/complexity/summary.md")
+
+
 def test_lists_accept_spaces_commas_and_one_quoted_string():
     args = cx.build_parser().parse_args(["--models", "resnet18,vgg16", "mobilenet_v2", "--batch-sizes", "64 16", "32"])
     cfg = cx.config_from_args(args)

@@ -202,6 +202,7 @@ class ComplexityResult:
     device_memory_source: str
     models: list  # ModelComplexity, in the order asked
     rss: dict = field(default_factory=dict)  # model -> list[RssMeasurement]
+    rss_notes: list = field(default_factory=list)  # RSS batches replaced or not measured, one line each
     wall_s: float = 0.0
 
 
@@ -221,7 +222,11 @@ def preflight(cfg: ComplexityConfig):
 
 
 def measure(cfg: ComplexityConfig, device, progress: bool = True) -> ComplexityResult:
-    """Measure every model of `cfg` on `device` (and the RSS check if asked)."""
+    """Measure every model of `cfg` on `device`, then (CPU, unless turned off) the RSS check.
+
+    The RSS check never discards the analysis: a batch size the model cannot train at is replaced
+    (see `rss_batches`) and a probe that fails becomes a note in `result.rss_notes`.
+    """
     from tqdm import tqdm
 
     from common import envinfo
@@ -250,16 +255,43 @@ def measure(cfg: ComplexityConfig, device, progress: bool = True) -> ComplexityR
             except Exception as exc:  # noqa: BLE001 - first execution of the model: one line, not a dump
                 raise _runtime_error(exc, name, cfg, device) from exc
             bar.update(1)
-            if check_rss:
-                for b in cfg.rss_batch_sizes:
-                    bar.set_description(f"RSS {name} b{b}")
-                    result.rss.setdefault(name, []).append(
-                        measure_step_rss(name, b, cfg.image_size, cfg.optimizer, cfg.precision, cfg.num_classes))
-                    bar.update(1)
+        for c in result.models if check_rss else ():
+            sizes, notes = rss_batches(c, cfg.rss_batch_sizes)
+            result.rss_notes += notes
+            for b in sizes:
+                bar.set_description(f"RSS {c.model} b{b}")
+                try:
+                    result.rss.setdefault(c.model, []).append(
+                        measure_step_rss(c.model, b, cfg.image_size, cfg.optimizer, cfg.precision, cfg.num_classes))
+                except BenchError as exc:  # the analysis stands; the check says what it could not measure
+                    result.rss_notes.append(f"{c.model} batch {b} not checked: {one_line(exc)}")
+                bar.update(1)
+            if not result.rss.get(c.model):
+                result.rss.pop(c.model, None)
     finally:
         bar.close()
     result.wall_s = time.perf_counter() - t0
     return result
+
+
+def rss_batches(c, requested: list[int]) -> tuple[list[int], list[str]]:
+    """The RSS check's batch sizes for model `c`, and a note for each size it had to replace.
+
+    A model whose batch norm cannot train on one sample (analyze_model measured it at 2 and 4
+    instead of 1 and 2) would fail at batch 1 ("Expected more than 1 value per channel"): like
+    analyze_model, it moves to the smallest power of two >= 2 that is not already checked.
+    """
+    smallest = min(c.measured_batches)
+    if smallest <= 1:
+        return list(requested), []
+    sizes = [b for b in requested if b >= smallest]
+    notes = []
+    for b in (b for b in requested if b < smallest):
+        sub = next(k for k in (2**i for i in range(1, 64)) if k >= smallest and k not in sizes)
+        sizes.append(sub)
+        notes.append(f"{c.model} batch {b} checked at batch {sub} instead: its batch norm cannot train on "
+                     f"{b} sample(s) at {c.image_size} px (a 1x1 feature map)")
+    return sorted(sizes), notes
 
 
 def _runtime_error(exc: BaseException, name: str, cfg: ComplexityConfig, device) -> BenchError:
@@ -418,6 +450,8 @@ def markdown(result: ComplexityResult) -> str:
         for r in rss:
             lines.append(f"| {r['model']} | {r['batch_size']} | {r['measured_growth_bytes'] / 2**20:.1f} | "
                          f"{r['predicted_growth_bytes'] / 2**20:.1f} | {r['rel_error']:+.1%} |")
+    if result.rss_notes:
+        lines += ["", "RSS check notes:", *(f"- {note}" for note in result.rss_notes)]
     return "\n".join(lines) + "\n"
 
 
@@ -464,6 +498,8 @@ def summary_line(result: ComplexityResult) -> str:
     if rss:
         worst = max(rss, key=lambda r: abs(r["rel_error"]))
         line += f"; RSS check worst error {worst['rel_error']:+.1%} ({worst['model']} b{worst['batch_size']})"
+    if result.rss_notes:
+        line += f"; {len(result.rss_notes)} RSS check note(s) above"
     return line
 
 
@@ -493,6 +529,8 @@ def run(cfg: ComplexityConfig, *, experiment: str | None = None, progress: bool 
         session.log_params({"device_memory_bytes": result.device_memory_bytes,
                             "device_memory_source": result.device_memory_source})
         session.log_metrics(metrics(result))
+        if result.rss_notes:
+            session.set_tags({"rss_notes": "; ".join(result.rss_notes)[:5000]})
         texts = artifacts(result)
         for path, text in texts.items():
             session.log_text(path, text)
