@@ -378,37 +378,94 @@ def test_header_names_the_measured_batches_per_group():
 
 
 # ------------------------------------------------------------------ the logged run
+# resnet18 at 32 px, fp32, SGD, by hand (4 B per float):
+#   weights: 11,689,512 parameters = 46,758,048 B; buffers: running mean and var of 20 batch norms over
+#     4,800 channels (64 + 4x64 + 5x128 + 5x256 + 5x512) = 38,400 B, plus 20 int64 counters = 38,560 B;
+#   gradients = momentum = 46,758,048 B each;
+#   saved for backward, per sample (maps 64x16x16 after conv1, 64x8x8, 128x4x4, 256x2x2, 512x1x1):
+#     the image 12,288 + bn1 input 65,536 + relu output 65,536 + maxpool int64 indices 32,768
+#     + layer1.0: conv1 input 16,384, bn1 16,384, relu 2 x 16,384, bn2 16,384 = 81,920; layer1.1 65,536
+#     + layer2: 5 x 8,192 + 4 x 8,192 (the first block's downsample bn) = 73,728
+#     + layer3: 9 x 4,096 = 36,864 + layer4: 9 x 2,048 = 18,432
+#     + fc input 2,048 + log_softmax output 4,000 and the int64 target 8 = 458,664 B per sample;
+#   once per step: batch mean and inverse std of every batch norm, 2 x 4,800 x 4 = 38,400 B, and the
+#     loss's total_weight 4 B = 38,404 B.
+R18_32PX_FIXED = 3 * 46_758_048 + 38_560 + 38_404  # = 140,351,108 B
+R18_32PX_PER_SAMPLE = 458_664
+
+
 def test_complexity_run_logs_metrics_tables_and_tags(tracking, capsys, tmp_path):
+    # 142 MB: batch 2 fits (141,268,436 B), batch 8 does not (144,020,420 B);
+    # max_batch_fit = (142,000,000 - 140,351,108) // 458,664 = 3. The RSS check is on by default (CPU).
     code = cx.main(["--models", "resnet18", "--batch-sizes", "2", "8", "--image-size", "32", "--device", "cpu",
-                    "--device-memory", "1GiB", "--experiment", "cx", "--env-label", "laptop", "--no-progress",
+                    "--device-memory", "142MB", "--experiment", "cx", "--env-label", "laptop", "--no-progress",
                     "--out", str(tmp_path / "out")])
     assert code == 0
     out = capsys.readouterr().out
     assert "| resnet18 | 11.69 |" in out and "measured at batch 2 and 4" in out
+    assert "| 0.13 | 0.13 over | 3 |" in out  # b2, b8 in GiB (b8 over 142 MB), max batch 3
+    assert "| resnet18 | 2 | " in out and "| resnet18 | 8 | " in out  # the RSS check table
     assert out.strip().splitlines()[-2].startswith("measured 1 model(s) in ")
 
     (run,) = mlflow.search_runs(experiment_names=["cx"], output_format="list")
     client = mlflow.tracking.MlflowClient()
     assert run.info.status == "FINISHED"
     assert run.data.tags["run_kind"] == "complexity" and run.data.tags["env_label"] == "laptop"
-    assert run.data.tags["device_name"]
-    assert run.data.params["device_memory_bytes"] == str(2**30)
+    assert run.data.tags["device_name"] and "rss_notes" not in run.data.tags
+    assert run.data.params["device_memory_bytes"] == "142000000" and run.data.params["validate_rss"] == "true"
+    assert run.data.params["device_memory_source"] == "--device-memory 142MB"
     m = run.data.metrics
     assert m["resnet18/params"] == 11_689_512
     assert m["resnet18/grad_bytes"] == m["resnet18/optimizer_state_bytes"] == 4 * 11_689_512
-    per_sample, fixed = m["resnet18/activation_bytes_per_sample"], m["resnet18/fixed_bytes"]
-    assert m["resnet18/b8/predicted_train_mem_bytes"] == pytest.approx(fixed + 8 * per_sample)
-    assert m["resnet18/max_batch_fit"] == (2**30 - fixed) // per_sample
+    assert m["resnet18/buffer_bytes"] == 38_560
+    assert m["resnet18/activation_bytes_per_sample"] == R18_32PX_PER_SAMPLE
+    assert m["resnet18/activation_fixed_bytes"] == 38_404
+    assert m["resnet18/fixed_bytes"] == R18_32PX_FIXED
+    assert m["resnet18/b2/predicted_train_mem_bytes"] == 141_268_436
+    assert m["resnet18/b8/predicted_train_mem_bytes"] == 144_020_420
+    assert m["resnet18/max_batch_fit"] == 3
     assert m["resnet18/b2/train_flops_per_step"] == pytest.approx(2 * m["resnet18/train_flops_per_sample"])
+    # the RSS check: predicted growth = gradients + momentum + activations (the weights exist before)
+    rss = list(csv.DictReader(io.StringIO(mlflow.artifacts.load_text(f"runs:/{run.info.run_id}/complexity/rss_validation.csv"))))
+    assert tuple(rss[0]) == cx.RSS_COLUMNS and [int(r["batch_size"]) for r in rss] == [2, 8]
+    for r, predicted in zip(rss, (94_471_828, 97_223_812)):  # 2 x 46,758,048 + 38,404 + b x 458,664
+        b = r["batch_size"]
+        measured = float(r["peak_rss_bytes"]) - float(r["rss_before_bytes"])
+        assert float(r["measured_growth_bytes"]) == measured == m[f"resnet18/rss_b{b}/measured_growth_bytes"]
+        assert float(r["predicted_growth_bytes"]) == predicted == m[f"resnet18/rss_b{b}/predicted_growth_bytes"]
+        assert float(r["rel_error"]) == pytest.approx((predicted - measured) / measured)
+        assert m[f"resnet18/rss_b{b}/rel_error"] == pytest.approx((predicted - measured) / measured)
+        assert r["peak_source"] == "VmHWM reset before the step"
 
     paths = {f.path for f in client.list_artifacts(run.info.run_id, "complexity")}
-    assert {"complexity/models.csv", "complexity/batches.csv", "complexity/summary.md", "complexity/layers"} <= paths
+    assert {"complexity/models.csv", "complexity/batches.csv", "complexity/summary.md", "complexity/layers",
+            "complexity/rss_validation.csv"} <= paths
     models_csv = mlflow.artifacts.load_text(f"runs:/{run.info.run_id}/complexity/models.csv")
     (row,) = list(csv.DictReader(io.StringIO(models_csv)))
     assert tuple(row) == cx.MODEL_COLUMNS
-    assert int(row["params"]) == 11_689_512 and int(row["max_batch_fit"]) == m["resnet18/max_batch_fit"]
+    assert int(row["params"]) == 11_689_512 and int(row["max_batch_fit"]) == 3
+    assert int(row["device_memory_bytes"]) == 142_000_000 and row["measured_batches"] == "2 4"
     layers = list(csv.DictReader(io.StringIO(mlflow.artifacts.load_text(f"runs:/{run.info.run_id}/complexity/layers/resnet18.csv"))))
     assert sum(int(r["params"]) for r in layers) == 11_689_512
+    assert next(r for r in layers if r["name"] == "maxpool")["saved_bytes_per_sample"] == "32768"  # int64 indices
     assert (tmp_path / "out" / "models.csv").read_text() == models_csv  # --out writes the same tables
+    assert (tmp_path / "out" / "rss_validation.csv").exists()
     batches = list(csv.DictReader((tmp_path / "out" / "batches.csv").open()))
-    assert [int(r["batch_size"]) for r in batches] == [2, 8] and all(r["fits"] == "true" for r in batches)
+    assert [(int(r["batch_size"]), r["fits"]) for r in batches] == [(2, "true"), (8, "false")]
+    assert [int(r["predicted_train_mem_bytes"]) for r in batches] == [141_268_436, 144_020_420]
+
+
+def test_default_device_memory(monkeypatch):
+    """Without --device-memory: CUDA's total memory, MPS's recommended working set, CPU's available RAM."""
+    from types import SimpleNamespace as NS
+
+    import psutil
+
+    mem, source = fp.device_memory_bytes(CPU)
+    assert 0 < mem <= psutil.virtual_memory().total and source == "available RAM (psutil) at start"
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: NS(available=123_456_789, total=2**34))
+    assert fp.device_memory_bytes(CPU) == (123_456_789, "available RAM (psutil) at start")
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: NS(total_memory=24 * 2**30))
+    assert fp.device_memory_bytes(torch.device("cuda", 0)) == (24 * 2**30, "CUDA total memory")
+    monkeypatch.setattr(torch.mps, "recommended_max_memory", lambda: 10**10)
+    assert fp.device_memory_bytes(torch.device("mps")) == (10**10, "MPS recommended max working set")
