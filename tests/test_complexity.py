@@ -291,14 +291,17 @@ def test_rss_check_is_on_by_default_on_cpu_only(monkeypatch):
     assert cfg.rss_check_on(NS(type="cuda")) is False and cfg.rss_check_on(NS(type="mps")) is False
     assert _config("--validate-rss", "false").rss_check_on(CPU) is False  # the way to turn it off
     assert _config("--validate-rss").validate_rss is True  # bare flag = true, as before
-    cfg = _config("--device", "cpu")
-    cx.preflight(cfg)
-    assert cfg.validate_rss is True  # auto resolved: the run logs what it did
-    # off the CPU, auto quietly means off and an explicit true is refused in one line
+    # which models: auto checks the one with the fewest training FLOPs per sample (first of a tie), true all
+    models = [NS(model="vgg", train_flops_per_sample=9e10), NS(model="mobile", train_flops_per_sample=2e9),
+              NS(model="mobile2", train_flops_per_sample=2e9)]
+    assert [c.model for c in _config().rss_check_models(models, CPU)] == ["mobile"]
+    assert [c.model for c in _config("--validate-rss", "true").rss_check_models(models, CPU)] == ["vgg", "mobile", "mobile2"]
+    assert _config().rss_check_models(models, NS(type="cuda")) == []
+    assert _config("--validate-rss", "false").rss_check_models(models, CPU) == []
+    assert _config().params()["validate_rss"] == "auto" and _config("--validate-rss", "no").params()["validate_rss"] == "false"
+    # off the CPU an explicit true is refused in one line (auto quietly means off there)
     monkeypatch.setattr(dev, "resolve_device", lambda _name: torch.device("cuda"))
-    cfg = _config("--device", "cuda", "--models", "resnet18")
-    cx.preflight(cfg)
-    assert cfg.validate_rss is False
+    cx.preflight(_config("--device", "cuda", "--models", "resnet18"))
     with pytest.raises(UsageError, match="^--validate-rss measures this process's RSS and needs --device cpu"):
         cx.preflight(_config("--device", "cuda", "--models", "resnet18", "--validate-rss", "true"))
 
@@ -336,18 +339,18 @@ def test_rss_check_that_cannot_run_keeps_the_analysis(tracking, monkeypatch, cap
     monkeypatch.setattr(fp, "measure_step_rss", probe)
     monkeypatch.setattr(psutil, "virtual_memory", lambda: NS(available=200_000_000, total=400_000_000))
     code = cx.main(["--models", "mnasnet0_5", "--image-size", "32", "--batch-sizes", "2", "8", "--rss-batch-sizes", "1", "2",
-                    "--device", "cpu", "--experiment", "cx", "--no-progress"])
+                    "--validate-rss", "--device", "cpu", "--experiment", "cx", "--no-progress"])
     out = capsys.readouterr().out
     assert code == 0
     notes = ["mnasnet0_5 batch 1 checked at batch 4 instead: its batch norm cannot train on 1 sample(s) at 32 px (a 1x1 feature map)",
              "mnasnet0_5 batch 2 not checked: RSS probe of mnasnet0_5 at batch 2 failed: MemoryError"]
     assert "RSS check notes:\n" + "".join(f"- {n}\n" for n in notes) in out
-    assert "| mnasnet0_5 | 4 |" in out and "| mnasnet0_5 | 2 |" not in out
+    assert "| mnasnet0_5 | 4 |" in out and "| mnasnet0_5 | 2 |" not in out and "RSS check (CPU, every model)" in out
 
     (run,) = mlflow.search_runs(experiment_names=["cx"], output_format="list")
     assert run.info.status == "FINISHED" and run.data.tags["rss_notes"] == "; ".join(notes)
     p, m = run.data.params, run.data.metrics
-    assert p["validate_rss"] == "true" and p["rss_batch_sizes"] == "1,2"
+    assert p["validate_rss"] == "true" and p["rss_models"] == "mnasnet0_5" and p["rss_batch_sizes"] == "1,2"
     assert p["device_memory_bytes"] == "200000000" and p["device_memory_source"] == "available RAM (psutil) at start"
     assert m["device_memory_bytes"] == 200_000_000
     assert m["mnasnet0_5/params"] == 2_218_512  # torchvision's published count: the analysis was kept
@@ -404,6 +407,7 @@ def test_complexity_run_logs_metrics_tables_and_tags(tracking, capsys, tmp_path)
     out = capsys.readouterr().out
     assert "| resnet18 | 11.69 |" in out and "measured at batch 2 and 4" in out
     assert "| 0.13 | 0.13 over | 3 |" in out  # b2, b8 in GiB (b8 over 142 MB), max batch 3
+    assert "RSS check (CPU, auto: resnet18 only, " in out
     assert "| resnet18 | 2 | " in out and "| resnet18 | 8 | " in out  # the RSS check table
     assert out.strip().splitlines()[-2].startswith("measured 1 model(s) in ")
 
@@ -412,7 +416,8 @@ def test_complexity_run_logs_metrics_tables_and_tags(tracking, capsys, tmp_path)
     assert run.info.status == "FINISHED"
     assert run.data.tags["run_kind"] == "complexity" and run.data.tags["env_label"] == "laptop"
     assert run.data.tags["device_name"] and "rss_notes" not in run.data.tags
-    assert run.data.params["device_memory_bytes"] == "142000000" and run.data.params["validate_rss"] == "true"
+    assert run.data.params["device_memory_bytes"] == "142000000" and run.data.params["validate_rss"] == "auto"
+    assert run.data.params["rss_models"] == "resnet18"
     assert run.data.params["device_memory_source"] == "--device-memory 142MB"
     m = run.data.metrics
     assert m["resnet18/params"] == 11_689_512

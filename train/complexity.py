@@ -53,7 +53,8 @@ class ComplexityConfig:
     """memory to fit the batch into, e.g. 16GiB, 16GB, 512MiB (default: the measured device's)."""
     validate_rss: bool | str = "auto"
     """compare the prediction with the RSS growth of one real step per --rss-batch-sizes (CPU only):
-    auto = on when measuring on the CPU, off elsewhere; true (refused off the CPU) or false."""
+    auto = on the CPU, the model with the fewest training FLOPs per sample (the cheapest check), off
+    elsewhere; true = every model (refused off the CPU); false = off."""
     rss_batch_sizes: list[int] = field(default_factory=lambda: list(DEFAULT_RSS_BATCH_SIZES))
     """batch sizes of the RSS check (one fresh process each; keep them small)."""
     seed: int = 0
@@ -101,6 +102,18 @@ class ComplexityConfig:
             return device.type == "cpu"
         return bool(self.validate_rss)
 
+    def rss_check_models(self, models, device) -> list:
+        """The analysed models (ModelComplexity) whose prediction the RSS check measures on `device`.
+
+        true: all of them. auto: on the CPU, the one with the fewest training FLOPs per sample, so
+        that the default four models at 224 px stay well under two minutes (docs/complexity.md).
+        """
+        if not self.rss_check_on(device) or not models:
+            return []
+        if self.validate_rss == "auto":
+            return [min(models, key=lambda c: c.train_flops_per_sample)]
+        return list(models)
+
     @property
     def device_memory_bytes(self) -> int | None:
         from train.footprint import parse_bytes
@@ -111,7 +124,7 @@ class ComplexityConfig:
         return {
             "models": ",".join(self.models), "batch_sizes": ",".join(map(str, self.batch_sizes)),
             "image_size": self.image_size, "optimizer": self.optimizer, "precision": self.precision,
-            "num_classes": self.num_classes, "validate_rss": self.validate_rss,
+            "num_classes": self.num_classes, "validate_rss": str(self.validate_rss).lower(),
             "rss_batch_sizes": ",".join(map(str, self.rss_batch_sizes)), "seed": self.seed,
         }
 
@@ -202,6 +215,7 @@ class ComplexityResult:
     device_memory_source: str
     models: list  # ModelComplexity, in the order asked
     rss: dict = field(default_factory=dict)  # model -> list[RssMeasurement]
+    rss_models: list = field(default_factory=list)  # models the RSS check measured (see rss_check_models)
     rss_notes: list = field(default_factory=list)  # RSS batches replaced or not measured, one line each
     wall_s: float = 0.0
 
@@ -217,7 +231,6 @@ def preflight(cfg: ComplexityConfig):
     if cfg.validate_rss is True and device.type != "cpu":
         raise UsageError(f"--validate-rss measures this process's RSS and needs --device cpu (got {device.type}); "
                          "leave it at auto or false")
-    cfg.validate_rss = cfg.rss_check_on(device)  # auto -> what it means here; logged as the run's param
     return device
 
 
@@ -239,8 +252,8 @@ def measure(cfg: ComplexityConfig, device, progress: bool = True) -> ComplexityR
     else:
         mem, source = device_memory_bytes(device)
     result = ComplexityResult(cfg, str(device), envinfo.device_name(str(device)), mem, source, [])
-    check_rss = cfg.rss_check_on(device)
-    steps = len(cfg.models) * (1 + (len(cfg.rss_batch_sizes) if check_rss else 0))
+    n_checked = 0 if not cfg.rss_check_on(device) else 1 if cfg.validate_rss == "auto" else len(cfg.models)
+    steps = len(cfg.models) + n_checked * len(cfg.rss_batch_sizes)
     bar = tqdm(total=steps, desc="complexity", unit="step", disable=not progress, leave=False)
     try:
         for name in cfg.models:
@@ -255,7 +268,8 @@ def measure(cfg: ComplexityConfig, device, progress: bool = True) -> ComplexityR
             except Exception as exc:  # noqa: BLE001 - first execution of the model: one line, not a dump
                 raise _runtime_error(exc, name, cfg, device) from exc
             bar.update(1)
-        for c in result.models if check_rss else ():
+        result.rss_models = [c.model for c in cfg.rss_check_models(result.models, device)]
+        for c in (c for c in result.models if c.model in result.rss_models):
             sizes, notes = rss_batches(c, cfg.rss_batch_sizes)
             result.rss_notes += notes
             for b in sizes:
@@ -444,8 +458,10 @@ def markdown(result: ComplexityResult) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     rss = rss_rows(result)
     if rss:
-        lines += ["", "RSS check (CPU): growth of one real first training step in a fresh process vs the prediction "
-                  "(gradients + optimizer state + activations; the weights exist before the step).", "",
+        scope = (f"auto: {', '.join(result.rss_models)} only, the model with the fewest training FLOPs per sample; "
+                 "--validate-rss true checks every model" if cfg.validate_rss == "auto" else "every model")
+        lines += ["", f"RSS check (CPU, {scope}): growth of one real first training step in a fresh process vs the "
+                  "prediction (gradients + optimizer state + activations; the weights exist before the step).", "",
                   "| model | batch | measured MiB | predicted MiB | error |", "|---|---:|---:|---:|---:|"]
         for r in rss:
             lines.append(f"| {r['model']} | {r['batch_size']} | {r['measured_growth_bytes'] / 2**20:.1f} | "
@@ -527,7 +543,8 @@ def run(cfg: ComplexityConfig, *, experiment: str | None = None, progress: bool 
         session.flush()
         result = measure(cfg, device, progress)
         session.log_params({"device_memory_bytes": result.device_memory_bytes,
-                            "device_memory_source": result.device_memory_source})
+                            "device_memory_source": result.device_memory_source,
+                            "rss_models": ",".join(result.rss_models) or "none"})
         session.log_metrics(metrics(result))
         if result.rss_notes:
             session.set_tags({"rss_notes": "; ".join(result.rss_notes)[:5000]})
