@@ -2,8 +2,9 @@
 
 Parameters, forward FLOPs/MACs, training FLOPs, modeled intensity, gradient and optimizer-state
 bytes, activations saved for backward (per layer too), the predicted training memory per batch
-size and the largest batch predicted to fit in the device's memory; optionally (CPU) the
-prediction checked against the RSS growth of one real training step. All numbers come from
+size and the largest batch predicted to fit in the device's memory; on the CPU (by default for
+the cheapest model, with --validate-rss true for all) the prediction checked against the RSS
+growth of one real training step. All numbers come from
 train/footprint.py, measured at two small batch sizes and scaled linearly.
 
 Output: a `complexity` MLflow run (metrics `<model>/...`, CSV tables under `complexity/`), the
