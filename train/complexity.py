@@ -2,8 +2,9 @@
 
 Parameters, forward FLOPs/MACs, training FLOPs, modeled intensity, gradient and optimizer-state
 bytes, activations saved for backward (per layer too), the predicted training memory per batch
-size and the largest batch predicted to fit in the device's memory; optionally (CPU) the
-prediction checked against the RSS growth of one real training step. All numbers come from
+size and the largest batch predicted to fit in the device's memory; on the CPU (by default for
+the cheapest model, with --validate-rss true for all) the prediction checked against the RSS
+growth of one real training step. All numbers come from
 train/footprint.py, measured at two small batch sizes and scaled linearly.
 
 Output: a `complexity` MLflow run (metrics `<model>/...`, CSV tables under `complexity/`), the
@@ -42,7 +43,7 @@ class ComplexityConfig:
     image_size: int = 224
     """input height = width in pixels (>= 32)."""
     optimizer: str = "sgd"
-    """sgd (momentum 0.9: one state tensor per parameter) or adamw (two, plus a step counter)."""
+    """sgd (momentum 0.9: one state tensor per parameter), adam or adamw (two each, plus a step counter)."""
     precision: str = "fp32"
     """fp32, or fp16/bf16 through torch.autocast, as in training runs."""
     device: str = "auto"
@@ -51,8 +52,10 @@ class ComplexityConfig:
     """classifier outputs."""
     device_memory: str | None = None
     """memory to fit the batch into, e.g. 16GiB, 16GB, 512MiB (default: the measured device's)."""
-    validate_rss: bool = False
-    """CPU only: compare the prediction with the RSS growth of one real step per --rss-batch-sizes."""
+    validate_rss: bool | str = "auto"
+    """compare the prediction with the RSS growth of one real step per --rss-batch-sizes (CPU only):
+    auto = on the CPU, the model with the fewest training FLOPs per sample (the cheapest check), off
+    elsewhere; true = every model (refused off the CPU); false = off."""
     rss_batch_sizes: list[int] = field(default_factory=lambda: list(DEFAULT_RSS_BATCH_SIZES))
     """batch sizes of the RSS check (one fresh process each; keep them small)."""
     seed: int = 0
@@ -83,6 +86,7 @@ class ComplexityConfig:
             raise ValueError(f"precision must be one of {', '.join(schema.PRECISIONS)}, got {self.precision!r}")
         if self.device not in DEVICES and not self.device.startswith("cuda:"):
             raise ValueError(f"device must be one of {', '.join(DEVICES)} or cuda:N, got {self.device!r}")
+        self.validate_rss = _auto_bool(self.validate_rss)
         if self.device_memory is not None and str(self.device_memory).strip() == "":
             self.device_memory = None
         if self.device_memory is not None:
@@ -92,6 +96,24 @@ class ComplexityConfig:
                 raise ValueError(f"device_memory: {exc}") from None
         if not self.env_label:
             self.env_label = schema.default_env_label()
+
+    def rss_check_on(self, device) -> bool:
+        """Whether the RSS check runs on `device` (auto: only on the CPU)."""
+        if self.validate_rss == "auto":
+            return device.type == "cpu"
+        return bool(self.validate_rss)
+
+    def rss_check_models(self, models, device) -> list:
+        """The analysed models (ModelComplexity) whose prediction the RSS check measures on `device`.
+
+        true: all of them. auto: on the CPU, the one with the fewest training FLOPs per sample, so
+        that the default four models at 224 px stay well under two minutes (docs/complexity.md).
+        """
+        if not self.rss_check_on(device) or not models:
+            return []
+        if self.validate_rss == "auto":
+            return [min(models, key=lambda c: c.train_flops_per_sample)]
+        return list(models)
 
     @property
     def device_memory_bytes(self) -> int | None:
@@ -103,9 +125,22 @@ class ComplexityConfig:
         return {
             "models": ",".join(self.models), "batch_sizes": ",".join(map(str, self.batch_sizes)),
             "image_size": self.image_size, "optimizer": self.optimizer, "precision": self.precision,
-            "num_classes": self.num_classes, "validate_rss": self.validate_rss,
+            "num_classes": self.num_classes, "validate_rss": str(self.validate_rss).lower(),
             "rss_batch_sizes": ",".join(map(str, self.rss_batch_sizes)), "seed": self.seed,
         }
+
+
+def _auto_bool(value) -> bool | str:
+    """"auto" (or empty: the default) stays "auto"; true/false words become booleans."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("auto", ""):
+        return "auto"
+    try:
+        return str_bool(text)
+    except argparse.ArgumentTypeError:
+        raise ValueError(f"validate_rss must be auto, true or false, got {value!r}") from None
 
 
 # ------------------------------------------------------------------ CLI parsing
@@ -129,15 +164,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--models", nargs="+", default=list(d.models), help="torchvision classifiers (space or comma separated)")
     p.add_argument("--batch-sizes", nargs="+", default=[str(b) for b in d.batch_sizes], help="batch sizes to predict for")
     p.add_argument("--image-size", type=int, default=d.image_size, help="input height and width (pixels)")
-    p.add_argument("--optimizer", default=d.optimizer, help="sgd (momentum) or adamw")
+    p.add_argument("--optimizer", default=d.optimizer, help="sgd (momentum 0.9), adam or adamw")
     p.add_argument("--precision", default=d.precision, help="fp32, bf16 or fp16 (autocast)")
     p.add_argument("--device", default=d.device, help="auto | cpu | cuda | cuda:N | mps (where to measure)")
     p.add_argument("--num-classes", type=int, default=d.num_classes, help="classifier outputs")
     p.add_argument("--device-memory", default=None,
                    help="memory to fit into, e.g. 16GiB (2^30), 16GB (10^9), 512MiB; default: the device's "
                    "(CUDA total memory; CPU: available RAM)")
-    p.add_argument("--validate-rss", type=str_bool, nargs="?", const=True, default=False,
-                   help="CPU: check the prediction against the RSS growth of one real step (fresh process per batch)")
+    p.add_argument("--validate-rss", nargs="?", const="true", default="auto", metavar="{auto,true,false}",
+                   help="check the prediction against the RSS growth of one real step (fresh process per model and "
+                   "batch); auto (default) = on for --device cpu, off elsewhere; false turns it off")
     p.add_argument("--rss-batch-sizes", nargs="+", default=[str(b) for b in d.rss_batch_sizes],
                    help="batch sizes of the RSS check")
     p.add_argument("--seed", type=int, default=d.seed)
@@ -180,6 +216,8 @@ class ComplexityResult:
     device_memory_source: str
     models: list  # ModelComplexity, in the order asked
     rss: dict = field(default_factory=dict)  # model -> list[RssMeasurement]
+    rss_models: list = field(default_factory=list)  # models the RSS check measured (see rss_check_models)
+    rss_notes: list = field(default_factory=list)  # RSS batches replaced or not measured, one line each
     wall_s: float = 0.0
 
 
@@ -191,13 +229,18 @@ def preflight(cfg: ComplexityConfig):
     cfg.models = list(dict.fromkeys(check_model_name(m) for m in cfg.models))
     device = dev.resolve_device(cfg.device)
     dev.check_precision(cfg.precision, device)
-    if cfg.validate_rss and device.type != "cpu":
-        raise UsageError(f"--validate-rss measures this process's RSS and needs --device cpu (got {device.type})")
+    if cfg.validate_rss is True and device.type != "cpu":
+        raise UsageError(f"--validate-rss measures this process's RSS and needs --device cpu (got {device.type}); "
+                         "leave it at auto or false")
     return device
 
 
 def measure(cfg: ComplexityConfig, device, progress: bool = True) -> ComplexityResult:
-    """Measure every model of `cfg` on `device` (and the RSS check if asked)."""
+    """Measure every model of `cfg` on `device`, then (CPU, unless turned off) the RSS check.
+
+    The RSS check never discards the analysis: a batch size the model cannot train at is replaced
+    (see `rss_batches`) and a probe that fails becomes a note in `result.rss_notes`.
+    """
     from tqdm import tqdm
 
     from common import envinfo
@@ -210,7 +253,8 @@ def measure(cfg: ComplexityConfig, device, progress: bool = True) -> ComplexityR
     else:
         mem, source = device_memory_bytes(device)
     result = ComplexityResult(cfg, str(device), envinfo.device_name(str(device)), mem, source, [])
-    steps = len(cfg.models) * (1 + (len(cfg.rss_batch_sizes) if cfg.validate_rss else 0))
+    n_checked = 0 if not cfg.rss_check_on(device) else 1 if cfg.validate_rss == "auto" else len(cfg.models)
+    steps = len(cfg.models) + n_checked * len(cfg.rss_batch_sizes)
     bar = tqdm(total=steps, desc="complexity", unit="step", disable=not progress, leave=False)
     try:
         for name in cfg.models:
@@ -225,16 +269,44 @@ def measure(cfg: ComplexityConfig, device, progress: bool = True) -> ComplexityR
             except Exception as exc:  # noqa: BLE001 - first execution of the model: one line, not a dump
                 raise _runtime_error(exc, name, cfg, device) from exc
             bar.update(1)
-            if cfg.validate_rss:
-                for b in cfg.rss_batch_sizes:
-                    bar.set_description(f"RSS {name} b{b}")
-                    result.rss.setdefault(name, []).append(
-                        measure_step_rss(name, b, cfg.image_size, cfg.optimizer, cfg.precision, cfg.num_classes))
-                    bar.update(1)
+        result.rss_models = [c.model for c in cfg.rss_check_models(result.models, device)]
+        for c in (c for c in result.models if c.model in result.rss_models):
+            sizes, notes = rss_batches(c, cfg.rss_batch_sizes)
+            result.rss_notes += notes
+            for b in sizes:
+                bar.set_description(f"RSS {c.model} b{b}")
+                try:
+                    result.rss.setdefault(c.model, []).append(
+                        measure_step_rss(c.model, b, cfg.image_size, cfg.optimizer, cfg.precision, cfg.num_classes))
+                except BenchError as exc:  # the analysis stands; the check says what it could not measure
+                    result.rss_notes.append(f"{c.model} batch {b} not checked: {one_line(exc)}")
+                bar.update(1)
+            if not result.rss.get(c.model):
+                result.rss.pop(c.model, None)
     finally:
         bar.close()
     result.wall_s = time.perf_counter() - t0
     return result
+
+
+def rss_batches(c, requested: list[int]) -> tuple[list[int], list[str]]:
+    """The RSS check's batch sizes for model `c`, and a note for each size it had to replace.
+
+    A model whose batch norm cannot train on one sample (analyze_model measured it at 2 and 4
+    instead of 1 and 2) would fail at batch 1 ("Expected more than 1 value per channel"): like
+    analyze_model, it moves to the smallest power of two >= 2 that is not already checked.
+    """
+    smallest = min(c.measured_batches)
+    if smallest <= 1:
+        return list(requested), []
+    sizes = [b for b in requested if b >= smallest]
+    notes = []
+    for b in (b for b in requested if b < smallest):
+        sub = next(k for k in (2**i for i in range(1, 64)) if k >= smallest and k not in sizes)
+        sizes.append(sub)
+        notes.append(f"{c.model} batch {b} checked at batch {sub} instead: its batch norm cannot train on "
+                     f"{b} sample(s) at {c.image_size} px (a 1x1 feature map)")
+    return sorted(sizes), notes
 
 
 def _runtime_error(exc: BaseException, name: str, cfg: ComplexityConfig, device) -> BenchError:
@@ -387,12 +459,16 @@ def markdown(result: ComplexityResult) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     rss = rss_rows(result)
     if rss:
-        lines += ["", "RSS check (CPU): growth of one real first training step in a fresh process vs the prediction "
-                  "(gradients + optimizer state + activations; the weights exist before the step).", "",
+        scope = (f"auto: {', '.join(result.rss_models)} only, the model with the fewest training FLOPs per sample; "
+                 "--validate-rss true checks every model" if cfg.validate_rss == "auto" else "every model")
+        lines += ["", f"RSS check (CPU, {scope}): growth of one real first training step in a fresh process vs the "
+                  "prediction (gradients + optimizer state + activations; the weights exist before the step).", "",
                   "| model | batch | measured MiB | predicted MiB | error |", "|---|---:|---:|---:|---:|"]
         for r in rss:
             lines.append(f"| {r['model']} | {r['batch_size']} | {r['measured_growth_bytes'] / 2**20:.1f} | "
                          f"{r['predicted_growth_bytes'] / 2**20:.1f} | {r['rel_error']:+.1%} |")
+    if result.rss_notes:
+        lines += ["", "RSS check notes:", *(f"- {note}" for note in result.rss_notes)]
     return "\n".join(lines) + "\n"
 
 
@@ -439,6 +515,8 @@ def summary_line(result: ComplexityResult) -> str:
     if rss:
         worst = max(rss, key=lambda r: abs(r["rel_error"]))
         line += f"; RSS check worst error {worst['rel_error']:+.1%} ({worst['model']} b{worst['batch_size']})"
+    if result.rss_notes:
+        line += f"; {len(result.rss_notes)} RSS check note(s) above"
     return line
 
 
@@ -466,8 +544,11 @@ def run(cfg: ComplexityConfig, *, experiment: str | None = None, progress: bool 
         session.flush()
         result = measure(cfg, device, progress)
         session.log_params({"device_memory_bytes": result.device_memory_bytes,
-                            "device_memory_source": result.device_memory_source})
+                            "device_memory_source": result.device_memory_source,
+                            "rss_models": ",".join(result.rss_models) or "none"})
         session.log_metrics(metrics(result))
+        if result.rss_notes:
+            session.set_tags({"rss_notes": "; ".join(result.rss_notes)[:5000]})
         texts = artifacts(result)
         for path, text in texts.items():
             session.log_text(path, text)

@@ -8,7 +8,7 @@ from common import schema
 from common.cli import str_bool
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
-OPTIMIZERS = ("sgd", "adamw")
+OPTIMIZERS = ("sgd", "adam", "adamw")
 DOCUMENTED_MODELS = ("resnet18", "resnet34", "resnet50", "vgg16", "mobilenet_v2")
 
 
@@ -47,7 +47,7 @@ class TrainConfig:
     lr: float = 0.01
     """learning rate."""
     optimizer: str = "sgd"
-    """sgd (momentum 0.9) or adamw."""
+    """sgd (momentum 0.9), adam (no weight decay) or adamw (weight decay 0.01)."""
     num_classes: int = 1000
     """classifier outputs (set from the data set's classes for folder/cifar10 data)."""
     ci_target: float = 0.02

@@ -19,7 +19,7 @@ sample) and scaled linearly:
   the intercept what is saved once per step (batch-norm batch statistics, the loss's total weight,
   autocast's low-precision weight copies);
 * gradient and optimizer-state bytes: read from `param.grad` and `optimizer.state` after the first
-  step (SGD with momentum keeps one buffer per parameter, AdamW two plus a scalar `step` tensor).
+  step (SGD with momentum keeps one buffer per parameter, Adam and AdamW two plus a scalar `step` tensor).
 
 Memory model (see docs/complexity.md):
 

@@ -71,6 +71,8 @@ def make_optimizer(name: str, params, lr: float):
 
     if name == "sgd":
         return torch.optim.SGD(params, lr=lr, momentum=0.9)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr)  # no weight decay (torch's default 0)
     if name == "adamw":
         return torch.optim.AdamW(params, lr=lr)
-    raise ValueError(f"optimizer must be sgd or adamw, got {name!r}")
+    raise ValueError(f"optimizer must be sgd, adam or adamw, got {name!r}")
