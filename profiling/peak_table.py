@@ -15,8 +15,9 @@ reference a measured ceiling is compared with). Conventions, applied to every en
   Turing/Volta).
 
 `find(name)` matches names as `torch.cuda.get_device_name()` reports them and tolerates variants
-(case, the "NVIDIA"/"GeForce"/"Tesla" prefixes, "Laptop GPU", memory-size suffixes when they do
-not change the numbers, SXM2/SXM4/SXM5). Users add or override entries without editing code with a
+(case, the "NVIDIA"/"GeForce"/"Tesla" prefixes, "Laptop GPU", a memory size the entry lists or
+leaves out, a bare "SXM" for the entry's SXM generation); a different SXM generation or a memory
+size the entry does not list matches nothing. Users add or override entries without editing code with a
 JSON or YAML file named by `--peaks-file` or the environment variable ROOFLINE_PEAKS_FILE; the
 format is in docs/peaks.md. Which figures were cross-checked is listed there too.
 
@@ -226,7 +227,7 @@ _BUILTIN: tuple[_Entry, ...] = (
 # ------------------------------------------------------------------------------------- matching
 _DROP = {"nvidia", "geforce", "tesla", "gpu", "r", "tm", "corporation", "graphics"}
 _FORM = {
-    "sxm": "sxm", "sxm2": "sxm", "sxm3": "sxm", "sxm4": "sxm", "sxm5": "sxm",
+    "sxm": "sxm", "sxm2": "sxm2", "sxm3": "sxm3", "sxm4": "sxm4", "sxm5": "sxm5",  # generations differ (V100 SXM3)
     "pcie": "pcie", "pci": "pcie",
     "nvl": "nvl",
     "laptop": "laptop", "mobile": "laptop", "notebook": "laptop",
@@ -265,11 +266,36 @@ def _key(name: str) -> _Key:
     return _Key(frozenset(base), frozenset(form), frozenset(mem), mig)
 
 
+def _forms_agree(a: frozenset[str], b: frozenset[str]) -> bool:
+    """Same form factor; a bare "SXM" leaves the generation open and agrees with any one SXMn."""
+    if a == b:
+        return True
+    if len(a) == len(b) == 1:
+        (x,), (y,) = a, b
+        return (x == "sxm" and y.startswith("sxm")) or (y == "sxm" and x.startswith("sxm"))
+    return False
+
+
 def _compatible(query: _Key, name: _Key) -> bool:
     """Same model and form factor; memory size only has to agree when both names state one."""
-    if query.mig or name.mig or query.base != name.base or query.form != name.form:
+    if query.mig or name.mig or query.base != name.base or not _forms_agree(query.form, name.form):
         return False
     return not query.mem or not name.mem or query.mem == name.mem
+
+
+def _entry_compatible(query: _Key, entry: _Entry) -> bool:
+    """Some name of `entry` is compatible with the query, and the memory size and SXM generation the
+    query states are ones the entry states (when it states any). So an alias without them ("NVIDIA
+    H100 SXM") does not carry "NVIDIA H100 SXM5 94GB" or "... SXM3 ..." (other parts) to the entry."""
+    keys = [_key(n) for n in entry.names]
+    if not any(_compatible(query, k) for k in keys):
+        return False
+    stated_mem = {k.mem for k in keys if k.mem}
+    if query.mem and stated_mem and query.mem not in stated_mem:
+        return False
+    gens = {f for k in keys for f in k.form if f.startswith("sxm") and f != "sxm"}
+    query_gens = {f for f in query.form if f.startswith("sxm") and f != "sxm"}
+    return not query_gens or not gens or query_gens <= gens
 
 
 # ------------------------------------------------------------------------------------- overrides
@@ -353,7 +379,7 @@ def _candidates(name: str, table: list[_Entry]) -> list[_Entry]:
     query = _key(name)
     if not query.base:
         return []
-    compatible = [e for e in table if any(_compatible(query, _key(n)) for n in e.names)]
+    compatible = [e for e in table if _entry_compatible(query, e)]
     if len(compatible) > 1:  # prefer entries whose memory size is stated and equal
         same_mem = [e for e in compatible if any(_key(n).mem == query.mem for n in e.names)]
         if len(same_mem) == 1:

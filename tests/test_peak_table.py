@@ -55,6 +55,8 @@ def test_torch_names_resolve(torch_name, canonical):
         ("T4", "Tesla T4"),
         ("NVIDIA T4", "Tesla T4"),
         ("V100-SXM2-32GB", "Tesla V100-SXM2-16GB"),  # memory size that does not change the numbers
+        ("V100 SXM 32GB", "Tesla V100-SXM2-16GB"),  # a bare SXM: the generation the entry has
+        ("NVIDIA H100 SXM 80GB", "NVIDIA H100 80GB HBM3"),
         ("GeForce RTX 4090", "NVIDIA GeForce RTX 4090"),
         ("RTX 4090 24 GB", "NVIDIA GeForce RTX 4090"),
         ("RTX 4080 Laptop", "NVIDIA GeForce RTX 4080 Laptop GPU"),
@@ -75,6 +77,11 @@ def test_variants_resolve(variant, canonical):
         "NVIDIA A100 80GB",  # still SXM or PCIe
         "NVIDIA A100-SXM4-40GB MIG 1g.5gb",  # a MIG slice has a fraction of the peaks
         "NVIDIA L40",  # not L40S, not L4
+        "NVIDIA H100 SXM5 94GB",  # not the 80 GB part: the size-less alias "NVIDIA H100 SXM" must not carry it there
+        "H100 SXM 96GB",
+        "Tesla V100-SXM3-32GB",  # DGX-2's V100 (higher clocks): not the SXM2 entry
+        "NVIDIA A100-SXM3-80GB",  # an SXM generation the entry does not have
+        "NVIDIA A100 SXM",  # which memory size? (ambiguous)
         "Intel(R) Xeon(R) Processor",
         "",
     ],
@@ -92,9 +99,27 @@ def test_unknown_device_message_is_one_actionable_line():
     assert "--peaks-file" in msg and pt.PEAKS_FILE_ENV in msg  # how to add one
 
 
-def test_ambiguous_name_lists_the_candidates():
-    with pytest.raises(UsageError, match="NVIDIA A100-SXM4-80GB.*NVIDIA A100 80GB PCIe"):
+def test_unknown_model_variant_lists_close_devices():
+    with pytest.raises(UsageError, match="no vendor peaks for 'NVIDIA A100': close known devices: "
+                       "NVIDIA A100-SXM4-80GB.*NVIDIA A100 80GB PCIe"):  # fmt: skip
         lookup("NVIDIA A100")
+
+
+def test_ambiguous_name_lists_the_candidates():
+    with pytest.raises(UsageError) as err:
+        lookup("NVIDIA A100 SXM")  # SXM4 80GB or 40GB: same compute, different bandwidth
+    msg = str(err.value)
+    assert msg.startswith("no unique vendor peaks for 'NVIDIA A100 SXM': it matches NVIDIA A100-SXM4-80GB, NVIDIA A100-SXM4-40GB;")
+    assert "--peaks-file" in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize(
+    "name,close",
+    [("NVIDIA H100 SXM5 94GB", "NVIDIA H100 80GB HBM3"), ("Tesla V100-SXM3-32GB", "Tesla V100-SXM2-16GB")],
+)
+def test_other_variants_of_a_known_model_are_unknown_with_a_hint(name, close):
+    with pytest.raises(UsageError, match=f"no vendor peaks for '{name}': close known devices: {close}"):
+        lookup(name)
 
 
 def test_dense_not_sparse_figures():
