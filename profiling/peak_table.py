@@ -58,6 +58,10 @@ class VendorPeaks:
     """peak DRAM (HBM/GDDR) bandwidth in byte/s."""
     source: str
     """datasheet URL(s) the numbers come from."""
+    l2_bytes_per_s: float | None = None
+    """optional peak L2 cache bandwidth in byte/s (hierarchical roofline); None: not known."""
+    l1_bytes_per_s: float | None = None
+    """optional peak L1 (shared memory/L1) bandwidth in byte/s, all SMs together; None: not known."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.device_name, str) or not self.device_name.strip():
@@ -71,6 +75,9 @@ class VendorPeaks:
             flops[dtype] = _positive(value, f"flops_per_s[{dtype}]")
         object.__setattr__(self, "flops_per_s", flops)
         object.__setattr__(self, "dram_bytes_per_s", _positive(self.dram_bytes_per_s, "dram_bytes_per_s"))
+        for name in ("l2_bytes_per_s", "l1_bytes_per_s"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, _positive(getattr(self, name), name))
         if not isinstance(self.source, str) or not self.source.strip():
             raise ValueError("source must name the datasheet (URL) the numbers come from")
         object.__setattr__(self, "device_name", self.device_name.strip())
@@ -299,15 +306,17 @@ def _entry_compatible(query: _Key, entry: _Entry) -> bool:
 
 
 # ------------------------------------------------------------------------------------- overrides
-_ENTRY_FIELDS = {"device_name", "aliases", "flops_per_s", "dram_bytes_per_s", "source"}
+_ENTRY_FIELDS = {"device_name", "aliases", "flops_per_s", "dram_bytes_per_s", "source", "l2_bytes_per_s", "l1_bytes_per_s"}
+_OPTIONAL_FIELDS = ("l2_bytes_per_s", "l1_bytes_per_s")
 
 
 def load_overrides(path: str | os.PathLike) -> list[_Entry]:
     """Entries from a user file (JSON, or YAML for .yaml/.yml). Raises UsageError naming the problem.
 
     The file is `{"devices": [entry, ...]}` or a bare list of entries; an entry has `device_name`
-    and optionally `aliases`, `flops_per_s`, `dram_bytes_per_s`, `source`. Fields left out are taken
-    from the built-in entry the name matches; a new device needs all of them.
+    and optionally `aliases`, `flops_per_s`, `dram_bytes_per_s`, `source`, `l2_bytes_per_s`,
+    `l1_bytes_per_s`. Fields left out are taken from the built-in entry the name matches; a new
+    device needs the first four (the cache bandwidths stay optional).
     """
     p = Path(path).expanduser()
     if not p.is_file():
@@ -350,6 +359,8 @@ def load_overrides(path: str | os.PathLike) -> list[_Entry]:
         missing = [k for k, v in fields_.items() if v is None]
         if missing:
             raise UsageError(f"{where} ({name}): new device needs {', '.join(missing)}")
+        for key in _OPTIONAL_FIELDS:
+            fields_[key] = item.get(key, getattr(base.peaks, key) if base else None)
         try:
             peaks = VendorPeaks(**fields_)
         except ValueError as exc:
@@ -443,13 +454,21 @@ def aliases(device_name: str, overrides: str | os.PathLike | None = None) -> tup
 
 # ------------------------------------------------------------------------------------- display
 def format_table(entries: Iterable[VendorPeaks]) -> str:
-    """A Markdown table in TFLOP/s and GB/s (display units; the data stay SI)."""
+    """A Markdown table in TFLOP/s and GB/s (display units; the data stay SI). L2/L1 columns appear
+    only when some entry has the figure."""
+    entries = list(entries)
+    levels = [lv for lv in ("l2", "l1") if any(getattr(p, f"{lv}_bytes_per_s") is not None for p in entries)]
     head = "| device | " + " | ".join(f"{d} TFLOP/s" for d in DTYPES) + " | DRAM GB/s |"
-    rule = "|" + "---|" * (len(DTYPES) + 2)
+    head += "".join(f" {lv.upper()} GB/s |" for lv in levels)
+    rule = "|" + "---|" * (len(DTYPES) + 2 + len(levels))
     rows = [head, rule]
     for p in entries:
         cells = [f"{p.flops_per_s[d] / 1e12:.4g}" if d in p.flops_per_s else "-" for d in DTYPES]
-        rows.append(f"| {p.device_name} | " + " | ".join(cells) + f" | {p.dram_bytes_per_s / 1e9:.4g} |")
+        cells.append(f"{p.dram_bytes_per_s / 1e9:.4g}")
+        for lv in levels:
+            v = getattr(p, f"{lv}_bytes_per_s")
+            cells.append(f"{v / 1e9:.4g}" if v is not None else "-")
+        rows.append(f"| {p.device_name} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
 
