@@ -9,7 +9,7 @@ Compute ceiling: `torch.mm` of two n x n matrices into a preallocated output, 2 
 sample is (calls x FLOPs) / seconds between two device syncs.
 
 Bandwidth ceiling, the way STREAM does it: three preallocated float32 arrays of `array_bytes` each,
-touched once before timing (so page faults are not measured), then alternately
+touched once before timing (so page faults are not measured), then, sample by sample, alternately
     copy   c = a            counted as 2 arrays moved  (read a, write c)
     triad  a = b + s * c    counted as 3 arrays moved  (read b, read c, write a)
 with all threads torch uses. STREAM counts bytes this way and so do we: the write-allocate read
@@ -259,6 +259,43 @@ def _timed(fn: Callable[[], object], calls: int, sync: Sync, clock: Clock) -> fl
     return clock() - t0
 
 
+Kernel = tuple[str, float, Callable[[], object]]  # (unit, work per call, the call)
+
+
+def _sample_kernels(
+    kernels: dict[str, Kernel],
+    repeats: int,
+    sync: Sync,
+    clock: Clock,
+    warmup_s: float,
+    min_sample_s: float,
+) -> dict[str, Measurement]:
+    """Warm up and calibrate each kernel, then take `repeats` rounds of one sample per kernel.
+
+    Warmup: one call, more until warmup_s has passed; the last warmup call's time says how many
+    calls make one sample of at least min_sample_s. Kernels alternate sample by sample (round i
+    samples every kernel once), so interference from other processes spreads over all of them.
+    """
+    calls: dict[str, int] = {}
+    for name, (_unit, _work, fn) in kernels.items():
+        start = clock()
+        one = _timed(fn, 1, sync, clock)
+        while clock() - start < warmup_s:
+            one = _timed(fn, 1, sync, clock)
+        calls[name] = max(1, math.ceil(min_sample_s / one)) if one > 0 else 1
+    samples: dict[str, list[float]] = {name: [] for name in kernels}
+    for _ in range(repeats):
+        for name, (_unit, _work, fn) in kernels.items():
+            samples[name].append(_timed(fn, calls[name], sync, clock))
+    out = {}
+    for name, (unit, work, _fn) in kernels.items():
+        bad = [t for t in samples[name] if not t > 0]
+        if bad:
+            raise RuntimeError(f"{name}: the clock did not advance during a sample ({bad[0]!r} s)")
+        out[name] = Measurement(name, unit, float(work), calls[name], samples[name])
+    return out
+
+
 def _sample(
     name: str,
     unit: str,
@@ -270,20 +307,8 @@ def _sample(
     warmup_s: float,
     min_sample_s: float,
 ) -> Measurement:
-    """Warm up (one call, more until warmup_s has passed), calibrate, take `repeats` samples.
-
-    The last warmup call's time says how many calls make one sample of at least min_sample_s.
-    """
-    start = clock()
-    one = _timed(fn, 1, sync, clock)
-    while clock() - start < warmup_s:
-        one = _timed(fn, 1, sync, clock)
-    calls = max(1, math.ceil(min_sample_s / one)) if one > 0 else 1
-    samples = [_timed(fn, calls, sync, clock) for _ in range(repeats)]
-    bad = [t for t in samples if not t > 0]
-    if bad:
-        raise RuntimeError(f"{name}: the clock did not advance during a sample ({bad[0]!r} s)")
-    return Measurement(name, unit, float(work), calls, samples)
+    """_sample_kernels for one kernel."""
+    return _sample_kernels({name: (unit, work, fn)}, repeats, sync, clock, warmup_s, min_sample_s)[name]
 
 
 @contextmanager
@@ -357,6 +382,16 @@ def probe_cpu_fp16_ratio(n: int = CPU_FP16_PROBE_SIZE, rounds: int = 3, clock: C
     return best["fp32"] / best["fp16"]  # equal work: a time ratio is the throughput ratio
 
 
+def stream_kernels(a, b, c) -> dict[str, Callable[[], object]]:
+    """STREAM copy and triad on the preallocated arrays a, b, c (no allocation per call)."""
+    import torch
+
+    return {
+        "copy": lambda: c.copy_(a),
+        "triad": lambda: torch.add(b, c, alpha=TRIAD_SCALAR, out=a),
+    }
+
+
 def measure_stream(
     array_bytes: int,
     repeats: int,
@@ -366,9 +401,9 @@ def measure_stream(
     clock: Clock = time.perf_counter,
     warmup_s: float = 0.0,
     min_sample_s: float = MIN_SAMPLE_S,
-    on_kernel: Callable[[Measurement], None] | None = None,
 ) -> dict[str, Measurement]:
-    """STREAM copy and triad on three preallocated float32 arrays of `array_bytes` each."""
+    """STREAM copy and triad, samples alternating, on three preallocated float32 arrays of
+    `array_bytes` each, allocated and first touched once (untimed) and reused by every call."""
     import torch
 
     sync = sync or device_sync(device)
@@ -379,16 +414,10 @@ def measure_stream(
     a.fill_(1.0), b.fill_(2.0), c.fill_(0.0)  # first touch: page faults happen here, untimed
     sync()
     kernels = {
-        "copy": lambda: c.copy_(a),
-        "triad": lambda: torch.add(b, c, alpha=TRIAD_SCALAR, out=a),
+        name: ("bytes", float(STREAM_KERNELS[name] * n * STREAM_ELEMENT_BYTES), fn)
+        for name, fn in stream_kernels(a, b, c).items()
     }
-    out = {}
-    for name, fn in kernels.items():
-        moved = STREAM_KERNELS[name] * n * STREAM_ELEMENT_BYTES
-        out[name] = _sample(name, "bytes", moved, fn, repeats, sync, clock, warmup_s, min_sample_s)
-        if on_kernel:
-            on_kernel(out[name])
-    return out
+    return _sample_kernels(kernels, repeats, sync, clock, warmup_s, min_sample_s)
 
 
 # --------------------------------------------------------------------------- the whole measurement
@@ -457,7 +486,7 @@ def format_rate(value: float, unit: str) -> str:
 
 def plan(dtypes: Sequence[str]) -> list[str]:
     """The steps run_peaks reports through `on_step`, in order (for a progress bar)."""
-    return [f"gemm {d}" for d in dtypes] + [f"stream {k}" for k in STREAM_KERNELS]
+    return [f"gemm {d}" for d in dtypes] + ["stream dram"]
 
 
 def run_peaks(
@@ -475,7 +504,11 @@ def run_peaks(
     min_sample_s: float = MIN_SAMPLE_S,
     on_step: Callable[[str, Measurement], None] | None = None,
 ) -> PeaksResult:
-    """Measure the GEMM ceiling of every dtype, then STREAM copy and triad, on `device`."""
+    """Measure the GEMM ceiling of every dtype, then STREAM copy and triad, on `device`.
+
+    `on_step(label, measurement)` is called after each step of plan(), in that order; for the
+    STREAM step the measurement is the better kernel's.
+    """
     import torch
 
     device_type = torch.device(device).type
@@ -492,16 +525,11 @@ def run_peaks(
             on_step(f"gemm {dtype}", meas)
         _release(device_type)
     result.stream = measure_stream(
-        array_bytes,
-        bandwidth_repeats,
-        device,
-        sync=sync,
-        clock=clock,
-        warmup_s=warm,
-        min_sample_s=min_sample_s,
-        on_kernel=(lambda m: on_step(f"stream {m.name}", m)) if on_step else None,
+        array_bytes, bandwidth_repeats, device, sync=sync, clock=clock, warmup_s=warm, min_sample_s=min_sample_s
     )
     _release(device_type)
+    if on_step:
+        on_step("stream dram", result.stream[result.dram_kernel])
     result.wall_s = clock() - t0
     return result
 

@@ -1,4 +1,4 @@
-"""profiling.peaks: dtype availability, timing arithmetic, STREAM byte counting, the `peaks` run."""
+"""profiling.peaks: dtype availability, timing arithmetic, STREAM byte counting and sampling, the `peaks` run."""
 from __future__ import annotations
 
 import json
@@ -166,6 +166,33 @@ def test_clock_that_does_not_advance_is_an_error():
         core._sample("k", "flops", 1.0, lambda: None, 2, lambda: None, lambda: 0.0, 0.0, 0.0)
 
 
+class Recorder(FakeDevice):
+    """FakeDevice whose kernels record their names in call order."""
+
+    def __init__(self, call_s: float):
+        super().__init__(call_s)
+        self.order: list[str] = []
+
+    def kernel_named(self, name: str):
+        def call():
+            self.order.append(name)
+            self.kernel()
+
+        return call
+
+
+def _two_kernels(dev: Recorder) -> dict:
+    return {"copy": ("bytes", 8.0, dev.kernel_named("copy")), "triad": ("bytes", 12.0, dev.kernel_named("triad"))}
+
+
+def test_kernels_alternate_sample_by_sample():
+    dev = Recorder(0.5)
+    m = core._sample_kernels(_two_kernels(dev), 3, lambda: None, dev.clock, warmup_s=0.0, min_sample_s=1.0)
+    # warmup (one call each), then 3 rounds of one 2-call sample per kernel, copy and triad taking turns
+    assert dev.order == ["copy", "triad"] + (["copy"] * 2 + ["triad"] * 2) * 3
+    assert m["copy"].samples_s == [1.0, 1.0, 1.0] and m["triad"].rates == [24.0, 24.0, 24.0]
+
+
 def test_matmul_counts_two_n_cubed_flops_and_restores_precision():
     import torch
 
@@ -182,6 +209,51 @@ def test_stream_counts_bytes_like_stream():
     assert m["copy"].work == 2 * 1000 * 4  # read a, write c
     assert m["triad"].work == 3 * 1000 * 4  # read b, read c, write a
     assert all(len(x.samples_s) == 3 and x.best > 0 for x in m.values())
+
+
+class _RecordOps:
+    """Records (op name, storage address of its result) of every aten op run inside it."""
+
+    def __enter__(self):
+        import torch
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        ops = self.ops = []
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                ptr = out.untyped_storage().data_ptr() if isinstance(out, torch.Tensor) else None
+                ops.append((func.overloadpacket.__name__, ptr))
+                return out
+
+        self._mode = Mode()
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._mode.__exit__(*exc)
+
+
+def test_stream_arrays_are_preallocated_touched_once_and_reused():
+    """A regression to clone() or to fresh outputs per call would add ops and storages here."""
+    with _RecordOps() as rec:
+        m = core.measure_stream(4096 * 4, 4, "cpu", min_sample_s=0.0)
+    names = [name for name, _ in rec.ops]
+    assert names[:6] == ["empty"] * 3 + ["fill_"] * 3  # allocated, then first touched, before any timed call
+    # then only the two kernels, writing in place: warmup + 4 samples of one call, copy and triad alternating
+    assert names[6:] == ["copy_", "add"] * 5
+    assert len({ptr for _, ptr in rec.ops}) == 3  # every op's result lives in one of the three arrays
+    assert [len(x.samples_s) for x in m.values()] == [4, 4]
+
+
+def test_progress_reports_every_step_in_plan_order():
+    seen = []
+    r = core.run_peaks("cpu", ["fp32", "bf16"], 32, 4096 * 4, 2, 3, min_sample_s=0.0,
+                       on_step=lambda label, meas: seen.append((label, meas)))  # fmt: skip
+    assert [label for label, _ in seen] == core.plan(["fp32", "bf16"]) == ["gemm fp32", "gemm bf16", "stream dram"]
+    assert seen[0][1] is r.compute["fp32"] and seen[1][1] is r.compute["bf16"]
+    assert seen[2][1] is r.stream[r.dram_kernel]
 
 
 def test_result_metrics_pick_the_better_stream_kernel():
@@ -293,6 +365,9 @@ def test_tiny_measurement_logs_a_peaks_run(capsys, tracking):
         assert math.isfinite(best) and 0 < median <= best
     assert "peak_flops_per_s_fp16" not in metrics
     kernel = tags["peak_dram_kernel"]
+    for key in ("peak_dram_bytes_per_s", "peak_dram_bytes_per_s_median", "peak_dram_copy_bytes_per_s",
+                "peak_dram_triad_bytes_per_s"):  # fmt: skip
+        assert math.isfinite(metrics[key]) and metrics[key] > 0, key
     assert metrics["peak_dram_bytes_per_s"] == metrics[f"peak_dram_{kernel}_bytes_per_s"]
     assert metrics["peak_dram_bytes_per_s"] == max(metrics["peak_dram_copy_bytes_per_s"], metrics["peak_dram_triad_bytes_per_s"])
     assert 0 < metrics["peak_dram_bytes_per_s_median"] <= metrics["peak_dram_bytes_per_s"]
