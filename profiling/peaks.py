@@ -16,6 +16,10 @@ with all threads torch uses. STREAM counts bytes this way and so do we: the writ
 of the destination that plain stores cause on CPUs is real traffic but is not counted, so the
 numbers compare with published STREAM results. `peak_dram_bytes_per_s` is the better of the two
 kernels' best samples; which one is recorded alongside.
+
+Time budget: run_peaks splits `time_budget_s` over its steps (plan()) by weight as it goes; a step
+stops sampling when its share is spent, after at least MIN_SAMPLES samples unless the whole budget
+is already gone. Allocation, first touch and warmup count against the step's share.
 """
 from __future__ import annotations
 
@@ -35,6 +39,10 @@ DEVICE_TYPES = ("cpu", "cuda", "mps")
 DEFAULT_MATRIX_SIZE = {"cpu": 4096, "cuda": 8192, "mps": 4096}
 DEFAULT_WARMUP_S = {"cpu": 0.0, "cuda": 0.25, "mps": 0.25}  # GPU clocks need a moment to ramp up
 MIN_SAMPLE_S = 0.05  # fast calls are batched so one timed sample lasts at least this long
+SAMPLE_CAP_FACTOR = 10  # a sample stops issuing calls after 10x its expected length (a descheduled thread)
+MIN_SAMPLES = 3  # the time budget never cuts a step below this many samples while any budget is left
+DEFAULT_TIME_BUDGET_S = 30.0  # measuring time of a default run; see docs/peaks.md for the whole command
+STEP_WEIGHTS = {"gemm": 1.0, "stream dram": 2.0}  # shares of the time budget per step
 STREAM_KERNELS = {"copy": 2, "triad": 3}  # arrays moved per element, as STREAM counts them
 STREAM_ELEMENT_BYTES = 4  # float32: MPS has no float64; bytes moved do not depend on the dtype
 TRIAD_SCALAR = 0.5  # keeps repeated c = a; a = b + s*c bounded (no inf, no denormals)
@@ -144,9 +152,12 @@ class PeaksConfig:
     bandwidth_mib: int = 512
     """size of each of the three STREAM arrays in MiB; keep it >= 4x the last-level cache."""
     repeats: int = 5
-    """timed samples per dtype (after warmup); best and median are reported."""
+    """timed samples per dtype (after warmup), at most; best and median are reported."""
     bandwidth_repeats: int = 10
-    """timed samples per STREAM kernel (copy, triad)."""
+    """timed samples per STREAM kernel (copy, triad), at most."""
+    time_budget_s: float = DEFAULT_TIME_BUDGET_S
+    """seconds of measuring, split over the steps; a step stops sampling when its share is spent
+    (after MIN_SAMPLES samples while any budget is left). 0: no budget, take every repeat."""
     env_label: str = field(default_factory=schema.default_env_label)
     """your name for this environment (default: host name); analysis groups by it."""
     experiment: str | None = None
@@ -175,6 +186,10 @@ class PeaksConfig:
         for name in ("bandwidth_mib", "repeats", "bandwidth_repeats"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        budget = float(self.time_budget_s)
+        if not math.isfinite(budget) or budget < 0:
+            raise ValueError(f"time_budget_s must be 0 (no budget) or a positive number of seconds, got {self.time_budget_s}")
+        self.time_budget_s = budget
         if not self.env_label:
             self.env_label = schema.default_env_label()
 
@@ -196,6 +211,7 @@ class PeaksConfig:
             "bandwidth_mib": self.bandwidth_mib,
             "repeats": self.repeats,
             "bandwidth_repeats": self.bandwidth_repeats,
+            "time_budget_s": self.time_budget_s,
         }
 
 
@@ -209,11 +225,19 @@ class Measurement:
     work: float
     calls_per_sample: int
     samples_s: list[float]
+    requested: int = 0  # samples asked for; fewer were taken when the time budget cut the step
+    sample_calls: list[int] = field(default_factory=list)  # calls each sample made (empty: calls_per_sample each)
+    warmup_s: list[float] = field(default_factory=list)  # untimed warmup calls, seconds each
+
+    @property
+    def calls(self) -> list[int]:
+        """Calls made by every sample: calls_per_sample, or fewer when SAMPLE_CAP_FACTOR cut a sample."""
+        return self.sample_calls or [self.calls_per_sample] * len(self.samples_s)
 
     @property
     def rates(self) -> list[float]:
         """work per second of every sample (FLOP/s or byte/s)."""
-        return [self.work * self.calls_per_sample / t for t in self.samples_s]
+        return [self.work * k / t for k, t in zip(self.calls, self.samples_s)]
 
     @property
     def best(self) -> float:
@@ -223,12 +247,20 @@ class Measurement:
     def median(self) -> float:
         return statistics.median(self.rates)
 
+    @property
+    def cut(self) -> bool:
+        """True when the time budget stopped sampling before `requested` samples."""
+        return len(self.samples_s) < self.requested
+
     def to_dict(self) -> dict:
         return {
             "name": self.name,
             "unit": f"{self.unit}_per_s",
             f"{self.unit}_per_call": self.work,
             "calls_per_sample": self.calls_per_sample,
+            "sample_calls": self.calls,
+            "samples_requested": self.requested or len(self.samples_s),
+            "warmup_s": self.warmup_s,
             "samples_s": self.samples_s,
             "rates_per_s": self.rates,
             "best_per_s": self.best,
@@ -250,6 +282,31 @@ def device_sync(device: str) -> Sync:
     return lambda: synchronize(dev)
 
 
+class Budget:
+    """The measuring time budget, handed out step by step.
+
+    Each step may use its weight's share of what is left when it starts, so time that a quick step
+    leaves over goes to the later ones. `total_s` None or 0: no budget (every deadline is inf).
+    """
+
+    def __init__(self, total_s: float | None, weights: Sequence[float], clock: Clock = time.perf_counter):
+        self.total_s = float(total_s) if total_s else None
+        self.clock = clock
+        self.start = clock()
+        self.end = self.start + self.total_s if self.total_s else math.inf
+        self._pending = [float(w) for w in weights]
+
+    def next_step(self) -> float:
+        """Clock time by which the next step (in plan order) should be done; call once per step."""
+        if not self._pending:
+            raise RuntimeError("Budget.next_step called more often than there are steps")
+        weight = self._pending.pop(0)
+        if self.end == math.inf:
+            return math.inf
+        now = self.clock()
+        return now + max(0.0, self.end - now) * weight / (weight + sum(self._pending))
+
+
 def _timed(fn: Callable[[], object], calls: int, sync: Sync, clock: Clock) -> float:
     sync()
     t0 = clock()
@@ -257,6 +314,24 @@ def _timed(fn: Callable[[], object], calls: int, sync: Sync, clock: Clock) -> fl
         fn()
     sync()
     return clock() - t0
+
+
+def _timed_until(fn: Callable[[], object], calls: int, sync: Sync, clock: Clock, stop_after_s: float) -> tuple[float, int]:
+    """(seconds, calls made): `calls` calls, or fewer (at least one) once stop_after_s has passed.
+
+    On a GPU the clock sees only the enqueueing; the calls already queued finish before the sync,
+    and the time includes them, so seconds / calls made stays a true rate.
+    """
+    sync()
+    t0 = clock()
+    done = 0
+    while done < calls:
+        fn()
+        done += 1
+        if done < calls and clock() - t0 > stop_after_s:
+            break
+    sync()
+    return clock() - t0, done
 
 
 Kernel = tuple[str, float, Callable[[], object]]  # (unit, work per call, the call)
@@ -269,30 +344,56 @@ def _sample_kernels(
     clock: Clock,
     warmup_s: float,
     min_sample_s: float,
+    *,
+    deadline: float = math.inf,
+    budget_end: float = math.inf,
+    min_samples: int = MIN_SAMPLES,
 ) -> dict[str, Measurement]:
-    """Warm up and calibrate each kernel, then take `repeats` rounds of one sample per kernel.
+    """Warm up and calibrate each kernel, then take up to `repeats` rounds of one sample per kernel.
 
     Warmup: one call, more until warmup_s has passed; the last warmup call's time says how many
     calls make one sample of at least min_sample_s. Kernels alternate sample by sample (round i
     samples every kernel once), so interference from other processes spreads over all of them.
+    A round is not started when it would end (predicted from the previous round) after `deadline`
+    once min(min_samples, repeats) rounds are done, nor after `budget_end` once one round is done.
+    A sample stops making calls once it has run SAMPLE_CAP_FACTOR times its expected length (the
+    calls it made count): on a shared CPU a descheduled thread can make a call 1000x slower, and a
+    sample of thousands of such calls would otherwise blow any budget.
     """
     calls: dict[str, int] = {}
+    cap_s: dict[str, float] = {}
+    warm: dict[str, list[float]] = {name: [] for name in kernels}
     for name, (_unit, _work, fn) in kernels.items():
         start = clock()
-        one = _timed(fn, 1, sync, clock)
+        warm[name].append(_timed(fn, 1, sync, clock))
         while clock() - start < warmup_s:
-            one = _timed(fn, 1, sync, clock)
+            warm[name].append(_timed(fn, 1, sync, clock))
+        one = warm[name][-1]
         calls[name] = max(1, math.ceil(min_sample_s / one)) if one > 0 else 1
+        cap_s[name] = SAMPLE_CAP_FACTOR * max(min_sample_s, one)
     samples: dict[str, list[float]] = {name: [] for name in kernels}
-    for _ in range(repeats):
+    made: dict[str, list[int]] = {name: [] for name in kernels}
+    keep = min(min_samples, repeats)
+    round_s = 0.0
+    for i in range(repeats):
+        now = clock()
+        if i >= keep and now + round_s > deadline:
+            break
+        if i >= 1 and now + round_s > budget_end:
+            break
         for name, (_unit, _work, fn) in kernels.items():
-            samples[name].append(_timed(fn, calls[name], sync, clock))
+            seconds, done = _timed_until(fn, calls[name], sync, clock, cap_s[name])
+            samples[name].append(seconds)
+            made[name].append(done)
+        round_s = clock() - now
     out = {}
     for name, (unit, work, _fn) in kernels.items():
         bad = [t for t in samples[name] if not t > 0]
         if bad:
             raise RuntimeError(f"{name}: the clock did not advance during a sample ({bad[0]!r} s)")
-        out[name] = Measurement(name, unit, float(work), calls[name], samples[name])
+        cut_calls = made[name] if any(k != calls[name] for k in made[name]) else []
+        out[name] = Measurement(name, unit, float(work), calls[name], samples[name], requested=repeats,
+                                sample_calls=cut_calls, warmup_s=warm[name])  # fmt: skip
     return out
 
 
@@ -306,9 +407,14 @@ def _sample(
     clock: Clock,
     warmup_s: float,
     min_sample_s: float,
+    *,
+    deadline: float = math.inf,
+    budget_end: float = math.inf,
 ) -> Measurement:
     """_sample_kernels for one kernel."""
-    return _sample_kernels({name: (unit, work, fn)}, repeats, sync, clock, warmup_s, min_sample_s)[name]
+    return _sample_kernels(
+        {name: (unit, work, fn)}, repeats, sync, clock, warmup_s, min_sample_s, deadline=deadline, budget_end=budget_end
+    )[name]
 
 
 @contextmanager
@@ -344,6 +450,8 @@ def measure_matmul(
     clock: Clock = time.perf_counter,
     warmup_s: float = 0.0,
     min_sample_s: float = MIN_SAMPLE_S,
+    deadline: float = math.inf,
+    budget_end: float = math.inf,
 ) -> Measurement:
     """FLOP/s of `torch.mm(a, b, out=c)` with n x n operands of `dtype` (2 n^3 FLOPs per call)."""
     import torch
@@ -355,8 +463,9 @@ def measure_matmul(
     c = torch.empty(n, n, dtype=td, device=device)
     with _matmul_precision(dtype):  # the operands are freed when this returns
         return _sample(
-            dtype, "flops", 2.0 * n**3, lambda: torch.mm(a, b, out=c), repeats, sync, clock, warmup_s, min_sample_s
-        )
+            dtype, "flops", 2.0 * n**3, lambda: torch.mm(a, b, out=c), repeats, sync, clock, warmup_s, min_sample_s,
+            deadline=deadline, budget_end=budget_end,
+        )  # fmt: skip
 
 
 def probe_cpu_fp16_ratio(n: int = CPU_FP16_PROBE_SIZE, rounds: int = 3, clock: Clock = time.perf_counter) -> float:
@@ -401,6 +510,8 @@ def measure_stream(
     clock: Clock = time.perf_counter,
     warmup_s: float = 0.0,
     min_sample_s: float = MIN_SAMPLE_S,
+    deadline: float = math.inf,
+    budget_end: float = math.inf,
 ) -> dict[str, Measurement]:
     """STREAM copy and triad, samples alternating, on three preallocated float32 arrays of
     `array_bytes` each, allocated and first touched once (untimed) and reused by every call."""
@@ -417,10 +528,17 @@ def measure_stream(
         name: ("bytes", float(STREAM_KERNELS[name] * n * STREAM_ELEMENT_BYTES), fn)
         for name, fn in stream_kernels(a, b, c).items()
     }
-    return _sample_kernels(kernels, repeats, sync, clock, warmup_s, min_sample_s)
+    return _sample_kernels(
+        kernels, repeats, sync, clock, warmup_s, min_sample_s, deadline=deadline, budget_end=budget_end
+    )
 
 
 # --------------------------------------------------------------------------- the whole measurement
+def _better(stream: dict[str, Measurement]) -> str:
+    """The STREAM kernel with the highest best sample (copy or triad)."""
+    return max(stream, key=lambda k: stream[k].best)
+
+
 @dataclass
 class PeaksResult:
     """Everything one run measured, as plain data (raw SI values)."""
@@ -429,28 +547,43 @@ class PeaksResult:
     matrix_size: int
     array_bytes: int
     compute: dict[str, Measurement] = field(default_factory=dict)
-    stream: dict[str, Measurement] = field(default_factory=dict)
+    stream: dict[str, Measurement] = field(default_factory=dict)  # DRAM
     skipped: dict[str, str] = field(default_factory=dict)
     cpu_fp16_ratio: float | None = None
+    time_budget_s: float | None = None
     wall_s: float = 0.0
+    step_s: dict[str, float] = field(default_factory=dict)  # wall time of every plan() step
 
     @property
     def dram_kernel(self) -> str:
-        """The STREAM kernel with the highest best sample (copy or triad)."""
-        return max(self.stream, key=lambda k: self.stream[k].best)
+        """The DRAM STREAM kernel with the highest best sample (copy or triad)."""
+        return _better(self.stream)
+
+    def measurements(self) -> dict[str, Measurement]:
+        """Every measurement by a step-like label: gemm <dtype>, dram <kernel>."""
+        out = {f"gemm {d}": m for d, m in self.compute.items()}
+        out.update({f"dram {k}": m for k, m in self.stream.items()})
+        return out
+
+    def budget_cuts(self) -> dict[str, tuple[int, int]]:
+        """{label: (samples taken, samples asked)} of every measurement the time budget cut."""
+        return {k: (len(m.samples_s), m.requested) for k, m in self.measurements().items() if m.cut}
 
     def metrics(self) -> dict[str, float]:
         m: dict[str, float] = {}
         for dtype, meas in self.compute.items():
             m[f"peak_flops_per_s_{dtype}"] = meas.best
             m[f"peak_flops_per_s_{dtype}_median"] = meas.median
-        for name, meas in self.stream.items():
-            m[f"peak_dram_{name}_bytes_per_s"] = meas.best
-            m[f"peak_dram_{name}_bytes_per_s_median"] = meas.median
-        if self.stream:
-            best = self.stream[self.dram_kernel]
-            m["peak_dram_bytes_per_s"] = best.best
-            m["peak_dram_bytes_per_s_median"] = best.median
+        for level, stream in (("dram", self.stream),):
+            for name, meas in stream.items():
+                m[f"peak_{level}_{name}_bytes_per_s"] = meas.best
+                m[f"peak_{level}_{name}_bytes_per_s_median"] = meas.median
+            if stream:
+                best = stream[_better(stream)]
+                m[f"peak_{level}_bytes_per_s"] = best.best
+                m[f"peak_{level}_bytes_per_s_median"] = best.median
+        for label, meas in self.measurements().items():
+            m[f"samples_{label.replace(' ', '_')}"] = float(len(meas.samples_s))
         if self.cpu_fp16_ratio is not None:
             m["cpu_fp16_probe_ratio"] = self.cpu_fp16_ratio
         m["wall_s"] = self.wall_s
@@ -466,14 +599,11 @@ class PeaksResult:
             "stream": {k: v.to_dict() for k, v in self.stream.items()},
             "skipped": self.skipped,
             "cpu_fp16_probe_ratio": self.cpu_fp16_ratio,
+            "time_budget_s": self.time_budget_s,
+            "budget_cuts": {k: {"taken": t, "asked": a} for k, (t, a) in self.budget_cuts().items()},
+            "step_s": self.step_s,
             "metrics": self.metrics(),
         }
-
-    def summary(self) -> str:
-        parts = [f"{d} {format_rate(m.best, 'FLOP/s')}" for d, m in self.compute.items()]
-        if self.stream:
-            parts.append(f"DRAM {format_rate(self.stream[self.dram_kernel].best, 'B/s')} ({self.dram_kernel})")
-        return ", ".join(parts)
 
 
 def format_rate(value: float, unit: str) -> str:
@@ -489,6 +619,11 @@ def plan(dtypes: Sequence[str]) -> list[str]:
     return [f"gemm {d}" for d in dtypes] + ["stream dram"]
 
 
+def step_weight(step: str) -> float:
+    """The step's weight in the split of the time budget (STEP_WEIGHTS)."""
+    return STEP_WEIGHTS["gemm"] if step.startswith("gemm ") else STEP_WEIGHTS[step]
+
+
 def run_peaks(
     device: str,
     dtypes: Sequence[str],
@@ -497,6 +632,7 @@ def run_peaks(
     repeats: int,
     bandwidth_repeats: int,
     *,
+    time_budget_s: float | None = None,
     skipped: dict[str, str] | None = None,
     cpu_fp16_ratio: float | None = None,
     clock: Clock = time.perf_counter,
@@ -504,33 +640,43 @@ def run_peaks(
     min_sample_s: float = MIN_SAMPLE_S,
     on_step: Callable[[str, Measurement], None] | None = None,
 ) -> PeaksResult:
-    """Measure the GEMM ceiling of every dtype, then STREAM copy and triad, on `device`.
+    """Measure the GEMM ceiling of every dtype, then STREAM on DRAM-sized arrays, within
+    `time_budget_s` (None or 0: no budget).
 
-    `on_step(label, measurement)` is called after each step of plan(), in that order; for the
-    STREAM step the measurement is the better kernel's.
+    `on_step(label, measurement)` is called after each step of plan(), in that order; for a STREAM
+    step the measurement is the better kernel's.
     """
     import torch
 
     device_type = torch.device(device).type
     warm = DEFAULT_WARMUP_S[device_type] if warmup_s is None else warmup_s
     sync = device_sync(device)
-    t0 = clock()
-    result = PeaksResult(device_type, matrix_size, array_bytes, skipped=dict(skipped or {}), cpu_fp16_ratio=cpu_fp16_ratio)
-    for dtype in dtypes:
-        meas = measure_matmul(
-            dtype, matrix_size, repeats, device, sync=sync, clock=clock, warmup_s=warm, min_sample_s=min_sample_s
-        )
-        result.compute[dtype] = meas
-        if on_step:
-            on_step(f"gemm {dtype}", meas)
+    steps = plan(dtypes)
+    budget = Budget(time_budget_s, [step_weight(s) for s in steps], clock)
+    result = PeaksResult(
+        device_type, matrix_size, array_bytes, skipped=dict(skipped or {}),
+        cpu_fp16_ratio=cpu_fp16_ratio, time_budget_s=budget.total_s,
+    )  # fmt: skip
+    timing = {"sync": sync, "clock": clock, "warmup_s": warm, "budget_end": budget.end}
+
+    def done(label: str, started: float, meas: Measurement) -> None:
         _release(device_type)
+        result.step_s[label] = clock() - started
+        if on_step:
+            on_step(label, meas)
+
+    for dtype in dtypes:
+        started = clock()
+        result.compute[dtype] = measure_matmul(
+            dtype, matrix_size, repeats, device, deadline=budget.next_step(), min_sample_s=min_sample_s, **timing
+        )
+        done(f"gemm {dtype}", started, result.compute[dtype])
+    started = clock()
     result.stream = measure_stream(
-        array_bytes, bandwidth_repeats, device, sync=sync, clock=clock, warmup_s=warm, min_sample_s=min_sample_s
+        array_bytes, bandwidth_repeats, device, deadline=budget.next_step(), min_sample_s=min_sample_s, **timing
     )
-    _release(device_type)
-    if on_step:
-        on_step("stream dram", result.stream[result.dram_kernel])
-    result.wall_s = clock() - t0
+    done("stream dram", started, result.stream[result.dram_kernel])
+    result.wall_s = clock() - budget.start
     return result
 
 

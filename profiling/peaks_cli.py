@@ -1,14 +1,16 @@
 """`python -m profiling.peaks`: measure this device's roofline ceilings and log a `peaks` run.
 
 The CLI edge around profiling/peaks.py: flags -> PeaksConfig -> device facts (torch, /proc, /sys)
--> measurement with a progress bar -> one MLflow run through common.tracking.RunSession -> one
-summary line. See docs/peaks.md.
+-> fp16 probe (CPU) -> measurement within the time budget, with a progress bar -> one MLflow run
+through common.tracking.RunSession -> where the time went (stderr) and one summary line (stdout).
+See docs/peaks.md.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,9 +39,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="n of the n^3 matmuls; 0 = 4096 on cpu/mps, 8192 on cuda (default: 0)")
     p.add_argument("--bandwidth-mib", type=int, default=d.bandwidth_mib,
                    help="MiB per STREAM array (3 arrays); keep >= 4x the last-level cache (default: 512)")
-    p.add_argument("--repeats", type=int, default=d.repeats, help="timed samples per dtype (default: 5)")
+    p.add_argument("--repeats", type=int, default=d.repeats, help="timed samples per dtype, at most (default: 5)")
     p.add_argument("--bandwidth-repeats", type=int, default=d.bandwidth_repeats,
-                   help="timed samples per STREAM kernel (default: 10)")
+                   help="timed samples per STREAM kernel, at most (default: 10)")
+    p.add_argument("--time-budget-s", type=float, default=d.time_budget_s,
+                   help="seconds of measuring, split over the steps; a step stops sampling when its share is spent "
+                   f"(after {core.MIN_SAMPLES} samples); 0 = no budget (default: {d.time_budget_s:g})")
     p.add_argument("--env-label", default=None, help="name of this environment (default: host name)")
     p.add_argument("--experiment", default=None, help="MLflow experiment name (default: $MLFLOW_EXPERIMENT_NAME)")
     p.add_argument("--peaks-file", default=None,
@@ -61,6 +66,7 @@ def config_from_args(args: argparse.Namespace) -> core.PeaksConfig:
             bandwidth_mib=args.bandwidth_mib,
             repeats=args.repeats,
             bandwidth_repeats=args.bandwidth_repeats,
+            time_budget_s=args.time_budget_s,
             env_label=args.env_label or "",
             experiment=args.experiment or None,
             peaks_file=args.peaks_file or None,
@@ -211,6 +217,9 @@ def vendor_fields(vendor: VendorPeaks | None, result: core.PeaksResult) -> tuple
         return {}, {"vendor_peaks": "none"}, {}
     params = {f"vendor_peak_flops_per_s_{d}": v for d, v in vendor.flops_per_s.items()}
     params["vendor_peak_dram_bytes_per_s"] = vendor.dram_bytes_per_s
+    for level in ("l2", "l1"):
+        if getattr(vendor, f"{level}_bytes_per_s") is not None:
+            params[f"vendor_peak_{level}_bytes_per_s"] = getattr(vendor, f"{level}_bytes_per_s")
     tags = {"vendor_peaks": vendor.device_name, "vendor_source": vendor.source[:5000]}
     metrics = {
         f"fraction_of_vendor_flops_{d}": m.best / vendor.flops_per_s[d]
@@ -222,7 +231,18 @@ def vendor_fields(vendor: VendorPeaks | None, result: core.PeaksResult) -> tuple
     return params, tags, metrics
 
 
-def summary_line(device: str, name: str, result: core.PeaksResult, vendor: VendorPeaks | None, session, config) -> str:
+def budget_text(result: core.PeaksResult, config: core.PeaksConfig) -> str:
+    """How many samples were taken, and whether the time budget cut any step."""
+    cuts = result.budget_cuts()
+    if cuts:
+        taken = ", ".join(f"{label} {t}/{a}" for label, (t, a) in cuts.items())
+        return f"the {config.time_budget_s:g} s time budget cut sampling ({taken} samples)"
+    budget = f"within the {config.time_budget_s:g} s time budget" if config.time_budget_s else "no time budget"
+    return f"best of {config.repeats}/{config.bandwidth_repeats} samples, {budget}"
+
+
+def summary_line(device: str, name: str, result: core.PeaksResult, vendor: VendorPeaks | None, session, config,
+                 total_s: float | None = None) -> str:  # fmt: skip
     parts = []
     for d, m in result.compute.items():
         text = f"{d} {core.format_rate(m.best, 'FLOP/s')}"
@@ -241,10 +261,8 @@ def summary_line(device: str, name: str, result: core.PeaksResult, vendor: Vendo
         where = f"run spooled to {session.spool_path}"
     else:
         where = f"run {session.run_id}"
-    return (
-        f"peaks {device} [{name}]: {', '.join(parts)}; best of {config.repeats}/{config.bandwidth_repeats} samples "
-        f"in {result.wall_s:.1f} s; {where}"
-    )
+    took = f"measured in {result.wall_s:.1f} s" + (f" ({total_s:.1f} s in all)" if total_s is not None else "")
+    return f"peaks {device} [{name}]: {', '.join(parts)}; {budget_text(result, config)}; {took}; {where}"
 
 
 # --------------------------------------------------------------------------- main
@@ -265,6 +283,7 @@ def _measure(device, dtypes, n, array_bytes, config, skipped, ratio) -> core.Pea
         try:
             return core.run_peaks(
                 device, dtypes, n, array_bytes, config.repeats, config.bandwidth_repeats,
+                time_budget_s=config.time_budget_s,
                 skipped=skipped, cpu_fp16_ratio=ratio, on_step=on_step,
             )  # fmt: skip
         except RuntimeError as err:  # out of memory (CUDA OOM is a RuntimeError too)
@@ -288,8 +307,47 @@ def _session(config: core.PeaksConfig, device_type: str, tags: dict):
     )
 
 
+def _process_age_s() -> float | None:
+    """Seconds since this process started (Python start-up and imports before main), if known."""
+    try:
+        import psutil
+
+        return max(0.0, time.time() - psutil.Process().create_time())
+    except Exception:  # noqa: BLE001 - optional fact
+        return None
+
+
+class _Phases:
+    """Wall time per phase of the command, in the order they ran."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._t = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = self.seconds.get(name, 0.0) + now - self._t
+        self._t = now
+
+    def setup_metrics(self) -> dict[str, float]:
+        """setup_<phase>_s for every phase before measuring, and their sum setup_s."""
+        before = {k: v for k, v in self.seconds.items() if k not in ("measure", "logging")}
+        return {**{f"setup_{k}_s": v for k, v in before.items()}, "setup_s": sum(before.values())}
+
+    def text(self) -> str:
+        names = {"startup": "python start-up and imports", "device": "device facts (torch import)",
+                 "probes": "fp16 probe", "environment": "environment (collect_env)",
+                 "tracking": "tracking setup (MLflow store)", "measure": "measuring", "logging": "logging"}  # fmt: skip
+        parts = ", ".join(f"{names.get(k, k)} {v:.1f} s" for k, v in self.seconds.items())
+        return f"note: time: {parts}; total {sum(self.seconds.values()):.1f} s"
+
+
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
+    phases = _Phases()
+    startup = _process_age_s() if argv is None else None  # only meaningful for `python -m profiling.peaks`
+    if startup is not None:
+        phases.seconds["startup"] = startup
     args = build_parser().parse_args(argv)
     config = config_from_args(args)
     device = resolve_device(config.device)
@@ -297,9 +355,11 @@ def main(argv: list[str] | None = None) -> int:
     name = envinfo.device_name(device)
     vendor = find(name, overrides=config.peaks_file)  # a bad peaks file fails here, before measuring
     facts = device_facts(device)
+    phases.lap("device")
     ratio = None
     if device_type == "cpu" and config.dtypes is None:
         ratio = core.probe_cpu_fp16_ratio()  # decides whether fp16 is a CPU default (dtype_availability)
+    phases.lap("probes")
     availability = core.dtype_availability(device_type, facts.capability, facts.bf16_supported, ratio)
     dtypes, skipped = core.select_dtypes(config.requested_dtypes(availability), availability)
     n = config.matrix_size_for(device_type)
@@ -320,6 +380,7 @@ def main(argv: list[str] | None = None) -> int:
         tags["cpu_matrix_flags"] = cpu_matrix_flags()
     if facts.llc_bytes:
         tags["llc_bytes"] = str(facts.llc_bytes)
+    phases.lap("environment")
     session = _session(config, device_type, tags) if config.track else _NoRun()
     with session as s:
         s.log_params(
@@ -333,14 +394,23 @@ def main(argv: list[str] | None = None) -> int:
             }
         )
         s.flush()
+        phases.lap("tracking")
         result = _measure(device, dtypes, n, array_bytes, config, skipped, ratio)
+        phases.lap("measure")
         v_params, v_tags, v_metrics = vendor_fields(vendor, result)
+        cuts = result.budget_cuts()
         s.log_params(v_params)
-        s.set_tags({**v_tags, "peak_dram_kernel": result.dram_kernel})
-        s.log_metrics({**result.metrics(), **v_metrics})
+        s.set_tags({
+            **v_tags,
+            "peak_dram_kernel": result.dram_kernel,
+            "time_budget_cut": ", ".join(f"{k} {t}/{a}" for k, (t, a) in cuts.items()) or "none",
+        })  # fmt: skip
+        s.log_metrics({**result.metrics(), **v_metrics, **phases.setup_metrics()})
         s.log_text("peaks/samples.json", json.dumps(result.to_dict(), indent=1))
         s.log_text("environment.txt", envinfo.environment_report())
-    print(summary_line(device, name, result, vendor, session, config))
+    phases.lap("logging")
+    print(phases.text(), file=sys.stderr)
+    print(summary_line(device, name, result, vendor, session, config, sum(phases.seconds.values())))
     return 0
 
 

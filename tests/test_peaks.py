@@ -1,4 +1,5 @@
-"""profiling.peaks: dtype availability, timing arithmetic, STREAM byte counting and sampling, the `peaks` run."""
+"""profiling.peaks: dtype availability, time budget, timing arithmetic, STREAM byte counting and
+array sizing, the `peaks` run."""
 from __future__ import annotations
 
 import json
@@ -99,6 +100,8 @@ def test_unknown_device_type_is_rejected():
         ({"matrix_size": 8}, "matrix_size"),
         ({"bandwidth_mib": 0}, "bandwidth_mib"),
         ({"repeats": 0}, "repeats"),
+        ({"time_budget_s": -1}, "time_budget_s"),
+        ({"time_budget_s": float("nan")}, "time_budget_s"),
         ({"bandwidth_repeats": -3}, "bandwidth_repeats"),
     ],
 )
@@ -121,6 +124,9 @@ def test_config_defaults_per_device():
     assert cfg.matrix_size_for("cpu") == 4096 and cfg.matrix_size_for("cuda") == 8192
     assert core.PeaksConfig(env_label="t", matrix_size=64).matrix_size_for("cuda") == 64
     assert core.PeaksConfig(env_label="").env_label == schema.default_env_label()
+    default = core.PeaksConfig(env_label="t")
+    assert default.time_budget_s == core.DEFAULT_TIME_BUDGET_S
+    assert default.params()["time_budget_s"] == core.DEFAULT_TIME_BUDGET_S
 
 
 # ------------------------------------------------------------------------------ timing arithmetic
@@ -191,6 +197,70 @@ def test_kernels_alternate_sample_by_sample():
     # warmup (one call each), then 3 rounds of one 2-call sample per kernel, copy and triad taking turns
     assert dev.order == ["copy", "triad"] + (["copy"] * 2 + ["triad"] * 2) * 3
     assert m["copy"].samples_s == [1.0, 1.0, 1.0] and m["triad"].rates == [24.0, 24.0, 24.0]
+    assert not m["copy"].cut and m["copy"].requested == 3
+
+
+@pytest.mark.parametrize(
+    "deadline,budget_end,taken",
+    [
+        (math.inf, math.inf, 10),  # no budget: every repeat
+        (5.0, math.inf, 4),  # warmup ends at t=1; samples end at 2, 3, 4, 5; a fifth would end at 6 > 5
+        (5.5, math.inf, 4),
+        (6.0, math.inf, 5),
+        (0.0, math.inf, 3),  # the share is spent before the first sample: MIN_SAMPLES are still taken
+        (0.0, 0.0, 1),  # the whole budget is spent: one sample, so the step still has a value
+        (math.inf, 3.0, 2),  # rounds end at t=2 and t=3; a third would end at 4, after the budget
+        (math.inf, 2.5, 1),  # the second round would end at 3 > 2.5
+        (4.0, 2.5, 1),  # the whole budget beats the step's MIN_SAMPLES
+    ],
+)
+def test_budget_stops_sampling_when_the_share_is_spent(deadline, budget_end, taken):
+    dev = FakeDevice(1.0)
+    m = core._sample("k", "flops", 1.0, dev.kernel, 10, lambda: None, dev.clock, 0.0, 0.0,
+                     deadline=deadline, budget_end=budget_end)  # fmt: skip
+    assert len(m.samples_s) == taken and m.requested == 10
+    assert m.cut == (taken < 10)
+
+
+def test_a_sample_stops_after_ten_times_its_expected_length():
+    """A thread descheduled by other processes makes tiny calls 1000x slower; one sample of the
+    100 calls calibrated on a fast warmup call must not run for 100 s."""
+    dev = FakeDevice(0.01)
+
+    def kernel():
+        dev.kernel()
+        dev.call_s = 1.0  # every call after the warmup call takes 1 s
+
+    m = core._sample("k", "bytes", 3.0, kernel, 2, lambda: None, dev.clock, 0.0, 1.0)
+    assert m.calls_per_sample == 100  # 1 s / 0.01 s
+    # the cap is 10 x max(min_sample_s, warmup call) = 10 s: the call that ends past it is the last
+    assert m.samples_s == pytest.approx([11.0, 11.0]) and m.calls == [11, 11] and m.sample_calls == [11, 11]
+    assert m.rates == pytest.approx([3.0, 3.0])  # 11 calls x 3 bytes / 11 s: the calls made count, not those planned
+    assert m.warmup_s == [0.01]
+    assert m.to_dict()["sample_calls"] == [11, 11]
+
+
+def test_budget_cut_is_per_round_for_alternating_kernels():
+    dev = Recorder(1.0)
+    m = core._sample_kernels(_two_kernels(dev), 10, lambda: None, dev.clock, 0.0, 0.0, deadline=9.0)
+    # warmup ends at t=2; rounds of 2 s end at 4, 6, 8; the next would end at 10 > 9
+    assert [len(x.samples_s) for x in m.values()] == [3, 3]
+    assert dev.order[-2:] == ["copy", "triad"]
+
+
+def test_budget_splits_what_is_left_by_weight():
+    dev = FakeDevice(1.0)
+    budget = core.Budget(45.0, [1.0, 1.0, 2.0, 0.5], dev.clock)
+    assert budget.end == 45.0
+    assert budget.next_step() == pytest.approx(45 * 1 / 4.5)  # 10 s of 45 for the first of weights 1+1+2+0.5
+    dev.now = 4.0  # the first step used 4 s of its 10
+    assert budget.next_step() == pytest.approx(4 + 41 * 1 / 3.5)  # what it left over is shared
+    dev.now = 50.0  # over budget: later steps get deadlines of "now"
+    assert budget.next_step() == 50.0 and budget.next_step() == 50.0
+    with pytest.raises(RuntimeError, match="more often"):
+        budget.next_step()
+    unlimited = core.Budget(0, [1.0], dev.clock)
+    assert unlimited.total_s is None and unlimited.next_step() == math.inf
 
 
 def test_matmul_counts_two_n_cubed_flops_and_restores_precision():
@@ -254,6 +324,7 @@ def test_progress_reports_every_step_in_plan_order():
     assert [label for label, _ in seen] == core.plan(["fp32", "bf16"]) == ["gemm fp32", "gemm bf16", "stream dram"]
     assert seen[0][1] is r.compute["fp32"] and seen[1][1] is r.compute["bf16"]
     assert seen[2][1] is r.stream[r.dram_kernel]
+    assert set(r.step_s) == {"gemm fp32", "gemm bf16", "stream dram"} and sum(r.step_s.values()) <= r.wall_s
 
 
 def test_result_metrics_pick_the_better_stream_kernel():
@@ -266,6 +337,15 @@ def test_result_metrics_pick_the_better_stream_kernel():
     assert r.dram_kernel == "triad"
     assert m["peak_dram_bytes_per_s"] == 30.0 and m["peak_dram_bytes_per_s_median"] == 15.0
     assert m["peak_dram_copy_bytes_per_s"] == 10.0
+    assert m["samples_gemm_fp32"] == 3 and m["samples_dram_copy"] == 2 and m["samples_dram_triad"] == 3
+    assert r.budget_cuts() == {}
+    r.stream["copy"] = core.Measurement("copy", "bytes", 200.0, 4, [1.0, 2.0], requested=5)  # 800, 400 B/s
+    r.cpu_fp16_ratio = 0.5
+    m = r.metrics()
+    assert r.dram_kernel == "copy" and m["peak_dram_bytes_per_s"] == 800.0 and m["peak_dram_bytes_per_s_median"] == 600.0
+    assert m["cpu_fp16_probe_ratio"] == 0.5
+    assert r.budget_cuts() == {"dram copy": (2, 5)}
+    assert r.to_dict()["budget_cuts"]["dram copy"] == {"taken": 2, "asked": 5}
     for key in m:
         schema.check_key(key)
 
@@ -347,9 +427,10 @@ def test_mps_without_mps_is_a_one_line_error(capsys, tracking):
 
 
 def test_tiny_measurement_logs_a_peaks_run(capsys, tracking):
-    argv = TINY + ["--dtypes", "fp32,bf16", "--env-label", "test-env", "--experiment", "peaks-test"]
+    argv = TINY + ["--dtypes", "fp32,bf16", "--env-label", "test-env", "--experiment", "peaks-test", "--time-budget-s", "600"]
     assert cli.main(argv) == 0
-    out = capsys.readouterr().out.strip().splitlines()
+    captured = capsys.readouterr()
+    out, err = captured.out.strip().splitlines(), captured.err
     assert len(out) == 1 and out[0].startswith("peaks cpu [") and "fp32" in out[0] and "DRAM" in out[0]
 
     (run,) = mlflow.search_runs(experiment_names=["peaks-test"], output_format="list")
@@ -365,14 +446,24 @@ def test_tiny_measurement_logs_a_peaks_run(capsys, tracking):
         assert math.isfinite(best) and 0 < median <= best
     assert "peak_flops_per_s_fp16" not in metrics
     kernel = tags["peak_dram_kernel"]
-    for key in ("peak_dram_bytes_per_s", "peak_dram_bytes_per_s_median", "peak_dram_copy_bytes_per_s",
-                "peak_dram_triad_bytes_per_s"):  # fmt: skip
-        assert math.isfinite(metrics[key]) and metrics[key] > 0, key
+    for level in ("dram",):
+        for key in (f"peak_{level}_bytes_per_s", f"peak_{level}_bytes_per_s_median", f"peak_{level}_copy_bytes_per_s",
+                    f"peak_{level}_triad_bytes_per_s"):  # fmt: skip
+            assert math.isfinite(metrics[key]) and metrics[key] > 0, key
+        assert 0 < metrics[f"peak_{level}_bytes_per_s_median"] <= metrics[f"peak_{level}_bytes_per_s"]
+        assert metrics[f"peak_{level}_bytes_per_s"] == max(
+            metrics[f"peak_{level}_copy_bytes_per_s"], metrics[f"peak_{level}_triad_bytes_per_s"]
+        )
     assert metrics["peak_dram_bytes_per_s"] == metrics[f"peak_dram_{kernel}_bytes_per_s"]
-    assert metrics["peak_dram_bytes_per_s"] == max(metrics["peak_dram_copy_bytes_per_s"], metrics["peak_dram_triad_bytes_per_s"])
-    assert 0 < metrics["peak_dram_bytes_per_s_median"] <= metrics["peak_dram_bytes_per_s"]
     assert params["matrix_size_resolved"] == "64" and params["stream_array_bytes"] == str(2**20)
-    assert params["dtypes"] == "fp32,bf16" and params["repeats"] == "2"
+    assert params["dtypes"] == "fp32,bf16" and params["repeats"] == "2" and params["time_budget_s"] == "600.0"
+    # the budget is generous: every asked-for sample was taken, and the run says so
+    assert tags["time_budget_cut"] == "none" and "within the 600 s time budget" in out[0]
+    assert metrics["samples_gemm_fp32"] == 2 and metrics["samples_dram_copy"] == metrics["samples_dram_triad"] == 3
+    assert metrics["setup_s"] == pytest.approx(sum(v for k, v in metrics.items() if k.startswith("setup_") and k != "setup_s"))
+    assert {"setup_device_s", "setup_probes_s", "setup_environment_s", "setup_tracking_s"} <= set(metrics)
+    assert "setup_startup_s" not in metrics  # main(argv) from a test: the process start says nothing
+    assert "note: time: device facts" in err and "measuring" in err
 
     client = mlflow.tracking.MlflowClient()
     local = client.download_artifacts(run.info.run_id, "peaks/samples.json")
@@ -381,6 +472,20 @@ def test_tiny_measurement_logs_a_peaks_run(capsys, tracking):
     assert samples["compute"]["fp32"]["flops_per_call"] == 2 * 64**3
     assert len(samples["stream"]["triad"]["samples_s"]) == 3
     assert samples["stream"]["copy"]["bytes_per_call"] == 2 * 2**20  # 2 arrays of 1 MiB
+    assert samples["stream"]["copy"]["samples_requested"] == 3 and samples["budget_cuts"] == {}
+
+
+def test_time_budget_cuts_sampling_and_says_so(capsys, tracking):
+    argv = TINY + ["--dtypes", "fp32", "--repeats", "5", "--time-budget-s", "0.001", "--experiment", "budget"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    # one sample lasts >= 50 ms, so the 1 ms budget is gone after the first round of every step
+    assert "the 0.001 s time budget cut sampling (gemm fp32 1/5, dram copy 1/3, dram triad 1/3" in out
+    (run,) = mlflow.search_runs(experiment_names=["budget"], output_format="list")
+    m, tags = run.data.metrics, run.data.tags
+    assert m["samples_gemm_fp32"] == 1 and m["samples_dram_copy"] == 1 and m["samples_dram_triad"] == 1
+    assert tags["time_budget_cut"].startswith("gemm fp32 1/5, dram copy 1/3, dram triad 1/3")
+    assert math.isfinite(m["peak_flops_per_s_fp32"]) and math.isfinite(m["peak_dram_bytes_per_s"])
 
 
 def test_vendor_entry_is_logged_when_the_device_is_in_the_table(tmp_path, capsys, tracking):
@@ -399,6 +504,19 @@ def test_vendor_entry_is_logged_when_the_device_is_in_the_table(tmp_path, capsys
     m = run.data.metrics
     assert m["fraction_of_vendor_flops_fp32"] == pytest.approx(m["peak_flops_per_s_fp32"] / 1e12)
     assert m["fraction_of_vendor_dram"] == pytest.approx(m["peak_dram_bytes_per_s"] / 100e9)
+    assert "vendor_peak_l2_bytes_per_s" not in run.data.params
+
+
+def test_vendor_cache_bandwidths_are_compared_when_given():
+    from profiling.peak_table import VendorPeaks
+
+    r = core.PeaksResult("cuda", 64, 4000)
+    r.compute["bf16"] = core.Measurement("bf16", "flops", 100.0, 1, [1.0])
+    r.stream["copy"] = core.Measurement("copy", "bytes", 50.0, 1, [1.0])
+    vendor = VendorPeaks("X", {"bf16": 400.0}, 100.0, "https://x", l2_bytes_per_s=600.0, l1_bytes_per_s=900.0)
+    params, tags, metrics = cli.vendor_fields(vendor, r)
+    assert params["vendor_peak_l2_bytes_per_s"] == 600.0 and params["vendor_peak_l1_bytes_per_s"] == 900.0
+    assert metrics == {"fraction_of_vendor_flops_bf16": 0.25, "fraction_of_vendor_dram": 0.5}
 
 
 def test_out_of_memory_ends_the_run_failed(monkeypatch, capsys, tracking):
