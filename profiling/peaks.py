@@ -46,8 +46,9 @@ STEP_WEIGHTS = {"gemm": 1.0, "stream dram": 2.0}  # shares of the time budget pe
 STREAM_KERNELS = {"copy": 2, "triad": 3}  # arrays moved per element, as STREAM counts them
 STREAM_ELEMENT_BYTES = 4  # float32: MPS has no float64; bytes moved do not depend on the dtype
 TRIAD_SCALAR = 0.5  # keeps repeated c = a; a = b + s*c bounded (no inf, no denormals)
-CPU_FP16_PROBE_SIZE = 512
-CPU_FP16_MIN_RATIO = 0.25  # fp16 joins the CPU defaults when it runs at >= 1/4 of the fp32 rate
+CPU_PROBED_DTYPES = ("fp16", "bf16")  # CPU dtypes that join the defaults only when a probe shows them fast
+CPU_PROBE_SIZE = 512
+CPU_PROBE_MIN_RATIO = 0.25  # a probed dtype is a CPU default when it runs at >= 1/4 of the fp32 rate
 
 
 # --------------------------------------------------------------------------- dtype availability
@@ -64,7 +65,7 @@ def dtype_availability(
     device_type: str,
     capability: tuple[int, int] | None = None,
     bf16_supported: bool = False,
-    cpu_fp16_ratio: float | None = None,
+    cpu_probe_ratios: dict[str, float] | None = None,
 ) -> dict[str, DtypeStatus]:
     """Which dtypes a GEMM ceiling can be measured for. Pure: the caller supplies the facts.
 
@@ -72,10 +73,12 @@ def dtype_availability(
     capability: CUDA compute capability (major, minor); tf32 tensor cores need (8, 0) or newer.
     bf16_supported: CUDA: torch.cuda.is_bf16_supported(including_emulation=False) (native bf16,
         sm_80+); MPS: macOS 14 or newer. Ignored on CPU, where bf16 always runs (fast with
-        AMX/AVX512-BF16, slowly without) and the measurement says which.
-    cpu_fp16_ratio: fp16/fp32 matmul throughput in a short probe (see probe_cpu_fp16_ratio).
-        CPUs without a native fp16 GEMM path run fp16 matmuls tens of times slower than fp32; fp16
-        is a default only when the probe shows it at CPU_FP16_MIN_RATIO of fp32 or better.
+        AMX/AVX512-BF16, very slowly without) and the probe decides.
+    cpu_probe_ratios: {dtype: its matmul throughput / fp32's} from a short probe (probe_cpu_ratios)
+        for the dtypes in CPU_PROBED_DTYPES (fp16, bf16). CPUs without a native GEMM path for a
+        dtype run it tens of times slower than fp32 (a 4096^3 matmul then takes minutes); such a
+        dtype is a default only when the probe shows it at CPU_PROBE_MIN_RATIO of fp32 or better.
+        A dtype left out of the mapping (not probed) is measurable but not a default.
     fp64 is measurable wherever the backend has it, but never a default (1/32 to 1/64 rate on most
     GPUs and slow to measure): ask for it with --dtypes.
     """
@@ -101,24 +104,26 @@ def dtype_availability(
             "fp16": yes,
             "bf16": yes if bf16_supported else DtypeStatus(False, False, "bf16 on MPS needs macOS 14 or newer"),
         }
-    if cpu_fp16_ratio is None:
-        fp16 = DtypeStatus(True, False, "fp16 on CPU was not probed: add it to --dtypes to measure it")
-    elif cpu_fp16_ratio >= CPU_FP16_MIN_RATIO:
-        fp16 = yes
-    else:
-        fp16 = DtypeStatus(
-            True,
-            False,
-            f"fp16 matmul ran at {cpu_fp16_ratio:.0%} of the fp32 rate in a {CPU_FP16_PROBE_SIZE}^3 probe "
-            "(no fast fp16 path on this CPU): add it to --dtypes to measure it anyway",
-        )
-    return {
+    ratios = cpu_probe_ratios or {}
+    out = {
         "fp64": opt_in_fp64,
         "fp32": yes,
         "tf32": DtypeStatus(False, False, "tf32 is a CUDA tensor-core mode (sm_80+), not available on CPU"),
-        "fp16": fp16,
-        "bf16": yes,
     }
+    for dtype in CPU_PROBED_DTYPES:
+        ratio = ratios.get(dtype)
+        if ratio is None:
+            out[dtype] = DtypeStatus(True, False, f"{dtype} on CPU was not probed: add it to --dtypes to measure it")
+        elif ratio >= CPU_PROBE_MIN_RATIO:
+            out[dtype] = yes
+        else:
+            out[dtype] = DtypeStatus(
+                True,
+                False,
+                f"{dtype} matmul ran at {ratio:.0%} of the fp32 rate in a {CPU_PROBE_SIZE}^3 probe "
+                f"(no fast {dtype} path on this CPU): add it to --dtypes to measure it anyway",
+            )
+    return {d: out[d] for d in DTYPES}
 
 
 def select_dtypes(requested: Sequence[str] | None, availability: dict[str, DtypeStatus]) -> tuple[list[str], dict[str, str]]:
@@ -468,27 +473,40 @@ def measure_matmul(
         )  # fmt: skip
 
 
-def probe_cpu_fp16_ratio(n: int = CPU_FP16_PROBE_SIZE, rounds: int = 3, clock: Clock = time.perf_counter) -> float:
-    """Best fp16 / best fp32 time of an n^3 CPU matmul, the two interleaved for `rounds` rounds.
+def probe_cpu_ratios(
+    dtypes: Sequence[str] = CPU_PROBED_DTYPES,
+    n: int = CPU_PROBE_SIZE,
+    rounds: int = 3,
+    clock: Clock = time.perf_counter,
+    mm: Callable | None = None,
+) -> dict[str, float]:
+    """{dtype: best fp32 time / best dtype time} of an n^3 CPU matmul (equal work, so the time
+    ratio is the throughput ratio), fp32 and `dtypes` interleaved for `rounds` rounds.
 
-    Interleaving exposes both dtypes to the same interference from other processes; the decision
-    it feeds (>= CPU_FP16_MIN_RATIO or not) separates ~1 (native fp16 GEMM) from a few percent.
+    Interleaving exposes every dtype to the same interference from other processes; the decision
+    it feeds (>= CPU_PROBE_MIN_RATIO or not) separates ~1 or more (a native GEMM path: AMX,
+    AVX512-BF16/FP16) from a few percent (oneDNN's generic fallback). `mm` is torch.mm (injectable
+    for tests).
     """
     import torch
 
+    mm = mm or torch.mm
     ops = {}
-    for dtype in ("fp32", "fp16"):
-        a = torch.empty(n, n, dtype=torch_dtype(dtype)).uniform_(-1, 1)
-        b = torch.empty(n, n, dtype=torch_dtype(dtype)).uniform_(-1, 1)
-        c = torch.empty(n, n, dtype=torch_dtype(dtype))
-        ops[dtype] = (lambda a=a, b=b, c=c: torch.mm(a, b, out=c))
-        ops[dtype]()  # warmup
-    best = {"fp32": math.inf, "fp16": math.inf}
     with _matmul_precision("fp32"):
+        for dtype in ("fp32", *dtypes):
+            a = torch.empty(n, n, dtype=torch_dtype(dtype)).uniform_(-1, 1)
+            b = torch.empty(n, n, dtype=torch_dtype(dtype)).uniform_(-1, 1)
+            c = torch.empty(n, n, dtype=torch_dtype(dtype))
+            ops[dtype] = lambda a=a, b=b, c=c: mm(a, b, out=c)
+            ops[dtype]()  # warmup
+        best = {dtype: math.inf for dtype in ops}
         for _ in range(rounds):
             for dtype, op in ops.items():
                 best[dtype] = min(best[dtype], _timed(op, 1, lambda: None, clock))
-    return best["fp32"] / best["fp16"]  # equal work: a time ratio is the throughput ratio
+    bad = [d for d, t in best.items() if not t > 0]
+    if bad:
+        raise RuntimeError(f"probe {bad[0]}: the clock did not advance during a matmul")
+    return {dtype: best["fp32"] / best[dtype] for dtype in dtypes}
 
 
 def stream_kernels(a, b, c) -> dict[str, Callable[[], object]]:
@@ -549,7 +567,7 @@ class PeaksResult:
     compute: dict[str, Measurement] = field(default_factory=dict)
     stream: dict[str, Measurement] = field(default_factory=dict)  # DRAM
     skipped: dict[str, str] = field(default_factory=dict)
-    cpu_fp16_ratio: float | None = None
+    cpu_probe_ratios: dict[str, float] = field(default_factory=dict)
     time_budget_s: float | None = None
     wall_s: float = 0.0
     step_s: dict[str, float] = field(default_factory=dict)  # wall time of every plan() step
@@ -584,8 +602,8 @@ class PeaksResult:
                 m[f"peak_{level}_bytes_per_s_median"] = best.median
         for label, meas in self.measurements().items():
             m[f"samples_{label.replace(' ', '_')}"] = float(len(meas.samples_s))
-        if self.cpu_fp16_ratio is not None:
-            m["cpu_fp16_probe_ratio"] = self.cpu_fp16_ratio
+        for dtype, ratio in self.cpu_probe_ratios.items():
+            m[f"cpu_{dtype}_probe_ratio"] = ratio
         m["wall_s"] = self.wall_s
         return m
 
@@ -598,7 +616,7 @@ class PeaksResult:
             "compute": {k: v.to_dict() for k, v in self.compute.items()},
             "stream": {k: v.to_dict() for k, v in self.stream.items()},
             "skipped": self.skipped,
-            "cpu_fp16_probe_ratio": self.cpu_fp16_ratio,
+            "cpu_probe_ratios": self.cpu_probe_ratios,
             "time_budget_s": self.time_budget_s,
             "budget_cuts": {k: {"taken": t, "asked": a} for k, (t, a) in self.budget_cuts().items()},
             "step_s": self.step_s,
@@ -634,7 +652,7 @@ def run_peaks(
     *,
     time_budget_s: float | None = None,
     skipped: dict[str, str] | None = None,
-    cpu_fp16_ratio: float | None = None,
+    cpu_probe_ratios: dict[str, float] | None = None,
     clock: Clock = time.perf_counter,
     warmup_s: float | None = None,
     min_sample_s: float = MIN_SAMPLE_S,
@@ -655,7 +673,7 @@ def run_peaks(
     budget = Budget(time_budget_s, [step_weight(s) for s in steps], clock)
     result = PeaksResult(
         device_type, matrix_size, array_bytes, skipped=dict(skipped or {}),
-        cpu_fp16_ratio=cpu_fp16_ratio, time_budget_s=budget.total_s,
+        cpu_probe_ratios=dict(cpu_probe_ratios or {}), time_budget_s=budget.total_s,
     )  # fmt: skip
     timing = {"sync": sync, "clock": clock, "warmup_s": warm, "budget_end": budget.end}
 

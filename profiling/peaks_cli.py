@@ -1,7 +1,7 @@
 """`python -m profiling.peaks`: measure this device's roofline ceilings and log a `peaks` run.
 
 The CLI edge around profiling/peaks.py: flags -> PeaksConfig -> device facts (torch, /proc, /sys)
--> fp16 probe (CPU) -> measurement within the time budget, with a progress bar -> one MLflow run
+-> dtype probes (CPU) -> measurement within the time budget, with a progress bar -> one MLflow run
 through common.tracking.RunSession -> where the time went (stderr) and one summary line (stdout).
 See docs/peaks.md.
 """
@@ -266,7 +266,7 @@ def summary_line(device: str, name: str, result: core.PeaksResult, vendor: Vendo
 
 
 # --------------------------------------------------------------------------- main
-def _measure(device, dtypes, n, array_bytes, config, skipped, ratio) -> core.PeaksResult:
+def _measure(device, dtypes, n, array_bytes, config, skipped, ratios) -> core.PeaksResult:
     from tqdm import tqdm
 
     steps = core.plan(dtypes)
@@ -284,7 +284,7 @@ def _measure(device, dtypes, n, array_bytes, config, skipped, ratio) -> core.Pea
             return core.run_peaks(
                 device, dtypes, n, array_bytes, config.repeats, config.bandwidth_repeats,
                 time_budget_s=config.time_budget_s,
-                skipped=skipped, cpu_fp16_ratio=ratio, on_step=on_step,
+                skipped=skipped, cpu_probe_ratios=ratios, on_step=on_step,
             )  # fmt: skip
         except RuntimeError as err:  # out of memory (CUDA OOM is a RuntimeError too)
             text = str(err).lower()
@@ -336,7 +336,7 @@ class _Phases:
 
     def text(self) -> str:
         names = {"startup": "python start-up and imports", "device": "device facts (torch import)",
-                 "probes": "fp16 probe", "environment": "environment (collect_env)",
+                 "probes": "dtype probes", "environment": "environment (collect_env)",
                  "tracking": "tracking setup (MLflow store)", "measure": "measuring", "logging": "logging"}  # fmt: skip
         parts = ", ".join(f"{names.get(k, k)} {v:.1f} s" for k, v in self.seconds.items())
         return f"note: time: {parts}; total {sum(self.seconds.values()):.1f} s"
@@ -356,11 +356,11 @@ def main(argv: list[str] | None = None) -> int:
     vendor = find(name, overrides=config.peaks_file)  # a bad peaks file fails here, before measuring
     facts = device_facts(device)
     phases.lap("device")
-    ratio = None
+    ratios: dict[str, float] = {}
     if device_type == "cpu" and config.dtypes is None:
-        ratio = core.probe_cpu_fp16_ratio()  # decides whether fp16 is a CPU default (dtype_availability)
+        ratios = core.probe_cpu_ratios()  # decides whether fp16 and bf16 are CPU defaults (dtype_availability)
     phases.lap("probes")
-    availability = core.dtype_availability(device_type, facts.capability, facts.bf16_supported, ratio)
+    availability = core.dtype_availability(device_type, facts.capability, facts.bf16_supported, ratios)
     dtypes, skipped = core.select_dtypes(config.requested_dtypes(availability), availability)
     n = config.matrix_size_for(device_type)
     array_bytes = config.bandwidth_mib * 2**20
@@ -395,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         s.flush()
         phases.lap("tracking")
-        result = _measure(device, dtypes, n, array_bytes, config, skipped, ratio)
+        result = _measure(device, dtypes, n, array_bytes, config, skipped, ratios)
         phases.lap("measure")
         v_params, v_tags, v_metrics = vendor_fields(vendor, result)
         cuts = result.budget_cuts()

@@ -50,21 +50,31 @@ def test_cuda_bf16_follows_native_support_not_capability():
     assert core.dtype_availability("cuda", (8, 0), True)["bf16"].default
 
 
+@pytest.mark.parametrize("dtype,other", [("fp16", "bf16"), ("bf16", "fp16")])
 @pytest.mark.parametrize(
-    "ratio,fp16_default,reason",
+    "ratio,default,reason",
     [
         (None, False, "not probed"),
-        (0.03, False, "3% of the fp32 rate"),  # no fast fp16 path: opt-in only
+        (0.03, False, "3% of the fp32 rate"),  # no fast path (oneDNN fallback): opt-in only
+        (0.249, False, "25% of the fp32 rate"),  # just below the threshold
         (0.25, True, ""),
         (1.25, True, ""),  # AVX512-FP16 / AMX: as fast as fp32 or faster
     ],
 )
-def test_cpu_dtypes(ratio, fp16_default, reason):
-    av = core.dtype_availability("cpu", cpu_fp16_ratio=ratio)
-    assert av["fp32"].default and av["bf16"].default
+def test_cpu_dtypes_follow_the_probe(dtype, other, ratio, default, reason):
+    ratios = {} if ratio is None else {dtype: ratio}
+    av = core.dtype_availability("cpu", cpu_probe_ratios={**ratios, other: 1.0})
+    assert av["fp32"].default and av[other].default
     assert not av["tf32"].measurable and "CUDA" in av["tf32"].reason
-    assert av["fp16"].measurable and av["fp16"].default == fp16_default
-    assert reason in av["fp16"].reason
+    assert av[dtype].measurable and av[dtype].default == default
+    assert reason in av[dtype].reason
+    if not default:
+        assert f"no fast {dtype} path" in av[dtype].reason or "not probed" in av[dtype].reason
+
+
+def test_cpu_dtypes_without_a_probe_default_to_fp32_only():
+    assert _default(core.dtype_availability("cpu")) == ["fp32"]
+    assert _measurable(core.dtype_availability("cpu")) == ["fp64", "fp32", "fp16", "bf16"]
 
 
 def test_mps_dtypes():
@@ -340,10 +350,10 @@ def test_result_metrics_pick_the_better_stream_kernel():
     assert m["samples_gemm_fp32"] == 3 and m["samples_dram_copy"] == 2 and m["samples_dram_triad"] == 3
     assert r.budget_cuts() == {}
     r.stream["copy"] = core.Measurement("copy", "bytes", 200.0, 4, [1.0, 2.0], requested=5)  # 800, 400 B/s
-    r.cpu_fp16_ratio = 0.5
+    r.cpu_probe_ratios = {"fp16": 0.5, "bf16": 3.0}
     m = r.metrics()
     assert r.dram_kernel == "copy" and m["peak_dram_bytes_per_s"] == 800.0 and m["peak_dram_bytes_per_s_median"] == 600.0
-    assert m["cpu_fp16_probe_ratio"] == 0.5
+    assert m["cpu_fp16_probe_ratio"] == 0.5 and m["cpu_bf16_probe_ratio"] == 3.0
     assert r.budget_cuts() == {"dram copy": (2, 5)}
     assert r.to_dict()["budget_cuts"]["dram copy"] == {"taken": 2, "asked": 5}
     for key in m:
@@ -356,9 +366,27 @@ def test_format_rate_is_si():
     assert core.format_rate(12.0, "B/s") == "12 B/s"
 
 
-def test_cpu_fp16_probe_returns_a_ratio():
-    ratio = core.probe_cpu_fp16_ratio(n=64)
-    assert math.isfinite(ratio) and ratio > 0
+def test_cpu_probe_ratio_is_best_fp32_time_over_best_dtype_time():
+    import torch
+
+    dev = FakeDevice(0.0)
+    order = []
+    # per dtype: the warmup call, then one call per round (3 rounds); seconds each call takes
+    times = {torch.float32: iter([9.0, 2.0, 3.0, 4.0]), torch.float16: iter([9.0, 8.0, 40.0, 10.0]),
+             torch.bfloat16: iter([9.0, 1.0, 0.5, 2.0])}  # fmt: skip
+
+    def mm(a, b, out):
+        order.append(a.dtype)
+        dev.now += next(times[a.dtype])
+
+    ratios = core.probe_cpu_ratios(("fp16", "bf16"), n=8, rounds=3, clock=dev.clock, mm=mm)
+    assert ratios == {"fp16": 2.0 / 8.0, "bf16": 2.0 / 0.5}  # best fp32 2 s; best fp16 8 s, best bf16 0.5 s
+    assert order == [torch.float32, torch.float16, torch.bfloat16] * 4  # interleaved, warmup included
+
+
+def test_cpu_probe_runs_real_matmuls():
+    ratios = core.probe_cpu_ratios(n=32, rounds=1)
+    assert set(ratios) == {"fp16", "bf16"} and all(math.isfinite(r) and r > 0 for r in ratios.values())
 
 
 # ------------------------------------------------------------------------------ CLI edge helpers
@@ -473,6 +501,49 @@ def test_tiny_measurement_logs_a_peaks_run(capsys, tracking):
     assert len(samples["stream"]["triad"]["samples_s"]) == 3
     assert samples["stream"]["copy"]["bytes_per_call"] == 2 * 2**20  # 2 arrays of 1 MiB
     assert samples["stream"]["copy"]["samples_requested"] == 3 and samples["budget_cuts"] == {}
+
+
+def _no_measuring_probe(monkeypatch, ratios):
+    calls = []
+
+    def probe(*args, **kwargs):
+        calls.append(args)
+        return dict(ratios)
+
+    monkeypatch.setattr(core, "probe_cpu_ratios", probe)
+    return calls
+
+
+@pytest.mark.parametrize(
+    "ratios,measured,skipped",
+    [
+        ({"fp16": 1.0, "bf16": 3.0}, "fp32,fp16,bf16", None),  # AMX / AVX512-FP16: both fast
+        ({"fp16": 0.02, "bf16": 3.0}, "fp32,bf16", "fp16 matmul ran at 2% of the fp32 rate"),
+        ({"fp16": 0.9, "bf16": 0.05}, "fp32,fp16", "bf16 matmul ran at 5% of the fp32 rate"),  # no AMX/AVX512-BF16
+    ],
+)
+def test_default_dtypes_on_cpu_follow_the_probe(monkeypatch, capsys, tracking, ratios, measured, skipped):
+    calls = _no_measuring_probe(monkeypatch, ratios)
+    assert cli.main(TINY + ["--experiment", "auto"]) == 0  # no --dtypes: the CPU defaults
+    assert len(calls) == 1
+    err = capsys.readouterr().err
+    (run,) = mlflow.search_runs(experiment_names=["auto"], output_format="list")
+    tags, metrics = run.data.tags, run.data.metrics
+    assert tags["dtypes_measured"] == measured
+    assert set(metrics) >= {f"peak_flops_per_s_{d}" for d in measured.split(",")}
+    slow = {"fp16", "bf16"} - set(measured.split(","))
+    assert not any(f"peak_flops_per_s_{d}" in metrics for d in slow)
+    if skipped:
+        assert skipped in tags["dtypes_skipped"] and skipped in err
+    assert metrics["cpu_fp16_probe_ratio"] == ratios["fp16"] and metrics["cpu_bf16_probe_ratio"] == ratios["bf16"]
+
+
+def test_explicit_dtypes_skip_the_probe(monkeypatch, capsys, tracking):
+    calls = _no_measuring_probe(monkeypatch, {"fp16": 0.01, "bf16": 0.01})
+    assert cli.main(TINY + ["--dtypes", "bf16", "--experiment", "explicit"]) == 0
+    assert calls == []  # asked for: measured however slow, and nothing probed
+    (run,) = mlflow.search_runs(experiment_names=["explicit"], output_format="list")
+    assert run.data.tags["dtypes_measured"] == "bf16" and "cpu_bf16_probe_ratio" not in run.data.metrics
 
 
 def test_time_budget_cuts_sampling_and_says_so(capsys, tracking):
