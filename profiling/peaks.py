@@ -46,6 +46,10 @@ STEP_WEIGHTS = {"gemm": 1.0, "stream dram": 2.0}  # shares of the time budget pe
 STREAM_KERNELS = {"copy": 2, "triad": 3}  # arrays moved per element, as STREAM counts them
 STREAM_ELEMENT_BYTES = 4  # float32: MPS has no float64; bytes moved do not depend on the dtype
 TRIAD_SCALAR = 0.5  # keeps repeated c = a; a = b + s*c bounded (no inf, no denormals)
+MIB = 2**20
+DRAM_MIN_ARRAY_BYTES = 512 * MIB  # automatic STREAM array size: at least this ...
+DRAM_LLC_FACTOR = 4  # ... and at least 4x the last-level cache (STREAM's rule) ...
+DRAM_MEMORY_FRACTION = 0.5  # ... but the three arrays take at most this fraction of available memory
 CPU_PROBED_DTYPES = ("fp16", "bf16")  # CPU dtypes that join the defaults only when a probe shows them fast
 CPU_PROBE_SIZE = 512
 CPU_PROBE_MIN_RATIO = 0.25  # a probed dtype is a CPU default when it runs at >= 1/4 of the fp32 rate
@@ -154,8 +158,9 @@ class PeaksConfig:
     except fp64); ("all",): every dtype the device can run."""
     matrix_size: int = 0
     """n of the n x n x n matmuls; 0: 4096 on CPU and MPS, 8192 on CUDA."""
-    bandwidth_mib: int = 512
-    """size of each of the three STREAM arrays in MiB; keep it >= 4x the last-level cache."""
+    bandwidth_mib: int = 0
+    """size of each of the three DRAM STREAM arrays in MiB; 0: automatic, max(512 MiB, 4x the
+    last-level cache), capped so the three arrays take at most half of the available memory."""
     repeats: int = 5
     """timed samples per dtype (after warmup), at most; best and median are reported."""
     bandwidth_repeats: int = 10
@@ -188,7 +193,9 @@ class PeaksConfig:
             self.dtypes = ("all",)
         if int(self.matrix_size) < 0 or 0 < int(self.matrix_size) < 16:
             raise ValueError(f"matrix_size must be 0 (device default) or >= 16, got {self.matrix_size}")
-        for name in ("bandwidth_mib", "repeats", "bandwidth_repeats"):
+        if int(self.bandwidth_mib) < 0:
+            raise ValueError(f"bandwidth_mib must be 0 (automatic) or a positive number of MiB, got {self.bandwidth_mib}")
+        for name in ("repeats", "bandwidth_repeats"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
         budget = float(self.time_budget_s)
@@ -218,6 +225,28 @@ class PeaksConfig:
             "bandwidth_repeats": self.bandwidth_repeats,
             "time_budget_s": self.time_budget_s,
         }
+
+
+# --------------------------------------------------------------------------- array sizes
+def dram_array_bytes(llc_bytes: int | None, available_bytes: int | None) -> tuple[int, str | None]:
+    """(bytes per DRAM STREAM array, warning or None): the automatic size, in whole MiB.
+
+    max(DRAM_MIN_ARRAY_BYTES, DRAM_LLC_FACTOR x the last-level cache), so the arrays are "far
+    larger than the last-level cache" on any host; capped so the three arrays take at most
+    DRAM_MEMORY_FRACTION of the available memory, with a warning saying what the cap costs.
+    """
+    want = max(DRAM_MIN_ARRAY_BYTES, DRAM_LLC_FACTOR * int(llc_bytes or 0))
+    want = -(-want // MIB) * MIB
+    if available_bytes:
+        cap = max(MIB, int(DRAM_MEMORY_FRACTION * available_bytes / 3) // MIB * MIB)
+        if want > cap:
+            why = f"4x the {llc_bytes / MIB:.0f} MiB last-level cache" if llc_bytes and want > DRAM_MIN_ARRAY_BYTES else "the minimum"
+            return cap, (
+                f"warning: STREAM arrays capped at {cap / MIB:.0f} MiB each instead of {want / MIB:.0f} MiB ({why}): "
+                f"three arrays may take at most {DRAM_MEMORY_FRACTION:.0%} of the {available_bytes / 2**30:.1f} GiB "
+                "available; the DRAM figure may be partly cache bandwidth (free memory or set --bandwidth-mib)"
+            )
+    return want, None
 
 
 # --------------------------------------------------------------------------- timing

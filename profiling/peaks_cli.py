@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -38,7 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--matrix-size", type=int, default=d.matrix_size,
                    help="n of the n^3 matmuls; 0 = 4096 on cpu/mps, 8192 on cuda (default: 0)")
     p.add_argument("--bandwidth-mib", type=int, default=d.bandwidth_mib,
-                   help="MiB per STREAM array (3 arrays); keep >= 4x the last-level cache (default: 512)")
+                   help="MiB per DRAM STREAM array (3 arrays); 0 = max(512, 4x the last-level cache), capped at "
+                   "half the available memory for the three (default: 0)")
     p.add_argument("--repeats", type=int, default=d.repeats, help="timed samples per dtype, at most (default: 5)")
     p.add_argument("--bandwidth-repeats", type=int, default=d.bandwidth_repeats,
                    help="timed samples per STREAM kernel, at most (default: 10)")
@@ -105,7 +108,7 @@ def resolve_device(requested: str) -> str:
 class DeviceFacts:
     capability: tuple[int, int] | None = None
     bf16_supported: bool = False
-    llc_bytes: int | None = None  # CPU last-level cache or GPU L2
+    llc_bytes: int | None = None  # CPU last-level caches (all instances) or GPU L2
     free_bytes: int | None = None  # memory the measurement may use
 
 
@@ -136,22 +139,69 @@ def _available_ram() -> int | None:
         return None
 
 
-def cpu_last_level_cache_bytes(root: str = "/sys/devices/system/cpu/cpu0/cache") -> int | None:
-    """Size of the highest cache level from sysfs (Linux), e.g. 107520K -> 110100480."""
-    best: tuple[int, int] | None = None
+def _count_cpus(cpu_list: str) -> int:
+    """'0-3,8,10-11' -> 7 (sysfs shared_cpu_list)."""
+    count = 0
+    for part in cpu_list.strip().split(","):
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            count += int(hi) - int(lo) + 1
+        elif part.strip():
+            count += 1
+    return count
+
+
+@dataclass(frozen=True)
+class CacheInfo:
+    level: int
+    size_bytes: int  # one instance
+    cpus_sharing: int  # CPUs sharing one instance; 0 when sysfs does not say
+
+
+def cpu_caches(root: str = "/sys/devices/system/cpu/cpu0/cache") -> list[CacheInfo]:
+    """cpu0's data and unified caches from sysfs (Linux), e.g. level 3, 491520K shared by CPUs 0-1."""
+    out = []
     for index in sorted(Path(root).glob("index*")):
         try:
             level = int((index / "level").read_text().strip())
             size_text = (index / "size").read_text().strip().upper()
         except (OSError, ValueError):
             continue
+        try:
+            if (index / "type").read_text().strip().lower() == "instruction":
+                continue
+        except OSError:
+            pass
         scale = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(size_text[-1:], 1)
         digits = size_text.rstrip("KMG")
         if not digits.isdigit():
             continue
-        cand = (level, int(digits) * scale)
-        best = max(best, cand) if best else cand
-    return best[1] if best else None
+        try:
+            sharing = _count_cpus((index / "shared_cpu_list").read_text())
+        except (OSError, ValueError):
+            sharing = 0
+        out.append(CacheInfo(level, int(digits) * scale, sharing))
+    return out
+
+
+def cpu_cache_bytes(
+    level: int, root: str = "/sys/devices/system/cpu/cpu0/cache", cpus: int | None = None
+) -> int | None:
+    """Total size of the level-`level` caches that `cpus` CPUs (default: all) use: one instance's
+    size times ceil(cpus / CPUs sharing one instance); one instance when sysfs does not say."""
+    found = [c for c in cpu_caches(root) if c.level == level]
+    if not found:
+        return None
+    cache = max(found, key=lambda c: c.size_bytes)
+    cpus = cpus or os.cpu_count() or 1
+    instances = math.ceil(cpus / cache.cpus_sharing) if cache.cpus_sharing else 1
+    return cache.size_bytes * instances
+
+
+def cpu_last_level_cache_bytes(root: str = "/sys/devices/system/cpu/cpu0/cache", cpus: int | None = None) -> int | None:
+    """Total size of the highest cache level (all its instances), e.g. one 491520K L3 -> 503316480."""
+    caches = cpu_caches(root)
+    return cpu_cache_bytes(max(c.level for c in caches), root, cpus) if caches else None
 
 
 def cpu_matrix_flags(cpuinfo: str = "/proc/cpuinfo") -> str:
@@ -169,9 +219,10 @@ def cpu_matrix_flags(cpuinfo: str = "/proc/cpuinfo") -> str:
 
 
 def check_sizes(
-    array_bytes: int, matrix_size: int, dtypes: list[str], facts: DeviceFacts
+    array_bytes: int, matrix_size: int, dtypes: list[str], facts: DeviceFacts, cache_warning: bool = True
 ) -> list[str]:
-    """UsageError when the buffers cannot fit; warnings (returned) when STREAM arrays are cache-sized."""
+    """UsageError when the buffers cannot fit; warnings (returned) when STREAM arrays are cache-sized
+    (unless cache_warning is false: the automatic size warns about its own cap)."""
     stream_need = 3 * array_bytes
     widest = max((8 if d == "fp64" else 4 if d in ("fp32", "tf32") else 2) for d in dtypes) if dtypes else 4
     gemm_need = 3 * matrix_size**2 * widest
@@ -183,7 +234,7 @@ def check_sizes(
                     f"use a smaller {flag}"
                 )
     warnings = []
-    if facts.llc_bytes and array_bytes < 4 * facts.llc_bytes:
+    if cache_warning and facts.llc_bytes and array_bytes < core.DRAM_LLC_FACTOR * facts.llc_bytes:
         warnings.append(
             f"warning: each STREAM array ({array_bytes / 2**20:.0f} MiB) is less than 4x the last-level cache "
             f"({facts.llc_bytes / 2**20:.0f} MiB): the bandwidth measured may be partly cache bandwidth"
@@ -363,8 +414,13 @@ def main(argv: list[str] | None = None) -> int:
     availability = core.dtype_availability(device_type, facts.capability, facts.bf16_supported, ratios)
     dtypes, skipped = core.select_dtypes(config.requested_dtypes(availability), availability)
     n = config.matrix_size_for(device_type)
-    array_bytes = config.bandwidth_mib * 2**20
-    for warning in check_sizes(array_bytes, n, dtypes, facts):
+    if config.bandwidth_mib:
+        array_bytes = config.bandwidth_mib * core.MIB
+        warnings = check_sizes(array_bytes, n, dtypes, facts)
+    else:
+        array_bytes, cap_warning = core.dram_array_bytes(facts.llc_bytes, facts.free_bytes)
+        warnings = check_sizes(array_bytes, n, dtypes, facts, cache_warning=False) + ([cap_warning] if cap_warning else [])
+    for warning in warnings:
         print(warning, file=sys.stderr)
     if skipped:
         print("note: not measured: " + "; ".join(f"{d} ({why})" for d, why in skipped.items()), file=sys.stderr)

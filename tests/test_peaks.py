@@ -108,7 +108,7 @@ def test_unknown_device_type_is_rejected():
         ({"dtypes": ()}, "dtypes"),
         ({"matrix_size": -1}, "matrix_size"),
         ({"matrix_size": 8}, "matrix_size"),
-        ({"bandwidth_mib": 0}, "bandwidth_mib"),
+        ({"bandwidth_mib": -1}, "bandwidth_mib"),
         ({"repeats": 0}, "repeats"),
         ({"time_budget_s": -1}, "time_budget_s"),
         ({"time_budget_s": float("nan")}, "time_budget_s"),
@@ -135,8 +135,32 @@ def test_config_defaults_per_device():
     assert core.PeaksConfig(env_label="t", matrix_size=64).matrix_size_for("cuda") == 64
     assert core.PeaksConfig(env_label="").env_label == schema.default_env_label()
     default = core.PeaksConfig(env_label="t")
-    assert default.time_budget_s == core.DEFAULT_TIME_BUDGET_S
+    assert default.bandwidth_mib == 0 and default.time_budget_s == core.DEFAULT_TIME_BUDGET_S  # automatic size, budget
     assert default.params()["time_budget_s"] == core.DEFAULT_TIME_BUDGET_S
+
+
+# ------------------------------------------------------------------------------ array sizes
+MIB = 2**20
+
+
+@pytest.mark.parametrize(
+    "llc,available,expected_mib,warns",
+    [
+        (480 * MIB, 23 * 2**30, 1920, False),  # this host: 4 x 480 MiB L3
+        (105 * MIB, 23 * 2**30, 512, False),  # 4 x 105 MiB = 420 MiB < the 512 MiB floor
+        (None, None, 512, False),  # nothing known: the floor
+        (40 * 2**20 + 1, None, 512, False),
+        (200 * MIB, None, 800, False),  # no memory figure: no cap
+        (480 * MIB, 6 * 2**30, 1024, True),  # cap: 3 arrays <= half of 6 GiB -> 1024 MiB each
+        (None, 1.5 * 2**30, 256, True),  # even the floor is capped: 0.5 * 1536 MiB / 3
+    ],
+)
+def test_dram_array_size_is_four_llc_at_least_512_mib_capped_by_memory(llc, available, expected_mib, warns):
+    size, warning = core.dram_array_bytes(llc, available)
+    assert size == expected_mib * MIB
+    assert (warning is not None) == warns
+    if warns:
+        assert warning.startswith("warning: STREAM arrays capped at") and f"{expected_mib} MiB" in warning
 
 
 # ------------------------------------------------------------------------------ timing arithmetic
@@ -400,6 +424,30 @@ def test_last_level_cache_from_sysfs(tmp_path):
     assert cli.cpu_last_level_cache_bytes(str(tmp_path / "missing")) is None
 
 
+def _sysfs_caches(root, caches):
+    for i, (level, kind, size, shared) in enumerate(caches):
+        d = root / f"index{i}"
+        d.mkdir()
+        (d / "level").write_text(f"{level}\n")
+        (d / "type").write_text(f"{kind}\n")
+        (d / "size").write_text(f"{size}\n")
+        (d / "shared_cpu_list").write_text(f"{shared}\n")
+    return str(root)
+
+
+def test_cache_sizes_count_every_instance_the_cpus_use(tmp_path):
+    # this host's sysfs: private 48K L1d, 64K L1i, 2048K L2 per core; one 491520K L3 for CPUs 0-1
+    root = _sysfs_caches(tmp_path, [(1, "Data", "48K", "0"), (1, "Instruction", "64K", "0"),
+                                    (2, "Unified", "2048K", "0"), (3, "Unified", "491520K", "0-1")])  # fmt: skip
+    assert cli.cpu_cache_bytes(1, root, cpus=1) == 48 * 1024  # the instruction cache is not data
+    assert cli.cpu_cache_bytes(2, root, cpus=2) == 2 * 2048 * 1024  # two threads: two private L2s (lscpu: 4 MiB)
+    assert cli.cpu_cache_bytes(2, root, cpus=1) == 2048 * 1024
+    assert cli.cpu_last_level_cache_bytes(root, cpus=2) == 480 * 2**20  # lscpu: L3 480 MiB (1 instance)
+    assert cli.cpu_last_level_cache_bytes(root, cpus=4) == 960 * 2**20  # CPUs 0-3: two L3 instances
+    assert cli.cpu_cache_bytes(4, root) is None
+    assert cli._count_cpus("0-3,8,10-11\n") == 7
+
+
 def test_cpu_matrix_flags(tmp_path):
     info = tmp_path / "cpuinfo"
     info.write_text("processor: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile sse\n")
@@ -415,6 +463,7 @@ def test_check_sizes():
         cli.check_sizes(2 * 2**30, 4096, ["fp32"], facts)
     with pytest.raises(UsageError, match="matmul operands.*--matrix-size"):
         cli.check_sizes(2**20, 32768, ["fp64"], facts)
+    assert cli.check_sizes(64 * 2**20, 4096, ["fp32"], facts, cache_warning=False) == []
 
 
 # ------------------------------------------------------------------------------ the CLI
@@ -557,6 +606,24 @@ def test_time_budget_cuts_sampling_and_says_so(capsys, tracking):
     assert m["samples_gemm_fp32"] == 1 and m["samples_dram_copy"] == 1 and m["samples_dram_triad"] == 1
     assert tags["time_budget_cut"].startswith("gemm fp32 1/5, dram copy 1/3, dram triad 1/3")
     assert math.isfinite(m["peak_flops_per_s_fp32"]) and math.isfinite(m["peak_dram_bytes_per_s"])
+
+
+def test_automatic_dram_array_size(monkeypatch, capsys, tracking):
+    monkeypatch.setattr(core, "DRAM_MIN_ARRAY_BYTES", 2**20)  # keep the arrays tiny
+    facts = cli.DeviceFacts(None, True, llc_bytes=2**20, free_bytes=48 * 2**20)
+    monkeypatch.setattr(cli, "device_facts", lambda device: facts)
+    base = [a for a in TINY if a not in ("--bandwidth-mib", "1")] + ["--dtypes", "fp32"]
+    assert cli.main(base + ["--experiment", "auto-size"]) == 0  # 4 x 1 MiB LLC = 4 MiB, cap 8 MiB: no warning
+    err = capsys.readouterr().err
+    assert "capped" not in err
+    (run,) = mlflow.search_runs(experiment_names=["auto-size"], output_format="list")
+    assert run.data.params["bandwidth_mib"] == "0" and run.data.params["stream_array_bytes"] == str(4 * 2**20)
+
+    monkeypatch.setattr(cli, "device_facts", lambda device: cli.DeviceFacts(None, True, 2**20, 12 * 2**20))
+    assert cli.main(base + ["--experiment", "capped"]) == 0  # cap: half of 12 MiB for three arrays = 2 MiB each
+    assert "warning: STREAM arrays capped at 2 MiB each instead of 4 MiB" in capsys.readouterr().err
+    (run,) = mlflow.search_runs(experiment_names=["capped"], output_format="list")
+    assert run.data.params["stream_array_bytes"] == str(2 * 2**20)
 
 
 def test_vendor_entry_is_logged_when_the_device_is_in_the_table(tmp_path, capsys, tracking):
