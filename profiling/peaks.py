@@ -1,4 +1,4 @@
-"""Measured roofline ceilings on the device at hand: GEMM FLOP/s per dtype, STREAM DRAM bandwidth.
+"""Measured roofline ceilings on the device at hand: GEMM FLOP/s per dtype, STREAM DRAM and L2 bandwidth.
 
 `python -m profiling.peaks` (CLI in profiling/peaks_cli.py) measures and logs a `peaks` run; this
 module is the measurement core: it times, counts and returns plain data; it never imports mlflow,
@@ -15,7 +15,8 @@ touched once before timing (so page faults are not measured), then, sample by sa
 with all threads torch uses. STREAM counts bytes this way and so do we: the write-allocate read
 of the destination that plain stores cause on CPUs is real traffic but is not counted, so the
 numbers compare with published STREAM results. `peak_dram_bytes_per_s` is the better of the two
-kernels' best samples; which one is recorded alongside.
+kernels' best samples; which one is recorded alongside. The same code on arrays that together fill
+half of the L2 (many calls per short sample) gives `peak_l2_bytes_per_s`.
 
 Time budget: run_peaks splits `time_budget_s` over its steps (plan()) by weight as it goes; a step
 stops sampling when its share is spent, after at least MIN_SAMPLES samples unless the whole budget
@@ -39,10 +40,11 @@ DEVICE_TYPES = ("cpu", "cuda", "mps")
 DEFAULT_MATRIX_SIZE = {"cpu": 4096, "cuda": 8192, "mps": 4096}
 DEFAULT_WARMUP_S = {"cpu": 0.0, "cuda": 0.25, "mps": 0.25}  # GPU clocks need a moment to ramp up
 MIN_SAMPLE_S = 0.05  # fast calls are batched so one timed sample lasts at least this long
+L2_MIN_SAMPLE_S = 0.002  # L2 samples are short: on a shared CPU a clean 2 ms window is common, a clean 50 ms one is not
 SAMPLE_CAP_FACTOR = 10  # a sample stops issuing calls after 10x its expected length (a descheduled thread)
 MIN_SAMPLES = 3  # the time budget never cuts a step below this many samples while any budget is left
 DEFAULT_TIME_BUDGET_S = 30.0  # measuring time of a default run; see docs/peaks.md for the whole command
-STEP_WEIGHTS = {"gemm": 1.0, "stream dram": 2.0}  # shares of the time budget per step
+STEP_WEIGHTS = {"gemm": 1.0, "stream dram": 2.0, "stream l2": 0.5}  # shares of the time budget per step
 STREAM_KERNELS = {"copy": 2, "triad": 3}  # arrays moved per element, as STREAM counts them
 STREAM_ELEMENT_BYTES = 4  # float32: MPS has no float64; bytes moved do not depend on the dtype
 TRIAD_SCALAR = 0.5  # keeps repeated c = a; a = b + s*c bounded (no inf, no denormals)
@@ -50,6 +52,7 @@ MIB = 2**20
 DRAM_MIN_ARRAY_BYTES = 512 * MIB  # automatic STREAM array size: at least this ...
 DRAM_LLC_FACTOR = 4  # ... and at least 4x the last-level cache (STREAM's rule) ...
 DRAM_MEMORY_FRACTION = 0.5  # ... but the three arrays take at most this fraction of available memory
+L2_FILL_FRACTION = 0.5  # the three L2 STREAM arrays together fill this fraction of the L2
 CPU_PROBED_DTYPES = ("fp16", "bf16")  # CPU dtypes that join the defaults only when a probe shows them fast
 CPU_PROBE_SIZE = 512
 CPU_PROBE_MIN_RATIO = 0.25  # a probed dtype is a CPU default when it runs at >= 1/4 of the fp32 rate
@@ -164,7 +167,7 @@ class PeaksConfig:
     repeats: int = 5
     """timed samples per dtype (after warmup), at most; best and median are reported."""
     bandwidth_repeats: int = 10
-    """timed samples per STREAM kernel (copy, triad), at most."""
+    """timed samples per STREAM kernel (copy, triad; DRAM and L2), at most."""
     time_budget_s: float = DEFAULT_TIME_BUDGET_S
     """seconds of measuring, split over the steps; a step stops sampling when its share is spent
     (after MIN_SAMPLES samples while any budget is left). 0: no budget, take every repeat."""
@@ -247,6 +250,14 @@ def dram_array_bytes(llc_bytes: int | None, available_bytes: int | None) -> tupl
                 "available; the DRAM figure may be partly cache bandwidth (free memory or set --bandwidth-mib)"
             )
     return want, None
+
+
+def l2_array_bytes(l2_bytes: int | None) -> int:
+    """Bytes per L2 STREAM array: the three together fill L2_FILL_FRACTION of `l2_bytes`, in whole
+    4 KiB pages (at least one); 0 (no L2 step) when the L2 size is unknown."""
+    if not l2_bytes or l2_bytes <= 0:
+        return 0
+    return max(4096, int(l2_bytes * L2_FILL_FRACTION / 3) // 4096 * 4096)
 
 
 # --------------------------------------------------------------------------- timing
@@ -593,8 +604,10 @@ class PeaksResult:
     device_type: str
     matrix_size: int
     array_bytes: int
+    l2_array_bytes: int = 0
     compute: dict[str, Measurement] = field(default_factory=dict)
     stream: dict[str, Measurement] = field(default_factory=dict)  # DRAM
+    l2: dict[str, Measurement] = field(default_factory=dict)  # cache-resident STREAM
     skipped: dict[str, str] = field(default_factory=dict)
     cpu_probe_ratios: dict[str, float] = field(default_factory=dict)
     time_budget_s: float | None = None
@@ -606,10 +619,15 @@ class PeaksResult:
         """The DRAM STREAM kernel with the highest best sample (copy or triad)."""
         return _better(self.stream)
 
+    @property
+    def l2_kernel(self) -> str | None:
+        return _better(self.l2) if self.l2 else None
+
     def measurements(self) -> dict[str, Measurement]:
-        """Every measurement by a step-like label: gemm <dtype>, dram <kernel>."""
+        """Every measurement by a step-like label: gemm <dtype>, dram <kernel>, l2 <kernel>."""
         out = {f"gemm {d}": m for d, m in self.compute.items()}
         out.update({f"dram {k}": m for k, m in self.stream.items()})
+        out.update({f"l2 {k}": m for k, m in self.l2.items()})
         return out
 
     def budget_cuts(self) -> dict[str, tuple[int, int]]:
@@ -621,7 +639,7 @@ class PeaksResult:
         for dtype, meas in self.compute.items():
             m[f"peak_flops_per_s_{dtype}"] = meas.best
             m[f"peak_flops_per_s_{dtype}_median"] = meas.median
-        for level, stream in (("dram", self.stream),):
+        for level, stream in (("dram", self.stream), ("l2", self.l2)):
             for name, meas in stream.items():
                 m[f"peak_{level}_{name}_bytes_per_s"] = meas.best
                 m[f"peak_{level}_{name}_bytes_per_s_median"] = meas.median
@@ -641,9 +659,11 @@ class PeaksResult:
             "device_type": self.device_type,
             "matrix_size": self.matrix_size,
             "array_bytes": self.array_bytes,
+            "l2_array_bytes": self.l2_array_bytes,
             "stream_counting": {k: f"{v} arrays x {STREAM_ELEMENT_BYTES} byte per element" for k, v in STREAM_KERNELS.items()},
             "compute": {k: v.to_dict() for k, v in self.compute.items()},
             "stream": {k: v.to_dict() for k, v in self.stream.items()},
+            "l2": {k: v.to_dict() for k, v in self.l2.items()},
             "skipped": self.skipped,
             "cpu_probe_ratios": self.cpu_probe_ratios,
             "time_budget_s": self.time_budget_s,
@@ -661,9 +681,9 @@ def format_rate(value: float, unit: str) -> str:
     return f"{value:.3g} {unit}"
 
 
-def plan(dtypes: Sequence[str]) -> list[str]:
+def plan(dtypes: Sequence[str], l2: bool = True) -> list[str]:
     """The steps run_peaks reports through `on_step`, in order (for a progress bar)."""
-    return [f"gemm {d}" for d in dtypes] + ["stream dram"]
+    return [f"gemm {d}" for d in dtypes] + ["stream dram"] + (["stream l2"] if l2 else [])
 
 
 def step_weight(step: str) -> float:
@@ -679,6 +699,7 @@ def run_peaks(
     repeats: int,
     bandwidth_repeats: int,
     *,
+    l2_array_bytes: int = 0,
     time_budget_s: float | None = None,
     skipped: dict[str, str] | None = None,
     cpu_probe_ratios: dict[str, float] | None = None,
@@ -687,8 +708,8 @@ def run_peaks(
     min_sample_s: float = MIN_SAMPLE_S,
     on_step: Callable[[str, Measurement], None] | None = None,
 ) -> PeaksResult:
-    """Measure the GEMM ceiling of every dtype, then STREAM on DRAM-sized arrays, within
-    `time_budget_s` (None or 0: no budget).
+    """Measure the GEMM ceiling of every dtype, then STREAM on DRAM-sized arrays, then (when
+    l2_array_bytes > 0) on L2-resident arrays, within `time_budget_s` (None or 0: no budget).
 
     `on_step(label, measurement)` is called after each step of plan(), in that order; for a STREAM
     step the measurement is the better kernel's.
@@ -698,10 +719,10 @@ def run_peaks(
     device_type = torch.device(device).type
     warm = DEFAULT_WARMUP_S[device_type] if warmup_s is None else warmup_s
     sync = device_sync(device)
-    steps = plan(dtypes)
+    steps = plan(dtypes, l2=l2_array_bytes > 0)
     budget = Budget(time_budget_s, [step_weight(s) for s in steps], clock)
     result = PeaksResult(
-        device_type, matrix_size, array_bytes, skipped=dict(skipped or {}),
+        device_type, matrix_size, array_bytes, l2_array_bytes, skipped=dict(skipped or {}),
         cpu_probe_ratios=dict(cpu_probe_ratios or {}), time_budget_s=budget.total_s,
     )  # fmt: skip
     timing = {"sync": sync, "clock": clock, "warmup_s": warm, "budget_end": budget.end}
@@ -723,6 +744,13 @@ def run_peaks(
         array_bytes, bandwidth_repeats, device, deadline=budget.next_step(), min_sample_s=min_sample_s, **timing
     )
     done("stream dram", started, result.stream[result.dram_kernel])
+    if l2_array_bytes > 0:
+        started = clock()
+        result.l2 = measure_stream(
+            l2_array_bytes, bandwidth_repeats, device, deadline=budget.next_step(),
+            min_sample_s=min(min_sample_s, L2_MIN_SAMPLE_S), **timing,
+        )  # fmt: skip
+        done("stream l2", started, result.l2[result.l2_kernel])
     result.wall_s = clock() - budget.start
     return result
 

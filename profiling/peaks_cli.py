@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "half the available memory for the three (default: 0)")
     p.add_argument("--repeats", type=int, default=d.repeats, help="timed samples per dtype, at most (default: 5)")
     p.add_argument("--bandwidth-repeats", type=int, default=d.bandwidth_repeats,
-                   help="timed samples per STREAM kernel, at most (default: 10)")
+                   help="timed samples per STREAM kernel, DRAM and L2, at most (default: 10)")
     p.add_argument("--time-budget-s", type=float, default=d.time_budget_s,
                    help="seconds of measuring, split over the steps; a step stops sampling when its share is spent "
                    f"(after {core.MIN_SAMPLES} samples); 0 = no budget (default: {d.time_budget_s:g})")
@@ -110,6 +110,7 @@ class DeviceFacts:
     bf16_supported: bool = False
     llc_bytes: int | None = None  # CPU last-level caches (all instances) or GPU L2
     free_bytes: int | None = None  # memory the measurement may use
+    l2_bytes: int | None = None  # L2 the measuring threads use (CPU: per-core L2s) or GPU L2
 
 
 def device_facts(device: str) -> DeviceFacts:
@@ -119,15 +120,14 @@ def device_facts(device: str) -> DeviceFacts:
     if dev.type == "cuda":
         props = torch.cuda.get_device_properties(dev)
         free, _total = torch.cuda.mem_get_info(dev)
+        l2 = int(getattr(props, "L2_cache_size", 0)) or None
         return DeviceFacts(
-            (props.major, props.minor),
-            bool(torch.cuda.is_bf16_supported(including_emulation=False)),
-            int(getattr(props, "L2_cache_size", 0)) or None,
-            int(free),
+            (props.major, props.minor), bool(torch.cuda.is_bf16_supported(including_emulation=False)), l2, int(free), l2
         )
     if dev.type == "mps":
         return DeviceFacts(None, bool(torch.backends.mps.is_macos_or_newer(14, 0)), None, _available_ram())
-    return DeviceFacts(None, True, cpu_last_level_cache_bytes(), _available_ram())
+    threads = min(torch.get_num_threads(), _usable_cpus())
+    return DeviceFacts(None, True, cpu_last_level_cache_bytes(), _available_ram(), cpu_cache_bytes(2, cpus=threads))
 
 
 def _available_ram() -> int | None:
@@ -137,6 +137,13 @@ def _available_ram() -> int | None:
         return int(psutil.virtual_memory().available)
     except Exception:  # noqa: BLE001 - optional fact
         return None
+
+
+def _usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def _count_cpus(cpu_list: str) -> int:
@@ -279,6 +286,8 @@ def vendor_fields(vendor: VendorPeaks | None, result: core.PeaksResult) -> tuple
     }
     if result.stream:
         metrics["fraction_of_vendor_dram"] = result.stream[result.dram_kernel].best / vendor.dram_bytes_per_s
+    if result.l2 and vendor.l2_bytes_per_s is not None:
+        metrics["fraction_of_vendor_l2"] = result.l2[result.l2_kernel].best / vendor.l2_bytes_per_s
     return params, tags, metrics
 
 
@@ -306,6 +315,12 @@ def summary_line(device: str, name: str, result: core.PeaksResult, vendor: Vendo
         if vendor:
             text += f" ({best / vendor.dram_bytes_per_s:.0%} of datasheet)"
         parts.append(text)
+    if result.l2:
+        best = result.l2[result.l2_kernel].best
+        text = f"L2 {core.format_rate(best, 'B/s')} ({result.l2_kernel})"
+        if vendor and vendor.l2_bytes_per_s is not None:
+            text += f" ({best / vendor.l2_bytes_per_s:.0%} of datasheet)"
+        parts.append(text)
     if not config.track:
         where = "not tracked"
     elif session.offline:
@@ -317,10 +332,10 @@ def summary_line(device: str, name: str, result: core.PeaksResult, vendor: Vendo
 
 
 # --------------------------------------------------------------------------- main
-def _measure(device, dtypes, n, array_bytes, config, skipped, ratios) -> core.PeaksResult:
+def _measure(device, dtypes, n, array_bytes, l2_bytes, config, skipped, ratios) -> core.PeaksResult:
     from tqdm import tqdm
 
-    steps = core.plan(dtypes)
+    steps = core.plan(dtypes, l2=l2_bytes > 0)
     with tqdm(total=len(steps), desc=steps[0], unit="step", file=sys.stderr, dynamic_ncols=True) as bar:
         done = []
 
@@ -334,7 +349,7 @@ def _measure(device, dtypes, n, array_bytes, config, skipped, ratios) -> core.Pe
         try:
             return core.run_peaks(
                 device, dtypes, n, array_bytes, config.repeats, config.bandwidth_repeats,
-                time_budget_s=config.time_budget_s,
+                l2_array_bytes=l2_bytes, time_budget_s=config.time_budget_s,
                 skipped=skipped, cpu_probe_ratios=ratios, on_step=on_step,
             )  # fmt: skip
         except RuntimeError as err:  # out of memory (CUDA OOM is a RuntimeError too)
@@ -420,10 +435,13 @@ def main(argv: list[str] | None = None) -> int:
     else:
         array_bytes, cap_warning = core.dram_array_bytes(facts.llc_bytes, facts.free_bytes)
         warnings = check_sizes(array_bytes, n, dtypes, facts, cache_warning=False) + ([cap_warning] if cap_warning else [])
+    l2_bytes = core.l2_array_bytes(facts.l2_bytes)
     for warning in warnings:
         print(warning, file=sys.stderr)
     if skipped:
         print("note: not measured: " + "; ".join(f"{d} ({why})" for d, why in skipped.items()), file=sys.stderr)
+    if not l2_bytes:
+        print("note: L2 size unknown on this device: no L2 ceiling measured", file=sys.stderr)
 
     tags = envinfo.environment_tags(device, config.env_label)
     tags.update({"dtypes_measured": ",".join(dtypes), "stream_counting": "STREAM: copy 2 arrays, triad 3 arrays"})
@@ -436,6 +454,8 @@ def main(argv: list[str] | None = None) -> int:
         tags["cpu_matrix_flags"] = cpu_matrix_flags()
     if facts.llc_bytes:
         tags["llc_bytes"] = str(facts.llc_bytes)
+    if facts.l2_bytes:
+        tags["l2_bytes"] = str(facts.l2_bytes)
     phases.lap("environment")
     session = _session(config, device_type, tags) if config.track else _NoRun()
     with session as s:
@@ -447,11 +467,12 @@ def main(argv: list[str] | None = None) -> int:
                 "matrix_size_resolved": n,
                 "stream_array_bytes": array_bytes,
                 "stream_element_bytes": core.STREAM_ELEMENT_BYTES,
+                "l2_array_bytes": l2_bytes,
             }
         )
         s.flush()
         phases.lap("tracking")
-        result = _measure(device, dtypes, n, array_bytes, config, skipped, ratios)
+        result = _measure(device, dtypes, n, array_bytes, l2_bytes, config, skipped, ratios)
         phases.lap("measure")
         v_params, v_tags, v_metrics = vendor_fields(vendor, result)
         cuts = result.budget_cuts()
@@ -459,6 +480,7 @@ def main(argv: list[str] | None = None) -> int:
         s.set_tags({
             **v_tags,
             "peak_dram_kernel": result.dram_kernel,
+            **({"peak_l2_kernel": result.l2_kernel} if result.l2 else {}),
             "time_budget_cut": ", ".join(f"{k} {t}/{a}" for k, (t, a) in cuts.items()) or "none",
         })  # fmt: skip
         s.log_metrics({**result.metrics(), **v_metrics, **phases.setup_metrics()})

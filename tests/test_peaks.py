@@ -163,6 +163,13 @@ def test_dram_array_size_is_four_llc_at_least_512_mib_capped_by_memory(llc, avai
         assert warning.startswith("warning: STREAM arrays capped at") and f"{expected_mib} MiB" in warning
 
 
+def test_l2_arrays_fill_half_the_l2_together():
+    assert core.l2_array_bytes(4 * MIB) == 696320  # 4 MiB * 0.5 / 3 = 699050.7 -> 170 pages of 4 KiB
+    assert core.l2_array_bytes(40 * MIB) == 6987776  # A100: 40 MiB * 0.5 / 3 -> 1706 pages
+    assert core.l2_array_bytes(1000) == 4096  # at least one page
+    assert core.l2_array_bytes(None) == 0 and core.l2_array_bytes(0) == 0  # unknown: no L2 step
+
+
 # ------------------------------------------------------------------------------ timing arithmetic
 class FakeDevice:
     """A clock that advances `call_s` per kernel call, so every timing is known exactly."""
@@ -353,12 +360,16 @@ def test_stream_arrays_are_preallocated_touched_once_and_reused():
 
 def test_progress_reports_every_step_in_plan_order():
     seen = []
-    r = core.run_peaks("cpu", ["fp32", "bf16"], 32, 4096 * 4, 2, 3, min_sample_s=0.0,
+    r = core.run_peaks("cpu", ["fp32", "bf16"], 32, 4096 * 4, 2, 3, l2_array_bytes=4096, min_sample_s=0.0,
                        on_step=lambda label, meas: seen.append((label, meas)))  # fmt: skip
-    assert [label for label, _ in seen] == core.plan(["fp32", "bf16"]) == ["gemm fp32", "gemm bf16", "stream dram"]
+    assert [label for label, _ in seen] == core.plan(["fp32", "bf16"]) == ["gemm fp32", "gemm bf16", "stream dram", "stream l2"]
     assert seen[0][1] is r.compute["fp32"] and seen[1][1] is r.compute["bf16"]
-    assert seen[2][1] is r.stream[r.dram_kernel]
-    assert set(r.step_s) == {"gemm fp32", "gemm bf16", "stream dram"} and sum(r.step_s.values()) <= r.wall_s
+    assert seen[2][1] is r.stream[r.dram_kernel] and seen[3][1] is r.l2[r.l2_kernel]
+    assert r.l2["copy"].work == 2 * 4096 and r.stream["copy"].work == 2 * 4096 * 4
+    assert set(r.step_s) == set(core.plan(["fp32", "bf16"])) and sum(r.step_s.values()) <= r.wall_s
+    seen.clear()
+    core.run_peaks("cpu", ["fp32"], 32, 4096, 1, 1, min_sample_s=0.0, on_step=lambda label, meas: seen.append(label))
+    assert seen == core.plan(["fp32"], l2=False) == ["gemm fp32", "stream dram"]  # no L2 size: no L2 step
 
 
 def test_result_metrics_pick_the_better_stream_kernel():
@@ -372,14 +383,16 @@ def test_result_metrics_pick_the_better_stream_kernel():
     assert m["peak_dram_bytes_per_s"] == 30.0 and m["peak_dram_bytes_per_s_median"] == 15.0
     assert m["peak_dram_copy_bytes_per_s"] == 10.0
     assert m["samples_gemm_fp32"] == 3 and m["samples_dram_copy"] == 2 and m["samples_dram_triad"] == 3
-    assert r.budget_cuts() == {}
-    r.stream["copy"] = core.Measurement("copy", "bytes", 200.0, 4, [1.0, 2.0], requested=5)  # 800, 400 B/s
+    assert "peak_l2_bytes_per_s" not in m and r.l2_kernel is None
+    r.l2["copy"] = core.Measurement("copy", "bytes", 200.0, 4, [1.0, 2.0], requested=5)  # 800, 400 B/s
+    r.l2["triad"] = core.Measurement("triad", "bytes", 300.0, 1, [1.0, 1.0], requested=5)  # 300 B/s
     r.cpu_probe_ratios = {"fp16": 0.5, "bf16": 3.0}
     m = r.metrics()
-    assert r.dram_kernel == "copy" and m["peak_dram_bytes_per_s"] == 800.0 and m["peak_dram_bytes_per_s_median"] == 600.0
+    assert r.l2_kernel == "copy" and m["peak_l2_bytes_per_s"] == 800.0 and m["peak_l2_bytes_per_s_median"] == 600.0
+    assert m["peak_l2_triad_bytes_per_s"] == 300.0 and m["samples_l2_copy"] == 2
     assert m["cpu_fp16_probe_ratio"] == 0.5 and m["cpu_bf16_probe_ratio"] == 3.0
-    assert r.budget_cuts() == {"dram copy": (2, 5)}
-    assert r.to_dict()["budget_cuts"]["dram copy"] == {"taken": 2, "asked": 5}
+    assert r.budget_cuts() == {"l2 copy": (2, 5), "l2 triad": (2, 5)}
+    assert r.to_dict()["budget_cuts"]["l2 copy"] == {"taken": 2, "asked": 5}
     for key in m:
         schema.check_key(key)
 
@@ -448,6 +461,13 @@ def test_cache_sizes_count_every_instance_the_cpus_use(tmp_path):
     assert cli._count_cpus("0-3,8,10-11\n") == 7
 
 
+def test_device_facts_on_this_cpu_feed_the_l2_size():
+    facts = cli.device_facts("cpu")
+    if facts.l2_bytes is None:
+        pytest.skip("no sysfs cache information on this host")
+    assert facts.l2_bytes >= cli.cpu_cache_bytes(2, cpus=1) > 0
+
+
 def test_cpu_matrix_flags(tmp_path):
     info = tmp_path / "cpuinfo"
     info.write_text("processor: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile sse\n")
@@ -505,6 +525,7 @@ def test_mps_without_mps_is_a_one_line_error(capsys, tracking):
 
 def test_tiny_measurement_logs_a_peaks_run(capsys, tracking):
     argv = TINY + ["--dtypes", "fp32,bf16", "--env-label", "test-env", "--experiment", "peaks-test", "--time-budget-s", "600"]
+    l2 = core.l2_array_bytes(cli.device_facts("cpu").l2_bytes)
     assert cli.main(argv) == 0
     captured = capsys.readouterr()
     out, err = captured.out.strip().splitlines(), captured.err
@@ -523,7 +544,7 @@ def test_tiny_measurement_logs_a_peaks_run(capsys, tracking):
         assert math.isfinite(best) and 0 < median <= best
     assert "peak_flops_per_s_fp16" not in metrics
     kernel = tags["peak_dram_kernel"]
-    for level in ("dram",):
+    for level in ("dram", "l2") if l2 else ("dram",):
         for key in (f"peak_{level}_bytes_per_s", f"peak_{level}_bytes_per_s_median", f"peak_{level}_copy_bytes_per_s",
                     f"peak_{level}_triad_bytes_per_s"):  # fmt: skip
             assert math.isfinite(metrics[key]) and metrics[key] > 0, key
@@ -534,6 +555,10 @@ def test_tiny_measurement_logs_a_peaks_run(capsys, tracking):
     assert metrics["peak_dram_bytes_per_s"] == metrics[f"peak_dram_{kernel}_bytes_per_s"]
     assert params["matrix_size_resolved"] == "64" and params["stream_array_bytes"] == str(2**20)
     assert params["dtypes"] == "fp32,bf16" and params["repeats"] == "2" and params["time_budget_s"] == "600.0"
+    assert params["l2_array_bytes"] == str(l2)
+    if l2:
+        assert metrics["peak_l2_bytes_per_s"] == metrics[f"peak_l2_{tags['peak_l2_kernel']}_bytes_per_s"]
+        assert metrics["samples_l2_copy"] == metrics["samples_l2_triad"] == 3
     # the budget is generous: every asked-for sample was taken, and the run says so
     assert tags["time_budget_cut"] == "none" and "within the 600 s time budget" in out[0]
     assert metrics["samples_gemm_fp32"] == 2 and metrics["samples_dram_copy"] == metrics["samples_dram_triad"] == 3
@@ -610,14 +635,15 @@ def test_time_budget_cuts_sampling_and_says_so(capsys, tracking):
 
 def test_automatic_dram_array_size(monkeypatch, capsys, tracking):
     monkeypatch.setattr(core, "DRAM_MIN_ARRAY_BYTES", 2**20)  # keep the arrays tiny
-    facts = cli.DeviceFacts(None, True, llc_bytes=2**20, free_bytes=48 * 2**20)
+    facts = cli.DeviceFacts(None, True, llc_bytes=2**20, free_bytes=48 * 2**20, l2_bytes=None)
     monkeypatch.setattr(cli, "device_facts", lambda device: facts)
     base = [a for a in TINY if a not in ("--bandwidth-mib", "1")] + ["--dtypes", "fp32"]
     assert cli.main(base + ["--experiment", "auto-size"]) == 0  # 4 x 1 MiB LLC = 4 MiB, cap 8 MiB: no warning
     err = capsys.readouterr().err
-    assert "capped" not in err
+    assert "capped" not in err and "no L2 ceiling measured" in err
     (run,) = mlflow.search_runs(experiment_names=["auto-size"], output_format="list")
     assert run.data.params["bandwidth_mib"] == "0" and run.data.params["stream_array_bytes"] == str(4 * 2**20)
+    assert "peak_l2_bytes_per_s" not in run.data.metrics and run.data.params["l2_array_bytes"] == "0"
 
     monkeypatch.setattr(cli, "device_facts", lambda device: cli.DeviceFacts(None, True, 2**20, 12 * 2**20))
     assert cli.main(base + ["--experiment", "capped"]) == 0  # cap: half of 12 MiB for three arrays = 2 MiB each
@@ -642,7 +668,7 @@ def test_vendor_entry_is_logged_when_the_device_is_in_the_table(tmp_path, capsys
     m = run.data.metrics
     assert m["fraction_of_vendor_flops_fp32"] == pytest.approx(m["peak_flops_per_s_fp32"] / 1e12)
     assert m["fraction_of_vendor_dram"] == pytest.approx(m["peak_dram_bytes_per_s"] / 100e9)
-    assert "vendor_peak_l2_bytes_per_s" not in run.data.params
+    assert "vendor_peak_l2_bytes_per_s" not in run.data.params and "fraction_of_vendor_l2" not in m
 
 
 def test_vendor_cache_bandwidths_are_compared_when_given():
@@ -651,10 +677,11 @@ def test_vendor_cache_bandwidths_are_compared_when_given():
     r = core.PeaksResult("cuda", 64, 4000)
     r.compute["bf16"] = core.Measurement("bf16", "flops", 100.0, 1, [1.0])
     r.stream["copy"] = core.Measurement("copy", "bytes", 50.0, 1, [1.0])
+    r.l2["triad"] = core.Measurement("triad", "bytes", 300.0, 1, [1.0])
     vendor = VendorPeaks("X", {"bf16": 400.0}, 100.0, "https://x", l2_bytes_per_s=600.0, l1_bytes_per_s=900.0)
     params, tags, metrics = cli.vendor_fields(vendor, r)
     assert params["vendor_peak_l2_bytes_per_s"] == 600.0 and params["vendor_peak_l1_bytes_per_s"] == 900.0
-    assert metrics == {"fraction_of_vendor_flops_bf16": 0.25, "fraction_of_vendor_dram": 0.5}
+    assert metrics == {"fraction_of_vendor_flops_bf16": 0.25, "fraction_of_vendor_dram": 0.5, "fraction_of_vendor_l2": 0.5}
 
 
 def test_out_of_memory_ends_the_run_failed(monkeypatch, capsys, tracking):
@@ -681,6 +708,7 @@ def test_cuda_tiny_measurement(tracking):
     cap = torch.cuda.get_device_capability()
     av = core.dtype_availability("cuda", cap, torch.cuda.is_bf16_supported(including_emulation=False))
     dtypes, _ = core.select_dtypes(None, av)
-    r = core.run_peaks("cuda", dtypes, 256, 2**20, 2, 2, min_sample_s=0.0)
+    l2 = core.l2_array_bytes(cli.device_facts("cuda").l2_bytes)
+    r = core.run_peaks("cuda", dtypes, 256, 2**20, 2, 2, l2_array_bytes=l2, min_sample_s=0.0)
     assert set(r.compute) == set(dtypes) and all(m.best > 0 for m in r.compute.values())
-    assert r.metrics()["peak_dram_bytes_per_s"] > 0
+    assert r.metrics()["peak_dram_bytes_per_s"] > 0 and r.metrics()["peak_l2_bytes_per_s"] > 0
