@@ -16,7 +16,8 @@ with all threads torch uses. STREAM counts bytes this way and so do we: the writ
 of the destination that plain stores cause on CPUs is real traffic but is not counted, so the
 numbers compare with published STREAM results. `peak_dram_bytes_per_s` is the better of the two
 kernels' best samples; which one is recorded alongside. The same code on arrays that together fill
-half of the L2 (many calls per short sample) gives `peak_l2_bytes_per_s`.
+half of the L2 (many calls per short sample; run first) gives `peak_l2_bytes_per_s`, withheld when
+it comes out below the DRAM figure (disturbed samples).
 
 Time budget: run_peaks splits `time_budget_s` over its steps (plan()) by weight as it goes; a step
 stops sampling when its share is spent, after at least MIN_SAMPLES samples unless the whole budget
@@ -623,6 +624,18 @@ class PeaksResult:
     def l2_kernel(self) -> str | None:
         return _better(self.l2) if self.l2 else None
 
+    @property
+    def l2_withheld(self) -> str | None:
+        """Why peak_l2_bytes_per_s is not reported, or None. A cache ceiling below the DRAM one is
+        impossible (DRAM traffic passes through the L2): other processes disturbed every sample."""
+        if self.l2 and self.stream and self.l2[self.l2_kernel].best < self.stream[self.dram_kernel].best:
+            return (
+                f"the L2 figure ({format_rate(self.l2[self.l2_kernel].best, 'B/s')}) is below the DRAM figure "
+                f"({format_rate(self.stream[self.dram_kernel].best, 'B/s')}): other processes disturbed every "
+                "L2 sample; peak_l2_bytes_per_s not reported (rerun on a quieter machine)"
+            )
+        return None
+
     def measurements(self) -> dict[str, Measurement]:
         """Every measurement by a step-like label: gemm <dtype>, dram <kernel>, l2 <kernel>."""
         out = {f"gemm {d}": m for d, m in self.compute.items()}
@@ -643,7 +656,7 @@ class PeaksResult:
             for name, meas in stream.items():
                 m[f"peak_{level}_{name}_bytes_per_s"] = meas.best
                 m[f"peak_{level}_{name}_bytes_per_s_median"] = meas.median
-            if stream:
+            if stream and not (level == "l2" and self.l2_withheld):
                 best = stream[_better(stream)]
                 m[f"peak_{level}_bytes_per_s"] = best.best
                 m[f"peak_{level}_bytes_per_s_median"] = best.median
@@ -668,6 +681,7 @@ class PeaksResult:
             "cpu_probe_ratios": self.cpu_probe_ratios,
             "time_budget_s": self.time_budget_s,
             "budget_cuts": {k: {"taken": t, "asked": a} for k, (t, a) in self.budget_cuts().items()},
+            "l2_withheld": self.l2_withheld,
             "step_s": self.step_s,
             "metrics": self.metrics(),
         }
@@ -682,8 +696,12 @@ def format_rate(value: float, unit: str) -> str:
 
 
 def plan(dtypes: Sequence[str], l2: bool = True) -> list[str]:
-    """The steps run_peaks reports through `on_step`, in order (for a progress bar)."""
-    return [f"gemm {d}" for d in dtypes] + ["stream dram"] + (["stream l2"] if l2 else [])
+    """The steps run_peaks reports through `on_step`, in order (for a progress bar).
+
+    The L2 step comes first: it is short (well under a second) and its samples are the ones other
+    processes disturb most, so it must not be left with the one sample a spent budget allows.
+    """
+    return (["stream l2"] if l2 else []) + [f"gemm {d}" for d in dtypes] + ["stream dram"]
 
 
 def step_weight(step: str) -> float:
@@ -708,8 +726,8 @@ def run_peaks(
     min_sample_s: float = MIN_SAMPLE_S,
     on_step: Callable[[str, Measurement], None] | None = None,
 ) -> PeaksResult:
-    """Measure the GEMM ceiling of every dtype, then STREAM on DRAM-sized arrays, then (when
-    l2_array_bytes > 0) on L2-resident arrays, within `time_budget_s` (None or 0: no budget).
+    """Measure STREAM on L2-resident arrays (when l2_array_bytes > 0), the GEMM ceiling of every
+    dtype, then STREAM on DRAM-sized arrays, within `time_budget_s` (None or 0: no budget).
 
     `on_step(label, measurement)` is called after each step of plan(), in that order; for a STREAM
     step the measurement is the better kernel's.
@@ -733,6 +751,13 @@ def run_peaks(
         if on_step:
             on_step(label, meas)
 
+    if l2_array_bytes > 0:
+        started = clock()
+        result.l2 = measure_stream(
+            l2_array_bytes, bandwidth_repeats, device, deadline=budget.next_step(),
+            min_sample_s=min(min_sample_s, L2_MIN_SAMPLE_S), **timing,
+        )  # fmt: skip
+        done("stream l2", started, result.l2[result.l2_kernel])
     for dtype in dtypes:
         started = clock()
         result.compute[dtype] = measure_matmul(
@@ -744,13 +769,6 @@ def run_peaks(
         array_bytes, bandwidth_repeats, device, deadline=budget.next_step(), min_sample_s=min_sample_s, **timing
     )
     done("stream dram", started, result.stream[result.dram_kernel])
-    if l2_array_bytes > 0:
-        started = clock()
-        result.l2 = measure_stream(
-            l2_array_bytes, bandwidth_repeats, device, deadline=budget.next_step(),
-            min_sample_s=min(min_sample_s, L2_MIN_SAMPLE_S), **timing,
-        )  # fmt: skip
-        done("stream l2", started, result.l2[result.l2_kernel])
     result.wall_s = clock() - budget.start
     return result
 

@@ -286,7 +286,7 @@ def vendor_fields(vendor: VendorPeaks | None, result: core.PeaksResult) -> tuple
     }
     if result.stream:
         metrics["fraction_of_vendor_dram"] = result.stream[result.dram_kernel].best / vendor.dram_bytes_per_s
-    if result.l2 and vendor.l2_bytes_per_s is not None:
+    if result.l2 and not result.l2_withheld and vendor.l2_bytes_per_s is not None:
         metrics["fraction_of_vendor_l2"] = result.l2[result.l2_kernel].best / vendor.l2_bytes_per_s
     return params, tags, metrics
 
@@ -318,7 +318,9 @@ def summary_line(device: str, name: str, result: core.PeaksResult, vendor: Vendo
     if result.l2:
         best = result.l2[result.l2_kernel].best
         text = f"L2 {core.format_rate(best, 'B/s')} ({result.l2_kernel})"
-        if vendor and vendor.l2_bytes_per_s is not None:
+        if result.l2_withheld:
+            text += " (below DRAM: disturbed, not reported as peak_l2)"
+        elif vendor and vendor.l2_bytes_per_s is not None:
             text += f" ({best / vendor.l2_bytes_per_s:.0%} of datasheet)"
         parts.append(text)
     if not config.track:
@@ -474,6 +476,8 @@ def main(argv: list[str] | None = None) -> int:
         phases.lap("tracking")
         result = _measure(device, dtypes, n, array_bytes, l2_bytes, config, skipped, ratios)
         phases.lap("measure")
+        if result.l2_withheld:
+            print(f"warning: {result.l2_withheld}", file=sys.stderr)
         v_params, v_tags, v_metrics = vendor_fields(vendor, result)
         cuts = result.budget_cuts()
         s.log_params(v_params)
@@ -481,6 +485,7 @@ def main(argv: list[str] | None = None) -> int:
             **v_tags,
             "peak_dram_kernel": result.dram_kernel,
             **({"peak_l2_kernel": result.l2_kernel} if result.l2 else {}),
+            **({"peak_l2_withheld": result.l2_withheld} if result.l2_withheld else {}),
             "time_budget_cut": ", ".join(f"{k} {t}/{a}" for k, (t, a) in cuts.items()) or "none",
         })  # fmt: skip
         s.log_metrics({**result.metrics(), **v_metrics, **phases.setup_metrics()})
