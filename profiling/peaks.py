@@ -42,6 +42,8 @@ DEFAULT_MATRIX_SIZE = {"cpu": 4096, "cuda": 8192, "mps": 4096}
 DEFAULT_WARMUP_S = {"cpu": 0.0, "cuda": 0.25, "mps": 0.25}  # GPU clocks need a moment to ramp up
 MIN_SAMPLE_S = 0.05  # fast calls are batched so one timed sample lasts at least this long
 L2_MIN_SAMPLE_S = 0.002  # L2 samples are short: on a shared CPU a clean 2 ms window is common, a clean 50 ms one is not
+L2_WARMUP_S = 0.05  # L2 kernels warm up this long, so the fastest warmup call (the calibration) is likely undisturbed
+L2_REPEATS_FACTOR = 3  # L2 samples per kernel: 3 x bandwidth_repeats (short samples: more chances of a clean one)
 SAMPLE_CAP_FACTOR = 10  # a sample stops issuing calls after 10x its expected length (a descheduled thread)
 MIN_SAMPLES = 3  # the time budget never cuts a step below this many samples while any budget is left
 DEFAULT_TIME_BUDGET_S = 30.0  # measuring time of a default run; see docs/peaks.md for the whole command
@@ -397,8 +399,9 @@ def _sample_kernels(
 ) -> dict[str, Measurement]:
     """Warm up and calibrate each kernel, then take up to `repeats` rounds of one sample per kernel.
 
-    Warmup: one call, more until warmup_s has passed; the last warmup call's time says how many
-    calls make one sample of at least min_sample_s. Kernels alternate sample by sample (round i
+    Warmup: one call, more until warmup_s has passed; the fastest warmup call says how many calls
+    make one sample of at least min_sample_s (on a shared CPU a single call can be 1000x slower than
+    the rest; on a GPU the clocks ramp up during warmup). Kernels alternate sample by sample (round i
     samples every kernel once), so interference from other processes spreads over all of them.
     A round is not started when it would end (predicted from the previous round) after `deadline`
     once min(min_samples, repeats) rounds are done, nor after `budget_end` once one round is done.
@@ -414,7 +417,7 @@ def _sample_kernels(
         warm[name].append(_timed(fn, 1, sync, clock))
         while clock() - start < warmup_s:
             warm[name].append(_timed(fn, 1, sync, clock))
-        one = warm[name][-1]
+        one = min(warm[name])
         calls[name] = max(1, math.ceil(min_sample_s / one)) if one > 0 else 1
         cap_s[name] = SAMPLE_CAP_FACTOR * max(min_sample_s, one)
     samples: dict[str, list[float]] = {name: [] for name in kernels}
@@ -754,8 +757,8 @@ def run_peaks(
     if l2_array_bytes > 0:
         started = clock()
         result.l2 = measure_stream(
-            l2_array_bytes, bandwidth_repeats, device, deadline=budget.next_step(),
-            min_sample_s=min(min_sample_s, L2_MIN_SAMPLE_S), **timing,
+            l2_array_bytes, L2_REPEATS_FACTOR * bandwidth_repeats, device, deadline=budget.next_step(),
+            min_sample_s=min(min_sample_s, L2_MIN_SAMPLE_S), **{**timing, "warmup_s": max(warm, L2_WARMUP_S)},
         )  # fmt: skip
         done("stream l2", started, result.l2[result.l2_kernel])
     for dtype in dtypes:

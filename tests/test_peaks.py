@@ -202,6 +202,18 @@ def test_warmup_runs_until_warmup_s():
     assert dev.calls == 4 + 1  # warmup calls at t=0.25, 0.5, 0.75, 1.0; then one sample
 
 
+def test_calls_per_sample_come_from_the_fastest_warmup_call():
+    dev = FakeDevice(0.0)
+    durations = iter([0.5, 0.0625, 0.125] + [0.0625] * 100)  # the first call met a descheduled thread
+
+    def kernel():
+        dev.now += next(durations)
+
+    m = core._sample("k", "bytes", 1.0, kernel, 1, lambda: None, dev.clock, warmup_s=0.6, min_sample_s=0.25)
+    assert m.warmup_s == [0.5, 0.0625, 0.125]  # warmup calls until 0.6 s had passed
+    assert m.calls_per_sample == 4  # 0.25 s / 0.0625 s; the last call (0.125 s) would give 2, the first 1
+
+
 def test_best_and_median_of_uneven_samples():
     m = core.Measurement("copy", "bytes", 8.0, 2, [1.0, 4.0, 2.0])
     assert m.rates == [16.0, 4.0, 8.0]
@@ -363,6 +375,7 @@ def test_progress_reports_every_step_in_plan_order():
     r = core.run_peaks("cpu", ["fp32", "bf16"], 32, 4096 * 4, 2, 3, l2_array_bytes=4096, min_sample_s=0.0,
                        on_step=lambda label, meas: seen.append((label, meas)))  # fmt: skip
     assert [label for label, _ in seen] == core.plan(["fp32", "bf16"]) == ["stream l2", "gemm fp32", "gemm bf16", "stream dram"]
+    assert len(r.l2["copy"].samples_s) == core.L2_REPEATS_FACTOR * 3 and len(r.stream["copy"].samples_s) == 3
     assert seen[0][1] is r.l2[r.l2_kernel] and seen[1][1] is r.compute["fp32"] and seen[2][1] is r.compute["bf16"]
     assert seen[3][1] is r.stream[r.dram_kernel]
     assert r.l2["copy"].work == 2 * 4096 and r.stream["copy"].work == 2 * 4096 * 4
@@ -579,7 +592,7 @@ def test_tiny_measurement_logs_a_peaks_run(capsys, tracking):
     if l2:
         if not withheld:
             assert metrics["peak_l2_bytes_per_s"] == metrics[f"peak_l2_{tags['peak_l2_kernel']}_bytes_per_s"]
-        assert metrics["samples_l2_copy"] == metrics["samples_l2_triad"] == 3
+        assert metrics["samples_l2_copy"] == metrics["samples_l2_triad"] == 3 * core.L2_REPEATS_FACTOR
     # the budget is generous: every asked-for sample was taken, and the run says so
     assert tags["time_budget_cut"] == "none" and "within the 600 s time budget" in out[0]
     assert metrics["samples_gemm_fp32"] == 2 and metrics["samples_dram_copy"] == metrics["samples_dram_triad"] == 3
