@@ -15,8 +15,9 @@ reference a measured ceiling is compared with). Conventions, applied to every en
   Turing/Volta).
 
 `find(name)` matches names as `torch.cuda.get_device_name()` reports them and tolerates variants
-(case, the "NVIDIA"/"GeForce"/"Tesla" prefixes, "Laptop GPU", memory-size suffixes when they do
-not change the numbers, SXM2/SXM4/SXM5). Users add or override entries without editing code with a
+(case, the "NVIDIA"/"GeForce"/"Tesla" prefixes, "Laptop GPU", a memory size the entry lists or
+leaves out, a bare "SXM" for the entry's SXM generation); a different SXM generation or a memory
+size the entry does not list matches nothing. Users add or override entries without editing code with a
 JSON or YAML file named by `--peaks-file` or the environment variable ROOFLINE_PEAKS_FILE; the
 format is in docs/peaks.md. Which figures were cross-checked is listed there too.
 
@@ -57,6 +58,10 @@ class VendorPeaks:
     """peak DRAM (HBM/GDDR) bandwidth in byte/s."""
     source: str
     """datasheet URL(s) the numbers come from."""
+    l2_bytes_per_s: float | None = None
+    """optional peak L2 cache bandwidth in byte/s (hierarchical roofline); None: not known."""
+    l1_bytes_per_s: float | None = None
+    """optional peak L1 (shared memory/L1) bandwidth in byte/s, all SMs together; None: not known."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.device_name, str) or not self.device_name.strip():
@@ -70,6 +75,9 @@ class VendorPeaks:
             flops[dtype] = _positive(value, f"flops_per_s[{dtype}]")
         object.__setattr__(self, "flops_per_s", flops)
         object.__setattr__(self, "dram_bytes_per_s", _positive(self.dram_bytes_per_s, "dram_bytes_per_s"))
+        for name in ("l2_bytes_per_s", "l1_bytes_per_s"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, _positive(getattr(self, name), name))
         if not isinstance(self.source, str) or not self.source.strip():
             raise ValueError("source must name the datasheet (URL) the numbers come from")
         object.__setattr__(self, "device_name", self.device_name.strip())
@@ -226,7 +234,7 @@ _BUILTIN: tuple[_Entry, ...] = (
 # ------------------------------------------------------------------------------------- matching
 _DROP = {"nvidia", "geforce", "tesla", "gpu", "r", "tm", "corporation", "graphics"}
 _FORM = {
-    "sxm": "sxm", "sxm2": "sxm", "sxm3": "sxm", "sxm4": "sxm", "sxm5": "sxm",
+    "sxm": "sxm", "sxm2": "sxm2", "sxm3": "sxm3", "sxm4": "sxm4", "sxm5": "sxm5",  # generations differ (V100 SXM3)
     "pcie": "pcie", "pci": "pcie",
     "nvl": "nvl",
     "laptop": "laptop", "mobile": "laptop", "notebook": "laptop",
@@ -265,23 +273,50 @@ def _key(name: str) -> _Key:
     return _Key(frozenset(base), frozenset(form), frozenset(mem), mig)
 
 
+def _forms_agree(a: frozenset[str], b: frozenset[str]) -> bool:
+    """Same form factor; a bare "SXM" leaves the generation open and agrees with any one SXMn."""
+    if a == b:
+        return True
+    if len(a) == len(b) == 1:
+        (x,), (y,) = a, b
+        return (x == "sxm" and y.startswith("sxm")) or (y == "sxm" and x.startswith("sxm"))
+    return False
+
+
 def _compatible(query: _Key, name: _Key) -> bool:
     """Same model and form factor; memory size only has to agree when both names state one."""
-    if query.mig or name.mig or query.base != name.base or query.form != name.form:
+    if query.mig or name.mig or query.base != name.base or not _forms_agree(query.form, name.form):
         return False
     return not query.mem or not name.mem or query.mem == name.mem
 
 
+def _entry_compatible(query: _Key, entry: _Entry) -> bool:
+    """Some name of `entry` is compatible with the query, and the memory size and SXM generation the
+    query states are ones the entry states (when it states any). So an alias without them ("NVIDIA
+    H100 SXM") does not carry "NVIDIA H100 SXM5 94GB" or "... SXM3 ..." (other parts) to the entry."""
+    keys = [_key(n) for n in entry.names]
+    if not any(_compatible(query, k) for k in keys):
+        return False
+    stated_mem = {k.mem for k in keys if k.mem}
+    if query.mem and stated_mem and query.mem not in stated_mem:
+        return False
+    gens = {f for k in keys for f in k.form if f.startswith("sxm") and f != "sxm"}
+    query_gens = {f for f in query.form if f.startswith("sxm") and f != "sxm"}
+    return not query_gens or not gens or query_gens <= gens
+
+
 # ------------------------------------------------------------------------------------- overrides
-_ENTRY_FIELDS = {"device_name", "aliases", "flops_per_s", "dram_bytes_per_s", "source"}
+_ENTRY_FIELDS = {"device_name", "aliases", "flops_per_s", "dram_bytes_per_s", "source", "l2_bytes_per_s", "l1_bytes_per_s"}
+_OPTIONAL_FIELDS = ("l2_bytes_per_s", "l1_bytes_per_s")
 
 
 def load_overrides(path: str | os.PathLike) -> list[_Entry]:
     """Entries from a user file (JSON, or YAML for .yaml/.yml). Raises UsageError naming the problem.
 
     The file is `{"devices": [entry, ...]}` or a bare list of entries; an entry has `device_name`
-    and optionally `aliases`, `flops_per_s`, `dram_bytes_per_s`, `source`. Fields left out are taken
-    from the built-in entry the name matches; a new device needs all of them.
+    and optionally `aliases`, `flops_per_s`, `dram_bytes_per_s`, `source`, `l2_bytes_per_s`,
+    `l1_bytes_per_s`. Fields left out are taken from the built-in entry the name matches; a new
+    device needs the first four (the cache bandwidths stay optional).
     """
     p = Path(path).expanduser()
     if not p.is_file():
@@ -324,6 +359,8 @@ def load_overrides(path: str | os.PathLike) -> list[_Entry]:
         missing = [k for k, v in fields_.items() if v is None]
         if missing:
             raise UsageError(f"{where} ({name}): new device needs {', '.join(missing)}")
+        for key in _OPTIONAL_FIELDS:
+            fields_[key] = item.get(key, getattr(base.peaks, key) if base else None)
         try:
             peaks = VendorPeaks(**fields_)
         except ValueError as exc:
@@ -353,7 +390,7 @@ def _candidates(name: str, table: list[_Entry]) -> list[_Entry]:
     query = _key(name)
     if not query.base:
         return []
-    compatible = [e for e in table if any(_compatible(query, _key(n)) for n in e.names)]
+    compatible = [e for e in table if _entry_compatible(query, e)]
     if len(compatible) > 1:  # prefer entries whose memory size is stated and equal
         same_mem = [e for e in compatible if any(_key(n).mem == query.mem for n in e.names)]
         if len(same_mem) == 1:
@@ -417,13 +454,21 @@ def aliases(device_name: str, overrides: str | os.PathLike | None = None) -> tup
 
 # ------------------------------------------------------------------------------------- display
 def format_table(entries: Iterable[VendorPeaks]) -> str:
-    """A Markdown table in TFLOP/s and GB/s (display units; the data stay SI)."""
+    """A Markdown table in TFLOP/s and GB/s (display units; the data stay SI). L2/L1 columns appear
+    only when some entry has the figure."""
+    entries = list(entries)
+    levels = [lv for lv in ("l2", "l1") if any(getattr(p, f"{lv}_bytes_per_s") is not None for p in entries)]
     head = "| device | " + " | ".join(f"{d} TFLOP/s" for d in DTYPES) + " | DRAM GB/s |"
-    rule = "|" + "---|" * (len(DTYPES) + 2)
+    head += "".join(f" {lv.upper()} GB/s |" for lv in levels)
+    rule = "|" + "---|" * (len(DTYPES) + 2 + len(levels))
     rows = [head, rule]
     for p in entries:
         cells = [f"{p.flops_per_s[d] / 1e12:.4g}" if d in p.flops_per_s else "-" for d in DTYPES]
-        rows.append(f"| {p.device_name} | " + " | ".join(cells) + f" | {p.dram_bytes_per_s / 1e9:.4g} |")
+        cells.append(f"{p.dram_bytes_per_s / 1e9:.4g}")
+        for lv in levels:
+            v = getattr(p, f"{lv}_bytes_per_s")
+            cells.append(f"{v / 1e9:.4g}" if v is not None else "-")
+        rows.append(f"| {p.device_name} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
 

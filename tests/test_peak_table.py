@@ -55,6 +55,8 @@ def test_torch_names_resolve(torch_name, canonical):
         ("T4", "Tesla T4"),
         ("NVIDIA T4", "Tesla T4"),
         ("V100-SXM2-32GB", "Tesla V100-SXM2-16GB"),  # memory size that does not change the numbers
+        ("V100 SXM 32GB", "Tesla V100-SXM2-16GB"),  # a bare SXM: the generation the entry has
+        ("NVIDIA H100 SXM 80GB", "NVIDIA H100 80GB HBM3"),
         ("GeForce RTX 4090", "NVIDIA GeForce RTX 4090"),
         ("RTX 4090 24 GB", "NVIDIA GeForce RTX 4090"),
         ("RTX 4080 Laptop", "NVIDIA GeForce RTX 4080 Laptop GPU"),
@@ -75,6 +77,11 @@ def test_variants_resolve(variant, canonical):
         "NVIDIA A100 80GB",  # still SXM or PCIe
         "NVIDIA A100-SXM4-40GB MIG 1g.5gb",  # a MIG slice has a fraction of the peaks
         "NVIDIA L40",  # not L40S, not L4
+        "NVIDIA H100 SXM5 94GB",  # not the 80 GB part: the size-less alias "NVIDIA H100 SXM" must not carry it there
+        "H100 SXM 96GB",
+        "Tesla V100-SXM3-32GB",  # DGX-2's V100 (higher clocks): not the SXM2 entry
+        "NVIDIA A100-SXM3-80GB",  # an SXM generation the entry does not have
+        "NVIDIA A100 SXM",  # which memory size? (ambiguous)
         "Intel(R) Xeon(R) Processor",
         "",
     ],
@@ -92,9 +99,27 @@ def test_unknown_device_message_is_one_actionable_line():
     assert "--peaks-file" in msg and pt.PEAKS_FILE_ENV in msg  # how to add one
 
 
-def test_ambiguous_name_lists_the_candidates():
-    with pytest.raises(UsageError, match="NVIDIA A100-SXM4-80GB.*NVIDIA A100 80GB PCIe"):
+def test_unknown_model_variant_lists_close_devices():
+    with pytest.raises(UsageError, match="no vendor peaks for 'NVIDIA A100': close known devices: "
+                       "NVIDIA A100-SXM4-80GB.*NVIDIA A100 80GB PCIe"):  # fmt: skip
         lookup("NVIDIA A100")
+
+
+def test_ambiguous_name_lists_the_candidates():
+    with pytest.raises(UsageError) as err:
+        lookup("NVIDIA A100 SXM")  # SXM4 80GB or 40GB: same compute, different bandwidth
+    msg = str(err.value)
+    assert msg.startswith("no unique vendor peaks for 'NVIDIA A100 SXM': it matches NVIDIA A100-SXM4-80GB, NVIDIA A100-SXM4-40GB;")
+    assert "--peaks-file" in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize(
+    "name,close",
+    [("NVIDIA H100 SXM5 94GB", "NVIDIA H100 80GB HBM3"), ("Tesla V100-SXM3-32GB", "Tesla V100-SXM2-16GB")],
+)
+def test_other_variants_of_a_known_model_are_unknown_with_a_hint(name, close):
+    with pytest.raises(UsageError, match=f"no vendor peaks for '{name}': close known devices: {close}"):
+        lookup(name)
 
 
 def test_dense_not_sparse_figures():
@@ -143,6 +168,10 @@ def test_every_entry_is_complete_and_consistent():
         ({"dram_bytes_per_s": 0}, "dram_bytes_per_s"),
         ({"dram_bytes_per_s": True}, "dram_bytes_per_s"),
         ({"source": ""}, "source"),
+        ({"l2_bytes_per_s": 0}, "l2_bytes_per_s"),
+        ({"l2_bytes_per_s": "fast"}, "l2_bytes_per_s"),
+        ({"l1_bytes_per_s": float("inf")}, "l1_bytes_per_s"),
+        ({"l1_bytes_per_s": -2e12}, "l1_bytes_per_s"),
     ],
 )
 def test_vendor_peaks_validation_names_the_field(kwargs, field):
@@ -152,8 +181,37 @@ def test_vendor_peaks_validation_names_the_field(kwargs, field):
 
 
 def test_numbers_given_as_strings_are_converted():
-    p = VendorPeaks("X", {"bf16": "989.5e12"}, "3.35e12", "https://x")
-    assert p.flops_per_s == {"bf16": 989.5e12} and p.dram_bytes_per_s == 3.35e12
+    p = VendorPeaks("X", {"bf16": "989.5e12"}, "3.35e12", "https://x", l2_bytes_per_s="5.5e12")
+    assert p.flops_per_s == {"bf16": 989.5e12} and p.dram_bytes_per_s == 3.35e12 and p.l2_bytes_per_s == 5.5e12
+    assert p.l1_bytes_per_s is None
+
+
+def test_cache_bandwidths_are_optional_and_not_built_in():
+    assert all(e.l2_bytes_per_s is None and e.l1_bytes_per_s is None for e in pt.known_devices())
+
+
+def test_override_file_adds_cache_bandwidths_and_keeps_them(tmp_path):
+    path = _write(tmp_path, [
+        {"device_name": "NVIDIA L4", "l2_bytes_per_s": 2.0e12},  # the rest from the built-in entry
+        {"device_name": "My GPU", "flops_per_s": {"fp32": 1e13}, "dram_bytes_per_s": 5e11, "source": "https://x",
+         "l2_bytes_per_s": "3e12", "l1_bytes_per_s": 9e12},
+    ])  # fmt: skip
+    l4 = lookup("NVIDIA L4", overrides=path)
+    assert l4.l2_bytes_per_s == 2.0e12 and l4.l1_bytes_per_s is None and l4.dram_bytes_per_s == 300e9
+    mine = lookup("My GPU", overrides=path)
+    assert mine.l2_bytes_per_s == 3e12 and mine.l1_bytes_per_s == 9e12
+    table = pt.format_table([l4, mine])
+    assert table.splitlines()[0].endswith("| DRAM GB/s | L2 GB/s | L1 GB/s |")
+    assert "| NVIDIA L4 | - | 30.3 | 60 | 121 | 121 | 300 | 2000 | - |" in table
+    assert "| My GPU | - | 10 | - | - | - | 500 | 3000 | 9000 |" in table
+
+
+def test_analysis_reads_the_cache_bandwidths():
+    from analysis.join import roof_from_vendor
+
+    p = VendorPeaks("X", {"fp32": 1e13}, 5e11, "https://x", l2_bytes_per_s=3e12, l1_bytes_per_s=9e12)
+    roof = roof_from_vendor(p, "X")
+    assert roof.bytes_per_s == {"dram": 5e11, "l2": 3e12, "l1": 9e12}
 
 
 # ------------------------------------------------------------------------------ user overrides
@@ -224,6 +282,8 @@ def test_yaml_file_with_numbers_yaml_reads_as_strings(tmp_path):
         ([{"device_name": "Brand New GPU", "flops_per_s": {"fp32": 1e12}}], "new device needs dram_bytes_per_s, source"),
         ([{"device_name": "NVIDIA L4", "flops_per_s": {"fp32": -5}}], r"entry 1 \(NVIDIA L4\).*flops_per_s\[fp32\]"),
         ([{"flops_per_s": {"fp32": 1e12}}], "device_name is required"),
+        ([{"device_name": "NVIDIA L4", "l2_bytes_per_s": 0}], r"entry 1 \(NVIDIA L4\).*l2_bytes_per_s"),
+        ([{"device_name": "NVIDIA L4", "l2_bytes_per_sec": 1e12}], "unknown field.*l2_bytes_per_sec"),
     ],
 )
 def test_bad_override_file_is_a_one_line_usage_error(tmp_path, content, message):
