@@ -6,7 +6,7 @@ import sys
 
 from common import schema
 from common.cli import ArgumentParser
-from common.errors import BenchError, UsageError, cli_entry
+from common.errors import UsageError, cli_entry
 from train.config import TrainConfig, add_config_args, config_from_args
 
 
@@ -29,24 +29,18 @@ def build_parser() -> ArgumentParser:
 
 def run(cfg: TrainConfig, *, experiment: str | None = None, progress: bool = True,
         system_metrics: bool = True, parent=None, extra_params: dict | None = None,
-        extra_tags: dict | None = None, quiet: bool = False, record_preflight_failure: bool = False):
+        extra_tags: dict | None = None, quiet: bool = False):
     """Pre-flight, then one `train` run: returns (the closed RunSession, BenchResult).
 
-    Raises BenchError for bad input found before the run (nothing logged, unless
-    `record_preflight_failure`: then a FAILED run with the reason is logged first, as a sweep wants
-    for a configuration the device cannot run) and re-raises failures inside the run after it was
+    Raises BenchError for bad input found before the run (nothing logged: a sweep records such a
+    configuration as a FAILED child itself) and re-raises failures inside the run after it was
     ended FAILED with the reason.
     """
     from common.envinfo import environment_report, environment_tags
     from common.tracking import RunSession
     from train.bench import preflight, run_benchmark
 
-    try:
-        device = preflight(cfg)
-    except BenchError:
-        if record_preflight_failure:
-            _log_failed_config(cfg, experiment, parent, extra_params, extra_tags, quiet)
-        raise
+    device = preflight(cfg)
     session = RunSession("train", experiment=experiment, run_name=f"{cfg.run_name()}-{device.type}",
                          tags=environment_tags(str(device), cfg.env_label), parent=parent,
                          system_metrics=system_metrics, quiet=quiet)
@@ -88,26 +82,6 @@ def main(argv: list[str] | None = None) -> int:
 
         print(ui_hint(session.run_id, session.experiment_id))
     return 0
-
-
-def _log_failed_config(cfg, experiment, parent, extra_params, extra_tags, quiet) -> None:
-    """A FAILED train run for a config rejected before measuring; the pending BenchError is its reason."""
-    import socket
-    import sys as _sys
-
-    from common.tracking import RunSession
-
-    session = RunSession("train", experiment=experiment, run_name=cfg.run_name(), parent=parent, quiet=quiet,
-                         tags={schema.TAG_ENV_LABEL: cfg.env_label, schema.TAG_HOST: socket.gethostname(),
-                               schema.TAG_DEVICE_TYPE: cfg.device, schema.TAG_CONFIG_KEY: cfg.config_key(),
-                               **(extra_tags or {})})
-    exc = _sys.exc_info()[1]
-    try:
-        with session:
-            session.log_params({**cfg.params(), **(extra_params or {})})
-            raise exc
-    except BenchError:
-        pass
 
 
 def _ci_text(metrics: dict) -> str:

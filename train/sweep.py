@@ -456,7 +456,7 @@ def _run_child(run_train, cfg: TrainConfig, repeat: int, key: str, axes, spec: S
     try:
         session, result = run_train(cfg, experiment=experiment, progress=False, system_metrics=False, parent=parent,
                                     extra_params={PARAM_REPEAT: repeat}, extra_tags=extra_tags,
-                                    quiet=True, record_preflight_failure=True)
+                                    quiet=True)
     except Exception as exc:  # noqa: BLE001 - isolation is the point; KeyboardInterrupt still stops the sweep
         reason = one_line(exc)
         recorded = [c for c in parent.children[n_before:] if c.status == "FAILED"]
@@ -469,7 +469,8 @@ def _run_child(run_train, cfg: TrainConfig, repeat: int, key: str, axes, spec: S
 
 
 def _record_failed_child(cfg: TrainConfig, repeat: int, extra_tags: dict, experiment, parent, reason: str) -> str | None:
-    """A FAILED child for a failure that left no run behind (an unexpected error before the run opened)."""
+    """A FAILED child for a failure that left no run behind (a configuration rejected before its run
+    opened: fp16 on CPU, a missing device, ...)."""
     from common.tracking import RunSession
 
     session = RunSession("train", experiment=experiment, run_name=cfg.run_name(), parent=parent, quiet=True,
