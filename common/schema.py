@@ -55,23 +55,29 @@ def config_key(config: Mapping[str, Any]) -> str:
     missing = [f for f in CONFIG_KEY_FIELDS if f not in config]
     if missing:
         raise KeyError(f"config_key needs {', '.join(missing)}")
-    norm = {f: _normalize(config[f]) for f in CONFIG_KEY_FIELDS}
+    return stable_hash({f: config[f] for f in CONFIG_KEY_FIELDS})
+
+
+def stable_hash(values: Mapping[str, Any], lower_strings: bool = True) -> str:
+    """16-hex-digit hash of `values`, normalized so that "16" == 16 and "true" == True whatever the
+    source; strings are compared lower-case unless `lower_strings` is false (data paths)."""
+    norm = {k: _normalize(v, lower_strings) for k, v in values.items()}
     blob = json.dumps(norm, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _normalize(value: Any) -> Any:
+def _normalize(value: Any, lower_strings: bool = True) -> Any:
     if isinstance(value, bool):
         return value
     if isinstance(value, (int, float)):
         return int(value) if float(value).is_integer() else float(value)
-    text = str(value).strip().lower()
-    if text in ("true", "false"):
-        return text == "true"
+    text = str(value).strip()
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
     try:
         return _normalize(float(text))
     except ValueError:
-        return text
+        return text.lower() if lower_strings else text
 
 
 def check_key(name: str) -> str:

@@ -126,24 +126,8 @@ def sweep_key(cfg: TrainConfig) -> str:
     step (data source, device, seed, lr, iteration counts, workers); two configurations of one sweep
     can differ only there (`data: [synthetic, fake]`), so resume needs this finer key.
     """
-    values = {f.name: _normalize(getattr(cfg, f.name)) for f in fields(TrainConfig) if f.name != "env_label"}
-    blob = json.dumps(values, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def _normalize(value):
-    """The same value whether it came from a flag, a sweep file or a string ("16" == 16, "true" == True)."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, (int, float)):
-        return int(value) if float(value).is_integer() else float(value)
-    text = str(value).strip()
-    if text.lower() in ("true", "false"):
-        return text.lower() == "true"
-    try:
-        return _normalize(float(text))
-    except ValueError:
-        return text  # case kept: data paths are case-sensitive
+    values = {f.name: getattr(cfg, f.name) for f in fields(TrainConfig) if f.name != "env_label"}
+    return schema.stable_hash(values, lower_strings=False)  # case kept: data paths are case-sensitive
 
 
 def check_models(spec: SweepSpec) -> None:
