@@ -18,8 +18,8 @@ from analysis.roofline import Roof
 from common import schema
 
 GROUP_KEYS = ["env_label", "device_name", "config_key"]
-# the config params kept on a point (the fields of common.schema.CONFIG_KEY_FIELDS)
-CONFIG_PARAMS = ["model", "batch_size", "precision", "image_size", "channels_last", "compile", "optimizer", "num_classes"]
+# the config params kept on a point: the fields config_key hashes (one list, so a new key field reaches the join)
+CONFIG_PARAMS = list(schema.CONFIG_KEY_FIELDS)
 DEFAULT_NUM_CLASSES = 1000  # torchvision's ImageNet head; other values are named in labels
 TRAIN_METRICS = [
     "throughput_samples_per_s",
