@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from common.errors import BenchError
+from train.step import PHASES
 
 NA = math.nan  # what an `n/a` metric value becomes; see NcuReport.na
 
@@ -46,8 +47,8 @@ ID_COLUMNS = (
 DETAILS_COLUMNS = ("Metric Name", "Metric Unit", "Metric Value")
 RULE_COLUMNS = ("Rule Name", "Rule Type", "Rule Description", "Estimated Speedup Type", "Estimated Speedup")
 DEVICE_NAME_METRIC = "device__attribute_display_name"
-PHASE_NAMES = ("forward", "backward", "optimizer")
-"""The phase ranges `python -m train --profile-steps K` marks inside `train_step` (train.step.PHASES)."""
+PHASE_NAMES = tuple(p for p in PHASES if p != "train_step")
+"""The phase ranges `python -m train --profile-steps K` marks inside `train_step`."""
 
 # SI scale of unit prefixes (decimal, as ncu prints them: Kbyte = 1,000 byte).
 PREFIXES = {"": 1.0, "K": 1e3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
@@ -218,6 +219,13 @@ def classify_ncu_output(text: str, returncode: int | None = 0) -> str | None:
     return None
 
 
+def messages_reason(source: str, messages: Iterable[str]) -> str | None:
+    """For a file holding ncu's messages (a log saved from a run elsewhere) but no results: the
+    same one-line reason a failed capture gets, naming the file; None when they say nothing wrong."""
+    reason = classify_ncu_output("\n".join(messages), None)
+    return f"{source} holds ncu's messages but no counter table: {reason}" if reason else None
+
+
 # ------------------------------------------------------------------------------------ values
 @lru_cache(maxsize=512)
 def unit_scale(unit: str) -> tuple[float, str]:
@@ -368,9 +376,9 @@ def parse_ncu_csv(text: str, keep: Callable[[str], bool] | None = None, source: 
 def _no_results_reason(source: str, messages: list[str], table: list[str], candidates: int) -> str:
     """Why a table with an ncu header gave no kernels. Never the launch-skip hint: a real ncu run
     that profiles nothing prints no table at all ("No kernels were profiled", classified below)."""
-    reason = classify_ncu_output("\n".join(messages), None)
+    reason = messages_reason(source, messages)
     if reason:
-        return f"{source} holds ncu's messages but no counter table: {reason}"
+        return reason
     export = "export it again on the profiling machine (`ncu --import report.ncu-rep --csv --page raw`)"
     if candidates <= 0:
         return f"{source} has an ncu table header but no result rows (a truncated export?): {export}"
@@ -389,9 +397,9 @@ def _no_table_reason(text: str, source: str, messages: list[str]) -> str:
         )
     # ncu's console output or log without a table (e.g. saved from a failed run elsewhere): the
     # same one-line reasons as a failed capture
-    reason = classify_ncu_output("\n".join(messages), None)
+    reason = messages_reason(source, messages)
     if reason:
-        return f"{source} holds ncu's messages but no counter table: {reason}"
+        return reason
     return (
         f"{source} is not Nsight Compute CSV output (no header row starting with \"ID\"): export with "
         "`ncu --csv --page details` or `ncu --import report.ncu-rep --csv --page raw`, or pass the .ncu-rep"

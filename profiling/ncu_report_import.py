@@ -16,7 +16,7 @@ from typing import Callable
 
 from common.errors import BenchError, one_line
 from profiling.ncu_metrics import is_relevant
-from profiling.ncu_parse import DEVICE_NAME_METRIC, NcuKernel, NcuReport, classify_ncu_output, unit_scale
+from profiling.ncu_parse import DEVICE_NAME_METRIC, NcuKernel, NcuReport, messages_reason, unit_scale
 
 NCU_REP_SUFFIXES = (".ncu-rep", ".ncu-repz")
 
@@ -63,10 +63,9 @@ def empty_report_reason(name: str, head: bytes) -> str:
     """
     text = head.decode("utf-8", errors="strict") if _is_text(head) else ""
     if text:
-        messages = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("==")]
-        reason = classify_ncu_output("\n".join(messages), None)
+        reason = messages_reason(name, [ln.strip() for ln in text.splitlines() if ln.strip().startswith("==")])
         if reason:
-            return f"{name} holds ncu's messages but no counter table: {reason}"
+            return reason
     if head.startswith(REPORT_MAGIC):
         return (
             f"{name} starts like an Nsight Compute report but ncu_report reads no profiled kernel from it: the "
