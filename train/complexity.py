@@ -253,9 +253,7 @@ def measure(cfg: ComplexityConfig, device, progress: bool = True) -> ComplexityR
     else:
         mem, source = device_memory_bytes(device)
     result = ComplexityResult(cfg, str(device), envinfo.device_name(str(device)), mem, source, [])
-    n_checked = 0 if not cfg.rss_check_on(device) else 1 if cfg.validate_rss == "auto" else len(cfg.models)
-    steps = len(cfg.models) + n_checked * len(cfg.rss_batch_sizes)
-    bar = tqdm(total=steps, desc="complexity", unit="step", disable=not progress, leave=False)
+    bar = tqdm(total=len(cfg.models), desc="complexity", unit="step", disable=not progress, leave=False)
     try:
         for name in cfg.models:
             bar.set_description(f"complexity {name}")
@@ -270,6 +268,8 @@ def measure(cfg: ComplexityConfig, device, progress: bool = True) -> ComplexityR
                 raise _runtime_error(exc, name, cfg, device) from exc
             bar.update(1)
         result.rss_models = [c.model for c in cfg.rss_check_models(result.models, device)]
+        bar.total += len(result.rss_models) * len(cfg.rss_batch_sizes)  # known once the models are measured
+        bar.refresh()
         for c in (c for c in result.models if c.model in result.rss_models):
             sizes, notes = rss_batches(c, cfg.rss_batch_sizes)
             result.rss_notes += notes
