@@ -25,6 +25,7 @@ run: setup
 
 test: setup
 	$(VENV)/bin/ruff check --select F,E9 --output-format concise .
+	$(VENV)/bin/ruff format --check .
 	$(PY) -m pytest -q
 
 ui: setup

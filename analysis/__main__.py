@@ -1,4 +1,5 @@
 """`python -m analysis --help`: see analysis/app.py and docs/analysis.md."""
+
 import sys
 
 from analysis.app import cli

@@ -3,6 +3,7 @@
 argparse -> AnalysisConfig -> fetch (analysis/fetch.py) -> build (analysis/core.py, pure) -> figures
 (analysis/plots.py) -> tables and report (analysis/report.py) -> artifacts of an `analysis` run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -91,39 +92,84 @@ def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
         prog="python -m analysis",
         description="Rooflines, tables and a report from train/profile/peaks runs on the MLflow tracking "
-                    "server (MLFLOW_TRACKING_URI, default sqlite:///mlflow.db).",
+        "server (MLFLOW_TRACKING_URI, default sqlite:///mlflow.db).",
     )
-    p.add_argument("--experiment", action="append", metavar="NAME",
-                   help="experiment name; repeat or comma-separate for several (default: all experiments)")
-    p.add_argument("--filter", default="", help="MLflow filter for train runs, e.g. \"params.model = 'resnet18'\"")
-    p.add_argument("--env-label", action="append", metavar="LABEL",
-                   help="only this environment; repeat or comma-separate (default: all)")
+    p.add_argument(
+        "--experiment",
+        action="append",
+        metavar="NAME",
+        help="experiment name; repeat or comma-separate for several (default: all experiments)",
+    )
+    p.add_argument(
+        "--filter",
+        default="",
+        help="MLflow filter for train runs, e.g. \"params.model = 'resnet18'\"",
+    )
+    p.add_argument(
+        "--env-label",
+        action="append",
+        metavar="LABEL",
+        help="only this environment; repeat or comma-separate (default: all)",
+    )
     p.add_argument("--out", default=AnalysisConfig.out, help="output folder (default: %(default)s)")
-    p.add_argument("--max-runs", type=whole, default=AnalysisConfig.max_runs, help="at most this many train runs")
-    p.add_argument("--peaks-file", default="", help="JSON/YAML vendor entries adding to / overriding the vendor table (format: docs/peaks.md; "
-                        "default $ROOFLINE_PEAKS_FILE)")
-    p.add_argument("--track", type=str_bool, nargs="?", const=True, default=True,
-                   help="log outputs as artifacts of an `analysis` run (true/false; default true)")
+    p.add_argument(
+        "--max-runs",
+        type=whole,
+        default=AnalysisConfig.max_runs,
+        help="at most this many train runs",
+    )
+    p.add_argument(
+        "--peaks-file",
+        default="",
+        help="JSON/YAML vendor entries adding to / overriding the vendor table (format: docs/peaks.md; "
+        "default $ROOFLINE_PEAKS_FILE)",
+    )
+    p.add_argument(
+        "--track",
+        type=str_bool,
+        nargs="?",
+        const=True,
+        default=True,
+        help="log outputs as artifacts of an `analysis` run (true/false; default true)",
+    )
     p.add_argument("--no-track", dest="track", action="store_false", help="same as --track false")
-    p.add_argument("--variability-config", default="", metavar="CONFIG_KEY",
-                   help="config_key for the step-time variability figure (default: the most widely run config)")
-    p.add_argument("--jobs", type=whole, default=0, help="processes drawing figures (default 0: up to 4 on Linux, 1 elsewhere)")
+    p.add_argument(
+        "--variability-config",
+        default="",
+        metavar="CONFIG_KEY",
+        help="config_key for the step-time variability figure (default: the most widely run config)",
+    )
+    p.add_argument(
+        "--jobs",
+        type=whole,
+        default=0,
+        help="processes drawing figures (default 0: up to 4 on Linux, 1 elsewhere)",
+    )
     return p
 
 
 def config_from_args(args: argparse.Namespace) -> AnalysisConfig:
     try:
         return AnalysisConfig(
-            experiments=_split(args.experiment), filter=args.filter or "", env_labels=_split(args.env_label),
-            out=args.out, max_runs=args.max_runs, peaks_file=args.peaks_file or "", track=args.track,
-            variability_config=args.variability_config or "", jobs=args.jobs,
+            experiments=_split(args.experiment),
+            filter=args.filter or "",
+            env_labels=_split(args.env_label),
+            out=args.out,
+            max_runs=args.max_runs,
+            peaks_file=args.peaks_file or "",
+            track=args.track,
+            variability_config=args.variability_config or "",
+            jobs=args.jobs,
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
 
 
-def run(cfg: AnalysisConfig, say: Callable[[str], None] = lambda _: None,
-        vendor_lookup: Callable | None | str = "auto") -> Result:
+def run(
+    cfg: AnalysisConfig,
+    say: Callable[[str], None] = lambda _: None,
+    vendor_lookup: Callable | None | str = "auto",
+) -> Result:
     """Fetch, join, draw and write. `vendor_lookup='auto'`: profiling.peak_table.find with
     --peaks-file passed through (tests inject a stub instead)."""
     t0 = time.perf_counter()
@@ -134,8 +180,10 @@ def run(cfg: AnalysisConfig, say: Callable[[str], None] = lambda _: None,
     runs, fetch_notes = fetch.fetch_runs(query, say)
     n_train = 0 if runs.empty else int((runs.get("tags.run_kind") == "train").sum())
     if n_train == 0:
-        raise UsageError(f"no train runs match ({query.describe()}) on {fetch.tracking_uri()}; "
-                         "check the names with `mlflow ui` or loosen --filter/--env-label")
+        raise UsageError(
+            f"no train runs match ({query.describe()}) on {fetch.tracking_uri()}; "
+            "check the names with `mlflow ui` or loosen --filter/--env-label"
+        )
     complexity, complexity_notes = fetch.fetch_complexity(query, say)
     fetch_notes += complexity_notes
     timings["fetch_s"] = time.perf_counter() - t0
@@ -144,8 +192,10 @@ def run(cfg: AnalysisConfig, say: Callable[[str], None] = lambda _: None,
     analysis = core.build(runs, vendor_lookup, complexity)
     analysis.notes[:0] = fetch_notes
     timings["join_s"] = time.perf_counter() - t
-    say(f"joined {analysis.counts['train']} train, {analysis.counts['profile']} profile, "
-        f"{analysis.counts['peaks']} peaks runs into {analysis.counts['points']} points")
+    say(
+        f"joined {analysis.counts['train']} train, {analysis.counts['profile']} profile, "
+        f"{analysis.counts['peaks']} peaks runs into {analysis.counts['points']} points"
+    )
 
     t = time.perf_counter()
     out_dir = Path(cfg.out)
@@ -161,12 +211,38 @@ def run(cfg: AnalysisConfig, say: Callable[[str], None] = lambda _: None,
     envs = sorted(analysis.roofs)
     jobs: list[tuple[str, str, str, tuple]] = []  # (section, title, plots function, args)
     if not analysis.speedups.empty:
-        jobs.append(("speedup", "fp16/bf16 speed-up over fp32", "speedup_vs_batch",
-                     (analysis.speedups, fig_dir / "speedup_vs_batch.png")))
-    jobs.append(("intensity", "Intensity vs batch size", "intensity_vs_batch", (pts, fig_dir / "intensity_vs_batch.png")))
-    jobs.append(("throughput", "Throughput vs batch size", "throughput_vs_batch", (pts, fig_dir / "throughput_vs_batch.png")))
-    jobs.append(("roofline", "Roofline, all environments", "roofline_combined",
-                 (pts, analysis.roofs, fig_dir / "roofline_all.png")))
+        jobs.append(
+            (
+                "speedup",
+                "fp16/bf16 speed-up over fp32",
+                "speedup_vs_batch",
+                (analysis.speedups, fig_dir / "speedup_vs_batch.png"),
+            )
+        )
+    jobs.append(
+        (
+            "intensity",
+            "Intensity vs batch size",
+            "intensity_vs_batch",
+            (pts, fig_dir / "intensity_vs_batch.png"),
+        )
+    )
+    jobs.append(
+        (
+            "throughput",
+            "Throughput vs batch size",
+            "throughput_vs_batch",
+            (pts, fig_dir / "throughput_vs_batch.png"),
+        )
+    )
+    jobs.append(
+        (
+            "roofline",
+            "Roofline, all environments",
+            "roofline_combined",
+            (pts, analysis.roofs, fig_dir / "roofline_all.png"),
+        )
+    )
     used_slugs: set[str] = set()
     for env, dev in envs:
         name = slug(env) if len(envs) == len({e for e, _ in envs}) else slug(f"{env}_{dev}")
@@ -174,13 +250,21 @@ def run(cfg: AnalysisConfig, say: Callable[[str], None] = lambda _: None,
             name += "_"
         used_slugs.add(name)
         sub = pts[(pts["env_label"] == env) & (pts["device_name"] == dev)]
-        jobs.append(("roofline", f"Roofline, {env} ({dev})", "roofline_env",
-                     (sub, env, dev, analysis.roofs[(env, dev)], fig_dir / f"roofline_{name}.png")))
+        jobs.append(
+            (
+                "roofline",
+                f"Roofline, {env} ({dev})",
+                "roofline_env",
+                (sub, env, dev, analysis.roofs[(env, dev)], fig_dir / f"roofline_{name}.png"),
+            )
+        )
 
     var_title = ""
     key = core.variability_config(analysis, cfg.variability_config or None)
     if cfg.variability_config and key is None:
-        analysis.notes.append(f"--variability-config {cfg.variability_config}: no train run has that config_key")
+        analysis.notes.append(
+            f"--variability-config {cfg.variability_config}: no train run has that config_key"
+        )
     if key:
         vr = core.variability_runs(analysis, key)
         t_series = time.perf_counter()
@@ -188,18 +272,37 @@ def run(cfg: AnalysisConfig, say: Callable[[str], None] = lambda _: None,
         timings["series_fetch_s"] = time.perf_counter() - t_series
         by_env: dict[tuple[str, str], list[float]] = {}
         for r in vr.to_dict("records"):
-            by_env.setdefault((r["env_label"], r["device_name"]), []).extend(series.get(r["run_id"], []))
+            by_env.setdefault((r["env_label"], r["device_name"]), []).extend(
+                series.get(r["run_id"], [])
+            )
         empty = [e for e, v in by_env.items() if not v]
         if empty:
-            analysis.notes.append(f"no step_time_s series logged for config {key} in {', '.join(e for e, _ in empty)}")
+            analysis.notes.append(
+                f"no step_time_s series logged for config {key} in {', '.join(e for e, _ in empty)}"
+            )
         label = next(iter(pts.loc[pts["config_key"] == key, "label"]), key)
-        var_title = (f"Config `{label}` (config_key {key}), the config run in the most environments; "
-                     f"per-step times of up to 5 latest runs per environment.")
-        jobs.append(("variability", f"Step-time variability: {label}", "step_time_variability",
-                     (by_env, f"Step-time variability across environments: {label}", fig_dir / "step_time_variability.png")))
+        var_title = (
+            f"Config `{label}` (config_key {key}), the config run in the most environments; "
+            f"per-step times of up to 5 latest runs per environment."
+        )
+        jobs.append(
+            (
+                "variability",
+                f"Step-time variability: {label}",
+                "step_time_variability",
+                (
+                    by_env,
+                    f"Step-time variability across environments: {label}",
+                    fig_dir / "step_time_variability.png",
+                ),
+            )
+        )
 
     n_jobs = cfg.jobs or default_jobs()
-    say(f"drawing {len(jobs)} figures for {len(envs)} environment(s)" + (f" in {n_jobs} processes" if n_jobs > 1 else ""))
+    say(
+        f"drawing {len(jobs)} figures for {len(envs)} environment(s)"
+        + (f" in {n_jobs} processes" if n_jobs > 1 else "")
+    )
     paths = render_figures([(fn, args) for _, _, fn, args in jobs], n_jobs)
     order = {"roofline": 0, "throughput": 1, "variability": 2, "intensity": 3, "speedup": 4}
     for (section, title, _, _), path in sorted(zip(jobs, paths), key=lambda jp: order[jp[0][0]]):
@@ -209,7 +312,9 @@ def run(cfg: AnalysisConfig, say: Callable[[str], None] = lambda _: None,
     t = time.perf_counter()
     files += report.write_tables(analysis, out_dir)
     generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    text = report.report_markdown(analysis, figures, fetch.tracking_uri(), query.describe(), generated, var_title)
+    text = report.report_markdown(
+        analysis, figures, fetch.tracking_uri(), query.describe(), generated, var_title
+    )
     report_path = out_dir / "report.md"
     report_path.write_text(text)
     files.append(report_path)
@@ -246,17 +351,26 @@ def _log(session, cfg: AnalysisConfig, result: Result) -> None:
         rel = path.relative_to(result.out_dir)
         session.log_file(str(Path("report") / rel), path)
     c = result.analysis.counts
-    session.log_metrics({
-        "n_train_runs": c["train"], "n_profile_runs": c["profile"], "n_peaks_runs": c["peaks"],
-        "n_failed_runs": c["failed"], "n_points": c["points"], "n_measured_points": c["measured_points"],
-        "n_modeled_points": c["modeled_points"], **{f"analysis_{k}": v for k, v in result.timings_s.items()},
-    })
+    session.log_metrics(
+        {
+            "n_train_runs": c["train"],
+            "n_profile_runs": c["profile"],
+            "n_peaks_runs": c["peaks"],
+            "n_failed_runs": c["failed"],
+            "n_points": c["points"],
+            "n_measured_points": c["measured_points"],
+            "n_modeled_points": c["modeled_points"],
+            **{f"analysis_{k}": v for k, v in result.timings_s.items()},
+        }
+    )
 
 
 def _raise_if_no_points(result: Result) -> None:
     if result.analysis.counts["points"] == 0:
-        raise BenchError(f"no FINISHED train runs among the matches ({result.analysis.counts['failed']} failed); "
-                         f"failures listed in {result.out_dir / 'report.md'}")
+        raise BenchError(
+            f"no FINISHED train runs among the matches ({result.analysis.counts['failed']} failed); "
+            f"failures listed in {result.out_dir / 'report.md'}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -269,12 +383,26 @@ def main(argv: list[str] | None = None) -> int:
     if cfg.track:
         from common.tracking import RunSession
 
-        tags = {schema.TAG_HOST: socket.gethostname(), schema.TAG_ENV_LABEL: schema.default_env_label()}
-        with RunSession("analysis", experiment=cfg.experiments[0] if cfg.experiments else None,
-                        run_name="analysis", tags=tags) as session:
-            session.log_params({"experiments": ",".join(cfg.experiments) or "all", "filter": cfg.filter[:500],
-                                "env_labels": ",".join(cfg.env_labels) or "all", "max_runs": cfg.max_runs,
-                                "peaks_file": cfg.peaks_file or "none", "out": cfg.out})
+        tags = {
+            schema.TAG_HOST: socket.gethostname(),
+            schema.TAG_ENV_LABEL: schema.default_env_label(),
+        }
+        with RunSession(
+            "analysis",
+            experiment=cfg.experiments[0] if cfg.experiments else None,
+            run_name="analysis",
+            tags=tags,
+        ) as session:
+            session.log_params(
+                {
+                    "experiments": ",".join(cfg.experiments) or "all",
+                    "filter": cfg.filter[:500],
+                    "env_labels": ",".join(cfg.env_labels) or "all",
+                    "max_runs": cfg.max_runs,
+                    "peaks_file": cfg.peaks_file or "none",
+                    "out": cfg.out,
+                }
+            )
             session.flush()
             result = run(cfg, say)
             _log(session, cfg, result)
@@ -288,10 +416,12 @@ def main(argv: list[str] | None = None) -> int:
         say(f"note: {note}")
     c = result.analysis.counts
     n_envs = len(result.analysis.roofs)
-    print(f"analysed {c['train']} train, {c['profile']} profile, {c['peaks']} peaks runs ({n_envs} environment(s)) -> "
-          f"{c['points']} points ({c['measured_points']} measured, {c['modeled_points']} modeled intensity), "
-          f"{c['failed']} failed run(s); report: {result.out_dir / 'report.md'} "
-          f"({result.timings_s['total_s']:.1f} s){where}")
+    print(
+        f"analysed {c['train']} train, {c['profile']} profile, {c['peaks']} peaks runs ({n_envs} environment(s)) -> "
+        f"{c['points']} points ({c['measured_points']} measured, {c['modeled_points']} modeled intensity), "
+        f"{c['failed']} failed run(s); report: {result.out_dir / 'report.md'} "
+        f"({result.timings_s['total_s']:.1f} s){where}"
+    )
     return 0
 
 

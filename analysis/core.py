@@ -3,6 +3,7 @@
 `build()` takes the runs (mlflow.search_runs layout, see analysis/join.py) and an injected vendor
 lookup, so tests can pass a stub and nothing here touches MLflow, files or plots.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -32,16 +33,26 @@ class Analysis:
     """rows of the latest complexity run's models.csv per environment (join.complexity_table)."""
 
 
-def build(runs: pd.DataFrame, vendor_lookup: join.VendorLookup | None = None,
-          complexity: list[dict] | None = None) -> Analysis:
+def build(
+    runs: pd.DataFrame,
+    vendor_lookup: join.VendorLookup | None = None,
+    complexity: list[dict] | None = None,
+) -> Analysis:
     """Join train, profile and peaks runs into roofline points; `complexity` are the models.csv
     tables of complexity runs (fetch.fetch_complexity). Never raises on missing data: what is
     missing ends up in `notes` and as empty cells."""
     notes: list[str] = []
     status = join.text(runs, "status")
     kind = join.text(runs, "tags.run_kind")
-    counts = {k: int(((kind == k) & (status == "FINISHED")).sum()) for k in ("train", "profile", "peaks")}
-    running = int((kind.isin(["train", "profile", "peaks"]) & ~status.isin(["FINISHED", "FAILED", "KILLED"])).sum())
+    counts = {
+        k: int(((kind == k) & (status == "FINISHED")).sum()) for k in ("train", "profile", "peaks")
+    }
+    running = int(
+        (
+            kind.isin(["train", "profile", "peaks"])
+            & ~status.isin(["FINISHED", "FAILED", "KILLED"])
+        ).sum()
+    )
     if running:
         notes.append(f"{running} run(s) not finished (RUNNING/SCHEDULED) ignored")
 
@@ -59,30 +70,46 @@ def build(runs: pd.DataFrame, vendor_lookup: join.VendorLookup | None = None,
 
     missing = points[points["intensity_source"] == "missing"]
     if len(missing):
-        notes.append(f"{len(missing)} point(s) have no intensity (no profile run and no modeled intensity): "
-                     f"not on the roofline, e.g. {', '.join(missing['label'].head(3))}")
-    fallback = points[points["precision"].isin(["fp16", "bf16"]) & (points["ceiling_dtype"] == "fp32")
-                      & points["peak_flops_per_s"].notna()]
+        notes.append(
+            f"{len(missing)} point(s) have no intensity (no profile run and no modeled intensity): "
+            f"not on the roofline, e.g. {', '.join(missing['label'].head(3))}"
+        )
+    fallback = points[
+        points["precision"].isin(["fp16", "bf16"])
+        & (points["ceiling_dtype"] == "fp32")
+        & points["peak_flops_per_s"].notna()
+    ]
     for (env, dev), g in fallback.groupby(["env_label", "device_name"]):
-        notes.append(f"{env}: no {'/'.join(sorted(set(g['precision'])))} ceiling for {dev}; "
-                     "those points are held against the fp32 ceiling")
+        notes.append(
+            f"{env}: no {'/'.join(sorted(set(g['precision'])))} ceiling for {dev}; "
+            "those points are held against the fp32 ceiling"
+        )
     above = points[points["efficiency"] > 1.0]
     if len(above):
-        notes.append(f"{len(above)} point(s) lie above their roof (efficiency > 100%), e.g. "
-                     f"{', '.join((above['env_label'] + ': ' + above['label']).head(3))}: the ceiling is too low for them "
-                     "(fp32 runs on TF32 tensor cores, a peaks run below the real peak) or the intensity is off "
-                     "(a modeled intensity counts no cache reuse)")
+        notes.append(
+            f"{len(above)} point(s) lie above their roof (efficiency > 100%), e.g. "
+            f"{', '.join((above['env_label'] + ': ' + above['label']).head(3))}: the ceiling is too low for them "
+            "(fp32 runs on TF32 tensor cores, a peaks run below the real peak) or the intensity is off "
+            "(a modeled intensity counts no cache reuse)"
+        )
     n_measured = int((points["intensity_source"] == "measured").sum())
-    counts.update(points=len(points), measured_points=n_measured,
-                  modeled_points=int((points["intensity_source"] == "modeled").sum()))
+    counts.update(
+        points=len(points),
+        measured_points=n_measured,
+        modeled_points=int((points["intensity_source"] == "modeled").sum()),
+    )
     speedups, speedup_notes = join.speedups(points)
     notes += speedup_notes
-    complexity_rows, complexity_notes = join.complexity_table(complexity or [], set(points["model"]))
+    complexity_rows, complexity_notes = join.complexity_table(
+        complexity or [], set(points["model"])
+    )
     notes += complexity_notes
     failed = join.failed_runs(runs, set(train["device_name"]) or None)
     counts["failed"] = len(failed)
     return Analysis(
-        points=points.sort_values(["env_label", "device_name", "model", "precision", "batch_size"]).reset_index(drop=True),
+        points=points.sort_values(
+            ["env_label", "device_name", "model", "precision", "batch_size"]
+        ).reset_index(drop=True),
         train=train,
         roofs=roofs,
         environments=join.environments(train),
@@ -106,7 +133,9 @@ def variability_config(analysis: Analysis, wanted: str | None = None) -> str | N
     if t.empty:
         return None
     stats = t.groupby("config_key").agg(envs=("env_label", "nunique"), runs=("run_id", "size"))
-    stats = stats.reset_index().sort_values(["envs", "runs", "config_key"], ascending=[False, False, True])
+    stats = stats.reset_index().sort_values(
+        ["envs", "runs", "config_key"], ascending=[False, False, True]
+    )
     return str(stats.iloc[0]["config_key"])
 
 

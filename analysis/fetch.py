@@ -4,6 +4,7 @@ Works the same against the embedded sqlite store and a remote `mlflow server`: e
 through `mlflow.search_runs` (which pages through the server's results, `max_results` at most)
 and `MlflowClient.get_metric_history`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -40,7 +41,7 @@ class Query:
         exps = ", ".join(self.experiments) if self.experiments else "all experiments"
         parts = [exps]
         if self.filter:
-            parts.append(f"filter \"{self.filter}\"")
+            parts.append(f'filter "{self.filter}"')
         if self.env_labels:
             parts.append(f"env label(s) {', '.join(self.env_labels)}")
         return "; ".join(parts)
@@ -61,7 +62,7 @@ def _search(experiment_ids: list[str] | None, filter_string: str, max_results: i
     except Exception as exc:  # noqa: BLE001 - connection errors, server-side rejections
         msg = one_line(exc)
         if getattr(exc, "error_code", "") == "INVALID_PARAMETER_VALUE":
-            raise UsageError(f"MLflow rejected the search \"{filter_string}\": {msg}") from exc
+            raise UsageError(f'MLflow rejected the search "{filter_string}": {msg}') from exc
         raise BenchError(f"cannot search runs on {mlflow.get_tracking_uri()}: {msg}") from exc
 
 
@@ -75,7 +76,7 @@ def check_filter(filter_string: str) -> None:
     try:
         SearchUtils.parse_search_filter(filter_string)
     except MlflowException as exc:
-        raise UsageError(f"MLflow rejected the filter \"{filter_string}\": {exc.message}") from exc
+        raise UsageError(f'MLflow rejected the filter "{filter_string}": {exc.message}') from exc
 
 
 def experiment_ids(names: list[str]) -> list[str] | None:
@@ -94,12 +95,16 @@ def experiment_ids(names: list[str]) -> list[str] | None:
     except Exception as exc:  # noqa: BLE001 - unreachable server, bad URI
         raise BenchError(f"cannot read experiments from {tracking_uri()}: {one_line(exc)}") from exc
     if missing:
-        raise UsageError(f"no experiment named {', '.join(map(repr, missing))} on this tracking server; "
-                         f"existing: {', '.join(known) or 'none'}")
+        raise UsageError(
+            f"no experiment named {', '.join(map(repr, missing))} on this tracking server; "
+            f"existing: {', '.join(known) or 'none'}"
+        )
     return ids
 
 
-def fetch_runs(query: Query, say: Callable[[str], None] = lambda _: None) -> tuple[pd.DataFrame, list[str]]:
+def fetch_runs(
+    query: Query, say: Callable[[str], None] = lambda _: None
+) -> tuple[pd.DataFrame, list[str]]:
     """All train runs matching `query` (any status) plus the profile and peaks runs of the same
     experiments (not filtered: they join by config_key and device), each search capped at
     `query.max_runs` (a note when a cap is hit). Returns (runs, notes)."""
@@ -112,20 +117,28 @@ def fetch_runs(query: Query, say: Callable[[str], None] = lambda _: None) -> tup
     frames = []
     remaining = query.max_runs
     for label in labels:
-        clauses = base + ([f"tags.{schema.TAG_ENV_LABEL} = {schema.filter_literal(label, 'env label')}"] if label else [])
+        clauses = base + (
+            [f"tags.{schema.TAG_ENV_LABEL} = {schema.filter_literal(label, 'env label')}"]
+            if label
+            else []
+        )
         df = _search(ids, " AND ".join(clauses), remaining)
         say(f"fetched {len(df)} train run(s)" + (f" for env {label}" if label else ""))
         frames.append(df)
         remaining -= len(df)
         if remaining <= 0:
-            notes.append(f"stopped at --max-runs {query.max_runs} train runs (latest first); raise it to see older runs")
+            notes.append(
+                f"stopped at --max-runs {query.max_runs} train runs (latest first); raise it to see older runs"
+            )
             break
     for other in ("profile", "peaks"):
         df = _search(ids, f"{kind} = '{other}'", query.max_runs)
         say(f"fetched {len(df)} {other} run(s)")
         if len(df) >= query.max_runs:
-            notes.append(f"stopped at --max-runs {query.max_runs} {other} runs (latest first): older {other} runs "
-                         "were not read; raise --max-runs to use them")
+            notes.append(
+                f"stopped at --max-runs {query.max_runs} {other} runs (latest first): older {other} runs "
+                "were not read; raise --max-runs to use them"
+            )
         frames.append(df)
     frames = [f for f in frames if not f.empty]
     runs = pd.concat(frames, ignore_index=True, sort=False) if frames else pd.DataFrame()
@@ -134,10 +147,14 @@ def fetch_runs(query: Query, say: Callable[[str], None] = lambda _: None) -> tup
     return runs, notes
 
 
-COMPLEXITY_CSV = "complexity/models.csv"  # the stable per-model table of a `complexity` run (docs/complexity.md)
+COMPLEXITY_CSV = (
+    "complexity/models.csv"  # the stable per-model table of a `complexity` run (docs/complexity.md)
+)
 
 
-def fetch_complexity(query: Query, say: Callable[[str], None] = lambda _: None) -> tuple[list[dict], list[str]]:
+def fetch_complexity(
+    query: Query, say: Callable[[str], None] = lambda _: None
+) -> tuple[list[dict], list[str]]:
     """The `complexity/models.csv` artifact of the latest FINISHED `complexity` run per env_label in
     the query's experiments (and env labels). One search, usually empty; a download per environment
     that has such a run. Returns ([{run_id, env_label, device_name, device_memory_source, csv}], notes)."""
@@ -159,11 +176,20 @@ def fetch_complexity(query: Query, say: Callable[[str], None] = lambda _: None) 
         try:
             text = _download_text(r["run_id"], COMPLEXITY_CSV)
         except Exception as exc:  # noqa: BLE001 - missing artifact, server-side error
-            notes.append(f"complexity run {r['run_id'][:8]} ({r[env_col] or 'no env_label'}) has no readable "
-                         f"{COMPLEXITY_CSV} ({one_line(exc)[:160]}): not in the report")
+            notes.append(
+                f"complexity run {r['run_id'][:8]} ({r[env_col] or 'no env_label'}) has no readable "
+                f"{COMPLEXITY_CSV} ({one_line(exc)[:160]}): not in the report"
+            )
             continue
-        out.append({"run_id": r["run_id"], "env_label": r[env_col], "device_name": r[dev_col],
-                    "device_memory_source": r["params.device_memory_source"], "csv": text})
+        out.append(
+            {
+                "run_id": r["run_id"],
+                "env_label": r[env_col],
+                "device_name": r[dev_col],
+                "device_memory_source": r["params.device_memory_source"],
+                "csv": text,
+            }
+        )
     say(f"fetched {len(out)} complexity table(s)")
     return out, notes
 
@@ -180,7 +206,9 @@ def _download_text(run_id: str, path: str) -> str:
     os.environ[bar] = "false"
     try:
         with tempfile.TemporaryDirectory(prefix="analysis-") as tmp:
-            local = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=path, dst_path=tmp)
+            local = mlflow.artifacts.download_artifacts(
+                run_id=run_id, artifact_path=path, dst_path=tmp
+            )
             with open(local, encoding="utf-8") as fh:
                 return fh.read()
     finally:

@@ -1,4 +1,5 @@
 """Display formatting (rounding happens only here, at the edge)."""
+
 from __future__ import annotations
 
 import math

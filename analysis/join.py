@@ -6,6 +6,7 @@ treated as missing values, so hand-made frames in tests need only the columns th
 
 Nothing here imports mlflow, reads files or plots.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Iterable
@@ -31,10 +32,23 @@ TRAIN_METRICS = [
     "achieved_flops_per_s",
     "modeled_intensity_flops_per_byte",
 ]
-ENV_TAGS = ["device_type", "host", "torch_version", "cuda_version", "cudnn_version", "driver_version",
-            "python_version", "os", "cpu_model"]
+ENV_TAGS = [
+    "device_type",
+    "host",
+    "torch_version",
+    "cuda_version",
+    "cudnn_version",
+    "driver_version",
+    "python_version",
+    "os",
+    "cpu_model",
+]
 # metrics a train run must carry to become a full roofline point
-REQUIRED_TRAIN_METRICS = ["throughput_samples_per_s", "achieved_flops_per_s", "modeled_intensity_flops_per_byte"]
+REQUIRED_TRAIN_METRICS = [
+    "throughput_samples_per_s",
+    "achieved_flops_per_s",
+    "modeled_intensity_flops_per_byte",
+]
 
 VendorLookup = Callable[[str], Any]
 
@@ -44,7 +58,9 @@ def col(df: pd.DataFrame, name: str, default: Any = np.nan) -> pd.Series:
     """Column `name` of `df`, or a column of `default` when MLflow returned none (no run logged it)."""
     if name in df.columns:
         return df[name]
-    return pd.Series([default] * len(df), index=df.index, dtype=object if isinstance(default, str) else float)
+    return pd.Series(
+        [default] * len(df), index=df.index, dtype=object if isinstance(default, str) else float
+    )
 
 
 def num(df: pd.DataFrame, name: str) -> pd.Series:
@@ -128,9 +144,11 @@ def train_notes(train: pd.DataFrame) -> list[str]:
             notes.append(f"{len(lack)} train run(s) lack metric {m} (e.g. {ex}): {what}")
     no_key = train[train["config_key"] == ""]
     if len(no_key):
-        notes.append(f"{len(no_key)} train run(s) have no config_key tag and incomplete config params: each is "
-                     "its own point (never averaged with another run), without a profile run or a speed-up "
-                     f"(e.g. {', '.join(short(r) for r in no_key['run_id'].head(3))})")
+        notes.append(
+            f"{len(no_key)} train run(s) have no config_key tag and incomplete config params: each is "
+            "its own point (never averaged with another run), without a profile run or a speed-up "
+            f"(e.g. {', '.join(short(r) for r in no_key['run_id'].head(3))})"
+        )
     return notes
 
 
@@ -143,39 +161,59 @@ def aggregate_repeats(train: pd.DataFrame) -> pd.DataFrame:
     train_flops_per_step / step_time_median_s (the logged achieved_flops_per_s, derived the same way
     when a run lacks it).
     """
-    cols = [*GROUP_KEYS, *[c for c in CONFIG_PARAMS if c not in GROUP_KEYS], "n_runs", "run_ids",
-            "throughput_mean_samples_per_s", "throughput_sd_samples_per_s", "throughput_sd_kind",
-            "achieved_flops_per_s", "achieved_sd_flops_per_s", "step_time_median_s", "train_flops_per_step",
-            "modeled_intensity_flops_per_byte"]
+    cols = [
+        *GROUP_KEYS,
+        *[c for c in CONFIG_PARAMS if c not in GROUP_KEYS],
+        "n_runs",
+        "run_ids",
+        "throughput_mean_samples_per_s",
+        "throughput_sd_samples_per_s",
+        "throughput_sd_kind",
+        "achieved_flops_per_s",
+        "achieved_sd_flops_per_s",
+        "step_time_median_s",
+        "train_flops_per_step",
+        "modeled_intensity_flops_per_byte",
+    ]
     if train.empty:
         return pd.DataFrame(columns=cols)
     t = train.sort_values("start_time", kind="stable").copy()
     derived = t["train_flops_per_step"] / t["step_time_median_s"]
-    t["achieved_flops_per_s"] = t["achieved_flops_per_s"].where(t["achieved_flops_per_s"].notna(), derived)
+    t["achieved_flops_per_s"] = t["achieved_flops_per_s"].where(
+        t["achieved_flops_per_s"].notna(), derived
+    )
     # the within-run SD counts only for the run that has a throughput (used when it is the only one)
     t["_within"] = t["throughput_std_samples_per_s"].where(t["throughput_samples_per_s"].notna())
     t["_group"] = t["config_key"].where(t["config_key"] != "", "~run " + t["run_id"])
     params = [c for c in CONFIG_PARAMS if c not in GROUP_KEYS]
-    agg = t.groupby(["env_label", "device_name", "_group"], sort=True).agg(
-        config_key=("config_key", "last"),
-        n_runs=("run_id", "size"),
-        run_ids=("run_id", list),
-        _n_thr=("throughput_samples_per_s", "count"),
-        throughput_mean_samples_per_s=("throughput_samples_per_s", "mean"),
-        _sd_across=("throughput_samples_per_s", "std"),
-        _within=("_within", "max"),
-        achieved_flops_per_s=("achieved_flops_per_s", "mean"),
-        achieved_sd_flops_per_s=("achieved_flops_per_s", "std"),
-        step_time_median_s=("step_time_median_s", "mean"),
-        train_flops_per_step=("train_flops_per_step", "mean"),
-        modeled_intensity_flops_per_byte=("modeled_intensity_flops_per_byte", "mean"),
-        **{p: (p, "last") for p in params},  # latest run's params (equal within a config_key)
-    ).reset_index()
+    agg = (
+        t.groupby(["env_label", "device_name", "_group"], sort=True)
+        .agg(
+            config_key=("config_key", "last"),
+            n_runs=("run_id", "size"),
+            run_ids=("run_id", list),
+            _n_thr=("throughput_samples_per_s", "count"),
+            throughput_mean_samples_per_s=("throughput_samples_per_s", "mean"),
+            _sd_across=("throughput_samples_per_s", "std"),
+            _within=("_within", "max"),
+            achieved_flops_per_s=("achieved_flops_per_s", "mean"),
+            achieved_sd_flops_per_s=("achieved_flops_per_s", "std"),
+            step_time_median_s=("step_time_median_s", "mean"),
+            train_flops_per_step=("train_flops_per_step", "mean"),
+            modeled_intensity_flops_per_byte=("modeled_intensity_flops_per_byte", "mean"),
+            **{p: (p, "last") for p in params},  # latest run's params (equal within a config_key)
+        )
+        .reset_index()
+    )
     across = agg["_n_thr"] >= 2
-    agg["throughput_sd_samples_per_s"] = np.where(across, agg["_sd_across"], agg["_within"]).astype(float)
+    agg["throughput_sd_samples_per_s"] = np.where(across, agg["_sd_across"], agg["_within"]).astype(
+        float
+    )
     agg["throughput_sd_kind"] = np.where(
-        across, "across " + agg["_n_thr"].astype(str) + " runs",
-        np.where((agg["_n_thr"] == 1) & agg["_within"].notna(), "within run", ""))
+        across,
+        "across " + agg["_n_thr"].astype(str) + " runs",
+        np.where((agg["_n_thr"] == 1) & agg["_within"].notna(), "within run", ""),
+    )
     return agg[cols]
 
 
@@ -186,8 +224,15 @@ def profile_intensities(runs: pd.DataFrame) -> pd.DataFrame:
     DRAM intensity = ncu_flops_total / ncu_dram_bytes (the logged ncu_intensity_dram_flops_per_byte
     when ncu_flops_total or ncu_dram_bytes is absent); L2 and L1 likewise where their bytes exist.
     """
-    cols = ["config_key", "device_name", "profile_run_id", "profile_env_label", "intensity_dram_flops_per_byte",
-            "intensity_l2_flops_per_byte", "intensity_l1_flops_per_byte"]
+    cols = [
+        "config_key",
+        "device_name",
+        "profile_run_id",
+        "profile_env_label",
+        "intensity_dram_flops_per_byte",
+        "intensity_l2_flops_per_byte",
+        "intensity_l1_flops_per_byte",
+    ]
     pr = of_kind(runs, "profile")
     if pr.empty:
         return pd.DataFrame(columns=cols)
@@ -199,16 +244,18 @@ def profile_intensities(runs: pd.DataFrame) -> pd.DataFrame:
 
     dram = ratio("metrics.ncu_dram_bytes")
     dram = dram.where(dram.notna(), num(pr, "metrics.ncu_intensity_dram_flops_per_byte"))
-    out = pd.DataFrame({
-        "config_key": _config_keys(pr),
-        "device_name": text(pr, f"tags.{schema.TAG_DEVICE_NAME}"),
-        "profile_run_id": text(pr, "run_id"),
-        "profile_env_label": text(pr, f"tags.{schema.TAG_ENV_LABEL}"),
-        "intensity_dram_flops_per_byte": dram,
-        "intensity_l2_flops_per_byte": ratio("metrics.ncu_l2_bytes"),
-        "intensity_l1_flops_per_byte": ratio("metrics.ncu_l1_bytes"),
-        "_start": _start(pr),
-    })
+    out = pd.DataFrame(
+        {
+            "config_key": _config_keys(pr),
+            "device_name": text(pr, f"tags.{schema.TAG_DEVICE_NAME}"),
+            "profile_run_id": text(pr, "run_id"),
+            "profile_env_label": text(pr, f"tags.{schema.TAG_ENV_LABEL}"),
+            "intensity_dram_flops_per_byte": dram,
+            "intensity_l2_flops_per_byte": ratio("metrics.ncu_l2_bytes"),
+            "intensity_l1_flops_per_byte": ratio("metrics.ncu_l1_bytes"),
+            "_start": _start(pr),
+        }
+    )
     out = out[(out["config_key"] != "") & out["intensity_dram_flops_per_byte"].gt(0)]
     out = out.sort_values("_start").groupby(["config_key", "device_name"], sort=False).tail(1)
     return out[cols].reset_index(drop=True)
@@ -224,26 +271,42 @@ def profile_notes(runs: pd.DataFrame) -> list[str]:
     unusable = pr[~(((flops > 0) & (dram > 0)) | (logged > 0))]
     notes = []
     if len(unusable):
-        notes.append(f"{len(unusable)} profile run(s) lack ncu_flops_total/ncu_dram_bytes (e.g. "
-                     f"{', '.join(short(r) for r in unusable['run_id'].head(3))}): their configs use the modeled intensity")
+        notes.append(
+            f"{len(unusable)} profile run(s) lack ncu_flops_total/ncu_dram_bytes (e.g. "
+            f"{', '.join(short(r) for r in unusable['run_id'].head(3))}): their configs use the modeled intensity"
+        )
     no_key = pr[_config_keys(pr) == ""]
     if len(no_key):
-        notes.append(f"{len(no_key)} profile run(s) have no config_key: not joined "
-                     f"(e.g. {', '.join(short(r) for r in no_key['run_id'].head(3))})")
+        notes.append(
+            f"{len(no_key)} profile run(s) have no config_key: not joined "
+            f"(e.g. {', '.join(short(r) for r in no_key['run_id'].head(3))})"
+        )
     return notes
 
 
 def attach_intensity(points: pd.DataFrame, profiles: pd.DataFrame) -> pd.DataFrame:
     """Add `intensity_flops_per_byte` and `intensity_source` (measured | modeled | missing)."""
     out = points.merge(profiles, on=["config_key", "device_name"], how="left")
-    for c in ("intensity_dram_flops_per_byte", "intensity_l2_flops_per_byte", "intensity_l1_flops_per_byte",
-              "modeled_intensity_flops_per_byte", "achieved_flops_per_s"):
-        out[c] = pd.to_numeric(out[c], errors="coerce").astype(float)  # an empty merge leaves object columns
+    for c in (
+        "intensity_dram_flops_per_byte",
+        "intensity_l2_flops_per_byte",
+        "intensity_l1_flops_per_byte",
+        "modeled_intensity_flops_per_byte",
+        "achieved_flops_per_s",
+    ):
+        out[c] = pd.to_numeric(out[c], errors="coerce").astype(
+            float
+        )  # an empty merge leaves object columns
     measured = out["intensity_dram_flops_per_byte"].notna()
     modeled = out["modeled_intensity_flops_per_byte"].gt(0)
-    out["intensity_flops_per_byte"] = np.where(measured, out["intensity_dram_flops_per_byte"],
-                                               np.where(modeled, out["modeled_intensity_flops_per_byte"], np.nan))
-    out["intensity_source"] = np.where(measured, "measured", np.where(modeled, "modeled", "missing"))
+    out["intensity_flops_per_byte"] = np.where(
+        measured,
+        out["intensity_dram_flops_per_byte"],
+        np.where(modeled, out["modeled_intensity_flops_per_byte"], np.nan),
+    )
+    out["intensity_source"] = np.where(
+        measured, "measured", np.where(modeled, "modeled", "missing")
+    )
     out["profile_run_id"] = out["profile_run_id"].fillna("")
     return out
 
@@ -265,7 +328,9 @@ def _roof_from_peaks_row(row: dict, device: str) -> Roof:
     return roof
 
 
-def measured_roofs(runs: pd.DataFrame) -> tuple[dict[tuple[str, str], Roof], dict[str, tuple[str, Roof]]]:
+def measured_roofs(
+    runs: pd.DataFrame,
+) -> tuple[dict[tuple[str, str], Roof], dict[str, tuple[str, Roof]]]:
     """Roofs from FINISHED peaks runs: the latest per (env_label, device_name), and the latest per
     device_name alone (with the env it came from) for environments that measured none."""
     pk = of_kind(runs, "peaks")
@@ -321,36 +386,57 @@ def choose_roofs(
         measured = by_env.get((env, dev))
         if measured is None and dev in by_dev:
             other_env, measured = by_dev[dev]
-            notes.append(f"{env}: no peaks run of its own; using the measured peaks of '{other_env}' (same device {dev})")
+            notes.append(
+                f"{env}: no peaks run of its own; using the measured peaks of '{other_env}' (same device {dev})"
+            )
         if dev not in vendor_cache:
-            vendor_cache[dev] = roof_from_vendor(vendor_lookup(dev), dev) if vendor_lookup is not None else None
+            vendor_cache[dev] = (
+                roof_from_vendor(vendor_lookup(dev), dev) if vendor_lookup is not None else None
+            )
         vendor = vendor_cache[dev]
         roof = measured.merged_over(vendor) if measured is not None else vendor
         if roof is None:
-            notes.append(f"no peaks for {dev} (env {env}): no peaks run and no vendor entry; efficiency and bound "
-                         "left empty (run `python -m profiling.peaks` there, or add the device with --peaks-file)")
+            notes.append(
+                f"no peaks for {dev} (env {env}): no peaks run and no vendor entry; efficiency and bound "
+                "left empty (run `python -m profiling.peaks` there, or add the device with --peaks-file)"
+            )
         out[(env, dev)] = {"measured": measured, "vendor": vendor, "roof": roof}
     return out, notes
 
 
-def evaluate(points: pd.DataFrame, roofs: dict[tuple[str, str], dict[str, Roof | None]]) -> pd.DataFrame:
+def evaluate(
+    points: pd.DataFrame, roofs: dict[tuple[str, str], dict[str, Roof | None]]
+) -> pd.DataFrame:
     """Add ceiling_dtype, peak, bandwidth, ridge, attainable, bound, efficiency, roof_source."""
     evals = []
     for p in points.to_dict("records"):
         roof = roofs.get((p["env_label"], p["device_name"]), {}).get("roof")
-        intens = {"dram": p.get("intensity_flops_per_byte"), "l2": p.get("intensity_l2_flops_per_byte"),
-                  "l1": p.get("intensity_l1_flops_per_byte")}
+        intens = {
+            "dram": p.get("intensity_flops_per_byte"),
+            "l2": p.get("intensity_l2_flops_per_byte"),
+            "l1": p.get("intensity_l1_flops_per_byte"),
+        }
         intens = {k: float(v) for k, v in intens.items() if v is not None and pd.notna(v)}
         ev = roofline.evaluate_point(p["precision"], p["achieved_flops_per_s"], intens, roof)
         evals.append(ev.__dict__)
-    ev_df = pd.DataFrame(evals, index=points.index,
-                         columns=list(roofline.PointEval.__dataclass_fields__))
+    ev_df = pd.DataFrame(
+        evals, index=points.index, columns=list(roofline.PointEval.__dataclass_fields__)
+    )
     return pd.concat([points, ev_df], axis=1)
 
 
 # ------------------------------------------------------------------------------- speed-ups
-SPEEDUP_KEYS = ["env_label", "device_name", "model", "batch_size", "image_size", "num_classes", "channels_last",
-                "compile", "optimizer"]
+SPEEDUP_KEYS = [
+    "env_label",
+    "device_name",
+    "model",
+    "batch_size",
+    "image_size",
+    "num_classes",
+    "channels_last",
+    "compile",
+    "optimizer",
+]
 
 
 def speedups(points: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
@@ -374,20 +460,31 @@ def speedups(points: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     notes = []
     left_out = points[candidates & ~known]
     if len(left_out):
-        missing = sorted({k for k in keys for v in left_out[k] if pd.isna(v) or str(v).strip() == ""})
-        examples = ", ".join(f"{r['env_label']}: {point_label(r)}" for r in left_out.head(3).to_dict("records"))
-        notes.append(f"{len(left_out)} point(s) left out of the fp16/bf16 speed-ups: their runs lack "
-                     f"{', '.join(missing)}, so no fp32 partner can be matched (e.g. "
-                     f"{examples})")
+        missing = sorted(
+            {k for k in keys for v in left_out[k] if pd.isna(v) or str(v).strip() == ""}
+        )
+        examples = ", ".join(
+            f"{r['env_label']}: {point_label(r)}" for r in left_out.head(3).to_dict("records")
+        )
+        notes.append(
+            f"{len(left_out)} point(s) left out of the fp16/bf16 speed-ups: their runs lack "
+            f"{', '.join(missing)}, so no fp32 partner can be matched (e.g. "
+            f"{examples})"
+        )
     ok = points[known]
-    base = ok[ok["precision"] == "fp32"][keys + ["throughput_mean_samples_per_s", "throughput_sd_samples_per_s"]]
+    base = ok[ok["precision"] == "fp32"][
+        keys + ["throughput_mean_samples_per_s", "throughput_sd_samples_per_s"]
+    ]
     half = ok[ok["precision"].isin(["fp16", "bf16"])]
     m = half.merge(base, on=keys, suffixes=("", "_fp32"))
     if m.empty:
         return empty, notes
     h, f = m["throughput_mean_samples_per_s"], m["throughput_mean_samples_per_s_fp32"]
     m["speedup"] = h / f
-    rel = np.sqrt((m["throughput_sd_samples_per_s"] / h) ** 2 + (m["throughput_sd_samples_per_s_fp32"] / f) ** 2)
+    rel = np.sqrt(
+        (m["throughput_sd_samples_per_s"] / h) ** 2
+        + (m["throughput_sd_samples_per_s_fp32"] / f) ** 2
+    )
     m["speedup_sd"] = m["speedup"] * rel
     m["label"] = [point_label(r) for r in m.to_dict("records")]
     return m[cols].sort_values(keys + ["precision"]).reset_index(drop=True), notes
@@ -395,9 +492,20 @@ def speedups(points: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
 
 # ------------------------------------------------------------------------------- model complexity
 # columns of complexity/models.csv (train/complexity.py MODEL_COLUMNS, docs/complexity.md) the report uses
-COMPLEXITY_COLUMNS = ["model", "image_size", "precision", "optimizer", "num_classes", "params", "fwd_flops_per_sample",
-                      "fwd_macs_per_sample", "train_flops_per_sample", "activation_bytes_per_sample",
-                      "device_memory_bytes", "max_batch_fit"]
+COMPLEXITY_COLUMNS = [
+    "model",
+    "image_size",
+    "precision",
+    "optimizer",
+    "num_classes",
+    "params",
+    "fwd_flops_per_sample",
+    "fwd_macs_per_sample",
+    "train_flops_per_sample",
+    "activation_bytes_per_sample",
+    "device_memory_bytes",
+    "max_batch_fit",
+]
 
 
 def complexity_table(entries: list[dict], models: Iterable[str]) -> tuple[pd.DataFrame, list[str]]:
@@ -412,12 +520,16 @@ def complexity_table(entries: list[dict], models: Iterable[str]) -> tuple[pd.Dat
         try:
             df = pd.read_csv(io.StringIO(e["csv"]))
         except (ValueError, pd.errors.ParserError) as exc:
-            notes.append(f"complexity run {short(e['run_id'])}: models.csv unreadable ({str(exc).splitlines()[0]}); "
-                         "not in the report")
+            notes.append(
+                f"complexity run {short(e['run_id'])}: models.csv unreadable ({str(exc).splitlines()[0]}); "
+                "not in the report"
+            )
             continue
         missing = [c for c in COMPLEXITY_COLUMNS if c not in df.columns]
         if missing:
-            notes.append(f"complexity run {short(e['run_id'])}: models.csv lacks {', '.join(missing)}; not in the report")
+            notes.append(
+                f"complexity run {short(e['run_id'])}: models.csv lacks {', '.join(missing)}; not in the report"
+            )
             continue
         for k in ("env_label", "device_name", "device_memory_source", "run_id"):
             df[k] = e.get(k, "") or ""
@@ -428,8 +540,10 @@ def complexity_table(entries: list[dict], models: Iterable[str]) -> tuple[pd.Dat
     wanted = set(models)
     mine = table[table["model"].isin(wanted)]
     if mine.empty:
-        notes.append("no complexity run measured the analysed models "
-                     f"({', '.join(sorted(wanted)) or 'none'}); the Model complexity section lists every model it has")
+        notes.append(
+            "no complexity run measured the analysed models "
+            f"({', '.join(sorted(wanted)) or 'none'}); the Model complexity section lists every model it has"
+        )
     else:
         table = mine
     return table.sort_values(["env_label", "model", "image_size"]).reset_index(drop=True), notes
@@ -442,7 +556,11 @@ def environments(train: pd.DataFrame) -> pd.DataFrame:
     if train.empty:
         return pd.DataFrame(columns=cols)
     t = train.sort_values("start_time")
-    last = t.groupby(["env_label", "device_name"], sort=True).tail(1).set_index(["env_label", "device_name"])
+    last = (
+        t.groupby(["env_label", "device_name"], sort=True)
+        .tail(1)
+        .set_index(["env_label", "device_name"])
+    )
     counts = t.groupby(["env_label", "device_name"]).size().rename("n_train_runs")
     out = last[ENV_TAGS].join(counts).reset_index()
     return out[cols].sort_values(["env_label", "device_name"]).reset_index(drop=True)
@@ -456,18 +574,22 @@ def failed_runs(runs: pd.DataFrame, devices: set[str] | None = None) -> pd.DataF
         return pd.DataFrame(columns=cols)
     kind = text(runs, f"tags.{schema.TAG_RUN_KIND}")
     status = text(runs, "status")
-    relevant = (kind == "train") | (kind.isin(["profile", "peaks"])
-                                    & (text(runs, f"tags.{schema.TAG_DEVICE_NAME}").isin(devices) if devices else True))
+    relevant = (kind == "train") | (
+        kind.isin(["profile", "peaks"])
+        & (text(runs, f"tags.{schema.TAG_DEVICE_NAME}").isin(devices) if devices else True)
+    )
     bad = runs[relevant & status.isin(["FAILED", "KILLED"])]
-    out = pd.DataFrame({
-        "run_id": text(bad, "run_id"),
-        "run_kind": text(bad, f"tags.{schema.TAG_RUN_KIND}"),
-        "status": text(bad, "status"),
-        "env_label": text(bad, f"tags.{schema.TAG_ENV_LABEL}"),
-        "device_name": text(bad, f"tags.{schema.TAG_DEVICE_NAME}"),
-        "run_name": text(bad, "tags.mlflow.runName"),
-        "error": text(bad, f"tags.{schema.TAG_ERROR}").replace("", "(no error tag)"),
-    })
+    out = pd.DataFrame(
+        {
+            "run_id": text(bad, "run_id"),
+            "run_kind": text(bad, f"tags.{schema.TAG_RUN_KIND}"),
+            "status": text(bad, "status"),
+            "env_label": text(bad, f"tags.{schema.TAG_ENV_LABEL}"),
+            "device_name": text(bad, f"tags.{schema.TAG_DEVICE_NAME}"),
+            "run_name": text(bad, "tags.mlflow.runName"),
+            "error": text(bad, f"tags.{schema.TAG_ERROR}").replace("", "(no error tag)"),
+        }
+    )
     return out[cols].reset_index(drop=True)
 
 

@@ -7,6 +7,7 @@ returns the path. Encodings used throughout:
   line style    = where each ceiling came from (Roof.sources): solid = measured peaks run,
                   dashed = vendor / peaks file; L2 and L1 slopes have their own dash pattern.
 """
+
 from __future__ import annotations
 
 import math
@@ -28,19 +29,45 @@ from analysis.roofline import LEVELS, Roof  # noqa: E402
 MAX_LABELS = 40  # point labels per roofline panel; beyond that the table carries them
 DPI = 110
 PRECISION_COLORS = {"fp32": "#1f77b4", "fp16": "#ff7f0e", "bf16": "#2ca02c"}
-DTYPE_COLORS = {"fp64": "#7f7f7f", "fp32": "#1f77b4", "tf32": "#9467bd", "fp16": "#ff7f0e", "bf16": "#2ca02c"}
+DTYPE_COLORS = {
+    "fp64": "#7f7f7f",
+    "fp32": "#1f77b4",
+    "tf32": "#9467bd",
+    "fp16": "#ff7f0e",
+    "bf16": "#2ca02c",
+}
 LEVEL_STYLE = {"dram": "-", "l2": (0, (4, 1, 1, 1)), "l1": (0, (1, 1))}
-SOURCE_MARKER = {"measured": dict(marker="o", fillstyle="full"), "modeled": dict(marker="^", fillstyle="none")}
+SOURCE_MARKER = {
+    "measured": dict(marker="o", fillstyle="full"),
+    "modeled": dict(marker="^", fillstyle="none"),
+}
 
 
-def _new(width: float = 9.0, height: float = 6.0, nrows: int = 1, ncols: int = 1, *, left: float = 1.0,
-         right: float = 0.25, bottom: float = 0.7, top: float = 0.6, wspace: float = 0.25, hspace: float = 0.45):
+def _new(
+    width: float = 9.0,
+    height: float = 6.0,
+    nrows: int = 1,
+    ncols: int = 1,
+    *,
+    left: float = 1.0,
+    right: float = 0.25,
+    bottom: float = 0.7,
+    top: float = 0.6,
+    wspace: float = 0.25,
+    hspace: float = 0.45,
+):
     """A figure with fixed margins in inches (a layout engine costs more than all the drawing)."""
     fig = Figure(figsize=(width, height))
     FigureCanvasAgg(fig)
     axes = fig.subplots(nrows, ncols, squeeze=False)
-    fig.subplots_adjust(left=left / width, right=1 - right / width, bottom=bottom / height, top=1 - top / height,
-                        wspace=wspace, hspace=hspace)
+    fig.subplots_adjust(
+        left=left / width,
+        right=1 - right / width,
+        bottom=bottom / height,
+        top=1 - top / height,
+        wspace=wspace,
+        hspace=hspace,
+    )
     return fig, axes
 
 
@@ -65,8 +92,16 @@ def _series_label(row: pd.Series) -> str:
 def _panels(n: int, width_each: float = 5.5, height_each: float = 4.0, right: float = 0.25):
     ncols = 1 if n == 1 else 2 if n <= 4 else 3
     nrows = math.ceil(n / ncols)
-    fig, axes = _new(width_each * ncols + right, height_each * nrows, nrows, ncols, left=0.9, right=right,
-                     top=0.75, bottom=0.65)
+    fig, axes = _new(
+        width_each * ncols + right,
+        height_each * nrows,
+        nrows,
+        ncols,
+        left=0.9,
+        right=right,
+        top=0.75,
+        bottom=0.65,
+    )
     flat = list(axes.flat)
     for ax in flat[n:]:
         ax.set_visible(False)
@@ -129,15 +164,26 @@ class _Labels:
         return (x0, y0, x0 + w, y0 + h)
 
     def _free(self, box) -> bool:
-        return not any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3] for b in self.boxes)
+        return not any(
+            box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3] for b in self.boxes
+        )
 
     def block(self, xs, ys, half_px: float = 4.0) -> None:
         """Mark the markers at data (xs, ys) as taken."""
         for px, py in self.ax.transData.transform(np.column_stack([xs, ys])):
             self.boxes.append((px - half_px, py - half_px, px + half_px, py + half_px))
 
-    def place(self, text: str, xy: tuple[float, float], offsets: list[tuple], *, ha: str = "left",
-              color: str = "black", fontsize: float = CEILING_FONT, always: bool = True) -> bool:
+    def place(
+        self,
+        text: str,
+        xy: tuple[float, float],
+        offsets: list[tuple],
+        *,
+        ha: str = "left",
+        color: str = "black",
+        fontsize: float = CEILING_FONT,
+        always: bool = True,
+    ) -> bool:
         """Put `text` at the first offset (dx, dy[, ha]) in points from `xy` that overlaps nothing
         placed yet; with `always`, at the first offset when none is free. Returns whether it was placed."""
         x, y = self.ax.transData.transform([xy])[0]
@@ -148,8 +194,16 @@ class _Labels:
             return False
         i = free[0] if free else 0
         self.boxes.append(boxes[i])
-        self.ax.annotate(text, xy=xy, xytext=cands[i][:2], textcoords="offset points", ha=cands[i][2], va="bottom",
-                         fontsize=fontsize, color=color)
+        self.ax.annotate(
+            text,
+            xy=xy,
+            xytext=cands[i][:2],
+            textcoords="offset points",
+            ha=cands[i][2],
+            va="bottom",
+            fontsize=fontsize,
+            color=color,
+        )
         return True
 
 
@@ -164,9 +218,22 @@ def _who(tag: str, kind: str) -> str:
     return kind if not tag else tag if kind in tag else f"{tag}; {kind}"
 
 
-def _draw_roof(ax, roof: Roof, x_lo: float, x_hi: float, *, dtypes: set[str] | None, ridge_dtypes: set[str],
-               color: str | None, tag: str, labels: _Labels | None, ridge_lines: bool = True, gid: str = "",
-               lw: float = 1.6, alpha: float = 0.85) -> None:
+def _draw_roof(
+    ax,
+    roof: Roof,
+    x_lo: float,
+    x_hi: float,
+    *,
+    dtypes: set[str] | None,
+    ridge_dtypes: set[str],
+    color: str | None,
+    tag: str,
+    labels: _Labels | None,
+    ridge_lines: bool = True,
+    gid: str = "",
+    lw: float = 1.6,
+    alpha: float = 0.85,
+) -> None:
     """Bandwidth slopes (one per memory level), compute ceilings of `dtypes` (all when None; equal
     ones with the same source merged: vendor fp16 = bf16) and, for `ridge_dtypes`, the ridge point.
 
@@ -174,7 +241,9 @@ def _draw_roof(ax, roof: Roof, x_lo: float, x_hi: float, *, dtypes: set[str] | N
     vendor); L2/L1 slopes have their own pattern. Lines carry a gid '<gid>flops:<dtypes>' (dtypes
     joined by '/' where merged), '<gid>bytes:<level>', '<gid>ridge:<dtype>' so tests can find them.
     """
-    peaks = {d: v for d, v in roof.flops_per_s.items() if v and v > 0 and (dtypes is None or d in dtypes)}
+    peaks = {
+        d: v for d, v in roof.flops_per_s.items() if v and v > 0 and (dtypes is None or d in dtypes)
+    }
     top = max(peaks.values()) if peaks else None
     for level in LEVELS:
         bw = roof.bytes_per_s.get(level)
@@ -184,11 +253,22 @@ def _draw_roof(ax, roof: Roof, x_lo: float, x_hi: float, *, dtypes: set[str] | N
         x_end = min(x_hi, y_hi / bw)
         key = f"bytes:{level}"
         ls = source_style(roof, key) if level == "dram" else LEVEL_STYLE[level]
-        ax.plot([x_lo, x_end], [bw * x_lo, bw * x_end], color=color or "black", ls=ls, lw=lw, alpha=alpha,
-                gid=f"{gid}{key}")
+        ax.plot(
+            [x_lo, x_end],
+            [bw * x_lo, bw * x_end],
+            color=color or "black",
+            ls=ls,
+            lw=lw,
+            alpha=alpha,
+            gid=f"{gid}{key}",
+        )
         if labels is not None:
-            labels.place(f"{level.upper()} {si(bw, 'B/s')} ({_who(tag, source_kind(roof, key))})", (x_lo, bw * x_lo),
-                         _SLOPE, color=color or "black")
+            labels.place(
+                f"{level.upper()} {si(bw, 'B/s')} ({_who(tag, source_kind(roof, key))})",
+                (x_lo, bw * x_lo),
+                _SLOPE,
+                color=color or "black",
+            )
     bw = roof.bytes_per_s.get("dram")
     groups: dict[tuple[float, str], list[str]] = {}
     for dtype, peak in peaks.items():
@@ -199,20 +279,36 @@ def _draw_roof(ax, roof: Roof, x_lo: float, x_hi: float, *, dtypes: set[str] | N
         c = color or DTYPE_COLORS.get(dts[0], "black")
         x_start = peak / bw if bw else x_lo
         ls = "-" if kind == "measured" else "--"
-        ax.plot([max(x_start, x_lo), x_hi], [peak, peak], color=c, ls=ls, lw=lw, alpha=alpha, gid=f"{gid}flops:{name}")
+        ax.plot(
+            [max(x_start, x_lo), x_hi],
+            [peak, peak],
+            color=c,
+            ls=ls,
+            lw=lw,
+            alpha=alpha,
+            gid=f"{gid}flops:{name}",
+        )
         ridge = peak / bw if bw else math.nan
         show_ridge = bool(bw) and bool(set(dts) & ridge_dtypes) and x_lo < ridge < x_hi
         if labels is not None:
-            text = f"{name} {si(peak, 'FLOP/s')}" + (f", ridge {ridge:.3g} FLOP/B" if show_ridge and not ridge_lines else "")
-            labels.place(f"{text} ({_who(tag, kind)})", (x_hi, peak), _ABOVE_RIGHT_END, ha="right", color=c)
+            text = f"{name} {si(peak, 'FLOP/s')}" + (
+                f", ridge {ridge:.3g} FLOP/B" if show_ridge and not ridge_lines else ""
+            )
+            labels.place(
+                f"{text} ({_who(tag, kind)})", (x_hi, peak), _ABOVE_RIGHT_END, ha="right", color=c
+            )
         if show_ridge and ridge_lines:
             ax.axvline(ridge, color=c, ls=":", lw=1.0, alpha=0.7, gid=f"{gid}ridge:{name}")
             if labels is not None:
-                labels.place(f"ridge {name}\n{ridge:.3g} FLOP/B", (ridge, peak), _RIDGE, color=c, fontsize=7)
+                labels.place(
+                    f"ridge {name}\n{ridge:.3g} FLOP/B", (ridge, peak), _RIDGE, color=c, fontsize=7
+                )
 
 
 def _x_range(points: pd.DataFrame, roofs: list[Roof], levels: bool = True) -> tuple[float, float]:
-    cols = ["intensity_flops_per_byte"] + (["intensity_l2_flops_per_byte", "intensity_l1_flops_per_byte"] if levels else [])
+    cols = ["intensity_flops_per_byte"] + (
+        ["intensity_l2_flops_per_byte", "intensity_l1_flops_per_byte"] if levels else []
+    )
     xs = [v for c in cols if c in points for v in points[c].dropna() if v > 0]
     for roof in roofs:
         bw = roof.bytes_per_s.get("dram")
@@ -234,21 +330,41 @@ def _draw_points(ax, pts: pd.DataFrame, colors: list[str], levels: bool) -> None
         for color, g in pts[pts[col].gt(0)].groupby("_color", sort=False):
             gap = np.full(len(g), np.nan)
             xs = np.column_stack([g["intensity_flops_per_byte"], g[col], gap]).ravel()
-            ys = np.column_stack([g["achieved_flops_per_s"], g["achieved_flops_per_s"], gap]).ravel()
+            ys = np.column_stack(
+                [g["achieved_flops_per_s"], g["achieved_flops_per_s"], gap]
+            ).ravel()
             ax.plot(xs, ys, color=color, lw=0.6, alpha=0.5)
-            ax.plot(g[col], g["achieved_flops_per_s"], marker=marker, ms=5, color=color, fillstyle="none", ls="none",
-                    gid=f"points:{level}")
+            ax.plot(
+                g[col],
+                g["achieved_flops_per_s"],
+                marker=marker,
+                ms=5,
+                color=color,
+                fillstyle="none",
+                ls="none",
+                gid=f"points:{level}",
+            )
     for (color, source), g in pts.groupby(["_color", "intensity_source"], sort=False):
         style = SOURCE_MARKER.get(source, SOURCE_MARKER["modeled"])
-        ax.plot(g["intensity_flops_per_byte"], g["achieved_flops_per_s"], ls="none", ms=7, color=color,
-                markeredgewidth=1.4, gid=f"points:{source}", **style)
+        ax.plot(
+            g["intensity_flops_per_byte"],
+            g["achieved_flops_per_s"],
+            ls="none",
+            ms=7,
+            color=color,
+            markeredgewidth=1.4,
+            gid=f"points:{source}",
+            **style,
+        )
 
 
 def _label_points(labels: _Labels, pts: pd.DataFrame) -> int:
     """Label points whose label would not overlap a label placed before (ceilings first). Returns
     the number labelled."""
     n = 0
-    for xi, yi, text in zip(pts["intensity_flops_per_byte"], pts["achieved_flops_per_s"], pts["label"]):
+    for xi, yi, text in zip(
+        pts["intensity_flops_per_byte"], pts["achieved_flops_per_s"], pts["label"]
+    ):
         if labels.place(text, (xi, yi), _POINT, color="#333333", fontsize=POINT_FONT, always=False):
             n += 1
             if n >= MAX_LABELS:
@@ -266,7 +382,9 @@ def _axes_roofline(ax, x_lo, x_hi, pts, roofs: list[Roof]) -> None:
         ys += [bw * x_lo for bw in r.bytes_per_s.values() if bw]
     ys = [y for y in ys if y > 0]
     if ys:
-        ax.set_ylim(10 ** math.floor(math.log10(min(ys) / 1.5)), 10 ** math.ceil(math.log10(max(ys) * 1.5)))
+        ax.set_ylim(
+            10 ** math.floor(math.log10(min(ys) / 1.5)), 10 ** math.ceil(math.log10(max(ys) * 1.5))
+        )
     ax.set_xlabel("arithmetic intensity (FLOP per DRAM byte)")
     ax.set_ylabel("achieved FLOP/s (training FLOPs / median step time)")
     _log_ticks(ax.yaxis, _flops_label)
@@ -276,29 +394,69 @@ def _axes_roofline(ax, x_lo, x_hi, pts, roofs: list[Roof]) -> None:
 
 def _legend_roofline(ax, pts, extra_handles, levels: bool, roofs: list[Roof] = ()) -> None:
     handles = [
-        Line2D([], [], ls="none", color="black", ms=7, label="intensity measured\n(Nsight Compute counters)", **SOURCE_MARKER["measured"]),
-        Line2D([], [], ls="none", color="black", ms=7, label="intensity modeled\n(byte model, no counters)", **SOURCE_MARKER["modeled"]),
+        Line2D(
+            [],
+            [],
+            ls="none",
+            color="black",
+            ms=7,
+            label="intensity measured\n(Nsight Compute counters)",
+            **SOURCE_MARKER["measured"],
+        ),
+        Line2D(
+            [],
+            [],
+            ls="none",
+            color="black",
+            ms=7,
+            label="intensity modeled\n(byte model, no counters)",
+            **SOURCE_MARKER["modeled"],
+        ),
         Line2D([], [], color="black", ls="-", label="ceiling: measured (peaks run)"),
         Line2D([], [], color="black", ls="--", label="ceiling: vendor / peaks file"),
     ]
     for level in ("l2", "l1"):
         if any(r.bytes_per_s.get(level) for r in roofs):
-            handles.append(Line2D([], [], color="black", ls=LEVEL_STYLE[level],
-                                  label=f"{level.upper()} bandwidth ceiling\n(source in its label)"))
+            handles.append(
+                Line2D(
+                    [],
+                    [],
+                    color="black",
+                    ls=LEVEL_STYLE[level],
+                    label=f"{level.upper()} bandwidth ceiling\n(source in its label)",
+                )
+            )
     for level, marker in (("l2", "s"), ("l1", "D")) if levels else ():
         c = f"intensity_{level}_flops_per_byte"
         if c in pts and pts[c].notna().any():
-            handles.append(Line2D([], [], marker=marker, ls="none", color="black", fillstyle="none",
-                                  label=f"same point at its {level.upper()}\nintensity (hierarchical)"))
-    ax.legend(handles=handles + extra_handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0),
-              borderaxespad=0, framealpha=0.9)
+            handles.append(
+                Line2D(
+                    [],
+                    [],
+                    marker=marker,
+                    ls="none",
+                    color="black",
+                    fillstyle="none",
+                    label=f"same point at its {level.upper()}\nintensity (hierarchical)",
+                )
+            )
+    ax.legend(
+        handles=handles + extra_handles,
+        fontsize=8,
+        loc="upper left",
+        bbox_to_anchor=(1.02, 1.0),
+        borderaxespad=0,
+        framealpha=0.9,
+    )
 
 
 def _plotted(points: pd.DataFrame) -> pd.DataFrame:
     return points[points["intensity_flops_per_byte"].gt(0) & points["achieved_flops_per_s"].gt(0)]
 
 
-def draw_roofline_env(points: pd.DataFrame, env: str, device: str, roofset: dict) -> tuple[Figure, int]:
+def draw_roofline_env(
+    points: pd.DataFrame, env: str, device: str, roofset: dict
+) -> tuple[Figure, int]:
     """The roofline of one environment (color = precision): the roof its efficiencies are computed
     against (`roofset['roof']`: measured ceilings, the vendor table filling the others) for the
     ceiling dtypes its points use plus every measured one, with the ridges of the dtypes in use; and,
@@ -315,37 +473,76 @@ def draw_roofline_env(points: pd.DataFrame, env: str, device: str, roofset: dict
     labels.block(pts["intensity_flops_per_byte"], pts["achieved_flops_per_s"])
     used = set(pts["ceiling_dtype"].dropna()) if "ceiling_dtype" in pts else set()
     if roof is not None:
-        shown = used | {d for d in roof.flops_per_s if source_kind(roof, f"flops:{d}") == "measured"}
+        shown = used | {
+            d for d in roof.flops_per_s if source_kind(roof, f"flops:{d}") == "measured"
+        }
         if not shown & set(roof.flops_per_s):
             shown = set(roof.flops_per_s)
-        _draw_roof(ax, roof, x_lo, x_hi, dtypes=shown, ridge_dtypes=used, color=None, tag="", labels=labels,
-                   gid="roof|")
+        _draw_roof(
+            ax,
+            roof,
+            x_lo,
+            x_hi,
+            dtypes=shown,
+            ridge_dtypes=used,
+            color=None,
+            tag="",
+            labels=labels,
+            gid="roof|",
+        )
         if measured is not None and vendor is not None:  # the vendor values a measured one replaced
             replaced = Roof(vendor.device_name, sources=vendor.sources)
-            replaced.flops_per_s = {d: v for d, v in vendor.flops_per_s.items()
-                                    if d in shown and source_kind(roof, f"flops:{d}") == "measured"}
+            replaced.flops_per_s = {
+                d: v
+                for d, v in vendor.flops_per_s.items()
+                if d in shown and source_kind(roof, f"flops:{d}") == "measured"
+            }
             if source_kind(roof, "bytes:dram") == "measured" and "dram" in vendor.bytes_per_s:
                 replaced.bytes_per_s = {"dram": vendor.bytes_per_s["dram"]}
             if not replaced.is_empty():
-                _draw_roof(ax, replaced, x_lo, x_hi, dtypes=None, ridge_dtypes=set(), color=None, tag="vendor, not used",
-                           labels=labels, gid="vendor|", lw=1.0, alpha=0.5)
+                _draw_roof(
+                    ax,
+                    replaced,
+                    x_lo,
+                    x_hi,
+                    dtypes=None,
+                    ridge_dtypes=set(),
+                    color=None,
+                    tag="vendor, not used",
+                    labels=labels,
+                    gid="vendor|",
+                    lw=1.0,
+                    alpha=0.5,
+                )
     _draw_points(ax, pts, [PRECISION_COLORS.get(p, "black") for p in pts["precision"]], levels=True)
-    if any(c in pts and pts[c].gt(0).any() for c in ("intensity_l2_flops_per_byte", "intensity_l1_flops_per_byte")):
-        ax.set_xlabel("arithmetic intensity (FLOP per DRAM byte; hollow squares/diamonds: per L2/L1 byte)")
+    if any(
+        c in pts and pts[c].gt(0).any()
+        for c in ("intensity_l2_flops_per_byte", "intensity_l1_flops_per_byte")
+    ):
+        ax.set_xlabel(
+            "arithmetic intensity (FLOP per DRAM byte; hollow squares/diamonds: per L2/L1 byte)"
+        )
     n_lab = _label_points(labels, pts)
-    extra = [Line2D([], [], ls="none", marker="o", color=c, label=p) for p, c in PRECISION_COLORS.items()
-             if (pts["precision"] == p).any()]
+    extra = [
+        Line2D([], [], ls="none", marker="o", color=c, label=p)
+        for p, c in PRECISION_COLORS.items()
+        if (pts["precision"] == p).any()
+    ]
     _legend_roofline(ax, pts, extra, levels=True, roofs=roofs)
     title = f"Roofline: {_env_title(env, device)}"
     if roof is None:
         title += f"\nno peaks for {device}: no ceilings drawn"
     if len(pts) > n_lab:
-        title += f"\n{n_lab} of {len(pts)} points labelled (the others overlap; all are in summary.csv)"
+        title += (
+            f"\n{n_lab} of {len(pts)} points labelled (the others overlap; all are in summary.csv)"
+        )
     ax.set_title(title, fontsize=11)
     return fig, len(pts)
 
 
-def roofline_env(points: pd.DataFrame, env: str, device: str, roofset: dict, path: Path) -> tuple[Path, int]:
+def roofline_env(
+    points: pd.DataFrame, env: str, device: str, roofset: dict, path: Path
+) -> tuple[Path, int]:
     fig, n = draw_roofline_env(points, env, device, roofset)
     return _save(fig, path), n
 
@@ -372,11 +569,30 @@ def draw_roofline_combined(points: pd.DataFrame, roofs: dict) -> tuple[Figure, i
         used = set(sub["ceiling_dtype"].dropna()) or {"fp32"}
         dram = {"dram": roof.dram_bytes_per_s} if math.isfinite(roof.dram_bytes_per_s) else {}
         only = Roof(roof.device_name, dict(roof.flops_per_s), dram, roof.sources)
-        _draw_roof(ax, only, x_lo, x_hi, dtypes=used, ridge_dtypes=used, color=colors[f"{env} | {dev}"], tag=env,
-                   labels=labels if len(envs) <= 6 else None, ridge_lines=False, gid=f"{env}|{dev}|")
-    _draw_points(ax, pts, [colors[f"{e} | {d}"] for e, d in zip(pts["env_label"], pts["device_name"])], levels=False)
+        _draw_roof(
+            ax,
+            only,
+            x_lo,
+            x_hi,
+            dtypes=used,
+            ridge_dtypes=used,
+            color=colors[f"{env} | {dev}"],
+            tag=env,
+            labels=labels if len(envs) <= 6 else None,
+            ridge_lines=False,
+            gid=f"{env}|{dev}|",
+        )
+    _draw_points(
+        ax,
+        pts,
+        [colors[f"{e} | {d}"] for e, d in zip(pts["env_label"], pts["device_name"])],
+        levels=False,
+    )
     n_lab = _label_points(labels, pts) if len(pts) <= 3 * MAX_LABELS else 0
-    extra = [Line2D([], [], color=colors[f"{e} | {d}"], marker="o", label=_env_title(e, d)) for e, d in envs]
+    extra = [
+        Line2D([], [], color=colors[f"{e} | {d}"], marker="o", label=_env_title(e, d))
+        for e, d in envs
+    ]
     _legend_roofline(ax, pts, extra, levels=False)
     title = "Roofline: all environments"
     if len(pts) > n_lab:
@@ -391,12 +607,23 @@ def roofline_combined(points: pd.DataFrame, roofs: dict, path: Path) -> tuple[Pa
 
 
 # ------------------------------------------------------------------------------- per-env panels
-def _per_env_lines(points: pd.DataFrame, y: str, yerr: str | None, path: Path, ylabel: str, title: str,
-                   logy: bool, marker_by_source: bool = False, hline: float | None = None) -> Path:
+def _per_env_lines(
+    points: pd.DataFrame,
+    y: str,
+    yerr: str | None,
+    path: Path,
+    ylabel: str,
+    title: str,
+    logy: bool,
+    marker_by_source: bool = False,
+    hline: float | None = None,
+) -> Path:
     """One panel per environment, one line per series (model/precision/options) in the same color in
     every panel, and one legend for the figure."""
     envs = sorted({(e, d) for e, d in zip(points["env_label"], points["device_name"])})
-    pts = points[points[y].notna() & pd.to_numeric(points["batch_size"], errors="coerce").gt(0)]  # no batch: no x
+    pts = points[
+        points[y].notna() & pd.to_numeric(points["batch_size"], errors="coerce").gt(0)
+    ]  # no batch: no x
     pts = pts.assign(series=[_series_label(r) for r in pts.to_dict("records")])
     names = sorted(set(pts["series"]))
     cmap = matplotlib.colormaps["tab10" if len(names) <= 10 else "tab20"]
@@ -411,18 +638,42 @@ def _per_env_lines(points: pd.DataFrame, y: str, yerr: str | None, path: Path, y
             color = color_of[series]
             if not marker_by_source:
                 err = g[yerr].fillna(0).to_numpy() if yerr else None
-                ax.errorbar(g["batch_size"], g[y], yerr=err, capsize=3, marker="o", ms=5, lw=1.4, color=color)
+                ax.errorbar(
+                    g["batch_size"],
+                    g[y],
+                    yerr=err,
+                    capsize=3,
+                    marker="o",
+                    ms=5,
+                    lw=1.4,
+                    color=color,
+                )
                 continue
             # one line per intensity source: a measured and a modeled value are never joined
             for source, gs in g.groupby("intensity_source", sort=True):
                 style = SOURCE_MARKER.get(source, SOURCE_MARKER["modeled"])
-                ax.plot(gs["batch_size"], gs[y], lw=1.4, ms=7, markeredgewidth=1.4, color=color,
-                        ls="-" if source == "measured" else "--", **style)
+                ax.plot(
+                    gs["batch_size"],
+                    gs[y],
+                    lw=1.4,
+                    ms=7,
+                    markeredgewidth=1.4,
+                    color=color,
+                    ls="-" if source == "measured" else "--",
+                    **style,
+                )
         if hline is not None:
             ax.axhline(hline, color="gray", lw=1, ls="--")
         batches = sorted(set(int(b) for b in sub["batch_size"].dropna()))
         if not batches:
-            ax.text(0.5, 0.5, "no run with a batch_size param", ha="center", va="center", transform=ax.transAxes)
+            ax.text(
+                0.5,
+                0.5,
+                "no run with a batch_size param",
+                ha="center",
+                va="center",
+                transform=ax.transAxes,
+            )
             ax.set_title(_env_title(env, dev), fontsize=10)
             continue
         ax.set_xscale("log", base=2)
@@ -436,34 +687,74 @@ def _per_env_lines(points: pd.DataFrame, y: str, yerr: str | None, path: Path, y
         ax.grid(True, alpha=0.3)
     handles = [Line2D([], [], color=color_of[n], marker="o", ms=5, label=n) for n in names]
     if marker_by_source:
-        handles += [Line2D([], [], ls="-", color="black", label="measured (ncu)", **SOURCE_MARKER["measured"]),
-                    Line2D([], [], ls="--", color="black", label="modeled (byte model)", **SOURCE_MARKER["modeled"])]
+        handles += [
+            Line2D(
+                [], [], ls="-", color="black", label="measured (ncu)", **SOURCE_MARKER["measured"]
+            ),
+            Line2D(
+                [],
+                [],
+                ls="--",
+                color="black",
+                label="modeled (byte model)",
+                **SOURCE_MARKER["modeled"],
+            ),
+        ]
     if handles:
         width, height = fig.get_size_inches()
-        fig.legend(handles=handles, fontsize=8, loc="upper left", frameon=False,
-                   bbox_to_anchor=(1 - (legend_in - 0.15) / width, 1 - 0.75 / height))
+        fig.legend(
+            handles=handles,
+            fontsize=8,
+            loc="upper left",
+            frameon=False,
+            bbox_to_anchor=(1 - (legend_in - 0.15) / width, 1 - 0.75 / height),
+        )
     fig.suptitle(title, fontsize=12)
     return _save(fig, path)
 
 
 def throughput_vs_batch(points: pd.DataFrame, path: Path) -> Path:
-    return _per_env_lines(points, "throughput_mean_samples_per_s", "throughput_sd_samples_per_s", path,
-                          "throughput (samples/s)", "Training throughput vs batch size (error bars: ±1 SD; "
-                          "across runs where repeated, else within the run)", logy=False)
+    return _per_env_lines(
+        points,
+        "throughput_mean_samples_per_s",
+        "throughput_sd_samples_per_s",
+        path,
+        "throughput (samples/s)",
+        "Training throughput vs batch size (error bars: ±1 SD; "
+        "across runs where repeated, else within the run)",
+        logy=False,
+    )
 
 
 def intensity_vs_batch(points: pd.DataFrame, path: Path) -> Path:
-    return _per_env_lines(points, "intensity_flops_per_byte", None, path, "arithmetic intensity (FLOP/byte)",
-                          "Arithmetic intensity vs batch size", logy=True, marker_by_source=True)
+    return _per_env_lines(
+        points,
+        "intensity_flops_per_byte",
+        None,
+        path,
+        "arithmetic intensity (FLOP/byte)",
+        "Arithmetic intensity vs batch size",
+        logy=True,
+        marker_by_source=True,
+    )
 
 
 def speedup_vs_batch(speedups: pd.DataFrame, path: Path) -> Path:
-    return _per_env_lines(speedups, "speedup", "speedup_sd", path, "speed-up over fp32 (samples/s ratio)",
-                          "fp16/bf16 autocast speed-up over fp32 (error bars: ±1 SD, propagated)",
-                          logy=False, hline=1.0)
+    return _per_env_lines(
+        speedups,
+        "speedup",
+        "speedup_sd",
+        path,
+        "speed-up over fp32 (samples/s ratio)",
+        "fp16/bf16 autocast speed-up over fp32 (error bars: ±1 SD, propagated)",
+        logy=False,
+        hline=1.0,
+    )
 
 
-def step_time_variability(series: dict[tuple[str, str], list[float]], title: str, path: Path) -> Path:
+def step_time_variability(
+    series: dict[tuple[str, str], list[float]], title: str, path: Path
+) -> Path:
     """Box plot of per-step times, one box per environment (all measured steps of the plotted runs)."""
     keys = [k for k in sorted(series) if series[k]]
     fig, axes = _new(max(6.0, 1.8 * len(keys) + 2), 5.5, left=0.9, bottom=1.0, top=0.5)
@@ -475,14 +766,23 @@ def step_time_variability(series: dict[tuple[str, str], list[float]], title: str
         for (env, dev), d in zip(keys, data):
             name = f"{env}\n{dev}" if dev and dev not in env else env
             cv = float(np.std(d, ddof=1) / np.mean(d)) if len(d) > 1 else float("nan")
-            names.append(f"{name}\nn={len(d)}, median {si(float(np.median(d)), 's')}"
-                         + (f"\nCV {100 * cv:.1f}%" if np.isfinite(cv) else ""))
+            names.append(
+                f"{name}\nn={len(d)}, median {si(float(np.median(d)), 's')}"
+                + (f"\nCV {100 * cv:.1f}%" if np.isfinite(cv) else "")
+            )
         ax.set_xticks(range(1, len(keys) + 1), names, fontsize=8)
         lo, hi = min(float(d.min()) for d in data), max(float(d.max()) for d in data)
         if lo > 0 and hi / lo > 20:  # environments orders of magnitude apart: log scale
             ax.set_yscale("log")
     else:
-        ax.text(0.5, 0.5, "no step_time_s series logged", ha="center", va="center", transform=ax.transAxes)
+        ax.text(
+            0.5,
+            0.5,
+            "no step_time_s series logged",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+        )
     ax.set_ylabel("step time (all measured steps)")
     ax.yaxis.set_major_formatter(EngFormatter(unit="s"))
     ax.yaxis.set_minor_formatter(NullFormatter())

@@ -3,6 +3,7 @@
 `summary_frame`, `summary_markdown` and `report_markdown` are pure (DataFrames in, text out);
 `write_outputs` is the edge that writes them.
 """
+
 from __future__ import annotations
 
 import math
@@ -15,19 +16,46 @@ from analysis.fmt import num, pct, si
 from analysis.roofline import Roof
 
 SUMMARY_COLUMNS = [
-    "env_label", "device_name", "model", "precision", "batch_size", "image_size", "num_classes", "channels_last", "compile",
-    "optimizer", "config_key", "n_runs", "throughput_mean_samples_per_s", "throughput_sd_samples_per_s",
-    "throughput_sd_kind", "achieved_flops_per_s", "step_time_median_s", "train_flops_per_step",
-    "intensity_flops_per_byte", "intensity_source", "modeled_intensity_flops_per_byte", "profile_run_id",
+    "env_label",
+    "device_name",
+    "model",
+    "precision",
+    "batch_size",
+    "image_size",
+    "num_classes",
+    "channels_last",
+    "compile",
+    "optimizer",
+    "config_key",
+    "n_runs",
+    "throughput_mean_samples_per_s",
+    "throughput_sd_samples_per_s",
+    "throughput_sd_kind",
+    "achieved_flops_per_s",
+    "step_time_median_s",
+    "train_flops_per_step",
+    "intensity_flops_per_byte",
+    "intensity_source",
+    "modeled_intensity_flops_per_byte",
+    "profile_run_id",
     "intensity_l2_flops_per_byte",
-    "intensity_l1_flops_per_byte", "ceiling_dtype", "peak_flops_per_s", "dram_bytes_per_s",
-    "ridge_flops_per_byte", "attainable_flops_per_s", "bound", "efficiency", "roof_source", "hier_limiter",
+    "intensity_l1_flops_per_byte",
+    "ceiling_dtype",
+    "peak_flops_per_s",
+    "dram_bytes_per_s",
+    "ridge_flops_per_byte",
+    "attainable_flops_per_s",
+    "bound",
+    "efficiency",
+    "roof_source",
+    "hier_limiter",
     "run_ids",
 ]
 
 
 def md_table(headers: list[str], rows: list[list[str]]) -> str:
     """A GitHub Markdown table ('|' in cells escaped)."""
+
     def cell(v) -> str:
         return str(v).replace("|", "\\|").replace("\n", " ")
 
@@ -63,27 +91,58 @@ def summary_frame(points: pd.DataFrame) -> pd.DataFrame:
 
 
 def summary_markdown(points: pd.DataFrame) -> str:
-    headers = ["environment", "device", "model", "precision", "batch", "classes", "runs", "samples/s (mean ± SD)",
-               "achieved GFLOP/s", "intensity (FLOP/B)", "intensity source", "ceiling", "bound", "efficiency"]
+    headers = [
+        "environment",
+        "device",
+        "model",
+        "precision",
+        "batch",
+        "classes",
+        "runs",
+        "samples/s (mean ± SD)",
+        "achieved GFLOP/s",
+        "intensity (FLOP/B)",
+        "intensity source",
+        "ceiling",
+        "bound",
+        "efficiency",
+    ]
     rows = []
     for p in points.to_dict("records"):
         thr, sd = _f(p["throughput_mean_samples_per_s"]), _f(p["throughput_sd_samples_per_s"])
         thr_txt = num(thr, 4)
         if math.isfinite(sd):
-            thr_txt += f" ± {num(sd, 2)}" + (" (within run)" if p["throughput_sd_kind"] == "within run" else "")
+            thr_txt += f" ± {num(sd, 2)}" + (
+                " (within run)" if p["throughput_sd_kind"] == "within run" else ""
+            )
         ach = _f(p["achieved_flops_per_s"])
         peak = _f(p.get("peak_flops_per_s"))
-        ceiling = f"{p['ceiling_dtype']} {si(peak, 'FLOP/s')} ({p['roof_source']})" if math.isfinite(peak) else "no peaks"
+        ceiling = (
+            f"{p['ceiling_dtype']} {si(peak, 'FLOP/s')} ({p['roof_source']})"
+            if math.isfinite(peak)
+            else "no peaks"
+        )
         bound = p["bound"] or ("no peaks" if not math.isfinite(peak) else "")
         if p.get("hier_limiter"):
             bound += f" (hierarchical: {p['hier_limiter']})"
-        rows.append([
-            p["env_label"], p["device_name"], p["model"], p["precision"],
-            _int(p["batch_size"]), _int(p.get("num_classes")), int(p["n_runs"]), thr_txt,
-            num(ach / 1e9, 4) if math.isfinite(ach) else "",
-            num(_f(p["intensity_flops_per_byte"]), 3), p["intensity_source"], ceiling, bound,
-            pct(_f(p.get("efficiency"))),
-        ])
+        rows.append(
+            [
+                p["env_label"],
+                p["device_name"],
+                p["model"],
+                p["precision"],
+                _int(p["batch_size"]),
+                _int(p.get("num_classes")),
+                int(p["n_runs"]),
+                thr_txt,
+                num(ach / 1e9, 4) if math.isfinite(ach) else "",
+                num(_f(p["intensity_flops_per_byte"]), 3),
+                p["intensity_source"],
+                ceiling,
+                bound,
+                pct(_f(p.get("efficiency"))),
+            ]
+        )
     return md_table(headers, rows)
 
 
@@ -96,52 +155,147 @@ def roofs_markdown(roofs: dict[tuple[str, str], dict[str, Roof | None]]) -> str:
             rows.append([env, dev, "none", "", f"no peaks for {dev}"])
             continue
         for dtype, v in sorted(roof.flops_per_s.items()):
-            rows.append([env, dev, f"{dtype} compute", si(v, "FLOP/s"), roof.sources.get(f"flops:{dtype}", "")])
+            rows.append(
+                [
+                    env,
+                    dev,
+                    f"{dtype} compute",
+                    si(v, "FLOP/s"),
+                    roof.sources.get(f"flops:{dtype}", ""),
+                ]
+            )
         for level, v in roof.bytes_per_s.items():
-            rows.append([env, dev, f"{level.upper()} bandwidth", si(v, "B/s"), roof.sources.get(f"bytes:{level}", "")])
+            rows.append(
+                [
+                    env,
+                    dev,
+                    f"{level.upper()} bandwidth",
+                    si(v, "B/s"),
+                    roof.sources.get(f"bytes:{level}", ""),
+                ]
+            )
         vendor, measured = rs.get("vendor"), rs.get("measured")
         if measured is not None and vendor is not None:  # the vendor values also drawn (dashed)
             for dtype, v in sorted(vendor.flops_per_s.items()):
                 if roof.sources.get(f"flops:{dtype}") != vendor.sources.get(f"flops:{dtype}"):
-                    rows.append([env, dev, f"{dtype} compute (vendor, drawn dashed)", si(v, "FLOP/s"),
-                                 vendor.sources.get(f"flops:{dtype}", "")])
+                    rows.append(
+                        [
+                            env,
+                            dev,
+                            f"{dtype} compute (vendor, drawn dashed)",
+                            si(v, "FLOP/s"),
+                            vendor.sources.get(f"flops:{dtype}", ""),
+                        ]
+                    )
             if "dram" in vendor.bytes_per_s and "dram" in measured.bytes_per_s:
-                rows.append([env, dev, "DRAM bandwidth (vendor, drawn dashed)", si(vendor.bytes_per_s["dram"], "B/s"),
-                             vendor.sources.get("bytes:dram", "")])
+                rows.append(
+                    [
+                        env,
+                        dev,
+                        "DRAM bandwidth (vendor, drawn dashed)",
+                        si(vendor.bytes_per_s["dram"], "B/s"),
+                        vendor.sources.get("bytes:dram", ""),
+                    ]
+                )
     return md_table(headers, rows)
 
 
 def environments_markdown(envs: pd.DataFrame) -> str:
-    headers = ["environment", "device", "type", "host", "torch", "CUDA", "cuDNN", "driver", "Python", "OS", "train runs"]
-    rows = [[e["env_label"], e["device_name"], e["device_type"], e["host"], e["torch_version"], e["cuda_version"],
-             e["cudnn_version"], e["driver_version"], e["python_version"], e["os"], int(e["n_train_runs"])]
-            for e in envs.to_dict("records")]
+    headers = [
+        "environment",
+        "device",
+        "type",
+        "host",
+        "torch",
+        "CUDA",
+        "cuDNN",
+        "driver",
+        "Python",
+        "OS",
+        "train runs",
+    ]
+    rows = [
+        [
+            e["env_label"],
+            e["device_name"],
+            e["device_type"],
+            e["host"],
+            e["torch_version"],
+            e["cuda_version"],
+            e["cudnn_version"],
+            e["driver_version"],
+            e["python_version"],
+            e["os"],
+            int(e["n_train_runs"]),
+        ]
+        for e in envs.to_dict("records")
+    ]
     return md_table(headers, rows)
 
 
 def speedups_markdown(sp: pd.DataFrame) -> str:
-    headers = ["environment", "device", "model", "batch", "classes", "precision", "speed-up over fp32 (± SD)"]
-    rows = [[r["env_label"], r["device_name"], r["model"], _int(r["batch_size"]), _int(r["num_classes"]), r["precision"],
-             f"{r['speedup']:.2f}×" + (f" ± {r['speedup_sd']:.2f}" if math.isfinite(_f(r["speedup_sd"])) else "")]
-            for r in sp.to_dict("records")]
+    headers = [
+        "environment",
+        "device",
+        "model",
+        "batch",
+        "classes",
+        "precision",
+        "speed-up over fp32 (± SD)",
+    ]
+    rows = [
+        [
+            r["env_label"],
+            r["device_name"],
+            r["model"],
+            _int(r["batch_size"]),
+            _int(r["num_classes"]),
+            r["precision"],
+            f"{r['speedup']:.2f}×"
+            + (f" ± {r['speedup_sd']:.2f}" if math.isfinite(_f(r["speedup_sd"])) else ""),
+        ]
+        for r in sp.to_dict("records")
+    ]
     return md_table(headers, rows)
 
 
 def complexity_markdown(cx: pd.DataFrame) -> str:
-    headers = ["environment", "device", "model", "image", "precision", "classes", "params",
-               "fwd GFLOP/sample", "fwd GMAC/sample", "train GFLOP/sample", "activations/sample",
-               "largest batch that fits", "device memory assumed"]
+    headers = [
+        "environment",
+        "device",
+        "model",
+        "image",
+        "precision",
+        "classes",
+        "params",
+        "fwd GFLOP/sample",
+        "fwd GMAC/sample",
+        "train GFLOP/sample",
+        "activations/sample",
+        "largest batch that fits",
+        "device memory assumed",
+    ]
     rows = []
     for r in cx.to_dict("records"):
         mem = si(_f(r["device_memory_bytes"]), "B")
         src = str(r.get("device_memory_source") or "").strip()
-        rows.append([
-            r["env_label"], r["device_name"], r["model"], f"{_int(r['image_size'])} px", r["precision"],
-            _int(r["num_classes"]), f"{num(_f(r['params']) / 1e6, 4)} M",
-            num(_f(r["fwd_flops_per_sample"]) / 1e9, 4), num(_f(r["fwd_macs_per_sample"]) / 1e9, 4),
-            num(_f(r["train_flops_per_sample"]) / 1e9, 4), si(_f(r["activation_bytes_per_sample"]), "B"),
-            _int(r["max_batch_fit"]), f"{mem} ({src})" if src and mem else mem,
-        ])
+        rows.append(
+            [
+                r["env_label"],
+                r["device_name"],
+                r["model"],
+                f"{_int(r['image_size'])} px",
+                r["precision"],
+                _int(r["num_classes"]),
+                f"{num(_f(r['params']) / 1e6, 4)} M",
+                num(_f(r["fwd_flops_per_sample"]) / 1e9, 4),
+                num(_f(r["fwd_macs_per_sample"]) / 1e9, 4),
+                num(_f(r["train_flops_per_sample"]) / 1e9, 4),
+                si(_f(r["activation_bytes_per_sample"]), "B"),
+                _int(r["max_batch_fit"]),
+                f"{mem} ({src})" if src and mem else mem,
+            ]
+        )
     return md_table(headers, rows)
 
 
@@ -155,8 +309,18 @@ COMPLEXITY_INTRO = (
 
 def failed_markdown(failed: pd.DataFrame) -> str:
     headers = ["run", "kind", "status", "environment", "device", "name", "error"]
-    rows = [[r["run_id"][:8], r["run_kind"], r["status"], r["env_label"], r["device_name"], r["run_name"],
-             r["error"][:300]] for r in failed.to_dict("records")]
+    rows = [
+        [
+            r["run_id"][:8],
+            r["run_kind"],
+            r["status"],
+            r["env_label"],
+            r["device_name"],
+            r["run_name"],
+            r["error"][:300],
+        ]
+        for r in failed.to_dict("records")
+    ]
     return md_table(headers, rows)
 
 
@@ -186,8 +350,14 @@ METHOD = """\
 """
 
 
-def report_markdown(analysis: Analysis, figures: dict[str, list[tuple[str, str]]], source: str, query: str,
-                    generated: str, variability_title: str = "") -> str:
+def report_markdown(
+    analysis: Analysis,
+    figures: dict[str, list[tuple[str, str]]],
+    source: str,
+    query: str,
+    generated: str,
+    variability_title: str = "",
+) -> str:
     """report.md: figures are relative paths (title, path) grouped by section key."""
     c = analysis.counts
     out = [
@@ -202,31 +372,60 @@ def report_markdown(analysis: Analysis, figures: dict[str, list[tuple[str, str]]
         "## What is missing",
         "",
     ]
-    out += [f"- {n}" for n in analysis.notes] or ["Nothing: every point has an intensity and a roof."]
-    out += ["", "## Environments", "", environments_markdown(analysis.environments), "",
-            "## Ceilings", "", roofs_markdown(analysis.roofs), ""]
+    out += [f"- {n}" for n in analysis.notes] or [
+        "Nothing: every point has an intensity and a roof."
+    ]
+    out += [
+        "",
+        "## Environments",
+        "",
+        environments_markdown(analysis.environments),
+        "",
+        "## Ceilings",
+        "",
+        roofs_markdown(analysis.roofs),
+        "",
+    ]
 
     def figs(key: str) -> list[str]:
         return [f"![{t}]({p})\n" for t, p in figures.get(key, [])]
 
-    out += ["## Rooflines", "",
-            "Filled circles: intensity measured with Nsight Compute; hollow triangles: modeled intensity. "
-            "Solid ceilings: measured peaks; dashed: vendor / peaks file.", ""]
+    out += [
+        "## Rooflines",
+        "",
+        "Filled circles: intensity measured with Nsight Compute; hollow triangles: modeled intensity. "
+        "Solid ceilings: measured peaks; dashed: vendor / peaks file.",
+        "",
+    ]
     out += figs("roofline")
-    out += ["## Summary", "", "Raw SI values, run ids and every roofline quantity: [summary.csv](summary.csv).", "",
-            summary_markdown(analysis.points), ""]
+    out += [
+        "## Summary",
+        "",
+        "Raw SI values, run ids and every roofline quantity: [summary.csv](summary.csv).",
+        "",
+        summary_markdown(analysis.points),
+        "",
+    ]
     out += ["## Throughput vs batch size", ""] + figs("throughput")
     out += ["## Step-time variability", ""]
-    out += ([variability_title, ""] if variability_title else []) + (figs("variability") or ["No step_time_s series to plot.", ""])
+    out += ([variability_title, ""] if variability_title else []) + (
+        figs("variability") or ["No step_time_s series to plot.", ""]
+    )
     out += ["## Intensity vs batch size", ""] + figs("intensity")
     out += ["## fp16/bf16 speed-up over fp32", ""]
     if analysis.speedups.empty:
-        out += ["No configuration has both an fp32 and an fp16/bf16 run in the same environment.", ""]
+        out += [
+            "No configuration has both an fp32 and an fp16/bf16 run in the same environment.",
+            "",
+        ]
     else:
         out += figs("speedup") + [speedups_markdown(analysis.speedups), ""]
     out += ["## Model complexity", ""]
     if analysis.complexity.empty:
-        out += ["No `complexity` run in these experiments (`python -m train.complexity` logs one).", ""]
+        out += [
+            "No `complexity` run in these experiments (`python -m train.complexity` logs one).",
+            "",
+        ]
     else:
         out += [COMPLEXITY_INTRO, "", complexity_markdown(analysis.complexity), ""]
     out += ["## Failed runs", ""]

@@ -15,6 +15,7 @@ bandwidth ceiling gives its own bound, and the lowest one is the limiter.
 
 Nothing here imports mlflow, reads files or plots.
 """
+
 from __future__ import annotations
 
 import math
@@ -30,7 +31,9 @@ def _ok(x: float | None) -> bool:
     return x is not None and isinstance(x, (int, float)) and math.isfinite(x) and x > 0
 
 
-def attainable_flops_per_s(intensity_flops_per_byte: float, peak_flops_per_s: float, bytes_per_s: float) -> float:
+def attainable_flops_per_s(
+    intensity_flops_per_byte: float, peak_flops_per_s: float, bytes_per_s: float
+) -> float:
     """min(I x B, P); NaN when any input is missing or not positive."""
     if not (_ok(intensity_flops_per_byte) and _ok(peak_flops_per_s) and _ok(bytes_per_s)):
         return math.nan
@@ -44,7 +47,9 @@ def ridge_intensity(peak_flops_per_s: float, bytes_per_s: float) -> float:
     return peak_flops_per_s / bytes_per_s
 
 
-def classify_bound(intensity_flops_per_byte: float, peak_flops_per_s: float, bytes_per_s: float) -> str:
+def classify_bound(
+    intensity_flops_per_byte: float, peak_flops_per_s: float, bytes_per_s: float
+) -> str:
     """'memory-bound' left of the ridge, 'compute-bound' at or right of it, '' when unknown."""
     ridge = ridge_intensity(peak_flops_per_s, bytes_per_s)
     if not (_ok(intensity_flops_per_byte) and math.isfinite(ridge)):
@@ -52,8 +57,12 @@ def classify_bound(intensity_flops_per_byte: float, peak_flops_per_s: float, byt
     return MEMORY_BOUND if intensity_flops_per_byte < ridge else COMPUTE_BOUND
 
 
-def efficiency(achieved_flops_per_s: float, intensity_flops_per_byte: float, peak_flops_per_s: float,
-               bytes_per_s: float) -> float:
+def efficiency(
+    achieved_flops_per_s: float,
+    intensity_flops_per_byte: float,
+    peak_flops_per_s: float,
+    bytes_per_s: float,
+) -> float:
     """achieved / attainable(I) as a fraction (1.0 = on the roof); NaN when unknown."""
     att = attainable_flops_per_s(intensity_flops_per_byte, peak_flops_per_s, bytes_per_s)
     if not (math.isfinite(att) and _ok(achieved_flops_per_s)):
@@ -61,14 +70,17 @@ def efficiency(achieved_flops_per_s: float, intensity_flops_per_byte: float, pea
     return achieved_flops_per_s / att
 
 
-def hierarchical_limiter(intensities: dict[str, float], bandwidths: dict[str, float],
-                         peak_flops_per_s: float) -> tuple[str, float]:
+def hierarchical_limiter(
+    intensities: dict[str, float], bandwidths: dict[str, float], peak_flops_per_s: float
+) -> tuple[str, float]:
     """(limiting level, attainable FLOP/s) over the memory levels that have both an intensity and a
     bandwidth ceiling; the level is 'compute' when the compute ceiling is the lowest bound.
     ('', NaN) when no level is usable."""
     best_level, best = "", math.nan
     for level in LEVELS:
-        att = attainable_flops_per_s(intensities.get(level), peak_flops_per_s, bandwidths.get(level))
+        att = attainable_flops_per_s(
+            intensities.get(level), peak_flops_per_s, bandwidths.get(level)
+        )
         if math.isfinite(att) and (not math.isfinite(best) or att < best):
             best_level, best = level, att
     if best_level and best >= peak_flops_per_s:
@@ -116,7 +128,9 @@ class Roof:
     def merged_over(self, fallback: "Roof | None") -> "Roof":
         """A roof taking every value from self where present, else from `fallback`."""
         if fallback is None:
-            return Roof(self.device_name, dict(self.flops_per_s), dict(self.bytes_per_s), dict(self.sources))
+            return Roof(
+                self.device_name, dict(self.flops_per_s), dict(self.bytes_per_s), dict(self.sources)
+            )
         out = Roof(self.device_name)
         for dtype in sorted(set(self.flops_per_s) | set(fallback.flops_per_s)):
             src = self if _ok(self.flops_per_s.get(dtype)) else fallback
@@ -146,8 +160,9 @@ class PointEval:
     hier_limiter: str = ""
 
 
-def evaluate_point(precision: str, achieved_flops_per_s: float, intensity: dict[str, float],
-                   roof: Roof | None) -> PointEval:
+def evaluate_point(
+    precision: str, achieved_flops_per_s: float, intensity: dict[str, float], roof: Roof | None
+) -> PointEval:
     """Place one point (achieved FLOP/s, intensities per level) under `roof` (may be None)."""
     nan = math.nan
     if roof is None or roof.is_empty():
@@ -160,7 +175,10 @@ def evaluate_point(precision: str, achieved_flops_per_s: float, intensity: dict[
     src_b = roof.sources.get("bytes:dram", "") if _ok(bw) else ""
     kinds = sorted({s.split(":", 1)[0] for s in (src_f, src_b) if s})
     limiter = ""
-    if any(level != "dram" and _ok(intensity.get(level)) and _ok(roof.bytes_per_s.get(level)) for level in LEVELS):
+    if any(
+        level != "dram" and _ok(intensity.get(level)) and _ok(roof.bytes_per_s.get(level))
+        for level in LEVELS
+    ):
         limiter, _ = hierarchical_limiter(intensity, roof.bytes_per_s, peak)
     return PointEval(
         ceiling_dtype=dtype,

@@ -5,6 +5,7 @@
 JSON/YAML file (`--peaks-file`, else $ROOFLINE_PEAKS_FILE; format in docs/peaks.md). Analysis passes
 its --peaks-file straight through, so there is one file format and one parser in the project.
 """
+
 from __future__ import annotations
 
 import os

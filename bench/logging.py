@@ -7,6 +7,7 @@
 
     python bench/logging.py [--steps 10000 --per-call-sample 200]
 """
+
 from __future__ import annotations
 
 import os
@@ -25,9 +26,13 @@ import time  # noqa: E402
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--steps", type=int, default=10_000)
-    ap.add_argument("--per-call-sample", type=int, default=200, help="steps logged one call each (extrapolated)")
+    ap.add_argument(
+        "--per-call-sample", type=int, default=200, help="steps logged one call each (extrapolated)"
+    )
     args = ap.parse_args()
 
     import logging
@@ -40,7 +45,9 @@ def main() -> None:
     values = [0.1 + random.random() * 0.01 for _ in range(args.steps)]
     with tempfile.TemporaryDirectory() as tmp:
         mlflow.set_tracking_uri(f"sqlite:///{tmp}/bench.db")
-        with RunSession("train", run_name="warm-up", quiet=True) as s:  # create tables outside the timing
+        with RunSession(
+            "train", run_name="warm-up", quiet=True
+        ) as s:  # create tables outside the timing
             s.log_metrics({"x": 1.0})
 
         from mlflow.entities import Metric
@@ -56,11 +63,16 @@ def main() -> None:
             ours = time.perf_counter() - t0
         client = mlflow.tracking.MlflowClient()
         n_history = len(client.get_metric_history(s.run_id, "step_time_s"))
-        csv_rows = len(mlflow.artifacts.load_text(f"runs:/{s.run_id}/timing/step_times.csv").splitlines()) - 1
+        csv_rows = (
+            len(mlflow.artifacts.load_text(f"runs:/{s.run_id}/timing/step_times.csv").splitlines())
+            - 1
+        )
 
         run_id = client.create_run("0").info.run_id
         t0 = time.perf_counter()
-        client.log_batch(run_id, metrics=[Metric("step_time_s", v, 0, i) for i, v in enumerate(values)])
+        client.log_batch(
+            run_id, metrics=[Metric("step_time_s", v, 0, i) for i, v in enumerate(values)]
+        )
         every_row = time.perf_counter() - t0
 
         run_id = client.create_run("0").info.run_id
@@ -70,11 +82,17 @@ def main() -> None:
         per_call = (time.perf_counter() - t0) / args.per_call_sample
         mlflow.set_tracking_uri(None)
 
-    print(f"python -m train's way: {args.steps} step times in {ours:.3f} s "
-          f"({csv_rows} in the CSV artifact, {n_history} in the metric history); goal <= 1 s")
-    print(f"every step as a metric row, one batched call: {every_row:.3f} s ({every_row / ours:.1f}x ours)")
-    print(f"one log_metric call per step: {per_call * 1e3:.2f} ms each -> {per_call * args.steps:.1f} s "
-          f"({per_call * args.steps / ours:.0f}x ours)")
+    print(
+        f"python -m train's way: {args.steps} step times in {ours:.3f} s "
+        f"({csv_rows} in the CSV artifact, {n_history} in the metric history); goal <= 1 s"
+    )
+    print(
+        f"every step as a metric row, one batched call: {every_row:.3f} s ({every_row / ours:.1f}x ours)"
+    )
+    print(
+        f"one log_metric call per step: {per_call * 1e3:.2f} ms each -> {per_call * args.steps:.1f} s "
+        f"({per_call * args.steps / ours:.0f}x ours)"
+    )
 
 
 if __name__ == "__main__":

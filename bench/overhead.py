@@ -14,6 +14,7 @@ bare step time. That figure is what the harness adds, free of the model's timing
 
     python bench/overhead.py [--model resnet18 --batch 8 --image-size 64 --iters 5 --rounds 40]
 """
+
 from __future__ import annotations
 
 import os
@@ -32,7 +33,9 @@ import time  # noqa: E402
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--model", default="resnet18")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--image-size", type=int, default=64)
@@ -48,7 +51,9 @@ def main() -> None:
     from train.config import TrainConfig
     from train.timing import make_clock, measure
 
-    cfg = TrainConfig(model=args.model, batch_size=args.batch, image_size=args.image_size, device=args.device)
+    cfg = TrainConfig(
+        model=args.model, batch_size=args.batch, image_size=args.image_size, device=args.device
+    )
     device = preflight(cfg)
     prep = prepare(cfg, device)
     for _ in range(5):  # warm up
@@ -60,7 +65,12 @@ def main() -> None:
     def harness() -> float:
         bar = tqdm(total=args.iters, mininterval=0.5, leave=False, file=devnull)
         t0 = time.perf_counter()
-        measure(prep.step, args.iters, clock, on_step=lambda i, dt: (bar.update(1), bar.set_postfix_str(f"{dt * 1e3:.1f} ms/step")))
+        measure(
+            prep.step,
+            args.iters,
+            clock,
+            on_step=lambda i, dt: (bar.update(1), bar.set_postfix_str(f"{dt * 1e3:.1f} ms/step")),
+        )
         dev.synchronize(device)
         elapsed = time.perf_counter() - t0
         bar.close()
@@ -96,15 +106,25 @@ def main() -> None:
     n_noop = 2000
     bar = tqdm(total=n_noop, mininterval=0.5, leave=False, file=devnull)
     t0 = time.perf_counter()
-    measure(lambda: None, n_noop, clock, on_step=lambda i, dt: (bar.update(1), bar.set_postfix_str(f"{dt * 1e3:.1f} ms/step")))
+    measure(
+        lambda: None,
+        n_noop,
+        clock,
+        on_step=lambda i, dt: (bar.update(1), bar.set_postfix_str(f"{dt * 1e3:.1f} ms/step")),
+    )
     overhead_s = (time.perf_counter() - t0) / n_noop
     bar.close()
 
-    print(f"{cfg.model} b{cfg.batch_size} {cfg.image_size}px on {device.type}, {args.rounds} block pairs x {args.iters} steps:")
+    print(
+        f"{cfg.model} b{cfg.batch_size} {cfg.image_size}px on {device.type}, {args.rounds} block pairs x {args.iters} steps:"
+    )
     print(f"  harness/bare wall time: {describe(ratios)}")
     print(f"  bare/bare (A/A control): {describe(control)}")
-    print(f"  harness cost per step: {overhead_s * 1e6:.1f} us = {overhead_s / bare_step_s:.5f} of a "
-          f"{bare_step_s * 1e3:.1f} ms step -> expected ratio {1 + overhead_s / bare_step_s:.5f}; goal <= 1.01")
+    print(
+        f"  harness cost per step: {overhead_s * 1e6:.1f} us = {overhead_s / bare_step_s:.5f} of a "
+        f"{bare_step_s * 1e3:.1f} ms step -> expected ratio {1 + overhead_s / bare_step_s:.5f}; goal <= 1.01"
+    )
+
 
 if __name__ == "__main__":
     main()

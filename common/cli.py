@@ -1,4 +1,5 @@
 """Command-line plumbing shared by every entry point."""
+
 from __future__ import annotations
 
 import argparse

@@ -1,4 +1,5 @@
 """Environment facts as MLflow tags: device, host, versions (via torch.utils.collect_env)."""
+
 from __future__ import annotations
 
 import platform
@@ -22,7 +23,10 @@ def cpu_model_name() -> str:
 
         try:
             out = subprocess.run(
-                ["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True, timeout=5
+                ["sysctl", "-n", "machdep.cpu.brand_string"],
+                capture_output=True,
+                text=True,
+                timeout=5,
             )
             if out.stdout.strip():
                 return out.stdout.strip()
@@ -63,7 +67,9 @@ def environment_tags(device: str, env_label: str | None = None) -> dict[str, str
         schema.TAG_HOST: socket.gethostname(),
         "torch_version": torch.__version__,
         "cuda_version": str(torch.version.cuda or "none"),
-        "cudnn_version": str(torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else "none"),
+        "cudnn_version": str(
+            torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else "none"
+        ),
         "driver_version": str(info.nvidia_driver_version or "none"),
         "python_version": platform.python_version(),
         "os": str(info.os or platform.platform()),

@@ -1,4 +1,5 @@
 """User-facing errors: one actionable line, never a traceback wall."""
+
 from __future__ import annotations
 
 import functools
@@ -64,7 +65,6 @@ def cli_entry(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | 
             return 130
 
     return wrapped
-
 
 
 def _fail_pending_run(message: str) -> None:

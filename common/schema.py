@@ -2,6 +2,7 @@
 
 See docs/schema.md for the meaning of every name. Values are raw SI units; names carry the unit.
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -11,6 +11,7 @@ Every entry point (train, profile, peaks, analysis, sweep, complexity) records i
 
 Only this module (and analysis/fetch.py, which reads) imports mlflow.
 """
+
 from __future__ import annotations
 
 import json
@@ -77,7 +78,9 @@ class RunRecord:
         self.files.update(other.files)
 
     def is_empty(self) -> bool:
-        return not (self.params or self.tags or self.metrics or self.series or self.texts or self.files)
+        return not (
+            self.params or self.tags or self.metrics or self.series or self.texts or self.files
+        )
 
     def validate(self) -> None:
         for key in [*self.params, *self.tags, *self.metrics, *self.series]:
@@ -101,7 +104,12 @@ def is_unreachable(exc: BaseException) -> bool:
         seen.add(id(exc))
         if isinstance(exc, (ConnectionError, TimeoutError)):
             return True
-        if type(exc).__name__ in ("ConnectionError", "ConnectTimeout", "ReadTimeout", "MaxRetryError"):
+        if type(exc).__name__ in (
+            "ConnectionError",
+            "ConnectTimeout",
+            "ReadTimeout",
+            "MaxRetryError",
+        ):
             return True
         text = str(exc)
         if any(m in text for m in _UNREACHABLE_MARKERS):
@@ -152,7 +160,9 @@ class RunSession:
         self.status: str | None = None
         self.error: str | None = None
         self.spool_path: Path | None = None
-        self.record = RunRecord(run_kind, run_name=run_name, tags={schema.TAG_RUN_KIND: run_kind, **(tags or {})})
+        self.record = RunRecord(
+            run_kind, run_name=run_name, tags={schema.TAG_RUN_KIND: run_kind, **(tags or {})}
+        )
         self._pending = RunRecord(run_kind, run_name=run_name, tags=dict(self.record.tags))
         self._client = None
         self._monitor = None
@@ -161,13 +171,17 @@ class RunSession:
 
     # ---------------------------------------------------------------- recording
     def log_params(self, params: dict[str, Any]) -> None:
-        self._add(RunRecord(self.record.run_kind, params={k: param_str(v) for k, v in params.items()}))
+        self._add(
+            RunRecord(self.record.run_kind, params={k: param_str(v) for k, v in params.items()})
+        )
 
     def set_tags(self, tags: dict[str, Any]) -> None:
         self._add(RunRecord(self.record.run_kind, tags={k: str(v) for k, v in tags.items()}))
 
     def log_metrics(self, metrics: dict[str, float]) -> None:
-        self._add(RunRecord(self.record.run_kind, metrics={k: float(v) for k, v in metrics.items()}))
+        self._add(
+            RunRecord(self.record.run_kind, metrics={k: float(v) for k, v in metrics.items()})
+        )
 
     def log_series(self, name: str, values: list[float]) -> None:
         self._add(RunRecord(self.record.run_kind, series={name: [float(v) for v in values]}))
@@ -187,7 +201,9 @@ class RunSession:
     def __enter__(self) -> "RunSession":
         if self.offline or (self.parent is not None and self.parent.offline):
             self._go_offline(None)  # the caller or the parent already found the server unreachable
-            self.run_id = self.resume_run_id  # a run created before the outage is completed by upload
+            self.run_id = (
+                self.resume_run_id
+            )  # a run created before the outage is completed by upload
             return self
         try:
             check_reachable()
@@ -250,7 +266,9 @@ class RunSession:
             tags = dict(self.record.tags)
             if self.parent is not None and self.parent.run_id:
                 tags["mlflow.parentRunId"] = self.parent.run_id
-            run = self._client.create_run(self.experiment_id, run_name=self.record.run_name, tags=tags)
+            run = self._client.create_run(
+                self.experiment_id, run_name=self.record.run_name, tags=tags
+            )
             self.run_id = run.info.run_id
         if self.system_metrics:
             self._start_monitor()
@@ -283,7 +301,9 @@ class RunSession:
         metrics = [Metric(k, v, now_ms, 0) for k, v in rec.metrics.items()]
         for name, values in rec.series.items():
             stride = series_stride(len(values))
-            metrics.extend(Metric(name, v, now_ms, i) for i, v in enumerate(values) if i % stride == 0)
+            metrics.extend(
+                Metric(name, v, now_ms, i) for i, v in enumerate(values) if i % stride == 0
+            )
             if stride > 1:
                 tags.append(RunTag(f"{name}_stride", str(stride)))
         if params or tags or metrics:
@@ -332,7 +352,9 @@ class RunSession:
 
     def _go_offline(self, exc: BaseException | None) -> None:
         if not self.offline and exc is not None:
-            self._say(f"warning: tracking server unreachable ({one_line(exc)[:200]}); continuing offline")
+            self._say(
+                f"warning: tracking server unreachable ({one_line(exc)[:200]}); continuing offline"
+            )
         self.offline = True
         if self.parent is not None:
             self.parent.offline = True  # siblings started after this one go straight offline
@@ -351,7 +373,10 @@ class RunSession:
                 files[art] = str(dest)
         unsent = None  # None: the run does not exist on the server yet; upload sends `record`
         if self.run_id:
-            unsent = {**asdict(self._pending), "files": {a: files[a] for a in self._pending.files if a in files}}
+            unsent = {
+                **asdict(self._pending),
+                "files": {a: files[a] for a in self._pending.files if a in files},
+            }
         entry = {
             "local_id": self.local_id,
             "run_id": self.run_id,
@@ -366,9 +391,13 @@ class RunSession:
             "unsent": unsent,
         }
         path = folder / "run.json"
-        if path.exists():  # continuing a spooled run (a resumed sweep's parent): keep its place in the order
+        if (
+            path.exists()
+        ):  # continuing a spooled run (a resumed sweep's parent): keep its place in the order
             try:
-                entry["created_s"] = json.loads(path.read_text()).get("created_s", entry["created_s"])
+                entry["created_s"] = json.loads(path.read_text()).get(
+                    "created_s", entry["created_s"]
+                )
             except (OSError, ValueError):
                 pass
         _save_entry(entry, path)
@@ -477,8 +506,12 @@ def upload_spooled(folder: Path | None = None, say=print, select=None) -> tuple[
         unsent = rec if entry.get("unsent") is None else RunRecord(**entry["unsent"])
         parent_local = entry.get("parent_local_id")
         parent_run = entry.get("parent_run_id") or run_ids.get(parent_local or "")
-        if parent_local and not parent_run and not entry.get("run_id") and any(
-                e["local_id"] == parent_local for e in every if Path(e["_path"]).exists()):
+        if (
+            parent_local
+            and not parent_run
+            and not entry.get("run_id")
+            and any(e["local_id"] == parent_local for e in every if Path(e["_path"]).exists())
+        ):
             waiting += 1  # its parent is still spooled: creating it now would orphan it
             continue
         session = RunSession(rec.run_kind, run_name=rec.run_name, quiet=True)
@@ -499,9 +532,15 @@ def upload_spooled(folder: Path | None = None, say=print, select=None) -> tuple[
                 tags = dict(rec.tags)
                 if parent_run:
                     tags["mlflow.parentRunId"] = parent_run
-                session.run_id = client.create_run(exp_id, run_name=rec.run_name, tags=tags).info.run_id
-                entry.update(run_id=session.run_id, experiment_id=exp_id, parent_run_id=parent_run,
-                             unsent=asdict(unsent))
+                session.run_id = client.create_run(
+                    exp_id, run_name=rec.run_name, tags=tags
+                ).info.run_id
+                entry.update(
+                    run_id=session.run_id,
+                    experiment_id=exp_id,
+                    parent_run_id=parent_run,
+                    unsent=asdict(unsent),
+                )
                 _save_entry(entry)
                 _link_children(every, entry)
             session._write(unsent)
@@ -527,8 +566,11 @@ def upload_spooled(folder: Path | None = None, say=print, select=None) -> tuple[
 def _link_children(entries: list[dict], parent: dict) -> None:
     """Record `parent`'s server run id in its spooled children, so a later upload links them."""
     for child in entries:
-        if (child.get("parent_local_id") == parent["local_id"] and not child.get("parent_run_id")
-                and Path(child["_path"]).exists()):
+        if (
+            child.get("parent_local_id") == parent["local_id"]
+            and not child.get("parent_run_id")
+            and Path(child["_path"]).exists()
+        ):
             child["parent_run_id"] = parent["run_id"]
             _save_entry(child)
 

@@ -1,4 +1,5 @@
 """`python -m profiling` (see profiling/cli.py and docs/profiling.md)."""
+
 import sys
 
 from profiling.cli import main

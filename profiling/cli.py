@@ -11,6 +11,7 @@ The CUDA check is injectable: ``main(argv, probe=...)`` takes a callable ``probe
 returning GpuInfo; the default asks torch. Tests pass a stand-in probe and put a stand-in ``ncu`` on
 PATH, so the whole capture path runs without a GPU (docs/profiling.md, "Testing without a GPU").
 """
+
 from __future__ import annotations
 
 import argparse
@@ -109,13 +110,34 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_config_args(p)
     g = p.add_argument_group("profiling")
-    g.add_argument("--profile-steps", type=int, default=1, help="training steps profiled after warmup (default 1)")
-    g.add_argument("--metric-set", default="roofline", choices=ncu_metrics.METRIC_SETS, help="ncu metrics to collect")
+    g.add_argument(
+        "--profile-steps",
+        type=int,
+        default=1,
+        help="training steps profiled after warmup (default 1)",
+    )
+    g.add_argument(
+        "--metric-set",
+        default="roofline",
+        choices=ncu_metrics.METRIC_SETS,
+        help="ncu metrics to collect",
+    )
     g.add_argument("--metrics", default="", help="extra ncu metrics, comma separated")
-    g.add_argument("--replay-mode", default="kernel", choices=REPLAY_MODES, help="ncu --replay-mode")
-    g.add_argument("--clock-control", default="base", choices=CLOCK_CONTROLS, help="ncu --clock-control")
-    g.add_argument("--launch-skip", type=_opt_int, default=0, help="ncu --launch-skip (kernels in the profiled region)")
-    g.add_argument("--launch-count", type=_opt_int, default=None, help="ncu --launch-count (default: all)")
+    g.add_argument(
+        "--replay-mode", default="kernel", choices=REPLAY_MODES, help="ncu --replay-mode"
+    )
+    g.add_argument(
+        "--clock-control", default="base", choices=CLOCK_CONTROLS, help="ncu --clock-control"
+    )
+    g.add_argument(
+        "--launch-skip",
+        type=_opt_int,
+        default=0,
+        help="ncu --launch-skip (kernels in the profiled region)",
+    )
+    g.add_argument(
+        "--launch-count", type=_opt_int, default=None, help="ncu --launch-count (default: all)"
+    )
     g.add_argument(
         "--tensor-counters",
         default="auto",
@@ -124,17 +146,27 @@ def build_parser() -> argparse.ArgumentParser:
         "sm_80-89, refused on sm_90+), none",
     )
     g.add_argument("--ncu", default="ncu", help="ncu executable (default: ncu on PATH)")
-    g.add_argument("--out", default=str(ROOT / "out" / "profile"), help="folder for the ncu CSV log")
     g.add_argument(
-        "--import", dest="import_file", type=_opt_str, default=None, metavar="FILE",
+        "--out", default=str(ROOT / "out" / "profile"), help="folder for the ncu CSV log"
+    )
+    g.add_argument(
+        "--import",
+        dest="import_file",
+        type=_opt_str,
+        default=None,
+        metavar="FILE",
         help="log an existing ncu CSV or .ncu-rep instead of capturing (works without a GPU)",
-    )  # fmt: skip
+    )
     g.add_argument(
-        "--device-name", type=_opt_str, default=None,
+        "--device-name",
+        type=_opt_str,
+        default=None,
         help='GPU name as torch.cuda.get_device_name() reports it, e.g. "NVIDIA L4" (imports; read from the '
         "file when it carries it)",
-    )  # fmt: skip
-    g.add_argument("--experiment", type=_opt_str, default=None, help="MLflow experiment (default: MLflow's)")
+    )
+    g.add_argument(
+        "--experiment", type=_opt_str, default=None, help="MLflow experiment (default: MLflow's)"
+    )
     return p
 
 
@@ -159,7 +191,9 @@ def _config(args: argparse.Namespace) -> TrainConfig:
     if args.device == "auto":
         args.device = "cuda"
     if not str(args.device).startswith("cuda"):
-        raise UsageError(f"profiling measures CUDA kernels: --device must be cuda or cuda:N, got {args.device!r}")
+        raise UsageError(
+            f"profiling measures CUDA kernels: --device must be cuda or cuda:N, got {args.device!r}"
+        )
     # an unknown model is bad input (exit 2, no run), on the import path as on the capture path;
     # the canonical spelling keeps config_key equal to that of `python -m train` (its preflight does the same)
     args.model = check_model_name(args.model)
@@ -194,7 +228,9 @@ def main(argv: list[str] | None = None, *, probe: Callable[..., GpuInfo] | None 
     return cli_entry(lambda a: _main(a, probe or cuda_probe))(argv)
 
 
-def _main(argv: list[str] | None, probe: Callable[..., GpuInfo], say: Callable[[str], None] = print) -> int:
+def _main(
+    argv: list[str] | None, probe: Callable[..., GpuInfo], say: Callable[[str], None] = print
+) -> int:
     args = build_parser().parse_args(argv)
     config = _config(args)
     opts = _options(args)
@@ -233,7 +269,9 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo], say: Callable[[
         summary = ncu_metrics.summarize(report, capability)
         ncu_metrics.require_roofline(summary, report.source)
         warnings, tags = list(summary.warnings), summary.mlflow_tags()
-        if _warned_inst_before_capture(importing, opts, capability):  # do not print that caution twice
+        if _warned_inst_before_capture(
+            importing, opts, capability
+        ):  # do not print that caution twice
             warnings = [w for w in warnings if w not in summary.cautions]
         gap = ncu_metrics.tensor_flops_gap(summary, config.precision)
         if gap:
@@ -243,12 +281,16 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo], say: Callable[[
             say(f"warning: {warning}")
         session.set_tags({schema.TAG_DEVICE_NAME: device_name, **tags})
         session.log_metrics(summary.mlflow_metrics())
-        session.log_text("ncu/top_kernels.csv", ncu_metrics.top_kernels(summary, TOP_KERNELS).to_csv(index=False))
+        session.log_text(
+            "ncu/top_kernels.csv", ncu_metrics.top_kernels(summary, TOP_KERNELS).to_csv(index=False)
+        )
         session.log_text("ncu/kernels.csv", summary.kernels.to_csv(index=False))
         if summary.phases is not None:
             session.log_text("ncu/phases.csv", summary.phases.to_csv(index_label="phase"))
         elif not importing:
-            say("note: no NVTX phases in the ncu output (does train's profile mode mark forward/backward/optimizer?)")
+            say(
+                "note: no NVTX phases in the ncu output (does train's profile mode mark forward/backward/optimizer?)"
+            )
         if "time_s" not in summary.measured:
             say("note: no gpu__time_duration.sum in the input: ncu_kernel_time_s not logged")
     say(_summary_line(session.run_id, summary, device_name))
@@ -266,7 +308,9 @@ def _warned_inst_before_capture(importing: bool, opts: CaptureOptions, capabilit
     )
 
 
-def _import(args: argparse.Namespace, session: RunSession, say) -> tuple[NcuReport, str, tuple[int, int] | None]:
+def _import(
+    args: argparse.Namespace, session: RunSession, say
+) -> tuple[NcuReport, str, tuple[int, int] | None]:
     path = Path(args.import_file)
     session.log_file(f"ncu/{path.name}", path)
     say(f"importing {path} ...")
@@ -282,7 +326,9 @@ def _import(args: argparse.Namespace, session: RunSession, say) -> tuple[NcuRepo
             'reports it on the profiled machine, e.g. --device-name "NVIDIA L4"'
         )
     if args.device_name and name and args.device_name != name:
-        say(f"note: {path.name} says the GPU is {name!r}; logging --device-name {args.device_name!r}")
+        say(
+            f"note: {path.name} says the GPU is {name!r}; logging --device-name {args.device_name!r}"
+        )
     extra = {"ncu_import_file": path.name, "ncu_page": report.page}
     if cap:
         extra["cuda_capability"] = f"{cap[0]}.{cap[1]}"
@@ -331,7 +377,9 @@ def _capture(
     )
     session.log_text("ncu/command.txt", shlex.join(argv) + "\n")
     session.flush()
-    say(f"profiling {config.run_name()} on {gpu.name} with ncu ({opts.metric_set} metrics, {opts.profile_steps} step(s))")
+    say(
+        f"profiling {config.run_name()} on {gpu.name} with ncu ({opts.metric_set} metrics, {opts.profile_steps} step(s))"
+    )
     say(f"  {shlex.join(argv)}")
     ran = run_ncu(argv, log_file, cwd=ROOT, say=say)
     rc = ran.returncode

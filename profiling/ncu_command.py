@@ -15,6 +15,7 @@ docs/profiling.md for what was verified):
   --clock-control base|none
   --launch-skip N --launch-count N
 """
+
 from __future__ import annotations
 
 import codecs
@@ -83,9 +84,13 @@ class CaptureOptions:
         if int(self.profile_steps) < 1:
             raise ValueError(f"profile_steps must be >= 1, got {self.profile_steps}")
         if self.metric_set not in METRIC_SETS:
-            raise ValueError(f"metric_set must be one of {', '.join(METRIC_SETS)}, got {self.metric_set!r}")
+            raise ValueError(
+                f"metric_set must be one of {', '.join(METRIC_SETS)}, got {self.metric_set!r}"
+            )
         if self.replay_mode not in REPLAY_MODES:
-            raise ValueError(f"replay_mode must be one of {', '.join(REPLAY_MODES)}, got {self.replay_mode!r}")
+            raise ValueError(
+                f"replay_mode must be one of {', '.join(REPLAY_MODES)}, got {self.replay_mode!r}"
+            )
         if self.clock_control not in CLOCK_CONTROLS:
             raise ValueError(
                 f"clock_control must be one of {', '.join(CLOCK_CONTROLS)}, got {self.clock_control!r}"
@@ -98,14 +103,18 @@ class CaptureOptions:
             raise ValueError(
                 f"tensor_counters must be one of {', '.join(TENSOR_MODES)}, got {self.tensor_counters!r}"
             )
-        bad = [m for m in self.extra_metrics if not re.fullmatch(r"[A-Za-z0-9_.:^$|()\\*+?\[\]-]+", m)]
+        bad = [
+            m for m in self.extra_metrics if not re.fullmatch(r"[A-Za-z0-9_.:^$|()\\*+?\[\]-]+", m)
+        ]
         if bad:
             raise ValueError(f"extra_metrics has invalid metric names: {', '.join(bad)}")
 
     @property
     def legacy_metrics(self) -> list[str]:
         """nvprof-era names this capture would ask ncu for (it will reject them)."""
-        asked = (["flop_count_sp", "flop_count_hp"] if self.metric_set == "seed" else []) + list(self.extra_metrics)
+        asked = (["flop_count_sp", "flop_count_hp"] if self.metric_set == "seed" else []) + list(
+            self.extra_metrics
+        )
         return [m for m in asked if m in LEGACY_NVPROF_METRICS]
 
 
@@ -114,21 +123,35 @@ def train_argv(python: str, config_flags: list[str], profile_steps: int) -> list
     return [python, "-m", "train", *config_flags, "--profile-steps", str(int(profile_steps))]
 
 
-def ncu_argv(ncu: str, log_file: str | os.PathLike, metrics: list[str], opts: CaptureOptions, program: list[str]) -> list[str]:
+def ncu_argv(
+    ncu: str,
+    log_file: str | os.PathLike,
+    metrics: list[str],
+    opts: CaptureOptions,
+    program: list[str],
+) -> list[str]:
     """The whole ncu command as a list (never a shell string)."""
     argv = [
         str(ncu),
-        "--profile-from-start", "off",
-        "--target-processes", "all",
+        "--profile-from-start",
+        "off",
+        "--target-processes",
+        "all",
         "--nvtx",
         "--csv",
-        "--page", "details",
-        "--print-units", "base",
-        "--log-file", str(log_file),
-        "--metrics", ",".join(metrics),
-        "--replay-mode", opts.replay_mode,
-        "--clock-control", opts.clock_control,
-    ]  # fmt: skip
+        "--page",
+        "details",
+        "--print-units",
+        "base",
+        "--log-file",
+        str(log_file),
+        "--metrics",
+        ",".join(metrics),
+        "--replay-mode",
+        opts.replay_mode,
+        "--clock-control",
+        opts.clock_control,
+    ]
     if opts.launch_skip:
         argv += ["--launch-skip", str(int(opts.launch_skip))]
     if opts.launch_count is not None:
@@ -247,7 +270,9 @@ def run_ncu(
     t0 = time.monotonic()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     try:
-        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
     except OSError as exc:
         raise BenchError(f"cannot start {argv[0]}: {exc.strerror or exc}: {INSTALL_HINT}") from exc
     buffer = _ConsoleBuffer()

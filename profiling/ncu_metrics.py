@@ -23,6 +23,7 @@ Counting rules (see docs/profiling.md for sources):
   ncu), L2 = ``lts__t_bytes.sum`` (or 32-byte ``lts__t_sectors.sum``), L1 = ``l1tex__t_bytes.sum``
   (or ``l1tex__t_sectors.sum``); kernel time = ``gpu__time_duration.sum``.
 """
+
 from __future__ import annotations
 
 import math
@@ -37,11 +38,17 @@ from profiling.ncu_parse import DEVICE_NAME_METRIC, LEGACY_NVPROF_METRICS, NcuKe
 HALF_LANES = 2
 """Lanes per half-precision SASS instruction (HFMA2 packs two fp16 FMAs). See module docstring."""
 TENSOR_INST_FLOPS: dict[tuple[int, int], tuple[int, str]] = {
-    (7, 0): (512, "HMMA.884.F32.F32 (Volta): a warp's mma m8n8k4 with fp32 accumulation is 4 such "
-                  "instructions for 4 x 8x8x4 = 1024 FMA, i.e. 256 FMA = 512 FLOP each"),
+    (7, 0): (
+        512,
+        "HMMA.884.F32.F32 (Volta): a warp's mma m8n8k4 with fp32 accumulation is 4 such "
+        "instructions for 4 x 8x8x4 = 1024 FMA, i.e. 256 FMA = 512 FLOP each",
+    ),
     (7, 2): (512, "HMMA.884.F32.F32 (Xavier, a Volta SM): 256 FMA = 512 FLOP each"),
-    (7, 5): (2048, "HMMA.1688.F32 (Turing, cuBLAS/cuDNN *1688* kernels): one warp mma m16n8k8 = "
-                   "1024 FMA = 2048 FLOP"),
+    (7, 5): (
+        2048,
+        "HMMA.1688.F32 (Turing, cuBLAS/cuDNN *1688* kernels): one warp mma m16n8k8 = "
+        "1024 FMA = 2048 FLOP",
+    ),
     (8, 0): (4096, "HMMA.16816.F32 (Ampere): one warp mma m16n8k16 = 2048 FMA = 4096 FLOP"),
     (8, 6): (4096, "HMMA.16816.F32 (GA10x): one warp mma m16n8k16 = 2048 FMA = 4096 FLOP"),
     (8, 7): (4096, "HMMA.16816.F32 (Orin): one warp mma m16n8k16 = 2048 FMA = 4096 FLOP"),
@@ -60,7 +67,11 @@ SECTOR_BYTES = 32
 """Bytes per L1/L2 sector, to turn ``*_sectors.sum`` into bytes when ``*_bytes.sum`` is absent."""
 
 PRECISIONS = ("fp64", "fp32", "fp16")
-OPS = {"fp64": ("dadd", "dmul", "dfma"), "fp32": ("fadd", "fmul", "ffma"), "fp16": ("hadd", "hmul", "hfma")}
+OPS = {
+    "fp64": ("dadd", "dmul", "dfma"),
+    "fp32": ("fadd", "fmul", "ffma"),
+    "fp16": ("hadd", "hmul", "hfma"),
+}
 OP_WEIGHT = {"add": 1.0, "mul": 1.0, "fma": 2.0}
 LANES = {"fp64": 1, "fp32": 1, "fp16": HALF_LANES}
 
@@ -83,7 +94,16 @@ CYCLES = {"sm": "sm__cycles_elapsed.avg", "smsp": "smsp__cycles_elapsed.avg"}
 METRIC_SETS = ("roofline", "seed")
 TENSOR_MODES = ("auto", "ops", "inst", "none")
 
-QUANTITIES = ("flops_fp64", "flops_fp32", "flops_fp16", "flops_tensor", "dram_bytes", "l2_bytes", "l1_bytes", "time_s")
+QUANTITIES = (
+    "flops_fp64",
+    "flops_fp32",
+    "flops_fp16",
+    "flops_tensor",
+    "dram_bytes",
+    "l2_bytes",
+    "l1_bytes",
+    "time_s",
+)
 
 
 def op_counter(op: str, unit: str = "sm") -> str:
@@ -91,13 +111,15 @@ def op_counter(op: str, unit: str = "sm") -> str:
 
 
 def tensor_counters_for(capability: tuple[int, int] | None) -> str:
-    """"ops" (sm_80+, or unknown), "inst" (sm_70/sm_75: Volta, Turing) or "none" (no tensor cores)."""
+    """ "ops" (sm_80+, or unknown), "inst" (sm_70/sm_75: Volta, Turing) or "none" (no tensor cores)."""
     if capability is None or tuple(capability) >= (8, 0):
         return "ops"
     return "inst" if tuple(capability) >= (7, 0) else "none"
 
 
-def metric_list(metric_set: str, tensor: str = "ops", extra: tuple[str, ...] | list[str] = ()) -> list[str]:
+def metric_list(
+    metric_set: str, tensor: str = "ops", extra: tuple[str, ...] | list[str] = ()
+) -> list[str]:
     """The ``--metrics`` list for a metric set ("roofline" or "seed") plus extra metrics, no duplicates."""
     if metric_set == "roofline":
         names = [op_counter(op) for p in PRECISIONS for op in OPS[p]]
@@ -222,7 +244,9 @@ def _tensor_ops(m: dict[str, float]) -> tuple[float, str] | None:
             total += _one_source(generic)
         else:
             for op in {k[1] for k in entries if k[0] == src}:
-                total += _one_source({k[2:]: v for k, v in entries.items() if k[0] == src and k[1] == op})
+                total += _one_source(
+                    {k[2:]: v for k, v in entries.items() if k[0] == src and k[1] == op}
+                )
     return total, "sm__ops_path_tensor" + ("" if how == "count" else f"_{how}")
 
 
@@ -232,8 +256,12 @@ def _one_source(parts: dict[tuple[str | None, str | None], float]) -> float:
         return parts[(None, None)]
     dsts = {d for d, _ in parts if d is not None}
     if dsts:
-        return sum(parts[(d, None)] if (d, None) in parts else sum(v for (dd, _), v in parts.items() if dd == d)
-                   for d in dsts)  # fmt: skip
+        return sum(
+            parts[(d, None)]
+            if (d, None) in parts
+            else sum(v for (dd, _), v in parts.items() if dd == d)
+            for d in dsts
+        )
     return sum(parts.values())
 
 
@@ -294,7 +322,9 @@ def kernel_quantities(
         if how:
             src[f"flops_{p}"] = "sass_thread_inst_executed" + ("" if how == "count" else f"_{how}")
             if absent:
-                gaps[f"flops_{p}"] = f"no {', '.join(absent)} counter{'s' if len(absent) > 1 else ''}"
+                gaps[f"flops_{p}"] = (
+                    f"no {', '.join(absent)} counter{'s' if len(absent) > 1 else ''}"
+                )
     ops = _tensor_ops(m)
     q["flops_tensor"] = math.nan
     if ops is not None:
@@ -307,7 +337,9 @@ def kernel_quantities(
             q["flops_tensor"], src["flops_tensor"] = 0.0, f"sm__inst_executed_pipe_tensor{rate}"
         elif inst is not None and factor is None:
             cc = f"sm_{capability[0]}{capability[1]}" if capability else "an unknown GPU"
-            gaps["flops_tensor"] = f"tensor instructions without a FLOPs-per-instruction factor for {cc}"
+            gaps["flops_tensor"] = (
+                f"tensor instructions without a FLOPs-per-instruction factor for {cc}"
+            )
         elif inst is not None:
             q["flops_tensor"] = inst * factor
             src["flops_tensor"] = f"sm__inst_executed_pipe_tensor{rate}_x{factor}"
@@ -419,11 +451,24 @@ class NcuSummary:
 
 
 KERNEL_COLUMNS = (
-    "id", "kernel", "phase", "block", "grid", "time_s",
-    "flops_fp64", "flops_fp32", "flops_fp16", "flops_tensor", "flops_total",
-    "dram_read_bytes", "dram_write_bytes", "dram_bytes", "l2_bytes", "l1_bytes",
+    "id",
+    "kernel",
+    "phase",
+    "block",
+    "grid",
+    "time_s",
+    "flops_fp64",
+    "flops_fp32",
+    "flops_fp16",
+    "flops_tensor",
+    "flops_total",
+    "dram_read_bytes",
+    "dram_write_bytes",
+    "dram_bytes",
+    "l2_bytes",
+    "l1_bytes",
     "intensity_dram_flops_per_byte",
-)  # fmt: skip
+)
 
 
 def phase_key(phase: str) -> str:
@@ -452,7 +497,9 @@ def summarize(report: NcuReport, capability: tuple[int, int] | None = None) -> N
         )
     bad = {n: c for n, c in report.na.items() if _used_metric(n)}
     if bad:
-        worst = ", ".join(f"{n} ({c} of {len(report.kernels)} kernels)" for n, c in sorted(bad.items()))
+        worst = ", ".join(
+            f"{n} ({c} of {len(report.kernels)} kernels)" for n, c in sorted(bad.items())
+        )
         raise BenchError(
             f"ncu reported n/a for {worst}: this GPU, driver or ncu version cannot collect it; "
             "profile without it (--tensor-counters none for tensor counters) or on a GPU that supports it"
@@ -478,16 +525,26 @@ def summarize(report: NcuReport, capability: tuple[int, int] | None = None) -> N
         totals["flops_total"] = float(df["flops_total"].sum(skipna=True))
     phases = _phases(df, totals) if report.has_nvtx and df["phase"].notna().any() else None
     n = len(report.kernels)
-    partial = {quantity: "; ".join(f"{why} in {c} of {n} kernels" for why, c in by.items()) for quantity, by in lacking.items()}
+    partial = {
+        quantity: "; ".join(f"{why} in {c} of {n} kernels" for why, c in by.items())
+        for quantity, by in lacking.items()
+    }
     cautions = []
-    if sources.get("flops_tensor", "").startswith(TENSOR_INST[0].split(".")[0]) and totals.get("flops_tensor"):
+    if sources.get("flops_tensor", "").startswith(TENSOR_INST[0].split(".")[0]) and totals.get(
+        "flops_tensor"
+    ):
         caution = tensor_inst_caution(capability)
         if caution:
             cautions.append(caution)
     return NcuSummary(
-        kernels=df, totals=totals, measured=measured, sources=sources, phases=phases, partial=partial,
+        kernels=df,
+        totals=totals,
+        measured=measured,
+        sources=sources,
+        phases=phases,
+        partial=partial,
         cautions=cautions,
-    )  # fmt: skip
+    )
 
 
 def _kernel_row(k: NcuKernel, q: dict[str, float]) -> dict:
@@ -503,7 +560,9 @@ def _kernel_row(k: NcuKernel, q: dict[str, float]) -> dict:
         "grid": k.attrs.get("Grid Size", ""),
         **{key: q[key] for key in q},
         "flops_total": total,
-        "intensity_dram_flops_per_byte": total / dram if dram and not math.isnan(dram) and dram > 0 else math.nan,
+        "intensity_dram_flops_per_byte": total / dram
+        if dram and not math.isnan(dram) and dram > 0
+        else math.nan,
     }
 
 
@@ -517,7 +576,11 @@ def _phases(df: pd.DataFrame, totals: dict[str, float]) -> pd.DataFrame:
             "dram_bytes": g["dram_bytes"].sum(min_count=1),
         }
     )
-    for col, share in (("time_s", "time_share"), ("flops_total", "flops_share"), ("dram_bytes", "dram_bytes_share")):
+    for col, share in (
+        ("time_s", "time_share"),
+        ("flops_total", "flops_share"),
+        ("dram_bytes", "dram_bytes_share"),
+    ):
         denom = totals.get(col)
         out[share] = out[col] / denom if denom else math.nan
     return out
@@ -538,7 +601,9 @@ def top_kernels(summary: NcuSummary, n: int = 25) -> pd.DataFrame:
     )
     total_t = summary.totals.get("time_s")
     out["time_share"] = out["time_s"] / total_t if total_t else math.nan
-    out["intensity_dram_flops_per_byte"] = out["flops_total"] / out["dram_bytes"].where(out["dram_bytes"] > 0)
+    out["intensity_dram_flops_per_byte"] = out["flops_total"] / out["dram_bytes"].where(
+        out["dram_bytes"] > 0
+    )
     out = out.sort_values(["time_s", "flops_total"], ascending=False, na_position="last").head(n)
     return out.reset_index()
 

@@ -13,6 +13,7 @@ Also: ``==PROF==``/``==WARNING==``/``==ERROR==`` lines and program output before
 table rows, a UTF-8 BOM, CRLF line ends, thousands separators (``"134,221,568"``), ``n/a`` values,
 and unit prefixes scaled by 1000 (``Kbyte`` = 1,000 byte; ``usecond`` = 1e-6 s).
 """
+
 from __future__ import annotations
 
 import csv
@@ -45,7 +46,13 @@ ID_COLUMNS = (
     "Section Name",
 )
 DETAILS_COLUMNS = ("Metric Name", "Metric Unit", "Metric Value")
-RULE_COLUMNS = ("Rule Name", "Rule Type", "Rule Description", "Estimated Speedup Type", "Estimated Speedup")
+RULE_COLUMNS = (
+    "Rule Name",
+    "Rule Type",
+    "Rule Description",
+    "Estimated Speedup Type",
+    "Estimated Speedup",
+)
 DEVICE_NAME_METRIC = "device__attribute_display_name"
 PHASE_NAMES = tuple(p for p in PHASES if p != "train_step")
 """The phase ranges `python -m train --profile-steps K` marks inside `train_step`."""
@@ -53,11 +60,19 @@ PHASE_NAMES = tuple(p for p in PHASES if p != "train_step")
 # SI scale of unit prefixes (decimal, as ncu prints them: Kbyte = 1,000 byte).
 PREFIXES = {"": 1.0, "K": 1e3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
 TIME_UNITS = {
-    "ns": 1e-9, "nsec": 1e-9, "nsecond": 1e-9,
-    "us": 1e-6, "usec": 1e-6, "usecond": 1e-6,
-    "ms": 1e-3, "msec": 1e-3, "msecond": 1e-3,
-    "s": 1.0, "sec": 1.0, "second": 1.0,
-}  # fmt: skip
+    "ns": 1e-9,
+    "nsec": 1e-9,
+    "nsecond": 1e-9,
+    "us": 1e-6,
+    "usec": 1e-6,
+    "usecond": 1e-6,
+    "ms": 1e-3,
+    "msec": 1e-3,
+    "msecond": 1e-3,
+    "s": 1.0,
+    "sec": 1.0,
+    "second": 1.0,
+}
 _PREFIXED = re.compile(
     r"^(?P<p>[KkMGTP])(?P<base>byte|inst|sector|cycle|warp|thread|request|transaction|block|flop|op|ops|hz)$",
     re.IGNORECASE,
@@ -165,9 +180,12 @@ NO_KERNELS_MESSAGE = (
     "reaches its measured steps, and that --launch-skip is below the number of kernels launched"
 )
 _MISSING_METRIC = re.compile(
-    r"Failed to find metric\s+(?:regex:)?\^?(?P<name>[A-Za-z0-9_]+(?:\\?\.[A-Za-z0-9_]+)*)", re.IGNORECASE
+    r"Failed to find metric\s+(?:regex:)?\^?(?P<name>[A-Za-z0-9_]+(?:\\?\.[A-Za-z0-9_]+)*)",
+    re.IGNORECASE,
 )
-_APP_ERROR = re.compile(r"The application returned an error code \((?P<code>-?\d+)\)", re.IGNORECASE)
+_APP_ERROR = re.compile(
+    r"The application returned an error code \((?P<code>-?\d+)\)", re.IGNORECASE
+)
 
 
 def legacy_message(names: list[str]) -> str:
@@ -212,7 +230,7 @@ def classify_ncu_output(text: str, returncode: int | None = 0) -> str | None:
         return NO_KERNELS_MESSAGE
     errors = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("==ERROR==")]
     if errors:
-        return f"ncu failed: {errors[-1][len('==ERROR=='):].strip()}"
+        return f"ncu failed: {errors[-1][len('==ERROR==') :].strip()}"
     if returncode not in (0, None):
         last = next((ln.strip() for ln in reversed(text.splitlines()) if ln.strip()), "no output")
         return f"ncu exited with code {returncode}: {last[:300]}"
@@ -327,7 +345,9 @@ def read_ncu_csv(path: str | Path, keep: Callable[[str], bool] | None = None) ->
     return parse_ncu_csv(text, keep=keep, source=p.name)
 
 
-def parse_ncu_csv(text: str, keep: Callable[[str], bool] | None = None, source: str = "<text>") -> NcuReport:
+def parse_ncu_csv(
+    text: str, keep: Callable[[str], bool] | None = None, source: str = "<text>"
+) -> NcuReport:
     """Parse the text ncu wrote with ``--csv`` (log file or captured stdout).
 
     `keep(metric_name)` limits which metrics are stored (large raw exports have ~500 columns);
@@ -379,9 +399,13 @@ def _no_results_reason(source: str, messages: list[str], table: list[str], candi
     reason = messages_reason(source, messages)
     if reason:
         return reason
-    export = "export it again on the profiling machine (`ncu --import report.ncu-rep --csv --page raw`)"
+    export = (
+        "export it again on the profiling machine (`ncu --import report.ncu-rep --csv --page raw`)"
+    )
     if candidates <= 0:
-        return f"{source} has an ncu table header but no result rows (a truncated export?): {export}"
+        return (
+            f"{source} has an ncu table header but no result rows (a truncated export?): {export}"
+        )
     first = next((ln.strip() for ln in table[1:] if ln.strip()), "")
     return (
         f"{source}: none of the {candidates} rows under its ncu table header could be read as a result "
@@ -401,7 +425,7 @@ def _no_table_reason(text: str, source: str, messages: list[str]) -> str:
     if reason:
         return reason
     return (
-        f"{source} is not Nsight Compute CSV output (no header row starting with \"ID\"): export with "
+        f'{source} is not Nsight Compute CSV output (no header row starting with "ID"): export with '
         "`ncu --csv --page details` or `ncu --import report.ncu-rep --csv --page raw`, or pass the .ncu-rep"
     )
 
@@ -421,7 +445,9 @@ def _id_columns(header: list[str]) -> list[tuple[str, int]]:
     return [(c, header.index(c)) for c in ID_COLUMNS if c in header]
 
 
-def _kernel_from_row(row: list[str], idcols: list[tuple[str, int]], pp: int | None, se: int | None) -> NcuKernel:
+def _kernel_from_row(
+    row: list[str], idcols: list[tuple[str, int]], pp: int | None, se: int | None
+) -> NcuKernel:
     attrs = {c: row[i].strip() for c, i in idcols}
     try:
         rid = int(attrs.get("ID", "").replace(",", ""))
@@ -494,7 +520,7 @@ def _parse_raw(header: list[str], rows: Iterable[list[str]], report: NcuReport, 
     report.page = "raw"
     if "Kernel Name" not in header:
         raise NcuParseError(
-            f"{report.source} has an \"ID\" header but neither Metric Name/Value columns (details page) "
+            f'{report.source} has an "ID" header but neither Metric Name/Value columns (details page) '
             "nor Kernel Name (raw page): not Nsight Compute CSV output"
         )
     pp, se = _nvtx_columns(header)

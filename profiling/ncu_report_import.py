@@ -8,6 +8,7 @@ Reports made with `ncu --set full` (or `--set detailed`/`roofline`) carry FLOP c
 times ``smsp__cycles_elapsed.avg``, which is how Nsight Compute's own roofline chart gets it. We copy
 the rates and the cycles here and let ncu_metrics multiply (ncu_metrics._count).
 """
+
 from __future__ import annotations
 
 import math
@@ -16,7 +17,13 @@ from typing import Callable
 
 from common.errors import BenchError, one_line
 from profiling.ncu_metrics import is_relevant
-from profiling.ncu_parse import DEVICE_NAME_METRIC, NcuKernel, NcuReport, messages_reason, unit_scale
+from profiling.ncu_parse import (
+    DEVICE_NAME_METRIC,
+    NcuKernel,
+    NcuReport,
+    messages_reason,
+    unit_scale,
+)
 
 NCU_REP_SUFFIXES = (".ncu-rep", ".ncu-repz")
 
@@ -40,7 +47,9 @@ def load_ncu_rep(path: str | Path, keep: Callable[[str], bool] = is_relevant) ->
     try:
         ctx = ncu_report.load_report(str(p))
     except Exception as exc:  # noqa: BLE001 - the library raises plain exceptions on bad files
-        raise BenchError(f"cannot read {p.name} as an Nsight Compute report: {one_line(exc)}") from exc
+        raise BenchError(
+            f"cannot read {p.name} as an Nsight Compute report: {one_line(exc)}"
+        ) from exc
 
     report = NcuReport(kernels=[], page="ncu-rep", source=p.name)
     _add_results(ctx, report, keep)
@@ -63,7 +72,9 @@ def empty_report_reason(name: str, head: bytes) -> str:
     """
     text = head.decode("utf-8", errors="strict") if _is_text(head) else ""
     if text:
-        reason = messages_reason(name, [ln.strip() for ln in text.splitlines() if ln.strip().startswith("==")])
+        reason = messages_reason(
+            name, [ln.strip() for ln in text.splitlines() if ln.strip().startswith("==")]
+        )
         if reason:
             return reason
     if head.startswith(REPORT_MAGIC):

@@ -23,6 +23,7 @@ format is in docs/peaks.md. Which figures were cross-checked is listed there too
 
 `python -m profiling.peak_table [NAME]` prints the table (or the entry NAME resolves to).
 """
+
 from __future__ import annotations
 
 import difflib
@@ -74,7 +75,9 @@ class VendorPeaks:
                 raise ValueError(f"flops_per_s: unknown dtype {dtype!r} (use {', '.join(DTYPES)})")
             flops[dtype] = _positive(value, f"flops_per_s[{dtype}]")
         object.__setattr__(self, "flops_per_s", flops)
-        object.__setattr__(self, "dram_bytes_per_s", _positive(self.dram_bytes_per_s, "dram_bytes_per_s"))
+        object.__setattr__(
+            self, "dram_bytes_per_s", _positive(self.dram_bytes_per_s, "dram_bytes_per_s")
+        )
         for name in ("l2_bytes_per_s", "l1_bytes_per_s"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, _positive(getattr(self, name), name))
@@ -121,14 +124,26 @@ _A100_SRC = (
     "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
     "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf (tf32/bf16/fp16 dense; fp64 = FP64 Tensor Core)"
 )
-_A100_FLOPS = {"fp64": 19.5 * T, "fp32": 19.5 * T, "tf32": 156 * T, "fp16": 312 * T, "bf16": 312 * T}
+_A100_FLOPS = {
+    "fp64": 19.5 * T,
+    "fp32": 19.5 * T,
+    "tf32": 156 * T,
+    "fp16": 312 * T,
+    "bf16": 312 * T,
+}
 _V100_SRC = "https://images.nvidia.com/content/technologies/volta/pdf/volta-v100-datasheet-update-us-1165301-r5.pdf"
 
 # Order matters only for display. Sparse datasheet figures are written as `x / 2`.
 _BUILTIN: tuple[_Entry, ...] = (
     _e(
         "NVIDIA H100 80GB HBM3",
-        {"fp64": 67 * T, "fp32": 67 * T, "tf32": 989 * T / 2, "fp16": 1979 * T / 2, "bf16": 1979 * T / 2},
+        {
+            "fp64": 67 * T,
+            "fp32": 67 * T,
+            "tf32": 989 * T / 2,
+            "fp16": 1979 * T / 2,
+            "bf16": 1979 * T / 2,
+        },
         3.35e12,
         _H100_SRC + "; https://www.nvidia.com/en-us/data-center/h100/",
         "NVIDIA H100 SXM",
@@ -136,14 +151,26 @@ _BUILTIN: tuple[_Entry, ...] = (
     ),
     _e(
         "NVIDIA H100 PCIe",
-        {"fp64": 51 * T, "fp32": 51 * T, "tf32": 756 * T / 2, "fp16": 1513 * T / 2, "bf16": 1513 * T / 2},
+        {
+            "fp64": 51 * T,
+            "fp32": 51 * T,
+            "tf32": 756 * T / 2,
+            "fp16": 1513 * T / 2,
+            "bf16": 1513 * T / 2,
+        },
         2.0e12,
         _H100_SRC,
         "NVIDIA H100 PCIe 80GB",
     ),
     _e(
         "NVIDIA H200",
-        {"fp64": 67 * T, "fp32": 67 * T, "tf32": 989 * T / 2, "fp16": 1979 * T / 2, "bf16": 1979 * T / 2},
+        {
+            "fp64": 67 * T,
+            "fp32": 67 * T,
+            "tf32": 989 * T / 2,
+            "fp16": 1979 * T / 2,
+            "bf16": 1979 * T / 2,
+        },
         4.8e12,
         "https://www.nvidia.com/en-us/data-center/h200/ (H200 SXM; tensor figures with sparsity, halved here)",
         "NVIDIA H200 SXM",
@@ -234,11 +261,18 @@ _BUILTIN: tuple[_Entry, ...] = (
 # ------------------------------------------------------------------------------------- matching
 _DROP = {"nvidia", "geforce", "tesla", "gpu", "r", "tm", "corporation", "graphics"}
 _FORM = {
-    "sxm": "sxm", "sxm2": "sxm2", "sxm3": "sxm3", "sxm4": "sxm4", "sxm5": "sxm5",  # generations differ (V100 SXM3)
-    "pcie": "pcie", "pci": "pcie",
+    "sxm": "sxm",
+    "sxm2": "sxm2",
+    "sxm3": "sxm3",
+    "sxm4": "sxm4",
+    "sxm5": "sxm5",  # generations differ (V100 SXM3)
+    "pcie": "pcie",
+    "pci": "pcie",
     "nvl": "nvl",
-    "laptop": "laptop", "mobile": "laptop", "notebook": "laptop",
-}  # fmt: skip
+    "laptop": "laptop",
+    "mobile": "laptop",
+    "notebook": "laptop",
+}
 _MEM_RE = re.compile(r"^\d+gb$")
 _MEM_TYPE_RE = re.compile(r"^(hbm\w*|gddr\w*)$")
 
@@ -306,7 +340,15 @@ def _entry_compatible(query: _Key, entry: _Entry) -> bool:
 
 
 # ------------------------------------------------------------------------------------- overrides
-_ENTRY_FIELDS = {"device_name", "aliases", "flops_per_s", "dram_bytes_per_s", "source", "l2_bytes_per_s", "l1_bytes_per_s"}
+_ENTRY_FIELDS = {
+    "device_name",
+    "aliases",
+    "flops_per_s",
+    "dram_bytes_per_s",
+    "source",
+    "l2_bytes_per_s",
+    "l1_bytes_per_s",
+}
 _OPTIONAL_FIELDS = ("l2_bytes_per_s", "l1_bytes_per_s")
 
 
@@ -320,7 +362,9 @@ def load_overrides(path: str | os.PathLike) -> list[_Entry]:
     """
     p = Path(path).expanduser()
     if not p.is_file():
-        raise UsageError(f"peaks file {p} does not exist (set by --peaks-file or ${PEAKS_FILE_ENV})")
+        raise UsageError(
+            f"peaks file {p} does not exist (set by --peaks-file or ${PEAKS_FILE_ENV})"
+        )
     text = p.read_text(encoding="utf-8-sig")
     try:
         if p.suffix.lower() in (".yaml", ".yml"):
@@ -331,7 +375,9 @@ def load_overrides(path: str | os.PathLike) -> list[_Entry]:
             data = json.loads(text)
     except Exception as exc:  # noqa: BLE001 - json/yaml errors: report them in one line
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise UsageError(f"peaks file {p} is not valid {p.suffix.lstrip('.').upper() or 'JSON'}: {first}") from None
+        raise UsageError(
+            f"peaks file {p} is not valid {p.suffix.lstrip('.').upper() or 'JSON'}: {first}"
+        ) from None
     items = data.get("devices") if isinstance(data, dict) else data
     if not isinstance(items, list):
         raise UsageError(f'peaks file {p}: expected {{"devices": [...]}} or a list of entries')
@@ -339,10 +385,14 @@ def load_overrides(path: str | os.PathLike) -> list[_Entry]:
     for i, item in enumerate(items, 1):
         where = f"peaks file {p}, entry {i}"
         if not isinstance(item, dict):
-            raise UsageError(f"{where}: expected a mapping with device_name, flops_per_s, dram_bytes_per_s, source")
+            raise UsageError(
+                f"{where}: expected a mapping with device_name, flops_per_s, dram_bytes_per_s, source"
+            )
         unknown = sorted(set(item) - _ENTRY_FIELDS)
         if unknown:
-            raise UsageError(f"{where}: unknown field(s) {', '.join(unknown)} (allowed: {', '.join(sorted(_ENTRY_FIELDS))})")
+            raise UsageError(
+                f"{where}: unknown field(s) {', '.join(unknown)} (allowed: {', '.join(sorted(_ENTRY_FIELDS))})"
+            )
         name = item.get("device_name")
         if not isinstance(name, str) or not name.strip():
             raise UsageError(f"{where}: device_name is required")
@@ -353,7 +403,9 @@ def load_overrides(path: str | os.PathLike) -> list[_Entry]:
         fields_ = {
             "device_name": name,
             "flops_per_s": item.get("flops_per_s", base.peaks.flops_per_s if base else None),
-            "dram_bytes_per_s": item.get("dram_bytes_per_s", base.peaks.dram_bytes_per_s if base else None),
+            "dram_bytes_per_s": item.get(
+                "dram_bytes_per_s", base.peaks.dram_bytes_per_s if base else None
+            ),
             "source": item.get("source", base.peaks.source if base else None),
         }
         missing = [k for k, v in fields_.items() if v is None]
@@ -435,9 +487,16 @@ def close_names(device_name: str, table: list[_Entry] | None = None, n: int = 4)
     """Known canonical names that look like `device_name` (same model first, then spelling)."""
     table = table if table is not None else list(_BUILTIN)
     query = _key(device_name)
-    same_model = [e.peaks.device_name for e in table if query.base and any(_key(x).base == query.base for x in e.names)]
+    same_model = [
+        e.peaks.device_name
+        for e in table
+        if query.base and any(_key(x).base == query.base for x in e.names)
+    ]
     by_norm = {_normalize(x): e.peaks.device_name for e in table for x in e.names}
-    spelled = [by_norm[m] for m in difflib.get_close_matches(_normalize(device_name), list(by_norm), n=n, cutoff=0.5)]
+    spelled = [
+        by_norm[m]
+        for m in difflib.get_close_matches(_normalize(device_name), list(by_norm), n=n, cutoff=0.5)
+    ]
     return list(dict.fromkeys(same_model + spelled))[:n]
 
 
@@ -457,7 +516,11 @@ def format_table(entries: Iterable[VendorPeaks]) -> str:
     """A Markdown table in TFLOP/s and GB/s (display units; the data stay SI). L2/L1 columns appear
     only when some entry has the figure."""
     entries = list(entries)
-    levels = [lv for lv in ("l2", "l1") if any(getattr(p, f"{lv}_bytes_per_s") is not None for p in entries)]
+    levels = [
+        lv
+        for lv in ("l2", "l1")
+        if any(getattr(p, f"{lv}_bytes_per_s") is not None for p in entries)
+    ]
     head = "| device | " + " | ".join(f"{d} TFLOP/s" for d in DTYPES) + " | DRAM GB/s |"
     head += "".join(f" {lv.upper()} GB/s |" for lv in levels)
     rule = "|" + "---|" * (len(DTYPES) + 2 + len(levels))
@@ -473,9 +536,15 @@ def format_table(entries: Iterable[VendorPeaks]) -> str:
 
 
 def _main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(prog="python -m profiling.peak_table", description=__doc__.splitlines()[0])
-    parser.add_argument("name", nargs="?", help="device name to resolve (as torch.cuda.get_device_name reports it)")
-    parser.add_argument("--peaks-file", default=None, help=f"user entries (JSON/YAML); default ${PEAKS_FILE_ENV}")
+    parser = ArgumentParser(
+        prog="python -m profiling.peak_table", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "name", nargs="?", help="device name to resolve (as torch.cuda.get_device_name reports it)"
+    )
+    parser.add_argument(
+        "--peaks-file", default=None, help=f"user entries (JSON/YAML); default ${PEAKS_FILE_ENV}"
+    )
     args = parser.parse_args(argv)
     if args.name:
         p = lookup(args.name, args.peaks_file)

@@ -23,6 +23,7 @@ Time budget: run_peaks splits `time_budget_s` over its steps (plan()) by weight 
 stops sampling when its share is spent, after at least MIN_SAMPLES samples unless the whole budget
 is already gone. Allocation, first touch and warmup count against the step's share.
 """
+
 from __future__ import annotations
 
 import math
@@ -43,22 +44,41 @@ DEFAULT_WARMUP_S = {"cpu": 0.0, "cuda": 0.25, "mps": 0.25}  # GPU clocks need a 
 MIN_SAMPLE_S = 0.05  # fast calls are batched so one timed sample lasts at least this long
 L2_MIN_SAMPLE_S = 0.002  # L2 samples are short: on a shared CPU a clean 2 ms window is common, a clean 50 ms one is not
 L2_WARMUP_S = 0.05  # L2 kernels warm up this long, so the fastest warmup call (the calibration) is likely undisturbed
-L2_REPEATS_FACTOR = 3  # L2 samples per kernel: 3 x bandwidth_repeats (short samples: more chances of a clean one)
-SAMPLE_CAP_FACTOR = 10  # a sample stops issuing calls after 10x its expected length (a descheduled thread)
-MIN_SAMPLES = 3  # the time budget never cuts a step below this many samples while any budget is left
-DEFAULT_TIME_BUDGET_S = 30.0  # measuring time of a default run; see docs/peaks.md for the whole command
-STEP_WEIGHTS = {"gemm": 1.0, "stream dram": 2.0, "stream l2": 0.5}  # shares of the time budget per step
+L2_REPEATS_FACTOR = (
+    3  # L2 samples per kernel: 3 x bandwidth_repeats (short samples: more chances of a clean one)
+)
+SAMPLE_CAP_FACTOR = (
+    10  # a sample stops issuing calls after 10x its expected length (a descheduled thread)
+)
+MIN_SAMPLES = (
+    3  # the time budget never cuts a step below this many samples while any budget is left
+)
+DEFAULT_TIME_BUDGET_S = (
+    30.0  # measuring time of a default run; see docs/peaks.md for the whole command
+)
+STEP_WEIGHTS = {
+    "gemm": 1.0,
+    "stream dram": 2.0,
+    "stream l2": 0.5,
+}  # shares of the time budget per step
 STREAM_KERNELS = {"copy": 2, "triad": 3}  # arrays moved per element, as STREAM counts them
 STREAM_ELEMENT_BYTES = 4  # float32: MPS has no float64; bytes moved do not depend on the dtype
 TRIAD_SCALAR = 0.5  # keeps repeated c = a; a = b + s*c bounded (no inf, no denormals)
 MIB = 2**20
 DRAM_MIN_ARRAY_BYTES = 512 * MIB  # automatic STREAM array size: at least this ...
 DRAM_LLC_FACTOR = 4  # ... and at least 4x the last-level cache (STREAM's rule) ...
-DRAM_MEMORY_FRACTION = 0.5  # ... but the three arrays take at most this fraction of available memory
+DRAM_MEMORY_FRACTION = (
+    0.5  # ... but the three arrays take at most this fraction of available memory
+)
 L2_FILL_FRACTION = 0.5  # the three L2 STREAM arrays together fill this fraction of the L2
-CPU_PROBED_DTYPES = ("fp16", "bf16")  # CPU dtypes that join the defaults only when a probe shows them fast
+CPU_PROBED_DTYPES = (
+    "fp16",
+    "bf16",
+)  # CPU dtypes that join the defaults only when a probe shows them fast
 CPU_PROBE_SIZE = 512
-CPU_PROBE_MIN_RATIO = 0.25  # a probed dtype is a CPU default when it runs at >= 1/4 of the fp32 rate
+CPU_PROBE_MIN_RATIO = (
+    0.25  # a probed dtype is a CPU default when it runs at >= 1/4 of the fp32 rate
+)
 
 
 # --------------------------------------------------------------------------- dtype availability
@@ -93,8 +113,12 @@ def dtype_availability(
     GPUs and slow to measure): ask for it with --dtypes.
     """
     if device_type not in DEVICE_TYPES:
-        raise ValueError(f"device_type must be one of {', '.join(DEVICE_TYPES)}, got {device_type!r}")
-    opt_in_fp64 = DtypeStatus(True, False, "fp64 is opt-in (slow on most devices): add it to --dtypes")
+        raise ValueError(
+            f"device_type must be one of {', '.join(DEVICE_TYPES)}, got {device_type!r}"
+        )
+    opt_in_fp64 = DtypeStatus(
+        True, False, "fp64 is opt-in (slow on most devices): add it to --dtypes"
+    )
     yes = DtypeStatus(True, True)
     if device_type == "cuda":
         cap = tuple(capability) if capability else (0, 0)
@@ -102,9 +126,15 @@ def dtype_availability(
         return {
             "fp64": opt_in_fp64,
             "fp32": yes,
-            "tf32": yes if cap >= (8, 0) else DtypeStatus(False, False, f"tf32 tensor cores need sm_80+ (this GPU: {cap_text})"),
+            "tf32": yes
+            if cap >= (8, 0)
+            else DtypeStatus(False, False, f"tf32 tensor cores need sm_80+ (this GPU: {cap_text})"),
             "fp16": yes,
-            "bf16": yes if bf16_supported else DtypeStatus(False, False, f"no native bf16 on this GPU ({cap_text}; needs sm_80+)"),
+            "bf16": yes
+            if bf16_supported
+            else DtypeStatus(
+                False, False, f"no native bf16 on this GPU ({cap_text}; needs sm_80+)"
+            ),
         }
     if device_type == "mps":
         return {
@@ -112,18 +142,24 @@ def dtype_availability(
             "fp32": yes,
             "tf32": DtypeStatus(False, False, "tf32 is a CUDA tensor-core mode"),
             "fp16": yes,
-            "bf16": yes if bf16_supported else DtypeStatus(False, False, "bf16 on MPS needs macOS 14 or newer"),
+            "bf16": yes
+            if bf16_supported
+            else DtypeStatus(False, False, "bf16 on MPS needs macOS 14 or newer"),
         }
     ratios = cpu_probe_ratios or {}
     out = {
         "fp64": opt_in_fp64,
         "fp32": yes,
-        "tf32": DtypeStatus(False, False, "tf32 is a CUDA tensor-core mode (sm_80+), not available on CPU"),
+        "tf32": DtypeStatus(
+            False, False, "tf32 is a CUDA tensor-core mode (sm_80+), not available on CPU"
+        ),
     }
     for dtype in CPU_PROBED_DTYPES:
         ratio = ratios.get(dtype)
         if ratio is None:
-            out[dtype] = DtypeStatus(True, False, f"{dtype} on CPU was not probed: add it to --dtypes to measure it")
+            out[dtype] = DtypeStatus(
+                True, False, f"{dtype} on CPU was not probed: add it to --dtypes to measure it"
+            )
         elif ratio >= CPU_PROBE_MIN_RATIO:
             out[dtype] = yes
         else:
@@ -136,7 +172,9 @@ def dtype_availability(
     return {d: out[d] for d in DTYPES}
 
 
-def select_dtypes(requested: Sequence[str] | None, availability: dict[str, DtypeStatus]) -> tuple[list[str], dict[str, str]]:
+def select_dtypes(
+    requested: Sequence[str] | None, availability: dict[str, DtypeStatus]
+) -> tuple[list[str], dict[str, str]]:
     """(dtypes to measure, {dtype: why skipped}). `requested` None means the device's defaults.
 
     Raises UsageError when a requested dtype cannot be measured on this device.
@@ -185,28 +223,38 @@ class PeaksConfig:
 
     def __post_init__(self) -> None:
         self.device = str(self.device).strip().lower()
-        if self.device not in ("auto", *DEVICE_TYPES) and not (self.device.startswith("cuda:") and self.device[5:].isdigit()):
+        if self.device not in ("auto", *DEVICE_TYPES) and not (
+            self.device.startswith("cuda:") and self.device[5:].isdigit()
+        ):
             raise ValueError(f"device must be auto, cpu, cuda, cuda:N or mps, got {self.device!r}")
         if self.dtypes is not None and tuple(self.dtypes) != ("all",):
             dtypes = tuple(str(d).strip().lower() for d in self.dtypes)
             unknown = [d for d in dtypes if d not in DTYPES]
             if unknown or not dtypes:
-                raise ValueError(f"dtypes must be among {', '.join(DTYPES)}, got {', '.join(unknown) or 'nothing'}")
+                raise ValueError(
+                    f"dtypes must be among {', '.join(DTYPES)}, got {', '.join(unknown) or 'nothing'}"
+                )
             if len(set(dtypes)) != len(dtypes):
                 raise ValueError(f"dtypes lists a dtype twice: {', '.join(dtypes)}")
             self.dtypes = dtypes
         elif self.dtypes is not None:
             self.dtypes = ("all",)
         if int(self.matrix_size) < 0 or 0 < int(self.matrix_size) < 16:
-            raise ValueError(f"matrix_size must be 0 (device default) or >= 16, got {self.matrix_size}")
+            raise ValueError(
+                f"matrix_size must be 0 (device default) or >= 16, got {self.matrix_size}"
+            )
         if int(self.bandwidth_mib) < 0:
-            raise ValueError(f"bandwidth_mib must be 0 (automatic) or a positive number of MiB, got {self.bandwidth_mib}")
+            raise ValueError(
+                f"bandwidth_mib must be 0 (automatic) or a positive number of MiB, got {self.bandwidth_mib}"
+            )
         for name in ("repeats", "bandwidth_repeats"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
         budget = float(self.time_budget_s)
         if not math.isfinite(budget) or budget < 0:
-            raise ValueError(f"time_budget_s must be 0 (no budget) or a positive number of seconds, got {self.time_budget_s}")
+            raise ValueError(
+                f"time_budget_s must be 0 (no budget) or a positive number of seconds, got {self.time_budget_s}"
+            )
         self.time_budget_s = budget
         if not self.env_label:
             self.env_label = schema.default_env_label()
@@ -246,7 +294,11 @@ def dram_array_bytes(llc_bytes: int | None, available_bytes: int | None) -> tupl
     if available_bytes:
         cap = max(MIB, int(DRAM_MEMORY_FRACTION * available_bytes / 3) // MIB * MIB)
         if want > cap:
-            why = f"4x the {llc_bytes / MIB:.0f} MiB last-level cache" if llc_bytes and want > DRAM_MIN_ARRAY_BYTES else "the minimum"
+            why = (
+                f"4x the {llc_bytes / MIB:.0f} MiB last-level cache"
+                if llc_bytes and want > DRAM_MIN_ARRAY_BYTES
+                else "the minimum"
+            )
             return cap, (
                 f"warning: STREAM arrays capped at {cap / MIB:.0f} MiB each instead of {want / MIB:.0f} MiB ({why}): "
                 f"three arrays may take at most {DRAM_MEMORY_FRACTION:.0%} of the {available_bytes / 2**30:.1f} GiB "
@@ -274,7 +326,9 @@ class Measurement:
     calls_per_sample: int
     samples_s: list[float]
     requested: int = 0  # samples asked for; fewer were taken when the time budget cut the step
-    sample_calls: list[int] = field(default_factory=list)  # calls each sample made (empty: calls_per_sample each)
+    sample_calls: list[int] = field(
+        default_factory=list
+    )  # calls each sample made (empty: calls_per_sample each)
     warmup_s: list[float] = field(default_factory=list)  # untimed warmup calls, seconds each
 
     @property
@@ -337,7 +391,9 @@ class Budget:
     leaves over goes to the later ones. `total_s` None or 0: no budget (every deadline is inf).
     """
 
-    def __init__(self, total_s: float | None, weights: Sequence[float], clock: Clock = time.perf_counter):
+    def __init__(
+        self, total_s: float | None, weights: Sequence[float], clock: Clock = time.perf_counter
+    ):
         self.total_s = float(total_s) if total_s else None
         self.clock = clock
         self.start = clock()
@@ -364,7 +420,9 @@ def _timed(fn: Callable[[], object], calls: int, sync: Sync, clock: Clock) -> fl
     return clock() - t0
 
 
-def _timed_until(fn: Callable[[], object], calls: int, sync: Sync, clock: Clock, stop_after_s: float) -> tuple[float, int]:
+def _timed_until(
+    fn: Callable[[], object], calls: int, sync: Sync, clock: Clock, stop_after_s: float
+) -> tuple[float, int]:
     """(seconds, calls made): `calls` calls, or fewer (at least one) once stop_after_s has passed.
 
     On a GPU the clock sees only the enqueueing; the calls already queued finish before the sync,
@@ -441,8 +499,16 @@ def _sample_kernels(
         if bad:
             raise RuntimeError(f"{name}: the clock did not advance during a sample ({bad[0]!r} s)")
         cut_calls = made[name] if any(k != calls[name] for k in made[name]) else []
-        out[name] = Measurement(name, unit, float(work), calls[name], samples[name], requested=repeats,
-                                sample_calls=cut_calls, warmup_s=warm[name])  # fmt: skip
+        out[name] = Measurement(
+            name,
+            unit,
+            float(work),
+            calls[name],
+            samples[name],
+            requested=repeats,
+            sample_calls=cut_calls,
+            warmup_s=warm[name],
+        )
     return out
 
 
@@ -462,7 +528,14 @@ def _sample(
 ) -> Measurement:
     """_sample_kernels for one kernel."""
     return _sample_kernels(
-        {name: (unit, work, fn)}, repeats, sync, clock, warmup_s, min_sample_s, deadline=deadline, budget_end=budget_end
+        {name: (unit, work, fn)},
+        repeats,
+        sync,
+        clock,
+        warmup_s,
+        min_sample_s,
+        deadline=deadline,
+        budget_end=budget_end,
     )[name]
 
 
@@ -485,8 +558,13 @@ def _matmul_precision(dtype: str) -> Iterator[None]:
 def torch_dtype(dtype: str):
     import torch
 
-    return {"fp64": torch.float64, "fp32": torch.float32, "tf32": torch.float32,
-            "fp16": torch.float16, "bf16": torch.bfloat16}[dtype]  # fmt: skip
+    return {
+        "fp64": torch.float64,
+        "fp32": torch.float32,
+        "tf32": torch.float32,
+        "fp16": torch.float16,
+        "bf16": torch.bfloat16,
+    }[dtype]
 
 
 def measure_matmul(
@@ -512,9 +590,18 @@ def measure_matmul(
     c = torch.empty(n, n, dtype=td, device=device)
     with _matmul_precision(dtype):  # the operands are freed when this returns
         return _sample(
-            dtype, "flops", 2.0 * n**3, lambda: torch.mm(a, b, out=c), repeats, sync, clock, warmup_s, min_sample_s,
-            deadline=deadline, budget_end=budget_end,
-        )  # fmt: skip
+            dtype,
+            "flops",
+            2.0 * n**3,
+            lambda: torch.mm(a, b, out=c),
+            repeats,
+            sync,
+            clock,
+            warmup_s,
+            min_sample_s,
+            deadline=deadline,
+            budget_end=budget_end,
+        )
 
 
 def probe_cpu_ratios(
@@ -591,7 +678,14 @@ def measure_stream(
         for name, fn in stream_kernels(a, b, c).items()
     }
     return _sample_kernels(
-        kernels, repeats, sync, clock, warmup_s, min_sample_s, deadline=deadline, budget_end=budget_end
+        kernels,
+        repeats,
+        sync,
+        clock,
+        warmup_s,
+        min_sample_s,
+        deadline=deadline,
+        budget_end=budget_end,
     )
 
 
@@ -631,7 +725,11 @@ class PeaksResult:
     def l2_withheld(self) -> str | None:
         """Why peak_l2_bytes_per_s is not reported, or None. A cache ceiling below the DRAM one is
         impossible (DRAM traffic passes through the L2): other processes disturbed every sample."""
-        if self.l2 and self.stream and self.l2[self.l2_kernel].best < self.stream[self.dram_kernel].best:
+        if (
+            self.l2
+            and self.stream
+            and self.l2[self.l2_kernel].best < self.stream[self.dram_kernel].best
+        ):
             return (
                 f"the L2 figure ({format_rate(self.l2[self.l2_kernel].best, 'B/s')}) is below the DRAM figure "
                 f"({format_rate(self.stream[self.dram_kernel].best, 'B/s')}): other processes disturbed every "
@@ -676,14 +774,19 @@ class PeaksResult:
             "matrix_size": self.matrix_size,
             "array_bytes": self.array_bytes,
             "l2_array_bytes": self.l2_array_bytes,
-            "stream_counting": {k: f"{v} arrays x {STREAM_ELEMENT_BYTES} byte per element" for k, v in STREAM_KERNELS.items()},
+            "stream_counting": {
+                k: f"{v} arrays x {STREAM_ELEMENT_BYTES} byte per element"
+                for k, v in STREAM_KERNELS.items()
+            },
             "compute": {k: v.to_dict() for k, v in self.compute.items()},
             "stream": {k: v.to_dict() for k, v in self.stream.items()},
             "l2": {k: v.to_dict() for k, v in self.l2.items()},
             "skipped": self.skipped,
             "cpu_probe_ratios": self.cpu_probe_ratios,
             "time_budget_s": self.time_budget_s,
-            "budget_cuts": {k: {"taken": t, "asked": a} for k, (t, a) in self.budget_cuts().items()},
+            "budget_cuts": {
+                k: {"taken": t, "asked": a} for k, (t, a) in self.budget_cuts().items()
+            },
             "l2_withheld": self.l2_withheld,
             "step_s": self.step_s,
             "metrics": self.metrics(),
@@ -743,9 +846,14 @@ def run_peaks(
     steps = plan(dtypes, l2=l2_array_bytes > 0)
     budget = Budget(time_budget_s, [step_weight(s) for s in steps], clock)
     result = PeaksResult(
-        device_type, matrix_size, array_bytes, l2_array_bytes, skipped=dict(skipped or {}),
-        cpu_probe_ratios=dict(cpu_probe_ratios or {}), time_budget_s=budget.total_s,
-    )  # fmt: skip
+        device_type,
+        matrix_size,
+        array_bytes,
+        l2_array_bytes,
+        skipped=dict(skipped or {}),
+        cpu_probe_ratios=dict(cpu_probe_ratios or {}),
+        time_budget_s=budget.total_s,
+    )
     timing = {"sync": sync, "clock": clock, "warmup_s": warm, "budget_end": budget.end}
 
     def done(label: str, started: float, meas: Measurement) -> None:
@@ -757,19 +865,34 @@ def run_peaks(
     if l2_array_bytes > 0:
         started = clock()
         result.l2 = measure_stream(
-            l2_array_bytes, L2_REPEATS_FACTOR * bandwidth_repeats, device, deadline=budget.next_step(),
-            min_sample_s=min(min_sample_s, L2_MIN_SAMPLE_S), **{**timing, "warmup_s": max(warm, L2_WARMUP_S)},
-        )  # fmt: skip
+            l2_array_bytes,
+            L2_REPEATS_FACTOR * bandwidth_repeats,
+            device,
+            deadline=budget.next_step(),
+            min_sample_s=min(min_sample_s, L2_MIN_SAMPLE_S),
+            **{**timing, "warmup_s": max(warm, L2_WARMUP_S)},
+        )
         done("stream l2", started, result.l2[result.l2_kernel])
     for dtype in dtypes:
         started = clock()
         result.compute[dtype] = measure_matmul(
-            dtype, matrix_size, repeats, device, deadline=budget.next_step(), min_sample_s=min_sample_s, **timing
+            dtype,
+            matrix_size,
+            repeats,
+            device,
+            deadline=budget.next_step(),
+            min_sample_s=min_sample_s,
+            **timing,
         )
         done(f"gemm {dtype}", started, result.compute[dtype])
     started = clock()
     result.stream = measure_stream(
-        array_bytes, bandwidth_repeats, device, deadline=budget.next_step(), min_sample_s=min_sample_s, **timing
+        array_bytes,
+        bandwidth_repeats,
+        device,
+        deadline=budget.next_step(),
+        min_sample_s=min_sample_s,
+        **timing,
     )
     done("stream dram", started, result.stream[result.dram_kernel])
     result.wall_s = clock() - budget.start

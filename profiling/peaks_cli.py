@@ -5,6 +5,7 @@ The CLI edge around profiling/peaks.py: flags -> PeaksConfig -> device facts (to
 through common.tracking.RunSession -> where the time went (stderr) and one summary line (stdout).
 See docs/peaks.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,37 +31,79 @@ def build_parser() -> argparse.ArgumentParser:
         description="Measure the compute (GEMM per dtype) and DRAM (STREAM copy/triad) ceilings of a device "
         "and log them as an MLflow `peaks` run.",
     )
-    p.add_argument("--device", default=d.device, help="auto | cpu | cuda | cuda:N | mps (default: auto)")
+    p.add_argument(
+        "--device", default=d.device, help="auto | cpu | cuda | cuda:N | mps (default: auto)"
+    )
     p.add_argument(
         "--dtypes",
         default="auto",
         help=f"comma-separated among {','.join(DTYPES)}; auto = what the device supports except fp64; "
         "all = everything it can run (default: auto)",
     )
-    p.add_argument("--matrix-size", type=int, default=d.matrix_size,
-                   help="n of the n^3 matmuls; 0 = 4096 on cpu/mps, 8192 on cuda (default: 0)")
-    p.add_argument("--bandwidth-mib", type=int, default=d.bandwidth_mib,
-                   help="MiB per DRAM STREAM array (3 arrays); 0 = max(512, 4x the last-level cache), capped at "
-                   "half the available memory for the three (default: 0)")
-    p.add_argument("--repeats", type=int, default=d.repeats, help="timed samples per dtype, at most (default: 5)")
-    p.add_argument("--bandwidth-repeats", type=int, default=d.bandwidth_repeats,
-                   help="timed samples per STREAM kernel, DRAM and L2, at most (default: 10)")
-    p.add_argument("--time-budget-s", type=float, default=d.time_budget_s,
-                   help="seconds of measuring, split over the steps; a step stops sampling when its share is spent "
-                   f"(after {core.MIN_SAMPLES} samples); 0 = no budget (default: {d.time_budget_s:g})")
-    p.add_argument("--env-label", default=None, help="name of this environment (default: host name)")
-    p.add_argument("--experiment", default=None, help="MLflow experiment name (default: $MLFLOW_EXPERIMENT_NAME)")
-    p.add_argument("--peaks-file", default=None,
-                   help=f"JSON/YAML vendor-peak entries to add or override (default: ${PEAKS_FILE_ENV})")
-    p.add_argument("--track", type=str_bool, nargs="?", const=True, default=True,
-                   help="log a peaks run to MLflow (default: true)")
+    p.add_argument(
+        "--matrix-size",
+        type=int,
+        default=d.matrix_size,
+        help="n of the n^3 matmuls; 0 = 4096 on cpu/mps, 8192 on cuda (default: 0)",
+    )
+    p.add_argument(
+        "--bandwidth-mib",
+        type=int,
+        default=d.bandwidth_mib,
+        help="MiB per DRAM STREAM array (3 arrays); 0 = max(512, 4x the last-level cache), capped at "
+        "half the available memory for the three (default: 0)",
+    )
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=d.repeats,
+        help="timed samples per dtype, at most (default: 5)",
+    )
+    p.add_argument(
+        "--bandwidth-repeats",
+        type=int,
+        default=d.bandwidth_repeats,
+        help="timed samples per STREAM kernel, DRAM and L2, at most (default: 10)",
+    )
+    p.add_argument(
+        "--time-budget-s",
+        type=float,
+        default=d.time_budget_s,
+        help="seconds of measuring, split over the steps; a step stops sampling when its share is spent "
+        f"(after {core.MIN_SAMPLES} samples); 0 = no budget (default: {d.time_budget_s:g})",
+    )
+    p.add_argument(
+        "--env-label", default=None, help="name of this environment (default: host name)"
+    )
+    p.add_argument(
+        "--experiment",
+        default=None,
+        help="MLflow experiment name (default: $MLFLOW_EXPERIMENT_NAME)",
+    )
+    p.add_argument(
+        "--peaks-file",
+        default=None,
+        help=f"JSON/YAML vendor-peak entries to add or override (default: ${PEAKS_FILE_ENV})",
+    )
+    p.add_argument(
+        "--track",
+        type=str_bool,
+        nargs="?",
+        const=True,
+        default=True,
+        help="log a peaks run to MLflow (default: true)",
+    )
     p.add_argument("--no-track", dest="track", action="store_false", help="same as --track false")
     return p
 
 
 def config_from_args(args: argparse.Namespace) -> core.PeaksConfig:
     dtypes_text = (args.dtypes or "auto").strip().lower()
-    dtypes = None if dtypes_text == "auto" else tuple(x for x in (t.strip() for t in dtypes_text.split(",")) if x)
+    dtypes = (
+        None
+        if dtypes_text == "auto"
+        else tuple(x for x in (t.strip() for t in dtypes_text.split(",")) if x)
+    )
     try:
         return core.PeaksConfig(
             device=args.device,
@@ -90,17 +133,25 @@ def resolve_device(requested: str) -> str:
         return "mps" if torch.backends.mps.is_available() else "cpu"
     if requested.startswith("cuda"):
         if not torch.cuda.is_available():
-            built = f"built with CUDA {torch.version.cuda}" if torch.version.cuda else "built without CUDA"
+            built = (
+                f"built with CUDA {torch.version.cuda}"
+                if torch.version.cuda
+                else "built without CUDA"
+            )
             raise UsageError(
                 f"--device {requested}: CUDA is not available (torch {torch.__version__} {built}, no usable GPU); "
                 "use --device cpu or auto"
             )
         index = int(requested.split(":", 1)[1]) if ":" in requested else 0
         if index >= torch.cuda.device_count():
-            raise UsageError(f"--device {requested}: only {torch.cuda.device_count()} CUDA device(s) visible")
+            raise UsageError(
+                f"--device {requested}: only {torch.cuda.device_count()} CUDA device(s) visible"
+            )
         return requested
     if requested == "mps" and not torch.backends.mps.is_available():
-        raise UsageError("--device mps: MPS is not available (needs Apple silicon and a torch build with MPS); use --device cpu")
+        raise UsageError(
+            "--device mps: MPS is not available (needs Apple silicon and a torch build with MPS); use --device cpu"
+        )
     return requested
 
 
@@ -122,12 +173,20 @@ def device_facts(device: str) -> DeviceFacts:
         free, _total = torch.cuda.mem_get_info(dev)
         l2 = int(getattr(props, "L2_cache_size", 0)) or None
         return DeviceFacts(
-            (props.major, props.minor), bool(torch.cuda.is_bf16_supported(including_emulation=False)), l2, int(free), l2
+            (props.major, props.minor),
+            bool(torch.cuda.is_bf16_supported(including_emulation=False)),
+            l2,
+            int(free),
+            l2,
         )
     if dev.type == "mps":
-        return DeviceFacts(None, bool(torch.backends.mps.is_macos_or_newer(14, 0)), None, _available_ram())
+        return DeviceFacts(
+            None, bool(torch.backends.mps.is_macos_or_newer(14, 0)), None, _available_ram()
+        )
     threads = min(torch.get_num_threads(), _usable_cpus())
-    return DeviceFacts(None, True, cpu_last_level_cache_bytes(), _available_ram(), cpu_cache_bytes(2, cpus=threads))
+    return DeviceFacts(
+        None, True, cpu_last_level_cache_bytes(), _available_ram(), cpu_cache_bytes(2, cpus=threads)
+    )
 
 
 def _available_ram() -> int | None:
@@ -205,7 +264,9 @@ def cpu_cache_bytes(
     return cache.size_bytes * instances
 
 
-def cpu_last_level_cache_bytes(root: str = "/sys/devices/system/cpu/cpu0/cache", cpus: int | None = None) -> int | None:
+def cpu_last_level_cache_bytes(
+    root: str = "/sys/devices/system/cpu/cpu0/cache", cpus: int | None = None
+) -> int | None:
     """Total size of the highest cache level (all its instances), e.g. one 491520K L3 -> 503316480."""
     caches = cpu_caches(root)
     return cpu_cache_bytes(max(c.level for c in caches), root, cpus) if caches else None
@@ -213,7 +274,16 @@ def cpu_last_level_cache_bytes(root: str = "/sys/devices/system/cpu/cpu0/cache",
 
 def cpu_matrix_flags(cpuinfo: str = "/proc/cpuinfo") -> str:
     """The CPU's matrix/low-precision flags (AMX, AVX512-BF16/FP16, AVX-VNNI) from /proc/cpuinfo."""
-    wanted = ("amx_bf16", "amx_fp16", "amx_tile", "avx512_bf16", "avx512_fp16", "avx_vnni", "avx512f", "avx2")
+    wanted = (
+        "amx_bf16",
+        "amx_fp16",
+        "amx_tile",
+        "avx512_bf16",
+        "avx512_fp16",
+        "avx_vnni",
+        "avx512f",
+        "avx2",
+    )
     try:
         with open(cpuinfo) as fh:
             for line in fh:
@@ -226,15 +296,26 @@ def cpu_matrix_flags(cpuinfo: str = "/proc/cpuinfo") -> str:
 
 
 def check_sizes(
-    array_bytes: int, matrix_size: int, dtypes: list[str], facts: DeviceFacts, cache_warning: bool = True
+    array_bytes: int,
+    matrix_size: int,
+    dtypes: list[str],
+    facts: DeviceFacts,
+    cache_warning: bool = True,
 ) -> list[str]:
     """UsageError when the buffers cannot fit; warnings (returned) when STREAM arrays are cache-sized
     (unless cache_warning is false: the automatic size warns about its own cap)."""
     stream_need = 3 * array_bytes
-    widest = max((8 if d == "fp64" else 4 if d in ("fp32", "tf32") else 2) for d in dtypes) if dtypes else 4
+    widest = (
+        max((8 if d == "fp64" else 4 if d in ("fp32", "tf32") else 2) for d in dtypes)
+        if dtypes
+        else 4
+    )
     gemm_need = 3 * matrix_size**2 * widest
     if facts.free_bytes is not None:
-        for what, need, flag in (("STREAM arrays", stream_need, "--bandwidth-mib"), ("matmul operands", gemm_need, "--matrix-size")):
+        for what, need, flag in (
+            ("STREAM arrays", stream_need, "--bandwidth-mib"),
+            ("matmul operands", gemm_need, "--matrix-size"),
+        ):
             if need > 0.9 * facts.free_bytes:
                 raise UsageError(
                     f"the {what} need {need / 2**30:.1f} GiB but only {facts.free_bytes / 2**30:.1f} GiB is free; "
@@ -285,7 +366,9 @@ def vendor_fields(vendor: VendorPeaks | None, result: core.PeaksResult) -> tuple
         if d in vendor.flops_per_s
     }
     if result.stream:
-        metrics["fraction_of_vendor_dram"] = result.stream[result.dram_kernel].best / vendor.dram_bytes_per_s
+        metrics["fraction_of_vendor_dram"] = (
+            result.stream[result.dram_kernel].best / vendor.dram_bytes_per_s
+        )
     if result.l2 and not result.l2_withheld and vendor.l2_bytes_per_s is not None:
         metrics["fraction_of_vendor_l2"] = result.l2[result.l2_kernel].best / vendor.l2_bytes_per_s
     return params, tags, metrics
@@ -297,12 +380,23 @@ def budget_text(result: core.PeaksResult, config: core.PeaksConfig) -> str:
     if cuts:
         taken = ", ".join(f"{label} {t}/{a}" for label, (t, a) in cuts.items())
         return f"the {config.time_budget_s:g} s time budget cut sampling ({taken} samples)"
-    budget = f"within the {config.time_budget_s:g} s time budget" if config.time_budget_s else "no time budget"
+    budget = (
+        f"within the {config.time_budget_s:g} s time budget"
+        if config.time_budget_s
+        else "no time budget"
+    )
     return f"best of {config.repeats}/{config.bandwidth_repeats} samples, {budget}"
 
 
-def summary_line(device: str, name: str, result: core.PeaksResult, vendor: VendorPeaks | None, session, config,
-                 total_s: float | None = None) -> str:  # fmt: skip
+def summary_line(
+    device: str,
+    name: str,
+    result: core.PeaksResult,
+    vendor: VendorPeaks | None,
+    session,
+    config,
+    total_s: float | None = None,
+) -> str:
     parts = []
     for d, m in result.compute.items():
         text = f"{d} {core.format_rate(m.best, 'FLOP/s')}"
@@ -329,7 +423,9 @@ def summary_line(device: str, name: str, result: core.PeaksResult, vendor: Vendo
         where = f"run spooled to {session.spool_path}"
     else:
         where = f"run {session.run_id}"
-    took = f"measured in {result.wall_s:.1f} s" + (f" ({total_s:.1f} s in all)" if total_s is not None else "")
+    took = f"measured in {result.wall_s:.1f} s" + (
+        f" ({total_s:.1f} s in all)" if total_s is not None else ""
+    )
     return f"peaks {device} [{name}]: {', '.join(parts)}; {budget_text(result, config)}; {took}; {where}"
 
 
@@ -338,25 +434,41 @@ def _measure(device, dtypes, n, array_bytes, l2_bytes, config, skipped, ratios) 
     from tqdm import tqdm
 
     steps = core.plan(dtypes, l2=l2_bytes > 0)
-    with tqdm(total=len(steps), desc=steps[0], unit="step", file=sys.stderr, dynamic_ncols=True) as bar:
+    with tqdm(
+        total=len(steps), desc=steps[0], unit="step", file=sys.stderr, dynamic_ncols=True
+    ) as bar:
         done = []
 
         def on_step(label: str, meas: core.Measurement) -> None:
             done.append(label)
-            bar.set_postfix_str(f"{label}: {core.format_rate(meas.best, 'FLOP/s' if meas.unit == 'flops' else 'B/s')}")
+            bar.set_postfix_str(
+                f"{label}: {core.format_rate(meas.best, 'FLOP/s' if meas.unit == 'flops' else 'B/s')}"
+            )
             if len(done) < len(steps):
                 bar.set_description(steps[len(done)])
             bar.update(1)
 
         try:
             return core.run_peaks(
-                device, dtypes, n, array_bytes, config.repeats, config.bandwidth_repeats,
-                l2_array_bytes=l2_bytes, time_budget_s=config.time_budget_s,
-                skipped=skipped, cpu_probe_ratios=ratios, on_step=on_step,
-            )  # fmt: skip
+                device,
+                dtypes,
+                n,
+                array_bytes,
+                config.repeats,
+                config.bandwidth_repeats,
+                l2_array_bytes=l2_bytes,
+                time_budget_s=config.time_budget_s,
+                skipped=skipped,
+                cpu_probe_ratios=ratios,
+                on_step=on_step,
+            )
         except RuntimeError as err:  # out of memory (CUDA OOM is a RuntimeError too)
             text = str(err).lower()
-            if "out of memory" in text or "can't allocate memory" in text or "not enough memory" in text:
+            if (
+                "out of memory" in text
+                or "can't allocate memory" in text
+                or "not enough memory" in text
+            ):
                 raise BenchError(
                     f"out of memory during {steps[len(done)] if len(done) < len(steps) else 'measurement'}: "
                     "use a smaller --matrix-size or --bandwidth-mib"
@@ -403,9 +515,15 @@ class _Phases:
         return {**{f"setup_{k}_s": v for k, v in before.items()}, "setup_s": sum(before.values())}
 
     def text(self) -> str:
-        names = {"startup": "python start-up and imports", "device": "device facts (torch import)",
-                 "probes": "dtype probes", "environment": "environment (collect_env)",
-                 "tracking": "tracking setup (MLflow store)", "measure": "measuring", "logging": "logging"}  # fmt: skip
+        names = {
+            "startup": "python start-up and imports",
+            "device": "device facts (torch import)",
+            "probes": "dtype probes",
+            "environment": "environment (collect_env)",
+            "tracking": "tracking setup (MLflow store)",
+            "measure": "measuring",
+            "logging": "logging",
+        }
         parts = ", ".join(f"{names.get(k, k)} {v:.1f} s" for k, v in self.seconds.items())
         return f"note: time: {parts}; total {sum(self.seconds.values()):.1f} s"
 
@@ -413,7 +531,9 @@ class _Phases:
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     phases = _Phases()
-    startup = _process_age_s() if argv is None else None  # only meaningful for `python -m profiling.peaks`
+    startup = (
+        _process_age_s() if argv is None else None
+    )  # only meaningful for `python -m profiling.peaks`
     if startup is not None:
         phases.seconds["startup"] = startup
     args = build_parser().parse_args(argv)
@@ -421,14 +541,20 @@ def main(argv: list[str] | None = None) -> int:
     device = resolve_device(config.device)
     device_type = device.split(":")[0]
     name = envinfo.device_name(device)
-    vendor = find(name, overrides=config.peaks_file)  # a bad peaks file fails here, before measuring
+    vendor = find(
+        name, overrides=config.peaks_file
+    )  # a bad peaks file fails here, before measuring
     facts = device_facts(device)
     phases.lap("device")
     ratios: dict[str, float] = {}
     if device_type == "cpu" and config.dtypes is None:
-        ratios = core.probe_cpu_ratios()  # decides whether fp16 and bf16 are CPU defaults (dtype_availability)
+        ratios = (
+            core.probe_cpu_ratios()
+        )  # decides whether fp16 and bf16 are CPU defaults (dtype_availability)
     phases.lap("probes")
-    availability = core.dtype_availability(device_type, facts.capability, facts.bf16_supported, ratios)
+    availability = core.dtype_availability(
+        device_type, facts.capability, facts.bf16_supported, ratios
+    )
     dtypes, skipped = core.select_dtypes(config.requested_dtypes(availability), availability)
     n = config.matrix_size_for(device_type)
     if config.bandwidth_mib:
@@ -436,17 +562,27 @@ def main(argv: list[str] | None = None) -> int:
         warnings = check_sizes(array_bytes, n, dtypes, facts)
     else:
         array_bytes, cap_warning = core.dram_array_bytes(facts.llc_bytes, facts.free_bytes)
-        warnings = check_sizes(array_bytes, n, dtypes, facts, cache_warning=False) + ([cap_warning] if cap_warning else [])
+        warnings = check_sizes(array_bytes, n, dtypes, facts, cache_warning=False) + (
+            [cap_warning] if cap_warning else []
+        )
     l2_bytes = core.l2_array_bytes(facts.l2_bytes)
     for warning in warnings:
         print(warning, file=sys.stderr)
     if skipped:
-        print("note: not measured: " + "; ".join(f"{d} ({why})" for d, why in skipped.items()), file=sys.stderr)
+        print(
+            "note: not measured: " + "; ".join(f"{d} ({why})" for d, why in skipped.items()),
+            file=sys.stderr,
+        )
     if not l2_bytes:
         print("note: L2 size unknown on this device: no L2 ceiling measured", file=sys.stderr)
 
     tags = envinfo.environment_tags(device, config.env_label)
-    tags.update({"dtypes_measured": ",".join(dtypes), "stream_counting": "STREAM: copy 2 arrays, triad 3 arrays"})
+    tags.update(
+        {
+            "dtypes_measured": ",".join(dtypes),
+            "stream_counting": "STREAM: copy 2 arrays, triad 3 arrays",
+        }
+    )
     if skipped:
         tags["dtypes_skipped"] = "; ".join(f"{d}: {why}" for d, why in skipped.items())[:5000]
     if device_type == "cpu":
@@ -481,13 +617,16 @@ def main(argv: list[str] | None = None) -> int:
         v_params, v_tags, v_metrics = vendor_fields(vendor, result)
         cuts = result.budget_cuts()
         s.log_params(v_params)
-        s.set_tags({
-            **v_tags,
-            "peak_dram_kernel": result.dram_kernel,
-            **({"peak_l2_kernel": result.l2_kernel} if result.l2 else {}),
-            **({"peak_l2_withheld": result.l2_withheld} if result.l2_withheld else {}),
-            "time_budget_cut": ", ".join(f"{k} {t}/{a}" for k, (t, a) in cuts.items()) or "none",
-        })  # fmt: skip
+        s.set_tags(
+            {
+                **v_tags,
+                "peak_dram_kernel": result.dram_kernel,
+                **({"peak_l2_kernel": result.l2_kernel} if result.l2 else {}),
+                **({"peak_l2_withheld": result.l2_withheld} if result.l2_withheld else {}),
+                "time_budget_cut": ", ".join(f"{k} {t}/{a}" for k, (t, a) in cuts.items())
+                or "none",
+            }
+        )
         s.log_metrics({**result.metrics(), **v_metrics, **phases.setup_metrics()})
         s.log_text("peaks/samples.json", json.dumps(result.to_dict(), indent=1))
         s.log_text("environment.txt", envinfo.environment_report())

@@ -1,4 +1,5 @@
 """Shared test fixtures: temporary sqlite tracking stores, the recorded ncu fixtures."""
+
 from __future__ import annotations
 
 import os
@@ -79,7 +80,9 @@ def mlflow_server(request, tmp_path_factory):
     if request.param == "postgresql":
         backend = os.environ.get("ROOFLINE_TEST_POSTGRES_URI")
         if not backend:
-            pytest.skip("set ROOFLINE_TEST_POSTGRES_URI=postgresql://user:pass@host/db to test a PostgreSQL backend")
+            pytest.skip(
+                "set ROOFLINE_TEST_POSTGRES_URI=postgresql://user:pass@host/db to test a PostgreSQL backend"
+            )
     else:
         backend = f"sqlite:///{root / 'server.db'}"
     server = MlflowServer(backend, root / "artifacts").start()

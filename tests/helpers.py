@@ -1,4 +1,5 @@
 """Test data generators: small ImageFolder trees of real JPEGs and CIFAR-10 python batches."""
+
 from __future__ import annotations
 
 import pickle
@@ -6,11 +7,27 @@ from pathlib import Path
 
 import numpy as np
 
-TINY = ["--model", "resnet18", "--batch", "2", "--image-size", "32", "--warmup-iters", "1", "--iters", "3",
-        "--device", "cpu", "--no-progress", "--no-system-metrics"]
+TINY = [
+    "--model",
+    "resnet18",
+    "--batch",
+    "2",
+    "--image-size",
+    "32",
+    "--warmup-iters",
+    "1",
+    "--iters",
+    "3",
+    "--device",
+    "cpu",
+    "--no-progress",
+    "--no-system-metrics",
+]
 
 
-def make_image_folder(root: Path, classes=("cat", "dog"), per_class=3, size=40, train_subdir=True) -> Path:
+def make_image_folder(
+    root: Path, classes=("cat", "dog"), per_class=3, size=40, train_subdir=True
+) -> Path:
     """Write a tiny ImageFolder tree of real JPEGs: root[/train]/<class>/<i>.jpg."""
     from PIL import Image
 
@@ -29,9 +46,11 @@ def make_cifar10(root: Path, per_batch=4, batches=2) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(1)
     for b in range(1, batches + 1):
-        entry = {"data": rng.integers(0, 255, size=(per_batch, 3072), dtype=np.uint8),
-                 "labels": [int(x) for x in rng.integers(0, 10, size=per_batch)],
-                 "batch_label": f"training batch {b} of 5"}
+        entry = {
+            "data": rng.integers(0, 255, size=(per_batch, 3072), dtype=np.uint8),
+            "labels": [int(x) for x in rng.integers(0, 10, size=per_batch)],
+            "batch_label": f"training batch {b} of 5",
+        }
         with open(root / f"data_batch_{b}", "wb") as fh:
             pickle.dump(entry, fh)
     return root

@@ -1,4 +1,5 @@
 """A real `mlflow server` for tests: own process group, health-checked start, clean stop."""
+
 from __future__ import annotations
 
 import os
@@ -24,7 +25,13 @@ class MlflowServer:
     seven extra consumer processes that this benchmark never uses.
     """
 
-    def __init__(self, backend_uri: str, artifacts_dir: Path, port: int | None = None, log_path: Path | None = None):
+    def __init__(
+        self,
+        backend_uri: str,
+        artifacts_dir: Path,
+        port: int | None = None,
+        log_path: Path | None = None,
+    ):
         self.backend_uri = backend_uri
         self.artifacts_dir = Path(artifacts_dir)
         self.port = port or free_port()
@@ -43,15 +50,33 @@ class MlflowServer:
         env.pop("MLFLOW_TRACKING_URI", None)
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", self.backend_uri,
-             "--artifacts-destination", str(self.artifacts_dir), "--host", "127.0.0.1", "--port", str(self.port),
-             "--workers", "1"],
-            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "mlflow",
+                "server",
+                "--backend-store-uri",
+                self.backend_uri,
+                "--artifacts-destination",
+                str(self.artifacts_dir),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--workers",
+                "1",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
         )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"mlflow server exited with {self.proc.returncode}; see {self.log_path}")
+                raise RuntimeError(
+                    f"mlflow server exited with {self.proc.returncode}; see {self.log_path}"
+                )
             try:
                 if requests.get(self.url + "/health", timeout=2).status_code == 200:
                     return self
@@ -59,7 +84,9 @@ class MlflowServer:
                 pass
             time.sleep(0.5)
         self.stop()
-        raise RuntimeError(f"mlflow server did not answer /health within {timeout_s} s; see {self.log_path}")
+        raise RuntimeError(
+            f"mlflow server did not answer /health within {timeout_s} s; see {self.log_path}"
+        )
 
     def stop(self) -> None:
         if self.proc is None:

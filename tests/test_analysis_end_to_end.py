@@ -6,6 +6,7 @@ The store holds two environments:
   laptop (device "Test CPU 9000"):  one train run of resnet18 b32 fp32; no peaks anywhere.
 Expected values below are computed by hand from the logged numbers.
 """
+
 from __future__ import annotations
 
 import math
@@ -26,32 +27,74 @@ CPU = "Test CPU 9000"
 
 
 def params(batch: int, precision: str, model: str = "resnet18") -> dict:
-    return dict(model=model, batch_size=batch, precision=precision, device="cuda", warmup_iters=1, iters=4,
-                image_size=224, data="synthetic", workers=0, channels_last=False, compile=False, seed=0,
-                lr=0.01, optimizer="sgd", num_classes=1000)
+    return dict(
+        model=model,
+        batch_size=batch,
+        precision=precision,
+        device="cuda",
+        warmup_iters=1,
+        iters=4,
+        image_size=224,
+        data="synthetic",
+        workers=0,
+        channels_last=False,
+        compile=False,
+        seed=0,
+        lr=0.01,
+        optimizer="sgd",
+        num_classes=1000,
+    )
 
 
 def env_tags(env: str, device: str) -> dict:
-    return {schema.TAG_ENV_LABEL: env, schema.TAG_DEVICE_NAME: device,
-            schema.TAG_DEVICE_TYPE: "cuda" if device == L4 else "cpu", schema.TAG_HOST: f"{env}-host",
-            "torch_version": "2.14.1", "cuda_version": "13.0" if device == L4 else "none",
-            "python_version": "3.11.9"}
+    return {
+        schema.TAG_ENV_LABEL: env,
+        schema.TAG_DEVICE_NAME: device,
+        schema.TAG_DEVICE_TYPE: "cuda" if device == L4 else "cpu",
+        schema.TAG_HOST: f"{env}-host",
+        "torch_version": "2.14.1",
+        "cuda_version": "13.0" if device == L4 else "none",
+        "python_version": "3.11.9",
+    }
 
 
-def log_train(env, device, batch, precision, *, thr, thr_sd, flops_step, median_s, intensity, steps=None,
-              repeat=None, model="resnet18", exp=EXP):
+def log_train(
+    env,
+    device,
+    batch,
+    precision,
+    *,
+    thr,
+    thr_sd,
+    flops_step,
+    median_s,
+    intensity,
+    steps=None,
+    repeat=None,
+    model="resnet18",
+    exp=EXP,
+):
     p = params(batch, precision, model)
     if repeat is not None:
         p["repeat"] = repeat
     tags = {**env_tags(env, device), schema.TAG_CONFIG_KEY: schema.config_key(p)}
-    with RunSession("train", experiment=exp, run_name=f"{model}-b{batch}-{precision}", tags=tags, quiet=True) as s:
+    with RunSession(
+        "train", experiment=exp, run_name=f"{model}-b{batch}-{precision}", tags=tags, quiet=True
+    ) as s:
         s.log_params(p)
-        s.log_metrics({
-            "throughput_samples_per_s": thr, "throughput_std_samples_per_s": thr_sd,
-            "step_time_median_s": median_s, "step_time_mean_s": batch / thr, "step_time_std_s": 0.001,
-            "train_flops_per_step": flops_step, "achieved_flops_per_s": flops_step / median_s,
-            "modeled_intensity_flops_per_byte": intensity, "modeled_bytes_per_step": flops_step / intensity,
-        })
+        s.log_metrics(
+            {
+                "throughput_samples_per_s": thr,
+                "throughput_std_samples_per_s": thr_sd,
+                "step_time_median_s": median_s,
+                "step_time_mean_s": batch / thr,
+                "step_time_std_s": 0.001,
+                "train_flops_per_step": flops_step,
+                "achieved_flops_per_s": flops_step / median_s,
+                "modeled_intensity_flops_per_byte": intensity,
+                "modeled_bytes_per_step": flops_step / intensity,
+            }
+        )
         s.log_series("step_time_s", steps or [median_s] * 4)
     return s.run_id
 
@@ -59,8 +102,12 @@ def log_train(env, device, batch, precision, *, thr, thr_sd, flops_step, median_
 def log_profile(device, batch, precision, *, flops, dram_bytes, l2_bytes=None, exp=EXP):
     p = params(batch, precision)
     tags = {**env_tags("l4", device), schema.TAG_CONFIG_KEY: schema.config_key(p)}
-    metrics = {"ncu_flops_total": flops, "ncu_dram_bytes": dram_bytes,
-               "ncu_intensity_dram_flops_per_byte": flops / dram_bytes, "ncu_kernel_time_s": 1.0}
+    metrics = {
+        "ncu_flops_total": flops,
+        "ncu_dram_bytes": dram_bytes,
+        "ncu_intensity_dram_flops_per_byte": flops / dram_bytes,
+        "ncu_kernel_time_s": 1.0,
+    }
     if l2_bytes:
         metrics["ncu_l2_bytes"] = l2_bytes
     with RunSession("profile", experiment=exp, tags=tags, quiet=True) as s:
@@ -75,7 +122,9 @@ def log_peaks(env, device, metrics, exp=EXP):
 
 def log_failed(env, device, error):
     with pytest.raises(RuntimeError):
-        with RunSession("train", experiment=EXP, run_name="oom", tags=env_tags(env, device), quiet=True) as s:
+        with RunSession(
+            "train", experiment=EXP, run_name="oom", tags=env_tags(env, device), quiet=True
+        ) as s:
             s.log_params(params(512, "fp32"))
             raise RuntimeError(error)
 
@@ -83,33 +132,89 @@ def log_failed(env, device, error):
 @pytest.fixture
 def store(tracking):
     # l4: resnet18 b32 fp32 twice (samples/s 400 and 420; achieved 0.8e12/0.08 = 1e13 and 0.8e12/(0.8/12) = 1.2e13)
-    log_train("l4", L4, 32, "fp32", thr=400, thr_sd=10, flops_step=0.8e12, median_s=0.08, intensity=50,
-              repeat=0, steps=[0.08, 0.081, 0.079, 0.09])
-    log_train("l4", L4, 32, "fp32", thr=420, thr_sd=12, flops_step=0.8e12, median_s=0.8 / 12, intensity=50,
-              repeat=1, steps=[0.066, 0.067, 0.068, 0.07])
+    log_train(
+        "l4",
+        L4,
+        32,
+        "fp32",
+        thr=400,
+        thr_sd=10,
+        flops_step=0.8e12,
+        median_s=0.08,
+        intensity=50,
+        repeat=0,
+        steps=[0.08, 0.081, 0.079, 0.09],
+    )
+    log_train(
+        "l4",
+        L4,
+        32,
+        "fp32",
+        thr=420,
+        thr_sd=12,
+        flops_step=0.8e12,
+        median_s=0.8 / 12,
+        intensity=50,
+        repeat=1,
+        steps=[0.066, 0.067, 0.068, 0.07],
+    )
     # b64 fp32: achieved 1.5e13; profiled: 2e12 FLOPs / 1e10 B = 200 FLOP/B (L2: 2e12 / 2e9 = 1000)
-    log_train("l4", L4, 64, "fp32", thr=700, thr_sd=20, flops_step=1.5e12, median_s=0.1, intensity=60)
+    log_train(
+        "l4", L4, 64, "fp32", thr=700, thr_sd=20, flops_step=1.5e12, median_s=0.1, intensity=60
+    )
     log_profile(L4, 64, "fp32", flops=2e12, dram_bytes=1e10, l2_bytes=2e9)
     # b64 bf16: achieved 2e13, modeled intensity 100
-    log_train("l4", L4, 64, "bf16", thr=1400, thr_sd=30, flops_step=1.0e12, median_s=0.05, intensity=100)
-    log_peaks("l4", L4, {"peak_flops_per_s_fp32": 20e12, "peak_flops_per_s_bf16": 80e12,
-                         "peak_dram_bytes_per_s": 250e9})
+    log_train(
+        "l4", L4, 64, "bf16", thr=1400, thr_sd=30, flops_step=1.0e12, median_s=0.05, intensity=100
+    )
+    log_peaks(
+        "l4",
+        L4,
+        {
+            "peak_flops_per_s_fp32": 20e12,
+            "peak_flops_per_s_bf16": 80e12,
+            "peak_dram_bytes_per_s": 250e9,
+        },
+    )
     log_failed("l4", L4, "CUDA out of memory. Tried to allocate 2.00 GiB")
     # laptop: one run, no peaks
-    log_train("laptop", CPU, 32, "fp32", thr=20, thr_sd=1, flops_step=0.8e12, median_s=1.6, intensity=50,
-              steps=[1.5, 1.6, 1.7, 1.6])
+    log_train(
+        "laptop",
+        CPU,
+        32,
+        "fp32",
+        thr=20,
+        thr_sd=1,
+        flops_step=0.8e12,
+        median_s=1.6,
+        intensity=50,
+        steps=[1.5, 1.6, 1.7, 1.6],
+    )
     return tracking
 
 
-def complexity_row(model, params, fwd_flops, train_flops, act_bytes, max_batch, mem=16 * 2**30) -> dict:
+def complexity_row(
+    model, params, fwd_flops, train_flops, act_bytes, max_batch, mem=16 * 2**30
+) -> dict:
     """A complexity/models.csv row (columns: train/complexity.py MODEL_COLUMNS, docs/complexity.md)."""
     from train.complexity import MODEL_COLUMNS
 
     row = dict.fromkeys(MODEL_COLUMNS, 0)
-    row.update(model=model, image_size=224, precision="fp32", optimizer="sgd", num_classes=1000, params=params,
-               fwd_flops_per_sample=fwd_flops, fwd_macs_per_sample=fwd_flops / 2, train_flops_per_sample=train_flops,
-               activation_bytes_per_sample=act_bytes, device_memory_bytes=mem, max_batch_fit=max_batch,
-               measured_batches="1 2")
+    row.update(
+        model=model,
+        image_size=224,
+        precision="fp32",
+        optimizer="sgd",
+        num_classes=1000,
+        params=params,
+        fwd_flops_per_sample=fwd_flops,
+        fwd_macs_per_sample=fwd_flops / 2,
+        train_flops_per_sample=train_flops,
+        activation_bytes_per_sample=act_bytes,
+        device_memory_bytes=mem,
+        max_batch_fit=max_batch,
+        measured_batches="1 2",
+    )
     return row
 
 
@@ -117,17 +222,26 @@ def log_complexity(env, device, rows, source="--device-memory 16GiB", exp=EXP):
     from train.complexity import MODEL_COLUMNS, to_csv
 
     tags = {schema.TAG_ENV_LABEL: env, schema.TAG_DEVICE_NAME: device}
-    with RunSession("complexity", experiment=exp, run_name="complexity", tags=tags, quiet=True) as s:
-        s.log_params({"models": ",".join(r["model"] for r in rows), "device_memory_bytes": rows[0]["device_memory_bytes"],
-                      "device_memory_source": source})
+    with RunSession(
+        "complexity", experiment=exp, run_name="complexity", tags=tags, quiet=True
+    ) as s:
+        s.log_params(
+            {
+                "models": ",".join(r["model"] for r in rows),
+                "device_memory_bytes": rows[0]["device_memory_bytes"],
+                "device_memory_source": source,
+            }
+        )
         s.log_text("complexity/models.csv", to_csv(rows, MODEL_COLUMNS))
     return s.run_id
 
 
 RESNET18 = complexity_row("resnet18", 11_689_512, 3.64e9, 10.65e9, 22.19e6, 768)
 VGG16 = complexity_row("vgg16", 138_357_544, 30.97e9, 92.65e9, 73.36e6, 211)
-RESNET18_ROW = ("| l4 | NVIDIA L4 | resnet18 | 224 px | fp32 | 1000 | 11.69 M | 3.64 | 1.82 | 10.65 | 22.2 MB | 768 "
-                "| 17.2 GB (--device-memory 16GiB) |")
+RESNET18_ROW = (
+    "| l4 | NVIDIA L4 | resnet18 | 224 px | fp32 | 1000 | 11.69 M | 3.64 | 1.82 | 10.65 | 22.2 MB | 768 "
+    "| 17.2 GB (--device-memory 16GiB) |"
+)
 
 
 class VendorStub:
@@ -143,7 +257,9 @@ def vendor_stub(name):
 
 def analyse(tmp_path, argv=(), vendor_lookup=vendor_stub):
     """The whole pipeline: fetch, join, figures, report (untracked)."""
-    cfg = app.config_from_args(app.build_parser().parse_args(["--no-track", "--out", str(tmp_path / "out"), *argv]))
+    cfg = app.config_from_args(
+        app.build_parser().parse_args(["--no-track", "--out", str(tmp_path / "out"), *argv])
+    )
     return app.run(cfg, vendor_lookup=vendor_lookup)
 
 
@@ -158,7 +274,11 @@ def joined(argv=(), vendor_lookup=vendor_stub) -> core.Analysis:
 
 
 def row(points: pd.DataFrame, env: str, batch: int, precision: str) -> pd.Series:
-    sel = points[(points["env_label"] == env) & (points["batch_size"] == batch) & (points["precision"] == precision)]
+    sel = points[
+        (points["env_label"] == env)
+        & (points["batch_size"] == batch)
+        & (points["precision"] == precision)
+    ]
     assert len(sel) == 1
     return sel.iloc[0]
 
@@ -171,7 +291,9 @@ def test_points_classification_and_efficiency_by_hand(store):
     a = row(pts, "l4", 32, "fp32")  # repeats: mean ± SD across runs
     assert a["n_runs"] == 2 and a["throughput_sd_kind"] == "across 2 runs"
     assert a["throughput_mean_samples_per_s"] == pytest.approx(410)
-    assert a["throughput_sd_samples_per_s"] == pytest.approx(math.sqrt(200))  # (10² + 10²) / (2 - 1)
+    assert a["throughput_sd_samples_per_s"] == pytest.approx(
+        math.sqrt(200)
+    )  # (10² + 10²) / (2 - 1)
     assert a["achieved_flops_per_s"] == pytest.approx(1.1e13)
     assert a["intensity_source"] == "modeled" and a["intensity_flops_per_byte"] == 50
     # ridge fp32 = 20e12 / 250e9 = 80 FLOP/B > 50: memory-bound; attainable 50 * 250e9 = 12.5e12
@@ -182,12 +304,16 @@ def test_points_classification_and_efficiency_by_hand(store):
     assert a["roof_source"] == "measured"
 
     b = row(pts, "l4", 64, "fp32")  # profiled: measured intensity 200 >= 80: compute-bound
-    assert b["intensity_source"] == "measured" and b["intensity_flops_per_byte"] == pytest.approx(200)
+    assert b["intensity_source"] == "measured" and b["intensity_flops_per_byte"] == pytest.approx(
+        200
+    )
     assert b["intensity_l2_flops_per_byte"] == pytest.approx(1000)
     assert b["throughput_sd_kind"] == "within run" and b["throughput_sd_samples_per_s"] == 20
     assert b["bound"] == "compute-bound" and b["efficiency"] == pytest.approx(1.5e13 / 20e12)
 
-    c = row(pts, "l4", 64, "bf16")  # bf16 ceiling 80e12, ridge 320 > 100: memory-bound, attainable 25e12
+    c = row(
+        pts, "l4", 64, "bf16"
+    )  # bf16 ceiling 80e12, ridge 320 > 100: memory-bound, attainable 25e12
     assert c["ceiling_dtype"] == "bf16" and c["ridge_flops_per_byte"] == pytest.approx(320)
     assert c["bound"] == "memory-bound" and c["efficiency"] == pytest.approx(2e13 / 25e12)
 
@@ -196,7 +322,9 @@ def test_points_classification_and_efficiency_by_hand(store):
 
     sp = res.speedups
     assert len(sp) == 1 and sp.iloc[0]["speedup"] == pytest.approx(2.0)
-    assert sp.iloc[0]["speedup_sd"] == pytest.approx(2 * math.sqrt((30 / 1400) ** 2 + (20 / 700) ** 2))
+    assert sp.iloc[0]["speedup_sd"] == pytest.approx(
+        2 * math.sqrt((30 / 1400) ** 2 + (20 / 700) ** 2)
+    )
 
     failed = res.failed
     assert list(failed["error"]) == ["RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"]
@@ -207,57 +335,95 @@ def test_outputs_tables_figures_and_report(store, tmp_path):
     out = tmp_path / "out"
     csv = pd.read_csv(out / "summary.csv")
     assert len(csv) == 4
-    b = csv[(csv["env_label"] == "l4") & (csv["batch_size"] == 64) & (csv["precision"] == "fp32")].iloc[0]
+    b = csv[
+        (csv["env_label"] == "l4") & (csv["batch_size"] == 64) & (csv["precision"] == "fp32")
+    ].iloc[0]
     assert b["achieved_flops_per_s"] == pytest.approx(1.5e13)  # raw SI, not rounded
     assert b["intensity_source"] == "measured" and b["bound"] == "compute-bound"
     lap = csv[csv["env_label"] == "laptop"].iloc[0]
     assert pd.isna(lap["efficiency"]) and lap["intensity_source"] == "modeled"
 
     pngs = sorted(p.name for p in (out / "figures").glob("*.png"))
-    assert pngs == ["intensity_vs_batch.png", "roofline_all.png", "roofline_l4.png", "roofline_laptop.png",
-                    "speedup_vs_batch.png", "step_time_variability.png", "throughput_vs_batch.png"]
+    assert pngs == [
+        "intensity_vs_batch.png",
+        "roofline_all.png",
+        "roofline_l4.png",
+        "roofline_laptop.png",
+        "speedup_vs_batch.png",
+        "step_time_variability.png",
+        "throughput_vs_batch.png",
+    ]
     for name in pngs:
         img = mpimg.imread(out / "figures" / name)
         assert img.ndim == 3 and img.shape[0] > 300 and img.shape[1] > 300
 
     md = (out / "report.md").read_text()
     assert f"no peaks for {CPU}" in md
-    assert "| l4 | NVIDIA L4 | resnet18 | fp32 | 64 | 1000 | 1 | 700 ± 20 (within run) | 15000 | 200 | measured |" in md
-    assert "| l4 | NVIDIA L4 | resnet18 | fp32 | 32 | 1000 | 2 | 410 ± 14 | 11000 | 50 | modeled |" in md
+    assert (
+        "| l4 | NVIDIA L4 | resnet18 | fp32 | 64 | 1000 | 1 | 700 ± 20 (within run) | 15000 | 200 | measured |"
+        in md
+    )
+    assert (
+        "| l4 | NVIDIA L4 | resnet18 | fp32 | 32 | 1000 | 2 | 410 ± 14 | 11000 | 50 | modeled |"
+        in md
+    )
     assert "CUDA out of memory" in md
     for name in pngs:
         assert f"(figures/{name})" in md
     # the variability figure shows the config both environments ran: resnet18 b32 fp32
     assert "resnet18/b32/fp32" in md.split("## Step-time variability")[1].split("##")[0]
     assert (out / "summary.md").read_text().startswith("| environment |")
-    assert res.analysis.counts == {"train": 5, "profile": 1, "peaks": 1, "points": 4, "measured_points": 1,
-                                   "modeled_points": 3, "failed": 1}
+    assert res.analysis.counts == {
+        "train": 5,
+        "profile": 1,
+        "peaks": 1,
+        "points": 4,
+        "measured_points": 1,
+        "modeled_points": 3,
+        "failed": 1,
+    }
 
 
 def test_report_has_model_complexity_of_the_analysed_models_from_the_latest_run(store, tmp_path):
-    log_complexity("l4", L4, [complexity_row("resnet18", 1, 1e9, 3e9, 1e6, 5)], source="old run")  # superseded
+    log_complexity(
+        "l4", L4, [complexity_row("resnet18", 1, 1e9, 3e9, 1e6, 5)], source="old run"
+    )  # superseded
     run_id = log_complexity("l4", L4, [RESNET18, VGG16])
     res = analyse(tmp_path)
     cx = res.analysis.complexity
-    assert list(cx["model"]) == ["resnet18"] and list(cx["run_id"]) == [run_id]  # vgg16 was not analysed
+    assert list(cx["model"]) == ["resnet18"] and list(cx["run_id"]) == [
+        run_id
+    ]  # vgg16 was not analysed
     assert cx.iloc[0]["max_batch_fit"] == 768 and cx.iloc[0]["fwd_macs_per_sample"] == 1.82e9
     md = (tmp_path / "out" / "report.md").read_text()
     section = md.split("## Model complexity")[1].split("\n## ")[0]
     assert RESNET18_ROW in section and "vgg16" not in section and "old run" not in section
     csv = pd.read_csv(tmp_path / "out" / "complexity.csv")
-    assert csv.iloc[0]["train_flops_per_sample"] == 10.65e9 and csv.iloc[0]["device_memory_bytes"] == 16 * 2**30
+    assert (
+        csv.iloc[0]["train_flops_per_sample"] == 10.65e9
+        and csv.iloc[0]["device_memory_bytes"] == 16 * 2**30
+    )
 
 
 def test_complexity_of_other_models_only_lists_them_all_and_says_so(store, tmp_path):
     # vgg16 fwd MACs 30.97e9 / 2 = 15.485e9, stored as 15.48499...e9: "15.48"
-    log_complexity("laptop", CPU, [VGG16, complexity_row("mobilenet_v2", 3_504_872, 0.64e9, 1.78e9, 78.2e6, 219)],
-                   source="available RAM")
+    log_complexity(
+        "laptop",
+        CPU,
+        [VGG16, complexity_row("mobilenet_v2", 3_504_872, 0.64e9, 1.78e9, 78.2e6, 219)],
+        source="available RAM",
+    )
     res = analyse(tmp_path, ["--env-label", "l4,laptop"])
     assert sorted(res.analysis.complexity["model"]) == ["mobilenet_v2", "vgg16"]
-    assert any(n.startswith("no complexity run measured the analysed models (resnet18)") for n in res.analysis.notes)
+    assert any(
+        n.startswith("no complexity run measured the analysed models (resnet18)")
+        for n in res.analysis.notes
+    )
     md = (tmp_path / "out" / "report.md").read_text()
-    assert "| laptop | Test CPU 9000 | vgg16 | 224 px | fp32 | 1000 | 138.4 M | 30.97 | 15.48 | 92.65 | 73.4 MB | 211 " \
-           "| 17.2 GB (available RAM) |" in md
+    assert (
+        "| laptop | Test CPU 9000 | vgg16 | 224 px | fp32 | 1000 | 138.4 M | 30.97 | 15.48 | 92.65 | 73.4 MB | 211 "
+        "| 17.2 GB (available RAM) |" in md
+    )
 
 
 def test_without_complexity_runs_the_report_says_how_to_get_them(store, tmp_path):
@@ -274,14 +440,35 @@ def test_hierarchical_roofline_from_logged_runs_only(tracking, tmp_path, monkeyp
     DRAM: min(400 x 250e9, 20e12) = 20e12 (compute-bound, ridge 80); L2: 10 x 1e12 = 10e12;
     L1: min(4 x 5e12, 20e12) = 20e12 -> the hierarchical limiter is L2; efficiency 8e12 / 20e12."""
     gpu = "Test GPU 1"
-    log_train("lab", gpu, 64, "fp32", thr=640, thr_sd=5, flops_step=0.8e12, median_s=0.1, intensity=60)
+    log_train(
+        "lab", gpu, 64, "fp32", thr=640, thr_sd=5, flops_step=0.8e12, median_s=0.1, intensity=60
+    )
     p = params(64, "fp32")
-    with RunSession("profile", experiment=EXP, quiet=True,
-                    tags={**env_tags("lab", gpu), schema.TAG_CONFIG_KEY: schema.config_key(p)}) as s:
+    with RunSession(
+        "profile",
+        experiment=EXP,
+        quiet=True,
+        tags={**env_tags("lab", gpu), schema.TAG_CONFIG_KEY: schema.config_key(p)},
+    ) as s:
         s.log_params(p)
-        s.log_metrics({"ncu_flops_total": 4e12, "ncu_dram_bytes": 1e10, "ncu_l2_bytes": 4e11, "ncu_l1_bytes": 1e12})
-    log_peaks("lab", gpu, {"peak_flops_per_s_fp32": 20e12, "peak_dram_bytes_per_s": 250e9,
-                           "peak_l2_bytes_per_s": 1e12, "peak_l1_bytes_per_s": 5e12})
+        s.log_metrics(
+            {
+                "ncu_flops_total": 4e12,
+                "ncu_dram_bytes": 1e10,
+                "ncu_l2_bytes": 4e11,
+                "ncu_l1_bytes": 1e12,
+            }
+        )
+    log_peaks(
+        "lab",
+        gpu,
+        {
+            "peak_flops_per_s_fp32": 20e12,
+            "peak_dram_bytes_per_s": 250e9,
+            "peak_l2_bytes_per_s": 1e12,
+            "peak_l1_bytes_per_s": 5e12,
+        },
+    )
     figures, save = {}, plots._save
 
     def keep(fig, path):  # the figures drawn in this process (--jobs 1), for their Line2D objects
@@ -292,16 +479,31 @@ def test_hierarchical_roofline_from_logged_runs_only(tracking, tmp_path, monkeyp
     res = analyse(tmp_path, ["--jobs", "1"], vendor_lookup=lambda _: None)
 
     pt = res.analysis.points.iloc[0]
-    assert pt["intensity_source"] == "measured" and pt["intensity_flops_per_byte"] == pytest.approx(400)
-    assert pt["intensity_l2_flops_per_byte"] == pytest.approx(10) and pt["intensity_l1_flops_per_byte"] == pytest.approx(4)
-    assert pt["bound"] == "compute-bound" and pt["hier_limiter"] == "l2" and pt["efficiency"] == pytest.approx(0.4)
+    assert pt["intensity_source"] == "measured" and pt["intensity_flops_per_byte"] == pytest.approx(
+        400
+    )
+    assert pt["intensity_l2_flops_per_byte"] == pytest.approx(10) and pt[
+        "intensity_l1_flops_per_byte"
+    ] == pytest.approx(4)
+    assert (
+        pt["bound"] == "compute-bound"
+        and pt["hier_limiter"] == "l2"
+        and pt["efficiency"] == pytest.approx(0.4)
+    )
     csv = pd.read_csv(tmp_path / "out" / "summary.csv")
-    assert csv.iloc[0]["hier_limiter"] == "l2" and csv.iloc[0]["intensity_l2_flops_per_byte"] == pytest.approx(10)
+    assert csv.iloc[0]["hier_limiter"] == "l2" and csv.iloc[0][
+        "intensity_l2_flops_per_byte"
+    ] == pytest.approx(10)
     md = (tmp_path / "out" / "report.md").read_text()
-    assert "| 400 | measured | fp32 20 TFLOP/s (measured) | compute-bound (hierarchical: l2) | 40.0% |" in md
+    assert (
+        "| 400 | measured | fp32 20 TFLOP/s (measured) | compute-bound (hierarchical: l2) | 40.0% |"
+        in md
+    )
     assert "| lab | Test GPU 1 | L2 bandwidth | 1 TB/s | measured: peaks run" in md
 
-    lines = {ln.get_gid(): ln for ln in figures["roofline_lab.png"].axes[0].get_lines() if ln.get_gid()}
+    lines = {
+        ln.get_gid(): ln for ln in figures["roofline_lab.png"].axes[0].get_lines() if ln.get_gid()
+    }
     for level, bw in (("l2", 1e12), ("l1", 5e12), ("dram", 250e9)):
         ceiling = lines[f"roof|bytes:{level}"]
         assert ceiling.get_ydata()[0] / ceiling.get_xdata()[0] == pytest.approx(bw)
@@ -310,11 +512,16 @@ def test_hierarchical_roofline_from_logged_runs_only(tracking, tmp_path, monkeyp
     assert list(lines["points:l2"].get_ydata()) == [pytest.approx(8e12)]
     assert "per L2/L1 byte" in figures["roofline_lab.png"].axes[0].get_xlabel()
     legend = [t.get_text() for t in figures["roofline_lab.png"].axes[0].get_legend().get_texts()]
-    assert "L2 bandwidth ceiling\n(source in its label)" in legend and "same point at its L2\nintensity (hierarchical)" in legend
+    assert (
+        "L2 bandwidth ceiling\n(source in its label)" in legend
+        and "same point at its L2\nintensity (hierarchical)" in legend
+    )
 
 
 def test_vendor_table_is_the_roof_without_a_peaks_run(tracking):
-    log_train("l4", L4, 64, "fp32", thr=700, thr_sd=20, flops_step=1.5e12, median_s=0.1, intensity=60)
+    log_train(
+        "l4", L4, 64, "fp32", thr=700, thr_sd=20, flops_step=1.5e12, median_s=0.1, intensity=60
+    )
     p = joined().points.iloc[0]
     # vendor ridge 30.3e12 / 300e9 = 101 > 60: memory-bound, attainable 60 * 300e9 = 18e12
     assert p["roof_source"] == "vendor" and p["bound"] == "memory-bound"
@@ -322,28 +529,46 @@ def test_vendor_table_is_the_roof_without_a_peaks_run(tracking):
 
 
 def test_one_environment_gets_its_roofline_and_the_combined_one(tracking, tmp_path):
-    log_train("l4", L4, 64, "fp32", thr=700, thr_sd=20, flops_step=1.5e12, median_s=0.1, intensity=60)
+    log_train(
+        "l4", L4, 64, "fp32", thr=700, thr_sd=20, flops_step=1.5e12, median_s=0.1, intensity=60
+    )
     analyse(tmp_path)
     pngs = sorted(p.name for p in (tmp_path / "out" / "figures").glob("roofline*.png"))
     assert pngs == ["roofline_all.png", "roofline_l4.png"]
     assert "(figures/roofline_all.png)" in (tmp_path / "out" / "report.md").read_text()
 
 
-def test_device_unknown_to_the_real_vendor_table_has_no_roof_and_the_report_says_so(tracking, tmp_path, monkeypatch):
+def test_device_unknown_to_the_real_vendor_table_has_no_roof_and_the_report_says_so(
+    tracking, tmp_path, monkeypatch
+):
     monkeypatch.delenv(vendor.PEAKS_FILE_ENV, raising=False)
-    log_train("laptop", CPU, 32, "fp32", thr=20, thr_sd=1, flops_step=0.8e12, median_s=1.6, intensity=50)
-    res = analyse(tmp_path, vendor_lookup="auto")  # profiling.peak_table, which has no "Test CPU 9000"
+    log_train(
+        "laptop", CPU, 32, "fp32", thr=20, thr_sd=1, flops_step=0.8e12, median_s=1.6, intensity=50
+    )
+    res = analyse(
+        tmp_path, vendor_lookup="auto"
+    )  # profiling.peak_table, which has no "Test CPU 9000"
     p = res.analysis.points.iloc[0]
-    assert math.isnan(p["efficiency"]) and p["bound"] == "" and res.analysis.roofs[("laptop", CPU)]["roof"] is None
+    assert (
+        math.isnan(p["efficiency"])
+        and p["bound"] == ""
+        and res.analysis.roofs[("laptop", CPU)]["roof"] is None
+    )
     md = (tmp_path / "out" / "report.md").read_text()
     assert f"no peaks for {CPU} (env laptop): no peaks run and no vendor entry" in md
 
 
 def test_peaks_file_gives_the_roof(tracking, tmp_path):
-    log_train("laptop", CPU, 32, "fp32", thr=20, thr_sd=1, flops_step=0.8e12, median_s=1.6, intensity=50)
-    pf = tmp_path / "peaks.yaml"  # profiling.peak_table's format (docs/peaks.md): all four fields for a new device
-    pf.write_text(f'devices:\n  - device_name: "{CPU}"\n    flops_per_s: {{fp32: 1.0e+12}}\n'
-                  '    dram_bytes_per_s: 50e9\n    source: spec sheet\n')
+    log_train(
+        "laptop", CPU, 32, "fp32", thr=20, thr_sd=1, flops_step=0.8e12, median_s=1.6, intensity=50
+    )
+    pf = (
+        tmp_path / "peaks.yaml"
+    )  # profiling.peak_table's format (docs/peaks.md): all four fields for a new device
+    pf.write_text(
+        f'devices:\n  - device_name: "{CPU}"\n    flops_per_s: {{fp32: 1.0e+12}}\n'
+        "    dram_bytes_per_s: 50e9\n    source: spec sheet\n"
+    )
     a = joined(["--peaks-file", str(pf)], vendor_lookup="auto")
     p = a.points.iloc[0]
     # ridge 1e12 / 50e9 = 20 <= 50: compute-bound; achieved 0.8e12 / 1.6 = 5e11 -> 50 %
@@ -353,25 +578,50 @@ def test_peaks_file_gives_the_roof(tracking, tmp_path):
 
 
 def test_env_label_and_filter_select_train_runs(store):
-    log_train("laptop", CPU, 32, "fp32", thr=10, thr_sd=1, flops_step=1e11, median_s=3.2, intensity=20, model="vgg16")
+    log_train(
+        "laptop",
+        CPU,
+        32,
+        "fp32",
+        thr=10,
+        thr_sd=1,
+        flops_step=1e11,
+        median_s=3.2,
+        intensity=20,
+        model="vgg16",
+    )
     pts = joined(["--env-label", "laptop", "--filter", "params.model = 'vgg16'"]).points
     assert list(pts["model"]) == ["vgg16"] and list(pts["env_label"]) == ["laptop"]
     pts = joined(["--env-label", "l4,laptop", "--filter", "params.batch_size = '32'"]).points
     assert sorted(pts["model"]) == ["resnet18", "resnet18", "vgg16"]
     runs, notes = fetch.fetch_runs(fetch.Query(max_runs=2))
     train_runs = runs[runs["tags.run_kind"] == "train"]
-    assert list(train_runs["tags.mlflow.runName"]) == ["vgg16-b32-fp32", "resnet18-b32-fp32"]  # the latest two
-    assert notes == ["stopped at --max-runs 2 train runs (latest first); raise it to see older runs"]
-    log_peaks("laptop", CPU, {"peak_flops_per_s_fp32": 1e12})  # now 2 peaks runs, still 1 profile run
+    assert list(train_runs["tags.mlflow.runName"]) == [
+        "vgg16-b32-fp32",
+        "resnet18-b32-fp32",
+    ]  # the latest two
+    assert notes == [
+        "stopped at --max-runs 2 train runs (latest first); raise it to see older runs"
+    ]
+    log_peaks(
+        "laptop", CPU, {"peak_flops_per_s_fp32": 1e12}
+    )  # now 2 peaks runs, still 1 profile run
     runs, notes = fetch.fetch_runs(fetch.Query(max_runs=2))
-    assert notes == ["stopped at --max-runs 2 train runs (latest first); raise it to see older runs",
-                     "stopped at --max-runs 2 peaks runs (latest first): older peaks runs were not read; "
-                     "raise --max-runs to use them"]
+    assert notes == [
+        "stopped at --max-runs 2 train runs (latest first); raise it to see older runs",
+        "stopped at --max-runs 2 peaks runs (latest first): older peaks runs were not read; "
+        "raise --max-runs to use them",
+    ]
     assert sorted(runs["tags.run_kind"]) == ["peaks", "peaks", "profile", "train", "train"]
     runs, notes = fetch.fetch_runs(fetch.Query(max_runs=1))
-    assert [n.split(" runs")[0] for n in notes] == ["stopped at --max-runs 1 train", "stopped at --max-runs 1 profile",
-                                                   "stopped at --max-runs 1 peaks"]
-    assert (runs["tags.run_kind"] == "peaks").sum() == 1 and (runs["tags.run_kind"] == "profile").sum() == 1
+    assert [n.split(" runs")[0] for n in notes] == [
+        "stopped at --max-runs 1 train",
+        "stopped at --max-runs 1 profile",
+        "stopped at --max-runs 1 peaks",
+    ]
+    assert (runs["tags.run_kind"] == "peaks").sum() == 1 and (
+        runs["tags.run_kind"] == "profile"
+    ).sum() == 1
 
 
 def test_cli_tracks_outputs_as_artifacts_of_an_analysis_run(store, tmp_path, capsys, monkeypatch):
@@ -379,8 +629,12 @@ def test_cli_tracks_outputs_as_artifacts_of_an_analysis_run(store, tmp_path, cap
     rc = app.cli(["--experiment", EXP, "--out", str(tmp_path / "o")])
     assert rc == 0
     summary = capsys.readouterr().out.strip().splitlines()
-    assert len(summary) == 1 and summary[0].startswith("analysed 5 train, 1 profile, 1 peaks runs (2 environment(s)) -> 4 points")
-    runs = mlflow.search_runs(experiment_names=[EXP], filter_string="tags.run_kind = 'analysis'", output_format="list")
+    assert len(summary) == 1 and summary[0].startswith(
+        "analysed 5 train, 1 profile, 1 peaks runs (2 environment(s)) -> 4 points"
+    )
+    runs = mlflow.search_runs(
+        experiment_names=[EXP], filter_string="tags.run_kind = 'analysis'", output_format="list"
+    )
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"
     client = mlflow.tracking.MlflowClient()
     top = {f.path for f in client.list_artifacts(runs[0].info.run_id, "report")}
@@ -404,9 +658,13 @@ def test_no_matching_runs_is_one_line_and_nonzero(tracking, tmp_path, capsys):
 def test_unknown_experiment_and_bad_filter_are_usage_errors(store, tmp_path, capsys):
     assert app.cli(["--no-track", "--experiment", "nope", "--out", str(tmp_path / "o")]) == 2
     assert "no experiment named 'nope'" in capsys.readouterr().err
-    assert app.cli(["--no-track", "--filter", "params.model ~ 1", "--out", str(tmp_path / "o")]) == 2
+    assert (
+        app.cli(["--no-track", "--filter", "params.model ~ 1", "--out", str(tmp_path / "o")]) == 2
+    )
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["error: MLflow rejected the filter \"params.model ~ 1\": Expected a quoted string value for parameter (e.g. 'my-value'). Got value 1"]
+    assert err == [
+        "error: MLflow rejected the filter \"params.model ~ 1\": Expected a quoted string value for parameter (e.g. 'my-value'). Got value 1"
+    ]
 
 
 def test_only_failed_runs_writes_report_and_fails(tracking, tmp_path, capsys):
@@ -424,12 +682,42 @@ def test_analysis_over_http_against_a_real_mlflow_server(on_server, tmp_path, mo
     through its artifact proxy. Uses the session's shared server, so a fresh experiment name."""
     exp = f"analysis-http-{uuid.uuid4().hex[:8]}"
     # b64 fp32: achieved 1.5e12 / 0.1 = 1.5e13, profiled 2e12 / 1e10 = 200 FLOP/B; b64 bf16: 1e12 / 0.05 = 2e13
-    fp32 = log_train("l4", L4, 64, "fp32", thr=700, thr_sd=20, flops_step=1.5e12, median_s=0.1, intensity=60,
-                     exp=exp, steps=[0.1, 0.11, 0.09, 0.1])
-    log_train("l4", L4, 64, "bf16", thr=1400, thr_sd=30, flops_step=1.0e12, median_s=0.05, intensity=100, exp=exp)
+    fp32 = log_train(
+        "l4",
+        L4,
+        64,
+        "fp32",
+        thr=700,
+        thr_sd=20,
+        flops_step=1.5e12,
+        median_s=0.1,
+        intensity=60,
+        exp=exp,
+        steps=[0.1, 0.11, 0.09, 0.1],
+    )
+    log_train(
+        "l4",
+        L4,
+        64,
+        "bf16",
+        thr=1400,
+        thr_sd=30,
+        flops_step=1.0e12,
+        median_s=0.05,
+        intensity=100,
+        exp=exp,
+    )
     log_profile(L4, 64, "fp32", flops=2e12, dram_bytes=1e10, exp=exp)
-    log_peaks("l4", L4, {"peak_flops_per_s_fp32": 20e12, "peak_flops_per_s_bf16": 80e12,
-                         "peak_dram_bytes_per_s": 250e9}, exp=exp)
+    log_peaks(
+        "l4",
+        L4,
+        {
+            "peak_flops_per_s_fp32": 20e12,
+            "peak_flops_per_s_bf16": 80e12,
+            "peak_dram_bytes_per_s": 250e9,
+        },
+        exp=exp,
+    )
     log_complexity("l4", L4, [RESNET18], exp=exp)
     monkeypatch.setattr("analysis.vendor.load_vendor_lookup", lambda *_: vendor_stub)
     out = tmp_path / "report"
@@ -437,17 +725,41 @@ def test_analysis_over_http_against_a_real_mlflow_server(on_server, tmp_path, mo
 
     csv = pd.read_csv(out / "summary.csv").set_index("precision")
     # fp32: 200 FLOP/B >= ridge 20e12 / 250e9 = 80: compute-bound, 1.5e13 / 20e12 = 75 %
-    assert csv.loc["fp32", "intensity_source"] == "measured" and csv.loc["fp32", "bound"] == "compute-bound"
+    assert (
+        csv.loc["fp32", "intensity_source"] == "measured"
+        and csv.loc["fp32", "bound"] == "compute-bound"
+    )
     assert csv.loc["fp32", "efficiency"] == pytest.approx(0.75)
     # bf16: modeled 100 < ridge 80e12 / 250e9 = 320: memory-bound, 2e13 / (100 x 250e9) = 80 %
-    assert csv.loc["bf16", "bound"] == "memory-bound" and csv.loc["bf16", "efficiency"] == pytest.approx(0.8)
+    assert csv.loc["bf16", "bound"] == "memory-bound" and csv.loc[
+        "bf16", "efficiency"
+    ] == pytest.approx(0.8)
     md = (out / "report.md").read_text()
     assert RESNET18_ROW in md  # complexity/models.csv came through the artifact proxy
-    assert "| l4 | NVIDIA L4 | resnet18 | 64 | 1000 | bf16 | 2.00× ± 0.07 |" in md  # 1400 / 700; SD: 2 x sqrt((30/1400)² + (20/700)²)
-    assert fetch.fetch_series([fp32]) == {fp32: [0.1, 0.11, 0.09, 0.1]}  # the variability figure's input
+    assert (
+        "| l4 | NVIDIA L4 | resnet18 | 64 | 1000 | bf16 | 2.00× ± 0.07 |" in md
+    )  # 1400 / 700; SD: 2 x sqrt((30/1400)² + (20/700)²)
+    assert fetch.fetch_series([fp32]) == {
+        fp32: [0.1, 0.11, 0.09, 0.1]
+    }  # the variability figure's input
     assert mpimg.imread(out / "figures" / "step_time_variability.png").ndim == 3
-    done = mlflow.search_runs(experiment_names=[exp], filter_string="tags.run_kind = 'analysis'", output_format="list")
-    assert len(done) == 1 and done[0].info.status == "FINISHED" and done[0].data.metrics["n_points"] == 2
-    listed = {f.path for f in mlflow.tracking.MlflowClient().list_artifacts(done[0].info.run_id, "report")}
-    assert {"report/report.md", "report/summary.csv", "report/complexity.csv", "report/figures"} <= listed
-    assert RESNET18_ROW in mlflow.artifacts.load_text(f"runs:/{done[0].info.run_id}/report/report.md")
+    done = mlflow.search_runs(
+        experiment_names=[exp], filter_string="tags.run_kind = 'analysis'", output_format="list"
+    )
+    assert (
+        len(done) == 1
+        and done[0].info.status == "FINISHED"
+        and done[0].data.metrics["n_points"] == 2
+    )
+    listed = {
+        f.path for f in mlflow.tracking.MlflowClient().list_artifacts(done[0].info.run_id, "report")
+    }
+    assert {
+        "report/report.md",
+        "report/summary.csv",
+        "report/complexity.csv",
+        "report/figures",
+    } <= listed
+    assert RESNET18_ROW in mlflow.artifacts.load_text(
+        f"runs:/{done[0].info.run_id}/report/report.md"
+    )

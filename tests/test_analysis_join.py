@@ -1,4 +1,5 @@
 """analysis.join / core / vendor / config validation on hand-made frames (mlflow.search_runs layout)."""
+
 from __future__ import annotations
 
 import math
@@ -14,35 +15,77 @@ from common import schema
 from common.errors import UsageError
 
 
-def train(run_id, env, dev, batch, precision, thr, thr_sd=None, achieved=None, intensity=None, start=0,
-          flops=None, median=None, model="resnet18", num_classes=1000):
-    p = dict(model=model, batch_size=str(batch), precision=precision, image_size="224", channels_last="false",
-             compile="false", optimizer="sgd", num_classes=str(num_classes))
-    row = {"run_id": run_id, "status": "FINISHED", "start_time": start, "tags.run_kind": "train",
-           "tags.env_label": env, "tags.device_name": dev, "tags.config_key": schema.config_key(p),
-           "metrics.throughput_samples_per_s": thr}
+def train(
+    run_id,
+    env,
+    dev,
+    batch,
+    precision,
+    thr,
+    thr_sd=None,
+    achieved=None,
+    intensity=None,
+    start=0,
+    flops=None,
+    median=None,
+    model="resnet18",
+    num_classes=1000,
+):
+    p = dict(
+        model=model,
+        batch_size=str(batch),
+        precision=precision,
+        image_size="224",
+        channels_last="false",
+        compile="false",
+        optimizer="sgd",
+        num_classes=str(num_classes),
+    )
+    row = {
+        "run_id": run_id,
+        "status": "FINISHED",
+        "start_time": start,
+        "tags.run_kind": "train",
+        "tags.env_label": env,
+        "tags.device_name": dev,
+        "tags.config_key": schema.config_key(p),
+        "metrics.throughput_samples_per_s": thr,
+    }
     row.update({f"params.{k}": v for k, v in p.items()})
-    for key, val in (("throughput_std_samples_per_s", thr_sd), ("achieved_flops_per_s", achieved),
-                     ("modeled_intensity_flops_per_byte", intensity), ("train_flops_per_step", flops),
-                     ("step_time_median_s", median)):
+    for key, val in (
+        ("throughput_std_samples_per_s", thr_sd),
+        ("achieved_flops_per_s", achieved),
+        ("modeled_intensity_flops_per_byte", intensity),
+        ("train_flops_per_step", flops),
+        ("step_time_median_s", median),
+    ):
         if val is not None:
             row[f"metrics.{key}"] = val
     return row
 
 
 def test_repeats_mean_sd_across_runs_single_run_within():
-    runs = pd.DataFrame([
-        train("a", "e", "d", 32, "fp32", 100, thr_sd=5, achieved=1e12, intensity=10),
-        train("b", "e", "d", 32, "fp32", 110, thr_sd=6, achieved=2e12, intensity=10),
-        train("c", "e", "d", 32, "fp32", 120, thr_sd=7, achieved=3e12, intensity=10),
-        train("d", "e", "d", 64, "fp32", 200, thr_sd=9, achieved=4e12, intensity=20),
-    ])
+    runs = pd.DataFrame(
+        [
+            train("a", "e", "d", 32, "fp32", 100, thr_sd=5, achieved=1e12, intensity=10),
+            train("b", "e", "d", 32, "fp32", 110, thr_sd=6, achieved=2e12, intensity=10),
+            train("c", "e", "d", 32, "fp32", 120, thr_sd=7, achieved=3e12, intensity=10),
+            train("d", "e", "d", 64, "fp32", 200, thr_sd=9, achieved=4e12, intensity=20),
+        ]
+    )
     pts = join.aggregate_repeats(join.train_runs(runs)).set_index("batch_size")
-    assert pts.loc[32, "n_runs"] == 3 and pts.loc[32, "throughput_mean_samples_per_s"] == pytest.approx(110)
-    assert pts.loc[32, "throughput_sd_samples_per_s"] == pytest.approx(10)  # SD of 100, 110, 120 (ddof 1)
+    assert pts.loc[32, "n_runs"] == 3 and pts.loc[
+        32, "throughput_mean_samples_per_s"
+    ] == pytest.approx(110)
+    assert pts.loc[32, "throughput_sd_samples_per_s"] == pytest.approx(
+        10
+    )  # SD of 100, 110, 120 (ddof 1)
     assert pts.loc[32, "throughput_sd_kind"] == "across 3 runs"
     assert pts.loc[32, "achieved_flops_per_s"] == pytest.approx(2e12)
-    assert pts.loc[64, "throughput_sd_samples_per_s"] == 9 and pts.loc[64, "throughput_sd_kind"] == "within run"
+    assert (
+        pts.loc[64, "throughput_sd_samples_per_s"] == 9
+        and pts.loc[64, "throughput_sd_kind"] == "within run"
+    )
 
 
 def test_missing_achieved_is_derived_and_missing_metrics_are_noted():
@@ -56,189 +99,340 @@ def test_missing_achieved_is_derived_and_missing_metrics_are_noted():
 
 
 def test_profile_gives_measured_intensity_for_its_device_only():
-    runs = pd.DataFrame([
-        train("t1", "l4", "NVIDIA L4", 64, "fp32", 700, achieved=1.5e13, intensity=60),
-        train("t2", "t4", "Tesla T4", 64, "fp32", 300, achieved=5e12, intensity=60),
-    ])
+    runs = pd.DataFrame(
+        [
+            train("t1", "l4", "NVIDIA L4", 64, "fp32", 700, achieved=1.5e13, intensity=60),
+            train("t2", "t4", "Tesla T4", 64, "fp32", 300, achieved=5e12, intensity=60),
+        ]
+    )
     key = runs.loc[0, "tags.config_key"]
-    prof = pd.DataFrame([{"run_id": "p1", "status": "FINISHED", "start_time": 1, "tags.run_kind": "profile",
-                          "tags.config_key": key, "tags.device_name": "NVIDIA L4",
-                          "metrics.ncu_flops_total": 3e12, "metrics.ncu_dram_bytes": 1.5e10,
-                          "metrics.ncu_l1_bytes": 6e10}])
+    prof = pd.DataFrame(
+        [
+            {
+                "run_id": "p1",
+                "status": "FINISHED",
+                "start_time": 1,
+                "tags.run_kind": "profile",
+                "tags.config_key": key,
+                "tags.device_name": "NVIDIA L4",
+                "metrics.ncu_flops_total": 3e12,
+                "metrics.ncu_dram_bytes": 1.5e10,
+                "metrics.ncu_l1_bytes": 6e10,
+            }
+        ]
+    )
     all_runs = pd.concat([runs, prof], ignore_index=True)
-    pts = join.attach_intensity(join.aggregate_repeats(join.train_runs(all_runs)), join.profile_intensities(all_runs))
+    pts = join.attach_intensity(
+        join.aggregate_repeats(join.train_runs(all_runs)), join.profile_intensities(all_runs)
+    )
     pts = pts.set_index("env_label")
-    assert pts.loc["l4", "intensity_source"] == "measured" and pts.loc["l4", "intensity_flops_per_byte"] == 200
-    assert pts.loc["l4", "intensity_l1_flops_per_byte"] == 50 and math.isnan(pts.loc["l4", "intensity_l2_flops_per_byte"])
-    assert pts.loc["t4", "intensity_source"] == "modeled" and pts.loc["t4", "intensity_flops_per_byte"] == 60
+    assert (
+        pts.loc["l4", "intensity_source"] == "measured"
+        and pts.loc["l4", "intensity_flops_per_byte"] == 200
+    )
+    assert pts.loc["l4", "intensity_l1_flops_per_byte"] == 50 and math.isnan(
+        pts.loc["l4", "intensity_l2_flops_per_byte"]
+    )
+    assert (
+        pts.loc["t4", "intensity_source"] == "modeled"
+        and pts.loc["t4", "intensity_flops_per_byte"] == 60
+    )
     assert pts.loc["l4", "profile_run_id"] == "p1" and pts.loc["t4", "profile_run_id"] == ""
 
 
 def test_train_run_without_config_key_tag_still_joins_by_params():
     row = train("t1", "l4", "NVIDIA L4", 64, "fp32", 700, achieved=1.5e13, intensity=60)
     key = row.pop("tags.config_key")
-    prof = {"run_id": "p1", "status": "FINISHED", "tags.run_kind": "profile", "tags.config_key": key,
-            "tags.device_name": "NVIDIA L4", "metrics.ncu_flops_total": 2e12, "metrics.ncu_dram_bytes": 1e10}
+    prof = {
+        "run_id": "p1",
+        "status": "FINISHED",
+        "tags.run_kind": "profile",
+        "tags.config_key": key,
+        "tags.device_name": "NVIDIA L4",
+        "metrics.ncu_flops_total": 2e12,
+        "metrics.ncu_dram_bytes": 1e10,
+    }
     runs = pd.DataFrame([row, prof])
-    pts = join.attach_intensity(join.aggregate_repeats(join.train_runs(runs)), join.profile_intensities(runs))
-    assert pts.iloc[0]["intensity_source"] == "measured" and pts.iloc[0]["intensity_flops_per_byte"] == 200
+    pts = join.attach_intensity(
+        join.aggregate_repeats(join.train_runs(runs)), join.profile_intensities(runs)
+    )
+    assert (
+        pts.iloc[0]["intensity_source"] == "measured"
+        and pts.iloc[0]["intensity_flops_per_byte"] == 200
+    )
 
 
 def peaks(run_id, env, dev, start, **metrics):
-    return {"run_id": run_id, "status": "FINISHED", "start_time": start, "tags.run_kind": "peaks",
-            "tags.env_label": env, "tags.device_name": dev, **{f"metrics.{k}": v for k, v in metrics.items()}}
+    return {
+        "run_id": run_id,
+        "status": "FINISHED",
+        "start_time": start,
+        "tags.run_kind": "peaks",
+        "tags.env_label": env,
+        "tags.device_name": dev,
+        **{f"metrics.{k}": v for k, v in metrics.items()},
+    }
 
 
 def test_roof_precedence_latest_measured_then_other_env_then_vendor():
-    runs = pd.DataFrame([
-        peaks("old", "a", "GPU", 1, peak_flops_per_s_fp32=10e12, peak_dram_bytes_per_s=100e9),
-        peaks("new", "a", "GPU", 2, peak_flops_per_s_fp32=12e12, peak_dram_bytes_per_s=120e9),
-    ])
+    runs = pd.DataFrame(
+        [
+            peaks("old", "a", "GPU", 1, peak_flops_per_s_fp32=10e12, peak_dram_bytes_per_s=100e9),
+            peaks("new", "a", "GPU", 2, peak_flops_per_s_fp32=12e12, peak_dram_bytes_per_s=120e9),
+        ]
+    )
     vendor_calls = []
 
     def lookup(name):
         vendor_calls.append(name)
-        return {"flops_per_s": {"fp32": 15e12, "bf16": 60e12}, "dram_bytes_per_s": 150e9, "source": "datasheet"} \
-            if name in ("GPU", "VendorOnly") else None
+        return (
+            {
+                "flops_per_s": {"fp32": 15e12, "bf16": 60e12},
+                "dram_bytes_per_s": 150e9,
+                "source": "datasheet",
+            }
+            if name in ("GPU", "VendorOnly")
+            else None
+        )
 
-    roofs, notes = join.choose_roofs([("a", "GPU"), ("b", "GPU"), ("d", "VendorOnly"), ("e", "None")], runs, lookup)
+    roofs, notes = join.choose_roofs(
+        [("a", "GPU"), ("b", "GPU"), ("d", "VendorOnly"), ("e", "None")], runs, lookup
+    )
     a = roofs[("a", "GPU")]["roof"]
-    assert a.flops_per_s == {"fp32": 12e12, "bf16": 60e12} and a.dram_bytes_per_s == 120e9  # latest run; bf16 from vendor
-    assert a.sources["flops:fp32"] == "measured: peaks run new" and a.sources["flops:bf16"] == "vendor: datasheet"
+    assert (
+        a.flops_per_s == {"fp32": 12e12, "bf16": 60e12} and a.dram_bytes_per_s == 120e9
+    )  # latest run; bf16 from vendor
+    assert (
+        a.sources["flops:fp32"] == "measured: peaks run new"
+        and a.sources["flops:bf16"] == "vendor: datasheet"
+    )
     assert roofs[("a", "GPU")]["vendor"].peak("fp32") == 15e12  # kept for the dashed vendor lines
-    assert roofs[("b", "GPU")]["roof"].flops_per_s["fp32"] == 12e12  # same device, other env's peaks
+    assert (
+        roofs[("b", "GPU")]["roof"].flops_per_s["fp32"] == 12e12
+    )  # same device, other env's peaks
     assert any("b: no peaks run of its own; using the measured peaks of 'a'" in n for n in notes)
-    assert roofs[("d", "VendorOnly")]["measured"] is None and roofs[("d", "VendorOnly")]["roof"].peak("fp32") == 15e12
+    assert (
+        roofs[("d", "VendorOnly")]["measured"] is None
+        and roofs[("d", "VendorOnly")]["roof"].peak("fp32") == 15e12
+    )
     assert roofs[("e", "None")]["roof"] is None
     assert any(n.startswith("no peaks for None (env e)") for n in notes)
     assert vendor_calls == ["GPU", "VendorOnly", "None"]  # one lookup per device
 
 
 def test_vendor_entry_with_l2_l1_bandwidths_gives_those_ceilings():
-    entry = {"flops_per_s": {"fp32": 20e12}, "dram_bytes_per_s": 250e9, "l2_bytes_per_s": 1e12,
-             "l1_bytes_per_s": 5e12, "source": "file"}
+    entry = {
+        "flops_per_s": {"fp32": 20e12},
+        "dram_bytes_per_s": 250e9,
+        "l2_bytes_per_s": 1e12,
+        "l1_bytes_per_s": 5e12,
+        "source": "file",
+    }
     roof = join.roof_from_vendor(entry, "GPU")
-    assert roof.bytes_per_s == {"dram": 250e9, "l2": 1e12, "l1": 5e12} and roof.sources["bytes:l2"] == "vendor: file"
+    assert (
+        roof.bytes_per_s == {"dram": 250e9, "l2": 1e12, "l1": 5e12}
+        and roof.sources["bytes:l2"] == "vendor: file"
+    )
 
 
 def test_speedups_and_failed_runs():
-    runs = pd.DataFrame([
-        train("a", "e", "d", 64, "fp32", 100, thr_sd=4),
-        train("b", "e", "d", 64, "bf16", 250, thr_sd=5),
-        train("c", "e", "d", 32, "fp16", 90, thr_sd=5),  # no fp32 partner: no speed-up
-        {"run_id": "f", "status": "FAILED", "tags.run_kind": "train", "tags.error": "boom",
-         "tags.env_label": "e", "tags.device_name": "d"},
-        {"run_id": "g", "status": "FAILED", "tags.run_kind": "analysis", "tags.error": "not listed"},
-    ])
+    runs = pd.DataFrame(
+        [
+            train("a", "e", "d", 64, "fp32", 100, thr_sd=4),
+            train("b", "e", "d", 64, "bf16", 250, thr_sd=5),
+            train("c", "e", "d", 32, "fp16", 90, thr_sd=5),  # no fp32 partner: no speed-up
+            {
+                "run_id": "f",
+                "status": "FAILED",
+                "tags.run_kind": "train",
+                "tags.error": "boom",
+                "tags.env_label": "e",
+                "tags.device_name": "d",
+            },
+            {
+                "run_id": "g",
+                "status": "FAILED",
+                "tags.run_kind": "analysis",
+                "tags.error": "not listed",
+            },
+        ]
+    )
     pts = join.aggregate_repeats(join.train_runs(runs))
     sp, notes = join.speedups(pts)
     assert len(sp) == 1 and notes == [] and sp.iloc[0]["precision"] == "bf16"
     assert sp.iloc[0]["speedup"] == pytest.approx(2.5)
-    assert sp.iloc[0]["speedup_sd"] == pytest.approx(2.5 * math.sqrt((5 / 250) ** 2 + (4 / 100) ** 2))
+    assert sp.iloc[0]["speedup_sd"] == pytest.approx(
+        2.5 * math.sqrt((5 / 250) ** 2 + (4 / 100) ** 2)
+    )
     failed = join.failed_runs(runs)
     assert list(failed["run_id"]) == ["f"] and list(failed["error"]) == ["boom"]
 
 
 def test_num_classes_separates_points_speedup_pairs_labels_and_rows():
-    runs = pd.DataFrame([
-        train("a", "e", "d", 64, "fp32", 100, thr_sd=4),
-        train("b", "e", "d", 64, "bf16", 250, thr_sd=5),
-        train("c", "e", "d", 64, "fp32", 200, thr_sd=2, num_classes=10),
-        train("f", "e", "d", 64, "bf16", 300, thr_sd=3, num_classes=10),
-    ])
+    runs = pd.DataFrame(
+        [
+            train("a", "e", "d", 64, "fp32", 100, thr_sd=4),
+            train("b", "e", "d", 64, "bf16", 250, thr_sd=5),
+            train("c", "e", "d", 64, "fp32", 200, thr_sd=2, num_classes=10),
+            train("f", "e", "d", 64, "bf16", 300, thr_sd=3, num_classes=10),
+        ]
+    )
     a = core.build(runs)
-    assert sorted(a.points["label"]) == ["resnet18/b64/bf16", "resnet18/b64/bf16/10cls",
-                                         "resnet18/b64/fp32", "resnet18/b64/fp32/10cls"]
+    assert sorted(a.points["label"]) == [
+        "resnet18/b64/bf16",
+        "resnet18/b64/bf16/10cls",
+        "resnet18/b64/fp32",
+        "resnet18/b64/fp32/10cls",
+    ]
     sp = a.speedups.set_index("num_classes")
     assert len(sp) == 2  # one pair per head size, never 10 classes against 1000
     assert sp.loc[1000, "speedup"] == pytest.approx(2.5)  # 250 / 100
-    assert sp.loc[1000, "speedup_sd"] == pytest.approx(2.5 * math.sqrt((5 / 250) ** 2 + (4 / 100) ** 2))
+    assert sp.loc[1000, "speedup_sd"] == pytest.approx(
+        2.5 * math.sqrt((5 / 250) ** 2 + (4 / 100) ** 2)
+    )
     assert sp.loc[10, "speedup"] == pytest.approx(1.5)  # 300 / 200
-    assert sp.loc[10, "speedup_sd"] == pytest.approx(1.5 * math.sqrt((3 / 300) ** 2 + (2 / 200) ** 2))
+    assert sp.loc[10, "speedup_sd"] == pytest.approx(
+        1.5 * math.sqrt((3 / 300) ** 2 + (2 / 200) ** 2)
+    )
     assert sp.loc[10, "label"] == "resnet18/b64/bf16/10cls"
     md = report.summary_markdown(a.points)
     assert "| e | d | resnet18 | fp32 | 64 | 10 | 1 | 200 ± 2 (within run) |" in md
     assert "| e | d | resnet18 | fp32 | 64 | 1000 | 1 | 100 ± 4 (within run) |" in md
     assert sorted(report.summary_frame(a.points)["num_classes"]) == [10, 10, 1000, 1000]
-    assert "| e | d | resnet18 | 64 | 10 | bf16 | 1.50× ± 0.02 |" in report.speedups_markdown(a.speedups)
+    assert "| e | d | resnet18 | 64 | 10 | bf16 | 1.50× ± 0.02 |" in report.speedups_markdown(
+        a.speedups
+    )
 
 
 def test_runs_without_batch_size_get_no_speedup_and_a_note(tmp_path):
-    rows = [train("a", "e", "d", 64, "fp32", 100, thr_sd=4), train("b", "e", "d", 64, "bf16", 250, thr_sd=5),
-            train("c", "e", "d", 32, "fp32", 80, thr_sd=4), train("f", "e", "d", 32, "bf16", 160, thr_sd=4)]
+    rows = [
+        train("a", "e", "d", 64, "fp32", 100, thr_sd=4),
+        train("b", "e", "d", 64, "bf16", 250, thr_sd=5),
+        train("c", "e", "d", 32, "fp32", 80, thr_sd=4),
+        train("f", "e", "d", 32, "bf16", 160, thr_sd=4),
+    ]
     for r in rows[2:]:  # an older logger: config_key tag, but no batch_size param
         del r["params.batch_size"]
     a = core.build(pd.DataFrame(rows))
     # only the b64 pair: the two runs without a batch size are not merged as "equal NaN batches"
-    assert list(a.speedups["batch_size"]) == [64] and a.speedups.iloc[0]["speedup"] == pytest.approx(2.5)
-    assert any(n.startswith("2 point(s) left out of the fp16/bf16 speed-ups: their runs lack batch_size")
-               and "e: resnet18/b?/fp32" in n for n in a.notes)
+    assert list(a.speedups["batch_size"]) == [64] and a.speedups.iloc[0][
+        "speedup"
+    ] == pytest.approx(2.5)
+    assert any(
+        n.startswith("2 point(s) left out of the fp16/bf16 speed-ups: their runs lack batch_size")
+        and "e: resnet18/b?/fp32" in n
+        for n in a.notes
+    )
     # the tables and the figure draw (no int(NaN)) even when only such rows are there
     only = a.speedups.assign(batch_size=float("nan"))
     assert "| e | d | resnet18 |  | 1000 | bf16 | 2.50×" in report.speedups_markdown(only)
     assert plots.speedup_vs_batch(only, tmp_path / "sp.png").is_file()
-    assert "| e | d | resnet18 | fp32 |  | 1000 | 1 | 80 ± 4 (within run) |" in report.summary_markdown(a.points)
+    assert (
+        "| e | d | resnet18 | fp32 |  | 1000 | 1 | 80 ± 4 (within run) |"
+        in report.summary_markdown(a.points)
+    )
 
 
 def test_runs_without_config_key_are_never_merged():
-    old = [train("o1", "e", "d", 8, "fp32", 100, thr_sd=3, achieved=1e12, intensity=10),
-           train("o2", "e", "d", 64, "fp32", 20, thr_sd=1, achieved=4e12, intensity=30, model="vgg16"),
-           train("o3", "e", "d", 8, "bf16", 150, thr_sd=3, achieved=2e12, intensity=10)]
+    old = [
+        train("o1", "e", "d", 8, "fp32", 100, thr_sd=3, achieved=1e12, intensity=10),
+        train("o2", "e", "d", 64, "fp32", 20, thr_sd=1, achieved=4e12, intensity=30, model="vgg16"),
+        train("o3", "e", "d", 8, "bf16", 150, thr_sd=3, achieved=2e12, intensity=10),
+    ]
     for r in old:  # logged before num_classes existed: no tag, incomplete params
         del r["tags.config_key"], r["params.num_classes"]
-    a = core.build(pd.DataFrame([*old, train("n", "e", "d", 8, "fp32", 90, thr_sd=2, achieved=1e12, intensity=10)]))
+    a = core.build(
+        pd.DataFrame(
+            [*old, train("n", "e", "d", 8, "fp32", 90, thr_sd=2, achieved=1e12, intensity=10)]
+        )
+    )
     pts = a.points.set_index("run_ids", drop=False)
     assert len(pts) == 4 and list(pts["n_runs"]) == [1, 1, 1, 1]
     by_run = {r[0]: p for r, p in zip(pts["run_ids"], pts.to_dict("records"))}
-    assert by_run["o1"]["throughput_mean_samples_per_s"] == 100 and by_run["o1"]["model"] == "resnet18"
+    assert (
+        by_run["o1"]["throughput_mean_samples_per_s"] == 100 and by_run["o1"]["model"] == "resnet18"
+    )
     assert by_run["o2"]["throughput_mean_samples_per_s"] == 20 and by_run["o2"]["model"] == "vgg16"
     assert by_run["o2"]["achieved_flops_per_s"] == 4e12 and by_run["o2"]["config_key"] == ""
     assert by_run["n"]["throughput_mean_samples_per_s"] == 90 and by_run["n"]["config_key"] != ""
     assert a.speedups.empty  # o3 (bf16) is not paired with o1: neither says how many classes it had
     text = " | ".join(a.notes)
-    assert "3 train run(s) have no config_key tag and incomplete config params: each is its own point" in text
+    assert (
+        "3 train run(s) have no config_key tag and incomplete config params: each is its own point"
+        in text
+    )
     assert "left out of the fp16/bf16 speed-ups: their runs lack num_classes" in text
     assert core.variability_config(a) == by_run["n"]["config_key"]
 
 
 def test_complexity_table_skips_tables_without_the_documented_columns():
-    good = "model,image_size,precision,optimizer,num_classes,params,fwd_flops_per_sample,fwd_macs_per_sample," \
-           "train_flops_per_sample,activation_bytes_per_sample,device_memory_bytes,max_batch_fit\n" \
-           "resnet18,224,fp32,sgd,1000,11689512,3.64e9,1.82e9,1.065e10,2.219e7,1.7e10,768\n"
+    good = (
+        "model,image_size,precision,optimizer,num_classes,params,fwd_flops_per_sample,fwd_macs_per_sample,"
+        "train_flops_per_sample,activation_bytes_per_sample,device_memory_bytes,max_batch_fit\n"
+        "resnet18,224,fp32,sgd,1000,11689512,3.64e9,1.82e9,1.065e10,2.219e7,1.7e10,768\n"
+    )
     bad = "model,params\nresnet18,11689512\n"
-    entries = [{"run_id": "c1" * 8, "env_label": "a", "device_name": "d", "device_memory_source": "s", "csv": good},
-               {"run_id": "c2" * 8, "env_label": "b", "device_name": "d", "device_memory_source": "s", "csv": bad}]
+    entries = [
+        {
+            "run_id": "c1" * 8,
+            "env_label": "a",
+            "device_name": "d",
+            "device_memory_source": "s",
+            "csv": good,
+        },
+        {
+            "run_id": "c2" * 8,
+            "env_label": "b",
+            "device_name": "d",
+            "device_memory_source": "s",
+            "csv": bad,
+        },
+    ]
     table, notes = join.complexity_table(entries, {"resnet18"})
     assert list(table["env_label"]) == ["a"] and table.iloc[0]["max_batch_fit"] == 768
-    assert notes == ["complexity run c2c2c2c2: models.csv lacks image_size, precision, optimizer, num_classes, "
-                     "fwd_flops_per_sample, fwd_macs_per_sample, train_flops_per_sample, activation_bytes_per_sample, "
-                     "device_memory_bytes, max_batch_fit; not in the report"]
+    assert notes == [
+        "complexity run c2c2c2c2: models.csv lacks image_size, precision, optimizer, num_classes, "
+        "fwd_flops_per_sample, fwd_macs_per_sample, train_flops_per_sample, activation_bytes_per_sample, "
+        "device_memory_bytes, max_batch_fit; not in the report"
+    ]
 
 
 def test_build_marks_missing_intensity_and_bf16_fallback():
-    runs = pd.DataFrame([
-        train("a", "e", "GPU", 64, "bf16", 100, achieved=1e12),  # no intensity at all
-        train("b", "e", "GPU", 32, "bf16", 100, achieved=1e12, intensity=10),
-        peaks("p", "e", "GPU", 1, peak_flops_per_s_fp32=10e12, peak_dram_bytes_per_s=100e9),
-    ])
+    runs = pd.DataFrame(
+        [
+            train("a", "e", "GPU", 64, "bf16", 100, achieved=1e12),  # no intensity at all
+            train("b", "e", "GPU", 32, "bf16", 100, achieved=1e12, intensity=10),
+            peaks("p", "e", "GPU", 1, peak_flops_per_s_fp32=10e12, peak_dram_bytes_per_s=100e9),
+        ]
+    )
     a = core.build(runs, None)
     text = " | ".join(a.notes)
     assert "1 point(s) have no intensity" in text and "resnet18/b64/bf16" in text
     assert "e: no bf16 ceiling for GPU; those points are held against the fp32 ceiling" in text
     b = a.points.set_index("batch_size").loc[32]
-    assert b["ceiling_dtype"] == "fp32" and b["efficiency"] == pytest.approx(1.0)  # 1e12 / (10 * 100e9)
+    assert b["ceiling_dtype"] == "fp32" and b["efficiency"] == pytest.approx(
+        1.0
+    )  # 1e12 / (10 * 100e9)
 
 
 def test_variability_config_prefers_most_environments():
-    runs = pd.DataFrame([
-        train("a", "e1", "d", 64, "fp32", 1), train("b", "e1", "d", 64, "fp32", 1), train("c", "e1", "d", 64, "fp32", 1),
-        train("x", "e1", "d", 32, "fp32", 1), train("y", "e2", "d2", 32, "fp32", 1),
-    ])
+    runs = pd.DataFrame(
+        [
+            train("a", "e1", "d", 64, "fp32", 1),
+            train("b", "e1", "d", 64, "fp32", 1),
+            train("c", "e1", "d", 64, "fp32", 1),
+            train("x", "e1", "d", 32, "fp32", 1),
+            train("y", "e2", "d2", 32, "fp32", 1),
+        ]
+    )
     a = core.build(runs)
     key32 = runs.loc[3, "tags.config_key"]
     assert core.variability_config(a) == key32  # in 2 environments beats 3 runs in one
     assert core.variability_config(a, "nope") is None
-    assert list(core.variability_runs(a, runs.loc[0, "tags.config_key"], per_env=2)["run_id"]) == ["b", "c"]
+    assert list(core.variability_runs(a, runs.loc[0, "tags.config_key"], per_env=2)["run_id"]) == [
+        "b",
+        "c",
+    ]
 
 
 def test_bad_peaks_file_is_one_line_before_any_run_is_read(tmp_path):
@@ -253,11 +447,17 @@ def test_bad_peaks_file_is_one_line_before_any_run_is_read(tmp_path):
 def test_peaks_file_entry_is_found_by_the_real_table(tmp_path, monkeypatch):
     monkeypatch.delenv(vendor.PEAKS_FILE_ENV, raising=False)
     f = tmp_path / "peaks.yaml"
-    f.write_text("devices:\n  - device_name: My CPU\n    aliases: [cpu0]\n    flops_per_s: {fp32: 30.3e12}\n"
-                 "    dram_bytes_per_s: 300e9\n    source: s\n")
+    f.write_text(
+        "devices:\n  - device_name: My CPU\n    aliases: [cpu0]\n    flops_per_s: {fp32: 30.3e12}\n"
+        "    dram_bytes_per_s: 300e9\n    source: s\n"
+    )
     lookup = vendor.load_vendor_lookup(str(f))
     entry = lookup("my cpu")
-    assert entry.flops_per_s["fp32"] == 30.3e12 and entry.dram_bytes_per_s == 300e9 and entry.source == "s"
+    assert (
+        entry.flops_per_s["fp32"] == 30.3e12
+        and entry.dram_bytes_per_s == 300e9
+        and entry.source == "s"
+    )
     assert lookup("Other CPU") is None
     assert vendor.load_vendor_lookup("")("NVIDIA L4").device_name == "NVIDIA L4"
 
@@ -273,7 +473,9 @@ def use_table(monkeypatch, module) -> None:
 def test_peaks_file_is_passed_through_to_the_peak_table(monkeypatch, tmp_path):
     calls = []
     fake = types.ModuleType("profiling.peak_table")
-    fake.find = lambda device_name, overrides=None: calls.append((device_name, overrides)) or "entry"
+    fake.find = lambda device_name, overrides=None: (
+        calls.append((device_name, overrides)) or "entry"
+    )
     fake.load_overrides = lambda path: calls.append(("validated", path))
     use_table(monkeypatch, fake)
     monkeypatch.delenv(vendor.PEAKS_FILE_ENV, raising=False)
@@ -298,10 +500,13 @@ def test_config_validation_names_the_field():
 
 
 def test_cli_lists_accept_commas_and_repeats_and_string_booleans():
-    args = app.build_parser().parse_args(["--experiment", "a,b", "--experiment", "c", "--env-label", "x, y",
-                                          "--track", "false"])
+    args = app.build_parser().parse_args(
+        ["--experiment", "a,b", "--experiment", "c", "--env-label", "x, y", "--track", "false"]
+    )
     cfg = app.config_from_args(args)
-    assert cfg.experiments == ["a", "b", "c"] and cfg.env_labels == ["x", "y"] and cfg.track is False
+    assert (
+        cfg.experiments == ["a", "b", "c"] and cfg.env_labels == ["x", "y"] and cfg.track is False
+    )
     assert app.config_from_args(app.build_parser().parse_args(["--no-track"])).track is False
     assert app.config_from_args(app.build_parser().parse_args([])).track is True
     q = fetch.Query(["e"], " params.model = 'a' ", ["l"], 5)
@@ -310,23 +515,50 @@ def test_cli_lists_accept_commas_and_repeats_and_string_booleans():
 
 def test_hierarchical_limiter_and_point_above_roof_are_reported():
     t = train("t", "e", "GPU", 64, "fp32", 100, achieved=12e12, intensity=10)
-    prof = {"run_id": "p", "status": "FINISHED", "tags.run_kind": "profile", "tags.config_key": t["tags.config_key"],
-            "tags.device_name": "GPU", "metrics.ncu_flops_total": 4e12, "metrics.ncu_dram_bytes": 1e10,
-            "metrics.ncu_l2_bytes": 4e11}
-    pk = peaks("k", "e", "GPU", 1, peak_flops_per_s_fp32=20e12, peak_dram_bytes_per_s=100e9,
-               peak_l2_bytes_per_s=1e12)
-    bad_prof = {"run_id": "q", "status": "FINISHED", "tags.run_kind": "profile", "tags.config_key": "x",
-                "tags.device_name": "GPU", "metrics.ncu_kernels": 3}
+    prof = {
+        "run_id": "p",
+        "status": "FINISHED",
+        "tags.run_kind": "profile",
+        "tags.config_key": t["tags.config_key"],
+        "tags.device_name": "GPU",
+        "metrics.ncu_flops_total": 4e12,
+        "metrics.ncu_dram_bytes": 1e10,
+        "metrics.ncu_l2_bytes": 4e11,
+    }
+    pk = peaks(
+        "k",
+        "e",
+        "GPU",
+        1,
+        peak_flops_per_s_fp32=20e12,
+        peak_dram_bytes_per_s=100e9,
+        peak_l2_bytes_per_s=1e12,
+    )
+    bad_prof = {
+        "run_id": "q",
+        "status": "FINISHED",
+        "tags.run_kind": "profile",
+        "tags.config_key": "x",
+        "tags.device_name": "GPU",
+        "metrics.ncu_kernels": 3,
+    }
     a = core.build(pd.DataFrame([t, prof, pk, bad_prof]))
     p = a.points.iloc[0]
     # DRAM: 400 FLOP/B * 100e9 = 40e12 -> capped at 20e12 (compute-bound, ridge 200);
     # L2: 4e12 / 4e11 = 10 FLOP/B * 1e12 = 10e12 < 20e12 -> L2 is the limiter
     assert p["intensity_flops_per_byte"] == 400 and p["bound"] == "compute-bound"
-    assert p["hier_limiter"] == "l2" and p["efficiency"] == pytest.approx(0.6)  # 12e12 / 20e12 (DRAM roofline)
+    assert p["hier_limiter"] == "l2" and p["efficiency"] == pytest.approx(
+        0.6
+    )  # 12e12 / 20e12 (DRAM roofline)
     text = " | ".join(a.notes)
     assert "1 profile run(s) lack ncu_flops_total/ncu_dram_bytes (e.g. q)" in text
-    above = core.build(pd.DataFrame([train("t", "e", "GPU", 64, "fp32", 100, achieved=30e12, intensity=1000), pk]))
-    assert any(n.startswith("1 point(s) lie above their roof") and "e: resnet18/b64/fp32" in n for n in above.notes)
+    above = core.build(
+        pd.DataFrame([train("t", "e", "GPU", 64, "fp32", 100, achieved=30e12, intensity=1000), pk])
+    )
+    assert any(
+        n.startswith("1 point(s) lie above their roof") and "e: resnet18/b64/fp32" in n
+        for n in above.notes
+    )
 
 
 def test_mlproject_analyze_entry_point_maps_onto_the_flags():
@@ -348,9 +580,23 @@ def test_mlproject_analyze_entry_point_maps_onto_the_flags():
 
     default = parse({})
     assert default == app.AnalysisConfig()
-    cfg = parse({"experiment": "bench,cloud", "filter": "params.model = 'resnet18'", "env_label": "l4",
-                 "max_runs": "500.0", "track": "false", "jobs": "2", "peaks_file": "my peaks.yaml",
-                 "variability_config": "abc123", "out": "reports/x"})
+    cfg = parse(
+        {
+            "experiment": "bench,cloud",
+            "filter": "params.model = 'resnet18'",
+            "env_label": "l4",
+            "max_runs": "500.0",
+            "track": "false",
+            "jobs": "2",
+            "peaks_file": "my peaks.yaml",
+            "variability_config": "abc123",
+            "out": "reports/x",
+        }
+    )
     assert cfg.experiments == ["bench", "cloud"] and cfg.filter == "params.model = 'resnet18'"
     assert cfg.env_labels == ["l4"] and cfg.max_runs == 500 and cfg.track is False and cfg.jobs == 2
-    assert cfg.peaks_file == "my peaks.yaml" and cfg.variability_config == "abc123" and cfg.out == "reports/x"
+    assert (
+        cfg.peaks_file == "my peaks.yaml"
+        and cfg.variability_config == "abc123"
+        and cfg.out == "reports/x"
+    )

@@ -5,6 +5,7 @@ vendor entry says fp32 = 30.3, fp16 = bf16 = 121 TFLOP/s and 300 GB/s. The roof 
 computed against is therefore fp32 20e12 (measured), bf16 121e12 (vendor) over 250e9 (measured):
 ridges 20e12 / 250e9 = 80 and 121e12 / 250e9 = 484 FLOP/byte.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -21,23 +22,44 @@ GPU = "GPU"
 
 def vendor(name):
     if name == GPU:
-        return {"flops_per_s": {"fp32": 30.3e12, "fp16": 121e12, "bf16": 121e12}, "dram_bytes_per_s": 300e9,
-                "source": "datasheet"}
+        return {
+            "flops_per_s": {"fp32": 30.3e12, "fp16": 121e12, "bf16": 121e12},
+            "dram_bytes_per_s": 300e9,
+            "source": "datasheet",
+        }
     return None
 
 
 @pytest.fixture
 def analysis():
     rows = [
-        train("a", "gpu-box", GPU, 32, "fp32", 400, thr_sd=10, achieved=11e12, intensity=50),  # modeled
-        train("b", "gpu-box", GPU, 64, "fp32", 700, thr_sd=10, achieved=15e12, intensity=60),  # measured below
+        train(
+            "a", "gpu-box", GPU, 32, "fp32", 400, thr_sd=10, achieved=11e12, intensity=50
+        ),  # modeled
+        train(
+            "b", "gpu-box", GPU, 64, "fp32", 700, thr_sd=10, achieved=15e12, intensity=60
+        ),  # measured below
         train("c", "gpu-box", GPU, 64, "bf16", 1400, thr_sd=10, achieved=20e12, intensity=100),
-        peaks("p", "gpu-box", GPU, 1, peak_flops_per_s_fp32=20e12, peak_dram_bytes_per_s=250e9,
-              peak_l2_bytes_per_s=1.2e12),
+        peaks(
+            "p",
+            "gpu-box",
+            GPU,
+            1,
+            peak_flops_per_s_fp32=20e12,
+            peak_dram_bytes_per_s=250e9,
+            peak_l2_bytes_per_s=1.2e12,
+        ),
     ]
-    prof = {"run_id": "q", "status": "FINISHED", "tags.run_kind": "profile", "tags.config_key": rows[1]["tags.config_key"],
-            "tags.device_name": GPU, "metrics.ncu_flops_total": 2e12, "metrics.ncu_dram_bytes": 1e10,
-            "metrics.ncu_l2_bytes": 2e11}
+    prof = {
+        "run_id": "q",
+        "status": "FINISHED",
+        "tags.run_kind": "profile",
+        "tags.config_key": rows[1]["tags.config_key"],
+        "tags.device_name": GPU,
+        "metrics.ncu_flops_total": 2e12,
+        "metrics.ncu_dram_bytes": 1e10,
+        "metrics.ncu_l2_bytes": 2e11,
+    }
     return core.build(pd.DataFrame([*rows, prof]), vendor)
 
 
@@ -54,8 +76,15 @@ def test_combined_roofline_styles_each_ceiling_by_its_own_source(analysis):
     assert ln[env + "bytes:dram"].get_linestyle() == "-"
     assert ln[env + "flops:bf16"].get_linestyle() == "--"  # from the vendor table
     assert list(ln[env + "flops:bf16"].get_ydata()) == [121e12, 121e12]
-    assert ln[env + "flops:bf16"].get_xdata()[0] == pytest.approx(484)  # starts at the roof's own ridge
-    legend = {t.get_text(): h for t, h in zip(fig.axes[0].get_legend().get_texts(), fig.axes[0].get_legend().legend_handles)}
+    assert ln[env + "flops:bf16"].get_xdata()[0] == pytest.approx(
+        484
+    )  # starts at the roof's own ridge
+    legend = {
+        t.get_text(): h
+        for t, h in zip(
+            fig.axes[0].get_legend().get_texts(), fig.axes[0].get_legend().legend_handles
+        )
+    }
     assert legend["ceiling: measured (peaks run)"].get_linestyle() == "-"
     assert legend["ceiling: vendor / peaks file"].get_linestyle() == "--"
     texts = [t.get_text() for t in fig.axes[0].texts]
@@ -65,28 +94,52 @@ def test_combined_roofline_styles_each_ceiling_by_its_own_source(analysis):
 
 def test_env_roofline_draws_the_roof_efficiency_uses_with_its_ridges(analysis):
     pts = analysis.points
-    assert pts.set_index("precision").loc["bf16", "efficiency"] == pytest.approx(20e12 / (100 * 250e9))
+    assert pts.set_index("precision").loc["bf16", "efficiency"] == pytest.approx(
+        20e12 / (100 * 250e9)
+    )
     fig, n = plots.draw_roofline_env(pts, "gpu-box", GPU, analysis.roofs[("gpu-box", GPU)])
     ln = lines(fig)
     bf16, fp32, dram = ln["roof|flops:bf16"], ln["roof|flops:fp32"], ln["roof|bytes:dram"]
-    assert bf16.get_linestyle() == "--" and bf16.get_ydata()[0] == 121e12 and bf16.get_xdata()[0] == pytest.approx(484)
-    assert fp32.get_linestyle() == "-" and fp32.get_ydata()[0] == 20e12 and fp32.get_xdata()[0] == pytest.approx(80)
-    assert dram.get_linestyle() == "-" and dram.get_ydata()[0] / dram.get_xdata()[0] == pytest.approx(250e9)
+    assert (
+        bf16.get_linestyle() == "--"
+        and bf16.get_ydata()[0] == 121e12
+        and bf16.get_xdata()[0] == pytest.approx(484)
+    )
+    assert (
+        fp32.get_linestyle() == "-"
+        and fp32.get_ydata()[0] == 20e12
+        and fp32.get_xdata()[0] == pytest.approx(80)
+    )
+    assert dram.get_linestyle() == "-" and dram.get_ydata()[0] / dram.get_xdata()[
+        0
+    ] == pytest.approx(250e9)
     assert ln["roof|ridge:bf16"].get_xdata()[0] == pytest.approx(484)
     assert ln["roof|ridge:fp32"].get_xdata()[0] == pytest.approx(80)
     assert "roof|flops:fp16" not in ln  # no point uses fp16
     # the vendor values that a measured one replaced, thinner and dashed; not the vendor bf16 (in use)
-    assert ln["vendor|flops:fp32"].get_ydata()[0] == 30.3e12 and ln["vendor|flops:fp32"].get_linestyle() == "--"
+    assert (
+        ln["vendor|flops:fp32"].get_ydata()[0] == 30.3e12
+        and ln["vendor|flops:fp32"].get_linestyle() == "--"
+    )
     assert ln["vendor|flops:fp32"].get_linewidth() < fp32.get_linewidth()
-    assert ln["vendor|bytes:dram"].get_ydata()[0] / ln["vendor|bytes:dram"].get_xdata()[0] == pytest.approx(300e9)
+    assert ln["vendor|bytes:dram"].get_ydata()[0] / ln["vendor|bytes:dram"].get_xdata()[
+        0
+    ] == pytest.approx(300e9)
     assert not any(g.startswith("vendor|flops:") and "bf16" in g for g in ln)
     # the L2 ceiling and the L2 point (2e12 FLOPs / 2e11 B = 10 FLOP/B) of the hierarchical roofline
     l2 = ln["roof|bytes:l2"]
     assert l2.get_ydata()[0] / l2.get_xdata()[0] == pytest.approx(1.2e12)
-    assert list(ln["points:l2"].get_xdata()) == [10] and list(ln["points:l2"].get_ydata()) == [15e12]
+    assert list(ln["points:l2"].get_xdata()) == [10] and list(ln["points:l2"].get_ydata()) == [
+        15e12
+    ]
     texts = [t.get_text() for t in fig.axes[0].texts]
-    assert {"bf16 121 TFLOP/s (vendor)", "fp32 20 TFLOP/s (measured)", "fp32 30.3 TFLOP/s (vendor, not used)",
-            "ridge bf16\n484 FLOP/B", "L2 1.2 TB/s (measured)"} <= set(texts)
+    assert {
+        "bf16 121 TFLOP/s (vendor)",
+        "fp32 20 TFLOP/s (measured)",
+        "fp32 30.3 TFLOP/s (vendor, not used)",
+        "ridge bf16\n484 FLOP/B",
+        "L2 1.2 TB/s (measured)",
+    } <= set(texts)
 
 
 def test_ceiling_labels_do_not_overlap_each_other_or_the_points(analysis):
@@ -99,24 +152,36 @@ def test_ceiling_labels_do_not_overlap_each_other_or_the_points(analysis):
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     ax = fig.axes[0]
-    ceilings = [t for t in ax.texts if "FLOP/s" in t.get_text() or "B/s" in t.get_text() or "ridge" in t.get_text()]
+    ceilings = [
+        t
+        for t in ax.texts
+        if "FLOP/s" in t.get_text() or "B/s" in t.get_text() or "ridge" in t.get_text()
+    ]
     assert len(ceilings) >= 6
     boxes = [t.get_window_extent(renderer) for t in ceilings]
     for (i, a), (j, b) in itertools.combinations(enumerate(boxes), 2):
         assert not a.overlaps(b), (ceilings[i].get_text(), ceilings[j].get_text())
-    xy = ax.transData.transform(analysis.points[["intensity_flops_per_byte", "achieved_flops_per_s"]].to_numpy())
+    xy = ax.transData.transform(
+        analysis.points[["intensity_flops_per_byte", "achieved_flops_per_s"]].to_numpy()
+    )
     for box, t in zip(boxes, ceilings):
         assert not any(box.contains(x, y) for x, y in xy), t.get_text()
 
 
-def test_measured_and_modeled_points_differ_in_marker_and_fill_and_the_legend_says_so(analysis, tmp_path):
-    for fig, _ in (plots.draw_roofline_env(analysis.points, "gpu-box", GPU, analysis.roofs[("gpu-box", GPU)]),
-                   plots.draw_roofline_combined(analysis.points, analysis.roofs)):
+def test_measured_and_modeled_points_differ_in_marker_and_fill_and_the_legend_says_so(
+    analysis, tmp_path
+):
+    for fig, _ in (
+        plots.draw_roofline_env(analysis.points, "gpu-box", GPU, analysis.roofs[("gpu-box", GPU)]),
+        plots.draw_roofline_combined(analysis.points, analysis.roofs),
+    ):
         ax = fig.axes[0]
         measured = [ln for ln in ax.get_lines() if ln.get_gid() == "points:measured"]
         modeled = [ln for ln in ax.get_lines() if ln.get_gid() == "points:modeled"]
         # b64 fp32 was profiled: 2e12 / 1e10 = 200 FLOP/B; b32 fp32 and b64 bf16 use their modeled 50 and 100
-        assert [(list(m.get_xdata()), m.get_marker(), m.get_fillstyle()) for m in measured] == [([200], "o", "full")]
+        assert [(list(m.get_xdata()), m.get_marker(), m.get_fillstyle()) for m in measured] == [
+            ([200], "o", "full")
+        ]
         assert sorted(x for m in modeled for x in m.get_xdata()) == [50, 100]
         assert {(m.get_marker(), m.get_fillstyle()) for m in modeled} == {("^", "none")}
         legend = ax.get_legend()
@@ -125,5 +190,7 @@ def test_measured_and_modeled_points_differ_in_marker_and_fill_and_the_legend_sa
         mod = handles["intensity modeled\n(byte model, no counters)"]
         assert (meas.get_marker(), meas.get_fillstyle()) == ("o", "full")
         assert (mod.get_marker(), mod.get_fillstyle()) == ("^", "none")
-    path, n = plots.roofline_env(analysis.points, "gpu-box", GPU, analysis.roofs[("gpu-box", GPU)], tmp_path / "r.png")
+    path, n = plots.roofline_env(
+        analysis.points, "gpu-box", GPU, analysis.roofs[("gpu-box", GPU)], tmp_path / "r.png"
+    )
     assert n == 3 and mpimg.imread(path).shape[2] in (3, 4)

@@ -1,4 +1,5 @@
 """analysis.roofline and analysis.fmt: pure maths against hand-computed values."""
+
 from __future__ import annotations
 
 import math
@@ -55,17 +56,30 @@ def test_hierarchical_limiter_picks_lowest_level_bound():
 
 
 def test_roof_merge_takes_measured_first_then_fallback():
-    measured = Roof("L4", {"fp32": P32}, {"dram": BW}, {"flops:fp32": "measured: a", "bytes:dram": "measured: a"})
-    vendor = Roof("L4", {"fp32": 30.3e12, "bf16": 121e12}, {"dram": 300e9},
-                  {"flops:fp32": "vendor: x", "flops:bf16": "vendor: x", "bytes:dram": "vendor: x"})
+    measured = Roof(
+        "L4",
+        {"fp32": P32},
+        {"dram": BW},
+        {"flops:fp32": "measured: a", "bytes:dram": "measured: a"},
+    )
+    vendor = Roof(
+        "L4",
+        {"fp32": 30.3e12, "bf16": 121e12},
+        {"dram": 300e9},
+        {"flops:fp32": "vendor: x", "flops:bf16": "vendor: x", "bytes:dram": "vendor: x"},
+    )
     roof = measured.merged_over(vendor)
     assert roof.flops_per_s == {"fp32": P32, "bf16": 121e12} and roof.dram_bytes_per_s == BW
     assert roof.sources["flops:bf16"] == "vendor: x" and roof.sources["flops:fp32"] == "measured: a"
 
 
 def test_evaluate_point_names_sources_and_survives_no_roof():
-    roof = Roof("L4", {"fp32": P32, "bf16": 121e12}, {"dram": BW},
-                {"flops:fp32": "measured: a", "flops:bf16": "vendor: x", "bytes:dram": "measured: a"})
+    roof = Roof(
+        "L4",
+        {"fp32": P32, "bf16": 121e12},
+        {"dram": BW},
+        {"flops:fp32": "measured: a", "flops:bf16": "vendor: x", "bytes:dram": "measured: a"},
+    )
     ev = rl.evaluate_point("bf16", 20e12, {"dram": 100}, roof)
     # bf16 ceiling 121e12, ridge 484; attainable 100 * 250e9 = 25e12 -> 80 %
     assert ev.ceiling_dtype == "bf16" and ev.roof_source == "measured+vendor"
@@ -78,5 +92,10 @@ def test_display_formatting():
     assert si(30.3e12, "FLOP/s") == "30.3 TFLOP/s"
     assert si(250e9, "B/s") == "250 GB/s"  # decimal prefixes: k = 1000
     assert si(math.nan) == ""
-    assert num(11034) == "11000" and num(99.96) == "100" and num(0.01234) == "0.0123" and num(410.0, 4) == "410"
+    assert (
+        num(11034) == "11000"
+        and num(99.96) == "100"
+        and num(0.01234) == "0.0123"
+        and num(410.0, 4) == "410"
+    )
     assert slug("NVIDIA L4 / cloud") == "NVIDIA_L4___cloud"

@@ -1,4 +1,5 @@
 """FLOP and byte counts against formulas worked out by hand."""
+
 from __future__ import annotations
 
 import pytest
@@ -51,7 +52,9 @@ def test_torch_2_14_formula_overcounts_grouped_weight_grad_by_groups():
     with FlopCounterMode(display=False) as plain:
         conv(x).sum().backward()
     fwd = 2 * n * h * h * c * k * k
-    assert plain.get_total_flops() == fwd + fwd + c * fwd  # forward + grad_input + groups x grad_weight
+    assert (
+        plain.get_total_flops() == fwd + fwd + c * fwd
+    )  # forward + grad_input + groups x grad_weight
     assert not fl.torch_conv_backward_counts_groups()
 
 

@@ -1,4 +1,5 @@
 """`mlflow run .` with --env-manager local: the MLproject maps onto python -m train."""
+
 from __future__ import annotations
 
 import os
@@ -11,20 +12,46 @@ import pytest
 from tests.conftest import ROOT
 
 
-def mlflow_run(tracking: str, tmp_path, *params: str, entry: str = "main") -> subprocess.CompletedProcess:
-    env = dict(os.environ, MLFLOW_TRACKING_URI=tracking, DS_ACCELERATOR="cpu",
-               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+def mlflow_run(
+    tracking: str, tmp_path, *params: str, entry: str = "main"
+) -> subprocess.CompletedProcess:
+    env = dict(
+        os.environ,
+        MLFLOW_TRACKING_URI=tracking,
+        DS_ACCELERATOR="cpu",
+        PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+    )
     env.pop("MLFLOW_RUN_ID", None)
-    args = [sys.executable, "-m", "mlflow", "run", str(ROOT), "--env-manager", "local",
-            "--experiment-name", "mlproject-test", "-e", entry]
+    args = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "run",
+        str(ROOT),
+        "--env-manager",
+        "local",
+        "--experiment-name",
+        "mlproject-test",
+        "-e",
+        entry,
+    ]
     for p in params:
         args += ["-P", p]
     return subprocess.run(args, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
 
 
 def test_mlflow_run_local_env_manager(tracking, tmp_path):
-    done = mlflow_run(tracking, tmp_path, "batch=2", "image_size=32", "iters=3", "warmup_iters=1",
-                      "device=cpu", "env_label=ci-box", "channels_last=true")
+    done = mlflow_run(
+        tracking,
+        tmp_path,
+        "batch=2",
+        "image_size=32",
+        "iters=3",
+        "warmup_iters=1",
+        "device=cpu",
+        "env_label=ci-box",
+        "channels_last=true",
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     runs = mlflow.search_runs(experiment_names=["mlproject-test"], output_format="list")
     assert len(runs) == 1
@@ -47,8 +74,16 @@ def test_mlflow_run_with_bad_parameter_ends_failed_with_reason(tracking, tmp_pat
 
 def test_mlflow_run_profile_entry_imports_ncu_output(tracking, tmp_path, ncu_dir):
     csv = ncu_dir / "l4_resnet18_bs64_train_step_details_nvtx.csv"
-    done = mlflow_run(tracking, tmp_path, "batch=64", "image_size=32", f"import_file={csv}",
-                      "device_name=NVIDIA L4", "env_label=lab", entry="profile")
+    done = mlflow_run(
+        tracking,
+        tmp_path,
+        "batch=64",
+        "image_size=32",
+        f"import_file={csv}",
+        "device_name=NVIDIA L4",
+        "env_label=lab",
+        entry="profile",
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     run = mlflow.search_runs(experiment_names=["mlproject-test"], output_format="list")[0]
     assert run.info.status == "FINISHED" and run.data.tags["run_kind"] == "profile"
@@ -56,21 +91,51 @@ def test_mlflow_run_profile_entry_imports_ncu_output(tracking, tmp_path, ncu_dir
     assert abs(run.data.metrics["ncu_intensity_dram_flops_per_byte"] - 6.94) < 0.007
 
 
-@pytest.mark.skipif(os.environ.get("ROOFLINE_TEST_VIRTUALENV") != "1",
-                    reason="builds a 6 GB venv from conda.yaml (minutes): set ROOFLINE_TEST_VIRTUALENV=1 (.ci/run does)")
+@pytest.mark.skipif(
+    os.environ.get("ROOFLINE_TEST_VIRTUALENV") != "1",
+    reason="builds a 6 GB venv from conda.yaml (minutes): set ROOFLINE_TEST_VIRTUALENV=1 (.ci/run does)",
+)
 def test_mlflow_run_virtualenv_env_manager(tracking, tmp_path):
     """The conda.yaml pip list builds a working environment with mlflow's virtualenv manager."""
     import shutil
 
-    if shutil.which("pyenv") is None and not os.path.exists(os.path.expanduser("~/.pyenv/bin/pyenv")):
+    if shutil.which("pyenv") is None and not os.path.exists(
+        os.path.expanduser("~/.pyenv/bin/pyenv")
+    ):
         pytest.skip("mlflow's virtualenv manager needs pyenv")
-    env = dict(os.environ, MLFLOW_TRACKING_URI=tracking,
-               PATH=os.pathsep.join([os.path.dirname(sys.executable), os.path.expanduser("~/.pyenv/bin"),
-                                     os.environ.get("PATH", "")]))
+    env = dict(
+        os.environ,
+        MLFLOW_TRACKING_URI=tracking,
+        PATH=os.pathsep.join(
+            [
+                os.path.dirname(sys.executable),
+                os.path.expanduser("~/.pyenv/bin"),
+                os.environ.get("PATH", ""),
+            ]
+        ),
+    )
     env.pop("MLFLOW_RUN_ID", None)
-    args = [sys.executable, "-m", "mlflow", "run", str(ROOT), "--env-manager", "virtualenv",
-            "--experiment-name", "venv-test", "-P", "batch=2", "-P", "image_size=32", "-P", "iters=2",
-            "-P", "warmup_iters=1", "-P", "device=cpu"]
+    args = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "run",
+        str(ROOT),
+        "--env-manager",
+        "virtualenv",
+        "--experiment-name",
+        "venv-test",
+        "-P",
+        "batch=2",
+        "-P",
+        "image_size=32",
+        "-P",
+        "iters=2",
+        "-P",
+        "warmup_iters=1",
+        "-P",
+        "device=cpu",
+    ]
     done = subprocess.run(args, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=3600)
     assert done.returncode == 0, done.stderr[-3000:]
     run = mlflow.search_runs(experiment_names=["venv-test"], output_format="list")[0]

@@ -1,4 +1,5 @@
 """profiling.ncu_command: the ncu argument list per option, option validation, ncu failures as one line."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -36,7 +37,7 @@ def test_default_argv_is_a_list_with_the_capture_flags_then_the_program():
     assert _value(argv, "--metrics") == "a.sum,b.sum"
     assert _value(argv, "--replay-mode") == "kernel" and _value(argv, "--clock-control") == "base"
     assert "--launch-skip" not in argv and "--launch-count" not in argv
-    assert argv[-len(PROGRAM):] == PROGRAM  # the program comes last, untouched
+    assert argv[-len(PROGRAM) :] == PROGRAM  # the program comes last, untouched
 
 
 @pytest.mark.parametrize("mode", ["kernel", "application", "range", "app-range"])
@@ -47,7 +48,13 @@ def test_replay_mode(mode):
 
 @pytest.mark.parametrize("clock", ["base", "none"])
 def test_clock_control(clock):
-    assert _value(ncu_argv("ncu", "l", ["m"], CaptureOptions(clock_control=clock), PROGRAM), "--clock-control") == clock
+    assert (
+        _value(
+            ncu_argv("ncu", "l", ["m"], CaptureOptions(clock_control=clock), PROGRAM),
+            "--clock-control",
+        )
+        == clock
+    )
 
 
 def test_launch_skip_and_count():
@@ -57,12 +64,22 @@ def test_launch_skip_and_count():
 
 
 def test_extra_ncu_args_go_before_the_program():
-    argv = ncu_argv("ncu", "l", ["m"], CaptureOptions(extra_ncu_args=("--cache-control", "none")), PROGRAM)
+    argv = ncu_argv(
+        "ncu", "l", ["m"], CaptureOptions(extra_ncu_args=("--cache-control", "none")), PROGRAM
+    )
     assert argv[-len(PROGRAM) - 2 : -len(PROGRAM)] == ["--cache-control", "none"]
 
 
 def test_train_argv():
-    assert train_argv("/py", ["--model", "resnet18"], 3) == ["/py", "-m", "train", "--model", "resnet18", "--profile-steps", "3"]
+    assert train_argv("/py", ["--model", "resnet18"], 3) == [
+        "/py",
+        "-m",
+        "train",
+        "--model",
+        "resnet18",
+        "--profile-steps",
+        "3",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -85,7 +102,9 @@ def test_capture_options_validation_names_the_field(kwargs, field):
 
 def test_legacy_metrics_are_spotted_in_the_seed_set_and_extras():
     assert CaptureOptions(metric_set="seed").legacy_metrics == ["flop_count_sp", "flop_count_hp"]
-    assert CaptureOptions(extra_metrics=("flop_count_dp", "lts__t_bytes.sum")).legacy_metrics == ["flop_count_dp"]
+    assert CaptureOptions(extra_metrics=("flop_count_dp", "lts__t_bytes.sum")).legacy_metrics == [
+        "flop_count_dp"
+    ]
     assert CaptureOptions().legacy_metrics == []
 
 
@@ -97,7 +116,11 @@ def _log(name: str) -> str:
 def test_perm_error_says_the_fix():
     msg = classify_ncu_output(_log("err_nvgpuctrperm.log"), 1)
     assert msg == PERM_MESSAGE
-    assert "NVreg_RestrictProfilingToAdminUsers=0" in msg and "--cap-add SYS_ADMIN" in msg and "\n" not in msg
+    assert (
+        "NVreg_RestrictProfilingToAdminUsers=0" in msg
+        and "--cap-add SYS_ADMIN" in msg
+        and "\n" not in msg
+    )
 
 
 def test_legacy_metric_error_names_nvprof():
@@ -108,7 +131,9 @@ def test_legacy_metric_error_names_nvprof():
 
 def test_unknown_metric_error_names_the_metric():
     msg = classify_ncu_output(_log("unknown_metric.log"), 1)
-    assert msg.startswith("ncu does not know metric(s) sm__ops_path_tensor_src_tf32_dst_fp32 on this GPU")
+    assert msg.startswith(
+        "ncu does not know metric(s) sm__ops_path_tensor_src_tf32_dst_fp32 on this GPU"
+    )
     assert "--tensor-counters inst|none" in msg
 
 
@@ -122,22 +147,35 @@ def test_no_kernels():
 
 
 def test_other_errors_and_exit_codes():
-    assert classify_ncu_output("==ERROR== Profiling failed because a driver resource was unavailable.", 1) == (
-        "ncu failed: Profiling failed because a driver resource was unavailable."
+    assert classify_ncu_output(
+        "==ERROR== Profiling failed because a driver resource was unavailable.", 1
+    ) == ("ncu failed: Profiling failed because a driver resource was unavailable.")
+    assert (
+        classify_ncu_output("==PROF== Connected\nsegfault", -11)
+        == "ncu exited with code -11: segfault"
     )
-    assert classify_ncu_output("==PROF== Connected\nsegfault", -11) == "ncu exited with code -11: segfault"
 
 
 def test_a_good_log_is_not_an_error(ncu_dir):
-    assert classify_ncu_output((ncu_dir / "rtx5070_saxpy_n16777216_details.csv").read_text(encoding="utf-8-sig"), 0) is None
+    assert (
+        classify_ncu_output(
+            (ncu_dir / "rtx5070_saxpy_n16777216_details.csv").read_text(encoding="utf-8-sig"), 0
+        )
+        is None
+    )
 
 
 def test_ncu_not_on_path_says_how_to_install():
-    with pytest.raises(BenchError, match=r"`ncu` \(Nsight Compute CLI\) is not on PATH: install Nsight Compute"):
+    with pytest.raises(
+        BenchError, match=r"`ncu` \(Nsight Compute CLI\) is not on PATH: install Nsight Compute"
+    ):
         resolve_ncu("ncu", which=lambda name: None)
     with pytest.raises(BenchError, match="ncu not found at /nonexistent/ncu: install"):
         resolve_ncu("/nonexistent/ncu")
-    assert resolve_ncu("ncu", which=lambda name: "/usr/local/cuda/bin/ncu") == "/usr/local/cuda/bin/ncu"
+    assert (
+        resolve_ncu("ncu", which=lambda name: "/usr/local/cuda/bin/ncu")
+        == "/usr/local/cuda/bin/ncu"
+    )
 
 
 # ---------------------------------------------------------------- run_ncu: tee and keep the console
@@ -150,27 +188,41 @@ def _script(tmp_path: Path, body: str) -> list[str]:
 
 
 def test_run_ncu_shows_and_keeps_stdout_and_stderr(tmp_path, capsys):
-    argv = _script(tmp_path, 'print("program line")\nsys.stdout.flush()\n'
-                             'print("==ERROR== ERR_NVGPUCTRPERM - no permission", file=sys.stderr)\nsys.exit(3)\n')
+    argv = _script(
+        tmp_path,
+        'print("program line")\nsys.stdout.flush()\n'
+        'print("==ERROR== ERR_NVGPUCTRPERM - no permission", file=sys.stderr)\nsys.exit(3)\n',
+    )
     ran = run_ncu(argv, tmp_path / "log.csv", say=lambda line: None)
     assert ran.returncode == 3
     # two pipes, two reader threads: which stream's line is kept first is not defined
-    assert sorted(ran.console.splitlines()) == ["==ERROR== ERR_NVGPUCTRPERM - no permission", "program line"]
+    assert sorted(ran.console.splitlines()) == [
+        "==ERROR== ERR_NVGPUCTRPERM - no permission",
+        "program line",
+    ]
     seen = capsys.readouterr()
-    assert seen.out == "program line\n" and seen.err == "==ERROR== ERR_NVGPUCTRPERM - no permission\n"
+    assert (
+        seen.out == "program line\n" and seen.err == "==ERROR== ERR_NVGPUCTRPERM - no permission\n"
+    )
     assert classify_ncu_output(ran.console, ran.returncode) == PERM_MESSAGE
 
 
 def test_run_ncu_keeps_every_ncu_line_and_only_the_tail_of_the_rest(tmp_path, capsys):
     from profiling.ncu_command import CONSOLE_TAIL_LINES
 
-    argv = _script(tmp_path, 'print("==PROF== Connected to process 1")\n'
-                             'for i in range(1000): print(f"step {i}")\n'
-                             'print("==WARNING== No kernels were profiled.")\n')
+    argv = _script(
+        tmp_path,
+        'print("==PROF== Connected to process 1")\n'
+        'for i in range(1000): print(f"step {i}")\n'
+        'print("==WARNING== No kernels were profiled.")\n',
+    )
     ran = run_ncu(argv, tmp_path / "log.csv", say=lambda line: None)
     lines = ran.console.splitlines()
     assert ran.returncode == 0 and len(lines) == CONSOLE_TAIL_LINES + 2
-    assert lines[0] == "==PROF== Connected to process 1" and lines[-1] == "==WARNING== No kernels were profiled."
+    assert (
+        lines[0] == "==PROF== Connected to process 1"
+        and lines[-1] == "==WARNING== No kernels were profiled."
+    )
     assert lines[1] == f"step {1000 - CONSOLE_TAIL_LINES}" and lines[-2] == "step 999"
     assert len(capsys.readouterr().out.splitlines()) == 1002  # the terminal saw everything
     assert classify_ncu_output(ran.console, 0) == NO_KERNELS_MESSAGE

@@ -1,4 +1,5 @@
 """profiling.ncu_metrics (+ .ncu-rep import): FLOPs, bytes, time and intensities against known truths."""
+
 from __future__ import annotations
 
 import math
@@ -27,7 +28,9 @@ def _report(*metric_dicts, nvtx=None) -> NcuReport:
 
 # ---------------------------------------------------------------- known truths (SOURCES.md)
 def test_l4_fixture_truths(ncu_dir):
-    s = M.summarize(read_ncu_csv(ncu_dir / "l4_resnet18_bs64_train_step_details_nvtx.csv", keep=M.is_relevant))
+    s = M.summarize(
+        read_ncu_csv(ncu_dir / "l4_resnet18_bs64_train_step_details_nvtx.csv", keep=M.is_relevant)
+    )
     m = s.mlflow_metrics()
     assert m["ncu_kernels"] == 98
     assert m["ncu_flops_fp32"] == pytest.approx(4.928e9, rel=REL)
@@ -41,7 +44,9 @@ def test_l4_fixture_truths(ncu_dir):
 
 
 def test_l4_phase_shares_show_the_missing_backward_pass(ncu_dir):
-    s = M.summarize(read_ncu_csv(ncu_dir / "l4_resnet18_bs64_train_step_details_nvtx.csv", keep=M.is_relevant))
+    s = M.summarize(
+        read_ncu_csv(ncu_dir / "l4_resnet18_bs64_train_step_details_nvtx.csv", keep=M.is_relevant)
+    )
     ph = s.phases
     assert list(ph.index) == ["forward", "loss", "backward", "optimizer_step"]
     assert ph["kernels"].tolist() == [89, 2, 1, 6]
@@ -56,7 +61,9 @@ def test_l4_phase_shares_show_the_missing_backward_pass(ncu_dir):
 
 
 def test_saxpy_dram_read_bytes(ncu_dir):
-    s = M.summarize(read_ncu_csv(ncu_dir / "rtx5070_saxpy_n16777216_details.csv", keep=M.is_relevant))
+    s = M.summarize(
+        read_ncu_csv(ncu_dir / "rtx5070_saxpy_n16777216_details.csv", keep=M.is_relevant)
+    )
     assert s.totals["dram_read_bytes"] == 134_221_568  # ~ 2 * n * 4 bytes, n = 16,777,216
     assert s.totals["dram_bytes"] == 134_221_568 + 43_631_104
     assert s.mlflow_metrics()["ncu_dram_read_bytes"] == 134_221_568
@@ -70,7 +77,9 @@ def test_t4_ncu_rep_flops_from_rates_times_cycles(ncu_dir):
     assert report.kernels[0].name == "matrix_addition2D"
     assert M.device_from_report(report) == ("Tesla T4", (7, 5))
     s = M.summarize(report)
-    assert s.totals["flops_fp32"] == pytest.approx(1.000e6, rel=1e-9)  # one add per element of 1000x1000
+    assert s.totals["flops_fp32"] == pytest.approx(
+        1.000e6, rel=1e-9
+    )  # one add per element of 1000x1000
     assert s.totals["flops_fp64"] == 0.0
     assert s.totals["dram_read_bytes"] == 9_612_288
     assert s.totals["dram_write_bytes"] == 4_189_344
@@ -83,11 +92,15 @@ def test_t4_ncu_rep_flops_from_rates_times_cycles(ncu_dir):
 
 def test_random_bytes_named_ncu_rep_are_not_a_readable_report(tmp_path):
     bad = tmp_path / "bad.ncu-rep"
-    bad.write_bytes(random.Random(3).randbytes(2000))  # ncu_report loads this as a report with no ranges
+    bad.write_bytes(
+        random.Random(3).randbytes(2000)
+    )  # ncu_report loads this as a report with no ranges
     with pytest.raises(BenchError) as err:
         load_ncu_rep(bad)
     msg = str(err.value)
-    assert msg.startswith("bad.ncu-rep is not a readable Nsight Compute report (ncu_report finds no results in it)")
+    assert msg.startswith(
+        "bad.ncu-rep is not a readable Nsight Compute report (ncu_report finds no results in it)"
+    )
     assert "launch-skip" not in msg and "\n" not in msg
 
 
@@ -95,8 +108,11 @@ def test_truncated_ncu_rep_is_called_truncated_not_empty(ncu_dir, tmp_path):
     data = (ncu_dir / "t4_matrix_add_1000x1000_set_full.ncu-rep").read_bytes()
     cut = tmp_path / "cut.ncu-rep"
     cut.write_bytes(data[:-10])  # the last 10 bytes missing: ncu_report reads no range
-    with pytest.raises(BenchError, match=r"^cut.ncu-rep starts like an Nsight Compute report but ncu_report reads no "
-                       r"profiled kernel from it: the file is truncated or damaged"):  # fmt: skip
+    with pytest.raises(
+        BenchError,
+        match=r"^cut.ncu-rep starts like an Nsight Compute report but ncu_report reads no "
+        r"profiled kernel from it: the file is truncated or damaged",
+    ):
         load_ncu_rep(cut)
 
 
@@ -107,7 +123,10 @@ def test_an_ncu_error_log_saved_as_ncu_rep_gets_the_capture_message(tmp_path):
     log.write_bytes((MESSAGES / "err_nvgpuctrperm.log").read_bytes())
     with pytest.raises(BenchError) as err:
         load_ncu_rep(log)
-    assert str(err.value) == f"report.ncu-rep holds ncu's messages but no counter table: {PERM_MESSAGE}"
+    assert (
+        str(err.value)
+        == f"report.ncu-rep holds ncu's messages but no counter table: {PERM_MESSAGE}"
+    )
 
 
 def test_b200_raw_page_has_time_only(ncu_dir):
@@ -123,11 +142,18 @@ def test_flops_per_precision_add_mul_2fma_and_half2_lanes():
     s = M.summarize(
         _report(
             {
-                c("dadd"): 1, c("dmul"): 2, c("dfma"): 3,  # 1 + 2 + 2*3 = 9
-                c("fadd"): 10, c("fmul"): 20, c("ffma"): 30,  # 10 + 20 + 60 = 90
-                c("hadd"): 100, c("hmul"): 200, c("hfma"): 300,  # 2*(100 + 200) + 4*300 = 1800
-                "dram__bytes_read.sum": 1000, "dram__bytes_write.sum": 899,
-            }  # fmt: skip
+                c("dadd"): 1,
+                c("dmul"): 2,
+                c("dfma"): 3,  # 1 + 2 + 2*3 = 9
+                c("fadd"): 10,
+                c("fmul"): 20,
+                c("ffma"): 30,  # 10 + 20 + 60 = 90
+                c("hadd"): 100,
+                c("hmul"): 200,
+                c("hfma"): 300,  # 2*(100 + 200) + 4*300 = 1800
+                "dram__bytes_read.sum": 1000,
+                "dram__bytes_write.sum": 899,
+            }
         )
     )
     assert (s.totals["flops_fp64"], s.totals["flops_fp32"], s.totals["flops_fp16"]) == (9, 90, 1800)
@@ -138,16 +164,27 @@ def test_flops_per_precision_add_mul_2fma_and_half2_lanes():
 def test_a_precision_with_only_some_counters_is_recorded_as_partial():
     c = M.op_counter
     q, src, gaps = M.kernel_quantities({c("hfma"): 10, c("fadd"): 1, c("fmul"): 2, c("ffma"): 3})
-    assert q["flops_fp16"] == 40 and gaps == {"flops_fp16": "no hadd, hmul counters"}  # 4 * 10, hadd/hmul unknown
+    assert q["flops_fp16"] == 40 and gaps == {
+        "flops_fp16": "no hadd, hmul counters"
+    }  # 4 * 10, hadd/hmul unknown
     assert q["flops_fp32"] == 9 and "flops_fp32" not in gaps and math.isnan(q["flops_fp64"])
     s = M.summarize(
         _report(
             {c("hfma"): 10, c("fadd"): 1, c("fmul"): 2, c("ffma"): 3, "dram__bytes.sum": 7},
-            {c("hfma"): 5, c("hadd"): 1, c("fadd"): 1, c("fmul"): 0, c("ffma"): 0, "dram__bytes.sum": 7},
+            {
+                c("hfma"): 5,
+                c("hadd"): 1,
+                c("fadd"): 1,
+                c("fmul"): 0,
+                c("ffma"): 0,
+                "dram__bytes.sum": 7,
+            },
         )
     )
     assert s.totals["flops_fp16"] == 40 + (20 + 2) and s.totals["flops_fp32"] == 9 + 1
-    assert s.partial == {"flops_fp16": "no hadd, hmul counters in 1 of 2 kernels; no hmul counter in 1 of 2 kernels"}
+    assert s.partial == {
+        "flops_fp16": "no hadd, hmul counters in 1 of 2 kernels; no hmul counter in 1 of 2 kernels"
+    }
     assert s.mlflow_tags()["ncu_partial"] == (
         "flops_fp16: no hadd, hmul counters in 1 of 2 kernels; no hmul counter in 1 of 2 kernels"
     )
@@ -158,14 +195,19 @@ def test_a_precision_with_only_some_counters_is_recorded_as_partial():
 
 
 def test_complete_precisions_are_not_partial(ncu_dir):
-    s = M.summarize(read_ncu_csv(ncu_dir / "l4_resnet18_bs64_train_step_details_nvtx.csv", keep=M.is_relevant))
+    s = M.summarize(
+        read_ncu_csv(ncu_dir / "l4_resnet18_bs64_train_step_details_nvtx.csv", keep=M.is_relevant)
+    )
     assert s.partial == {} and s.warnings == [] and s.mlflow_tags()["ncu_partial"] == "none"
 
 
 def test_smsp_counters_and_rate_times_cycles_count_the_same():
     a = M.kernel_quantities({"smsp__sass_thread_inst_executed_op_ffma_pred_on.sum": 5})[0]
     b = M.kernel_quantities(
-        {"smsp__sass_thread_inst_executed_op_ffma_pred_on.sum.per_cycle_elapsed": 0.5, "smsp__cycles_elapsed.avg": 10}
+        {
+            "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum.per_cycle_elapsed": 0.5,
+            "smsp__cycles_elapsed.avg": 10,
+        }
     )[0]
     assert a["flops_fp32"] == b["flops_fp32"] == 10
 
@@ -195,27 +237,72 @@ T = "sm__ops_path_tensor_"
     "counters, ops",
     [
         # the src_fp16 aggregate covers both destinations: 3000, not 3000 + 1000 + 2000
-        ({T + "src_fp16.sum": 3000, T + "src_fp16_dst_fp16.sum": 1000, T + "src_fp16_dst_fp32.sum": 2000}, 3000),
+        (
+            {
+                T + "src_fp16.sum": 3000,
+                T + "src_fp16_dst_fp16.sum": 1000,
+                T + "src_fp16_dst_fp32.sum": 2000,
+            },
+            3000,
+        ),
         # without the aggregate the destinations add up: 1000 + 2000, plus bf16 500 and tf32 7
-        ({T + "src_fp16_dst_fp16.sum": 1000, T + "src_fp16_dst_fp32.sum": 2000,
-          T + "src_bf16_dst_fp32.sum": 500, T + "src_tf32_dst_fp32.sum": 7}, 3507),
+        (
+            {
+                T + "src_fp16_dst_fp16.sum": 1000,
+                T + "src_fp16_dst_fp32.sum": 2000,
+                T + "src_bf16_dst_fp32.sum": 500,
+                T + "src_tf32_dst_fp32.sum": 7,
+            },
+            3507,
+        ),
         # dst counters win over dst-less sparsity variants of the same source (they overlap): 90 + 30
-        ({T + "src_fp8_sparsity_off.sum": 100, T + "src_fp8_sparsity_on.sum": 20,
-          T + "src_fp8_dst_fp32.sum": 90, T + "src_fp8_dst_fp16.sum": 30}, 120),
+        (
+            {
+                T + "src_fp8_sparsity_off.sum": 100,
+                T + "src_fp8_sparsity_on.sum": 20,
+                T + "src_fp8_dst_fp32.sum": 90,
+                T + "src_fp8_dst_fp16.sum": 30,
+            },
+            120,
+        ),
         # only sparsity variants: summed
         ({T + "src_fp8_sparsity_off.sum": 100, T + "src_fp8_sparsity_on.sum": 20}, 120),
         # one destination via its base, the other via its sparsity variants: 40 + (5 + 6)
-        ({T + "src_fp16_dst_fp32.sum": 40, T + "src_fp16_dst_fp16_sparsity_off.sum": 5,
-          T + "src_fp16_dst_fp16_sparsity_on.sum": 6}, 51),
+        (
+            {
+                T + "src_fp16_dst_fp32.sum": 40,
+                T + "src_fp16_dst_fp16_sparsity_off.sum": 5,
+                T + "src_fp16_dst_fp16_sparsity_on.sum": 6,
+            },
+            51,
+        ),
         # instruction-specific (Blackwell) counters only when no generic one of that source exists
         ({T + "op_utcqmma_src_fp8_dst_fp32.sum": 64, T + "src_fp8_dst_fp32.sum": 64}, 64),
-        ({T + "op_utcqmma_src_fp8_dst_fp32.sum": 64, T + "op_utcomma_src_fp4_dst_fp32.sum": 16}, 80),
+        (
+            {T + "op_utcqmma_src_fp8_dst_fp32.sum": 64, T + "op_utcomma_src_fp4_dst_fp32.sum": 16},
+            80,
+        ),
         # multi-type sources keep their underscores: fp4_fp6_fp8 is one source
-        ({T + "src_fp4_fp6_fp8_dst_fp32.sum": 8, T + "src_fp4_fp6_fp8_dst_fp16.sum": 2, T + "src_fp4_dst_fp32.sum": 1}, 11),
+        (
+            {
+                T + "src_fp4_fp6_fp8_dst_fp32.sum": 8,
+                T + "src_fp4_fp6_fp8_dst_fp16.sum": 2,
+                T + "src_fp4_dst_fp32.sum": 1,
+            },
+            11,
+        ),
         # realtime variants and integer/binary sources are skipped
-        ({T + "src_fp64.sum": 9, T + "src_fp64_realtime.sum": 9, T + "src_int4.sum": 99, T + "src_b1.sum": 99}, 9),
+        (
+            {
+                T + "src_fp64.sum": 9,
+                T + "src_fp64_realtime.sum": 9,
+                T + "src_int4.sum": 99,
+                T + "src_b1.sum": 99,
+            },
+            9,
+        ),
     ],
-)  # fmt: skip
+)
 def test_tensor_ops_count_each_op_once(counters, ops):
     q, src, gaps = M.kernel_quantities(counters)
     assert q["flops_tensor"] == ops and src["flops_tensor"] == "sm__ops_path_tensor" and gaps == {}
@@ -223,71 +310,130 @@ def test_tensor_ops_count_each_op_once(counters, ops):
 
 def test_tensor_ops_rates_fall_back_to_smsp_cycles():
     rate = {T + "src_fp16.sum.per_cycle_elapsed": 2.5}
-    q, src, _ = M.kernel_quantities({**rate, "smsp__cycles_elapsed.avg": 1000})  # no sm__cycles_elapsed.avg
-    assert q["flops_tensor"] == 2500 and src["flops_tensor"] == "sm__ops_path_tensor_per_cycle_elapsed_x_smsp__cycles_elapsed.avg"
-    q, src, _ = M.kernel_quantities({**rate, "sm__cycles_elapsed.avg": 400, "smsp__cycles_elapsed.avg": 1000})
-    assert q["flops_tensor"] == 1000 and src["flops_tensor"].endswith("_x_sm__cycles_elapsed.avg")  # its own unit first
+    q, src, _ = M.kernel_quantities(
+        {**rate, "smsp__cycles_elapsed.avg": 1000}
+    )  # no sm__cycles_elapsed.avg
+    assert (
+        q["flops_tensor"] == 2500
+        and src["flops_tensor"]
+        == "sm__ops_path_tensor_per_cycle_elapsed_x_smsp__cycles_elapsed.avg"
+    )
+    q, src, _ = M.kernel_quantities(
+        {**rate, "sm__cycles_elapsed.avg": 400, "smsp__cycles_elapsed.avg": 1000}
+    )
+    assert q["flops_tensor"] == 1000 and src["flops_tensor"].endswith(
+        "_x_sm__cycles_elapsed.avg"
+    )  # its own unit first
     q, _, _ = M.kernel_quantities({**rate, T + "src_fp16.sum": 7, "smsp__cycles_elapsed.avg": 1000})
     assert q["flops_tensor"] == 7  # a count wins over the rate of the same counter
-    assert math.isnan(M.kernel_quantities(rate)[0]["flops_tensor"])  # no cycles at all: not measured
+    assert math.isnan(
+        M.kernel_quantities(rate)[0]["flops_tensor"]
+    )  # no cycles at all: not measured
 
 
 def test_sass_rates_of_sm_counters_fall_back_to_smsp_cycles():
-    q, src, _ = M.kernel_quantities({M.op_counter("fadd") + ".per_cycle_elapsed": 0.5, "smsp__cycles_elapsed.avg": 8})
-    assert q["flops_fp32"] == 4 and src["flops_fp32"] == "sass_thread_inst_executed_per_cycle_elapsed_x_smsp__cycles_elapsed.avg"
+    q, src, _ = M.kernel_quantities(
+        {M.op_counter("fadd") + ".per_cycle_elapsed": 0.5, "smsp__cycles_elapsed.avg": 8}
+    )
+    assert (
+        q["flops_fp32"] == 4
+        and src["flops_fp32"]
+        == "sass_thread_inst_executed_per_cycle_elapsed_x_smsp__cycles_elapsed.avg"
+    )
 
 
 def test_t4_fixture_sm_and_smsp_elapsed_cycles_are_the_same_clock(ncu_dir):
     """The fact the fallback rests on, in a real report."""
     import ncu_report
 
-    action = ncu_report.load_report(str(ncu_dir / "t4_matrix_add_1000x1000_set_full.ncu-rep")).range_by_idx(0).action_by_idx(0)
-    sm, smsp = (action.metric_by_name(f"{u}__cycles_elapsed.avg").as_double() for u in ("sm", "smsp"))
+    action = (
+        ncu_report.load_report(str(ncu_dir / "t4_matrix_add_1000x1000_set_full.ncu-rep"))
+        .range_by_idx(0)
+        .action_by_idx(0)
+    )
+    sm, smsp = (
+        action.metric_by_name(f"{u}__cycles_elapsed.avg").as_double() for u in ("sm", "smsp")
+    )
     assert sm == smsp == pytest.approx(28_419.6, rel=1e-9)
 
 
 @pytest.mark.parametrize(
     "cap, flops",
-    [((7, 0), 3 * 512), ((7, 2), 3 * 512), ((7, 5), 3 * 2048), ((8, 0), 3 * 4096), ((8, 6), 3 * 4096), ((8, 9), 3 * 4096)],
+    [
+        ((7, 0), 3 * 512),
+        ((7, 2), 3 * 512),
+        ((7, 5), 3 * 2048),
+        ((8, 0), 3 * 4096),
+        ((8, 6), 3 * 4096),
+        ((8, 9), 3 * 4096),
+    ],
 )
 def test_tensor_instructions_times_the_factor_of_the_architecture(cap, flops):
     q, src, gaps = M.kernel_quantities({"sm__inst_executed_pipe_tensor.sum": 3}, cap)
-    assert q["flops_tensor"] == flops and src["flops_tensor"] == f"sm__inst_executed_pipe_tensor_x{flops // 3}"
+    assert (
+        q["flops_tensor"] == flops
+        and src["flops_tensor"] == f"sm__inst_executed_pipe_tensor_x{flops // 3}"
+    )
     assert gaps == {}
 
 
-@pytest.mark.parametrize("cap, where", [((9, 0), "sm_90"), ((12, 0), "sm_120"), (None, "an unknown GPU")])
+@pytest.mark.parametrize(
+    "cap, where", [((9, 0), "sm_90"), ((12, 0), "sm_120"), (None, "an unknown GPU")]
+)
 def test_tensor_instructions_without_a_known_factor_are_a_gap_not_a_guess(cap, where):
     q, _, gaps = M.kernel_quantities({"sm__inst_executed_pipe_tensor.sum": 3}, cap)
     assert math.isnan(q["flops_tensor"])
-    assert gaps == {"flops_tensor": f"tensor instructions without a FLOPs-per-instruction factor for {where}"}
+    assert gaps == {
+        "flops_tensor": f"tensor instructions without a FLOPs-per-instruction factor for {where}"
+    }
     q, _, gaps = M.kernel_quantities({"sm__inst_executed_pipe_tensor.sum": 0}, cap)
     assert q["flops_tensor"] == 0 and gaps == {}  # no tensor work needs no factor
 
 
 def test_tensor_instructions_on_sm80_plus_are_counted_with_a_caution_and_refused_on_sm90():
-    r = _report({"sm__inst_executed_pipe_tensor.sum": 2, M.op_counter("fadd"): 1, M.op_counter("fmul"): 0,
-                 M.op_counter("ffma"): 0, "dram__bytes.sum": 1})  # fmt: skip
+    r = _report(
+        {
+            "sm__inst_executed_pipe_tensor.sum": 2,
+            M.op_counter("fadd"): 1,
+            M.op_counter("fmul"): 0,
+            M.op_counter("ffma"): 0,
+            "dram__bytes.sum": 1,
+        }
+    )
     s = M.summarize(r, (8, 6))
     assert s.totals["flops_tensor"] == 8192 and s.totals["flops_total"] == 8193
     assert s.cautions == [M.tensor_inst_caution((8, 6))] and s.warnings == s.cautions
-    assert s.cautions[0].startswith("tensor FLOPs from sm__inst_executed_pipe_tensor.sum x 4096 assume every tensor "
-                                    "instruction on sm_86 is an fp16/bf16 HMMA.16816")  # fmt: skip
+    assert s.cautions[0].startswith(
+        "tensor FLOPs from sm__inst_executed_pipe_tensor.sum x 4096 assume every tensor "
+        "instruction on sm_86 is an fp16/bf16 HMMA.16816"
+    )
     assert s.mlflow_tags()["ncu_caution"] == s.cautions[0]
-    assert M.summarize(r, (7, 0)).cautions == [] and M.summarize(r, (7, 0)).totals["flops_tensor"] == 1024
+    assert (
+        M.summarize(r, (7, 0)).cautions == []
+        and M.summarize(r, (7, 0)).totals["flops_tensor"] == 1024
+    )
     s75 = M.summarize(r, (7, 5))
     assert s75.totals["flops_tensor"] == 4096 and s75.cautions == [M.tensor_inst_caution((7, 5))]
     assert "volta_*884*" in s75.cautions[0] and "over-counted 4x" in s75.cautions[0]
     s90 = M.summarize(r, (9, 0))
     assert "flops_tensor" not in s90.measured and s90.totals["flops_total"] == 1
-    assert s90.partial == {"flops_tensor": "tensor instructions without a FLOPs-per-instruction factor for sm_90 in 1 of 1 kernels"}
-    assert M.tensor_inst_caution((9, 0)).startswith("no FLOPs-per-instruction factor is known for sm_90")
+    assert s90.partial == {
+        "flops_tensor": "tensor instructions without a FLOPs-per-instruction factor for sm_90 in 1 of 1 kernels"
+    }
+    assert M.tensor_inst_caution((9, 0)).startswith(
+        "no FLOPs-per-instruction factor is known for sm_90"
+    )
     assert M.tensor_inst_caution((7, 0)) is None and M.tensor_inst_caution(None) is None
     assert M.tensor_inst_flops((8, 9)) == 4096 and M.tensor_inst_flops((9, 0)) is None
 
 
 def test_summarize_reads_the_capability_from_the_report():
-    k = NcuKernel(id=0, name="k", attrs={"CC": "7.5"}, metrics={"sm__inst_executed_pipe_tensor.sum": 1, "dram__bytes.sum": 1})
+    k = NcuKernel(
+        id=0,
+        name="k",
+        attrs={"CC": "7.5"},
+        metrics={"sm__inst_executed_pipe_tensor.sum": 1, "dram__bytes.sum": 1},
+    )
     s = M.summarize(NcuReport(kernels=[k], page="details", source="x"))
     assert s.totals["flops_tensor"] == 2048
 
@@ -301,8 +447,14 @@ def test_cache_bytes_and_sector_fallback():
 def test_intensities_at_every_level():
     s = M.summarize(
         _report(
-            {M.op_counter("ffma"): 50, "dram__bytes_read.sum": 50, "dram__bytes_write.sum": 50,
-             "lts__t_bytes.sum": 25, "l1tex__t_bytes.sum": 10, "gpu__time_duration.sum": 1e-6}  # fmt: skip
+            {
+                M.op_counter("ffma"): 50,
+                "dram__bytes_read.sum": 50,
+                "dram__bytes_write.sum": 50,
+                "lts__t_bytes.sum": 25,
+                "l1tex__t_bytes.sum": 10,
+                "gpu__time_duration.sum": 1e-6,
+            }
         )
     )
     m = s.mlflow_metrics()
@@ -329,12 +481,20 @@ def test_phase_shares_and_top_kernels_order():
 
 def test_na_in_a_counted_metric_is_an_error():
     report = read_ncu_csv(MESSAGES / "na_metrics.csv", keep=M.is_relevant)
-    with pytest.raises(BenchError, match=r"n/a for sm__ops_path_tensor_src_tf32_dst_fp32.sum \(2 of 2 kernels\)"):
+    with pytest.raises(
+        BenchError, match=r"n/a for sm__ops_path_tensor_src_tf32_dst_fp32.sum \(2 of 2 kernels\)"
+    ):
         M.summarize(report)
 
 
 def test_na_in_an_unused_metric_is_ignored():
-    r = _report({M.op_counter("fadd"): 1, "dram__bytes.sum": 1, "sm__throughput.avg.pct_of_peak_sustained_elapsed": math.nan})
+    r = _report(
+        {
+            M.op_counter("fadd"): 1,
+            "dram__bytes.sum": 1,
+            "sm__throughput.avg.pct_of_peak_sustained_elapsed": math.nan,
+        }
+    )
     r.na = {"sm__throughput.avg.pct_of_peak_sustained_elapsed": 1}
     assert M.summarize(r).totals["flops_total"] == 1
 
@@ -349,9 +509,17 @@ def test_roofline_metric_set_per_tensor_mode():
     ops = M.metric_list("roofline", "ops")
     assert "sm__sass_thread_inst_executed_op_hfma_pred_on.sum" in ops
     assert "sm__sass_thread_inst_executed_op_dadd_pred_on.sum" in ops
-    assert {"dram__bytes_read.sum", "dram__bytes_write.sum", "lts__t_bytes.sum", "l1tex__t_bytes.sum",
-            "gpu__time_duration.sum"} <= set(ops)  # fmt: skip
-    assert "sm__ops_path_tensor_src_tf32_dst_fp32.sum" in ops and "sm__inst_executed_pipe_tensor.sum" not in ops
+    assert {
+        "dram__bytes_read.sum",
+        "dram__bytes_write.sum",
+        "lts__t_bytes.sum",
+        "l1tex__t_bytes.sum",
+        "gpu__time_duration.sum",
+    } <= set(ops)
+    assert (
+        "sm__ops_path_tensor_src_tf32_dst_fp32.sum" in ops
+        and "sm__inst_executed_pipe_tensor.sum" not in ops
+    )
     inst = M.metric_list("roofline", "inst")
     assert "sm__inst_executed_pipe_tensor.sum" in inst and not any("ops_path" in n for n in inst)
     none = M.metric_list("roofline", "none", ["dram__bytes_read.sum", "lts__t_sectors.sum"])
@@ -361,14 +529,21 @@ def test_roofline_metric_set_per_tensor_mode():
 
 def test_seed_metric_set_and_unknown_set():
     assert M.metric_list("seed") == [
-        "flop_count_sp", "flop_count_hp", "dram__bytes_read.sum", "dram__bytes_write.sum",
-        "pcie__read_bytes.sum", "pcie__write_bytes.sum",
-    ]  # fmt: skip
+        "flop_count_sp",
+        "flop_count_hp",
+        "dram__bytes_read.sum",
+        "dram__bytes_write.sum",
+        "pcie__read_bytes.sum",
+        "pcie__write_bytes.sum",
+    ]
     with pytest.raises(ValueError, match="metric_set must be one of roofline, seed"):
         M.metric_list("full")
 
 
-@pytest.mark.parametrize("cap, mode", [(None, "ops"), ((9, 0), "ops"), ((8, 0), "ops"), ((7, 5), "inst"), ((6, 1), "none")])
+@pytest.mark.parametrize(
+    "cap, mode",
+    [(None, "ops"), ((9, 0), "ops"), ((8, 0), "ops"), ((7, 5), "inst"), ((6, 1), "none")],
+)
 def test_tensor_counters_by_compute_capability(cap, mode):
     assert M.tensor_counters_for(cap) == mode
 
@@ -467,15 +642,26 @@ def test_ncu_rep_phases_come_from_the_known_name_not_the_range_order():
     from profiling.ncu_report_import import _add_results
 
     def action(name, flops, state):
-        return _Action(name, {M.op_counter("fadd"): _Metric(flops, "inst"), "dram__bytes.sum": _Metric(10, "byte"),
-                              "gpu__time_duration.sum": _Metric(1, "usecond")}, state)  # fmt: skip
+        return _Action(
+            name,
+            {
+                M.op_counter("fadd"): _Metric(flops, "inst"),
+                "dram__bytes.sum": _Metric(10, "byte"),
+                "gpu__time_duration.sum": _Metric(1, "usecond"),
+            },
+            state,
+        )
 
     ctx = _Ctx(
         [
             # start/end ranges listed inner-first, then outer: by order the phase would be "train_step"
             action("conv_fwd", 30, _State(_Domain(start_end=("forward", "train_step")))),
             # listed outer-first in another domain order
-            action("conv_bwd", 60, _State(_Domain(start_end=("train_step",)), _Domain(start_end=("backward",)))),
+            action(
+                "conv_bwd",
+                60,
+                _State(_Domain(start_end=("train_step",)), _Domain(start_end=("backward",))),
+            ),
             # push/pop only, with a user range inside the phase (stack order, innermost last)
             action("sgd", 10, _State(_Domain(push_pop=("train_step", "optimizer", "foreach_add")))),
             action("memcpy", 0, None),  # no NVTX state at all

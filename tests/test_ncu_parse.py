@@ -1,4 +1,5 @@
 """profiling.ncu_parse: every recorded ncu output parses, with SI values and the quirks of each format."""
+
 from __future__ import annotations
 
 import csv
@@ -61,7 +62,10 @@ def test_saxpy_bom_crlf_prof_lines_and_thousands_separators(ncu_dir):
     raw = (ncu_dir / SAXPY).read_bytes()
     assert raw.startswith(b"\xef\xbb\xbf") and b"\r\n" in raw  # the quirks are really in the file
     report = read_ncu_csv(ncu_dir / SAXPY)
-    assert [m.split()[:2] for m in report.messages] == [["==PROF==", "Connected"], ["==PROF==", "Disconnected"]]
+    assert [m.split()[:2] for m in report.messages] == [
+        ["==PROF==", "Connected"],
+        ["==PROF==", "Disconnected"],
+    ]
     assert report.program_lines == 6  # device:, measuring..., theoretical, measured, wrote, NVML
     k = report.kernels[0]
     assert k.metrics["dram__bytes_op_read.sum"] == 134_221_568
@@ -73,7 +77,9 @@ def test_b200_raw_page_units_row_and_device_name(ncu_dir):
     report = read_ncu_csv(ncu_dir / B200)
     assert report.device_name == "NVIDIA B200"
     k0 = report.kernels[0]
-    assert k0.metrics["gpu__time_duration.sum"] == pytest.approx(9920e-9, rel=1e-12)  # units row: ns
+    assert k0.metrics["gpu__time_duration.sum"] == pytest.approx(
+        9920e-9, rel=1e-12
+    )  # units row: ns
     assert k0.units["launch__shared_mem_config_size"] == "byte"
     assert [k.id for k in report.kernels] == list(range(16))
 
@@ -149,8 +155,26 @@ HEADER_RULES = (
 def _row(kid, metric, unit, value, rule=("", "", "", "", "")):
     """One details-page row as ncu quotes it (every field quoted, inner quotes doubled)."""
     se = '"1:<default domain>:train_step:none:none:none:none:none:none" "2:<default domain>:backward:none:none:none:none:none:none"'
-    cells = [str(kid), "77", "python3", "127.0.0.1", "", se, "k<float>(int)", "1", "7",
-             "(256, 1, 1)", "(8, 1, 1)", "0", "9.0", "Speed Of Light", metric, unit, value, *rule]  # fmt: skip
+    cells = [
+        str(kid),
+        "77",
+        "python3",
+        "127.0.0.1",
+        "",
+        se,
+        "k<float>(int)",
+        "1",
+        "7",
+        "(256, 1, 1)",
+        "(8, 1, 1)",
+        "0",
+        "9.0",
+        "Speed Of Light",
+        metric,
+        unit,
+        value,
+        *rule,
+    ]
     buf = io.StringIO()
     csv.writer(buf, quoting=csv.QUOTE_ALL, lineterminator="").writerow(cells)
     return buf.getvalue()
@@ -197,11 +221,16 @@ def test_raw_page_kbyte_units_row():
     assert a.metrics["dram__bytes_read.sum"] == pytest.approx(1_024_500.0, rel=1e-12)
     assert a.metrics["gpu__time_duration.sum"] == pytest.approx(2.5e-6, rel=1e-12)
     assert a.texts["launch__func_cache_config"] == "CachePreferNone"
-    assert report.na == {"dram__bytes_read.sum": 1} and b.metrics["gpu__time_duration.sum"] == pytest.approx(3e-6)
+    assert report.na == {"dram__bytes_read.sum": 1} and b.metrics[
+        "gpu__time_duration.sum"
+    ] == pytest.approx(3e-6)
 
 
 def test_not_ncu_csv_is_a_one_line_error():
-    with pytest.raises(NcuParseError, match=r'not_ncu.csv is not Nsight Compute CSV output \(no header row starting with "ID"\)'):
+    with pytest.raises(
+        NcuParseError,
+        match=r'not_ncu.csv is not Nsight Compute CSV output \(no header row starting with "ID"\)',
+    ):
         read_ncu_csv(MESSAGES / "not_ncu.csv")
 
 
@@ -235,7 +264,9 @@ def test_the_classifier_is_pure_and_imports_no_capture_code():
         "assert not bad, bad; "
         "assert p.classify_ncu_output('==ERROR== ERR_NVGPUCTRPERM', 1) == p.PERM_MESSAGE"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])
+    subprocess.run(
+        [sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1]
+    )
 
 
 DETAILS_HEADER = '"ID","Process ID","Process Name","Host Name","Kernel Name","Metric Name","Metric Unit","Metric Value"'
@@ -243,11 +274,21 @@ DETAILS_HEADER = '"ID","Process ID","Process Name","Host Name","Kernel Name","Me
 
 def test_a_table_whose_rows_cannot_be_read_is_not_called_empty(tmp_path):
     f = tmp_path / "mangled.csv"
-    f.write_text("\n".join([DETAILS_HEADER, '"x7","1","p","h","k","dram__bytes_read.sum","byte","5"', '"x8","1","p"']))
+    f.write_text(
+        "\n".join(
+            [
+                DETAILS_HEADER,
+                '"x7","1","p","h","k","dram__bytes_read.sum","byte","5"',
+                '"x8","1","p"',
+            ]
+        )
+    )
     with pytest.raises(NcuParseError) as err:
         read_ncu_csv(f)
     msg = str(err.value)
-    assert msg.startswith("mangled.csv: none of the 2 rows under its ncu table header could be read as a result")
+    assert msg.startswith(
+        "mangled.csv: none of the 2 rows under its ncu table header could be read as a result"
+    )
     assert "launch-skip" not in msg
 
 
@@ -261,11 +302,15 @@ def test_a_header_without_rows_is_a_truncated_export():
 
 # ---------------------------------------------------------------- phase: the known phase name, not the range order
 def _se(*ranges: tuple[int, str]) -> str:
-    return " ".join(f'"{rid}:<default domain>:{name}:none:none:none:none:none:none"' for rid, name in ranges)
+    return " ".join(
+        f'"{rid}:<default domain>:{name}:none:none:none:none:none:none"' for rid, name in ranges
+    )
 
 
 def _pp(*names: str) -> str:
-    return "77  " + "  ".join(f'"<default domain>:{n}:none:none:none:none:none:none"' for n in names)
+    return "77  " + "  ".join(
+        f'"<default domain>:{n}:none:none:none:none:none:none"' for n in names
+    )
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
 """profiling.peak_table: vendor ceilings per device name, tolerant matching, user overrides."""
+
 from __future__ import annotations
 
 import json
@@ -100,8 +101,11 @@ def test_unknown_device_message_is_one_actionable_line():
 
 
 def test_unknown_model_variant_lists_close_devices():
-    with pytest.raises(UsageError, match="no vendor peaks for 'NVIDIA A100': close known devices: "
-                       "NVIDIA A100-SXM4-80GB.*NVIDIA A100 80GB PCIe"):  # fmt: skip
+    with pytest.raises(
+        UsageError,
+        match="no vendor peaks for 'NVIDIA A100': close known devices: "
+        "NVIDIA A100-SXM4-80GB.*NVIDIA A100 80GB PCIe",
+    ):
         lookup("NVIDIA A100")
 
 
@@ -109,16 +113,23 @@ def test_ambiguous_name_lists_the_candidates():
     with pytest.raises(UsageError) as err:
         lookup("NVIDIA A100 SXM")  # SXM4 80GB or 40GB: same compute, different bandwidth
     msg = str(err.value)
-    assert msg.startswith("no unique vendor peaks for 'NVIDIA A100 SXM': it matches NVIDIA A100-SXM4-80GB, NVIDIA A100-SXM4-40GB;")
+    assert msg.startswith(
+        "no unique vendor peaks for 'NVIDIA A100 SXM': it matches NVIDIA A100-SXM4-80GB, NVIDIA A100-SXM4-40GB;"
+    )
     assert "--peaks-file" in msg and "\n" not in msg
 
 
 @pytest.mark.parametrize(
     "name,close",
-    [("NVIDIA H100 SXM5 94GB", "NVIDIA H100 80GB HBM3"), ("Tesla V100-SXM3-32GB", "Tesla V100-SXM2-16GB")],
+    [
+        ("NVIDIA H100 SXM5 94GB", "NVIDIA H100 80GB HBM3"),
+        ("Tesla V100-SXM3-32GB", "Tesla V100-SXM2-16GB"),
+    ],
 )
 def test_other_variants_of_a_known_model_are_unknown_with_a_hint(name, close):
-    with pytest.raises(UsageError, match=f"no vendor peaks for '{name}': close known devices: {close}"):
+    with pytest.raises(
+        UsageError, match=f"no vendor peaks for '{name}': close known devices: {close}"
+    ):
         lookup(name)
 
 
@@ -149,7 +160,9 @@ def test_every_entry_is_complete_and_consistent():
         for value in e.flops_per_s.values():
             assert math.isfinite(value) and value > 0
         if "tf32" in e.flops_per_s and "fp16" in e.flops_per_s:
-            assert e.flops_per_s["tf32"] == pytest.approx(e.flops_per_s["fp16"] / 2, rel=0.02), e.device_name
+            assert e.flops_per_s["tf32"] == pytest.approx(e.flops_per_s["fp16"] / 2, rel=0.02), (
+                e.device_name
+            )
         # every entry must be found under its own name and its aliases
         assert find(e.device_name) == e
         for alias in pt.aliases(e.device_name):
@@ -175,14 +188,23 @@ def test_every_entry_is_complete_and_consistent():
     ],
 )
 def test_vendor_peaks_validation_names_the_field(kwargs, field):
-    good = {"device_name": "X", "flops_per_s": {"fp32": 1e12}, "dram_bytes_per_s": 1e11, "source": "https://x"}
+    good = {
+        "device_name": "X",
+        "flops_per_s": {"fp32": 1e12},
+        "dram_bytes_per_s": 1e11,
+        "source": "https://x",
+    }
     with pytest.raises(ValueError, match=field):
         VendorPeaks(**{**good, **kwargs})
 
 
 def test_numbers_given_as_strings_are_converted():
     p = VendorPeaks("X", {"bf16": "989.5e12"}, "3.35e12", "https://x", l2_bytes_per_s="5.5e12")
-    assert p.flops_per_s == {"bf16": 989.5e12} and p.dram_bytes_per_s == 3.35e12 and p.l2_bytes_per_s == 5.5e12
+    assert (
+        p.flops_per_s == {"bf16": 989.5e12}
+        and p.dram_bytes_per_s == 3.35e12
+        and p.l2_bytes_per_s == 5.5e12
+    )
     assert p.l1_bytes_per_s is None
 
 
@@ -191,13 +213,27 @@ def test_cache_bandwidths_are_optional_and_not_built_in():
 
 
 def test_override_file_adds_cache_bandwidths_and_keeps_them(tmp_path):
-    path = _write(tmp_path, [
-        {"device_name": "NVIDIA L4", "l2_bytes_per_s": 2.0e12},  # the rest from the built-in entry
-        {"device_name": "My GPU", "flops_per_s": {"fp32": 1e13}, "dram_bytes_per_s": 5e11, "source": "https://x",
-         "l2_bytes_per_s": "3e12", "l1_bytes_per_s": 9e12},
-    ])  # fmt: skip
+    path = _write(
+        tmp_path,
+        [
+            {
+                "device_name": "NVIDIA L4",
+                "l2_bytes_per_s": 2.0e12,
+            },  # the rest from the built-in entry
+            {
+                "device_name": "My GPU",
+                "flops_per_s": {"fp32": 1e13},
+                "dram_bytes_per_s": 5e11,
+                "source": "https://x",
+                "l2_bytes_per_s": "3e12",
+                "l1_bytes_per_s": 9e12,
+            },
+        ],
+    )
     l4 = lookup("NVIDIA L4", overrides=path)
-    assert l4.l2_bytes_per_s == 2.0e12 and l4.l1_bytes_per_s is None and l4.dram_bytes_per_s == 300e9
+    assert (
+        l4.l2_bytes_per_s == 2.0e12 and l4.l1_bytes_per_s is None and l4.dram_bytes_per_s == 300e9
+    )
     mine = lookup("My GPU", overrides=path)
     assert mine.l2_bytes_per_s == 3e12 and mine.l1_bytes_per_s == 9e12
     table = pt.format_table([l4, mine])
@@ -209,7 +245,9 @@ def test_override_file_adds_cache_bandwidths_and_keeps_them(tmp_path):
 def test_analysis_reads_the_cache_bandwidths():
     from analysis.join import roof_from_vendor
 
-    p = VendorPeaks("X", {"fp32": 1e13}, 5e11, "https://x", l2_bytes_per_s=3e12, l1_bytes_per_s=9e12)
+    p = VendorPeaks(
+        "X", {"fp32": 1e13}, 5e11, "https://x", l2_bytes_per_s=3e12, l1_bytes_per_s=9e12
+    )
     roof = roof_from_vendor(p, "X")
     assert roof.bytes_per_s == {"dram": 5e11, "l2": 3e12, "l1": 9e12}
 
@@ -234,25 +272,36 @@ def test_override_file_adds_a_device_and_replaces_one(tmp_path):
                     "source": "https://example.com/rtx6000-ada.pdf",
                 },
                 # a 115 W laptop: lower clocks; only the changed fields are given
-                {"device_name": "NVIDIA GeForce RTX 4080 Laptop GPU", "flops_per_s": {"fp32": 27e12, "fp16": 54e12}},
+                {
+                    "device_name": "NVIDIA GeForce RTX 4080 Laptop GPU",
+                    "flops_per_s": {"fp32": 27e12, "fp16": 54e12},
+                },
             ]
         },
     )
     new = lookup("RTX 6000 Ada", overrides=path)
-    assert new.device_name == "NVIDIA RTX 6000 Ada Generation" and new.flops_per_s["bf16"] == 364.25e12
+    assert (
+        new.device_name == "NVIDIA RTX 6000 Ada Generation" and new.flops_per_s["bf16"] == 364.25e12
+    )
     laptop = lookup("NVIDIA GeForce RTX 4080 Laptop GPU", overrides=path)
     assert laptop.flops_per_s == {"fp32": 27e12, "fp16": 54e12}
     assert laptop.dram_bytes_per_s == pytest.approx(432e9)  # inherited from the built-in entry
     assert laptop.source == lookup("NVIDIA GeForce RTX 4080 Laptop GPU").source
-    assert find("RTX 4080 Mobile", overrides=path) == laptop  # built-in aliases still lead to the override
+    assert (
+        find("RTX 4080 Mobile", overrides=path) == laptop
+    )  # built-in aliases still lead to the override
     assert find("NVIDIA RTX 6000 Ada Generation") is None  # without the file: unknown
     names = [p.device_name for p in pt.known_devices(path)]
     assert names.count("NVIDIA GeForce RTX 4080 Laptop GPU") == 1
 
 
 def test_environment_variable_names_the_file_and_the_argument_wins(tmp_path, monkeypatch):
-    env_file = _write(tmp_path, [{"device_name": "NVIDIA L4", "dram_bytes_per_s": 111e9}], "env.json")
-    arg_file = _write(tmp_path, [{"device_name": "NVIDIA L4", "dram_bytes_per_s": 222e9}], "arg.json")
+    env_file = _write(
+        tmp_path, [{"device_name": "NVIDIA L4", "dram_bytes_per_s": 111e9}], "env.json"
+    )
+    arg_file = _write(
+        tmp_path, [{"device_name": "NVIDIA L4", "dram_bytes_per_s": 222e9}], "arg.json"
+    )
     monkeypatch.setenv(pt.PEAKS_FILE_ENV, str(env_file))
     assert lookup("NVIDIA L4").dram_bytes_per_s == 111e9
     assert lookup("NVIDIA L4", overrides=arg_file).dram_bytes_per_s == 222e9
@@ -279,11 +328,23 @@ def test_yaml_file_with_numbers_yaml_reads_as_strings(tmp_path):
         ("{not json", "not valid JSON"),
         ({"devices": {"device_name": "X"}}, "expected"),
         ([{"device_name": "X", "dram_bytes_per_sec": 1e9}], "unknown field.*dram_bytes_per_sec"),
-        ([{"device_name": "Brand New GPU", "flops_per_s": {"fp32": 1e12}}], "new device needs dram_bytes_per_s, source"),
-        ([{"device_name": "NVIDIA L4", "flops_per_s": {"fp32": -5}}], r"entry 1 \(NVIDIA L4\).*flops_per_s\[fp32\]"),
+        (
+            [{"device_name": "Brand New GPU", "flops_per_s": {"fp32": 1e12}}],
+            "new device needs dram_bytes_per_s, source",
+        ),
+        (
+            [{"device_name": "NVIDIA L4", "flops_per_s": {"fp32": -5}}],
+            r"entry 1 \(NVIDIA L4\).*flops_per_s\[fp32\]",
+        ),
         ([{"flops_per_s": {"fp32": 1e12}}], "device_name is required"),
-        ([{"device_name": "NVIDIA L4", "l2_bytes_per_s": 0}], r"entry 1 \(NVIDIA L4\).*l2_bytes_per_s"),
-        ([{"device_name": "NVIDIA L4", "l2_bytes_per_sec": 1e12}], "unknown field.*l2_bytes_per_sec"),
+        (
+            [{"device_name": "NVIDIA L4", "l2_bytes_per_s": 0}],
+            r"entry 1 \(NVIDIA L4\).*l2_bytes_per_s",
+        ),
+        (
+            [{"device_name": "NVIDIA L4", "l2_bytes_per_sec": 1e12}],
+            "unknown field.*l2_bytes_per_sec",
+        ),
     ],
 )
 def test_bad_override_file_is_a_one_line_usage_error(tmp_path, content, message):

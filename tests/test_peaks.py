@@ -1,5 +1,6 @@
 """profiling.peaks: dtype availability, time budget, timing arithmetic, STREAM byte counting and
 array sizing, the `peaks` run."""
+
 from __future__ import annotations
 
 import json
@@ -135,7 +136,9 @@ def test_config_defaults_per_device():
     assert core.PeaksConfig(env_label="t", matrix_size=64).matrix_size_for("cuda") == 64
     assert core.PeaksConfig(env_label="").env_label == schema.default_env_label()
     default = core.PeaksConfig(env_label="t")
-    assert default.bandwidth_mib == 0 and default.time_budget_s == core.DEFAULT_TIME_BUDGET_S  # automatic size, budget
+    assert (
+        default.bandwidth_mib == 0 and default.time_budget_s == core.DEFAULT_TIME_BUDGET_S
+    )  # automatic size, budget
     assert default.params()["time_budget_s"] == core.DEFAULT_TIME_BUDGET_S
 
 
@@ -155,16 +158,23 @@ MIB = 2**20
         (None, 1.5 * 2**30, 256, True),  # even the floor is capped: 0.5 * 1536 MiB / 3
     ],
 )
-def test_dram_array_size_is_four_llc_at_least_512_mib_capped_by_memory(llc, available, expected_mib, warns):
+def test_dram_array_size_is_four_llc_at_least_512_mib_capped_by_memory(
+    llc, available, expected_mib, warns
+):
     size, warning = core.dram_array_bytes(llc, available)
     assert size == expected_mib * MIB
     assert (warning is not None) == warns
     if warns:
-        assert warning.startswith("warning: STREAM arrays capped at") and f"{expected_mib} MiB" in warning
+        assert (
+            warning.startswith("warning: STREAM arrays capped at")
+            and f"{expected_mib} MiB" in warning
+        )
 
 
 def test_l2_arrays_fill_half_the_l2_together():
-    assert core.l2_array_bytes(4 * MIB) == 696320  # 4 MiB * 0.5 / 3 = 699050.7 -> 170 pages of 4 KiB
+    assert (
+        core.l2_array_bytes(4 * MIB) == 696320
+    )  # 4 MiB * 0.5 / 3 = 699050.7 -> 170 pages of 4 KiB
     assert core.l2_array_bytes(40 * MIB) == 6987776  # A100: 40 MiB * 0.5 / 3 -> 1706 pages
     assert core.l2_array_bytes(1000) == 4096  # at least one page
     assert core.l2_array_bytes(None) == 0 and core.l2_array_bytes(0) == 0  # unknown: no L2 step
@@ -189,7 +199,9 @@ class FakeDevice:
 
 def test_sample_batches_fast_calls_and_computes_rates():
     dev = FakeDevice(0.25)
-    m = core._sample("k", "flops", 1e9, dev.kernel, 3, lambda: None, dev.clock, warmup_s=0.0, min_sample_s=1.0)
+    m = core._sample(
+        "k", "flops", 1e9, dev.kernel, 3, lambda: None, dev.clock, warmup_s=0.0, min_sample_s=1.0
+    )
     assert m.calls_per_sample == 4  # 4 calls of 0.25 s make a 1 s sample
     assert m.samples_s == [1.0, 1.0, 1.0]
     assert m.rates == [4e9, 4e9, 4e9] and m.best == 4e9 and m.median == 4e9
@@ -198,20 +210,28 @@ def test_sample_batches_fast_calls_and_computes_rates():
 
 def test_warmup_runs_until_warmup_s():
     dev = FakeDevice(0.25)
-    core._sample("k", "flops", 1.0, dev.kernel, 1, lambda: None, dev.clock, warmup_s=1.0, min_sample_s=0.0)
+    core._sample(
+        "k", "flops", 1.0, dev.kernel, 1, lambda: None, dev.clock, warmup_s=1.0, min_sample_s=0.0
+    )
     assert dev.calls == 4 + 1  # warmup calls at t=0.25, 0.5, 0.75, 1.0; then one sample
 
 
 def test_calls_per_sample_come_from_the_fastest_warmup_call():
     dev = FakeDevice(0.0)
-    durations = iter([0.5, 0.0625, 0.125] + [0.0625] * 100)  # the first call met a descheduled thread
+    durations = iter(
+        [0.5, 0.0625, 0.125] + [0.0625] * 100
+    )  # the first call met a descheduled thread
 
     def kernel():
         dev.now += next(durations)
 
-    m = core._sample("k", "bytes", 1.0, kernel, 1, lambda: None, dev.clock, warmup_s=0.6, min_sample_s=0.25)
+    m = core._sample(
+        "k", "bytes", 1.0, kernel, 1, lambda: None, dev.clock, warmup_s=0.6, min_sample_s=0.25
+    )
     assert m.warmup_s == [0.5, 0.0625, 0.125]  # warmup calls until 0.6 s had passed
-    assert m.calls_per_sample == 4  # 0.25 s / 0.0625 s; the last call (0.125 s) would give 2, the first 1
+    assert (
+        m.calls_per_sample == 4
+    )  # 0.25 s / 0.0625 s; the last call (0.125 s) would give 2, the first 1
 
 
 def test_best_and_median_of_uneven_samples():
@@ -241,12 +261,17 @@ class Recorder(FakeDevice):
 
 
 def _two_kernels(dev: Recorder) -> dict:
-    return {"copy": ("bytes", 8.0, dev.kernel_named("copy")), "triad": ("bytes", 12.0, dev.kernel_named("triad"))}
+    return {
+        "copy": ("bytes", 8.0, dev.kernel_named("copy")),
+        "triad": ("bytes", 12.0, dev.kernel_named("triad")),
+    }
 
 
 def test_kernels_alternate_sample_by_sample():
     dev = Recorder(0.5)
-    m = core._sample_kernels(_two_kernels(dev), 3, lambda: None, dev.clock, warmup_s=0.0, min_sample_s=1.0)
+    m = core._sample_kernels(
+        _two_kernels(dev), 3, lambda: None, dev.clock, warmup_s=0.0, min_sample_s=1.0
+    )
     # warmup (one call each), then 3 rounds of one 2-call sample per kernel, copy and triad taking turns
     assert dev.order == ["copy", "triad"] + (["copy"] * 2 + ["triad"] * 2) * 3
     assert m["copy"].samples_s == [1.0, 1.0, 1.0] and m["triad"].rates == [24.0, 24.0, 24.0]
@@ -257,10 +282,18 @@ def test_kernels_alternate_sample_by_sample():
     "deadline,budget_end,taken",
     [
         (math.inf, math.inf, 10),  # no budget: every repeat
-        (5.0, math.inf, 4),  # warmup ends at t=1; samples end at 2, 3, 4, 5; a fifth would end at 6 > 5
+        (
+            5.0,
+            math.inf,
+            4,
+        ),  # warmup ends at t=1; samples end at 2, 3, 4, 5; a fifth would end at 6 > 5
         (5.5, math.inf, 4),
         (6.0, math.inf, 5),
-        (0.0, math.inf, 3),  # the share is spent before the first sample: MIN_SAMPLES are still taken
+        (
+            0.0,
+            math.inf,
+            3,
+        ),  # the share is spent before the first sample: MIN_SAMPLES are still taken
         (0.0, 0.0, 1),  # the whole budget is spent: one sample, so the step still has a value
         (math.inf, 3.0, 2),  # rounds end at t=2 and t=3; a third would end at 4, after the budget
         (math.inf, 2.5, 1),  # the second round would end at 3 > 2.5
@@ -269,8 +302,19 @@ def test_kernels_alternate_sample_by_sample():
 )
 def test_budget_stops_sampling_when_the_share_is_spent(deadline, budget_end, taken):
     dev = FakeDevice(1.0)
-    m = core._sample("k", "flops", 1.0, dev.kernel, 10, lambda: None, dev.clock, 0.0, 0.0,
-                     deadline=deadline, budget_end=budget_end)  # fmt: skip
+    m = core._sample(
+        "k",
+        "flops",
+        1.0,
+        dev.kernel,
+        10,
+        lambda: None,
+        dev.clock,
+        0.0,
+        0.0,
+        deadline=deadline,
+        budget_end=budget_end,
+    )
     assert len(m.samples_s) == taken and m.requested == 10
     assert m.cut == (taken < 10)
 
@@ -287,8 +331,14 @@ def test_a_sample_stops_after_ten_times_its_expected_length():
     m = core._sample("k", "bytes", 3.0, kernel, 2, lambda: None, dev.clock, 0.0, 1.0)
     assert m.calls_per_sample == 100  # 1 s / 0.01 s
     # the cap is 10 x max(min_sample_s, warmup call) = 10 s: the call that ends past it is the last
-    assert m.samples_s == pytest.approx([11.0, 11.0]) and m.calls == [11, 11] and m.sample_calls == [11, 11]
-    assert m.rates == pytest.approx([3.0, 3.0])  # 11 calls x 3 bytes / 11 s: the calls made count, not those planned
+    assert (
+        m.samples_s == pytest.approx([11.0, 11.0])
+        and m.calls == [11, 11]
+        and m.sample_calls == [11, 11]
+    )
+    assert m.rates == pytest.approx(
+        [3.0, 3.0]
+    )  # 11 calls x 3 bytes / 11 s: the calls made count, not those planned
     assert m.warmup_s == [0.01]
     assert m.to_dict()["sample_calls"] == [11, 11]
 
@@ -305,7 +355,9 @@ def test_budget_splits_what_is_left_by_weight():
     dev = FakeDevice(1.0)
     budget = core.Budget(45.0, [1.0, 1.0, 2.0, 0.5], dev.clock)
     assert budget.end == 45.0
-    assert budget.next_step() == pytest.approx(45 * 1 / 4.5)  # 10 s of 45 for the first of weights 1+1+2+0.5
+    assert budget.next_step() == pytest.approx(
+        45 * 1 / 4.5
+    )  # 10 s of 45 for the first of weights 1+1+2+0.5
     dev.now = 4.0  # the first step used 4 s of its 10
     assert budget.next_step() == pytest.approx(4 + 41 * 1 / 3.5)  # what it left over is shared
     dev.now = 50.0  # over budget: later steps get deadlines of "now"
@@ -363,26 +415,61 @@ def test_stream_arrays_are_preallocated_touched_once_and_reused():
     with _RecordOps() as rec:
         m = core.measure_stream(4096 * 4, 4, "cpu", min_sample_s=0.0)
     names = [name for name, _ in rec.ops]
-    assert names[:6] == ["empty"] * 3 + ["fill_"] * 3  # allocated, then first touched, before any timed call
+    assert (
+        names[:6] == ["empty"] * 3 + ["fill_"] * 3
+    )  # allocated, then first touched, before any timed call
     # then only the two kernels, writing in place: warmup + 4 samples of one call, copy and triad alternating
     assert names[6:] == ["copy_", "add"] * 5
-    assert len({ptr for _, ptr in rec.ops}) == 3  # every op's result lives in one of the three arrays
+    assert (
+        len({ptr for _, ptr in rec.ops}) == 3
+    )  # every op's result lives in one of the three arrays
     assert [len(x.samples_s) for x in m.values()] == [4, 4]
 
 
 def test_progress_reports_every_step_in_plan_order():
     seen = []
-    r = core.run_peaks("cpu", ["fp32", "bf16"], 32, 4096 * 4, 2, 3, l2_array_bytes=4096, min_sample_s=0.0,
-                       on_step=lambda label, meas: seen.append((label, meas)))  # fmt: skip
-    assert [label for label, _ in seen] == core.plan(["fp32", "bf16"]) == ["stream l2", "gemm fp32", "gemm bf16", "stream dram"]
-    assert len(r.l2["copy"].samples_s) == core.L2_REPEATS_FACTOR * 3 and len(r.stream["copy"].samples_s) == 3
-    assert seen[0][1] is r.l2[r.l2_kernel] and seen[1][1] is r.compute["fp32"] and seen[2][1] is r.compute["bf16"]
+    r = core.run_peaks(
+        "cpu",
+        ["fp32", "bf16"],
+        32,
+        4096 * 4,
+        2,
+        3,
+        l2_array_bytes=4096,
+        min_sample_s=0.0,
+        on_step=lambda label, meas: seen.append((label, meas)),
+    )
+    assert (
+        [label for label, _ in seen]
+        == core.plan(["fp32", "bf16"])
+        == ["stream l2", "gemm fp32", "gemm bf16", "stream dram"]
+    )
+    assert (
+        len(r.l2["copy"].samples_s) == core.L2_REPEATS_FACTOR * 3
+        and len(r.stream["copy"].samples_s) == 3
+    )
+    assert (
+        seen[0][1] is r.l2[r.l2_kernel]
+        and seen[1][1] is r.compute["fp32"]
+        and seen[2][1] is r.compute["bf16"]
+    )
     assert seen[3][1] is r.stream[r.dram_kernel]
     assert r.l2["copy"].work == 2 * 4096 and r.stream["copy"].work == 2 * 4096 * 4
     assert set(r.step_s) == set(core.plan(["fp32", "bf16"])) and sum(r.step_s.values()) <= r.wall_s
     seen.clear()
-    core.run_peaks("cpu", ["fp32"], 32, 4096, 1, 1, min_sample_s=0.0, on_step=lambda label, meas: seen.append(label))
-    assert seen == core.plan(["fp32"], l2=False) == ["gemm fp32", "stream dram"]  # no L2 size: no L2 step
+    core.run_peaks(
+        "cpu",
+        ["fp32"],
+        32,
+        4096,
+        1,
+        1,
+        min_sample_s=0.0,
+        on_step=lambda label, meas: seen.append(label),
+    )
+    assert (
+        seen == core.plan(["fp32"], l2=False) == ["gemm fp32", "stream dram"]
+    )  # no L2 size: no L2 step
 
 
 def test_result_metrics_pick_the_better_stream_kernel():
@@ -395,13 +482,21 @@ def test_result_metrics_pick_the_better_stream_kernel():
     assert r.dram_kernel == "triad"
     assert m["peak_dram_bytes_per_s"] == 30.0 and m["peak_dram_bytes_per_s_median"] == 15.0
     assert m["peak_dram_copy_bytes_per_s"] == 10.0
-    assert m["samples_gemm_fp32"] == 3 and m["samples_dram_copy"] == 2 and m["samples_dram_triad"] == 3
+    assert (
+        m["samples_gemm_fp32"] == 3 and m["samples_dram_copy"] == 2 and m["samples_dram_triad"] == 3
+    )
     assert "peak_l2_bytes_per_s" not in m and r.l2_kernel is None
-    r.l2["copy"] = core.Measurement("copy", "bytes", 200.0, 4, [1.0, 2.0], requested=5)  # 800, 400 B/s
+    r.l2["copy"] = core.Measurement(
+        "copy", "bytes", 200.0, 4, [1.0, 2.0], requested=5
+    )  # 800, 400 B/s
     r.l2["triad"] = core.Measurement("triad", "bytes", 300.0, 1, [1.0, 1.0], requested=5)  # 300 B/s
     r.cpu_probe_ratios = {"fp16": 0.5, "bf16": 3.0}
     m = r.metrics()
-    assert r.l2_kernel == "copy" and m["peak_l2_bytes_per_s"] == 800.0 and m["peak_l2_bytes_per_s_median"] == 600.0
+    assert (
+        r.l2_kernel == "copy"
+        and m["peak_l2_bytes_per_s"] == 800.0
+        and m["peak_l2_bytes_per_s_median"] == 600.0
+    )
     assert m["peak_l2_triad_bytes_per_s"] == 300.0 and m["samples_l2_copy"] == 2
     assert m["cpu_fp16_probe_ratio"] == 0.5 and m["cpu_bf16_probe_ratio"] == 3.0
     assert r.budget_cuts() == {"l2 copy": (2, 5), "l2 triad": (2, 5)}
@@ -414,11 +509,15 @@ def test_result_metrics_pick_the_better_stream_kernel():
 def test_an_l2_figure_below_dram_is_withheld():
     r = core.PeaksResult("cpu", 64, 4000)
     r.stream["triad"] = core.Measurement("triad", "bytes", 30.0, 1, [1.0])  # DRAM 30 B/s
-    r.l2["copy"] = core.Measurement("copy", "bytes", 20.0, 1, [1.0])  # "L2" 20 B/s: disturbed samples
+    r.l2["copy"] = core.Measurement(
+        "copy", "bytes", 20.0, 1, [1.0]
+    )  # "L2" 20 B/s: disturbed samples
     r.l2["triad"] = core.Measurement("triad", "bytes", 12.0, 1, [1.0])
     m = r.metrics()
     assert "below the DRAM figure" in r.l2_withheld and "peak_l2_bytes_per_s" not in m
-    assert "peak_l2_bytes_per_s_median" not in m and m["peak_l2_copy_bytes_per_s"] == 20.0  # the raw figures stay
+    assert (
+        "peak_l2_bytes_per_s_median" not in m and m["peak_l2_copy_bytes_per_s"] == 20.0
+    )  # the raw figures stay
     r.l2["copy"] = core.Measurement("copy", "bytes", 31.0, 1, [1.0])
     assert r.l2_withheld is None and r.metrics()["peak_l2_bytes_per_s"] == 31.0
 
@@ -435,21 +534,31 @@ def test_cpu_probe_ratio_is_best_fp32_time_over_best_dtype_time():
     dev = FakeDevice(0.0)
     order = []
     # per dtype: the warmup call, then one call per round (3 rounds); seconds each call takes
-    times = {torch.float32: iter([9.0, 2.0, 3.0, 4.0]), torch.float16: iter([9.0, 8.0, 40.0, 10.0]),
-             torch.bfloat16: iter([9.0, 1.0, 0.5, 2.0])}  # fmt: skip
+    times = {
+        torch.float32: iter([9.0, 2.0, 3.0, 4.0]),
+        torch.float16: iter([9.0, 8.0, 40.0, 10.0]),
+        torch.bfloat16: iter([9.0, 1.0, 0.5, 2.0]),
+    }
 
     def mm(a, b, out):
         order.append(a.dtype)
         dev.now += next(times[a.dtype])
 
     ratios = core.probe_cpu_ratios(("fp16", "bf16"), n=8, rounds=3, clock=dev.clock, mm=mm)
-    assert ratios == {"fp16": 2.0 / 8.0, "bf16": 2.0 / 0.5}  # best fp32 2 s; best fp16 8 s, best bf16 0.5 s
-    assert order == [torch.float32, torch.float16, torch.bfloat16] * 4  # interleaved, warmup included
+    assert ratios == {
+        "fp16": 2.0 / 8.0,
+        "bf16": 2.0 / 0.5,
+    }  # best fp32 2 s; best fp16 8 s, best bf16 0.5 s
+    assert (
+        order == [torch.float32, torch.float16, torch.bfloat16] * 4
+    )  # interleaved, warmup included
 
 
 def test_cpu_probe_runs_real_matmuls():
     ratios = core.probe_cpu_ratios(n=32, rounds=1)
-    assert set(ratios) == {"fp16", "bf16"} and all(math.isfinite(r) and r > 0 for r in ratios.values())
+    assert set(ratios) == {"fp16", "bf16"} and all(
+        math.isfinite(r) and r > 0 for r in ratios.values()
+    )
 
 
 # ------------------------------------------------------------------------------ CLI edge helpers
@@ -476,12 +585,23 @@ def _sysfs_caches(root, caches):
 
 def test_cache_sizes_count_every_instance_the_cpus_use(tmp_path):
     # this host's sysfs: private 48K L1d, 64K L1i, 2048K L2 per core; one 491520K L3 for CPUs 0-1
-    root = _sysfs_caches(tmp_path, [(1, "Data", "48K", "0"), (1, "Instruction", "64K", "0"),
-                                    (2, "Unified", "2048K", "0"), (3, "Unified", "491520K", "0-1")])  # fmt: skip
+    root = _sysfs_caches(
+        tmp_path,
+        [
+            (1, "Data", "48K", "0"),
+            (1, "Instruction", "64K", "0"),
+            (2, "Unified", "2048K", "0"),
+            (3, "Unified", "491520K", "0-1"),
+        ],
+    )
     assert cli.cpu_cache_bytes(1, root, cpus=1) == 48 * 1024  # the instruction cache is not data
-    assert cli.cpu_cache_bytes(2, root, cpus=2) == 2 * 2048 * 1024  # two threads: two private L2s (lscpu: 4 MiB)
+    assert (
+        cli.cpu_cache_bytes(2, root, cpus=2) == 2 * 2048 * 1024
+    )  # two threads: two private L2s (lscpu: 4 MiB)
     assert cli.cpu_cache_bytes(2, root, cpus=1) == 2048 * 1024
-    assert cli.cpu_last_level_cache_bytes(root, cpus=2) == 480 * 2**20  # lscpu: L3 480 MiB (1 instance)
+    assert (
+        cli.cpu_last_level_cache_bytes(root, cpus=2) == 480 * 2**20
+    )  # lscpu: L3 480 MiB (1 instance)
     assert cli.cpu_last_level_cache_bytes(root, cpus=4) == 960 * 2**20  # CPUs 0-3: two L3 instances
     assert cli.cpu_cache_bytes(4, root) is None
     assert cli._count_cpus("0-3,8,10-11\n") == 7
@@ -513,7 +633,18 @@ def test_check_sizes():
 
 
 # ------------------------------------------------------------------------------ the CLI
-TINY = ["--device", "cpu", "--matrix-size", "64", "--bandwidth-mib", "1", "--repeats", "2", "--bandwidth-repeats", "3"]
+TINY = [
+    "--device",
+    "cpu",
+    "--matrix-size",
+    "64",
+    "--bandwidth-mib",
+    "1",
+    "--repeats",
+    "2",
+    "--bandwidth-repeats",
+    "3",
+]
 
 
 @pytest.mark.skipif(gpu_available(), reason="checks the message on a machine without CUDA")
@@ -550,12 +681,23 @@ def test_mps_without_mps_is_a_one_line_error(capsys, tracking):
 
 
 def test_tiny_measurement_logs_a_peaks_run(capsys, tracking):
-    argv = TINY + ["--dtypes", "fp32,bf16", "--env-label", "test-env", "--experiment", "peaks-test", "--time-budget-s", "600"]
+    argv = TINY + [
+        "--dtypes",
+        "fp32,bf16",
+        "--env-label",
+        "test-env",
+        "--experiment",
+        "peaks-test",
+        "--time-budget-s",
+        "600",
+    ]
     l2 = core.l2_array_bytes(cli.device_facts("cpu").l2_bytes)
     assert cli.main(argv) == 0
     captured = capsys.readouterr()
     out, err = captured.out.strip().splitlines(), captured.err
-    assert len(out) == 1 and out[0].startswith("peaks cpu [") and "fp32" in out[0] and "DRAM" in out[0]
+    assert (
+        len(out) == 1 and out[0].startswith("peaks cpu [") and "fp32" in out[0] and "DRAM" in out[0]
+    )
 
     (run,) = mlflow.search_runs(experiment_names=["peaks-test"], output_format="list")
     assert run.info.status == "FINISHED" and run.info.run_id in out[0]
@@ -566,7 +708,10 @@ def test_tiny_measurement_logs_a_peaks_run(capsys, tracking):
     assert tags[schema.TAG_DEVICE_TYPE] == "cpu" and "torch_version" in tags
     assert tags["dtypes_measured"] == "fp32,bf16" and "tf32" in tags["dtypes_skipped"]
     for dtype in ("fp32", "bf16"):
-        best, median = metrics[f"peak_flops_per_s_{dtype}"], metrics[f"peak_flops_per_s_{dtype}_median"]
+        best, median = (
+            metrics[f"peak_flops_per_s_{dtype}"],
+            metrics[f"peak_flops_per_s_{dtype}_median"],
+        )
         assert math.isfinite(best) and 0 < median <= best
     assert "peak_flops_per_s_fp16" not in metrics
     kernel = tags["peak_dram_kernel"]
@@ -576,29 +721,55 @@ def test_tiny_measurement_logs_a_peaks_run(capsys, tracking):
         for key in (f"peak_{level}_copy_bytes_per_s", f"peak_{level}_triad_bytes_per_s"):
             assert math.isfinite(metrics[key]) and metrics[key] > 0, key
         if level == "l2" and withheld:
-            assert "peak_l2_bytes_per_s" not in metrics and "below the DRAM figure" in tags["peak_l2_withheld"]
-            assert max(metrics["peak_l2_copy_bytes_per_s"], metrics["peak_l2_triad_bytes_per_s"]) < metrics["peak_dram_bytes_per_s"]
+            assert (
+                "peak_l2_bytes_per_s" not in metrics
+                and "below the DRAM figure" in tags["peak_l2_withheld"]
+            )
+            assert (
+                max(metrics["peak_l2_copy_bytes_per_s"], metrics["peak_l2_triad_bytes_per_s"])
+                < metrics["peak_dram_bytes_per_s"]
+            )
             continue
         for key in (f"peak_{level}_bytes_per_s", f"peak_{level}_bytes_per_s_median"):
             assert math.isfinite(metrics[key]) and metrics[key] > 0, key
-        assert 0 < metrics[f"peak_{level}_bytes_per_s_median"] <= metrics[f"peak_{level}_bytes_per_s"]
+        assert (
+            0 < metrics[f"peak_{level}_bytes_per_s_median"] <= metrics[f"peak_{level}_bytes_per_s"]
+        )
         assert metrics[f"peak_{level}_bytes_per_s"] == max(
             metrics[f"peak_{level}_copy_bytes_per_s"], metrics[f"peak_{level}_triad_bytes_per_s"]
         )
     assert metrics["peak_dram_bytes_per_s"] == metrics[f"peak_dram_{kernel}_bytes_per_s"]
     assert params["matrix_size_resolved"] == "64" and params["stream_array_bytes"] == str(2**20)
-    assert params["dtypes"] == "fp32,bf16" and params["repeats"] == "2" and params["time_budget_s"] == "600.0"
+    assert (
+        params["dtypes"] == "fp32,bf16"
+        and params["repeats"] == "2"
+        and params["time_budget_s"] == "600.0"
+    )
     assert params["l2_array_bytes"] == str(l2)
     if l2:
         if not withheld:
-            assert metrics["peak_l2_bytes_per_s"] == metrics[f"peak_l2_{tags['peak_l2_kernel']}_bytes_per_s"]
-        assert metrics["samples_l2_copy"] == metrics["samples_l2_triad"] == 3 * core.L2_REPEATS_FACTOR
+            assert (
+                metrics["peak_l2_bytes_per_s"]
+                == metrics[f"peak_l2_{tags['peak_l2_kernel']}_bytes_per_s"]
+            )
+        assert (
+            metrics["samples_l2_copy"] == metrics["samples_l2_triad"] == 3 * core.L2_REPEATS_FACTOR
+        )
     # the budget is generous: every asked-for sample was taken, and the run says so
     assert tags["time_budget_cut"] == "none" and "within the 600 s time budget" in out[0]
-    assert metrics["samples_gemm_fp32"] == 2 and metrics["samples_dram_copy"] == metrics["samples_dram_triad"] == 3
-    assert metrics["setup_s"] == pytest.approx(sum(v for k, v in metrics.items() if k.startswith("setup_") and k != "setup_s"))
-    assert {"setup_device_s", "setup_probes_s", "setup_environment_s", "setup_tracking_s"} <= set(metrics)
-    assert "setup_startup_s" not in metrics  # main(argv) from a test: the process start says nothing
+    assert (
+        metrics["samples_gemm_fp32"] == 2
+        and metrics["samples_dram_copy"] == metrics["samples_dram_triad"] == 3
+    )
+    assert metrics["setup_s"] == pytest.approx(
+        sum(v for k, v in metrics.items() if k.startswith("setup_") and k != "setup_s")
+    )
+    assert {"setup_device_s", "setup_probes_s", "setup_environment_s", "setup_tracking_s"} <= set(
+        metrics
+    )
+    assert (
+        "setup_startup_s" not in metrics
+    )  # main(argv) from a test: the process start says nothing
     assert "note: time: device facts" in err and "measuring" in err
 
     client = mlflow.tracking.MlflowClient()
@@ -627,10 +798,16 @@ def _no_measuring_probe(monkeypatch, ratios):
     [
         ({"fp16": 1.0, "bf16": 3.0}, "fp32,fp16,bf16", None),  # AMX / AVX512-FP16: both fast
         ({"fp16": 0.02, "bf16": 3.0}, "fp32,bf16", "fp16 matmul ran at 2% of the fp32 rate"),
-        ({"fp16": 0.9, "bf16": 0.05}, "fp32,fp16", "bf16 matmul ran at 5% of the fp32 rate"),  # no AMX/AVX512-BF16
+        (
+            {"fp16": 0.9, "bf16": 0.05},
+            "fp32,fp16",
+            "bf16 matmul ran at 5% of the fp32 rate",
+        ),  # no AMX/AVX512-BF16
     ],
 )
-def test_default_dtypes_on_cpu_follow_the_probe(monkeypatch, capsys, tracking, ratios, measured, skipped):
+def test_default_dtypes_on_cpu_follow_the_probe(
+    monkeypatch, capsys, tracking, ratios, measured, skipped
+):
     calls = _no_measuring_probe(monkeypatch, ratios)
     assert cli.main(TINY + ["--experiment", "auto"]) == 0  # no --dtypes: the CPU defaults
     assert len(calls) == 1
@@ -643,7 +820,10 @@ def test_default_dtypes_on_cpu_follow_the_probe(monkeypatch, capsys, tracking, r
     assert not any(f"peak_flops_per_s_{d}" in metrics for d in slow)
     if skipped:
         assert skipped in tags["dtypes_skipped"] and skipped in err
-    assert metrics["cpu_fp16_probe_ratio"] == ratios["fp16"] and metrics["cpu_bf16_probe_ratio"] == ratios["bf16"]
+    assert (
+        metrics["cpu_fp16_probe_ratio"] == ratios["fp16"]
+        and metrics["cpu_bf16_probe_ratio"] == ratios["bf16"]
+    )
 
 
 def test_explicit_dtypes_skip_the_probe(monkeypatch, capsys, tracking):
@@ -651,18 +831,34 @@ def test_explicit_dtypes_skip_the_probe(monkeypatch, capsys, tracking):
     assert cli.main(TINY + ["--dtypes", "bf16", "--experiment", "explicit"]) == 0
     assert calls == []  # asked for: measured however slow, and nothing probed
     (run,) = mlflow.search_runs(experiment_names=["explicit"], output_format="list")
-    assert run.data.tags["dtypes_measured"] == "bf16" and "cpu_bf16_probe_ratio" not in run.data.metrics
+    assert (
+        run.data.tags["dtypes_measured"] == "bf16"
+        and "cpu_bf16_probe_ratio" not in run.data.metrics
+    )
 
 
 def test_time_budget_cuts_sampling_and_says_so(capsys, tracking):
-    argv = TINY + ["--dtypes", "fp32", "--repeats", "5", "--time-budget-s", "0.001", "--experiment", "budget"]
+    argv = TINY + [
+        "--dtypes",
+        "fp32",
+        "--repeats",
+        "5",
+        "--time-budget-s",
+        "0.001",
+        "--experiment",
+        "budget",
+    ]
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
     # one sample lasts >= 50 ms, so the 1 ms budget is gone after the first round of every step
-    assert "the 0.001 s time budget cut sampling (gemm fp32 1/5, dram copy 1/3, dram triad 1/3" in out
+    assert (
+        "the 0.001 s time budget cut sampling (gemm fp32 1/5, dram copy 1/3, dram triad 1/3" in out
+    )
     (run,) = mlflow.search_runs(experiment_names=["budget"], output_format="list")
     m, tags = run.data.metrics, run.data.tags
-    assert m["samples_gemm_fp32"] == 1 and m["samples_dram_copy"] == 1 and m["samples_dram_triad"] == 1
+    assert (
+        m["samples_gemm_fp32"] == 1 and m["samples_dram_copy"] == 1 and m["samples_dram_triad"] == 1
+    )
     assert tags["time_budget_cut"].startswith("gemm fp32 1/5, dram copy 1/3, dram triad 1/3")
     assert math.isfinite(m["peak_flops_per_s_fp32"]) and math.isfinite(m["peak_dram_bytes_per_s"])
 
@@ -672,15 +868,25 @@ def test_automatic_dram_array_size(monkeypatch, capsys, tracking):
     facts = cli.DeviceFacts(None, True, llc_bytes=2**20, free_bytes=48 * 2**20, l2_bytes=None)
     monkeypatch.setattr(cli, "device_facts", lambda device: facts)
     base = [a for a in TINY if a not in ("--bandwidth-mib", "1")] + ["--dtypes", "fp32"]
-    assert cli.main(base + ["--experiment", "auto-size"]) == 0  # 4 x 1 MiB LLC = 4 MiB, cap 8 MiB: no warning
+    assert (
+        cli.main(base + ["--experiment", "auto-size"]) == 0
+    )  # 4 x 1 MiB LLC = 4 MiB, cap 8 MiB: no warning
     err = capsys.readouterr().err
     assert "capped" not in err and "no L2 ceiling measured" in err
     (run,) = mlflow.search_runs(experiment_names=["auto-size"], output_format="list")
-    assert run.data.params["bandwidth_mib"] == "0" and run.data.params["stream_array_bytes"] == str(4 * 2**20)
-    assert "peak_l2_bytes_per_s" not in run.data.metrics and run.data.params["l2_array_bytes"] == "0"
+    assert run.data.params["bandwidth_mib"] == "0" and run.data.params["stream_array_bytes"] == str(
+        4 * 2**20
+    )
+    assert (
+        "peak_l2_bytes_per_s" not in run.data.metrics and run.data.params["l2_array_bytes"] == "0"
+    )
 
-    monkeypatch.setattr(cli, "device_facts", lambda device: cli.DeviceFacts(None, True, 2**20, 12 * 2**20))
-    assert cli.main(base + ["--experiment", "capped"]) == 0  # cap: half of 12 MiB for three arrays = 2 MiB each
+    monkeypatch.setattr(
+        cli, "device_facts", lambda device: cli.DeviceFacts(None, True, 2**20, 12 * 2**20)
+    )
+    assert (
+        cli.main(base + ["--experiment", "capped"]) == 0
+    )  # cap: half of 12 MiB for three arrays = 2 MiB each
     assert "warning: STREAM arrays capped at 2 MiB each instead of 4 MiB" in capsys.readouterr().err
     (run,) = mlflow.search_runs(experiment_names=["capped"], output_format="list")
     assert run.data.params["stream_array_bytes"] == str(2 * 2**20)
@@ -689,14 +895,28 @@ def test_automatic_dram_array_size(monkeypatch, capsys, tracking):
 def test_vendor_entry_is_logged_when_the_device_is_in_the_table(tmp_path, capsys, tracking):
     name = envinfo.device_name("cpu")
     peaks_file = tmp_path / "peaks.json"
-    peaks_file.write_text(json.dumps([{
-        "device_name": name, "flops_per_s": {"fp32": 1e12},
-        "dram_bytes_per_s": 100e9, "source": "https://example.com/cpu",
-    }]))  # fmt: skip
-    assert cli.main(TINY + ["--dtypes", "fp32", "--peaks-file", str(peaks_file), "--experiment", "v"]) == 0
+    peaks_file.write_text(
+        json.dumps(
+            [
+                {
+                    "device_name": name,
+                    "flops_per_s": {"fp32": 1e12},
+                    "dram_bytes_per_s": 100e9,
+                    "source": "https://example.com/cpu",
+                }
+            ]
+        )
+    )
+    assert (
+        cli.main(TINY + ["--dtypes", "fp32", "--peaks-file", str(peaks_file), "--experiment", "v"])
+        == 0
+    )
     assert "of datasheet" in capsys.readouterr().out
     (run,) = mlflow.search_runs(experiment_names=["v"], output_format="list")
-    assert run.data.tags["vendor_peaks"] == name and run.data.tags["vendor_source"] == "https://example.com/cpu"
+    assert (
+        run.data.tags["vendor_peaks"] == name
+        and run.data.tags["vendor_source"] == "https://example.com/cpu"
+    )
     assert float(run.data.params["vendor_peak_flops_per_s_fp32"]) == 1e12
     assert float(run.data.params["vendor_peak_dram_bytes_per_s"]) == 100e9
     m = run.data.metrics
@@ -712,10 +932,19 @@ def test_vendor_cache_bandwidths_are_compared_when_given():
     r.compute["bf16"] = core.Measurement("bf16", "flops", 100.0, 1, [1.0])
     r.stream["copy"] = core.Measurement("copy", "bytes", 50.0, 1, [1.0])
     r.l2["triad"] = core.Measurement("triad", "bytes", 300.0, 1, [1.0])
-    vendor = VendorPeaks("X", {"bf16": 400.0}, 100.0, "https://x", l2_bytes_per_s=600.0, l1_bytes_per_s=900.0)
+    vendor = VendorPeaks(
+        "X", {"bf16": 400.0}, 100.0, "https://x", l2_bytes_per_s=600.0, l1_bytes_per_s=900.0
+    )
     params, tags, metrics = cli.vendor_fields(vendor, r)
-    assert params["vendor_peak_l2_bytes_per_s"] == 600.0 and params["vendor_peak_l1_bytes_per_s"] == 900.0
-    assert metrics == {"fraction_of_vendor_flops_bf16": 0.25, "fraction_of_vendor_dram": 0.5, "fraction_of_vendor_l2": 0.5}
+    assert (
+        params["vendor_peak_l2_bytes_per_s"] == 600.0
+        and params["vendor_peak_l1_bytes_per_s"] == 900.0
+    )
+    assert metrics == {
+        "fraction_of_vendor_flops_bf16": 0.25,
+        "fraction_of_vendor_dram": 0.5,
+        "fraction_of_vendor_l2": 0.5,
+    }
 
 
 def test_out_of_memory_ends_the_run_failed(monkeypatch, capsys, tracking):
@@ -730,12 +959,16 @@ def test_out_of_memory_ends_the_run_failed(monkeypatch, capsys, tracking):
     assert run.info.status == "FAILED" and "smaller --matrix-size" in run.data.tags["error"]
 
 
-def test_a_disturbed_l2_figure_is_reported_but_not_logged_as_the_l2_roof(monkeypatch, capsys, tracking):
+def test_a_disturbed_l2_figure_is_reported_but_not_logged_as_the_l2_roof(
+    monkeypatch, capsys, tracking
+):
     def disturbed(device, dtypes, n, array_bytes, repeats, bandwidth_repeats, **kwargs):
         r = core.PeaksResult("cpu", n, array_bytes, 4096)
         r.compute["fp32"] = core.Measurement("fp32", "flops", 1e9, 1, [0.01])
         r.stream["triad"] = core.Measurement("triad", "bytes", 1e8, 1, [0.01])  # 10 GB/s
-        r.l2["copy"] = core.Measurement("copy", "bytes", 2e6, 1, [0.01])  # 200 MB/s: a descheduled thread
+        r.l2["copy"] = core.Measurement(
+            "copy", "bytes", 2e6, 1, [0.01]
+        )  # 200 MB/s: a descheduled thread
         r.l2["triad"] = core.Measurement("triad", "bytes", 3e6, 1, [0.01])  # 300 MB/s
         return r
 
@@ -745,7 +978,10 @@ def test_a_disturbed_l2_figure_is_reported_but_not_logged_as_the_l2_roof(monkeyp
     assert "warning: the L2 figure (300 MB/s) is below the DRAM figure (10 GB/s)" in captured.err
     assert "L2 300 MB/s (triad) (below DRAM: disturbed, not reported as peak_l2)" in captured.out
     (run,) = mlflow.search_runs(experiment_names=["disturbed"], output_format="list")
-    assert "peak_l2_bytes_per_s" not in run.data.metrics and run.data.metrics["peak_l2_triad_bytes_per_s"] == 3e8
+    assert (
+        "peak_l2_bytes_per_s" not in run.data.metrics
+        and run.data.metrics["peak_l2_triad_bytes_per_s"] == 3e8
+    )
     assert "below the DRAM figure" in run.data.tags["peak_l2_withheld"]
 
 
@@ -760,7 +996,9 @@ def test_cuda_tiny_measurement(tracking):
     import torch
 
     cap = torch.cuda.get_device_capability()
-    av = core.dtype_availability("cuda", cap, torch.cuda.is_bf16_supported(including_emulation=False))
+    av = core.dtype_availability(
+        "cuda", cap, torch.cuda.is_bf16_supported(including_emulation=False)
+    )
     dtypes, _ = core.select_dtypes(None, av)
     l2 = core.l2_array_bytes(cli.device_facts("cuda").l2_bytes)
     r = core.run_peaks("cuda", dtypes, 256, 2**20, 2, 2, l2_array_bytes=l2, min_sample_s=0.0)

@@ -6,6 +6,7 @@ ERR_NVGPUCTRPERM) to the `--log-file` it was asked for (or writes none), prints 
 prints a given line to stderr, and exits with the code it was told. It does not run the `python -m train` child. The CUDA check is replaced by a probe
 passed to `main` (profiling/cli.py).
 """
+
 from __future__ import annotations
 
 import json
@@ -26,9 +27,20 @@ from train.config import TrainConfig
 
 MESSAGES = Path(__file__).resolve().parent / "data" / "ncu_messages"
 L4_CSV = "l4_resnet18_bs64_train_step_details_nvtx.csv"
-CONFIG = ["--model", "resnet18", "--batch", "64", "--image-size", "32", "--env-label", "lab-l4", "--warmup-iters", "2"]
+CONFIG = [
+    "--model",
+    "resnet18",
+    "--batch",
+    "64",
+    "--image-size",
+    "32",
+    "--env-label",
+    "lab-l4",
+    "--warmup-iters",
+    "2",
+]
 
-STANDIN = '''#!{python}
+STANDIN = """#!{python}
 import json, os, shutil, sys
 args = sys.argv[1:]
 if args == ["--version"]:
@@ -45,12 +57,15 @@ if os.environ.get("STANDIN_OUTPUT"):
     if os.environ.get("STANDIN_PRINT"):
         print(open(log).read())
 sys.exit(int(os.environ.get("STANDIN_RC", "0")))
-'''
+"""
 
 
 def gpu(available=True, capability=(8, 9), name="NVIDIA L4"):
     return lambda device, env_label=None: GpuInfo(
-        available, name if available else None, capability if available else None, {"driver_version": "555.42"}
+        available,
+        name if available else None,
+        capability if available else None,
+        {"driver_version": "555.42"},
     )
 
 
@@ -67,7 +82,9 @@ def standin(tmp_path, monkeypatch):
     monkeypatch.setenv("STANDIN_ARGV", str(argv_file))
 
     def configure(output: Path | None, rc: int = 0, echo: bool = False, stderr: str | None = None):
-        monkeypatch.setenv("STANDIN_OUTPUT", str(output) if output else "")  # None: write no log file
+        monkeypatch.setenv(
+            "STANDIN_OUTPUT", str(output) if output else ""
+        )  # None: write no log file
         monkeypatch.setenv("STANDIN_RC", str(rc))
         if echo:
             monkeypatch.setenv("STANDIN_PRINT", "1")
@@ -91,32 +108,54 @@ def artifact_csv(run_id: str, path: str, tmp_path: Path) -> pd.DataFrame:
 
 def test_capture_end_to_end_with_standin_ncu(tracking, standin, ncu_dir, tmp_path, capsys):
     argv_file = standin(ncu_dir / L4_CSV)
-    rc = cli.main([*CONFIG, "--profile-steps", "2", "--out", str(tmp_path / "out"), "--experiment", "prof"], probe=gpu())
+    rc = cli.main(
+        [*CONFIG, "--profile-steps", "2", "--out", str(tmp_path / "out"), "--experiment", "prof"],
+        probe=gpu(),
+    )
     assert rc == 0
 
     # what ncu was asked to run
     seen = json.loads(argv_file.read_text())
     assert Path(seen[0]).name == "ncu"
     assert seen[seen.index("--profile-from-start") + 1] == "off"
-    assert seen[seen.index("--target-processes") + 1] == "all" and "--csv" in seen and "--nvtx" in seen
+    assert (
+        seen[seen.index("--target-processes") + 1] == "all" and "--csv" in seen and "--nvtx" in seen
+    )
     metrics = seen[seen.index("--metrics") + 1].split(",")
     assert "sm__sass_thread_inst_executed_op_ffma_pred_on.sum" in metrics
-    assert "sm__ops_path_tensor_src_fp16_dst_fp32.sum" in metrics  # sm_89 from the probe: ops counters
+    assert (
+        "sm__ops_path_tensor_src_fp16_dst_fp32.sum" in metrics
+    )  # sm_89 from the probe: ops counters
     child = seen[seen.index(sys.executable) :]
     assert child[:3] == [sys.executable, "-m", "train"] and child[-2:] == ["--profile-steps", "2"]
     flags = dict(zip(child[3:-2:2], child[4:-2:2]))
-    assert flags["--model"] == "resnet18" and flags["--batch"] == "64" and flags["--image-size"] == "32"
-    assert flags["--device"] == "cuda" and flags["--warmup-iters"] == "2" and flags["--channels-last"] == "false"
+    assert (
+        flags["--model"] == "resnet18"
+        and flags["--batch"] == "64"
+        and flags["--image-size"] == "32"
+    )
+    assert (
+        flags["--device"] == "cuda"
+        and flags["--warmup-iters"] == "2"
+        and flags["--channels-last"] == "false"
+    )
 
     # the MLflow run
     run = only_run()
     assert run.info.status == "FINISHED"
-    expected_key = TrainConfig(model="resnet18", batch_size=64, image_size=32, env_label="x").config_key()
+    expected_key = TrainConfig(
+        model="resnet18", batch_size=64, image_size=32, env_label="x"
+    ).config_key()
     tags = run.data.tags
     assert tags[schema.TAG_RUN_KIND] == "profile" and tags[schema.TAG_CONFIG_KEY] == expected_key
     assert tags[schema.TAG_DEVICE_NAME] == "NVIDIA L4" and tags[schema.TAG_DEVICE_TYPE] == "cuda"
-    assert tags[schema.TAG_ENV_LABEL] == "lab-l4" and tags[schema.TAG_INTENSITY_SOURCE] == "measured"
-    assert tags["ncu_version"] == "Version 0.0.0.0 (stand-in for tests)" and tags["driver_version"] == "555.42"
+    assert (
+        tags[schema.TAG_ENV_LABEL] == "lab-l4" and tags[schema.TAG_INTENSITY_SOURCE] == "measured"
+    )
+    assert (
+        tags["ncu_version"] == "Version 0.0.0.0 (stand-in for tests)"
+        and tags["driver_version"] == "555.42"
+    )
     assert tags["ncu_source"] == "capture" and tags["ncu_tensor_counters"] == "ops"
     p = run.data.params
     assert p["batch_size"] == "64" and p["device"] == "cuda" and p["profile_steps"] == "2"
@@ -132,24 +171,44 @@ def test_capture_end_to_end_with_standin_ncu(tracking, standin, ncu_dir, tmp_pat
     client = mlflow.tracking.MlflowClient()
     arts = {a.path for a in client.list_artifacts(run.info.run_id, "ncu")}
     log_name = f"resnet18-b64-fp32-32px-{expected_key}.csv"
-    assert arts == {f"ncu/{n}" for n in (log_name, "top_kernels.csv", "kernels.csv", "phases.csv", "command.txt")}
+    assert arts == {
+        f"ncu/{n}"
+        for n in (log_name, "top_kernels.csv", "kernels.csv", "phases.csv", "command.txt")
+    }
     top = artifact_csv(run.info.run_id, "ncu/top_kernels.csv", tmp_path)
     # the fixture has 18 distinct kernel names (fewer than TOP_KERNELS), so every launch is in the table
     assert top["time_s"].is_monotonic_decreasing and len(top) == 18 and top["launches"].sum() == 98
     kernels = artifact_csv(run.info.run_id, "ncu/kernels.csv", tmp_path)
     assert len(kernels) == 98 and kernels["flops_fp32"].sum() == pytest.approx(4.928e9, rel=1e-3)
     out = capsys.readouterr().out
-    assert "98 kernels" in out.splitlines()[-1] and "6.94 FLOP/byte (measured)" in out.splitlines()[-1]
+    assert (
+        "98 kernels" in out.splitlines()[-1] and "6.94 FLOP/byte (measured)" in out.splitlines()[-1]
+    )
 
 
 @pytest.mark.parametrize(
     "output, rc, extra, message",
     [
-        (MESSAGES / "err_nvgpuctrperm.log", 1, [], "ncu may not read the GPU performance counters (ERR_NVGPUCTRPERM)"),
+        (
+            MESSAGES / "err_nvgpuctrperm.log",
+            1,
+            [],
+            "ncu may not read the GPU performance counters (ERR_NVGPUCTRPERM)",
+        ),
         (MESSAGES / "no_kernels.log", 0, [], "ncu profiled no kernels"),
-        (MESSAGES / "legacy_flop_count_sp.log", 1, ["--metric-set", "seed"], "ncu rejects flop_count_sp: these are nvprof-era"),
+        (
+            MESSAGES / "legacy_flop_count_sp.log",
+            1,
+            ["--metric-set", "seed"],
+            "ncu rejects flop_count_sp: these are nvprof-era",
+        ),
         (MESSAGES / "app_error.log", 1, [], "the profiled program failed under ncu (exit code 1)"),
-        (MESSAGES / "na_metrics.csv", 0, [], "ncu reported n/a for sm__ops_path_tensor_src_tf32_dst_fp32.sum"),
+        (
+            MESSAGES / "na_metrics.csv",
+            0,
+            [],
+            "ncu reported n/a for sm__ops_path_tensor_src_tf32_dst_fp32.sum",
+        ),
         (MESSAGES / "not_ncu.csv", 0, [], "is not Nsight Compute CSV output"),
     ],
 )
@@ -157,7 +216,9 @@ def test_capture_failures_end_the_run_failed_with_the_reason(
     tracking, standin, tmp_path, capsys, output, rc, extra, message
 ):
     argv_file = standin(output, rc=rc, echo=True)
-    code = cli.main([*CONFIG, *extra, "--out", str(tmp_path / "out"), "--experiment", "prof"], probe=gpu())
+    code = cli.main(
+        [*CONFIG, *extra, "--out", str(tmp_path / "out"), "--experiment", "prof"], probe=gpu()
+    )
     assert code == 1 and argv_file.exists()
     run = only_run()
     assert run.info.status == "FAILED"
@@ -172,7 +233,9 @@ def test_capture_failures_end_the_run_failed_with_the_reason(
 def test_an_error_ncu_prints_only_to_the_console_is_classified(tracking, standin, tmp_path, capsys):
     perm_line = (MESSAGES / "err_nvgpuctrperm.log").read_text().splitlines()[1]
     assert perm_line.startswith("==ERROR== ERR_NVGPUCTRPERM")
-    argv_file = standin(None, rc=1, stderr=perm_line)  # no log file at all, the error on stderr only
+    argv_file = standin(
+        None, rc=1, stderr=perm_line
+    )  # no log file at all, the error on stderr only
     code = cli.main([*CONFIG, "--out", str(tmp_path / "out"), "--experiment", "prof"], probe=gpu())
     assert code == 1 and argv_file.exists()
     run = only_run()
@@ -180,79 +243,158 @@ def test_an_error_ncu_prints_only_to_the_console_is_classified(tracking, standin
     err = capsys.readouterr().err.splitlines()
     assert perm_line in err  # still shown to the user as ncu printed it
     assert err[-1] == f"error: {PERM_MESSAGE}"
-    local = mlflow.tracking.MlflowClient().download_artifacts(run.info.run_id, "ncu/console.txt", str(tmp_path / "dl"))
+    local = mlflow.tracking.MlflowClient().download_artifacts(
+        run.info.run_id, "ncu/console.txt", str(tmp_path / "dl")
+    )
     assert Path(local).read_text() == perm_line + "\n"
 
 
 def test_tensor_counters_inst_warns_on_sm80_plus(tracking, standin, ncu_dir, tmp_path, capsys):
     argv_file = standin(ncu_dir / L4_CSV)
-    args = [*CONFIG, "--tensor-counters", "inst", "--out", str(tmp_path / "o"), "--experiment", "prof"]
+    args = [
+        *CONFIG,
+        "--tensor-counters",
+        "inst",
+        "--out",
+        str(tmp_path / "o"),
+        "--experiment",
+        "prof",
+    ]
     assert cli.main(args, probe=gpu(capability=(8, 6), name="NVIDIA GeForce RTX 3090")) == 0
     metrics = json.loads(argv_file.read_text())
     metrics = metrics[metrics.index("--metrics") + 1].split(",")
-    assert "sm__inst_executed_pipe_tensor.sum" in metrics and not any("ops_path" in m for m in metrics)
+    assert "sm__inst_executed_pipe_tensor.sum" in metrics and not any(
+        "ops_path" in m for m in metrics
+    )
     out = capsys.readouterr().out.splitlines()
-    assert [ln for ln in out if ln.startswith("warning:")] == [f"warning: --tensor-counters inst: {M.tensor_inst_caution((8, 6))}"]
+    assert [ln for ln in out if ln.startswith("warning:")] == [
+        f"warning: --tensor-counters inst: {M.tensor_inst_caution((8, 6))}"
+    ]
     tags = only_run().data.tags
-    assert tags["ncu_tensor_counters"] == "inst" and tags["ncu_caution"] == M.tensor_inst_caution((8, 6))
+    assert tags["ncu_tensor_counters"] == "inst" and tags["ncu_caution"] == M.tensor_inst_caution(
+        (8, 6)
+    )
 
 
 @pytest.mark.parametrize("cap, cc, factor", [((7, 5), "7.5", 2048), ((8, 6), "8.6", 4096)])
-def test_tensor_instruction_caution_is_printed_once(tracking, standin, tmp_path, capsys, cap, cc, factor):
-    counters = {"sm__inst_executed_pipe_tensor.sum": 10, "dram__bytes.sum": 1000,
-                **{M.op_counter(op): 0 for op in ("fadd", "fmul", "ffma")}}  # fmt: skip
+def test_tensor_instruction_caution_is_printed_once(
+    tracking, standin, tmp_path, capsys, cap, cc, factor
+):
+    counters = {
+        "sm__inst_executed_pipe_tensor.sum": 10,
+        "dram__bytes.sum": 1000,
+        **{M.op_counter(op): 0 for op in ("fadd", "fmul", "ffma")},
+    }
     argv_file = standin(details_csv(tmp_path / "log.csv", [counters], cc=cc))
-    args = [*CONFIG, "--tensor-counters", "inst", "--out", str(tmp_path / "o"), "--experiment", "prof"]
+    args = [
+        *CONFIG,
+        "--tensor-counters",
+        "inst",
+        "--out",
+        str(tmp_path / "o"),
+        "--experiment",
+        "prof",
+    ]
     assert cli.main(args, probe=gpu(capability=cap)) == 0 and argv_file.exists()
     run = only_run()
     assert run.data.metrics["ncu_flops_tensor"] == 10 * factor
     caution = M.tensor_inst_caution(cap)
     warnings = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("warning:")]
-    assert len(warnings) == 1 and warnings[0].endswith(caution) and run.data.tags["ncu_caution"] == caution
+    assert (
+        len(warnings) == 1
+        and warnings[0].endswith(caution)
+        and run.data.tags["ncu_caution"] == caution
+    )
 
 
-def test_tensor_counters_inst_is_refused_without_a_known_factor(tracking, standin, ncu_dir, tmp_path):
+def test_tensor_counters_inst_is_refused_without_a_known_factor(
+    tracking, standin, ncu_dir, tmp_path
+):
     argv_file = standin(ncu_dir / L4_CSV)
-    args = [*CONFIG, "--tensor-counters", "inst", "--out", str(tmp_path / "o"), "--experiment", "prof"]
+    args = [
+        *CONFIG,
+        "--tensor-counters",
+        "inst",
+        "--out",
+        str(tmp_path / "o"),
+        "--experiment",
+        "prof",
+    ]
     assert cli.main(args, probe=gpu(capability=(9, 0), name="NVIDIA H100 80GB HBM3")) == 1
     run = only_run()
     assert run.info.status == "FAILED" and not argv_file.exists()  # refused before ncu ran
-    assert run.data.tags["error"].startswith("--tensor-counters inst: no FLOPs-per-instruction factor is known for sm_90")
+    assert run.data.tags["error"].startswith(
+        "--tensor-counters inst: no FLOPs-per-instruction factor is known for sm_90"
+    )
 
 
 def test_seed_set_asks_ncu_for_the_legacy_names(tracking, standin, tmp_path, capsys):
     argv_file = standin(MESSAGES / "legacy_flop_count_sp.log", rc=1)
-    code = cli.main([*CONFIG, "--metric-set", "seed", "--out", str(tmp_path / "o"), "--experiment", "prof"], probe=gpu())
+    code = cli.main(
+        [*CONFIG, "--metric-set", "seed", "--out", str(tmp_path / "o"), "--experiment", "prof"],
+        probe=gpu(),
+    )
     assert code == 1
     seen = json.loads(argv_file.read_text())
     assert seen[seen.index("--metrics") + 1].split(",")[:2] == ["flop_count_sp", "flop_count_hp"]
     assert "note: ncu rejects flop_count_sp, flop_count_hp" in capsys.readouterr().out
     run = only_run()
-    assert run.info.status == "FAILED" and run.data.tags["error"].startswith("ncu rejects flop_count_sp: these are nvprof-era")
+    assert run.info.status == "FAILED" and run.data.tags["error"].startswith(
+        "ncu rejects flop_count_sp: these are nvprof-era"
+    )
     assert run.data.params["ncu_metric_set"] == "seed"
 
 
 @pytest.mark.parametrize(
     "flags, probe, wanted, unwanted",
     [
-        (["--metrics", "lts__t_sectors.sum, sm__warps_active.avg.pct_of_peak_sustained_active", "--tensor-counters", "none"],
-         gpu(), ["lts__t_sectors.sum", "sm__warps_active.avg.pct_of_peak_sustained_active"], ["tensor"]),
-        (["--tensor-counters", "inst"], gpu(capability=(7, 5), name="Tesla T4"),
-         ["sm__inst_executed_pipe_tensor.sum"], ["ops_path"]),
-        (["--tensor-counters", "ops"], gpu(capability=(7, 5), name="Tesla T4"),
-         ["sm__ops_path_tensor_src_fp16_dst_fp32.sum"], ["inst_executed_pipe_tensor"]),
-        (["--tensor-counters", "auto"], gpu(capability=(7, 0), name="Tesla V100-SXM2-16GB"),
-         ["sm__inst_executed_pipe_tensor.sum"], ["ops_path"]),
+        (
+            [
+                "--metrics",
+                "lts__t_sectors.sum, sm__warps_active.avg.pct_of_peak_sustained_active",
+                "--tensor-counters",
+                "none",
+            ],
+            gpu(),
+            ["lts__t_sectors.sum", "sm__warps_active.avg.pct_of_peak_sustained_active"],
+            ["tensor"],
+        ),
+        (
+            ["--tensor-counters", "inst"],
+            gpu(capability=(7, 5), name="Tesla T4"),
+            ["sm__inst_executed_pipe_tensor.sum"],
+            ["ops_path"],
+        ),
+        (
+            ["--tensor-counters", "ops"],
+            gpu(capability=(7, 5), name="Tesla T4"),
+            ["sm__ops_path_tensor_src_fp16_dst_fp32.sum"],
+            ["inst_executed_pipe_tensor"],
+        ),
+        (
+            ["--tensor-counters", "auto"],
+            gpu(capability=(7, 0), name="Tesla V100-SXM2-16GB"),
+            ["sm__inst_executed_pipe_tensor.sum"],
+            ["ops_path"],
+        ),
     ],
-)  # fmt: skip
-def test_metrics_and_tensor_counters_flags_reach_the_ncu_argv(tracking, standin, ncu_dir, tmp_path, flags, probe,
-                                                              wanted, unwanted):  # fmt: skip
+)
+def test_metrics_and_tensor_counters_flags_reach_the_ncu_argv(
+    tracking, standin, ncu_dir, tmp_path, flags, probe, wanted, unwanted
+):
     argv_file = standin(ncu_dir / L4_CSV)
-    assert cli.main([*CONFIG, *flags, "--out", str(tmp_path / "o"), "--experiment", "prof"], probe=probe) == 0
+    assert (
+        cli.main(
+            [*CONFIG, *flags, "--out", str(tmp_path / "o"), "--experiment", "prof"], probe=probe
+        )
+        == 0
+    )
     seen = json.loads(argv_file.read_text())
     metrics = seen[seen.index("--metrics") + 1].split(",")
     assert set(wanted) <= set(metrics) and not any(u in m for m in metrics for u in unwanted)
-    assert metrics[: len(M.OPS["fp64"])] == [M.op_counter(op) for op in M.OPS["fp64"]]  # the roofline set first
+    assert metrics[: len(M.OPS["fp64"])] == [
+        M.op_counter(op) for op in M.OPS["fp64"]
+    ]  # the roofline set first
     if "--metrics" in flags:
         assert metrics[-2:] == wanted  # extras last, stripped, in the order given
         assert only_run().data.params["ncu_extra_metrics"] == ",".join(wanted)
@@ -260,10 +402,14 @@ def test_metrics_and_tensor_counters_flags_reach_the_ncu_argv(tracking, standin,
 
 def test_ncu_not_on_path(tracking, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PATH", str(tmp_path))  # nothing there
-    assert cli.main([*CONFIG, "--experiment", "prof", "--out", str(tmp_path / "o")], probe=gpu()) == 1
+    assert (
+        cli.main([*CONFIG, "--experiment", "prof", "--out", str(tmp_path / "o")], probe=gpu()) == 1
+    )
     run = only_run()
     assert run.info.status == "FAILED"
-    assert run.data.tags["error"].startswith("`ncu` (Nsight Compute CLI) is not on PATH: install Nsight Compute")
+    assert run.data.tags["error"].startswith(
+        "`ncu` (Nsight Compute CLI) is not on PATH: install Nsight Compute"
+    )
 
 
 def test_no_cuda_fails_and_points_to_import(tracking, standin, ncu_dir, tmp_path, capsys):
@@ -289,27 +435,53 @@ def test_no_cuda_fails_and_points_to_import(tracking, standin, ncu_dir, tmp_path
 def test_import_l4_csv_needs_no_gpu_and_no_ncu(tracking, ncu_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     boom = lambda *a, **k: pytest.fail("the import path must not probe CUDA")  # noqa: E731
-    args = [*CONFIG, "--import", str(ncu_dir / L4_CSV), "--device-name", "NVIDIA L4", "--experiment", "prof"]
+    args = [
+        *CONFIG,
+        "--import",
+        str(ncu_dir / L4_CSV),
+        "--device-name",
+        "NVIDIA L4",
+        "--experiment",
+        "prof",
+    ]
     assert cli.main(args, probe=boom) == 0
     run = only_run()
     assert run.info.status == "FINISHED"
-    assert run.data.tags[schema.TAG_DEVICE_NAME] == "NVIDIA L4" and run.data.tags["ncu_source"] == "import"
+    assert (
+        run.data.tags[schema.TAG_DEVICE_NAME] == "NVIDIA L4"
+        and run.data.tags["ncu_source"] == "import"
+    )
     assert run.data.params["ncu_import_file"] == L4_CSV
     assert run.data.metrics["ncu_intensity_dram_flops_per_byte"] == pytest.approx(6.94, rel=1e-3)
     arts = {a.path for a in mlflow.tracking.MlflowClient().list_artifacts(run.info.run_id, "ncu")}
     assert f"ncu/{L4_CSV}" in arts and "ncu/top_kernels.csv" in arts
 
 
-def test_profile_config_key_joins_the_train_run_of_the_same_folder_data(tracking, ncu_dir, tmp_path):
+def test_profile_config_key_joins_the_train_run_of_the_same_folder_data(
+    tracking, ncu_dir, tmp_path
+):
     from tests.helpers import make_image_folder
 
     root = make_image_folder(tmp_path / "imagenette", classes=("a", "b", "c"), per_class=1)
-    args = [*CONFIG, "--data", str(root), "--import", str(ncu_dir / L4_CSV), "--device-name", "NVIDIA L4",
-            "--experiment", "prof"]
+    args = [
+        *CONFIG,
+        "--data",
+        str(root),
+        "--import",
+        str(ncu_dir / L4_CSV),
+        "--device-name",
+        "NVIDIA L4",
+        "--experiment",
+        "prof",
+    ]
     assert cli.main(args, probe=None) == 0
     run = only_run()
-    assert run.data.params["num_classes"] == "3"  # counted from the folders, as python -m train does
-    expected = TrainConfig(model="resnet18", batch_size=64, image_size=32, num_classes=3, env_label="x")
+    assert (
+        run.data.params["num_classes"] == "3"
+    )  # counted from the folders, as python -m train does
+    expected = TrainConfig(
+        model="resnet18", batch_size=64, image_size=32, num_classes=3, env_label="x"
+    )
     assert run.data.tags[schema.TAG_CONFIG_KEY] == expected.config_key()
 
 
@@ -317,7 +489,10 @@ def test_import_ncu_rep_reads_the_device_name(tracking, ncu_dir):
     rep = ncu_dir / "t4_matrix_add_1000x1000_set_full.ncu-rep"
     assert cli.main(["--import", str(rep), "--experiment", "prof"], probe=None) == 0
     run = only_run()
-    assert run.data.tags[schema.TAG_DEVICE_NAME] == "Tesla T4" and run.data.tags["cuda_capability"] == "7.5"
+    assert (
+        run.data.tags[schema.TAG_DEVICE_NAME] == "Tesla T4"
+        and run.data.tags["cuda_capability"] == "7.5"
+    )
     assert run.data.metrics["ncu_flops_fp32"] == pytest.approx(1.0e6, rel=1e-9)
     assert run.data.metrics["ncu_dram_read_bytes"] == 9_612_288
     assert run.data.metrics["ncu_kernel_time_s"] == pytest.approx(52_576e-9, rel=1e-12)
@@ -326,9 +501,21 @@ def test_import_ncu_rep_reads_the_device_name(tracking, ncu_dir):
 @pytest.mark.parametrize(
     "file, extra, message",
     [
-        (MESSAGES / "not_ncu.csv", ["--device-name", "NVIDIA L4"], "not_ncu.csv is not Nsight Compute CSV output"),
-        (MESSAGES / "nvprof_metrics.csv", ["--device-name", "Tesla K20c"], "nvprof_metrics.csv is nvprof output"),
-        ("rtx5070_saxpy_n16777216_details.csv", ["--device-name", "NVIDIA GeForce RTX 5070"], "rtx5070_saxpy_n16777216_details.csv has no FLOP counters"),
+        (
+            MESSAGES / "not_ncu.csv",
+            ["--device-name", "NVIDIA L4"],
+            "not_ncu.csv is not Nsight Compute CSV output",
+        ),
+        (
+            MESSAGES / "nvprof_metrics.csv",
+            ["--device-name", "Tesla K20c"],
+            "nvprof_metrics.csv is nvprof output",
+        ),
+        (
+            "rtx5070_saxpy_n16777216_details.csv",
+            ["--device-name", "NVIDIA GeForce RTX 5070"],
+            "rtx5070_saxpy_n16777216_details.csv has no FLOP counters",
+        ),
         (L4_CSV, [], f"{L4_CSV} does not name its GPU: pass --device-name"),
     ],
 )
@@ -345,7 +532,9 @@ def test_import_of_a_corrupt_ncu_rep_says_it_is_unreadable(tracking, tmp_path, c
     assert cli.main([*CONFIG, "--import", str(bad), "--experiment", "prof"]) == 1
     run = only_run()
     assert run.info.status == "FAILED"
-    assert run.data.tags["error"].startswith("garbage.ncu-rep is not a readable Nsight Compute report")
+    assert run.data.tags["error"].startswith(
+        "garbage.ncu-rep is not a readable Nsight Compute report"
+    )
     assert "launch-skip" not in capsys.readouterr().err
 
 
@@ -358,18 +547,30 @@ def test_import_of_a_corrupt_ncu_rep_says_it_is_unreadable(tracking, tmp_path, c
     ],
 )
 def test_import_of_an_ncu_error_log_gets_the_capture_message(tracking, capsys, log, message):
-    args = [*CONFIG, "--import", str(MESSAGES / log), "--device-name", "NVIDIA L4", "--experiment", "prof"]
+    args = [
+        *CONFIG,
+        "--import",
+        str(MESSAGES / log),
+        "--device-name",
+        "NVIDIA L4",
+        "--experiment",
+        "prof",
+    ]
     assert cli.main(args) == 1
     run = only_run()
     assert run.info.status == "FAILED"
-    assert run.data.tags["error"].startswith(f"{log} holds ncu's messages but no counter table: {message}")
+    assert run.data.tags["error"].startswith(
+        f"{log} holds ncu's messages but no counter table: {message}"
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0] == f"error: {run.data.tags['error']}"
 
 
 def details_csv(path: Path, kernels: list[dict[str, float]], cc: str = "8.9") -> Path:
     """A details-page CSV as ncu writes it: one row per kernel and metric (plain units)."""
-    rows = ['"ID","Process ID","Process Name","Host Name","Kernel Name","Device","CC","Metric Name","Metric Unit","Metric Value"']
+    rows = [
+        '"ID","Process ID","Process Name","Host Name","Kernel Name","Device","CC","Metric Name","Metric Unit","Metric Value"'
+    ]
     for i, metrics in enumerate(kernels):
         for name, value in metrics.items():
             rows.append(f'"{i}","1","python3","h","k{i}","0","{cc}","{name}","","{value}"')
@@ -378,25 +579,52 @@ def details_csv(path: Path, kernels: list[dict[str, float]], cc: str = "8.9") ->
 
 
 def test_import_warns_and_tags_a_partial_precision(tracking, tmp_path, capsys):
-    f = details_csv(tmp_path / "partial.csv", [{"sm__sass_thread_inst_executed_op_hfma_pred_on.sum": 10,
-                                                 "dram__bytes_read.sum": 30, "dram__bytes_write.sum": 10}])  # fmt: skip
+    f = details_csv(
+        tmp_path / "partial.csv",
+        [
+            {
+                "sm__sass_thread_inst_executed_op_hfma_pred_on.sum": 10,
+                "dram__bytes_read.sum": 30,
+                "dram__bytes_write.sum": 10,
+            }
+        ],
+    )
     args = [*CONFIG, "--import", str(f), "--device-name", "NVIDIA L4", "--experiment", "prof"]
     assert cli.main(args) == 0
     run = only_run()
-    assert run.data.metrics["ncu_flops_fp16"] == 40 and run.data.metrics["ncu_intensity_dram_flops_per_byte"] == 1.0
+    assert (
+        run.data.metrics["ncu_flops_fp16"] == 40
+        and run.data.metrics["ncu_intensity_dram_flops_per_byte"] == 1.0
+    )
     assert run.data.tags["ncu_partial"] == "flops_fp16: no hadd, hmul counters in 1 of 1 kernels"
     out = capsys.readouterr().out.splitlines()
-    assert "warning: flops_fp16 is incomplete (no hadd, hmul counters in 1 of 1 kernels): ncu_flops_fp16 " \
-           "(where logged) and ncu_flops_total are lower bounds" in out  # fmt: skip
+    assert (
+        "warning: flops_fp16 is incomplete (no hadd, hmul counters in 1 of 1 kernels): ncu_flops_fp16 "
+        "(where logged) and ncu_flops_total are lower bounds" in out
+    )
 
 
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
-def test_import_of_a_half_precision_config_without_tensor_counters_warns(tracking, ncu_dir, capsys, precision):
-    args = [*CONFIG, "--precision", precision, "--import", str(ncu_dir / L4_CSV), "--device-name", "NVIDIA L4",
-            "--experiment", "prof"]  # fmt: skip
+def test_import_of_a_half_precision_config_without_tensor_counters_warns(
+    tracking, ncu_dir, capsys, precision
+):
+    args = [
+        *CONFIG,
+        "--precision",
+        precision,
+        "--import",
+        str(ncu_dir / L4_CSV),
+        "--device-name",
+        "NVIDIA L4",
+        "--experiment",
+        "prof",
+    ]
     assert cli.main(args) == 0
     run = only_run()
-    assert run.info.status == "FINISHED" and run.data.tags["ncu_tensor_undercount"] == "no tensor-core counters"
+    assert (
+        run.info.status == "FINISHED"
+        and run.data.tags["ncu_tensor_undercount"] == "no tensor-core counters"
+    )
     warnings = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("warning: ")]
     assert warnings == [
         f"warning: --precision {precision} but the input has no tensor-core counters: its tensor-core work is "
@@ -405,13 +633,25 @@ def test_import_of_a_half_precision_config_without_tensor_counters_warns(trackin
     ]
 
 
-def test_import_of_half_precision_with_zero_tensor_ops_and_of_fp32_without(tracking, tmp_path, capsys):
-    f = details_csv(tmp_path / "zero.csv", [{"sm__ops_path_tensor_src_fp16.sum": 0, "dram__bytes.sum": 4,
-                                              **{M.op_counter(op): 1 for op in ("fadd", "fmul", "ffma")}}])  # fmt: skip
+def test_import_of_half_precision_with_zero_tensor_ops_and_of_fp32_without(
+    tracking, tmp_path, capsys
+):
+    f = details_csv(
+        tmp_path / "zero.csv",
+        [
+            {
+                "sm__ops_path_tensor_src_fp16.sum": 0,
+                "dram__bytes.sum": 4,
+                **{M.op_counter(op): 1 for op in ("fadd", "fmul", "ffma")},
+            }
+        ],
+    )
     base = ["--import", str(f), "--device-name", "NVIDIA L4", "--experiment", "prof"]
     assert cli.main([*CONFIG, "--precision", "fp16", *base]) == 0
     assert only_run().data.tags["ncu_tensor_undercount"] == "tensor-core counters read 0"
-    assert "warning: --precision fp16 but the tensor-core counters read 0" in capsys.readouterr().out
+    assert (
+        "warning: --precision fp16 but the tensor-core counters read 0" in capsys.readouterr().out
+    )
     mlflow.delete_experiment(mlflow.get_experiment_by_name("prof").experiment_id)
     assert cli.main([*CONFIG, *base[:-1], "prof2"]) == 0  # fp32: tensor cores are not expected
     run = mlflow.search_runs(experiment_names=["prof2"], output_format="list")[0]
@@ -436,9 +676,15 @@ def test_bad_input_is_a_usage_error_without_a_run(tracking, capsys, args, messag
 
 
 @pytest.mark.parametrize("importing", [True, False], ids=["import", "capture"])
-def test_unknown_model_is_a_usage_error_on_both_paths(tracking, standin, ncu_dir, tmp_path, capsys, importing):
+def test_unknown_model_is_a_usage_error_on_both_paths(
+    tracking, standin, ncu_dir, tmp_path, capsys, importing
+):
     argv_file = standin(ncu_dir / L4_CSV)
-    where = ["--import", str(ncu_dir / L4_CSV), "--device-name", "NVIDIA L4"] if importing else ["--out", str(tmp_path / "o")]
+    where = (
+        ["--import", str(ncu_dir / L4_CSV), "--device-name", "NVIDIA L4"]
+        if importing
+        else ["--out", str(tmp_path / "o")]
+    )
     assert cli.main(["--model", "notamodel", *where, "--experiment", "prof"], probe=gpu()) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["error: unknown model 'notamodel': see torchvision.models.list_models()"]
@@ -447,18 +693,36 @@ def test_unknown_model_is_a_usage_error_on_both_paths(tracking, standin, ncu_dir
 
 
 def test_model_name_is_canonicalised_like_train_does(tracking, ncu_dir):
-    args = [*CONFIG, "--model", "ResNet18", "--import", str(ncu_dir / L4_CSV), "--device-name", "NVIDIA L4",
-            "--experiment", "prof"]  # fmt: skip
+    args = [
+        *CONFIG,
+        "--model",
+        "ResNet18",
+        "--import",
+        str(ncu_dir / L4_CSV),
+        "--device-name",
+        "NVIDIA L4",
+        "--experiment",
+        "prof",
+    ]
     assert cli.main(args) == 0
     run = only_run()
     assert run.data.params["model"] == "resnet18"
-    expected = TrainConfig(model="resnet18", batch_size=64, image_size=32, env_label="x").config_key()
+    expected = TrainConfig(
+        model="resnet18", batch_size=64, image_size=32, env_label="x"
+    ).config_key()
     assert run.data.tags[schema.TAG_CONFIG_KEY] == expected
 
 
 def test_mlproject_style_empty_strings_mean_unset():
-    args = cli.build_parser().parse_args(["--import", "", "--launch-count", "", "--device-name", "", "--experiment", ""])
-    assert args.import_file is None and args.launch_count is None and args.device_name is None and args.experiment is None
+    args = cli.build_parser().parse_args(
+        ["--import", "", "--launch-count", "", "--device-name", "", "--experiment", ""]
+    )
+    assert (
+        args.import_file is None
+        and args.launch_count is None
+        and args.device_name is None
+        and args.experiment is None
+    )
 
 
 def test_config_flags_round_trip_through_train_parser():
@@ -488,8 +752,22 @@ def test_real_probe_agrees_with_torch():
 @pytest.mark.skipif(shutil.which("ncu") is None, reason="needs Nsight Compute (ncu) on PATH")
 def test_real_capture_attributes_backward_kernels(tracking, tmp_path):
     """On a GPU with ncu: one tiny training step; backward kernels must carry FLOPs (start/end ranges)."""
-    args = ["--model", "resnet18", "--batch", "2", "--image-size", "32", "--warmup-iters", "1",
-            "--profile-steps", "1", "--out", str(tmp_path / "o"), "--experiment", "prof"]  # fmt: skip
+    args = [
+        "--model",
+        "resnet18",
+        "--batch",
+        "2",
+        "--image-size",
+        "32",
+        "--warmup-iters",
+        "1",
+        "--profile-steps",
+        "1",
+        "--out",
+        str(tmp_path / "o"),
+        "--experiment",
+        "prof",
+    ]
     assert cli.main(args) == 0
     run = only_run()
     m = run.data.metrics

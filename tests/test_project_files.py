@@ -1,4 +1,5 @@
 """The MLproject, conda.yaml and requirements.txt agree with each other and with the CLIs."""
+
 from __future__ import annotations
 
 import re
@@ -17,7 +18,9 @@ def test_conda_yaml_pip_section_equals_requirements_txt():
     env = yaml.safe_load((ROOT / "conda.yaml").read_text())
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
     assert pip == requirement_lines()
-    assert "python=3.11.7" in env["dependencies"]  # a full version: mlflow asks pyenv for it; "3.11" makes it look up and download the newest 3.11.x
+    assert (
+        "python=3.11.7" in env["dependencies"]
+    )  # a full version: mlflow asks pyenv for it; "3.11" makes it look up and download the newest 3.11.x
 
 
 def test_torch_pins():
@@ -32,8 +35,14 @@ def entry_points() -> dict:
 def test_every_parameter_is_used_once_and_every_flag_exists():
     import importlib
 
-    modules = {"main": "train.__main__", "profile": "profiling.cli", "sweep": "train.sweep",
-               "peaks": "profiling.peaks_cli", "complexity": "train.complexity", "analyze": "analysis.app"}
+    modules = {
+        "main": "train.__main__",
+        "profile": "profiling.cli",
+        "sweep": "train.sweep",
+        "peaks": "profiling.peaks_cli",
+        "complexity": "train.complexity",
+        "analyze": "analysis.app",
+    }
     for name, ep in entry_points().items():
         command = ep["command"]
         used = re.findall(r"\{(\w+)\}", command)

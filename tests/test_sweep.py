@@ -1,4 +1,5 @@
 """python -m train.sweep: the matrix, failure isolation, resume, and many machines on one server."""
+
 from __future__ import annotations
 
 import uuid
@@ -22,39 +23,76 @@ def spec(**kw) -> sw.SweepSpec:
 
 
 def search(experiment: str, filt: str = "") -> list:
-    return mlflow.search_runs(experiment_names=[experiment], filter_string=filt, output_format="list")
+    return mlflow.search_runs(
+        experiment_names=[experiment], filter_string=filt, output_format="list"
+    )
 
 
 # ---------------------------------------------------------------- the spec (pure)
 def test_plan_is_the_cross_product_in_repeat_major_order():
     s = spec(matrix={"model": ["resnet18", "resnet34"], "batch": [2, 4]}, repeats=2)
     plan = [(c.model, c.batch_size, r) for c, r in s.plan()]
-    assert plan == [("resnet18", 2, 0), ("resnet18", 4, 0), ("resnet34", 2, 0), ("resnet34", 4, 0),
-                    ("resnet18", 2, 1), ("resnet18", 4, 1), ("resnet34", 2, 1), ("resnet34", 4, 1)]
+    assert plan == [
+        ("resnet18", 2, 0),
+        ("resnet18", 4, 0),
+        ("resnet34", 2, 0),
+        ("resnet34", 4, 0),
+        ("resnet18", 2, 1),
+        ("resnet18", 4, 1),
+        ("resnet34", 2, 1),
+        ("resnet34", 4, 1),
+    ]
 
 
 def test_repeated_axis_values_run_once_in_first_seen_order():
-    s = spec(matrix={"model": ["resnet18", "resnet34", "resnet18"], "batch_size": [4, 2, 4], "precision": ["fp32", "FP32"]})
+    s = spec(
+        matrix={
+            "model": ["resnet18", "resnet34", "resnet18"],
+            "batch_size": [4, 2, 4],
+            "precision": ["fp32", "FP32"],
+        }
+    )
     assert s.matrix["model"] == ["resnet18", "resnet34"] and s.matrix["batch_size"] == [4, 2]
     # "FP32" is a different axis value but the same configuration once TrainConfig normalises it
     assert [(c.model, c.batch_size, c.precision) for c, _ in s.plan()] == [
-        ("resnet18", 4, "fp32"), ("resnet18", 2, "fp32"), ("resnet34", 4, "fp32"), ("resnet34", 2, "fp32")]
-    args = sw.build_parser().parse_args(["--models", "resnet18", "resnet18", "--batch-sizes", "2,2"])
+        ("resnet18", 4, "fp32"),
+        ("resnet18", 2, "fp32"),
+        ("resnet34", 4, "fp32"),
+        ("resnet34", 2, "fp32"),
+    ]
+    args = sw.build_parser().parse_args(
+        ["--models", "resnet18", "resnet18", "--batch-sizes", "2,2"]
+    )
     assert sw.spec_from_args(args).matrix == {"model": ["resnet18"], "batch_size": [2]}
 
 
 def test_sweep_key_covers_every_field_but_env_label_and_labels_show_other_axes():
-    s = spec(matrix={"model": ["resnet18"], "batch_size": [2], "data": ["synthetic", "fake"], "seed": [0, 1]})
+    s = spec(
+        matrix={
+            "model": ["resnet18"],
+            "batch_size": [2],
+            "data": ["synthetic", "fake"],
+            "seed": [0, 1],
+        }
+    )
     (a, _), (b, _), (c, _), (d, _) = s.plan()
-    assert a.config_key() == b.config_key() == c.config_key()  # the analysis join ignores data and seed
+    assert (
+        a.config_key() == b.config_key() == c.config_key()
+    )  # the analysis join ignores data and seed
     assert len({sw.sweep_key(x) for x in (a, b, c, d)}) == 4  # resume does not
-    assert sw.sweep_key(a) == sw.sweep_key(TrainConfig(**{**TINY_BASE, "model": "resnet18", "batch_size": "2",
-                                                          "env_label": "elsewhere"}))
+    assert sw.sweep_key(a) == sw.sweep_key(
+        TrainConfig(
+            **{**TINY_BASE, "model": "resnet18", "batch_size": "2", "env_label": "elsewhere"}
+        )
+    )
     assert sw.child_label(c, 1, list(s.matrix)) == "resnet18 b2 fp32 32px data=fake seed=0 #1"
 
 
 def test_env_label_is_not_part_of_the_default_name():
-    assert spec(base={**TINY_BASE, "env_label": "box-a"}).name == spec(base={**TINY_BASE, "env_label": "box-b"}).name
+    assert (
+        spec(base={**TINY_BASE, "env_label": "box-a"}).name
+        == spec(base={**TINY_BASE, "env_label": "box-b"}).name
+    )
     assert spec(base={**TINY_BASE, "env_label": "box-a"}).env_label == "box-a"
 
 
@@ -79,18 +117,28 @@ def test_spec_validation_names_the_problem(kwargs, message):
 
 
 def test_bad_combination_is_named():
-    with pytest.raises(ValueError, match="model=resnet18 batch_size=0 image_size=32: batch_size must be a positive integer"):
+    with pytest.raises(
+        ValueError,
+        match="model=resnet18 batch_size=0 image_size=32: batch_size must be a positive integer",
+    ):
         spec(matrix={"model": ["resnet18"], "batch_size": [2, 0]}).plan()
 
 
 def test_cli_matrix_file_and_flags(tmp_path):
     f = tmp_path / "sweep.yaml"
-    f.write_text("name: nightly\nrepeats: 3\nmatrix:\n  model: [resnet18, mobilenet_v2]\n  batch_size: [8]\n"
-                 "base:\n  image_size: 64\n  iters: auto\n")
-    args = sw.build_parser().parse_args(["--matrix", str(f), "--batch-sizes", "16", "32", "--device", "cpu"])
+    f.write_text(
+        "name: nightly\nrepeats: 3\nmatrix:\n  model: [resnet18, mobilenet_v2]\n  batch_size: [8]\n"
+        "base:\n  image_size: 64\n  iters: auto\n"
+    )
+    args = sw.build_parser().parse_args(
+        ["--matrix", str(f), "--batch-sizes", "16", "32", "--device", "cpu"]
+    )
     s = sw.spec_from_args(args)
     assert s.name == "nightly" and s.repeats == 3
-    assert s.matrix == {"model": ["resnet18", "mobilenet_v2"], "batch_size": [16, 32]}  # flag overrides the file
+    assert s.matrix == {
+        "model": ["resnet18", "mobilenet_v2"],
+        "batch_size": [16, 32],
+    }  # flag overrides the file
     assert s.base == {"image_size": 64, "iters": "auto", "device": "cpu"}
     assert len(s.plan()) == 12
 
@@ -99,12 +147,18 @@ def test_cli_matrix_file_and_flags(tmp_path):
     "argv,message",
     [
         ([], "nothing to sweep"),
-        (["--models", "resnet18", "--model", "resnet34"], "--model is a single value but model is a matrix axis"),
+        (
+            ["--models", "resnet18", "--model", "resnet34"],
+            "--model is a single value but model is a matrix axis",
+        ),
         (["--matrix", "/nonexistent.yaml"], "sweep file /nonexistent.yaml does not exist"),
         (["--models", "resnet18", "--repeats", "0"], "repeats must be a positive integer"),
         (["--models", "resnet18", "--batch", "-1"], "batch_size must be a positive integer"),
         (["--models", "resnet18", "resnet81"], "unknown model 'resnet81': did you mean resnet18"),
-        (["--models", "resnet18", "--env-label", "it's \"x\"", "--dry-run"], "contains both quote characters ' and \"; rename it"),
+        (
+            ["--models", "resnet18", "--env-label", 'it\'s "x"', "--dry-run"],
+            "contains both quote characters ' and \"; rename it",
+        ),
     ],
 )
 def test_cli_bad_input_is_one_line(capsys, argv, message):
@@ -123,17 +177,24 @@ def test_cli_matrix_file_that_is_not_yaml(tmp_path, capsys):
 # ---------------------------------------------------------------- running against a local store
 def test_failure_isolation_and_resume(tracking, capsys):
     exp = "sweep-local"
-    s = spec(matrix={"model": ["resnet18"], "batch_size": [2], "precision": ["fp32", "fp16"]}, name="iso")
+    s = spec(
+        matrix={"model": ["resnet18"], "batch_size": [2], "precision": ["fp32", "fp16"]}, name="iso"
+    )
     out = sw.run_sweep(s, experiment=exp, env_label="box-a", progress=False, quiet=True)
-    assert [(o.label, o.status) for o in out] == [("resnet18 b2 fp32 32px #0", "FINISHED"),
-                                                   ("resnet18 b2 fp16 32px #0", "FAILED")]
+    assert [(o.label, o.status) for o in out] == [
+        ("resnet18 b2 fp32 32px #0", "FINISHED"),
+        ("resnet18 b2 fp16 32px #0", "FAILED"),
+    ]
     assert "fp16 autocast is not supported" in out[1].error
 
     parents = search(exp, "tags.run_kind = 'sweep'")
     assert len(parents) == 1
     parent = parents[0]
     assert parent.info.status == "FINISHED"
-    assert parent.data.metrics["children_finished"] == 1 and parent.data.metrics["children_failed"] == 1
+    assert (
+        parent.data.metrics["children_finished"] == 1
+        and parent.data.metrics["children_failed"] == 1
+    )
     children = search(exp, f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
     by_status = {c.info.status: c for c in children}
     assert set(by_status) == {"FINISHED", "FAILED"} and len(children) == 2
@@ -149,7 +210,9 @@ def test_failure_isolation_and_resume(tracking, capsys):
     assert len(search(exp, "tags.run_kind = 'sweep'")) == 1
     assert len(search(exp, "attributes.status = 'FINISHED' and tags.run_kind = 'train'")) == 1
     # Another machine (env label) does not skip what box-a did.
-    other = sw.run_sweep(spec(name="iso"), experiment=exp, env_label="box-b", progress=False, quiet=True)
+    other = sw.run_sweep(
+        spec(name="iso"), experiment=exp, env_label="box-b", progress=False, quiet=True
+    )
     assert [o.status for o in other] == ["FINISHED"]
 
 
@@ -162,8 +225,10 @@ def test_failure_while_preparing_is_a_failed_child_and_the_sweep_goes_on(trackin
 
     def open_source(cfg, device):
         if cfg.batch_size == 3:
-            raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
-                               "memory: you tried to allocate 1228800000000 bytes. Error code 12")
+            raise RuntimeError(
+                "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
+                "memory: you tried to allocate 1228800000000 bytes. Error code 12"
+            )
         return real_open(cfg, device)
 
     real_preflight = bench.preflight
@@ -176,10 +241,17 @@ def test_failure_while_preparing_is_a_failed_child_and_the_sweep_goes_on(trackin
     monkeypatch.setattr(bench, "open_source", open_source)
     monkeypatch.setattr(bench, "preflight", preflight)
     exp = "sweep-prep"
-    out = sw.run_sweep(spec(matrix={"model": ["resnet18"], "batch_size": [3, 5, 2]}, name="prep"),
-                       experiment=exp, env_label="oom-box", progress=False, quiet=True)
+    out = sw.run_sweep(
+        spec(matrix={"model": ["resnet18"], "batch_size": [3, 5, 2]}, name="prep"),
+        experiment=exp,
+        env_label="oom-box",
+        progress=False,
+        quiet=True,
+    )
     assert [o.status for o in out] == ["FAILED", "FAILED", "FINISHED"]
-    assert out[0].error == ("out of memory on cpu at batch 3 (resnet18, 32px, fp32): use a smaller --batch or --image-size")
+    assert out[0].error == (
+        "out of memory on cpu at batch 3 (resnet18, 32px, fp32): use a smaller --batch or --image-size"
+    )
     assert out[1].error == "OSError: disk on fire"
     client = mlflow.tracking.MlflowClient()
     for o, batch in zip(out[:2], ("3", "5")):
@@ -193,31 +265,59 @@ def test_failure_while_preparing_is_a_failed_child_and_the_sweep_goes_on(trackin
 
 
 def test_every_run_failing_fails_the_parent_and_exits_1(tracking, capsys):
-    argv = ["--models", "resnet18", "--precisions", "fp16", "--image-size", "32", "--iters", "2", "--warmup-iters", "1",
-            "--device", "cpu", "--env-label", "box", "--no-progress", "--name", "allbad", "--experiment", "allbad"]
+    argv = [
+        "--models",
+        "resnet18",
+        "--precisions",
+        "fp16",
+        "--image-size",
+        "32",
+        "--iters",
+        "2",
+        "--warmup-iters",
+        "1",
+        "--device",
+        "cpu",
+        "--env-label",
+        "box",
+        "--no-progress",
+        "--name",
+        "allbad",
+        "--experiment",
+        "allbad",
+    ]
     assert sw.main(argv) == 1
     (parent,) = search("allbad", "tags.run_kind = 'sweep'")
     assert parent.info.status == "FAILED"
-    assert parent.data.tags[schema.TAG_ERROR].startswith("all 1 run(s) failed; first: fp16 autocast is not supported")
+    assert parent.data.tags[schema.TAG_ERROR].startswith(
+        "all 1 run(s) failed; first: fp16 autocast is not supported"
+    )
 
 
 def test_resume_tells_apart_configurations_equal_in_config_key(tracking):
     """data: [synthetic, fake] share config_key; an interrupted first attempt must not skip `fake`."""
     exp = "sweep-data"
-    s = spec(matrix={"model": ["resnet18"], "batch_size": [2], "data": ["synthetic", "fake"]},
-             base={**TINY_BASE, "workers": 0}, name="data")
+    s = spec(
+        matrix={"model": ["resnet18"], "batch_size": [2], "data": ["synthetic", "fake"]},
+        base={**TINY_BASE, "workers": 0},
+        name="data",
+    )
 
     def interrupt(outcome):
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        sw.run_sweep(s, experiment=exp, env_label="box", progress=False, quiet=True, on_child_done=interrupt)
+        sw.run_sweep(
+            s, experiment=exp, env_label="box", progress=False, quiet=True, on_child_done=interrupt
+        )
     (parent,) = search(exp, "tags.run_kind = 'sweep'")
     assert parent.info.status == "KILLED" and parent.data.metrics["children_finished"] == 1
 
     again = sw.run_sweep(s, experiment=exp, env_label="box", progress=False, quiet=True)
-    assert [(o.label, o.status) for o in again] == [("resnet18 b2 fp32 32px data=synthetic #0", "SKIPPED"),
-                                                     ("resnet18 b2 fp32 32px data=fake #0", "FINISHED")]
+    assert [(o.label, o.status) for o in again] == [
+        ("resnet18 b2 fp32 32px data=synthetic #0", "SKIPPED"),
+        ("resnet18 b2 fp32 32px data=fake #0", "FINISHED"),
+    ]
     assert again[0].config_key == again[1].config_key and again[0].sweep_key != again[1].sweep_key
     train = search(exp, "tags.run_kind = 'train'")
     assert sorted(r.data.params["data"] for r in train) == ["fake", "synthetic"]
@@ -230,7 +330,9 @@ def _cut_off_at_the_end_of(batch: str, monkeypatch):
 
     def log_batch(self, run_id, metrics=(), params=(), tags=(), **kw):
         run = self.get_run(run_id)
-        if run.data.params.get("batch_size") == batch and any(m.key == "step_time_median_s" for m in metrics):
+        if run.data.params.get("batch_size") == batch and any(
+            m.key == "step_time_median_s" for m in metrics
+        ):
             raise ConnectionError("Connection refused (test outage)")
         return real(self, run_id, metrics=metrics, params=params, tags=tags, **kw)
 
@@ -248,17 +350,24 @@ def test_run_cut_off_mid_child_counts_as_done_and_is_completed_not_redone(tracki
     client = mlflow.tracking.MlflowClient()
     assert client.get_run(cut).info.status == "RUNNING"
     entry = next(e for e in spooled_runs() if e["run_id"] == cut)
-    assert entry["record"]["tags"][sw.TAG_SWEEP_NAME] == "cut" and entry["record"]["params"]["repeat"] == "0"
+    assert (
+        entry["record"]["tags"][sw.TAG_SWEEP_NAME] == "cut"
+        and entry["record"]["params"]["repeat"] == "0"
+    )
     assert entry["record"]["tags"][sw.TAG_SWEEP_KEY] == out[0].sweep_key
 
     # What a resume sees before uploading: both done (spooled), and the cut run is not "stale".
     state = sw.existing_state("cut", "box", exp, reachable=True)
-    assert state.done == {(out[0].sweep_key, 0), (out[1].sweep_key, 0)} and state.stale_running == []
+    assert (
+        state.done == {(out[0].sweep_key, 0), (out[1].sweep_key, 0)} and state.stale_running == []
+    )
     # The resume itself uploads this sweep's spooled runs first: nothing is redone or duplicated.
     again = sw.run_sweep(s, experiment=exp, env_label="box", progress=False, quiet=True)
     assert [o.status for o in again] == ["SKIPPED", "SKIPPED"] and spooled_runs() == []
     runs = search(exp, "tags.run_kind = 'train'")
-    assert len(runs) == 2 and all(r.info.status == "FINISHED" and schema.TAG_ERROR not in r.data.tags for r in runs)
+    assert len(runs) == 2 and all(
+        r.info.status == "FINISHED" and schema.TAG_ERROR not in r.data.tags for r in runs
+    )
     assert cut in {r.info.run_id for r in runs}
     assert client.get_run(cut).data.metrics["step_time_median_s"] > 0
     (parent,) = search(exp, "tags.run_kind = 'sweep'")
@@ -279,7 +388,11 @@ def test_server_down_at_start_costs_one_health_check_and_spools(tmp_path, monkey
     mlflow.set_tracking_uri(url)
     health = []
     real_get = requests.get
-    monkeypatch.setattr(requests, "get", lambda u, **kw: (health.append((u, kw.get("timeout"))), real_get(u, **kw))[1])
+    monkeypatch.setattr(
+        requests,
+        "get",
+        lambda u, **kw: (health.append((u, kw.get("timeout"))), real_get(u, **kw))[1],
+    )
 
     def no_mlflow(*a, **k):
         raise AssertionError("MLflow was called while the server was known to be down")
@@ -287,8 +400,26 @@ def test_server_down_at_start_costs_one_health_check_and_spools(tmp_path, monkey
     monkeypatch.setattr(mlflow, "search_runs", no_mlflow)
     monkeypatch.setattr(mlflow.tracking.MlflowClient, "__init__", no_mlflow)
     try:
-        argv = ["--models", "resnet18", "--precisions", "fp32", "fp16", "--image-size", "32", "--iters", "2",
-                "--warmup-iters", "1", "--device", "cpu", "--env-label", "box", "--no-progress", "--name", "down"]
+        argv = [
+            "--models",
+            "resnet18",
+            "--precisions",
+            "fp32",
+            "fp16",
+            "--image-size",
+            "32",
+            "--iters",
+            "2",
+            "--warmup-iters",
+            "1",
+            "--device",
+            "cpu",
+            "--env-label",
+            "box",
+            "--no-progress",
+            "--name",
+            "down",
+        ]
         assert sw.main(argv) == 0
     finally:
         mlflow.set_tracking_uri(None)
@@ -302,32 +433,61 @@ def test_server_down_at_start_costs_one_health_check_and_spools(tmp_path, monkey
 
 def test_env_label_with_a_quote_resumes(tracking):
     s = spec(name="quote")
-    assert [o.status for o in sw.run_sweep(s, experiment="q", env_label="bob's box", progress=False, quiet=True)] == ["FINISHED"]
-    assert [o.status for o in sw.run_sweep(s, experiment="q", env_label="bob's box", progress=False, quiet=True)] == ["SKIPPED"]
+    assert [
+        o.status
+        for o in sw.run_sweep(s, experiment="q", env_label="bob's box", progress=False, quiet=True)
+    ] == ["FINISHED"]
+    assert [
+        o.status
+        for o in sw.run_sweep(s, experiment="q", env_label="bob's box", progress=False, quiet=True)
+    ] == ["SKIPPED"]
 
 
 def test_same_name_with_another_matrix_is_refused(tracking):
     sw.run_sweep(spec(name="fixed"), experiment="m", env_label="box", progress=False, quiet=True)
     bigger = spec(matrix={"model": ["resnet18"], "batch_size": [2, 4]}, name="fixed")
-    with pytest.raises(UsageError, match=r"sweep 'fixed' on box already exists with a different matrix \(was .*\[2\]"):
+    with pytest.raises(
+        UsageError,
+        match=r"sweep 'fixed' on box already exists with a different matrix \(was .*\[2\]",
+    ):
         sw.run_sweep(bigger, experiment="m", env_label="box", progress=False, quiet=True)
     with pytest.raises(UsageError, match="different repeats"):
-        sw.run_sweep(spec(name="fixed", repeats=2), experiment="m", env_label="box", progress=False, quiet=True)
+        sw.run_sweep(
+            spec(name="fixed", repeats=2),
+            experiment="m",
+            env_label="box",
+            progress=False,
+            quiet=True,
+        )
     assert len(search("m", "tags.run_kind = 'train'")) == 1  # nothing ran
-    assert [o.status for o in sw.run_sweep(spec(name="fixed"), experiment="m", env_label="box", progress=False,
-                                           quiet=True)] == ["SKIPPED"]
+    assert [
+        o.status
+        for o in sw.run_sweep(
+            spec(name="fixed"), experiment="m", env_label="box", progress=False, quiet=True
+        )
+    ] == ["SKIPPED"]
 
 
-def test_resume_under_mlflow_run_labels_the_new_run_instead_of_leaving_it_empty(tracking, monkeypatch):
+def test_resume_under_mlflow_run_labels_the_new_run_instead_of_leaving_it_empty(
+    tracking, monkeypatch
+):
     s = spec(name="mlrun")
     sw.run_sweep(s, experiment="mlrun", env_label="box", progress=False, quiet=True)
     (parent,) = search("mlrun", "tags.run_kind = 'sweep'")
     client = mlflow.tracking.MlflowClient()
-    made = client.create_run(parent.info.experiment_id).info.run_id  # what `mlflow run` does before starting us
+    made = client.create_run(
+        parent.info.experiment_id
+    ).info.run_id  # what `mlflow run` does before starting us
     monkeypatch.setenv("MLFLOW_RUN_ID", made)
-    assert [o.status for o in sw.run_sweep(s, experiment="mlrun", env_label="box", progress=False, quiet=True)] == ["SKIPPED"]
+    assert [
+        o.status
+        for o in sw.run_sweep(s, experiment="mlrun", env_label="box", progress=False, quiet=True)
+    ] == ["SKIPPED"]
     pointer = client.get_run(made)
-    assert pointer.data.tags[schema.TAG_RUN_KIND] == "sweep" and pointer.data.tags[sw.TAG_SWEEP_NAME] == "mlrun"
+    assert (
+        pointer.data.tags[schema.TAG_RUN_KIND] == "sweep"
+        and pointer.data.tags[sw.TAG_SWEEP_NAME] == "mlrun"
+    )
     assert pointer.data.tags[sw.TAG_RESUME_OF] == parent.info.run_id
     assert pointer.data.tags["mlflow.parentRunId"] == parent.info.run_id
     assert parent.info.run_id in pointer.data.tags["mlflow.note.content"]
@@ -341,8 +501,15 @@ def test_runs_left_running_by_a_killed_sweep_are_failed_and_redone(tracking):
     cfg = s.plan()[0][0]
     client = mlflow.tracking.MlflowClient()
     exp_id = client.create_experiment(exp)
-    stale = client.create_run(exp_id, tags={schema.TAG_RUN_KIND: "train", sw.TAG_SWEEP_NAME: "stale",
-                                            schema.TAG_ENV_LABEL: "box-a", schema.TAG_CONFIG_KEY: cfg.config_key()})
+    stale = client.create_run(
+        exp_id,
+        tags={
+            schema.TAG_RUN_KIND: "train",
+            sw.TAG_SWEEP_NAME: "stale",
+            schema.TAG_ENV_LABEL: "box-a",
+            schema.TAG_CONFIG_KEY: cfg.config_key(),
+        },
+    )
     client.log_param(stale.info.run_id, "repeat", "0")
     out = sw.run_sweep(s, experiment=exp, env_label="box-a", progress=False, quiet=True)
     assert [o.status for o in out] == ["FINISHED"]
@@ -351,8 +518,25 @@ def test_runs_left_running_by_a_killed_sweep_are_failed_and_redone(tracking):
 
 
 def test_cli_end_to_end_prints_table_and_summary(tracking, capsys):
-    argv = ["--models", "resnet18", "--batch-sizes", "2", "--image-size", "32", "--iters", "2",
-            "--warmup-iters", "1", "--device", "cpu", "--env-label", "cli-box", "--no-progress", "--name", "cli"]
+    argv = [
+        "--models",
+        "resnet18",
+        "--batch-sizes",
+        "2",
+        "--image-size",
+        "32",
+        "--iters",
+        "2",
+        "--warmup-iters",
+        "1",
+        "--device",
+        "cpu",
+        "--env-label",
+        "cli-box",
+        "--no-progress",
+        "--name",
+        "cli",
+    ]
     assert sw.main(argv) == 0
     out = capsys.readouterr().out
     assert "| resnet18 b2 fp32 32px | 0 | FINISHED |" in out
@@ -376,7 +560,10 @@ def test_two_machines_sweep_and_analysis_on_one_server(on_server, tmp_path):
     text = mlflow.artifacts.load_text(f"runs:/{children[0].info.run_id}/timing/step_times.csv")
     assert text.startswith("step,step_time_s\n") and len(text.splitlines()) == 3
     # resume over HTTP: nothing is redone
-    assert [o.status for o in sw.run_sweep(s, experiment=exp, env_label="machine-a", progress=False, quiet=True)] == ["SKIPPED"]
+    assert [
+        o.status
+        for o in sw.run_sweep(s, experiment=exp, env_label="machine-a", progress=False, quiet=True)
+    ] == ["SKIPPED"]
     assert len(search(exp, "tags.run_kind = 'train'")) == 2
     # and the analysis reads both machines' runs over HTTP and logs its own run there
     from analysis.app import main as analyze
@@ -431,7 +618,10 @@ def test_server_down_during_a_child_run_loses_nothing_and_duplicates_nothing(tmp
         assert sorted(e["record"]["run_kind"] for e in entries) == ["sweep", "train"]
         child = next(e for e in entries if e["record"]["run_kind"] == "train")
         assert child["run_id"] == cut and child["status"] == "FINISHED"
-        assert child["record"]["tags"][sw.TAG_SWEEP_NAME] == "outage" and child["record"]["params"]["batch_size"] == "4"
+        assert (
+            child["record"]["tags"][sw.TAG_SWEEP_NAME] == "outage"
+            and child["record"]["params"]["batch_size"] == "4"
+        )
         assert child["unsent"]["metrics"]["throughput_samples_per_s"] > 0
 
         # Resume while the server is still down: b2 is known from the ledger, b4 from the spool.
@@ -446,7 +636,9 @@ def test_server_down_during_a_child_run_loses_nothing_and_duplicates_nothing(tmp
         assert parent.info.status == "FINISHED" and parent.data.metrics["children_skipped"] == 2
         children = search("outage", f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
         assert sorted(c.data.params["batch_size"] for c in children) == ["2", "4"]
-        assert all(c.info.status == "FINISHED" and schema.TAG_ERROR not in c.data.tags for c in children)
+        assert all(
+            c.info.status == "FINISHED" and schema.TAG_ERROR not in c.data.tags for c in children
+        )
         uploaded = next(c for c in children if c.data.params["batch_size"] == "4")
         assert uploaded.info.run_id == cut
         assert mlflow.artifacts.load_text(f"runs:/{cut}/timing/step_times.csv").count("\n") == 3
@@ -462,18 +654,99 @@ def test_server_down_during_a_child_run_loses_nothing_and_duplicates_nothing(tmp
 
 def test_cli_takes_mlproject_style_values():
     """mlflow run passes each -P value as one shell-quoted word; empty means not given."""
-    argv = ["--models", "resnet18 mobilenet_v2", "--batch-sizes", "16,32", "--precisions", "fp32 bf16",
-            "--image-sizes", "", "--repeats", "", "--matrix", "", "--name", "", "--device", "cpu",
-            "--warmup-iters", "", "--iters", "auto", "--image-size", "", "--data", "", "--workers", "", "--env-label", "",
-            "--channels-last", "", "--compile", "", "--seed", "", "--lr", "", "--optimizer", "", "--num-classes", "",
-            "--ci-target", "", "--max-iters", "", "--max-time-s", ""]
+    argv = [
+        "--models",
+        "resnet18 mobilenet_v2",
+        "--batch-sizes",
+        "16,32",
+        "--precisions",
+        "fp32 bf16",
+        "--image-sizes",
+        "",
+        "--repeats",
+        "",
+        "--matrix",
+        "",
+        "--name",
+        "",
+        "--device",
+        "cpu",
+        "--warmup-iters",
+        "",
+        "--iters",
+        "auto",
+        "--image-size",
+        "",
+        "--data",
+        "",
+        "--workers",
+        "",
+        "--env-label",
+        "",
+        "--channels-last",
+        "",
+        "--compile",
+        "",
+        "--seed",
+        "",
+        "--lr",
+        "",
+        "--optimizer",
+        "",
+        "--num-classes",
+        "",
+        "--ci-target",
+        "",
+        "--max-iters",
+        "",
+        "--max-time-s",
+        "",
+    ]
     s = sw.spec_from_args(sw.build_parser().parse_args(argv))
-    assert s.matrix == {"model": ["resnet18", "mobilenet_v2"], "batch_size": [16, 32], "precision": ["fp32", "bf16"]}
-    assert s.base == {"device": "cpu", "iters": "auto"} and s.repeats == 1 and s.name.startswith("sweep-")
-    given = argv[:argv.index("--image-size")] + [
-        "--channels-last", "true", "--compile", "false", "--seed", "3", "--lr", "0.1", "--optimizer", "adamw",
-        "--num-classes", "10", "--ci-target", "0.05", "--max-iters", "200", "--max-time-s", "60", "--env-label", "lab"]
+    assert s.matrix == {
+        "model": ["resnet18", "mobilenet_v2"],
+        "batch_size": [16, 32],
+        "precision": ["fp32", "bf16"],
+    }
+    assert (
+        s.base == {"device": "cpu", "iters": "auto"}
+        and s.repeats == 1
+        and s.name.startswith("sweep-")
+    )
+    given = argv[: argv.index("--image-size")] + [
+        "--channels-last",
+        "true",
+        "--compile",
+        "false",
+        "--seed",
+        "3",
+        "--lr",
+        "0.1",
+        "--optimizer",
+        "adamw",
+        "--num-classes",
+        "10",
+        "--ci-target",
+        "0.05",
+        "--max-iters",
+        "200",
+        "--max-time-s",
+        "60",
+        "--env-label",
+        "lab",
+    ]
     s = sw.spec_from_args(sw.build_parser().parse_args(given))
-    assert s.base == {"device": "cpu", "iters": "auto", "channels_last": True, "compile": False, "seed": 3, "lr": 0.1,
-                      "optimizer": "adamw", "num_classes": 10, "ci_target": 0.05, "max_iters": 200, "max_time_s": 60.0}
+    assert s.base == {
+        "device": "cpu",
+        "iters": "auto",
+        "channels_last": True,
+        "compile": False,
+        "seed": 3,
+        "lr": 0.1,
+        "optimizer": "adamw",
+        "num_classes": 10,
+        "ci_target": 0.05,
+        "max_iters": 200,
+        "max_time_s": 60.0,
+    }
     assert s.env_label == "lab" and {c.max_iters for c, _ in s.plan()} == {200}

@@ -1,4 +1,5 @@
 """Timing statistics and the adaptive stopping rule, with injected clocks."""
+
 from __future__ import annotations
 
 import math
@@ -44,7 +45,9 @@ def test_summarize_rejects_empty_and_nonpositive():
 
 def test_ci95_half_width():
     # n = 4, mean 0.25, sd 0.1291; t(3) = 3.182 -> 3.182 * 0.1291 / 2 / 0.25
-    assert timing.ci95_half_width_rel([0.1, 0.2, 0.3, 0.4]) == pytest.approx(3.182 * 0.129099 / 2 / 0.25, rel=1e-4)
+    assert timing.ci95_half_width_rel([0.1, 0.2, 0.3, 0.4]) == pytest.approx(
+        3.182 * 0.129099 / 2 / 0.25, rel=1e-4
+    )
     assert timing.ci95_half_width_rel([0.1]) == math.inf
 
 
@@ -55,19 +58,25 @@ def test_measure_times_each_step_between_clock_reads():
 
 
 def test_measure_until_converges_on_steady_steps():
-    times, why = timing.measure_until(lambda: None, fake_clock([1.0, 1.01]), target_rel=0.02, min_iters=10)
+    times, why = timing.measure_until(
+        lambda: None, fake_clock([1.0, 1.01]), target_rel=0.02, min_iters=10
+    )
     assert why == "converged" and len(times) == 10
     assert timing.ci95_half_width_rel(times) <= 0.02
 
 
 def test_measure_until_keeps_going_while_noisy_and_stops_at_cap():
-    times, why = timing.measure_until(lambda: None, fake_clock([1.0, 2.0, 0.5]), target_rel=0.02, max_iters=50)
+    times, why = timing.measure_until(
+        lambda: None, fake_clock([1.0, 2.0, 0.5]), target_rel=0.02, max_iters=50
+    )
     assert why == "max_iters" and len(times) == 50
 
 
 def test_measure_until_stops_when_noise_averages_out():
     # alternating 1.0 / 1.2: sd ~0.1, mean 1.1; half-width 2 % of 1.1 needs n with 1.96*0.1/sqrt(n) <= 0.022
-    times, why = timing.measure_until(lambda: None, fake_clock([1.0, 1.2]), target_rel=0.02, max_iters=10_000)
+    times, why = timing.measure_until(
+        lambda: None, fake_clock([1.0, 1.2]), target_rel=0.02, max_iters=10_000
+    )
     assert why == "converged"
     assert 75 <= len(times) <= 85
     assert timing.ci95_half_width_rel(times) <= 0.02 < timing.ci95_half_width_rel(times[:-2])
@@ -76,7 +85,9 @@ def test_measure_until_stops_when_noise_averages_out():
 def test_measure_until_time_cap(monkeypatch):
     ticks = iter(range(0, 10_000, 10))
     monkeypatch.setattr(timing.time, "perf_counter", lambda: float(next(ticks)))
-    times, why = timing.measure_until(lambda: None, fake_clock([1.0, 3.0]), target_rel=1e-6, max_time_s=35)
+    times, why = timing.measure_until(
+        lambda: None, fake_clock([1.0, 3.0]), target_rel=1e-6, max_time_s=35
+    )
     assert why == "max_time" and len(times) == 4  # 10 s of (fake) wall clock per step
 
 

@@ -1,4 +1,5 @@
 """common.tracking: runs end FINISHED or FAILED with the reason; nothing is lost when offline."""
+
 from __future__ import annotations
 
 import json
@@ -24,7 +25,11 @@ def test_finished_run_has_params_metrics_series_and_text(tracking):
     assert run.data.metrics["step_time_median_s"] == 0.25
     assert run.data.tags[schema.TAG_RUN_KIND] == "train"
     hist = client.get_metric_history(s.run_id, "step_time_s")
-    assert [(m.step, m.value) for m in sorted(hist, key=lambda m: m.step)] == [(0, 0.1), (1, 0.2), (2, 0.3)]
+    assert [(m.step, m.value) for m in sorted(hist, key=lambda m: m.step)] == [
+        (0, 0.1),
+        (1, 0.2),
+        (2, 0.3),
+    ]
     assert [f.path for f in client.list_artifacts(s.run_id, "reports")] == ["reports/a.txt"]
 
 
@@ -68,7 +73,9 @@ def test_unreachable_server_spools_and_upload_sends_later(tmp_path, monkeypatch,
     assert s.offline and s.spool_path is not None and s.spool_path.exists()
     art.unlink()  # the spool keeps its own copy
     entry = json.loads(s.spool_path.read_text())
-    assert entry["status"] == "FINISHED" and entry["record"]["metrics"] == {"throughput_samples_per_s": 12.5}
+    assert entry["status"] == "FINISHED" and entry["record"]["metrics"] == {
+        "throughput_samples_per_s": 12.5
+    }
 
     mlflow.set_tracking_uri(tracking)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking)
@@ -82,7 +89,9 @@ def test_unreachable_server_spools_and_upload_sends_later(tmp_path, monkeypatch,
     assert run.data.metrics["throughput_samples_per_s"] == 12.5
     client = mlflow.tracking.MlflowClient()
     assert len(client.get_metric_history(run.info.run_id, "step_time_s")) == 2
-    assert [f.path for f in client.list_artifacts(run.info.run_id, "tables")] == ["tables/table.csv"]
+    assert [f.path for f in client.list_artifacts(run.info.run_id, "tables")] == [
+        "tables/table.csv"
+    ]
 
 
 def test_long_series_keeps_every_kth_step_in_history_and_says_so(tracking):
@@ -108,12 +117,18 @@ def _refuse(method_name, when):
     return patched
 
 
-def test_outage_mid_write_spools_full_record_and_only_the_unsent_part_is_uploaded(tracking, monkeypatch, capsys):
+def test_outage_mid_write_spools_full_record_and_only_the_unsent_part_is_uploaded(
+    tracking, monkeypatch, capsys
+):
     """The server went away after the metrics were sent but before the text artifact: the spool
     entry keeps the whole record (for resume) and exactly the unsent part (for upload)."""
     with monkeypatch.context() as m:
-        m.setattr(mlflow.tracking.MlflowClient, "log_text", _refuse("log_text", lambda *a, **k: True))
-        with RunSession("train", run_name="cut", experiment="exp-cut", tags={"sweep_name": "s"}, quiet=True) as s:
+        m.setattr(
+            mlflow.tracking.MlflowClient, "log_text", _refuse("log_text", lambda *a, **k: True)
+        )
+        with RunSession(
+            "train", run_name="cut", experiment="exp-cut", tags={"sweep_name": "s"}, quiet=True
+        ) as s:
             s.log_params({"model": "resnet18"})
             s.flush()
             s.log_metrics({"throughput_samples_per_s": 12.5})
@@ -122,7 +137,9 @@ def test_outage_mid_write_spools_full_record_and_only_the_unsent_part_is_uploade
     assert s.offline and s.run_id
     entry = json.loads(s.spool_path.read_text())
     assert entry["run_id"] == s.run_id and entry["status"] == "FINISHED"
-    assert entry["record"]["tags"]["sweep_name"] == "s" and entry["record"]["params"] == {"model": "resnet18"}
+    assert entry["record"]["tags"]["sweep_name"] == "s" and entry["record"]["params"] == {
+        "model": "resnet18"
+    }
     assert entry["record"]["metrics"] == {"throughput_samples_per_s": 12.5}
     unsent = entry["unsent"]
     assert unsent["params"] == {} and unsent["metrics"] == {} and unsent["series"] == {}
@@ -143,14 +160,18 @@ def test_outage_mid_write_spools_full_record_and_only_the_unsent_part_is_uploade
 
 
 @pytest.mark.parametrize("fail_at", ["create_run", "log_batch"])
-def test_interrupted_upload_then_second_upload_makes_one_linked_copy(tracking, monkeypatch, fail_at):
+def test_interrupted_upload_then_second_upload_makes_one_linked_copy(
+    tracking, monkeypatch, fail_at
+):
     """An upload cut off at the child (before or after the server created it) and run again: one
     parent, one child, linked, both FINISHED; ids written back into the spool in between."""
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")  # nothing listens on port 9
     mlflow.set_tracking_uri("http://127.0.0.1:9")
     with RunSession("sweep", run_name="p", experiment="exp-up", quiet=True) as parent:
         parent.log_params({"sweep_repeats": 1})
-        with RunSession("train", run_name="c", experiment="exp-up", parent=parent, quiet=True) as child:
+        with RunSession(
+            "train", run_name="c", experiment="exp-up", parent=parent, quiet=True
+        ) as child:
             child.log_params({"model": "resnet18"})
             child.log_metrics({"throughput_samples_per_s": 3.0})
             child.log_series("step_time_s", [0.5, 0.25])
@@ -158,27 +179,35 @@ def test_interrupted_upload_then_second_upload_makes_one_linked_copy(tracking, m
     mlflow.set_tracking_uri(tracking)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking)
 
-    is_child = {"create_run": lambda *a, **k: k.get("tags", {}).get(schema.TAG_RUN_KIND) == "train",
-                "log_batch": lambda *a, **k: any(p.key == "model" for p in k.get("params", []))}[fail_at]
+    is_child = {
+        "create_run": lambda *a, **k: k.get("tags", {}).get(schema.TAG_RUN_KIND) == "train",
+        "log_batch": lambda *a, **k: any(p.key == "model" for p in k.get("params", [])),
+    }[fail_at]
     with monkeypatch.context() as m:
         m.setattr(mlflow.tracking.MlflowClient, fail_at, _refuse(fail_at, is_child))
         assert upload_spooled(say=lambda *_: None) == (1, 1)
-    parent_run = mlflow.search_runs(experiment_names=["exp-up"], filter_string="tags.run_kind = 'sweep'",
-                                    output_format="list")
+    parent_run = mlflow.search_runs(
+        experiment_names=["exp-up"], filter_string="tags.run_kind = 'sweep'", output_format="list"
+    )
     assert len(parent_run) == 1 and parent_run[0].info.status == "FINISHED"
     parent_id = parent_run[0].info.run_id
     (left,) = spooled_runs()
-    assert left["local_id"] == child.local_id and left["parent_run_id"] == parent_id  # the link survives the call
+    assert (
+        left["local_id"] == child.local_id and left["parent_run_id"] == parent_id
+    )  # the link survives the call
     created = left["run_id"]
     assert (created is None) == (fail_at == "create_run")
 
     assert upload_spooled(say=lambda *_: None) == (1, 0)
-    children = mlflow.search_runs(experiment_names=["exp-up"], filter_string="tags.run_kind = 'train'",
-                                  output_format="list")
+    children = mlflow.search_runs(
+        experiment_names=["exp-up"], filter_string="tags.run_kind = 'train'", output_format="list"
+    )
     assert len(children) == 1
     run = children[0]
     assert run.info.status == "FINISHED" and run.data.tags["mlflow.parentRunId"] == parent_id
     if created:
         assert run.info.run_id == created
     assert run.data.metrics["throughput_samples_per_s"] == 3.0
-    assert len(mlflow.tracking.MlflowClient().get_metric_history(run.info.run_id, "step_time_s")) == 2
+    assert (
+        len(mlflow.tracking.MlflowClient().get_metric_history(run.info.run_id, "step_time_s")) == 2
+    )

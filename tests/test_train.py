@@ -1,4 +1,5 @@
 """python -m train end to end on tiny configs: what a run logs, and every bad-input case."""
+
 from __future__ import annotations
 
 import math
@@ -31,7 +32,16 @@ def hand_conv_linear_flops(model: nn.Module, x: torch.Tensor) -> tuple[int, int]
 
     def conv_hook(m, inp, out):
         n, c_out, h, w = out.shape
-        f = 2 * n * h * w * c_out * (m.in_channels // m.groups) * m.kernel_size[0] * m.kernel_size[1]
+        f = (
+            2
+            * n
+            * h
+            * w
+            * c_out
+            * (m.in_channels // m.groups)
+            * m.kernel_size[0]
+            * m.kernel_size[1]
+        )
         total[0] += f
         if not first:
             first.append(f)
@@ -39,8 +49,12 @@ def hand_conv_linear_flops(model: nn.Module, x: torch.Tensor) -> tuple[int, int]
     def lin_hook(m, inp, out):
         total[0] += 2 * inp[0].shape[0] * m.in_features * m.out_features
 
-    hooks = [m.register_forward_hook(conv_hook) for m in model.modules() if isinstance(m, nn.Conv2d)]
-    hooks += [m.register_forward_hook(lin_hook) for m in model.modules() if isinstance(m, nn.Linear)]
+    hooks = [
+        m.register_forward_hook(conv_hook) for m in model.modules() if isinstance(m, nn.Conv2d)
+    ]
+    hooks += [
+        m.register_forward_hook(lin_hook) for m in model.modules() if isinstance(m, nn.Linear)
+    ]
     with torch.no_grad():
         model(x)
     for h in hooks:
@@ -57,8 +71,15 @@ def test_run_logs_the_schema(tracking, capsys):
     assert p["precision"] == "fp32" and p["device"] == "cpu" and p["num_classes"] == "1000"
     assert p["iters"] == "3" and p["warmup_iters"] == "1" and p["optimizer"] == "sgd"
     assert t[schema.TAG_RUN_KIND] == "train" and t[schema.TAG_DEVICE_TYPE] == "cpu"
-    assert t[schema.TAG_CONFIG_KEY] == TrainConfig(model="resnet18", batch_size=2, image_size=32).config_key()
-    assert t[schema.TAG_ENV_LABEL] and t[schema.TAG_DEVICE_NAME] and t["torch_version"].startswith("2.14.1")
+    assert (
+        t[schema.TAG_CONFIG_KEY]
+        == TrainConfig(model="resnet18", batch_size=2, image_size=32).config_key()
+    )
+    assert (
+        t[schema.TAG_ENV_LABEL]
+        and t[schema.TAG_DEVICE_NAME]
+        and t["torch_version"].startswith("2.14.1")
+    )
     assert t[schema.TAG_INTENSITY_SOURCE] == "modeled"
 
     client = mlflow.tracking.MlflowClient()
@@ -72,13 +93,23 @@ def test_run_logs_the_schema(tracking, capsys):
     # FLOPs against module-hook formulas worked out independently of the counters
     import torchvision
 
-    fwd, first_conv = hand_conv_linear_flops(torchvision.models.resnet18(), torch.randn(2, 3, 32, 32))
+    fwd, first_conv = hand_conv_linear_flops(
+        torchvision.models.resnet18(), torch.randn(2, 3, 32, 32)
+    )
     assert m["train_flops_per_step"] == 3 * fwd - first_conv
-    assert m["achieved_flops_per_s"] == pytest.approx(m["train_flops_per_step"] / m["step_time_median_s"])
-    assert m["fwd_macs_per_sample"] == pytest.approx(fwd / 2 / 2, rel=1e-3)  # DeepSpeed: same multiply-adds
-    assert m["fwd_flops_per_sample"] > 2 * m["fwd_macs_per_sample"]  # + batch norm, ReLU, pooling, adds
+    assert m["achieved_flops_per_s"] == pytest.approx(
+        m["train_flops_per_step"] / m["step_time_median_s"]
+    )
+    assert m["fwd_macs_per_sample"] == pytest.approx(
+        fwd / 2 / 2, rel=1e-3
+    )  # DeepSpeed: same multiply-adds
+    assert (
+        m["fwd_flops_per_sample"] > 2 * m["fwd_macs_per_sample"]
+    )  # + batch norm, ReLU, pooling, adds
     assert m["params"] == 11_689_512
-    assert m["modeled_intensity_flops_per_byte"] == pytest.approx(m["train_flops_per_step"] / m["modeled_bytes_per_step"])
+    assert m["modeled_intensity_flops_per_byte"] == pytest.approx(
+        m["train_flops_per_step"] / m["modeled_bytes_per_step"]
+    )
     # weights are read and written at least once per step: 4 bytes x params x (read + write)
     assert m["modeled_bytes_per_step"] > 2 * 4 * 11_689_512
     for key in ("max_rss_bytes", "cpu_user_s", "wall_s", "step_time_p95_s", "step_time_std_s"):
@@ -88,12 +119,21 @@ def test_run_logs_the_schema(tracking, capsys):
     arts = {a.path for a in client.list_artifacts(run.info.run_id)}
     arts |= {a.path for a in client.list_artifacts(run.info.run_id, "flops")}
     arts |= {a.path for a in client.list_artifacts(run.info.run_id, "timing")}
-    assert {"environment.txt", "flops/deepspeed_forward_profile.txt", "flops/counts_by_op.csv",
-            "timing/step_times.csv"} <= arts
+    assert {
+        "environment.txt",
+        "flops/deepspeed_forward_profile.txt",
+        "flops/counts_by_op.csv",
+        "timing/step_times.csv",
+    } <= arts
     csv = mlflow.artifacts.load_text(f"runs:/{run.info.run_id}/timing/step_times.csv").splitlines()
     assert csv[0] == "step,step_time_s" and [float(r.split(",")[1]) for r in csv[1:]] == times
     out = capsys.readouterr().out
-    assert "samples/s" in out and "GFLOP/s achieved" in out and run.info.run_id in out and "mlflow ui" in out
+    assert (
+        "samples/s" in out
+        and "GFLOP/s achieved" in out
+        and run.info.run_id in out
+        and "mlflow ui" in out
+    )
 
 
 def error_of(capsys, argv) -> tuple[int, str]:
@@ -144,7 +184,10 @@ def test_bad_flag_under_mlflow_run_marks_that_run_failed(tracking, capsys, monke
     code, line = error_of(capsys, arg("--batch", "0"))
     assert code == 2
     run = mlflow.get_run(pre)
-    assert run.info.status == "FAILED" and "batch_size must be a positive integer" in run.data.tags["error"]
+    assert (
+        run.info.status == "FAILED"
+        and "batch_size must be a positive integer" in run.data.tags["error"]
+    )
 
 
 @pytest.mark.parametrize("workers", ["0", "1"])
@@ -194,7 +237,10 @@ def test_image_folder_on_generated_jpegs(tracking, capsys, tmp_path):
     assert run.info.status == "FINISHED"
     assert run.data.params["num_classes"] == "3" and run.data.params["data"] == str(root)
     assert "ImageFolder" in run.data.tags["data_description"]
-    assert run.data.tags[schema.TAG_CONFIG_KEY] == TrainConfig(batch_size=2, image_size=32, num_classes=3).config_key()
+    assert (
+        run.data.tags[schema.TAG_CONFIG_KEY]
+        == TrainConfig(batch_size=2, image_size=32, num_classes=3).config_key()
+    )
 
 
 def test_cifar10_folder(tracking, tmp_path):
@@ -210,7 +256,9 @@ def test_fake_data_through_a_loader(tracking):
 
 
 def test_fake_data_with_iters_auto(tracking):
-    assert main(arg("--data", "fake") + ["--workers", "0", "--iters", "auto", "--max-iters", "3"]) == 0
+    assert (
+        main(arg("--data", "fake") + ["--workers", "0", "--iters", "auto", "--max-iters", "3"]) == 0
+    )
     run = only_run()
     assert run.info.status == "FINISHED" and run.data.metrics["measured_iters"] == 3.0
 
@@ -218,7 +266,10 @@ def test_fake_data_with_iters_auto(tracking):
 def test_out_of_memory_while_preparing_is_one_line(tracking, capsys):
     code, line = error_of(capsys, arg("--batch", "100000000"))  # a 1.2 TB synthetic batch
     assert code == 1
-    assert line.startswith("error: out of memory on cpu at batch 100000000") and "smaller --batch" in line
+    assert (
+        line.startswith("error: out of memory on cpu at batch 100000000")
+        and "smaller --batch" in line
+    )
     run = only_run()
     assert run.info.status == "FAILED" and "out of memory" in run.data.tags["error"]
 
@@ -245,11 +296,27 @@ def test_profile_steps_marks_phases_between_profiler_start_and_stop():
         def __exit__(self, *exc):
             events.append(("end", self.name))
 
-    cfg = TrainConfig(model="resnet18", batch_size=2, image_size=32, warmup_iters=2, iters=1, device="cpu")
-    profile_steps(cfg, torch.device("cpu"), 2, profiler_start=lambda: events.append("profiler_start"),
-                  profiler_stop=lambda: events.append("profiler_stop"), mark=Mark)
-    one_step = [("start", "train_step"), ("start", "forward"), ("end", "forward"), ("start", "backward"),
-                ("end", "backward"), ("start", "optimizer"), ("end", "optimizer"), ("end", "train_step")]
+    cfg = TrainConfig(
+        model="resnet18", batch_size=2, image_size=32, warmup_iters=2, iters=1, device="cpu"
+    )
+    profile_steps(
+        cfg,
+        torch.device("cpu"),
+        2,
+        profiler_start=lambda: events.append("profiler_start"),
+        profiler_stop=lambda: events.append("profiler_stop"),
+        mark=Mark,
+    )
+    one_step = [
+        ("start", "train_step"),
+        ("start", "forward"),
+        ("end", "forward"),
+        ("start", "backward"),
+        ("end", "backward"),
+        ("start", "optimizer"),
+        ("end", "optimizer"),
+        ("end", "train_step"),
+    ]
     assert events == ["profiler_start", *one_step, *one_step, "profiler_stop"]
     assert {name for kind, name in one_step} == set(PHASES)
 
@@ -259,15 +326,29 @@ def test_iters_auto_logs_how_it_stopped(tracking):
     (from the 10th) whose 95 % CI half-width is within it, recomputed here from every step time."""
     from scipy import stats
 
-    assert main(arg("--iters", "auto") + ["--max-iters", "4", "--ci-target", "0.9", "--experiment", "capped"]) == 0
+    assert (
+        main(
+            arg("--iters", "auto")
+            + ["--max-iters", "4", "--ci-target", "0.9", "--experiment", "capped"]
+        )
+        == 0
+    )
     (run,) = mlflow.search_runs(experiment_names=["capped"], output_format="list")
     assert run.data.params["iters"] == "auto"
     assert run.data.tags["measure_stop"] == "max_iters" and run.data.metrics["measured_iters"] == 4
 
-    assert main(arg("--iters", "auto") + ["--max-iters", "200", "--ci-target", "0.5", "--experiment", "loose"]) == 0
+    assert (
+        main(
+            arg("--iters", "auto")
+            + ["--max-iters", "200", "--ci-target", "0.5", "--experiment", "loose"]
+        )
+        == 0
+    )
     (run,) = mlflow.search_runs(experiment_names=["loose"], output_format="list")
     m, t = run.data.metrics, run.data.tags
-    csv = mlflow.artifacts.load_text(f"runs:/{run.info.run_id}/timing/step_times.csv").splitlines()[1:]
+    csv = mlflow.artifacts.load_text(f"runs:/{run.info.run_id}/timing/step_times.csv").splitlines()[
+        1:
+    ]
     times = [float(line.split(",")[1]) for line in csv]
 
     def rel(k):  # 95 % CI half-width of the mean of the first k steps, relative to that mean

@@ -1,4 +1,5 @@
 """`python -m train`: fixed-iteration training benchmark of a torchvision model, logged to MLflow."""
+
 from __future__ import annotations
 
 import os
@@ -18,18 +19,37 @@ def build_parser() -> ArgumentParser:
     )
     add_config_args(parser)
     out = parser.add_argument_group("output")
-    out.add_argument("--experiment", default=None, help="MLflow experiment name (default: MLFLOW_EXPERIMENT_NAME or Default)")
+    out.add_argument(
+        "--experiment",
+        default=None,
+        help="MLflow experiment name (default: MLFLOW_EXPERIMENT_NAME or Default)",
+    )
     out.add_argument("--no-progress", action="store_true", help="no progress bar")
-    out.add_argument("--no-system-metrics", action="store_true", help="do not sample CPU/GPU/memory into the run")
-    out.add_argument("--profile-steps", type=int, default=0, metavar="K",
-                     help="profile mode (under ncu; see python -m profiling): K NVTX-marked steps between "
-                     "cudaProfilerStart/Stop after warmup; logs no run")
+    out.add_argument(
+        "--no-system-metrics", action="store_true", help="do not sample CPU/GPU/memory into the run"
+    )
+    out.add_argument(
+        "--profile-steps",
+        type=int,
+        default=0,
+        metavar="K",
+        help="profile mode (under ncu; see python -m profiling): K NVTX-marked steps between "
+        "cudaProfilerStart/Stop after warmup; logs no run",
+    )
     return parser
 
 
-def run(cfg: TrainConfig, *, experiment: str | None = None, progress: bool = True,
-        system_metrics: bool = True, parent=None, extra_params: dict | None = None,
-        extra_tags: dict | None = None, quiet: bool = False):
+def run(
+    cfg: TrainConfig,
+    *,
+    experiment: str | None = None,
+    progress: bool = True,
+    system_metrics: bool = True,
+    parent=None,
+    extra_params: dict | None = None,
+    extra_tags: dict | None = None,
+    quiet: bool = False,
+):
     """Pre-flight, then one `train` run: returns (the closed RunSession, BenchResult).
 
     Raises BenchError for bad input found before the run (nothing logged: a sweep records such a
@@ -41,15 +61,29 @@ def run(cfg: TrainConfig, *, experiment: str | None = None, progress: bool = Tru
     from train.bench import preflight, run_benchmark
 
     device = preflight(cfg)
-    session = RunSession("train", experiment=experiment, run_name=f"{cfg.run_name()}-{device.type}",
-                         tags=environment_tags(str(device), cfg.env_label), parent=parent,
-                         system_metrics=system_metrics, quiet=quiet)
+    session = RunSession(
+        "train",
+        experiment=experiment,
+        run_name=f"{cfg.run_name()}-{device.type}",
+        tags=environment_tags(str(device), cfg.env_label),
+        parent=parent,
+        system_metrics=system_metrics,
+        quiet=quiet,
+    )
     with session:
         session.log_params({**cfg.params(), "device": str(device), **(extra_params or {})})
-        session.set_tags({schema.TAG_CONFIG_KEY: cfg.config_key(), schema.TAG_INTENSITY_SOURCE: "modeled", **(extra_tags or {})})
+        session.set_tags(
+            {
+                schema.TAG_CONFIG_KEY: cfg.config_key(),
+                schema.TAG_INTENSITY_SOURCE: "modeled",
+                **(extra_tags or {}),
+            }
+        )
         session.flush()
         result = run_benchmark(cfg, device, progress=progress)
-        session.set_tags({"data_description": result.data_description, "measure_stop": result.stop_reason})
+        session.set_tags(
+            {"data_description": result.data_description, "measure_stop": result.stop_reason}
+        )
         session.log_metrics(result.metrics)
         session.log_series("step_time_s", result.step_times_s)
         session.log_text("timing/step_times.csv", step_times_csv(result.step_times_s))
@@ -68,8 +102,12 @@ def main(argv: list[str] | None = None) -> int:
         raise UsageError(str(exc)) from None
     if args.profile_steps:
         return _profile(cfg, args.profile_steps)
-    session, result = run(cfg, experiment=args.experiment, progress=not args.no_progress,
-                          system_metrics=not args.no_system_metrics)
+    session, result = run(
+        cfg,
+        experiment=args.experiment,
+        progress=not args.no_progress,
+        system_metrics=not args.no_system_metrics,
+    )
     m = result.metrics
     where = f"kept offline in {session.spool_path}" if session.offline else f"run {session.run_id}"
     print(
@@ -100,15 +138,20 @@ def _profile(cfg: TrainConfig, steps: int) -> int:
     from train.bench import preflight, profile_steps
 
     if not torch.cuda.is_available():
-        raise UsageError("profile mode needs an NVIDIA GPU (CUDA is not available here); "
-                         "import ncu output made elsewhere with python -m profiling --import FILE")
+        raise UsageError(
+            "profile mode needs an NVIDIA GPU (CUDA is not available here); "
+            "import ncu output made elsewhere with python -m profiling --import FILE"
+        )
     if cfg.device == "auto":
         cfg.device = "cuda"
     device = preflight(cfg)
     if device.type != "cuda":
         raise UsageError(f"profile mode needs --device cuda, got {cfg.device}")
     profile_steps(cfg, device, steps)
-    print(f"profiled {steps} step(s) of {cfg.run_name()} on {torch.cuda.get_device_name(device)}", file=sys.stderr)
+    print(
+        f"profiled {steps} step(s) of {cfg.run_name()} on {torch.cuda.get_device_name(device)}",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -4,6 +4,7 @@
 `common.tracking.RunSession`. Profile mode (`profile_steps`) reuses the same preparation and the same
 `train_step`, wrapped in NVTX ranges and the CUDA profiler's start/stop.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -20,7 +21,10 @@ from train.models import build_model, check_model_name
 from train.step import StepParts, make_optimizer, nvtx_range, train_step
 from train.timing import ci95_half_width_rel, make_clock, measure, measure_until, summarize
 
-COUNT_BATCHES = (2, 4)  # counts are taken at these batch sizes and extrapolated (see train/flops.py)
+COUNT_BATCHES = (
+    2,
+    4,
+)  # counts are taken at these batch sizes and extrapolated (see train/flops.py)
 
 
 @dataclass
@@ -65,18 +69,26 @@ def prepare(cfg: TrainConfig, device) -> Prepared:
         torch.backends.cudnn.benchmark = True  # as real training does; autotuning happens in warmup
     source = open_source(cfg, device)
     if source.num_classes != cfg.num_classes:
-        raise BenchError(f"data set has {source.num_classes} classes but {cfg.num_classes} were expected from its folders")
+        raise BenchError(
+            f"data set has {source.num_classes} classes but {cfg.num_classes} were expected from its folders"
+        )
     model = build_model(cfg.model, cfg.num_classes).to(device)
     if cfg.channels_last:
         model = model.to(memory_format=torch.channels_last)
     model.train()
     optimizer = make_optimizer(cfg.optimizer, model.parameters(), cfg.lr)
-    parts = StepParts(model, optimizer, dev.autocast_context(cfg.precision, device), dev.grad_scaler(cfg.precision, device))
+    parts = StepParts(
+        model,
+        optimizer,
+        dev.autocast_context(cfg.precision, device),
+        dev.grad_scaler(cfg.precision, device),
+    )
     return Prepared(cfg, device, model, parts, source)
 
 
-def count_steps(prep: Prepared, sizes: tuple[int, ...],
-                around: Callable[[int], ContextManager] | None = None) -> tuple[dict[int, fl.StepCounts], dict]:
+def count_steps(
+    prep: Prepared, sizes: tuple[int, ...], around: Callable[[int], ContextManager] | None = None
+) -> tuple[dict[int, fl.StepCounts], dict]:
     """Counted training steps of `prep` at each batch size in `sizes` (synthetic batches).
 
     One uncounted step runs first: the optimizer's first step creates its state (SGD clones the
@@ -85,8 +97,12 @@ def count_steps(prep: Prepared, sizes: tuple[int, ...],
     saved tensors there). Returns the counts and the batches {size: (inputs, targets)}.
     """
     cfg = prep.cfg
-    batches = {b: synthetic_source(b, cfg.image_size, cfg.num_classes, prep.device, cfg.channels_last, cfg.seed).next()
-               for b in sizes}
+    batches = {
+        b: synthetic_source(
+            b, cfg.image_size, cfg.num_classes, prep.device, cfg.channels_last, cfg.seed
+        ).next()
+        for b in sizes
+    }
     train_step(prep.parts, *batches[sizes[0]])
     counts = {}
     for b, (x, y) in batches.items():
@@ -104,7 +120,11 @@ def count_work(prep: Prepared) -> tuple[fl.StepCounts, fl.ForwardProfile]:
     cfg = prep.cfg
     sizes = (cfg.batch_size,) if cfg.batch_size in COUNT_BATCHES else COUNT_BATCHES
     counts, batches = count_steps(prep, sizes)
-    step_counts = counts[cfg.batch_size] if cfg.batch_size in counts else fl.extrapolate(counts[2], counts[4], cfg.batch_size)
+    step_counts = (
+        counts[cfg.batch_size]
+        if cfg.batch_size in counts
+        else fl.extrapolate(counts[2], counts[4], cfg.batch_size)
+    )
     forward = fl.deepspeed_forward_profile(prep.model, batches[sizes[-1]][0])
     return step_counts, forward
 
@@ -138,11 +158,29 @@ def run_benchmark(cfg: TrainConfig, device, progress: bool = True) -> BenchResul
         bar.set_description(f"{cfg.model} b{cfg.batch_size} measure")
         if cfg.iters == "auto":
             times, stop = measure_until(
-                prep.step, clock, target_rel=cfg.ci_target, max_iters=cfg.max_iters, max_time_s=cfg.max_time_s,
-                on_step=lambda i, dt, rel: (bar.update(1), bar.set_postfix_str(f"{dt * 1e3:.1f} ms/step, CI ±{rel:.1%}")))
+                prep.step,
+                clock,
+                target_rel=cfg.ci_target,
+                max_iters=cfg.max_iters,
+                max_time_s=cfg.max_time_s,
+                on_step=lambda i, dt, rel: (
+                    bar.update(1),
+                    bar.set_postfix_str(f"{dt * 1e3:.1f} ms/step, CI ±{rel:.1%}"),
+                ),
+            )
         else:
-            times, stop = measure(prep.step, cfg.iters, clock, on_step=lambda i, dt: (
-                bar.update(1), bar.set_postfix_str(f"{dt * 1e3:.1f} ms/step"))), "fixed"
+            times, stop = (
+                measure(
+                    prep.step,
+                    cfg.iters,
+                    clock,
+                    on_step=lambda i, dt: (
+                        bar.update(1),
+                        bar.set_postfix_str(f"{dt * 1e3:.1f} ms/step"),
+                    ),
+                ),
+                "fixed",
+            )
         wall_s = time.perf_counter() - t0
         cpu1 = dev.cpu_times_s()
     except (BenchError, KeyboardInterrupt):
@@ -181,8 +219,14 @@ def run_benchmark(cfg: TrainConfig, device, progress: bool = True) -> BenchResul
     return BenchResult(metrics, times, texts, prep.source.description, stop)
 
 
-def profile_steps(cfg: TrainConfig, device, steps: int, profiler_start: Callable[[], None] | None = None,
-                  profiler_stop: Callable[[], None] | None = None, mark=nvtx_range) -> None:
+def profile_steps(
+    cfg: TrainConfig,
+    device,
+    steps: int,
+    profiler_start: Callable[[], None] | None = None,
+    profiler_stop: Callable[[], None] | None = None,
+    mark=nvtx_range,
+) -> None:
     """Profile mode: warm up, then `steps` NVTX-marked steps between CUDA profiler start and stop.
 
     Run under `ncu --profile-from-start off` (python -m profiling does that), only the marked
@@ -216,15 +260,25 @@ def profile_steps(cfg: TrainConfig, device, steps: int, profiler_start: Callable
 
 def _runtime_error(exc: BaseException, cfg: TrainConfig, device) -> BenchError:
     if dev.is_out_of_memory(exc):
-        return BenchError(f"out of memory on {device.type} at batch {cfg.batch_size} ({cfg.model}, {cfg.image_size}px, "
-                          f"{cfg.precision}): use a smaller --batch or --image-size")
-    return BenchError(f"{cfg.model} failed to train at batch {cfg.batch_size}, {cfg.image_size}px, {cfg.precision} on {device.type}: {one_line(exc)}")
+        return BenchError(
+            f"out of memory on {device.type} at batch {cfg.batch_size} ({cfg.model}, {cfg.image_size}px, "
+            f"{cfg.precision}): use a smaller --batch or --image-size"
+        )
+    return BenchError(
+        f"{cfg.model} failed to train at batch {cfg.batch_size}, {cfg.image_size}px, {cfg.precision} on {device.type}: {one_line(exc)}"
+    )
 
 
 def _counts_csv(counts: fl.StepCounts) -> str:
-    ops = sorted(set(counts.flops_by_op) | set(counts.bytes_by_op), key=lambda k: -counts.bytes_by_op.get(k, 0.0))
+    ops = sorted(
+        set(counts.flops_by_op) | set(counts.bytes_by_op),
+        key=lambda k: -counts.bytes_by_op.get(k, 0.0),
+    )
     lines = ["aten_op,train_flops_per_step,modeled_bytes_per_step"]
-    lines += [f"{op},{counts.flops_by_op.get(op, 0.0):.0f},{counts.bytes_by_op.get(op, 0.0):.0f}" for op in ops]
+    lines += [
+        f"{op},{counts.flops_by_op.get(op, 0.0):.0f},{counts.bytes_by_op.get(op, 0.0):.0f}"
+        for op in ops
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -232,5 +286,11 @@ def _progress(cfg: TrainConfig, enabled: bool):
     from tqdm import tqdm
 
     measured = cfg.max_iters if cfg.iters == "auto" else cfg.iters
-    return tqdm(total=cfg.warmup_iters + measured, desc=f"{cfg.model} b{cfg.batch_size} warmup", unit="step",
-                disable=not enabled, mininterval=0.5, leave=False)
+    return tqdm(
+        total=cfg.warmup_iters + measured,
+        desc=f"{cfg.model} b{cfg.batch_size} warmup",
+        unit="step",
+        disable=not enabled,
+        mininterval=0.5,
+        leave=False,
+    )

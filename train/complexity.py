@@ -10,6 +10,7 @@ train/footprint.py, measured at two small batch sizes and scaled linearly.
 Output: a `complexity` MLflow run (metrics `<model>/...`, CSV tables under `complexity/`), the
 same tables as files with --out, and a Markdown summary on the console. See docs/complexity.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -72,20 +73,32 @@ class ComplexityConfig:
         for name in ("batch_sizes", "rss_batch_sizes"):
             values = list(getattr(self, name))
             if not values or any(int(b) <= 0 for b in values):
-                raise ValueError(f"{name} must be positive integers, got {' '.join(str(b) for b in values) or 'none'}")
+                raise ValueError(
+                    f"{name} must be positive integers, got {' '.join(str(b) for b in values) or 'none'}"
+                )
             setattr(self, name, sorted({int(b) for b in values}))
         for name in ("image_size", "num_classes"):
             if int(getattr(self, name)) <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
         if self.image_size < 32:
             raise ValueError(f"image_size must be >= 32 pixels, got {self.image_size}")
-        self.optimizer, self.precision, self.device = self.optimizer.lower(), self.precision.lower(), self.device.lower()
+        self.optimizer, self.precision, self.device = (
+            self.optimizer.lower(),
+            self.precision.lower(),
+            self.device.lower(),
+        )
         if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
+            raise ValueError(
+                f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}"
+            )
         if self.precision not in schema.PRECISIONS:
-            raise ValueError(f"precision must be one of {', '.join(schema.PRECISIONS)}, got {self.precision!r}")
+            raise ValueError(
+                f"precision must be one of {', '.join(schema.PRECISIONS)}, got {self.precision!r}"
+            )
         if self.device not in DEVICES and not self.device.startswith("cuda:"):
-            raise ValueError(f"device must be one of {', '.join(DEVICES)} or cuda:N, got {self.device!r}")
+            raise ValueError(
+                f"device must be one of {', '.join(DEVICES)} or cuda:N, got {self.device!r}"
+            )
         self.validate_rss = _auto_bool(self.validate_rss)
         if self.device_memory is not None and str(self.device_memory).strip() == "":
             self.device_memory = None
@@ -123,15 +136,20 @@ class ComplexityConfig:
 
     def params(self) -> dict:
         return {
-            "models": ",".join(self.models), "batch_sizes": ",".join(map(str, self.batch_sizes)),
-            "image_size": self.image_size, "optimizer": self.optimizer, "precision": self.precision,
-            "num_classes": self.num_classes, "validate_rss": str(self.validate_rss).lower(),
-            "rss_batch_sizes": ",".join(map(str, self.rss_batch_sizes)), "seed": self.seed,
+            "models": ",".join(self.models),
+            "batch_sizes": ",".join(map(str, self.batch_sizes)),
+            "image_size": self.image_size,
+            "optimizer": self.optimizer,
+            "precision": self.precision,
+            "num_classes": self.num_classes,
+            "validate_rss": str(self.validate_rss).lower(),
+            "rss_batch_sizes": ",".join(map(str, self.rss_batch_sizes)),
+            "seed": self.seed,
         }
 
 
 def _auto_bool(value) -> bool | str:
-    """"auto" (or empty: the default) stays "auto"; true/false words become booleans."""
+    """ "auto" (or empty: the default) stays "auto"; true/false words become booleans."""
     if isinstance(value, bool):
         return value
     text = str(value).strip().lower()
@@ -161,32 +179,73 @@ def build_parser() -> argparse.ArgumentParser:
         "size, measured at batch 1 and 2 and scaled linearly; logged as a `complexity` MLflow run.",
     )
     d = ComplexityConfig(env_label="x")
-    p.add_argument("--models", nargs="+", default=list(d.models), help="torchvision classifiers (space or comma separated)")
-    p.add_argument("--batch-sizes", nargs="+", default=[str(b) for b in d.batch_sizes], help="batch sizes to predict for")
-    p.add_argument("--image-size", type=int, default=d.image_size, help="input height and width (pixels)")
+    p.add_argument(
+        "--models",
+        nargs="+",
+        default=list(d.models),
+        help="torchvision classifiers (space or comma separated)",
+    )
+    p.add_argument(
+        "--batch-sizes",
+        nargs="+",
+        default=[str(b) for b in d.batch_sizes],
+        help="batch sizes to predict for",
+    )
+    p.add_argument(
+        "--image-size", type=int, default=d.image_size, help="input height and width (pixels)"
+    )
     p.add_argument("--optimizer", default=d.optimizer, help="sgd (momentum 0.9), adam or adamw")
     p.add_argument("--precision", default=d.precision, help="fp32, bf16 or fp16 (autocast)")
-    p.add_argument("--device", default=d.device, help="auto | cpu | cuda | cuda:N | mps (where to measure)")
+    p.add_argument(
+        "--device", default=d.device, help="auto | cpu | cuda | cuda:N | mps (where to measure)"
+    )
     p.add_argument("--num-classes", type=int, default=d.num_classes, help="classifier outputs")
-    p.add_argument("--device-memory", default=None,
-                   help="memory to fit into, e.g. 16GiB (2^30), 16GB (10^9), 512MiB; default: the device's "
-                   "(CUDA total memory; CPU: available RAM)")
-    p.add_argument("--validate-rss", nargs="?", const="true", default="auto", metavar="{auto,true,false}",
-                   help="check the prediction against the RSS growth of one real step (fresh process per model and "
-                   "batch); auto (default) = on for --device cpu, off elsewhere; false turns it off")
-    p.add_argument("--rss-batch-sizes", nargs="+", default=[str(b) for b in d.rss_batch_sizes],
-                   help="batch sizes of the RSS check")
+    p.add_argument(
+        "--device-memory",
+        default=None,
+        help="memory to fit into, e.g. 16GiB (2^30), 16GB (10^9), 512MiB; default: the device's "
+        "(CUDA total memory; CPU: available RAM)",
+    )
+    p.add_argument(
+        "--validate-rss",
+        nargs="?",
+        const="true",
+        default="auto",
+        metavar="{auto,true,false}",
+        help="check the prediction against the RSS growth of one real step (fresh process per model and "
+        "batch); auto (default) = on for --device cpu, off elsewhere; false turns it off",
+    )
+    p.add_argument(
+        "--rss-batch-sizes",
+        nargs="+",
+        default=[str(b) for b in d.rss_batch_sizes],
+        help="batch sizes of the RSS check",
+    )
     p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--env-label", default=None, help="name of this environment (default: host name)")
-    p.add_argument("--experiment", default=None, help="MLflow experiment name (default: MLFLOW_EXPERIMENT_NAME or Default)")
-    p.add_argument("--out", default=None, help="also write the tables (CSV, Markdown) into this folder")
-    p.add_argument("--no-track", action="store_true", help="do not log an MLflow run (print, and write --out)")
+    p.add_argument(
+        "--env-label", default=None, help="name of this environment (default: host name)"
+    )
+    p.add_argument(
+        "--experiment",
+        default=None,
+        help="MLflow experiment name (default: MLFLOW_EXPERIMENT_NAME or Default)",
+    )
+    p.add_argument(
+        "--out", default=None, help="also write the tables (CSV, Markdown) into this folder"
+    )
+    p.add_argument(
+        "--no-track", action="store_true", help="do not log an MLflow run (print, and write --out)"
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
 
 def config_from_args(args: argparse.Namespace) -> ComplexityConfig:
-    kwargs = {f.name: getattr(args, f.name) for f in fields(ComplexityConfig) if getattr(args, f.name, None) is not None}
+    kwargs = {
+        f.name: getattr(args, f.name)
+        for f in fields(ComplexityConfig)
+        if getattr(args, f.name, None) is not None
+    }
     kwargs["models"] = split_words(args.models)
     kwargs["batch_sizes"] = _int_list(args.batch_sizes, "--batch-sizes")
     kwargs["rss_batch_sizes"] = _int_list(args.rss_batch_sizes, "--rss-batch-sizes")
@@ -216,8 +275,12 @@ class ComplexityResult:
     device_memory_source: str
     models: list  # ModelComplexity, in the order asked
     rss: dict = field(default_factory=dict)  # model -> list[RssMeasurement]
-    rss_models: list = field(default_factory=list)  # models the RSS check measured (see rss_check_models)
-    rss_notes: list = field(default_factory=list)  # RSS batches replaced or not measured, one line each
+    rss_models: list = field(
+        default_factory=list
+    )  # models the RSS check measured (see rss_check_models)
+    rss_notes: list = field(
+        default_factory=list
+    )  # RSS batches replaced or not measured, one line each
     wall_s: float = 0.0
 
 
@@ -230,8 +293,10 @@ def preflight(cfg: ComplexityConfig):
     device = dev.resolve_device(cfg.device)
     dev.check_precision(cfg.precision, device)
     if cfg.validate_rss is True and device.type != "cpu":
-        raise UsageError(f"--validate-rss measures this process's RSS and needs --device cpu (got {device.type}); "
-                         "leave it at auto or false")
+        raise UsageError(
+            f"--validate-rss measures this process's RSS and needs --device cpu (got {device.type}); "
+            "leave it at auto or false"
+        )
     return device
 
 
@@ -253,13 +318,23 @@ def measure(cfg: ComplexityConfig, device, progress: bool = True) -> ComplexityR
     else:
         mem, source = device_memory_bytes(device)
     result = ComplexityResult(cfg, str(device), envinfo.device_name(str(device)), mem, source, [])
-    bar = tqdm(total=len(cfg.models), desc="complexity", unit="step", disable=not progress, leave=False)
+    bar = tqdm(
+        total=len(cfg.models), desc="complexity", unit="step", disable=not progress, leave=False
+    )
     try:
         for name in cfg.models:
             bar.set_description(f"complexity {name}")
-            tcfg = TrainConfig(model=name, image_size=cfg.image_size, precision=cfg.precision, device=str(device),
-                               optimizer=cfg.optimizer, num_classes=cfg.num_classes, seed=cfg.seed,
-                               data="synthetic", env_label=cfg.env_label)
+            tcfg = TrainConfig(
+                model=name,
+                image_size=cfg.image_size,
+                precision=cfg.precision,
+                device=str(device),
+                optimizer=cfg.optimizer,
+                num_classes=cfg.num_classes,
+                seed=cfg.seed,
+                data="synthetic",
+                env_label=cfg.env_label,
+            )
             try:
                 result.models.append(analyze_model(tcfg, device))
             except (BenchError, KeyboardInterrupt):
@@ -268,7 +343,9 @@ def measure(cfg: ComplexityConfig, device, progress: bool = True) -> ComplexityR
                 raise _runtime_error(exc, name, cfg, device) from exc
             bar.update(1)
         result.rss_models = [c.model for c in cfg.rss_check_models(result.models, device)]
-        bar.total += len(result.rss_models) * len(cfg.rss_batch_sizes)  # known once the models are measured
+        bar.total += len(result.rss_models) * len(
+            cfg.rss_batch_sizes
+        )  # known once the models are measured
         bar.refresh()
         for c in (c for c in result.models if c.model in result.rss_models):
             sizes, notes = rss_batches(c, cfg.rss_batch_sizes)
@@ -277,8 +354,18 @@ def measure(cfg: ComplexityConfig, device, progress: bool = True) -> ComplexityR
                 bar.set_description(f"RSS {c.model} b{b}")
                 try:
                     result.rss.setdefault(c.model, []).append(
-                        measure_step_rss(c.model, b, cfg.image_size, cfg.optimizer, cfg.precision, cfg.num_classes))
-                except BenchError as exc:  # the analysis stands; the check says what it could not measure
+                        measure_step_rss(
+                            c.model,
+                            b,
+                            cfg.image_size,
+                            cfg.optimizer,
+                            cfg.precision,
+                            cfg.num_classes,
+                        )
+                    )
+                except (
+                    BenchError
+                ) as exc:  # the analysis stands; the check says what it could not measure
                     result.rss_notes.append(f"{c.model} batch {b} not checked: {one_line(exc)}")
                 bar.update(1)
             if not result.rss.get(c.model):
@@ -304,8 +391,10 @@ def rss_batches(c, requested: list[int]) -> tuple[list[int], list[str]]:
     for b in (b for b in requested if b < smallest):
         sub = next(k for k in (2**i for i in range(1, 64)) if k >= smallest and k not in sizes)
         sizes.append(sub)
-        notes.append(f"{c.model} batch {b} checked at batch {sub} instead: its batch norm cannot train on "
-                     f"{b} sample(s) at {c.image_size} px (a 1x1 feature map)")
+        notes.append(
+            f"{c.model} batch {b} checked at batch {sub} instead: its batch norm cannot train on "
+            f"{b} sample(s) at {c.image_size} px (a 1x1 feature map)"
+        )
     return sorted(sizes), notes
 
 
@@ -313,50 +402,103 @@ def _runtime_error(exc: BaseException, name: str, cfg: ComplexityConfig, device)
     from train import device as dev
 
     if dev.is_out_of_memory(exc):
-        return BenchError(f"out of memory measuring {name} at batch 1-4, {cfg.image_size}px on {device.type}: "
-                          "use a smaller --image-size")
-    return BenchError(f"{name} failed to train at {cfg.image_size}px, {cfg.precision} on {device.type}: {one_line(exc)}")
+        return BenchError(
+            f"out of memory measuring {name} at batch 1-4, {cfg.image_size}px on {device.type}: "
+            "use a smaller --image-size"
+        )
+    return BenchError(
+        f"{name} failed to train at {cfg.image_size}px, {cfg.precision} on {device.type}: {one_line(exc)}"
+    )
 
 
 # ------------------------------------------------------------------ tables (pure: rows and strings)
 MODEL_COLUMNS = (
-    "model", "image_size", "precision", "optimizer", "num_classes", "params", "param_bytes", "buffer_bytes",
-    "weight_bytes", "grad_bytes", "optimizer_state_bytes", "fwd_flops_per_sample", "fwd_macs_per_sample",
-    "train_flops_per_sample", "activation_bytes_per_sample", "activation_fixed_bytes", "fixed_bytes",
-    "modeled_bytes_per_sample", "modeled_fixed_bytes", "modeled_intensity_limit_flops_per_byte",
-    "device_memory_bytes", "max_batch_fit", "measured_batches",
+    "model",
+    "image_size",
+    "precision",
+    "optimizer",
+    "num_classes",
+    "params",
+    "param_bytes",
+    "buffer_bytes",
+    "weight_bytes",
+    "grad_bytes",
+    "optimizer_state_bytes",
+    "fwd_flops_per_sample",
+    "fwd_macs_per_sample",
+    "train_flops_per_sample",
+    "activation_bytes_per_sample",
+    "activation_fixed_bytes",
+    "fixed_bytes",
+    "modeled_bytes_per_sample",
+    "modeled_fixed_bytes",
+    "modeled_intensity_limit_flops_per_byte",
+    "device_memory_bytes",
+    "max_batch_fit",
+    "measured_batches",
 )
 BATCH_COLUMNS = (
-    "model", "batch_size", "activation_bytes", "predicted_train_mem_bytes", "fits", "train_flops_per_step",
-    "modeled_bytes_per_step", "modeled_intensity_flops_per_byte",
+    "model",
+    "batch_size",
+    "activation_bytes",
+    "predicted_train_mem_bytes",
+    "fits",
+    "train_flops_per_step",
+    "modeled_bytes_per_step",
+    "modeled_intensity_flops_per_byte",
 )
 LAYER_COLUMNS = (
-    "name", "type", "output_shape", "params", "fwd_flops_per_sample", "fwd_macs_per_sample",
-    "saved_bytes_per_sample", "saved_fixed_bytes",
+    "name",
+    "type",
+    "output_shape",
+    "params",
+    "fwd_flops_per_sample",
+    "fwd_macs_per_sample",
+    "saved_bytes_per_sample",
+    "saved_fixed_bytes",
 )
 RSS_COLUMNS = (
-    "model", "batch_size", "rss_before_bytes", "peak_rss_bytes", "measured_growth_bytes", "predicted_growth_bytes",
-    "rel_error", "peak_source",
+    "model",
+    "batch_size",
+    "rss_before_bytes",
+    "peak_rss_bytes",
+    "measured_growth_bytes",
+    "predicted_growth_bytes",
+    "rel_error",
+    "peak_source",
 )
 
 
 def model_rows(result: ComplexityResult) -> list[dict]:
     rows = []
     for c in result.models:
-        rows.append({
-            "model": c.model, "image_size": c.image_size, "precision": c.precision, "optimizer": c.optimizer,
-            "num_classes": c.num_classes, "params": c.params, "param_bytes": c.param_bytes,
-            "buffer_bytes": c.buffer_bytes, "weight_bytes": c.weight_bytes, "grad_bytes": c.grad_bytes,
-            "optimizer_state_bytes": c.optimizer_state_bytes, "fwd_flops_per_sample": c.fwd_flops_per_sample,
-            "fwd_macs_per_sample": c.fwd_macs_per_sample, "train_flops_per_sample": c.train_flops_per_sample,
-            "activation_bytes_per_sample": c.activation_bytes_per_sample,
-            "activation_fixed_bytes": c.activation_fixed_bytes, "fixed_bytes": c.fixed_bytes,
-            "modeled_bytes_per_sample": c.modeled_bytes_per_sample, "modeled_fixed_bytes": c.modeled_fixed_bytes,
-            "modeled_intensity_limit_flops_per_byte": c.modeled_intensity_limit_flops_per_byte,
-            "device_memory_bytes": result.device_memory_bytes,
-            "max_batch_fit": c.max_batch_fit(result.device_memory_bytes),
-            "measured_batches": " ".join(map(str, c.measured_batches)),
-        })
+        rows.append(
+            {
+                "model": c.model,
+                "image_size": c.image_size,
+                "precision": c.precision,
+                "optimizer": c.optimizer,
+                "num_classes": c.num_classes,
+                "params": c.params,
+                "param_bytes": c.param_bytes,
+                "buffer_bytes": c.buffer_bytes,
+                "weight_bytes": c.weight_bytes,
+                "grad_bytes": c.grad_bytes,
+                "optimizer_state_bytes": c.optimizer_state_bytes,
+                "fwd_flops_per_sample": c.fwd_flops_per_sample,
+                "fwd_macs_per_sample": c.fwd_macs_per_sample,
+                "train_flops_per_sample": c.train_flops_per_sample,
+                "activation_bytes_per_sample": c.activation_bytes_per_sample,
+                "activation_fixed_bytes": c.activation_fixed_bytes,
+                "fixed_bytes": c.fixed_bytes,
+                "modeled_bytes_per_sample": c.modeled_bytes_per_sample,
+                "modeled_fixed_bytes": c.modeled_fixed_bytes,
+                "modeled_intensity_limit_flops_per_byte": c.modeled_intensity_limit_flops_per_byte,
+                "device_memory_bytes": result.device_memory_bytes,
+                "max_batch_fit": c.max_batch_fit(result.device_memory_bytes),
+                "measured_batches": " ".join(map(str, c.measured_batches)),
+            }
+        )
     return rows
 
 
@@ -366,12 +508,18 @@ def batch_rows(result: ComplexityResult) -> list[dict]:
         for b in result.cfg.batch_sizes:
             counts = c.step_counts(b)
             mem = c.predicted_train_mem_bytes(b)
-            rows.append({
-                "model": c.model, "batch_size": b, "activation_bytes": c.activation_bytes(b),
-                "predicted_train_mem_bytes": mem, "fits": mem <= result.device_memory_bytes,
-                "train_flops_per_step": counts.train_flops, "modeled_bytes_per_step": counts.modeled_bytes,
-                "modeled_intensity_flops_per_byte": counts.modeled_intensity_flops_per_byte,
-            })
+            rows.append(
+                {
+                    "model": c.model,
+                    "batch_size": b,
+                    "activation_bytes": c.activation_bytes(b),
+                    "predicted_train_mem_bytes": mem,
+                    "fits": mem <= result.device_memory_bytes,
+                    "train_flops_per_step": counts.train_flops,
+                    "modeled_bytes_per_step": counts.modeled_bytes,
+                    "modeled_intensity_flops_per_byte": counts.modeled_intensity_flops_per_byte,
+                }
+            )
     return rows
 
 
@@ -387,12 +535,18 @@ def rss_rows(result: ComplexityResult) -> list[dict]:
     for name, measurements in result.rss.items():
         for r in measurements:
             pred = predicted_step_growth_bytes(by_name[name], r.batch_size)
-            rows.append({
-                "model": name, "batch_size": r.batch_size, "rss_before_bytes": r.rss_before_bytes,
-                "peak_rss_bytes": r.peak_rss_bytes, "measured_growth_bytes": r.growth_bytes,
-                "predicted_growth_bytes": pred, "rel_error": (pred - r.growth_bytes) / r.growth_bytes,
-                "peak_source": r.peak_source,
-            })
+            rows.append(
+                {
+                    "model": name,
+                    "batch_size": r.batch_size,
+                    "rss_before_bytes": r.rss_before_bytes,
+                    "peak_rss_bytes": r.peak_rss_bytes,
+                    "measured_growth_bytes": r.growth_bytes,
+                    "predicted_growth_bytes": pred,
+                    "rel_error": (pred - r.growth_bytes) / r.growth_bytes,
+                    "peak_source": r.peak_source,
+                }
+            )
     return rows
 
 
@@ -415,17 +569,36 @@ def _csv_value(v):
 
 def metrics(result: ComplexityResult) -> dict[str, float]:
     """The run's metrics: `<model>/<name>` per model, `<model>/b<batch>/<name>` per batch."""
-    out: dict[str, float] = {"device_memory_bytes": float(result.device_memory_bytes), "wall_s": result.wall_s}
-    per_model = ("params", "param_bytes", "buffer_bytes", "grad_bytes", "optimizer_state_bytes",
-                 "fwd_flops_per_sample", "fwd_macs_per_sample", "train_flops_per_sample",
-                 "activation_bytes_per_sample", "activation_fixed_bytes", "fixed_bytes",
-                 "modeled_intensity_limit_flops_per_byte", "max_batch_fit")
+    out: dict[str, float] = {
+        "device_memory_bytes": float(result.device_memory_bytes),
+        "wall_s": result.wall_s,
+    }
+    per_model = (
+        "params",
+        "param_bytes",
+        "buffer_bytes",
+        "grad_bytes",
+        "optimizer_state_bytes",
+        "fwd_flops_per_sample",
+        "fwd_macs_per_sample",
+        "train_flops_per_sample",
+        "activation_bytes_per_sample",
+        "activation_fixed_bytes",
+        "fixed_bytes",
+        "modeled_intensity_limit_flops_per_byte",
+        "max_batch_fit",
+    )
     for row in model_rows(result):
         m = schema.sanitize_key(row["model"])
         out.update({f"{m}/{k}": float(row[k]) for k in per_model})
     for row in batch_rows(result):
         m, b = schema.sanitize_key(row["model"]), row["batch_size"]
-        for k in ("predicted_train_mem_bytes", "activation_bytes", "train_flops_per_step", "modeled_intensity_flops_per_byte"):
+        for k in (
+            "predicted_train_mem_bytes",
+            "activation_bytes",
+            "train_flops_per_step",
+            "modeled_intensity_flops_per_byte",
+        ):
             out[f"{m}/b{b}/{k}"] = float(row[k])
     for row in rss_rows(result):
         m, b = schema.sanitize_key(row["model"]), row["batch_size"]
@@ -442,31 +615,64 @@ def markdown(result: ComplexityResult) -> str:
     gib = 2**30
     mem_txt = format_bytes(result.device_memory_bytes)
     batches = measured_batches_text(result.models)
-    head = (f"Per-sample quantities measured at batch {batches} on {result.device} ({result.device_name}) and scaled linearly to each batch "
-            f"({cfg.precision}, {cfg.image_size} px, {cfg.optimizer}). Predicted training memory = weights + gradients "
-            f"+ optimizer state + activations (GiB; `over` = more than {mem_txt}, {result.device_memory_source}).")
-    cols = ["model", "params (M)", "fwd GFLOP/sample", "train GFLOP/sample", "weights+grads+opt MiB",
-            "activations MiB/sample", *[f"b{b} GiB" for b in cfg.batch_sizes], f"max batch ({mem_txt})"]
-    lines = [head, "", "| " + " | ".join(cols) + " |", "|" + "|".join("---" if i == 0 else "---:" for i in range(len(cols))) + "|"]
+    head = (
+        f"Per-sample quantities measured at batch {batches} on {result.device} ({result.device_name}) and scaled linearly to each batch "
+        f"({cfg.precision}, {cfg.image_size} px, {cfg.optimizer}). Predicted training memory = weights + gradients "
+        f"+ optimizer state + activations (GiB; `over` = more than {mem_txt}, {result.device_memory_source})."
+    )
+    cols = [
+        "model",
+        "params (M)",
+        "fwd GFLOP/sample",
+        "train GFLOP/sample",
+        "weights+grads+opt MiB",
+        "activations MiB/sample",
+        *[f"b{b} GiB" for b in cfg.batch_sizes],
+        f"max batch ({mem_txt})",
+    ]
+    lines = [
+        head,
+        "",
+        "| " + " | ".join(cols) + " |",
+        "|" + "|".join("---" if i == 0 else "---:" for i in range(len(cols))) + "|",
+    ]
     for c in result.models:
-        cells = [c.model, f"{c.params / 1e6:.2f}", f"{c.fwd_flops_per_sample / 1e9:.2f}", f"{c.train_flops_per_sample / 1e9:.2f}",
-                 f"{(c.weight_bytes + c.grad_bytes + c.optimizer_state_bytes) / 2**20:.1f}",
-                 f"{c.activation_bytes_per_sample / 2**20:.2f}"]
+        cells = [
+            c.model,
+            f"{c.params / 1e6:.2f}",
+            f"{c.fwd_flops_per_sample / 1e9:.2f}",
+            f"{c.train_flops_per_sample / 1e9:.2f}",
+            f"{(c.weight_bytes + c.grad_bytes + c.optimizer_state_bytes) / 2**20:.1f}",
+            f"{c.activation_bytes_per_sample / 2**20:.2f}",
+        ]
         for b in cfg.batch_sizes:
             mem = c.predicted_train_mem_bytes(b)
-            cells.append(f"{mem / gib:.2f}" + ("" if mem <= result.device_memory_bytes else " over"))
+            cells.append(
+                f"{mem / gib:.2f}" + ("" if mem <= result.device_memory_bytes else " over")
+            )
         cells.append(str(c.max_batch_fit(result.device_memory_bytes)))
         lines.append("| " + " | ".join(cells) + " |")
     rss = rss_rows(result)
     if rss:
-        scope = (f"auto: {', '.join(result.rss_models)} only, the model with the fewest training FLOPs per sample; "
-                 "--validate-rss true checks every model" if cfg.validate_rss == "auto" else "every model")
-        lines += ["", f"RSS check (CPU, {scope}): growth of one real first training step in a fresh process vs the "
-                  "prediction (gradients + optimizer state + activations; the weights exist before the step).", "",
-                  "| model | batch | measured MiB | predicted MiB | error |", "|---|---:|---:|---:|---:|"]
+        scope = (
+            f"auto: {', '.join(result.rss_models)} only, the model with the fewest training FLOPs per sample; "
+            "--validate-rss true checks every model"
+            if cfg.validate_rss == "auto"
+            else "every model"
+        )
+        lines += [
+            "",
+            f"RSS check (CPU, {scope}): growth of one real first training step in a fresh process vs the "
+            "prediction (gradients + optimizer state + activations; the weights exist before the step).",
+            "",
+            "| model | batch | measured MiB | predicted MiB | error |",
+            "|---|---:|---:|---:|---:|",
+        ]
         for r in rss:
-            lines.append(f"| {r['model']} | {r['batch_size']} | {r['measured_growth_bytes'] / 2**20:.1f} | "
-                         f"{r['predicted_growth_bytes'] / 2**20:.1f} | {r['rel_error']:+.1%} |")
+            lines.append(
+                f"| {r['model']} | {r['batch_size']} | {r['measured_growth_bytes'] / 2**20:.1f} | "
+                f"{r['predicted_growth_bytes'] / 2**20:.1f} | {r['rel_error']:+.1%} |"
+            )
     if result.rss_notes:
         lines += ["", "RSS check notes:", *(f"- {note}" for note in result.rss_notes)]
     return "\n".join(lines) + "\n"
@@ -474,6 +680,7 @@ def markdown(result: ComplexityResult) -> str:
 
 def measured_batches_text(models) -> str:
     """'1 and 2', or '1 and 2 (2 and 4 for resnet18)' when some models had to be measured elsewhere."""
+
     def pair(c):
         return " and ".join(map(str, c.measured_batches))
 
@@ -495,7 +702,9 @@ def artifacts(result: ComplexityResult) -> dict[str, str]:
         f"{ARTIFACT_DIR}/summary.md": markdown(result),
     }
     for c in result.models:
-        out[f"{ARTIFACT_DIR}/layers/{_file_name(c.model)}.csv"] = to_csv(layer_rows(c), LAYER_COLUMNS)
+        out[f"{ARTIFACT_DIR}/layers/{_file_name(c.model)}.csv"] = to_csv(
+            layer_rows(c), LAYER_COLUMNS
+        )
     if result.rss:
         out[f"{ARTIFACT_DIR}/rss_validation.csv"] = to_csv(rss_rows(result), RSS_COLUMNS)
     return out
@@ -508,9 +717,13 @@ def _file_name(model: str) -> str:
 def summary_line(result: ComplexityResult) -> str:
     from train.footprint import format_bytes
 
-    fits = ", ".join(f"{c.model} {c.max_batch_fit(result.device_memory_bytes)}" for c in result.models)
-    line = (f"measured {len(result.models)} model(s) in {result.wall_s:.1f} s on {result.device}; "
-            f"largest batch predicted to fit {format_bytes(result.device_memory_bytes)}: {fits}")
+    fits = ", ".join(
+        f"{c.model} {c.max_batch_fit(result.device_memory_bytes)}" for c in result.models
+    )
+    line = (
+        f"measured {len(result.models)} model(s) in {result.wall_s:.1f} s on {result.device}; "
+        f"largest batch predicted to fit {format_bytes(result.device_memory_bytes)}: {fits}"
+    )
     rss = rss_rows(result)
     if rss:
         worst = max(rss, key=lambda r: abs(r["rel_error"]))
@@ -521,8 +734,15 @@ def summary_line(result: ComplexityResult) -> str:
 
 
 # ------------------------------------------------------------------ entry point
-def run(cfg: ComplexityConfig, *, experiment: str | None = None, progress: bool = True, track: bool = True,
-        out_dir: str | None = None, quiet: bool = False):
+def run(
+    cfg: ComplexityConfig,
+    *,
+    experiment: str | None = None,
+    progress: bool = True,
+    track: bool = True,
+    out_dir: str | None = None,
+    quiet: bool = False,
+):
     """Preflight, measure, log a `complexity` run (unless track=False) and write --out files.
 
     Returns (session or None, result). Bad input raises UsageError before any run exists; a failure
@@ -536,16 +756,25 @@ def run(cfg: ComplexityConfig, *, experiment: str | None = None, progress: bool 
     from common.envinfo import environment_report, environment_tags
     from common.tracking import RunSession
 
-    session = RunSession("complexity", experiment=experiment, run_name=f"complexity-{cfg.image_size}px-{device.type}",
-                         tags=environment_tags(str(device), cfg.env_label), quiet=quiet)
+    session = RunSession(
+        "complexity",
+        experiment=experiment,
+        run_name=f"complexity-{cfg.image_size}px-{device.type}",
+        tags=environment_tags(str(device), cfg.env_label),
+        quiet=quiet,
+    )
     with session:
         session.log_params({**cfg.params(), "device": str(device)})
         session.set_tags({schema.TAG_INTENSITY_SOURCE: "modeled"})
         session.flush()
         result = measure(cfg, device, progress)
-        session.log_params({"device_memory_bytes": result.device_memory_bytes,
-                            "device_memory_source": result.device_memory_source,
-                            "rss_models": ",".join(result.rss_models) or "none"})
+        session.log_params(
+            {
+                "device_memory_bytes": result.device_memory_bytes,
+                "device_memory_source": result.device_memory_source,
+                "rss_models": ",".join(result.rss_models) or "none",
+            }
+        )
         session.log_metrics(metrics(result))
         if result.rss_notes:
             session.set_tags({"rss_notes": "; ".join(result.rss_notes)[:5000]})
@@ -572,13 +801,24 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     cfg = config_from_args(args)
     if not args.no_track:
-        preflight(cfg)  # bad names/devices: one line, nothing logged (cli_entry fails an mlflow-run run)
-    session, result = run(cfg, experiment=args.experiment, progress=not args.no_progress,
-                          track=not args.no_track, out_dir=args.out)
+        preflight(
+            cfg
+        )  # bad names/devices: one line, nothing logged (cli_entry fails an mlflow-run run)
+    session, result = run(
+        cfg,
+        experiment=args.experiment,
+        progress=not args.no_progress,
+        track=not args.no_track,
+        out_dir=args.out,
+    )
     print(markdown(result))
     line = summary_line(result)
     if session is not None:
-        line += f"; kept offline in {session.spool_path}" if session.offline else f"; run {session.run_id}"
+        line += (
+            f"; kept offline in {session.spool_path}"
+            if session.offline
+            else f"; run {session.run_id}"
+        )
     print(line)
     if session is not None and not session.offline:
         from common.tracking import ui_hint

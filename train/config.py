@@ -1,4 +1,5 @@
 """The measured configuration of a training benchmark, validated on construction."""
+
 from __future__ import annotations
 
 import argparse
@@ -68,25 +69,35 @@ class TrainConfig:
             try:
                 self.iters = int(self.iters)
             except (TypeError, ValueError):
-                raise ValueError(f"iters must be a positive integer or auto, got {self.iters!r}") from None
+                raise ValueError(
+                    f"iters must be a positive integer or auto, got {self.iters!r}"
+                ) from None
         for name in ("batch_size", "image_size", "num_classes", "max_iters"):
             if int(getattr(self, name)) <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
         if self.iters != "auto" and self.iters <= 0:
             raise ValueError(f"iters must be a positive integer or auto, got {self.iters}")
         if not 0 < self.ci_target < 1:
-            raise ValueError(f"ci_target must be between 0 and 1 (a fraction of the mean), got {self.ci_target}")
+            raise ValueError(
+                f"ci_target must be between 0 and 1 (a fraction of the mean), got {self.ci_target}"
+            )
         if not self.max_time_s > 0:
             raise ValueError(f"max_time_s must be > 0, got {self.max_time_s}")
         for name in ("warmup_iters", "workers"):
             if int(getattr(self, name)) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.precision not in schema.PRECISIONS:
-            raise ValueError(f"precision must be one of {', '.join(schema.PRECISIONS)}, got {self.precision!r}")
+            raise ValueError(
+                f"precision must be one of {', '.join(schema.PRECISIONS)}, got {self.precision!r}"
+            )
         if self.device not in DEVICES and not self.device.startswith("cuda:"):
-            raise ValueError(f"device must be one of {', '.join(DEVICES)} or cuda:N, got {self.device!r}")
+            raise ValueError(
+                f"device must be one of {', '.join(DEVICES)} or cuda:N, got {self.device!r}"
+            )
         if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
+            raise ValueError(
+                f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}"
+            )
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
         if self.compile and self.warmup_iters < 1:
@@ -122,26 +133,84 @@ def add_config_args(parser: argparse.ArgumentParser) -> None:
     """The config flags shared by `python -m train`, `python -m profiling` and the sweep."""
     d = TrainConfig(env_label="x")
     g = parser.add_argument_group("configuration")
-    g.add_argument("--model", default=d.model, help=f"torchvision classifier, e.g. {', '.join(DOCUMENTED_MODELS)}")
-    g.add_argument("--batch", "--batch-size", dest="batch_size", type=int, default=d.batch_size, help="samples per step")
-    g.add_argument("--precision", default=d.precision, choices=schema.PRECISIONS, help="fp32, or fp16/bf16 autocast")
+    g.add_argument(
+        "--model",
+        default=d.model,
+        help=f"torchvision classifier, e.g. {', '.join(DOCUMENTED_MODELS)}",
+    )
+    g.add_argument(
+        "--batch",
+        "--batch-size",
+        dest="batch_size",
+        type=int,
+        default=d.batch_size,
+        help="samples per step",
+    )
+    g.add_argument(
+        "--precision",
+        default=d.precision,
+        choices=schema.PRECISIONS,
+        help="fp32, or fp16/bf16 autocast",
+    )
     g.add_argument("--device", default=d.device, help="auto | cpu | cuda | cuda:N | mps")
     g.add_argument("--warmup-iters", type=int, default=d.warmup_iters, help="untimed steps first")
-    g.add_argument("--iters", default=d.iters, help="measured steps, or auto (until the 95%% CI of the mean is within --ci-target)")
-    g.add_argument("--ci-target", type=float, default=d.ci_target, help="--iters auto: relative 95%% CI half-width goal")
-    g.add_argument("--max-iters", type=int, default=d.max_iters, help="--iters auto: cap on measured steps")
-    g.add_argument("--max-time-s", type=float, default=d.max_time_s, help="--iters auto: cap on measuring seconds")
-    g.add_argument("--image-size", type=int, default=d.image_size, help="input height and width (pixels)")
-    g.add_argument("--data", default=d.data, help="synthetic | fake | PATH (ImageFolder) | cifar10:PATH")
-    g.add_argument("--workers", type=int, default=d.workers, help="DataLoader workers (fake/folder data)")
-    g.add_argument("--channels-last", type=str_bool, nargs="?", const=True, default=False, help="channels_last memory format")
-    g.add_argument("--compile", type=str_bool, nargs="?", const=True, default=False, help="torch.compile the model")
+    g.add_argument(
+        "--iters",
+        default=d.iters,
+        help="measured steps, or auto (until the 95%% CI of the mean is within --ci-target)",
+    )
+    g.add_argument(
+        "--ci-target",
+        type=float,
+        default=d.ci_target,
+        help="--iters auto: relative 95%% CI half-width goal",
+    )
+    g.add_argument(
+        "--max-iters", type=int, default=d.max_iters, help="--iters auto: cap on measured steps"
+    )
+    g.add_argument(
+        "--max-time-s",
+        type=float,
+        default=d.max_time_s,
+        help="--iters auto: cap on measuring seconds",
+    )
+    g.add_argument(
+        "--image-size", type=int, default=d.image_size, help="input height and width (pixels)"
+    )
+    g.add_argument(
+        "--data", default=d.data, help="synthetic | fake | PATH (ImageFolder) | cifar10:PATH"
+    )
+    g.add_argument(
+        "--workers", type=int, default=d.workers, help="DataLoader workers (fake/folder data)"
+    )
+    g.add_argument(
+        "--channels-last",
+        type=str_bool,
+        nargs="?",
+        const=True,
+        default=False,
+        help="channels_last memory format",
+    )
+    g.add_argument(
+        "--compile",
+        type=str_bool,
+        nargs="?",
+        const=True,
+        default=False,
+        help="torch.compile the model",
+    )
     g.add_argument("--seed", type=int, default=d.seed)
-    g.add_argument("--env-label", default=None, help="name of this environment (default: host name)")
+    g.add_argument(
+        "--env-label", default=None, help="name of this environment (default: host name)"
+    )
     g.add_argument("--lr", type=float, default=d.lr, help="learning rate")
     g.add_argument("--optimizer", default=d.optimizer, choices=OPTIMIZERS)
-    g.add_argument("--num-classes", type=int, default=d.num_classes,
-                   help="classifier outputs for synthetic/fake data (folder and cifar10 data set it from the data)")
+    g.add_argument(
+        "--num-classes",
+        type=int,
+        default=d.num_classes,
+        help="classifier outputs for synthetic/fake data (folder and cifar10 data set it from the data)",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
@@ -149,7 +218,3 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     names = {f.name for f in fields(TrainConfig)}
     kwargs = {k: v for k, v in vars(args).items() if k in names and v is not None}
     return TrainConfig(**kwargs)
-
-
-
-

@@ -4,6 +4,7 @@ Every source is a `BatchSource`: `next()` returns one `(inputs, targets)` batch 
 device. For loader-backed sources, fetching the batch is part of the timed step, as it is in real
 training; the synthetic source keeps one batch resident so the step measures compute only.
 """
+
 from __future__ import annotations
 
 import pickle
@@ -37,9 +38,13 @@ def image_folder_root(path: str) -> Path:
     """The ImageFolder root for `path`: `<path>/train` when it exists (imagenette, imagenet-mini)."""
     root = Path(path).expanduser()
     if not root.exists():
-        raise UsageError(f"data folder {root} does not exist: give an ImageFolder path, synthetic, fake or cifar10:<path>")
+        raise UsageError(
+            f"data folder {root} does not exist: give an ImageFolder path, synthetic, fake or cifar10:<path>"
+        )
     if not root.is_dir():
-        raise UsageError(f"data path {root} is not a folder: expected <path>/train/<class>/<image>.jpg")
+        raise UsageError(
+            f"data path {root} is not a folder: expected <path>/train/<class>/<image>.jpg"
+        )
     return root / "train" if (root / "train").is_dir() else root
 
 
@@ -49,9 +54,13 @@ def cifar10_root(path: str) -> Path:
     if (root / "cifar-10-batches-py").is_dir():
         root = root / "cifar-10-batches-py"
     if not root.is_dir():
-        raise UsageError(f"CIFAR-10 folder {root} does not exist: give cifar10:<folder with data_batch_1..5>")
+        raise UsageError(
+            f"CIFAR-10 folder {root} does not exist: give cifar10:<folder with data_batch_1..5>"
+        )
     if not any((root / f).is_file() for f in CIFAR10_FILES):
-        raise UsageError(f"no CIFAR-10 training batches (data_batch_1..5) in {root}: get the python version of CIFAR-10")
+        raise UsageError(
+            f"no CIFAR-10 training batches (data_batch_1..5) in {root}: get the python version of CIFAR-10"
+        )
     return root
 
 
@@ -69,7 +78,9 @@ def check_data(data: str) -> int | None:
     root = image_folder_root(data)
     classes = [d for d in root.iterdir() if d.is_dir() and not d.name.startswith(".")]
     if not classes:
-        raise UsageError(f"no class folders in {root}: expected {root}/<class>/<image>.jpg (ImageFolder layout)")
+        raise UsageError(
+            f"no class folders in {root}: expected {root}/<class>/<image>.jpg (ImageFolder layout)"
+        )
     return len(classes)
 
 
@@ -96,7 +107,9 @@ def checked_image_loader(path: str):
             img = Image.open(fh)
             return img.convert("RGB")
     except (OSError, ValueError, SyntaxError) as exc:
-        raise CorruptDataError(f"cannot decode image {path} ({exc}): remove or replace the file") from None
+        raise CorruptDataError(
+            f"cannot decode image {path} ({exc}): remove or replace the file"
+        ) from None
 
 
 def _train_transform(image_size: int):
@@ -117,9 +130,13 @@ def image_folder(path: str, image_size: int):
 
     root = image_folder_root(path)
     try:
-        ds = ImageFolder(str(root), transform=_train_transform(image_size), loader=checked_image_loader)
+        ds = ImageFolder(
+            str(root), transform=_train_transform(image_size), loader=checked_image_loader
+        )
     except FileNotFoundError as exc:
-        raise UsageError(f"no images in {root} ({exc}): expected {root}/<class>/<image>.jpg") from None
+        raise UsageError(
+            f"no images in {root} ({exc}): expected {root}/<class>/<image>.jpg"
+        ) from None
     return ds, len(ds.classes)
 
 
@@ -145,12 +162,16 @@ class Cifar10Folder:
                 data = np.asarray(entry["data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
                 labels.extend(int(x) for x in entry.get("labels", entry.get("fine_labels", [])))
             except Exception as exc:  # noqa: BLE001 - any decoding problem means a corrupt file
-                raise CorruptDataError(f"corrupt CIFAR-10 batch {file} ({type(exc).__name__}: {exc})") from None
+                raise CorruptDataError(
+                    f"corrupt CIFAR-10 batch {file} ({type(exc).__name__}: {exc})"
+                ) from None
             images.append(data)
         self.images = torch.from_numpy(np.concatenate(images))
         self.labels = torch.tensor(labels, dtype=torch.long)
         if len(self.labels) != len(self.images):
-            raise CorruptDataError(f"CIFAR-10 batches in {root} have {len(self.images)} images but {len(self.labels)} labels")
+            raise CorruptDataError(
+                f"CIFAR-10 batches in {root} have {len(self.images)} images but {len(self.labels)} labels"
+            )
         self.image_size = image_size
         self.num_classes = 10
         self.mean = torch.tensor(IMAGENET_MEAN).view(3, 1, 1)
@@ -164,28 +185,41 @@ class Cifar10Folder:
 
         x = self.images[i].float().div_(255)
         if self.image_size != 32:
-            x = F.interpolate(x[None], size=(self.image_size, self.image_size), mode="bilinear", align_corners=False)[0]
+            x = F.interpolate(
+                x[None],
+                size=(self.image_size, self.image_size),
+                mode="bilinear",
+                align_corners=False,
+            )[0]
         return (x - self.mean) / self.std, self.labels[i]
 
 
 # ------------------------------------------------------------------ sources
-def synthetic_source(batch_size, image_size, num_classes, device, channels_last, seed) -> BatchSource:
+def synthetic_source(
+    batch_size, image_size, num_classes, device, channels_last, seed
+) -> BatchSource:
     import torch
 
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(batch_size, 3, image_size, image_size, generator=gen)
     y = torch.randint(0, num_classes, (batch_size,), generator=gen)
-    x = x.to(device, memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+    x = x.to(
+        device, memory_format=torch.channels_last if channels_last else torch.contiguous_format
+    )
     y = y.to(device)
     return BatchSource(lambda: (x, y), num_classes, None, "synthetic batch resident on the device")
 
 
-def loader_source(dataset, num_classes, batch_size, workers, device, channels_last, seed, what) -> BatchSource:
+def loader_source(
+    dataset, num_classes, batch_size, workers, device, channels_last, seed, what
+) -> BatchSource:
     import torch
     from torch.utils.data import DataLoader
 
     if len(dataset) < batch_size:
-        raise UsageError(f"{what} has {len(dataset)} samples, fewer than one batch of {batch_size}: use a smaller --batch")
+        raise UsageError(
+            f"{what} has {len(dataset)} samples, fewer than one batch of {batch_size}: use a smaller --batch"
+        )
     gen = torch.Generator().manual_seed(seed)
     loader = DataLoader(
         dataset,
@@ -208,26 +242,63 @@ def loader_source(dataset, num_classes, batch_size, workers, device, channels_la
             x, y = next(state["it"])
         return x.to(device, non_blocking=True, memory_format=fmt), y.to(device, non_blocking=True)
 
-    return BatchSource(next_batch, num_classes, len(dataset), f"{what} through a DataLoader ({workers} workers)")
+    return BatchSource(
+        next_batch, num_classes, len(dataset), f"{what} through a DataLoader ({workers} workers)"
+    )
 
 
 def open_source(cfg, device) -> BatchSource:
     """The batch source for `cfg.data` (see TrainConfig.data)."""
     kind = cfg.data_kind
     if kind == "synthetic":
-        return synthetic_source(cfg.batch_size, cfg.image_size, cfg.num_classes, device, cfg.channels_last, cfg.seed)
+        return synthetic_source(
+            cfg.batch_size, cfg.image_size, cfg.num_classes, device, cfg.channels_last, cfg.seed
+        )
     if kind == "fake":
         from torchvision import transforms as T
         from torchvision.datasets import FakeData
 
         steps = cfg.warmup_iters + (cfg.max_iters if cfg.iters == "auto" else cfg.iters)
-        n = cfg.batch_size * min(steps, 64)  # at most 64 distinct batches; the loader cycles over epochs
-        ds = FakeData(size=n, image_size=(3, cfg.image_size, cfg.image_size), num_classes=cfg.num_classes,
-                      transform=T.Compose([T.ToTensor(), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)]),
-                      random_offset=cfg.seed)
-        return loader_source(ds, cfg.num_classes, cfg.batch_size, cfg.workers, device, cfg.channels_last, cfg.seed, "FakeData")
+        n = cfg.batch_size * min(
+            steps, 64
+        )  # at most 64 distinct batches; the loader cycles over epochs
+        ds = FakeData(
+            size=n,
+            image_size=(3, cfg.image_size, cfg.image_size),
+            num_classes=cfg.num_classes,
+            transform=T.Compose([T.ToTensor(), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)]),
+            random_offset=cfg.seed,
+        )
+        return loader_source(
+            ds,
+            cfg.num_classes,
+            cfg.batch_size,
+            cfg.workers,
+            device,
+            cfg.channels_last,
+            cfg.seed,
+            "FakeData",
+        )
     if kind == "cifar10":
         ds = Cifar10Folder(cfg.data.split(":", 1)[1], cfg.image_size)
-        return loader_source(ds, 10, cfg.batch_size, cfg.workers, device, cfg.channels_last, cfg.seed, f"CIFAR-10 at {cfg.data[8:]}")
+        return loader_source(
+            ds,
+            10,
+            cfg.batch_size,
+            cfg.workers,
+            device,
+            cfg.channels_last,
+            cfg.seed,
+            f"CIFAR-10 at {cfg.data[8:]}",
+        )
     ds, n_classes = image_folder(cfg.data, cfg.image_size)
-    return loader_source(ds, n_classes, cfg.batch_size, cfg.workers, device, cfg.channels_last, cfg.seed, f"ImageFolder {image_folder_root(cfg.data)}")
+    return loader_source(
+        ds,
+        n_classes,
+        cfg.batch_size,
+        cfg.workers,
+        device,
+        cfg.channels_last,
+        cfg.seed,
+        f"ImageFolder {image_folder_root(cfg.data)}",
+    )

@@ -1,4 +1,5 @@
 """Device resolution, precision support and device memory statistics."""
+
 from __future__ import annotations
 
 import contextlib
@@ -22,12 +23,18 @@ def resolve_device(name: str):
     dev = torch.device(name)
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            raise UsageError("CUDA is not available on this machine (no NVIDIA GPU or driver): use --device cpu or auto")
+            raise UsageError(
+                "CUDA is not available on this machine (no NVIDIA GPU or driver): use --device cpu or auto"
+            )
         if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise UsageError(f"{name} does not exist: this machine has {torch.cuda.device_count()} CUDA device(s)")
+            raise UsageError(
+                f"{name} does not exist: this machine has {torch.cuda.device_count()} CUDA device(s)"
+            )
         return dev if dev.index is not None else torch.device("cuda", torch.cuda.current_device())
     if dev.type == "mps" and not torch.backends.mps.is_available():
-        raise UsageError("MPS is not available (needs Apple silicon and macOS 12.3+): use --device cpu or auto")
+        raise UsageError(
+            "MPS is not available (needs Apple silicon and macOS 12.3+): use --device cpu or auto"
+        )
     return dev
 
 
@@ -38,9 +45,13 @@ def check_precision(precision: str, device) -> None:
     if precision == "fp32":
         return
     if device.type == "cpu" and precision == "fp16":
-        raise UsageError("fp16 autocast is not supported for training on cpu: use --precision bf16 or fp32")
+        raise UsageError(
+            "fp16 autocast is not supported for training on cpu: use --precision bf16 or fp32"
+        )
     if device.type == "cuda" and precision == "bf16" and not torch.cuda.is_bf16_supported():
-        raise UsageError(f"{torch.cuda.get_device_name(device)} does not support bf16: use --precision fp16 or fp32")
+        raise UsageError(
+            f"{torch.cuda.get_device_name(device)} does not support bf16: use --precision fp16 or fp32"
+        )
 
 
 def autocast_context(precision: str, device):
@@ -107,4 +118,6 @@ def is_out_of_memory(exc: BaseException) -> bool:
     if isinstance(exc, torch.OutOfMemoryError):
         return True
     text = str(exc)
-    return isinstance(exc, RuntimeError) and ("out of memory" in text.lower() or "DefaultCPUAllocator: can't allocate" in text)
+    return isinstance(exc, RuntimeError) and (
+        "out of memory" in text.lower() or "DefaultCPUAllocator: can't allocate" in text
+    )

@@ -17,6 +17,7 @@ linearly to the benchmark's batch: every term is either proportional to the batc
 or independent of it (weights, optimizer state), so two points determine the line exactly
 (tests/test_flops.py checks this against a direct count).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -35,8 +36,21 @@ def _conv_fwd_flops(x_shape, w_shape, out_shape, transposed: bool) -> int:
     return 2 * batch * prod(spatial) * prod(kernel) * c_out * c_in_per_group
 
 
-def conv_backward_flop(grad_out_shape, x_shape, w_shape, _bias, _stride, _padding, _dilation,
-                       transposed, _output_padding, groups, output_mask, out_shape=None, **_kw) -> int:
+def conv_backward_flop(
+    grad_out_shape,
+    x_shape,
+    w_shape,
+    _bias,
+    _stride,
+    _padding,
+    _dilation,
+    transposed,
+    _output_padding,
+    groups,
+    output_mask,
+    out_shape=None,
+    **_kw,
+) -> int:
     """FLOPs of aten.convolution_backward, with `groups` honoured.
 
     grad_input is a (transposed) convolution of grad_output with the weight: the same multiply-adds
@@ -62,7 +76,20 @@ def torch_conv_backward_counts_groups() -> bool:
 
     n, c, h, k = 2, 8, 6, 3  # depthwise 3x3, 8 channels, 'same' padding
     x, w, go = [n, c, h, h], [c, 1, k, k], [n, c, h, h]
-    theirs = torch_formula(go, x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], c, [False, True, False], out_val=[x, w, None])
+    theirs = torch_formula(
+        go,
+        x,
+        w,
+        None,
+        [1, 1],
+        [1, 1],
+        [1, 1],
+        False,
+        [0, 0],
+        c,
+        [False, True, False],
+        out_val=[x, w, None],
+    )
     return theirs == _conv_fwd_flops(x, w, go, False)
 
 
@@ -71,12 +98,25 @@ def flop_counter_mode():
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    custom = {} if torch_conv_backward_counts_groups() else {torch.ops.aten.convolution_backward: conv_backward_flop}
+    custom = (
+        {}
+        if torch_conv_backward_counts_groups()
+        else {torch.ops.aten.convolution_backward: conv_backward_flop}
+    )
     return FlopCounterMode(display=False, custom_mapping=custom)
 
 
 # ------------------------------------------------------------------ byte model
-_NO_DATA_OPS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "detach", "lift_fresh", "alias"}
+_NO_DATA_OPS = {
+    "empty",
+    "empty_like",
+    "empty_strided",
+    "new_empty",
+    "new_empty_strided",
+    "detach",
+    "lift_fresh",
+    "alias",
+}
 
 
 def _tensor_bytes(t) -> int:
@@ -106,8 +146,14 @@ def _byte_counter_class():
             name = func.overloadpacket.__name__
             if func.is_view or name in _NO_DATA_OPS:
                 return out
-            read = sum(_tensor_bytes(a) for a in tree_flatten((args, kwargs or {}))[0] if isinstance(a, torch.Tensor))
-            written = sum(_tensor_bytes(o) for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor))
+            read = sum(
+                _tensor_bytes(a)
+                for a in tree_flatten((args, kwargs or {}))[0]
+                if isinstance(a, torch.Tensor)
+            )
+            written = sum(
+                _tensor_bytes(o) for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)
+            )
             self.read_bytes += read
             self.written_bytes += written
             self.by_op[name] = self.by_op.get(name, 0) + read + written
@@ -136,7 +182,9 @@ def count_step(run_step, batch_size: int) -> StepCounts:
     counter_cls = _byte_counter_class()
     with flop_counter_mode() as fc, counter_cls() as bc:
         run_step()
-    flops_by_op = {str(k).split(".")[-1]: float(v) for k, v in fc.get_flop_counts().get("Global", {}).items()}
+    flops_by_op = {
+        str(k).split(".")[-1]: float(v) for k, v in fc.get_flop_counts().get("Global", {}).items()
+    }
     return StepCounts(
         batch_size=batch_size,
         train_flops=float(fc.get_total_flops()),
@@ -160,8 +208,14 @@ def extrapolate(a: StepCounts, b: StepCounts, batch_size: int) -> StepCounts:
         batch_size=batch_size,
         train_flops=line(a.train_flops, b.train_flops),
         modeled_bytes=line(a.modeled_bytes, b.modeled_bytes),
-        flops_by_op={k: line(a.flops_by_op.get(k, 0.0), b.flops_by_op.get(k, 0.0)) for k in keys(a.flops_by_op, b.flops_by_op)},
-        bytes_by_op={k: line(a.bytes_by_op.get(k, 0.0), b.bytes_by_op.get(k, 0.0)) for k in keys(a.bytes_by_op, b.bytes_by_op)},
+        flops_by_op={
+            k: line(a.flops_by_op.get(k, 0.0), b.flops_by_op.get(k, 0.0))
+            for k in keys(a.flops_by_op, b.flops_by_op)
+        },
+        bytes_by_op={
+            k: line(a.bytes_by_op.get(k, 0.0), b.bytes_by_op.get(k, 0.0))
+            for k in keys(a.bytes_by_op, b.bytes_by_op)
+        },
     )
 
 
@@ -192,7 +246,9 @@ def deepspeed_forward_profile(model, inputs) -> ForwardProfile:
     """
     import os
 
-    os.environ.setdefault("DS_ACCELERATOR", "cpu" if inputs.device.type == "cpu" else inputs.device.type)
+    os.environ.setdefault(
+        "DS_ACCELERATOR", "cpu" if inputs.device.type == "cpu" else inputs.device.type
+    )
     import torch
     from deepspeed.profiling.flops_profiler import FlopsProfiler
 
@@ -211,4 +267,6 @@ def deepspeed_forward_profile(model, inputs) -> ForwardProfile:
     finally:
         prof.end_profile()
         model.train(was_training)
-    return ForwardProfile(int(inputs.shape[0]), float(flops), float(macs), int(params), buf.getvalue())
+    return ForwardProfile(
+        int(inputs.shape[0]), float(flops), float(macs), int(params), buf.getvalue()
+    )

@@ -34,6 +34,7 @@ upper bound of the live tensors, not their exact peak.
 Pure measurement and arithmetic: no MLflow, no files (the RSS probe runs in a subprocess, see
 `measure_step_rss`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -56,7 +57,9 @@ MODEL_ROW = "(model)"  # work done in the top-level module's own forward (e.g. t
 
 
 # ------------------------------------------------------------------ sizes
-_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmgtp]?)(i?)(b?)\s*$", re.IGNORECASE)
+_SIZE_RE = re.compile(
+    r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmgtp]?)(i?)(b?)\s*$", re.IGNORECASE
+)
 _PREFIX_POWER = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
 
 
@@ -70,7 +73,9 @@ def parse_bytes(text: str | int | float) -> int:
     else:
         m = _SIZE_RE.match(str(text))
         if not m or (m.group(3) and not m.group(2)):
-            raise ValueError(f"expected a size like 16GiB, 16GB, 512MiB or a number of bytes, got {text!r}")
+            raise ValueError(
+                f"expected a size like 16GiB, 16GB, 512MiB or a number of bytes, got {text!r}"
+            )
         number, prefix, binary, _b = m.groups()
         value = float(number)
         unit = (1024 if binary else 1000) ** _PREFIX_POWER[prefix.lower()]
@@ -141,7 +146,12 @@ def optimizer_state_bytes(optimizer) -> int:
     """Bytes of every tensor in `optimizer.state` (momentum buffers, Adam moments, step counters)."""
     import torch
 
-    tensors = (v for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor))
+    tensors = (
+        v
+        for state in optimizer.state.values()
+        for v in state.values()
+        if isinstance(v, torch.Tensor)
+    )
     return _unique_bytes(tensors)
 
 
@@ -194,7 +204,9 @@ class SavedTensorRecorder:
     def __enter__(self) -> "SavedTensorRecorder":
         import torch
 
-        self._weights = {_storage_key(t)[0] for t in chain(self.model.parameters(), self.model.buffers())}
+        self._weights = {
+            _storage_key(t)[0] for t in chain(self.model.parameters(), self.model.buffers())
+        }
         for name, module in self.model.named_modules():
             label = name or MODEL_ROW
             self._handles.append(module.register_forward_pre_hook(self._pre(label)))
@@ -240,8 +252,13 @@ class SavedTensorRecorder:
         return t
 
     def result(self) -> SavedTensors:
-        return SavedTensors(self.batch_size, sum(self.by_module.values()), dict(self.by_module), self.weight_bytes,
-                            dict(self.output_shapes))
+        return SavedTensors(
+            self.batch_size,
+            sum(self.by_module.values()),
+            dict(self.by_module),
+            self.weight_bytes,
+            dict(self.output_shapes),
+        )
 
 
 def _first_tensor_shape(output):
@@ -274,7 +291,9 @@ def _affine(points: dict[int, float]) -> tuple[float, float]:
 
 
 # ------------------------------------------------------------------ DeepSpeed per-module forward numbers
-def forward_profile_by_module(model, inputs) -> tuple[fl.ForwardProfile, dict[str, tuple[float, float]]]:
+def forward_profile_by_module(
+    model, inputs
+) -> tuple[fl.ForwardProfile, dict[str, tuple[float, float]]]:
     """DeepSpeed's forward profile of `model` on `inputs`, plus (FLOPs, MACs) of each module's own
     work (its functional calls, not its children's), keyed by module name; MODEL_ROW for the top.
 
@@ -295,7 +314,10 @@ def forward_profile_by_module(model, inputs) -> tuple[fl.ForwardProfile, dict[st
         profile = fl.deepspeed_forward_profile(model, inputs)
     finally:
         handle.remove()
-    snap[MODEL_ROW] = (profile.flops - sum(f for f, _ in snap.values()), profile.macs - sum(m for _, m in snap.values()))
+    snap[MODEL_ROW] = (
+        profile.flops - sum(f for f, _ in snap.values()),
+        profile.macs - sum(m for _, m in snap.values()),
+    )
     return profile, snap
 
 
@@ -349,7 +371,12 @@ class ModelComplexity:
     @property
     def fixed_bytes(self) -> float:
         """The batch-independent part of the memory model."""
-        return self.weight_bytes + self.grad_bytes + self.optimizer_state_bytes + self.activation_fixed_bytes
+        return (
+            self.weight_bytes
+            + self.grad_bytes
+            + self.optimizer_state_bytes
+            + self.activation_fixed_bytes
+        )
 
     def step_counts(self, batch_size: int) -> fl.StepCounts:
         """Training FLOPs and modeled bytes per step, as a training run at `batch_size` logs them."""
@@ -376,21 +403,37 @@ class ModelComplexity:
     @property
     def modeled_intensity_limit_flops_per_byte(self) -> float:
         """Modeled intensity as the batch grows without bound (weight traffic fully amortised)."""
-        return self.train_flops_per_sample / self.modeled_bytes_per_sample if self.modeled_bytes_per_sample else float("nan")
+        return (
+            self.train_flops_per_sample / self.modeled_bytes_per_sample
+            if self.modeled_bytes_per_sample
+            else float("nan")
+        )
 
     def activation_bytes(self, batch_size: int) -> float:
         return self.activation_fixed_bytes + self.activation_bytes_per_sample * batch_size
 
     def predicted_train_mem_bytes(self, batch_size: int) -> float:
-        return predicted_train_mem_bytes(self.weight_bytes, self.grad_bytes, self.optimizer_state_bytes,
-                                         self.activation_fixed_bytes, self.activation_bytes_per_sample, batch_size)
+        return predicted_train_mem_bytes(
+            self.weight_bytes,
+            self.grad_bytes,
+            self.optimizer_state_bytes,
+            self.activation_fixed_bytes,
+            self.activation_bytes_per_sample,
+            batch_size,
+        )
 
     def max_batch_fit(self, memory_bytes: float) -> int:
         return max_batch_fit(self.fixed_bytes, self.activation_bytes_per_sample, memory_bytes)
 
 
-def predicted_train_mem_bytes(weights: float, grads: float, optimizer_state: float, activation_fixed: float,
-                              activation_per_sample: float, batch_size: int) -> float:
+def predicted_train_mem_bytes(
+    weights: float,
+    grads: float,
+    optimizer_state: float,
+    activation_fixed: float,
+    activation_per_sample: float,
+    batch_size: int,
+) -> float:
     """weights + gradients + optimizer state + activation_fixed + activation_per_sample * batch."""
     return weights + grads + optimizer_state + activation_fixed + activation_per_sample * batch_size
 
@@ -404,7 +447,10 @@ def max_batch_fit(fixed_bytes: float, per_sample_bytes: float, memory_bytes: flo
     return int((memory_bytes - fixed_bytes) // per_sample_bytes)
 
 
-MEASURE_BATCHES = (1, 2)  # cheapest pair; counts and saved bytes are affine in the batch, so two points suffice
+MEASURE_BATCHES = (
+    1,
+    2,
+)  # cheapest pair; counts and saved bytes are affine in the batch, so two points suffice
 
 
 def analyze_model(cfg, device, measure_batches: tuple[int, int] | None = None) -> ModelComplexity:
@@ -448,33 +494,55 @@ def analyze_model(cfg, device, measure_batches: tuple[int, int] | None = None) -
     act_slope, act_fixed = _affine({b: s.total_bytes for b, s in saved.items()})
     layers = _layer_rows(model, saved, module_flops, forward.batch_size)
     return ModelComplexity(
-        model=cfg.model, image_size=cfg.image_size, precision=cfg.precision, optimizer=cfg.optimizer,
-        num_classes=cfg.num_classes, device=str(device), params=n_params, param_bytes=p_bytes,
-        buffer_bytes=buffer_bytes(model), grad_bytes=grads, optimizer_state_bytes=opt_state,
-        fwd_flops_per_sample=forward.flops_per_sample, fwd_macs_per_sample=forward.macs_per_sample,
-        activation_bytes_per_sample=act_slope, activation_fixed_bytes=act_fixed,
-        saved_weight_bytes=saved[sizes[0]].weight_bytes, counts=counts, layers=layers,
+        model=cfg.model,
+        image_size=cfg.image_size,
+        precision=cfg.precision,
+        optimizer=cfg.optimizer,
+        num_classes=cfg.num_classes,
+        device=str(device),
+        params=n_params,
+        param_bytes=p_bytes,
+        buffer_bytes=buffer_bytes(model),
+        grad_bytes=grads,
+        optimizer_state_bytes=opt_state,
+        fwd_flops_per_sample=forward.flops_per_sample,
+        fwd_macs_per_sample=forward.macs_per_sample,
+        activation_bytes_per_sample=act_slope,
+        activation_fixed_bytes=act_fixed,
+        saved_weight_bytes=saved[sizes[0]].weight_bytes,
+        counts=counts,
+        layers=layers,
     )
 
 
-def _layer_rows(model, saved: dict[int, SavedTensors], module_flops: dict, flops_batch: int) -> list[LayerRow]:
+def _layer_rows(
+    model, saved: dict[int, SavedTensors], module_flops: dict, flops_batch: int
+) -> list[LayerRow]:
     first = saved[min(saved)]
     rows = []
     names = [(n or MODEL_ROW, m) for n, m in model.named_modules()]
     for label, module in [*names, (LOSS_ROW, None)]:
         slope, fixed = _affine({b: s.by_module.get(label, 0) for b, s in saved.items()})
         flops, macs = module_flops.get(label, (0.0, 0.0))
-        params = sum(p.numel() for p in module.parameters(recurse=False)) if module is not None else 0
+        params = (
+            sum(p.numel() for p in module.parameters(recurse=False)) if module is not None else 0
+        )
         is_leaf = module is not None and next(module.children(), None) is None
         if not (is_leaf or slope or fixed or flops or params):
             continue
         shape = first.output_shapes.get(label)
-        rows.append(LayerRow(
-            name=label, type=type(module).__name__ if module is not None else "cross_entropy",
-            output_shape="x".join(str(d) for d in shape[1:]) if shape else "",
-            params=params, fwd_flops_per_sample=flops / flops_batch, fwd_macs_per_sample=macs / flops_batch,
-            saved_bytes_per_sample=slope, saved_fixed_bytes=fixed,
-        ))
+        rows.append(
+            LayerRow(
+                name=label,
+                type=type(module).__name__ if module is not None else "cross_entropy",
+                output_shape="x".join(str(d) for d in shape[1:]) if shape else "",
+                params=params,
+                fwd_flops_per_sample=flops / flops_batch,
+                fwd_macs_per_sample=macs / flops_batch,
+                saved_bytes_per_sample=slope,
+                saved_fixed_bytes=fixed,
+            )
+        )
     return rows
 
 
@@ -498,27 +566,60 @@ def predicted_step_growth_bytes(c: ModelComplexity, batch_size: int) -> float:
     return c.predicted_train_mem_bytes(batch_size) - c.weight_bytes
 
 
-def probe_argv(model: str, batch_size: int, image_size: int, optimizer: str, precision: str,
-               num_classes: int) -> list[str]:
+def probe_argv(
+    model: str, batch_size: int, image_size: int, optimizer: str, precision: str, num_classes: int
+) -> list[str]:
     """The command that measures one step's RSS growth (train/rss_step.py)."""
-    return [sys.executable, "-m", "train.rss_step", "--model", model, "--batch", str(batch_size),
-            "--image-size", str(image_size), "--optimizer", optimizer, "--precision", precision,
-            "--num-classes", str(num_classes)]
+    return [
+        sys.executable,
+        "-m",
+        "train.rss_step",
+        "--model",
+        model,
+        "--batch",
+        str(batch_size),
+        "--image-size",
+        str(image_size),
+        "--optimizer",
+        optimizer,
+        "--precision",
+        precision,
+        "--num-classes",
+        str(num_classes),
+    ]
 
 
-def measure_step_rss(model: str, batch_size: int, image_size: int, optimizer: str = "sgd", precision: str = "fp32",
-                     num_classes: int = 1000, timeout_s: float = 600.0) -> RssMeasurement:
+def measure_step_rss(
+    model: str,
+    batch_size: int,
+    image_size: int,
+    optimizer: str = "sgd",
+    precision: str = "fp32",
+    num_classes: int = 1000,
+    timeout_s: float = 600.0,
+) -> RssMeasurement:
     """Run one training step on CPU in a fresh process and return its RSS growth."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     env.setdefault("DS_ACCELERATOR", "cpu")
     argv = probe_argv(model, batch_size, image_size, optimizer, precision, num_classes)
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env, cwd=str(ROOT))
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout_s, env=env, cwd=str(ROOT)
+        )
     except subprocess.TimeoutExpired:
-        raise BenchError(f"RSS probe of {model} at batch {batch_size} took over {timeout_s:.0f} s: use smaller --rss-batch-sizes") from None
+        raise BenchError(
+            f"RSS probe of {model} at batch {batch_size} took over {timeout_s:.0f} s: use smaller --rss-batch-sizes"
+        ) from None
     if done.returncode != 0:
         lines = [ln for ln in (done.stderr or "").splitlines() if ln.strip()]
-        raise BenchError(f"RSS probe of {model} at batch {batch_size} failed: {lines[-1] if lines else f'exit {done.returncode}'}")
+        raise BenchError(
+            f"RSS probe of {model} at batch {batch_size} failed: {lines[-1] if lines else f'exit {done.returncode}'}"
+        )
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    return RssMeasurement(batch_size, float(result["rss_before_bytes"]), float(result["peak_rss_bytes"]), result["peak_source"])
+    return RssMeasurement(
+        batch_size,
+        float(result["rss_before_bytes"]),
+        float(result["peak_rss_bytes"]),
+        result["peak_source"],
+    )

@@ -1,4 +1,5 @@
 """torchvision classification models by name, with close-name suggestions for typos."""
+
 from __future__ import annotations
 
 import difflib
@@ -21,7 +22,11 @@ def check_model_name(name: str) -> str:
     if name.lower() in lowered:
         return lowered[name.lower()]
     close = difflib.get_close_matches(name.lower(), list(lowered), n=4, cutoff=0.5)
-    hint = f"did you mean {', '.join(lowered[c] for c in close)}?" if close else "see torchvision.models.list_models()"
+    hint = (
+        f"did you mean {', '.join(lowered[c] for c in close)}?"
+        if close
+        else "see torchvision.models.list_models()"
+    )
     raise UsageError(f"unknown model {name!r}: {hint}")
 
 

@@ -11,6 +11,7 @@ the larger of the old and new peak, and Python's subprocess starts children with
 memory is the parent's, so a child of a 1 GB parent reports ru_maxrss >= 1 GB from its first line.
 ru_maxrss is the fallback where /proc is missing (macOS), and then the result says so.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,7 +47,14 @@ def _rss_bytes() -> float:
     return float(psutil.Process().memory_info().rss)
 
 
-def measure(model_name: str, batch_size: int, image_size: int, optimizer: str, precision: str, num_classes: int) -> dict:
+def measure(
+    model_name: str,
+    batch_size: int,
+    image_size: int,
+    optimizer: str,
+    precision: str,
+    num_classes: int,
+) -> dict:
     import torch
 
     from train import device as dev
@@ -58,7 +66,11 @@ def measure(model_name: str, batch_size: int, image_size: int, optimizer: str, p
     torch.manual_seed(0)
     model = build_model(model_name, num_classes).to(device)
     model.train()
-    parts = StepParts(model, make_optimizer(optimizer, model.parameters(), 0.01), dev.autocast_context(precision, device))
+    parts = StepParts(
+        model,
+        make_optimizer(optimizer, model.parameters(), 0.01),
+        dev.autocast_context(precision, device),
+    )
     gc.collect()
     reset = _reset_peak()
     before = _rss_bytes()
@@ -69,11 +81,18 @@ def measure(model_name: str, batch_size: int, image_size: int, optimizer: str, p
         peak, source = hwm * 1024.0, "VmHWM reset before the step"
     else:
         peak, source = dev.max_rss_bytes(), "ru_maxrss"
-    return {"batch_size": batch_size, "rss_before_bytes": before, "peak_rss_bytes": peak, "peak_source": source}
+    return {
+        "batch_size": batch_size,
+        "rss_before_bytes": before,
+        "peak_rss_bytes": peak,
+        "peak_source": source,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m train.rss_step", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m train.rss_step", description=__doc__.splitlines()[0]
+    )
     p.add_argument("--model", required=True)
     p.add_argument("--batch", type=int, required=True)
     p.add_argument("--image-size", type=int, default=224)
@@ -81,7 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--precision", default="fp32")
     p.add_argument("--num-classes", type=int, default=1000)
     a = p.parse_args(argv)
-    print(json.dumps(measure(a.model, a.batch, a.image_size, a.optimizer, a.precision, a.num_classes)))
+    print(
+        json.dumps(measure(a.model, a.batch, a.image_size, a.optimizer, a.precision, a.num_classes))
+    )
     return 0
 
 

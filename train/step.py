@@ -1,4 +1,5 @@
 """The ONE training step, shared by the timing benchmark and the NVTX profile mode."""
+
 from __future__ import annotations
 
 import contextlib

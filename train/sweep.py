@@ -6,6 +6,7 @@ sweep goes on. Running the same sweep again skips every (configuration, repeat) 
 for this environment label on the tracking server (or kept offline in the spool) and redoes the
 rest; a configuration is every TrainConfig field but env_label (`sweep_key`). See docs/sweep.md.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -25,10 +26,17 @@ from train.config import TrainConfig, add_config_args
 
 TAG_SWEEP_NAME = "sweep_name"
 TAG_SWEEP_KEY = "sweep_key"  # which (configuration) of the sweep a child measured: see sweep_key()
-TAG_RESUME_OF = "sweep_resume_of"  # on the run `mlflow run` made for a resumed sweep: the parent it resumed
+TAG_RESUME_OF = (
+    "sweep_resume_of"  # on the run `mlflow run` made for a resumed sweep: the parent it resumed
+)
 PARAM_REPEAT = "repeat"
-AXIS_ALIASES = {"batch": "batch_size", "models": "model", "batch_sizes": "batch_size",
-                "precisions": "precision", "image_sizes": "image_size"}
+AXIS_ALIASES = {
+    "batch": "batch_size",
+    "models": "model",
+    "batch_sizes": "batch_size",
+    "precisions": "precision",
+    "image_sizes": "image_size",
+}
 CONFIG_FIELDS = {f.name for f in fields(TrainConfig)}
 LABEL_AXES = ("model", "batch_size", "precision", "image_size")  # always in a child's label
 
@@ -51,14 +59,20 @@ class SweepSpec:
     identity: every machine running the same sweep gets the same default name."""
 
     def __post_init__(self) -> None:
-        self.matrix = {AXIS_ALIASES.get(k, k): _unique(v) if isinstance(v, (list, tuple)) else [v]
-                       for k, v in self.matrix.items()}
+        self.matrix = {
+            AXIS_ALIASES.get(k, k): _unique(v) if isinstance(v, (list, tuple)) else [v]
+            for k, v in self.matrix.items()
+        }
         self.base = {AXIS_ALIASES.get(k, k): v for k, v in self.base.items()}
         for key in [*self.matrix, *self.base]:
             if key not in CONFIG_FIELDS:
-                raise ValueError(f"matrix: unknown field {key!r}; use TrainConfig fields such as model, batch_size, precision")
+                raise ValueError(
+                    f"matrix: unknown field {key!r}; use TrainConfig fields such as model, batch_size, precision"
+                )
         if "env_label" in self.matrix:
-            raise ValueError("matrix: env_label cannot be an axis; run the sweep on each machine with its own --env-label")
+            raise ValueError(
+                "matrix: env_label cannot be an axis; run the sweep on each machine with its own --env-label"
+            )
         label = self.base.pop("env_label", None)
         self.env_label = self.env_label or label or None
         for key, values in self.matrix.items():
@@ -73,7 +87,11 @@ class SweepSpec:
             raise ValueError(f"name {self.name!r}: use letters, digits, _ - . / and spaces")
 
     def digest(self) -> str:
-        blob = json.dumps({"matrix": self.matrix, "base": self.base, "repeats": self.repeats}, sort_keys=True, default=str)
+        blob = json.dumps(
+            {"matrix": self.matrix, "base": self.base, "repeats": self.repeats},
+            sort_keys=True,
+            default=str,
+        )
         return hashlib.sha256(blob.encode()).hexdigest()[:10]
 
     def configs(self) -> list[TrainConfig]:
@@ -105,9 +123,11 @@ class SweepSpec:
 
     def run_params(self) -> dict:
         """The parent run's params: what identifies the sweep besides its name."""
-        return {"sweep_matrix": json.dumps(self.matrix, sort_keys=True),
-                "sweep_base": json.dumps(self.base, sort_keys=True, default=str),
-                "sweep_repeats": self.repeats}
+        return {
+            "sweep_matrix": json.dumps(self.matrix, sort_keys=True),
+            "sweep_base": json.dumps(self.base, sort_keys=True, default=str),
+            "sweep_repeats": self.repeats,
+        }
 
 
 def _unique(values) -> list:
@@ -127,7 +147,9 @@ def sweep_key(cfg: TrainConfig) -> str:
     can differ only there (`data: [synthetic, fake]`), so resume needs this finer key.
     """
     values = {f.name: getattr(cfg, f.name) for f in fields(TrainConfig) if f.name != "env_label"}
-    return schema.stable_hash(values, lower_strings=False)  # case kept: data paths are case-sensitive
+    return schema.stable_hash(
+        values, lower_strings=False
+    )  # case kept: data paths are case-sensitive
 
 
 def check_models(spec: SweepSpec) -> None:
@@ -136,7 +158,9 @@ def check_models(spec: SweepSpec) -> None:
     from train.models import check_model_name
 
     if "model" in spec.matrix:
-        spec.matrix["model"] = _unique(check_model_name(str(m).strip()) for m in spec.matrix["model"])
+        spec.matrix["model"] = _unique(
+            check_model_name(str(m).strip()) for m in spec.matrix["model"]
+        )
     elif "model" in spec.base:
         spec.base["model"] = check_model_name(str(spec.base["model"]).strip())
 
@@ -156,7 +180,9 @@ def load_spec_file(path: str) -> dict:
         raise UsageError(f"sweep file {p} needs a `matrix:` mapping of axis -> list of values")
     unknown = set(data) - {"name", "repeats", "matrix", "base"}
     if unknown:
-        raise UsageError(f"sweep file {p}: unknown keys {sorted(unknown)} (allowed: name, repeats, matrix, base)")
+        raise UsageError(
+            f"sweep file {p}: unknown keys {sorted(unknown)} (allowed: name, repeats, matrix, base)"
+        )
     return data
 
 
@@ -180,9 +206,15 @@ class SweepState:
     parent_local_id: str | None = None  # the parent's spool entry, if it was kept offline
     parent_params: dict = field(default_factory=dict)
     done: set[tuple[str, int]] = field(default_factory=set)  # (sweep_key, repeat) FINISHED
-    spooled: set[tuple[str, int]] = field(default_factory=set)  # of those, kept in the spool (not yet uploaded)
-    remembered: set[tuple[str, int]] = field(default_factory=set)  # of those, known from the local ledger only
-    stale_running: list[str] = field(default_factory=list)  # children left RUNNING by a dead process
+    spooled: set[tuple[str, int]] = field(
+        default_factory=set
+    )  # of those, kept in the spool (not yet uploaded)
+    remembered: set[tuple[str, int]] = field(
+        default_factory=set
+    )  # of those, known from the local ledger only
+    stale_running: list[str] = field(
+        default_factory=list
+    )  # children left RUNNING by a dead process
     reachable: bool = True
 
 
@@ -191,11 +223,16 @@ def _is_mine(entry: dict, name: str, env_label: str) -> bool:
     from common.tracking import same_tracking_uri
 
     tags = entry["record"]["tags"]
-    return (tags.get(TAG_SWEEP_NAME) == name and tags.get(schema.TAG_ENV_LABEL) == env_label
-            and same_tracking_uri(entry.get("tracking_uri")))
+    return (
+        tags.get(TAG_SWEEP_NAME) == name
+        and tags.get(schema.TAG_ENV_LABEL) == env_label
+        and same_tracking_uri(entry.get("tracking_uri"))
+    )
 
 
-def existing_state(name: str, env_label: str, experiment: str | None, reachable: bool | None = None) -> SweepState:
+def existing_state(
+    name: str, env_label: str, experiment: str | None, reachable: bool | None = None
+) -> SweepState:
     """Done runs, the parent and stale children of the sweep, from the spool and (if it answers its
     quick /health check) the server. `reachable=False` skips the server without asking it."""
     import mlflow
@@ -214,8 +251,14 @@ def existing_state(name: str, env_label: str, experiment: str | None, reachable:
         if rec["run_kind"] == "sweep" and state.parent_local_id is None:
             state.parent_local_id, state.parent_params = entry["local_id"], dict(rec["params"])
             state.parent_run_id = entry.get("run_id")
-        elif rec["run_kind"] == "train" and entry["status"] == "FINISHED" and rec["tags"].get(TAG_SWEEP_KEY):
-            state.spooled.add((rec["tags"][TAG_SWEEP_KEY], int(rec["params"].get(PARAM_REPEAT, -1))))
+        elif (
+            rec["run_kind"] == "train"
+            and entry["status"] == "FINISHED"
+            and rec["tags"].get(TAG_SWEEP_KEY)
+        ):
+            state.spooled.add(
+                (rec["tags"][TAG_SWEEP_KEY], int(rec["params"].get(PARAM_REPEAT, -1)))
+            )
     state.done |= state.spooled
     if not state.reachable:
         # What reached the server before it went away: this machine's own ledger of it.
@@ -227,8 +270,13 @@ def existing_state(name: str, env_label: str, experiment: str | None, reachable:
         if exp_id is None:
             return state
         filt = f"tags.{TAG_SWEEP_NAME} = {schema.filter_literal(name, 'sweep name')} and tags.{schema.TAG_ENV_LABEL} = {label_literal}"
-        runs = mlflow.search_runs(experiment_ids=[exp_id], filter_string=filt, output_format="list",
-                                  max_results=50_000, order_by=["attributes.start_time ASC"])
+        runs = mlflow.search_runs(
+            experiment_ids=[exp_id],
+            filter_string=filt,
+            output_format="list",
+            max_results=50_000,
+            order_by=["attributes.start_time ASC"],
+        )
     except Exception as exc:  # noqa: BLE001
         if not is_unreachable(exc):
             raise
@@ -238,13 +286,20 @@ def existing_state(name: str, env_label: str, experiment: str | None, reachable:
         tags = run.data.tags
         kind = tags.get(schema.TAG_RUN_KIND)
         if kind == "sweep" and TAG_RESUME_OF not in tags:
-            if state.parent_run_id in (None, run.info.run_id):  # the first parent; a spooled one is the same run
+            if state.parent_run_id in (
+                None,
+                run.info.run_id,
+            ):  # the first parent; a spooled one is the same run
                 state.parent_run_id = run.info.run_id
                 state.parent_params = state.parent_params or dict(run.data.params)
         elif kind == "train" and run.info.status == "FINISHED" and tags.get(TAG_SWEEP_KEY):
             state.done.add((tags[TAG_SWEEP_KEY], int(run.data.params.get(PARAM_REPEAT, -1))))
-        elif kind == "train" and run.info.status == "RUNNING" and run.info.run_id not in spooled_ids:
-            state.stale_running.append(run.info.run_id)  # a spooled one is completed by upload instead
+        elif (
+            kind == "train" and run.info.status == "RUNNING" and run.info.run_id not in spooled_ids
+        ):
+            state.stale_running.append(
+                run.info.run_id
+            )  # a spooled one is completed by upload instead
     _write_ledger(name, env_label, state.done - state.spooled)
     return state
 
@@ -271,7 +326,9 @@ def _write_ledger(name: str, env_label: str, done: set[tuple[str, int]]) -> None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"sweep_name": name, "env_label": env_label, "done": sorted(done)}))
+        tmp.write_text(
+            json.dumps({"sweep_name": name, "env_label": env_label, "done": sorted(done)})
+        )
         tmp.replace(path)
     except OSError:
         pass  # a convenience for offline resumes; never a reason to fail the sweep
@@ -289,10 +346,16 @@ def check_same_spec(spec: SweepSpec, state: SweepState, env_label: str) -> None:
         if key == "sweep_base" and isinstance(value, dict):
             value.pop("env_label", None)  # older sweeps kept the label in the base
         if key == "sweep_matrix" and isinstance(value, dict):
-            value = {k: _unique(v) if isinstance(v, list) else v for k, v in value.items()}  # and repeated values
+            value = {
+                k: _unique(v) if isinstance(v, list) else v for k, v in value.items()
+            }  # and repeated values
         return value
 
-    names = {"sweep_matrix": "matrix", "sweep_base": "base configuration", "sweep_repeats": "repeats"}
+    names = {
+        "sweep_matrix": "matrix",
+        "sweep_base": "base configuration",
+        "sweep_repeats": "repeats",
+    }
     changed = []
     for key, what in names.items():
         if key in old:
@@ -303,8 +366,10 @@ def check_same_spec(spec: SweepSpec, state: SweepState, env_label: str) -> None:
             if not same:
                 changed.append(f"{what} (was {old[key][:120]})")
     if changed:
-        raise UsageError(f"sweep {spec.name!r} on {env_label} already exists with a different {'; '.join(changed)}: "
-                         "give this matrix a new --name, or run the original command to resume it")
+        raise UsageError(
+            f"sweep {spec.name!r} on {env_label} already exists with a different {'; '.join(changed)}: "
+            "give this matrix a new --name, or run the original command to resume it"
+        )
 
 
 def close_stale(run_ids: list[str]) -> None:
@@ -313,7 +378,11 @@ def close_stale(run_ids: list[str]) -> None:
 
     client = MlflowClient()
     for run_id in run_ids:
-        client.set_tag(run_id, schema.TAG_ERROR, "interrupted: the sweep process ended before this run finished")
+        client.set_tag(
+            run_id,
+            schema.TAG_ERROR,
+            "interrupted: the sweep process ended before this run finished",
+        )
         client.set_terminated(run_id, status="FAILED")
 
 
@@ -323,12 +392,17 @@ def upload_own_spool(name: str, env_label: str, quiet: bool) -> bool:
     from common.tracking import is_unreachable, server_reachable, upload_spooled
 
     try:
-        sent, left = upload_spooled(say=lambda *_: None, select=lambda e: _is_mine(e, name, env_label))
+        sent, left = upload_spooled(
+            say=lambda *_: None, select=lambda e: _is_mine(e, name, env_label)
+        )
     except Exception as exc:  # noqa: BLE001 - a run the server refuses stays spooled (and counts as done)
         if is_unreachable(exc):
             return False
-        _say(quiet, f"warning: could not upload this sweep's spooled runs ({one_line(exc)[:200]}); "
-                    "they stay in the spool: see python -m common.upload --list")
+        _say(
+            quiet,
+            f"warning: could not upload this sweep's spooled runs ({one_line(exc)[:200]}); "
+            "they stay in the spool: see python -m common.upload --list",
+        )
         return True
     if sent:
         _say(quiet, f"uploaded {sent} run(s) of sweep {name} kept offline by an earlier attempt")
@@ -349,9 +423,15 @@ class ChildOutcome:
     error: str | None = None
 
 
-def run_sweep(spec: SweepSpec, *, experiment: str | None = None, env_label: str | None = None,
-              progress: bool = True, quiet: bool = False,
-              on_child_done: Callable[[ChildOutcome], None] | None = None) -> list[ChildOutcome]:
+def run_sweep(
+    spec: SweepSpec,
+    *,
+    experiment: str | None = None,
+    env_label: str | None = None,
+    progress: bool = True,
+    quiet: bool = False,
+    on_child_done: Callable[[ChildOutcome], None] | None = None,
+) -> list[ChildOutcome]:
     """Run (or resume) the sweep; returns one outcome per planned (configuration, repeat)."""
     from common.tracking import RunSession, redirect_run, server_reachable
     from train.__main__ import run as run_train
@@ -365,30 +445,48 @@ def run_sweep(spec: SweepSpec, *, experiment: str | None = None, env_label: str 
     keys = [sweep_key(cfg) for cfg, _ in plan]  # before running: run_train normalises some fields
     axes = list(spec.matrix)
 
-    reachable = server_reachable()  # one quick GET /health: a dead server costs seconds, not minutes
+    reachable = (
+        server_reachable()
+    )  # one quick GET /health: a dead server costs seconds, not minutes
     if reachable:
         reachable = upload_own_spool(spec.name, label, quiet)
     state = existing_state(spec.name, label, experiment, reachable=reachable)
     check_same_spec(spec, state, label)
     if not state.reachable:
-        _say(quiet, "warning: tracking server unreachable: runs already done are known from this machine's spool "
-                    "and ledger only; this sweep's runs are kept offline (python -m common.upload sends them later)")
+        _say(
+            quiet,
+            "warning: tracking server unreachable: runs already done are known from this machine's spool "
+            "and ledger only; this sweep's runs are kept offline (python -m common.upload sends them later)",
+        )
     elif state.stale_running:
         close_stale(state.stale_running)
-        _say(quiet, f"marked {len(state.stale_running)} run(s) left RUNNING by an interrupted sweep as FAILED")
+        _say(
+            quiet,
+            f"marked {len(state.stale_running)} run(s) left RUNNING by an interrupted sweep as FAILED",
+        )
 
     outcomes: list[ChildOutcome] = []
     todo = []
     for (cfg, r), key in zip(plan, keys):
         if (key, r) in state.done:
-            outcomes.append(ChildOutcome(child_label(cfg, r, axes), cfg.config_key(), key, r, "SKIPPED"))
+            outcomes.append(
+                ChildOutcome(child_label(cfg, r, axes), cfg.config_key(), key, r, "SKIPPED")
+            )
         else:
             todo.append((cfg, r, key))
     if outcomes:
         notes = [f"{len(state.spooled)} kept offline"] if state.spooled else []
-        notes += [f"{len(state.remembered)} known from this machine's ledger"] if state.remembered else []
-        _say(quiet, f"resuming sweep {spec.name}: {len(outcomes)} of {len(plan)} run(s) already finished"
-                    + (f" ({', '.join(notes)})" if notes else "") + f", {len(todo)} to go")
+        notes += (
+            [f"{len(state.remembered)} known from this machine's ledger"]
+            if state.remembered
+            else []
+        )
+        _say(
+            quiet,
+            f"resuming sweep {spec.name}: {len(outcomes)} of {len(plan)} run(s) already finished"
+            + (f" ({', '.join(notes)})" if notes else "")
+            + f", {len(todo)} to go",
+        )
 
     tags = {TAG_SWEEP_NAME: spec.name, schema.TAG_ENV_LABEL: label, schema.TAG_HOST: _host()}
     env_run = os.environ.get("MLFLOW_RUN_ID")
@@ -396,11 +494,22 @@ def run_sweep(spec: SweepSpec, *, experiment: str | None = None, env_label: str 
         # `mlflow run` made a new run for this invocation, but the sweep already has its parent: say
         # so in that run (nested under the parent) instead of leaving it empty.
         del os.environ["MLFLOW_RUN_ID"]
-        redirect_run(env_run, state.parent_run_id, {schema.TAG_RUN_KIND: "sweep", **tags, TAG_RESUME_OF: state.parent_run_id},
-                     f"Resumed sweep {spec.name} ({label}): its children and summary are in run {state.parent_run_id}.")
-    parent = RunSession("sweep", experiment=experiment, run_name=spec.name, run_id=state.parent_run_id,
-                        tags=tags, quiet=quiet, offline=not state.reachable,
-                        local_id=None if state.reachable else state.parent_local_id)
+        redirect_run(
+            env_run,
+            state.parent_run_id,
+            {schema.TAG_RUN_KIND: "sweep", **tags, TAG_RESUME_OF: state.parent_run_id},
+            f"Resumed sweep {spec.name} ({label}): its children and summary are in run {state.parent_run_id}.",
+        )
+    parent = RunSession(
+        "sweep",
+        experiment=experiment,
+        run_name=spec.name,
+        run_id=state.parent_run_id,
+        tags=tags,
+        quiet=quiet,
+        offline=not state.reachable,
+        local_id=None if state.reachable else state.parent_local_id,
+    )
     with parent:
         parent.log_params({**spec.run_params(), "sweep_configs": len(plan) // spec.repeats})
         parent.flush()
@@ -420,9 +529,14 @@ def run_sweep(spec: SweepSpec, *, experiment: str | None = None, env_label: str 
                     on_child_done(outcome)
         finally:
             bar.close()
-            counts = {s: sum(o.status == s for o in outcomes) for s in ("FINISHED", "FAILED", "SKIPPED", "OFFLINE")}
-            parent.log_metrics({f"children_{k.lower()}": float(v) for k, v in counts.items()}
-                               | {"children_planned": float(len(plan))})
+            counts = {
+                s: sum(o.status == s for o in outcomes)
+                for s in ("FINISHED", "FAILED", "SKIPPED", "OFFLINE")
+            }
+            parent.log_metrics(
+                {f"children_{k.lower()}": float(v) for k, v in counts.items()}
+                | {"children_planned": float(len(plan))}
+            )
             order = {(key, r): i for i, ((_, r), key) in enumerate(zip(plan, keys))}
             outcomes.sort(key=lambda o: order[(o.sweep_key, o.repeat)])
             parent.log_text("sweep/summary.csv", summary_csv(outcomes))
@@ -431,35 +545,68 @@ def run_sweep(spec: SweepSpec, *, experiment: str | None = None, env_label: str 
     return outcomes
 
 
-def _run_child(run_train, cfg: TrainConfig, repeat: int, key: str, axes, spec: SweepSpec, experiment,
-               parent) -> ChildOutcome:
+def _run_child(
+    run_train, cfg: TrainConfig, repeat: int, key: str, axes, spec: SweepSpec, experiment, parent
+) -> ChildOutcome:
     """One child run. Any exception (not an interrupt) becomes a FAILED child with its one-line reason."""
     label = child_label(cfg, repeat, axes)
     n_before = len(parent.children)
     extra_tags = {TAG_SWEEP_NAME: spec.name, TAG_SWEEP_KEY: key}
     try:
-        session, result = run_train(cfg, experiment=experiment, progress=False, system_metrics=False, parent=parent,
-                                    extra_params={PARAM_REPEAT: repeat}, extra_tags=extra_tags,
-                                    quiet=True)
+        session, result = run_train(
+            cfg,
+            experiment=experiment,
+            progress=False,
+            system_metrics=False,
+            parent=parent,
+            extra_params={PARAM_REPEAT: repeat},
+            extra_tags=extra_tags,
+            quiet=True,
+        )
     except Exception as exc:  # noqa: BLE001 - isolation is the point; KeyboardInterrupt still stops the sweep
         reason = one_line(exc)
         recorded = [c for c in parent.children[n_before:] if c.status == "FAILED"]
-        run_id = recorded[0].run_id if recorded else _record_failed_child(cfg, repeat, extra_tags, experiment, parent, reason)
+        run_id = (
+            recorded[0].run_id
+            if recorded
+            else _record_failed_child(cfg, repeat, extra_tags, experiment, parent, reason)
+        )
         return ChildOutcome(label, cfg.config_key(), key, repeat, "FAILED", run_id, error=reason)
     status = "OFFLINE" if session.offline else "FINISHED"
     m = result.metrics
-    return ChildOutcome(label, cfg.config_key(), key, repeat, status, session.run_id,
-                        m["throughput_samples_per_s"], m["step_time_median_s"])
+    return ChildOutcome(
+        label,
+        cfg.config_key(),
+        key,
+        repeat,
+        status,
+        session.run_id,
+        m["throughput_samples_per_s"],
+        m["step_time_median_s"],
+    )
 
 
-def _record_failed_child(cfg: TrainConfig, repeat: int, extra_tags: dict, experiment, parent, reason: str) -> str | None:
+def _record_failed_child(
+    cfg: TrainConfig, repeat: int, extra_tags: dict, experiment, parent, reason: str
+) -> str | None:
     """A FAILED child for a failure that left no run behind (a configuration rejected before its run
     opened: fp16 on CPU, a missing device, ...)."""
     from common.tracking import RunSession
 
-    session = RunSession("train", experiment=experiment, run_name=cfg.run_name(), parent=parent, quiet=True,
-                         tags={schema.TAG_ENV_LABEL: cfg.env_label, schema.TAG_HOST: _host(),
-                               schema.TAG_DEVICE_TYPE: cfg.device, schema.TAG_CONFIG_KEY: cfg.config_key(), **extra_tags})
+    session = RunSession(
+        "train",
+        experiment=experiment,
+        run_name=cfg.run_name(),
+        parent=parent,
+        quiet=True,
+        tags={
+            schema.TAG_ENV_LABEL: cfg.env_label,
+            schema.TAG_HOST: _host(),
+            schema.TAG_DEVICE_TYPE: cfg.device,
+            schema.TAG_CONFIG_KEY: cfg.config_key(),
+            **extra_tags,
+        },
+    )
     try:
         with session:
             session.log_params({**cfg.params(), PARAM_REPEAT: repeat})
@@ -475,11 +622,33 @@ def summary_csv(outcomes: list[ChildOutcome]) -> str:
 
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow(["configuration", "repeat", "status", "throughput_samples_per_s", "step_time_median_s", "run_id",
-                "config_key", "sweep_key", "error"])
+    w.writerow(
+        [
+            "configuration",
+            "repeat",
+            "status",
+            "throughput_samples_per_s",
+            "step_time_median_s",
+            "run_id",
+            "config_key",
+            "sweep_key",
+            "error",
+        ]
+    )
     for o in outcomes:
-        w.writerow([o.label.rsplit(" #", 1)[0], o.repeat, o.status, o.throughput_samples_per_s, o.step_time_median_s,
-                    o.run_id, o.config_key, o.sweep_key, o.error])
+        w.writerow(
+            [
+                o.label.rsplit(" #", 1)[0],
+                o.repeat,
+                o.status,
+                o.throughput_samples_per_s,
+                o.step_time_median_s,
+                o.run_id,
+                o.config_key,
+                o.sweep_key,
+                o.error,
+            ]
+        )
     return buf.getvalue()
 
 
@@ -495,8 +664,13 @@ def summary_table(outcomes: list[ChildOutcome]) -> str:
 def _bar(total: int, enabled: bool):
     from tqdm import tqdm
 
-    return tqdm(total=total, unit="run", disable=not enabled, dynamic_ncols=True,
-                bar_format="{desc} |{bar}| {n_fmt}/{total_fmt} runs [{elapsed}<{remaining}]")
+    return tqdm(
+        total=total,
+        unit="run",
+        disable=not enabled,
+        dynamic_ncols=True,
+        bar_format="{desc} |{bar}| {n_fmt}/{total_fmt} runs [{elapsed}<{remaining}]",
+    )
 
 
 def _host() -> str:
@@ -523,20 +697,45 @@ def build_parser() -> ArgumentParser:
             if action.choices is not None:
                 action.choices = [*action.choices, None]
     m = parser.add_argument_group("matrix")
-    m.add_argument("--matrix", metavar="FILE", type=_empty_is_none(str),
-                   help="YAML/JSON sweep file: {name, repeats, matrix: {axis: [...]}, base: {...}}")
-    m.add_argument("--models", nargs="+", type=_list_of(str), help="model axis, e.g. resnet18 resnet50")
+    m.add_argument(
+        "--matrix",
+        metavar="FILE",
+        type=_empty_is_none(str),
+        help="YAML/JSON sweep file: {name, repeats, matrix: {axis: [...]}, base: {...}}",
+    )
+    m.add_argument(
+        "--models", nargs="+", type=_list_of(str), help="model axis, e.g. resnet18 resnet50"
+    )
     m.add_argument("--batch-sizes", nargs="+", type=_list_of(int), help="batch axis, e.g. 16 32 64")
-    m.add_argument("--precisions", nargs="+", type=_list_of(str), help="precision axis, e.g. fp32 bf16")
+    m.add_argument(
+        "--precisions", nargs="+", type=_list_of(str), help="precision axis, e.g. fp32 bf16"
+    )
     m.add_argument("--image-sizes", nargs="+", type=_list_of(int), help="image size axis")
-    m.add_argument("--repeats", type=_empty_is_none(int), default=None, help="runs per configuration (default 1)")
-    m.add_argument("--name", type=_empty_is_none(str), default=None,
-                   help="sweep name (default: a hash of the matrix); the same name resumes")
+    m.add_argument(
+        "--repeats",
+        type=_empty_is_none(int),
+        default=None,
+        help="runs per configuration (default 1)",
+    )
+    m.add_argument(
+        "--name",
+        type=_empty_is_none(str),
+        default=None,
+        help="sweep name (default: a hash of the matrix); the same name resumes",
+    )
     out = parser.add_argument_group("output")
-    out.add_argument("--experiment", default=None, type=_empty_is_none(str),
-                     help="MLflow experiment (default: MLFLOW_EXPERIMENT_NAME or Default)")
+    out.add_argument(
+        "--experiment",
+        default=None,
+        type=_empty_is_none(str),
+        help="MLflow experiment (default: MLFLOW_EXPERIMENT_NAME or Default)",
+    )
     out.add_argument("--no-progress", action="store_true")
-    out.add_argument("--dry-run", action="store_true", help="print the plan and what would be skipped; run nothing")
+    out.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the plan and what would be skipped; run nothing",
+    )
     return parser
 
 
@@ -567,8 +766,12 @@ def _flat(values):
 def spec_from_args(args) -> SweepSpec:
     data = load_spec_file(args.matrix) if args.matrix else {"matrix": {}}
     matrix = dict(data.get("matrix") or {})
-    for flag, axis in (("models", "model"), ("batch_sizes", "batch_size"), ("precisions", "precision"),
-                       ("image_sizes", "image_size")):
+    for flag, axis in (
+        ("models", "model"),
+        ("batch_sizes", "batch_size"),
+        ("precisions", "precision"),
+        ("image_sizes", "image_size"),
+    ):
         values = _flat(getattr(args, flag))
         if values:
             matrix[axis] = values
@@ -577,13 +780,19 @@ def spec_from_args(args) -> SweepSpec:
         value = getattr(args, name, None)
         if value is not None:
             if name in matrix:
-                raise UsageError(f"--{name.replace('_', '-')} is a single value but {name} is a matrix axis: use one or the other")
+                raise UsageError(
+                    f"--{name.replace('_', '-')} is a single value but {name} is a matrix axis: use one or the other"
+                )
             base[name] = value
     if not matrix:
-        raise UsageError("nothing to sweep: give --models/--batch-sizes/--precisions/--image-sizes or --matrix FILE")
+        raise UsageError(
+            "nothing to sweep: give --models/--batch-sizes/--precisions/--image-sizes or --matrix FILE"
+        )
     repeats = args.repeats if args.repeats is not None else data.get("repeats", 1)
     try:
-        return SweepSpec(matrix=matrix, base=base, repeats=repeats, name=args.name or data.get("name"))
+        return SweepSpec(
+            matrix=matrix, base=base, repeats=repeats, name=args.name or data.get("name")
+        )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
@@ -604,23 +813,39 @@ def main(argv: list[str] | None = None) -> int:
         axes = list(spec.matrix)
         keys = [sweep_key(cfg) for cfg, _ in plan]
         for (cfg, r), key in zip(plan, keys):
-            print(f"{'skip' if (key, r) in state.done else 'run '}  {child_label(cfg, r, axes)}  sweep_key={key}")
+            print(
+                f"{'skip' if (key, r) in state.done else 'run '}  {child_label(cfg, r, axes)}  sweep_key={key}"
+            )
         n_done = sum((key, r) in state.done for (_, r), key in zip(plan, keys))
         where = "" if state.reachable else " (server unreachable: spooled runs only)"
-        print(f"sweep {spec.name} on {env_label}: {len(plan)} run(s) planned, {n_done} already done{where}")
+        print(
+            f"sweep {spec.name} on {env_label}: {len(plan)} run(s) planned, {n_done} already done{where}"
+        )
         return 0
-    print(f"sweep {spec.name} on {env_label}: {len(plan) // spec.repeats} configuration(s) x {spec.repeats} repeat(s)", file=sys.stderr)
+    print(
+        f"sweep {spec.name} on {env_label}: {len(plan) // spec.repeats} configuration(s) x {spec.repeats} repeat(s)",
+        file=sys.stderr,
+    )
     t0 = time.perf_counter()
-    outcomes = run_sweep(spec, experiment=args.experiment, env_label=env_label, progress=not args.no_progress)
+    outcomes = run_sweep(
+        spec, experiment=args.experiment, env_label=env_label, progress=not args.no_progress
+    )
     print(summary_table(outcomes))
     failed = [o for o in outcomes if o.status == "FAILED"]
-    counts = {s: sum(o.status == s for o in outcomes) for s in ("FINISHED", "SKIPPED", "FAILED", "OFFLINE")}
-    print(f"sweep {spec.name}: {counts['FINISHED']} finished, {counts['SKIPPED']} skipped (done before), "
-          f"{counts['FAILED']} failed, {counts['OFFLINE']} kept offline, in {time.perf_counter() - t0:.0f} s")
+    counts = {
+        s: sum(o.status == s for o in outcomes)
+        for s in ("FINISHED", "SKIPPED", "FAILED", "OFFLINE")
+    }
+    print(
+        f"sweep {spec.name}: {counts['FINISHED']} finished, {counts['SKIPPED']} skipped (done before), "
+        f"{counts['FAILED']} failed, {counts['OFFLINE']} kept offline, in {time.perf_counter() - t0:.0f} s"
+    )
     for o in failed:
         print(f"  failed: {o.label}: {o.error}")
     if counts["OFFLINE"]:
-        print("  offline runs are in the spool: send them with `python -m common.upload` when the server is back")
+        print(
+            "  offline runs are in the spool: send them with `python -m common.upload` when the server is back"
+        )
     # Offline is not a failure (the measurement is kept); exit 1 only when every run failed.
     return 1 if outcomes and len(failed) == len(outcomes) else 0
 

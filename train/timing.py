@@ -1,4 +1,5 @@
 """Step timing: a synchronising clock per device, the measured loop, and summary statistics."""
+
 from __future__ import annotations
 
 import math
@@ -18,8 +19,12 @@ def make_clock(synchronize: Callable[[], None]) -> Callable[[], float]:
     return now
 
 
-def measure(step: Callable[[], object], iters: int, clock: Callable[[], float],
-            on_step: Callable[[int, float], None] | None = None) -> list[float]:
+def measure(
+    step: Callable[[], object],
+    iters: int,
+    clock: Callable[[], float],
+    on_step: Callable[[int, float], None] | None = None,
+) -> list[float]:
     """Run `step` `iters` times; return each step's seconds between two synchronised clock reads.
 
     `on_step(i, seconds)` (progress display) runs outside the timed interval.
@@ -35,9 +40,16 @@ def measure(step: Callable[[], object], iters: int, clock: Callable[[], float],
     return times
 
 
-def measure_until(step: Callable[[], object], clock: Callable[[], float], *, target_rel: float = 0.02,
-                  min_iters: int = 10, max_iters: int = 1000, max_time_s: float = 300.0,
-                  on_step: Callable[[int, float, float], None] | None = None) -> tuple[list[float], str]:
+def measure_until(
+    step: Callable[[], object],
+    clock: Callable[[], float],
+    *,
+    target_rel: float = 0.02,
+    min_iters: int = 10,
+    max_iters: int = 1000,
+    max_time_s: float = 300.0,
+    on_step: Callable[[int, float, float], None] | None = None,
+) -> tuple[list[float], str]:
     """Adaptive measurement: run `step` until the 95 % CI half-width of the mean step time is within
     `target_rel` of the mean (after at least `min_iters` steps), or a cap is hit.
 
@@ -84,7 +96,9 @@ def summarize(step_times_s: Sequence[float], batch_size: int) -> dict[str, float
         "step_time_min_s": float(t.min()),
         "step_time_p95_s": float(np.percentile(t, 95)),
         "throughput_samples_per_s": batch_size / mean,
-        "throughput_std_samples_per_s": float(per_step_throughput.std(ddof=1)) if t.size > 1 else 0.0,
+        "throughput_std_samples_per_s": float(per_step_throughput.std(ddof=1))
+        if t.size > 1
+        else 0.0,
     }
 
 
@@ -102,9 +116,38 @@ def ci95_half_width_rel(step_times_s: Sequence[float]) -> float:
 
 
 # two-sided 95 % Student t quantiles for 1..30 degrees of freedom
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
-         2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
-         2.052, 2.048, 2.045, 2.042)
+_T975 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)
 
 
 def _t_quantile_975(dof: int) -> float:
