@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Callable
 
 from analysis import core, fetch, plots, report, vendor
-from analysis.fmt import slug
+from common.fmt import slug
 from common import schema
 from common.cli import ArgumentParser, str_bool
-from common.errors import BenchError, UsageError, cli_entry
+from common.cli import cli_entry
+from common.errors import BenchError, UsageError
 
 
 @dataclass

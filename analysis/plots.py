@@ -23,7 +23,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import EngFormatter, FuncFormatter, NullFormatter  # noqa: E402
 
-from analysis.fmt import si  # noqa: E402
+from common.fmt import si  # noqa: E402
 from analysis.roofline import LEVELS, Roof  # noqa: E402
 
 MAX_LABELS = 40  # point labels per roofline panel; beyond that the table carries them

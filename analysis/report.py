@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.core import Analysis
-from analysis.fmt import num, pct, si
+from common.fmt import num, pct, si
 from analysis.roofline import Roof
 
 SUMMARY_COLUMNS = [

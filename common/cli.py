@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import functools
+import os
 import re
+from typing import Callable
 
-from common.errors import UsageError
+from common import console
+from common.errors import BenchError, UsageError, one_line
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -35,3 +39,42 @@ def str_bool(text: str | bool) -> bool:
     if value in ("0", "false", "no", "off", ""):
         return False
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def optional(convert: Callable | None = None) -> Callable:
+    """An argparse `type` that maps "" (and "none") to None, else `convert(text)`: MLproject
+    passes an empty string for a parameter the user left unset."""
+
+    def parse(text):
+        if text is None or str(text).strip().lower() in ("", "none"):
+            return None
+        return convert(str(text).strip()) if convert is not None else str(text).strip()
+
+    parse.__name__ = getattr(convert, "__name__", "value")  # argparse names the type in its errors
+    return parse
+
+
+def cli_entry(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | None], int]:
+    """Wrap a CLI `main(argv) -> exit code` so a BenchError prints `error: <line>` and exits non-zero.
+
+    Anything else propagates: a bug should show its traceback. Under `mlflow run` the run exists
+    before the script starts; if the error came before a RunSession took that run over, it is ended
+    FAILED here with the reason.
+    """
+
+    @functools.wraps(main)
+    def wrapped(argv: list[str] | None = None) -> int:
+        try:
+            return main(argv)
+        except BenchError as err:
+            console.error(one_line(err))
+            if os.environ.get("MLFLOW_RUN_ID"):  # RunSession removes it when it takes the run over
+                from common.tracking import fail_pending_run
+
+                fail_pending_run(one_line(err))
+            return err.exit_code
+        except KeyboardInterrupt:
+            console.error("interrupted")
+            return 130
+
+    return wrapped

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import platform
-import socket
 from functools import lru_cache
 
 from common import schema
@@ -64,7 +63,7 @@ def environment_tags(device: str, env_label: str | None = None) -> dict[str, str
         schema.TAG_ENV_LABEL: env_label or schema.default_env_label(),
         schema.TAG_DEVICE_NAME: device_name(device),
         schema.TAG_DEVICE_TYPE: dev.type,
-        schema.TAG_HOST: socket.gethostname(),
+        schema.TAG_HOST: schema.host_name(),
         "torch_version": torch.__version__,
         "cuda_version": str(torch.version.cuda or "none"),
         "cudnn_version": str(

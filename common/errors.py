@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import functools
 import re
-import sys
-from typing import Callable
 
 EXIT_USAGE = 2  # bad input: flags, names, paths
 EXIT_FAILURE = 1  # the measurement itself failed (out of memory, corrupt data, ...)
@@ -42,35 +39,3 @@ def one_line(exc: BaseException) -> str:
 
 
 _TYPE_PREFIX = re.compile(r"^([\w.]+(?:Error|Exception)): (.*)$")
-
-
-def cli_entry(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | None], int]:
-    """Wrap a CLI `main(argv) -> exit code` so a BenchError prints `error: <line>` and exits non-zero.
-
-    Anything else propagates: a bug should show its traceback. Under `mlflow run` the run exists
-    before the script starts; if the error came before a RunSession took that run over, it is ended
-    FAILED here with the reason.
-    """
-
-    @functools.wraps(main)
-    def wrapped(argv: list[str] | None = None) -> int:
-        try:
-            return main(argv)
-        except BenchError as err:
-            print(f"error: {one_line(err)}", file=sys.stderr)
-            _fail_pending_run(one_line(err))
-            return err.exit_code
-        except KeyboardInterrupt:
-            print("interrupted", file=sys.stderr)
-            return 130
-
-    return wrapped
-
-
-def _fail_pending_run(message: str) -> None:
-    import os
-
-    if os.environ.get("MLFLOW_RUN_ID"):  # RunSession removes it when it takes the run over
-        from common.tracking import fail_pending_run
-
-        fail_pending_run(message)

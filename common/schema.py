@@ -93,9 +93,14 @@ def sanitize_key(name: str) -> str:
     return re.sub(r"[^/\w.\- ]", "_", name) or "_"
 
 
+def host_name() -> str:
+    """The value of the `host` tag: this machine's host name."""
+    return socket.gethostname()
+
+
 def default_env_label() -> str:
     """The environment label used when the user gives none: the host name."""
-    return socket.gethostname()
+    return host_name()
 
 
 def filter_literal(value: str, what: str = "value") -> str:

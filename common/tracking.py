@@ -575,6 +575,17 @@ def _link_children(entries: list[dict], parent: dict) -> None:
             _save_entry(child)
 
 
+def mark_failed(run_id: str, reason: str, client=None) -> None:
+    """End an existing run FAILED with `reason` as its `error` tag (the one way a run that no
+    RunSession holds is failed: a pending `mlflow run` run, a stale child of a killed sweep)."""
+    if client is None:
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient()
+    client.set_tag(run_id, schema.TAG_ERROR, reason[:5000])
+    client.set_terminated(run_id, status="FAILED")
+
+
 def fail_pending_run(message: str) -> str | None:
     """End the run `mlflow run` created (MLFLOW_RUN_ID) FAILED with an `error` tag, if there is one.
 
@@ -584,12 +595,8 @@ def fail_pending_run(message: str) -> str | None:
     run_id = os.environ.pop("MLFLOW_RUN_ID", None)
     if not run_id:
         return None
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient()
     try:
-        client.set_tag(run_id, schema.TAG_ERROR, message[:5000])
-        client.set_terminated(run_id, status="FAILED")
+        mark_failed(run_id, message)
     except Exception as exc:  # noqa: BLE001 - the message was printed; mlflow run marks it FAILED too
         print(f"note: could not mark run {run_id} FAILED ({one_line(exc)[:200]})", file=sys.stderr)
     return run_id

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from common.cli import ArgumentParser
-from common.errors import BenchError, cli_entry
+from common.cli import cli_entry
+from common.errors import BenchError
 from common.tracking import spool_dir, spooled_runs, upload_spooled
 
 

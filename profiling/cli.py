@@ -24,7 +24,8 @@ from typing import Callable
 
 from common import schema
 from common.cli import ArgumentParser
-from common.errors import BenchError, UsageError, cli_entry
+from common.cli import cli_entry
+from common.errors import BenchError, UsageError
 from common.tracking import RunSession
 from profiling import ncu_metrics
 from profiling.ncu_command import (

@@ -556,6 +556,6 @@ def _main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from common.errors import cli_entry
+    from common.cli import cli_entry
 
     sys.exit(cli_entry(_main)())

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common import envinfo, schema
-from common.errors import BenchError, UsageError, cli_entry
+from common.cli import cli_entry
+from common.errors import BenchError, UsageError
 from profiling import peaks as core
 from profiling.peak_table import DTYPES, PEAKS_FILE_ENV, VendorPeaks, find
 from common.cli import ArgumentParser, str_bool

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from analysis import roofline as rl
-from analysis.fmt import num, si, slug
+from common.fmt import num, si, slug
 from analysis.roofline import Roof
 
 # a device with 20 TFLOP/s fp32, 80 TFLOP/s bf16 and 250 GB/s: ridge fp32 = 80, bf16 = 320 FLOP/byte

@@ -7,7 +7,8 @@ import sys
 
 from common import schema
 from common.cli import ArgumentParser
-from common.errors import UsageError, cli_entry
+from common.cli import cli_entry
+from common.errors import UsageError
 from train.config import TrainConfig, add_config_args, config_from_args
 
 

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from common import schema
-from common.errors import BenchError, UsageError, cli_entry, one_line
+from common.cli import cli_entry
+from common.errors import BenchError, UsageError, one_line
 from common.cli import ArgumentParser, split_words, str_bool
 from train.config import DEVICES, OPTIMIZERS
 

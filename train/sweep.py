@@ -21,7 +21,8 @@ from typing import Callable
 
 from common import schema
 from common.cli import ArgumentParser, split_words
-from common.errors import UsageError, cli_entry, one_line
+from common.cli import cli_entry
+from common.errors import UsageError, one_line
 from train.config import TrainConfig, add_config_args
 
 TAG_SWEEP_NAME = "sweep_name"

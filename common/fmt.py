@@ -1,4 +1,4 @@
-"""Display formatting (rounding happens only here, at the edge)."""
+"""Display formatting for every command (rounding happens only here, at the edge)."""
 
 from __future__ import annotations
 
