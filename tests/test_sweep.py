@@ -9,7 +9,8 @@ import pytest
 
 from common import schema
 from common.errors import UsageError
-from common.tracking import spooled_runs, upload_spooled
+from common.spool import spooled_runs
+from common.upload import upload_spooled
 from train import sweep as sw
 from train.config import TrainConfig
 

@@ -8,7 +8,9 @@ import mlflow
 import pytest
 
 from common import schema
-from common.tracking import RunSession, spooled_runs, upload_spooled
+from common.spool import spooled_runs
+from common.tracking import RunSession
+from common.upload import upload_spooled
 
 
 def test_finished_run_has_params_metrics_series_and_text(tracking):

@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{m['achieved_flops_per_s'] / 1e9:.2f} GFLOP/s achieved; {where}"
     )
     if not session.offline:
-        from common.tracking import ui_hint
+        from common.server import ui_hint
 
         print(ui_hint(session.run_id, session.experiment_id))
     return 0

@@ -822,7 +822,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     print(line)
     if session is not None and not session.offline:
-        from common.tracking import ui_hint
+        from common.server import ui_hint
 
         print(ui_hint(session.run_id, session.experiment_id))
     return 0
