@@ -45,16 +45,14 @@ def main() -> None:
     values = [0.1 + random.random() * 0.01 for _ in range(args.steps)]
     with tempfile.TemporaryDirectory() as tmp:
         mlflow.set_tracking_uri(f"sqlite:///{tmp}/bench.db")
-        with RunSession(
-            "train", run_name="warm-up", quiet=True
-        ) as s:  # create tables outside the timing
+        with RunSession("train", run_name="warm-up") as s:  # create tables outside the timing
             s.log_metrics({"x": 1.0})
 
         from mlflow.entities import Metric
 
         from train.__main__ import step_times_csv
 
-        with RunSession("train", run_name="ours", quiet=True) as s:
+        with RunSession("train", run_name="ours") as s:
             s.flush()
             t0 = time.perf_counter()
             s.log_series("step_time_s", values)

@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common import schema, spool
+from common import console, schema, spool
 from common.errors import BenchError, one_line
 
 # tracking_uri stays importable from here (common.tracking.tracking_uri) for callers that use it
@@ -102,7 +101,6 @@ class RunSession:
         system_metrics: bool = False,
         resume_env_run: bool = True,
         run_id: str | None = None,
-        quiet: bool = False,
         offline: bool = False,
         local_id: str | None = None,
     ) -> None:
@@ -113,7 +111,6 @@ class RunSession:
         self.system_metrics = system_metrics
         self.resume_env_run = resume_env_run and parent is None
         self.resume_run_id = run_id  # an existing run to continue (a resumed sweep's parent)
-        self.quiet = quiet
         # `local_id` names the spool folder: passing a spooled run's id continues that entry.
         self.local_id = local_id or uuid.uuid4().hex
         self.run_id: str | None = None
@@ -310,7 +307,7 @@ class RunSession:
             self._monitor.start()
         except Exception as exc:  # noqa: BLE001 - system metrics are a nice-to-have
             self._monitor = None
-            self._say(f"note: system metrics off ({one_line(exc)})")
+            console.note(f"system metrics off ({one_line(exc)})")
 
     def _finish(self) -> None:
         if self._monitor is not None:
@@ -329,16 +326,14 @@ class RunSession:
                 self._go_offline(exc)
         if self.offline:
             self.spool_path = self._spool()
-            self._say(
+            console.info(
                 f"tracking server unreachable: run kept in {self.spool_path}; "
                 "send it later with `python -m common.upload`"
             )
 
     def _go_offline(self, exc: BaseException | None) -> None:
         if not self.offline and exc is not None:
-            self._say(
-                f"warning: tracking server unreachable ({one_line(exc)[:200]}); continuing offline"
-            )
+            console.warn(f"tracking server unreachable ({one_line(exc)[:200]}); continuing offline")
         self.offline = True
         if self.parent is not None:
             self.parent.offline = True  # siblings started after this one go straight offline
@@ -358,10 +353,6 @@ class RunSession:
             status=self.status,
             tracking_uri=tracking_uri(),
         )
-
-    def _say(self, text: str) -> None:
-        if not self.quiet:
-            print(text, file=sys.stderr)
 
 
 def experiment_id_for(name: str | None, create: bool = False, client=None) -> str | None:
@@ -405,7 +396,7 @@ def fail_pending_run(message: str) -> str | None:
     try:
         mark_failed(run_id, message)
     except Exception as exc:  # noqa: BLE001 - the message was printed; mlflow run marks it FAILED too
-        print(f"note: could not mark run {run_id} FAILED ({one_line(exc)[:200]})", file=sys.stderr)
+        console.note(f"could not mark run {run_id} FAILED ({one_line(exc)[:200]})")
     return run_id
 
 

@@ -9,6 +9,7 @@ import shutil
 from dataclasses import asdict
 from pathlib import Path
 
+from common import console
 from common.cli import ArgumentParser, cli_entry
 from common.errors import BenchError, one_line
 from common.server import is_unreachable
@@ -16,13 +17,14 @@ from common.spool import save_entry, spool_dir, spooled_runs
 from common.tracking import RunRecord, RunSession, experiment_id_for
 
 
-def upload_spooled(folder: Path | None = None, say=print, select=None) -> tuple[int, int]:
+def upload_spooled(folder: Path | None = None, select=None) -> tuple[int, int]:
     """Send spooled runs to the current tracking server. Returns (sent, still_spooled).
 
     `select(entry)` limits the upload to some entries (a resumed sweep sends its own). Safe to
     interrupt and repeat: a run id is written back into its entry (and into its children's entries,
     as their parent) as soon as the server created it, and what was sent is dropped from the entry,
-    so a second upload completes the same run instead of creating another.
+    so a second upload completes the same run instead of creating another. Progress is told through
+    common.console.info (silent inside console.quiet()).
     """
     from mlflow.tracking import MlflowClient
 
@@ -46,7 +48,7 @@ def upload_spooled(folder: Path | None = None, say=print, select=None) -> tuple[
         ):
             waiting += 1  # its parent is still spooled: creating it now would orphan it
             continue
-        session = RunSession(rec.run_kind, run_name=rec.run_name, tags=rec.tags, quiet=True)
+        session = RunSession(rec.run_kind, run_name=rec.run_name, tags=rec.tags)
         try:
             if entry.get("run_id"):
                 session.continue_run(entry["run_id"], client)
@@ -72,16 +74,16 @@ def upload_spooled(folder: Path | None = None, say=print, select=None) -> tuple[
                 entry["unsent"] = asdict(unsent)  # what send has not sent yet
                 save_entry(entry)
             if is_unreachable(exc):
-                say(f"server still unreachable: {one_line(exc)[:200]}")
+                console.info(f"server still unreachable: {one_line(exc)[:200]}")
                 break
             raise
         run_ids[entry["local_id"]] = session.run_id
         _link_children(every, entry)
         shutil.rmtree(Path(entry["_path"]).parent, ignore_errors=True)
         sent += 1
-        say(f"uploaded {rec.run_kind} run {rec.run_name or ''} -> {session.run_id}")
+        console.info(f"uploaded {rec.run_kind} run {rec.run_name or ''} -> {session.run_id}")
     if waiting:
-        say(f"{waiting} run(s) wait for their parent run to be uploaded first")
+        console.info(f"{waiting} run(s) wait for their parent run to be uploaded first")
     return sent, len(entries) - sent
 
 
@@ -112,13 +114,13 @@ def main(argv: list[str] | None = None) -> int:
             rec = e["record"]
             # a run id: the server has the run (created before the outage) and upload completes it in place
             where = f"completes run {e['run_id']} on" if e.get("run_id") else "for"
-            print(
+            console.result(
                 f"{e['local_id']}  {rec['run_kind']:8s} {rec.get('run_name') or '':40s} {e['status']}  ({where} {e['tracking_uri']})"
             )
-        print(f"{len(entries)} spooled run(s) in {folder}")
+        console.result(f"{len(entries)} spooled run(s) in {folder}")
         return 0
     sent, left = upload_spooled(folder)
-    print(f"uploaded {sent} run(s); {left} left in {folder}")
+    console.result(f"uploaded {sent} run(s); {left} left in {folder}")
     if left:
         raise BenchError(
             f"{left} run(s) could not be uploaded yet: run this command again when the server is back"

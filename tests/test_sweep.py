@@ -631,7 +631,7 @@ def test_server_down_during_a_child_run_loses_nothing_and_duplicates_nothing(tmp
         assert len(spooled_runs()) == 2  # the parent's entry was continued, not doubled
 
         server.start()
-        sent, left = upload_spooled(say=lambda *_: None)
+        sent, left = upload_spooled()
         assert (sent, left) == (2, 0)
         (parent,) = search("outage", "tags.run_kind = 'sweep'")
         assert parent.info.status == "FINISHED" and parent.data.metrics["children_skipped"] == 2

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Callable
 
-from common import schema
+from common import console, schema
 from common.cli import ArgumentParser, split_words
 from common.cli import cli_entry
 from common.errors import UsageError, one_line
@@ -397,9 +397,8 @@ def upload_own_spool(name: str, env_label: str, quiet: bool) -> bool:
     from common.upload import upload_spooled
 
     try:
-        sent, left = upload_spooled(
-            say=lambda *_: None, select=lambda e: _is_mine(e, name, env_label)
-        )
+        with console.quiet():
+            sent, left = upload_spooled(select=lambda e: _is_mine(e, name, env_label))
     except Exception as exc:  # noqa: BLE001 - a run the server refuses stays spooled (and counts as done)
         if is_unreachable(exc):
             return False
@@ -512,11 +511,10 @@ def run_sweep(
         run_name=spec.name,
         run_id=state.parent_run_id,
         tags=tags,
-        quiet=quiet,
         offline=not state.reachable,
         local_id=None if state.reachable else state.parent_local_id,
     )
-    with parent:
+    with console.quiet(quiet), parent:
         parent.log_params({**spec.run_params(), "sweep_configs": len(plan) // spec.repeats})
         parent.flush()
         bar = _bar(len(todo), progress)
@@ -604,7 +602,6 @@ def _record_failed_child(
         experiment=experiment,
         run_name=cfg.run_name(),
         parent=parent,
-        quiet=True,
         tags={
             schema.TAG_ENV_LABEL: cfg.env_label,
             schema.TAG_HOST: _host(),
@@ -614,7 +611,7 @@ def _record_failed_child(
         },
     )
     try:
-        with session:
+        with console.quiet(), session:
             session.log_params({**cfg.params(), PARAM_REPEAT: repeat})
             session.fail(reason)
     except Exception as exc:  # noqa: BLE001 - the outcome still says FAILED with the reason
