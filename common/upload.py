@@ -36,7 +36,8 @@ def upload_spooled(folder: Path | None = None, select=None) -> tuple[int, int]:
     waiting = 0
     for entry in entries:
         rec = RunRecord(**entry["record"])
-        # Entries written before "unsent" existed hold only the unsent part in "record".
+        # Entries written before "unsent" existed hold only the unsent part in "record": that
+        # format shipped (main at stop 8, before commit 8146611), so such entries may be on disk.
         unsent = rec if entry.get("unsent") is None else RunRecord(**entry["unsent"])
         parent_local = entry.get("parent_local_id")
         parent_run = entry.get("parent_run_id") or run_ids.get(parent_local or "")

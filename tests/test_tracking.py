@@ -236,3 +236,71 @@ def test_interrupted_upload_then_second_upload_makes_one_linked_copy(
     assert (
         len(mlflow.tracking.MlflowClient().get_metric_history(run.info.run_id, "step_time_s")) == 2
     )
+
+
+def test_entries_spooled_before_unsent_existed_are_uploaded(tracking):
+    """The spool format that shipped first (main at stop 8) had no "unsent": "record" held what the
+    server lacked (the whole run when it had none of it). Such entries still upload."""
+    import time
+
+    from common.spool import save_entry, spool_dir
+
+    client = mlflow.tracking.MlflowClient()
+    exp_id = client.create_experiment("exp-old")
+    cut = client.create_run(exp_id, run_name="cut", tags={schema.TAG_RUN_KIND: "train"})
+    client.log_param(cut.info.run_id, "model", "resnet18")  # sent before the outage
+
+    def record(run_name, **parts):
+        return {
+            "run_kind": "train",
+            "run_name": run_name,
+            "params": {},
+            "tags": {},
+            "metrics": {},
+            "series": {},
+            "texts": {},
+            "files": {},
+            **parts,
+        }
+
+    def old_entry(local_id, run_id, rec):
+        folder = spool_dir() / local_id
+        folder.mkdir(parents=True)
+        save_entry(
+            {
+                "local_id": local_id,
+                "run_id": run_id,
+                "experiment_id": exp_id if run_id else None,
+                "experiment": "exp-old",
+                "parent_local_id": None,
+                "parent_run_id": None,
+                "status": "FINISHED",
+                "tracking_uri": tracking,
+                "created_s": time.time(),
+                "record": rec,
+            },
+            folder / "run.json",
+        )
+
+    old_entry("a", cut.info.run_id, record("cut", metrics={"throughput_samples_per_s": 2.0}))
+    old_entry(
+        "b",
+        None,
+        record(
+            "never-sent",
+            params={"model": "vgg11"},
+            tags={schema.TAG_RUN_KIND: "train"},
+            series={"step_time_s": [0.5, 0.25]},
+        ),
+    )
+    assert upload_spooled() == (2, 0)
+    runs = {
+        r.info.run_name: r
+        for r in mlflow.search_runs(experiment_names=["exp-old"], output_format="list")
+    }
+    assert sorted(runs) == ["cut", "never-sent"]
+    assert runs["cut"].info.run_id == cut.info.run_id and runs["cut"].info.status == "FINISHED"
+    assert runs["cut"].data.params == {"model": "resnet18"}
+    assert runs["cut"].data.metrics == {"throughput_samples_per_s": 2.0}
+    assert runs["never-sent"].data.params == {"model": "vgg11"}
+    assert len(client.get_metric_history(runs["never-sent"].info.run_id, "step_time_s")) == 2
