@@ -5,29 +5,22 @@
 * one batched call with every step as a metric row (MLflow's SQL store: ~0.2 ms CPU per row);
 * one log_metric call per step (extrapolated from a sample).
 
-    python bench/logging.py [--steps 10000 --per-call-sample 200]
+    python -m bench.tracking_cost [--steps 10000 --per-call-sample 200]
 """
 
 from __future__ import annotations
 
-import os
-import sys
-
-# This file is named like the standard library's `logging` (and bench/analysis.py like the project's
-# analysis package): take bench/ off the import path first; put the project root on it.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
-sys.path.insert(0, os.path.dirname(_HERE))
-
-import argparse  # noqa: E402
-import random  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
+import argparse
+import random
+import tempfile
+import time
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m bench.tracking_cost",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ap.add_argument("--steps", type=int, default=10_000)
     ap.add_argument(
