@@ -1,4 +1,4 @@
-"""The one module that writes runs to MLflow.
+"""Writing runs to MLflow: the run session, and the few writes to runs no session holds.
 
 Every entry point (train, profile, peaks, analysis, sweep, complexity) records its results into a
 `RunRecord` (plain, JSON-serialisable data) inside a `RunSession`. The session
@@ -164,9 +164,8 @@ class RunSession:
     def __enter__(self) -> "RunSession":
         if self.offline or (self.parent is not None and self.parent.offline):
             self._go_offline(None)  # the caller or the parent already found the server unreachable
-            self.run_id = (
-                self.resume_run_id
-            )  # a run created before the outage is completed by upload
+            # a run created before the outage is completed by upload
+            self.run_id = self.resume_run_id
             return self
         try:
             check_reachable()
@@ -275,9 +274,7 @@ class RunSession:
 
     # ---------------------------------------------------------------- internals
     def _open(self) -> None:
-        from mlflow.tracking import MlflowClient
-
-        self._client = MlflowClient()
+        self._client = mlflow_client()
         env_run = os.environ.get("MLFLOW_RUN_ID") if self.resume_env_run else None
         if env_run and not self.resume_run_id:
             # `mlflow run` created this run; take it over (and don't let child runs reuse it).
@@ -355,15 +352,21 @@ class RunSession:
         )
 
 
+def mlflow_client(client=None):
+    """`client`, or a new MlflowClient for the tracking URI in use."""
+    if client is not None:
+        return client
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient()
+
+
 def experiment_id_for(name: str | None, create: bool = False, client=None) -> str | None:
     """The experiment runs go to: `name`, else MLFLOW_EXPERIMENT_NAME / _ID, else Default ("0").
 
     None when the named experiment does not exist and `create` is false.
     """
-    if client is None:
-        from mlflow.tracking import MlflowClient
-
-        client = MlflowClient()
+    client = mlflow_client(client)
     name = name or os.environ.get("MLFLOW_EXPERIMENT_NAME")
     if name:
         exp = client.get_experiment_by_name(name)
@@ -376,10 +379,7 @@ def experiment_id_for(name: str | None, create: bool = False, client=None) -> st
 def mark_failed(run_id: str, reason: str, client=None) -> None:
     """End an existing run FAILED with `reason` as its `error` tag (the one way a run that no
     RunSession holds is failed: a pending `mlflow run` run, a stale child of a killed sweep)."""
-    if client is None:
-        from mlflow.tracking import MlflowClient
-
-        client = MlflowClient()
+    client = mlflow_client(client)
     client.set_tag(run_id, schema.TAG_ERROR, reason[:5000])
     client.set_terminated(run_id, status="FAILED")
 
@@ -405,7 +405,6 @@ def redirect_run(run_id: str, target_run_id: str, tags: dict[str, str], note: st
     under the target (`mlflow.parentRunId`), with `note` as its description. Its status is left to
     whoever ends it (`mlflow run` does, from the exit code)."""
     from mlflow.entities import RunTag
-    from mlflow.tracking import MlflowClient
 
     all_tags = {**tags, "mlflow.parentRunId": target_run_id, "mlflow.note.content": note}
-    MlflowClient().log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in all_tags.items()])
+    mlflow_client().log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in all_tags.items()])

@@ -14,7 +14,7 @@ from common.cli import ArgumentParser, cli_entry
 from common.errors import BenchError, one_line
 from common.server import is_unreachable
 from common.spool import save_entry, spool_dir, spooled_runs
-from common.tracking import RunRecord, RunSession, experiment_id_for
+from common.tracking import RunRecord, RunSession, experiment_id_for, mlflow_client
 
 
 def upload_spooled(folder: Path | None = None, select=None) -> tuple[int, int]:
@@ -26,9 +26,7 @@ def upload_spooled(folder: Path | None = None, select=None) -> tuple[int, int]:
     so a second upload completes the same run instead of creating another. Progress is told through
     common.console.info (silent inside console.quiet()).
     """
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient()
+    client = mlflow_client()
     sent = 0
     every = spooled_runs(folder)
     entries = [e for e in every if select is None or select(e)]
