@@ -12,29 +12,24 @@ Because that floor is about ±1-2 % on a shared 2-core machine, the harness's ow
 measured directly: the same loop around a step that does nothing, per step, as a fraction of the
 bare step time. That figure is what the harness adds, free of the model's timing noise.
 
-    python bench/overhead.py [--model resnet18 --batch 8 --image-size 64 --iters 5 --rounds 40]
+    python -m bench.overhead [--model resnet18 --batch 8 --image-size 64 --iters 5 --rounds 40]
 """
 
 from __future__ import annotations
 
+import argparse
 import os
-import sys
+import statistics
+import time
 
-# bench/ holds logging.py and analysis.py: take it off the import path so they do not shadow the
-# standard library's logging and the project's analysis package; put the project root on it.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
-sys.path.insert(0, os.path.dirname(_HERE))
-os.environ.setdefault("DS_ACCELERATOR", "cpu")
-
-import argparse  # noqa: E402
-import statistics  # noqa: E402
-import time  # noqa: E402
+os.environ.setdefault("DS_ACCELERATOR", "cpu")  # before anything imports deepspeed (train does)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m bench.overhead",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ap.add_argument("--model", default="resnet18")
     ap.add_argument("--batch", type=int, default=8)

@@ -79,7 +79,7 @@ def log_train(
         p["repeat"] = repeat
     tags = {**env_tags(env, device), schema.TAG_CONFIG_KEY: schema.config_key(p)}
     with RunSession(
-        "train", experiment=exp, run_name=f"{model}-b{batch}-{precision}", tags=tags, quiet=True
+        "train", experiment=exp, run_name=f"{model}-b{batch}-{precision}", tags=tags
     ) as s:
         s.log_params(p)
         s.log_metrics(
@@ -110,21 +110,19 @@ def log_profile(device, batch, precision, *, flops, dram_bytes, l2_bytes=None, e
     }
     if l2_bytes:
         metrics["ncu_l2_bytes"] = l2_bytes
-    with RunSession("profile", experiment=exp, tags=tags, quiet=True) as s:
+    with RunSession("profile", experiment=exp, tags=tags) as s:
         s.log_params(p)
         s.log_metrics(metrics)
 
 
 def log_peaks(env, device, metrics, exp=EXP):
-    with RunSession("peaks", experiment=exp, tags=env_tags(env, device), quiet=True) as s:
+    with RunSession("peaks", experiment=exp, tags=env_tags(env, device)) as s:
         s.log_metrics(metrics)
 
 
 def log_failed(env, device, error):
     with pytest.raises(RuntimeError):
-        with RunSession(
-            "train", experiment=EXP, run_name="oom", tags=env_tags(env, device), quiet=True
-        ) as s:
+        with RunSession("train", experiment=EXP, run_name="oom", tags=env_tags(env, device)) as s:
             s.log_params(params(512, "fp32"))
             raise RuntimeError(error)
 
@@ -222,9 +220,7 @@ def log_complexity(env, device, rows, source="--device-memory 16GiB", exp=EXP):
     from train.complexity import MODEL_COLUMNS, to_csv
 
     tags = {schema.TAG_ENV_LABEL: env, schema.TAG_DEVICE_NAME: device}
-    with RunSession(
-        "complexity", experiment=exp, run_name="complexity", tags=tags, quiet=True
-    ) as s:
+    with RunSession("complexity", experiment=exp, run_name="complexity", tags=tags) as s:
         s.log_params(
             {
                 "models": ",".join(r["model"] for r in rows),
@@ -447,7 +443,6 @@ def test_hierarchical_roofline_from_logged_runs_only(tracking, tmp_path, monkeyp
     with RunSession(
         "profile",
         experiment=EXP,
-        quiet=True,
         tags={**env_tags("lab", gpu), schema.TAG_CONFIG_KEY: schema.config_key(p)},
     ) as s:
         s.log_params(p)

@@ -9,7 +9,8 @@ import pytest
 
 from common import schema
 from common.errors import UsageError
-from common.tracking import spooled_runs, upload_spooled
+from common.spool import spooled_runs
+from common.upload import upload_spooled
 from train import sweep as sw
 from train.config import TrainConfig
 
@@ -630,7 +631,7 @@ def test_server_down_during_a_child_run_loses_nothing_and_duplicates_nothing(tmp
         assert len(spooled_runs()) == 2  # the parent's entry was continued, not doubled
 
         server.start()
-        sent, left = upload_spooled(say=lambda *_: None)
+        sent, left = upload_spooled()
         assert (sent, left) == (2, 0)
         (parent,) = search("outage", "tags.run_kind = 'sweep'")
         assert parent.info.status == "FINISHED" and parent.data.metrics["children_skipped"] == 2

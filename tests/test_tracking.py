@@ -7,8 +7,10 @@ import json
 import mlflow
 import pytest
 
-from common import schema
-from common.tracking import RunSession, spooled_runs, upload_spooled
+from common import console, schema
+from common.spool import spooled_runs
+from common.tracking import RunSession
+from common.upload import upload_spooled
 
 
 def test_finished_run_has_params_metrics_series_and_text(tracking):
@@ -65,7 +67,7 @@ def test_unreachable_server_spools_and_upload_sends_later(tmp_path, monkeypatch,
     mlflow.set_tracking_uri("http://127.0.0.1:9")
     art = tmp_path / "table.csv"
     art.write_text("a,b\n1,2\n")
-    with RunSession("train", run_name="offline", experiment="exp-off", quiet=True) as s:
+    with RunSession("train", run_name="offline", experiment="exp-off") as s:
         s.log_params({"model": "resnet18"})
         s.log_metrics({"throughput_samples_per_s": 12.5})
         s.log_series("step_time_s", [0.5, 0.25])
@@ -79,7 +81,7 @@ def test_unreachable_server_spools_and_upload_sends_later(tmp_path, monkeypatch,
 
     mlflow.set_tracking_uri(tracking)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking)
-    sent, left = upload_spooled(say=lambda *_: None)
+    sent, left = upload_spooled()
     assert (sent, left) == (1, 0) and spooled_runs() == []
     runs = mlflow.search_runs(experiment_names=["exp-off"], output_format="list")
     assert len(runs) == 1
@@ -92,6 +94,31 @@ def test_unreachable_server_spools_and_upload_sends_later(tmp_path, monkeypatch,
     assert [f.path for f in client.list_artifacts(run.info.run_id, "tables")] == [
         "tables/table.csv"
     ]
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_offline_messages_go_through_the_console_and_quiet_keeps_only_the_warning(
+    tracking, monkeypatch, capsys, quiet
+):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")  # nothing listens on port 9
+    mlflow.set_tracking_uri("http://127.0.0.1:9")
+    with console.quiet(quiet):
+        with RunSession("train", run_name="told", experiment="exp-told") as s:
+            s.log_metrics({"throughput_samples_per_s": 1.0})
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "warning: tracking server unreachable (" in err and "continuing offline" in err
+    kept = f"tracking server unreachable: run kept in {s.spool_path}; send it later with"
+    assert (kept in err) == (not quiet)
+
+    mlflow.set_tracking_uri(tracking)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking)
+    with console.quiet(quiet):
+        assert upload_spooled() == (1, 0)
+    out, err = capsys.readouterr()
+    (run,) = mlflow.search_runs(experiment_names=["exp-told"], output_format="list")
+    assert out == ""
+    assert (f"uploaded train run told -> {run.info.run_id}" in err) == (not quiet)
 
 
 def test_long_series_keeps_every_kth_step_in_history_and_says_so(tracking):
@@ -127,7 +154,7 @@ def test_outage_mid_write_spools_full_record_and_only_the_unsent_part_is_uploade
             mlflow.tracking.MlflowClient, "log_text", _refuse("log_text", lambda *a, **k: True)
         )
         with RunSession(
-            "train", run_name="cut", experiment="exp-cut", tags={"sweep_name": "s"}, quiet=True
+            "train", run_name="cut", experiment="exp-cut", tags={"sweep_name": "s"}
         ) as s:
             s.log_params({"model": "resnet18"})
             s.flush()
@@ -151,7 +178,7 @@ def test_outage_mid_write_spools_full_record_and_only_the_unsent_part_is_uploade
     assert upload_main(["--list"]) == 0
     assert f"FINISHED  (completes run {s.run_id} on {tracking})" in capsys.readouterr().out
 
-    assert upload_spooled(say=lambda *_: None) == (1, 0)
+    assert upload_spooled() == (1, 0)
     runs = mlflow.search_runs(experiment_names=["exp-cut"], output_format="list")
     assert [r.info.run_id for r in runs] == [s.run_id]  # completed in place, not a second copy
     assert runs[0].info.status == "FINISHED"
@@ -167,11 +194,9 @@ def test_interrupted_upload_then_second_upload_makes_one_linked_copy(
     parent, one child, linked, both FINISHED; ids written back into the spool in between."""
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")  # nothing listens on port 9
     mlflow.set_tracking_uri("http://127.0.0.1:9")
-    with RunSession("sweep", run_name="p", experiment="exp-up", quiet=True) as parent:
+    with RunSession("sweep", run_name="p", experiment="exp-up") as parent:
         parent.log_params({"sweep_repeats": 1})
-        with RunSession(
-            "train", run_name="c", experiment="exp-up", parent=parent, quiet=True
-        ) as child:
+        with RunSession("train", run_name="c", experiment="exp-up", parent=parent) as child:
             child.log_params({"model": "resnet18"})
             child.log_metrics({"throughput_samples_per_s": 3.0})
             child.log_series("step_time_s", [0.5, 0.25])
@@ -185,7 +210,7 @@ def test_interrupted_upload_then_second_upload_makes_one_linked_copy(
     }[fail_at]
     with monkeypatch.context() as m:
         m.setattr(mlflow.tracking.MlflowClient, fail_at, _refuse(fail_at, is_child))
-        assert upload_spooled(say=lambda *_: None) == (1, 1)
+        assert upload_spooled() == (1, 1)
     parent_run = mlflow.search_runs(
         experiment_names=["exp-up"], filter_string="tags.run_kind = 'sweep'", output_format="list"
     )
@@ -198,7 +223,7 @@ def test_interrupted_upload_then_second_upload_makes_one_linked_copy(
     created = left["run_id"]
     assert (created is None) == (fail_at == "create_run")
 
-    assert upload_spooled(say=lambda *_: None) == (1, 0)
+    assert upload_spooled() == (1, 0)
     children = mlflow.search_runs(
         experiment_names=["exp-up"], filter_string="tags.run_kind = 'train'", output_format="list"
     )
@@ -211,3 +236,71 @@ def test_interrupted_upload_then_second_upload_makes_one_linked_copy(
     assert (
         len(mlflow.tracking.MlflowClient().get_metric_history(run.info.run_id, "step_time_s")) == 2
     )
+
+
+def test_entries_spooled_before_unsent_existed_are_uploaded(tracking):
+    """The spool format that shipped first (main at stop 8) had no "unsent": "record" held what the
+    server lacked (the whole run when it had none of it). Such entries still upload."""
+    import time
+
+    from common.spool import save_entry, spool_dir
+
+    client = mlflow.tracking.MlflowClient()
+    exp_id = client.create_experiment("exp-old")
+    cut = client.create_run(exp_id, run_name="cut", tags={schema.TAG_RUN_KIND: "train"})
+    client.log_param(cut.info.run_id, "model", "resnet18")  # sent before the outage
+
+    def record(run_name, **parts):
+        return {
+            "run_kind": "train",
+            "run_name": run_name,
+            "params": {},
+            "tags": {},
+            "metrics": {},
+            "series": {},
+            "texts": {},
+            "files": {},
+            **parts,
+        }
+
+    def old_entry(local_id, run_id, rec):
+        folder = spool_dir() / local_id
+        folder.mkdir(parents=True)
+        save_entry(
+            {
+                "local_id": local_id,
+                "run_id": run_id,
+                "experiment_id": exp_id if run_id else None,
+                "experiment": "exp-old",
+                "parent_local_id": None,
+                "parent_run_id": None,
+                "status": "FINISHED",
+                "tracking_uri": tracking,
+                "created_s": time.time(),
+                "record": rec,
+            },
+            folder / "run.json",
+        )
+
+    old_entry("a", cut.info.run_id, record("cut", metrics={"throughput_samples_per_s": 2.0}))
+    old_entry(
+        "b",
+        None,
+        record(
+            "never-sent",
+            params={"model": "vgg11"},
+            tags={schema.TAG_RUN_KIND: "train"},
+            series={"step_time_s": [0.5, 0.25]},
+        ),
+    )
+    assert upload_spooled() == (2, 0)
+    runs = {
+        r.info.run_name: r
+        for r in mlflow.search_runs(experiment_names=["exp-old"], output_format="list")
+    }
+    assert sorted(runs) == ["cut", "never-sent"]
+    assert runs["cut"].info.run_id == cut.info.run_id and runs["cut"].info.status == "FINISHED"
+    assert runs["cut"].data.params == {"model": "resnet18"}
+    assert runs["cut"].data.metrics == {"throughput_samples_per_s": 2.0}
+    assert runs["never-sent"].data.params == {"model": "vgg11"}
+    assert len(client.get_metric_history(runs["never-sent"].info.run_id, "step_time_s")) == 2

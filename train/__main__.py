@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from common import schema
+from common import console, schema
 from common.cli import ArgumentParser
 from common.cli import cli_entry
 from common.errors import UsageError
@@ -69,9 +69,8 @@ def run(
         tags=environment_tags(str(device), cfg.env_label),
         parent=parent,
         system_metrics=system_metrics,
-        quiet=quiet,
     )
-    with session:
+    with console.quiet(quiet), session:
         session.log_params({**cfg.params(), "device": str(device), **(extra_params or {})})
         session.set_tags(
             {
@@ -117,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{m['achieved_flops_per_s'] / 1e9:.2f} GFLOP/s achieved; {where}"
     )
     if not session.offline:
-        from common.tracking import ui_hint
+        from common.server import ui_hint
 
         print(ui_hint(session.run_id, session.experiment_id))
     return 0

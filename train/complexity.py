@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from common import schema
+from common import console, schema
 from common.cli import cli_entry
 from common.errors import BenchError, UsageError, one_line
 from common.cli import ArgumentParser, split_words, str_bool
@@ -762,9 +762,8 @@ def run(
         experiment=experiment,
         run_name=f"complexity-{cfg.image_size}px-{device.type}",
         tags=environment_tags(str(device), cfg.env_label),
-        quiet=quiet,
     )
-    with session:
+    with console.quiet(quiet), session:
         session.log_params({**cfg.params(), "device": str(device)})
         session.set_tags({schema.TAG_INTENSITY_SOURCE: "modeled"})
         session.flush()
@@ -822,7 +821,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     print(line)
     if session is not None and not session.offline:
-        from common.tracking import ui_hint
+        from common.server import ui_hint
 
         print(ui_hint(session.run_id, session.experiment_id))
     return 0

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Callable
 
-from common import schema
+from common import console, schema
 from common.cli import ArgumentParser, split_words
 from common.cli import cli_entry
 from common.errors import UsageError, one_line
@@ -221,7 +221,7 @@ class SweepState:
 
 def _is_mine(entry: dict, name: str, env_label: str) -> bool:
     """A spool entry of this sweep on this env label, meant for the tracking server in use."""
-    from common.tracking import same_tracking_uri
+    from common.server import same_tracking_uri
 
     tags = entry["record"]["tags"]
     return (
@@ -238,7 +238,9 @@ def existing_state(
     quick /health check) the server. `reachable=False` skips the server without asking it."""
     import mlflow
 
-    from common.tracking import experiment_id_for, is_unreachable, server_reachable, spooled_runs
+    from common.server import is_unreachable, server_reachable
+    from common.spool import spooled_runs
+    from common.tracking import experiment_id_for
 
     label_literal = schema.filter_literal(env_label, "env label")
     state = SweepState(reachable=server_reachable() if reachable is None else reachable)
@@ -308,7 +310,8 @@ def existing_state(
 def _ledger_path(name: str, env_label: str) -> Path:
     """This machine's record of the sweep's runs FINISHED on the server (consulted only while the
     server is unreachable, so that an offline resume does not redo them). Next to the spool."""
-    from common.tracking import spool_dir, tracking_uri
+    from common.server import tracking_uri
+    from common.spool import spool_dir
 
     ident = json.dumps([tracking_uri().rstrip("/"), name, env_label])
     return spool_dir() / "sweeps" / f"{hashlib.sha256(ident.encode()).hexdigest()[:16]}.json"
@@ -390,12 +393,12 @@ def close_stale(run_ids: list[str]) -> None:
 def upload_own_spool(name: str, env_label: str, quiet: bool) -> bool:
     """Send this sweep's spooled runs (kept offline by an earlier attempt) before resuming, so that the
     server alone says what is done. Returns whether the server is still reachable."""
-    from common.tracking import is_unreachable, server_reachable, upload_spooled
+    from common.server import is_unreachable, server_reachable
+    from common.upload import upload_spooled
 
     try:
-        sent, left = upload_spooled(
-            say=lambda *_: None, select=lambda e: _is_mine(e, name, env_label)
-        )
+        with console.quiet():
+            sent, left = upload_spooled(select=lambda e: _is_mine(e, name, env_label))
     except Exception as exc:  # noqa: BLE001 - a run the server refuses stays spooled (and counts as done)
         if is_unreachable(exc):
             return False
@@ -434,7 +437,8 @@ def run_sweep(
     on_child_done: Callable[[ChildOutcome], None] | None = None,
 ) -> list[ChildOutcome]:
     """Run (or resume) the sweep; returns one outcome per planned (configuration, repeat)."""
-    from common.tracking import RunSession, redirect_run, server_reachable
+    from common.server import server_reachable
+    from common.tracking import RunSession, redirect_run
     from train.__main__ import run as run_train
 
     check_models(spec)
@@ -507,11 +511,10 @@ def run_sweep(
         run_name=spec.name,
         run_id=state.parent_run_id,
         tags=tags,
-        quiet=quiet,
         offline=not state.reachable,
         local_id=None if state.reachable else state.parent_local_id,
     )
-    with parent:
+    with console.quiet(quiet), parent:
         parent.log_params({**spec.run_params(), "sweep_configs": len(plan) // spec.repeats})
         parent.flush()
         bar = _bar(len(todo), progress)
@@ -599,7 +602,6 @@ def _record_failed_child(
         experiment=experiment,
         run_name=cfg.run_name(),
         parent=parent,
-        quiet=True,
         tags={
             schema.TAG_ENV_LABEL: cfg.env_label,
             schema.TAG_HOST: _host(),
@@ -609,7 +611,7 @@ def _record_failed_child(
         },
     )
     try:
-        with session:
+        with console.quiet(), session:
             session.log_params({**cfg.params(), PARAM_REPEAT: repeat})
             session.fail(reason)
     except Exception as exc:  # noqa: BLE001 - the outcome still says FAILED with the reason

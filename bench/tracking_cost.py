@@ -5,29 +5,22 @@
 * one batched call with every step as a metric row (MLflow's SQL store: ~0.2 ms CPU per row);
 * one log_metric call per step (extrapolated from a sample).
 
-    python bench/logging.py [--steps 10000 --per-call-sample 200]
+    python -m bench.tracking_cost [--steps 10000 --per-call-sample 200]
 """
 
 from __future__ import annotations
 
-import os
-import sys
-
-# This file is named like the standard library's `logging` (and bench/analysis.py like the project's
-# analysis package): take bench/ off the import path first; put the project root on it.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
-sys.path.insert(0, os.path.dirname(_HERE))
-
-import argparse  # noqa: E402
-import random  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
+import argparse
+import random
+import tempfile
+import time
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m bench.tracking_cost",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ap.add_argument("--steps", type=int, default=10_000)
     ap.add_argument(
@@ -45,16 +38,14 @@ def main() -> None:
     values = [0.1 + random.random() * 0.01 for _ in range(args.steps)]
     with tempfile.TemporaryDirectory() as tmp:
         mlflow.set_tracking_uri(f"sqlite:///{tmp}/bench.db")
-        with RunSession(
-            "train", run_name="warm-up", quiet=True
-        ) as s:  # create tables outside the timing
+        with RunSession("train", run_name="warm-up") as s:  # create tables outside the timing
             s.log_metrics({"x": 1.0})
 
         from mlflow.entities import Metric
 
         from train.__main__ import step_times_csv
 
-        with RunSession("train", run_name="ours", quiet=True) as s:
+        with RunSession("train", run_name="ours") as s:
             s.flush()
             t0 = time.perf_counter()
             s.log_series("step_time_s", values)

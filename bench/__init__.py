@@ -1,0 +1,2 @@
+"""Side-by-side benchmarks of the tool's own overheads, run from the repository root as
+`python -m bench.<name>` (bench.overhead, bench.tracking_cost, ...)."""

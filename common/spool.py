@@ -1,0 +1,105 @@
+"""The spool: runs kept on disk while the tracking server could not be reached.
+
+One folder per run, `<spool_dir>/<local_id>/`, holding `run.json` and `files/` (copies of the run's
+artifact files, so that nothing the run logged depends on files that may be gone by upload time).
+`run.json` holds (see `write_entry`):
+
+* `local_id`, `parent_local_id`: the run's and its parent's spool folder names;
+* `run_id`, `parent_run_id`, `experiment_id`: ids on the server, once it has the run (a run cut off
+  mid-way, or one a resumed upload already created);
+* `experiment`, `status`, `tracking_uri` (the server the run was meant for), `created_s`;
+* `record`: the whole run as a RunRecord dict (what a resumed sweep reads: tags, params, status);
+* `unsent`: for a run the server already has, the part of `record` it does not have yet; None when
+  the server has nothing of it (upload then sends `record`).
+
+Reading and writing only: sending spooled runs is common/upload.py's job. No mlflow here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+SPOOL_ENV = "ROOFLINE_SPOOL_DIR"
+
+
+def spool_dir() -> Path:
+    """Where runs that could not reach the tracking server are kept."""
+    return Path(os.environ.get(SPOOL_ENV) or Path.home() / ".cache" / "roofline-bench" / "spool")
+
+
+def spooled_runs(folder: Path | None = None) -> list[dict]:
+    """Spooled runs, parents before their children, oldest first. Each entry's `_path` is its
+    run.json (not stored in the file)."""
+    folder = folder or spool_dir()
+    entries = []
+    for path in sorted(folder.glob("*/run.json")):
+        entry = json.loads(path.read_text())
+        entry["_path"] = str(path)
+        entries.append(entry)
+    entries.sort(key=lambda e: (e["parent_local_id"] is not None, e["created_s"]))
+    return entries
+
+
+def save_entry(entry: dict, path: str | Path | None = None) -> None:
+    """Write a spool entry atomically (a crash leaves the old or the new entry, never half of one)."""
+    path = Path(path or entry["_path"])
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps({k: v for k, v in entry.items() if k != "_path"}, indent=1))
+    tmp.replace(path)
+
+
+def write_entry(
+    local_id: str,
+    *,
+    record: dict,
+    unsent: dict | None,
+    run_id: str | None,
+    experiment_id: str | None,
+    experiment: str | None,
+    parent_local_id: str | None,
+    parent_run_id: str | None,
+    status: str | None,
+    tracking_uri: str,
+) -> Path:
+    """Spool one run (see the module docstring for the fields); returns its run.json.
+
+    `record["files"]` and `unsent["files"]` map artifact paths to local files: those are copied into
+    the spool folder and the entry points at the copies. Writing the entry of a run already spooled
+    (a resumed sweep's parent) keeps its `created_s`, its place in the upload order.
+    """
+    folder = spool_dir() / local_id
+    (folder / "files").mkdir(parents=True, exist_ok=True)
+    files = {}
+    for i, (art, local) in enumerate(record["files"].items()):
+        dest = folder / "files" / f"{i}_{os.path.basename(local)}"
+        if os.path.exists(local) and os.path.abspath(local) != os.path.abspath(dest):
+            shutil.copyfile(local, dest)
+        if dest.exists():
+            files[art] = str(dest)
+    if unsent is not None:
+        unsent = {**unsent, "files": {a: files[a] for a in unsent["files"] if a in files}}
+    entry = {
+        "local_id": local_id,
+        "run_id": run_id,
+        "experiment_id": experiment_id,
+        "experiment": experiment,
+        "parent_local_id": parent_local_id,
+        "parent_run_id": parent_run_id,
+        "status": status,
+        "tracking_uri": tracking_uri,
+        "created_s": time.time(),
+        "record": {**record, "files": files},
+        "unsent": unsent,
+    }
+    path = folder / "run.json"
+    if path.exists():  # continuing a spooled run (a resumed sweep's parent): keep its place
+        try:
+            entry["created_s"] = json.loads(path.read_text()).get("created_s", entry["created_s"])
+        except (OSError, ValueError):
+            pass
+    save_entry(entry, path)
+    return path
