@@ -11,8 +11,11 @@ import pytest
 
 from common import envinfo, schema
 from common.errors import UsageError
-from profiling import peaks as core
-from profiling import peaks_cli as cli
+from common.fmt import si
+from profiling.peaks import __main__ as cli
+from profiling.peaks import facts, gemm, measure, results, sampling, sizing, stream
+from profiling.peaks.config import DEFAULT_TIME_BUDGET_S, PeaksConfig
+from profiling.peaks.dtypes import dtype_availability, select_dtypes
 from tests.conftest import gpu_available
 
 
@@ -37,7 +40,7 @@ def _measurable(av):
     ],
 )
 def test_cuda_dtypes(capability, bf16, defaults, not_measurable):
-    av = core.dtype_availability("cuda", capability, bf16)
+    av = dtype_availability("cuda", capability, bf16)
     assert _default(av) == defaults
     assert [d for d in av if not av[d].measurable] == not_measurable
     assert av["fp64"].measurable and not av["fp64"].default  # opt-in everywhere
@@ -47,8 +50,8 @@ def test_cuda_dtypes(capability, bf16, defaults, not_measurable):
 
 def test_cuda_bf16_follows_native_support_not_capability():
     # torch.cuda.is_bf16_supported() with emulation says True on a T4; we pass the native answer
-    assert not core.dtype_availability("cuda", (8, 0), False)["bf16"].measurable
-    assert core.dtype_availability("cuda", (8, 0), True)["bf16"].default
+    assert not dtype_availability("cuda", (8, 0), False)["bf16"].measurable
+    assert dtype_availability("cuda", (8, 0), True)["bf16"].default
 
 
 @pytest.mark.parametrize("dtype,other", [("fp16", "bf16"), ("bf16", "fp16")])
@@ -64,7 +67,7 @@ def test_cuda_bf16_follows_native_support_not_capability():
 )
 def test_cpu_dtypes_follow_the_probe(dtype, other, ratio, default, reason):
     ratios = {} if ratio is None else {dtype: ratio}
-    av = core.dtype_availability("cpu", cpu_probe_ratios={**ratios, other: 1.0})
+    av = dtype_availability("cpu", cpu_probe_ratios={**ratios, other: 1.0})
     assert av["fp32"].default and av[other].default
     assert not av["tf32"].measurable and "CUDA" in av["tf32"].reason
     assert av[dtype].measurable and av[dtype].default == default
@@ -74,28 +77,28 @@ def test_cpu_dtypes_follow_the_probe(dtype, other, ratio, default, reason):
 
 
 def test_cpu_dtypes_without_a_probe_default_to_fp32_only():
-    assert _default(core.dtype_availability("cpu")) == ["fp32"]
-    assert _measurable(core.dtype_availability("cpu")) == ["fp64", "fp32", "fp16", "bf16"]
+    assert _default(dtype_availability("cpu")) == ["fp32"]
+    assert _measurable(dtype_availability("cpu")) == ["fp64", "fp32", "fp16", "bf16"]
 
 
 def test_mps_dtypes():
-    assert _measurable(core.dtype_availability("mps", bf16_supported=False)) == ["fp32", "fp16"]
-    assert _default(core.dtype_availability("mps", bf16_supported=True)) == ["fp32", "fp16", "bf16"]
+    assert _measurable(dtype_availability("mps", bf16_supported=False)) == ["fp32", "fp16"]
+    assert _default(dtype_availability("mps", bf16_supported=True)) == ["fp32", "fp16", "bf16"]
 
 
 def test_select_dtypes_defaults_order_and_refusals():
-    av = core.dtype_availability("cuda", (7, 5), False)
-    chosen, skipped = core.select_dtypes(None, av)
+    av = dtype_availability("cuda", (7, 5), False)
+    chosen, skipped = select_dtypes(None, av)
     assert chosen == ["fp32", "fp16"] and set(skipped) == {"fp64", "tf32", "bf16"}
-    chosen, _ = core.select_dtypes(["fp16", "fp64"], av)
+    chosen, _ = select_dtypes(["fp16", "fp64"], av)
     assert chosen == ["fp64", "fp16"]  # canonical order
     with pytest.raises(UsageError, match=r"--dtypes bf16: no native bf16.*sm_75"):
-        core.select_dtypes(["fp32", "bf16"], av)
+        select_dtypes(["fp32", "bf16"], av)
 
 
 def test_unknown_device_type_is_rejected():
     with pytest.raises(ValueError, match="device_type"):
-        core.dtype_availability("tpu")
+        dtype_availability("tpu")
 
 
 # ------------------------------------------------------------------------------ config validation
@@ -118,28 +121,28 @@ def test_unknown_device_type_is_rejected():
 )
 def test_config_validation_names_the_field(kwargs, field):
     with pytest.raises(ValueError, match=field):
-        core.PeaksConfig(env_label="t", **kwargs)
+        PeaksConfig(env_label="t", **kwargs)
 
 
 def test_dtypes_all_expands_to_what_the_device_can_run():
-    cfg = core.PeaksConfig(env_label="t", dtypes=("all",))
+    cfg = PeaksConfig(env_label="t", dtypes=("all",))
     assert cfg.params()["dtypes"] == "all"
-    assert cfg.requested_dtypes(core.dtype_availability("cpu")) == ["fp64", "fp32", "fp16", "bf16"]
-    assert cfg.requested_dtypes(core.dtype_availability("cuda", (7, 5))) == ["fp64", "fp32", "fp16"]
-    assert core.PeaksConfig(env_label="t").requested_dtypes(core.dtype_availability("cpu")) is None
+    assert cfg.requested_dtypes(dtype_availability("cpu")) == ["fp64", "fp32", "fp16", "bf16"]
+    assert cfg.requested_dtypes(dtype_availability("cuda", (7, 5))) == ["fp64", "fp32", "fp16"]
+    assert PeaksConfig(env_label="t").requested_dtypes(dtype_availability("cpu")) is None
 
 
 def test_config_defaults_per_device():
-    cfg = core.PeaksConfig(env_label="t", dtypes=("BF16", "fp32"))
+    cfg = PeaksConfig(env_label="t", dtypes=("BF16", "fp32"))
     assert cfg.dtypes == ("bf16", "fp32")
     assert cfg.matrix_size_for("cpu") == 4096 and cfg.matrix_size_for("cuda") == 8192
-    assert core.PeaksConfig(env_label="t", matrix_size=64).matrix_size_for("cuda") == 64
-    assert core.PeaksConfig(env_label="").env_label == schema.default_env_label()
-    default = core.PeaksConfig(env_label="t")
+    assert PeaksConfig(env_label="t", matrix_size=64).matrix_size_for("cuda") == 64
+    assert PeaksConfig(env_label="").env_label == schema.default_env_label()
+    default = PeaksConfig(env_label="t")
     assert (
-        default.bandwidth_mib == 0 and default.time_budget_s == core.DEFAULT_TIME_BUDGET_S
+        default.bandwidth_mib == 0 and default.time_budget_s == DEFAULT_TIME_BUDGET_S
     )  # automatic size, budget
-    assert default.params()["time_budget_s"] == core.DEFAULT_TIME_BUDGET_S
+    assert default.params()["time_budget_s"] == DEFAULT_TIME_BUDGET_S
 
 
 # ------------------------------------------------------------------------------ array sizes
@@ -161,23 +164,20 @@ MIB = 2**20
 def test_dram_array_size_is_four_llc_at_least_512_mib_capped_by_memory(
     llc, available, expected_mib, warns
 ):
-    size, warning = core.dram_array_bytes(llc, available)
+    size, warning = sizing.dram_array_bytes(llc, available)
     assert size == expected_mib * MIB
     assert (warning is not None) == warns
     if warns:
-        assert (
-            warning.startswith("warning: STREAM arrays capped at")
-            and f"{expected_mib} MiB" in warning
-        )
+        assert warning.startswith("STREAM arrays capped at") and f"{expected_mib} MiB" in warning
 
 
 def test_l2_arrays_fill_half_the_l2_together():
     assert (
-        core.l2_array_bytes(4 * MIB) == 696320
+        sizing.l2_array_bytes(4 * MIB) == 696320
     )  # 4 MiB * 0.5 / 3 = 699050.7 -> 170 pages of 4 KiB
-    assert core.l2_array_bytes(40 * MIB) == 6987776  # A100: 40 MiB * 0.5 / 3 -> 1706 pages
-    assert core.l2_array_bytes(1000) == 4096  # at least one page
-    assert core.l2_array_bytes(None) == 0 and core.l2_array_bytes(0) == 0  # unknown: no L2 step
+    assert sizing.l2_array_bytes(40 * MIB) == 6987776  # A100: 40 MiB * 0.5 / 3 -> 1706 pages
+    assert sizing.l2_array_bytes(1000) == 4096  # at least one page
+    assert sizing.l2_array_bytes(None) == 0 and sizing.l2_array_bytes(0) == 0  # unknown: no L2 step
 
 
 # ------------------------------------------------------------------------------ timing arithmetic
@@ -197,9 +197,14 @@ class FakeDevice:
         self.now += self.call_s
 
 
+def _sample(name, unit, work, fn, *args, **kwargs) -> sampling.Measurement:
+    """sampling.sample_kernels for one kernel."""
+    return sampling.sample_kernels({name: (unit, work, fn)}, *args, **kwargs)[name]
+
+
 def test_sample_batches_fast_calls_and_computes_rates():
     dev = FakeDevice(0.25)
-    m = core._sample(
+    m = _sample(
         "k", "flops", 1e9, dev.kernel, 3, lambda: None, dev.clock, warmup_s=0.0, min_sample_s=1.0
     )
     assert m.calls_per_sample == 4  # 4 calls of 0.25 s make a 1 s sample
@@ -210,7 +215,7 @@ def test_sample_batches_fast_calls_and_computes_rates():
 
 def test_warmup_runs_until_warmup_s():
     dev = FakeDevice(0.25)
-    core._sample(
+    _sample(
         "k", "flops", 1.0, dev.kernel, 1, lambda: None, dev.clock, warmup_s=1.0, min_sample_s=0.0
     )
     assert dev.calls == 4 + 1  # warmup calls at t=0.25, 0.5, 0.75, 1.0; then one sample
@@ -225,7 +230,7 @@ def test_calls_per_sample_come_from_the_fastest_warmup_call():
     def kernel():
         dev.now += next(durations)
 
-    m = core._sample(
+    m = _sample(
         "k", "bytes", 1.0, kernel, 1, lambda: None, dev.clock, warmup_s=0.6, min_sample_s=0.25
     )
     assert m.warmup_s == [0.5, 0.0625, 0.125]  # warmup calls until 0.6 s had passed
@@ -235,14 +240,14 @@ def test_calls_per_sample_come_from_the_fastest_warmup_call():
 
 
 def test_best_and_median_of_uneven_samples():
-    m = core.Measurement("copy", "bytes", 8.0, 2, [1.0, 4.0, 2.0])
+    m = sampling.Measurement("copy", "bytes", 8.0, 2, [1.0, 4.0, 2.0])
     assert m.rates == [16.0, 4.0, 8.0]
     assert m.best == 16.0 and m.median == 8.0
 
 
 def test_clock_that_does_not_advance_is_an_error():
     with pytest.raises(RuntimeError, match="clock did not advance"):
-        core._sample("k", "flops", 1.0, lambda: None, 2, lambda: None, lambda: 0.0, 0.0, 0.0)
+        _sample("k", "flops", 1.0, lambda: None, 2, lambda: None, lambda: 0.0, 0.0, 0.0)
 
 
 class Recorder(FakeDevice):
@@ -269,7 +274,7 @@ def _two_kernels(dev: Recorder) -> dict:
 
 def test_kernels_alternate_sample_by_sample():
     dev = Recorder(0.5)
-    m = core._sample_kernels(
+    m = sampling.sample_kernels(
         _two_kernels(dev), 3, lambda: None, dev.clock, warmup_s=0.0, min_sample_s=1.0
     )
     # warmup (one call each), then 3 rounds of one 2-call sample per kernel, copy and triad taking turns
@@ -302,7 +307,7 @@ def test_kernels_alternate_sample_by_sample():
 )
 def test_budget_stops_sampling_when_the_share_is_spent(deadline, budget_end, taken):
     dev = FakeDevice(1.0)
-    m = core._sample(
+    m = _sample(
         "k",
         "flops",
         1.0,
@@ -328,7 +333,7 @@ def test_a_sample_stops_after_ten_times_its_expected_length():
         dev.kernel()
         dev.call_s = 1.0  # every call after the warmup call takes 1 s
 
-    m = core._sample("k", "bytes", 3.0, kernel, 2, lambda: None, dev.clock, 0.0, 1.0)
+    m = _sample("k", "bytes", 3.0, kernel, 2, lambda: None, dev.clock, 0.0, 1.0)
     assert m.calls_per_sample == 100  # 1 s / 0.01 s
     # the cap is 10 x max(min_sample_s, warmup call) = 10 s: the call that ends past it is the last
     assert (
@@ -345,7 +350,9 @@ def test_a_sample_stops_after_ten_times_its_expected_length():
 
 def test_budget_cut_is_per_round_for_alternating_kernels():
     dev = Recorder(1.0)
-    m = core._sample_kernels(_two_kernels(dev), 10, lambda: None, dev.clock, 0.0, 0.0, deadline=9.0)
+    m = sampling.sample_kernels(
+        _two_kernels(dev), 10, lambda: None, dev.clock, 0.0, 0.0, deadline=9.0
+    )
     # warmup ends at t=2; rounds of 2 s end at 4, 6, 8; the next would end at 10 > 9
     assert [len(x.samples_s) for x in m.values()] == [3, 3]
     assert dev.order[-2:] == ["copy", "triad"]
@@ -353,7 +360,7 @@ def test_budget_cut_is_per_round_for_alternating_kernels():
 
 def test_budget_splits_what_is_left_by_weight():
     dev = FakeDevice(1.0)
-    budget = core.Budget(45.0, [1.0, 1.0, 2.0, 0.5], dev.clock)
+    budget = sampling.Budget(45.0, [1.0, 1.0, 2.0, 0.5], dev.clock)
     assert budget.end == 45.0
     assert budget.next_step() == pytest.approx(
         45 * 1 / 4.5
@@ -364,7 +371,7 @@ def test_budget_splits_what_is_left_by_weight():
     assert budget.next_step() == 50.0 and budget.next_step() == 50.0
     with pytest.raises(RuntimeError, match="more often"):
         budget.next_step()
-    unlimited = core.Budget(0, [1.0], dev.clock)
+    unlimited = sampling.Budget(0, [1.0], dev.clock)
     assert unlimited.total_s is None and unlimited.next_step() == math.inf
 
 
@@ -372,14 +379,14 @@ def test_matmul_counts_two_n_cubed_flops_and_restores_precision():
     import torch
 
     before = torch.get_float32_matmul_precision()
-    m = core.measure_matmul("fp32", 48, 2, "cpu", min_sample_s=0.0)
+    m = gemm.measure_matmul("fp32", 48, 2, "cpu", min_sample_s=0.0)
     assert m.work == 2 * 48**3 and len(m.samples_s) == 2
     assert all(math.isfinite(r) and r > 0 for r in m.rates)
     assert torch.get_float32_matmul_precision() == before
 
 
 def test_stream_counts_bytes_like_stream():
-    m = core.measure_stream(1000 * 4, 3, "cpu", min_sample_s=0.0)
+    m = stream.measure_stream(1000 * 4, 3, "cpu", min_sample_s=0.0)
     assert set(m) == {"copy", "triad"}
     assert m["copy"].work == 2 * 1000 * 4  # read a, write c
     assert m["triad"].work == 3 * 1000 * 4  # read b, read c, write a
@@ -413,7 +420,7 @@ class _RecordOps:
 def test_stream_arrays_are_preallocated_touched_once_and_reused():
     """A regression to clone() or to fresh outputs per call would add ops and storages here."""
     with _RecordOps() as rec:
-        m = core.measure_stream(4096 * 4, 4, "cpu", min_sample_s=0.0)
+        m = stream.measure_stream(4096 * 4, 4, "cpu", min_sample_s=0.0)
     names = [name for name, _ in rec.ops]
     assert (
         names[:6] == ["empty"] * 3 + ["fill_"] * 3
@@ -428,7 +435,7 @@ def test_stream_arrays_are_preallocated_touched_once_and_reused():
 
 def test_progress_reports_every_step_in_plan_order():
     seen = []
-    r = core.run_peaks(
+    r = measure.run_peaks(
         "cpu",
         ["fp32", "bf16"],
         32,
@@ -441,11 +448,11 @@ def test_progress_reports_every_step_in_plan_order():
     )
     assert (
         [label for label, _ in seen]
-        == core.plan(["fp32", "bf16"])
+        == measure.plan(["fp32", "bf16"])
         == ["stream l2", "gemm fp32", "gemm bf16", "stream dram"]
     )
     assert (
-        len(r.l2["copy"].samples_s) == core.L2_REPEATS_FACTOR * 3
+        len(r.l2["copy"].samples_s) == measure.L2_REPEATS_FACTOR * 3
         and len(r.stream["copy"].samples_s) == 3
     )
     assert (
@@ -455,9 +462,11 @@ def test_progress_reports_every_step_in_plan_order():
     )
     assert seen[3][1] is r.stream[r.dram_kernel]
     assert r.l2["copy"].work == 2 * 4096 and r.stream["copy"].work == 2 * 4096 * 4
-    assert set(r.step_s) == set(core.plan(["fp32", "bf16"])) and sum(r.step_s.values()) <= r.wall_s
+    assert (
+        set(r.step_s) == set(measure.plan(["fp32", "bf16"])) and sum(r.step_s.values()) <= r.wall_s
+    )
     seen.clear()
-    core.run_peaks(
+    measure.run_peaks(
         "cpu",
         ["fp32"],
         32,
@@ -468,15 +477,15 @@ def test_progress_reports_every_step_in_plan_order():
         on_step=lambda label, meas: seen.append(label),
     )
     assert (
-        seen == core.plan(["fp32"], l2=False) == ["gemm fp32", "stream dram"]
+        seen == measure.plan(["fp32"], l2=False) == ["gemm fp32", "stream dram"]
     )  # no L2 size: no L2 step
 
 
 def test_result_metrics_pick_the_better_stream_kernel():
-    r = core.PeaksResult("cpu", 64, 4000)
-    r.compute["fp32"] = core.Measurement("fp32", "flops", 100.0, 1, [1.0, 2.0, 4.0])
-    r.stream["copy"] = core.Measurement("copy", "bytes", 10.0, 1, [1.0, 1.0])
-    r.stream["triad"] = core.Measurement("triad", "bytes", 30.0, 1, [1.0, 2.0, 3.0])
+    r = results.PeaksResult("cpu", 64, 4000)
+    r.compute["fp32"] = sampling.Measurement("fp32", "flops", 100.0, 1, [1.0, 2.0, 4.0])
+    r.stream["copy"] = sampling.Measurement("copy", "bytes", 10.0, 1, [1.0, 1.0])
+    r.stream["triad"] = sampling.Measurement("triad", "bytes", 30.0, 1, [1.0, 2.0, 3.0])
     m = r.metrics()
     assert m["peak_flops_per_s_fp32"] == 100.0 and m["peak_flops_per_s_fp32_median"] == 50.0
     assert r.dram_kernel == "triad"
@@ -486,10 +495,12 @@ def test_result_metrics_pick_the_better_stream_kernel():
         m["samples_gemm_fp32"] == 3 and m["samples_dram_copy"] == 2 and m["samples_dram_triad"] == 3
     )
     assert "peak_l2_bytes_per_s" not in m and r.l2_kernel is None
-    r.l2["copy"] = core.Measurement(
+    r.l2["copy"] = sampling.Measurement(
         "copy", "bytes", 200.0, 4, [1.0, 2.0], requested=5
     )  # 800, 400 B/s
-    r.l2["triad"] = core.Measurement("triad", "bytes", 300.0, 1, [1.0, 1.0], requested=5)  # 300 B/s
+    r.l2["triad"] = sampling.Measurement(
+        "triad", "bytes", 300.0, 1, [1.0, 1.0], requested=5
+    )  # 300 B/s
     r.cpu_probe_ratios = {"fp16": 0.5, "bf16": 3.0}
     m = r.metrics()
     assert (
@@ -507,25 +518,25 @@ def test_result_metrics_pick_the_better_stream_kernel():
 
 
 def test_an_l2_figure_below_dram_is_withheld():
-    r = core.PeaksResult("cpu", 64, 4000)
-    r.stream["triad"] = core.Measurement("triad", "bytes", 30.0, 1, [1.0])  # DRAM 30 B/s
-    r.l2["copy"] = core.Measurement(
+    r = results.PeaksResult("cpu", 64, 4000)
+    r.stream["triad"] = sampling.Measurement("triad", "bytes", 30.0, 1, [1.0])  # DRAM 30 B/s
+    r.l2["copy"] = sampling.Measurement(
         "copy", "bytes", 20.0, 1, [1.0]
     )  # "L2" 20 B/s: disturbed samples
-    r.l2["triad"] = core.Measurement("triad", "bytes", 12.0, 1, [1.0])
+    r.l2["triad"] = sampling.Measurement("triad", "bytes", 12.0, 1, [1.0])
     m = r.metrics()
     assert "below the DRAM figure" in r.l2_withheld and "peak_l2_bytes_per_s" not in m
     assert (
         "peak_l2_bytes_per_s_median" not in m and m["peak_l2_copy_bytes_per_s"] == 20.0
     )  # the raw figures stay
-    r.l2["copy"] = core.Measurement("copy", "bytes", 31.0, 1, [1.0])
+    r.l2["copy"] = sampling.Measurement("copy", "bytes", 31.0, 1, [1.0])
     assert r.l2_withheld is None and r.metrics()["peak_l2_bytes_per_s"] == 31.0
 
 
 def test_format_rate_is_si():
-    assert core.format_rate(1.234e11, "FLOP/s") == "123 GFLOP/s"
-    assert core.format_rate(3.35e12, "B/s") == "3.35 TB/s"
-    assert core.format_rate(12.0, "B/s") == "12 B/s"
+    assert si(1.234e11, "FLOP/s") == "123 GFLOP/s"
+    assert si(3.35e12, "B/s") == "3.35 TB/s"
+    assert si(12.0, "B/s") == "12 B/s"
 
 
 def test_cpu_probe_ratio_is_best_fp32_time_over_best_dtype_time():
@@ -544,7 +555,7 @@ def test_cpu_probe_ratio_is_best_fp32_time_over_best_dtype_time():
         order.append(a.dtype)
         dev.now += next(times[a.dtype])
 
-    ratios = core.probe_cpu_ratios(("fp16", "bf16"), n=8, rounds=3, clock=dev.clock, mm=mm)
+    ratios = gemm.probe_cpu_ratios(("fp16", "bf16"), n=8, rounds=3, clock=dev.clock, mm=mm)
     assert ratios == {
         "fp16": 2.0 / 8.0,
         "bf16": 2.0 / 0.5,
@@ -555,7 +566,7 @@ def test_cpu_probe_ratio_is_best_fp32_time_over_best_dtype_time():
 
 
 def test_cpu_probe_runs_real_matmuls():
-    ratios = core.probe_cpu_ratios(n=32, rounds=1)
+    ratios = gemm.probe_cpu_ratios(n=32, rounds=1)
     assert set(ratios) == {"fp16", "bf16"} and all(
         math.isfinite(r) and r > 0 for r in ratios.values()
     )
@@ -568,8 +579,8 @@ def test_last_level_cache_from_sysfs(tmp_path):
         d.mkdir()
         (d / "level").write_text(f"{level}\n")
         (d / "size").write_text(f"{size}\n")
-    assert cli.cpu_last_level_cache_bytes(str(tmp_path)) == 107520 * 1024
-    assert cli.cpu_last_level_cache_bytes(str(tmp_path / "missing")) is None
+    assert facts.cpu_last_level_cache_bytes(str(tmp_path)) == 107520 * 1024
+    assert facts.cpu_last_level_cache_bytes(str(tmp_path / "missing")) is None
 
 
 def _sysfs_caches(root, caches):
@@ -594,42 +605,44 @@ def test_cache_sizes_count_every_instance_the_cpus_use(tmp_path):
             (3, "Unified", "491520K", "0-1"),
         ],
     )
-    assert cli.cpu_cache_bytes(1, root, cpus=1) == 48 * 1024  # the instruction cache is not data
+    assert facts.cpu_cache_bytes(1, root, cpus=1) == 48 * 1024  # the instruction cache is not data
     assert (
-        cli.cpu_cache_bytes(2, root, cpus=2) == 2 * 2048 * 1024
+        facts.cpu_cache_bytes(2, root, cpus=2) == 2 * 2048 * 1024
     )  # two threads: two private L2s (lscpu: 4 MiB)
-    assert cli.cpu_cache_bytes(2, root, cpus=1) == 2048 * 1024
+    assert facts.cpu_cache_bytes(2, root, cpus=1) == 2048 * 1024
     assert (
-        cli.cpu_last_level_cache_bytes(root, cpus=2) == 480 * 2**20
+        facts.cpu_last_level_cache_bytes(root, cpus=2) == 480 * 2**20
     )  # lscpu: L3 480 MiB (1 instance)
-    assert cli.cpu_last_level_cache_bytes(root, cpus=4) == 960 * 2**20  # CPUs 0-3: two L3 instances
-    assert cli.cpu_cache_bytes(4, root) is None
-    assert cli._count_cpus("0-3,8,10-11\n") == 7
+    assert (
+        facts.cpu_last_level_cache_bytes(root, cpus=4) == 960 * 2**20
+    )  # CPUs 0-3: two L3 instances
+    assert facts.cpu_cache_bytes(4, root) is None
+    assert facts._count_cpus("0-3,8,10-11\n") == 7
 
 
 def test_device_facts_on_this_cpu_feed_the_l2_size():
-    facts = cli.device_facts("cpu")
-    if facts.l2_bytes is None:
+    hw = facts.device_facts("cpu")
+    if hw.l2_bytes is None:
         pytest.skip("no sysfs cache information on this host")
-    assert facts.l2_bytes >= cli.cpu_cache_bytes(2, cpus=1) > 0
+    assert hw.l2_bytes >= facts.cpu_cache_bytes(2, cpus=1) > 0
 
 
 def test_cpu_matrix_flags(tmp_path):
     info = tmp_path / "cpuinfo"
     info.write_text("processor: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile sse\n")
-    assert cli.cpu_matrix_flags(str(info)) == "amx_bf16 amx_tile avx512_bf16 avx512f avx2"
+    assert facts.cpu_matrix_flags(str(info)) == "amx_bf16 amx_tile avx512_bf16 avx512f avx2"
 
 
 def test_check_sizes():
-    facts = cli.DeviceFacts(llc_bytes=100 * 2**20, free_bytes=4 * 2**30)
-    assert cli.check_sizes(512 * 2**20, 4096, ["fp32"], facts) == []
-    (warning,) = cli.check_sizes(64 * 2**20, 4096, ["fp32"], facts)
+    hw = facts.DeviceFacts(llc_bytes=100 * 2**20, free_bytes=4 * 2**30)
+    assert sizing.check_sizes(512 * 2**20, 4096, ["fp32"], hw) == []
+    (warning,) = sizing.check_sizes(64 * 2**20, 4096, ["fp32"], hw)
     assert "less than 4x the last-level cache" in warning
     with pytest.raises(UsageError, match="STREAM arrays need 6.0 GiB.*--bandwidth-mib"):
-        cli.check_sizes(2 * 2**30, 4096, ["fp32"], facts)
+        sizing.check_sizes(2 * 2**30, 4096, ["fp32"], hw)
     with pytest.raises(UsageError, match="matmul operands.*--matrix-size"):
-        cli.check_sizes(2**20, 32768, ["fp64"], facts)
-    assert cli.check_sizes(64 * 2**20, 4096, ["fp32"], facts, cache_warning=False) == []
+        sizing.check_sizes(2**20, 32768, ["fp64"], hw)
+    assert sizing.check_sizes(64 * 2**20, 4096, ["fp32"], hw, cache_warning=False) == []
 
 
 # ------------------------------------------------------------------------------ the CLI
@@ -691,7 +704,7 @@ def test_tiny_measurement_logs_a_peaks_run(capsys, tracking):
         "--time-budget-s",
         "600",
     ]
-    l2 = core.l2_array_bytes(cli.device_facts("cpu").l2_bytes)
+    l2 = sizing.l2_array_bytes(facts.device_facts("cpu").l2_bytes)
     assert cli.main(argv) == 0
     captured = capsys.readouterr()
     out, err = captured.out.strip().splitlines(), captured.err
@@ -753,7 +766,9 @@ def test_tiny_measurement_logs_a_peaks_run(capsys, tracking):
                 == metrics[f"peak_l2_{tags['peak_l2_kernel']}_bytes_per_s"]
             )
         assert (
-            metrics["samples_l2_copy"] == metrics["samples_l2_triad"] == 3 * core.L2_REPEATS_FACTOR
+            metrics["samples_l2_copy"]
+            == metrics["samples_l2_triad"]
+            == 3 * measure.L2_REPEATS_FACTOR
         )
     # the budget is generous: every asked-for sample was taken, and the run says so
     assert tags["time_budget_cut"] == "none" and "within the 600 s time budget" in out[0]
@@ -789,7 +804,7 @@ def _no_measuring_probe(monkeypatch, ratios):
         calls.append(args)
         return dict(ratios)
 
-    monkeypatch.setattr(core, "probe_cpu_ratios", probe)
+    monkeypatch.setattr(gemm, "probe_cpu_ratios", probe)
     return calls
 
 
@@ -864,9 +879,9 @@ def test_time_budget_cuts_sampling_and_says_so(capsys, tracking):
 
 
 def test_automatic_dram_array_size(monkeypatch, capsys, tracking):
-    monkeypatch.setattr(core, "DRAM_MIN_ARRAY_BYTES", 2**20)  # keep the arrays tiny
-    facts = cli.DeviceFacts(None, True, llc_bytes=2**20, free_bytes=48 * 2**20, l2_bytes=None)
-    monkeypatch.setattr(cli, "device_facts", lambda device: facts)
+    monkeypatch.setattr(sizing, "DRAM_MIN_ARRAY_BYTES", 2**20)  # keep the arrays tiny
+    hw = facts.DeviceFacts(None, True, llc_bytes=2**20, free_bytes=48 * 2**20, l2_bytes=None)
+    monkeypatch.setattr(facts, "device_facts", lambda device: hw)
     base = [a for a in TINY if a not in ("--bandwidth-mib", "1")] + ["--dtypes", "fp32"]
     assert (
         cli.main(base + ["--experiment", "auto-size"]) == 0
@@ -882,7 +897,7 @@ def test_automatic_dram_array_size(monkeypatch, capsys, tracking):
     )
 
     monkeypatch.setattr(
-        cli, "device_facts", lambda device: cli.DeviceFacts(None, True, 2**20, 12 * 2**20)
+        facts, "device_facts", lambda device: facts.DeviceFacts(None, True, 2**20, 12 * 2**20)
     )
     assert (
         cli.main(base + ["--experiment", "capped"]) == 0
@@ -928,14 +943,14 @@ def test_vendor_entry_is_logged_when_the_device_is_in_the_table(tmp_path, capsys
 def test_vendor_cache_bandwidths_are_compared_when_given():
     from profiling.peak_table import VendorPeaks
 
-    r = core.PeaksResult("cuda", 64, 4000)
-    r.compute["bf16"] = core.Measurement("bf16", "flops", 100.0, 1, [1.0])
-    r.stream["copy"] = core.Measurement("copy", "bytes", 50.0, 1, [1.0])
-    r.l2["triad"] = core.Measurement("triad", "bytes", 300.0, 1, [1.0])
+    r = results.PeaksResult("cuda", 64, 4000)
+    r.compute["bf16"] = sampling.Measurement("bf16", "flops", 100.0, 1, [1.0])
+    r.stream["copy"] = sampling.Measurement("copy", "bytes", 50.0, 1, [1.0])
+    r.l2["triad"] = sampling.Measurement("triad", "bytes", 300.0, 1, [1.0])
     vendor = VendorPeaks(
         "X", {"bf16": 400.0}, 100.0, "https://x", l2_bytes_per_s=600.0, l1_bytes_per_s=900.0
     )
-    params, tags, metrics = cli.vendor_fields(vendor, r)
+    params, tags, metrics = results.vendor_fields(vendor, r)
     assert (
         params["vendor_peak_l2_bytes_per_s"] == 600.0
         and params["vendor_peak_l1_bytes_per_s"] == 900.0
@@ -947,32 +962,51 @@ def test_vendor_cache_bandwidths_are_compared_when_given():
     }
 
 
-def test_out_of_memory_ends_the_run_failed(monkeypatch, capsys, tracking):
+@pytest.mark.parametrize(
+    "message",
+    [
+        "CUDA out of memory. Tried to allocate 2.00 GiB",
+        "DefaultCPUAllocator: can't allocate memory: you tried to allocate 6442450944 bytes",
+        "DefaultCPUAllocator: not enough memory: you tried to allocate 6442450944 bytes",  # Windows
+    ],
+)
+def test_out_of_memory_ends_the_run_failed(monkeypatch, capsys, tracking, message):
     def boom(*args, **kwargs):
-        raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        raise RuntimeError(message)
 
-    monkeypatch.setattr(core, "run_peaks", boom)
+    monkeypatch.setattr(measure, "run_peaks", boom)
     assert cli.main(TINY + ["--dtypes", "fp32", "--experiment", "oom"]) == 1
-    first = core.plan(["fp32"], l2=core.l2_array_bytes(cli.device_facts("cpu").l2_bytes) > 0)[0]
+    first = measure.plan(
+        ["fp32"], l2=sizing.l2_array_bytes(facts.device_facts("cpu").l2_bytes) > 0
+    )[0]
     assert f"error: out of memory during {first}: use a smaller" in capsys.readouterr().err
     (run,) = mlflow.search_runs(experiment_names=["oom"], output_format="list")
     assert run.info.status == "FAILED" and "smaller --matrix-size" in run.data.tags["error"]
+
+
+def test_other_runtime_errors_are_not_called_out_of_memory(monkeypatch, tracking):
+    def boom(*args, **kwargs):
+        raise RuntimeError("an unrelated bug")
+
+    monkeypatch.setattr(measure, "run_peaks", boom)
+    with pytest.raises(RuntimeError, match="unrelated bug"):  # a bug shows its traceback
+        cli.main(TINY + ["--dtypes", "fp32", "--experiment", "bug"])
 
 
 def test_a_disturbed_l2_figure_is_reported_but_not_logged_as_the_l2_roof(
     monkeypatch, capsys, tracking
 ):
     def disturbed(device, dtypes, n, array_bytes, repeats, bandwidth_repeats, **kwargs):
-        r = core.PeaksResult("cpu", n, array_bytes, 4096)
-        r.compute["fp32"] = core.Measurement("fp32", "flops", 1e9, 1, [0.01])
-        r.stream["triad"] = core.Measurement("triad", "bytes", 1e8, 1, [0.01])  # 10 GB/s
-        r.l2["copy"] = core.Measurement(
+        r = results.PeaksResult("cpu", n, array_bytes, 4096)
+        r.compute["fp32"] = sampling.Measurement("fp32", "flops", 1e9, 1, [0.01])
+        r.stream["triad"] = sampling.Measurement("triad", "bytes", 1e8, 1, [0.01])  # 10 GB/s
+        r.l2["copy"] = sampling.Measurement(
             "copy", "bytes", 2e6, 1, [0.01]
         )  # 200 MB/s: a descheduled thread
-        r.l2["triad"] = core.Measurement("triad", "bytes", 3e6, 1, [0.01])  # 300 MB/s
+        r.l2["triad"] = sampling.Measurement("triad", "bytes", 3e6, 1, [0.01])  # 300 MB/s
         return r
 
-    monkeypatch.setattr(core, "run_peaks", disturbed)
+    monkeypatch.setattr(measure, "run_peaks", disturbed)
     assert cli.main(TINY + ["--dtypes", "fp32", "--experiment", "disturbed"]) == 0
     captured = capsys.readouterr()
     assert "warning: the L2 figure (300 MB/s) is below the DRAM figure (10 GB/s)" in captured.err
@@ -996,11 +1030,9 @@ def test_cuda_tiny_measurement(tracking):
     import torch
 
     cap = torch.cuda.get_device_capability()
-    av = core.dtype_availability(
-        "cuda", cap, torch.cuda.is_bf16_supported(including_emulation=False)
-    )
-    dtypes, _ = core.select_dtypes(None, av)
-    l2 = core.l2_array_bytes(cli.device_facts("cuda").l2_bytes)
-    r = core.run_peaks("cuda", dtypes, 256, 2**20, 2, 2, l2_array_bytes=l2, min_sample_s=0.0)
+    av = dtype_availability("cuda", cap, torch.cuda.is_bf16_supported(including_emulation=False))
+    dtypes, _ = select_dtypes(None, av)
+    l2 = sizing.l2_array_bytes(facts.device_facts("cuda").l2_bytes)
+    r = measure.run_peaks("cuda", dtypes, 256, 2**20, 2, 2, l2_array_bytes=l2, min_sample_s=0.0)
     assert set(r.compute) == set(dtypes) and all(m.best > 0 for m in r.compute.values())
     assert r.metrics()["peak_dram_bytes_per_s"] > 0 and r.metrics()["peak_l2_bytes_per_s"] > 0
