@@ -433,6 +433,84 @@ def test_stream_arrays_are_preallocated_touched_once_and_reused():
     assert [len(x.samples_s) for x in m.values()] == [4, 4]
 
 
+# ------------------------------------------------------------------------------ L2 on CUDA: many copies per launch
+def test_copies_per_launch_make_one_launch_move_a_gigabyte():
+    assert stream.copies_per_launch(17473536) == 58  # 1e9 / 17.47 MB = 57.2 -> 58
+    assert stream.copies_per_launch(1e9) == 1 and stream.copies_per_launch(3e9) == 1
+    assert stream.copies_per_launch(1.0) == stream.L2_MAX_COPIES  # capped
+    with pytest.raises(ValueError, match="bytes_per_copy"):
+        stream.copies_per_launch(0)
+    # the copy kernel (2 arrays) of the L2 arrays: H100 50 MiB L2 -> arrays of 8736768 bytes, one
+    # copy moves 17.5 MB (the "~17 MB copy" of issue 11); A100 40 MiB -> 13.98 MB; T4 4 MiB -> 1.39 MB
+    for l2_mib, copies in ((50, 58), (40, 72), (4, 719)):
+        array_bytes = sizing.l2_array_bytes(l2_mib * MIB)
+        assert stream.l2_copies_per_launch(array_bytes, "cuda") == copies, l2_mib
+        assert stream.l2_copies_per_launch(array_bytes, "cpu") == 1  # CPU: one call per copy
+        assert stream.l2_copies_per_launch(array_bytes, "mps") == 1
+    assert stream.l2_copies_per_launch(0, "cuda") == 1
+
+
+class FakeGpu:
+    """A CPU clock and a GPU queue: a launch costs the CPU `launch_s`, then the GPU runs its copies
+    (`copy_s` each) after whatever is queued; sync waits for the queue to drain."""
+
+    def __init__(self, launch_s: float, copy_s: float):
+        self.launch_s, self.copy_s = launch_s, copy_s
+        self.now = self.gpu_free = 0.0
+
+    def clock(self) -> float:
+        return self.now
+
+    def sync(self) -> None:
+        self.now = max(self.now, self.gpu_free)
+
+    def _launch(self, copies: int) -> None:
+        self.now += self.launch_s
+        self.gpu_free = max(self.gpu_free, self.now) + copies * self.copy_s
+
+    def copy(self) -> None:
+        self._launch(1)
+
+    def graph(self, fn, copies: int):
+        """Stands in for stream.cuda_graph: one launch runs `copies` calls of `fn` on the GPU."""
+        assert fn == self.copy
+        return lambda: self._launch(copies)
+
+
+def test_one_launch_per_copy_measures_the_launch_rate_and_a_graph_the_copies():
+    """An H100-like L2 copy: 17.5 MB in 2 us on the GPU, 10 us for the CPU to launch it."""
+    nbytes, launch_s, copy_s = 17473536.0, 10e-6, 2e-6
+    eager = FakeGpu(launch_s, copy_s)
+    m = _sample("copy", "bytes", nbytes, eager.copy, 3, eager.sync, eager.clock, 0.0, 1e-3)
+    # warmup call 12 us -> 84 launches per sample; the GPU idles between them: 84 x 10 us + 2 us
+    assert m.calls_per_sample == 84 and m.samples_s[0] == pytest.approx(842e-6)
+    assert m.best == pytest.approx(84 * nbytes / 842e-6)
+    assert m.best < 0.21 * nbytes / copy_s  # a fifth of what the L2 does: the launch rate
+
+    gpu = FakeGpu(launch_s, copy_s)
+    copies = stream.copies_per_launch(nbytes)
+    kernels = stream.batched({"copy": ("bytes", nbytes, gpu.copy)}, copies, gpu.graph)
+    assert kernels["copy"][:2] == ("bytes", copies * nbytes)  # bytes = copies x one copy's bytes
+    m = sampling.sample_kernels(kernels, 3, gpu.sync, gpu.clock, 0.0, 1e-3)["copy"]
+    # one launch = 58 copies = 116 us of GPU time: warmup 126 us -> 8 launches per sample, queued
+    # behind each other: the sample ends at 10 us + 8 x 116 us
+    assert m.calls_per_sample == 8 and m.samples_s[0] == pytest.approx(938e-6)
+    assert m.best == pytest.approx(8 * copies * nbytes / 938e-6)
+    assert m.best > 0.98 * nbytes / copy_s  # within 2 % of the L2's rate
+
+
+def test_stream_with_copies_per_call_counts_every_copy():
+    """The CPU stand-in for a CUDA graph (a Python loop) runs the real kernels: each call is 3
+    copies of each kernel, and its bytes are 3 x one copy's."""
+    with _RecordOps() as rec:
+        m = stream.measure_stream(4096 * 4, 2, "cpu", min_sample_s=0.0, copies_per_call=3)
+    names = [name for name, _ in rec.ops]
+    assert names[6:] == (["copy_"] * 3 + ["add"] * 3) * 3  # warmup + 2 samples, one call each
+    assert m["copy"].work == 3 * 2 * 4096 * 4 and m["triad"].work == 3 * 3 * 4096 * 4
+    assert m["copy"].copies_per_call == 3 and m["copy"].to_dict()["copies_per_call"] == 3
+    assert stream.measure_stream(4096 * 4, 1, "cpu", min_sample_s=0.0)["copy"].copies_per_call == 1
+
+
 def test_progress_reports_every_step_in_plan_order():
     seen = []
     r = measure.run_peaks(
@@ -462,6 +540,7 @@ def test_progress_reports_every_step_in_plan_order():
     )
     assert seen[3][1] is r.stream[r.dram_kernel]
     assert r.l2["copy"].work == 2 * 4096 and r.stream["copy"].work == 2 * 4096 * 4
+    assert r.l2["copy"].copies_per_call == 1  # CPU: one torch call per copy, no graph
     assert (
         set(r.step_s) == set(measure.plan(["fp32", "bf16"])) and sum(r.step_s.values()) <= r.wall_s
     )
@@ -758,7 +837,7 @@ def test_tiny_measurement_logs_a_peaks_run(capsys, tracking):
         and params["repeats"] == "2"
         and params["time_budget_s"] == "600.0"
     )
-    assert params["l2_array_bytes"] == str(l2)
+    assert params["l2_array_bytes"] == str(l2) and params["l2_copies_per_launch"] == "1"
     if l2:
         if not withheld:
             assert (
@@ -1036,3 +1115,21 @@ def test_cuda_tiny_measurement(tracking):
     r = measure.run_peaks("cuda", dtypes, 256, 2**20, 2, 2, l2_array_bytes=l2, min_sample_s=0.0)
     assert set(r.compute) == set(dtypes) and all(m.best > 0 for m in r.compute.values())
     assert r.metrics()["peak_dram_bytes_per_s"] > 0 and r.metrics()["peak_l2_bytes_per_s"] > 0
+    copies = stream.l2_copies_per_launch(l2, "cuda")
+    n = l2 // stream.STREAM_ELEMENT_BYTES
+    assert copies > 1 and r.l2["copy"].copies_per_call == copies
+    assert r.l2["copy"].work == copies * 2 * n * stream.STREAM_ELEMENT_BYTES
+
+
+@pytest.mark.gpu
+def test_cuda_graph_runs_every_copy_in_one_replay():
+    import torch
+
+    x = torch.zeros(1, device="cuda")
+    replay = stream.cuda_graph(lambda: x.add_(1), 7, "cuda")
+    torch.cuda.synchronize()
+    assert x.item() == 1  # the warmup call, outside the capture
+    replay()
+    replay()
+    torch.cuda.synchronize()
+    assert x.item() == 1 + 2 * 7

@@ -23,7 +23,7 @@ from profiling.peaks.config import PeaksConfig
 from profiling.peaks.dtypes import dtype_availability, select_dtypes
 from profiling.peaks.results import PeaksResult, summary_line, vendor_fields
 from profiling.peaks.sampling import MIN_SAMPLES, Measurement
-from profiling.peaks.stream import STREAM_ELEMENT_BYTES
+from profiling.peaks.stream import STREAM_ELEMENT_BYTES, l2_copies_per_launch
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -328,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
                 "stream_array_bytes": array_bytes,
                 "stream_element_bytes": STREAM_ELEMENT_BYTES,
                 "l2_array_bytes": l2_bytes,
+                "l2_copies_per_launch": l2_copies_per_launch(l2_bytes, device_type),
             }
         )
         s.flush()

@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 from profiling.peaks.gemm import measure_matmul
 from profiling.peaks.results import PeaksResult
 from profiling.peaks.sampling import MIN_SAMPLE_S, Budget, Clock, Measurement, device_sync
-from profiling.peaks.stream import measure_stream
+from profiling.peaks.stream import l2_copies_per_launch, measure_stream
 
 DEFAULT_WARMUP_S = {"cpu": 0.0, "cuda": 0.25, "mps": 0.25}  # GPU clocks need a moment to ramp up
 # L2 samples are short: on a shared CPU a clean 2 ms window is common, a clean 50 ms one is not
@@ -55,8 +55,9 @@ def run_peaks(
     min_sample_s: float = MIN_SAMPLE_S,
     on_step: Callable[[str, Measurement], None] | None = None,
 ) -> PeaksResult:
-    """Measure STREAM on L2-resident arrays (when l2_array_bytes > 0), the GEMM ceiling of every
-    dtype, then STREAM on DRAM-sized arrays, within `time_budget_s` (None or 0: no budget).
+    """Measure STREAM on L2-resident arrays (when l2_array_bytes > 0; on CUDA every call a CUDA
+    graph of stream.l2_copies_per_launch copies), the GEMM ceiling of every dtype, then STREAM on
+    DRAM-sized arrays, within `time_budget_s` (None or 0: no budget).
 
     `on_step(label, measurement)` is called after each step of plan(), in that order; for a STREAM
     step the measurement is the better kernel's.
@@ -93,6 +94,7 @@ def run_peaks(
             device,
             deadline=budget.next_step(),
             min_sample_s=min(min_sample_s, L2_MIN_SAMPLE_S),
+            copies_per_call=l2_copies_per_launch(l2_array_bytes, device_type),
             **{**timing, "warmup_s": max(warm, L2_WARMUP_S)},
         )
         done("stream l2", started, result.l2[result.l2_kernel])

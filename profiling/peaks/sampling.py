@@ -37,6 +37,7 @@ class Measurement:
     # calls each sample made (empty: calls_per_sample each)
     sample_calls: list[int] = field(default_factory=list)
     warmup_s: list[float] = field(default_factory=list)  # untimed warmup calls, seconds each
+    copies_per_call: int = 1  # copies of the kernel one call runs (a CUDA graph); in `work` already
 
     @property
     def calls(self) -> list[int]:
@@ -66,6 +67,7 @@ class Measurement:
             "name": self.name,
             "unit": f"{self.unit}_per_s",
             f"{self.unit}_per_call": self.work,
+            "copies_per_call": self.copies_per_call,
             "calls_per_sample": self.calls_per_sample,
             "sample_calls": self.calls,
             "samples_requested": self.requested or len(self.samples_s),
