@@ -209,7 +209,8 @@ def test_sample_batches_fast_calls_and_computes_rates():
     )
     assert m.calls_per_sample == 4  # 4 calls of 0.25 s make a 1 s sample
     assert m.samples_s == [1.0, 1.0, 1.0]
-    assert m.rates == [4e9, 4e9, 4e9] and m.best == 4e9 and m.median == 4e9
+    assert m.rates == [4e9, 4e9, 4e9] and m.best == 4e9 and m.p10 == 4e9
+    assert m.near_best_fraction == 1.0 and m.far_below_fraction == 0.0 and not m.bimodal
     assert dev.calls == 1 + 3 * 4  # one warmup call, then the samples
 
 
@@ -239,10 +240,18 @@ def test_calls_per_sample_come_from_the_fastest_warmup_call():
     )  # 0.25 s / 0.0625 s; the last call (0.125 s) would give 2, the first 1
 
 
-def test_best_and_median_of_uneven_samples():
+def test_best_and_spread_of_uneven_samples():
     m = sampling.Measurement("copy", "bytes", 8.0, 2, [1.0, 4.0, 2.0])
     assert m.rates == [16.0, 4.0, 8.0]
-    assert m.best == 16.0 and m.median == 8.0
+    assert m.best == 16.0 and m.p10 == 4.8  # sorted 4, 8, 16: 4 + 0.2 x (8 - 4)
+    assert m.near_best_fraction == 1 / 3 and m.far_below_fraction == 1 / 3  # 16; 4 (< 8)
+    assert m.bimodal and m.spread_text() == (
+        "1/3 samples within 10% of the best, 1/3 below 50% of it"
+    )
+    steady = sampling.Measurement("copy", "bytes", 8.0, 2, [1.0, 1.05, 1.5])  # 16, 15.2, 10.7
+    assert steady.near_best_fraction == 2 / 3 and not steady.bimodal  # slower, not far below
+    assert steady.spread_text() == "2/3 samples within 10% of the best"
+    assert sampling.Measurement("one", "bytes", 8.0, 1, [2.0]).p10 == 4.0  # one sample: itself
 
 
 def test_clock_that_does_not_advance_is_an_error():
@@ -566,9 +575,15 @@ def test_result_metrics_pick_the_better_stream_kernel():
     r.stream["copy"] = sampling.Measurement("copy", "bytes", 10.0, 1, [1.0, 1.0])
     r.stream["triad"] = sampling.Measurement("triad", "bytes", 30.0, 1, [1.0, 2.0, 3.0])
     m = r.metrics()
-    assert m["peak_flops_per_s_fp32"] == 100.0 and m["peak_flops_per_s_fp32_median"] == 50.0
+    assert m["peak_flops_per_s_fp32"] == 100.0 and m["peak_flops_per_s_fp32_p10"] == 30.0
+    assert m["peak_flops_per_s_fp32_near_best_fraction"] == 1 / 3  # rates 100, 50, 25
     assert r.dram_kernel == "triad"
-    assert m["peak_dram_bytes_per_s"] == 30.0 and m["peak_dram_bytes_per_s_median"] == 15.0
+    assert m["peak_dram_bytes_per_s"] == 30.0 and m["peak_dram_bytes_per_s_p10"] == 11.0
+    assert m["peak_dram_bytes_per_s_near_best_fraction"] == 1 / 3  # rates 30, 15, 10
+    assert not any(k.endswith("_median") for k in m)
+    # per kernel only the best; the spread of every kernel is in samples.json
+    assert "peak_dram_copy_bytes_per_s_p10" not in m
+    assert r.to_dict()["stream"]["triad"]["p10_per_s"] == 11.0
     assert m["peak_dram_copy_bytes_per_s"] == 10.0
     assert (
         m["samples_gemm_fp32"] == 3 and m["samples_dram_copy"] == 2 and m["samples_dram_triad"] == 3
@@ -585,7 +600,8 @@ def test_result_metrics_pick_the_better_stream_kernel():
     assert (
         r.l2_kernel == "copy"
         and m["peak_l2_bytes_per_s"] == 800.0
-        and m["peak_l2_bytes_per_s_median"] == 600.0
+        and m["peak_l2_bytes_per_s_p10"] == 440.0  # rates 800, 400: 400 + 0.1 x 400
+        and m["peak_l2_bytes_per_s_near_best_fraction"] == 0.5
     )
     assert m["peak_l2_triad_bytes_per_s"] == 300.0 and m["samples_l2_copy"] == 2
     assert m["cpu_fp16_probe_ratio"] == 0.5 and m["cpu_bf16_probe_ratio"] == 3.0
@@ -605,9 +621,8 @@ def test_an_l2_figure_below_dram_is_withheld():
     r.l2["triad"] = sampling.Measurement("triad", "bytes", 12.0, 1, [1.0])
     m = r.metrics()
     assert "below the DRAM figure" in r.l2_withheld and "peak_l2_bytes_per_s" not in m
-    assert (
-        "peak_l2_bytes_per_s_median" not in m and m["peak_l2_copy_bytes_per_s"] == 20.0
-    )  # the raw figures stay
+    assert "peak_l2_bytes_per_s_p10" not in m and "peak_l2_bytes_per_s_near_best_fraction" not in m
+    assert m["peak_l2_copy_bytes_per_s"] == 20.0  # the raw figures stay
     r.l2["copy"] = sampling.Measurement("copy", "bytes", 31.0, 1, [1.0])
     assert r.l2_withheld is None and r.metrics()["peak_l2_bytes_per_s"] == 31.0
 
@@ -800,11 +815,9 @@ def test_tiny_measurement_logs_a_peaks_run(capsys, tracking):
     assert tags[schema.TAG_DEVICE_TYPE] == "cpu" and "torch_version" in tags
     assert tags["dtypes_measured"] == "fp32,bf16" and "tf32" in tags["dtypes_skipped"]
     for dtype in ("fp32", "bf16"):
-        best, median = (
-            metrics[f"peak_flops_per_s_{dtype}"],
-            metrics[f"peak_flops_per_s_{dtype}_median"],
-        )
-        assert math.isfinite(best) and 0 < median <= best
+        best, p10 = metrics[f"peak_flops_per_s_{dtype}"], metrics[f"peak_flops_per_s_{dtype}_p10"]
+        assert math.isfinite(best) and 0 < p10 <= best
+        assert 0 < metrics[f"peak_flops_per_s_{dtype}_near_best_fraction"] <= 1
     assert "peak_flops_per_s_fp16" not in metrics
     kernel = tags["peak_dram_kernel"]
     # 1 MiB "DRAM" arrays are cache-resident, so the L2 figure may come out below them and be withheld
@@ -822,11 +835,10 @@ def test_tiny_measurement_logs_a_peaks_run(capsys, tracking):
                 < metrics["peak_dram_bytes_per_s"]
             )
             continue
-        for key in (f"peak_{level}_bytes_per_s", f"peak_{level}_bytes_per_s_median"):
+        for key in (f"peak_{level}_bytes_per_s", f"peak_{level}_bytes_per_s_p10"):
             assert math.isfinite(metrics[key]) and metrics[key] > 0, key
-        assert (
-            0 < metrics[f"peak_{level}_bytes_per_s_median"] <= metrics[f"peak_{level}_bytes_per_s"]
-        )
+        assert 0 < metrics[f"peak_{level}_bytes_per_s_p10"] <= metrics[f"peak_{level}_bytes_per_s"]
+        assert 0 < metrics[f"peak_{level}_bytes_per_s_near_best_fraction"] <= 1
         assert metrics[f"peak_{level}_bytes_per_s"] == max(
             metrics[f"peak_{level}_copy_bytes_per_s"], metrics[f"peak_{level}_triad_bytes_per_s"]
         )
@@ -1096,6 +1108,58 @@ def test_a_disturbed_l2_figure_is_reported_but_not_logged_as_the_l2_roof(
         and run.data.metrics["peak_l2_triad_bytes_per_s"] == 3e8
     )
     assert "below the DRAM figure" in run.data.tags["peak_l2_withheld"]
+    assert run.data.tags["samples_bimodal"] == "none" and "bimodal" not in captured.out
+
+
+def _loaded_machine_result(n=64, array_bytes=2**20) -> results.PeaksResult:
+    """Issue 12's run: L2 samples bimodal on a loaded machine, 4 of 30 clean (46-50 GB/s), 26 taken
+    while another process held a core (40-67 MB/s): their median was 3 orders below the best."""
+    r = results.PeaksResult("cpu", n, array_bytes, 4096)
+    r.compute["fp32"] = sampling.Measurement("fp32", "flops", 1e9, 1, [0.010, 0.0102, 0.0105])
+    r.stream["triad"] = sampling.Measurement("triad", "bytes", 1e8, 1, [0.01, 0.0101, 0.0103])
+    clean = [2.0e-3, 2.05e-3, 2.1e-3, 2.15e-3]  # 1e8 bytes in 2 ms: 50 GB/s
+    disturbed = [1.5 + i / 25 for i in range(26)]  # 1.5 to 2.5 s: 67 to 40 MB/s
+    r.l2["copy"] = sampling.Measurement(
+        "copy", "bytes", 1e8, 1, disturbed[:13] + clean + disturbed[13:]
+    )
+    r.l2["triad"] = sampling.Measurement("triad", "bytes", 1.5e8, 1, [0.0125] * 30)  # 12 GB/s
+    return r
+
+
+def test_bimodal_samples_are_said_not_hidden_in_a_median():
+    import statistics
+
+    r = _loaded_machine_result()
+    copy = r.l2["copy"]
+    assert r.l2_kernel == "copy" and copy.best == pytest.approx(50e9)
+    assert statistics.median(copy.rates) < copy.best / 500  # what `_median` used to log
+    m = r.metrics()
+    assert m["peak_l2_bytes_per_s"] == copy.best  # the ceiling stays the best sample
+    assert m["peak_l2_bytes_per_s_near_best_fraction"] == 4 / 30
+    assert 40e6 < m["peak_l2_bytes_per_s_p10"] < 50e6  # the disturbed group, named as such
+    assert m["peak_dram_bytes_per_s_near_best_fraction"] == 1.0  # 10, 9.9, 9.7 GB/s
+    assert list(r.bimodal()) == ["l2 copy"] and not r.l2["triad"].bimodal
+    assert copy.spread_text() == "4/30 samples within 10% of the best, 26/30 below 50% of it"
+    line = results.summary_line("cpu", "X", r, None, PeaksConfig(env_label="t"), "not tracked")
+    assert "L2 50 GB/s (copy) (bimodal: 4/30 samples near the best)" in line
+    assert line.count("bimodal") == 1  # fp32 and DRAM samples agree with their best
+    assert r.to_dict()["bimodal"] == ["l2 copy"] and r.to_dict()["l2"]["copy"]["bimodal"]
+
+
+def test_a_peaks_run_with_bimodal_samples_says_so(monkeypatch, capsys, tracking):
+    monkeypatch.setattr(measure, "run_peaks", lambda *a, **k: _loaded_machine_result())
+    assert cli.main(TINY + ["--dtypes", "fp32", "--experiment", "bimodal"]) == 0
+    captured = capsys.readouterr()
+    assert (
+        "note: l2 copy samples bimodal (best reported): 4/30 samples within 10% of the best, "
+        "26/30 below 50% of it" in captured.err
+    )
+    assert "L2 50 GB/s (copy) (bimodal: 4/30 samples near the best)" in captured.out
+    (run,) = mlflow.search_runs(experiment_names=["bimodal"], output_format="list")
+    assert run.data.tags["samples_bimodal"] == "l2 copy"
+    assert run.data.metrics["peak_l2_bytes_per_s"] == pytest.approx(50e9)
+    assert run.data.metrics["peak_l2_bytes_per_s_near_best_fraction"] == pytest.approx(4 / 30)
+    assert not any(k.endswith("_median") for k in run.data.metrics)
 
 
 def test_no_track_measures_without_a_run(capsys, tracking):

@@ -337,6 +337,9 @@ def main(argv: list[str] | None = None) -> int:
         phases.lap("measure")
         if result.l2_withheld:
             console.warn(result.l2_withheld)
+        for label, meas in result.headline().items():
+            if meas.bimodal:
+                console.note(f"{label} samples bimodal (best reported): {meas.spread_text()}")
         v_params, v_tags, v_metrics = vendor_fields(vendor, result)
         cuts = result.budget_cuts()
         s.log_params(v_params)
@@ -348,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
                 **({"peak_l2_withheld": result.l2_withheld} if result.l2_withheld else {}),
                 "time_budget_cut": ", ".join(f"{k} {t}/{a}" for k, (t, a) in cuts.items())
                 or "none",
+                "samples_bimodal": ", ".join(result.bimodal()) or "none",
             }
         )
         s.log_metrics({**result.metrics(), **v_metrics, **phases.setup_metrics()})

@@ -71,19 +71,36 @@ class PeaksResult:
         """{label: (samples taken, samples asked)} of every measurement the time budget cut."""
         return {k: (len(m.samples_s), m.requested) for k, m in self.measurements().items() if m.cut}
 
+    def bimodal(self) -> dict[str, Measurement]:
+        """{label: measurement} of every measurement with samples near the best and far below it."""
+        return {k: m for k, m in self.measurements().items() if m.bimodal}
+
+    def headline(self) -> dict[str, Measurement]:
+        """The measurements the summary line reports: gemm <dtype>, dram and l2 <better kernel>."""
+        out = {f"gemm {d}": m for d, m in self.compute.items()}
+        if self.stream:
+            out[f"dram {self.dram_kernel}"] = self.stream[self.dram_kernel]
+        if self.l2:
+            out[f"l2 {self.l2_kernel}"] = self.l2[self.l2_kernel]
+        return out
+
     def metrics(self) -> dict[str, float]:
+        """Each ceiling is the best sample; `_p10` and `_near_best_fraction` say how typical it was
+        (a median would fall in the disturbed group when samples are bimodal: docs/peaks.md)."""
         m: dict[str, float] = {}
+
+        def ceiling(key: str, meas: Measurement) -> None:
+            m[key] = meas.best
+            m[f"{key}_p10"] = meas.p10
+            m[f"{key}_near_best_fraction"] = meas.near_best_fraction
+
         for dtype, meas in self.compute.items():
-            m[f"peak_flops_per_s_{dtype}"] = meas.best
-            m[f"peak_flops_per_s_{dtype}_median"] = meas.median
+            ceiling(f"peak_flops_per_s_{dtype}", meas)
         for level, stream in (("dram", self.stream), ("l2", self.l2)):
             for name, meas in stream.items():
                 m[f"peak_{level}_{name}_bytes_per_s"] = meas.best
-                m[f"peak_{level}_{name}_bytes_per_s_median"] = meas.median
             if stream and not (level == "l2" and self.l2_withheld):
-                best = stream[_better(stream)]
-                m[f"peak_{level}_bytes_per_s"] = best.best
-                m[f"peak_{level}_bytes_per_s_median"] = best.median
+                ceiling(f"peak_{level}_bytes_per_s", stream[_better(stream)])
         for label, meas in self.measurements().items():
             m[f"samples_{label.replace(' ', '_')}"] = float(len(meas.samples_s))
         for dtype, ratio in self.cpu_probe_ratios.items():
@@ -111,6 +128,7 @@ class PeaksResult:
                 k: {"taken": t, "asked": a} for k, (t, a) in self.budget_cuts().items()
             },
             "l2_withheld": self.l2_withheld,
+            "bimodal": list(self.bimodal()),
             "step_s": self.step_s,
             "metrics": self.metrics(),
         }
@@ -169,22 +187,29 @@ def summary_line(
         text = f"{d} {si(m.best, 'FLOP/s')}"
         if vendor and d in vendor.flops_per_s:
             text += f" ({m.best / vendor.flops_per_s[d]:.0%} of datasheet)"
-        parts.append(text)
+        parts.append(text + _bimodal_text(m))
     if result.stream:
-        best = result.stream[result.dram_kernel].best
-        text = f"DRAM {si(best, 'B/s')} ({result.dram_kernel})"
+        m = result.stream[result.dram_kernel]
+        text = f"DRAM {si(m.best, 'B/s')} ({result.dram_kernel})"
         if vendor:
-            text += f" ({best / vendor.dram_bytes_per_s:.0%} of datasheet)"
-        parts.append(text)
+            text += f" ({m.best / vendor.dram_bytes_per_s:.0%} of datasheet)"
+        parts.append(text + _bimodal_text(m))
     if result.l2:
-        best = result.l2[result.l2_kernel].best
-        text = f"L2 {si(best, 'B/s')} ({result.l2_kernel})"
+        m = result.l2[result.l2_kernel]
+        text = f"L2 {si(m.best, 'B/s')} ({result.l2_kernel})"
         if result.l2_withheld:
             text += " (below DRAM: disturbed, not reported as peak_l2)"
         elif vendor and vendor.l2_bytes_per_s is not None:
-            text += f" ({best / vendor.l2_bytes_per_s:.0%} of datasheet)"
-        parts.append(text)
+            text += f" ({m.best / vendor.l2_bytes_per_s:.0%} of datasheet)"
+        parts.append(text + _bimodal_text(m))
     took = f"measured in {result.wall_s:.1f} s" + (
         f" ({total_s:.1f} s in all)" if total_s is not None else ""
     )
     return f"peaks {device} [{name}]: {', '.join(parts)}; {budget_text(result, config)}; {took}; {where}"
+
+
+def _bimodal_text(meas: Measurement) -> str:
+    if not meas.bimodal:
+        return ""
+    n = len(meas.rates)
+    return f" (bimodal: {round(meas.near_best_fraction * n)}/{n} samples near the best)"

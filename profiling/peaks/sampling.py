@@ -18,6 +18,9 @@ MIN_SAMPLE_S = 0.05  # fast calls are batched so one timed sample lasts at least
 SAMPLE_CAP_FACTOR = 10
 # the time budget never cuts a step below this many samples while any budget is left
 MIN_SAMPLES = 3
+# the spread of a measurement's samples (the best is the ceiling; these say how typical it was)
+NEAR_BEST = 0.9  # a sample at >= 90 % of the best is "near the best"
+FAR_BELOW = 0.5  # a sample below half the best is "far below" it (disturbed)
 
 Sync = Callable[[], None]
 Clock = Callable[[], float]
@@ -54,8 +57,37 @@ class Measurement:
         return max(self.rates)
 
     @property
-    def median(self) -> float:
-        return statistics.median(self.rates)
+    def p10(self) -> float:
+        """The 10th percentile of the rates (linear interpolation): 90 % of samples were faster."""
+        rates = self.rates
+        return (
+            statistics.quantiles(rates, n=10, method="inclusive")[0] if len(rates) > 1 else rates[0]
+        )
+
+    @property
+    def near_best_fraction(self) -> float:
+        """Share of the samples at NEAR_BEST x the best or faster (1: every sample agrees)."""
+        best = self.best
+        return sum(r >= NEAR_BEST * best for r in self.rates) / len(self.rates)
+
+    @property
+    def far_below_fraction(self) -> float:
+        """Share of the samples slower than FAR_BELOW x the best (disturbed ones)."""
+        best = self.best
+        return sum(r < FAR_BELOW * best for r in self.rates) / len(self.rates)
+
+    @property
+    def bimodal(self) -> bool:
+        """Some samples near the best and some far below it: a median would describe neither."""
+        return self.far_below_fraction > 0
+
+    def spread_text(self) -> str:
+        """'7/10 samples within 10% of the best, 3/10 below half of it' (counts, for notes)."""
+        n = len(self.rates)
+        text = f"{round(self.near_best_fraction * n)}/{n} samples within {1 - NEAR_BEST:.0%} of the best"
+        if self.bimodal:
+            text += f", {round(self.far_below_fraction * n)}/{n} below {FAR_BELOW:.0%} of it"
+        return text
 
     @property
     def cut(self) -> bool:
@@ -75,7 +107,10 @@ class Measurement:
             "samples_s": self.samples_s,
             "rates_per_s": self.rates,
             "best_per_s": self.best,
-            "median_per_s": self.median,
+            "p10_per_s": self.p10,
+            "near_best_fraction": self.near_best_fraction,
+            "far_below_fraction": self.far_below_fraction,
+            "bimodal": self.bimodal,
         }
 
 
