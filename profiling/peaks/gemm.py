@@ -10,15 +10,7 @@ from contextlib import contextmanager
 from typing import Callable, Iterator, Sequence
 
 from profiling.peaks.dtypes import CPU_PROBE_SIZE, CPU_PROBED_DTYPES
-from profiling.peaks.sampling import (
-    MIN_SAMPLE_S,
-    Clock,
-    Measurement,
-    Sync,
-    device_sync,
-    sample_kernels,
-    timed,
-)
+from profiling.peaks.sampling import Clock, Measurement, Sync, device_sync, sample_kernels, timed
 
 
 @contextmanager
@@ -50,38 +42,21 @@ def torch_dtype(dtype: str):
 
 
 def measure_matmul(
-    dtype: str,
-    n: int,
-    repeats: int,
-    device: str = "cpu",
-    *,
-    sync: Sync | None = None,
-    clock: Clock = time.perf_counter,
-    warmup_s: float = 0.0,
-    min_sample_s: float = MIN_SAMPLE_S,
-    deadline: float = math.inf,
-    budget_end: float = math.inf,
+    dtype: str, n: int, repeats: int, device: str = "cpu", *, sync: Sync | None = None, **timing
 ) -> Measurement:
-    """FLOP/s of `torch.mm(a, b, out=c)` with n x n operands of `dtype` (2 n^3 FLOPs per call)."""
+    """FLOP/s of `torch.mm(a, b, out=c)` with n x n operands of `dtype` (2 n^3 FLOPs per call).
+
+    `timing`: keyword arguments of sampling.sample_kernels (clock, warmup_s, min_sample_s,
+    deadline, budget_end); `sync` defaults to the device's."""
     import torch
 
-    sync = sync or device_sync(device)
     td = torch_dtype(dtype)
     a = torch.empty(n, n, dtype=td, device=device).uniform_(-1, 1)
     b = torch.empty(n, n, dtype=td, device=device).uniform_(-1, 1)
     c = torch.empty(n, n, dtype=td, device=device)
     kernel = {dtype: ("flops", 2.0 * n**3, lambda: torch.mm(a, b, out=c))}
     with matmul_precision(dtype):  # the operands are freed when this returns
-        return sample_kernels(
-            kernel,
-            repeats,
-            sync,
-            clock,
-            warmup_s,
-            min_sample_s,
-            deadline=deadline,
-            budget_end=budget_end,
-        )[dtype]
+        return sample_kernels(kernel, repeats, sync or device_sync(device), **timing)[dtype]
 
 
 def probe_cpu_ratios(

@@ -18,18 +18,9 @@ the copies back to back on the GPU, bytes = copies x the bytes of one copy. docs
 from __future__ import annotations
 
 import math
-import time
 from typing import Callable
 
-from profiling.peaks.sampling import (
-    MIN_SAMPLE_S,
-    Clock,
-    Kernel,
-    Measurement,
-    Sync,
-    device_sync,
-    sample_kernels,
-)
+from profiling.peaks.sampling import Kernel, Measurement, Sync, device_sync, sample_kernels
 
 STREAM_KERNELS = {"copy": 2, "triad": 3}  # arrays moved per element, as STREAM counts them
 STREAM_ELEMENT_BYTES = 4  # float32: MPS has no float64; bytes moved do not depend on the dtype
@@ -116,19 +107,17 @@ def measure_stream(
     device: str = "cpu",
     *,
     sync: Sync | None = None,
-    clock: Clock = time.perf_counter,
-    warmup_s: float = 0.0,
-    min_sample_s: float = MIN_SAMPLE_S,
-    deadline: float = math.inf,
-    budget_end: float = math.inf,
     copies_per_call: int = 1,
     batch: Batch | None = None,
+    **timing,
 ) -> dict[str, Measurement]:
     """STREAM copy and triad, samples alternating, on three preallocated float32 arrays of
     `array_bytes` each, allocated and first touched once (untimed) and reused by every call.
 
     copies_per_call > 1: every call runs each kernel that many times, made into one call by
-    `batch` (default: cuda_graph on CUDA, repeat_calls elsewhere)."""
+    `batch` (default: cuda_graph on CUDA, repeat_calls elsewhere). `timing`: keyword arguments of
+    sampling.sample_kernels (clock, warmup_s, min_sample_s, deadline, budget_end); `sync`
+    defaults to the device's."""
     import torch
 
     sync = sync or device_sync(device)
@@ -147,16 +136,7 @@ def measure_stream(
             on_cuda = torch.device(device).type == "cuda"
             batch = (lambda fn, k: cuda_graph(fn, k, device)) if on_cuda else repeat_calls
         kernels = batched(kernels, copies_per_call, batch)
-    out = sample_kernels(
-        kernels,
-        repeats,
-        sync,
-        clock,
-        warmup_s,
-        min_sample_s,
-        deadline=deadline,
-        budget_end=budget_end,
-    )
+    out = sample_kernels(kernels, repeats, sync, **timing)
     for meas in out.values():
         meas.copies_per_call = copies_per_call
     return out
