@@ -200,9 +200,7 @@ def _measure(device, dtypes, n, array_bytes, l2_bytes, config, skipped, ratios) 
                 cpu_probe_ratios=ratios,
                 on_step=on_step,
             )
-        except (
-            RuntimeError
-        ) as err:  # CUDA and CPU allocators raise RuntimeErrors when out of memory
+        except RuntimeError as err:  # what CUDA and CPU allocators raise when out of memory
             if not is_out_of_memory(err):
                 raise
             step = steps[len(done)] if len(done) < len(steps) else "measurement"
@@ -275,9 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     device = resolve_device(config.device)
     device_type = device.split(":")[0]
     name = envinfo.device_name(device)
-    vendor = find(
-        name, overrides=config.peaks_file
-    )  # a bad peaks file fails here, before measuring
+    # a bad peaks file fails here, before measuring
+    vendor = find(name, overrides=config.peaks_file)
     hw = facts.device_facts(device)
     phases.lap("device")
     ratios: dict[str, float] = {}
