@@ -2,7 +2,7 @@
 
 Every kernel is a call with a known amount of work (FLOPs or bytes); a sample is the time between
 two device syncs around enough calls to last at least `min_sample_s`. The clock and the sync are
-injected, so every rule here is tested on CPU with a fake clock (tests/test_peaks.py).
+injected, so every rule here is tested on CPU with a fake clock (tests/test_peaks_sampling.py).
 """
 
 from __future__ import annotations
