@@ -39,7 +39,7 @@ def test_every_parameter_is_used_once_and_every_flag_exists():
         "main": "train.__main__",
         "profile": "profiling.cli",
         "sweep": "train.sweep",
-        "peaks": "profiling.peaks_cli",
+        "peaks": "profiling.peaks.__main__",
         "complexity": "train.complexity",
         "analyze": "analysis.app",
     }

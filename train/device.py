@@ -119,5 +119,7 @@ def is_out_of_memory(exc: BaseException) -> bool:
         return True
     text = str(exc)
     return isinstance(exc, RuntimeError) and (
-        "out of memory" in text.lower() or "DefaultCPUAllocator: can't allocate" in text
+        "out of memory" in text.lower()
+        or "DefaultCPUAllocator: can't allocate" in text  # Linux, macOS
+        or "DefaultCPUAllocator: not enough memory" in text  # Windows
     )
