@@ -7,7 +7,8 @@ artifact files, so that nothing the run logged depends on files that may be gone
 * `local_id`, `parent_local_id`: the run's and its parent's spool folder names;
 * `run_id`, `parent_run_id`, `experiment_id`: ids on the server, once it has the run (a run cut off
   mid-way, or one a resumed upload already created);
-* `experiment`, `status`, `tracking_uri` (the server the run was meant for), `created_s`;
+* `experiment`, `status`, `tracking_uri` (the server the run was meant for, without user name and
+  password), `created_s`;
 * `record`: the whole run as a RunRecord dict (what a resumed sweep reads: tags, params, status);
 * `unsent`: for a run the server already has, the part of `record` it does not have yet; None when
   the server has nothing of it (upload then sends `record`).

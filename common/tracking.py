@@ -17,6 +17,7 @@ analysis/fetch.py, which reads) import mlflow.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import time
@@ -29,12 +30,23 @@ from common import console, schema, spool
 from common.errors import BenchError, one_line
 
 # tracking_uri stays importable from here (common.tracking.tracking_uri) for callers that use it
-from common.server import check_reachable, is_unreachable, tracking_uri
+from common.server import (
+    check_reachable,
+    display_uri,
+    is_unreachable,
+    redact,
+    store_problem,
+    tracking_uri,  # noqa: F401 - re-exported
+)
 
 # Metric histories keep at most this many points per series (every k-th step beyond it, with the
 # stride in the tag `<name>_stride`). MLflow's SQL store inserts ~0.2 ms of CPU per metric row, so
 # 10,000 rows cost ~2 s; callers keep the full series as an artifact (see train/__main__.py).
 MAX_SERIES_POINTS = 1000
+
+# MLflow's SQL store logs every database error with its traceback at ERROR level before raising it;
+# the session reports the error itself, in one line.
+logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 
 
 def param_str(value: Any) -> str:
@@ -174,7 +186,7 @@ class RunSession:
             raise
         except Exception as exc:  # noqa: BLE001 - decide below
             if not is_unreachable(exc):
-                raise BenchError(f"cannot use the MLflow tracking store: {one_line(exc)}") from exc
+                raise BenchError(f"cannot use {store_problem(exc)}") from exc
             self._go_offline(exc)
         return self
 
@@ -192,6 +204,7 @@ class RunSession:
         else:
             self.status, self.error = "FAILED", one_line(exc)
         if self.error:
+            self.error = redact(self.error)
             self.set_tags({schema.TAG_ERROR: self.error[:5000]})
         self._finish()
         return False
@@ -348,7 +361,7 @@ class RunSession:
             parent_local_id=self.parent.local_id if self.parent else None,
             parent_run_id=self.parent.run_id if self.parent else None,
             status=self.status,
-            tracking_uri=tracking_uri(),
+            tracking_uri=display_uri(),
         )
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from common import console
 from common.cli import ArgumentParser, cli_entry
 from common.errors import BenchError, one_line
-from common.server import is_unreachable
+from common.server import is_unreachable, redact
 from common.spool import save_entry, spool_dir, spooled_runs
 from common.tracking import RunRecord, RunSession, experiment_id_for, mlflow_client
 
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             # a run id: the server has the run (created before the outage) and upload completes it in place
             where = f"completes run {e['run_id']} on" if e.get("run_id") else "for"
             console.result(
-                f"{e['local_id']}  {rec['run_kind']:8s} {rec.get('run_name') or '':40s} {e['status']}  ({where} {e['tracking_uri']})"
+                f"{e['local_id']}  {rec['run_kind']:8s} {rec.get('run_name') or '':40s} {e['status']}  ({where} {redact(e.get('tracking_uri') or '?')})"
             )
         console.result(f"{len(entries)} spooled run(s) in {folder}")
         return 0
