@@ -6,10 +6,12 @@ Every entry point (train, profile, peaks, analysis, sweep, complexity) records i
 * creates the MLflow run, or resumes the one `mlflow run` created (MLFLOW_RUN_ID);
 * writes params and tags as soon as they are known and everything else with batched calls;
 * ends the run FINISHED, or FAILED with a one-line `error` tag when the body raised;
-* when the tracking server cannot be reached, keeps the whole record in a local spool file
-  (common/spool.py) so that no measurement is lost; `python -m common.upload` (common/upload.py)
-  sends spooled runs once the server is back, through the session's public `continue_run`,
-  `create_run`, `send` and `terminate`.
+* when the tracking server cannot be reached, or refuses a write after the run was created (a
+  read-only database or artifact store), keeps the whole record in a local spool file
+  (common/spool.py) so that no measurement is lost; if the spool cannot be written either, in a
+  spool folder in the working directory (`RESCUE_DIR`), and says where. `python -m common.upload`
+  (common/upload.py) sends spooled runs once the store works again, through the session's public
+  `continue_run`, `create_run`, `send` and `terminate`.
 
 Whether the server answers, and which one is in use, is common/server.py's. Only these modules (and
 analysis/fetch.py, which reads) import mlflow.
@@ -17,6 +19,7 @@ analysis/fetch.py, which reads) import mlflow.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -43,6 +46,10 @@ from common.server import (
 # stride in the tag `<name>_stride`). MLflow's SQL store inserts ~0.2 ms of CPU per metric row, so
 # 10,000 rows cost ~2 s; callers keep the full series as an artifact (see train/__main__.py).
 MAX_SERIES_POINTS = 1000
+
+# Where a run goes when neither the store nor the spool folder can be written: a spool folder in the
+# working directory (python -m common.upload --spool-dir roofline-spool sends it).
+RESCUE_DIR = "roofline-spool"
 
 # MLflow's SQL store logs every database error with its traceback at ERROR level before raising it;
 # the session reports the error itself, in one line.
@@ -143,6 +150,7 @@ class RunSession:
         self._monitor = None
         self._written_params: set[str] = set()
         self._fail_reason: str | None = None
+        self._store_error = False  # offline because the store refused a write (not an outage)
 
     # ---------------------------------------------------------------- recording
     def log_params(self, params: dict[str, Any]) -> None:
@@ -186,8 +194,12 @@ class RunSession:
             raise
         except Exception as exc:  # noqa: BLE001 - decide below
             if not is_unreachable(exc):
-                raise BenchError(f"cannot use {store_problem(exc)}") from exc
-            self._go_offline(exc)
+                if self.run_id is None:  # nothing measured yet: say what is wrong and stop
+                    raise BenchError(f"cannot use {store_problem(exc)}") from exc
+                # created, then refused a write: keep measuring, spool at the end
+                self._store_failed(exc)
+            else:
+                self._go_offline(exc)
         return self
 
     def fail(self, reason: str) -> None:
@@ -216,10 +228,11 @@ class RunSession:
         try:
             self.send(self._pending)
             self._pending = RunRecord(self.record.run_kind)
-        except Exception as exc:  # noqa: BLE001
-            if not is_unreachable(exc):
-                raise
-            self._go_offline(exc)
+        except Exception as exc:  # noqa: BLE001 - nothing recorded is lost: spooled at the end
+            if is_unreachable(exc):
+                self._go_offline(exc)
+            else:
+                self._store_failed(exc)
 
     # ---------------------------------------------------------------- server side
     # What _open does, and what python -m common.upload does for a spooled run (common/upload.py).
@@ -330,16 +343,29 @@ class RunSession:
                 self.flush()
                 if not self.offline:
                     self.terminate(self.status)
-            except Exception as exc:  # noqa: BLE001
-                if not is_unreachable(exc):
-                    raise
-                self._go_offline(exc)
+            except Exception as exc:  # noqa: BLE001 - nothing recorded is lost: spooled below
+                if is_unreachable(exc):
+                    self._go_offline(exc)
+                else:
+                    self._store_failed(exc)
         if self.offline:
-            self.spool_path = self._spool()
-            console.info(
-                f"tracking server unreachable: run kept in {self.spool_path}; "
-                "send it later with `python -m common.upload`"
+            self.spool_path = self._keep()
+            if not self._store_error and self.spool_path.parent.parent == spool.spool_dir():
+                console.info(
+                    f"tracking server unreachable: run kept in {self.spool_path}; "
+                    "send it later with `python -m common.upload`"
+                )
+
+    def _store_failed(self, exc: BaseException) -> None:
+        """The store refused a write after the run was created (not an outage): say so once, and
+        keep the rest of the run in the spool like an offline run (upload completes it)."""
+        if not self.offline:
+            console.warn(
+                f"could not record the run in {store_problem(exc)}; the run is kept in the spool "
+                "instead: fix the store, then send it with `python -m common.upload`"
             )
+            self._store_error = True
+        self._go_offline(None)
 
     def _go_offline(self, exc: BaseException | None) -> None:
         if not self.offline and exc is not None:
@@ -348,7 +374,31 @@ class RunSession:
         if self.parent is not None:
             self.parent.offline = True  # siblings started after this one go straight offline
 
-    def _spool(self) -> Path:
+    def _keep(self) -> Path:
+        """Spool the run; when the spool folder cannot be written, write the same entry to a spool
+        folder in the working directory, and say where. Returns the entry's run.json."""
+        try:
+            return self._spool()
+        except OSError as exc:
+            failed = f"{spool.spool_dir()} ({one_line(exc)[:160]})"
+        try:
+            path = self._spool(Path(RESCUE_DIR).resolve())
+        except OSError as exc:  # nowhere to write: the summary printed by the caller is all
+            console.warn(
+                f"could not keep the run: neither the spool folder {failed} nor "
+                f"{Path(RESCUE_DIR).resolve()} ({one_line(exc)[:160]}) can be written"
+            )
+            console.warn(f"the run's record: {json.dumps(asdict(self.record))}")
+            raise BenchError(
+                "the run could not be written anywhere: its whole record is printed above"
+            ) from exc
+        console.warn(
+            f"could not write the spool folder {failed}: run kept in {path}; send it with "
+            f"`python -m common.upload --spool-dir {path.parent.parent}`"
+        )
+        return path
+
+    def _spool(self, folder: Path | None = None) -> Path:
         """Write the run to disk: the whole record and, for a run the server already has, the part
         still unsent (see common/spool.py)."""
         return spool.write_entry(
@@ -362,6 +412,7 @@ class RunSession:
             parent_run_id=self.parent.run_id if self.parent else None,
             status=self.status,
             tracking_uri=display_uri(),
+            folder=folder,
         )
 
 

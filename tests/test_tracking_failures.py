@@ -6,8 +6,10 @@ twice, and the user reads one line saying what to do, never a traceback."""
 from __future__ import annotations
 
 import http.server
+import json
 import os
 import threading
+from pathlib import Path
 
 import mlflow
 import pytest
@@ -15,8 +17,9 @@ import sqlalchemy
 
 from common import schema
 from common.errors import BenchError
-from common.tracking import RunSession
+from common.tracking import RESCUE_DIR, RunSession
 from common.upload import main as upload_main
+from common.upload import upload_spooled
 
 
 def _store():
@@ -32,6 +35,12 @@ def make_sqlite_read_only() -> None:
     ("attempt to write a readonly database"); works as root too, where file modes do not."""
     store = _store()
     sqlalchemy.event.listen(store.engine, "connect", _query_only)
+    store.engine.dispose()
+
+
+def make_sqlite_writable() -> None:
+    store = _store()
+    sqlalchemy.event.remove(store.engine, "connect", _query_only)
     store.engine.dispose()
 
 
@@ -51,6 +60,106 @@ def record_a_run(session: RunSession) -> None:
     session.log_metrics({"throughput_samples_per_s": 12.5})
     session.log_series("step_time_s", [0.5, 0.25])
     session.log_text("timing/step_times.csv", "step,step_time_s\n0,0.5\n1,0.25\n")
+
+
+# ------------------------------------------------------------------ stores that fail mid-run
+def test_sqlite_read_only_mid_run_keeps_the_run_in_the_spool_then_upload_completes_it(
+    tracking, capfd
+):
+    client = mlflow.tracking.MlflowClient()
+    with RunSession("train", run_name="ro", experiment="exp-ro") as s:
+        s.log_params({"model": "resnet18"})
+        s.flush()
+        make_sqlite_read_only()
+        s.log_metrics({"throughput_samples_per_s": 12.5})
+        s.log_series("step_time_s", [0.5, 0.25])
+        s.log_text("timing/step_times.csv", "step,step_time_s\n")
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "sqlalche.me" not in err
+    (warning,) = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert f"could not record the run in the tracking store {tracking} is read-only" in warning
+    assert "python -m common.upload" in warning
+    assert s.offline and s.spool_path.exists()
+    entry = json.loads(s.spool_path.read_text())
+    assert entry["run_id"] == s.run_id and entry["status"] == "FINISHED"
+    assert entry["unsent"]["metrics"] == {"throughput_samples_per_s": 12.5}
+
+    make_sqlite_writable()
+    assert upload_spooled() == (1, 0)
+    run = client.get_run(s.run_id)
+    assert run.info.status == "FINISHED" and run.data.metrics["throughput_samples_per_s"] == 12.5
+    assert len(client.get_metric_history(s.run_id, "step_time_s")) == 2
+
+
+def test_artifact_store_that_cannot_be_written_keeps_the_run_in_the_spool(tracking, tmp_path):
+    blocker = tmp_path / "blocker"  # a file where the artifact folder should be: mkdir fails
+    blocker.write_text("")
+    client = mlflow.tracking.MlflowClient()
+    exp = client.create_experiment("exp-art", artifact_location=str(blocker / "artifacts"))
+    with RunSession("train", run_name="art", experiment="exp-art") as s:
+        record_a_run(s)
+    assert s.offline
+    run = client.get_run(s.run_id)
+    assert run.info.experiment_id == exp and run.info.status == "RUNNING"
+    assert run.data.metrics["throughput_samples_per_s"] == 12.5  # sent before the artifact failed
+    assert list(json.loads(s.spool_path.read_text())["unsent"]["texts"]) == [
+        "timing/step_times.csv"
+    ]
+
+    blocker.unlink()
+    assert upload_spooled() == (1, 0)
+    assert client.get_run(s.run_id).info.status == "FINISHED"
+    assert [f.path for f in client.list_artifacts(s.run_id, "timing")] == ["timing/step_times.csv"]
+
+
+def test_spool_that_cannot_be_written_either_keeps_the_run_in_the_working_folder(
+    tracking, tmp_path, monkeypatch, capsys
+):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    monkeypatch.setenv("ROOFLINE_SPOOL_DIR", str(blocker / "spool"))
+    go_offline(monkeypatch)
+    with RunSession("train", run_name="rescued", experiment="exp-rescue") as s:
+        record_a_run(s)
+    rescue = Path(RESCUE_DIR).resolve()
+    assert s.spool_path == rescue / s.local_id / "run.json" and s.spool_path.exists()
+    err = capsys.readouterr().err
+    assert f"could not write the spool folder {blocker / 'spool'}" in err
+    assert f"run kept in {s.spool_path}" in err and f"--spool-dir {rescue}" in err
+
+    come_back(monkeypatch, tracking)
+    assert upload_main(["--spool-dir", str(rescue)]) == 0
+    (run,) = mlflow.search_runs(experiment_names=["exp-rescue"], output_format="list")
+    assert run.info.status == "FINISHED" and run.data.metrics["throughput_samples_per_s"] == 12.5
+
+
+def test_corrupt_spool_entry_is_skipped_with_a_line_naming_it_and_the_rest_is_sent(
+    tracking, monkeypatch, capsys
+):
+    go_offline(monkeypatch)
+    with RunSession("train", run_name="good", experiment="exp-corrupt") as s:
+        record_a_run(s)
+    spool = s.spool_path.parent.parent
+    bad = [spool / "truncated" / "run.json", spool / "not-an-entry" / "run.json"]
+    for path in bad:
+        path.parent.mkdir()
+    bad[0].write_text(s.spool_path.read_text()[:100])  # cut mid-way
+    bad[1].write_text("[1, 2]")
+    capsys.readouterr()
+
+    assert upload_main(["--list"]) == 0
+    out, err = capsys.readouterr()
+    assert "1 spooled run(s)" in out and s.local_id in out
+    for path in bad:
+        assert f"warning: skipped spool entry {path}: it cannot be read" in err
+
+    come_back(monkeypatch, tracking)
+    assert upload_main([]) == 0
+    out, err = capsys.readouterr()
+    assert "uploaded 1 run(s)" in out and "Traceback" not in err
+    assert all(f"skipped spool entry {path}" in err for path in bad)
+    (run,) = mlflow.search_runs(experiment_names=["exp-corrupt"], output_format="list")
+    assert run.info.status == "FINISHED"
 
 
 # ------------------------------------------------------------------ one line, not a traceback
