@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import signal
 
 EXIT_USAGE = 2  # bad input: flags, names, paths
 EXIT_FAILURE = 1  # the measurement itself failed (out of memory, corrupt data, ...)
@@ -18,6 +19,16 @@ class UsageError(BenchError):
     """Bad input detected before any measurement (flags, model names, paths)."""
 
     exit_code = EXIT_USAGE
+
+
+class Terminated(KeyboardInterrupt):
+    """The process was asked to stop by a signal other than Ctrl-C (SIGTERM: `timeout`, systemd,
+    Kubernetes, Slurm; SIGHUP: the terminal closed). An interrupt like Ctrl-C's, so that the same code
+    ends runs KILLED and keeps what was measured; common.cli installs the handlers that raise it."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(f"terminated by {signal.Signals(signum).name}")
 
 
 def one_line(exc: BaseException) -> str:

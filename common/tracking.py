@@ -5,7 +5,8 @@ Every entry point (train, profile, peaks, analysis, sweep, complexity) records i
 
 * creates the MLflow run, or resumes the one `mlflow run` created (MLFLOW_RUN_ID);
 * writes params and tags as soon as they are known and everything else with batched calls;
-* ends the run FINISHED, or FAILED with a one-line `error` tag when the body raised;
+* ends the run FINISHED, FAILED with a one-line `error` tag when the body raised, or KILLED when
+  it was interrupted (Ctrl-C, or SIGTERM/SIGHUP: common/cli.py turns those into an interrupt);
 * when the tracking server cannot be reached, or refuses a write after the run was created (a
   read-only database or artifact store), keeps the whole record in a local spool file
   (common/spool.py) so that no measurement is lost; if the spool cannot be written either, in a
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from common import console, schema, spool
-from common.errors import BenchError, one_line
+from common.errors import BenchError, Terminated, one_line
 
 # tracking_uri stays importable from here (common.tracking.tracking_uri) for callers that use it
 from common.server import (
@@ -211,6 +212,8 @@ class RunSession:
             self.status, self.error = "FAILED", self._fail_reason
         elif exc is None:
             self.status = "FINISHED"
+        elif isinstance(exc, Terminated):
+            self.status, self.error = "KILLED", str(exc)
         elif isinstance(exc, KeyboardInterrupt):
             self.status, self.error = "KILLED", "interrupted by the user"
         else:

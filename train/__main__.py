@@ -80,7 +80,13 @@ def run(
             }
         )
         session.flush()
-        result = run_benchmark(cfg, device, progress=progress)
+        step_times: list[float] = []
+        try:
+            result = run_benchmark(cfg, device, progress=progress, step_times=step_times)
+        except BaseException:  # interrupted (KILLED) or failed mid-way: keep what was measured
+            if step_times:
+                session.log_text("timing/step_times.csv", step_times_csv(step_times))
+            raise
         session.set_tags(
             {"data_description": result.data_description, "measure_stop": result.stop_reason}
         )
