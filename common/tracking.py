@@ -7,6 +7,9 @@ Every entry point (train, profile, peaks, analysis, sweep, complexity) records i
 * writes params and tags as soon as they are known and everything else with batched calls;
 * ends the run FINISHED, FAILED with a one-line `error` tag when the body raised, or KILLED when
   it was interrupted (Ctrl-C, or SIGTERM/SIGHUP: common/cli.py turns those into an interrupt);
+* tags the run with the process that drives it (`process`: host, pid, start time), so that a later
+  command can tell a run left RUNNING by a process that is gone (`kill -9`) and end it FAILED
+  (`close_stale_runs`, which every top-level session runs when it opens);
 * when the tracking server cannot be reached, or refuses a write after the run was created (a
   read-only database or artifact store), keeps the whole record in a local spool file
   (common/spool.py) so that no measurement is lost; if the spool cannot be written either, in a
@@ -246,11 +249,13 @@ class RunSession:
         run = client.get_run(run_id)
         self.run_id, self.experiment_id = run_id, run.info.experiment_id
         self._written_params = set(run.data.params)
+        client.set_tag(run_id, schema.TAG_PROCESS, process_tag())  # this process drives it now
 
     def create_run(self, experiment_id: str, parent_run_id: str | None, client) -> None:
         """Create this session's run in `experiment_id` through `client`, named and tagged as
         recorded so far, nested under `parent_run_id` when one is given."""
-        tags = dict(self.record.tags)
+        tags = {**self.record.tags, schema.TAG_PROCESS: process_tag()}
+        tags.setdefault(schema.TAG_HOST, schema.host_name())
         if parent_run_id:
             tags["mlflow.parentRunId"] = parent_run_id
         self._client = client
@@ -316,6 +321,8 @@ class RunSession:
             self.experiment_id = self._experiment_id()
             parent_run_id = self.parent.run_id if self.parent is not None else None
             self.create_run(self.experiment_id, parent_run_id, self._client)
+        if self.parent is None:  # once the store proved it works: runs of dead processes
+            close_stale_runs(self._client)
         if self.system_metrics:
             self._start_monitor()
         self.flush()
@@ -441,6 +448,108 @@ def experiment_id_for(name: str | None, create: bool = False, client=None) -> st
             return exp.experiment_id
         return client.create_experiment(name) if create else None
     return os.environ.get("MLFLOW_EXPERIMENT_ID") or "0"
+
+
+def process_tag(pid: int | None = None) -> str:
+    """The `process` tag of a run driven by process `pid` (default: this one) of this host:
+    `<host>:<pid>:<start time, s since the epoch>` (a pid is reused; a pid and its start time are not)."""
+    pid = os.getpid() if pid is None else pid
+    return f"{schema.host_name()}:{pid}:{_process_start_s(pid) or 0:.2f}"
+
+
+def _process_start_s(pid: int) -> float | None:
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return proc.create_time()
+    except psutil.Error:
+        return None
+
+
+def process_gone(tag: str) -> bool:
+    """Whether the process a `process` tag names is known to be gone: it ran on this host and no
+    process with that pid and start time is alive. False for another host's process, a malformed
+    tag or a process this user may not inspect: a run is never ended on a guess."""
+    try:
+        host, pid, start = tag.rsplit(":", 2)
+        pid, start = int(pid), float(start)
+    except ValueError:
+        return False
+    if host != schema.host_name() or pid <= 0:
+        return False
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        alive = proc.status() != psutil.STATUS_ZOMBIE
+        return not alive or abs(proc.create_time() - start) > 1.0
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.Error:  # access denied: it exists, we cannot tell whose it is
+        return False
+
+
+STALE_REASON = "interrupted: the process recording this run ended before the run finished"
+
+
+def close_stale_runs(client=None, experiment_ids: list[str] | None = None) -> list[str]:
+    """End FAILED every RUNNING run whose `process` tag names a process of this host that is gone
+    (killed with `kill -9`, a crash, a power cut): such a run would otherwise stay RUNNING forever.
+
+    Runs of other hosts, of live processes, without the tag (made by older versions, or by `mlflow
+    run` before the script took them over) and runs the local spool will complete (their id is in a
+    spool entry) are left alone. Returns the ids it ended. Never raises: a
+    store that cannot be searched just leaves them for next time.
+    """
+    try:
+        client = mlflow_client(client)
+        if experiment_ids is None:
+            experiment_ids = _all_experiment_ids(client)
+        kept = _spooled_ids()
+        host = schema.host_name()
+        filt = f"attributes.status = 'RUNNING' and tags.{schema.TAG_PROCESS} LIKE {schema.filter_literal(host + ':%', 'host name')}"
+        closed = []
+        for i in range(0, len(experiment_ids), 100):
+            for run in client.search_runs(experiment_ids[i : i + 100], filt, max_results=1000):
+                tags = run.data.tags
+                if run.info.run_id in kept:
+                    continue
+                if process_gone(tags.get(schema.TAG_PROCESS, "")):
+                    mark_failed(run.info.run_id, STALE_REASON, client)
+                    closed.append(run.info.run_id)
+    except Exception as exc:  # noqa: BLE001 - housekeeping never stops a measurement
+        console.note(
+            f"could not look for runs left RUNNING by dead processes ({one_line(exc)[:160]})"
+        )
+        return []
+    if closed:
+        console.info(
+            f"marked {len(closed)} run(s) left RUNNING by a process that is gone as FAILED"
+        )
+    return closed
+
+
+def _all_experiment_ids(client) -> list[str]:
+    ids, token = [], None
+    while True:
+        page = client.search_experiments(max_results=1000, page_token=token)
+        ids += [e.experiment_id for e in page]
+        token = page.token
+        if not token:
+            return ids
+
+
+def _spooled_ids() -> set[str]:
+    """Run ids and local ids of the local spool's entries (runs that upload will complete)."""
+    out = set()
+    for entry in spool.spooled_runs(warn=False):
+        out.add(entry["local_id"])
+        if entry.get("run_id"):
+            out.add(entry["run_id"])
+    return out
 
 
 def mark_failed(run_id: str, reason: str, client=None) -> None:

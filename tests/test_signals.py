@@ -1,5 +1,6 @@
 """Runs that never end: SIGTERM/SIGHUP end a real `python -m train` KILLED with the reason and keep
-the steps measured so far."""
+the steps measured so far; a run whose process was killed with `kill -9` is ended FAILED by the next
+command against the store, and only that one (not another host's, not a live process's)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import mlflow
 import pytest
 
 from common import schema
+from common.tracking import STALE_REASON, RunSession, close_stale_runs, process_tag
 from tests.conftest import ROOT
 from tests.helpers import TINY
 
@@ -67,3 +69,86 @@ def test_stop_signal_ends_a_real_train_run_killed_and_keeps_the_steps_measured(t
         lines[0] == "step,step_time_s" and len(lines) >= 2
     )  # the steps measured before the signal
     assert all(float(line.split(",")[1]) > 0 for line in lines[1:])
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_run_of_a_killed_process_is_failed_by_the_next_run_and_nothing_else(tracking):
+    """`kill -9` cannot be caught: the next session against the store ends that run FAILED. Runs of
+    another host, of a live process, of a process whose pid was reused, and without the tag stay."""
+    script = (
+        "import sys, time\n"
+        "from common.tracking import RunSession\n"
+        "with RunSession('train', run_name='victim') as s:\n"
+        "    print(s.run_id, flush=True)\n"
+        "    time.sleep(600)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], env=_env(), stdout=subprocess.PIPE, text=True
+    )
+    victim = proc.stdout.readline().strip()
+    client = mlflow.tracking.MlflowClient()
+    assert client.get_run(victim).info.status == "RUNNING"
+
+    def running(tag: str | None) -> str:
+        tags = {schema.TAG_RUN_KIND: "train"} | ({schema.TAG_PROCESS: tag} if tag else {})
+        return client.create_run("0", tags=tags).info.run_id
+
+    host = schema.host_name()
+    others = {
+        "another host": running(f"not-{host}:{_dead_pid()}:0.00"),
+        "a live process": running(process_tag(os.getpid())),
+        "no process tag": running(None),
+        "a malformed tag": running("garbage"),
+    }
+    # a pid that now belongs to a live process started later than the one that made the run
+    reused = running(f"{host}:{os.getpid()}:1000.00")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert client.get_run(victim).info.status == "RUNNING"  # nothing could end it
+
+    with RunSession("train", run_name="next"):
+        pass
+    for run_id in (victim, reused):
+        run = client.get_run(run_id)
+        assert run.info.status == "FAILED" and run.data.tags[schema.TAG_ERROR] == STALE_REASON
+    for what, run_id in others.items():
+        assert client.get_run(run_id).info.status == "RUNNING", what
+    assert close_stale_runs() == []  # done once
+
+
+def test_stale_run_that_the_spool_will_complete_is_left_to_upload(tracking):
+    """A run cut off by an outage and spooled (its id in the spool entry) belongs to upload, which
+    completes it FINISHED: the stale sweep must not fail it first."""
+    from common.spool import write_entry
+
+    client = mlflow.tracking.MlflowClient()
+    tag = f"{schema.host_name()}:{_dead_pid()}:0.00"
+    run_id = client.create_run("0", tags={schema.TAG_PROCESS: tag}).info.run_id
+    write_entry(
+        "cut",
+        record={
+            "run_kind": "train",
+            "run_name": "cut",
+            "params": {},
+            "tags": {},
+            "metrics": {},
+            "series": {},
+            "texts": {},
+            "files": {},
+        },
+        unsent=None,
+        run_id=run_id,
+        experiment_id="0",
+        experiment=None,
+        parent_local_id=None,
+        parent_run_id=None,
+        status="FINISHED",
+        tracking_uri=tracking,
+    )
+    assert close_stale_runs() == []
+    assert client.get_run(run_id).info.status == "RUNNING"
