@@ -154,6 +154,7 @@ class RunSession:
         self._monitor = None
         self._written_params: set[str] = set()
         self._fail_reason: str | None = None
+        self._stale_error = False
         self._store_error = False  # offline because the store refused a write (not an outage)
 
     # ---------------------------------------------------------------- recording
@@ -249,6 +250,8 @@ class RunSession:
         run = client.get_run(run_id)
         self.run_id, self.experiment_id = run_id, run.info.experiment_id
         self._written_params = set(run.data.params)
+        # a resumed run (a sweep's parent) may carry the error of the attempt it resumes
+        self._stale_error = schema.TAG_ERROR in run.data.tags
         client.set_tag(run_id, schema.TAG_PROCESS, process_tag())  # this process drives it now
 
     def create_run(self, experiment_id: str, parent_run_id: str | None, client) -> None:
@@ -303,7 +306,11 @@ class RunSession:
             del rec.files[path]
 
     def terminate(self, status: str) -> None:
-        """End the run on the server with `status` (FINISHED, FAILED, KILLED)."""
+        """End the run on the server with `status` (FINISHED, FAILED, KILLED). A continued run that
+        ends FINISHED loses the `error` tag an earlier attempt left on it."""
+        if status == "FINISHED" and self._stale_error:
+            self._client.delete_tag(self.run_id, schema.TAG_ERROR)
+            self._stale_error = False
         self._client.set_terminated(self.run_id, status=status)
 
     # ---------------------------------------------------------------- internals

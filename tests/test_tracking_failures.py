@@ -229,3 +229,16 @@ def test_credentials_in_the_tracking_uri_are_never_printed_or_stored(tracking, m
     stored = "".join(p.read_text() for p in s.spool_path.parent.rglob("*") if p.is_file())
     assert "s3cr3t" not in stored
     assert s.record.tags[schema.TAG_ERROR] == "could not reach http://***@127.0.0.1:9/api"
+
+
+# ------------------------------------------------------------------ resumed runs
+def test_resumed_run_that_finishes_loses_the_error_of_the_interrupted_attempt(tracking):
+    with pytest.raises(KeyboardInterrupt):
+        with RunSession("sweep", run_name="p") as first:
+            raise KeyboardInterrupt
+    client = mlflow.tracking.MlflowClient()
+    assert client.get_run(first.run_id).data.tags[schema.TAG_ERROR] == "interrupted by the user"
+    with RunSession("sweep", run_id=first.run_id):
+        pass
+    run = client.get_run(first.run_id)
+    assert run.info.status == "FINISHED" and schema.TAG_ERROR not in run.data.tags
