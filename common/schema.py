@@ -23,6 +23,8 @@ TAG_INTENSITY_SOURCE = "intensity_source"  # "measured" (ncu counters) or "model
 # `<host>:<pid>:<start s>` of the process that drives the run (common.tracking.process_tag): how a
 # later command tells a run left RUNNING by a dead process from a live one
 TAG_PROCESS = "process"
+# on a run `python -m common.upload` created: the spool entry it came from (a second upload finds it)
+TAG_SPOOL_ID = "spool_local_id"
 
 RUN_KINDS = ("train", "profile", "peaks", "analysis", "sweep", "complexity")
 

@@ -14,20 +14,23 @@ artifact files, so that nothing the run logged depends on files that may be gone
   the server has nothing of it (upload then sends `record`).
 
 An entry that cannot be read (a corrupt or hand-edited run.json) is skipped with a warning naming
-it; the others are still read.
+it; the others are still read. `entry_lock` keeps two uploads from sending one entry twice.
 
 Reading and writing only: sending spooled runs is common/upload.py's job. No mlflow here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import time
 from pathlib import Path
+from typing import Iterator
 
 from common import console
+from common.locks import locked
 
 SPOOL_ENV = "ROOFLINE_SPOOL_DIR"
 
@@ -84,6 +87,19 @@ def read_entry(path: str | Path, warn: bool = True) -> dict | None:
     entry.setdefault("parent_local_id", None)
     entry["_path"] = str(path)
     return entry
+
+
+@contextlib.contextmanager
+def entry_lock(entry: dict) -> Iterator[dict | None]:
+    """Lock a spool entry against other processes and read it again: yields its current content,
+    or None when another process holds it or it is gone (sent by another upload)."""
+    path = Path(entry["_path"])
+    with contextlib.ExitStack() as stack:
+        try:
+            held = stack.enter_context(locked(path.parent / ".lock"))
+        except FileNotFoundError:  # its folder was removed: another upload sent it
+            held = False
+        yield read_entry(path) if held else None
 
 
 def save_entry(entry: dict, path: str | Path | None = None) -> None:

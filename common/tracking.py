@@ -507,8 +507,8 @@ def close_stale_runs(client=None, experiment_ids: list[str] | None = None) -> li
     (killed with `kill -9`, a crash, a power cut): such a run would otherwise stay RUNNING forever.
 
     Runs of other hosts, of live processes, without the tag (made by older versions, or by `mlflow
-    run` before the script took them over) and runs the local spool will complete (their id is in a
-    spool entry) are left alone. Returns the ids it ended. Never raises: a
+    run` before the script took them over) and runs the local spool will complete (their id, or their
+    `spool_local_id`, is in a spool entry) are left alone. Returns the ids it ended. Never raises: a
     store that cannot be searched just leaves them for next time.
     """
     try:
@@ -522,7 +522,7 @@ def close_stale_runs(client=None, experiment_ids: list[str] | None = None) -> li
         for i in range(0, len(experiment_ids), 100):
             for run in client.search_runs(experiment_ids[i : i + 100], filt, max_results=1000):
                 tags = run.data.tags
-                if run.info.run_id in kept:
+                if run.info.run_id in kept or tags.get(schema.TAG_SPOOL_ID) in kept:
                     continue
                 if process_gone(tags.get(schema.TAG_PROCESS, "")):
                     mark_failed(run.info.run_id, STALE_REASON, client)

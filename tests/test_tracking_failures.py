@@ -8,6 +8,8 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -17,9 +19,11 @@ import sqlalchemy
 
 from common import schema
 from common.errors import BenchError
+from common.spool import entry_lock, spooled_runs
 from common.tracking import RESCUE_DIR, RunSession
 from common.upload import main as upload_main
 from common.upload import upload_spooled
+from tests.conftest import ROOT
 
 
 def _store():
@@ -213,6 +217,25 @@ def test_http_service_that_is_not_mlflow_is_one_line(tracking, not_mlflow, monke
     )
 
 
+def test_upload_to_a_server_that_is_down_fails_on_the_health_check(tracking, monkeypatch, capsys):
+    go_offline(monkeypatch)
+    with RunSession("train", run_name="waiting") as s:
+        record_a_run(s)
+    capsys.readouterr()
+    calls = []
+    monkeypatch.setattr(
+        mlflow.tracking.MlflowClient, "__init__", lambda *a, **k: calls.append(a) or None
+    )
+    assert upload_main([]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "error: http://127.0.0.1:9 does not answer (ConnectionError): 1 run(s) stay in "
+        f"{s.spool_path.parent.parent}; run this command again when the server is back"
+    ]
+    assert calls == []  # no MLflow call, so none of its minutes of retries
+    assert s.spool_path.exists()
+
+
 # ------------------------------------------------------------------ credentials
 def test_credentials_in_the_tracking_uri_are_never_printed_or_stored(tracking, monkeypatch, capsys):
     from common.server import ui_hint
@@ -242,3 +265,81 @@ def test_resumed_run_that_finishes_loses_the_error_of_the_interrupted_attempt(tr
         pass
     run = client.get_run(first.run_id)
     assert run.info.status == "FINISHED" and schema.TAG_ERROR not in run.data.tags
+
+
+# ------------------------------------------------------------------ no duplicates
+def spool_a_sweep(monkeypatch, children: int = 4) -> None:
+    go_offline(monkeypatch)
+    with RunSession("sweep", run_name="p", experiment="exp-dup") as parent:
+        parent.log_params({"sweep_repeats": 1})
+        for i in range(children):
+            with RunSession("train", run_name=f"c{i}", experiment="exp-dup", parent=parent) as c:
+                record_a_run(c)
+
+
+def runs_of(experiment: str) -> list:
+    return mlflow.search_runs(experiment_names=[experiment], output_format="list")
+
+
+def test_upload_skips_an_entry_another_upload_holds(tracking, monkeypatch):
+    spool_a_sweep(monkeypatch, children=1)
+    come_back(monkeypatch, tracking)
+    parent = next(e for e in spooled_runs() if e["record"]["run_kind"] == "sweep")
+    with entry_lock(parent) as held:
+        assert held is not None
+        assert upload_spooled() == (0, 2)  # the parent is busy; its child waits for it
+    assert runs_of("exp-dup") == []
+    assert upload_spooled() == (2, 0)
+
+
+def test_upload_killed_between_creating_a_run_and_saving_its_id_reuses_that_run(
+    tracking, monkeypatch
+):
+    import common.upload as up
+
+    spool_a_sweep(monkeypatch, children=0)
+    come_back(monkeypatch, tracking)
+    with monkeypatch.context() as m:
+
+        def killed(*a, **k):
+            raise KeyboardInterrupt  # the upload process dies here
+
+        m.setattr(up, "save_entry", killed)
+        with pytest.raises(KeyboardInterrupt):
+            upload_spooled()
+    (made,) = runs_of("exp-dup")
+    assert made.info.status == "RUNNING" and not made.data.params
+    assert upload_spooled() == (1, 0)
+    (run,) = runs_of("exp-dup")
+    assert run.info.run_id == made.info.run_id and run.info.status == "FINISHED"
+    assert run.data.params == {"sweep_repeats": "1"}
+
+
+def test_two_uploads_at_once_send_every_run_once(on_server, monkeypatch, tmp_path):
+    spool_a_sweep(monkeypatch, children=4)
+    come_back(monkeypatch, on_server.url)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "common.upload"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outputs = [p.communicate(timeout=600)[0] for p in procs]
+    # both may end 0; one may find runs the other holds (exit 1, "run this command again")
+    if spooled_runs():
+        assert upload_main([]) == 0, outputs
+    runs = runs_of("exp-dup")
+    kinds = sorted(r.data.tags[schema.TAG_RUN_KIND] for r in runs)
+    assert kinds == ["sweep"] + ["train"] * 4, outputs
+    parent = next(r for r in runs if r.data.tags[schema.TAG_RUN_KIND] == "sweep")
+    assert all(
+        r.data.tags.get("mlflow.parentRunId") == parent.info.run_id
+        for r in runs
+        if r.data.tags[schema.TAG_RUN_KIND] == "train"
+    )
+    assert {r.info.status for r in runs} == {"FINISHED"}
