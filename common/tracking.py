@@ -58,6 +58,9 @@ RESCUE_DIR = "roofline-spool"
 # MLflow's SQL store logs every database error with its traceback at ERROR level before raising it;
 # the session reports the error itself, in one line.
 logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
+# MLflow prints "View run <name> at: <tracking URI>/#/..." when a run on a server ends, user name and
+# password included; the commands print their own hint, redacted (common.server.ui_hint).
+os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
 
 
 def param_str(value: Any) -> str:

@@ -254,6 +254,19 @@ def test_credentials_in_the_tracking_uri_are_never_printed_or_stored(tracking, m
     assert s.record.tags[schema.TAG_ERROR] == "could not reach http://***@127.0.0.1:9/api"
 
 
+def test_credentials_are_not_printed_by_mlflow_either(on_server, monkeypatch, capfd):
+    """MLflow prints "View run ... at: <URI>" when a run on a server ends, password included."""
+    secret = on_server.url.replace("http://", "http://alice:s3cr3t-pw@")
+    come_back(monkeypatch, secret)
+    with RunSession("train", run_name="leak") as s:
+        record_a_run(s)
+    out, err = capfd.readouterr()
+    assert "s3cr3t" not in out + err
+    run = mlflow.tracking.MlflowClient().get_run(s.run_id)
+    assert run.info.status == "FINISHED"
+    assert "s3cr3t" not in json.dumps(run.data.tags) + json.dumps(run.data.params)
+
+
 # ------------------------------------------------------------------ resumed runs
 def test_resumed_run_that_finishes_loses_the_error_of_the_interrupted_attempt(tracking):
     with pytest.raises(KeyboardInterrupt):
