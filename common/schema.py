@@ -108,6 +108,51 @@ def default_env_label() -> str:
     return host_name()
 
 
+# Longest env label (and sweep name): a name to read in a legend, not a description. MLflow cuts
+# tag values at 8,000 characters without a word (a cut label never matches again: the next sweep
+# resumed nothing), and figure file names are built from labels.
+MAX_LABEL_CHARS = 100
+
+
+def env_label(text: str | None) -> str:
+    """The env label to record for `text` (`--env-label`): stripped, the host name when empty, and
+    checked by `check_label` (ValueError naming the rule). The one rule every command applies, so
+    that a label one command accepts, every other command (analysis --env-label, a sweep) accepts."""
+    label = str(text or "").strip()
+    if not label:
+        label = default_env_label()
+        if len(label) > MAX_LABEL_CHARS:  # a host name may be 253 characters long
+            raise ValueError(
+                f"the host name {label[:40]!r}... is longer than {MAX_LABEL_CHARS} characters: "
+                "give --env-label"
+            )
+    return check_label(label, "env_label")
+
+
+def check_label(text: str, what: str) -> str:
+    """`text` if it is a usable label (env label, sweep name), else ValueError saying why: at most
+    MAX_LABEL_CHARS characters of one line of printable text (no control characters), no comma
+    (analysis --env-label separates labels with commas), not both quote characters (an MLflow
+    search filter cannot hold both)."""
+    shown = f"{text[:40]!r}{'...' if len(text) > 40 else ''}"
+    if len(text) > MAX_LABEL_CHARS:
+        raise ValueError(
+            f"{what} {shown} is {len(text)} characters long: use at most {MAX_LABEL_CHARS}"
+        )
+    if not text.isprintable():
+        raise ValueError(
+            f"{what} {shown} contains a line break or another control character: use one line"
+        )
+    if "," in text:
+        raise ValueError(
+            f"{what} {shown} contains a comma, which separates labels in analysis --env-label: "
+            "use another character"
+        )
+    if "'" in text and '"' in text:
+        raise ValueError(f"{what} {shown} contains both quote characters ' and \"; rename it")
+    return text
+
+
 def filter_literal(value: str, what: str = "value") -> str:
     """`value` as a string literal of an MLflow search filter, which has no escape for quotes:
     single quotes, else double quotes; a value holding both cannot be searched for (UsageError)."""
