@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from common import console
 from common.errors import BenchError
 from profiling.ncu_metrics import METRIC_SETS, TENSOR_MODES
 
@@ -60,7 +61,8 @@ class CaptureOptions:
     """training steps measured between torch.cuda.profiler.start() and stop() (after warmup)."""
     metric_set: str = "roofline"
     """roofline (FLOPs per precision, tensor work, DRAM/L2/L1 bytes, time) or seed (the course
-    brief's list; its flop_count_sp/hp are nvprof-era names that ncu rejects)."""
+    brief's quantities: fp32/fp16 FLOPs, DRAM and PCIe bytes), names chosen per chip
+    (ncu_metrics.plan_metrics)."""
     extra_metrics: tuple[str, ...] = ()
     """more ncu metric names, appended to the set's --metrics list."""
     replay_mode: str = "kernel"
@@ -73,9 +75,10 @@ class CaptureOptions:
     launch_count: int | None = None
     """ncu --launch-count: profile at most this many launches (None: all)."""
     tensor_counters: str = "auto"
-    """auto (by compute capability), ops (sm__ops_path_tensor_*, sm_80+), inst
-    (sm__inst_executed_pipe_tensor.sum x the FLOPs of one tensor instruction on that architecture,
-    ncu_metrics.TENSOR_INST_FLOPS: sm_70/75; warns on sm_80-89, refused on sm_90+) or none."""
+    """auto (the chip's sm__ops_path_tensor_* counters where it has them, Turing on; instruction
+    counts on Volta; none without tensor cores), ops, inst (sm__inst_executed_pipe_tensor.sum x the
+    FLOPs of one tensor instruction, ncu_metrics.TENSOR_INST_FLOPS: warns on sm_75-89, refused on
+    sm_90+) or none."""
     extra_ncu_args: tuple[str, ...] = field(default=())
     """further ncu arguments inserted before the program (advanced; e.g. ("--cache-control", "none"))."""
 
@@ -111,11 +114,8 @@ class CaptureOptions:
 
     @property
     def legacy_metrics(self) -> list[str]:
-        """nvprof-era names this capture would ask ncu for (it will reject them)."""
-        asked = (["flop_count_sp", "flop_count_hp"] if self.metric_set == "seed" else []) + list(
-            self.extra_metrics
-        )
-        return [m for m in asked if m in LEGACY_NVPROF_METRICS]
+        """nvprof-era names among the extra metrics (ncu rejects them)."""
+        return [m for m in self.extra_metrics if m.split(".")[0] in LEGACY_NVPROF_METRICS]
 
 
 def train_argv(python: str, config_flags: list[str], profile_steps: int) -> list[str]:
@@ -257,7 +257,6 @@ def run_ncu(
     argv: list[str],
     log_file: str | os.PathLike,
     cwd: str | os.PathLike | None = None,
-    say: Callable[[str], None] = print,
     poll_s: float = 15.0,
 ) -> NcuRun:
     """Run ncu, tee its console output (and the profiled program's) to this terminal while keeping
@@ -289,7 +288,9 @@ def run_ncu(
                 break
             except subprocess.TimeoutExpired:
                 size = os.path.getsize(log_file) if os.path.exists(log_file) else 0
-                say(f"  ncu running: {time.monotonic() - t0:.0f} s, log {size / 1e3:.0f} kB")
+                console.info(
+                    f"  ncu running: {time.monotonic() - t0:.0f} s, log {size / 1e3:.0f} kB"
+                )
     except KeyboardInterrupt:
         proc.terminate()
         try:

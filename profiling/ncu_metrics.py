@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from common.errors import BenchError
+from common.errors import BenchError, UsageError
+from profiling.chips import ChipCounters, parse_tensor_name
 from profiling.ncu_parse import DEVICE_NAME_METRIC, LEGACY_NVPROF_METRICS, NcuKernel, NcuReport  # noqa: F401
 
 HALF_LANES = 2
@@ -111,42 +112,136 @@ def op_counter(op: str, unit: str = "sm") -> str:
 
 
 def tensor_counters_for(capability: tuple[int, int] | None) -> str:
-    """ "ops" (sm_80+, or unknown), "inst" (sm_70/sm_75: Volta, Turing) or "none" (no tensor cores)."""
-    if capability is None or tuple(capability) >= (8, 0):
+    """For a GPU whose chip is not known: "ops" (sm_75+, or unknown), "inst" (sm_70/72: Volta,
+    which NVIDIA's metric database does not cover) or "none" (no tensor cores)."""
+    if capability is None or tuple(capability) >= (7, 5):
         return "ops"
     return "inst" if tuple(capability) >= (7, 0) else "none"
 
 
-def metric_list(
-    metric_set: str, tensor: str = "ops", extra: tuple[str, ...] | list[str] = ()
-) -> list[str]:
-    """The ``--metrics`` list for a metric set ("roofline" or "seed") plus extra metrics, no duplicates."""
-    if metric_set == "roofline":
-        names = [op_counter(op) for p in PRECISIONS for op in OPS[p]]
-        if tensor == "ops":
-            names += list(TENSOR_OPS_METRICS)
-        elif tensor == "inst":
-            names.append(TENSOR_INST[0])
-        elif tensor != "none":
-            raise ValueError(f"tensor counters must be ops, inst or none, got {tensor!r}")
-        names += [DRAM_READ[0], DRAM_WRITE[0], L2_BYTES, L1_BYTES, TIME_METRIC]
-    elif metric_set == "seed":
-        names = [
-            "flop_count_sp",
-            "flop_count_hp",
-            "dram__bytes_read.sum",
-            "dram__bytes_write.sum",
-            "pcie__read_bytes.sum",
-            "pcie__write_bytes.sum",
-        ]
-    else:
+@dataclass
+class MetricPlan:
+    """What to ask ncu for on one chip, and what that chip cannot count."""
+
+    metrics: list[str]
+    """the ``--metrics`` list, in order, no duplicates."""
+    tensor: str
+    """the tensor-core counters used: ops, inst or none."""
+    chip: str | None = None
+    """the chip the names were chosen for (None: generic names, not checked)."""
+    missing: list[str] = field(default_factory=list)
+    """quantities the chip has no counter for ("DRAM bytes", "tensor-core FLOPs", ...)."""
+    notes: list[str] = field(default_factory=list)
+    """lines for the user about choices made (substituted names, skipped counters)."""
+
+
+def plan_metrics(
+    metric_set: str,
+    tensor: str = "auto",
+    extra: tuple[str, ...] | list[str] = (),
+    counters: ChipCounters | None = None,
+    capability: tuple[int, int] | None = None,
+) -> MetricPlan:
+    """The metric list of `metric_set` for the chip `counters` describes (names that exist there,
+    fallbacks chosen from what it has), plus `extra`. Without `counters` (a chip NVIDIA's database
+    does not know), the generic names are used and not checked.
+
+    roofline: the nine SASS op counters; tensor ops counters that count each op once
+    (ChipCounters.tensor_sum), or ``sm__inst_executed_pipe_tensor.sum`` (inst), or none; DRAM read
+    + write, else op_read + op_write, else ``dram__bytes.sum``, else none (then "DRAM bytes" is
+    missing); L2 and L1 bytes (sectors where bytes do not exist); kernel time.
+    seed: the course brief's quantities under names Nsight Compute has: fp32 and fp16 op counters
+    for its ``flop_count_sp/hp`` (nvprof names that no current GPU has), DRAM bytes, PCIe bytes.
+    Raises UsageError for a tensor mode the chip cannot count."""
+    if metric_set not in METRIC_SETS:
         raise ValueError(f"metric_set must be one of {', '.join(METRIC_SETS)}, got {metric_set!r}")
-    out: list[str] = []
+    if tensor not in TENSOR_MODES:
+        raise ValueError(
+            f"tensor counters must be one of {', '.join(TENSOR_MODES)}, got {tensor!r}"
+        )
+    plan = MetricPlan([], "none", counters.chip if counters else None)
+    has = counters.has if counters else (lambda name: True)
+    where = counters.chip if counters else "this GPU"
+
+    def ops(names) -> list[str]:
+        kept = [n for n in names if has(n)]
+        lacking = [n for n in names if not has(n)]
+        if lacking:
+            plan.missing.append(f"{', '.join(lacking)}")
+        return kept
+
+    if metric_set == "roofline":
+        names = ops([op_counter(op) for p in PRECISIONS for op in OPS[p]])
+        names += _tensor_names(tensor, counters, capability, plan)
+    else:
+        names = ops([op_counter(op) for p in ("fp32", "fp16") for op in OPS[p]])
+        plan.notes.append(
+            "seed set: the course brief's flop_count_sp/flop_count_hp are nvprof metric names no "
+            "current GPU has; fp32/fp16 FLOPs are counted from sm__sass_thread_inst_executed_op_"
+            "{f,h}{add,mul,fma}_pred_on.sum instead"
+        )
+    dram = counters.dram if counters else (DRAM_READ[0], DRAM_WRITE[0])
+    if not dram:
+        plan.missing.append("DRAM bytes")
+        plan.notes.append(
+            f"{where} has no DRAM counters (no dram__bytes* metric: its memory is shared with the "
+            "CPU): the profile counts FLOPs, L2/L1 bytes and kernel time, but no DRAM bytes and so "
+            "no DRAM intensity"
+        )
+    names += list(dram)
+    if metric_set == "roofline":
+        for choice, what in (
+            ((L2_BYTES, L2_SECTORS), "L2 bytes"),
+            ((L1_BYTES, L1_SECTORS), "L1 bytes"),
+        ):
+            found = counters.first(*((n,) for n in choice)) if counters else choice[:1]
+            if not found:
+                plan.missing.append(what)
+            names += list(found)
+        if has(TIME_METRIC):
+            names.append(TIME_METRIC)
+        else:
+            plan.missing.append("kernel time")
+    else:
+        pcie = ("pcie__read_bytes.sum", "pcie__write_bytes.sum")
+        if all(has(n) for n in pcie):
+            names += list(pcie)
+        else:
+            plan.missing.append("PCIe bytes")
+            plan.notes.append(
+                f"{where} has no pcie__read/write_bytes counters: the seed set goes without"
+            )
     for n in [*names, *extra]:
         n = n.strip()
-        if n and n not in out:
-            out.append(n)
-    return out
+        if n and n not in plan.metrics:
+            plan.metrics.append(n)
+    return plan
+
+
+def _tensor_names(
+    mode: str, counters: ChipCounters | None, capability, plan: MetricPlan
+) -> list[str]:
+    """The tensor-core counters of a roofline plan (sets plan.tensor, plan.missing)."""
+    if counters is None:
+        plan.tensor = tensor_counters_for(capability) if mode == "auto" else mode
+        return {"ops": list(TENSOR_OPS_METRICS), "inst": [TENSOR_INST[0]], "none": []}[plan.tensor]
+    summed = list(counters.tensor_sum())
+    if mode == "auto":
+        mode = "ops" if summed else "none"
+        if not summed:
+            plan.missing.append("tensor-core FLOPs")
+            plan.notes.append(
+                f"{counters.chip} has no sm__ops_path_tensor_* counters (no tensor cores): no tensor-core FLOPs"
+            )
+    if mode == "ops" and not summed:
+        raise UsageError(
+            f"--tensor-counters ops: {counters.chip} has no sm__ops_path_tensor_* counters (no tensor "
+            "cores); use --tensor-counters auto or none"
+        )
+    if mode == "inst" and not counters.has(TENSOR_INST[0]):
+        raise UsageError(f"--tensor-counters inst: {counters.chip} has no {TENSOR_INST[0]}")
+    plan.tensor = mode
+    return {"ops": summed, "inst": [TENSOR_INST[0]], "none": []}[mode]
 
 
 _RELEVANT = re.compile(
@@ -157,7 +252,7 @@ _RELEVANT = re.compile(
     r"|^dram__bytes(_op)?_(read|write)\.sum$|^dram__bytes\.sum$"
     r"|^(lts|l1tex)__t_(bytes|sectors)\.sum$"
     r"|^gpu__time_duration\.sum$"
-    r"|^device__attribute_(display_name|compute_capability_major|compute_capability_minor)$"
+    r"|^device__attribute_(display_name|chip|compute_capability_major|compute_capability_minor)$"
 )
 
 
@@ -199,42 +294,50 @@ def _cycles(m: dict[str, float], unit: str) -> str | None:
     return other if other in m else None
 
 
-_TENSOR_OPS_NAME = re.compile(
-    r"^sm__ops_path_tensor_(?:op_(?P<op>[a-z0-9]+)_)?src_(?P<src>[a-z0-9_]+?)"
-    r"(?:_dst_(?P<dst>[a-z0-9_]+?))?(?:_sparsity_(?P<sp>on|off))?\.sum(?P<rate>\.per_cycle_elapsed)?$"
-)
-
-
-def _tensor_ops(m: dict[str, float]) -> tuple[float, str] | None:
+def _tensor_ops(
+    m: dict[str, float], counters: ChipCounters | None = None
+) -> tuple[float, str] | None:
     """(floating-point tensor ops, how) from ``sm__ops_path_tensor_*``, each op counted once.
 
-    The counters form a hierarchy per source type: ``src_fp16`` covers ``src_fp16_dst_fp16`` and
-    ``src_fp16_dst_fp32`` (Nsight Compute's own tensor roofline reads the ``src_fp16`` aggregate
-    next to ``src_bf16_dst_fp32``, ``src_tf32_dst_fp32``, ``src_fp64``), and a name without
-    ``_sparsity_on/off`` covers both variants. So per source type: the aggregate if present, else
-    per destination type the dst counter (else its sparsity variants summed), else the
-    sparsity variants of the source; instruction-specific ``op_<name>_`` counters (Blackwell)
-    only when no generic counter of that source exists. Integer sources are not FLOPs;
-    ``_realtime`` variants are skipped. Rates (``.per_cycle_elapsed``) are multiplied by
-    sm__cycles_elapsed.avg (else smsp__cycles_elapsed.avg); a count wins over the rate of the
-    same counter.
+    With the chip's counters known (`counters`), the sum is ChipCounters.tensor_sum of the
+    counters present: from NVIDIA's raw dependencies, aggregates are never added to their parts.
+    Otherwise by name, the counters form a hierarchy per source type: ``src_fp16`` covers
+    ``src_fp16_dst_fp16`` and ``src_fp16_dst_fp32`` (Nsight Compute's own tensor roofline reads
+    the ``src_fp16`` aggregate next to ``src_bf16_dst_fp32``, ``src_tf32_dst_fp32``,
+    ``src_fp64``), and a name without ``_sparsity_on/off`` covers both variants. So per source
+    type: the aggregate if present, else per destination type the dst counter (else its sparsity
+    variants summed), else the sparsity variants of the source; instruction-specific
+    ``op_<name>_`` counters (Blackwell) only when no generic counter of that source exists.
+    Integer sources are not FLOPs; ``_realtime`` variants are skipped. Rates
+    (``.per_cycle_elapsed``) are multiplied by sm__cycles_elapsed.avg (else
+    smsp__cycles_elapsed.avg); a count wins over the rate of the same counter.
     """
-    entries: dict[tuple[str, str | None, str | None, str | None], float] = {}
+    values: dict[str, float] = {}
     how = "count"
     for name, v in m.items():
         if not name.startswith(TENSOR_OPS_PREFIX) or "_realtime" in name:
             continue
-        g = _TENSOR_OPS_NAME.match(name)
-        if g is None or g["src"].startswith("int") or g["src"].startswith("b1"):
-            continue
-        key = (g["src"], g["op"], g["dst"], g["sp"])
-        if g["rate"]:
+        base = name.removesuffix(".per_cycle_elapsed")
+        if base != name:
             cyc = _cycles(m, "sm")
-            if cyc is None or key in entries:
+            if cyc is None or base in values:
                 continue
-            entries[key], how = v * m[cyc], f"per_cycle_elapsed_x_{cyc}"
+            values[base], how = v * m[cyc], f"per_cycle_elapsed_x_{cyc}"
         else:
-            entries[key] = v  # a count replaces the rate of the same counter
+            values[base] = v  # a count replaces the rate of the same counter
+    rate = "" if how == "count" else f"_{how}"
+    known = [n for n in values if counters is not None and n in counters.tensor]
+    if known:
+        chosen = counters.tensor_sum(known)
+        return sum(
+            values[n] for n in chosen
+        ), f"sm__ops_path_tensor{rate} ({counters.chip} raw dependencies)"
+    entries: dict[tuple[str, str | None, str | None, str | None], float] = {}
+    for name, v in values.items():
+        g = parse_tensor_name(name)
+        if g is None or g.src.startswith("int") or g.src.startswith("b1"):
+            continue
+        entries[(g.src, g.op, g.dst, g.sp)] = v
     if not entries:
         return None
     total = 0.0
@@ -247,7 +350,7 @@ def _tensor_ops(m: dict[str, float]) -> tuple[float, str] | None:
                 total += _one_source(
                     {k[2:]: v for k, v in entries.items() if k[0] == src and k[1] == op}
                 )
-    return total, "sm__ops_path_tensor" + ("" if how == "count" else f"_{how}")
+    return total, f"sm__ops_path_tensor{rate}"
 
 
 def _one_source(parts: dict[tuple[str | None, str | None], float]) -> float:
@@ -270,6 +373,11 @@ def tensor_inst_flops(capability: tuple[int, int] | None) -> int | None:
     is known (Hopper and newer, unknown GPUs). See TENSOR_INST_FLOPS."""
     entry = TENSOR_INST_FLOPS.get(tuple(capability)) if capability else None
     return entry[0] if entry else None
+
+
+def inst_cautioned(capability: tuple[int, int] | None) -> bool:
+    """True where tensor FLOPs from instruction counts need a caution (sm_75, sm_80+)."""
+    return tensor_inst_caution(capability) is not None
 
 
 def tensor_inst_caution(capability: tuple[int, int] | None) -> str | None:
@@ -300,7 +408,9 @@ def tensor_inst_caution(capability: tuple[int, int] | None) -> str | None:
 
 
 def kernel_quantities(
-    m: dict[str, float], capability: tuple[int, int] | None = None
+    m: dict[str, float],
+    capability: tuple[int, int] | None = None,
+    counters: ChipCounters | None = None,
 ) -> tuple[dict[str, float], dict[str, str], dict[str, str]]:
     """FLOPs by precision, tensor FLOPs, bytes and time of one kernel (NaN where not measured),
     the counters each came from, and the gaps: quantity -> what it lacks where a quantity was
@@ -325,7 +435,7 @@ def kernel_quantities(
                 gaps[f"flops_{p}"] = (
                     f"no {', '.join(absent)} counter{'s' if len(absent) > 1 else ''}"
                 )
-    ops = _tensor_ops(m)
+    ops = _tensor_ops(m, counters)
     q["flops_tensor"] = math.nan
     if ops is not None:
         q["flops_tensor"], src["flops_tensor"] = ops
@@ -480,11 +590,16 @@ def _used_metric(name: str) -> bool:
     return is_relevant(name) and not name.startswith("device__")
 
 
-def summarize(report: NcuReport, capability: tuple[int, int] | None = None) -> NcuSummary:
+def summarize(
+    report: NcuReport,
+    capability: tuple[int, int] | None = None,
+    counters: ChipCounters | None = None,
+) -> NcuSummary:
     """Per-kernel table, totals and phase shares of a parsed report.
 
     `capability` (compute capability) chooses the FLOPs per tensor instruction; default: what
-    the report says (device attributes or the CC column). Raises BenchError when the report has
+    the report says (device attributes or the CC column). `counters` (the chip's, from
+    profiling.chips) makes the tensor-core sum follow NVIDIA's raw dependencies. Raises BenchError when the report has
     no kernels, or when ncu reported ``n/a`` for a counter that feeds a total (a total with holes
     would be silently wrong).
     """
@@ -507,7 +622,7 @@ def summarize(report: NcuReport, capability: tuple[int, int] | None = None) -> N
     rows, sources = [], {}
     lacking: dict[str, dict[str, int]] = {}
     for k in report.kernels:
-        q, src, gaps = kernel_quantities(k.metrics, capability)
+        q, src, gaps = kernel_quantities(k.metrics, capability, counters)
         sources.update(src)
         for quantity, absent in gaps.items():
             lacking.setdefault(quantity, {}).setdefault(absent, 0)
@@ -664,6 +779,15 @@ def device_from_report(report: NcuReport) -> tuple[str | None, tuple[int, int] |
     return name, cap
 
 
+def chip_id_from_report(report: NcuReport) -> int | None:
+    """``device__attribute_chip`` (the chip number, e.g. 356 = 0x164 = TU104) when the report has it."""
+    for k in report.kernels:
+        v = k.metrics.get("device__attribute_chip")
+        if v is not None and not math.isnan(v):
+            return int(v)
+    return None
+
+
 __all__ = [
     "DEVICE_NAME_METRIC",
     "HALF_LANES",
@@ -671,7 +795,7 @@ __all__ = [
     "tensor_inst_flops",
     "tensor_inst_caution",
     "NcuSummary",
-    "metric_list",
+    "plan_metrics",
     "summarize",
     "top_kernels",
     "require_roofline",

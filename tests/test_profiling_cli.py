@@ -266,8 +266,8 @@ def test_tensor_counters_inst_warns_on_sm80_plus(tracking, standin, ncu_dir, tmp
     assert "sm__inst_executed_pipe_tensor.sum" in metrics and not any(
         "ops_path" in m for m in metrics
     )
-    out = capsys.readouterr().out.splitlines()
-    assert [ln for ln in out if ln.startswith("warning:")] == [
+    err = capsys.readouterr().err.splitlines()
+    assert [ln for ln in err if ln.startswith("warning:")] == [
         f"warning: --tensor-counters inst: {M.tensor_inst_caution((8, 6))}"
     ]
     tags = only_run().data.tags
@@ -299,7 +299,7 @@ def test_tensor_instruction_caution_is_printed_once(
     run = only_run()
     assert run.data.metrics["ncu_flops_tensor"] == 10 * factor
     caution = M.tensor_inst_caution(cap)
-    warnings = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("warning:")]
+    warnings = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("warning:")]
     assert (
         len(warnings) == 1
         and warnings[0].endswith(caution)
@@ -320,7 +320,7 @@ def test_tensor_counters_inst_is_refused_without_a_known_factor(
         "--experiment",
         "prof",
     ]
-    assert cli.main(args, probe=gpu(capability=(9, 0), name="NVIDIA H100 80GB HBM3")) == 1
+    assert cli.main(args, probe=gpu(capability=(9, 0), name="NVIDIA H100 80GB HBM3")) == 2
     run = only_run()
     assert run.info.status == "FAILED" and not argv_file.exists()  # refused before ncu ran
     assert run.data.tags["error"].startswith(
@@ -328,21 +328,29 @@ def test_tensor_counters_inst_is_refused_without_a_known_factor(
     )
 
 
-def test_seed_set_asks_ncu_for_the_legacy_names(tracking, standin, tmp_path, capsys):
-    argv_file = standin(MESSAGES / "legacy_flop_count_sp.log", rc=1)
+def test_seed_set_asks_for_names_the_chip_has(tracking, standin, ncu_dir, tmp_path, capsys):
+    argv_file = standin(ncu_dir / L4_CSV)
     code = cli.main(
         [*CONFIG, "--metric-set", "seed", "--out", str(tmp_path / "o"), "--experiment", "prof"],
         probe=gpu(),
     )
-    assert code == 1
+    assert code == 0
     seen = json.loads(argv_file.read_text())
-    assert seen[seen.index("--metrics") + 1].split(",")[:2] == ["flop_count_sp", "flop_count_hp"]
-    assert "note: ncu rejects flop_count_sp, flop_count_hp" in capsys.readouterr().out
+    metrics = seen[seen.index("--metrics") + 1].split(",")
+    assert metrics[:3] == [M.op_counter(op) for op in ("fadd", "fmul", "ffma")]
+    assert "flop_count_sp" not in metrics and "pcie__read_bytes.sum" in metrics
+    assert "flop_count_sp/flop_count_hp are nvprof metric names" in capsys.readouterr().err
     run = only_run()
-    assert run.info.status == "FAILED" and run.data.tags["error"].startswith(
-        "ncu rejects flop_count_sp: these are nvprof-era"
-    )
-    assert run.data.params["ncu_metric_set"] == "seed"
+    assert run.data.params["ncu_metric_set"] == "seed" and run.data.tags["ncu_chip"] == "AD104"
+
+
+def test_legacy_names_in_metrics_are_refused_before_ncu_runs(tracking, standin, ncu_dir, tmp_path):
+    argv_file = standin(ncu_dir / L4_CSV)
+    out = ["--out", str(tmp_path / "o"), "--experiment", "prof"]
+    assert cli.main([*CONFIG, "--metrics", "flop_count_sp", *out], probe=gpu()) == 2
+    run = only_run()
+    assert run.info.status == "FAILED" and not argv_file.exists()
+    assert run.data.tags["error"].startswith("ncu rejects flop_count_sp: these are nvprof-era")
 
 
 @pytest.mark.parametrize(
@@ -367,9 +375,12 @@ def test_seed_set_asks_ncu_for_the_legacy_names(tracking, standin, tmp_path, cap
         ),
         (
             ["--tensor-counters", "ops"],
-            gpu(capability=(7, 5), name="Tesla T4"),
-            ["sm__ops_path_tensor_src_fp16_dst_fp32.sum"],
-            ["inst_executed_pipe_tensor"],
+            gpu(capability=(7, 5), name="Tesla T4"),  # TU104: Turing's own op counters
+            [
+                "sm__ops_path_tensor_src_fp16_bf16_tf32_dst_fp32.sum",
+                "sm__ops_path_tensor_src_fp16_dst_fp16.sum",
+            ],
+            ["inst_executed_pipe_tensor", "src_fp16_dst_fp32"],
         ),
         (
             ["--tensor-counters", "auto"],
@@ -563,7 +574,7 @@ def test_import_of_an_ncu_error_log_gets_the_capture_message(tracking, capsys, l
         f"{log} holds ncu's messages but no counter table: {message}"
     )
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0] == f"error: {run.data.tags['error']}"
+    assert err[-1] == f"error: {run.data.tags['error']}" and not any("warning" in e for e in err)
 
 
 def details_csv(path: Path, kernels: list[dict[str, float]], cc: str = "8.9") -> Path:
@@ -597,7 +608,7 @@ def test_import_warns_and_tags_a_partial_precision(tracking, tmp_path, capsys):
         and run.data.metrics["ncu_intensity_dram_flops_per_byte"] == 1.0
     )
     assert run.data.tags["ncu_partial"] == "flops_fp16: no hadd, hmul counters in 1 of 1 kernels"
-    out = capsys.readouterr().out.splitlines()
+    out = capsys.readouterr().err.splitlines()
     assert (
         "warning: flops_fp16 is incomplete (no hadd, hmul counters in 1 of 1 kernels): ncu_flops_fp16 "
         "(where logged) and ncu_flops_total are lower bounds" in out
@@ -625,7 +636,7 @@ def test_import_of_a_half_precision_config_without_tensor_counters_warns(
         run.info.status == "FINISHED"
         and run.data.tags["ncu_tensor_undercount"] == "no tensor-core counters"
     )
-    warnings = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("warning: ")]
+    warnings = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("warning: ")]
     assert warnings == [
         f"warning: --precision {precision} but the input has no tensor-core counters: its tensor-core work is "
         "missing from ncu_flops_total, which is undercounted (profile with sm__ops_path_tensor_* on sm_80+, or "
@@ -650,12 +661,12 @@ def test_import_of_half_precision_with_zero_tensor_ops_and_of_fp32_without(
     assert cli.main([*CONFIG, "--precision", "fp16", *base]) == 0
     assert only_run().data.tags["ncu_tensor_undercount"] == "tensor-core counters read 0"
     assert (
-        "warning: --precision fp16 but the tensor-core counters read 0" in capsys.readouterr().out
+        "warning: --precision fp16 but the tensor-core counters read 0" in capsys.readouterr().err
     )
     mlflow.delete_experiment(mlflow.get_experiment_by_name("prof").experiment_id)
     assert cli.main([*CONFIG, *base[:-1], "prof2"]) == 0  # fp32: tensor cores are not expected
     run = mlflow.search_runs(experiment_names=["prof2"], output_format="list")[0]
-    assert "ncu_tensor_undercount" not in run.data.tags and "warning" not in capsys.readouterr().out
+    assert "ncu_tensor_undercount" not in run.data.tags and "warning" not in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------- bad input: exit 2, no run
