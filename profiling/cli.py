@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import math
 import shlex
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,6 +87,13 @@ def cuda_probe(device: str, env_label: str | None = None) -> GpuInfo:
 
 
 # ------------------------------------------------------------------------------------ flags
+def _capability(text: str) -> tuple[int, int]:
+    try:
+        return chips.parse_capability(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
         prog="python -m profiling",
@@ -126,8 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--tensor-counters",
         default="auto",
         choices=ncu_metrics.TENSOR_MODES,
-        help="tensor-core counters: auto (by compute capability), ops (sm_80+), inst (sm_70/75; warns on "
-        "sm_80-89, refused on sm_90+), none",
+        help="tensor-core counters: auto (the chip's sm__ops_path_tensor_* counters where it has them; "
+        "instructions on Volta), ops, inst (warns on sm_75-89, refused on sm_90+), none",
     )
     g.add_argument("--ncu", default="ncu", help="ncu executable (default: ncu on PATH)")
     g.add_argument(
@@ -145,8 +153,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--device-name",
         type=optional(),
         default=None,
-        help='GPU name as torch.cuda.get_device_name() reports it, e.g. "NVIDIA L4" (imports; read from the '
-        "file when it carries it)",
+        help='GPU name as torch.cuda.get_device_name() reports it, e.g. "NVIDIA L4", or a chip name such '
+        "as GH100 (imports: read from the file when it carries it; --dry-run: the GPU to plan for)",
+    )
+    g.add_argument(
+        "--compute-capability",
+        type=optional(_capability),
+        default=None,
+        metavar="X.Y",
+        help="compute capability of the GPU (--dry-run: the GPU to plan for; imports: when the file "
+        "does not carry it)",
+    )
+    g.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the exact ncu command (one shell-quoted line) and its metric list for --device-name "
+        "or --compute-capability, then exit: no GPU, no ncu, no MLflow run",
     )
     g.add_argument(
         "--experiment", type=optional(), default=None, help="MLflow experiment (default: MLflow's)"
@@ -217,6 +239,8 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo]) -> int:
     config = _config(args)
     opts = _options(args)
     importing = args.import_file is not None
+    if args.dry_run:
+        return _dry_run(args, config, opts)
     if importing and not Path(args.import_file).is_file():
         raise UsageError(f"--import {args.import_file}: no such file")
 
@@ -310,6 +334,7 @@ def _import(
     else:
         report = read_ncu_csv(path, keep=ncu_metrics.is_relevant)
     name, cap = ncu_metrics.device_from_report(report)
+    cap = cap or args.compute_capability
     device_name = args.device_name or name
     if not device_name:
         raise BenchError(
@@ -381,13 +406,11 @@ def _capture(
     if planned.cautions:
         session.set_tags({"ncu_caution": " | ".join(planned.cautions)})
 
-    out_dir = Path(args.out).expanduser().resolve()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    log_file = out_dir / f"{config.run_name()}-{config.config_key()}.csv"
+    log_file = _log_file(args, config)
+    log_file.parent.mkdir(parents=True, exist_ok=True)
     if log_file.exists():
         log_file.unlink()  # never parse a stale log from an earlier capture
-    program = train_argv(sys.executable, config_flags(args), opts.profile_steps)
-    argv = ncu_argv(ncu, log_file, planned.plan.metrics, opts, program)
+    argv = _ncu_command(ncu, log_file, planned, args, opts)
 
     session.set_tags(
         {
@@ -422,6 +445,47 @@ def _capture(
         raise BenchError(f"ncu exited with code {rc} but wrote nothing to {log_file}")
     report = parse_ncu_csv(text, keep=ncu_metrics.is_relevant, source=log_file.name)
     return report, gpu.name or "unknown", gpu.capability, planned.counters, planned.cautions
+
+
+def _log_file(args: argparse.Namespace, config: TrainConfig) -> Path:
+    return Path(args.out).expanduser().resolve() / f"{config.run_name()}-{config.config_key()}.csv"
+
+
+def _ncu_command(
+    ncu: str, log_file: Path, planned: PlannedCapture, args, opts: CaptureOptions
+) -> list[str]:
+    program = train_argv(sys.executable, config_flags(args), opts.profile_steps)
+    return ncu_argv(ncu, log_file, planned.plan.metrics, opts, program)
+
+
+def _dry_run(args: argparse.Namespace, config: TrainConfig, opts: CaptureOptions) -> int:
+    """Print the capture's ncu command (one shell-quoted line) and, as shell comments, the chip
+    and the metric list: what a capture on that GPU would run. No GPU, no ncu, no MLflow run."""
+    if args.import_file is not None:
+        raise UsageError("--dry-run plans a capture: it does not go with --import")
+    if not args.device_name and args.compute_capability is None:
+        raise UsageError(
+            "--dry-run needs the GPU to plan for: --device-name NAME (as torch reports it, or a chip "
+            "name such as GH100) or --compute-capability X.Y"
+        )
+    planned = plan_capture(opts, args.device_name, args.compute_capability)
+    ncu = shutil.which(args.ncu) or args.ncu
+    argv = _ncu_command(ncu, _log_file(args, config), planned, args, opts)
+    plan, counters = planned.plan, planned.counters
+    device = args.device_name or f"compute capability {chips.cc_text(args.compute_capability)}"
+    where = counters.source if counters else "generic names, not checked"
+    console.result(shlex.join(argv))
+    console.result(
+        f"# {device} -> {planned.choice.chip or 'unknown chip'} ({where}): "
+        f"{len(plan.metrics)} metrics, tensor counters {plan.tensor}"
+    )
+    for name in plan.metrics:
+        console.result(f"#   {name}")
+    if plan.missing:
+        console.result(
+            f"# not counted on {planned.choice.chip or 'this GPU'}: {', '.join(plan.missing)}"
+        )
+    return 0
 
 
 def _summary_line(run_id: str | None, s: ncu_metrics.NcuSummary, device_name: str) -> str:

@@ -10,6 +10,7 @@ passed to `main` (profiling/cli.py).
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -785,3 +786,99 @@ def test_real_capture_attributes_backward_kernels(tracking, tmp_path):
     assert run.info.status == "FINISHED" and m["ncu_kernels"] > 0 and m["ncu_flops_total"] > 0
     assert m["ncu_dram_bytes"] > 0 and m["ncu_intensity_dram_flops_per_byte"] > 0
     assert m.get("ncu_phase_backward_flops_share", 0) > 0.2  # backward ~ 2x forward work
+
+
+# ---------------------------------------------------------------- --dry-run: the command for a GPU, without one
+def dry_run(capsys, *flags) -> tuple[int, list[str], list[str], str]:
+    """(exit code, ncu argv from the first stdout line, metric list, stderr) of a --dry-run."""
+    boom = lambda *a, **k: pytest.fail("--dry-run must not probe CUDA")  # noqa: E731
+    code = cli.main(["--dry-run", *CONFIG, *flags, "--experiment", "prof"], probe=boom)
+    seen = capsys.readouterr()
+    lines = seen.out.splitlines()
+    if code != 0:
+        return code, [], [], seen.err
+    argv = shlex.split(lines[0])
+    metrics = argv[argv.index("--metrics") + 1].split(",")
+    listed = [ln[len("#   ") :] for ln in lines if ln.startswith("#   ")]
+    assert listed == metrics and all(ln.startswith("#") for ln in lines[1:])
+    return code, argv, metrics, seen.err
+
+
+@pytest.mark.parametrize(
+    "cc, chip",
+    [
+        ("7.5", "TU104"),
+        ("8.0", "GA100"),
+        ("8.6", "GA102"),
+        ("8.9", "AD102"),
+        ("9.0", "GH100"),
+        ("10.0", "GB100"),
+        ("12.0", "GB202"),
+    ],
+)
+def test_dry_run_lists_names_the_database_accepts_for_the_chip(
+    tracking, monkeypatch, tmp_path, capsys, cc, chip
+):
+    """Issue 11's "done when": every name of the printed list exists on the chip of that capability."""
+    from profiling import nvperf
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no ncu anywhere
+    code, argv, metrics, err = dry_run(capsys, "--compute-capability", cc)
+    assert code == 0 and argv[0] == "ncu"
+    assert argv[argv.index(sys.executable) :][:3] == [sys.executable, "-m", "train"]
+    assert argv[-2:] == ["--profile-steps", "1"]
+    db = nvperf.open_database()
+    with db.chip(chip) as live:
+        assert [n for n in metrics if not live.has(n)] == []
+    assert any(n.startswith("sm__ops_path_tensor_") for n in metrics)
+    assert any(n.startswith("dram__bytes") for n in metrics)
+    assert mlflow.search_runs(experiment_names=["prof"], output_format="list") == []
+
+
+@pytest.mark.parametrize("cc, chip", [("8.7", "GA10B"), ("12.1", "GB20B")])
+def test_dry_run_on_a_chip_without_dram_counters_says_so_and_still_counts_flops(
+    tracking, capsys, cc, chip
+):
+    code, argv, metrics, err = dry_run(capsys, "--compute-capability", cc)
+    assert code == 0 and not any(n.startswith("dram__") for n in metrics)
+    assert M.op_counter("ffma") in metrics and "gpu__time_duration.sum" in metrics
+    assert f"note: {chip} has no DRAM counters (no dram__bytes* metric" in err
+
+
+def test_dry_run_by_device_name_and_with_extra_metrics(tracking, capsys):
+    code, argv, metrics, err = dry_run(
+        capsys, "--device-name", "NVIDIA GeForce RTX 5090", "--metrics", "lts__t_sectors.sum"
+    )
+    assert code == 0 and metrics[-1] == "lts__t_sectors.sum"
+    assert "dram__bytes_op_read.sum" in metrics and "dram__bytes_read.sum" not in metrics
+    code, argv, metrics, err = dry_run(
+        capsys, "--device-name", "NVIDIA GeForce RTX 5090", "--metrics", "dram__bytes_read.sum"
+    )
+    assert code == 2
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .startswith("error: --metrics: GB202 has no metric dram__bytes_read.sum (nearest: ")
+    )
+
+
+def test_dry_run_on_a_capability_that_covers_two_counter_sets_notes_the_choice(tracking, capsys):
+    code, argv, metrics, err = dry_run(capsys, "--compute-capability", "7.5")
+    assert "note: compute capability 7.5 covers TU102/TU104/TU106/TU116/TU117" in err
+    code, argv, metrics, err = dry_run(capsys, "--device-name", "NVIDIA GeForce GTX 1660 Ti")
+    assert code == 0 and not any("tensor" in n for n in metrics)
+    assert "TU116 has no sm__ops_path_tensor_* counters" in err
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        ([], "--dry-run needs the GPU to plan for: --device-name NAME"),
+        (["--compute-capability", "90"], "expected a compute capability such as 8.6, got '90'"),
+        (["--compute-capability", "9.0", "--import", "x.csv"], "--dry-run plans a capture"),
+    ],
+)
+def test_dry_run_usage_errors(tracking, capsys, flags, message):
+    code, _, _, err = dry_run(capsys, *flags)
+    assert code == 2 and message in err
+    assert mlflow.search_runs(experiment_names=["prof"], output_format="list") == []
