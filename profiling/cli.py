@@ -276,8 +276,11 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo]) -> int:
                 args, config, opts, probe, session
             )
         summary = ncu_metrics.summarize(report, capability, counters)
-        ncu_metrics.require_roofline(summary, report.source)
+        ncu_metrics.require_counters(summary, report.source)
         warnings, tags = list(summary.warnings), summary.mlflow_tags()
+        incomplete = ncu_metrics.roofline_warning(summary, report.source)
+        if incomplete:
+            warnings.append(incomplete)
         warnings = [w for w in warnings if w not in cautioned]  # said before ncu ran
         gap = ncu_metrics.tensor_flops_gap(summary, config.precision)
         if gap:

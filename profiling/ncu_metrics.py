@@ -546,8 +546,18 @@ class NcuSummary:
                         out[f"ncu_phase_{key}_{col}"] = float(row[col])
         return out
 
+    @property
+    def roofline_missing(self) -> list[str]:
+        """What a measured roofline point (FLOPs per DRAM byte) needs and this profile lacks:
+        "FLOP counters", "DRAM bytes"; [] for a complete one."""
+        have_flops = any(q.startswith("flops_") for q in self.measured)
+        have_dram = "dram_bytes" in self.measured
+        return [w for w, ok in (("FLOP counters", have_flops), ("DRAM bytes", have_dram)) if not ok]
+
     def mlflow_tags(self) -> dict[str, str]:
         tags = {
+            "ncu_roofline": "incomplete" if self.roofline_missing else "complete",
+            "ncu_roofline_missing": ",".join(self.roofline_missing) or "none",
             "ncu_measured": ",".join(self.measured),
             "ncu_missing": ",".join(self.missing) or "none",
             "ncu_half_lanes": str(HALF_LANES),
@@ -723,19 +733,26 @@ def top_kernels(summary: NcuSummary, n: int = 25) -> pd.DataFrame:
     return out.reset_index()
 
 
-def require_roofline(summary: NcuSummary, source: str) -> None:
-    """Raise BenchError unless FLOP counters and DRAM bytes were measured (a profile run is a
-    measured roofline point: FLOPs per DRAM byte)."""
-    have_flops = any(q.startswith("flops_") for q in summary.measured)
-    have_dram = "dram_bytes" in summary.measured
-    if have_flops and have_dram:
+def require_counters(summary: NcuSummary, source: str) -> None:
+    """Raise BenchError when the input holds none of the quantities a profile run logs."""
+    if summary.measured:
         return
-    lacking = [w for w, ok in (("FLOP counters", have_flops), ("DRAM bytes", have_dram)) if not ok]
-    found = ", ".join(summary.measured) or "none of the roofline counters"
     raise BenchError(
-        f"{source} has no {' and no '.join(lacking)} (found: {found}): capture with "
-        "`python -m profiling` (metric set roofline), or profile with `ncu --set roofline`/`--set full` "
-        "and import the .ncu-rep"
+        f"{source} has none of the roofline counters (FLOPs, DRAM/L2/L1 bytes, kernel time): capture "
+        "with `python -m profiling` (metric set roofline), or profile with `ncu --set roofline`/`--set "
+        "full` and import the .ncu-rep"
+    )
+
+
+def roofline_warning(summary: NcuSummary, source: str) -> str | None:
+    """The line for an incomplete profile (no FLOP counters and/or no DRAM bytes), else None."""
+    lacking = summary.roofline_missing
+    if not lacking:
+        return None
+    return (
+        f"{source} has no {' and no '.join(lacking)} (found: {', '.join(summary.measured)}): logged as "
+        "an incomplete profile (tag ncu_roofline=incomplete) with what it holds; without both there is "
+        "no measured DRAM intensity, so analysis lists it without a roofline point"
     )
 
 
@@ -798,5 +815,6 @@ __all__ = [
     "plan_metrics",
     "summarize",
     "top_kernels",
-    "require_roofline",
+    "require_counters",
+    "roofline_warning",
 ]

@@ -101,8 +101,13 @@ def test_saxpy_dram_read_bytes(ncu_dir):
     assert s.totals["dram_read_bytes"] == 134_221_568  # ~ 2 * n * 4 bytes, n = 16,777,216
     assert s.totals["dram_bytes"] == 134_221_568 + 43_631_104
     assert s.mlflow_metrics()["ncu_dram_read_bytes"] == 134_221_568
-    with pytest.raises(BenchError, match="has no FLOP counters"):
-        M.require_roofline(s, "saxpy.csv")
+    assert s.roofline_missing == ["FLOP counters"]
+    assert M.roofline_warning(s, "saxpy.csv").startswith(
+        "saxpy.csv has no FLOP counters (found: dram_bytes, time_s): logged as an incomplete profile"
+    )
+    tags = s.mlflow_tags()
+    assert tags["ncu_roofline"] == "incomplete" and tags["ncu_roofline_missing"] == "FLOP counters"
+    M.require_counters(s, "saxpy.csv")  # what it holds is logged
 
 
 def test_t4_ncu_rep_flops_from_rates_times_cycles(ncu_dir):
@@ -121,7 +126,8 @@ def test_t4_ncu_rep_flops_from_rates_times_cycles(ncu_dir):
     assert s.sources["flops_fp32"].endswith("per_cycle_elapsed_x_smsp__cycles_elapsed.avg")
     # full-set reports carry lts__t_sectors, not lts__t_bytes: 32-byte sectors
     assert s.sources["l2_bytes"] == "lts__t_sectors.sum_x32"
-    M.require_roofline(s, "t4.ncu-rep")
+    assert s.roofline_missing == [] and M.roofline_warning(s, "t4.ncu-rep") is None
+    assert s.mlflow_tags()["ncu_roofline"] == "complete"
 
 
 def test_random_bytes_named_ncu_rep_are_not_a_readable_report(tmp_path):
@@ -166,8 +172,17 @@ def test_an_ncu_error_log_saved_as_ncu_rep_gets_the_capture_message(tmp_path):
 def test_b200_raw_page_has_time_only(ncu_dir):
     s = M.summarize(read_ncu_csv(ncu_dir / "b200_decode_raw_page.csv", keep=M.is_relevant))
     assert s.measured == ["time_s"] and len(s.kernels) == 16
-    with pytest.raises(BenchError, match="no FLOP counters and no DRAM bytes"):
-        M.require_roofline(s, "b200.csv")
+    assert s.roofline_missing == ["FLOP counters", "DRAM bytes"]
+    assert "b200.csv has no FLOP counters and no DRAM bytes (found: time_s)" in M.roofline_warning(
+        s, "b200.csv"
+    )
+
+
+def test_an_input_without_any_roofline_counter_is_refused():
+    s = M.summarize(_report({"sm__warps_active.avg": 3.0}))
+    assert s.measured == []
+    with pytest.raises(BenchError, match="synthetic has none of the roofline counters"):
+        M.require_counters(s, "synthetic")
 
 
 # ---------------------------------------------------------------- counting rules, hand-computed

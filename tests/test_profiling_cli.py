@@ -465,6 +465,7 @@ def test_import_l4_csv_needs_no_gpu_and_no_ncu(tracking, ncu_dir, tmp_path, monk
     )
     assert run.data.params["ncu_import_file"] == L4_CSV
     assert run.data.metrics["ncu_intensity_dram_flops_per_byte"] == pytest.approx(6.94, rel=1e-3)
+    assert run.data.tags["ncu_roofline"] == "complete" and run.data.tags["ncu_chip"] == "AD104"
     arts = {a.path for a in mlflow.tracking.MlflowClient().list_artifacts(run.info.run_id, "ncu")}
     assert f"ncu/{L4_CSV}" in arts and "ncu/top_kernels.csv" in arts
 
@@ -523,11 +524,6 @@ def test_import_ncu_rep_reads_the_device_name(tracking, ncu_dir):
             ["--device-name", "Tesla K20c"],
             "nvprof_metrics.csv is nvprof output",
         ),
-        (
-            "rtx5070_saxpy_n16777216_details.csv",
-            ["--device-name", "NVIDIA GeForce RTX 5070"],
-            "rtx5070_saxpy_n16777216_details.csv has no FLOP counters",
-        ),
         (L4_CSV, [], f"{L4_CSV} does not name its GPU: pass --device-name"),
     ],
 )
@@ -536,6 +532,54 @@ def test_import_failures_end_failed(tracking, ncu_dir, file, extra, message):
     assert cli.main(["--import", str(path), *extra, "--experiment", "prof"]) == 1
     run = only_run()
     assert run.info.status == "FAILED" and run.data.tags["error"].startswith(message)
+
+
+@pytest.mark.parametrize(
+    "file, extra, missing, metrics, chip",
+    [
+        (  # a memory study: DRAM bytes and time, no FLOP counters
+            "rtx5070_saxpy_n16777216_details.csv",
+            ["--device-name", "NVIDIA GeForce RTX 5070"],
+            "FLOP counters",
+            {"ncu_dram_read_bytes": 134_221_568, "ncu_dram_bytes": 134_221_568 + 43_631_104},
+            "GB205",
+        ),
+        (  # kernel times only (B200 raw page): the GPU and its chip number come from the file
+            "b200_decode_raw_page.csv",
+            [],
+            "FLOP counters,DRAM bytes",
+            {"ncu_kernels": 16},
+            "GB100",
+        ),
+    ],
+)
+def test_partial_profiles_import_with_what_they_hold_tagged_incomplete(
+    tracking, ncu_dir, capsys, file, extra, missing, metrics, chip
+):
+    assert cli.main([*CONFIG, "--import", str(ncu_dir / file), *extra, "--experiment", "prof"]) == 0
+    run = only_run()
+    assert run.info.status == "FINISHED"
+    tags, m = run.data.tags, run.data.metrics
+    assert tags["ncu_roofline"] == "incomplete" and tags["ncu_roofline_missing"] == missing
+    assert "flops_fp32" in tags["ncu_missing"] and tags["ncu_chip"] == chip
+    for name, value in metrics.items():
+        assert m[name] == value
+    assert m["ncu_kernel_time_s"] > 0 and "ncu_intensity_dram_flops_per_byte" not in m
+    assert not any(k.startswith("ncu_flops") for k in m)
+    err = capsys.readouterr().err
+    assert f"warning: {file} has no {missing.replace(',', ' and no ')} (found: " in err
+    assert "logged as an incomplete profile (tag ncu_roofline=incomplete)" in err
+
+
+def test_an_import_without_any_roofline_counter_is_refused(tracking, tmp_path):
+    f = details_csv(
+        tmp_path / "occupancy.csv", [{"sm__warps_active.avg.pct_of_peak_sustained_active": 50}]
+    )
+    args = [*CONFIG, "--import", str(f), "--device-name", "NVIDIA L4", "--experiment", "prof"]
+    assert cli.main(args) == 1
+    run = only_run()
+    assert run.info.status == "FAILED"
+    assert run.data.tags["error"].startswith("occupancy.csv has none of the roofline counters")
 
 
 def test_import_of_a_corrupt_ncu_rep_says_it_is_unreadable(tracking, tmp_path, capsys):
