@@ -29,9 +29,12 @@ from common.errors import BenchError, UsageError
 from common.tracking import RunSession
 from profiling import chips, ncu_metrics
 from profiling.ncu_command import (
+    APPLICATION_REPLAY,
+    CACHE_CONTROLS,
     CLOCK_CONTROLS,
     REPLAY_MODES,
     CaptureOptions,
+    check_replay_mode,
     classify_ncu_output,
     legacy_message,
     ncu_argv,
@@ -120,6 +123,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument(
         "--clock-control", default="base", choices=CLOCK_CONTROLS, help="ncu --clock-control"
+    )
+    g.add_argument(
+        "--cache-control",
+        default="all",
+        choices=CACHE_CONTROLS,
+        help="ncu --cache-control: all (flush caches before every replay pass, ncu's default: cold-cache "
+        "DRAM bytes, intensity biased low) or none (keep what the previous pass left)",
     )
     g.add_argument(
         "--launch-skip",
@@ -220,6 +230,9 @@ def _options(args: argparse.Namespace) -> CaptureOptions:
             extra_metrics=tuple(m for m in (args.metrics or "").split(",")),
             replay_mode=args.replay_mode,
             clock_control=args.clock_control,
+            cache_control=args.cache_control,
+            # Inductor's compile workers are child processes: ncu stays out of them
+            target_processes="application-only" if args.compile else "all",
             launch_skip=args.launch_skip or 0,
             launch_count=args.launch_count,
             tensor_counters=args.tensor_counters,
@@ -239,6 +252,11 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo]) -> int:
     config = _config(args)
     opts = _options(args)
     importing = args.import_file is not None
+    if not importing and config.warmup_iters < 1:
+        raise UsageError(
+            "--warmup-iters 0: the profiled step would hold cuDNN autotuning, first allocations and, "
+            "with fp16, GradScaler's skipped optimizer step; profile after at least 1 warmup step (default 5)"
+        )
     if args.dry_run:
         return _dry_run(args, config, opts)
     if importing and not Path(args.import_file).is_file():
@@ -260,6 +278,8 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo]) -> int:
             ncu_metric_set=opts.metric_set,
             ncu_replay_mode=opts.replay_mode,
             ncu_clock_control=opts.clock_control,
+            ncu_cache_control=opts.cache_control,
+            ncu_target_processes=opts.target_processes,
             ncu_launch_skip=opts.launch_skip,
             ncu_launch_count=opts.launch_count if opts.launch_count is not None else "all",
             ncu_extra_metrics=",".join(opts.extra_metrics) or "none",
@@ -387,6 +407,17 @@ def plan_capture(
             raise UsageError(f"--metrics: {'; '.join(problems)}")
         if unchecked:
             console.note(unchecked)
+    if opts.replay_mode in APPLICATION_REPLAY:
+        console.note(
+            f"--replay-mode {opts.replay_mode} reruns the program once per pass: it runs with "
+            "cuDNN's autotuner off (--no-cudnn-benchmark), so every pass picks the same kernels; "
+            "they may differ from the ones an autotuned benchmark run picks"
+        )
+    if opts.target_processes == "application-only":
+        console.note(
+            "--compile: ncu profiles the application only (--target-processes application-only), "
+            "so it is not injected into Inductor's compile workers"
+        )
     cautions = []
     if plan.tensor == "inst" and ncu_metrics.inst_cautioned(capability):
         # the ops counters exist there and one instruction's FLOPs vary; refused where no factor is known
@@ -406,6 +437,9 @@ def _capture(
         raise BenchError(NO_GPU_MESSAGE)
     ncu = resolve_ncu(args.ncu)
     planned = plan_capture(opts, gpu.name, gpu.capability)
+    unchecked = check_replay_mode(ncu, opts.replay_mode)
+    if unchecked:
+        console.note(unchecked)
     if planned.cautions:
         session.set_tags({"ncu_caution": " | ".join(planned.cautions)})
 
@@ -457,7 +491,7 @@ def _log_file(args: argparse.Namespace, config: TrainConfig) -> Path:
 def _ncu_command(
     ncu: str, log_file: Path, planned: PlannedCapture, args, opts: CaptureOptions
 ) -> list[str]:
-    program = train_argv(sys.executable, config_flags(args), opts.profile_steps)
+    program = train_argv(sys.executable, config_flags(args), opts.profile_steps, opts.replay_mode)
     return ncu_argv(ncu, log_file, planned.plan.metrics, opts, program)
 
 

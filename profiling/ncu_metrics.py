@@ -402,8 +402,9 @@ def tensor_inst_caution(capability: tuple[int, int] | None) -> str | None:
         )
     return (
         f"tensor FLOPs from sm__inst_executed_pipe_tensor.sum x {factor} assume every tensor instruction on "
-        f"{cc} is an fp16/bf16 HMMA.16816; tf32 (HMMA.1684/1688), fp64 (DMMA), 8-bit and integer MMAs make "
-        "it wrong: --tensor-counters ops counts the ops exactly"
+        f"{cc} is an fp16/bf16 HMMA.16816 (2048 FMA); cuBLAS's *1688* kernels (HMMA.1688, 1024 FMA) make "
+        "fp16/bf16 counts 2x high, tf32 kernels (HMMA.1684, 512 FMA) 4x, and the counter also counts DMMA "
+        "(fp64) and IMMA (integer: no FLOPs) instructions: --tensor-counters ops counts the ops exactly"
     )
 
 
@@ -766,8 +767,8 @@ def tensor_flops_gap(summary: NcuSummary, precision: str) -> tuple[str, str] | N
         return (
             "no tensor-core counters",
             f"--precision {precision} but the input has no tensor-core counters: its tensor-core work is missing "
-            "from ncu_flops_total, which is undercounted (profile with sm__ops_path_tensor_* on sm_80+, or "
-            "sm__inst_executed_pipe_tensor.sum on sm_70/75)",
+            "from ncu_flops_total, which is undercounted (profile with the chip's sm__ops_path_tensor_* "
+            "counters, Turing on, or sm__inst_executed_pipe_tensor.sum on Volta)",
         )
     if not summary.totals.get("flops_tensor"):
         return (

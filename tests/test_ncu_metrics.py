@@ -735,3 +735,11 @@ def test_ncu_rep_phases_come_from_the_known_name_not_the_range_order():
     assert ph["kernels"].to_dict() == {"forward": 1, "backward": 1, "optimizer": 1, "none": 1}
     assert ph.loc["backward", "flops_share"] == 0.6 and ph.loc["forward", "flops_share"] == 0.3
     assert ph.loc["optimizer", "time_share"] == 0.25
+
+
+@pytest.mark.parametrize("cap", [(8, 0), (8, 6), (8, 9)])
+def test_the_inst_caution_on_sm80_89_names_the_kernels_that_break_it(cap):
+    caution = M.tensor_inst_caution(cap)
+    assert "cuBLAS's *1688* kernels (HMMA.1688, 1024 FMA) make fp16/bf16 counts 2x high" in caution
+    assert "tf32 kernels (HMMA.1684, 512 FMA) 4x" in caution
+    assert "also counts DMMA (fp64) and IMMA (integer: no FLOPs) instructions" in caution

@@ -48,6 +48,9 @@ if args == ["--version"]:
     print("NVIDIA (R) Nsight Compute Command Line Profiler")
     print("Version 0.0.0.0 (stand-in for tests)")
     sys.exit(0)
+if args == ["--help"]:
+    print(os.environ.get("STANDIN_HELP", "no help"))
+    sys.exit(0)
 with open(os.environ["STANDIN_ARGV"], "w") as fh:
     json.dump(sys.argv, fh)
 if os.environ.get("STANDIN_STDERR"):
@@ -684,8 +687,8 @@ def test_import_of_a_half_precision_config_without_tensor_counters_warns(
     warnings = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("warning: ")]
     assert warnings == [
         f"warning: --precision {precision} but the input has no tensor-core counters: its tensor-core work is "
-        "missing from ncu_flops_total, which is undercounted (profile with sm__ops_path_tensor_* on sm_80+, or "
-        "sm__inst_executed_pipe_tensor.sum on sm_70/75)"
+        "missing from ncu_flops_total, which is undercounted (profile with the chip's sm__ops_path_tensor_* "
+        "counters, Turing on, or sm__inst_executed_pipe_tensor.sum on Volta)"
     ]
 
 
@@ -830,6 +833,84 @@ def test_real_capture_attributes_backward_kernels(tracking, tmp_path):
     assert run.info.status == "FINISHED" and m["ncu_kernels"] > 0 and m["ncu_flops_total"] > 0
     assert m["ncu_dram_bytes"] > 0 and m["ncu_intensity_dram_flops_per_byte"] > 0
     assert m.get("ncu_phase_backward_flops_share", 0) > 0.2  # backward ~ 2x forward work
+
+
+# ---------------------------------------------------------------- capture options that keep the numbers honest
+def ncu_argv_of(argv_file) -> list[str]:
+    return json.loads(argv_file.read_text())
+
+
+def test_cache_control_and_the_capture_params(tracking, standin, ncu_dir, tmp_path):
+    argv_file = standin(ncu_dir / L4_CSV)
+    out = ["--out", str(tmp_path / "o"), "--experiment", "prof"]
+    assert cli.main([*CONFIG, "--cache-control", "none", *out], probe=gpu()) == 0
+    seen = ncu_argv_of(argv_file)
+    assert seen[seen.index("--cache-control") + 1] == "none"
+    assert (
+        seen[seen.index("--target-processes") + 1] == "all" and seen[-1] != "--no-cudnn-benchmark"
+    )
+    p = only_run().data.params
+    assert p["ncu_cache_control"] == "none" and p["ncu_target_processes"] == "all"
+
+
+def test_compile_profiles_the_application_only(tracking, standin, ncu_dir, tmp_path, capsys):
+    argv_file = standin(ncu_dir / L4_CSV)
+    out = ["--out", str(tmp_path / "o"), "--experiment", "prof"]
+    assert cli.main([*CONFIG, "--compile", "true", *out], probe=gpu()) == 0
+    seen = ncu_argv_of(argv_file)
+    assert seen[seen.index("--target-processes") + 1] == "application-only"
+    assert "not injected into Inductor's compile workers" in capsys.readouterr().err
+
+
+HELP_WITH = "  --replay-mode arg (=kernel)   Mechanism:\n      kernel (default)\n      application\n{more}  --csv\n"
+
+
+@pytest.mark.parametrize("mode", ["application", "app-range"])
+def test_application_replay_turns_cudnn_autotuning_off_and_says_so(
+    tracking, standin, ncu_dir, tmp_path, monkeypatch, capsys, mode
+):
+    argv_file = standin(ncu_dir / L4_CSV)
+    monkeypatch.setenv("STANDIN_HELP", HELP_WITH.format(more="      range\n      app-range\n"))
+    out = ["--out", str(tmp_path / "o"), "--experiment", "prof"]
+    assert cli.main([*CONFIG, "--replay-mode", mode, *out], probe=gpu()) == 0
+    seen = ncu_argv_of(argv_file)
+    assert seen[-3:] == ["--profile-steps", "1", "--no-cudnn-benchmark"]
+    assert seen[seen.index("--replay-mode") + 1] == mode
+    assert f"note: --replay-mode {mode} reruns the program once per pass" in capsys.readouterr().err
+
+
+def test_a_replay_mode_the_installed_ncu_lacks_ends_the_run_before_ncu_runs(
+    tracking, standin, ncu_dir, tmp_path, monkeypatch
+):
+    argv_file = standin(ncu_dir / L4_CSV)
+    monkeypatch.setenv("STANDIN_HELP", HELP_WITH.format(more=""))  # an ncu without range modes
+    out = ["--out", str(tmp_path / "o"), "--experiment", "prof"]
+    assert cli.main([*CONFIG, "--replay-mode", "app-range", *out], probe=gpu()) == 1
+    run = only_run()
+    assert run.info.status == "FAILED" and not argv_file.exists()
+    assert run.data.tags["error"] == (
+        "this ncu (Version 0.0.0.0 (stand-in for tests)) does not offer --replay-mode app-range (its "
+        "--help lists: kernel, application): update Nsight Compute or choose one of those"
+    )
+
+
+@pytest.mark.parametrize("where", [["--out", "o"], ["--dry-run", "--compute-capability", "8.9"]])
+def test_profiling_without_warmup_is_refused(tracking, capsys, where):
+    assert (
+        cli.main([*CONFIG, "--warmup-iters", "0", *where, "--experiment", "prof"], probe=gpu()) == 2
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "error: --warmup-iters 0: the profiled step would hold cuDNN autotuning, first allocations and, "
+        "with fp16, GradScaler's skipped optimizer step; profile after at least 1 warmup step (default 5)"
+    ]
+    assert mlflow.search_runs(experiment_names=["prof"], output_format="list") == []
+
+
+def test_an_import_may_describe_a_run_without_warmup(tracking, ncu_dir):
+    l4 = ["--import", str(ncu_dir / L4_CSV), "--device-name", "NVIDIA L4"]
+    args = [*CONFIG, "--warmup-iters", "0", *l4]
+    assert cli.main([*args, "--experiment", "prof"]) == 0
 
 
 # ---------------------------------------------------------------- --dry-run: the command for a GPU, without one
