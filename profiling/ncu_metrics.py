@@ -1,6 +1,7 @@
 """Which counters to ask ncu for, and how they become FLOPs, bytes, time and intensities.
 
-Pure: no mlflow, no files. Input is a parsed report (profiling.ncu_parse.NcuReport, or the same
+Pure: no mlflow, no file writes. `plan_metrics` builds the metric list of a set for one chip.
+Input of the counting is a parsed report (profiling.ncu_parse.NcuReport, or the same
 structure built from a .ncu-rep by profiling.ncu_report_import); output is a per-kernel DataFrame,
 totals, per-phase shares and the MLflow metric dict of a `profile` run (docs/profiling.md).
 
@@ -14,14 +15,15 @@ Counting rules (see docs/profiling.md for sources):
   lanes of work, so fp16 FLOPs = 2 * (hadd + hmul) + 4 * hfma. This is what current Nsight Compute
   versions use in their half-precision roofline (``..._hfma_pred_on_x4``, ``..._hadd_pred_on_x2``);
   it over-counts by up to 2x when the compiler emits scalar half math (one useful lane).
-* Tensor cores: on sm_80 and newer the ``sm__ops_path_tensor_*`` counters count math operations
-  directly (2 per multiply-add), each op once (aggregates such as ``src_fp16`` are not added to
-  their ``dst_*`` parts); before sm_80 ``sm__inst_executed_pipe_tensor.sum`` times the FLOPs
-  of one tensor instruction on that architecture (TENSOR_INST_FLOPS: 512 on sm_70, 2048 on
-  sm_75, ...; sm_80+ only with a warning, none on sm_90+).
-* DRAM bytes = ``dram__bytes_read.sum + dram__bytes_write.sum`` (``dram__bytes_op_*`` on newer
-  ncu), L2 = ``lts__t_bytes.sum`` (or 32-byte ``lts__t_sectors.sum``), L1 = ``l1tex__t_bytes.sum``
-  (or ``l1tex__t_sectors.sum``); kernel time = ``gpu__time_duration.sum``.
+* Tensor cores: the chip's ``sm__ops_path_tensor_*`` counters count math operations directly (2
+  per multiply-add), each op once: which counter covers which comes from NVIDIA's metric database
+  (profiling.chips), or from the names when the chip is not known. Where no ops counter exists
+  (Volta), or with --tensor-counters inst, ``sm__inst_executed_pipe_tensor.sum`` times the FLOPs
+  of one tensor instruction on that architecture (TENSOR_INST_FLOPS: 512 on sm_70, 2048 on sm_75,
+  ...; cautioned on sm_75-89, none on sm_90+).
+* DRAM bytes = ``dram__bytes_read.sum + dram__bytes_write.sum`` (``dram__bytes_op_*`` on GB20x,
+  ``dram__bytes.sum`` alone), L2 = ``lts__t_bytes.sum`` (or 32-byte ``lts__t_sectors.sum``),
+  L1 = ``l1tex__t_bytes.sum`` (or ``l1tex__t_sectors.sum``); kernel time = ``gpu__time_duration.sum``.
 """
 
 from __future__ import annotations
@@ -59,11 +61,13 @@ TENSOR_INST_FLOPS: dict[tuple[int, int], tuple[int, str]] = {
 capability, with the SASS instruction assumed. One factor per architecture is an assumption:
 the shape varies with the instruction (sm_80+: HMMA.1688/1684 for tf32, DMMA.884 for fp64, 8-bit
 QMMA on sm_89, integer IMMA that is no FLOP at all; Volta with fp16 accumulation: 1024), which is
-why ``sm__ops_path_tensor_*`` (exact op counts) are used on sm_80+ and inst there only warns.
+why ``sm__ops_path_tensor_*`` (exact op counts) are used wherever the chip has them (Turing on)
+and inst warns on sm_75-89.
 Hopper and newer (wgmma/tcgen05, shapes up to m64n256k16) have no entry: inst is refused there.
 Sources and reasoning: docs/profiling.md, "Tensor-core FLOPs"."""
 TENSOR_INST_EXACT_BEFORE = (8, 0)
-"""From this capability on, ops counters exist and the instruction shape varies: inst warns."""
+"""From this capability on the tensor instruction shape varies within one architecture: inst warns
+(sm_75 has its own caution; before it, Volta's fp32-accumulating HMMA.884 is the form in use)."""
 SECTOR_BYTES = 32
 """Bytes per L1/L2 sector, to turn ``*_sectors.sum`` into bytes when ``*_bytes.sum`` is absent."""
 

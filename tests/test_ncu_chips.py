@@ -95,21 +95,22 @@ def test_a_missing_library_is_a_reason_not_a_crash(no_library):
 
 
 @needs_library
-def test_the_table_and_the_library_give_the_same_plans(db, no_library):
-    from_table = {
-        c: M.plan_metrics("roofline", "auto", (), chips.counters_for(c)) for c in all_chips()
-    }
-    nvperf.open_database.cache_clear()
-    chips.counters_for.cache_clear()
-    import importlib
-
-    importlib.reload(nvperf)  # the real library_path again
-    try:
-        live = {
+def test_the_table_and_the_library_give_the_same_plans(db, monkeypatch):
+    def plans():
+        chips.counters_for.cache_clear()
+        return {
             c: M.plan_metrics("roofline", "auto", (), chips.counters_for(c)) for c in all_chips()
         }
-        assert chips.counters_for("GH100").source == "libnvperf_host.so from ncu-report 2026.3.1"
+
+    live = plans()
+    assert chips.counters_for("GH100").source == "libnvperf_host.so from ncu-report 2026.3.1"
+    monkeypatch.setattr(nvperf, "library_path", lambda: None)
+    nvperf.open_database.cache_clear()
+    try:
+        from_table = plans()
+        assert chips.counters_for("GH100").source == "ncu_chips.json (ncu-report 2026.3.1)"
     finally:
+        monkeypatch.undo()
         nvperf.open_database.cache_clear()
         chips.counters_for.cache_clear()
     assert {c: p.metrics for c, p in live.items()} == {c: p.metrics for c, p in from_table.items()}
