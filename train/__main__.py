@@ -37,6 +37,12 @@ def build_parser() -> ArgumentParser:
         help="profile mode (under ncu; see python -m profiling): K NVTX-marked steps between "
         "cudaProfilerStart/Stop after warmup; logs no run",
     )
+    out.add_argument(
+        "--no-cudnn-benchmark",
+        action="store_true",
+        help="profile mode: keep cuDNN's autotuner off, so every run picks the same kernels (ncu's "
+        "application and app-range replay rerun the program once per pass)",
+    )
     return parser
 
 
@@ -101,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if args.profile_steps:
-        return _profile(cfg, args.profile_steps)
+        return _profile(cfg, args.profile_steps, cudnn_benchmark=not args.no_cudnn_benchmark)
     session, result = run(
         cfg,
         experiment=args.experiment,
@@ -132,7 +138,7 @@ def step_times_csv(step_times_s: list[float]) -> str:
     return "step,step_time_s\n" + "".join(f"{i},{t!r}\n" for i, t in enumerate(step_times_s))
 
 
-def _profile(cfg: TrainConfig, steps: int) -> int:
+def _profile(cfg: TrainConfig, steps: int, cudnn_benchmark: bool = True) -> int:
     import torch
 
     from train.bench import preflight, profile_steps
@@ -147,7 +153,7 @@ def _profile(cfg: TrainConfig, steps: int) -> int:
     device = preflight(cfg)
     if device.type != "cuda":
         raise UsageError(f"profile mode needs --device cuda, got {cfg.device}")
-    profile_steps(cfg, device, steps)
+    profile_steps(cfg, device, steps, cudnn_benchmark=cudnn_benchmark)
     print(
         f"profiled {steps} step(s) of {cfg.run_name()} on {torch.cuda.get_device_name(device)}",
         file=sys.stderr,

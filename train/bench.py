@@ -226,11 +226,14 @@ def profile_steps(
     profiler_start: Callable[[], None] | None = None,
     profiler_stop: Callable[[], None] | None = None,
     mark=nvtx_range,
+    cudnn_benchmark: bool = True,
 ) -> None:
     """Profile mode: warm up, then `steps` NVTX-marked steps between CUDA profiler start and stop.
 
     Run under `ncu --profile-from-start off` (python -m profiling does that), only the marked
     steps are captured. Start/stop are injectable so the sequence is testable without a GPU.
+    `cudnn_benchmark=False` keeps cuDNN's autotuner off, so every run of the program picks the
+    same kernels (ncu's application replay modes rerun it once per pass).
     """
     import torch
 
@@ -240,6 +243,8 @@ def profile_steps(
     profiler_stop = profiler_stop or torch.cuda.profiler.stop
     try:
         prep = prepare(cfg, device)
+        if not cudnn_benchmark:
+            torch.backends.cudnn.benchmark = False
         if cfg.compile:
             prep.parts.model = torch.compile(prep.model)
         for _ in range(cfg.warmup_iters):
