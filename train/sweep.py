@@ -20,8 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from common import schema
-from common.cli import ArgumentParser, split_words
-from common.cli import cli_entry
+from common.cli import ArgumentParser, cli_entry, optional, split_words
 from common.errors import UsageError, one_line
 from train.config import TrainConfig, add_config_args
 
@@ -84,8 +83,12 @@ class SweepSpec:
         self.repeats = int(self.repeats)
         if not self.name:
             self.name = "sweep-" + self.digest()
-        if not schema._KEY_RE.match(self.name):
-            raise ValueError(f"name {self.name!r}: use letters, digits, _ - . / and spaces")
+        try:
+            schema.check_key(self.name)
+        except ValueError:
+            raise ValueError(
+                f"name {self.name!r}: use letters, digits, _ - . / and spaces"
+            ) from None
 
     def digest(self) -> str:
         blob = json.dumps(
@@ -375,16 +378,10 @@ def check_same_spec(spec: SweepSpec, state: SweepState, env_label: str) -> None:
 
 def close_stale(run_ids: list[str]) -> None:
     """Children a killed sweep left RUNNING: FAILED, with the reason, so they are never mistaken for done."""
-    from mlflow.tracking import MlflowClient
+    from common.tracking import mark_failed
 
-    client = MlflowClient()
     for run_id in run_ids:
-        client.set_tag(
-            run_id,
-            schema.TAG_ERROR,
-            "interrupted: the sweep process ended before this run finished",
-        )
-        client.set_terminated(run_id, status="FAILED")
+        mark_failed(run_id, "interrupted: the sweep process ended before this run finished")
 
 
 def upload_own_spool(name: str, env_label: str, quiet: bool) -> bool:
@@ -489,7 +486,11 @@ def run_sweep(
             + f", {len(todo)} to go",
         )
 
-    tags = {TAG_SWEEP_NAME: spec.name, schema.TAG_ENV_LABEL: label, schema.TAG_HOST: _host()}
+    tags = {
+        TAG_SWEEP_NAME: spec.name,
+        schema.TAG_ENV_LABEL: label,
+        schema.TAG_HOST: schema.host_name(),
+    }
     env_run = os.environ.get("MLFLOW_RUN_ID")
     if env_run and state.reachable and state.parent_run_id and env_run != state.parent_run_id:
         # `mlflow run` made a new run for this invocation, but the sweep already has its parent: say
@@ -602,7 +603,7 @@ def _record_failed_child(
         quiet=True,
         tags={
             schema.TAG_ENV_LABEL: cfg.env_label,
-            schema.TAG_HOST: _host(),
+            schema.TAG_HOST: schema.host_name(),
             schema.TAG_DEVICE_TYPE: cfg.device,
             schema.TAG_CONFIG_KEY: cfg.config_key(),
             **extra_tags,
@@ -674,12 +675,6 @@ def _bar(total: int, enabled: bool):
     )
 
 
-def _host() -> str:
-    import socket
-
-    return socket.gethostname()
-
-
 def _say(quiet: bool, text: str) -> None:
     if not quiet:
         print(text, file=sys.stderr)
@@ -688,20 +683,13 @@ def _say(quiet: bool, text: str) -> None:
 # ------------------------------------------------------------------ CLI
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="python -m train.sweep", description=__doc__.split("\n\n")[0])
-    add_config_args(parser)
     # Config flags given on the command line override the sweep file's base; unset ones stay None.
-    # An empty value ("" from an MLproject default) also counts as not given.
-    for action in parser._actions:
-        if action.dest in CONFIG_FIELDS:
-            action.default = None
-            action.type = _empty_is_none(action.type)
-            if action.choices is not None:
-                action.choices = [*action.choices, None]
+    add_config_args(parser, overrides=True)
     m = parser.add_argument_group("matrix")
     m.add_argument(
         "--matrix",
         metavar="FILE",
-        type=_empty_is_none(str),
+        type=optional(str),
         help="YAML/JSON sweep file: {name, repeats, matrix: {axis: [...]}, base: {...}}",
     )
     m.add_argument(
@@ -714,13 +702,13 @@ def build_parser() -> ArgumentParser:
     m.add_argument("--image-sizes", nargs="+", type=_list_of(int), help="image size axis")
     m.add_argument(
         "--repeats",
-        type=_empty_is_none(int),
+        type=optional(int),
         default=None,
         help="runs per configuration (default 1)",
     )
     m.add_argument(
         "--name",
-        type=_empty_is_none(str),
+        type=optional(str),
         default=None,
         help="sweep name (default: a hash of the matrix); the same name resumes",
     )
@@ -728,7 +716,7 @@ def build_parser() -> ArgumentParser:
     out.add_argument(
         "--experiment",
         default=None,
-        type=_empty_is_none(str),
+        type=optional(str),
         help="MLflow experiment (default: MLFLOW_EXPERIMENT_NAME or Default)",
     )
     out.add_argument("--no-progress", action="store_true")
@@ -738,16 +726,6 @@ def build_parser() -> ArgumentParser:
         help="print the plan and what would be skipped; run nothing",
     )
     return parser
-
-
-def _empty_is_none(convert):
-    def parse(text):
-        if text is None or str(text).strip() == "":
-            return None
-        return convert(text) if convert is not None else text
-
-    parse.__name__ = getattr(convert, "__name__", "value")  # argparse names the type in its errors
-    return parse
 
 
 def _list_of(convert):
