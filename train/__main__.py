@@ -57,11 +57,12 @@ def run(
     configuration as a FAILED child itself) and re-raises failures inside the run after it was
     ended FAILED with the reason.
     """
-    from common.envinfo import environment_report, environment_tags
+    from common.envinfo import environment_tags
     from common.tracking import RunSession
-    from train.bench import preflight, run_benchmark
+    from train.bench import preflight, run_benchmark, run_header
 
     device = preflight(cfg)
+    params, tags = run_header(cfg, device)
     session = RunSession(
         "train",
         experiment=experiment,
@@ -72,25 +73,16 @@ def run(
         quiet=quiet,
     )
     with session:
-        session.log_params({**cfg.params(), "device": str(device), **(extra_params or {})})
-        session.set_tags(
-            {
-                schema.TAG_CONFIG_KEY: cfg.config_key(),
-                schema.TAG_INTENSITY_SOURCE: "modeled",
-                **(extra_tags or {}),
-            }
-        )
+        session.log_params({**params, **(extra_params or {})})
+        session.set_tags({**tags, **(extra_tags or {})})
         session.flush()
         result = run_benchmark(cfg, device, progress=progress)
-        session.set_tags(
-            {"data_description": result.data_description, "measure_stop": result.stop_reason}
-        )
+        session.set_tags(result.tags)
         session.log_metrics(result.metrics)
-        session.log_series("step_time_s", result.step_times_s)
-        session.log_text("timing/step_times.csv", step_times_csv(result.step_times_s))
+        for name, values in result.series.items():
+            session.log_series(name, values)
         for path, text in result.texts.items():
             session.log_text(path, text)
-        session.log_text("environment.txt", environment_report())
     return session, result
 
 
@@ -126,11 +118,6 @@ def main(argv: list[str] | None = None) -> int:
 def _ci_text(metrics: dict) -> str:
     rel = metrics.get("step_time_ci95_rel")
     return f", mean ±{rel:.1%} at 95% confidence" if rel is not None else ""
-
-
-def step_times_csv(step_times_s: list[float]) -> str:
-    """Every measured step time, exactly (the metric history keeps at most 1,000 points)."""
-    return "step,step_time_s\n" + "".join(f"{i},{t!r}\n" for i, t in enumerate(step_times_s))
 
 
 def _profile(cfg: TrainConfig, steps: int) -> int:
