@@ -38,7 +38,7 @@ def test_every_parameter_is_used_once_and_every_flag_exists():
     modules = {
         "main": "train.__main__",
         "profile": "profiling.cli",
-        "sweep": "train.sweep",
+        "sweep": "train.sweep.__main__",
         "peaks": "profiling.peaks_cli",
         "complexity": "train.complexity",
         "analyze": "analysis.app",
