@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import os
-import sys
 
-from common import schema
+from common import console, schema
 from common.cli import ArgumentParser
 from common.cli import cli_entry
 from common.errors import UsageError
@@ -49,7 +48,6 @@ def run(
     parent=None,
     extra_params: dict | None = None,
     extra_tags: dict | None = None,
-    quiet: bool = False,
 ):
     """Pre-flight, then one `train` run: returns (the closed RunSession, BenchResult).
 
@@ -70,7 +68,7 @@ def run(
         tags=environment_tags(str(device), cfg.env_label),
         parent=parent,
         system_metrics=system_metrics,
-        quiet=quiet,
+        quiet=console.is_quiet(),
     )
     with session:
         session.log_params({**params, **(extra_params or {})})
@@ -103,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     m = result.metrics
     where = f"kept offline in {session.spool_path}" if session.offline else f"run {session.run_id}"
-    print(
+    console.result(
         f"{cfg.model} b{cfg.batch_size} {cfg.precision} {cfg.image_size}px on {session.record.tags[schema.TAG_DEVICE_NAME]}: "
         f"{m['throughput_samples_per_s']:.2f} samples/s, {m['step_time_median_s'] * 1e3:.1f} ms/step (median of {len(result.step_times_s)}{_ci_text(m)}), "
         f"{m['achieved_flops_per_s'] / 1e9:.2f} GFLOP/s achieved; {where}"
@@ -111,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     if not session.offline:
         from common.tracking import ui_hint
 
-        print(ui_hint(session.run_id, session.experiment_id))
+        console.result(ui_hint(session.run_id, session.experiment_id))
     return 0
 
 
@@ -136,9 +134,8 @@ def _profile(cfg: TrainConfig, steps: int) -> int:
     if device.type != "cuda":
         raise UsageError(f"profile mode needs --device cuda, got {cfg.device}")
     profile_steps(cfg, device, steps)
-    print(
-        f"profiled {steps} step(s) of {cfg.run_name()} on {torch.cuda.get_device_name(device)}",
-        file=sys.stderr,
+    console.info(
+        f"profiled {steps} step(s) of {cfg.run_name()} on {torch.cuda.get_device_name(device)}"
     )
     return 0
 

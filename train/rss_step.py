@@ -20,6 +20,8 @@ import json
 import os
 import sys
 
+from common import console
+
 
 def _status_kib(field: str) -> int | None:
     try:
@@ -100,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--precision", default="fp32")
     p.add_argument("--num-classes", type=int, default=1000)
     a = p.parse_args(argv)
-    print(
+    console.result(
         json.dumps(measure(a.model, a.batch, a.image_size, a.optimizer, a.precision, a.num_classes))
     )
     return 0
