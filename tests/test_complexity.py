@@ -12,7 +12,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from train import complexity as cx
+from train.complexity.__main__ import main
+from train.complexity.args import build_parser, config_from_args
+from train.complexity.config import ComplexityConfig
+from train.complexity.markdown import measured_batches_text
+from train.complexity.measure import preflight, rss_batches
+from train.complexity.tables import MODEL_COLUMNS, RSS_COLUMNS
 from train import footprint as fp
 from train.config import TrainConfig
 
@@ -156,10 +161,7 @@ def test_adam_is_plain_adam_without_weight_decay():
     opt = make_optimizer("adam", nn.Linear(5, 10).parameters(), 0.01)
     assert type(opt) is torch.optim.Adam and opt.param_groups[0]["weight_decay"] == 0
     assert TrainConfig(optimizer="Adam", env_label="t").optimizer == "adam"
-    assert (
-        cx.config_from_args(cx.build_parser().parse_args(["--optimizer", "adam"])).optimizer
-        == "adam"
-    )
+    assert config_from_args(build_parser().parse_args(["--optimizer", "adam"])).optimizer == "adam"
 
 
 # ------------------------------------------------------------------ the memory model
@@ -337,7 +339,7 @@ def test_optimizer_state_in_the_rss_of_a_real_step():
 )
 def test_config_errors_name_the_field(kwargs, field):
     with pytest.raises(ValueError, match=f"^{field}"):
-        cx.ComplexityConfig(env_label="t", **kwargs)
+        ComplexityConfig(env_label="t", **kwargs)
 
 
 @pytest.mark.parametrize(
@@ -353,7 +355,7 @@ def test_config_errors_name_the_field(kwargs, field):
     ],
 )
 def test_bad_input_gives_one_line_error_and_usage_exit(argv, message, capsys, tracking):
-    code = cx.main(["--no-progress", *argv])
+    code = main(["--no-progress", *argv])
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert len(err.splitlines()) == 1 and err.startswith("error: ") and message in err
@@ -366,13 +368,13 @@ def test_bad_model_fails_the_run_mlflow_run_created(tracking, monkeypatch, capsy
     client = mlflow.tracking.MlflowClient()
     pre = client.create_run("0").info.run_id
     monkeypatch.setenv("MLFLOW_RUN_ID", pre)
-    assert cx.main(["--models", "resnet81", "--no-progress"]) == 2
+    assert main(["--models", "resnet81", "--no-progress"]) == 2
     run = client.get_run(pre)
     assert run.info.status == "FAILED" and "unknown model 'resnet81'" in run.data.tags["error"]
 
 
-def _config(*argv) -> cx.ComplexityConfig:
-    return cx.config_from_args(cx.build_parser().parse_args(list(argv)))
+def _config(*argv) -> ComplexityConfig:
+    return config_from_args(build_parser().parse_args(list(argv)))
 
 
 def test_rss_check_is_on_by_default_on_cpu_only(monkeypatch):
@@ -407,32 +409,32 @@ def test_rss_check_is_on_by_default_on_cpu_only(monkeypatch):
     )
     # off the CPU an explicit true is refused in one line (auto quietly means off there)
     monkeypatch.setattr(dev, "resolve_device", lambda _name: torch.device("cuda"))
-    cx.preflight(_config("--device", "cuda", "--models", "resnet18"))
+    preflight(_config("--device", "cuda", "--models", "resnet18"))
     with pytest.raises(
         UsageError, match="^--validate-rss measures this process's RSS and needs --device cpu"
     ):
-        cx.preflight(_config("--device", "cuda", "--models", "resnet18", "--validate-rss", "true"))
+        preflight(_config("--device", "cuda", "--models", "resnet18", "--validate-rss", "true"))
 
 
 def test_rss_batches_replace_sizes_batch_norm_cannot_train_at():
     from types import SimpleNamespace as NS
 
-    assert cx.rss_batches(NS(model="a", measured_batches=(1, 2), image_size=64), [1, 2]) == (
+    assert rss_batches(NS(model="a", measured_batches=(1, 2), image_size=64), [1, 2]) == (
         [1, 2],
         [],
     )
     bn = NS(
         model="mnasnet0_5", measured_batches=(2, 4), image_size=32
     )  # analyze_model fell back to 2 and 4
-    assert cx.rss_batches(bn, [1, 2]) == (
+    assert rss_batches(bn, [1, 2]) == (
         [2, 4],
         [
             "mnasnet0_5 batch 1 checked at batch 4 instead: its batch norm cannot train on 1 sample(s) at 32 px "
             "(a 1x1 feature map)"
         ],
     )
-    assert cx.rss_batches(bn, [1, 8])[0] == [2, 8]
-    assert cx.rss_batches(bn, [2, 8]) == ([2, 8], [])
+    assert rss_batches(bn, [1, 8])[0] == [2, 8]
+    assert rss_batches(bn, [2, 8]) == ([2, 8], [])
 
 
 def test_rss_check_that_cannot_run_keeps_the_analysis(tracking, monkeypatch, capsys):
@@ -457,7 +459,7 @@ def test_rss_check_that_cannot_run_keeps_the_analysis(tracking, monkeypatch, cap
     monkeypatch.setattr(
         psutil, "virtual_memory", lambda: NS(available=200_000_000, total=400_000_000)
     )
-    code = cx.main(
+    code = main(
         [
             "--models",
             "mnasnet0_5",
@@ -529,10 +531,10 @@ def test_rss_check_that_cannot_run_keeps_the_analysis(tracking, monkeypatch, cap
 
 
 def test_lists_accept_spaces_commas_and_one_quoted_string():
-    args = cx.build_parser().parse_args(
+    args = build_parser().parse_args(
         ["--models", "resnet18,vgg16", "mobilenet_v2", "--batch-sizes", "64 16", "32"]
     )
-    cfg = cx.config_from_args(args)
+    cfg = config_from_args(args)
     assert cfg.models == ["resnet18", "vgg16", "mobilenet_v2"] and cfg.batch_sizes == [16, 32, 64]
 
 
@@ -544,8 +546,8 @@ def test_header_names_the_measured_batches_per_group():
         NS(model="b", measured_batches=(1, 2)),
         NS(model="c", measured_batches=(2, 4)),
     ]
-    assert cx.measured_batches_text(models) == "1 and 2 (2 and 4 for c)"
-    assert cx.measured_batches_text(models[:2]) == "1 and 2"
+    assert measured_batches_text(models) == "1 and 2 (2 and 4 for c)"
+    assert measured_batches_text(models[:2]) == "1 and 2"
 
 
 # ------------------------------------------------------------------ the logged run
@@ -568,7 +570,7 @@ R18_32PX_PER_SAMPLE = 458_664
 def test_complexity_run_logs_metrics_tables_and_tags(tracking, capsys, tmp_path):
     # 142 MB: batch 2 fits (141,268,436 B), batch 8 does not (144,020,420 B);
     # max_batch_fit = (142,000,000 - 140,351,108) // 458,664 = 3. The RSS check is on by default (CPU).
-    code = cx.main(
+    code = main(
         [
             "--models",
             "resnet18",
@@ -630,7 +632,7 @@ def test_complexity_run_logs_metrics_tables_and_tags(tracking, capsys, tmp_path)
             )
         )
     )
-    assert tuple(rss[0]) == cx.RSS_COLUMNS and [int(r["batch_size"]) for r in rss] == [2, 8]
+    assert tuple(rss[0]) == RSS_COLUMNS and [int(r["batch_size"]) for r in rss] == [2, 8]
     for r, predicted in zip(rss, (94_471_828, 97_223_812)):  # 2 x 46,758,048 + 38,404 + b x 458,664
         b = r["batch_size"]
         measured = float(r["peak_rss_bytes"]) - float(r["rss_before_bytes"])
@@ -658,7 +660,7 @@ def test_complexity_run_logs_metrics_tables_and_tags(tracking, capsys, tmp_path)
     } <= paths
     models_csv = mlflow.artifacts.load_text(f"runs:/{run.info.run_id}/complexity/models.csv")
     (row,) = list(csv.DictReader(io.StringIO(models_csv)))
-    assert tuple(row) == cx.MODEL_COLUMNS
+    assert tuple(row) == MODEL_COLUMNS
     assert int(row["params"]) == 11_689_512 and int(row["max_batch_fit"]) == 3
     assert int(row["device_memory_bytes"]) == 142_000_000 and row["measured_batches"] == "2 4"
     layers = list(

@@ -40,7 +40,7 @@ def test_every_parameter_is_used_once_and_every_flag_exists():
         "profile": "profiling.cli",
         "sweep": "train.sweep.__main__",
         "peaks": "profiling.peaks_cli",
-        "complexity": "train.complexity",
+        "complexity": "train.complexity.args",
         "analyze": "analysis.app",
     }
     for name, ep in entry_points().items():
