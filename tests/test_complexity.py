@@ -14,12 +14,15 @@ import torch.nn.functional as F
 
 from train.complexity.__main__ import main
 from train.complexity.args import build_parser, config_from_args
-from train.complexity.config import ComplexityConfig
+from train.complexity.config import ComplexityConfig, parse_bytes
 from train.complexity.markdown import measured_batches_text
 from train.complexity.measure import preflight, rss_batches
 from train.complexity.tables import MODEL_COLUMNS, RSS_COLUMNS
 from train import footprint as fp
+from train import rss_step as rss
+from train import saved_tensors as st
 from train.config import TrainConfig
+from train.device import device_memory_bytes
 
 CPU = torch.device("cpu")
 
@@ -60,7 +63,7 @@ def test_conv_relu_conv_saved_bytes_by_hand(inplace):
     # A naive per-tensor sum would give 1536 + 432 + 2048 + 2048 + 1152 = 7216 B.
     torch.manual_seed(0)
     net, x = tiny_net(inplace), torch.randn(2, 3, 8, 8)
-    saved = fp.saved_bytes(net, lambda: net(x).sum(), batch_size=2)
+    saved = st.saved_bytes(net, lambda: net(x).sum(), batch_size=2)
     assert saved.total_bytes == 1536 + 2048
     assert saved.by_module == {"0": 1536, "1": 2048}  # conv2 saved nothing new
     assert saved.weight_bytes == 4 * (4 * 3 * 9) + 4 * (
@@ -79,7 +82,7 @@ def test_batch_norm_saves_batch_independent_statistics_and_buffers_are_weights()
     totals = {}
     for n in (2, 4):
         x = torch.randn(n, 3, 8, 8)
-        saved = fp.saved_bytes(net, lambda: net(x).sum(), batch_size=n)
+        saved = st.saved_bytes(net, lambda: net(x).sum(), batch_size=n)
         assert saved.by_module == {"0": n * 768, "1": n * 1024 + 32, "2": n * 1024}
         assert saved.weight_bytes == 432 + 1152 + 3 * 16
         totals[n] = saved.total_bytes
@@ -101,8 +104,8 @@ def test_cross_entropy_and_views_of_saved_storages():
         nn.Linear(512, 10),
     )
     x, y = torch.randn(2, 3, 8, 8), torch.tensor([1, 2])
-    saved = fp.saved_bytes(net, lambda: F.cross_entropy(net(x), y), batch_size=2)
-    assert saved.by_module == {"0": 1536, "1": 2048, "4": 4096, fp.LOSS_ROW: 80 + 16 + 4}
+    saved = st.saved_bytes(net, lambda: F.cross_entropy(net(x), y), batch_size=2)
+    assert saved.by_module == {"0": 1536, "1": 2048, "4": 4096, st.LOSS_ROW: 80 + 16 + 4}
     assert saved.total_bytes == 7780
     assert saved.output_shapes["4"] == (2, 10)
 
@@ -187,13 +190,13 @@ def test_memory_model_and_largest_fitting_batch_by_hand():
     ],
 )
 def test_parse_bytes(text, expected):
-    assert fp.parse_bytes(text) == expected
+    assert parse_bytes(text) == expected
 
 
 @pytest.mark.parametrize("text", ["16XB", "GiB", "sixteen", "-1GB", "0", "16 iB", ""])
 def test_parse_bytes_rejects_bad_sizes(text):
     with pytest.raises(ValueError, match="size like 16GiB|at least 1 byte"):
-        fp.parse_bytes(text)
+        parse_bytes(text)
 
 
 def test_analysis_matches_count_work_of_a_training_run():
@@ -273,7 +276,7 @@ RSS_TOLERANCE = (-0.45, 0.15)
 
 def _rss_check(c, batch: int) -> tuple[float, float]:
     """(predicted, measured) RSS growth of one first training step of `c` at `batch`, in bytes."""
-    m = fp.measure_step_rss(c.model, batch, c.image_size, c.optimizer)
+    m = rss.measure_step_rss(c.model, batch, c.image_size, c.optimizer)
     assert m.peak_source == "VmHWM reset before the step"  # not ru_maxrss: see train/rss_step.py
     predicted = fp.predicted_step_growth_bytes(c, batch)
     error = (predicted - m.growth_bytes) / m.growth_bytes
@@ -448,14 +451,14 @@ def test_rss_check_that_cannot_run_keeps_the_analysis(tracking, monkeypatch, cap
 
     from common.errors import BenchError
 
-    real_probe = fp.measure_step_rss
+    real_probe = rss.measure_step_rss
 
     def probe(model, batch_size, *args, **kwargs):
         if batch_size == 2:
             raise BenchError("RSS probe of mnasnet0_5 at batch 2 failed: MemoryError")
         return real_probe(model, batch_size, *args, **kwargs)
 
-    monkeypatch.setattr(fp, "measure_step_rss", probe)
+    monkeypatch.setattr(rss, "measure_step_rss", probe)
     monkeypatch.setattr(
         psutil, "virtual_memory", lambda: NS(available=200_000_000, total=400_000_000)
     )
@@ -691,14 +694,14 @@ def test_default_device_memory(monkeypatch):
 
     import psutil
 
-    mem, source = fp.device_memory_bytes(CPU)
+    mem, source = device_memory_bytes(CPU)
     assert 0 < mem <= psutil.virtual_memory().total and source == "available RAM (psutil) at start"
     monkeypatch.setattr(psutil, "virtual_memory", lambda: NS(available=123_456_789, total=2**34))
-    assert fp.device_memory_bytes(CPU) == (123_456_789, "available RAM (psutil) at start")
+    assert device_memory_bytes(CPU) == (123_456_789, "available RAM (psutil) at start")
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: NS(total_memory=24 * 2**30))
-    assert fp.device_memory_bytes(torch.device("cuda", 0)) == (24 * 2**30, "CUDA total memory")
+    assert device_memory_bytes(torch.device("cuda", 0)) == (24 * 2**30, "CUDA total memory")
     monkeypatch.setattr(torch.mps, "recommended_max_memory", lambda: 10**10)
-    assert fp.device_memory_bytes(torch.device("mps")) == (
+    assert device_memory_bytes(torch.device("mps")) == (
         10**10,
         "MPS recommended max working set",
     )

@@ -121,3 +121,16 @@ def is_out_of_memory(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and (
         "out of memory" in text.lower() or "DefaultCPUAllocator: can't allocate" in text
     )
+
+
+def device_memory_bytes(device) -> tuple[int, str]:
+    """Memory the training could use on `device` and where the number comes from."""
+    import torch
+
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory), "CUDA total memory"
+    if device.type == "mps":
+        return int(torch.mps.recommended_max_memory()), "MPS recommended max working set"
+    import psutil
+
+    return int(psutil.virtual_memory().available), "available RAM (psutil) at start"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import math
+import re
 from dataclasses import dataclass, field
 
 from common import schema
@@ -46,8 +48,6 @@ class ComplexityConfig:
     """your name for this environment (default: host name)."""
 
     def __post_init__(self) -> None:
-        from train.footprint import parse_bytes
-
         self.models = list(dict.fromkeys(str(m).strip() for m in self.models if str(m).strip()))
         if not self.models:
             raise ValueError("models must name at least one torchvision classifier")
@@ -111,8 +111,6 @@ class ComplexityConfig:
 
     @property
     def device_memory_bytes(self) -> int | None:
-        from train.footprint import parse_bytes
-
         return parse_bytes(self.device_memory) if self.device_memory is not None else None
 
     def params(self) -> dict:
@@ -140,3 +138,31 @@ def _auto_bool(value) -> bool | str:
         return str_bool(text)
     except argparse.ArgumentTypeError:
         raise ValueError(f"validate_rss must be auto, true or false, got {value!r}") from None
+
+
+_SIZE_RE = re.compile(
+    r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmgtp]?)(i?)(b?)\s*$", re.IGNORECASE
+)
+_PREFIX_POWER = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
+
+
+def parse_bytes(text: str | int | float) -> int:
+    """Bytes in a size like `16GiB` (binary, 2**30), `16GB` (decimal, 10**9), `512MiB`, `1.5e9`.
+
+    A bare number is bytes. Raises ValueError with the accepted forms.
+    """
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        value, unit = float(text), 1
+    else:
+        m = _SIZE_RE.match(str(text))
+        if not m or (m.group(3) and not m.group(2)):
+            raise ValueError(
+                f"expected a size like 16GiB, 16GB, 512MiB or a number of bytes, got {text!r}"
+            )
+        number, prefix, binary, _b = m.groups()
+        value = float(number)
+        unit = (1024 if binary else 1000) ** _PREFIX_POWER[prefix.lower()]
+    size = value * unit
+    if not math.isfinite(size) or size < 1:
+        raise ValueError(f"a memory size must be at least 1 byte, got {text!r}")
+    return int(size)

@@ -8,8 +8,6 @@ from train.complexity.tables import rss_rows
 
 def markdown(result: ComplexityResult) -> str:
     """The console summary: one row per model, predicted memory per batch size."""
-    from train.footprint import format_bytes
-
     cfg = result.cfg
     gib = 2**30
     mem_txt = format_bytes(result.device_memory_bytes)
@@ -94,8 +92,6 @@ def measured_batches_text(models) -> str:
 
 
 def summary_line(result: ComplexityResult) -> str:
-    from train.footprint import format_bytes
-
     fits = ", ".join(
         f"{c.model} {c.max_batch_fit(result.device_memory_bytes)}" for c in result.models
     )
@@ -110,3 +106,11 @@ def summary_line(result: ComplexityResult) -> str:
     if result.rss_notes:
         line += f"; {len(result.rss_notes)} RSS check note(s) above"
     return line
+
+
+def format_bytes(n: float) -> str:
+    """Human-readable binary size for display only (values are stored raw)."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n:.0f} B"

@@ -55,7 +55,9 @@ def measure(cfg: ComplexityConfig, device, progress: bool = True) -> ComplexityR
 
     from common import envinfo
     from train.config import TrainConfig
-    from train.footprint import analyze_model, device_memory_bytes, measure_step_rss
+    from train.device import device_memory_bytes
+    from train.footprint import analyze_model
+    from train.rss_step import measure_step_rss
 
     t0 = time.perf_counter()
     if cfg.device_memory_bytes is not None:
