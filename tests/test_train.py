@@ -10,6 +10,7 @@ import torch
 import torch.nn as nn
 
 from common import schema
+from common.errors import UsageError
 from tests.helpers import TINY, make_cifar10, make_image_folder
 from train.__main__ import main
 from train.config import TrainConfig
@@ -327,6 +328,26 @@ def test_profile_mode_needs_cuda(tracking, capsys):
     code, line = error_of(capsys, TINY + ["--profile-steps", "1"])
     assert code == 2 and "needs an NVIDIA GPU" in line and "--import" in line
     assert runs() == []
+
+
+@pytest.mark.parametrize("cuda", [False, True])
+def test_profile_mode_refuses_warmup_0(tracking, capsys, monkeypatch, cuda):
+    """On any machine (the flag is wrong everywhere), before CUDA is touched; and in the core."""
+    from train.bench import profile_steps
+
+    if cuda:
+        fake_cuda(monkeypatch, "NVIDIA L4", (8, 9))
+    code, line = error_of(capsys, arg("--warmup-iters", "0") + ["--profile-steps", "1"])
+    assert code == 2 and line == (
+        "error: profile mode needs --warmup-iters >= 1 (got 0): otherwise the profiled step holds "
+        "cuDNN autotuning, first allocations and, with fp16, GradScaler's skipped optimizer step"
+    )
+    assert runs() == []
+    started = []
+    cfg = TrainConfig(model="resnet18", batch_size=2, image_size=32, warmup_iters=0, device="cpu")
+    with pytest.raises(UsageError, match="needs --warmup-iters >= 1"):
+        profile_steps(cfg, torch.device("cpu"), 1, profiler_start=lambda: started.append(1))
+    assert started == []
 
 
 def test_profile_steps_marks_phases_between_profiler_start_and_stop():

@@ -121,8 +121,9 @@ def _ci_text(metrics: dict) -> str:
 def _profile(cfg: TrainConfig, steps: int) -> int:
     import torch
 
-    from train.bench import preflight, profile_steps
+    from train.bench import check_profile_mode, preflight, profile_steps
 
+    check_profile_mode(cfg, steps)  # bad flags first: they are wrong on any machine
     if not torch.cuda.is_available():
         raise UsageError(
             "profile mode needs an NVIDIA GPU (CUDA is not available here); "

@@ -245,6 +245,18 @@ def run_benchmark(cfg: TrainConfig, device, progress: bool = True) -> BenchResul
     return BenchResult(metrics, times, texts, tags)
 
 
+def check_profile_mode(cfg: TrainConfig, steps: int) -> None:
+    """Profile mode's own flag rules (UsageError, one line)."""
+    if steps <= 0:
+        raise UsageError(f"--profile-steps must be a positive integer, got {steps}")
+    if cfg.warmup_iters < 1:
+        raise UsageError(
+            f"profile mode needs --warmup-iters >= 1 (got {cfg.warmup_iters}): otherwise the profiled "
+            "step holds cuDNN autotuning, first allocations and, with fp16, GradScaler's skipped "
+            "optimizer step"
+        )
+
+
 def profile_steps(
     cfg: TrainConfig,
     device,
@@ -260,8 +272,7 @@ def profile_steps(
     """
     import torch
 
-    if steps <= 0:
-        raise UsageError(f"--profile-steps must be a positive integer, got {steps}")
+    check_profile_mode(cfg, steps)
     profiler_start = profiler_start or torch.cuda.profiler.start
     profiler_stop = profiler_stop or torch.cuda.profiler.stop
     try:
