@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 
 from common import console, schema
 from common.cli import ArgumentParser
@@ -142,5 +141,4 @@ def _profile(cfg: TrainConfig, steps: int) -> int:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("DS_ACCELERATOR", "cpu")
     raise SystemExit(main())

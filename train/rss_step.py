@@ -80,7 +80,6 @@ def measure_step_rss(
     """Run one training step on CPU in a fresh process and return its RSS growth."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
-    env.setdefault("DS_ACCELERATOR", "cpu")
     argv = probe_argv(model, batch_size, image_size, optimizer, precision, num_classes)
     try:
         done = subprocess.run(
@@ -191,5 +190,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("DS_ACCELERATOR", "cpu")
     sys.exit(main())

@@ -3,7 +3,6 @@ line (see the package docstring and docs/complexity.md)."""
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
@@ -138,5 +137,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("DS_ACCELERATOR", "cpu")
     raise SystemExit(main())
