@@ -741,3 +741,40 @@ def test_cli_takes_mlproject_style_values():
         "max_time_s": 60.0,
     }
     assert s.env_label == "lab" and {c.max_iters for c, _ in s.plan()} == {200}
+
+
+def test_compiled_children_each_compile_instead_of_falling_back_to_eager(tracking, monkeypatch):
+    """Children share one process, and dynamo counts recompilations of one code object (ResNet.forward
+    for every ResNet) across them: past torch._dynamo.config.recompile_limit a child would run eager
+    while logged compile=true. Each compiled benchmark starts from a fresh dynamo cache instead.
+    Made fast and certain: the limit is 1 (two configurations suffice to hit it) and the backend is
+    dynamo's capture only (no Inductor), recording which child each graph was captured in."""
+    import functools
+
+    import torch
+    import torch._dynamo
+
+    captured, resets, child = [], [], {"n": 0}
+
+    def record(gm, example_inputs):
+        captured.append(child["n"])
+        return gm.forward
+
+    real_compile, real_reset = torch.compile, torch._dynamo.reset
+    monkeypatch.setattr(torch, "compile", functools.partial(real_compile, backend=record))
+    monkeypatch.setattr(torch._dynamo, "reset", lambda: (resets.append(child["n"]), real_reset()))
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
+    outcomes = run_sweep(
+        spec(
+            matrix={"model": ["resnet18"], "batch_size": [2], "precision": ["fp32", "bf16"]},
+            base={**TINY_BASE, "compile": True, "iters": 1},
+            name="compiled",
+        ),
+        experiment="compiled",
+        env_label="box",
+        progress=False,
+        on_child_done=lambda _o: child.update(n=child["n"] + 1),
+    )
+    assert [o.status for o in outcomes] == ["FINISHED", "FINISHED"]
+    assert sorted(set(captured)) == [0, 1]  # the second child compiled too: no eager fallback
+    assert resets == [0, 1]  # once per child, before it compiles

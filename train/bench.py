@@ -109,6 +109,20 @@ def prepare(cfg: TrainConfig, device) -> Prepared:
     return Prepared(cfg, device, model, parts, source)
 
 
+def compile_model(model):
+    """`torch.compile(model)` from a fresh dynamo cache (`torch._dynamo.reset()`).
+
+    Dynamo counts recompilations of one code object (ResNet.forward for every ResNet) for the whole
+    process, and past `torch._dynamo.config.recompile_limit` (8) it runs that code eagerly with only
+    a log line: the later configurations of a sweep (one process) would be logged compile=true and
+    measured eager.
+    """
+    import torch
+
+    torch._dynamo.reset()
+    return torch.compile(model)
+
+
 def count_steps(
     prep: Prepared, sizes: tuple[int, ...], around: Callable[[int], ContextManager] | None = None
 ) -> tuple[dict[int, fl.StepCounts], dict]:
@@ -165,9 +179,7 @@ def run_benchmark(cfg: TrainConfig, device, progress: bool = True) -> BenchResul
     count_s = time.perf_counter() - wall0
 
     if cfg.compile:
-        import torch
-
-        prep.parts.model = torch.compile(prep.model)
+        prep.parts.model = compile_model(prep.model)
     clock = make_clock(lambda: dev.synchronize(device))
     dev.reset_peak_memory(device)
     bar = _progress(cfg, progress)
@@ -278,7 +290,7 @@ def profile_steps(
     try:
         prep = prepare(cfg, device)
         if cfg.compile:
-            prep.parts.model = torch.compile(prep.model)
+            prep.parts.model = compile_model(prep.model)
         for _ in range(cfg.warmup_iters):
             prep.step()
         batches = [prep.source.next() for _ in range(steps)]  # loading is not what ncu measures
