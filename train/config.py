@@ -86,18 +86,7 @@ class TrainConfig:
         for name in ("warmup_iters", "workers"):
             if int(getattr(self, name)) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.precision not in schema.PRECISIONS:
-            raise ValueError(
-                f"precision must be one of {', '.join(schema.PRECISIONS)}, got {self.precision!r}"
-            )
-        if self.device not in DEVICES and not self.device.startswith("cuda:"):
-            raise ValueError(
-                f"device must be one of {', '.join(DEVICES)} or cuda:N, got {self.device!r}"
-            )
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(
-                f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}"
-            )
+        check_choices(self.precision, self.device, self.optimizer)
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
         if self.compile and self.warmup_iters < 1:
@@ -127,6 +116,19 @@ class TrainConfig:
 
     def run_name(self) -> str:
         return f"{self.model}-b{self.batch_size}-{self.precision}-{self.image_size}px"
+
+
+def check_choices(precision: str, device: str, optimizer: str) -> None:
+    """ValueError naming the field when a precision, device or optimizer is not one we know
+    (lower-case values; shared by TrainConfig and the complexity command's config)."""
+    if precision not in schema.PRECISIONS:
+        raise ValueError(
+            f"precision must be one of {', '.join(schema.PRECISIONS)}, got {precision!r}"
+        )
+    if device not in DEVICES and not device.startswith("cuda:"):
+        raise ValueError(f"device must be one of {', '.join(DEVICES)} or cuda:N, got {device!r}")
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
 
 
 def add_config_args(parser: argparse.ArgumentParser, overrides: bool = False) -> None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from common import schema
 from common.cli import str_bool
-from train.config import DEVICES, OPTIMIZERS
+from train.config import check_choices
 
 DEFAULT_MODELS = ("resnet18", "resnet50", "vgg16", "mobilenet_v2")
 DEFAULT_BATCH_SIZES = (16, 32, 64, 128)
@@ -68,18 +68,7 @@ class ComplexityConfig:
             self.precision.lower(),
             self.device.lower(),
         )
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(
-                f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}"
-            )
-        if self.precision not in schema.PRECISIONS:
-            raise ValueError(
-                f"precision must be one of {', '.join(schema.PRECISIONS)}, got {self.precision!r}"
-            )
-        if self.device not in DEVICES and not self.device.startswith("cuda:"):
-            raise ValueError(
-                f"device must be one of {', '.join(DEVICES)} or cuda:N, got {self.device!r}"
-            )
+        check_choices(self.precision, self.device, self.optimizer)
         self.validate_rss = _auto_bool(self.validate_rss)
         if self.device_memory is not None and str(self.device_memory).strip() == "":
             self.device_memory = None

@@ -64,6 +64,24 @@ RSS_COLUMNS = (
 )
 
 
+MODEL_METRICS = (
+    "params",
+    "param_bytes",
+    "buffer_bytes",
+    "grad_bytes",
+    "optimizer_state_bytes",
+    "fwd_flops_per_sample",
+    "fwd_macs_per_sample",
+    "train_flops_per_sample",
+    "activation_bytes_per_sample",
+    "activation_fixed_bytes",
+    "fixed_bytes",
+    "modeled_intensity_limit_flops_per_byte",
+    "max_batch_fit",
+)
+"""models.csv columns that are also logged as metrics `<model>/<column>`"""
+
+
 def model_rows(result: ComplexityResult) -> list[dict]:
     return [
         {
@@ -147,24 +165,9 @@ def metrics(result: ComplexityResult) -> dict[str, float]:
         "device_memory_bytes": float(result.device_memory_bytes),
         "wall_s": result.wall_s,
     }
-    per_model = (
-        "params",
-        "param_bytes",
-        "buffer_bytes",
-        "grad_bytes",
-        "optimizer_state_bytes",
-        "fwd_flops_per_sample",
-        "fwd_macs_per_sample",
-        "train_flops_per_sample",
-        "activation_bytes_per_sample",
-        "activation_fixed_bytes",
-        "fixed_bytes",
-        "modeled_intensity_limit_flops_per_byte",
-        "max_batch_fit",
-    )
     for row in model_rows(result):
         m = schema.sanitize_key(row["model"])
-        out.update({f"{m}/{k}": float(row[k]) for k in per_model})
+        out.update({f"{m}/{k}": float(row[k]) for k in MODEL_METRICS})
     for row in batch_rows(result):
         m, b = schema.sanitize_key(row["model"]), row["batch_size"]
         for k in (
