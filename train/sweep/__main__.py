@@ -7,6 +7,7 @@ import time
 from common import console
 from common.cli import ArgumentParser, cli_entry, optional, split_words
 from common.errors import UsageError
+from train import sweep as package
 from train.config import add_config_args
 from train.sweep.spec import AXIS_ALIASES, CONFIG_FIELDS, SweepSpec, load_spec_file, plan_sweep
 
@@ -15,9 +16,7 @@ AXIS_FLAGS = ("models", "batch_sizes", "precisions", "image_sizes")  # AXIS_ALIA
 
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(
-        prog="python -m train.sweep",
-        description="`python -m train.sweep`: a matrix of training benchmarks with repeats, safe to "
-        "interrupt and resume.",
+        prog="python -m train.sweep", description=package.__doc__.split("\n\n")[0]
     )
     # Config flags given on the command line override the sweep file's base; unset ones stay None.
     add_config_args(parser, overrides=True)

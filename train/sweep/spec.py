@@ -17,9 +17,8 @@ from train.config import TrainConfig
 
 TAG_SWEEP_NAME = "sweep_name"
 TAG_SWEEP_KEY = "sweep_key"  # which (configuration) of the sweep a child measured: see sweep_key()
-TAG_RESUME_OF = (
-    "sweep_resume_of"  # on the run `mlflow run` made for a resumed sweep: the parent it resumed
-)
+# on the run `mlflow run` made for a resumed sweep: the parent it resumed
+TAG_RESUME_OF = "sweep_resume_of"
 PARAM_REPEAT = "repeat"
 AXIS_ALIASES = {
     "batch": "batch_size",

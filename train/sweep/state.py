@@ -1,6 +1,7 @@
 """What a sweep already did: reconciliation of the tracking server, the offline spool and this
 machine's ledger, for one sweep name on one env label (docs/sweep.md, "Resume" and "Server
-unreachable"). Talks to MLflow only through common.tracking, and reads the spool.
+unreachable"). Reads the server with mlflow.search_runs (a sweep must know what is done: the one
+MLflow read outside analysis/fetch.py), the spool and the ledger; writes the ledger.
 """
 
 from __future__ import annotations
@@ -58,12 +59,26 @@ def existing_state(
 ) -> SweepState:
     """Done runs, the parent and stale children of the sweep, from the spool and (if it answers its
     quick /health check) the server. `reachable=False` skips the server without asking it."""
-    import mlflow
+    from common.tracking import server_reachable
 
-    from common.tracking import experiment_id_for, is_unreachable, server_reachable, spooled_runs
-
-    label_literal = schema.filter_literal(env_label, "env label")
+    schema.filter_literal(env_label, "env label")  # a label no filter can hold: one line, now
     state = SweepState(reachable=server_reachable() if reachable is None else reachable)
+    spooled_ids = _read_spool(name, env_label, state)
+    state.done |= state.spooled
+    if state.reachable:
+        _read_server(name, env_label, experiment, state, spooled_ids)
+    else:
+        # What reached the server before it went away: this machine's own ledger of it.
+        state.remembered = _read_ledger(name, env_label) - state.done
+        state.done |= state.remembered
+    return state
+
+
+def _read_spool(name: str, env_label: str, state: SweepState) -> set[str]:
+    """The sweep's parent and FINISHED children kept offline, into `state`. Returns the server run
+    ids of spooled entries (runs the server has, which upload will complete)."""
+    from common.tracking import spooled_runs
+
     spooled_ids = set()
     for entry in spooled_runs():
         if not _is_mine(entry, name, env_label):
@@ -79,20 +94,28 @@ def existing_state(
             and entry["status"] == "FINISHED"
             and rec["tags"].get(TAG_SWEEP_KEY)
         ):
-            state.spooled.add(
-                (rec["tags"][TAG_SWEEP_KEY], int(rec["params"].get(PARAM_REPEAT, -1)))
-            )
-    state.done |= state.spooled
-    if not state.reachable:
-        # What reached the server before it went away: this machine's own ledger of it.
-        state.remembered = _read_ledger(name, env_label) - state.done
-        state.done |= state.remembered
-        return state
+            key = rec["tags"][TAG_SWEEP_KEY]
+            state.spooled.add((key, int(rec["params"].get(PARAM_REPEAT, -1))))
+    return spooled_ids
+
+
+def _read_server(
+    name: str, env_label: str, experiment: str | None, state: SweepState, spooled_ids: set[str]
+) -> None:
+    """The sweep's parent, FINISHED children and children left RUNNING on the server, into `state`
+    (and this machine's ledger); `state.reachable` becomes False if the server went away."""
+    import mlflow
+
+    from common.tracking import experiment_id_for, is_unreachable
+
     try:
         exp_id = experiment_id_for(experiment)
         if exp_id is None:
-            return state
-        filt = f"tags.{TAG_SWEEP_NAME} = {schema.filter_literal(name, 'sweep name')} and tags.{schema.TAG_ENV_LABEL} = {label_literal}"
+            return
+        filt = (
+            f"tags.{TAG_SWEEP_NAME} = {schema.filter_literal(name, 'sweep name')} and "
+            f"tags.{schema.TAG_ENV_LABEL} = {schema.filter_literal(env_label, 'env label')}"
+        )
         runs = mlflow.search_runs(
             experiment_ids=[exp_id],
             filter_string=filt,
@@ -104,27 +127,20 @@ def existing_state(
         if not is_unreachable(exc):
             raise
         state.reachable = False
-        return state
+        return
     for run in runs:
-        tags = run.data.tags
+        tags, run_id, status = run.data.tags, run.info.run_id, run.info.status
         kind = tags.get(schema.TAG_RUN_KIND)
         if kind == "sweep" and TAG_RESUME_OF not in tags:
-            if state.parent_run_id in (
-                None,
-                run.info.run_id,
-            ):  # the first parent; a spooled one is the same run
-                state.parent_run_id = run.info.run_id
+            # the first parent; a spooled one is the same run
+            if state.parent_run_id in (None, run_id):
+                state.parent_run_id = run_id
                 state.parent_params = state.parent_params or dict(run.data.params)
-        elif kind == "train" and run.info.status == "FINISHED" and tags.get(TAG_SWEEP_KEY):
+        elif kind == "train" and status == "FINISHED" and tags.get(TAG_SWEEP_KEY):
             state.done.add((tags[TAG_SWEEP_KEY], int(run.data.params.get(PARAM_REPEAT, -1))))
-        elif (
-            kind == "train" and run.info.status == "RUNNING" and run.info.run_id not in spooled_ids
-        ):
-            state.stale_running.append(
-                run.info.run_id
-            )  # a spooled one is completed by upload instead
+        elif kind == "train" and status == "RUNNING" and run_id not in spooled_ids:
+            state.stale_running.append(run_id)  # a spooled one is completed by upload instead
     save_ledger(name, env_label, state)
-    return state
 
 
 def _ledger_path(name: str, env_label: str) -> Path:
