@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import sys
 
 from common import console, schema
 from common.cli import ArgumentParser
@@ -37,12 +35,6 @@ def build_parser() -> ArgumentParser:
         help="profile mode (under ncu; see python -m profiling): K NVTX-marked steps between "
         "cudaProfilerStart/Stop after warmup; logs no run",
     )
-    out.add_argument(
-        "--no-cudnn-benchmark",
-        action="store_true",
-        help="profile mode: keep cuDNN's autotuner off, so every run picks the same kernels (ncu's "
-        "application and app-range replay rerun the program once per pass)",
-    )
     return parser
 
 
@@ -55,7 +47,6 @@ def run(
     parent=None,
     extra_params: dict | None = None,
     extra_tags: dict | None = None,
-    quiet: bool = False,
 ):
     """Pre-flight, then one `train` run: returns (the closed RunSession, BenchResult).
 
@@ -63,11 +54,12 @@ def run(
     configuration as a FAILED child itself) and re-raises failures inside the run after it was
     ended FAILED with the reason.
     """
-    from common.envinfo import environment_report, environment_tags
+    from common.envinfo import environment_tags
     from common.tracking import RunSession
-    from train.bench import preflight, run_benchmark
+    from train.bench import preflight, run_benchmark, run_header
 
     device = preflight(cfg)
+    params, tags = run_header(cfg, device)
     session = RunSession(
         "train",
         experiment=experiment,
@@ -76,26 +68,17 @@ def run(
         parent=parent,
         system_metrics=system_metrics,
     )
-    with console.quiet(quiet), session:
-        session.log_params({**cfg.params(), "device": str(device), **(extra_params or {})})
-        session.set_tags(
-            {
-                schema.TAG_CONFIG_KEY: cfg.config_key(),
-                schema.TAG_INTENSITY_SOURCE: "modeled",
-                **(extra_tags or {}),
-            }
-        )
+    with session:
+        session.log_params({**params, **(extra_params or {})})
+        session.set_tags({**tags, **(extra_tags or {})})
         session.flush()
         result = run_benchmark(cfg, device, progress=progress)
-        session.set_tags(
-            {"data_description": result.data_description, "measure_stop": result.stop_reason}
-        )
+        session.set_tags(result.tags)
         session.log_metrics(result.metrics)
-        session.log_series("step_time_s", result.step_times_s)
-        session.log_text("timing/step_times.csv", step_times_csv(result.step_times_s))
+        for name, values in result.series.items():
+            session.log_series(name, values)
         for path, text in result.texts.items():
             session.log_text(path, text)
-        session.log_text("environment.txt", environment_report())
     return session, result
 
 
@@ -107,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if args.profile_steps:
-        return _profile(cfg, args.profile_steps, cudnn_benchmark=not args.no_cudnn_benchmark)
+        return _profile(cfg, args.profile_steps)
     session, result = run(
         cfg,
         experiment=args.experiment,
@@ -116,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     m = result.metrics
     where = f"kept offline in {session.spool_path}" if session.offline else f"run {session.run_id}"
-    print(
+    console.result(
         f"{cfg.model} b{cfg.batch_size} {cfg.precision} {cfg.image_size}px on {session.record.tags[schema.TAG_DEVICE_NAME]}: "
         f"{m['throughput_samples_per_s']:.2f} samples/s, {m['step_time_median_s'] * 1e3:.1f} ms/step (median of {len(result.step_times_s)}{_ci_text(m)}), "
         f"{m['achieved_flops_per_s'] / 1e9:.2f} GFLOP/s achieved; {where}"
@@ -124,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     if not session.offline:
         from common.server import ui_hint
 
-        print(ui_hint(session.run_id, session.experiment_id))
+        console.result(ui_hint(session.run_id, session.experiment_id))
     return 0
 
 
@@ -133,16 +116,12 @@ def _ci_text(metrics: dict) -> str:
     return f", mean ±{rel:.1%} at 95% confidence" if rel is not None else ""
 
 
-def step_times_csv(step_times_s: list[float]) -> str:
-    """Every measured step time, exactly (the metric history keeps at most 1,000 points)."""
-    return "step,step_time_s\n" + "".join(f"{i},{t!r}\n" for i, t in enumerate(step_times_s))
-
-
-def _profile(cfg: TrainConfig, steps: int, cudnn_benchmark: bool = True) -> int:
+def _profile(cfg: TrainConfig, steps: int) -> int:
     import torch
 
-    from train.bench import preflight, profile_steps
+    from train.bench import check_profile_mode, preflight, profile_steps
 
+    check_profile_mode(cfg, steps)  # bad flags first: they are wrong on any machine
     if not torch.cuda.is_available():
         raise UsageError(
             "profile mode needs an NVIDIA GPU (CUDA is not available here); "
@@ -153,14 +132,12 @@ def _profile(cfg: TrainConfig, steps: int, cudnn_benchmark: bool = True) -> int:
     device = preflight(cfg)
     if device.type != "cuda":
         raise UsageError(f"profile mode needs --device cuda, got {cfg.device}")
-    profile_steps(cfg, device, steps, cudnn_benchmark=cudnn_benchmark)
-    print(
-        f"profiled {steps} step(s) of {cfg.run_name()} on {torch.cuda.get_device_name(device)}",
-        file=sys.stderr,
+    profile_steps(cfg, device, steps)
+    console.info(
+        f"profiled {steps} step(s) of {cfg.run_name()} on {torch.cuda.get_device_name(device)}"
     )
     return 0
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("DS_ACCELERATOR", "cpu")
     raise SystemExit(main())
