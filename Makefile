@@ -3,7 +3,6 @@ PYTHON ?= python3.11
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP_QUIET ?= -q
-export DS_ACCELERATOR ?= cpu
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 # pip prints one "Location ... is ignored" warning per package on this machine's mirror: hide them

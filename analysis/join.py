@@ -491,7 +491,7 @@ def speedups(points: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
 
 
 # ------------------------------------------------------------------------------- model complexity
-# columns of complexity/models.csv (train/complexity.py MODEL_COLUMNS, docs/complexity.md) the report uses
+# columns of complexity/models.csv (train/complexity/tables.py MODEL_COLUMNS, docs/complexity.md) the report uses
 COMPLEXITY_COLUMNS = [
     "model",
     "image_size",

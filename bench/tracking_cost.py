@@ -43,7 +43,7 @@ def main() -> None:
 
         from mlflow.entities import Metric
 
-        from train.__main__ import step_times_csv
+        from train.bench import step_times_csv
 
         with RunSession("train", run_name="ours") as s:
             s.flush()

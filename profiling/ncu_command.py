@@ -7,12 +7,15 @@ terminal and keeps it, so a failure ncu prints only to the console is classified
 docs/profiling.md for what was verified):
 
   --profile-from-start off   profile only between cudaProfilerStart/Stop (torch.cuda.profiler.start/stop)
-  --target-processes all     follow the `python -m train` child process
+  --target-processes all     also profile child processes (application-only with --compile, so
+                             ncu stays out of Inductor's compile workers)
   --nvtx                     NVTX range columns (phase attribution)
   --csv --page details --print-units base --log-file FILE
   --metrics a,b,c            the metric set plus extra metrics
-  --replay-mode kernel|application|range|app-range
+  --replay-mode kernel|application|range|app-range   (the application modes are checked
+                             against `ncu --help` before starting)
   --clock-control base|none
+  --cache-control all|none
   --launch-skip N --launch-count N
 """
 
@@ -31,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from common import console
 from common.errors import BenchError
 from profiling.ncu_metrics import METRIC_SETS, TENSOR_MODES
 
@@ -45,7 +49,11 @@ from profiling.ncu_parse import (  # noqa: F401
 )
 
 REPLAY_MODES = ("kernel", "application", "range", "app-range")
+APPLICATION_REPLAY = ("application", "app-range")
+"""Replay modes that rerun the whole program once per pass: its kernels must be the same each time."""
 CLOCK_CONTROLS = ("base", "none")
+CACHE_CONTROLS = ("all", "none")
+TARGET_PROCESSES = ("all", "application-only")
 INSTALL_HINT = (
     "install Nsight Compute (it ships with the CUDA toolkit as <cuda>/bin/ncu; standalone at "
     "https://developer.nvidia.com/nsight-compute) or pass --ncu /path/to/ncu"
@@ -60,7 +68,8 @@ class CaptureOptions:
     """training steps measured between torch.cuda.profiler.start() and stop() (after warmup)."""
     metric_set: str = "roofline"
     """roofline (FLOPs per precision, tensor work, DRAM/L2/L1 bytes, time) or seed (the course
-    brief's list; its flop_count_sp/hp are nvprof-era names that ncu rejects)."""
+    brief's quantities: fp32/fp16 FLOPs, DRAM and PCIe bytes), names chosen per chip
+    (ncu_metrics.plan_metrics)."""
     extra_metrics: tuple[str, ...] = ()
     """more ncu metric names, appended to the set's --metrics list."""
     replay_mode: str = "kernel"
@@ -68,41 +77,45 @@ class CaptureOptions:
     range, not per kernel)."""
     clock_control: str = "base"
     """ncu --clock-control: base (lock clocks to base, ncu's default) or none (leave clocks alone)."""
+    cache_control: str = "all"
+    """ncu --cache-control: all (flush caches before every replay pass, ncu's default: DRAM bytes are
+    cold-cache, measured intensity biased low) or none (keep what the previous pass left)."""
+    target_processes: str = "all"
+    """ncu --target-processes: all (the program and its children) or application-only (the program
+    only; used with --compile, whose Inductor compile workers ncu must not be injected into)."""
     launch_skip: int = 0
     """ncu --launch-skip: profiled-region kernel launches to skip before profiling."""
     launch_count: int | None = None
     """ncu --launch-count: profile at most this many launches (None: all)."""
     tensor_counters: str = "auto"
-    """auto (by compute capability), ops (sm__ops_path_tensor_*, sm_80+), inst
-    (sm__inst_executed_pipe_tensor.sum x the FLOPs of one tensor instruction on that architecture,
-    ncu_metrics.TENSOR_INST_FLOPS: sm_70/75; warns on sm_80-89, refused on sm_90+) or none."""
+    """auto (the chip's sm__ops_path_tensor_* counters where it has them, Turing on; instruction
+    counts on Volta; none without tensor cores), ops, inst (sm__inst_executed_pipe_tensor.sum x the
+    FLOPs of one tensor instruction, ncu_metrics.TENSOR_INST_FLOPS: warns on sm_75-89, refused on
+    sm_90+) or none."""
     extra_ncu_args: tuple[str, ...] = field(default=())
-    """further ncu arguments inserted before the program (advanced; e.g. ("--cache-control", "none"))."""
+    """further ncu arguments inserted before the program (advanced; e.g. ("--nvtx-push-pop-scope",
+    "process"))."""
 
     def __post_init__(self) -> None:
         self.extra_metrics = tuple(m.strip() for m in self.extra_metrics if m and m.strip())
         if int(self.profile_steps) < 1:
             raise ValueError(f"profile_steps must be >= 1, got {self.profile_steps}")
-        if self.metric_set not in METRIC_SETS:
-            raise ValueError(
-                f"metric_set must be one of {', '.join(METRIC_SETS)}, got {self.metric_set!r}"
-            )
-        if self.replay_mode not in REPLAY_MODES:
-            raise ValueError(
-                f"replay_mode must be one of {', '.join(REPLAY_MODES)}, got {self.replay_mode!r}"
-            )
-        if self.clock_control not in CLOCK_CONTROLS:
-            raise ValueError(
-                f"clock_control must be one of {', '.join(CLOCK_CONTROLS)}, got {self.clock_control!r}"
-            )
+        for name, choices in (
+            ("metric_set", METRIC_SETS),
+            ("replay_mode", REPLAY_MODES),
+            ("clock_control", CLOCK_CONTROLS),
+            ("cache_control", CACHE_CONTROLS),
+            ("target_processes", TARGET_PROCESSES),
+            ("tensor_counters", TENSOR_MODES),
+        ):
+            if getattr(self, name) not in choices:
+                raise ValueError(
+                    f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}"
+                )
         if int(self.launch_skip) < 0:
             raise ValueError(f"launch_skip must be >= 0, got {self.launch_skip}")
         if self.launch_count is not None and int(self.launch_count) < 1:
             raise ValueError(f"launch_count must be >= 1 (or unset), got {self.launch_count}")
-        if self.tensor_counters not in TENSOR_MODES:
-            raise ValueError(
-                f"tensor_counters must be one of {', '.join(TENSOR_MODES)}, got {self.tensor_counters!r}"
-            )
         bad = [
             m for m in self.extra_metrics if not re.fullmatch(r"[A-Za-z0-9_.:^$|()\\*+?\[\]-]+", m)
         ]
@@ -111,16 +124,18 @@ class CaptureOptions:
 
     @property
     def legacy_metrics(self) -> list[str]:
-        """nvprof-era names this capture would ask ncu for (it will reject them)."""
-        asked = (["flop_count_sp", "flop_count_hp"] if self.metric_set == "seed" else []) + list(
-            self.extra_metrics
-        )
-        return [m for m in asked if m in LEGACY_NVPROF_METRICS]
+        """nvprof-era names among the extra metrics (ncu rejects them)."""
+        return [m for m in self.extra_metrics if m.split(".")[0] in LEGACY_NVPROF_METRICS]
 
 
-def train_argv(python: str, config_flags: list[str], profile_steps: int) -> list[str]:
-    """The profiled program: `python -m train <config flags> --profile-steps K`."""
-    return [python, "-m", "train", *config_flags, "--profile-steps", str(int(profile_steps))]
+def train_argv(
+    python: str, config_flags: list[str], profile_steps: int, replay_mode: str = "kernel"
+) -> list[str]:
+    """The profiled program: `python -m train <config flags> --profile-steps K`, plus
+    `--no-cudnn-benchmark` in the application replay modes (cuDNN's autotuner could pick other
+    kernels in another pass)."""
+    argv = [python, "-m", "train", *config_flags, "--profile-steps", str(int(profile_steps))]
+    return argv + (["--no-cudnn-benchmark"] if replay_mode in APPLICATION_REPLAY else [])
 
 
 def ncu_argv(
@@ -136,7 +151,7 @@ def ncu_argv(
         "--profile-from-start",
         "off",
         "--target-processes",
-        "all",
+        opts.target_processes,
         "--nvtx",
         "--csv",
         "--page",
@@ -151,6 +166,8 @@ def ncu_argv(
         opts.replay_mode,
         "--clock-control",
         opts.clock_control,
+        "--cache-control",
+        opts.cache_control,
     ]
     if opts.launch_skip:
         argv += ["--launch-skip", str(int(opts.launch_skip))]
@@ -182,6 +199,53 @@ def ncu_version(ncu: str) -> str:
         return "unknown"
     lines = [ln.strip() for ln in (out.stdout or "").splitlines() if ln.strip()]
     return lines[-1][:250] if out.returncode == 0 and lines else "unknown"
+
+
+def ncu_help(ncu: str) -> str:
+    """`ncu --help` output, or "" when it cannot be read."""
+    try:
+        out = subprocess.run([ncu, "--help"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return out.stdout or ""
+
+
+_MODE_LINE = re.compile(r"^(app-range|application|kernel|range)(?![\w-])")
+
+
+def replay_modes_offered(help_text: str) -> set[str] | None:
+    """The replay modes `ncu --help` lists under --replay-mode, None when it lists none (a help
+    text in another layout, or none at all: then nothing can be said)."""
+    lines = help_text.splitlines()
+    start = next((i for i, ln in enumerate(lines) if ln.strip().startswith("--replay-mode")), None)
+    if start is None:
+        return None
+    found: set[str] = set()
+    for ln in lines[start + 1 :]:
+        text = ln.strip()
+        if text.startswith("-") or not text:  # the next option, or the end of the section
+            break
+        m = _MODE_LINE.match(text)
+        if m:
+            found.add(m[1])
+    return found or None
+
+
+def check_replay_mode(ncu: str, mode: str, help_text: str | None = None) -> str | None:
+    """BenchError when the installed ncu does not offer `mode`; a note when that cannot be told."""
+    if mode == "kernel":  # every ncu has it (the default)
+        return None
+    offered = replay_modes_offered(ncu_help(ncu) if help_text is None else help_text)
+    if offered is None:
+        return (
+            f"could not read the replay modes from `{ncu} --help`: --replay-mode {mode} not checked"
+        )
+    if mode not in offered:
+        raise BenchError(
+            f"this ncu ({ncu_version(ncu)}) does not offer --replay-mode {mode} (its --help lists: "
+            f"{', '.join(m for m in REPLAY_MODES if m in offered)}): update Nsight Compute or choose one of those"
+        )
+    return None
 
 
 CONSOLE_TAIL_LINES = 200
@@ -257,7 +321,6 @@ def run_ncu(
     argv: list[str],
     log_file: str | os.PathLike,
     cwd: str | os.PathLike | None = None,
-    say: Callable[[str], None] = print,
     poll_s: float = 15.0,
 ) -> NcuRun:
     """Run ncu, tee its console output (and the profiled program's) to this terminal while keeping
@@ -289,7 +352,9 @@ def run_ncu(
                 break
             except subprocess.TimeoutExpired:
                 size = os.path.getsize(log_file) if os.path.exists(log_file) else 0
-                say(f"  ncu running: {time.monotonic() - t0:.0f} s, log {size / 1e3:.0f} kB")
+                console.info(
+                    f"  ncu running: {time.monotonic() - t0:.0f} s, log {size / 1e3:.0f} kB"
+                )
     except KeyboardInterrupt:
         proc.terminate()
         try:

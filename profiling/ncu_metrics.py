@@ -1,6 +1,7 @@
 """Which counters to ask ncu for, and how they become FLOPs, bytes, time and intensities.
 
-Pure: no mlflow, no files. Input is a parsed report (profiling.ncu_parse.NcuReport, or the same
+Pure: no mlflow, no file writes. `plan_metrics` builds the metric list of a set for one chip.
+Input of the counting is a parsed report (profiling.ncu_parse.NcuReport, or the same
 structure built from a .ncu-rep by profiling.ncu_report_import); output is a per-kernel DataFrame,
 totals, per-phase shares and the MLflow metric dict of a `profile` run (docs/profiling.md).
 
@@ -14,14 +15,15 @@ Counting rules (see docs/profiling.md for sources):
   lanes of work, so fp16 FLOPs = 2 * (hadd + hmul) + 4 * hfma. This is what current Nsight Compute
   versions use in their half-precision roofline (``..._hfma_pred_on_x4``, ``..._hadd_pred_on_x2``);
   it over-counts by up to 2x when the compiler emits scalar half math (one useful lane).
-* Tensor cores: on sm_80 and newer the ``sm__ops_path_tensor_*`` counters count math operations
-  directly (2 per multiply-add), each op once (aggregates such as ``src_fp16`` are not added to
-  their ``dst_*`` parts); before sm_80 ``sm__inst_executed_pipe_tensor.sum`` times the FLOPs
-  of one tensor instruction on that architecture (TENSOR_INST_FLOPS: 512 on sm_70, 2048 on
-  sm_75, ...; sm_80+ only with a warning, none on sm_90+).
-* DRAM bytes = ``dram__bytes_read.sum + dram__bytes_write.sum`` (``dram__bytes_op_*`` on newer
-  ncu), L2 = ``lts__t_bytes.sum`` (or 32-byte ``lts__t_sectors.sum``), L1 = ``l1tex__t_bytes.sum``
-  (or ``l1tex__t_sectors.sum``); kernel time = ``gpu__time_duration.sum``.
+* Tensor cores: the chip's ``sm__ops_path_tensor_*`` counters count math operations directly (2
+  per multiply-add), each op once: which counter covers which comes from NVIDIA's metric database
+  (profiling.chips), or from the names when the chip is not known. Where no ops counter exists
+  (Volta), or with --tensor-counters inst, ``sm__inst_executed_pipe_tensor.sum`` times the FLOPs
+  of one tensor instruction on that architecture (TENSOR_INST_FLOPS: 512 on sm_70, 2048 on sm_75,
+  ...; cautioned on sm_75-89, none on sm_90+).
+* DRAM bytes = ``dram__bytes_read.sum + dram__bytes_write.sum`` (``dram__bytes_op_*`` on GB20x,
+  ``dram__bytes.sum`` alone), L2 = ``lts__t_bytes.sum`` (or 32-byte ``lts__t_sectors.sum``),
+  L1 = ``l1tex__t_bytes.sum`` (or ``l1tex__t_sectors.sum``); kernel time = ``gpu__time_duration.sum``.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from common.errors import BenchError
+from common.errors import BenchError, UsageError
+from profiling.chips import ChipCounters, parse_tensor_name
 from profiling.ncu_parse import DEVICE_NAME_METRIC, LEGACY_NVPROF_METRICS, NcuKernel, NcuReport  # noqa: F401
 
 HALF_LANES = 2
@@ -58,11 +61,13 @@ TENSOR_INST_FLOPS: dict[tuple[int, int], tuple[int, str]] = {
 capability, with the SASS instruction assumed. One factor per architecture is an assumption:
 the shape varies with the instruction (sm_80+: HMMA.1688/1684 for tf32, DMMA.884 for fp64, 8-bit
 QMMA on sm_89, integer IMMA that is no FLOP at all; Volta with fp16 accumulation: 1024), which is
-why ``sm__ops_path_tensor_*`` (exact op counts) are used on sm_80+ and inst there only warns.
+why ``sm__ops_path_tensor_*`` (exact op counts) are used wherever the chip has them (Turing on)
+and inst warns on sm_75-89.
 Hopper and newer (wgmma/tcgen05, shapes up to m64n256k16) have no entry: inst is refused there.
 Sources and reasoning: docs/profiling.md, "Tensor-core FLOPs"."""
 TENSOR_INST_EXACT_BEFORE = (8, 0)
-"""From this capability on, ops counters exist and the instruction shape varies: inst warns."""
+"""From this capability on the tensor instruction shape varies within one architecture: inst warns
+(sm_75 has its own caution; before it, Volta's fp32-accumulating HMMA.884 is the form in use)."""
 SECTOR_BYTES = 32
 """Bytes per L1/L2 sector, to turn ``*_sectors.sum`` into bytes when ``*_bytes.sum`` is absent."""
 
@@ -111,42 +116,136 @@ def op_counter(op: str, unit: str = "sm") -> str:
 
 
 def tensor_counters_for(capability: tuple[int, int] | None) -> str:
-    """ "ops" (sm_80+, or unknown), "inst" (sm_70/sm_75: Volta, Turing) or "none" (no tensor cores)."""
-    if capability is None or tuple(capability) >= (8, 0):
+    """For a GPU whose chip is not known: "ops" (sm_75+, or unknown), "inst" (sm_70/72: Volta,
+    which NVIDIA's metric database does not cover) or "none" (no tensor cores)."""
+    if capability is None or tuple(capability) >= (7, 5):
         return "ops"
     return "inst" if tuple(capability) >= (7, 0) else "none"
 
 
-def metric_list(
-    metric_set: str, tensor: str = "ops", extra: tuple[str, ...] | list[str] = ()
-) -> list[str]:
-    """The ``--metrics`` list for a metric set ("roofline" or "seed") plus extra metrics, no duplicates."""
-    if metric_set == "roofline":
-        names = [op_counter(op) for p in PRECISIONS for op in OPS[p]]
-        if tensor == "ops":
-            names += list(TENSOR_OPS_METRICS)
-        elif tensor == "inst":
-            names.append(TENSOR_INST[0])
-        elif tensor != "none":
-            raise ValueError(f"tensor counters must be ops, inst or none, got {tensor!r}")
-        names += [DRAM_READ[0], DRAM_WRITE[0], L2_BYTES, L1_BYTES, TIME_METRIC]
-    elif metric_set == "seed":
-        names = [
-            "flop_count_sp",
-            "flop_count_hp",
-            "dram__bytes_read.sum",
-            "dram__bytes_write.sum",
-            "pcie__read_bytes.sum",
-            "pcie__write_bytes.sum",
-        ]
-    else:
+@dataclass
+class MetricPlan:
+    """What to ask ncu for on one chip, and what that chip cannot count."""
+
+    metrics: list[str]
+    """the ``--metrics`` list, in order, no duplicates."""
+    tensor: str
+    """the tensor-core counters used: ops, inst or none."""
+    chip: str | None = None
+    """the chip the names were chosen for (None: generic names, not checked)."""
+    missing: list[str] = field(default_factory=list)
+    """quantities the chip has no counter for ("DRAM bytes", "tensor-core FLOPs", ...)."""
+    notes: list[str] = field(default_factory=list)
+    """lines for the user about choices made (substituted names, skipped counters)."""
+
+
+def plan_metrics(
+    metric_set: str,
+    tensor: str = "auto",
+    extra: tuple[str, ...] | list[str] = (),
+    counters: ChipCounters | None = None,
+    capability: tuple[int, int] | None = None,
+) -> MetricPlan:
+    """The metric list of `metric_set` for the chip `counters` describes (names that exist there,
+    fallbacks chosen from what it has), plus `extra`. Without `counters` (a chip NVIDIA's database
+    does not know), the generic names are used and not checked.
+
+    roofline: the nine SASS op counters; tensor ops counters that count each op once
+    (ChipCounters.tensor_sum), or ``sm__inst_executed_pipe_tensor.sum`` (inst), or none; DRAM read
+    + write, else op_read + op_write, else ``dram__bytes.sum``, else none (then "DRAM bytes" is
+    missing); L2 and L1 bytes (sectors where bytes do not exist); kernel time.
+    seed: the course brief's quantities under names Nsight Compute has: fp32 and fp16 op counters
+    for its ``flop_count_sp/hp`` (nvprof names that no current GPU has), DRAM bytes, PCIe bytes.
+    Raises UsageError for a tensor mode the chip cannot count."""
+    if metric_set not in METRIC_SETS:
         raise ValueError(f"metric_set must be one of {', '.join(METRIC_SETS)}, got {metric_set!r}")
-    out: list[str] = []
+    if tensor not in TENSOR_MODES:
+        raise ValueError(
+            f"tensor counters must be one of {', '.join(TENSOR_MODES)}, got {tensor!r}"
+        )
+    plan = MetricPlan([], "none", counters.chip if counters else None)
+    has = counters.has if counters else (lambda name: True)
+    where = counters.chip if counters else "this GPU"
+
+    def ops(names) -> list[str]:
+        kept = [n for n in names if has(n)]
+        lacking = [n for n in names if not has(n)]
+        if lacking:
+            plan.missing.append(f"{', '.join(lacking)}")
+        return kept
+
+    if metric_set == "roofline":
+        names = ops([op_counter(op) for p in PRECISIONS for op in OPS[p]])
+        names += _tensor_names(tensor, counters, capability, plan)
+    else:
+        names = ops([op_counter(op) for p in ("fp32", "fp16") for op in OPS[p]])
+        plan.notes.append(
+            "seed set: the course brief's flop_count_sp/flop_count_hp are nvprof metric names no "
+            "current GPU has; fp32/fp16 FLOPs are counted from sm__sass_thread_inst_executed_op_"
+            "{f,h}{add,mul,fma}_pred_on.sum instead"
+        )
+    dram = counters.dram if counters else (DRAM_READ[0], DRAM_WRITE[0])
+    if not dram:
+        plan.missing.append("DRAM bytes")
+        plan.notes.append(
+            f"{where} has no DRAM counters (no dram__bytes* metric: its memory is shared with the "
+            "CPU): the profile counts FLOPs, L2/L1 bytes and kernel time, but no DRAM bytes and so "
+            "no DRAM intensity"
+        )
+    names += list(dram)
+    if metric_set == "roofline":
+        for choice, what in (
+            ((L2_BYTES, L2_SECTORS), "L2 bytes"),
+            ((L1_BYTES, L1_SECTORS), "L1 bytes"),
+        ):
+            found = counters.first(*((n,) for n in choice)) if counters else choice[:1]
+            if not found:
+                plan.missing.append(what)
+            names += list(found)
+        if has(TIME_METRIC):
+            names.append(TIME_METRIC)
+        else:
+            plan.missing.append("kernel time")
+    else:
+        pcie = ("pcie__read_bytes.sum", "pcie__write_bytes.sum")
+        if all(has(n) for n in pcie):
+            names += list(pcie)
+        else:
+            plan.missing.append("PCIe bytes")
+            plan.notes.append(
+                f"{where} has no pcie__read/write_bytes counters: the seed set goes without"
+            )
     for n in [*names, *extra]:
         n = n.strip()
-        if n and n not in out:
-            out.append(n)
-    return out
+        if n and n not in plan.metrics:
+            plan.metrics.append(n)
+    return plan
+
+
+def _tensor_names(
+    mode: str, counters: ChipCounters | None, capability, plan: MetricPlan
+) -> list[str]:
+    """The tensor-core counters of a roofline plan (sets plan.tensor, plan.missing)."""
+    if counters is None:
+        plan.tensor = tensor_counters_for(capability) if mode == "auto" else mode
+        return {"ops": list(TENSOR_OPS_METRICS), "inst": [TENSOR_INST[0]], "none": []}[plan.tensor]
+    summed = list(counters.tensor_sum())
+    if mode == "auto":
+        mode = "ops" if summed else "none"
+        if not summed:
+            plan.missing.append("tensor-core FLOPs")
+            plan.notes.append(
+                f"{counters.chip} has no sm__ops_path_tensor_* counters (no tensor cores): no tensor-core FLOPs"
+            )
+    if mode == "ops" and not summed:
+        raise UsageError(
+            f"--tensor-counters ops: {counters.chip} has no sm__ops_path_tensor_* counters (no tensor "
+            "cores); use --tensor-counters auto or none"
+        )
+    if mode == "inst" and not counters.has(TENSOR_INST[0]):
+        raise UsageError(f"--tensor-counters inst: {counters.chip} has no {TENSOR_INST[0]}")
+    plan.tensor = mode
+    return {"ops": summed, "inst": [TENSOR_INST[0]], "none": []}[mode]
 
 
 _RELEVANT = re.compile(
@@ -157,7 +256,7 @@ _RELEVANT = re.compile(
     r"|^dram__bytes(_op)?_(read|write)\.sum$|^dram__bytes\.sum$"
     r"|^(lts|l1tex)__t_(bytes|sectors)\.sum$"
     r"|^gpu__time_duration\.sum$"
-    r"|^device__attribute_(display_name|compute_capability_major|compute_capability_minor)$"
+    r"|^device__attribute_(display_name|chip|compute_capability_major|compute_capability_minor)$"
 )
 
 
@@ -199,42 +298,50 @@ def _cycles(m: dict[str, float], unit: str) -> str | None:
     return other if other in m else None
 
 
-_TENSOR_OPS_NAME = re.compile(
-    r"^sm__ops_path_tensor_(?:op_(?P<op>[a-z0-9]+)_)?src_(?P<src>[a-z0-9_]+?)"
-    r"(?:_dst_(?P<dst>[a-z0-9_]+?))?(?:_sparsity_(?P<sp>on|off))?\.sum(?P<rate>\.per_cycle_elapsed)?$"
-)
-
-
-def _tensor_ops(m: dict[str, float]) -> tuple[float, str] | None:
+def _tensor_ops(
+    m: dict[str, float], counters: ChipCounters | None = None
+) -> tuple[float, str] | None:
     """(floating-point tensor ops, how) from ``sm__ops_path_tensor_*``, each op counted once.
 
-    The counters form a hierarchy per source type: ``src_fp16`` covers ``src_fp16_dst_fp16`` and
-    ``src_fp16_dst_fp32`` (Nsight Compute's own tensor roofline reads the ``src_fp16`` aggregate
-    next to ``src_bf16_dst_fp32``, ``src_tf32_dst_fp32``, ``src_fp64``), and a name without
-    ``_sparsity_on/off`` covers both variants. So per source type: the aggregate if present, else
-    per destination type the dst counter (else its sparsity variants summed), else the
-    sparsity variants of the source; instruction-specific ``op_<name>_`` counters (Blackwell)
-    only when no generic counter of that source exists. Integer sources are not FLOPs;
-    ``_realtime`` variants are skipped. Rates (``.per_cycle_elapsed``) are multiplied by
-    sm__cycles_elapsed.avg (else smsp__cycles_elapsed.avg); a count wins over the rate of the
-    same counter.
+    With the chip's counters known (`counters`), the sum is ChipCounters.tensor_sum of the
+    counters present: from NVIDIA's raw dependencies, aggregates are never added to their parts.
+    Otherwise by name, the counters form a hierarchy per source type: ``src_fp16`` covers
+    ``src_fp16_dst_fp16`` and ``src_fp16_dst_fp32`` (Nsight Compute's own tensor roofline reads
+    the ``src_fp16`` aggregate next to ``src_bf16_dst_fp32``, ``src_tf32_dst_fp32``,
+    ``src_fp64``), and a name without ``_sparsity_on/off`` covers both variants. So per source
+    type: the aggregate if present, else per destination type the dst counter (else its sparsity
+    variants summed), else the sparsity variants of the source; instruction-specific
+    ``op_<name>_`` counters (Blackwell) only when no generic counter of that source exists.
+    Integer sources are not FLOPs; ``_realtime`` variants are skipped. Rates
+    (``.per_cycle_elapsed``) are multiplied by sm__cycles_elapsed.avg (else
+    smsp__cycles_elapsed.avg); a count wins over the rate of the same counter.
     """
-    entries: dict[tuple[str, str | None, str | None, str | None], float] = {}
+    values: dict[str, float] = {}
     how = "count"
     for name, v in m.items():
         if not name.startswith(TENSOR_OPS_PREFIX) or "_realtime" in name:
             continue
-        g = _TENSOR_OPS_NAME.match(name)
-        if g is None or g["src"].startswith("int") or g["src"].startswith("b1"):
-            continue
-        key = (g["src"], g["op"], g["dst"], g["sp"])
-        if g["rate"]:
+        base = name.removesuffix(".per_cycle_elapsed")
+        if base != name:
             cyc = _cycles(m, "sm")
-            if cyc is None or key in entries:
+            if cyc is None or base in values:
                 continue
-            entries[key], how = v * m[cyc], f"per_cycle_elapsed_x_{cyc}"
+            values[base], how = v * m[cyc], f"per_cycle_elapsed_x_{cyc}"
         else:
-            entries[key] = v  # a count replaces the rate of the same counter
+            values[base] = v  # a count replaces the rate of the same counter
+    rate = "" if how == "count" else f"_{how}"
+    known = [n for n in values if counters is not None and n in counters.tensor]
+    if known:
+        chosen = counters.tensor_sum(known)
+        return sum(
+            values[n] for n in chosen
+        ), f"sm__ops_path_tensor{rate} ({counters.chip} raw dependencies)"
+    entries: dict[tuple[str, str | None, str | None, str | None], float] = {}
+    for name, v in values.items():
+        g = parse_tensor_name(name)
+        if g is None or g.src.startswith("int") or g.src.startswith("b1"):
+            continue
+        entries[(g.src, g.op, g.dst, g.sp)] = v
     if not entries:
         return None
     total = 0.0
@@ -247,7 +354,7 @@ def _tensor_ops(m: dict[str, float]) -> tuple[float, str] | None:
                 total += _one_source(
                     {k[2:]: v for k, v in entries.items() if k[0] == src and k[1] == op}
                 )
-    return total, "sm__ops_path_tensor" + ("" if how == "count" else f"_{how}")
+    return total, f"sm__ops_path_tensor{rate}"
 
 
 def _one_source(parts: dict[tuple[str | None, str | None], float]) -> float:
@@ -272,6 +379,11 @@ def tensor_inst_flops(capability: tuple[int, int] | None) -> int | None:
     return entry[0] if entry else None
 
 
+def inst_cautioned(capability: tuple[int, int] | None) -> bool:
+    """True where tensor FLOPs from instruction counts need a caution (sm_75, sm_80+)."""
+    return tensor_inst_caution(capability) is not None
+
+
 def tensor_inst_caution(capability: tuple[int, int] | None) -> str | None:
     """Why tensor FLOPs counted from instructions may be wrong on this GPU, else None (sm_70/72,
     where PyTorch's fp32-accumulating HMMA.884 is the form in use; unknown GPUs: no factor, a gap)."""
@@ -294,13 +406,16 @@ def tensor_inst_caution(capability: tuple[int, int] | None) -> str | None:
         )
     return (
         f"tensor FLOPs from sm__inst_executed_pipe_tensor.sum x {factor} assume every tensor instruction on "
-        f"{cc} is an fp16/bf16 HMMA.16816; tf32 (HMMA.1684/1688), fp64 (DMMA), 8-bit and integer MMAs make "
-        "it wrong: --tensor-counters ops counts the ops exactly"
+        f"{cc} is an fp16/bf16 HMMA.16816 (2048 FMA); cuBLAS's *1688* kernels (HMMA.1688, 1024 FMA) make "
+        "fp16/bf16 counts 2x high, tf32 kernels (HMMA.1684, 512 FMA) 4x, and the counter also counts DMMA "
+        "(fp64) and IMMA (integer: no FLOPs) instructions: --tensor-counters ops counts the ops exactly"
     )
 
 
 def kernel_quantities(
-    m: dict[str, float], capability: tuple[int, int] | None = None
+    m: dict[str, float],
+    capability: tuple[int, int] | None = None,
+    counters: ChipCounters | None = None,
 ) -> tuple[dict[str, float], dict[str, str], dict[str, str]]:
     """FLOPs by precision, tensor FLOPs, bytes and time of one kernel (NaN where not measured),
     the counters each came from, and the gaps: quantity -> what it lacks where a quantity was
@@ -325,7 +440,7 @@ def kernel_quantities(
                 gaps[f"flops_{p}"] = (
                     f"no {', '.join(absent)} counter{'s' if len(absent) > 1 else ''}"
                 )
-    ops = _tensor_ops(m)
+    ops = _tensor_ops(m, counters)
     q["flops_tensor"] = math.nan
     if ops is not None:
         q["flops_tensor"], src["flops_tensor"] = ops
@@ -436,8 +551,18 @@ class NcuSummary:
                         out[f"ncu_phase_{key}_{col}"] = float(row[col])
         return out
 
+    @property
+    def roofline_missing(self) -> list[str]:
+        """What a measured roofline point (FLOPs per DRAM byte) needs and this profile lacks:
+        "FLOP counters", "DRAM bytes"; [] for a complete one."""
+        have_flops = any(q.startswith("flops_") for q in self.measured)
+        have_dram = "dram_bytes" in self.measured
+        return [w for w, ok in (("FLOP counters", have_flops), ("DRAM bytes", have_dram)) if not ok]
+
     def mlflow_tags(self) -> dict[str, str]:
         tags = {
+            "ncu_roofline": "incomplete" if self.roofline_missing else "complete",
+            "ncu_roofline_missing": ",".join(self.roofline_missing) or "none",
             "ncu_measured": ",".join(self.measured),
             "ncu_missing": ",".join(self.missing) or "none",
             "ncu_half_lanes": str(HALF_LANES),
@@ -480,11 +605,16 @@ def _used_metric(name: str) -> bool:
     return is_relevant(name) and not name.startswith("device__")
 
 
-def summarize(report: NcuReport, capability: tuple[int, int] | None = None) -> NcuSummary:
+def summarize(
+    report: NcuReport,
+    capability: tuple[int, int] | None = None,
+    counters: ChipCounters | None = None,
+) -> NcuSummary:
     """Per-kernel table, totals and phase shares of a parsed report.
 
     `capability` (compute capability) chooses the FLOPs per tensor instruction; default: what
-    the report says (device attributes or the CC column). Raises BenchError when the report has
+    the report says (device attributes or the CC column). `counters` (the chip's, from
+    profiling.chips) makes the tensor-core sum follow NVIDIA's raw dependencies. Raises BenchError when the report has
     no kernels, or when ncu reported ``n/a`` for a counter that feeds a total (a total with holes
     would be silently wrong).
     """
@@ -507,7 +637,7 @@ def summarize(report: NcuReport, capability: tuple[int, int] | None = None) -> N
     rows, sources = [], {}
     lacking: dict[str, dict[str, int]] = {}
     for k in report.kernels:
-        q, src, gaps = kernel_quantities(k.metrics, capability)
+        q, src, gaps = kernel_quantities(k.metrics, capability, counters)
         sources.update(src)
         for quantity, absent in gaps.items():
             lacking.setdefault(quantity, {}).setdefault(absent, 0)
@@ -608,19 +738,26 @@ def top_kernels(summary: NcuSummary, n: int = 25) -> pd.DataFrame:
     return out.reset_index()
 
 
-def require_roofline(summary: NcuSummary, source: str) -> None:
-    """Raise BenchError unless FLOP counters and DRAM bytes were measured (a profile run is a
-    measured roofline point: FLOPs per DRAM byte)."""
-    have_flops = any(q.startswith("flops_") for q in summary.measured)
-    have_dram = "dram_bytes" in summary.measured
-    if have_flops and have_dram:
+def require_counters(summary: NcuSummary, source: str) -> None:
+    """Raise BenchError when the input holds none of the quantities a profile run logs."""
+    if summary.measured:
         return
-    lacking = [w for w, ok in (("FLOP counters", have_flops), ("DRAM bytes", have_dram)) if not ok]
-    found = ", ".join(summary.measured) or "none of the roofline counters"
     raise BenchError(
-        f"{source} has no {' and no '.join(lacking)} (found: {found}): capture with "
-        "`python -m profiling` (metric set roofline), or profile with `ncu --set roofline`/`--set full` "
-        "and import the .ncu-rep"
+        f"{source} has none of the roofline counters (FLOPs, DRAM/L2/L1 bytes, kernel time): capture "
+        "with `python -m profiling` (metric set roofline), or profile with `ncu --set roofline`/`--set "
+        "full` and import the .ncu-rep"
+    )
+
+
+def roofline_warning(summary: NcuSummary, source: str) -> str | None:
+    """The line for an incomplete profile (no FLOP counters and/or no DRAM bytes), else None."""
+    lacking = summary.roofline_missing
+    if not lacking:
+        return None
+    return (
+        f"{source} has no {' and no '.join(lacking)} (found: {', '.join(summary.measured)}): logged as "
+        "an incomplete profile (tag ncu_roofline=incomplete) with what it holds; without both there is "
+        "no measured DRAM intensity, so analysis lists it without a roofline point"
     )
 
 
@@ -634,8 +771,8 @@ def tensor_flops_gap(summary: NcuSummary, precision: str) -> tuple[str, str] | N
         return (
             "no tensor-core counters",
             f"--precision {precision} but the input has no tensor-core counters: its tensor-core work is missing "
-            "from ncu_flops_total, which is undercounted (profile with sm__ops_path_tensor_* on sm_80+, or "
-            "sm__inst_executed_pipe_tensor.sum on sm_70/75)",
+            "from ncu_flops_total, which is undercounted (profile with the chip's sm__ops_path_tensor_* "
+            "counters, Turing on, or sm__inst_executed_pipe_tensor.sum on Volta)",
         )
     if not summary.totals.get("flops_tensor"):
         return (
@@ -664,6 +801,15 @@ def device_from_report(report: NcuReport) -> tuple[str | None, tuple[int, int] |
     return name, cap
 
 
+def chip_id_from_report(report: NcuReport) -> int | None:
+    """``device__attribute_chip`` (the chip number, e.g. 356 = 0x164 = TU104) when the report has it."""
+    for k in report.kernels:
+        v = k.metrics.get("device__attribute_chip")
+        if v is not None and not math.isnan(v):
+            return int(v)
+    return None
+
+
 __all__ = [
     "DEVICE_NAME_METRIC",
     "HALF_LANES",
@@ -671,8 +817,9 @@ __all__ = [
     "tensor_inst_flops",
     "tensor_inst_caution",
     "NcuSummary",
-    "metric_list",
+    "plan_metrics",
     "summarize",
     "top_kernels",
-    "require_roofline",
+    "require_counters",
+    "roofline_warning",
 ]

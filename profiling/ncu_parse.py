@@ -46,13 +46,6 @@ ID_COLUMNS = (
     "Section Name",
 )
 DETAILS_COLUMNS = ("Metric Name", "Metric Unit", "Metric Value")
-RULE_COLUMNS = (
-    "Rule Name",
-    "Rule Type",
-    "Rule Description",
-    "Estimated Speedup Type",
-    "Estimated Speedup",
-)
 DEVICE_NAME_METRIC = "device__attribute_display_name"
 PHASE_NAMES = tuple(p for p in PHASES if p != "train_step")
 """The phase ranges `python -m train --profile-steps K` marks inside `train_step`."""
@@ -115,13 +108,15 @@ class NcuKernel:
         answer does not depend on the order ranges are listed in (for start/end ranges neither
         ncu's CSV nor ncu_report documents one). Start/end ranges are looked at first
         (process-wide, so backward kernels launched from autograd's thread carry them), then
-        push/pop ranges, whose order is the stack order (innermost last). Several known names
+        push/pop ranges, whose order is the stack order (innermost last). A range may carry its
+        NVTX domain as ``domain@name`` (ncu's notation; the ``nvtx`` package's ranges can have a
+        domain): its name counts. Several known names
         in one kind (only with nested marks of one's own) resolve to the last listed. Without
         a known name: the innermost range as listed (e.g. "loss", "optimizer_step" in the L4
         fixture).
         """
         for ranges in (self.nvtx_start_end, self.nvtx_push_pop):
-            known = [name for name in ranges if name in PHASE_NAMES]
+            known = [p for p in (phase_name(name) for name in ranges) if p]
             if known:
                 return known[-1]
         if self.nvtx_start_end:
@@ -129,6 +124,15 @@ class NcuKernel:
         if self.nvtx_push_pop:
             return self.nvtx_push_pop[-1]
         return None
+
+
+def phase_name(range_name: str) -> str | None:
+    """The training phase a range name stands for: a known phase name, bare or as
+    ``domain@name``; None for any other range."""
+    if range_name in PHASE_NAMES:
+        return range_name
+    _, at, bare = range_name.partition("@")
+    return bare if at and bare in PHASE_NAMES else None
 
 
 @dataclass

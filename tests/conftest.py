@@ -12,7 +12,6 @@ ROOT = Path(__file__).resolve().parents[1]
 # Byte-exact copies of ../shared/fixtures/ncu (provenance in SOURCES.md there and here).
 NCU_FIXTURES = ROOT / "tests" / "data" / "ncu"
 
-os.environ.setdefault("DS_ACCELERATOR", "cpu")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
 if str(ROOT) not in sys.path:

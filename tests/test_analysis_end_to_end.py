@@ -194,8 +194,8 @@ def store(tracking):
 def complexity_row(
     model, params, fwd_flops, train_flops, act_bytes, max_batch, mem=16 * 2**30
 ) -> dict:
-    """A complexity/models.csv row (columns: train/complexity.py MODEL_COLUMNS, docs/complexity.md)."""
-    from train.complexity import MODEL_COLUMNS
+    """A complexity/models.csv row (columns: train/complexity/tables.py MODEL_COLUMNS, docs/complexity.md)."""
+    from train.complexity.tables import MODEL_COLUMNS
 
     row = dict.fromkeys(MODEL_COLUMNS, 0)
     row.update(
@@ -217,7 +217,7 @@ def complexity_row(
 
 
 def log_complexity(env, device, rows, source="--device-memory 16GiB", exp=EXP):
-    from train.complexity import MODEL_COLUMNS, to_csv
+    from train.complexity.tables import MODEL_COLUMNS, to_csv
 
     tags = {schema.TAG_ENV_LABEL: env, schema.TAG_DEVICE_NAME: device}
     with RunSession("complexity", experiment=exp, run_name="complexity", tags=tags) as s:

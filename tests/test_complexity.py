@@ -12,9 +12,17 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from train import complexity as cx
+from train.complexity.__main__ import main
+from train.complexity.args import build_parser, config_from_args
+from train.complexity.config import ComplexityConfig, parse_bytes
+from train.complexity.markdown import measured_batches_text
+from train.complexity.measure import preflight, rss_batches
+from train.complexity.tables import MODEL_COLUMNS, RSS_COLUMNS
 from train import footprint as fp
+from train import rss_step as rss
+from train import saved_tensors as st
 from train.config import TrainConfig
+from train.device import device_memory_bytes
 
 CPU = torch.device("cpu")
 
@@ -55,7 +63,7 @@ def test_conv_relu_conv_saved_bytes_by_hand(inplace):
     # A naive per-tensor sum would give 1536 + 432 + 2048 + 2048 + 1152 = 7216 B.
     torch.manual_seed(0)
     net, x = tiny_net(inplace), torch.randn(2, 3, 8, 8)
-    saved = fp.saved_bytes(net, lambda: net(x).sum(), batch_size=2)
+    saved = st.saved_bytes(net, lambda: net(x).sum(), batch_size=2)
     assert saved.total_bytes == 1536 + 2048
     assert saved.by_module == {"0": 1536, "1": 2048}  # conv2 saved nothing new
     assert saved.weight_bytes == 4 * (4 * 3 * 9) + 4 * (
@@ -74,7 +82,7 @@ def test_batch_norm_saves_batch_independent_statistics_and_buffers_are_weights()
     totals = {}
     for n in (2, 4):
         x = torch.randn(n, 3, 8, 8)
-        saved = fp.saved_bytes(net, lambda: net(x).sum(), batch_size=n)
+        saved = st.saved_bytes(net, lambda: net(x).sum(), batch_size=n)
         assert saved.by_module == {"0": n * 768, "1": n * 1024 + 32, "2": n * 1024}
         assert saved.weight_bytes == 432 + 1152 + 3 * 16
         totals[n] = saved.total_bytes
@@ -96,8 +104,8 @@ def test_cross_entropy_and_views_of_saved_storages():
         nn.Linear(512, 10),
     )
     x, y = torch.randn(2, 3, 8, 8), torch.tensor([1, 2])
-    saved = fp.saved_bytes(net, lambda: F.cross_entropy(net(x), y), batch_size=2)
-    assert saved.by_module == {"0": 1536, "1": 2048, "4": 4096, fp.LOSS_ROW: 80 + 16 + 4}
+    saved = st.saved_bytes(net, lambda: F.cross_entropy(net(x), y), batch_size=2)
+    assert saved.by_module == {"0": 1536, "1": 2048, "4": 4096, st.LOSS_ROW: 80 + 16 + 4}
     assert saved.total_bytes == 7780
     assert saved.output_shapes["4"] == (2, 10)
 
@@ -156,10 +164,7 @@ def test_adam_is_plain_adam_without_weight_decay():
     opt = make_optimizer("adam", nn.Linear(5, 10).parameters(), 0.01)
     assert type(opt) is torch.optim.Adam and opt.param_groups[0]["weight_decay"] == 0
     assert TrainConfig(optimizer="Adam", env_label="t").optimizer == "adam"
-    assert (
-        cx.config_from_args(cx.build_parser().parse_args(["--optimizer", "adam"])).optimizer
-        == "adam"
-    )
+    assert config_from_args(build_parser().parse_args(["--optimizer", "adam"])).optimizer == "adam"
 
 
 # ------------------------------------------------------------------ the memory model
@@ -185,13 +190,13 @@ def test_memory_model_and_largest_fitting_batch_by_hand():
     ],
 )
 def test_parse_bytes(text, expected):
-    assert fp.parse_bytes(text) == expected
+    assert parse_bytes(text) == expected
 
 
 @pytest.mark.parametrize("text", ["16XB", "GiB", "sixteen", "-1GB", "0", "16 iB", ""])
 def test_parse_bytes_rejects_bad_sizes(text):
     with pytest.raises(ValueError, match="size like 16GiB|at least 1 byte"):
-        fp.parse_bytes(text)
+        parse_bytes(text)
 
 
 def test_analysis_matches_count_work_of_a_training_run():
@@ -271,7 +276,7 @@ RSS_TOLERANCE = (-0.45, 0.15)
 
 def _rss_check(c, batch: int) -> tuple[float, float]:
     """(predicted, measured) RSS growth of one first training step of `c` at `batch`, in bytes."""
-    m = fp.measure_step_rss(c.model, batch, c.image_size, c.optimizer)
+    m = rss.measure_step_rss(c.model, batch, c.image_size, c.optimizer)
     assert m.peak_source == "VmHWM reset before the step"  # not ru_maxrss: see train/rss_step.py
     predicted = fp.predicted_step_growth_bytes(c, batch)
     error = (predicted - m.growth_bytes) / m.growth_bytes
@@ -337,7 +342,7 @@ def test_optimizer_state_in_the_rss_of_a_real_step():
 )
 def test_config_errors_name_the_field(kwargs, field):
     with pytest.raises(ValueError, match=f"^{field}"):
-        cx.ComplexityConfig(env_label="t", **kwargs)
+        ComplexityConfig(env_label="t", **kwargs)
 
 
 @pytest.mark.parametrize(
@@ -353,7 +358,7 @@ def test_config_errors_name_the_field(kwargs, field):
     ],
 )
 def test_bad_input_gives_one_line_error_and_usage_exit(argv, message, capsys, tracking):
-    code = cx.main(["--no-progress", *argv])
+    code = main(["--no-progress", *argv])
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert len(err.splitlines()) == 1 and err.startswith("error: ") and message in err
@@ -366,13 +371,13 @@ def test_bad_model_fails_the_run_mlflow_run_created(tracking, monkeypatch, capsy
     client = mlflow.tracking.MlflowClient()
     pre = client.create_run("0").info.run_id
     monkeypatch.setenv("MLFLOW_RUN_ID", pre)
-    assert cx.main(["--models", "resnet81", "--no-progress"]) == 2
+    assert main(["--models", "resnet81", "--no-progress"]) == 2
     run = client.get_run(pre)
     assert run.info.status == "FAILED" and "unknown model 'resnet81'" in run.data.tags["error"]
 
 
-def _config(*argv) -> cx.ComplexityConfig:
-    return cx.config_from_args(cx.build_parser().parse_args(list(argv)))
+def _config(*argv) -> ComplexityConfig:
+    return config_from_args(build_parser().parse_args(list(argv)))
 
 
 def test_rss_check_is_on_by_default_on_cpu_only(monkeypatch):
@@ -407,32 +412,32 @@ def test_rss_check_is_on_by_default_on_cpu_only(monkeypatch):
     )
     # off the CPU an explicit true is refused in one line (auto quietly means off there)
     monkeypatch.setattr(dev, "resolve_device", lambda _name: torch.device("cuda"))
-    cx.preflight(_config("--device", "cuda", "--models", "resnet18"))
+    preflight(_config("--device", "cuda", "--models", "resnet18"))
     with pytest.raises(
         UsageError, match="^--validate-rss measures this process's RSS and needs --device cpu"
     ):
-        cx.preflight(_config("--device", "cuda", "--models", "resnet18", "--validate-rss", "true"))
+        preflight(_config("--device", "cuda", "--models", "resnet18", "--validate-rss", "true"))
 
 
 def test_rss_batches_replace_sizes_batch_norm_cannot_train_at():
     from types import SimpleNamespace as NS
 
-    assert cx.rss_batches(NS(model="a", measured_batches=(1, 2), image_size=64), [1, 2]) == (
+    assert rss_batches(NS(model="a", measured_batches=(1, 2), image_size=64), [1, 2]) == (
         [1, 2],
         [],
     )
     bn = NS(
         model="mnasnet0_5", measured_batches=(2, 4), image_size=32
     )  # analyze_model fell back to 2 and 4
-    assert cx.rss_batches(bn, [1, 2]) == (
+    assert rss_batches(bn, [1, 2]) == (
         [2, 4],
         [
             "mnasnet0_5 batch 1 checked at batch 4 instead: its batch norm cannot train on 1 sample(s) at 32 px "
             "(a 1x1 feature map)"
         ],
     )
-    assert cx.rss_batches(bn, [1, 8])[0] == [2, 8]
-    assert cx.rss_batches(bn, [2, 8]) == ([2, 8], [])
+    assert rss_batches(bn, [1, 8])[0] == [2, 8]
+    assert rss_batches(bn, [2, 8]) == ([2, 8], [])
 
 
 def test_rss_check_that_cannot_run_keeps_the_analysis(tracking, monkeypatch, capsys):
@@ -446,18 +451,18 @@ def test_rss_check_that_cannot_run_keeps_the_analysis(tracking, monkeypatch, cap
 
     from common.errors import BenchError
 
-    real_probe = fp.measure_step_rss
+    real_probe = rss.measure_step_rss
 
     def probe(model, batch_size, *args, **kwargs):
         if batch_size == 2:
             raise BenchError("RSS probe of mnasnet0_5 at batch 2 failed: MemoryError")
         return real_probe(model, batch_size, *args, **kwargs)
 
-    monkeypatch.setattr(fp, "measure_step_rss", probe)
+    monkeypatch.setattr(rss, "measure_step_rss", probe)
     monkeypatch.setattr(
         psutil, "virtual_memory", lambda: NS(available=200_000_000, total=400_000_000)
     )
-    code = cx.main(
+    code = main(
         [
             "--models",
             "mnasnet0_5",
@@ -529,10 +534,10 @@ def test_rss_check_that_cannot_run_keeps_the_analysis(tracking, monkeypatch, cap
 
 
 def test_lists_accept_spaces_commas_and_one_quoted_string():
-    args = cx.build_parser().parse_args(
+    args = build_parser().parse_args(
         ["--models", "resnet18,vgg16", "mobilenet_v2", "--batch-sizes", "64 16", "32"]
     )
-    cfg = cx.config_from_args(args)
+    cfg = config_from_args(args)
     assert cfg.models == ["resnet18", "vgg16", "mobilenet_v2"] and cfg.batch_sizes == [16, 32, 64]
 
 
@@ -544,8 +549,8 @@ def test_header_names_the_measured_batches_per_group():
         NS(model="b", measured_batches=(1, 2)),
         NS(model="c", measured_batches=(2, 4)),
     ]
-    assert cx.measured_batches_text(models) == "1 and 2 (2 and 4 for c)"
-    assert cx.measured_batches_text(models[:2]) == "1 and 2"
+    assert measured_batches_text(models) == "1 and 2 (2 and 4 for c)"
+    assert measured_batches_text(models[:2]) == "1 and 2"
 
 
 # ------------------------------------------------------------------ the logged run
@@ -568,7 +573,7 @@ R18_32PX_PER_SAMPLE = 458_664
 def test_complexity_run_logs_metrics_tables_and_tags(tracking, capsys, tmp_path):
     # 142 MB: batch 2 fits (141,268,436 B), batch 8 does not (144,020,420 B);
     # max_batch_fit = (142,000,000 - 140,351,108) // 458,664 = 3. The RSS check is on by default (CPU).
-    code = cx.main(
+    code = main(
         [
             "--models",
             "resnet18",
@@ -630,7 +635,7 @@ def test_complexity_run_logs_metrics_tables_and_tags(tracking, capsys, tmp_path)
             )
         )
     )
-    assert tuple(rss[0]) == cx.RSS_COLUMNS and [int(r["batch_size"]) for r in rss] == [2, 8]
+    assert tuple(rss[0]) == RSS_COLUMNS and [int(r["batch_size"]) for r in rss] == [2, 8]
     for r, predicted in zip(rss, (94_471_828, 97_223_812)):  # 2 x 46,758,048 + 38,404 + b x 458,664
         b = r["batch_size"]
         measured = float(r["peak_rss_bytes"]) - float(r["rss_before_bytes"])
@@ -658,7 +663,7 @@ def test_complexity_run_logs_metrics_tables_and_tags(tracking, capsys, tmp_path)
     } <= paths
     models_csv = mlflow.artifacts.load_text(f"runs:/{run.info.run_id}/complexity/models.csv")
     (row,) = list(csv.DictReader(io.StringIO(models_csv)))
-    assert tuple(row) == cx.MODEL_COLUMNS
+    assert tuple(row) == MODEL_COLUMNS
     assert int(row["params"]) == 11_689_512 and int(row["max_batch_fit"]) == 3
     assert int(row["device_memory_bytes"]) == 142_000_000 and row["measured_batches"] == "2 4"
     layers = list(
@@ -689,14 +694,14 @@ def test_default_device_memory(monkeypatch):
 
     import psutil
 
-    mem, source = fp.device_memory_bytes(CPU)
+    mem, source = device_memory_bytes(CPU)
     assert 0 < mem <= psutil.virtual_memory().total and source == "available RAM (psutil) at start"
     monkeypatch.setattr(psutil, "virtual_memory", lambda: NS(available=123_456_789, total=2**34))
-    assert fp.device_memory_bytes(CPU) == (123_456_789, "available RAM (psutil) at start")
+    assert device_memory_bytes(CPU) == (123_456_789, "available RAM (psutil) at start")
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: NS(total_memory=24 * 2**30))
-    assert fp.device_memory_bytes(torch.device("cuda", 0)) == (24 * 2**30, "CUDA total memory")
+    assert device_memory_bytes(torch.device("cuda", 0)) == (24 * 2**30, "CUDA total memory")
     monkeypatch.setattr(torch.mps, "recommended_max_memory", lambda: 10**10)
-    assert fp.device_memory_bytes(torch.device("mps")) == (
+    assert device_memory_bytes(torch.device("mps")) == (
         10**10,
         "MPS recommended max working set",
     )

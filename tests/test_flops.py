@@ -156,3 +156,42 @@ def test_deepspeed_forward_profile_of_a_linear_layer():
     assert prof.params == 20 * 7 + 7
     assert model.training
     assert "Linear" in prof.report
+
+
+def test_deepspeed_accelerator_follows_the_measured_device():
+    assert [
+        fl.deepspeed_accelerator(torch.device(d)) for d in ("cpu", "cuda", "cuda:1", "mps")
+    ] == ["cpu", "cuda", "cuda", "mps"]
+
+
+def test_deepspeed_profile_sets_the_accelerator_and_says_what_it_profiled(monkeypatch):
+    """An accelerator set before (the old Makefile forced cpu on GPU machines) is overridden by the
+    device of the inputs; the report says which batch it profiled and, on a CPU, "per CPU"."""
+    import os
+
+    monkeypatch.setenv("DS_ACCELERATOR", "mps")  # wrong for these CPU inputs
+    prof = fl.deepspeed_forward_profile(nn.Sequential(nn.Linear(20, 7)), torch.randn(3, 20))
+    assert os.environ["DS_ACCELERATOR"] == "cpu"
+    first, second = prof.report.splitlines()[:2]
+    assert first.startswith(
+        "What was profiled: one training-mode forward pass (no autograd) of a batch of 3 "
+        "sample(s), input 3x20, on cpu. Every count and latency below is for that batch of 3"
+    )
+    assert second == "DeepSpeed accelerator: cpu."
+    assert "per GPU" not in prof.report and "fwd flops per CPU:" in prof.report
+
+
+def test_deepspeed_profile_says_when_its_latencies_are_not_synchronised(monkeypatch):
+    """DeepSpeed keeps the accelerator it chose when first loaded in the process: if that is not
+    the device's (a sweep over devices), the report says its latencies are not synchronised."""
+    import deepspeed.accelerator
+    from types import SimpleNamespace as NS
+
+    monkeypatch.setattr(
+        deepspeed.accelerator, "get_accelerator", lambda: NS(device_name=lambda: "cuda")
+    )
+    prof = fl.deepspeed_forward_profile(nn.Sequential(nn.Linear(20, 7)), torch.randn(3, 20))
+    assert prof.report.splitlines()[1] == (
+        "DeepSpeed accelerator: cuda, chosen when DeepSpeed was first loaded in this process, "
+        "not cpu: the latencies below are not synchronised with cpu."
+    )

@@ -18,7 +18,6 @@ def mlflow_run(
     env = dict(
         os.environ,
         MLFLOW_TRACKING_URI=tracking,
-        DS_ACCELERATOR="cpu",
         PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
     )
     env.pop("MLFLOW_RUN_ID", None)

@@ -11,8 +11,10 @@ from profiling.ncu_command import (
     NO_KERNELS_MESSAGE,
     PERM_MESSAGE,
     CaptureOptions,
+    check_replay_mode,
     classify_ncu_output,
     ncu_argv,
+    replay_modes_offered,
     resolve_ncu,
     run_ncu,
     train_argv,
@@ -36,6 +38,7 @@ def test_default_argv_is_a_list_with_the_capture_flags_then_the_program():
     assert _value(argv, "--log-file") == "/tmp/log.csv"
     assert _value(argv, "--metrics") == "a.sum,b.sum"
     assert _value(argv, "--replay-mode") == "kernel" and _value(argv, "--clock-control") == "base"
+    assert _value(argv, "--cache-control") == "all"  # ncu's default, said explicitly
     assert "--launch-skip" not in argv and "--launch-count" not in argv
     assert argv[-len(PROGRAM) :] == PROGRAM  # the program comes last, untouched
 
@@ -55,6 +58,17 @@ def test_clock_control(clock):
         )
         == clock
     )
+
+
+@pytest.mark.parametrize("cache", ["all", "none"])
+def test_cache_control(cache):
+    argv = ncu_argv("ncu", "l", ["m"], CaptureOptions(cache_control=cache), PROGRAM)
+    assert _value(argv, "--cache-control") == cache
+
+
+def test_target_processes_application_only():
+    argv = ncu_argv("ncu", "l", ["m"], CaptureOptions(target_processes="application-only"), PROGRAM)
+    assert _value(argv, "--target-processes") == "application-only"
 
 
 def test_launch_skip_and_count():
@@ -83,12 +97,93 @@ def test_train_argv():
 
 
 @pytest.mark.parametrize(
+    "mode, extra",
+    [
+        ("kernel", []),
+        ("range", []),
+        ("application", ["--no-cudnn-benchmark"]),
+        ("app-range", ["--no-cudnn-benchmark"]),
+    ],
+)
+def test_application_replay_runs_the_program_without_cudnn_autotuning(mode, extra):
+    argv = train_argv("/py", ["--model", "resnet18"], 1, mode)
+    assert argv[:6] == ["/py", "-m", "train", "--model", "resnet18", "--profile-steps"]
+    assert argv[7:] == extra
+    from train.__main__ import build_parser  # the flag is one `python -m train` takes
+
+    assert build_parser().parse_args(argv[3:]).no_cudnn_benchmark == bool(extra)
+
+
+@pytest.mark.parametrize("benchmark", [True, False])
+def test_profile_mode_without_cudnn_benchmark_leaves_the_autotuner_off(monkeypatch, benchmark):
+    """train.bench.profile_steps(cudnn_benchmark=False) (what --no-cudnn-benchmark passes)."""
+    import torch
+
+    from train.bench import profile_steps
+    from train.config import TrainConfig
+
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", True)
+    cfg = TrainConfig(
+        model="resnet18", batch_size=2, image_size=32, warmup_iters=1, iters=1, device="cpu"
+    )
+    seen = []
+    profile_steps(
+        cfg,
+        torch.device("cpu"),
+        1,
+        profiler_start=lambda: seen.append(torch.backends.cudnn.benchmark),
+        profiler_stop=lambda: None,
+        cudnn_benchmark=benchmark,
+    )
+    assert seen == [benchmark]
+
+
+# ncu --help: the --replay-mode block in the layout ncu prints (values indented under the option)
+HELP = """  --clock-control arg (=base)           Control the behavior of the GPU clocks during profiling. Allowed values:
+                                          base
+                                          none
+  --replay-mode arg (=kernel)           Mechanism used for replaying a kernel launch multiple times to collect
+                                        all requested profiling data:
+                                          kernel (default)
+                                          application
+                                          range
+                                          app-range
+  --app-replay-buffer arg (=file)       Application replay buffer location:
+                                          file
+"""
+
+
+def test_replay_modes_are_read_from_ncu_help():
+    assert replay_modes_offered(HELP) == {"kernel", "application", "range", "app-range"}
+    older = HELP.replace("                                          range\n", "").replace(
+        "                                          app-range\n", ""
+    )
+    assert replay_modes_offered(older) == {"kernel", "application"}
+    short = "  --replay-mode arg (=kernel)           Mechanism used for replaying a kernel launch.\n  --csv   x\n"
+    assert replay_modes_offered(short) is None and replay_modes_offered("") is None
+
+
+def test_a_replay_mode_the_installed_ncu_lacks_is_refused():
+    assert check_replay_mode("ncu", "kernel", help_text="") is None  # never asked
+    assert check_replay_mode("ncu", "app-range", help_text=HELP) is None
+    older = HELP.replace("                                          app-range\n", "")
+    with pytest.raises(
+        BenchError,
+        match="does not offer --replay-mode app-range \\(its --help lists: kernel, application, range\\)",
+    ):
+        check_replay_mode("ncu", "app-range", help_text=older)
+    assert "not checked" in check_replay_mode("ncu", "range", help_text="no such layout")
+
+
+@pytest.mark.parametrize(
     "kwargs, field",
     [
         ({"profile_steps": 0}, "profile_steps"),
         ({"metric_set": "full"}, "metric_set"),
         ({"replay_mode": "graph"}, "replay_mode"),
         ({"clock_control": "boost"}, "clock_control"),
+        ({"cache_control": "some"}, "cache_control"),
+        ({"target_processes": "children"}, "target_processes"),
         ({"launch_skip": -1}, "launch_skip"),
         ({"launch_count": 0}, "launch_count"),
         ({"tensor_counters": "hmma"}, "tensor_counters"),
@@ -100,8 +195,10 @@ def test_capture_options_validation_names_the_field(kwargs, field):
         CaptureOptions(**kwargs)
 
 
-def test_legacy_metrics_are_spotted_in_the_seed_set_and_extras():
-    assert CaptureOptions(metric_set="seed").legacy_metrics == ["flop_count_sp", "flop_count_hp"]
+def test_legacy_metrics_are_spotted_in_the_extras():
+    assert (
+        CaptureOptions(metric_set="seed").legacy_metrics == []
+    )  # the seed set asks for valid names
     assert CaptureOptions(extra_metrics=("flop_count_dp", "lts__t_bytes.sum")).legacy_metrics == [
         "flop_count_dp"
     ]
@@ -193,7 +290,7 @@ def test_run_ncu_shows_and_keeps_stdout_and_stderr(tmp_path, capsys):
         'print("program line")\nsys.stdout.flush()\n'
         'print("==ERROR== ERR_NVGPUCTRPERM - no permission", file=sys.stderr)\nsys.exit(3)\n',
     )
-    ran = run_ncu(argv, tmp_path / "log.csv", say=lambda line: None)
+    ran = run_ncu(argv, tmp_path / "log.csv", poll_s=60)
     assert ran.returncode == 3
     # two pipes, two reader threads: which stream's line is kept first is not defined
     assert sorted(ran.console.splitlines()) == [
@@ -216,7 +313,7 @@ def test_run_ncu_keeps_every_ncu_line_and_only_the_tail_of_the_rest(tmp_path, ca
         'for i in range(1000): print(f"step {i}")\n'
         'print("==WARNING== No kernels were profiled.")\n',
     )
-    ran = run_ncu(argv, tmp_path / "log.csv", say=lambda line: None)
+    ran = run_ncu(argv, tmp_path / "log.csv", poll_s=60)
     lines = ran.console.splitlines()
     assert ran.returncode == 0 and len(lines) == CONSOLE_TAIL_LINES + 2
     assert (

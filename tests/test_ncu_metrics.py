@@ -43,6 +43,40 @@ def test_l4_fixture_truths(ncu_dir):
     assert s.missing == ["flops_fp64", "flops_fp16", "flops_tensor", "l2_bytes", "l1_bytes"]
 
 
+@pytest.mark.parametrize(
+    "fixture, chip, truths",
+    [
+        (
+            "l4_resnet18_bs64_train_step_details_nvtx.csv",
+            "AD104",
+            {"flops_fp32": 4.928e9, "dram_bytes": 7.099e8, "time_s": 7.376e-3},
+        ),
+        (
+            "t4_matrix_add_1000x1000_set_full.ncu-rep",
+            "TU104",
+            {"flops_fp32": 1.000e6, "dram_bytes": 9_612_288 + 4_189_344, "time_s": 52_576e-9},
+        ),
+    ],
+)
+def test_fixture_truths_with_the_chip_s_counters(ncu_dir, fixture, chip, truths):
+    """The chip-aware rules (profiling.chips) give the same totals as the generic ones."""
+    from profiling import chips
+
+    path = ncu_dir / fixture
+    report = (
+        load_ncu_rep(path)
+        if fixture.endswith(".ncu-rep")
+        else read_ncu_csv(path, keep=M.is_relevant)
+    )
+    name, cap = M.device_from_report(report)
+    choice = chips.resolve_chip(name or "NVIDIA L4", cap, M.chip_id_from_report(report))
+    assert choice.chip == chip
+    s = M.summarize(report, cap, chips.counters_for(chip))
+    for q, truth in truths.items():
+        assert s.totals[q] == pytest.approx(truth, rel=REL)
+    assert s.totals == M.summarize(report, cap).totals
+
+
 def test_l4_phase_shares_show_the_missing_backward_pass(ncu_dir):
     s = M.summarize(
         read_ncu_csv(ncu_dir / "l4_resnet18_bs64_train_step_details_nvtx.csv", keep=M.is_relevant)
@@ -67,8 +101,13 @@ def test_saxpy_dram_read_bytes(ncu_dir):
     assert s.totals["dram_read_bytes"] == 134_221_568  # ~ 2 * n * 4 bytes, n = 16,777,216
     assert s.totals["dram_bytes"] == 134_221_568 + 43_631_104
     assert s.mlflow_metrics()["ncu_dram_read_bytes"] == 134_221_568
-    with pytest.raises(BenchError, match="has no FLOP counters"):
-        M.require_roofline(s, "saxpy.csv")
+    assert s.roofline_missing == ["FLOP counters"]
+    assert M.roofline_warning(s, "saxpy.csv").startswith(
+        "saxpy.csv has no FLOP counters (found: dram_bytes, time_s): logged as an incomplete profile"
+    )
+    tags = s.mlflow_tags()
+    assert tags["ncu_roofline"] == "incomplete" and tags["ncu_roofline_missing"] == "FLOP counters"
+    M.require_counters(s, "saxpy.csv")  # what it holds is logged
 
 
 def test_t4_ncu_rep_flops_from_rates_times_cycles(ncu_dir):
@@ -87,7 +126,8 @@ def test_t4_ncu_rep_flops_from_rates_times_cycles(ncu_dir):
     assert s.sources["flops_fp32"].endswith("per_cycle_elapsed_x_smsp__cycles_elapsed.avg")
     # full-set reports carry lts__t_sectors, not lts__t_bytes: 32-byte sectors
     assert s.sources["l2_bytes"] == "lts__t_sectors.sum_x32"
-    M.require_roofline(s, "t4.ncu-rep")
+    assert s.roofline_missing == [] and M.roofline_warning(s, "t4.ncu-rep") is None
+    assert s.mlflow_tags()["ncu_roofline"] == "complete"
 
 
 def test_random_bytes_named_ncu_rep_are_not_a_readable_report(tmp_path):
@@ -132,8 +172,17 @@ def test_an_ncu_error_log_saved_as_ncu_rep_gets_the_capture_message(tmp_path):
 def test_b200_raw_page_has_time_only(ncu_dir):
     s = M.summarize(read_ncu_csv(ncu_dir / "b200_decode_raw_page.csv", keep=M.is_relevant))
     assert s.measured == ["time_s"] and len(s.kernels) == 16
-    with pytest.raises(BenchError, match="no FLOP counters and no DRAM bytes"):
-        M.require_roofline(s, "b200.csv")
+    assert s.roofline_missing == ["FLOP counters", "DRAM bytes"]
+    assert "b200.csv has no FLOP counters and no DRAM bytes (found: time_s)" in M.roofline_warning(
+        s, "b200.csv"
+    )
+
+
+def test_an_input_without_any_roofline_counter_is_refused():
+    s = M.summarize(_report({"sm__warps_active.avg": 3.0}))
+    assert s.measured == []
+    with pytest.raises(BenchError, match="synthetic has none of the roofline counters"):
+        M.require_counters(s, "synthetic")
 
 
 # ---------------------------------------------------------------- counting rules, hand-computed
@@ -504,9 +553,9 @@ def test_no_kernels_is_an_error():
         M.summarize(NcuReport(kernels=[], page="details", source="synthetic"))
 
 
-# ---------------------------------------------------------------- metric sets
-def test_roofline_metric_set_per_tensor_mode():
-    ops = M.metric_list("roofline", "ops")
+# ---------------------------------------------------------------- metric sets (generic names: a chip the database does not know)
+def test_generic_roofline_metric_set_per_tensor_mode():
+    ops = M.plan_metrics("roofline", "ops").metrics
     assert "sm__sass_thread_inst_executed_op_hfma_pred_on.sum" in ops
     assert "sm__sass_thread_inst_executed_op_dadd_pred_on.sum" in ops
     assert {
@@ -520,32 +569,43 @@ def test_roofline_metric_set_per_tensor_mode():
         "sm__ops_path_tensor_src_tf32_dst_fp32.sum" in ops
         and "sm__inst_executed_pipe_tensor.sum" not in ops
     )
-    inst = M.metric_list("roofline", "inst")
+    inst = M.plan_metrics("roofline", "inst").metrics
     assert "sm__inst_executed_pipe_tensor.sum" in inst and not any("ops_path" in n for n in inst)
-    none = M.metric_list("roofline", "none", ["dram__bytes_read.sum", "lts__t_sectors.sum"])
-    assert not any("tensor" in n for n in none) and none.count("dram__bytes_read.sum") == 1
-    assert none[-1] == "lts__t_sectors.sum" and all(M.is_relevant(n) for n in none)
+    none = M.plan_metrics("roofline", "none", ["dram__bytes_read.sum", "lts__t_sectors.sum"])
+    assert none.tensor == "none" and none.chip is None
+    assert not any("tensor" in n for n in none.metrics)
+    assert none.metrics.count("dram__bytes_read.sum") == 1
+    assert none.metrics[-1] == "lts__t_sectors.sum" and all(M.is_relevant(n) for n in none.metrics)
 
 
-def test_seed_metric_set_and_unknown_set():
-    assert M.metric_list("seed") == [
-        "flop_count_sp",
-        "flop_count_hp",
+def test_generic_seed_metric_set_uses_names_ncu_has_and_unknown_set():
+    plan = M.plan_metrics("seed")
+    assert plan.metrics == [
+        *(M.op_counter(op) for op in ("fadd", "fmul", "ffma", "hadd", "hmul", "hfma")),
         "dram__bytes_read.sum",
         "dram__bytes_write.sum",
         "pcie__read_bytes.sum",
         "pcie__write_bytes.sum",
     ]
+    assert any("flop_count_sp/flop_count_hp are nvprof metric names" in n for n in plan.notes)
     with pytest.raises(ValueError, match="metric_set must be one of roofline, seed"):
-        M.metric_list("full")
+        M.plan_metrics("full")
 
 
 @pytest.mark.parametrize(
     "cap, mode",
-    [(None, "ops"), ((9, 0), "ops"), ((8, 0), "ops"), ((7, 5), "inst"), ((6, 1), "none")],
+    [
+        (None, "ops"),
+        ((9, 0), "ops"),
+        ((8, 0), "ops"),
+        ((7, 5), "ops"),
+        ((7, 0), "inst"),
+        ((6, 1), "none"),
+    ],
 )
-def test_tensor_counters_by_compute_capability(cap, mode):
+def test_tensor_counters_of_an_unknown_chip_by_compute_capability(cap, mode):
     assert M.tensor_counters_for(cap) == mode
+    assert M.plan_metrics("roofline", "auto", capability=cap).tensor == mode
 
 
 # ---------------------------------------------------------------- .ncu-rep NVTX phases, with stand-in ncu_report objects
@@ -675,3 +735,11 @@ def test_ncu_rep_phases_come_from_the_known_name_not_the_range_order():
     assert ph["kernels"].to_dict() == {"forward": 1, "backward": 1, "optimizer": 1, "none": 1}
     assert ph.loc["backward", "flops_share"] == 0.6 and ph.loc["forward", "flops_share"] == 0.3
     assert ph.loc["optimizer", "time_share"] == 0.25
+
+
+@pytest.mark.parametrize("cap", [(8, 0), (8, 6), (8, 9)])
+def test_the_inst_caution_on_sm80_89_names_the_kernels_that_break_it(cap):
+    caution = M.tensor_inst_caution(cap)
+    assert "cuBLAS's *1688* kernels (HMMA.1688, 1024 FMA) make fp16/bf16 counts 2x high" in caution
+    assert "tf32 kernels (HMMA.1684, 512 FMA) 4x" in caution
+    assert "also counts DMMA (fp64) and IMMA (integer: no FLOPs) instructions" in caution

@@ -325,6 +325,10 @@ def _pp(*names: str) -> str:
         (_pp("train_step", "forward"), _se((3, "train_step"), (4, "backward")), "backward"),
         # no known name: the innermost range as listed (the L4 fixture's "loss")
         (_pp("train_step", "loss"), "", "loss"),
+        # ranges that carry their NVTX domain as domain@name (ncu's notation)
+        (_pp("train_step", "roofline@backward"), "", "backward"),
+        ("", _se((1, "NVTX@train_step"), (2, "NVTX@optimizer")), "optimizer"),
+        (_pp("other@thing"), "", "other@thing"),
         ("", "", None),
     ],
 )

@@ -10,6 +10,7 @@ passed to `main` (profiling/cli.py).
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -46,6 +47,9 @@ args = sys.argv[1:]
 if args == ["--version"]:
     print("NVIDIA (R) Nsight Compute Command Line Profiler")
     print("Version 0.0.0.0 (stand-in for tests)")
+    sys.exit(0)
+if args == ["--help"]:
+    print(os.environ.get("STANDIN_HELP", "no help"))
     sys.exit(0)
 with open(os.environ["STANDIN_ARGV"], "w") as fh:
     json.dump(sys.argv, fh)
@@ -266,8 +270,8 @@ def test_tensor_counters_inst_warns_on_sm80_plus(tracking, standin, ncu_dir, tmp
     assert "sm__inst_executed_pipe_tensor.sum" in metrics and not any(
         "ops_path" in m for m in metrics
     )
-    out = capsys.readouterr().out.splitlines()
-    assert [ln for ln in out if ln.startswith("warning:")] == [
+    err = capsys.readouterr().err.splitlines()
+    assert [ln for ln in err if ln.startswith("warning:")] == [
         f"warning: --tensor-counters inst: {M.tensor_inst_caution((8, 6))}"
     ]
     tags = only_run().data.tags
@@ -299,7 +303,7 @@ def test_tensor_instruction_caution_is_printed_once(
     run = only_run()
     assert run.data.metrics["ncu_flops_tensor"] == 10 * factor
     caution = M.tensor_inst_caution(cap)
-    warnings = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("warning:")]
+    warnings = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("warning:")]
     assert (
         len(warnings) == 1
         and warnings[0].endswith(caution)
@@ -320,7 +324,7 @@ def test_tensor_counters_inst_is_refused_without_a_known_factor(
         "--experiment",
         "prof",
     ]
-    assert cli.main(args, probe=gpu(capability=(9, 0), name="NVIDIA H100 80GB HBM3")) == 1
+    assert cli.main(args, probe=gpu(capability=(9, 0), name="NVIDIA H100 80GB HBM3")) == 2
     run = only_run()
     assert run.info.status == "FAILED" and not argv_file.exists()  # refused before ncu ran
     assert run.data.tags["error"].startswith(
@@ -328,21 +332,29 @@ def test_tensor_counters_inst_is_refused_without_a_known_factor(
     )
 
 
-def test_seed_set_asks_ncu_for_the_legacy_names(tracking, standin, tmp_path, capsys):
-    argv_file = standin(MESSAGES / "legacy_flop_count_sp.log", rc=1)
+def test_seed_set_asks_for_names_the_chip_has(tracking, standin, ncu_dir, tmp_path, capsys):
+    argv_file = standin(ncu_dir / L4_CSV)
     code = cli.main(
         [*CONFIG, "--metric-set", "seed", "--out", str(tmp_path / "o"), "--experiment", "prof"],
         probe=gpu(),
     )
-    assert code == 1
+    assert code == 0
     seen = json.loads(argv_file.read_text())
-    assert seen[seen.index("--metrics") + 1].split(",")[:2] == ["flop_count_sp", "flop_count_hp"]
-    assert "note: ncu rejects flop_count_sp, flop_count_hp" in capsys.readouterr().out
+    metrics = seen[seen.index("--metrics") + 1].split(",")
+    assert metrics[:3] == [M.op_counter(op) for op in ("fadd", "fmul", "ffma")]
+    assert "flop_count_sp" not in metrics and "pcie__read_bytes.sum" in metrics
+    assert "flop_count_sp/flop_count_hp are nvprof metric names" in capsys.readouterr().err
     run = only_run()
-    assert run.info.status == "FAILED" and run.data.tags["error"].startswith(
-        "ncu rejects flop_count_sp: these are nvprof-era"
-    )
-    assert run.data.params["ncu_metric_set"] == "seed"
+    assert run.data.params["ncu_metric_set"] == "seed" and run.data.tags["ncu_chip"] == "AD104"
+
+
+def test_legacy_names_in_metrics_are_refused_before_ncu_runs(tracking, standin, ncu_dir, tmp_path):
+    argv_file = standin(ncu_dir / L4_CSV)
+    out = ["--out", str(tmp_path / "o"), "--experiment", "prof"]
+    assert cli.main([*CONFIG, "--metrics", "flop_count_sp", *out], probe=gpu()) == 2
+    run = only_run()
+    assert run.info.status == "FAILED" and not argv_file.exists()
+    assert run.data.tags["error"].startswith("ncu rejects flop_count_sp: these are nvprof-era")
 
 
 @pytest.mark.parametrize(
@@ -367,9 +379,12 @@ def test_seed_set_asks_ncu_for_the_legacy_names(tracking, standin, tmp_path, cap
         ),
         (
             ["--tensor-counters", "ops"],
-            gpu(capability=(7, 5), name="Tesla T4"),
-            ["sm__ops_path_tensor_src_fp16_dst_fp32.sum"],
-            ["inst_executed_pipe_tensor"],
+            gpu(capability=(7, 5), name="Tesla T4"),  # TU104: Turing's own op counters
+            [
+                "sm__ops_path_tensor_src_fp16_bf16_tf32_dst_fp32.sum",
+                "sm__ops_path_tensor_src_fp16_dst_fp16.sum",
+            ],
+            ["inst_executed_pipe_tensor", "src_fp16_dst_fp32"],
         ),
         (
             ["--tensor-counters", "auto"],
@@ -453,6 +468,7 @@ def test_import_l4_csv_needs_no_gpu_and_no_ncu(tracking, ncu_dir, tmp_path, monk
     )
     assert run.data.params["ncu_import_file"] == L4_CSV
     assert run.data.metrics["ncu_intensity_dram_flops_per_byte"] == pytest.approx(6.94, rel=1e-3)
+    assert run.data.tags["ncu_roofline"] == "complete" and run.data.tags["ncu_chip"] == "AD104"
     arts = {a.path for a in mlflow.tracking.MlflowClient().list_artifacts(run.info.run_id, "ncu")}
     assert f"ncu/{L4_CSV}" in arts and "ncu/top_kernels.csv" in arts
 
@@ -511,11 +527,6 @@ def test_import_ncu_rep_reads_the_device_name(tracking, ncu_dir):
             ["--device-name", "Tesla K20c"],
             "nvprof_metrics.csv is nvprof output",
         ),
-        (
-            "rtx5070_saxpy_n16777216_details.csv",
-            ["--device-name", "NVIDIA GeForce RTX 5070"],
-            "rtx5070_saxpy_n16777216_details.csv has no FLOP counters",
-        ),
         (L4_CSV, [], f"{L4_CSV} does not name its GPU: pass --device-name"),
     ],
 )
@@ -524,6 +535,54 @@ def test_import_failures_end_failed(tracking, ncu_dir, file, extra, message):
     assert cli.main(["--import", str(path), *extra, "--experiment", "prof"]) == 1
     run = only_run()
     assert run.info.status == "FAILED" and run.data.tags["error"].startswith(message)
+
+
+@pytest.mark.parametrize(
+    "file, extra, missing, metrics, chip",
+    [
+        (  # a memory study: DRAM bytes and time, no FLOP counters
+            "rtx5070_saxpy_n16777216_details.csv",
+            ["--device-name", "NVIDIA GeForce RTX 5070"],
+            "FLOP counters",
+            {"ncu_dram_read_bytes": 134_221_568, "ncu_dram_bytes": 134_221_568 + 43_631_104},
+            "GB205",
+        ),
+        (  # kernel times only (B200 raw page): the GPU and its chip number come from the file
+            "b200_decode_raw_page.csv",
+            [],
+            "FLOP counters,DRAM bytes",
+            {"ncu_kernels": 16},
+            "GB100",
+        ),
+    ],
+)
+def test_partial_profiles_import_with_what_they_hold_tagged_incomplete(
+    tracking, ncu_dir, capsys, file, extra, missing, metrics, chip
+):
+    assert cli.main([*CONFIG, "--import", str(ncu_dir / file), *extra, "--experiment", "prof"]) == 0
+    run = only_run()
+    assert run.info.status == "FINISHED"
+    tags, m = run.data.tags, run.data.metrics
+    assert tags["ncu_roofline"] == "incomplete" and tags["ncu_roofline_missing"] == missing
+    assert "flops_fp32" in tags["ncu_missing"] and tags["ncu_chip"] == chip
+    for name, value in metrics.items():
+        assert m[name] == value
+    assert m["ncu_kernel_time_s"] > 0 and "ncu_intensity_dram_flops_per_byte" not in m
+    assert not any(k.startswith("ncu_flops") for k in m)
+    err = capsys.readouterr().err
+    assert f"warning: {file} has no {missing.replace(',', ' and no ')} (found: " in err
+    assert "logged as an incomplete profile (tag ncu_roofline=incomplete)" in err
+
+
+def test_an_import_without_any_roofline_counter_is_refused(tracking, tmp_path):
+    f = details_csv(
+        tmp_path / "occupancy.csv", [{"sm__warps_active.avg.pct_of_peak_sustained_active": 50}]
+    )
+    args = [*CONFIG, "--import", str(f), "--device-name", "NVIDIA L4", "--experiment", "prof"]
+    assert cli.main(args) == 1
+    run = only_run()
+    assert run.info.status == "FAILED"
+    assert run.data.tags["error"].startswith("occupancy.csv has none of the roofline counters")
 
 
 def test_import_of_a_corrupt_ncu_rep_says_it_is_unreadable(tracking, tmp_path, capsys):
@@ -563,7 +622,7 @@ def test_import_of_an_ncu_error_log_gets_the_capture_message(tracking, capsys, l
         f"{log} holds ncu's messages but no counter table: {message}"
     )
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0] == f"error: {run.data.tags['error']}"
+    assert err[-1] == f"error: {run.data.tags['error']}" and not any("warning" in e for e in err)
 
 
 def details_csv(path: Path, kernels: list[dict[str, float]], cc: str = "8.9") -> Path:
@@ -597,7 +656,7 @@ def test_import_warns_and_tags_a_partial_precision(tracking, tmp_path, capsys):
         and run.data.metrics["ncu_intensity_dram_flops_per_byte"] == 1.0
     )
     assert run.data.tags["ncu_partial"] == "flops_fp16: no hadd, hmul counters in 1 of 1 kernels"
-    out = capsys.readouterr().out.splitlines()
+    out = capsys.readouterr().err.splitlines()
     assert (
         "warning: flops_fp16 is incomplete (no hadd, hmul counters in 1 of 1 kernels): ncu_flops_fp16 "
         "(where logged) and ncu_flops_total are lower bounds" in out
@@ -625,11 +684,11 @@ def test_import_of_a_half_precision_config_without_tensor_counters_warns(
         run.info.status == "FINISHED"
         and run.data.tags["ncu_tensor_undercount"] == "no tensor-core counters"
     )
-    warnings = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("warning: ")]
+    warnings = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("warning: ")]
     assert warnings == [
         f"warning: --precision {precision} but the input has no tensor-core counters: its tensor-core work is "
-        "missing from ncu_flops_total, which is undercounted (profile with sm__ops_path_tensor_* on sm_80+, or "
-        "sm__inst_executed_pipe_tensor.sum on sm_70/75)"
+        "missing from ncu_flops_total, which is undercounted (profile with the chip's sm__ops_path_tensor_* "
+        "counters, Turing on, or sm__inst_executed_pipe_tensor.sum on Volta)"
     ]
 
 
@@ -650,12 +709,12 @@ def test_import_of_half_precision_with_zero_tensor_ops_and_of_fp32_without(
     assert cli.main([*CONFIG, "--precision", "fp16", *base]) == 0
     assert only_run().data.tags["ncu_tensor_undercount"] == "tensor-core counters read 0"
     assert (
-        "warning: --precision fp16 but the tensor-core counters read 0" in capsys.readouterr().out
+        "warning: --precision fp16 but the tensor-core counters read 0" in capsys.readouterr().err
     )
     mlflow.delete_experiment(mlflow.get_experiment_by_name("prof").experiment_id)
     assert cli.main([*CONFIG, *base[:-1], "prof2"]) == 0  # fp32: tensor cores are not expected
     run = mlflow.search_runs(experiment_names=["prof2"], output_format="list")[0]
-    assert "ncu_tensor_undercount" not in run.data.tags and "warning" not in capsys.readouterr().out
+    assert "ncu_tensor_undercount" not in run.data.tags and "warning" not in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------- bad input: exit 2, no run
@@ -774,3 +833,177 @@ def test_real_capture_attributes_backward_kernels(tracking, tmp_path):
     assert run.info.status == "FINISHED" and m["ncu_kernels"] > 0 and m["ncu_flops_total"] > 0
     assert m["ncu_dram_bytes"] > 0 and m["ncu_intensity_dram_flops_per_byte"] > 0
     assert m.get("ncu_phase_backward_flops_share", 0) > 0.2  # backward ~ 2x forward work
+
+
+# ---------------------------------------------------------------- capture options that keep the numbers honest
+def ncu_argv_of(argv_file) -> list[str]:
+    return json.loads(argv_file.read_text())
+
+
+def test_cache_control_and_the_capture_params(tracking, standin, ncu_dir, tmp_path):
+    argv_file = standin(ncu_dir / L4_CSV)
+    out = ["--out", str(tmp_path / "o"), "--experiment", "prof"]
+    assert cli.main([*CONFIG, "--cache-control", "none", *out], probe=gpu()) == 0
+    seen = ncu_argv_of(argv_file)
+    assert seen[seen.index("--cache-control") + 1] == "none"
+    assert (
+        seen[seen.index("--target-processes") + 1] == "all" and seen[-1] != "--no-cudnn-benchmark"
+    )
+    p = only_run().data.params
+    assert p["ncu_cache_control"] == "none" and p["ncu_target_processes"] == "all"
+
+
+def test_compile_profiles_the_application_only(tracking, standin, ncu_dir, tmp_path, capsys):
+    argv_file = standin(ncu_dir / L4_CSV)
+    out = ["--out", str(tmp_path / "o"), "--experiment", "prof"]
+    assert cli.main([*CONFIG, "--compile", "true", *out], probe=gpu()) == 0
+    seen = ncu_argv_of(argv_file)
+    assert seen[seen.index("--target-processes") + 1] == "application-only"
+    assert "not injected into Inductor's compile workers" in capsys.readouterr().err
+
+
+HELP_WITH = "  --replay-mode arg (=kernel)   Mechanism:\n      kernel (default)\n      application\n{more}  --csv\n"
+
+
+@pytest.mark.parametrize("mode", ["application", "app-range"])
+def test_application_replay_turns_cudnn_autotuning_off_and_says_so(
+    tracking, standin, ncu_dir, tmp_path, monkeypatch, capsys, mode
+):
+    argv_file = standin(ncu_dir / L4_CSV)
+    monkeypatch.setenv("STANDIN_HELP", HELP_WITH.format(more="      range\n      app-range\n"))
+    out = ["--out", str(tmp_path / "o"), "--experiment", "prof"]
+    assert cli.main([*CONFIG, "--replay-mode", mode, *out], probe=gpu()) == 0
+    seen = ncu_argv_of(argv_file)
+    assert seen[-3:] == ["--profile-steps", "1", "--no-cudnn-benchmark"]
+    assert seen[seen.index("--replay-mode") + 1] == mode
+    assert f"note: --replay-mode {mode} reruns the program once per pass" in capsys.readouterr().err
+
+
+def test_a_replay_mode_the_installed_ncu_lacks_ends_the_run_before_ncu_runs(
+    tracking, standin, ncu_dir, tmp_path, monkeypatch
+):
+    argv_file = standin(ncu_dir / L4_CSV)
+    monkeypatch.setenv("STANDIN_HELP", HELP_WITH.format(more=""))  # an ncu without range modes
+    out = ["--out", str(tmp_path / "o"), "--experiment", "prof"]
+    assert cli.main([*CONFIG, "--replay-mode", "app-range", *out], probe=gpu()) == 1
+    run = only_run()
+    assert run.info.status == "FAILED" and not argv_file.exists()
+    assert run.data.tags["error"] == (
+        "this ncu (Version 0.0.0.0 (stand-in for tests)) does not offer --replay-mode app-range (its "
+        "--help lists: kernel, application): update Nsight Compute or choose one of those"
+    )
+
+
+@pytest.mark.parametrize("where", [["--out", "o"], ["--dry-run", "--compute-capability", "8.9"]])
+def test_profiling_without_warmup_is_refused(tracking, capsys, where):
+    assert (
+        cli.main([*CONFIG, "--warmup-iters", "0", *where, "--experiment", "prof"], probe=gpu()) == 2
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "error: --warmup-iters 0: the profiled step would hold cuDNN autotuning, first allocations and, "
+        "with fp16, GradScaler's skipped optimizer step; profile after at least 1 warmup step (default 5)"
+    ]
+    assert mlflow.search_runs(experiment_names=["prof"], output_format="list") == []
+
+
+def test_an_import_may_describe_a_run_without_warmup(tracking, ncu_dir):
+    l4 = ["--import", str(ncu_dir / L4_CSV), "--device-name", "NVIDIA L4"]
+    args = [*CONFIG, "--warmup-iters", "0", *l4]
+    assert cli.main([*args, "--experiment", "prof"]) == 0
+
+
+# ---------------------------------------------------------------- --dry-run: the command for a GPU, without one
+def dry_run(capsys, *flags) -> tuple[int, list[str], list[str], str]:
+    """(exit code, ncu argv from the first stdout line, metric list, stderr) of a --dry-run."""
+    boom = lambda *a, **k: pytest.fail("--dry-run must not probe CUDA")  # noqa: E731
+    code = cli.main(["--dry-run", *CONFIG, *flags, "--experiment", "prof"], probe=boom)
+    seen = capsys.readouterr()
+    lines = seen.out.splitlines()
+    if code != 0:
+        return code, [], [], seen.err
+    argv = shlex.split(lines[0])
+    metrics = argv[argv.index("--metrics") + 1].split(",")
+    listed = [ln[len("#   ") :] for ln in lines if ln.startswith("#   ")]
+    assert listed == metrics and all(ln.startswith("#") for ln in lines[1:])
+    return code, argv, metrics, seen.err
+
+
+@pytest.mark.parametrize(
+    "cc, chip",
+    [
+        ("7.5", "TU104"),
+        ("8.0", "GA100"),
+        ("8.6", "GA102"),
+        ("8.9", "AD102"),
+        ("9.0", "GH100"),
+        ("10.0", "GB100"),
+        ("12.0", "GB202"),
+    ],
+)
+def test_dry_run_lists_names_the_database_accepts_for_the_chip(
+    tracking, monkeypatch, tmp_path, capsys, cc, chip
+):
+    """Issue 11's "done when": every name of the printed list exists on the chip of that capability."""
+    from profiling import nvperf
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no ncu anywhere
+    code, argv, metrics, err = dry_run(capsys, "--compute-capability", cc)
+    assert code == 0 and argv[0] == "ncu"
+    assert argv[argv.index(sys.executable) :][:3] == [sys.executable, "-m", "train"]
+    assert argv[-2:] == ["--profile-steps", "1"]
+    db = nvperf.open_database()
+    with db.chip(chip) as live:
+        assert [n for n in metrics if not live.has(n)] == []
+    assert any(n.startswith("sm__ops_path_tensor_") for n in metrics)
+    assert any(n.startswith("dram__bytes") for n in metrics)
+    assert mlflow.search_runs(experiment_names=["prof"], output_format="list") == []
+
+
+@pytest.mark.parametrize("cc, chip", [("8.7", "GA10B"), ("12.1", "GB20B")])
+def test_dry_run_on_a_chip_without_dram_counters_says_so_and_still_counts_flops(
+    tracking, capsys, cc, chip
+):
+    code, argv, metrics, err = dry_run(capsys, "--compute-capability", cc)
+    assert code == 0 and not any(n.startswith("dram__") for n in metrics)
+    assert M.op_counter("ffma") in metrics and "gpu__time_duration.sum" in metrics
+    assert f"note: {chip} has no DRAM counters (no dram__bytes* metric" in err
+
+
+def test_dry_run_by_device_name_and_with_extra_metrics(tracking, capsys):
+    code, argv, metrics, err = dry_run(
+        capsys, "--device-name", "NVIDIA GeForce RTX 5090", "--metrics", "lts__t_sectors.sum"
+    )
+    assert code == 0 and metrics[-1] == "lts__t_sectors.sum"
+    assert "dram__bytes_op_read.sum" in metrics and "dram__bytes_read.sum" not in metrics
+    code, argv, metrics, err = dry_run(
+        capsys, "--device-name", "NVIDIA GeForce RTX 5090", "--metrics", "dram__bytes_read.sum"
+    )
+    assert code == 2
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .startswith("error: --metrics: GB202 has no metric dram__bytes_read.sum (nearest: ")
+    )
+
+
+def test_dry_run_on_a_capability_that_covers_two_counter_sets_notes_the_choice(tracking, capsys):
+    code, argv, metrics, err = dry_run(capsys, "--compute-capability", "7.5")
+    assert "note: compute capability 7.5 covers TU102/TU104/TU106/TU116/TU117" in err
+    code, argv, metrics, err = dry_run(capsys, "--device-name", "NVIDIA GeForce GTX 1660 Ti")
+    assert code == 0 and not any("tensor" in n for n in metrics)
+    assert "TU116 has no sm__ops_path_tensor_* counters" in err
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        ([], "--dry-run needs the GPU to plan for: --device-name NAME"),
+        (["--compute-capability", "90"], "expected a compute capability such as 8.6, got '90'"),
+        (["--compute-capability", "9.0", "--import", "x.csv"], "--dry-run plans a capture"),
+    ],
+)
+def test_dry_run_usage_errors(tracking, capsys, flags, message):
+    code, _, _, err = dry_run(capsys, *flags)
+    assert code == 2 and message in err
+    assert mlflow.search_runs(experiment_names=["prof"], output_format="list") == []

@@ -38,9 +38,9 @@ def test_every_parameter_is_used_once_and_every_flag_exists():
     modules = {
         "main": "train.__main__",
         "profile": "profiling.cli",
-        "sweep": "train.sweep",
+        "sweep": "train.sweep.__main__",
         "peaks": "profiling.peaks.__main__",
-        "complexity": "train.complexity",
+        "complexity": "train.complexity.args",
         "analyze": "analysis.app",
     }
     for name, ep in entry_points().items():

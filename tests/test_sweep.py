@@ -11,16 +11,26 @@ from common import schema
 from common.errors import UsageError
 from common.spool import spooled_runs
 from common.upload import upload_spooled
-from train import sweep as sw
+from train.sweep.__main__ import build_parser, main, spec_from_args
+from train.sweep.runner import run_sweep
+from train.sweep.spec import (
+    SweepSpec,
+    TAG_RESUME_OF,
+    TAG_SWEEP_KEY,
+    TAG_SWEEP_NAME,
+    child_label,
+    sweep_key,
+)
+from train.sweep.state import existing_state
 from train.config import TrainConfig
 
 TINY_BASE = {"image_size": 32, "iters": 2, "warmup_iters": 1, "device": "cpu"}
 
 
-def spec(**kw) -> sw.SweepSpec:
+def spec(**kw) -> SweepSpec:
     kw.setdefault("matrix", {"model": ["resnet18"], "batch_size": [2]})
     kw.setdefault("base", dict(TINY_BASE))
-    return sw.SweepSpec(**kw)
+    return SweepSpec(**kw)
 
 
 def search(experiment: str, filt: str = "") -> list:
@@ -61,10 +71,8 @@ def test_repeated_axis_values_run_once_in_first_seen_order():
         ("resnet34", 4, "fp32"),
         ("resnet34", 2, "fp32"),
     ]
-    args = sw.build_parser().parse_args(
-        ["--models", "resnet18", "resnet18", "--batch-sizes", "2,2"]
-    )
-    assert sw.spec_from_args(args).matrix == {"model": ["resnet18"], "batch_size": [2]}
+    args = build_parser().parse_args(["--models", "resnet18", "resnet18", "--batch-sizes", "2,2"])
+    assert spec_from_args(args).matrix == {"model": ["resnet18"], "batch_size": [2]}
 
 
 def test_sweep_key_covers_every_field_but_env_label_and_labels_show_other_axes():
@@ -80,13 +88,13 @@ def test_sweep_key_covers_every_field_but_env_label_and_labels_show_other_axes()
     assert (
         a.config_key() == b.config_key() == c.config_key()
     )  # the analysis join ignores data and seed
-    assert len({sw.sweep_key(x) for x in (a, b, c, d)}) == 4  # resume does not
-    assert sw.sweep_key(a) == sw.sweep_key(
+    assert len({sweep_key(x) for x in (a, b, c, d)}) == 4  # resume does not
+    assert sweep_key(a) == sweep_key(
         TrainConfig(
             **{**TINY_BASE, "model": "resnet18", "batch_size": "2", "env_label": "elsewhere"}
         )
     )
-    assert sw.child_label(c, 1, list(s.matrix)) == "resnet18 b2 fp32 32px data=fake seed=0 #1"
+    assert child_label(c, 1, list(s.matrix)) == "resnet18 b2 fp32 32px data=fake seed=0 #1"
 
 
 def test_env_label_is_not_part_of_the_default_name():
@@ -131,10 +139,10 @@ def test_cli_matrix_file_and_flags(tmp_path):
         "name: nightly\nrepeats: 3\nmatrix:\n  model: [resnet18, mobilenet_v2]\n  batch_size: [8]\n"
         "base:\n  image_size: 64\n  iters: auto\n"
     )
-    args = sw.build_parser().parse_args(
+    args = build_parser().parse_args(
         ["--matrix", str(f), "--batch-sizes", "16", "32", "--device", "cpu"]
     )
-    s = sw.spec_from_args(args)
+    s = spec_from_args(args)
     assert s.name == "nightly" and s.repeats == 3
     assert s.matrix == {
         "model": ["resnet18", "mobilenet_v2"],
@@ -163,7 +171,7 @@ def test_cli_matrix_file_and_flags(tmp_path):
     ],
 )
 def test_cli_bad_input_is_one_line(capsys, argv, message):
-    assert sw.main(argv) == 2
+    assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and message in err[0]
 
@@ -171,7 +179,7 @@ def test_cli_bad_input_is_one_line(capsys, argv, message):
 def test_cli_matrix_file_that_is_not_yaml(tmp_path, capsys):
     f = tmp_path / "bad.yaml"
     f.write_text("matrix: [unclosed")
-    assert sw.main(["--matrix", str(f)]) == 2
+    assert main(["--matrix", str(f)]) == 2
     assert "is not valid YAML/JSON" in capsys.readouterr().err
 
 
@@ -181,7 +189,7 @@ def test_failure_isolation_and_resume(tracking, capsys):
     s = spec(
         matrix={"model": ["resnet18"], "batch_size": [2], "precision": ["fp32", "fp16"]}, name="iso"
     )
-    out = sw.run_sweep(s, experiment=exp, env_label="box-a", progress=False, quiet=True)
+    out = run_sweep(s, experiment=exp, env_label="box-a", progress=False)
     assert [(o.label, o.status) for o in out] == [
         ("resnet18 b2 fp32 32px #0", "FINISHED"),
         ("resnet18 b2 fp16 32px #0", "FAILED"),
@@ -203,17 +211,15 @@ def test_failure_isolation_and_resume(tracking, capsys):
     assert "fp16 autocast is not supported" in failed.data.tags[schema.TAG_ERROR]
     assert failed.data.params["precision"] == "fp16" and failed.data.params["repeat"] == "0"
     assert by_status["FINISHED"].data.params["repeat"] == "0"
-    assert by_status["FINISHED"].data.tags[sw.TAG_SWEEP_NAME] == "iso"
+    assert by_status["FINISHED"].data.tags[TAG_SWEEP_NAME] == "iso"
 
     # Same sweep again: the finished config is skipped, the failed one retried, under the same parent.
-    again = sw.run_sweep(s, experiment=exp, env_label="box-a", progress=False, quiet=True)
+    again = run_sweep(s, experiment=exp, env_label="box-a", progress=False)
     assert [o.status for o in again] == ["SKIPPED", "FAILED"]
     assert len(search(exp, "tags.run_kind = 'sweep'")) == 1
     assert len(search(exp, "attributes.status = 'FINISHED' and tags.run_kind = 'train'")) == 1
     # Another machine (env label) does not skip what box-a did.
-    other = sw.run_sweep(
-        spec(name="iso"), experiment=exp, env_label="box-b", progress=False, quiet=True
-    )
+    other = run_sweep(spec(name="iso"), experiment=exp, env_label="box-b", progress=False)
     assert [o.status for o in other] == ["FINISHED"]
 
 
@@ -242,12 +248,11 @@ def test_failure_while_preparing_is_a_failed_child_and_the_sweep_goes_on(trackin
     monkeypatch.setattr(bench, "open_source", open_source)
     monkeypatch.setattr(bench, "preflight", preflight)
     exp = "sweep-prep"
-    out = sw.run_sweep(
+    out = run_sweep(
         spec(matrix={"model": ["resnet18"], "batch_size": [3, 5, 2]}, name="prep"),
         experiment=exp,
         env_label="oom-box",
         progress=False,
-        quiet=True,
     )
     assert [o.status for o in out] == ["FAILED", "FAILED", "FINISHED"]
     assert out[0].error == (
@@ -259,7 +264,7 @@ def test_failure_while_preparing_is_a_failed_child_and_the_sweep_goes_on(trackin
         run = client.get_run(o.run_id)
         assert run.info.status == "FAILED" and run.data.tags[schema.TAG_ERROR] == o.error
         assert run.data.params["batch_size"] == batch and run.data.params["repeat"] == "0"
-        assert run.data.tags[sw.TAG_SWEEP_KEY] == o.sweep_key
+        assert run.data.tags[TAG_SWEEP_KEY] == o.sweep_key
     (parent,) = search(exp, "tags.run_kind = 'sweep'")
     assert parent.info.status == "FINISHED" and parent.data.metrics["children_failed"] == 2
     assert len(search(exp, f"tags.mlflow.parentRunId = '{parent.info.run_id}'")) == 3
@@ -287,7 +292,7 @@ def test_every_run_failing_fails_the_parent_and_exits_1(tracking, capsys):
         "--experiment",
         "allbad",
     ]
-    assert sw.main(argv) == 1
+    assert main(argv) == 1
     (parent,) = search("allbad", "tags.run_kind = 'sweep'")
     assert parent.info.status == "FAILED"
     assert parent.data.tags[schema.TAG_ERROR].startswith(
@@ -308,13 +313,11 @@ def test_resume_tells_apart_configurations_equal_in_config_key(tracking):
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        sw.run_sweep(
-            s, experiment=exp, env_label="box", progress=False, quiet=True, on_child_done=interrupt
-        )
+        run_sweep(s, experiment=exp, env_label="box", progress=False, on_child_done=interrupt)
     (parent,) = search(exp, "tags.run_kind = 'sweep'")
     assert parent.info.status == "KILLED" and parent.data.metrics["children_finished"] == 1
 
-    again = sw.run_sweep(s, experiment=exp, env_label="box", progress=False, quiet=True)
+    again = run_sweep(s, experiment=exp, env_label="box", progress=False)
     assert [(o.label, o.status) for o in again] == [
         ("resnet18 b2 fp32 32px data=synthetic #0", "SKIPPED"),
         ("resnet18 b2 fp32 32px data=fake #0", "FINISHED"),
@@ -345,25 +348,25 @@ def test_run_cut_off_mid_child_counts_as_done_and_is_completed_not_redone(tracki
     s = spec(matrix={"model": ["resnet18"], "batch_size": [4, 2]}, name="cut")
     with monkeypatch.context() as m:
         _cut_off_at_the_end_of("4", m)
-        out = sw.run_sweep(s, experiment=exp, env_label="box", progress=False, quiet=True)
+        out = run_sweep(s, experiment=exp, env_label="box", progress=False)
     assert [o.status for o in out] == ["OFFLINE", "OFFLINE"]  # the second went straight offline
     cut = out[0].run_id
     client = mlflow.tracking.MlflowClient()
     assert client.get_run(cut).info.status == "RUNNING"
     entry = next(e for e in spooled_runs() if e["run_id"] == cut)
     assert (
-        entry["record"]["tags"][sw.TAG_SWEEP_NAME] == "cut"
+        entry["record"]["tags"][TAG_SWEEP_NAME] == "cut"
         and entry["record"]["params"]["repeat"] == "0"
     )
-    assert entry["record"]["tags"][sw.TAG_SWEEP_KEY] == out[0].sweep_key
+    assert entry["record"]["tags"][TAG_SWEEP_KEY] == out[0].sweep_key
 
     # What a resume sees before uploading: both done (spooled), and the cut run is not "stale".
-    state = sw.existing_state("cut", "box", exp, reachable=True)
+    state = existing_state("cut", "box", exp, reachable=True)
     assert (
         state.done == {(out[0].sweep_key, 0), (out[1].sweep_key, 0)} and state.stale_running == []
     )
     # The resume itself uploads this sweep's spooled runs first: nothing is redone or duplicated.
-    again = sw.run_sweep(s, experiment=exp, env_label="box", progress=False, quiet=True)
+    again = run_sweep(s, experiment=exp, env_label="box", progress=False)
     assert [o.status for o in again] == ["SKIPPED", "SKIPPED"] and spooled_runs() == []
     runs = search(exp, "tags.run_kind = 'train'")
     assert len(runs) == 2 and all(
@@ -421,7 +424,7 @@ def test_server_down_at_start_costs_one_health_check_and_spools(tmp_path, monkey
             "--name",
             "down",
         ]
-        assert sw.main(argv) == 0
+        assert main(argv) == 0
     finally:
         mlflow.set_tracking_uri(None)
     assert health == [(url + "/health", 5.0)]
@@ -435,37 +438,27 @@ def test_server_down_at_start_costs_one_health_check_and_spools(tmp_path, monkey
 def test_env_label_with_a_quote_resumes(tracking):
     s = spec(name="quote")
     assert [
-        o.status
-        for o in sw.run_sweep(s, experiment="q", env_label="bob's box", progress=False, quiet=True)
+        o.status for o in run_sweep(s, experiment="q", env_label="bob's box", progress=False)
     ] == ["FINISHED"]
     assert [
-        o.status
-        for o in sw.run_sweep(s, experiment="q", env_label="bob's box", progress=False, quiet=True)
+        o.status for o in run_sweep(s, experiment="q", env_label="bob's box", progress=False)
     ] == ["SKIPPED"]
 
 
 def test_same_name_with_another_matrix_is_refused(tracking):
-    sw.run_sweep(spec(name="fixed"), experiment="m", env_label="box", progress=False, quiet=True)
+    run_sweep(spec(name="fixed"), experiment="m", env_label="box", progress=False)
     bigger = spec(matrix={"model": ["resnet18"], "batch_size": [2, 4]}, name="fixed")
     with pytest.raises(
         UsageError,
         match=r"sweep 'fixed' on box already exists with a different matrix \(was .*\[2\]",
     ):
-        sw.run_sweep(bigger, experiment="m", env_label="box", progress=False, quiet=True)
+        run_sweep(bigger, experiment="m", env_label="box", progress=False)
     with pytest.raises(UsageError, match="different repeats"):
-        sw.run_sweep(
-            spec(name="fixed", repeats=2),
-            experiment="m",
-            env_label="box",
-            progress=False,
-            quiet=True,
-        )
+        run_sweep(spec(name="fixed", repeats=2), experiment="m", env_label="box", progress=False)
     assert len(search("m", "tags.run_kind = 'train'")) == 1  # nothing ran
     assert [
         o.status
-        for o in sw.run_sweep(
-            spec(name="fixed"), experiment="m", env_label="box", progress=False, quiet=True
-        )
+        for o in run_sweep(spec(name="fixed"), experiment="m", env_label="box", progress=False)
     ] == ["SKIPPED"]
 
 
@@ -473,7 +466,7 @@ def test_resume_under_mlflow_run_labels_the_new_run_instead_of_leaving_it_empty(
     tracking, monkeypatch
 ):
     s = spec(name="mlrun")
-    sw.run_sweep(s, experiment="mlrun", env_label="box", progress=False, quiet=True)
+    run_sweep(s, experiment="mlrun", env_label="box", progress=False)
     (parent,) = search("mlrun", "tags.run_kind = 'sweep'")
     client = mlflow.tracking.MlflowClient()
     made = client.create_run(
@@ -481,18 +474,17 @@ def test_resume_under_mlflow_run_labels_the_new_run_instead_of_leaving_it_empty(
     ).info.run_id  # what `mlflow run` does before starting us
     monkeypatch.setenv("MLFLOW_RUN_ID", made)
     assert [
-        o.status
-        for o in sw.run_sweep(s, experiment="mlrun", env_label="box", progress=False, quiet=True)
+        o.status for o in run_sweep(s, experiment="mlrun", env_label="box", progress=False)
     ] == ["SKIPPED"]
     pointer = client.get_run(made)
     assert (
         pointer.data.tags[schema.TAG_RUN_KIND] == "sweep"
-        and pointer.data.tags[sw.TAG_SWEEP_NAME] == "mlrun"
+        and pointer.data.tags[TAG_SWEEP_NAME] == "mlrun"
     )
-    assert pointer.data.tags[sw.TAG_RESUME_OF] == parent.info.run_id
+    assert pointer.data.tags[TAG_RESUME_OF] == parent.info.run_id
     assert pointer.data.tags["mlflow.parentRunId"] == parent.info.run_id
     assert parent.info.run_id in pointer.data.tags["mlflow.note.content"]
-    assert sw.existing_state("mlrun", "box", "mlrun").parent_run_id == parent.info.run_id
+    assert existing_state("mlrun", "box", "mlrun").parent_run_id == parent.info.run_id
     assert client.get_run(parent.info.run_id).data.metrics["children_skipped"] == 1
 
 
@@ -506,13 +498,13 @@ def test_runs_left_running_by_a_killed_sweep_are_failed_and_redone(tracking):
         exp_id,
         tags={
             schema.TAG_RUN_KIND: "train",
-            sw.TAG_SWEEP_NAME: "stale",
+            TAG_SWEEP_NAME: "stale",
             schema.TAG_ENV_LABEL: "box-a",
             schema.TAG_CONFIG_KEY: cfg.config_key(),
         },
     )
     client.log_param(stale.info.run_id, "repeat", "0")
-    out = sw.run_sweep(s, experiment=exp, env_label="box-a", progress=False, quiet=True)
+    out = run_sweep(s, experiment=exp, env_label="box-a", progress=False)
     assert [o.status for o in out] == ["FINISHED"]
     old = client.get_run(stale.info.run_id)
     assert old.info.status == "FAILED" and "interrupted" in old.data.tags[schema.TAG_ERROR]
@@ -538,11 +530,11 @@ def test_cli_end_to_end_prints_table_and_summary(tracking, capsys):
         "--name",
         "cli",
     ]
-    assert sw.main(argv) == 0
+    assert main(argv) == 0
     out = capsys.readouterr().out
     assert "| resnet18 b2 fp32 32px | 0 | FINISHED |" in out
     assert "sweep cli: 1 finished, 0 skipped (done before), 0 failed" in out
-    assert sw.main(argv) == 0
+    assert main(argv) == 0
     assert "sweep cli: 0 finished, 1 skipped (done before), 0 failed" in capsys.readouterr().out
 
 
@@ -552,7 +544,7 @@ def test_two_machines_sweep_and_analysis_on_one_server(on_server, tmp_path):
     exp = f"multi-{uuid.uuid4().hex[:8]}"
     s = spec(name="fleet")
     for label in ("machine-a", "machine-b"):
-        out = sw.run_sweep(s, experiment=exp, env_label=label, progress=False, quiet=True)
+        out = run_sweep(s, experiment=exp, env_label=label, progress=False)
         assert [o.status for o in out] == ["FINISHED"]
     children = search(exp, "tags.run_kind = 'train'")
     assert sorted(c.data.tags[schema.TAG_ENV_LABEL] for c in children) == ["machine-a", "machine-b"]
@@ -562,8 +554,7 @@ def test_two_machines_sweep_and_analysis_on_one_server(on_server, tmp_path):
     assert text.startswith("step,step_time_s\n") and len(text.splitlines()) == 3
     # resume over HTTP: nothing is redone
     assert [
-        o.status
-        for o in sw.run_sweep(s, experiment=exp, env_label="machine-a", progress=False, quiet=True)
+        o.status for o in run_sweep(s, experiment=exp, env_label="machine-a", progress=False)
     ] == ["SKIPPED"]
     assert len(search(exp, "tags.run_kind = 'train'")) == 2
     # and the analysis reads both machines' runs over HTTP and logs its own run there
@@ -611,7 +602,7 @@ def test_server_down_during_a_child_run_loses_nothing_and_duplicates_nothing(tmp
 
         with monkeypatch.context() as m:
             m.setattr(bench, "train_step", step_then_outage)
-            out = sw.run_sweep(s, experiment="outage", env_label="box", progress=False, quiet=True)
+            out = run_sweep(s, experiment="outage", env_label="box", progress=False)
         assert [o.status for o in out] == ["FINISHED", "OFFLINE"]
         cut = out[1].run_id
         assert cut is not None  # created on the server before it went down
@@ -620,13 +611,13 @@ def test_server_down_during_a_child_run_loses_nothing_and_duplicates_nothing(tmp
         child = next(e for e in entries if e["record"]["run_kind"] == "train")
         assert child["run_id"] == cut and child["status"] == "FINISHED"
         assert (
-            child["record"]["tags"][sw.TAG_SWEEP_NAME] == "outage"
+            child["record"]["tags"][TAG_SWEEP_NAME] == "outage"
             and child["record"]["params"]["batch_size"] == "4"
         )
         assert child["unsent"]["metrics"]["throughput_samples_per_s"] > 0
 
         # Resume while the server is still down: b2 is known from the ledger, b4 from the spool.
-        offline = sw.run_sweep(s, experiment="outage", env_label="box", progress=False, quiet=True)
+        offline = run_sweep(s, experiment="outage", env_label="box", progress=False)
         assert [o.status for o in offline] == ["SKIPPED", "SKIPPED"]
         assert len(spooled_runs()) == 2  # the parent's entry was continued, not doubled
 
@@ -644,7 +635,7 @@ def test_server_down_during_a_child_run_loses_nothing_and_duplicates_nothing(tmp
         assert uploaded.info.run_id == cut
         assert mlflow.artifacts.load_text(f"runs:/{cut}/timing/step_times.csv").count("\n") == 3
 
-        again = sw.run_sweep(s, experiment="outage", env_label="box", progress=False, quiet=True)
+        again = run_sweep(s, experiment="outage", env_label="box", progress=False)
         assert [o.status for o in again] == ["SKIPPED", "SKIPPED"]
         assert len(search("outage", "tags.run_kind = 'train'")) == 2
         assert len(search("outage", "tags.run_kind = 'sweep'")) == 1
@@ -703,7 +694,7 @@ def test_cli_takes_mlproject_style_values():
         "--max-time-s",
         "",
     ]
-    s = sw.spec_from_args(sw.build_parser().parse_args(argv))
+    s = spec_from_args(build_parser().parse_args(argv))
     assert s.matrix == {
         "model": ["resnet18", "mobilenet_v2"],
         "batch_size": [16, 32],
@@ -736,7 +727,7 @@ def test_cli_takes_mlproject_style_values():
         "--env-label",
         "lab",
     ]
-    s = sw.spec_from_args(sw.build_parser().parse_args(given))
+    s = spec_from_args(build_parser().parse_args(given))
     assert s.base == {
         "device": "cpu",
         "iters": "auto",
@@ -751,3 +742,40 @@ def test_cli_takes_mlproject_style_values():
         "max_time_s": 60.0,
     }
     assert s.env_label == "lab" and {c.max_iters for c, _ in s.plan()} == {200}
+
+
+def test_compiled_children_each_compile_instead_of_falling_back_to_eager(tracking, monkeypatch):
+    """Children share one process, and dynamo counts recompilations of one code object (ResNet.forward
+    for every ResNet) across them: past torch._dynamo.config.recompile_limit a child would run eager
+    while logged compile=true. Each compiled benchmark starts from a fresh dynamo cache instead.
+    Made fast and certain: the limit is 1 (two configurations suffice to hit it) and the backend is
+    dynamo's capture only (no Inductor), recording which child each graph was captured in."""
+    import functools
+
+    import torch
+    import torch._dynamo
+
+    captured, resets, child = [], [], {"n": 0}
+
+    def record(gm, example_inputs):
+        captured.append(child["n"])
+        return gm.forward
+
+    real_compile, real_reset = torch.compile, torch._dynamo.reset
+    monkeypatch.setattr(torch, "compile", functools.partial(real_compile, backend=record))
+    monkeypatch.setattr(torch._dynamo, "reset", lambda: (resets.append(child["n"]), real_reset()))
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
+    outcomes = run_sweep(
+        spec(
+            matrix={"model": ["resnet18"], "batch_size": [2], "precision": ["fp32", "bf16"]},
+            base={**TINY_BASE, "compile": True, "iters": 1},
+            name="compiled",
+        ),
+        experiment="compiled",
+        env_label="box",
+        progress=False,
+        on_child_done=lambda _o: child.update(n=child["n"] + 1),
+    )
+    assert [o.status for o in outcomes] == ["FINISHED", "FINISHED"]
+    assert sorted(set(captured)) == [0, 1]  # the second child compiled too: no eager fallback
+    assert resets == [0, 1]  # once per child, before it compiles

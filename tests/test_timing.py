@@ -57,6 +57,21 @@ def test_measure_times_each_step_between_clock_reads():
     assert times == [0.5, 0.25, 0.5] and len(calls) == 3
 
 
+def test_both_loops_time_only_the_step_not_the_progress_callback():
+    now = {"t": 0.0}
+
+    def step():
+        now["t"] += 1.0
+
+    def slow_progress(*_):
+        now["t"] += 100.0  # a progress bar that takes far longer than the step
+
+    clock = lambda: now["t"]  # noqa: E731
+    assert timing.measure(step, 3, clock, on_step=slow_progress) == [1.0, 1.0, 1.0]
+    times, why = timing.measure_until(step, clock, min_iters=4, on_step=slow_progress)
+    assert times == [1.0] * 4 and why == "converged"
+
+
 def test_measure_until_converges_on_steady_steps():
     times, why = timing.measure_until(
         lambda: None, fake_clock([1.0, 1.01]), target_rel=0.02, min_iters=10

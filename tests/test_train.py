@@ -10,6 +10,7 @@ import torch
 import torch.nn as nn
 
 from common import schema
+from common.errors import UsageError
 from tests.helpers import TINY, make_cifar10, make_image_folder
 from train.__main__ import main
 from train.config import TrainConfig
@@ -176,6 +177,55 @@ def test_bad_input_is_one_line_and_creates_no_run(tracking, capsys, flag, value,
     assert runs() == []
 
 
+def fake_cuda(monkeypatch, name: str, capability: tuple[int, int]) -> None:
+    """Make this CPU-only torch look like one CUDA device `name` of `capability` to the code that
+    only asks about it (no kernel runs): what resolve_device and check_precision look at, and what
+    torch.cuda.is_bf16_supported itself reads (emulation: bf16 tensors can be created there)."""
+    import contextlib
+    from types import SimpleNamespace as NS
+
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "device", lambda _d: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda _d=None: name)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda _d=None: capability)
+    monkeypatch.setattr(
+        torch.cuda,
+        "get_device_properties",
+        lambda _d=None: NS(major=capability[0], minor=capability[1], name=name),
+    )
+    monkeypatch.setattr(torch.cuda, "_check_bf16_tensor_supported", lambda _d: True)
+
+
+@pytest.mark.parametrize(
+    "name,capability", [("Tesla T4", (7, 5)), ("Tesla V100-SXM2-16GB", (7, 0))]
+)
+def test_bf16_is_refused_on_gpus_that_only_emulate_it(
+    tracking, capsys, monkeypatch, name, capability
+):
+    from train.device import check_precision
+
+    fake_cuda(monkeypatch, name, capability)
+    assert torch.cuda.is_bf16_supported()  # what the check asked before: emulation counts
+    code, line = error_of(capsys, arg("--device", "cuda") + ["--precision", "bf16"])
+    sm = f"sm_{capability[0]}{capability[1]}"
+    assert code == 2 and line == (
+        f"error: {name} ({sm}) has no native bf16 (needs sm_80+; torch would emulate it, which is "
+        "not what a bf16 benchmark measures): use --precision fp16 or fp32"
+    )
+    assert runs() == []
+    check_precision("fp16", torch.device("cuda", 0))  # fp16 stays accepted there
+
+
+def test_bf16_is_accepted_on_gpus_with_native_bf16(monkeypatch):
+    from train.device import check_precision, resolve_device
+
+    fake_cuda(monkeypatch, "NVIDIA A100-SXM4-40GB", (8, 0))
+    check_precision("bf16", resolve_device("cuda"))
+
+
 def test_empty_dataset_folder(tracking, capsys, tmp_path):
     (tmp_path / "empty" / "train").mkdir(parents=True)
     code, line = error_of(capsys, arg("--data", str(tmp_path / "empty")))
@@ -282,6 +332,26 @@ def test_profile_mode_needs_cuda(tracking, capsys):
     code, line = error_of(capsys, TINY + ["--profile-steps", "1"])
     assert code == 2 and "needs an NVIDIA GPU" in line and "--import" in line
     assert runs() == []
+
+
+@pytest.mark.parametrize("cuda", [False, True])
+def test_profile_mode_refuses_warmup_0(tracking, capsys, monkeypatch, cuda):
+    """On any machine (the flag is wrong everywhere), before CUDA is touched; and in the core."""
+    from train.bench import profile_steps
+
+    if cuda:
+        fake_cuda(monkeypatch, "NVIDIA L4", (8, 9))
+    code, line = error_of(capsys, arg("--warmup-iters", "0") + ["--profile-steps", "1"])
+    assert code == 2 and line == (
+        "error: profile mode needs --warmup-iters >= 1 (got 0): otherwise the profiled step holds "
+        "cuDNN autotuning, first allocations and, with fp16, GradScaler's skipped optimizer step"
+    )
+    assert runs() == []
+    started = []
+    cfg = TrainConfig(model="resnet18", batch_size=2, image_size=32, warmup_iters=0, device="cpu")
+    with pytest.raises(UsageError, match="needs --warmup-iters >= 1"):
+        profile_steps(cfg, torch.device("cpu"), 1, profiler_start=lambda: started.append(1))
+    assert started == []
 
 
 def test_profile_steps_marks_phases_between_profiler_start_and_stop():

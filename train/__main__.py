@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import sys
 
 from common import console, schema
 from common.cli import ArgumentParser
@@ -49,7 +47,6 @@ def run(
     parent=None,
     extra_params: dict | None = None,
     extra_tags: dict | None = None,
-    quiet: bool = False,
 ):
     """Pre-flight, then one `train` run: returns (the closed RunSession, BenchResult).
 
@@ -57,11 +54,12 @@ def run(
     configuration as a FAILED child itself) and re-raises failures inside the run after it was
     ended FAILED with the reason.
     """
-    from common.envinfo import environment_report, environment_tags
+    from common.envinfo import environment_tags
     from common.tracking import RunSession
-    from train.bench import preflight, run_benchmark
+    from train.bench import preflight, run_benchmark, run_header, step_times_csv
 
     device = preflight(cfg)
+    params, tags = run_header(cfg, device)
     session = RunSession(
         "train",
         experiment=experiment,
@@ -70,15 +68,9 @@ def run(
         parent=parent,
         system_metrics=system_metrics,
     )
-    with console.quiet(quiet), session:
-        session.log_params({**cfg.params(), "device": str(device), **(extra_params or {})})
-        session.set_tags(
-            {
-                schema.TAG_CONFIG_KEY: cfg.config_key(),
-                schema.TAG_INTENSITY_SOURCE: "modeled",
-                **(extra_tags or {}),
-            }
-        )
+    with session:
+        session.log_params({**params, **(extra_params or {})})
+        session.set_tags({**tags, **(extra_tags or {})})
         session.flush()
         step_times: list[float] = []
         try:
@@ -87,15 +79,12 @@ def run(
             if step_times:
                 session.log_text("timing/step_times.csv", step_times_csv(step_times))
             raise
-        session.set_tags(
-            {"data_description": result.data_description, "measure_stop": result.stop_reason}
-        )
+        session.set_tags(result.tags)
         session.log_metrics(result.metrics)
-        session.log_series("step_time_s", result.step_times_s)
-        session.log_text("timing/step_times.csv", step_times_csv(result.step_times_s))
+        for name, values in result.series.items():
+            session.log_series(name, values)
         for path, text in result.texts.items():
             session.log_text(path, text)
-        session.log_text("environment.txt", environment_report())
     return session, result
 
 
@@ -116,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     m = result.metrics
     where = f"kept offline in {session.spool_path}" if session.offline else f"run {session.run_id}"
-    print(
+    console.result(
         f"{cfg.model} b{cfg.batch_size} {cfg.precision} {cfg.image_size}px on {session.record.tags[schema.TAG_DEVICE_NAME]}: "
         f"{m['throughput_samples_per_s']:.2f} samples/s, {m['step_time_median_s'] * 1e3:.1f} ms/step (median of {len(result.step_times_s)}{_ci_text(m)}), "
         f"{m['achieved_flops_per_s'] / 1e9:.2f} GFLOP/s achieved; {where}"
@@ -124,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     if not session.offline:
         from common.server import ui_hint
 
-        print(ui_hint(session.run_id, session.experiment_id))
+        console.result(ui_hint(session.run_id, session.experiment_id))
     return 0
 
 
@@ -133,16 +122,12 @@ def _ci_text(metrics: dict) -> str:
     return f", mean ±{rel:.1%} at 95% confidence" if rel is not None else ""
 
 
-def step_times_csv(step_times_s: list[float]) -> str:
-    """Every measured step time, exactly (the metric history keeps at most 1,000 points)."""
-    return "step,step_time_s\n" + "".join(f"{i},{t!r}\n" for i, t in enumerate(step_times_s))
-
-
 def _profile(cfg: TrainConfig, steps: int) -> int:
     import torch
 
-    from train.bench import preflight, profile_steps
+    from train.bench import check_profile_mode, preflight, profile_steps
 
+    check_profile_mode(cfg, steps)  # bad flags first: they are wrong on any machine
     if not torch.cuda.is_available():
         raise UsageError(
             "profile mode needs an NVIDIA GPU (CUDA is not available here); "
@@ -154,13 +139,11 @@ def _profile(cfg: TrainConfig, steps: int) -> int:
     if device.type != "cuda":
         raise UsageError(f"profile mode needs --device cuda, got {cfg.device}")
     profile_steps(cfg, device, steps)
-    print(
-        f"profiled {steps} step(s) of {cfg.run_name()} on {torch.cuda.get_device_name(device)}",
-        file=sys.stderr,
+    console.info(
+        f"profiled {steps} step(s) of {cfg.run_name()} on {torch.cuda.get_device_name(device)}"
     )
     return 0
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("DS_ACCELERATOR", "cpu")
     raise SystemExit(main())

@@ -1,7 +1,8 @@
 """The benchmark: prepare a config, count its work, warm up, measure, and summarise.
 
-`run_benchmark` returns plain data (`BenchResult`); the CLI (train/__main__.py) logs it through a
-`common.tracking.RunSession`. Profile mode (`profile_steps`) reuses the same preparation and the same
+A train run's record is plain data made here: `run_header` (params and tags, known before anything
+is measured) and `run_benchmark`'s `BenchResult` (tags, metrics, series and texts); `train.run`
+(train/__main__.py) only opens a `common.tracking.RunSession` and logs them. Profile mode (`profile_steps`) reuses the same preparation and the same
 `train_step`, wrapped in NVTX ranges and the CUDA profiler's start/stop.
 """
 
@@ -12,6 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, ContextManager
 
+from common import schema
+from common.envinfo import environment_report
 from common.errors import BenchError, UsageError, one_line
 from train import device as dev
 from train import flops as fl
@@ -41,11 +44,31 @@ class Prepared:
 
 @dataclass
 class BenchResult:
+    """What a train run logs once it has measured (docs/schema.md)."""
+
     metrics: dict[str, float]
     step_times_s: list[float]
     texts: dict[str, str] = field(default_factory=dict)
-    data_description: str = ""
-    stop_reason: str = "fixed"  # fixed | converged | max_iters | max_time
+    """artifact path -> text"""
+    tags: dict[str, str] = field(default_factory=dict)
+    """data_description, measure_stop (fixed | converged | max_iters | max_time)"""
+
+    @property
+    def series(self) -> dict[str, list[float]]:
+        """metric histories: name -> one value per step"""
+        return {"step_time_s": self.step_times_s}
+
+
+def run_header(cfg: TrainConfig, device) -> tuple[dict, dict[str, str]]:
+    """The params and tags of a train run of `cfg` on `device`, known before it measures."""
+    params = {**cfg.params(), "device": str(device)}
+    tags = {schema.TAG_CONFIG_KEY: cfg.config_key(), schema.TAG_INTENSITY_SOURCE: "modeled"}
+    return params, tags
+
+
+def step_times_csv(step_times_s: list[float]) -> str:
+    """Every measured step time, exactly (the metric history keeps at most 1,000 points)."""
+    return "step,step_time_s\n" + "".join(f"{i},{t!r}\n" for i, t in enumerate(step_times_s))
 
 
 def preflight(cfg: TrainConfig):
@@ -84,6 +107,20 @@ def prepare(cfg: TrainConfig, device) -> Prepared:
         dev.grad_scaler(cfg.precision, device),
     )
     return Prepared(cfg, device, model, parts, source)
+
+
+def compile_model(model):
+    """`torch.compile(model)` from a fresh dynamo cache (`torch._dynamo.reset()`).
+
+    Dynamo counts recompilations of one code object (ResNet.forward for every ResNet) for the whole
+    process, and past `torch._dynamo.config.recompile_limit` (8) it runs that code eagerly with only
+    a log line: the later configurations of a sweep (one process) would be logged compile=true and
+    measured eager.
+    """
+    import torch
+
+    torch._dynamo.reset()
+    return torch.compile(model)
 
 
 def count_steps(
@@ -149,9 +186,7 @@ def run_benchmark(
     count_s = time.perf_counter() - wall0
 
     if cfg.compile:
-        import torch
-
-        prep.parts.model = torch.compile(prep.model)
+        prep.parts.model = compile_model(prep.model)
     clock = make_clock(lambda: dev.synchronize(device))
     dev.reset_peak_memory(device)
     bar = _progress(cfg, progress)
@@ -222,10 +257,25 @@ def run_benchmark(
     if peak is not None:
         metrics["device_peak_mem_bytes"] = peak
     texts = {
+        "timing/step_times.csv": step_times_csv(times),
         "flops/deepspeed_forward_profile.txt": forward.report,
         "flops/counts_by_op.csv": _counts_csv(counts),
+        "environment.txt": environment_report(),
     }
-    return BenchResult(metrics, times, texts, prep.source.description, stop)
+    tags = {"data_description": prep.source.description, "measure_stop": stop}
+    return BenchResult(metrics, times, texts, tags)
+
+
+def check_profile_mode(cfg: TrainConfig, steps: int) -> None:
+    """Profile mode's own flag rules (UsageError, one line)."""
+    if steps <= 0:
+        raise UsageError(f"--profile-steps must be a positive integer, got {steps}")
+    if cfg.warmup_iters < 1:
+        raise UsageError(
+            f"profile mode needs --warmup-iters >= 1 (got {cfg.warmup_iters}): otherwise the profiled "
+            "step holds cuDNN autotuning, first allocations and, with fp16, GradScaler's skipped "
+            "optimizer step"
+        )
 
 
 def profile_steps(
@@ -235,22 +285,26 @@ def profile_steps(
     profiler_start: Callable[[], None] | None = None,
     profiler_stop: Callable[[], None] | None = None,
     mark=nvtx_range,
+    cudnn_benchmark: bool = True,
 ) -> None:
     """Profile mode: warm up, then `steps` NVTX-marked steps between CUDA profiler start and stop.
 
     Run under `ncu --profile-from-start off` (python -m profiling does that), only the marked
     steps are captured. Start/stop are injectable so the sequence is testable without a GPU.
+    `cudnn_benchmark=False` keeps cuDNN's autotuner off, so every run of the program picks the
+    same kernels (ncu's application replay modes rerun it once per pass).
     """
     import torch
 
-    if steps <= 0:
-        raise UsageError(f"--profile-steps must be a positive integer, got {steps}")
+    check_profile_mode(cfg, steps)
     profiler_start = profiler_start or torch.cuda.profiler.start
     profiler_stop = profiler_stop or torch.cuda.profiler.stop
     try:
         prep = prepare(cfg, device)
+        if not cudnn_benchmark:
+            torch.backends.cudnn.benchmark = False
         if cfg.compile:
-            prep.parts.model = torch.compile(prep.model)
+            prep.parts.model = compile_model(prep.model)
         for _ in range(cfg.warmup_iters):
             prep.step()
         batches = [prep.source.next() for _ in range(steps)]  # loading is not what ncu measures

@@ -6,7 +6,7 @@ import argparse
 from dataclasses import asdict, dataclass, field, fields
 
 from common import schema
-from common.cli import str_bool
+from common.cli import optional, str_bool
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 OPTIMIZERS = ("sgd", "adam", "adamw")
@@ -86,18 +86,7 @@ class TrainConfig:
         for name in ("warmup_iters", "workers"):
             if int(getattr(self, name)) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.precision not in schema.PRECISIONS:
-            raise ValueError(
-                f"precision must be one of {', '.join(schema.PRECISIONS)}, got {self.precision!r}"
-            )
-        if self.device not in DEVICES and not self.device.startswith("cuda:"):
-            raise ValueError(
-                f"device must be one of {', '.join(DEVICES)} or cuda:N, got {self.device!r}"
-            )
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(
-                f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}"
-            )
+        check_choices(self.precision, self.device, self.optimizer)
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
         if self.compile and self.warmup_iters < 1:
@@ -128,16 +117,41 @@ class TrainConfig:
         return f"{self.model}-b{self.batch_size}-{self.precision}-{self.image_size}px"
 
 
-def add_config_args(parser: argparse.ArgumentParser) -> None:
-    """The config flags shared by `python -m train`, `python -m profiling` and the sweep."""
+def check_choices(precision: str, device: str, optimizer: str) -> None:
+    """ValueError naming the field when a precision, device or optimizer is not one we know
+    (lower-case values; shared by TrainConfig and the complexity command's config)."""
+    if precision not in schema.PRECISIONS:
+        raise ValueError(
+            f"precision must be one of {', '.join(schema.PRECISIONS)}, got {precision!r}"
+        )
+    if device not in DEVICES and not device.startswith("cuda:"):
+        raise ValueError(f"device must be one of {', '.join(DEVICES)} or cuda:N, got {device!r}")
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
+
+
+def add_config_args(parser: argparse.ArgumentParser, overrides: bool = False) -> None:
+    """The config flags shared by `python -m train`, `python -m profiling` and the sweep.
+
+    `overrides=True` (the sweep): every flag defaults to None, so that only flags given on the
+    command line override a sweep file's base, and an empty value ("" from an MLproject default)
+    also counts as not given.
+    """
     d = TrainConfig(env_label="x")
     g = parser.add_argument_group("configuration")
-    g.add_argument(
+
+    def flag(*names, default=None, type=None, choices=None, **kw):
+        if overrides:
+            default, type = None, optional(type)
+            choices = [*choices, None] if choices is not None else None
+        g.add_argument(*names, default=default, type=type, choices=choices, **kw)
+
+    flag(
         "--model",
         default=d.model,
         help=f"torchvision classifier, e.g. {', '.join(DOCUMENTED_MODELS)}",
     )
-    g.add_argument(
+    flag(
         "--batch",
         "--batch-size",
         dest="batch_size",
@@ -145,44 +159,36 @@ def add_config_args(parser: argparse.ArgumentParser) -> None:
         default=d.batch_size,
         help="samples per step",
     )
-    g.add_argument(
+    flag(
         "--precision",
         default=d.precision,
         choices=schema.PRECISIONS,
         help="fp32, or fp16/bf16 autocast",
     )
-    g.add_argument("--device", default=d.device, help="auto | cpu | cuda | cuda:N | mps")
-    g.add_argument("--warmup-iters", type=int, default=d.warmup_iters, help="untimed steps first")
-    g.add_argument(
+    flag("--device", default=d.device, help="auto | cpu | cuda | cuda:N | mps")
+    flag("--warmup-iters", type=int, default=d.warmup_iters, help="untimed steps first")
+    flag(
         "--iters",
         default=d.iters,
         help="measured steps, or auto (until the 95%% CI of the mean is within --ci-target)",
     )
-    g.add_argument(
+    flag(
         "--ci-target",
         type=float,
         default=d.ci_target,
         help="--iters auto: relative 95%% CI half-width goal",
     )
-    g.add_argument(
-        "--max-iters", type=int, default=d.max_iters, help="--iters auto: cap on measured steps"
-    )
-    g.add_argument(
+    flag("--max-iters", type=int, default=d.max_iters, help="--iters auto: cap on measured steps")
+    flag(
         "--max-time-s",
         type=float,
         default=d.max_time_s,
         help="--iters auto: cap on measuring seconds",
     )
-    g.add_argument(
-        "--image-size", type=int, default=d.image_size, help="input height and width (pixels)"
-    )
-    g.add_argument(
-        "--data", default=d.data, help="synthetic | fake | PATH (ImageFolder) | cifar10:PATH"
-    )
-    g.add_argument(
-        "--workers", type=int, default=d.workers, help="DataLoader workers (fake/folder data)"
-    )
-    g.add_argument(
+    flag("--image-size", type=int, default=d.image_size, help="input height and width (pixels)")
+    flag("--data", default=d.data, help="synthetic | fake | PATH (ImageFolder) | cifar10:PATH")
+    flag("--workers", type=int, default=d.workers, help="DataLoader workers (fake/folder data)")
+    flag(
         "--channels-last",
         type=str_bool,
         nargs="?",
@@ -190,7 +196,7 @@ def add_config_args(parser: argparse.ArgumentParser) -> None:
         default=False,
         help="channels_last memory format",
     )
-    g.add_argument(
+    flag(
         "--compile",
         type=str_bool,
         nargs="?",
@@ -198,13 +204,11 @@ def add_config_args(parser: argparse.ArgumentParser) -> None:
         default=False,
         help="torch.compile the model",
     )
-    g.add_argument("--seed", type=int, default=d.seed)
-    g.add_argument(
-        "--env-label", default=None, help="name of this environment (default: host name)"
-    )
-    g.add_argument("--lr", type=float, default=d.lr, help="learning rate")
-    g.add_argument("--optimizer", default=d.optimizer, choices=OPTIMIZERS)
-    g.add_argument(
+    flag("--seed", type=int, default=d.seed)
+    flag("--env-label", default=None, help="name of this environment (default: host name)")
+    flag("--lr", type=float, default=d.lr, help="learning rate")
+    flag("--optimizer", default=d.optimizer, choices=OPTIMIZERS)
+    flag(
         "--num-classes",
         type=int,
         default=d.num_classes,

@@ -48,10 +48,23 @@ def check_precision(precision: str, device) -> None:
         raise UsageError(
             "fp16 autocast is not supported for training on cpu: use --precision bf16 or fp32"
         )
-    if device.type == "cuda" and precision == "bf16" and not torch.cuda.is_bf16_supported():
+    if device.type == "cuda" and precision == "bf16" and not cuda_native_bf16(device):
+        major, minor = torch.cuda.get_device_capability(device)
         raise UsageError(
-            f"{torch.cuda.get_device_name(device)} does not support bf16: use --precision fp16 or fp32"
+            f"{torch.cuda.get_device_name(device)} (sm_{major}{minor}) has no native bf16 (needs "
+            "sm_80+; torch would emulate it, which is not what a bf16 benchmark measures): use "
+            "--precision fp16 or fp32"
         )
+
+
+def cuda_native_bf16(device) -> bool:
+    """Whether the CUDA `device` computes bf16 natively (sm_80+). `torch.cuda.is_bf16_supported()`
+    with its default `including_emulation=True` also says yes on a T4 or V100, where bf16 is
+    emulated; it also only looks at the current device, hence the `torch.cuda.device` block."""
+    import torch
+
+    with torch.cuda.device(device):
+        return bool(torch.cuda.is_bf16_supported(including_emulation=False))
 
 
 def autocast_context(precision: str, device):
@@ -123,3 +136,16 @@ def is_out_of_memory(exc: BaseException) -> bool:
         or "DefaultCPUAllocator: can't allocate" in text  # Linux, macOS
         or "DefaultCPUAllocator: not enough memory" in text  # Windows
     )
+
+
+def device_memory_bytes(device) -> tuple[int, str]:
+    """Memory the training could use on `device` and where the number comes from."""
+    import torch
+
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory), "CUDA total memory"
+    if device.type == "mps":
+        return int(torch.mps.recommended_max_memory()), "MPS recommended max working set"
+    import psutil
+
+    return int(psutil.virtual_memory().available), "available RAM (psutil) at start"

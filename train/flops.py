@@ -239,19 +239,29 @@ class ForwardProfile:
         return self.macs / self.batch_size
 
 
+def deepspeed_accelerator(device) -> str:
+    """DeepSpeed's accelerator name (DS_ACCELERATOR) for a torch device: cuda, mps or cpu."""
+    return device.type if device.type in ("cuda", "mps") else "cpu"
+
+
 def deepspeed_forward_profile(model, inputs) -> ForwardProfile:
     """Profile one training-mode forward pass (no autograd graph) with DeepSpeed's FlopsProfiler.
 
-    The model is left in training mode afterwards, as it was.
+    DS_ACCELERATOR is set from the device of `inputs` before DeepSpeed is loaded (it picks its
+    accelerator once per process, and synchronises through it around every module to time it; a
+    CPU accelerator on a GPU would time kernel launches). The report (`ForwardProfile.report`)
+    starts with what was profiled: the batch and the device. The model is left in training mode
+    afterwards, as it was.
     """
     import os
 
-    os.environ.setdefault(
-        "DS_ACCELERATOR", "cpu" if inputs.device.type == "cpu" else inputs.device.type
-    )
+    wanted = deepspeed_accelerator(inputs.device)
+    os.environ["DS_ACCELERATOR"] = wanted
     import torch
+    from deepspeed.accelerator import get_accelerator
     from deepspeed.profiling.flops_profiler import FlopsProfiler
 
+    in_use = get_accelerator().device_name()
     was_training = model.training
     model.train()
     prof = FlopsProfiler(model)
@@ -267,6 +277,31 @@ def deepspeed_forward_profile(model, inputs) -> ForwardProfile:
     finally:
         prof.end_profile()
         model.train(was_training)
+    header = profile_header(tuple(inputs.shape), str(inputs.device), wanted, in_use)
+    report = in_device_words(buf.getvalue(), inputs.device.type)
     return ForwardProfile(
-        int(inputs.shape[0]), float(flops), float(macs), int(params), buf.getvalue()
+        int(inputs.shape[0]), float(flops), float(macs), int(params), header + report
     )
+
+
+def profile_header(shape: tuple, device: str, wanted: str, in_use: str) -> str:
+    """What DeepSpeed's report below profiled: which batch, on which device."""
+    n = shape[0]
+    lines = [
+        f"What was profiled: one training-mode forward pass (no autograd) of a batch of {n} "
+        f"sample(s), input {'x'.join(map(str, shape))}, on {device}. Every count and latency below "
+        f"is for that batch of {n} (fwd_flops_per_sample = fwd flops / {n}), which may differ from "
+        "the benchmark's batch size; latencies are of this one untimed pass, not the timed steps.",
+        f"DeepSpeed accelerator: {in_use}.",
+    ]
+    if in_use != wanted:
+        lines[-1] = (
+            f"DeepSpeed accelerator: {in_use}, chosen when DeepSpeed was first loaded in this "
+            f"process, not {wanted}: the latencies below are not synchronised with {device}."
+        )
+    return "\n".join(lines) + "\n"
+
+
+def in_device_words(report: str, device_type: str) -> str:
+    """DeepSpeed writes "per GPU" whatever the device: say "per CPU" on a CPU."""
+    return report if device_type in ("cuda", "mps") else report.replace(" per GPU", " per CPU")

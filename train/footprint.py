@@ -13,7 +13,7 @@ sample) and scaled linearly:
 * forward FLOPs/MACs: `train.flops.deepspeed_forward_profile`, with the per-module numbers read
   from the same DeepSpeed pass;
 * activations: every storage autograd saves during those counted steps, seen through
-  `torch.autograd.graph.saved_tensors_hooks`, counted once per storage, attributed to the module
+  `torch.autograd.graph.saved_tensors_hooks` (train/saved_tensors.py), counted once per storage, attributed to the module
   whose forward first saved it. Storages of parameters and buffers are weights, not activations,
   and are left out. Bytes are affine in the batch: the slope is the per-sample activation memory,
   the intercept what is saved once per step (batch-norm batch statistics, the loss's total weight,
@@ -31,101 +31,26 @@ CUDA context, and the input pipeline. It also ignores that `zero_grad(set_to_non
 gradients before the forward pass, so gradients and all activations never coexist: the sum is an
 upper bound of the live tensors, not their exact peak.
 
-Pure measurement and arithmetic: no MLflow, no files (the RSS probe runs in a subprocess, see
-`measure_step_rss`).
+Pure measurement and arithmetic: no MLflow, no files. The check of this model against a real
+step's RSS growth is train/rss_step.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
-import os
-import re
-import subprocess
-import sys
 from dataclasses import dataclass, field
-from itertools import chain
-from pathlib import Path
 
-from common.errors import BenchError
 from train import flops as fl
-
-ROOT = Path(__file__).resolve().parents[1]
-LOSS_ROW = "(loss)"  # saved tensors packed outside the model's forward (cross-entropy)
-MODEL_ROW = "(model)"  # work done in the top-level module's own forward (e.g. torch.flatten)
-
-
-# ------------------------------------------------------------------ sizes
-_SIZE_RE = re.compile(
-    r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmgtp]?)(i?)(b?)\s*$", re.IGNORECASE
+from train.saved_tensors import (
+    LOSS_ROW,
+    MODEL_ROW,
+    SavedTensorRecorder,
+    SavedTensors,
+    unique_bytes,
 )
-_PREFIX_POWER = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
-
-
-def parse_bytes(text: str | int | float) -> int:
-    """Bytes in a size like `16GiB` (binary, 2**30), `16GB` (decimal, 10**9), `512MiB`, `1.5e9`.
-
-    A bare number is bytes. Raises ValueError with the accepted forms.
-    """
-    if isinstance(text, (int, float)) and not isinstance(text, bool):
-        value, unit = float(text), 1
-    else:
-        m = _SIZE_RE.match(str(text))
-        if not m or (m.group(3) and not m.group(2)):
-            raise ValueError(
-                f"expected a size like 16GiB, 16GB, 512MiB or a number of bytes, got {text!r}"
-            )
-        number, prefix, binary, _b = m.groups()
-        value = float(number)
-        unit = (1024 if binary else 1000) ** _PREFIX_POWER[prefix.lower()]
-    size = value * unit
-    if not math.isfinite(size) or size < 1:
-        raise ValueError(f"a memory size must be at least 1 byte, got {text!r}")
-    return int(size)
-
-
-def format_bytes(n: float) -> str:
-    """Human-readable binary size for display only (values are stored raw)."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{n:.0f} B"
-
-
-def device_memory_bytes(device) -> tuple[int, str]:
-    """Memory the training could use on `device` and where the number comes from."""
-    import torch
-
-    if device.type == "cuda":
-        return int(torch.cuda.get_device_properties(device).total_memory), "CUDA total memory"
-    if device.type == "mps":
-        return int(torch.mps.recommended_max_memory()), "MPS recommended max working set"
-    import psutil
-
-    return int(psutil.virtual_memory().available), "available RAM (psutil) at start"
 
 
 # ------------------------------------------------------------------ parameters, gradients, optimizer state
-def _storage_key(t):
-    """(key, bytes) identifying the storage behind `t`; tensors without one count their own bytes."""
-    try:
-        s = t.untyped_storage()
-        return ("ptr", str(t.device), s.data_ptr()), int(s.nbytes())
-    except (RuntimeError, NotImplementedError, TypeError):  # e.g. opaque mkldnn tensors
-        return ("id", id(t)), int(t.numel() * t.element_size())
-
-
-def _unique_bytes(tensors) -> int:
-    seen, total = set(), 0
-    for t in tensors:
-        key, nbytes = _storage_key(t)
-        if key not in seen:
-            seen.add(key)
-            total += nbytes
-    return total
-
-
 def count_params(model) -> tuple[int, int]:
     """(number of parameters, their bytes). Works on meta-device models (nothing is allocated)."""
     params = list(model.parameters())
@@ -139,7 +64,7 @@ def buffer_bytes(model) -> int:
 
 def grad_bytes(model) -> int:
     """Bytes of the gradients currently held by the model's parameters (after a backward pass)."""
-    return _unique_bytes(p.grad for p in model.parameters() if p.grad is not None)
+    return unique_bytes(p.grad for p in model.parameters() if p.grad is not None)
 
 
 def optimizer_state_bytes(optimizer) -> int:
@@ -152,7 +77,7 @@ def optimizer_state_bytes(optimizer) -> int:
         for v in state.values()
         if isinstance(v, torch.Tensor)
     )
-    return _unique_bytes(tensors)
+    return unique_bytes(tensors)
 
 
 def meta_model(name: str, num_classes: int = 1000):
@@ -163,124 +88,6 @@ def meta_model(name: str, num_classes: int = 1000):
 
     with torch.device("meta"):
         return build_model(name, num_classes)
-
-
-# ------------------------------------------------------------------ saved activations
-@dataclass
-class SavedTensors:
-    """What autograd saved for backward during one step (each storage once)."""
-
-    batch_size: int
-    total_bytes: int
-    by_module: dict[str, int]
-    weight_bytes: int  # saved storages that are parameters or buffers (not counted in total_bytes)
-    output_shapes: dict[str, tuple]  # module name -> output shape of its last call
-
-
-class SavedTensorRecorder:
-    """Context manager recording the storages autograd saves for backward while it is open.
-
-    Each storage is counted once (keyed by device and data pointer; the recorder keeps a reference
-    to every storage it saw until it closes, so a pointer cannot be reused by another storage in the
-    meantime). Storages of the model's parameters and buffers are weights and are reported apart.
-    A storage is attributed to the innermost module whose forward was running when it was first
-    saved (forward pre/post hooks on every module); storages saved outside the model's forward are
-    attributed to LOSS_ROW, those saved by the top-level module itself to MODEL_ROW.
-    """
-
-    def __init__(self, model, batch_size: int) -> None:
-        self.model = model
-        self.batch_size = batch_size
-        self._stack: list[str] = []
-        self._seen: dict[tuple, str] = {}
-        self._keep: list = []
-        self._handles: list = []
-        self._ctx = None
-        self.by_module: dict[str, int] = {}
-        self.weight_bytes = 0
-        self.output_shapes: dict[str, tuple] = {}
-        self._weights: set[tuple] = set()
-
-    def __enter__(self) -> "SavedTensorRecorder":
-        import torch
-
-        self._weights = {
-            _storage_key(t)[0] for t in chain(self.model.parameters(), self.model.buffers())
-        }
-        for name, module in self.model.named_modules():
-            label = name or MODEL_ROW
-            self._handles.append(module.register_forward_pre_hook(self._pre(label)))
-            self._handles.append(module.register_forward_hook(self._post(label), always_call=True))
-        self._ctx = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
-        self._ctx.__enter__()
-        return self
-
-    def __exit__(self, *exc) -> bool:
-        self._ctx.__exit__(*exc)
-        for h in self._handles:
-            h.remove()
-        self._handles.clear()
-        self._keep.clear()
-        return False
-
-    def _pre(self, label: str):
-        def hook(_module, _inputs):
-            self._stack.append(label)
-
-        return hook
-
-    def _post(self, label: str):
-        def hook(_module, _inputs, output):
-            if self._stack and self._stack[-1] == label:
-                self._stack.pop()
-            shape = _first_tensor_shape(output)
-            if shape is not None:
-                self.output_shapes[label] = shape
-
-        return hook
-
-    def _pack(self, t):
-        key, nbytes = _storage_key(t)
-        if nbytes == 0 or key in self._seen:
-            return t
-        self._seen[key] = owner = self._stack[-1] if self._stack else LOSS_ROW
-        self._keep.append(t)
-        if key in self._weights:
-            self.weight_bytes += nbytes
-        else:
-            self.by_module[owner] = self.by_module.get(owner, 0) + nbytes
-        return t
-
-    def result(self) -> SavedTensors:
-        return SavedTensors(
-            self.batch_size,
-            sum(self.by_module.values()),
-            dict(self.by_module),
-            self.weight_bytes,
-            dict(self.output_shapes),
-        )
-
-
-def _first_tensor_shape(output):
-    import torch
-
-    from train.step import logits_of
-
-    output = logits_of(output)
-    if isinstance(output, torch.Tensor):
-        return tuple(output.shape)
-    if isinstance(output, (tuple, list)):
-        for o in output:
-            if isinstance(o, torch.Tensor):
-                return tuple(o.shape)
-    return None
-
-
-def saved_bytes(model, run, batch_size: int = 1) -> SavedTensors:
-    """Run `run()` (a forward, a loss or a whole training step) and record what autograd saved."""
-    with SavedTensorRecorder(model, batch_size) as rec:
-        run()
-    return rec.result()
 
 
 def _affine(points: dict[int, float]) -> tuple[float, float]:
@@ -546,80 +353,6 @@ def _layer_rows(
     return rows
 
 
-# ------------------------------------------------------------------ RSS check (CPU)
-@dataclass
-class RssMeasurement:
-    """Resident-set growth of one real training step in a fresh process."""
-
-    batch_size: int
-    rss_before_bytes: float  # after model and optimizer exist, before the batch and the step
-    peak_rss_bytes: float  # peak during the step
-    peak_source: str  # "VmHWM reset before the step" or "ru_maxrss"
-
-    @property
-    def growth_bytes(self) -> float:
-        return self.peak_rss_bytes - self.rss_before_bytes
-
-
 def predicted_step_growth_bytes(c: ModelComplexity, batch_size: int) -> float:
     """What the memory model predicts one first step adds to a process that already holds the weights."""
     return c.predicted_train_mem_bytes(batch_size) - c.weight_bytes
-
-
-def probe_argv(
-    model: str, batch_size: int, image_size: int, optimizer: str, precision: str, num_classes: int
-) -> list[str]:
-    """The command that measures one step's RSS growth (train/rss_step.py)."""
-    return [
-        sys.executable,
-        "-m",
-        "train.rss_step",
-        "--model",
-        model,
-        "--batch",
-        str(batch_size),
-        "--image-size",
-        str(image_size),
-        "--optimizer",
-        optimizer,
-        "--precision",
-        precision,
-        "--num-classes",
-        str(num_classes),
-    ]
-
-
-def measure_step_rss(
-    model: str,
-    batch_size: int,
-    image_size: int,
-    optimizer: str = "sgd",
-    precision: str = "fp32",
-    num_classes: int = 1000,
-    timeout_s: float = 600.0,
-) -> RssMeasurement:
-    """Run one training step on CPU in a fresh process and return its RSS growth."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
-    env.setdefault("DS_ACCELERATOR", "cpu")
-    argv = probe_argv(model, batch_size, image_size, optimizer, precision, num_classes)
-    try:
-        done = subprocess.run(
-            argv, capture_output=True, text=True, timeout=timeout_s, env=env, cwd=str(ROOT)
-        )
-    except subprocess.TimeoutExpired:
-        raise BenchError(
-            f"RSS probe of {model} at batch {batch_size} took over {timeout_s:.0f} s: use smaller --rss-batch-sizes"
-        ) from None
-    if done.returncode != 0:
-        lines = [ln for ln in (done.stderr or "").splitlines() if ln.strip()]
-        raise BenchError(
-            f"RSS probe of {model} at batch {batch_size} failed: {lines[-1] if lines else f'exit {done.returncode}'}"
-        )
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    return RssMeasurement(
-        batch_size,
-        float(result["rss_before_bytes"]),
-        float(result["peak_rss_bytes"]),
-        result["peak_source"],
-    )

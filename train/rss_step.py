@@ -1,6 +1,7 @@
-"""`python -m train.rss_step`: resident-set growth of ONE training step on CPU, in this process.
+"""The RSS check of the memory model: resident-set growth of ONE training step on CPU.
 
-Run by `train.footprint.measure_step_rss` in a fresh subprocess per measurement. Prints one JSON
+`measure_step_rss` (the parent, python -m train.complexity) runs `python -m train.rss_step` in a
+fresh subprocess per measurement; that program measures in its own process and prints one JSON
 line: the RSS before the step (model and optimizer built, nothing else) and the peak RSS during the
 step, which includes creating its input batch, the forward, backward and first optimizer step
 (gradients and optimizer state appear in this step).
@@ -18,9 +19,91 @@ import argparse
 import gc
 import json
 import os
+import subprocess
 import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from common import console
+from common.errors import BenchError
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
+# ------------------------------------------------------------------ the parent: run the probe
+@dataclass
+class RssMeasurement:
+    """Resident-set growth of one real training step in a fresh process."""
+
+    batch_size: int
+    rss_before_bytes: float  # after model and optimizer exist, before the batch and the step
+    peak_rss_bytes: float  # peak during the step
+    peak_source: str  # "VmHWM reset before the step" or "ru_maxrss"
+
+    @property
+    def growth_bytes(self) -> float:
+        return self.peak_rss_bytes - self.rss_before_bytes
+
+
+def probe_argv(
+    model: str, batch_size: int, image_size: int, optimizer: str, precision: str, num_classes: int
+) -> list[str]:
+    """The command that measures one step's RSS growth (train/rss_step.py)."""
+    return [
+        sys.executable,
+        "-m",
+        "train.rss_step",
+        "--model",
+        model,
+        "--batch",
+        str(batch_size),
+        "--image-size",
+        str(image_size),
+        "--optimizer",
+        optimizer,
+        "--precision",
+        precision,
+        "--num-classes",
+        str(num_classes),
+    ]
+
+
+def measure_step_rss(
+    model: str,
+    batch_size: int,
+    image_size: int,
+    optimizer: str = "sgd",
+    precision: str = "fp32",
+    num_classes: int = 1000,
+    timeout_s: float = 600.0,
+) -> RssMeasurement:
+    """Run one training step on CPU in a fresh process and return its RSS growth."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    argv = probe_argv(model, batch_size, image_size, optimizer, precision, num_classes)
+    try:
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout_s, env=env, cwd=str(ROOT)
+        )
+    except subprocess.TimeoutExpired:
+        raise BenchError(
+            f"RSS probe of {model} at batch {batch_size} took over {timeout_s:.0f} s: use smaller --rss-batch-sizes"
+        ) from None
+    if done.returncode != 0:
+        lines = [ln for ln in (done.stderr or "").splitlines() if ln.strip()]
+        raise BenchError(
+            f"RSS probe of {model} at batch {batch_size} failed: {lines[-1] if lines else f'exit {done.returncode}'}"
+        )
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return RssMeasurement(
+        batch_size,
+        float(result["rss_before_bytes"]),
+        float(result["peak_rss_bytes"]),
+        result["peak_source"],
+    )
+
+
+# ------------------------------------------------------------------ the probe (this process)
 def _status_kib(field: str) -> int | None:
     try:
         with open("/proc/self/status") as fh:
@@ -100,12 +183,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--precision", default="fp32")
     p.add_argument("--num-classes", type=int, default=1000)
     a = p.parse_args(argv)
-    print(
+    console.result(
         json.dumps(measure(a.model, a.batch, a.image_size, a.optimizer, a.precision, a.num_classes))
     )
     return 0
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("DS_ACCELERATOR", "cpu")
     sys.exit(main())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -19,6 +19,16 @@ def make_clock(synchronize: Callable[[], None]) -> Callable[[], float]:
     return now
 
 
+def timed_steps(step: Callable[[], object], clock: Callable[[], float]) -> Iterator[float]:
+    """THE timed step: run `step` again and again, yielding each run's seconds between two
+    synchronised clock reads. What the consumer does between two values (progress display, the
+    stopping rule) happens outside the timed interval."""
+    while True:
+        t0 = clock()
+        step()
+        yield clock() - t0
+
+
 def measure(
     step: Callable[[], object],
     iters: int,
@@ -26,17 +36,14 @@ def measure(
     on_step: Callable[[int, float], None] | None = None,
     times: list[float] | None = None,
 ) -> list[float]:
-    """Run `step` `iters` times; return each step's seconds between two synchronised clock reads.
+    """Run `step` `iters` times; return each step's seconds (`timed_steps`).
 
     `on_step(i, seconds)` (progress display) runs outside the timed interval. `times`: the list the
     step times are appended to (and returned), so that a caller keeps the steps measured before an
     interrupt.
     """
     times = [] if times is None else times
-    for i in range(iters):
-        t0 = clock()
-        step()
-        dt = clock() - t0
+    for i, dt in zip(range(iters), timed_steps(step, clock)):
         times.append(dt)
         if on_step is not None:
             on_step(i, dt)
@@ -63,10 +70,7 @@ def measure_until(
     times = [] if times is None else times
     total = total_sq = 0.0
     start = time.perf_counter()
-    while True:
-        t0 = clock()
-        step()
-        dt = clock() - t0
+    for dt in timed_steps(step, clock):
         times.append(dt)
         total += dt
         total_sq += dt * dt
@@ -84,6 +88,7 @@ def measure_until(
             return times, "max_iters"
         if time.perf_counter() - start >= max_time_s:
             return times, "max_time"
+    raise AssertionError("timed_steps never ends")
 
 
 def summarize(step_times_s: Sequence[float], batch_size: int) -> dict[str, float]:

@@ -1,0 +1,139 @@
+"""`python -m train.complexity`: the run (an MLflow `complexity` run, --out files) and the command
+line (see the package docstring and docs/complexity.md)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from common import console, schema
+from common.cli import cli_entry
+from train.complexity.args import build_parser, config_from_args
+from train.complexity.config import ComplexityConfig
+from train.complexity.markdown import markdown, summary_line
+from train.complexity.measure import ComplexityResult, measure, preflight
+from train.complexity.tables import (
+    BATCH_COLUMNS,
+    LAYER_COLUMNS,
+    MODEL_COLUMNS,
+    RSS_COLUMNS,
+    batch_rows,
+    layer_rows,
+    metrics,
+    model_rows,
+    rss_rows,
+    to_csv,
+)
+
+ARTIFACT_DIR = "complexity"
+
+
+def artifacts(result: ComplexityResult) -> dict[str, str]:
+    """Artifact path -> text. `complexity/models.csv` is the stable per-model table analysis reads."""
+    out = {
+        f"{ARTIFACT_DIR}/models.csv": to_csv(model_rows(result), MODEL_COLUMNS),
+        f"{ARTIFACT_DIR}/batches.csv": to_csv(batch_rows(result), BATCH_COLUMNS),
+        f"{ARTIFACT_DIR}/summary.md": markdown(result),
+    }
+    for c in result.models:
+        out[f"{ARTIFACT_DIR}/layers/{_file_name(c.model)}.csv"] = to_csv(
+            layer_rows(c), LAYER_COLUMNS
+        )
+    if result.rss:
+        out[f"{ARTIFACT_DIR}/rss_validation.csv"] = to_csv(rss_rows(result), RSS_COLUMNS)
+    return out
+
+
+def _file_name(model: str) -> str:
+    return re.sub(r"[^\w.\-]", "_", model)
+
+
+def run(
+    cfg: ComplexityConfig,
+    *,
+    experiment: str | None = None,
+    progress: bool = True,
+    track: bool = True,
+    out_dir: str | None = None,
+):
+    """Preflight, measure, log a `complexity` run (unless track=False) and write --out files.
+
+    Returns (session or None, result). Bad input raises UsageError before any run exists; a failure
+    while measuring ends the run FAILED with the reason and is re-raised.
+    """
+    device = preflight(cfg)
+    if not track:
+        result = measure(cfg, device, progress)
+        _write_out(out_dir, artifacts(result))
+        return None, result
+    from common.envinfo import environment_report, environment_tags
+    from common.tracking import RunSession
+
+    session = RunSession(
+        "complexity",
+        experiment=experiment,
+        run_name=f"complexity-{cfg.image_size}px-{device.type}",
+        tags=environment_tags(str(device), cfg.env_label),
+    )
+    with session:
+        session.log_params({**cfg.params(), "device": str(device)})
+        session.set_tags({schema.TAG_INTENSITY_SOURCE: "modeled"})
+        session.flush()
+        result = measure(cfg, device, progress)
+        session.log_params(
+            {
+                "device_memory_bytes": result.device_memory_bytes,
+                "device_memory_source": result.device_memory_source,
+                "rss_models": ",".join(result.rss_models) or "none",
+            }
+        )
+        session.log_metrics(metrics(result))
+        if result.rss_notes:
+            session.set_tags({"rss_notes": "; ".join(result.rss_notes)[:5000]})
+        texts = artifacts(result)
+        for path, text in texts.items():
+            session.log_text(path, text)
+        session.log_text("environment.txt", environment_report())
+        _write_out(out_dir, texts)
+    return session, result
+
+
+def _write_out(out_dir: str | None, texts: dict[str, str]) -> None:
+    if not out_dir:
+        return
+    root = Path(out_dir)
+    for path, text in texts.items():
+        dest = root / Path(path).relative_to(ARTIFACT_DIR)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(text)
+
+
+@cli_entry
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    cfg = config_from_args(args)
+    session, result = run(
+        cfg,
+        experiment=args.experiment,
+        progress=not args.no_progress,
+        track=not args.no_track,
+        out_dir=args.out,
+    )
+    console.result(markdown(result))
+    line = summary_line(result)
+    if session is not None:
+        line += (
+            f"; kept offline in {session.spool_path}"
+            if session.offline
+            else f"; run {session.run_id}"
+        )
+    console.result(line)
+    if session is not None and not session.offline:
+        from common.server import ui_hint
+
+        console.result(ui_hint(session.run_id, session.experiment_id))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
