@@ -505,9 +505,12 @@ def process_gone(tag: str) -> bool:
 STALE_REASON = "interrupted: the process recording this run ended before the run finished"
 
 
-def close_stale_runs(client=None, experiment_ids: list[str] | None = None) -> list[str]:
+def close_stale_runs(
+    client=None, experiment_ids: list[str] | None = None, also: list[str] = ()
+) -> list[str]:
     """End FAILED every RUNNING run whose `process` tag names a process of this host that is gone
     (killed with `kill -9`, a crash, a power cut): such a run would otherwise stay RUNNING forever.
+    `also`: ids of runs the caller knows are stale (a resumed sweep's children from before the tag).
 
     Runs of other hosts, of live processes, without the tag (made by older versions, or by `mlflow
     run` before the script took them over) and runs the local spool will complete (their id, or their
@@ -522,6 +525,9 @@ def close_stale_runs(client=None, experiment_ids: list[str] | None = None) -> li
         host = schema.host_name()
         filt = f"attributes.status = 'RUNNING' and tags.{schema.TAG_PROCESS} LIKE {schema.filter_literal(host + ':%', 'host name')}"
         closed = []
+        for run_id in also:
+            mark_failed(run_id, STALE_REASON, client)
+            closed.append(run_id)
         for i in range(0, len(experiment_ids), 100):
             for run in client.search_runs(experiment_ids[i : i + 100], filt, max_results=1000):
                 tags = run.data.tags

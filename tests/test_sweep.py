@@ -488,26 +488,59 @@ def test_resume_under_mlflow_run_labels_the_new_run_instead_of_leaving_it_empty(
     assert client.get_run(parent.info.run_id).data.metrics["children_skipped"] == 1
 
 
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
 def test_runs_left_running_by_a_killed_sweep_are_failed_and_redone(tracking):
+    """Children a killed sweep left RUNNING end FAILED (one from before runs carried the `process`
+    tag too); another host's child of the same sweep and label is left alone."""
     exp = "sweep-stale"
     s = spec(name="stale")
     cfg = s.plan()[0][0]
     client = mlflow.tracking.MlflowClient()
     exp_id = client.create_experiment(exp)
-    stale = client.create_run(
-        exp_id,
-        tags={
-            schema.TAG_RUN_KIND: "train",
-            TAG_SWEEP_NAME: "stale",
-            schema.TAG_ENV_LABEL: "box-a",
-            schema.TAG_CONFIG_KEY: cfg.config_key(),
-        },
-    )
-    client.log_param(stale.info.run_id, "repeat", "0")
+    host = schema.host_name()
+
+    def left_running(**tags):
+        run = client.create_run(
+            exp_id,
+            tags={
+                schema.TAG_RUN_KIND: "train",
+                TAG_SWEEP_NAME: "stale",
+                schema.TAG_ENV_LABEL: "box-a",
+                schema.TAG_CONFIG_KEY: cfg.config_key(),
+                **tags,
+            },
+        )
+        client.log_param(run.info.run_id, "repeat", "0")
+        return run.info.run_id
+
+    killed = left_running(**{schema.TAG_HOST: host, schema.TAG_PROCESS: f"{host}:{_dead_pid()}:0"})
+    legacy = left_running()  # made by a version without the process tag
+    elsewhere = left_running(**{schema.TAG_HOST: "other-box", schema.TAG_PROCESS: "other-box:1:0"})
     out = run_sweep(s, experiment=exp, env_label="box-a", progress=False)
     assert [o.status for o in out] == ["FINISHED"]
-    old = client.get_run(stale.info.run_id)
-    assert old.info.status == "FAILED" and "interrupted" in old.data.tags[schema.TAG_ERROR]
+    for run_id in (killed, legacy):
+        old = client.get_run(run_id)
+        assert old.info.status == "FAILED" and "interrupted" in old.data.tags[schema.TAG_ERROR]
+    assert client.get_run(elsewhere).info.status == "RUNNING"
+
+
+def test_corrupt_spool_entry_does_not_stop_a_sweep(tracking, capsys):
+    from common.spool import spool_dir
+
+    bad = spool_dir() / "bad" / "run.json"
+    bad.parent.mkdir(parents=True)
+    bad.write_text('{"local_id": "bad", "rec')
+    out = run_sweep(spec(name="despite"), experiment="despite", env_label="box", progress=False)
+    assert [o.status for o in out] == ["FINISHED"]
+    assert f"warning: skipped spool entry {bad}: it cannot be read" in capsys.readouterr().err
 
 
 def test_cli_end_to_end_prints_table_and_summary(tracking, capsys):

@@ -38,7 +38,8 @@ class SweepState:
     remembered: set[tuple[str, int]] = field(default_factory=set)
     """of those, known from the local ledger only"""
     stale_running: list[str] = field(default_factory=list)
-    """children left RUNNING by a dead process"""
+    """children left RUNNING by a process of this host from before runs carried a `process` tag
+    (common.tracking.close_stale_runs ends the others)"""
     reachable: bool = True
 
 
@@ -139,8 +140,15 @@ def _read_server(
                 state.parent_params = state.parent_params or dict(run.data.params)
         elif kind == "train" and status == "FINISHED" and tags.get(TAG_SWEEP_KEY):
             state.done.add((tags[TAG_SWEEP_KEY], int(run.data.params.get(PARAM_REPEAT, -1))))
-        elif kind == "train" and status == "RUNNING" and run_id not in spooled_ids:
-            state.stale_running.append(run_id)  # a spooled one is completed by upload instead
+        elif (
+            kind == "train"
+            and status == "RUNNING"
+            and run_id not in spooled_ids  # a spooled one is completed by upload instead
+            and schema.TAG_PROCESS not in tags  # close_stale_runs knows whether it is alive
+            and tags.get(schema.TAG_HOST, schema.host_name()) == schema.host_name()
+        ):
+            # made by a version without the `process` tag
+            state.stale_running.append(run_id)
     save_ledger(name, env_label, state)
 
 
@@ -215,14 +223,6 @@ def check_same_spec(spec: SweepSpec, state: SweepState, env_label: str) -> None:
         )
 
 
-def close_stale(run_ids: list[str]) -> None:
-    """Children a killed sweep left RUNNING: FAILED, with the reason, so they are never mistaken for done."""
-    from common.tracking import mark_failed
-
-    for run_id in run_ids:
-        mark_failed(run_id, "interrupted: the sweep process ended before this run finished")
-
-
 def upload_own_spool(name: str, env_label: str) -> bool:
     """Send this sweep's spooled runs (kept offline by an earlier attempt) before resuming, so that the
     server alone says what is done. Returns whether the server is still reachable."""
@@ -250,10 +250,12 @@ def reconcile(spec: SweepSpec, env_label: str, experiment: str | None) -> SweepS
 
     One quick GET /health first (a dead server costs seconds, not minutes); if the server answers,
     this sweep's runs an earlier attempt kept offline are uploaded, so that the server alone says
-    what is done; children a killed sweep left RUNNING are closed FAILED. Resuming a name with
-    another matrix is refused (UsageError).
+    what is done; runs a killed process left RUNNING are closed FAILED
+    (common.tracking.close_stale_runs, as every command does). Resuming a name with another matrix
+    is refused (UsageError).
     """
     from common.server import server_reachable
+    from common.tracking import close_stale_runs
 
     reachable = server_reachable()
     if reachable:
@@ -265,9 +267,6 @@ def reconcile(spec: SweepSpec, env_label: str, experiment: str | None) -> SweepS
             "tracking server unreachable: runs already done are known from this machine's spool "
             "and ledger only; this sweep's runs are kept offline (python -m common.upload sends them later)"
         )
-    elif state.stale_running:
-        close_stale(state.stale_running)
-        console.info(
-            f"marked {len(state.stale_running)} run(s) left RUNNING by an interrupted sweep as FAILED"
-        )
+    else:
+        close_stale_runs(also=state.stale_running)
     return state
