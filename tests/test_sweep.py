@@ -532,6 +532,42 @@ def test_runs_left_running_by_a_killed_sweep_are_failed_and_redone(tracking):
     assert client.get_run(elsewhere).info.status == "RUNNING"
 
 
+def test_resumed_parent_finishes_clean_and_summarises_every_invocation(tracking):
+    """Interrupted after its first child and resumed: the parent ends FINISHED without the
+    interruption's error, and its summary.csv and children_finished count both children, the one
+    of the first invocation with its run id and numbers."""
+    import csv
+    import io
+
+    exp = "sweep-resumed"
+    s = spec(matrix={"model": ["resnet18"], "batch_size": [2, 3]}, name="resumed")
+
+    def interrupt(outcome):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(s, experiment=exp, env_label="box", progress=False, on_child_done=interrupt)
+    (parent,) = search(exp, "tags.run_kind = 'sweep'")
+    assert parent.data.tags[schema.TAG_ERROR] == "interrupted by the user"
+    (first,) = search(exp, "tags.run_kind = 'train'")
+
+    again = run_sweep(s, experiment=exp, env_label="box", progress=False)
+    assert [o.status for o in again] == ["SKIPPED", "FINISHED"]
+    client = mlflow.tracking.MlflowClient()
+    parent = client.get_run(parent.info.run_id)
+    assert parent.info.status == "FINISHED" and schema.TAG_ERROR not in parent.data.tags
+    assert parent.data.metrics["children_finished"] == 2
+    assert parent.data.metrics["children_skipped"] == 1
+    text = open(client.download_artifacts(parent.info.run_id, "sweep/summary.csv")).read()
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert [r["status"] for r in rows] == ["SKIPPED", "FINISHED"]
+    assert rows[0]["run_id"] == first.info.run_id
+    assert (
+        float(rows[0]["throughput_samples_per_s"]) == first.data.metrics["throughput_samples_per_s"]
+    )
+    assert rows[1]["run_id"] == again[1].run_id
+
+
 def test_corrupt_spool_entry_does_not_stop_a_sweep(tracking, capsys):
     from common.spool import spool_dir
 

@@ -41,11 +41,15 @@ def run_sweep(
         f"{spec.repeats} repeat(s)"
     )
     state = reconcile(spec, plan.env_label, experiment)
+    # what earlier invocations finished: in the summary with their runs and numbers
     outcomes = [
         ChildOutcome(plan.label(cfg, r), cfg.config_key(), key, r, "SKIPPED")
         for cfg, r, key in plan.runs
         if (key, r) in state.done
     ]
+    for o in outcomes:
+        for name, value in state.earlier.get((o.sweep_key, o.repeat), {}).items():
+            setattr(o, name, value)
     todo = [(cfg, r, key) for cfg, r, key in plan.runs if (key, r) not in state.done]
     if outcomes:
         _say_resuming(plan, state, len(outcomes), len(todo))

@@ -37,6 +37,9 @@ class SweepState:
     """of those, kept in the spool (not yet uploaded)"""
     remembered: set[tuple[str, int]] = field(default_factory=set)
     """of those, known from the local ledger only"""
+    earlier: dict[tuple[str, int], dict] = field(default_factory=dict)
+    """(sweep_key, repeat) done -> its run: run_id (None while spooled), throughput_samples_per_s,
+    step_time_median_s (the ledger knows keys only)"""
     stale_running: list[str] = field(default_factory=list)
     """children left RUNNING by a process of this host from before runs carried a `process` tag
     (common.tracking.close_stale_runs ends the others)"""
@@ -95,9 +98,19 @@ def _read_spool(name: str, env_label: str, state: SweepState) -> set[str]:
             and entry["status"] == "FINISHED"
             and rec["tags"].get(TAG_SWEEP_KEY)
         ):
-            key = rec["tags"][TAG_SWEEP_KEY]
-            state.spooled.add((key, int(rec["params"].get(PARAM_REPEAT, -1))))
+            done = (rec["tags"][TAG_SWEEP_KEY], int(rec["params"].get(PARAM_REPEAT, -1)))
+            state.spooled.add(done)
+            state.earlier.setdefault(done, _earlier(entry.get("run_id"), rec["metrics"]))
     return spooled_ids
+
+
+def _earlier(run_id: str | None, metrics: dict) -> dict:
+    """What the summary of a resumed sweep shows of a child an earlier invocation finished."""
+    return {
+        "run_id": run_id,
+        "throughput_samples_per_s": metrics.get("throughput_samples_per_s"),
+        "step_time_median_s": metrics.get("step_time_median_s"),
+    }
 
 
 def _read_server(
@@ -139,7 +152,9 @@ def _read_server(
                 state.parent_run_id = run_id
                 state.parent_params = state.parent_params or dict(run.data.params)
         elif kind == "train" and status == "FINISHED" and tags.get(TAG_SWEEP_KEY):
-            state.done.add((tags[TAG_SWEEP_KEY], int(run.data.params.get(PARAM_REPEAT, -1))))
+            done = (tags[TAG_SWEEP_KEY], int(run.data.params.get(PARAM_REPEAT, -1)))
+            state.done.add(done)
+            state.earlier.setdefault(done, _earlier(run_id, run.data.metrics))
         elif (
             kind == "train"
             and status == "RUNNING"
