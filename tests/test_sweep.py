@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 
 import mlflow
@@ -566,6 +567,23 @@ def test_resumed_parent_finishes_clean_and_summarises_every_invocation(tracking)
         float(rows[0]["throughput_samples_per_s"]) == first.data.metrics["throughput_samples_per_s"]
     )
     assert rows[1]["run_id"] == again[1].run_id
+
+
+def test_the_same_sweep_running_elsewhere_on_this_machine_is_refused_in_one_line(tracking, capsys):
+    from train.sweep.state import sweep_lock
+
+    argv = ["--models", "resnet18", "--batch-sizes", "2", "--image-size", "32", "--iters", "2"]
+    argv += ["--warmup-iters", "1", "--device", "cpu", "--name", "twice", "--env-label", "box"]
+    argv += ["--no-progress"]
+    with sweep_lock("twice", "box"):  # what the first invocation holds while it runs
+        assert main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (
+        f"error: sweep 'twice' on box is already running on this machine (process {os.getpid()}): "
+        "wait for it to end (running it again then resumes it), or give this one another --name"
+    )
+    assert mlflow.search_runs(search_all_experiments=True, output_format="list") == []
+    assert main(argv) == 0  # once the first has ended
 
 
 def test_corrupt_spool_entry_does_not_stop_a_sweep(tracking, capsys):

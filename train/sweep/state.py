@@ -6,13 +6,15 @@ MLflow read outside analysis/fetch.py), the spool and the ledger; writes the led
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 from common import console, schema
-from common.errors import UsageError, one_line
+from common.errors import BenchError, UsageError, one_line
 from train.sweep.spec import (
     PARAM_REPEAT,
     TAG_RESUME_OF,
@@ -162,7 +164,8 @@ def _read_server(
             and schema.TAG_PROCESS not in tags  # close_stale_runs knows whether it is alive
             and tags.get(schema.TAG_HOST, schema.host_name()) == schema.host_name()
         ):
-            # made by a version without the `process` tag
+            # made by a version without the `process` tag; the sweep lock says no process of this
+            # host runs this sweep now
             state.stale_running.append(run_id)
     save_ledger(name, env_label, state)
 
@@ -236,6 +239,34 @@ def check_same_spec(spec: SweepSpec, state: SweepState, env_label: str) -> None:
             f"sweep {spec.name!r} on {env_label} already exists with a different {'; '.join(changed)}: "
             "give this matrix a new --name, or run the original command to resume it"
         )
+
+
+@contextlib.contextmanager
+def sweep_lock(name: str, env_label: str) -> Iterator[None]:
+    """Hold this machine's lock on the sweep `name` on `env_label` (a file next to its ledger): a
+    second invocation of the same sweep while one runs would run every configuration twice, so it
+    is refused in one line. A spool folder that cannot be written leaves the sweep unlocked, with a
+    warning."""
+    from common.locks import holder, locked
+
+    path = _ledger_path(name, env_label).with_suffix(".lock")
+    with contextlib.ExitStack() as stack:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            held = stack.enter_context(locked(path))
+        except OSError as exc:
+            console.warn(
+                f"cannot lock sweep {name!r} ({one_line(exc)[:160]}): a second run of it at the "
+                "same time would not be stopped"
+            )
+            held = None
+        if held is False:
+            raise BenchError(
+                f"sweep {name!r} on {env_label} is already running on this machine (process "
+                f"{holder(path)}): wait for it to end (running it again then resumes it), or give "
+                "this one another --name"
+            )
+        yield
 
 
 def upload_own_spool(name: str, env_label: str) -> bool:
