@@ -169,6 +169,11 @@ def test_cli_matrix_file_and_flags(tmp_path):
             ["--models", "resnet18", "--env-label", 'it\'s "x"', "--dry-run"],
             "contains both quote characters ' and \"; rename it",
         ),
+        (
+            ["--models", "resnet18", "--env-label", "x" * 8001, "--dry-run"],
+            "is 8001 characters long: use at most 100",
+        ),
+        (["--models", "resnet18", "--name", "s" * 300], "sweep name 'ssss"),
     ],
 )
 def test_cli_bad_input_is_one_line(capsys, argv, message):
