@@ -24,7 +24,8 @@ from common.tracking import (
 
 
 def upload_spooled(folder: Path | None = None, select=None) -> tuple[int, int]:
-    """Send spooled runs to the current tracking server. Returns (sent, still_spooled).
+    """Send spooled runs to the current tracking server. Returns (sent, still_spooled), where
+    still_spooled leaves out the runs another upload is sending (and the children waiting for it).
 
     `select(entry)` limits the upload to some entries (a resumed sweep sends its own). Safe to
     interrupt and repeat, and to run twice at once: each entry is locked while it is sent (another
@@ -35,7 +36,8 @@ def upload_spooled(folder: Path | None = None, select=None) -> tuple[int, int]:
     told through common.console.info (silent inside console.quiet()).
     """
     client = mlflow_client()
-    sent = busy = 0
+    sent = 0
+    elsewhere: set[str] = set()  # local ids another upload holds, and their waiting children
     every = spooled_runs(folder)
     entries = [e for e in every if select is None or select(e)]
     run_ids: dict[str, str] = {}
@@ -43,7 +45,8 @@ def upload_spooled(folder: Path | None = None, select=None) -> tuple[int, int]:
     for listed in entries:
         with entry_lock(listed) as entry:
             if entry is None:
-                busy += Path(listed["_path"]).exists()  # else: another upload sent it
+                if Path(listed["_path"]).exists():  # else: another upload sent it
+                    elsewhere.add(listed["local_id"])
                 continue
             parent_local = entry.get("parent_local_id")
             parent_run = entry.get("parent_run_id") or run_ids.get(parent_local or "")
@@ -53,7 +56,11 @@ def upload_spooled(folder: Path | None = None, select=None) -> tuple[int, int]:
                 and not entry.get("run_id")
                 and any(e["local_id"] == parent_local for e in every if Path(e["_path"]).exists())
             ):
-                waiting += 1  # its parent is still spooled: creating it now would orphan it
+                # its parent is still spooled: creating it now would orphan it
+                if parent_local in elsewhere:
+                    elsewhere.add(entry["local_id"])  # the upload sending the parent sends it
+                else:
+                    waiting += 1
                 continue
             try:
                 run_id = _send(client, entry, parent_run, every)
@@ -71,9 +78,9 @@ def upload_spooled(folder: Path | None = None, select=None) -> tuple[int, int]:
             console.info(f"uploaded {rec['run_kind']} run {rec.get('run_name') or ''} -> {run_id}")
     if waiting:
         console.info(f"{waiting} run(s) wait for their parent run to be uploaded first")
-    if busy:
-        console.info(f"{busy} run(s) are being sent by another upload")
-    left = sum(Path(e["_path"]).exists() for e in entries)
+    if elsewhere:
+        console.info(f"{len(elsewhere)} run(s) are being sent by another upload")
+    left = sum(Path(e["_path"]).exists() and e["local_id"] not in elsewhere for e in entries)
     return sent, left
 
 
