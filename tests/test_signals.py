@@ -9,14 +9,15 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 
 import mlflow
 import pytest
 
 from common import schema
-from common.tracking import STALE_REASON, RunSession, close_stale_runs, process_tag
+from common.tracking import STALE_REASON, RunRecord, RunSession, close_stale_runs, process_tag
 from tests.conftest import ROOT
-from tests.helpers import TINY
+from tests.helpers import TINY, dead_pid
 
 
 def _env() -> dict:
@@ -71,12 +72,6 @@ def test_stop_signal_ends_a_real_train_run_killed_and_keeps_the_steps_measured(t
     assert all(float(line.split(",")[1]) > 0 for line in lines[1:])
 
 
-def _dead_pid() -> int:
-    proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    proc.wait()
-    return proc.pid
-
-
 def test_run_of_a_killed_process_is_failed_by_the_next_run_and_nothing_else(tracking):
     """`kill -9` cannot be caught: the next session against the store ends that run FAILED. Runs of
     another host, of a live process, of a process whose pid was reused, and without the tag stay."""
@@ -100,7 +95,7 @@ def test_run_of_a_killed_process_is_failed_by_the_next_run_and_nothing_else(trac
 
     host = schema.host_name()
     others = {
-        "another host": running(f"not-{host}:{_dead_pid()}:0.00"),
+        "another host": running(f"not-{host}:{dead_pid()}:0.00"),
         "a live process": running(process_tag(os.getpid())),
         "no process tag": running(None),
         "a malformed tag": running("garbage"),
@@ -127,20 +122,11 @@ def test_stale_run_that_the_spool_will_complete_is_left_to_upload(tracking):
     from common.spool import write_entry
 
     client = mlflow.tracking.MlflowClient()
-    tag = f"{schema.host_name()}:{_dead_pid()}:0.00"
+    tag = f"{schema.host_name()}:{dead_pid()}:0.00"
     run_id = client.create_run("0", tags={schema.TAG_PROCESS: tag}).info.run_id
     write_entry(
         "cut",
-        record={
-            "run_kind": "train",
-            "run_name": "cut",
-            "params": {},
-            "tags": {},
-            "metrics": {},
-            "series": {},
-            "texts": {},
-            "files": {},
-        },
+        record=asdict(RunRecord("train", run_name="cut")),
         unsent=None,
         run_id=run_id,
         experiment_id="0",

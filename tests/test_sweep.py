@@ -24,6 +24,7 @@ from train.sweep.spec import (
 )
 from train.sweep.state import existing_state
 from train.config import TrainConfig
+from tests.helpers import dead_pid
 
 TINY_BASE = {"image_size": 32, "iters": 2, "warmup_iters": 1, "device": "cpu"}
 
@@ -494,15 +495,6 @@ def test_resume_under_mlflow_run_labels_the_new_run_instead_of_leaving_it_empty(
     assert client.get_run(parent.info.run_id).data.metrics["children_skipped"] == 1
 
 
-def _dead_pid() -> int:
-    import subprocess
-    import sys
-
-    proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    proc.wait()
-    return proc.pid
-
-
 def test_runs_left_running_by_a_killed_sweep_are_failed_and_redone(tracking):
     """Children a killed sweep left RUNNING end FAILED (one from before runs carried the `process`
     tag too); another host's child of the same sweep and label is left alone."""
@@ -527,7 +519,7 @@ def test_runs_left_running_by_a_killed_sweep_are_failed_and_redone(tracking):
         client.log_param(run.info.run_id, "repeat", "0")
         return run.info.run_id
 
-    killed = left_running(**{schema.TAG_HOST: host, schema.TAG_PROCESS: f"{host}:{_dead_pid()}:0"})
+    killed = left_running(**{schema.TAG_HOST: host, schema.TAG_PROCESS: f"{host}:{dead_pid()}:0"})
     legacy = left_running()  # made by a version without the process tag
     elsewhere = left_running(**{schema.TAG_HOST: "other-box", schema.TAG_PROCESS: "other-box:1:0"})
     out = run_sweep(s, experiment=exp, env_label="box-a", progress=False)
