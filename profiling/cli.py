@@ -27,7 +27,9 @@ from common import console, schema
 from common.cli import ArgumentParser, cli_entry, optional
 from common.errors import BenchError, UsageError
 from common.tracking import RunSession
-from profiling import chips, ncu_metrics
+from profiling import ncu_metrics
+from profiling.chips.counters import ChipCounters, check_metric_names, counters_for, source_note
+from profiling.chips.devices import ChipChoice, cc_text, parse_capability, resolve_chip
 from profiling.ncu_command import (
     APPLICATION_REPLAY,
     CACHE_CONTROLS,
@@ -92,7 +94,7 @@ def cuda_probe(device: str, env_label: str | None = None) -> GpuInfo:
 # ------------------------------------------------------------------------------------ flags
 def _capability(text: str) -> tuple[int, int]:
     try:
-        return chips.parse_capability(text)
+        return parse_capability(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -328,18 +330,18 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo]) -> int:
 
 def _chip_counters(
     device_name: str | None, capability: tuple[int, int] | None, chip_id: int | None = None
-) -> tuple[chips.ChipChoice, chips.ChipCounters | None]:
+) -> tuple[ChipChoice, ChipCounters | None]:
     """The device's chip and that chip's counters, with a note for every assumption made."""
-    choice = chips.resolve_chip(device_name, capability, chip_id)
+    choice = resolve_chip(device_name, capability, chip_id)
     if choice.note:
         console.note(choice.note)
-    counters = chips.counters_for(choice.chip) if choice.chip else None
-    if counters is not None and chips.source_note():
-        console.note(chips.source_note())
+    counters = counters_for(choice.chip) if choice.chip else None
+    if counters is not None and source_note():
+        console.note(source_note())
     return choice, counters
 
 
-def _chip_tags(choice: chips.ChipChoice, counters: chips.ChipCounters | None) -> dict[str, str]:
+def _chip_tags(choice: ChipChoice, counters: ChipCounters | None) -> dict[str, str]:
     tags = {"ncu_chip": choice.chip or "unknown", "ncu_chip_from": choice.how}
     if counters is not None:
         tags["ncu_metric_database"] = counters.source
@@ -348,7 +350,7 @@ def _chip_tags(choice: chips.ChipChoice, counters: chips.ChipCounters | None) ->
 
 def _import(
     args: argparse.Namespace, session: RunSession
-) -> tuple[NcuReport, str, tuple[int, int] | None, chips.ChipCounters | None]:
+) -> tuple[NcuReport, str, tuple[int, int] | None, ChipCounters | None]:
     path = Path(args.import_file)
     session.log_file(f"ncu/{path.name}", path)
     console.info(f"importing {path} ...")
@@ -380,8 +382,8 @@ def _import(
 class PlannedCapture:
     """Everything decided before ncu starts."""
 
-    choice: chips.ChipChoice
-    counters: chips.ChipCounters | None
+    choice: ChipChoice
+    counters: ChipCounters | None
     plan: ncu_metrics.MetricPlan
     cautions: list[str]
     """lines already said about tensor FLOPs from instructions (not repeated after the run)."""
@@ -402,7 +404,7 @@ def plan_capture(
     for line in plan.notes:
         console.note(line)
     if opts.extra_metrics and choice.chip:
-        problems, unchecked = chips.check_metric_names(choice.chip, opts.extra_metrics)
+        problems, unchecked = check_metric_names(choice.chip, opts.extra_metrics)
         if problems:
             raise UsageError(f"--metrics: {'; '.join(problems)}")
         if unchecked:
@@ -431,7 +433,7 @@ def plan_capture(
 
 def _capture(
     args, config: TrainConfig, opts: CaptureOptions, probe, session: RunSession
-) -> tuple[NcuReport, str, tuple[int, int] | None, chips.ChipCounters | None, list[str]]:
+) -> tuple[NcuReport, str, tuple[int, int] | None, ChipCounters | None, list[str]]:
     gpu = probe(config.device, config.env_label)
     if not gpu.available:
         raise BenchError(NO_GPU_MESSAGE)
@@ -509,7 +511,7 @@ def _dry_run(args: argparse.Namespace, config: TrainConfig, opts: CaptureOptions
     ncu = shutil.which(args.ncu) or args.ncu
     argv = _ncu_command(ncu, _log_file(args, config), planned, args, opts)
     plan, counters = planned.plan, planned.counters
-    device = args.device_name or f"compute capability {chips.cc_text(args.compute_capability)}"
+    device = args.device_name or f"compute capability {cc_text(args.compute_capability)}"
     where = counters.source if counters else "generic names, not checked"
     console.result(shlex.join(argv))
     console.result(

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from common.errors import BenchError, UsageError
-from profiling.chips import ChipCounters, parse_tensor_name
+from profiling.chips.counters import ChipCounters, parse_tensor_name
 from profiling.ncu_parse import DEVICE_NAME_METRIC, LEGACY_NVPROF_METRICS, NcuKernel, NcuReport  # noqa: F401
 
 HALF_LANES = 2

@@ -60,7 +60,8 @@ def test_l4_fixture_truths(ncu_dir):
 )
 def test_fixture_truths_with_the_chip_s_counters(ncu_dir, fixture, chip, truths):
     """The chip-aware rules (profiling.chips) give the same totals as the generic ones."""
-    from profiling import chips
+    from profiling.chips.counters import counters_for
+    from profiling.chips.devices import resolve_chip
 
     path = ncu_dir / fixture
     report = (
@@ -69,9 +70,9 @@ def test_fixture_truths_with_the_chip_s_counters(ncu_dir, fixture, chip, truths)
         else read_ncu_csv(path, keep=M.is_relevant)
     )
     name, cap = M.device_from_report(report)
-    choice = chips.resolve_chip(name or "NVIDIA L4", cap, M.chip_id_from_report(report))
+    choice = resolve_chip(name or "NVIDIA L4", cap, M.chip_id_from_report(report))
     assert choice.chip == chip
-    s = M.summarize(report, cap, chips.counters_for(chip))
+    s = M.summarize(report, cap, counters_for(chip))
     for q, truth in truths.items():
         assert s.totals[q] == pytest.approx(truth, rel=REL)
     assert s.totals == M.summarize(report, cap).totals
