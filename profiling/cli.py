@@ -37,14 +37,13 @@ from profiling.ncu_command import (
     REPLAY_MODES,
     CaptureOptions,
     check_replay_mode,
-    classify_ncu_output,
-    legacy_message,
     ncu_argv,
     ncu_version,
     resolve_ncu,
     run_ncu,
     train_argv,
 )
+from profiling.ncu_messages import classify_ncu_output, legacy_message
 from profiling.ncu_parse import NcuReport, parse_ncu_csv, read_ncu_csv
 from profiling.ncu_report_import import is_ncu_rep, load_ncu_rep
 from train.config import TrainConfig, add_config_args, config_from_args

@@ -1,7 +1,7 @@
 """The ncu command line (an argument list, never a shell string) and running it.
 
-`ncu_argv` and `train_argv` are pure (so is `classify_ncu_output`, which lives in
-profiling.ncu_parse so that the import path uses it too); `resolve_ncu`, `ncu_version` and
+`ncu_argv` and `train_argv` are pure (so is `classify_ncu_output`, in profiling.ncu_messages
+so that the import path uses it too); `resolve_ncu`, `ncu_version` and
 `run_ncu` are the thin edge that touches the system. `run_ncu` tees ncu's console output to the
 terminal and keeps it, so a failure ncu prints only to the console is classified too. Flags used (Nsight Compute CLI, see
 docs/profiling.md for what was verified):
@@ -37,16 +37,7 @@ from typing import Callable
 from common import console
 from common.errors import BenchError
 from profiling.ncu_metrics import METRIC_SETS, TENSOR_MODES
-
-# ncu's failures as one line live in ncu_parse (pure, importable by every path without a cycle);
-# re-exported here, where the capture path has always found them.
-from profiling.ncu_parse import (  # noqa: F401
-    LEGACY_NVPROF_METRICS,
-    NO_KERNELS_MESSAGE,
-    PERM_MESSAGE,
-    classify_ncu_output,
-    legacy_message,
-)
+from profiling.ncu_messages import LEGACY_NVPROF_METRICS
 
 REPLAY_MODES = ("kernel", "application", "range", "app-range")
 APPLICATION_REPLAY = ("application", "app-range")

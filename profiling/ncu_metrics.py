@@ -36,7 +36,7 @@ import pandas as pd
 
 from common.errors import BenchError, UsageError
 from profiling.chips.counters import ChipCounters, parse_tensor_name
-from profiling.ncu_parse import DEVICE_NAME_METRIC, LEGACY_NVPROF_METRICS, NcuKernel, NcuReport  # noqa: F401
+from profiling.ncu_parse import DEVICE_NAME_METRIC, NcuKernel, NcuReport  # noqa: F401
 
 HALF_LANES = 2
 """Lanes per half-precision SASS instruction (HFMA2 packs two fp16 FMAs). See module docstring."""

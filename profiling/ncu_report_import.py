@@ -17,13 +17,9 @@ from typing import Callable
 
 from common.errors import BenchError, one_line
 from profiling.ncu_metrics import is_relevant
-from profiling.ncu_parse import (
-    DEVICE_NAME_METRIC,
-    NcuKernel,
-    NcuReport,
-    messages_reason,
-    unit_scale,
-)
+from profiling.ncu_messages import messages_reason
+from profiling.ncu_parse import DEVICE_NAME_METRIC, NcuKernel, NcuReport
+from profiling.ncu_units import unit_scale
 
 NCU_REP_SUFFIXES = (".ncu-rep", ".ncu-repz")
 

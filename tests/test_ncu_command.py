@@ -7,12 +7,10 @@ from pathlib import Path
 import pytest
 
 from common.errors import BenchError
+from profiling.ncu_messages import NO_KERNELS_MESSAGE, PERM_MESSAGE, classify_ncu_output
 from profiling.ncu_command import (
-    NO_KERNELS_MESSAGE,
-    PERM_MESSAGE,
     CaptureOptions,
     check_replay_mode,
-    classify_ncu_output,
     ncu_argv,
     replay_modes_offered,
     resolve_ncu,

@@ -158,7 +158,7 @@ def test_truncated_ncu_rep_is_called_truncated_not_empty(ncu_dir, tmp_path):
 
 
 def test_an_ncu_error_log_saved_as_ncu_rep_gets_the_capture_message(tmp_path):
-    from profiling.ncu_parse import PERM_MESSAGE
+    from profiling.ncu_messages import PERM_MESSAGE
 
     log = tmp_path / "report.ncu-rep"
     log.write_bytes((MESSAGES / "err_nvgpuctrperm.log").read_bytes())

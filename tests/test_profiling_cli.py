@@ -23,7 +23,7 @@ from common import schema
 from profiling import cli
 from profiling import ncu_metrics as M
 from profiling.cli import GpuInfo, NO_GPU_MESSAGE
-from profiling.ncu_parse import NO_KERNELS_MESSAGE, PERM_MESSAGE
+from profiling.ncu_messages import NO_KERNELS_MESSAGE, PERM_MESSAGE
 from train.config import TrainConfig
 
 MESSAGES = Path(__file__).resolve().parent / "data" / "ncu_messages"
