@@ -27,7 +27,6 @@ from common import console, schema
 from common.cli import ArgumentParser, cli_entry, optional
 from common.errors import BenchError, UsageError
 from common.tracking import RunSession
-from profiling import ncu_metrics
 from profiling.chips.counters import ChipCounters, check_metric_names, counters_for, source_note
 from profiling.chips.devices import ChipChoice, cc_text, parse_capability, resolve_chip
 from profiling.ncu_command import (
@@ -43,9 +42,26 @@ from profiling.ncu_command import (
     run_ncu,
     train_argv,
 )
+from profiling.ncu_counting import (
+    chip_id_from_report,
+    device_from_report,
+    inst_cautioned,
+    tensor_inst_caution,
+    tensor_inst_flops,
+)
 from profiling.ncu_messages import classify_ncu_output, legacy_message
+from profiling.ncu_names import is_relevant
 from profiling.ncu_parse import NcuReport, parse_ncu_csv, read_ncu_csv
+from profiling.ncu_plan import METRIC_SETS, TENSOR_MODES, MetricPlan, plan_metrics
 from profiling.ncu_report_import import is_ncu_rep, load_ncu_rep
+from profiling.ncu_summary import (
+    NcuSummary,
+    require_counters,
+    roofline_warning,
+    summarize,
+    tensor_flops_gap,
+    top_kernels,
+)
 from train.config import TrainConfig, add_config_args, config_from_args
 from train.data import num_classes_for
 from train.models import check_model_name
@@ -115,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--metric-set",
         default="roofline",
-        choices=ncu_metrics.METRIC_SETS,
+        choices=METRIC_SETS,
         help="ncu metrics to collect",
     )
     g.add_argument("--metrics", default="", help="extra ncu metrics, comma separated")
@@ -144,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--tensor-counters",
         default="auto",
-        choices=ncu_metrics.TENSOR_MODES,
+        choices=TENSOR_MODES,
         help="tensor-core counters: auto (the chip's sm__ops_path_tensor_* counters where it has them; "
         "instructions on Volta), ops, inst (warns on sm_75-89, refused on sm_90+), none",
     )
@@ -296,14 +312,14 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo]) -> int:
             report, device_name, capability, counters, cautioned = _capture(
                 args, config, opts, probe, session
             )
-        summary = ncu_metrics.summarize(report, capability, counters)
-        ncu_metrics.require_counters(summary, report.source)
+        summary = summarize(report, capability, counters)
+        require_counters(summary, report.source)
         warnings, tags = list(summary.warnings), summary.mlflow_tags()
-        incomplete = ncu_metrics.roofline_warning(summary, report.source)
+        incomplete = roofline_warning(summary, report.source)
         if incomplete:
             warnings.append(incomplete)
         warnings = [w for w in warnings if w not in cautioned]  # said before ncu ran
-        gap = ncu_metrics.tensor_flops_gap(summary, config.precision)
+        gap = tensor_flops_gap(summary, config.precision)
         if gap:
             tags["ncu_tensor_undercount"], warning = gap
             warnings.append(warning)
@@ -312,7 +328,7 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo]) -> int:
         session.set_tags({schema.TAG_DEVICE_NAME: device_name, **tags})
         session.log_metrics(summary.mlflow_metrics())
         session.log_text(
-            "ncu/top_kernels.csv", ncu_metrics.top_kernels(summary, TOP_KERNELS).to_csv(index=False)
+            "ncu/top_kernels.csv", top_kernels(summary, TOP_KERNELS).to_csv(index=False)
         )
         session.log_text("ncu/kernels.csv", summary.kernels.to_csv(index=False))
         if summary.phases is not None:
@@ -356,8 +372,8 @@ def _import(
     if is_ncu_rep(path):
         report = load_ncu_rep(path)
     else:
-        report = read_ncu_csv(path, keep=ncu_metrics.is_relevant)
-    name, cap = ncu_metrics.device_from_report(report)
+        report = read_ncu_csv(path, keep=is_relevant)
+    name, cap = device_from_report(report)
     cap = cap or args.compute_capability
     device_name = args.device_name or name
     if not device_name:
@@ -369,7 +385,7 @@ def _import(
         console.note(
             f"{path.name} says the GPU is {name!r}; logging --device-name {args.device_name!r}"
         )
-    choice, counters = _chip_counters(device_name, cap, ncu_metrics.chip_id_from_report(report))
+    choice, counters = _chip_counters(device_name, cap, chip_id_from_report(report))
     extra = {"ncu_import_file": path.name, "ncu_page": report.page, **_chip_tags(choice, counters)}
     if cap:
         extra["cuda_capability"] = f"{cap[0]}.{cap[1]}"
@@ -383,7 +399,7 @@ class PlannedCapture:
 
     choice: ChipChoice
     counters: ChipCounters | None
-    plan: ncu_metrics.MetricPlan
+    plan: MetricPlan
     cautions: list[str]
     """lines already said about tensor FLOPs from instructions (not repeated after the run)."""
 
@@ -397,7 +413,7 @@ def plan_capture(
     choice, counters = _chip_counters(device_name, capability)
     if opts.legacy_metrics:
         raise UsageError(legacy_message(opts.legacy_metrics))
-    plan = ncu_metrics.plan_metrics(
+    plan = plan_metrics(
         opts.metric_set, opts.tensor_counters, opts.extra_metrics, counters, capability
     )
     for line in plan.notes:
@@ -420,10 +436,10 @@ def plan_capture(
             "so it is not injected into Inductor's compile workers"
         )
     cautions = []
-    if plan.tensor == "inst" and ncu_metrics.inst_cautioned(capability):
+    if plan.tensor == "inst" and inst_cautioned(capability):
         # the ops counters exist there and one instruction's FLOPs vary; refused where no factor is known
-        caution = ncu_metrics.tensor_inst_caution(capability)
-        if ncu_metrics.tensor_inst_flops(capability) is None:
+        caution = tensor_inst_caution(capability)
+        if tensor_inst_flops(capability) is None:
             raise UsageError(f"--tensor-counters inst: {caution}")
         console.warn(f"--tensor-counters inst: {caution}")
         cautions.append(caution)
@@ -481,7 +497,7 @@ def _capture(
         raise BenchError(reason)
     if not text.strip():
         raise BenchError(f"ncu exited with code {rc} but wrote nothing to {log_file}")
-    report = parse_ncu_csv(text, keep=ncu_metrics.is_relevant, source=log_file.name)
+    report = parse_ncu_csv(text, keep=is_relevant, source=log_file.name)
     return report, gpu.name or "unknown", gpu.capability, planned.counters, planned.cautions
 
 
@@ -526,7 +542,7 @@ def _dry_run(args: argparse.Namespace, config: TrainConfig, opts: CaptureOptions
     return 0
 
 
-def _summary_line(run_id: str | None, s: ncu_metrics.NcuSummary, device_name: str) -> str:
+def _summary_line(run_id: str | None, s: NcuSummary, device_name: str) -> str:
     t = s.totals
     n = len(s.kernels)
     parts = [f"profile run {run_id} ({device_name}): {n} kernel{'' if n == 1 else 's'}"]

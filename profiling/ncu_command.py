@@ -36,8 +36,8 @@ from typing import Callable
 
 from common import console
 from common.errors import BenchError
-from profiling.ncu_metrics import METRIC_SETS, TENSOR_MODES
 from profiling.ncu_messages import LEGACY_NVPROF_METRICS
+from profiling.ncu_plan import METRIC_SETS, TENSOR_MODES
 
 REPLAY_MODES = ("kernel", "application", "range", "app-range")
 APPLICATION_REPLAY = ("application", "app-range")
@@ -60,7 +60,7 @@ class CaptureOptions:
     metric_set: str = "roofline"
     """roofline (FLOPs per precision, tensor work, DRAM/L2/L1 bytes, time) or seed (the course
     brief's quantities: fp32/fp16 FLOPs, DRAM and PCIe bytes), names chosen per chip
-    (ncu_metrics.plan_metrics)."""
+    (ncu_plan.plan_metrics)."""
     extra_metrics: tuple[str, ...] = ()
     """more ncu metric names, appended to the set's --metrics list."""
     replay_mode: str = "kernel"
@@ -81,7 +81,7 @@ class CaptureOptions:
     tensor_counters: str = "auto"
     """auto (the chip's sm__ops_path_tensor_* counters where it has them, Turing on; instruction
     counts on Volta; none without tensor cores), ops, inst (sm__inst_executed_pipe_tensor.sum x the
-    FLOPs of one tensor instruction, ncu_metrics.TENSOR_INST_FLOPS: warns on sm_75-89, refused on
+    FLOPs of one tensor instruction, ncu_counting.TENSOR_INST_FLOPS: warns on sm_75-89, refused on
     sm_90+) or none."""
     extra_ncu_args: tuple[str, ...] = field(default=())
     """further ncu arguments inserted before the program (advanced; e.g. ("--nvtx-push-pop-scope",

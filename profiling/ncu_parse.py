@@ -28,6 +28,7 @@ from typing import Callable, Iterable
 
 from common.errors import BenchError
 from profiling.ncu_messages import messages_reason
+from profiling.ncu_names import DEVICE_NAME_METRIC
 from profiling.ncu_nvtx import kernel_phase, nvtx_ranges
 from profiling.ncu_units import parse_number, unit_scale
 
@@ -48,7 +49,6 @@ ID_COLUMNS = (
     "Section Name",
 )
 DETAILS_COLUMNS = ("Metric Name", "Metric Unit", "Metric Value")
-DEVICE_NAME_METRIC = "device__attribute_display_name"
 
 _METRIC_NAME = re.compile(r"^[a-z0-9_]+__[A-Za-z0-9_.]+$")  # unit__counter[.rollup[.submetric]]
 

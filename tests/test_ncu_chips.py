@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from profiling import ncu_metrics as M, nvperf
+from profiling import nvperf
 from profiling.chips.counters import (
     TABLE_FILE,
     TENSOR_PREFIX,
@@ -25,6 +25,9 @@ from profiling.chips.counters import (
 )
 from profiling.chips.devices import CC_CHIPS, parse_capability, resolve_chip
 from profiling.chips.table import build_table, table_text
+from profiling.ncu_counting import _tensor_ops
+from profiling.ncu_names import is_relevant, op_counter
+from profiling.ncu_plan import plan_metrics
 
 needs_library = pytest.mark.skipif(
     sys.platform != "linux", reason="libnvperf_host.so ships in the Linux ncu-report wheel"
@@ -108,7 +111,7 @@ def test_a_missing_library_is_a_reason_not_a_crash(no_library):
 def test_the_table_and_the_library_give_the_same_plans(db, monkeypatch):
     def plans():
         counters_for.cache_clear()
-        return {c: M.plan_metrics("roofline", "auto", (), counters_for(c)) for c in all_chips()}
+        return {c: plan_metrics("roofline", "auto", (), counters_for(c)) for c in all_chips()}
 
     live = plans()
     assert counters_for("GH100").source == "libnvperf_host.so from ncu-report 2026.3.1"
@@ -133,12 +136,12 @@ def test_every_metric_set_name_exists_on_its_chip(db, chip, metric_set):
     modes = ["auto", "none"] + (["ops"] if counters.tensor else []) + ["inst"]
     with db.chip(chip) as live:
         for mode in modes:
-            plan = M.plan_metrics(metric_set, mode, (), counters)
+            plan = plan_metrics(metric_set, mode, (), counters)
             invalid = [n for n in plan.metrics if not live.has(n)]
             assert invalid == [], f"{chip} {metric_set} --tensor-counters {mode}: {invalid}"
             assert plan.chip == chip and len(plan.metrics) == len(set(plan.metrics))
             if metric_set == "roofline":  # every counter it asks for is read
-                assert all(M.is_relevant(n) for n in plan.metrics)
+                assert all(is_relevant(n) for n in plan.metrics)
 
 
 @pytest.mark.parametrize(
@@ -193,11 +196,11 @@ def test_the_issue_s_findings_per_chip(chip, dram, tensor):
 
 @pytest.mark.parametrize("chip", ["GA10B", "GB10B", "GB20B", "GB20C"])
 def test_a_chip_without_dram_counters_still_counts_flops_l2_l1_and_time(chip):
-    plan = M.plan_metrics("roofline", "auto", (), counters_for(chip))
+    plan = plan_metrics("roofline", "auto", (), counters_for(chip))
     assert plan.missing == ["DRAM bytes"] and not any(n.startswith("dram__") for n in plan.metrics)
     assert any(f"{chip} has no DRAM counters" in n for n in plan.notes)
     assert {
-        M.op_counter("ffma"),
+        op_counter("ffma"),
         "lts__t_bytes.sum",
         "l1tex__t_bytes.sum",
         "gpu__time_duration.sum",
@@ -209,9 +212,9 @@ def test_tensor_modes_a_chip_cannot_count_are_refused():
     from common.errors import UsageError
 
     tu116 = counters_for("TU116")
-    assert M.plan_metrics("roofline", "auto", (), tu116).tensor == "none"
+    assert plan_metrics("roofline", "auto", (), tu116).tensor == "none"
     with pytest.raises(UsageError, match="TU116 has no sm__ops_path_tensor_\\* counters"):
-        M.plan_metrics("roofline", "ops", (), tu116)
+        plan_metrics("roofline", "ops", (), tu116)
 
 
 # ---------------------------------------------------------------- tensor ops counted once
@@ -260,13 +263,13 @@ def test_synthetic_counters_give_the_total_by_raw_dependencies_and_by_name(chip)
         {n: value[n] for n in distinct},
         {n: value[n] for n in c.tensor_sum()},
     ):
-        assert M._tensor_ops(present, c)[0] == pytest.approx(truth, rel=1e-12)
-    assert M._tensor_ops(everything)[0] == pytest.approx(truth, rel=1e-12), "name rule"
+        assert _tensor_ops(present, c)[0] == pytest.approx(truth, rel=1e-12)
+    assert _tensor_ops(everything)[0] == pytest.approx(truth, rel=1e-12), "name rule"
 
 
 def test_the_raw_dependency_rule_is_named_in_the_source_tag():
     c = counters_for("GH100")
-    total, how = M._tensor_ops(
+    total, how = _tensor_ops(
         {"sm__ops_path_tensor_src_fp16.sum": 10.0, "sm__ops_path_tensor_op_hmma_src_fp16.sum": 4.0},
         c,
     )
@@ -333,7 +336,7 @@ def test_compute_capabilities_map_to_a_representative_chip(cc, chip):
 @pytest.mark.parametrize("cc", [cc for cc, options in CC_CHIPS.items() if cc != (7, 5)])
 def test_chips_behind_one_capability_other_than_7_5_have_the_same_counters(cc):
     plans = {
-        c: M.plan_metrics(s, "auto", (), counters_for(c)).metrics
+        c: plan_metrics(s, "auto", (), counters_for(c)).metrics
         for c in CC_CHIPS[cc]
         for s in ("roofline",)
     }
@@ -341,8 +344,8 @@ def test_chips_behind_one_capability_other_than_7_5_have_the_same_counters(cc):
 
 
 def test_7_5_is_two_counter_sets_and_the_note_says_so():
-    tu104 = M.plan_metrics("roofline", "auto", (), counters_for("TU104")).metrics
-    tu116 = M.plan_metrics("roofline", "auto", (), counters_for("TU116")).metrics
+    tu104 = plan_metrics("roofline", "auto", (), counters_for("TU104")).metrics
+    tu116 = plan_metrics("roofline", "auto", (), counters_for("TU116")).metrics
     assert tu104 != tu116 and not any("ops_path" in n for n in tu116)
     assert (
         "TU116/TU117, GTX 16xx, have no tensor-core counters"

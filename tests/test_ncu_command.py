@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from common.errors import BenchError
-from profiling.ncu_messages import NO_KERNELS_MESSAGE, PERM_MESSAGE, classify_ncu_output
 from profiling.ncu_command import (
     CaptureOptions,
     check_replay_mode,
@@ -17,6 +16,7 @@ from profiling.ncu_command import (
     run_ncu,
     train_argv,
 )
+from profiling.ncu_messages import NO_KERNELS_MESSAGE, PERM_MESSAGE, classify_ncu_output
 
 MESSAGES = Path(__file__).resolve().parent / "data" / "ncu_messages"
 PROGRAM = ["/usr/bin/python3", "-m", "train", "--batch", "2", "--profile-steps", "1"]

@@ -254,7 +254,7 @@ def test_the_classifier_is_pure_and_imports_no_capture_code():
 
     code = (
         "import sys, profiling.ncu_parse, profiling.ncu_messages as p; "
-        "bad = [m for m in ('mlflow', 'profiling.ncu_command', 'profiling.ncu_metrics', 'profiling.cli') if m in sys.modules]; "
+        "bad = [m for m in ('mlflow', 'profiling.ncu_command', 'profiling.ncu_summary', 'profiling.cli') if m in sys.modules]; "
         "assert not bad, bad; "
         "assert p.classify_ncu_output('==ERROR== ERR_NVGPUCTRPERM', 1) == p.PERM_MESSAGE"
     )

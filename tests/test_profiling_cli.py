@@ -21,9 +21,10 @@ import pytest
 
 from common import schema
 from profiling import cli
-from profiling import ncu_metrics as M
-from profiling.cli import GpuInfo, NO_GPU_MESSAGE
+from profiling.cli import NO_GPU_MESSAGE, GpuInfo
+from profiling.ncu_counting import tensor_inst_caution
 from profiling.ncu_messages import NO_KERNELS_MESSAGE, PERM_MESSAGE
+from profiling.ncu_names import OPS, op_counter
 from train.config import TrainConfig
 
 MESSAGES = Path(__file__).resolve().parent / "data" / "ncu_messages"
@@ -272,10 +273,10 @@ def test_tensor_counters_inst_warns_on_sm80_plus(tracking, standin, ncu_dir, tmp
     )
     err = capsys.readouterr().err.splitlines()
     assert [ln for ln in err if ln.startswith("warning:")] == [
-        f"warning: --tensor-counters inst: {M.tensor_inst_caution((8, 6))}"
+        f"warning: --tensor-counters inst: {tensor_inst_caution((8, 6))}"
     ]
     tags = only_run().data.tags
-    assert tags["ncu_tensor_counters"] == "inst" and tags["ncu_caution"] == M.tensor_inst_caution(
+    assert tags["ncu_tensor_counters"] == "inst" and tags["ncu_caution"] == tensor_inst_caution(
         (8, 6)
     )
 
@@ -287,7 +288,7 @@ def test_tensor_instruction_caution_is_printed_once(
     counters = {
         "sm__inst_executed_pipe_tensor.sum": 10,
         "dram__bytes.sum": 1000,
-        **{M.op_counter(op): 0 for op in ("fadd", "fmul", "ffma")},
+        **{op_counter(op): 0 for op in ("fadd", "fmul", "ffma")},
     }
     argv_file = standin(details_csv(tmp_path / "log.csv", [counters], cc=cc))
     args = [
@@ -302,7 +303,7 @@ def test_tensor_instruction_caution_is_printed_once(
     assert cli.main(args, probe=gpu(capability=cap)) == 0 and argv_file.exists()
     run = only_run()
     assert run.data.metrics["ncu_flops_tensor"] == 10 * factor
-    caution = M.tensor_inst_caution(cap)
+    caution = tensor_inst_caution(cap)
     warnings = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("warning:")]
     assert (
         len(warnings) == 1
@@ -341,7 +342,7 @@ def test_seed_set_asks_for_names_the_chip_has(tracking, standin, ncu_dir, tmp_pa
     assert code == 0
     seen = json.loads(argv_file.read_text())
     metrics = seen[seen.index("--metrics") + 1].split(",")
-    assert metrics[:3] == [M.op_counter(op) for op in ("fadd", "fmul", "ffma")]
+    assert metrics[:3] == [op_counter(op) for op in ("fadd", "fmul", "ffma")]
     assert "flop_count_sp" not in metrics and "pcie__read_bytes.sum" in metrics
     assert "flop_count_sp/flop_count_hp are nvprof metric names" in capsys.readouterr().err
     run = only_run()
@@ -407,8 +408,8 @@ def test_metrics_and_tensor_counters_flags_reach_the_ncu_argv(
     seen = json.loads(argv_file.read_text())
     metrics = seen[seen.index("--metrics") + 1].split(",")
     assert set(wanted) <= set(metrics) and not any(u in m for m in metrics for u in unwanted)
-    assert metrics[: len(M.OPS["fp64"])] == [
-        M.op_counter(op) for op in M.OPS["fp64"]
+    assert metrics[: len(OPS["fp64"])] == [
+        op_counter(op) for op in OPS["fp64"]
     ]  # the roofline set first
     if "--metrics" in flags:
         assert metrics[-2:] == wanted  # extras last, stripped, in the order given
@@ -701,7 +702,7 @@ def test_import_of_half_precision_with_zero_tensor_ops_and_of_fp32_without(
             {
                 "sm__ops_path_tensor_src_fp16.sum": 0,
                 "dram__bytes.sum": 4,
-                **{M.op_counter(op): 1 for op in ("fadd", "fmul", "ffma")},
+                **{op_counter(op): 1 for op in ("fadd", "fmul", "ffma")},
             }
         ],
     )
@@ -785,8 +786,9 @@ def test_mlproject_style_empty_strings_mean_unset():
 
 
 def test_config_flags_round_trip_through_train_parser():
-    from train.config import add_config_args, config_from_args
     import argparse
+
+    from train.config import add_config_args, config_from_args
 
     args = cli.build_parser().parse_args([*CONFIG, "--channels-last", "true", "--device", "cuda:1"])
     flags = cli.config_flags(args)
@@ -966,7 +968,7 @@ def test_dry_run_on_a_chip_without_dram_counters_says_so_and_still_counts_flops(
 ):
     code, argv, metrics, err = dry_run(capsys, "--compute-capability", cc)
     assert code == 0 and not any(n.startswith("dram__") for n in metrics)
-    assert M.op_counter("ffma") in metrics and "gpu__time_duration.sum" in metrics
+    assert op_counter("ffma") in metrics and "gpu__time_duration.sum" in metrics
     assert f"note: {chip} has no DRAM counters (no dram__bytes* metric" in err
 
 

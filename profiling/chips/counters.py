@@ -19,32 +19,27 @@ from __future__ import annotations
 
 import difflib
 import json
-import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
 from profiling import nvperf
+from profiling.ncu_names import (
+    CYCLES,
+    DRAM_CHOICES,
+    L1_CHOICES,
+    L2_CHOICES,
+    OP_COUNTERS,
+    PCIE,
+    TENSOR_INST,
+    TENSOR_PREFIX,
+    TIME_METRIC,
+    is_float_tensor_counter,
+    parse_tensor_name,
+)
 
 TABLE_FILE = Path(__file__).with_name("ncu_chips.json")
 
-TENSOR_PREFIX = "sm__ops_path_tensor_"
-OPS = ("dadd", "dmul", "dfma", "fadd", "fmul", "ffma", "hadd", "hmul", "hfma")
-OP_COUNTERS = tuple(f"sm__sass_thread_inst_executed_op_{op}_pred_on.sum" for op in OPS)
-DRAM_CHOICES = (
-    ("dram__bytes_read.sum", "dram__bytes_write.sum"),
-    ("dram__bytes_op_read.sum", "dram__bytes_op_write.sum"),
-    ("dram__bytes.sum",),
-)
-"""DRAM byte counters in order of preference: read + write, else op_read + op_write (GB20x,
-GR100), else the total; chips with none (GA10B, GB10B, GB20B, GB20C: memory shared with the CPU)
-get no DRAM counter."""
-L2_CHOICES = ("lts__t_bytes.sum", "lts__t_sectors.sum")
-L1_CHOICES = ("l1tex__t_bytes.sum", "l1tex__t_sectors.sum")
-TIME = "gpu__time_duration.sum"
-TENSOR_INST = "sm__inst_executed_pipe_tensor.sum"
-PCIE = ("pcie__read_bytes.sum", "pcie__write_bytes.sum")
-CYCLES = ("sm__cycles_elapsed.avg", "smsp__cycles_elapsed.avg")
 CANDIDATES = tuple(
     dict.fromkeys(
         [
@@ -52,10 +47,10 @@ CANDIDATES = tuple(
             *(n for choice in DRAM_CHOICES for n in choice),
             *L2_CHOICES,
             *L1_CHOICES,
-            TIME,
-            TENSOR_INST,
+            TIME_METRIC,
+            TENSOR_INST[0],
             *PCIE,
-            *CYCLES,
+            *CYCLES.values(),
         ]
     )
 )
@@ -145,37 +140,6 @@ class ChipCounters:
 
 def _generic_first(name: str) -> tuple[int, int, str]:
     return ("_op_" in name.replace(TENSOR_PREFIX, "_"), len(name), name)
-
-
-@dataclass(frozen=True)
-class TensorName:
-    """The parts of an ``sm__ops_path_tensor_[op_<op>_]src_<src>[_dst_<dst>][_sparsity_<sp>].sum`` name."""
-
-    op: str | None
-    src: str
-    dst: str | None
-    sp: str | None
-
-
-_TENSOR_NAME = re.compile(
-    rf"^{TENSOR_PREFIX}(?:op_(?P<op>[a-z0-9]+)_)?src_(?P<src>[a-z0-9_]+?)"
-    r"(?:_dst_(?P<dst>[a-z0-9_]+?))?(?:_sparsity_(?P<sp>on|off))?\.sum$"
-)
-
-
-def parse_tensor_name(name: str) -> TensorName | None:
-    """The parts of a tensor ops counter name (``.sum``), None for another name."""
-    g = _TENSOR_NAME.match(name)
-    return TensorName(g["op"], g["src"], g["dst"], g["sp"]) if g else None
-
-
-_FLOAT_TENSOR = re.compile(rf"^{TENSOR_PREFIX}(?:op_[a-z0-9]+_)?src_(?!int|b1)[a-z0-9_]+$")
-
-
-def is_float_tensor_counter(base: str) -> bool:
-    """True for ``sm__ops_path_tensor_[op_X_]src_<float type>...`` base names (not integer
-    sources, not ``_realtime`` variants)."""
-    return bool(_FLOAT_TENSOR.match(base)) and not base.endswith("_realtime")
 
 
 def database_facts(chip: "nvperf.ChipMetrics") -> tuple[list[str], dict[str, list[int]]]:

@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 import re
 
-from profiling import ncu_metrics, nvperf
-from profiling.chips.counters import TENSOR_PREFIX, counters_for, database_facts
+from profiling import nvperf
+from profiling.chips.counters import counters_for, database_facts
 from profiling.chips.devices import CC_CHIPS, cc_text, known_chips
+from profiling.ncu_names import TENSOR_PREFIX
+from profiling.ncu_plan import plan_metrics
 
 
 def build_table(db: "nvperf.MetricDatabase") -> dict:
@@ -47,7 +49,7 @@ def markdown() -> str:
         cc = ", ".join(cc_text(k) for k, v in CC_CHIPS.items() if chip in v) or "?"
         dram = " + ".join(f"`{n}`" for n in c.dram) or "**none**"
         tensor = ", ".join(_short(n) for n in c.tensor_sum()) or "none"
-        missing = ", ".join(ncu_metrics.plan_metrics("roofline", "auto", (), c).missing) or "—"
+        missing = ", ".join(plan_metrics("roofline", "auto", (), c).missing) or "—"
         rows.setdefault((cc, dram, tensor, missing), []).append(chip)
     lines = [
         "| chips | example GPUs | CC | DRAM counters | tensor counters summed (`sm__ops_path_tensor_…`) | missing |",
