@@ -21,7 +21,8 @@ import pytest
 
 from common import schema
 from profiling import cli
-from profiling.cli import NO_GPU_MESSAGE, GpuInfo
+from profiling.capture import NO_GPU_MESSAGE, config_flags
+from profiling.gpu import GpuInfo, cuda_probe
 from profiling.ncu_counting import tensor_inst_caution
 from profiling.ncu_messages import NO_KERNELS_MESSAGE, PERM_MESSAGE
 from profiling.ncu_names import OPS, op_counter
@@ -791,7 +792,7 @@ def test_config_flags_round_trip_through_train_parser():
     from train.config import add_config_args, config_from_args
 
     args = cli.build_parser().parse_args([*CONFIG, "--channels-last", "true", "--device", "cuda:1"])
-    flags = cli.config_flags(args)
+    flags = config_flags(args)
     p = argparse.ArgumentParser()
     add_config_args(p)
     again = config_from_args(p.parse_args(flags))
@@ -802,7 +803,7 @@ def test_config_flags_round_trip_through_train_parser():
 def test_real_probe_agrees_with_torch():
     import torch
 
-    info = cli.cuda_probe("cuda")
+    info = cuda_probe("cuda")
     assert info.available == torch.cuda.is_available()
     if info.available:
         assert info.name == torch.cuda.get_device_name(0)
