@@ -250,15 +250,16 @@ def _kernel_row(k: NcuKernel, q: dict[str, float]) -> dict:
     }
 
 
+def _grouped(g, count: str) -> pd.DataFrame:
+    """Per group of kernel rows: their number (column `count`), kernel time, FLOPs and DRAM bytes
+    (NaN where no kernel of the group measured one)."""
+    sums = {col: g[col].sum(min_count=1) for col in ("time_s", "flops_total", "dram_bytes")}
+    return pd.DataFrame({count: g.size(), **sums})
+
+
 def _phases(df: pd.DataFrame, totals: dict[str, float]) -> pd.DataFrame:
-    g = df.assign(phase=df["phase"].fillna("none")).groupby("phase", sort=False)
-    out = pd.DataFrame(
-        {
-            "kernels": g.size(),
-            "time_s": g["time_s"].sum(min_count=1),
-            "flops_total": g["flops_total"].sum(min_count=1),
-            "dram_bytes": g["dram_bytes"].sum(min_count=1),
-        }
+    out = _grouped(
+        df.assign(phase=df["phase"].fillna("none")).groupby("phase", sort=False), "kernels"
     )
     for col, share in (
         ("time_s", "time_share"),
@@ -273,16 +274,7 @@ def _phases(df: pd.DataFrame, totals: dict[str, float]) -> pd.DataFrame:
 def top_kernels(summary: NcuSummary, n: int = 25) -> pd.DataFrame:
     """Kernels grouped by name, heaviest kernel time first: launches, time and its share, FLOPs,
     DRAM bytes and DRAM intensity."""
-    df = summary.kernels
-    g = df.groupby("kernel", sort=False)
-    out = pd.DataFrame(
-        {
-            "launches": g.size(),
-            "time_s": g["time_s"].sum(min_count=1),
-            "flops_total": g["flops_total"].sum(min_count=1),
-            "dram_bytes": g["dram_bytes"].sum(min_count=1),
-        }
-    )
+    out = _grouped(summary.kernels.groupby("kernel", sort=False), "launches")
     total_t = summary.totals.get("time_s")
     out["time_share"] = out["time_s"] / total_t if total_t else math.nan
     out["intensity_dram_flops_per_byte"] = out["flops_total"] / out["dram_bytes"].where(
