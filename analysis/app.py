@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import socket
 import sys
 import time
 from dataclasses import dataclass, field
@@ -17,11 +16,11 @@ from pathlib import Path
 from typing import Callable
 
 from analysis import core, fetch, plots, report, vendor
-from common.fmt import slug
-from common import schema
-from common.cli import ArgumentParser, str_bool
-from common.cli import cli_entry
+from common import console, schema
+from common.cli import ArgumentParser, cli_entry, str_bool
 from common.errors import BenchError, UsageError
+from common.fmt import slug
+from common.tracking import tracking_uri
 
 
 @dataclass
@@ -166,11 +165,7 @@ def config_from_args(args: argparse.Namespace) -> AnalysisConfig:
         raise UsageError(str(exc)) from exc
 
 
-def run(
-    cfg: AnalysisConfig,
-    say: Callable[[str], None] = lambda _: None,
-    vendor_lookup: Callable | None | str = "auto",
-) -> Result:
+def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> Result:
     """Fetch, join, draw and write. `vendor_lookup='auto'`: profiling.peak_table.find with
     --peaks-file passed through (tests inject a stub instead)."""
     t0 = time.perf_counter()
@@ -178,14 +173,14 @@ def run(
     if vendor_lookup == "auto":
         vendor_lookup = vendor.load_vendor_lookup(cfg.peaks_file)
     query = cfg.query()
-    runs, fetch_notes = fetch.fetch_runs(query, say)
+    runs, fetch_notes = fetch.fetch_runs(query)
     n_train = 0 if runs.empty else int((runs.get("tags.run_kind") == "train").sum())
     if n_train == 0:
         raise UsageError(
-            f"no train runs match ({query.describe()}) on {fetch.tracking_uri()}; "
+            f"no train runs match ({query.describe()}) on {tracking_uri()}; "
             "check the names with `mlflow ui` or loosen --filter/--env-label"
         )
-    complexity, complexity_notes = fetch.fetch_complexity(query, say)
+    complexity, complexity_notes = fetch.fetch_complexity(query)
     fetch_notes += complexity_notes
     timings["fetch_s"] = time.perf_counter() - t0
 
@@ -193,7 +188,7 @@ def run(
     analysis = core.build(runs, vendor_lookup, complexity)
     analysis.notes[:0] = fetch_notes
     timings["join_s"] = time.perf_counter() - t
-    say(
+    console.info(
         f"joined {analysis.counts['train']} train, {analysis.counts['profile']} profile, "
         f"{analysis.counts['peaks']} peaks runs into {analysis.counts['points']} points"
     )
@@ -300,7 +295,7 @@ def run(
         )
 
     n_jobs = cfg.jobs or default_jobs()
-    say(
+    console.info(
         f"drawing {len(jobs)} figures for {len(envs)} environment(s)"
         + (f" in {n_jobs} processes" if n_jobs > 1 else "")
     )
@@ -314,7 +309,7 @@ def run(
     files += report.write_tables(analysis, out_dir)
     generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     text = report.report_markdown(
-        analysis, figures, fetch.tracking_uri(), query.describe(), generated, var_title
+        analysis, figures, tracking_uri(), query.describe(), generated, var_title
     )
     report_path = out_dir / "report.md"
     report_path.write_text(text)
@@ -378,14 +373,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     cfg = config_from_args(args)
 
-    def say(msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
-
     if cfg.track:
         from common.tracking import RunSession
 
         tags = {
-            schema.TAG_HOST: socket.gethostname(),
+            schema.TAG_HOST: schema.host_name(),
             schema.TAG_ENV_LABEL: schema.default_env_label(),
         }
         with RunSession(
@@ -405,19 +397,19 @@ def main(argv: list[str] | None = None) -> int:
                 }
             )
             session.flush()
-            result = run(cfg, say)
+            result = run(cfg)
             _log(session, cfg, result)
             _raise_if_no_points(result)
         where = f"; logged to run {session.run_id}" if session.run_id else ""
     else:
-        result = run(cfg, say)
+        result = run(cfg)
         _raise_if_no_points(result)
         where = ""
     for note in result.analysis.notes:
-        say(f"note: {note}")
+        console.note(note)
     c = result.analysis.counts
     n_envs = len(result.analysis.roofs)
-    print(
+    console.result(
         f"analysed {c['train']} train, {c['profile']} profile, {c['peaks']} peaks runs ({n_envs} environment(s)) -> "
         f"{c['points']} points ({c['measured_points']} measured, {c['modeled_points']} modeled intensity), "
         f"{c['failed']} failed run(s); report: {result.out_dir / 'report.md'} "

@@ -8,12 +8,11 @@ and `MlflowClient.get_metric_history`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
-
 import pandas as pd
 
-from common import schema
+from common import console, schema
 from common.errors import BenchError, UsageError, one_line
+from common.tracking import tracking_uri
 
 
 @dataclass
@@ -102,9 +101,7 @@ def experiment_ids(names: list[str]) -> list[str] | None:
     return ids
 
 
-def fetch_runs(
-    query: Query, say: Callable[[str], None] = lambda _: None
-) -> tuple[pd.DataFrame, list[str]]:
+def fetch_runs(query: Query) -> tuple[pd.DataFrame, list[str]]:
     """All train runs matching `query` (any status) plus the profile and peaks runs of the same
     experiments (not filtered: they join by config_key and device), each search capped at
     `query.max_runs` (a note when a cap is hit). Returns (runs, notes)."""
@@ -123,7 +120,7 @@ def fetch_runs(
             else []
         )
         df = _search(ids, " AND ".join(clauses), remaining)
-        say(f"fetched {len(df)} train run(s)" + (f" for env {label}" if label else ""))
+        console.info(f"fetched {len(df)} train run(s)" + (f" for env {label}" if label else ""))
         frames.append(df)
         remaining -= len(df)
         if remaining <= 0:
@@ -133,7 +130,7 @@ def fetch_runs(
             break
     for other in ("profile", "peaks"):
         df = _search(ids, f"{kind} = '{other}'", query.max_runs)
-        say(f"fetched {len(df)} {other} run(s)")
+        console.info(f"fetched {len(df)} {other} run(s)")
         if len(df) >= query.max_runs:
             notes.append(
                 f"stopped at --max-runs {query.max_runs} {other} runs (latest first): older {other} runs "
@@ -152,9 +149,7 @@ COMPLEXITY_CSV = (
 )
 
 
-def fetch_complexity(
-    query: Query, say: Callable[[str], None] = lambda _: None
-) -> tuple[list[dict], list[str]]:
+def fetch_complexity(query: Query) -> tuple[list[dict], list[str]]:
     """The `complexity/models.csv` artifact of the latest FINISHED `complexity` run per env_label in
     the query's experiments (and env labels). One search, usually empty; a download per environment
     that has such a run. Returns ([{run_id, env_label, device_name, device_memory_source, csv}], notes)."""
@@ -190,7 +185,7 @@ def fetch_complexity(
                 "csv": text,
             }
         )
-    say(f"fetched {len(out)} complexity table(s)")
+    console.info(f"fetched {len(out)} complexity table(s)")
     return out, notes
 
 
@@ -228,9 +223,3 @@ def fetch_series(run_ids: list[str], key: str = "step_time_s") -> dict[str, list
         hist = client.get_metric_history(run_id, key)
         out[run_id] = [m.value for m in sorted(hist, key=lambda m: (m.step, m.timestamp))]
     return out
-
-
-def tracking_uri() -> str:
-    import mlflow
-
-    return mlflow.get_tracking_uri()

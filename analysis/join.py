@@ -43,12 +43,6 @@ ENV_TAGS = [
     "os",
     "cpu_model",
 ]
-# metrics a train run must carry to become a full roofline point
-REQUIRED_TRAIN_METRICS = [
-    "throughput_samples_per_s",
-    "achieved_flops_per_s",
-    "modeled_intensity_flops_per_byte",
-]
 
 VendorLookup = Callable[[str], Any]
 

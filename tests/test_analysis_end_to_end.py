@@ -20,6 +20,7 @@ import pytest
 from analysis import app, core, fetch, plots, vendor
 from common import schema
 from common.tracking import RunSession
+from profiling import peak_table
 
 EXP = "bench"
 L4 = "NVIDIA L4"
@@ -541,7 +542,7 @@ def test_one_environment_gets_its_roofline_and_the_combined_one(tracking, tmp_pa
 def test_device_unknown_to_the_real_vendor_table_has_no_roof_and_the_report_says_so(
     tracking, tmp_path, monkeypatch
 ):
-    monkeypatch.delenv(vendor.PEAKS_FILE_ENV, raising=False)
+    monkeypatch.delenv(peak_table.PEAKS_FILE_ENV, raising=False)
     log_train(
         "laptop", CPU, 32, "fp32", thr=20, thr_sd=1, flops_step=0.8e12, median_s=1.6, intensity=50
     )

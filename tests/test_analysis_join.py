@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import re
-import sys
 import types
 
 import pandas as pd
@@ -13,6 +12,7 @@ import pytest
 from analysis import app, core, fetch, join, plots, report, vendor
 from common import schema
 from common.errors import UsageError
+from profiling import peak_table
 
 
 def train(
@@ -445,7 +445,7 @@ def test_bad_peaks_file_is_one_line_before_any_run_is_read(tmp_path):
 
 
 def test_peaks_file_entry_is_found_by_the_real_table(tmp_path, monkeypatch):
-    monkeypatch.delenv(vendor.PEAKS_FILE_ENV, raising=False)
+    monkeypatch.delenv(peak_table.PEAKS_FILE_ENV, raising=False)
     f = tmp_path / "peaks.yaml"
     f.write_text(
         "devices:\n  - device_name: My CPU\n    aliases: [cpu0]\n    flops_per_s: {fp32: 30.3e12}\n"
@@ -463,26 +463,24 @@ def test_peaks_file_entry_is_found_by_the_real_table(tmp_path, monkeypatch):
 
 
 def use_table(monkeypatch, module) -> None:
-    """Make `from profiling import peak_table` give `module`."""
-    import profiling
-
-    monkeypatch.setitem(sys.modules, "profiling.peak_table", module)
-    monkeypatch.setattr(profiling, "peak_table", module)
+    """Make analysis.vendor read `module` as its peak table."""
+    monkeypatch.setattr(vendor, "peak_table", module)
 
 
 def test_peaks_file_is_passed_through_to_the_peak_table(monkeypatch, tmp_path):
     calls = []
     fake = types.ModuleType("profiling.peak_table")
+    fake.PEAKS_FILE_ENV = peak_table.PEAKS_FILE_ENV
     fake.find = lambda device_name, overrides=None: (
         calls.append((device_name, overrides)) or "entry"
     )
     fake.load_overrides = lambda path: calls.append(("validated", path))
     use_table(monkeypatch, fake)
-    monkeypatch.delenv(vendor.PEAKS_FILE_ENV, raising=False)
+    monkeypatch.delenv(peak_table.PEAKS_FILE_ENV, raising=False)
     lookup = vendor.load_vendor_lookup("my.json")
     assert lookup("NVIDIA L4") == "entry"
     assert calls == [("validated", "my.json"), ("NVIDIA L4", "my.json")]
-    monkeypatch.setenv(vendor.PEAKS_FILE_ENV, "env.json")  # the variable when no flag is given
+    monkeypatch.setenv(peak_table.PEAKS_FILE_ENV, "env.json")  # the variable when no flag is given
     calls.clear()
     vendor.load_vendor_lookup("")("T4")
     assert calls == [("validated", "env.json"), ("T4", "env.json")]

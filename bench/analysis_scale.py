@@ -1,7 +1,7 @@
 """Time `python -m analysis` on 1,000 synthetic runs in a temporary sqlite tracking store.
 
-    python bench/analysis.py                 # 1,000 runs, analysis timed twice (--no-track, then tracked)
-    python bench/analysis.py --keep /tmp/b   # keep the store and the report to look at
+    python -m bench.analysis_scale                 # 1,000 runs, analysis timed twice (--no-track, then tracked)
+    python -m bench.analysis_scale --keep /tmp/b   # keep the store and the report to look at
 
 The store gets 4 environments (3 GPUs, 1 CPU) x 4 models x 6 batch sizes x 3 precisions = 288
 configs, train runs repeated until the run budget is met (each with 20 metrics, 16 params, 12 tags
@@ -23,10 +23,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# bench/ holds logging.py and analysis.py: off the import path, or they shadow the standard library's
-# logging and the project's analysis package.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
-sys.path.insert(0, str(ROOT))
 
 ENVS = [  # env_label, device_name, device_type, fp32 peak, bf16 peak, DRAM byte/s
     ("l4-cloud", "NVIDIA L4", "cuda", 30.3e12, 121e12, 300e9),
