@@ -46,6 +46,9 @@ class AnalysisConfig:
     """config_key for the step-time variability figure (empty: the config in the most environments)."""
     jobs: int = 0
     """processes drawing figures (0: up to 4 on Linux, 1 elsewhere)."""
+    cache: str = "auto"
+    """the local cache of fetched runs: auto (use and update it), refresh (forget this tracking
+    server's cache and fetch everything), off (fetch everything, keep nothing); docs/analysis.md."""
 
     def __post_init__(self) -> None:
         if not str(self.out).strip():
@@ -56,6 +59,10 @@ class AnalysisConfig:
         if int(self.jobs) < 0:
             raise ValueError(f"jobs must be >= 0 (0 = automatic), got {self.jobs}")
         self.jobs = int(self.jobs)
+        if self.cache not in fetch.cached.MODES:
+            raise ValueError(
+                f"cache must be one of {', '.join(fetch.cached.MODES)}, got {self.cache!r}"
+            )
 
     def query(self) -> fetch.Query:
         return fetch.Query(self.experiments, self.filter, self.env_labels, self.max_runs)
@@ -67,6 +74,8 @@ class Result:
     out_dir: Path
     files: list[Path]
     timings_s: dict[str, float]
+    source: fetch.Source
+    """what was read, and how (the cache's counts)."""
 
 
 def _split(values: list[str] | None) -> list[str]:
@@ -145,6 +154,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         help="processes drawing figures (default 0: up to 4 on Linux, 1 elsewhere)",
     )
+    p.add_argument(
+        "--cache",
+        choices=fetch.cached.MODES,
+        default="auto",
+        help="local cache of fetched runs ($ROOFLINE_CACHE_DIR, default ~/.cache/roofline-bench): "
+        "auto = use it and fetch only what changed, refresh = forget this server's cache and fetch "
+        "everything, off = fetch everything, keep nothing (default: auto)",
+    )
     return p
 
 
@@ -160,6 +177,7 @@ def config_from_args(args: argparse.Namespace) -> AnalysisConfig:
             track=args.track,
             variability_config=args.variability_config or "",
             jobs=args.jobs,
+            cache=args.cache,
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
@@ -173,15 +191,19 @@ def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> R
     if vendor_lookup == "auto":
         vendor_lookup = vendor.load_vendor_lookup(cfg.peaks_file)
     query = cfg.query()
-    runs, fetch_notes = fetch.fetch_runs(query)
+    source = fetch.Source(cfg.cache)
+    runs, fetch_notes = fetch.fetch_runs(query, source)
     n_train = 0 if runs.empty else int((runs.get("tags.run_kind") == "train").sum())
     if n_train == 0:
         raise UsageError(
             f"no train runs match ({query.describe()}) on {tracking_uri()}; "
             "check the names with `mlflow ui` or loosen --filter/--env-label"
         )
-    complexity, complexity_notes = fetch.fetch_complexity(query)
+    complexity, complexity_notes = fetch.fetch_complexity(query, source)
     fetch_notes += complexity_notes
+    cache_note = source.note()
+    fetch_notes += [cache_note] if cache_note else []
+
     timings["fetch_s"] = time.perf_counter() - t0
 
     t = time.perf_counter()
@@ -316,7 +338,7 @@ def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> R
     files.append(report_path)
     timings["report_s"] = time.perf_counter() - t
     timings["total_s"] = time.perf_counter() - t0
-    return Result(analysis, out_dir, files, timings)
+    return Result(analysis, out_dir, files, timings, source)
 
 
 def default_jobs() -> int:
@@ -356,6 +378,8 @@ def _log(session, cfg: AnalysisConfig, result: Result) -> None:
             "n_points": c["points"],
             "n_measured_points": c["measured_points"],
             "n_modeled_points": c["modeled_points"],
+            "n_cached_runs": result.source.stats.from_cache,
+            "n_fetched_runs": result.source.stats.fetched,
             **{f"analysis_{k}": v for k, v in result.timings_s.items()},
         }
     )
@@ -394,6 +418,7 @@ def main(argv: list[str] | None = None) -> int:
                     "max_runs": cfg.max_runs,
                     "peaks_file": cfg.peaks_file or "none",
                     "out": cfg.out,
+                    "cache": cfg.cache,
                 }
             )
             session.flush()

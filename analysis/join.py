@@ -1,7 +1,8 @@
-"""Pure DataFrame joins: runs (as mlflow.search_runs returns them) -> roofline points and roofs.
+"""Pure DataFrame joins: runs (as analysis/fetch reads them) -> roofline points and roofs.
 
 Input contract: a pandas DataFrame with MLflow's search_runs layout: `run_id`, `status`,
-`start_time`, and one column per key prefixed `metrics.`, `params.`, `tags.`. Absent columns are
+`start_time` (epoch ms, or datetimes as mlflow.search_runs has them), and one column per key
+prefixed `metrics.`, `params.`, `tags.` (READ_KEYS lists every key read here). Absent columns are
 treated as missing values, so hand-made frames in tests need only the columns they use.
 
 Nothing here imports mlflow, reads files or plots.
@@ -43,6 +44,31 @@ ENV_TAGS = [
     "os",
     "cpu_model",
 ]
+
+PROFILE_METRICS = [
+    "ncu_flops_total",
+    "ncu_dram_bytes",
+    "ncu_l2_bytes",
+    "ncu_l1_bytes",
+    "ncu_intensity_dram_flops_per_byte",
+]
+# Every key analysis reads from a run, by prefix of its column: analysis/fetch reads and caches these
+# and no others. Peaks metrics go by name prefix (peak_flops_per_s_<dtype>, peak_<level>_bytes_per_s).
+READ_KEYS = {
+    "tags": [
+        schema.TAG_RUN_KIND,
+        schema.TAG_ENV_LABEL,
+        schema.TAG_DEVICE_NAME,
+        schema.TAG_CONFIG_KEY,
+        schema.TAG_ERROR,
+        "mlflow.runName",
+        "mlflow.parentRunId",
+        *ENV_TAGS,
+    ],
+    "params": [*CONFIG_PARAMS, "repeat", "device_memory_source"],
+    "metrics": [*TRAIN_METRICS, *PROFILE_METRICS],
+}
+READ_PREFIXES = {"tags": [], "params": [], "metrics": ["peak_"]}
 
 VendorLookup = Callable[[str], Any]
 

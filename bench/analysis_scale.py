@@ -1,20 +1,31 @@
-"""Time `python -m analysis` on 1,000 synthetic runs in a temporary sqlite tracking store.
+"""Time `python -m analysis` on a synthetic fleet's history: first analysis, repeat, and the old path.
 
-    python -m bench.analysis_scale                 # 1,000 runs, analysis timed twice (--no-track, then tracked)
-    python -m bench.analysis_scale --keep /tmp/b   # keep the store and the report to look at
+    python -m bench.analysis_scale                         # 10,000 runs in sqlite
+    python -m bench.analysis_scale --runs 100000 --server  # 100,000 runs, also behind `mlflow server`
+    python -m bench.analysis_scale --keep /tmp/b           # keep (and reuse) the store and reports
 
-The store gets 4 environments (3 GPUs, 1 CPU) x 4 models x 6 batch sizes x 3 precisions = 288
-configs, train runs repeated until the run budget is met (each with 20 metrics, 16 params, 12 tags
-and a 20-step step_time_s series), profile runs for the GPU configs, one peaks run per environment
-and a few FAILED runs. Runs are written with MlflowClient.log_batch (one call per run), which is how
-common.tracking writes them too. Only the analysis is timed, not the logging.
+The store (bench/fleet_store.py) is written straight into a new sqlite database with MLflow's table
+models (`write_bulk`: 10,000 runs in about 40 s here, 100,000 in minutes; logging them one
+`log_batch` call at a time would take ~30 ms a run). Every measurement runs in a new process
+(`python -m bench.analysis_scale child ...`: imports included, peak RSS from os.wait4), one after
+the other in one invocation, so that the ratios compare runs under the same load:
+
+  before      the fetch as it was: mlflow.search_runs(output_format="pandas") per run kind
+              (fetch only; skipped above 20,000 runs unless --before)
+  first       python -m analysis --cache refresh: an empty cache, every run fetched
+  repeat      python -m analysis after a night's work: 20 new runs, a run that was RUNNING at the
+              first analysis has finished, one run deleted; the cache fetches only those
+  off         python -m analysis --cache off: every run fetched, nothing cached
+and with --server the same `first`/`repeat` against a real `mlflow server` on that database
+(`--workers`, default 2), plus paging one page at a time against four in flight.
+The repeat's summary.csv is checked equal to the --cache off one's: the cache changes no number.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import random
 import shutil
 import subprocess
 import sys
@@ -22,294 +33,245 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench import fleet_store
+
 ROOT = Path(__file__).resolve().parents[1]
-
-ENVS = [  # env_label, device_name, device_type, fp32 peak, bf16 peak, DRAM byte/s
-    ("l4-cloud", "NVIDIA L4", "cuda", 30.3e12, 121e12, 300e9),
-    ("a100-cluster", "NVIDIA A100-SXM4-40GB", "cuda", 19.5e12, 312e12, 1555e9),
-    ("t4-colab", "Tesla T4", "cuda", 8.1e12, 65e12, 320e9),
-    ("laptop-cpu", "Intel(R) Core(TM) i7-1185G7", "cpu", 0.6e12, 0.6e12, 50e9),
-]
-MODELS = {
-    "resnet18": 1.82e9,
-    "resnet50": 4.1e9,
-    "vgg16": 15.5e9,
-    "mobilenet_v2": 0.3e9,
-}  # fwd FLOPs/sample (about 2 x MACs)
-BATCHES = [8, 16, 32, 64, 128, 256]
-PRECISIONS = ["fp32", "fp16", "bf16"]
-STEPS = 20
+NIGHT_NEW_RUNS = 20
 
 
-def log_store(n_runs: int, seed: int = 0) -> dict[str, int]:
-    """Log `n_runs` synthetic runs into the current tracking store; returns counts per kind."""
-    from mlflow.entities import Metric, Param, RunTag
+# ------------------------------------------------------------------------ child processes
+def child(argv: list[str]) -> int:
+    """`child analysis <flags>` runs analysis.app.run; `child before` the old fetch; `child page
+    <jobs> <cap>` one train search through the search API. Prints one JSON line."""
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    import logging
+
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
+    t0 = time.perf_counter()
+    import mlflow  # noqa: F401 - imported up front so that import time is reported on its own
+
+    import analysis.app  # noqa: F401
+    import analysis.fetch.api  # noqa: F401
+    import analysis.fetch.sql  # noqa: F401
+
+    if not os.environ["MLFLOW_TRACKING_URI"].startswith("http"):
+        import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+    out: dict = {"import_s": time.perf_counter() - t0}
+    t0 = time.perf_counter()
+    if argv[0] == "analysis":
+        from analysis import app
+
+        cfg = app.config_from_args(app.build_parser().parse_args(argv[1:]))
+        res = app.run(cfg)
+        out.update(
+            timings_s=res.timings_s,
+            points=res.analysis.counts["points"],
+            from_cache=res.source.stats.from_cache,
+            fetched=res.source.stats.fetched,
+            reader=res.source.reader.kind,
+        )
+    elif argv[0] == "before":
+        import mlflow
+
+        exp = mlflow.get_experiment_by_name(fleet_store.EXPERIMENT).experiment_id
+        n = 0
+        for kind in ("train", "profile", "peaks", "complexity"):
+            n += len(
+                mlflow.search_runs(
+                    [exp], f"tags.run_kind = '{kind}'", max_results=100_000, output_format="pandas"
+                )
+            )
+        out["runs"] = n
+    elif argv[0] == "page":
+        import mlflow
+
+        from analysis.fetch.api import ApiReader
+
+        exp = mlflow.get_experiment_by_name(fleet_store.EXPERIMENT).experiment_id
+        reader = ApiReader(jobs=int(argv[1]))
+        t = time.perf_counter()
+        df = reader.search([exp], "tags.run_kind = 'train'", int(argv[2]))
+        out.update(runs=len(df), search_s=time.perf_counter() - t)
+    out["in_process_s"] = time.perf_counter() - t0
+    print("RESULT " + json.dumps(out), flush=True)
+    return 0
+
+
+def measure(args: list[str], env: dict) -> dict:
+    """Run `python -m bench.analysis_scale child <args>`: its JSON result plus wall seconds, CPU
+    seconds and peak RSS (bytes) of that process (os.wait4 reaps it with its own usage)."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        t = time.perf_counter()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.analysis_scale", "child", *args],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=err,
+            text=True,
+        )
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0), err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if proc.returncode != 0:
+        raise SystemExit(f"child {' '.join(args)} failed ({proc.returncode}):\n{stderr[-3000:]}")
+    line = next(ln for ln in stdout.splitlines() if ln.startswith("RESULT "))
+    res = json.loads(line[len("RESULT ") :])
+    res.update(
+        wall_s=wall,
+        cpu_s=usage.ru_utime + usage.ru_stime,
+        max_rss_bytes=usage.ru_maxrss * 1024,  # Linux reports KiB
+    )
+    return res
+
+
+# ------------------------------------------------------------------------ the night's work
+def night(uri: str) -> None:
+    """Between the first and the repeat analysis: NIGHT_NEW_RUNS new train runs, the one RUNNING
+    run finishes, one train run is deleted."""
     from mlflow.tracking import MlflowClient
 
-    from common.schema import config_key
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name(fleet_store.EXPERIMENT).experiment_id
+    specs = [s for s in fleet_store.run_specs(200, seed=1) if s["tags"]["run_kind"] == "train"]
+    fleet_store.write_client(specs[:NIGHT_NEW_RUNS], experiment_id=exp, client=client)
+    running = client.search_runs([exp], "attributes.status = 'RUNNING'", max_results=5)
+    for r in running:
+        client.set_terminated(r.info.run_id, "FINISHED")
+    old = client.search_runs(
+        [exp], "tags.run_kind = 'train' AND attributes.status = 'FINISHED'", max_results=1
+    )
+    client.delete_run(old[0].info.run_id)
 
-    rng = random.Random(seed)
-    client = MlflowClient()
-    exp = client.create_experiment("bench-analysis")
-    now = int(time.time() * 1000)
-    counts = {"train": 0, "profile": 0, "peaks": 0, "failed": 0}
 
-    def run(
-        tags: dict,
-        params: dict,
-        metrics: dict,
-        series: list[float] | None = None,
-        status="FINISHED",
-    ):
-        r = client.create_run(exp, tags=tags)
-        ms = [Metric(k, float(v), now, 0) for k, v in metrics.items()]
-        ms += [Metric("step_time_s", v, now, i) for i, v in enumerate(series or [])]
-        client.log_batch(
-            r.info.run_id,
-            metrics=ms,
-            params=[Param(k, str(v)) for k, v in params.items()],
-            tags=[RunTag(k, str(v)) for k, v in tags.items()],
-        )
-        client.set_terminated(r.info.run_id, status=status)
-
-    def env_tags(env, dev, dtype):
-        return {
-            "env_label": env,
-            "device_name": dev,
-            "device_type": dtype,
-            "host": f"{env}-01",
-            "torch_version": "2.14.1",
-            "cuda_version": "13.0" if dtype == "cuda" else "none",
-            "cudnn_version": "91000",
-            "driver_version": "580.1",
-            "python_version": "3.11.9",
-            "os": "Ubuntu 24.04",
-            "cpu_model": "x86_64",
-        }
-
-    n_peaks = len(ENVS)
-    n_failed = 12
-    gpu_configs = [
-        (e, m, b, p)
-        for e in ENVS
-        if e[2] == "cuda"
-        for m in MODELS
-        for b in BATCHES
-        for p in PRECISIONS
+# ------------------------------------------------------------------------ main
+def fmt(r: dict) -> str:
+    """One result line: the process's wall, CPU and peak RSS, then where its time went."""
+    parts = [
+        f"{r['wall_s']:.1f} s wall",
+        f"{r['cpu_s']:.1f} s CPU",
+        f"peak RSS {r['max_rss_bytes'] / 1e6:.0f} MB",
     ]
-    n_profile = min(120, len(gpu_configs))
-    n_train = n_runs - n_peaks - n_failed - n_profile
-    configs = [(e, m, b, p) for e in ENVS for m in MODELS for b in BATCHES for p in PRECISIONS]
-
-    for env, dev, dtype, fp32, bf16, bw in ENVS:
-        run(
-            {"run_kind": "peaks", **env_tags(env, dev, dtype)},
-            {},
-            {
-                "peak_flops_per_s_fp32": fp32 * 0.9,
-                "peak_flops_per_s_bf16": bf16 * 0.8,
-                "peak_flops_per_s_fp16": bf16 * 0.8,
-                "peak_dram_bytes_per_s": bw * 0.85,
-            },
-        )
-        counts["peaks"] += 1
-
-    def params_of(m, b, p, dtype, repeat=None):
-        out = dict(
-            model=m,
-            batch_size=b,
-            precision=p,
-            device=dtype,
-            warmup_iters=3,
-            iters=STEPS,
-            image_size=224,
-            data="synthetic",
-            workers=0,
-            channels_last="false",
-            compile="false",
-            seed=0,
-            lr=0.01,
-            optimizer="sgd",
-            num_classes=1000,
-        )
-        if repeat is not None:
-            out["repeat"] = repeat
-        return out
-
-    i = 0
-    while counts["train"] < n_train:
-        (env, dev, dtype, fp32, bf16, bw), m, b, p = configs[i % len(configs)]
-        repeat = i // len(configs)
-        i += 1
-        params = params_of(m, b, p, dtype, repeat)
-        flops_step = 3 * MODELS[m] * b
-        peak = fp32 if p == "fp32" else bf16
-        intensity = 20 + 8 * (b**0.5) * (2 if p != "fp32" else 1)
-        achieved = min(peak, intensity * bw) * rng.uniform(0.3, 0.7)
-        med = flops_step / achieved
-        steps = [med * rng.lognormvariate(0, 0.05) for _ in range(STEPS)]
-        mean = sum(steps) / STEPS
-        thr_i = [b / s for s in steps]
-        mu = sum(thr_i) / STEPS
-        sd = (sum((t - mu) ** 2 for t in thr_i) / (STEPS - 1)) ** 0.5
-        run(
-            {"run_kind": "train", "config_key": config_key(params), **env_tags(env, dev, dtype)},
-            params,
-            {
-                "step_time_median_s": sorted(steps)[STEPS // 2],
-                "step_time_mean_s": mean,
-                "step_time_std_s": mean * 0.05,
-                "step_time_p95_s": sorted(steps)[int(STEPS * 0.95) - 1],
-                "throughput_samples_per_s": b / mean,
-                "throughput_std_samples_per_s": sd,
-                "fwd_flops_per_sample": MODELS[m],
-                "fwd_macs_per_sample": MODELS[m] / 2,
-                "params": 11.7e6,
-                "train_flops_per_step": flops_step,
-                "achieved_flops_per_s": flops_step / sorted(steps)[STEPS // 2],
-                "modeled_bytes_per_step": flops_step / intensity,
-                "modeled_intensity_flops_per_byte": intensity,
-                "max_rss_bytes": 3e9,
-                "cpu_user_s": 10.0,
-                "cpu_sys_s": 1.0,
-                "wall_s": 20.0,
-                "device_peak_mem_bytes": 5e9,
-            },
-            steps,
-        )
-        counts["train"] += 1
-
-    rng.shuffle(gpu_configs)
-    for (env, dev, dtype, *_), m, b, p in gpu_configs[:n_profile]:
-        params = params_of(m, b, p, dtype)
-        flops = 3 * MODELS[m] * b * rng.uniform(0.9, 1.1)
-        ai = (20 + 8 * (b**0.5)) * rng.uniform(1.5, 3.0)
-        run(
-            {"run_kind": "profile", "config_key": config_key(params), **env_tags(env, dev, dtype)},
-            params,
-            {
-                "ncu_flops_total": flops,
-                "ncu_flops_fp32": flops * 0.3,
-                "ncu_flops_tensor": flops * 0.7,
-                "ncu_dram_bytes": flops / ai,
-                "ncu_l2_bytes": flops / ai * 4,
-                "ncu_l1_bytes": flops / ai * 12,
-                "ncu_kernel_time_s": 0.5,
-                "ncu_kernels": 400,
-                "ncu_intensity_dram_flops_per_byte": ai,
-            },
-        )
-        counts["profile"] += 1
-
-    for k in range(n_failed):
-        env, dev, dtype, *_ = ENVS[k % len(ENVS)]
-        run(
-            {
-                "run_kind": "train",
-                **env_tags(env, dev, dtype),
-                "error": "CUDA out of memory. Tried to allocate 8.00 GiB",
-            },
-            params_of("vgg16", 512, "fp32", dtype),
-            {},
-            status="FAILED",
-        )
-        counts["failed"] += 1
-    return counts
+    steps = {
+        "import_s": r["import_s"],
+        **(r.get("timings_s") or {"in_process_s": r["in_process_s"]}),
+    }
+    parts.append("[" + ", ".join(f"{k[:-2]} {v:.2f}" for k, v in steps.items()) + "]")
+    if "fetched" in r:
+        parts.append(f"{r['from_cache']} runs from the cache, {r['fetched']} fetched")
+    if "search_s" in r:
+        parts.append(f"{r['runs']} runs in {r['search_s']:.1f} s")
+    return "; ".join(parts)
 
 
-def cpu_s() -> float:
-    """User + system CPU seconds of this process and its finished children (the figure processes)."""
-    import resource
+def server_peak_rss(pid: int) -> int:
+    """Largest peak RSS (VmHWM) among the server's processes (its process group)."""
+    import psutil
 
-    me, kids = (
-        resource.getrusage(resource.RUSAGE_SELF),
-        resource.getrusage(resource.RUSAGE_CHILDREN),
+    peak = 0
+    try:
+        procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0
+    for p in procs:
+        try:
+            for line in Path(f"/proc/{p.pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    peak = max(peak, int(line.split()[1]) * 1024)
+        except OSError:
+            pass
+    return peak
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "child":
+        return child(argv[1:])
+    ap = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], prog="python -m bench.analysis_scale"
     )
-    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
-
-
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=int, default=1000, help="runs to log (default 1000)")
+    ap.add_argument("--runs", type=int, default=10_000, help="runs in the store (default 10000)")
+    ap.add_argument("--keep", default="", help="folder for store and reports, kept and reused")
+    ap.add_argument("--server", action="store_true", help="also time a real `mlflow server`")
+    ap.add_argument("--workers", type=int, default=2, help="the server's workers (default 2)")
     ap.add_argument(
-        "--keep",
-        default="",
-        help="folder for the store and reports, kept afterwards; a store "
-        "already there is reused (default: a temp dir, removed)",
+        "--before", action="store_true", help="time the old fetch above 20,000 runs too"
     )
-    args = ap.parse_args()
-    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    args = ap.parse_args(argv)
     folder = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-analysis-"))
     folder.mkdir(parents=True, exist_ok=True)
     db = folder / "mlflow.db"
     uri = f"sqlite:///{db}"
-    os.environ["MLFLOW_TRACKING_URI"] = uri
-    os.environ.pop("MLFLOW_RUN_ID", None)
-    import logging
-
-    logging.getLogger("mlflow").setLevel(logging.WARNING)
-    import mlflow
-
-    mlflow.set_tracking_uri(uri)
-    if db.exists() and mlflow.get_experiment_by_name("bench-analysis") is not None:
-        n = len(
-            mlflow.search_runs(
-                experiment_names=["bench-analysis"], filter_string="tags.run_kind != 'analysis'"
-            )
-        )
-        print(f"reusing {n} runs in {uri}", flush=True)
+    env = dict(os.environ, MLFLOW_TRACKING_URI=uri, ROOFLINE_CACHE_DIR=str(folder / "cache"))
+    env.pop("MLFLOW_RUN_ID", None)
+    env.setdefault("DS_ACCELERATOR", "cpu")
+    pristine = folder / "pristine.db"  # the store before the night's work, for a rerun
+    if pristine.exists():
+        shutil.copyfile(pristine, db)
+        print(f"reusing the {args.runs}-run store in {folder}", flush=True)
     else:
         t = time.perf_counter()
-        counts = log_store(args.runs)
-        n = sum(counts.values())
-        print(f"logged {n} runs {counts} in {time.perf_counter() - t:.1f} s to {uri}", flush=True)
-
-    from analysis import app
-
-    lines = []
-    # 1. in process, untracked: fetch + join + figures + report
-    cfg = app.config_from_args(
-        app.build_parser().parse_args(
-            ["--experiment", "bench-analysis", "--out", str(folder / "report"), "--no-track"]
+        specs = list(fleet_store.run_specs(args.runs))
+        specs[-1]["status"] = "RUNNING"  # finishes during the night
+        fleet_store.write_bulk(uri, str(folder / "artifacts"), specs)
+        shutil.copyfile(db, pristine)
+        print(
+            f"wrote {len(specs)} runs {fleet_store.counts(specs)} in "
+            f"{time.perf_counter() - t:.0f} s to {uri}",
+            flush=True,
         )
+    flags = ["--no-track", "--experiment", fleet_store.EXPERIMENT, "--max-runs", str(args.runs)]
+    lines = []
+
+    def step(name: str, child_args: list[str], environ: dict = env) -> dict:
+        print(f"  {name} ...", flush=True)
+        r = measure(child_args, environ)
+        lines.append(f"{name:<9} {fmt(r)}")
+        return r
+
+    if args.runs <= 20_000 or args.before:
+        step("before", ["before"])
+    step("first", ["analysis", *flags, "--out", str(folder / "first"), "--cache", "refresh"])
+    night(uri)
+    step("repeat", ["analysis", *flags, "--out", str(folder / "repeat")])
+    step("off", ["analysis", *flags, "--out", str(folder / "off"), "--cache", "off"])
+    same = (folder / "repeat" / "summary.csv").read_text() == (
+        folder / "off" / "summary.csv"
+    ).read_text()
+    lines.append(f"repeat's summary.csv equal to --cache off's: {same}")
+    if args.server:
+        shutil.copyfile(pristine, db)
+        from tests.mlflow_server import MlflowServer
+
+        server = MlflowServer(uri, folder / "artifacts", workers=args.workers)
+        t = time.perf_counter()
+        server.start(timeout_s=600)
+        lines.append(
+            f"mlflow server (--workers {args.workers}) answered /health after "
+            f"{time.perf_counter() - t:.0f} s"
+        )
+        try:
+            senv = dict(env, MLFLOW_TRACKING_URI=server.url)
+            cap = str(min(args.runs, 10_000))
+            step("page x1", ["page", "1", cap], senv)
+            step("page x4", ["page", "4", cap], senv)
+            step(
+                "first",
+                ["analysis", *flags, "--out", str(folder / "s-first"), "--cache", "refresh"],
+                senv,
+            )
+            night(server.url)
+            step("repeat", ["analysis", *flags, "--out", str(folder / "s-repeat")], senv)
+            lines.append(f"server peak RSS {server_peak_rss(server.proc.pid) / 1e6:.0f} MB")
+        finally:
+            server.stop()
+    load = os.getloadavg()
+    print(
+        f"analysis of {args.runs} runs ({os.cpu_count()} CPUs, load average "
+        f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f} at the end):"
     )
-    t, c = time.perf_counter(), cpu_s()
-    res = app.run(cfg)
-    wall, cpu = time.perf_counter() - t, cpu_s() - c
-    parts = ", ".join(f"{k[:-2]} {v:.2f}" for k, v in res.timings_s.items() if k != "total_s")
-    lines.append(
-        f"in process, --no-track: {wall:.2f} s wall, {cpu:.2f} s CPU (incl. figure processes)  [{parts}]; "
-        f"{res.analysis.counts['points']} points, {len(list((folder / 'report' / 'figures').glob('*.png')))} figures"
-    )
-    # 2. in process, tracked (adds the analysis run and its artifacts)
-    t = time.perf_counter()
-    rc = app.cli(["--experiment", "bench-analysis", "--out", str(folder / "report-tracked")])
-    assert rc == 0, f"analysis failed with exit code {rc}"
-    lines.append(f"in process, tracked:    {time.perf_counter() - t:.2f} s wall")
-    # 3. the command a user types (interpreter start and imports included)
-    t, c = time.perf_counter(), cpu_s()
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "analysis",
-            "--experiment",
-            "bench-analysis",
-            "--no-track",
-            "--out",
-            str(folder / "report-cli"),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    lines.append(
-        f"python -m analysis --no-track (new process, imports included): {time.perf_counter() - t:.2f} s wall, "
-        f"{cpu_s() - c:.2f} s CPU"
-    )
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"analysis of {n} runs ({os.cpu_count()} CPUs, load average {load:.1f}):")
     for line in lines:
         print("  " + line)
     if not args.keep:
