@@ -8,18 +8,15 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from analysis import core, fetch, plots, report, vendor
+from analysis import core, fetch, figures, report, vendor
 from common import console, schema
 from common.cli import ArgumentParser, cli_entry, str_bool
 from common.errors import BenchError, UsageError
-from common.fmt import slug
 from common.tracking import tracking_uri
 
 
@@ -217,121 +214,25 @@ def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> R
 
     t = time.perf_counter()
     out_dir = Path(cfg.out)
-    fig_dir = out_dir / "figures"
-    figures: dict[str, list[tuple[str, str]]] = {}
-    files: list[Path] = []
-
-    def add(section: str, title: str, path: Path) -> None:
-        figures.setdefault(section, []).append((title, str(path.relative_to(out_dir))))
-        files.append(path)
-
-    pts = analysis.points
-    envs = sorted(analysis.roofs)
-    jobs: list[tuple[str, str, str, tuple]] = []  # (section, title, plots function, args)
-    if not analysis.speedups.empty:
-        jobs.append(
-            (
-                "speedup",
-                "fp16/bf16 speed-up over fp32",
-                "speedup_vs_batch",
-                (analysis.speedups, fig_dir / "speedup_vs_batch.png"),
-            )
-        )
-    jobs.append(
-        (
-            "intensity",
-            "Intensity vs batch size",
-            "intensity_vs_batch",
-            (pts, fig_dir / "intensity_vs_batch.png"),
-        )
-    )
-    jobs.append(
-        (
-            "throughput",
-            "Throughput vs batch size",
-            "throughput_vs_batch",
-            (pts, fig_dir / "throughput_vs_batch.png"),
-        )
-    )
-    jobs.append(
-        (
-            "roofline",
-            "Roofline, all environments",
-            "roofline_combined",
-            (pts, analysis.roofs, fig_dir / "roofline_all.png"),
-        )
-    )
-    used_slugs: set[str] = set()
-    for env, dev in envs:
-        name = slug(env) if len(envs) == len({e for e, _ in envs}) else slug(f"{env}_{dev}")
-        while name in used_slugs:
-            name += "_"
-        used_slugs.add(name)
-        sub = pts[(pts["env_label"] == env) & (pts["device_name"] == dev)]
-        jobs.append(
-            (
-                "roofline",
-                f"Roofline, {env} ({dev})",
-                "roofline_env",
-                (sub, env, dev, analysis.roofs[(env, dev)], fig_dir / f"roofline_{name}.png"),
-            )
-        )
-
-    var_title = ""
-    key = core.variability_config(analysis, cfg.variability_config or None)
-    if cfg.variability_config and key is None:
-        analysis.notes.append(
-            f"--variability-config {cfg.variability_config}: no train run has that config_key"
-        )
-    if key:
-        vr = core.variability_runs(analysis, key)
-        t_series = time.perf_counter()
-        series = fetch.fetch_series(list(vr["run_id"]))
-        timings["series_fetch_s"] = time.perf_counter() - t_series
-        by_env: dict[tuple[str, str], list[float]] = {}
-        for r in vr.to_dict("records"):
-            by_env.setdefault((r["env_label"], r["device_name"]), []).extend(
-                series.get(r["run_id"], [])
-            )
-        empty = [e for e, v in by_env.items() if not v]
-        if empty:
-            analysis.notes.append(
-                f"no step_time_s series logged for config {key} in {', '.join(e for e, _ in empty)}"
-            )
-        label = next(iter(pts.loc[pts["config_key"] == key, "label"]), key)
-        var_title = (
-            f"Config `{label}` (config_key {key}), the config run in the most environments; "
-            f"per-step times of up to 5 latest runs per environment."
-        )
-        jobs.append(
-            (
-                "variability",
-                f"Step-time variability: {label}",
-                "step_time_variability",
-                (
-                    by_env,
-                    f"Step-time variability across environments: {label}",
-                    fig_dir / "step_time_variability.png",
-                ),
-            )
-        )
-
-    n_jobs = cfg.jobs or default_jobs()
+    variability, var_title = _variability(analysis, cfg, timings)
+    jobs = figures.plan(analysis, out_dir / "figures", variability)
+    n_jobs = cfg.jobs or figures.default_jobs()
     console.info(
-        f"drawing {len(jobs)} figures for {len(envs)} environment(s)"
+        f"drawing {len(jobs)} figures for {len(analysis.roofs)} environment(s)"
         + (f" in {n_jobs} processes" if n_jobs > 1 else "")
     )
-    paths = render_figures([(fn, args) for _, _, fn, args in jobs], n_jobs)
-    order = {"roofline": 0, "throughput": 1, "variability": 2, "intensity": 3, "speedup": 4}
-    for (section, title, _, _), path in sorted(zip(jobs, paths), key=lambda jp: order[jp[0][0]]):
-        add(section, title, path)
+    drawn: dict[str, list[tuple[str, str]]] = {}
+    files: list[Path] = []
+    for section, title, path in figures.render(jobs, n_jobs):
+        drawn.setdefault(section, []).append((title, str(path.relative_to(out_dir))))
+        files.append(path)
     timings["figures_s"] = time.perf_counter() - t
 
     t = time.perf_counter()
     files += report.write_tables(analysis, out_dir)
     generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     text = report.report_markdown(
-        analysis, figures, tracking_uri(), query.describe(), generated, var_title
+        analysis, drawn, tracking_uri(), query.describe(), generated, var_title
     )
     report_path = out_dir / "report.md"
     report_path.write_text(text)
@@ -341,27 +242,37 @@ def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> R
     return Result(analysis, out_dir, files, timings, source)
 
 
-def default_jobs() -> int:
-    """Figure processes when --jobs is 0: up to 4 on Linux (fork is cheap there), else 1."""
-    return min(4, os.cpu_count() or 1) if sys.platform.startswith("linux") else 1
-
-
-def _draw(job: tuple[str, tuple]) -> Path:
-    out = getattr(plots, job[0])(*job[1])
-    return out[0] if isinstance(out, tuple) else out
-
-
-def render_figures(jobs: list[tuple[str, tuple]], n_jobs: int) -> list[Path]:
-    """Draw figures (plots function name, args), in `n_jobs` forked processes when > 1: each figure is
-    independent and matplotlib's drawing holds the GIL, so processes are what runs them side by side."""
-    if n_jobs <= 1 or len(jobs) <= 1:
-        return [_draw(j) for j in jobs]
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    ctx = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(max_workers=min(n_jobs, len(jobs)), mp_context=ctx) as pool:
-        return list(pool.map(_draw, jobs))
+def _variability(analysis: core.Analysis, cfg: AnalysisConfig, timings: dict) -> tuple:
+    """(config label, step times per environment) for the step-time box plot, and its caption;
+    (None, "") when no config has train runs. Fetches the series of the plotted runs only."""
+    key = core.variability_config(analysis, cfg.variability_config or None)
+    if cfg.variability_config and key is None:
+        analysis.notes.append(
+            f"--variability-config {cfg.variability_config}: no train run has that config_key"
+        )
+    if not key:
+        return None, ""
+    vr = core.variability_runs(analysis, key)
+    t = time.perf_counter()
+    series = fetch.fetch_series(list(vr["run_id"]))
+    timings["series_fetch_s"] = time.perf_counter() - t
+    by_env: dict[tuple[str, str], list[float]] = {}
+    for r in vr.to_dict("records"):
+        by_env.setdefault((r["env_label"], r["device_name"]), []).extend(
+            series.get(r["run_id"], [])
+        )
+    empty = [e for e, v in by_env.items() if not v]
+    if empty:
+        analysis.notes.append(
+            f"no step_time_s series logged for config {key} in {', '.join(e for e, _ in empty)}"
+        )
+    pts = analysis.points
+    label = next(iter(pts.loc[pts["config_key"] == key, "label"]), key)
+    caption = (
+        f"Config `{label}` (config_key {key}), the config run in the most environments; "
+        f"per-step times of up to 5 latest runs per environment."
+    )
+    return (label, by_env), caption
 
 
 def _log(session, cfg: AnalysisConfig, result: Result) -> None:

@@ -470,13 +470,13 @@ def test_hierarchical_roofline_from_logged_runs_only(tracking, tmp_path, monkeyp
             "peak_l1_bytes_per_s": 5e12,
         },
     )
-    figures, save = {}, plots._save
+    figures, save = {}, plots.save
 
     def keep(fig, path):  # the figures drawn in this process (--jobs 1), for their Line2D objects
         figures[path.name] = fig
         return save(fig, path)
 
-    monkeypatch.setattr(plots, "_save", keep)
+    monkeypatch.setattr(plots, "save", keep)
     res = analyse(tmp_path, ["--jobs", "1"], vendor_lookup=lambda _: None)
 
     pt = res.analysis.points.iloc[0]

@@ -9,7 +9,7 @@ import types
 import pandas as pd
 import pytest
 
-from analysis import app, core, fetch, join, plots, report, vendor
+from analysis import app, core, fetch, join, markdown, plots, tables, vendor
 from common import schema
 from common.errors import UsageError
 from profiling import peak_table
@@ -258,13 +258,13 @@ def test_speedups_and_failed_runs():
         ]
     )
     pts = join.aggregate_repeats(join.train_runs(runs))
-    sp, notes = join.speedups(pts)
+    sp, notes = tables.speedups(pts)
     assert len(sp) == 1 and notes == [] and sp.iloc[0]["precision"] == "bf16"
     assert sp.iloc[0]["speedup"] == pytest.approx(2.5)
     assert sp.iloc[0]["speedup_sd"] == pytest.approx(
         2.5 * math.sqrt((5 / 250) ** 2 + (4 / 100) ** 2)
     )
-    failed = join.failed_runs(runs)
+    failed = tables.failed_runs(runs)
     assert list(failed["run_id"]) == ["f"] and list(failed["error"]) == ["boom"]
 
 
@@ -295,11 +295,11 @@ def test_num_classes_separates_points_speedup_pairs_labels_and_rows():
         1.5 * math.sqrt((3 / 300) ** 2 + (2 / 200) ** 2)
     )
     assert sp.loc[10, "label"] == "resnet18/b64/bf16/10cls"
-    md = report.summary_markdown(a.points)
+    md = markdown.summary_markdown(a.points)
     assert "| e | d | resnet18 | fp32 | 64 | 10 | 1 | 200 ± 2 (within run) |" in md
     assert "| e | d | resnet18 | fp32 | 64 | 1000 | 1 | 100 ± 4 (within run) |" in md
-    assert sorted(report.summary_frame(a.points)["num_classes"]) == [10, 10, 1000, 1000]
-    assert "| e | d | resnet18 | 64 | 10 | bf16 | 1.50× ± 0.02 |" in report.speedups_markdown(
+    assert sorted(markdown.summary_frame(a.points)["num_classes"]) == [10, 10, 1000, 1000]
+    assert "| e | d | resnet18 | 64 | 10 | bf16 | 1.50× ± 0.02 |" in markdown.speedups_markdown(
         a.speedups
     )
 
@@ -325,11 +325,11 @@ def test_runs_without_batch_size_get_no_speedup_and_a_note(tmp_path):
     )
     # the tables and the figure draw (no int(NaN)) even when only such rows are there
     only = a.speedups.assign(batch_size=float("nan"))
-    assert "| e | d | resnet18 |  | 1000 | bf16 | 2.50×" in report.speedups_markdown(only)
+    assert "| e | d | resnet18 |  | 1000 | bf16 | 2.50×" in markdown.speedups_markdown(only)
     assert plots.speedup_vs_batch(only, tmp_path / "sp.png").is_file()
     assert (
         "| e | d | resnet18 | fp32 |  | 1000 | 1 | 80 ± 4 (within run) |"
-        in report.summary_markdown(a.points)
+        in markdown.summary_markdown(a.points)
     )
 
 
@@ -388,7 +388,7 @@ def test_complexity_table_skips_tables_without_the_documented_columns():
             "csv": bad,
         },
     ]
-    table, notes = join.complexity_table(entries, {"resnet18"})
+    table, notes = tables.complexity_table(entries, {"resnet18"})
     assert list(table["env_label"]) == ["a"] and table.iloc[0]["max_batch_fit"] == 768
     assert notes == [
         "complexity run c2c2c2c2: models.csv lacks image_size, precision, optimizer, num_classes, "
