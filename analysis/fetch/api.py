@@ -134,25 +134,20 @@ class ApiReader:
         return to_frame(self.runs(experiment_ids, filter_string, max_results))
 
     def changes(
-        self,
-        experiment_ids: list[str],
-        filter_string: str,
-        cached: pd.DataFrame,
-        since_ms: float,
-        start_from: dict[str, float | None],
-        deleted_before: set[str],
+        self, experiment_ids: list[str], filter_string: str, known: rows.Known
     ) -> tuple[pd.DataFrame, set[str], set[str]]:
-        """What changed among the runs matching `filter_string` since `since_ms`, against `cached`
-        (run_id, status, end_time): (rows of runs that started or ended since (less OVERLAP_MS),
-        of cached runs that had not ended, and of runs restored from `deleted_before`; ids of cached
-        runs deleted or no longer matching; ids of the deleted runs matching now). What this cannot
-        see is in docs/analysis.md: tags edited after a run ended, runs purged by `mlflow gc`
-        before a refresh saw them deleted, clocks lagging by more than OVERLAP_MS."""
-        w = int(since_ms - OVERLAP_MS)
+        """What changed among the runs matching `filter_string` since `known.since_ms`, against the
+        `known` cached runs: (rows of runs that started or ended since (less OVERLAP_MS), of cached
+        runs that had not ended, and of runs restored from `known.deleted`; ids of cached runs
+        deleted or no longer matching; ids of the deleted runs matching now). What this cannot see
+        is in docs/analysis.md: tags edited after a run ended, runs purged by `mlflow gc` before a
+        refresh saw them deleted, clocks lagging by more than OVERLAP_MS."""
+        cached, start_from = known.runs, known.start_from
+        w = int(known.since_ms - OVERLAP_MS)
         open_ids = list(cached.loc[~cached["status"].isin(rows.TERMINAL), "run_id"])
         deleted_runs = self.runs(experiment_ids, filter_string, deleted=True)
         deleted = {info[0] for info, _ in deleted_runs}
-        recheck = open_ids + sorted(deleted_before - deleted)  # not ended / maybe restored
+        recheck = open_ids + sorted(known.deleted - deleted)  # not ended / maybe restored
         searches = [
             both(filter_string, f"attributes.start_time >= {w}"),
             both(filter_string, f"attributes.end_time >= {w}"),

@@ -109,14 +109,13 @@ def _refresh(reader, segs: list, filter_string: str, cap, stats: Stats) -> list[
     runs (some were deleted) does not: the caller fills it again."""
     now = _now_ms()
     cached = pd.concat([s.runs for s in segs], ignore_index=True)
-    fresh, gone, deleted = reader.changes(
-        [s.experiment_id for s in segs],
-        filter_string,
+    known = rows.Known(
         cached[["run_id", "status", "start_time", "end_time"]],
         min(s.refreshed_ms for s in segs),
         {str(s.experiment_id): None if s.complete else s.start_from for s in segs},
         {i for s in segs for i in s.deleted},
     )
+    fresh, gone, deleted = reader.changes([s.experiment_id for s in segs], filter_string, known)
     out = []
     for s in segs:
         mine = fresh[fresh["experiment_id"] == str(s.experiment_id)]

@@ -8,6 +8,7 @@ name. Rows are in MLflow's natural search order: latest start first, ties by run
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Iterable
 
 import pandas as pd
@@ -16,6 +17,20 @@ from analysis import join
 
 INFO = ["run_id", "experiment_id", "status", "start_time", "end_time"]
 TERMINAL = ("FINISHED", "FAILED", "KILLED")
+
+
+@dataclass
+class Known:
+    """What the cache holds, for a reader's `changes` (analysis/fetch/cached.py)."""
+
+    runs: pd.DataFrame
+    """run_id, status, start_time and end_time of the cached runs."""
+    since_ms: float
+    """their last refresh (epoch ms, this machine's clock; the oldest of the segments)."""
+    start_from: dict[str, float | None]
+    """per experiment id: only runs started at or after this (ms) are cached (None: all)."""
+    deleted: set[str]
+    """ids of cached runs seen deleted before."""
 
 
 def keeps(kind: str, key: str) -> bool:

@@ -139,21 +139,16 @@ class SqlReader:
             return self._values(session, info, listing)
 
     def changes(
-        self,
-        experiment_ids: list[str],
-        filter_string: str,
-        cached: pd.DataFrame,
-        since_ms: float,
-        start_from: dict[str, float | None],
-        deleted_before: set[str],
+        self, experiment_ids: list[str], filter_string: str, known: rows.Known
     ) -> tuple[pd.DataFrame, set[str], set[str]]:
-        """What changed among the runs matching `filter_string` against `cached` (run_id, status,
-        end_time): (rows of new runs and of runs whose status or end time changed, ids of cached
-        runs that no longer match or exist, ids known deleted: none, the listing needs none). Runs
-        of an experiment started before its `start_from` bound (ms; None: all) are not looked at.
+        """What changed among the runs matching `filter_string` against the `known` cached runs:
+        (rows of new runs and of runs whose status or end time changed, ids of cached runs that no
+        longer match or exist, ids known deleted: none, the listing needs none). Runs of an
+        experiment started before its `known.start_from` bound are not looked at.
 
         One listing of every matching run: exact for runs added, deleted, restored, ended or
-        ended again, whatever the clocks (`since_ms` is not needed)."""
+        ended again, whatever the clocks (`known.since_ms` is not needed)."""
+        start_from, cached = known.start_from, known.runs
         bounds = list(start_from.values())
         lowest = None if None in bounds or not bounds else min(bounds)
         known = {
