@@ -281,8 +281,14 @@ def test_segments_read_with_other_keys_or_format_are_not_used(tracking, monkeypa
     exp = fresh_experiment(client)
     new_run(client, exp, "train", "a", params={"model": "m", "lr": 0.5})
     cached_search(sql_reader, exp)
+    seg = cache.load(mlflow.get_tracking_uri(), exp, TRAIN)
+    written = seg.path.stat().st_mtime_ns
+    time.sleep(0.01)
     _, st = cached_search(sql_reader, exp)
-    assert st.filled == 0
+    assert st.filled == 0 and st.refreshed == 1
+    again = cache.load(mlflow.get_tracking_uri(), exp, TRAIN)
+    assert again.refreshed_ms > seg.refreshed_ms  # the JSON records the refresh,
+    assert seg.path.stat().st_mtime_ns == written  # the runs, unchanged, are not written again
     monkeypatch.setitem(join.READ_KEYS, "params", [*join.READ_KEYS["params"], "lr"])
     got, st = cached_search(sql_reader, exp)  # analysis reads lr now: the old segment lacks it
     assert st.filled == 1 and got.loc[0, "params.lr"] == "0.5"

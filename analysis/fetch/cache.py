@@ -114,13 +114,15 @@ def load(uri: str, experiment_id: str, filter_string: str) -> Segment | None:
     )
 
 
-def save(seg: Segment) -> None:
-    """Write the segment (Parquet, then its JSON: a JSON file always describes its Parquet file)."""
+def save(seg: Segment, runs_changed: bool = True) -> None:
+    """Write the segment (Parquet, then its JSON: a JSON file always describes its Parquet file);
+    only the JSON when its runs are as loaded (`runs_changed` False: a refresh that found nothing)."""
     path = seg.path
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".parquet.{os.getpid()}.tmp")
-    seg.runs.reset_index(drop=True).to_parquet(tmp, index=False)
-    os.replace(tmp, path)
+    if runs_changed or not path.exists():
+        tmp = path.with_suffix(f".parquet.{os.getpid()}.tmp")
+        seg.runs.reset_index(drop=True).to_parquet(tmp, index=False)
+        os.replace(tmp, path)
     meta = {
         "format": FORMAT,
         "keys": keys_digest(),

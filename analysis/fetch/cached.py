@@ -47,9 +47,9 @@ class Stats:
             self.oldest_fill_ms = filled_ms
 
 
-def _save(seg: cache.Segment, stats: Stats) -> None:
+def _save(seg: cache.Segment, stats: Stats, runs_changed: bool = True) -> None:
     try:
-        cache.save(seg)
+        cache.save(seg, runs_changed)
     except OSError as exc:  # a read-only or full disk: analyse anyway, say so in the note
         stats.unsaved = f"{type(exc).__name__}: {exc}"
 
@@ -120,13 +120,14 @@ def _refresh(reader, segs: list, filter_string: str, cap, stats: Stats) -> list[
     for s in segs:
         mine = fresh[fresh["experiment_id"] == str(s.experiment_id)]
         known = set(s.runs["run_id"]) | set(s.deleted)
+        before = len(s.runs)
         kept = s.runs[~s.runs["run_id"].isin(gone | set(mine["run_id"]))]
         s.runs = rows.order(pd.concat([kept, mine], ignore_index=True) if len(mine) else kept)
         s.deleted = sorted(known & deleted)
         s.refreshed_ms = now
         if not s.serves(cap):
             continue  # filled again by the caller
-        _save(s, stats)
+        _save(s, stats, runs_changed=len(kept) < before or len(mine) > 0)
         stats.from_cache += len(kept)
         stats.fetched += len(mine)
         stats.refreshed += 1

@@ -151,24 +151,27 @@ class SqlReader:
         start_from, cached = known.start_from, known.runs
         bounds = list(start_from.values())
         lowest = None if None in bounds or not bounds else min(bounds)
-        known = {
-            r: (s, _ms(e))
-            for r, s, e in zip(cached["run_id"], cached["status"], cached["end_time"])
-        }
+        state = dict(
+            zip(
+                cached["run_id"].tolist(),
+                zip(cached["status"].tolist(), map(_ms, cached["end_time"].tolist())),
+            )
+        )
         with self.store.ManagedSessionMaker() as session:
             listing = self._listing(session, experiment_ids, filter_string, start_from=lowest)
+            listing = listing.order_by(None)  # a set is compared: no need to sort it
             info = [
                 tuple(r)
                 for r in session.connection().execute(listing).all()
                 if rows.within(r[1], r[3], start_from)
             ]
-            changed = [r for r in info if known.get(r[0]) != (r[2], _ms(r[4]))]
-            gone = set(known) - {r[0] for r in info}
+            changed = [r for r in info if state.get(r[0]) != (r[2], _ms(r[4]))]
+            gone = set(state) - {r[0] for r in info}
             return self._values(session, changed), gone, set()
 
 
 def _ms(value) -> int | None:
     """An end time as an int, None when the run has not ended (NaN from a frame, None from SQL)."""
-    if value is None or pd.isna(value):
+    if value is None or value != value:  # None or NaN (pd.isna is 40 µs a call on scalars)
         return None
     return int(value)
