@@ -214,7 +214,7 @@ def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> R
 
     t = time.perf_counter()
     out_dir = Path(cfg.out)
-    variability, var_title = _variability(analysis, cfg, timings)
+    variability, var_title = _variability(analysis, cfg, source, timings)
     jobs = figures.plan(analysis, out_dir / "figures", variability)
     n_jobs = cfg.jobs or figures.default_jobs()
     console.info(
@@ -242,7 +242,9 @@ def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> R
     return Result(analysis, out_dir, files, timings, source)
 
 
-def _variability(analysis: core.Analysis, cfg: AnalysisConfig, timings: dict) -> tuple:
+def _variability(
+    analysis: core.Analysis, cfg: AnalysisConfig, source: fetch.Source, timings: dict
+) -> tuple:
     """(config label, step times per environment) for the step-time box plot, and its caption;
     (None, "") when no config has train runs. Fetches the series of the plotted runs only."""
     key = core.variability_config(analysis, cfg.variability_config or None)
@@ -254,7 +256,7 @@ def _variability(analysis: core.Analysis, cfg: AnalysisConfig, timings: dict) ->
         return None, ""
     vr = core.variability_runs(analysis, key)
     t = time.perf_counter()
-    series = fetch.fetch_series(list(vr["run_id"]))
+    series = fetch.fetch_series(list(vr["run_id"]), source=source)
     timings["series_fetch_s"] = time.perf_counter() - t
     by_env: dict[tuple[str, str], list[float]] = {}
     for r in vr.to_dict("records"):

@@ -93,13 +93,24 @@ def child(argv: list[str]) -> int:
         df = reader.search([exp], "tags.run_kind = 'train'", int(argv[2]))
         out.update(runs=len(df), search_s=time.perf_counter() - t)
     out["in_process_s"] = time.perf_counter() - t0
+    out["peak_rss_bytes"] = peak_rss()
     print("RESULT " + json.dumps(out), flush=True)
     return 0
 
 
+def peak_rss(pid: int | str = "self") -> int:
+    """Peak resident memory (VmHWM, bytes) of a process. Not getrusage's ru_maxrss: on Linux a
+    child's counts the memory of the process that forked it, carried across exec."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
 def measure(args: list[str], env: dict) -> dict:
-    """Run `python -m bench.analysis_scale child <args>`: its JSON result plus wall seconds, CPU
-    seconds and peak RSS (bytes) of that process (os.wait4 reaps it with its own usage)."""
+    """Run `python -m bench.analysis_scale child <args>`: its JSON result (with its own peak RSS)
+    plus wall and CPU seconds of that process (os.wait4 reaps it with its own usage, figure
+    processes included)."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         t = time.perf_counter()
         proc = subprocess.Popen(
@@ -119,11 +130,7 @@ def measure(args: list[str], env: dict) -> dict:
         raise SystemExit(f"child {' '.join(args)} failed ({proc.returncode}):\n{stderr[-3000:]}")
     line = next(ln for ln in stdout.splitlines() if ln.startswith("RESULT "))
     res = json.loads(line[len("RESULT ") :])
-    res.update(
-        wall_s=wall,
-        cpu_s=usage.ru_utime + usage.ru_stime,
-        max_rss_bytes=usage.ru_maxrss * 1024,  # Linux reports KiB
-    )
+    res.update(wall_s=wall, cpu_s=usage.ru_utime + usage.ru_stime)
     return res
 
 
@@ -152,7 +159,7 @@ def fmt(r: dict) -> str:
     parts = [
         f"{r['wall_s']:.1f} s wall",
         f"{r['cpu_s']:.1f} s CPU",
-        f"peak RSS {r['max_rss_bytes'] / 1e6:.0f} MB",
+        f"peak RSS {r['peak_rss_bytes'] / 1e6:.0f} MB",
     ]
     steps = {
         "import_s": r["import_s"],
@@ -167,22 +174,20 @@ def fmt(r: dict) -> str:
 
 
 def server_peak_rss(pid: int) -> int:
-    """Largest peak RSS (VmHWM) among the server's processes (its process group)."""
+    """Largest peak RSS among the server's processes (it and its workers)."""
     import psutil
 
-    peak = 0
     try:
         procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
     except psutil.NoSuchProcess:
         return 0
+    peaks = []
     for p in procs:
         try:
-            for line in Path(f"/proc/{p.pid}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    peak = max(peak, int(line.split()[1]) * 1024)
+            peaks.append(peak_rss(p.pid))
         except OSError:
             pass
-    return peak
+    return max(peaks, default=0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -222,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{time.perf_counter() - t:.0f} s to {uri}",
             flush=True,
         )
+        del specs
     flags = ["--no-track", "--experiment", fleet_store.EXPERIMENT, "--max-runs", str(args.runs)]
     lines = []
 

@@ -153,6 +153,18 @@ def check_reader_reads_what_mlflow_reads(reader, client):
     assert first["params.batch_size"] == "32" and first["metrics.step_time_median_s"] == 0.5
     peaks = records(reader.search([exp], "tags.run_kind = 'peaks'", None))[0]
     assert peaks["metrics.peak_flops_per_s_fp32_median"] == 9e12  # peak_* by prefix
+    # metric series: every step, by step then time, NaN kept; a run without the metric: []
+    client.log_batch(
+        a,
+        metrics=[
+            Metric("step_time_s", v, t0 + ts, step)
+            for v, ts, step in [(0.3, 5, 2), (0.1, 1, 0), (float("nan"), 2, 1), (0.25, 9, 2)]
+        ],
+    )
+    other = next(r["run_id"] for r in got if r["run_id"] != a)
+    got_series = reader.series([a, other], "step_time_s")
+    assert [str(v) for v in got_series[a]] == ["0.1", "nan", "0.3", "0.25"]
+    assert got_series[other] == []
 
 
 def test_sql_reader_reads_what_mlflow_reads(tracking):

@@ -281,13 +281,12 @@ def _download_text(run_id: str, path: str) -> str:
             os.environ[bar] = before
 
 
-def fetch_series(run_ids: list[str], key: str = "step_time_s") -> dict[str, list[float]]:
-    """The per-step values of metric `key` for each run, ordered by step."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient()
-    out = {}
-    for run_id in run_ids:
-        hist = client.get_metric_history(run_id, key)
-        out[run_id] = [m.value for m in sorted(hist, key=lambda m: (m.step, m.timestamp))]
-    return out
+def fetch_series(
+    run_ids: list[str], key: str = "step_time_s", source: Source | None = None
+) -> dict[str, list[float]]:
+    """The per-step values of metric `key` for each run, ordered by step (then time)."""
+    source = source or Source("off")
+    try:
+        return source.reader.series(list(run_ids), key)
+    except Exception as exc:  # noqa: BLE001 - connection errors, server-side rejections
+        raise BenchError(f"cannot read metric {key} on {source.uri}: {one_line(exc)}") from exc

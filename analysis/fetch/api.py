@@ -15,7 +15,6 @@ with the tokens for their offsets; any other token means paging one after the ot
 
 from __future__ import annotations
 
-from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 
 import pandas as pd
@@ -118,13 +117,23 @@ class ApiReader:
                         out += page
                     if any(len(page) < size or not nxt for page, nxt in pages):
                         break
-            seen: set[str] = set()  # a run started while paging shifts the pages by one
-            out = [r for r in out if not (r[0][0] in seen or seen.add(r[0][0]))]
+            out = unique(out)  # a run started while paging shifts the pages by one
         else:
             while token and (max_results is None or len(out) < max_results):
                 page, token = request(token)
                 out += page
         return out[:max_results] if max_results is not None else out
+
+    def series(self, run_ids: list[str], key: str) -> dict[str, list[float]]:
+        """Every logged value of metric `key` per run, by step then time (MlflowClient's
+        get_metric_history, `jobs` runs at a time)."""
+
+        def one(run_id):
+            hist = self.client.get_metric_history(run_id, key)
+            return [m.value for m in sorted(hist, key=lambda m: (m.step, m.timestamp))]
+
+        with ThreadPoolExecutor(self.jobs) as pool:
+            return dict(zip(run_ids, pool.map(one, run_ids)))
 
     # ---------------------------------------------------------------- searches
     def search(
@@ -158,7 +167,6 @@ class ApiReader:
         with ThreadPoolExecutor(self.jobs) as pool:
             found = list(pool.map(lambda f: self.runs(experiment_ids, f), searches))
         fresh = to_frame([r for page in found for r in page])
-        fresh = fresh.drop_duplicates("run_id").reset_index(drop=True)
         cached_ids = set(cached["run_id"])
         gone = (deleted & cached_ids) | (set(open_ids) - set(fresh["run_id"]))
         keep = [
@@ -170,12 +178,21 @@ class ApiReader:
 
 
 def to_frame(records: list[tuple]) -> pd.DataFrame:
-    """Runs frame (analysis/fetch/rows.py) of records (info, {column: value})."""
-    values: dict[str, dict] = defaultdict(dict)
-    for info, data in records:
+    """Runs frame (analysis/fetch/rows.py) of records (info, {column: value}); a run found by
+    several searches (started and ended since the last refresh) is kept once."""
+    records = unique(records)
+    info = [info for info, _ in records]
+    columns = rows.Columns([i[0] for i in info])
+    for (rid, *_), data in records:
         for column, value in data.items():
-            values[column][info[0]] = value
-    return rows.frame([info for info, _ in records], values)
+            columns.put(column, rid, value)
+    return rows.frame(info, columns)
+
+
+def unique(records: list[tuple]) -> list[tuple]:
+    """Records with each run id once (its first)."""
+    seen: set[str] = set()
+    return [r for r in records if not (r[0][0] in seen or seen.add(r[0][0]))]
 
 
 def _entity_record(run) -> tuple:

@@ -9,8 +9,9 @@ name. Rows are in MLflow's natural search order: latest start first, ties by run
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from analysis import join
@@ -41,22 +42,63 @@ def keeps(kind: str, key: str) -> bool:
 _KEYS = {kind: frozenset(keys) for kind, keys in join.READ_KEYS.items()}
 
 
-def frame(info: Iterable[tuple], values: dict[str, dict[str, Any]]) -> pd.DataFrame:
-    """Runs frame from `info` rows (the INFO fields, in order) and `values`: column -> {run_id: v}."""
-    out = pd.DataFrame(list(info), columns=INFO)
-    out["experiment_id"] = out["experiment_id"].astype(str)
-    for c in ("start_time", "end_time"):
-        out[c] = pd.to_numeric(out[c], errors="coerce").astype(float)
-    ids = out["run_id"]
-    cols = {}
-    for name in sorted(values):
-        by_id = values[name]
-        cols[name] = ids.map(by_id) if by_id else pd.Series(index=out.index, dtype=object)
+def frame(info: list[tuple], columns: dict[str, list]) -> pd.DataFrame:
+    """Runs frame from `info` rows (the INFO fields, in order) and `columns`: name -> values in
+    the order of `info` (None where a run lacks the key)."""
+    cols: dict[str, Any] = {
+        "run_id": [i[0] for i in info],
+        "experiment_id": [str(i[1]) for i in info],
+        "status": [i[2] for i in info],
+        "start_time": np.array([_num(i[3]) for i in info], dtype=float),
+        "end_time": np.array([_num(i[4]) for i in info], dtype=float),
+    }
+    for name in sorted(columns):
+        values = columns[name]
         if name.startswith("metrics."):
-            cols[name] = cols[name].astype(float)
-    if cols:
-        out = pd.concat([out, pd.DataFrame(cols, index=out.index)], axis=1)
-    return order(out)
+            cols[name] = np.array([np.nan if v is None else v for v in values], dtype=float)
+        else:
+            cols[name] = pd.Series(values, dtype=object)
+    return order(pd.DataFrame(cols, columns=list(cols)))
+
+
+class Columns(dict):
+    """name -> values aligned with a list of run ids, filled one value at a time."""
+
+    def __init__(self, ids: list[str]):
+        super().__init__()
+        self.pos = {rid: i for i, rid in enumerate(ids)}
+        self.n = len(ids)
+
+    def put(self, name: str, run_id: str, value) -> None:
+        i = self.pos.get(run_id)
+        if i is None:
+            return  # a run not listed (a scan reads every run's rows)
+        col = self.get(name)
+        if col is None:
+            col = self[name] = [None] * self.n
+        col[i] = value
+
+    def fill(self, kind: str, result: list[tuple]) -> None:
+        """put() for every (run_id, key, value[, is_nan]) row of a query, as `kind`.`key` (the
+        same, in one loop: this runs once per row of a scan, millions of times)."""
+        pos, n, nan = self.pos, self.n, float("nan")
+        for row in result:
+            i = pos.get(row[0])
+            if i is None:
+                continue
+            name = f"{kind}.{row[1]}"
+            col = self.get(name)
+            if col is None:
+                col = self[name] = [None] * n
+            col[i] = (nan if row[3] else float(row[2])) if kind == "metrics" else row[2]
+
+
+def _num(value) -> float:
+    """A time from MLflow (int, numeric string, None) as a float, NaN when absent."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return np.nan
 
 
 def order(runs: pd.DataFrame) -> pd.DataFrame:
