@@ -182,6 +182,22 @@ def test_api_reader_reads_what_mlflow_reads_paging_in_parallel(on_server):
     assert one.parallel_pages == 0
 
 
+def test_when_mlflow_internals_change_the_search_api_takes_over(tracking, monkeypatch, capsys):
+    client = MlflowClient()
+    exp = fresh_experiment(client)
+    new_run(client, exp, "train", "a", params={"model": "m"})
+
+    def changed(*args, **kwargs):
+        raise TypeError("_get_sqlalchemy_filter_clauses() takes 2 positional arguments")
+
+    monkeypatch.setattr(SqlReader, "search", changed)
+    source = fetch.Source("off")
+    assert source.reader.kind == "sql"
+    got = source.search([exp], TRAIN, 10)
+    assert records(got) == truth([exp], TRAIN) and source.reader.kind == "api"
+    assert "using MLflow's search" in capsys.readouterr().err
+
+
 def test_an_http_server_is_read_through_the_search_api_and_a_database_directly(tracking):
     assert isinstance(fetch.Source("off").reader, SqlReader)
     mlflow.set_tracking_uri("http://127.0.0.1:9")  # nothing listens there; no request is made

@@ -8,8 +8,8 @@
 * api.py  anything else (an `mlflow server`): MLflow's search API, pages requested in parallel.
 
 and keeps what it read in a local cache (cache.py), brought up to date on every analysis
-(cached.py): see docs/analysis.md, "Fleet scale". Metric series (`get_metric_history`) and the
-complexity artifacts are read as they are, for the few runs that need them.
+(cached.py): see docs/analysis.md, "Fleet scale". Metric series (the readers' `series`) and the
+complexity artifacts are read uncached, for the few runs that need them.
 """
 
 from __future__ import annotations
@@ -73,6 +73,7 @@ class Source:
             )
         self.uri = tracking_uri()
         self.mode = cache_mode
+        self.jobs = jobs
         self.reader = SqlReader.for_current() or ApiReader(jobs)
         self.stats = cached.Stats()
         if cache_mode == "refresh":
@@ -84,16 +85,25 @@ class Source:
             return cached.search(
                 self.reader, self.uri, experiment_ids, filter_string, cap, self.mode, self.stats
             )
-        except (BenchError, OSError):
+        except BenchError:
             raise
         except Exception as exc:  # noqa: BLE001 - connection errors, server-side rejections
             msg = one_line(exc)
+            if self.reader.kind == "sql" and not hasattr(exc, "error_code"):
+                # MLflow's internals changed under the SQL reader: MLflow's own search still works
+                from analysis.fetch.api import ApiReader
+
+                console.warn(f"reading {self.uri} directly failed ({msg}); using MLflow's search")
+                self.reader = ApiReader(self.jobs)
+                return self.search(experiment_ids, filter_string, cap)
             if getattr(exc, "error_code", "") == "INVALID_PARAMETER_VALUE":
                 raise UsageError(f'MLflow rejected the search "{filter_string}": {msg}') from exc
             raise BenchError(f"cannot search runs on {self.uri}: {msg}") from exc
 
     def note(self) -> str | None:
         """What the cache did, and what it cannot see (for the report)."""
+        from analysis.fetch.api import OVERLAP_MS
+
         s = self.stats
         if self.mode == "off":
             return None
@@ -107,7 +117,7 @@ class Source:
             if self.reader.kind == "sql"
             else "a tag edited on a run after it ended is not, nor a run purged by `mlflow gc` "
             "before an analysis saw it deleted, nor one stamped by a clock more than "
-            f"{api_overlap_min()} min behind this machine's"
+            f"{OVERLAP_MS // 60000} min behind this machine's"
         )
         unsaved = f" (not written: {s.unsaved})" if s.unsaved else ""
         return (
@@ -117,12 +127,6 @@ class Source:
             f"or restored since are picked up on every analysis; {blind}: `--cache refresh` reads "
             "everything again"
         )
-
-
-def api_overlap_min() -> int:
-    from analysis.fetch.api import OVERLAP_MS
-
-    return OVERLAP_MS // 60000
 
 
 def check_filter(filter_string: str) -> None:

@@ -5,7 +5,7 @@ MLflow's search API returns whole runs (every tag, param and metric; REST has no
 so the keys analysis does not read are dropped here, as they arrive, before anything is kept. On an
 HTTP server the response's JSON is read directly (through MLflow's own `http_request`, so its
 authentication, TLS and retry settings apply): MlflowClient would first turn it into protobuf
-messages and Run objects, 1.6 ms of CPU per run here, ten times the cost of the JSON itself.
+messages and Run objects: 3.3 s of CPU for 2,000 runs here, against 0.5 to 0.9 s this way.
 
 Pages in parallel: the server hands out a page token after each page. When the first page's token
 is the one MLflow's own stores make for "offset N" (`SearchUtils.create_page_token`, checked
