@@ -35,6 +35,12 @@ def build_parser() -> ArgumentParser:
         help="profile mode (under ncu; see python -m profiling): K NVTX-marked steps between "
         "cudaProfilerStart/Stop after warmup; logs no run",
     )
+    out.add_argument(
+        "--no-cudnn-benchmark",
+        action="store_true",
+        help="profile mode: keep cuDNN's autotuner off, so every run picks the same kernels (ncu's "
+        "application and app-range replay rerun the program once per pass)",
+    )
     return parser
 
 
@@ -96,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if args.profile_steps:
-        return _profile(cfg, args.profile_steps)
+        return _profile(cfg, args.profile_steps, cudnn_benchmark=not args.no_cudnn_benchmark)
     session, result = run(
         cfg,
         experiment=args.experiment,
@@ -122,7 +128,7 @@ def _ci_text(metrics: dict) -> str:
     return f", mean ±{rel:.1%} at 95% confidence" if rel is not None else ""
 
 
-def _profile(cfg: TrainConfig, steps: int) -> int:
+def _profile(cfg: TrainConfig, steps: int, cudnn_benchmark: bool = True) -> int:
     import torch
 
     from train.bench import check_profile_mode, preflight, profile_steps
@@ -138,7 +144,7 @@ def _profile(cfg: TrainConfig, steps: int) -> int:
     device = preflight(cfg)
     if device.type != "cuda":
         raise UsageError(f"profile mode needs --device cuda, got {cfg.device}")
-    profile_steps(cfg, device, steps)
+    profile_steps(cfg, device, steps, cudnn_benchmark=cudnn_benchmark)
     console.info(
         f"profiled {steps} step(s) of {cfg.run_name()} on {torch.cuda.get_device_name(device)}"
     )
