@@ -236,6 +236,25 @@ def test_upload_to_a_server_that_is_down_fails_on_the_health_check(tracking, mon
     assert s.spool_path.exists()
 
 
+def test_analysis_against_a_server_that_is_down_fails_on_the_health_check(
+    tracking, monkeypatch, tmp_path, capsys
+):
+    """analysis read through MLflow's retry schedule (249 s) before it said the server was down."""
+    go_offline(monkeypatch)
+
+    def no_mlflow(*a, **k):
+        raise AssertionError("MLflow was called while the server was known to be down")
+
+    monkeypatch.setattr("mlflow.utils.rest_utils.http_request", no_mlflow)  # every MLflow request
+    from analysis import app
+
+    assert app.cli(["--no-track", "--out", str(tmp_path / "o")]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: http://127.0.0.1:9 does not answer (ConnectionError): start it, or point "
+        "MLFLOW_TRACKING_URI at a store that works"
+    ]
+
+
 # ------------------------------------------------------------------ credentials
 def test_credentials_in_the_tracking_uri_are_never_printed_or_stored(tracking, monkeypatch, capsys):
     from common.server import ui_hint
@@ -265,6 +284,34 @@ def test_credentials_are_not_printed_by_mlflow_either(on_server, monkeypatch, ca
     run = mlflow.tracking.MlflowClient().get_run(s.run_id)
     assert run.info.status == "FINISHED"
     assert "s3cr3t" not in json.dumps(run.data.tags) + json.dumps(run.data.params)
+
+
+@pytest.mark.server
+def test_analysis_writes_no_credentials_into_its_report_or_its_cache(
+    on_server, monkeypatch, tmp_path, capfd
+):
+    """report.md ("Generated ... from `<URI>`") and the fetch cache held the password."""
+    from analysis import app
+    from tests.test_analysis_end_to_end import L4, log_train, vendor_stub
+
+    come_back(monkeypatch, on_server.url.replace("http://", "http://alice:s3cr3t-pw@"))
+    exp = f"leak-{os.getpid()}-{tmp_path.name}"
+    log_train("l4", L4, 64, "fp32", thr=700, thr_sd=20, flops_step=1.5e12, median_s=0.1,
+              intensity=60, exp=exp)  # fmt: skip
+    monkeypatch.setattr("analysis.vendor.load_vendor_lookup", lambda *_: vendor_stub)
+    out = tmp_path / "report"
+    assert app.main(["--experiment", exp, "--out", str(out), "--jobs", "1"]) == 0
+    written = {
+        p: p.read_bytes()
+        for folder in (out, tmp_path / "cache")
+        for p in folder.rglob("*")
+        if p.is_file()
+    }
+    assert any(p.suffix == ".json" for p in written)  # the cache was written
+    assert not [p for p, data in written.items() if b"s3cr3t" in data]
+    assert "http://***@127.0.0.1" in (out / "report.md").read_text()
+    printed = "".join(capfd.readouterr())
+    assert "s3cr3t" not in printed
 
 
 # ------------------------------------------------------------------ resumed runs
