@@ -23,7 +23,7 @@ The goal is 0, 0, 0. Cases:
 5. two uploads at once: an offline sweep spooled, then two `python -m common.upload` together.
 6. two sweeps at once: the same sweep started twice together: one runs, the other refuses.
 
-Slow by nature (a dozen Python processes importing torch, two server starts): about 5 to 10 minutes
+Slow by nature (a dozen Python processes importing torch, two server starts): about 16 minutes
 on a shared 2-core machine. Prints one line per case and the totals; exits 1 unless all are 0.
 """
 
@@ -131,6 +131,16 @@ class Store:
         client = self.client()
         ids = [e.experiment_id for e in client.search_experiments()]
         return list(client.search_runs(ids, max_results=10_000)) if ids else []
+
+    def child_finished(self) -> bool:
+        """Whether a train run has FINISHED here (False while the store is still being created)."""
+        try:
+            return any(
+                r.info.status == "FINISHED" and r.data.tags.get("run_kind") == "train"
+                for r in self.runs()
+            )
+        except Exception:  # noqa: BLE001 - no tables yet, or a server still starting
+            return False
 
 
 def wait_for(proc: subprocess.Popen, marker: bytes, timeout_s: float = 900) -> bytes:
@@ -256,16 +266,7 @@ def case_sweep_resume(tmp: Path) -> Outcome:
     store = Store(tmp / "sweep-resume")
     proc = store.start("train.sweep", *SWEEP, "--name", "chaos-resume")
 
-    def one_finished() -> bool:
-        try:
-            return any(
-                r.info.status == "FINISHED" and r.data.tags.get("run_kind") == "train"
-                for r in store.runs()
-            )
-        except Exception:  # noqa: BLE001 - the store is being created
-            return False
-
-    wait_until(one_finished, what="the first child")
+    wait_until(store.child_finished, what="the first child")
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=300)
     again = store.run("train.sweep", *SWEEP, "--name", "chaos-resume")
@@ -281,14 +282,7 @@ def case_server_death(tmp: Path) -> Outcome:
     with served(folder) as server:
         store = Store(folder, server.url)
         proc = store.start("train.sweep", *SWEEP, "--name", "chaos-death")
-
-        def one_finished() -> bool:
-            return any(
-                r.info.status == "FINISHED" and r.data.tags.get("run_kind") == "train"
-                for r in store.runs()
-            )
-
-        wait_until(one_finished, what="the first child on the server")
+        wait_until(store.child_finished, what="the first child on the server")
         os.killpg(server.proc.pid, signal.SIGKILL)  # the server dies, workers and all
         server.proc.wait()
         server.proc = None
@@ -353,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
         "--case", action="append", choices=[c.__name__[5:] for c in CASES], help="only these cases"
     )
     args = parser.parse_args(argv)
+    os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"  # this process reads summary.csv
     chosen = [c for c in CASES if not args.case or c.__name__[5:] in args.case]
     outcomes = []
     with tempfile.TemporaryDirectory(prefix="chaos-") as tmp:
