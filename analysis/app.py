@@ -17,7 +17,7 @@ from analysis import core, fetch, figures, report, vendor
 from common import console, schema
 from common.cli import ArgumentParser, cli_entry, str_bool
 from common.errors import BenchError, UsageError
-from common.tracking import tracking_uri
+from common.server import display_uri
 
 
 @dataclass
@@ -193,7 +193,7 @@ def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> R
     n_train = 0 if runs.empty else int((runs.get("tags.run_kind") == "train").sum())
     if n_train == 0:
         raise UsageError(
-            f"no train runs match ({query.describe()}) on {tracking_uri()}; "
+            f"no train runs match ({query.describe()}) on {display_uri()}; "
             "check the names with `mlflow ui` or loosen --filter/--env-label"
         )
     complexity, complexity_notes = fetch.fetch_complexity(query, source)
@@ -232,7 +232,7 @@ def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> R
     files += report.write_tables(analysis, out_dir)
     generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     text = report.report_markdown(
-        analysis, drawn, tracking_uri(), query.describe(), generated, var_title
+        analysis, drawn, display_uri(), query.describe(), generated, var_title
     )
     report_path = out_dir / "report.md"
     report_path.write_text(text)

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import os
 import re
-from typing import Callable
+import signal
+import threading
+from typing import Callable, Iterator
 
 from common import console
-from common.errors import BenchError, UsageError, one_line
+from common.errors import BenchError, Terminated, UsageError, one_line
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -54,8 +57,40 @@ def optional(convert: Callable | None = None) -> Callable:
     return parse
 
 
+STOP_SIGNALS = (
+    "SIGTERM",
+    "SIGHUP",
+)  # what timeout, systemd, Kubernetes, Slurm and a closed terminal send
+
+
+@contextlib.contextmanager
+def stop_signals_interrupt() -> Iterator[None]:
+    """Inside the block, SIGTERM and SIGHUP raise `Terminated` (a KeyboardInterrupt) in the main
+    thread, as Ctrl-C raises KeyboardInterrupt: runs end KILLED with the signal's name as their
+    `error` and keep what was measured. Only the first such signal interrupts; later ones are
+    ignored so that the run can be recorded. Outside the main thread, nothing is changed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+
+    def handler(signum, frame):
+        if not received:
+            received.append(signum)
+            raise Terminated(signum)
+
+    signums = [getattr(signal, name) for name in STOP_SIGNALS if hasattr(signal, name)]
+    previous = {s: signal.signal(s, handler) for s in signums}
+    try:
+        yield
+    finally:
+        for s, old in previous.items():
+            signal.signal(s, old)
+
+
 def cli_entry(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | None], int]:
-    """Wrap a CLI `main(argv) -> exit code` so a BenchError prints `error: <line>` and exits non-zero.
+    """Wrap a CLI `main(argv) -> exit code` so a BenchError prints `error: <line>` and exits non-zero,
+    and SIGTERM/SIGHUP stop it as Ctrl-C does (`stop_signals_interrupt`; exit code 128 + signal).
 
     Anything else propagates: a bug should show its traceback. Under `mlflow run` the run exists
     before the script starts; if the error came before a RunSession took that run over, it is ended
@@ -65,7 +100,8 @@ def cli_entry(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | 
     @functools.wraps(main)
     def wrapped(argv: list[str] | None = None) -> int:
         try:
-            return main(argv)
+            with stop_signals_interrupt():
+                return main(argv)
         except BenchError as err:
             console.error(one_line(err))
             if os.environ.get("MLFLOW_RUN_ID"):  # RunSession removes it when it takes the run over
@@ -73,6 +109,9 @@ def cli_entry(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | 
 
                 fail_pending_run(one_line(err))
             return err.exit_code
+        except Terminated as exc:
+            console.error(str(exc))
+            return 128 + exc.signum
         except KeyboardInterrupt:
             console.error("interrupted")
             return 130

@@ -6,6 +6,8 @@
 * `warn(text)`: "warning: ..." on stderr, always: a number may be wrong or incomplete.
 * `error(text)`: "error: ..." on stderr, always (used by the CLI wrapper, common.cli.cli_entry).
 
+Every line goes through common.server.redact first: a URI with a password in it is never printed.
+
 `quiet()` is a context manager that silences info and note inside it (a sweep's children, a test);
 it nests and is per process. No `say=` callables and `quiet=` flags: callers that want to
 capture messages use pytest's capsys/capfd, as users see them.
@@ -17,16 +19,18 @@ import contextlib
 import sys
 from typing import Iterator
 
+from common.server import redact
+
 _quiet_depth = 0
 
 
 def result(text: str) -> None:
-    print(text, file=sys.stdout, flush=True)
+    print(redact(text), file=sys.stdout, flush=True)
 
 
 def info(text: str) -> None:
     if not _quiet_depth:
-        print(text, file=sys.stderr, flush=True)
+        print(redact(text), file=sys.stderr, flush=True)
 
 
 def note(text: str) -> None:
@@ -34,11 +38,11 @@ def note(text: str) -> None:
 
 
 def warn(text: str) -> None:
-    print(f"warning: {text}", file=sys.stderr, flush=True)
+    print(redact(f"warning: {text}"), file=sys.stderr, flush=True)
 
 
 def error(text: str) -> None:
-    print(f"error: {text}", file=sys.stderr, flush=True)
+    print(redact(f"error: {text}"), file=sys.stderr, flush=True)
 
 
 def is_quiet() -> bool:

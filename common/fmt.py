@@ -39,7 +39,19 @@ def pct(value: float | None) -> str:
     return f"{100 * value:.1f}%"
 
 
+SLUG_MAX_CHARS = 60
+
+
 def slug(text: str) -> str:
-    """A file-name-safe version of an environment label."""
-    out = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(text)).strip("_.")
-    return out or "env"
+    """A file-name-safe version of an environment label (or any user text): at most SLUG_MAX_CHARS
+    characters; a longer one is cut and ends with a hash of the whole text, so that two long labels
+    with the same beginning still get different names (runs recorded before labels were bounded may
+    have labels of any length)."""
+    import hashlib
+
+    out = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(text))
+    out = out.strip("_.") or "env"
+    if len(out) > SLUG_MAX_CHARS:
+        digest = hashlib.sha256(str(text).encode()).hexdigest()[:8]
+        out = f"{out[: SLUG_MAX_CHARS - 9]}-{digest}"
+    return out

@@ -20,6 +20,11 @@ TAG_HOST = "host"
 TAG_CONFIG_KEY = "config_key"
 TAG_ERROR = "error"  # one-line reason on every FAILED run
 TAG_INTENSITY_SOURCE = "intensity_source"  # "measured" (ncu counters) or "modeled" (byte model)
+# `<host>:<pid>:<start s>` of the process that drives the run (common.tracking.process_tag): how a
+# later command tells a run left RUNNING by a dead process from a live one
+TAG_PROCESS = "process"
+# on a run `python -m common.upload` created: the spool entry it came from (a second upload finds it)
+TAG_SPOOL_ID = "spool_local_id"
 
 RUN_KINDS = ("train", "profile", "peaks", "analysis", "sweep", "complexity")
 
@@ -101,6 +106,51 @@ def host_name() -> str:
 def default_env_label() -> str:
     """The environment label used when the user gives none: the host name."""
     return host_name()
+
+
+# Longest env label (and sweep name): a name to read in a legend, not a description. MLflow cuts
+# tag values at 8,000 characters without a word (a cut label never matches again: the next sweep
+# resumed nothing), and figure file names are built from labels.
+MAX_LABEL_CHARS = 100
+
+
+def env_label(text: str | None) -> str:
+    """The env label to record for `text` (`--env-label`): stripped, the host name when empty, and
+    checked by `check_label` (ValueError naming the rule). The one rule every command applies, so
+    that a label one command accepts, every other command (analysis --env-label, a sweep) accepts."""
+    label = str(text or "").strip()
+    if not label:
+        label = default_env_label()
+        if len(label) > MAX_LABEL_CHARS:  # a host name may be 253 characters long
+            raise ValueError(
+                f"the host name {label[:40]!r}... is longer than {MAX_LABEL_CHARS} characters: "
+                "give --env-label"
+            )
+    return check_label(label, "env_label")
+
+
+def check_label(text: str, what: str) -> str:
+    """`text` if it is a usable label (env label, sweep name), else ValueError saying why: at most
+    MAX_LABEL_CHARS characters of one line of printable text (no control characters), no comma
+    (analysis --env-label separates labels with commas), not both quote characters (an MLflow
+    search filter cannot hold both)."""
+    shown = f"{text[:40]!r}{'...' if len(text) > 40 else ''}"
+    if len(text) > MAX_LABEL_CHARS:
+        raise ValueError(
+            f"{what} {shown} is {len(text)} characters long: use at most {MAX_LABEL_CHARS}"
+        )
+    if not text.isprintable():
+        raise ValueError(
+            f"{what} {shown} contains a line break or another control character: use one line"
+        )
+    if "," in text:
+        raise ValueError(
+            f"{what} {shown} contains a comma, which separates labels in analysis --env-label: "
+            "use another character"
+        )
+    if "'" in text and '"' in text:
+        raise ValueError(f"{what} {shown} contains both quote characters ' and \"; rename it")
+    return text
 
 
 def filter_literal(value: str, what: str = "value") -> str:

@@ -1,9 +1,14 @@
 """The tracking server: which one is in use, whether it answers, how to look at a run on it.
 
-Read-only facts about the server; writing runs is common/tracking.py's job.
+Read-only facts about the server; writing runs is common/tracking.py's job. Every URI shown to
+the user or stored for display goes through `redact` (a tracking URI may hold a password).
 """
 
 from __future__ import annotations
+
+import re
+
+from common.errors import one_line
 
 _UNREACHABLE_MARKERS = (
     "Connection refused",
@@ -25,9 +30,70 @@ def tracking_uri() -> str:
     return mlflow.get_tracking_uri()
 
 
+def redact(text: str) -> str:
+    """`text` with the user info of every URI in it hidden: `http://alice:pw@host:5000` ->
+    `http://***@host:5000`. The one redaction: for anything printed, tagged or written for display."""
+    return _USERINFO.sub(r"\1***@", str(text))
+
+
+# scheme://user[:password]@ (a password may hold '@' but not '/' or white space)
+_USERINFO = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s]+@")
+
+
+def display_uri() -> str:
+    """The tracking URI in use, as it may be shown or stored: without user name and password."""
+    return redact(tracking_uri())
+
+
 def same_tracking_uri(uri: str | None) -> bool:
-    """Whether `uri` (as a spool entry records it) is the tracking URI in use now."""
-    return (uri or "").rstrip("/") == tracking_uri().rstrip("/")
+    """Whether `uri` (as a spool entry records it: redacted) is the tracking URI in use now."""
+    return redact(uri or "").rstrip("/") == display_uri().rstrip("/")
+
+
+def store_problem(exc: BaseException) -> str:
+    """One line saying what is wrong with the tracking store and what to do, from `exc` (an error
+    the store raised), the URI without credentials."""
+    text = _chain_text(exc)
+    uri = display_uri()
+    where = f"the tracking store {uri}"
+    if "readonly database" in text or "Read-only file system" in text:
+        return (
+            f"{where} is read-only ({one_line(exc)[:120]}): make the file and its folder "
+            "writable, or point MLFLOW_TRACKING_URI at another store"
+        )
+    if "PermissionError" in text or "Permission denied" in text:
+        return (
+            f"{where} cannot be written ({redact(one_line(exc))[:160]}): make the store and its "
+            "artifact folder writable, or point MLFLOW_TRACKING_URI at another store"
+        )
+    if "file is not a database" in text or "database disk image is malformed" in text:
+        return (
+            f"{where} is not a readable sqlite database ({one_line(exc)[:120]}): move the file away "
+            "or point MLFLOW_TRACKING_URI at another one"
+        )
+    code = re.search(r"error code (\d{3}) != 200", text)
+    if code and code.group(1) in ("401", "403"):
+        return (
+            f"{uri} refused access (HTTP {code.group(1)}): set MLFLOW_TRACKING_USERNAME and "
+            "MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN) for it"
+        )
+    if code and ("Response body: '<" in text or code.group(1) in ("404", "405", "501")):
+        return (
+            f"{uri} answered HTTP {code.group(1)} to the MLflow API: it is not an MLflow tracking "
+            "server; check MLFLOW_TRACKING_URI (scheme, host, port and path)"
+        )
+    line = redact(one_line(exc))
+    return f"{where}: {line.split(' Response body:')[0][:300]}"
+
+
+def _chain_text(exc: BaseException) -> str:
+    """The messages of `exc` and every exception it was raised from, with their type names."""
+    parts, seen = [], set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        parts.append(f"{type(exc).__name__}: {exc}")
+        exc = exc.__cause__ or exc.__context__
+    return "\n".join(parts)
 
 
 def is_unreachable(exc: BaseException) -> bool:
@@ -64,7 +130,7 @@ def check_reachable(timeout_s: float = 5.0) -> None:
     try:
         requests.get(uri.rstrip("/") + "/health", timeout=timeout_s)
     except requests.RequestException as exc:
-        raise ConnectionError(f"{uri} does not answer ({type(exc).__name__})") from exc
+        raise ConnectionError(f"{redact(uri)} does not answer ({type(exc).__name__})") from exc
 
 
 def server_reachable() -> bool:
@@ -78,7 +144,7 @@ def server_reachable() -> bool:
 
 def ui_hint(run_id: str | None, experiment_id: str | None) -> str:
     """How to look at a run: the UI command for a local store, the URL for a server."""
-    uri = tracking_uri()
+    uri = display_uri()
     path = f"#/experiments/{experiment_id}/runs/{run_id}" if run_id else ""
     if uri.startswith(("http://", "https://")):
         return f"see {uri.rstrip('/')}/{path}"

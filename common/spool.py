@@ -7,21 +7,30 @@ artifact files, so that nothing the run logged depends on files that may be gone
 * `local_id`, `parent_local_id`: the run's and its parent's spool folder names;
 * `run_id`, `parent_run_id`, `experiment_id`: ids on the server, once it has the run (a run cut off
   mid-way, or one a resumed upload already created);
-* `experiment`, `status`, `tracking_uri` (the server the run was meant for), `created_s`;
+* `experiment`, `status`, `tracking_uri` (the server the run was meant for, without user name and
+  password), `created_s`;
 * `record`: the whole run as a RunRecord dict (what a resumed sweep reads: tags, params, status);
 * `unsent`: for a run the server already has, the part of `record` it does not have yet; None when
   the server has nothing of it (upload then sends `record`).
+
+An entry that cannot be read (a corrupt or hand-edited run.json) is skipped with a warning naming
+it; the others are still read. `entry_lock` keeps two uploads from sending one entry twice.
 
 Reading and writing only: sending spooled runs is common/upload.py's job. No mlflow here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import time
 from pathlib import Path
+from typing import Iterator
+
+from common import console
+from common.locks import locked
 
 SPOOL_ENV = "ROOFLINE_SPOOL_DIR"
 
@@ -31,17 +40,66 @@ def spool_dir() -> Path:
     return Path(os.environ.get(SPOOL_ENV) or Path.home() / ".cache" / "roofline-bench" / "spool")
 
 
-def spooled_runs(folder: Path | None = None) -> list[dict]:
+def spooled_runs(folder: Path | None = None, warn: bool = True) -> list[dict]:
     """Spooled runs, parents before their children, oldest first. Each entry's `_path` is its
-    run.json (not stored in the file)."""
+    run.json (not stored in the file). Unreadable entries are left out, each with a warning naming
+    it (unless `warn` is false)."""
     folder = folder or spool_dir()
     entries = []
     for path in sorted(folder.glob("*/run.json")):
-        entry = json.loads(path.read_text())
-        entry["_path"] = str(path)
-        entries.append(entry)
+        entry = read_entry(path, warn)
+        if entry is not None:
+            entries.append(entry)
     entries.sort(key=lambda e: (e["parent_local_id"] is not None, e["created_s"]))
     return entries
+
+
+_REQUIRED = {
+    "local_id": str,
+    "record": dict,
+    "created_s": (int, float),
+    "status": (str, type(None)),
+}
+
+
+def read_entry(path: str | Path, warn: bool = True) -> dict | None:
+    """The spool entry at `path` (its run.json) with `_path` set; None when it is gone, or cannot be
+    read (then a warning names it, unless `warn` is false)."""
+    path = Path(path)
+    try:
+        entry = json.loads(path.read_text())
+        if not isinstance(entry, dict):
+            raise ValueError("not a JSON object")
+        for key, kind in _REQUIRED.items():
+            if not isinstance(entry.get(key), kind):
+                raise ValueError(f"no valid {key!r}")
+        if not isinstance(entry["record"].get("run_kind"), str):
+            raise ValueError("no valid 'record.run_kind'")
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        if warn:
+            console.warn(
+                f"skipped spool entry {path}: it cannot be read ({str(exc)[:120]}); the other "
+                "entries are used. Look at it, then move it out of the spool folder"
+            )
+        return None
+    entry.setdefault("parent_local_id", None)
+    entry["_path"] = str(path)
+    return entry
+
+
+@contextlib.contextmanager
+def entry_lock(entry: dict) -> Iterator[dict | None]:
+    """Lock a spool entry against other processes and read it again: yields its current content,
+    or None when another process holds it or it is gone (sent by another upload)."""
+    path = Path(entry["_path"])
+    with contextlib.ExitStack() as stack:
+        try:
+            held = stack.enter_context(locked(path.parent / ".lock"))
+        except FileNotFoundError:  # its folder was removed: another upload sent it
+            held = False
+        yield read_entry(path) if held else None
 
 
 def save_entry(entry: dict, path: str | Path | None = None) -> None:
@@ -64,14 +122,16 @@ def write_entry(
     parent_run_id: str | None,
     status: str | None,
     tracking_uri: str,
+    folder: Path | None = None,
 ) -> Path:
     """Spool one run (see the module docstring for the fields); returns its run.json.
 
     `record["files"]` and `unsent["files"]` map artifact paths to local files: those are copied into
     the spool folder and the entry points at the copies. Writing the entry of a run already spooled
-    (a resumed sweep's parent) keeps its `created_s`, its place in the upload order.
+    (a resumed sweep's parent) keeps its `created_s`, its place in the upload order. `folder`: the
+    spool folder to write into (default `spool_dir()`).
     """
-    folder = spool_dir() / local_id
+    folder = (folder or spool_dir()) / local_id
     (folder / "files").mkdir(parents=True, exist_ok=True)
     files = {}
     for i, (art, local) in enumerate(record["files"].items()):

@@ -5,11 +5,17 @@ Every entry point (train, profile, peaks, analysis, sweep, complexity) records i
 
 * creates the MLflow run, or resumes the one `mlflow run` created (MLFLOW_RUN_ID);
 * writes params and tags as soon as they are known and everything else with batched calls;
-* ends the run FINISHED, or FAILED with a one-line `error` tag when the body raised;
-* when the tracking server cannot be reached, keeps the whole record in a local spool file
-  (common/spool.py) so that no measurement is lost; `python -m common.upload` (common/upload.py)
-  sends spooled runs once the server is back, through the session's public `continue_run`,
-  `create_run`, `send` and `terminate`.
+* ends the run FINISHED, FAILED with a one-line `error` tag when the body raised, or KILLED when
+  it was interrupted (Ctrl-C, or SIGTERM/SIGHUP: common/cli.py turns those into an interrupt);
+* tags the run with the process that drives it (`process`: host, pid, start time), so that a later
+  command can tell a run left RUNNING by a process that is gone (`kill -9`) and end it FAILED
+  (`close_stale_runs`, which every top-level session runs when it opens);
+* when the tracking server cannot be reached, or refuses a write after the run was created (a
+  read-only database or artifact store), keeps the whole record in a local spool file
+  (common/spool.py) so that no measurement is lost; if the spool cannot be written either, in a
+  spool folder in the working directory (`RESCUE_DIR`), and says where. `python -m common.upload`
+  (common/upload.py) sends spooled runs once the store works again, through the session's public
+  `continue_run`, `create_run`, `send` and `terminate`.
 
 Whether the server answers, and which one is in use, is common/server.py's. Only these modules (and
 analysis/fetch.py, which reads) import mlflow.
@@ -17,6 +23,8 @@ analysis/fetch.py, which reads) import mlflow.
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import shutil
 import time
@@ -26,15 +34,33 @@ from pathlib import Path
 from typing import Any
 
 from common import console, schema, spool
-from common.errors import BenchError, one_line
+from common.errors import BenchError, Terminated, one_line
 
 # tracking_uri stays importable from here (common.tracking.tracking_uri) for callers that use it
-from common.server import check_reachable, is_unreachable, tracking_uri
+from common.server import (
+    check_reachable,
+    display_uri,
+    is_unreachable,
+    redact,
+    store_problem,
+    tracking_uri,  # noqa: F401 - re-exported
+)
 
 # Metric histories keep at most this many points per series (every k-th step beyond it, with the
 # stride in the tag `<name>_stride`). MLflow's SQL store inserts ~0.2 ms of CPU per metric row, so
 # 10,000 rows cost ~2 s; callers keep the full series as an artifact (see train/__main__.py).
 MAX_SERIES_POINTS = 1000
+
+# Where a run goes when neither the store nor the spool folder can be written: a spool folder in the
+# working directory (python -m common.upload --spool-dir roofline-spool sends it).
+RESCUE_DIR = "roofline-spool"
+
+# MLflow's SQL store logs every database error with its traceback at ERROR level before raising it;
+# the session reports the error itself, in one line.
+logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
+# MLflow prints "View run <name> at: <tracking URI>/#/..." when a run on a server ends, user name and
+# password included; the commands print their own hint, redacted (common.server.ui_hint).
+os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
 
 
 def param_str(value: Any) -> str:
@@ -131,6 +157,8 @@ class RunSession:
         self._monitor = None
         self._written_params: set[str] = set()
         self._fail_reason: str | None = None
+        self._stale_error = False
+        self._store_error = False  # offline because the store refused a write (not an outage)
 
     # ---------------------------------------------------------------- recording
     def log_params(self, params: dict[str, Any]) -> None:
@@ -174,8 +202,12 @@ class RunSession:
             raise
         except Exception as exc:  # noqa: BLE001 - decide below
             if not is_unreachable(exc):
-                raise BenchError(f"cannot use the MLflow tracking store: {one_line(exc)}") from exc
-            self._go_offline(exc)
+                if self.run_id is None:  # nothing measured yet: say what is wrong and stop
+                    raise BenchError(f"cannot use {store_problem(exc)}") from exc
+                # created, then refused a write: keep measuring, spool at the end
+                self._store_failed(exc)
+            else:
+                self._go_offline(exc)
         return self
 
     def fail(self, reason: str) -> None:
@@ -187,11 +219,14 @@ class RunSession:
             self.status, self.error = "FAILED", self._fail_reason
         elif exc is None:
             self.status = "FINISHED"
+        elif isinstance(exc, Terminated):
+            self.status, self.error = "KILLED", str(exc)
         elif isinstance(exc, KeyboardInterrupt):
             self.status, self.error = "KILLED", "interrupted by the user"
         else:
             self.status, self.error = "FAILED", one_line(exc)
         if self.error:
+            self.error = redact(self.error)
             self.set_tags({schema.TAG_ERROR: self.error[:5000]})
         self._finish()
         return False
@@ -203,10 +238,11 @@ class RunSession:
         try:
             self.send(self._pending)
             self._pending = RunRecord(self.record.run_kind)
-        except Exception as exc:  # noqa: BLE001
-            if not is_unreachable(exc):
-                raise
-            self._go_offline(exc)
+        except Exception as exc:  # noqa: BLE001 - nothing recorded is lost: spooled at the end
+            if is_unreachable(exc):
+                self._go_offline(exc)
+            else:
+                self._store_failed(exc)
 
     # ---------------------------------------------------------------- server side
     # What _open does, and what python -m common.upload does for a spooled run (common/upload.py).
@@ -217,11 +253,15 @@ class RunSession:
         run = client.get_run(run_id)
         self.run_id, self.experiment_id = run_id, run.info.experiment_id
         self._written_params = set(run.data.params)
+        # a resumed run (a sweep's parent) may carry the error of the attempt it resumes
+        self._stale_error = schema.TAG_ERROR in run.data.tags
+        client.set_tag(run_id, schema.TAG_PROCESS, process_tag())  # this process drives it now
 
     def create_run(self, experiment_id: str, parent_run_id: str | None, client) -> None:
         """Create this session's run in `experiment_id` through `client`, named and tagged as
         recorded so far, nested under `parent_run_id` when one is given."""
-        tags = dict(self.record.tags)
+        tags = {**self.record.tags, schema.TAG_PROCESS: process_tag()}
+        tags.setdefault(schema.TAG_HOST, schema.host_name())
         if parent_run_id:
             tags["mlflow.parentRunId"] = parent_run_id
         self._client = client
@@ -269,7 +309,11 @@ class RunSession:
             del rec.files[path]
 
     def terminate(self, status: str) -> None:
-        """End the run on the server with `status` (FINISHED, FAILED, KILLED)."""
+        """End the run on the server with `status` (FINISHED, FAILED, KILLED). A continued run that
+        ends FINISHED loses the `error` tag an earlier attempt left on it."""
+        if status == "FINISHED" and self._stale_error:
+            self._client.delete_tag(self.run_id, schema.TAG_ERROR)
+            self._stale_error = False
         self._client.set_terminated(self.run_id, status=status)
 
     # ---------------------------------------------------------------- internals
@@ -287,6 +331,8 @@ class RunSession:
             self.experiment_id = self._experiment_id()
             parent_run_id = self.parent.run_id if self.parent is not None else None
             self.create_run(self.experiment_id, parent_run_id, self._client)
+        if self.parent is None:  # once the store proved it works: runs of dead processes
+            close_stale_runs(self._client)
         if self.system_metrics:
             self._start_monitor()
         self.flush()
@@ -317,16 +363,29 @@ class RunSession:
                 self.flush()
                 if not self.offline:
                     self.terminate(self.status)
-            except Exception as exc:  # noqa: BLE001
-                if not is_unreachable(exc):
-                    raise
-                self._go_offline(exc)
+            except Exception as exc:  # noqa: BLE001 - nothing recorded is lost: spooled below
+                if is_unreachable(exc):
+                    self._go_offline(exc)
+                else:
+                    self._store_failed(exc)
         if self.offline:
-            self.spool_path = self._spool()
-            console.info(
-                f"tracking server unreachable: run kept in {self.spool_path}; "
-                "send it later with `python -m common.upload`"
+            self.spool_path = self._keep()
+            if not self._store_error and self.spool_path.parent.parent == spool.spool_dir():
+                console.info(
+                    f"tracking server unreachable: run kept in {self.spool_path}; "
+                    "send it later with `python -m common.upload`"
+                )
+
+    def _store_failed(self, exc: BaseException) -> None:
+        """The store refused a write after the run was created (not an outage): say so once, and
+        keep the rest of the run in the spool like an offline run (upload completes it)."""
+        if not self.offline:
+            console.warn(
+                f"could not record the run in {store_problem(exc)}; the run is kept in the spool "
+                "instead: fix the store, then send it with `python -m common.upload`"
             )
+            self._store_error = True
+        self._go_offline(None)
 
     def _go_offline(self, exc: BaseException | None) -> None:
         if not self.offline and exc is not None:
@@ -335,7 +394,31 @@ class RunSession:
         if self.parent is not None:
             self.parent.offline = True  # siblings started after this one go straight offline
 
-    def _spool(self) -> Path:
+    def _keep(self) -> Path:
+        """Spool the run; when the spool folder cannot be written, write the same entry to a spool
+        folder in the working directory, and say where. Returns the entry's run.json."""
+        try:
+            return self._spool()
+        except OSError as exc:
+            failed = f"{spool.spool_dir()} ({one_line(exc)[:160]})"
+        try:
+            path = self._spool(Path(RESCUE_DIR).resolve())
+        except OSError as exc:  # nowhere to write: the summary printed by the caller is all
+            console.warn(
+                f"could not keep the run: neither the spool folder {failed} nor "
+                f"{Path(RESCUE_DIR).resolve()} ({one_line(exc)[:160]}) can be written"
+            )
+            console.warn(f"the run's record: {json.dumps(asdict(self.record))}")
+            raise BenchError(
+                "the run could not be written anywhere: its whole record is printed above"
+            ) from exc
+        console.warn(
+            f"could not write the spool folder {failed}: run kept in {path}; send it with "
+            f"`python -m common.upload --spool-dir {path.parent.parent}`"
+        )
+        return path
+
+    def _spool(self, folder: Path | None = None) -> Path:
         """Write the run to disk: the whole record and, for a run the server already has, the part
         still unsent (see common/spool.py)."""
         return spool.write_entry(
@@ -348,7 +431,8 @@ class RunSession:
             parent_local_id=self.parent.local_id if self.parent else None,
             parent_run_id=self.parent.run_id if self.parent else None,
             status=self.status,
-            tracking_uri=tracking_uri(),
+            tracking_uri=display_uri(),
+            folder=folder,
         )
 
 
@@ -374,6 +458,114 @@ def experiment_id_for(name: str | None, create: bool = False, client=None) -> st
             return exp.experiment_id
         return client.create_experiment(name) if create else None
     return os.environ.get("MLFLOW_EXPERIMENT_ID") or "0"
+
+
+def process_tag(pid: int | None = None) -> str:
+    """The `process` tag of a run driven by process `pid` (default: this one) of this host:
+    `<host>:<pid>:<start time, s since the epoch>` (a pid is reused; a pid and its start time are not)."""
+    pid = os.getpid() if pid is None else pid
+    return f"{schema.host_name()}:{pid}:{_process_start_s(pid) or 0:.2f}"
+
+
+def _process_start_s(pid: int) -> float | None:
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return proc.create_time()
+    except psutil.Error:
+        return None
+
+
+def process_gone(tag: str) -> bool:
+    """Whether the process a `process` tag names is known to be gone: it ran on this host and no
+    process with that pid and start time is alive. False for another host's process, a malformed
+    tag or a process this user may not inspect: a run is never ended on a guess."""
+    try:
+        host, pid, start = tag.rsplit(":", 2)
+        pid, start = int(pid), float(start)
+    except ValueError:
+        return False
+    if host != schema.host_name() or pid <= 0:
+        return False
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        alive = proc.status() != psutil.STATUS_ZOMBIE
+        return not alive or abs(proc.create_time() - start) > 1.0
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.Error:  # access denied: it exists, we cannot tell whose it is
+        return False
+
+
+STALE_REASON = "interrupted: the process recording this run ended before the run finished"
+
+
+def close_stale_runs(
+    client=None, experiment_ids: list[str] | None = None, also: list[str] = ()
+) -> list[str]:
+    """End FAILED every RUNNING run whose `process` tag names a process of this host that is gone
+    (killed with `kill -9`, a crash, a power cut): such a run would otherwise stay RUNNING forever.
+    `also`: ids of runs the caller knows are stale (a resumed sweep's children from before the tag).
+
+    Runs of other hosts, of live processes, without the tag (made by older versions, or by `mlflow
+    run` before the script took them over) and runs the local spool will complete (their id, or their
+    `spool_local_id`, is in a spool entry) are left alone. Returns the ids it ended. Never raises: a
+    store that cannot be searched just leaves them for next time.
+    """
+    try:
+        client = mlflow_client(client)
+        if experiment_ids is None:
+            experiment_ids = _all_experiment_ids(client)
+        kept = _spooled_ids()
+        host = schema.host_name()
+        filt = f"attributes.status = 'RUNNING' and tags.{schema.TAG_PROCESS} LIKE {schema.filter_literal(host + ':%', 'host name')}"
+        closed = []
+        for run_id in also:
+            mark_failed(run_id, STALE_REASON, client)
+            closed.append(run_id)
+        for i in range(0, len(experiment_ids), 100):
+            for run in client.search_runs(experiment_ids[i : i + 100], filt, max_results=1000):
+                tags = run.data.tags
+                if run.info.run_id in kept or tags.get(schema.TAG_SPOOL_ID) in kept:
+                    continue
+                if process_gone(tags.get(schema.TAG_PROCESS, "")):
+                    mark_failed(run.info.run_id, STALE_REASON, client)
+                    closed.append(run.info.run_id)
+    except Exception as exc:  # noqa: BLE001 - housekeeping never stops a measurement
+        console.note(
+            f"could not look for runs left RUNNING by dead processes ({one_line(exc)[:160]})"
+        )
+        return []
+    if closed:
+        console.info(
+            f"marked {len(closed)} run(s) left RUNNING by a process that is gone as FAILED"
+        )
+    return closed
+
+
+def _all_experiment_ids(client) -> list[str]:
+    ids, token = [], None
+    while True:
+        page = client.search_experiments(max_results=1000, page_token=token)
+        ids += [e.experiment_id for e in page]
+        token = page.token
+        if not token:
+            return ids
+
+
+def _spooled_ids() -> set[str]:
+    """Run ids and local ids of the local spool's entries (runs that upload will complete)."""
+    out = set()
+    for entry in spool.spooled_runs(warn=False):
+        out.add(entry["local_id"])
+        if entry.get("run_id"):
+            out.add(entry["run_id"])
+    return out
 
 
 def mark_failed(run_id: str, reason: str, client=None) -> None:

@@ -9,93 +9,149 @@ import shutil
 from dataclasses import asdict
 from pathlib import Path
 
-from common import console
+from common import console, schema
 from common.cli import ArgumentParser, cli_entry
 from common.errors import BenchError, one_line
-from common.server import is_unreachable
-from common.spool import save_entry, spool_dir, spooled_runs
-from common.tracking import RunRecord, RunSession, experiment_id_for, mlflow_client
+from common.server import check_reachable, is_unreachable, redact, store_problem
+from common.spool import entry_lock, save_entry, spool_dir, spooled_runs
+from common.tracking import (
+    RunRecord,
+    RunSession,
+    close_stale_runs,
+    experiment_id_for,
+    mlflow_client,
+)
 
 
 def upload_spooled(folder: Path | None = None, select=None) -> tuple[int, int]:
-    """Send spooled runs to the current tracking server. Returns (sent, still_spooled).
+    """Send spooled runs to the current tracking server. Returns (sent, still_spooled), where
+    still_spooled leaves out the runs another upload is sending (and the children waiting for it).
 
     `select(entry)` limits the upload to some entries (a resumed sweep sends its own). Safe to
-    interrupt and repeat: a run id is written back into its entry (and into its children's entries,
-    as their parent) as soon as the server created it, and what was sent is dropped from the entry,
-    so a second upload completes the same run instead of creating another. Progress is told through
-    common.console.info (silent inside console.quiet()).
+    interrupt and repeat, and to run twice at once: each entry is locked while it is sent (another
+    upload skips it), a run id is written back into its entry (and into its children's entries, as
+    their parent) as soon as the server created it, a run the server created just before a kill (its
+    id not yet saved) is found again by its `spool_local_id` tag, and what was sent is dropped from
+    the entry, so a second upload completes the same run instead of creating another. Progress is
+    told through common.console.info (silent inside console.quiet()).
     """
     client = mlflow_client()
     sent = 0
+    elsewhere: set[str] = set()  # local ids another upload holds, and their waiting children
     every = spooled_runs(folder)
     entries = [e for e in every if select is None or select(e)]
     run_ids: dict[str, str] = {}
     waiting = 0
-    for entry in entries:
-        rec = RunRecord(**entry["record"])
-        # Entries written before "unsent" existed hold only the unsent part in "record": that
-        # format shipped (main at stop 8, before commit 8146611), so such entries may be on disk.
-        unsent = rec if entry.get("unsent") is None else RunRecord(**entry["unsent"])
-        parent_local = entry.get("parent_local_id")
-        parent_run = entry.get("parent_run_id") or run_ids.get(parent_local or "")
-        if (
-            parent_local
-            and not parent_run
-            and not entry.get("run_id")
-            and any(e["local_id"] == parent_local for e in every if Path(e["_path"]).exists())
-        ):
-            waiting += 1  # its parent is still spooled: creating it now would orphan it
-            continue
-        session = RunSession(rec.run_kind, run_name=rec.run_name, tags=rec.tags)
-        try:
-            if entry.get("run_id"):
-                session.continue_run(entry["run_id"], client)
-            else:
-                exp_id = entry.get("experiment_id") or (
-                    experiment_id_for(entry["experiment"], create=True, client=client)
-                    if entry.get("experiment")
-                    else "0"
-                )
-                session.create_run(exp_id, parent_run, client)
-                entry.update(
-                    run_id=session.run_id,
-                    experiment_id=exp_id,
-                    parent_run_id=parent_run,
-                    unsent=asdict(unsent),
-                )
-                save_entry(entry)
-                _link_children(every, entry)
-            session.send(unsent)
-            session.terminate(entry.get("status") or "FINISHED")
-        except Exception as exc:  # noqa: BLE001
-            if entry.get("run_id"):
-                entry["unsent"] = asdict(unsent)  # what send has not sent yet
-                save_entry(entry)
-            if is_unreachable(exc):
-                console.info(f"server still unreachable: {one_line(exc)[:200]}")
-                break
-            raise
-        run_ids[entry["local_id"]] = session.run_id
-        _link_children(every, entry)
-        shutil.rmtree(Path(entry["_path"]).parent, ignore_errors=True)
-        sent += 1
-        console.info(f"uploaded {rec.run_kind} run {rec.run_name or ''} -> {session.run_id}")
+    for listed in entries:
+        with entry_lock(listed) as entry:
+            if entry is None:
+                if Path(listed["_path"]).exists():  # else: another upload sent it
+                    elsewhere.add(listed["local_id"])
+                continue
+            parent_local = entry.get("parent_local_id")
+            parent_run = entry.get("parent_run_id") or run_ids.get(parent_local or "")
+            if (
+                parent_local
+                and not parent_run
+                and not entry.get("run_id")
+                and any(e["local_id"] == parent_local for e in every if Path(e["_path"]).exists())
+            ):
+                # its parent is still spooled: creating it now would orphan it
+                if parent_local in elsewhere:
+                    elsewhere.add(entry["local_id"])  # the upload sending the parent sends it
+                else:
+                    waiting += 1
+                continue
+            try:
+                run_id = _send(client, entry, parent_run, every)
+            except Exception as exc:  # noqa: BLE001
+                if is_unreachable(exc):
+                    console.info(f"server still unreachable: {redact(one_line(exc))[:200]}")
+                    break
+                raise BenchError(
+                    f"spool entry {entry['_path']} could not be sent: {store_problem(exc)}"
+                ) from exc
+            run_ids[entry["local_id"]] = run_id
+            shutil.rmtree(Path(entry["_path"]).parent, ignore_errors=True)
+            sent += 1
+            rec = entry["record"]
+            console.info(f"uploaded {rec['run_kind']} run {rec.get('run_name') or ''} -> {run_id}")
     if waiting:
         console.info(f"{waiting} run(s) wait for their parent run to be uploaded first")
-    return sent, len(entries) - sent
+    if elsewhere:
+        console.info(f"{len(elsewhere)} run(s) are being sent by another upload")
+    left = sum(Path(e["_path"]).exists() and e["local_id"] not in elsewhere for e in entries)
+    return sent, left
+
+
+def _send(client, entry: dict, parent_run: str | None, every: list[dict]) -> str:
+    """Create (or find, or continue) the entry's run on the server and send what it lacks; the entry
+    on disk keeps what is still unsent if a call fails. Returns the run id."""
+    rec = RunRecord(**entry["record"])
+    # Entries written before "unsent" existed hold only the unsent part in "record": that
+    # format shipped (main at stop 8, before commit 8146611), so such entries may be on disk.
+    unsent = rec if entry.get("unsent") is None else RunRecord(**entry["unsent"])
+    session = RunSession(
+        rec.run_kind,
+        run_name=rec.run_name,
+        tags={**rec.tags, schema.TAG_SPOOL_ID: entry["local_id"]},
+    )
+    try:
+        if entry.get("run_id"):
+            session.continue_run(entry["run_id"], client)
+        else:
+            exp_id = entry.get("experiment_id") or (
+                experiment_id_for(entry["experiment"], create=True, client=client)
+                if entry.get("experiment")
+                else "0"
+            )
+            made = _created_before(client, exp_id, entry["local_id"])
+            if made:  # an upload killed between creating the run and saving its id
+                session.continue_run(made, client)
+                unsent = rec  # the server has its creation tags only
+            else:
+                session.create_run(exp_id, parent_run, client)
+            entry.update(
+                run_id=session.run_id,
+                experiment_id=exp_id,
+                parent_run_id=parent_run,
+                unsent=asdict(unsent),
+            )
+            save_entry(entry)
+            _link_children(every, entry)
+        session.send(unsent)
+        session.terminate(entry.get("status") or "FINISHED")
+    except Exception:
+        if entry.get("run_id"):
+            entry["unsent"] = asdict(unsent)  # what send has not sent yet
+            save_entry(entry)
+        raise
+    _link_children(every, entry)
+    return session.run_id
+
+
+def _created_before(client, experiment_id: str, local_id: str) -> str | None:
+    """The run an earlier upload of spool entry `local_id` created (found by its `spool_local_id`
+    tag) but could not record in the entry before it was killed, if any."""
+    runs = client.search_runs(
+        [experiment_id],
+        f"tags.{schema.TAG_SPOOL_ID} = '{local_id}'",
+        order_by=["attributes.start_time ASC"],
+        max_results=1,
+    )
+    return runs[0].info.run_id if runs else None
 
 
 def _link_children(entries: list[dict], parent: dict) -> None:
     """Record `parent`'s server run id in its spooled children, so a later upload links them."""
-    for child in entries:
-        if (
-            child.get("parent_local_id") == parent["local_id"]
-            and not child.get("parent_run_id")
-            and Path(child["_path"]).exists()
-        ):
-            child["parent_run_id"] = parent["run_id"]
-            save_entry(child)
+    for listed in entries:
+        if listed.get("parent_local_id") != parent["local_id"] or listed.get("parent_run_id"):
+            continue
+        with entry_lock(listed) as child:
+            if child is not None and not child.get("parent_run_id"):
+                child["parent_run_id"] = parent["run_id"]
+                save_entry(child)
+                listed["parent_run_id"] = parent["run_id"]
 
 
 @cli_entry
@@ -114,10 +170,18 @@ def main(argv: list[str] | None = None) -> int:
             # a run id: the server has the run (created before the outage) and upload completes it in place
             where = f"completes run {e['run_id']} on" if e.get("run_id") else "for"
             console.result(
-                f"{e['local_id']}  {rec['run_kind']:8s} {rec.get('run_name') or '':40s} {e['status']}  ({where} {e['tracking_uri']})"
+                f"{e['local_id']}  {rec['run_kind']:8s} {rec.get('run_name') or '':40s} {e['status']}  ({where} {redact(e.get('tracking_uri') or '?')})"
             )
         console.result(f"{len(entries)} spooled run(s) in {folder}")
         return 0
+    try:
+        check_reachable()  # a server that is down: seconds, not MLflow's minutes of retries
+    except ConnectionError as exc:
+        raise BenchError(
+            f"{exc}: {len(entries)} run(s) stay in {folder}; run this command again when "
+            "the server is back"
+        ) from None
+    close_stale_runs()
     sent, left = upload_spooled(folder)
     console.result(f"uploaded {sent} run(s); {left} left in {folder}")
     if left:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -54,3 +56,10 @@ def make_cifar10(root: Path, per_batch=4, batches=2) -> Path:
         with open(root / f"data_batch_{b}", "wb") as fh:
             pickle.dump(entry, fh)
     return root
+
+
+def dead_pid() -> int:
+    """The pid of a process that has ended (a run tagged with it was left by a dead process)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid

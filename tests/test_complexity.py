@@ -355,6 +355,7 @@ def test_config_errors_name_the_field(kwargs, field):
         (["--device-memory", "16QB"], "--device-memory: expected a size like 16GiB"),
         (["--image-size", "abc"], "argument --image-size: invalid int value: 'abc'"),
         (["--validate-rss", "maybe"], "--validate-rss must be auto, true or false, got 'maybe'"),
+        (["--env-label", "x" * 243], "is 243 characters long: use at most 100"),
     ],
 )
 def test_bad_input_gives_one_line_error_and_usage_exit(argv, message, capsys, tracking):

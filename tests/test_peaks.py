@@ -114,6 +114,7 @@ def test_cuda_without_cuda_is_a_one_line_error(capsys, tracking):
         (["--repeats", "0"], "repeats must be a positive integer"),
         (["--device", "tpu"], "device must be auto, cpu, cuda, cuda:N or mps"),
         (["--bandwidth-mib", "10000000"], "the STREAM arrays need 29296.9 GiB"),  # 3 x 9.5 TiB
+        (["--env-label", "x" * 243], "env_label 'xxxx"),  # one rule: common.schema.env_label
     ],
 )
 def test_bad_flags_exit_2_with_one_line(capsys, tracking, argv, message):

@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from common import schema
@@ -50,3 +52,34 @@ def test_filter_literal_quotes(value, literal):
 def test_filter_literal_refuses_both_quote_characters():
     with pytest.raises(UsageError, match="env label .* contains both quote characters"):
         schema.filter_literal('it\'s "x"', "env label")
+
+
+@pytest.mark.parametrize(
+    "label, why",
+    [
+        ("x" * 8001, "is 8001 characters long: use at most 100"),
+        ("x" * 243, "is 243 characters long: use at most 100"),
+        ("box\nrm -rf", "contains a line break or another control character"),
+        ("box\x1b[31m", "contains a line break or another control character"),
+        ("L4, spot", "contains a comma, which separates labels in analysis --env-label"),
+        ('it\'s "x"', "contains both quote characters ' and \"; rename it"),
+    ],
+)
+def test_env_label_refused_with_the_rule_it_breaks(label, why):
+    with pytest.raises(ValueError, match="^env_label .*" + re.escape(why)):
+        schema.env_label(label)
+
+
+def test_env_label_accepts_one_line_of_up_to_100_characters_and_defaults_to_the_host():
+    for label in ("x" * 100, "L4 (GCP spot) / torch 2.14", "it's mine", 'the "big" box', "Müller"):
+        assert schema.env_label(label) == label
+    assert schema.env_label("  padded ") == "padded"
+    assert schema.env_label("") == schema.env_label(None) == schema.host_name()
+
+
+def test_slug_of_a_long_label_is_bounded_and_still_unique():
+    from common.fmt import SLUG_MAX_CHARS, slug
+
+    a, b = "x" * 300 + "a", "x" * 300 + "b"  # labels recorded before labels were bounded
+    assert len(slug(a)) == SLUG_MAX_CHARS and slug(a) != slug(b)
+    assert slug("short label") == "short_label"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 
 import mlflow
@@ -23,6 +24,7 @@ from train.sweep.spec import (
 )
 from train.sweep.state import existing_state
 from train.config import TrainConfig
+from tests.helpers import dead_pid
 
 TINY_BASE = {"image_size": 32, "iters": 2, "warmup_iters": 1, "device": "cpu"}
 
@@ -168,6 +170,11 @@ def test_cli_matrix_file_and_flags(tmp_path):
             ["--models", "resnet18", "--env-label", 'it\'s "x"', "--dry-run"],
             "contains both quote characters ' and \"; rename it",
         ),
+        (
+            ["--models", "resnet18", "--env-label", "x" * 8001, "--dry-run"],
+            "is 8001 characters long: use at most 100",
+        ),
+        (["--models", "resnet18", "--name", "s" * 300], "sweep name 'ssss"),
     ],
 )
 def test_cli_bad_input_is_one_line(capsys, argv, message):
@@ -489,25 +496,102 @@ def test_resume_under_mlflow_run_labels_the_new_run_instead_of_leaving_it_empty(
 
 
 def test_runs_left_running_by_a_killed_sweep_are_failed_and_redone(tracking):
+    """Children a killed sweep left RUNNING end FAILED (one from before runs carried the `process`
+    tag too); another host's child of the same sweep and label is left alone."""
     exp = "sweep-stale"
     s = spec(name="stale")
     cfg = s.plan()[0][0]
     client = mlflow.tracking.MlflowClient()
     exp_id = client.create_experiment(exp)
-    stale = client.create_run(
-        exp_id,
-        tags={
-            schema.TAG_RUN_KIND: "train",
-            TAG_SWEEP_NAME: "stale",
-            schema.TAG_ENV_LABEL: "box-a",
-            schema.TAG_CONFIG_KEY: cfg.config_key(),
-        },
-    )
-    client.log_param(stale.info.run_id, "repeat", "0")
+    host = schema.host_name()
+
+    def left_running(**tags):
+        run = client.create_run(
+            exp_id,
+            tags={
+                schema.TAG_RUN_KIND: "train",
+                TAG_SWEEP_NAME: "stale",
+                schema.TAG_ENV_LABEL: "box-a",
+                schema.TAG_CONFIG_KEY: cfg.config_key(),
+                **tags,
+            },
+        )
+        client.log_param(run.info.run_id, "repeat", "0")
+        return run.info.run_id
+
+    killed = left_running(**{schema.TAG_HOST: host, schema.TAG_PROCESS: f"{host}:{dead_pid()}:0"})
+    legacy = left_running()  # made by a version without the process tag
+    elsewhere = left_running(**{schema.TAG_HOST: "other-box", schema.TAG_PROCESS: "other-box:1:0"})
     out = run_sweep(s, experiment=exp, env_label="box-a", progress=False)
     assert [o.status for o in out] == ["FINISHED"]
-    old = client.get_run(stale.info.run_id)
-    assert old.info.status == "FAILED" and "interrupted" in old.data.tags[schema.TAG_ERROR]
+    for run_id in (killed, legacy):
+        old = client.get_run(run_id)
+        assert old.info.status == "FAILED" and "interrupted" in old.data.tags[schema.TAG_ERROR]
+    assert client.get_run(elsewhere).info.status == "RUNNING"
+
+
+def test_resumed_parent_finishes_clean_and_summarises_every_invocation(tracking):
+    """Interrupted after its first child and resumed: the parent ends FINISHED without the
+    interruption's error, and its summary.csv and children_finished count both children, the one
+    of the first invocation with its run id and numbers."""
+    import csv
+    import io
+
+    exp = "sweep-resumed"
+    s = spec(matrix={"model": ["resnet18"], "batch_size": [2, 3]}, name="resumed")
+
+    def interrupt(outcome):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(s, experiment=exp, env_label="box", progress=False, on_child_done=interrupt)
+    (parent,) = search(exp, "tags.run_kind = 'sweep'")
+    assert parent.data.tags[schema.TAG_ERROR] == "interrupted by the user"
+    (first,) = search(exp, "tags.run_kind = 'train'")
+
+    again = run_sweep(s, experiment=exp, env_label="box", progress=False)
+    assert [o.status for o in again] == ["SKIPPED", "FINISHED"]
+    client = mlflow.tracking.MlflowClient()
+    parent = client.get_run(parent.info.run_id)
+    assert parent.info.status == "FINISHED" and schema.TAG_ERROR not in parent.data.tags
+    assert parent.data.metrics["children_finished"] == 2
+    assert parent.data.metrics["children_skipped"] == 1
+    text = open(client.download_artifacts(parent.info.run_id, "sweep/summary.csv")).read()
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert [r["status"] for r in rows] == ["SKIPPED", "FINISHED"]
+    assert rows[0]["run_id"] == first.info.run_id
+    assert (
+        float(rows[0]["throughput_samples_per_s"]) == first.data.metrics["throughput_samples_per_s"]
+    )
+    assert rows[1]["run_id"] == again[1].run_id
+
+
+def test_the_same_sweep_running_elsewhere_on_this_machine_is_refused_in_one_line(tracking, capsys):
+    from train.sweep.state import sweep_lock
+
+    argv = ["--models", "resnet18", "--batch-sizes", "2", "--image-size", "32", "--iters", "2"]
+    argv += ["--warmup-iters", "1", "--device", "cpu", "--name", "twice", "--env-label", "box"]
+    argv += ["--no-progress"]
+    with sweep_lock("twice", "box"):  # what the first invocation holds while it runs
+        assert main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (
+        f"error: sweep 'twice' on box is already running on this machine (process {os.getpid()}): "
+        "wait for it to end (running it again then resumes it), or give this one another --name"
+    )
+    assert mlflow.search_runs(search_all_experiments=True, output_format="list") == []
+    assert main(argv) == 0  # once the first has ended
+
+
+def test_corrupt_spool_entry_does_not_stop_a_sweep(tracking, capsys):
+    from common.spool import spool_dir
+
+    bad = spool_dir() / "bad" / "run.json"
+    bad.parent.mkdir(parents=True)
+    bad.write_text('{"local_id": "bad", "rec')
+    out = run_sweep(spec(name="despite"), experiment="despite", env_label="box", progress=False)
+    assert [o.status for o in out] == ["FINISHED"]
+    assert f"warning: skipped spool entry {bad}: it cannot be read" in capsys.readouterr().err
 
 
 def test_cli_end_to_end_prints_table_and_summary(tracking, capsys):

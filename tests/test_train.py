@@ -164,6 +164,10 @@ def arg(flag, value):
         ("--device", "tpu", "device must be one of"),
         ("--data", "/nonexistent/imagenette", "data folder /nonexistent/imagenette does not exist"),
         ("--data", "cifar10:/nonexistent", "CIFAR-10 folder /nonexistent does not exist"),
+        # MLflow would cut it at 8,000 characters without a word; over 242 analysis failed
+        ("--env-label", "x" * 8001, "is 8001 characters long: use at most 100"),
+        ("--env-label", "lab\nbox", "contains a line break"),
+        ("--env-label", "L4, spot", "contains a comma"),
     ],
 )
 def test_bad_input_is_one_line_and_creates_no_run(tracking, capsys, flag, value, message):

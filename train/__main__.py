@@ -62,7 +62,7 @@ def run(
     """
     from common.envinfo import environment_tags
     from common.tracking import RunSession
-    from train.bench import preflight, run_benchmark, run_header
+    from train.bench import preflight, run_benchmark, run_header, step_times_csv
 
     device = preflight(cfg)
     params, tags = run_header(cfg, device)
@@ -78,7 +78,13 @@ def run(
         session.log_params({**params, **(extra_params or {})})
         session.set_tags({**tags, **(extra_tags or {})})
         session.flush()
-        result = run_benchmark(cfg, device, progress=progress)
+        step_times: list[float] = []
+        try:
+            result = run_benchmark(cfg, device, progress=progress, step_times=step_times)
+        except BaseException:  # interrupted (KILLED) or failed mid-way: keep what was measured
+            if step_times:
+                session.log_text("timing/step_times.csv", step_times_csv(step_times))
+            raise
         session.set_tags(result.tags)
         session.log_metrics(result.metrics)
         for name, values in result.series.items():

@@ -166,8 +166,15 @@ def count_work(prep: Prepared) -> tuple[fl.StepCounts, fl.ForwardProfile]:
     return step_counts, forward
 
 
-def run_benchmark(cfg: TrainConfig, device, progress: bool = True) -> BenchResult:
-    """Prepare, count, warm up and measure `cfg` on `device`. Raises BenchError on user-facing failures."""
+def run_benchmark(
+    cfg: TrainConfig, device, progress: bool = True, step_times: list[float] | None = None
+) -> BenchResult:
+    """Prepare, count, warm up and measure `cfg` on `device`. Raises BenchError on user-facing failures.
+
+    `step_times`: a list the measured step times are appended to as they are measured, so that a
+    caller keeps them when the measurement is interrupted (SIGTERM, Ctrl-C) or fails mid-way.
+    """
+    step_times = [] if step_times is None else step_times
     wall0 = time.perf_counter()
     try:
         prep = prepare(cfg, device)
@@ -198,6 +205,7 @@ def run_benchmark(cfg: TrainConfig, device, progress: bool = True) -> BenchResul
                 target_rel=cfg.ci_target,
                 max_iters=cfg.max_iters,
                 max_time_s=cfg.max_time_s,
+                times=step_times,
                 on_step=lambda i, dt, rel: (
                     bar.update(1),
                     bar.set_postfix_str(f"{dt * 1e3:.1f} ms/step, CI ±{rel:.1%}"),
@@ -213,6 +221,7 @@ def run_benchmark(cfg: TrainConfig, device, progress: bool = True) -> BenchResul
                         bar.update(1),
                         bar.set_postfix_str(f"{dt * 1e3:.1f} ms/step"),
                     ),
+                    times=step_times,
                 ),
                 "fixed",
             )

@@ -95,8 +95,7 @@ class TrainConfig:
             raise ValueError(f"image_size must be >= 32 pixels, got {self.image_size}")
         if not self.data:
             raise ValueError("data must be synthetic, fake, a folder path or cifar10:<path>")
-        if not self.env_label:
-            self.env_label = schema.default_env_label()
+        self.env_label = schema.env_label(self.env_label)
 
     @property
     def data_kind(self) -> str:

@@ -34,12 +34,15 @@ def measure(
     iters: int,
     clock: Callable[[], float],
     on_step: Callable[[int, float], None] | None = None,
+    times: list[float] | None = None,
 ) -> list[float]:
     """Run `step` `iters` times; return each step's seconds (`timed_steps`).
 
-    `on_step(i, seconds)` (progress display) runs outside the timed interval.
+    `on_step(i, seconds)` (progress display) runs outside the timed interval. `times`: the list the
+    step times are appended to (and returned), so that a caller keeps the steps measured before an
+    interrupt.
     """
-    times = []
+    times = [] if times is None else times
     for i, dt in zip(range(iters), timed_steps(step, clock)):
         times.append(dt)
         if on_step is not None:
@@ -56,14 +59,15 @@ def measure_until(
     max_iters: int = 1000,
     max_time_s: float = 300.0,
     on_step: Callable[[int, float, float], None] | None = None,
+    times: list[float] | None = None,
 ) -> tuple[list[float], str]:
     """Adaptive measurement: run `step` until the 95 % CI half-width of the mean step time is within
     `target_rel` of the mean (after at least `min_iters` steps), or a cap is hit.
 
     Returns (step times, stop reason: "converged" | "max_iters" | "max_time").
-    `on_step(i, seconds, ci95_rel)` runs outside the timed interval.
+    `on_step(i, seconds, ci95_rel)` runs outside the timed interval; `times` as in `measure`.
     """
-    times: list[float] = []
+    times = [] if times is None else times
     total = total_sq = 0.0
     start = time.perf_counter()
     for dt in timed_steps(step, clock):

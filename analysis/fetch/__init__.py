@@ -22,6 +22,7 @@ import pandas as pd
 from analysis.fetch import cache, cached, rows
 from common import console, schema
 from common.errors import BenchError, UsageError, one_line
+from common.server import check_reachable
 from common.tracking import tracking_uri
 
 
@@ -147,6 +148,12 @@ def experiment_ids(names: list[str]) -> list[str]:
     does not exist is a UsageError."""
     from mlflow.tracking import MlflowClient
 
+    try:
+        check_reachable()  # a server that is down: seconds, not MLflow's minutes of retries
+    except ConnectionError as exc:
+        raise BenchError(
+            f"{exc}: start it, or point MLFLOW_TRACKING_URI at a store that works"
+        ) from None
     client = MlflowClient()
     ids, missing = [], []
     try:

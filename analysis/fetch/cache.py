@@ -25,6 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import join
+from common.server import redact
 
 CACHE_ENV = "ROOFLINE_CACHE_DIR"
 FORMAT = 1  # the layout of the files; a segment of another format is not used
@@ -93,7 +94,7 @@ def load(uri: str, experiment_id: str, filter_string: str) -> Segment | None:
         if (
             meta.get("format") != FORMAT
             or meta.get("keys") != keys_digest()
-            or meta.get("uri") != uri
+            or meta.get("uri") != redact(uri)
             or meta.get("filter") != filter_string
         ):
             return None
@@ -126,7 +127,7 @@ def save(seg: Segment, runs_changed: bool = True) -> None:
     meta = {
         "format": FORMAT,
         "keys": keys_digest(),
-        "uri": seg.uri,
+        "uri": redact(seg.uri),  # the folder is the digest of the whole URI; no password here
         "experiment_id": str(seg.experiment_id),
         "filter": seg.filter,
         "cap": seg.cap,

@@ -82,8 +82,7 @@ class PeaksConfig:
                 f"got {self.time_budget_s}"
             )
         self.time_budget_s = budget
-        if not self.env_label:
-            self.env_label = schema.default_env_label()
+        self.env_label = schema.env_label(self.env_label)
 
     def requested_dtypes(self, availability: dict[str, DtypeStatus]) -> list[str] | None:
         """The dtypes asked for (None: the device's defaults), "all" expanded against `availability`."""

@@ -77,8 +77,7 @@ class ComplexityConfig:
                 parse_bytes(self.device_memory)
             except ValueError as exc:
                 raise ValueError(f"device_memory: {exc}") from None
-        if not self.env_label:
-            self.env_label = schema.default_env_label()
+        self.env_label = schema.env_label(self.env_label)
 
     def rss_check_on(self, device) -> bool:
         """Whether the RSS check runs on `device` (auto: only on the CPU)."""

@@ -18,7 +18,7 @@ from train.sweep.spec import (
     SweepSpec,
     plan_sweep,
 )
-from train.sweep.state import SweepState, reconcile, save_ledger
+from train.sweep.state import SweepState, reconcile, save_ledger, sweep_lock
 from train.sweep.summary import ChildOutcome, all_failed, parent_metrics, summary_csv
 
 
@@ -32,20 +32,30 @@ def run_sweep(
 ) -> list[ChildOutcome]:
     """Run (or resume) the sweep; returns one outcome per planned (configuration, repeat), in plan
     order. Bad input (a model name, a configuration, another matrix under this name) raises
-    UsageError before anything runs."""
-    from common.tracking import RunSession
-
+    UsageError before anything runs; the same sweep already running on this machine, BenchError."""
     plan = plan_sweep(spec, env_label)
     console.info(
         f"sweep {spec.name} on {plan.env_label}: {plan.n_configs} configuration(s) x "
         f"{spec.repeats} repeat(s)"
     )
+    with sweep_lock(spec.name, plan.env_label):
+        return _run(plan, experiment, progress, on_child_done)
+
+
+def _run(plan: Plan, experiment, progress: bool, on_child_done) -> list[ChildOutcome]:
+    from common.tracking import RunSession
+
+    spec = plan.spec
     state = reconcile(spec, plan.env_label, experiment)
+    # what earlier invocations finished: in the summary with their runs and numbers
     outcomes = [
         ChildOutcome(plan.label(cfg, r), cfg.config_key(), key, r, "SKIPPED")
         for cfg, r, key in plan.runs
         if (key, r) in state.done
     ]
+    for o in outcomes:
+        for name, value in state.earlier.get((o.sweep_key, o.repeat), {}).items():
+            setattr(o, name, value)
     todo = [(cfg, r, key) for cfg, r, key in plan.runs if (key, r) not in state.done]
     if outcomes:
         _say_resuming(plan, state, len(outcomes), len(todo))

@@ -79,6 +79,7 @@ class SweepSpec:
             raise ValueError(
                 f"name {self.name!r}: use letters, digits, _ - . / and spaces"
             ) from None
+        schema.check_label(self.name, "sweep name")  # bounded like an env label
 
     def digest(self) -> str:
         blob = json.dumps(
@@ -188,8 +189,10 @@ def plan_sweep(spec: SweepSpec, env_label: str | None = None) -> Plan:
         planned = spec.plan()
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    label = env_label or spec.env_label or planned[0][0].env_label
-    schema.filter_literal(label, "env label")
+    try:  # the one rule every command applies (train, analysis --env-label, ...)
+        label = schema.env_label(env_label or spec.env_label or planned[0][0].env_label)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     for cfg, _ in planned:
         cfg.env_label = label
     # keyed now: running a configuration normalises some fields (model spelling, num_classes)

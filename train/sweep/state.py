@@ -6,13 +6,15 @@ MLflow read outside analysis/fetch.py), the spool and the ledger; writes the led
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 from common import console, schema
-from common.errors import UsageError, one_line
+from common.errors import BenchError, UsageError, one_line
 from train.sweep.spec import (
     PARAM_REPEAT,
     TAG_RESUME_OF,
@@ -37,8 +39,12 @@ class SweepState:
     """of those, kept in the spool (not yet uploaded)"""
     remembered: set[tuple[str, int]] = field(default_factory=set)
     """of those, known from the local ledger only"""
+    earlier: dict[tuple[str, int], dict] = field(default_factory=dict)
+    """(sweep_key, repeat) done -> its run: run_id (None while spooled), throughput_samples_per_s,
+    step_time_median_s (the ledger knows keys only)"""
     stale_running: list[str] = field(default_factory=list)
-    """children left RUNNING by a dead process"""
+    """children left RUNNING by a process of this host from before runs carried a `process` tag
+    (common.tracking.close_stale_runs ends the others)"""
     reachable: bool = True
 
 
@@ -94,9 +100,19 @@ def _read_spool(name: str, env_label: str, state: SweepState) -> set[str]:
             and entry["status"] == "FINISHED"
             and rec["tags"].get(TAG_SWEEP_KEY)
         ):
-            key = rec["tags"][TAG_SWEEP_KEY]
-            state.spooled.add((key, int(rec["params"].get(PARAM_REPEAT, -1))))
+            done = (rec["tags"][TAG_SWEEP_KEY], int(rec["params"].get(PARAM_REPEAT, -1)))
+            state.spooled.add(done)
+            state.earlier.setdefault(done, _earlier(entry.get("run_id"), rec["metrics"]))
     return spooled_ids
+
+
+def _earlier(run_id: str | None, metrics: dict) -> dict:
+    """What the summary of a resumed sweep shows of a child an earlier invocation finished."""
+    return {
+        "run_id": run_id,
+        "throughput_samples_per_s": metrics.get("throughput_samples_per_s"),
+        "step_time_median_s": metrics.get("step_time_median_s"),
+    }
 
 
 def _read_server(
@@ -138,9 +154,19 @@ def _read_server(
                 state.parent_run_id = run_id
                 state.parent_params = state.parent_params or dict(run.data.params)
         elif kind == "train" and status == "FINISHED" and tags.get(TAG_SWEEP_KEY):
-            state.done.add((tags[TAG_SWEEP_KEY], int(run.data.params.get(PARAM_REPEAT, -1))))
-        elif kind == "train" and status == "RUNNING" and run_id not in spooled_ids:
-            state.stale_running.append(run_id)  # a spooled one is completed by upload instead
+            done = (tags[TAG_SWEEP_KEY], int(run.data.params.get(PARAM_REPEAT, -1)))
+            state.done.add(done)
+            state.earlier.setdefault(done, _earlier(run_id, run.data.metrics))
+        elif (
+            kind == "train"
+            and status == "RUNNING"
+            and run_id not in spooled_ids  # a spooled one is completed by upload instead
+            and schema.TAG_PROCESS not in tags  # close_stale_runs knows whether it is alive
+            and tags.get(schema.TAG_HOST, schema.host_name()) == schema.host_name()
+        ):
+            # made by a version without the `process` tag; the sweep lock says no process of this
+            # host runs this sweep now
+            state.stale_running.append(run_id)
     save_ledger(name, env_label, state)
 
 
@@ -215,12 +241,32 @@ def check_same_spec(spec: SweepSpec, state: SweepState, env_label: str) -> None:
         )
 
 
-def close_stale(run_ids: list[str]) -> None:
-    """Children a killed sweep left RUNNING: FAILED, with the reason, so they are never mistaken for done."""
-    from common.tracking import mark_failed
+@contextlib.contextmanager
+def sweep_lock(name: str, env_label: str) -> Iterator[None]:
+    """Hold this machine's lock on the sweep `name` on `env_label` (a file next to its ledger): a
+    second invocation of the same sweep while one runs would run every configuration twice, so it
+    is refused in one line. A spool folder that cannot be written leaves the sweep unlocked, with a
+    warning."""
+    from common.locks import holder, locked
 
-    for run_id in run_ids:
-        mark_failed(run_id, "interrupted: the sweep process ended before this run finished")
+    path = _ledger_path(name, env_label).with_suffix(".lock")
+    with contextlib.ExitStack() as stack:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            held = stack.enter_context(locked(path))
+        except OSError as exc:
+            console.warn(
+                f"cannot lock sweep {name!r} ({one_line(exc)[:160]}): a second run of it at the "
+                "same time would not be stopped"
+            )
+            held = None
+        if held is False:
+            raise BenchError(
+                f"sweep {name!r} on {env_label} is already running on this machine (process "
+                f"{holder(path)}): wait for it to end (running it again then resumes it), or give "
+                "this one another --name"
+            )
+        yield
 
 
 def upload_own_spool(name: str, env_label: str) -> bool:
@@ -250,10 +296,12 @@ def reconcile(spec: SweepSpec, env_label: str, experiment: str | None) -> SweepS
 
     One quick GET /health first (a dead server costs seconds, not minutes); if the server answers,
     this sweep's runs an earlier attempt kept offline are uploaded, so that the server alone says
-    what is done; children a killed sweep left RUNNING are closed FAILED. Resuming a name with
-    another matrix is refused (UsageError).
+    what is done; runs a killed process left RUNNING are closed FAILED
+    (common.tracking.close_stale_runs, as every command does). Resuming a name with another matrix
+    is refused (UsageError).
     """
     from common.server import server_reachable
+    from common.tracking import close_stale_runs
 
     reachable = server_reachable()
     if reachable:
@@ -265,9 +313,6 @@ def reconcile(spec: SweepSpec, env_label: str, experiment: str | None) -> SweepS
             "tracking server unreachable: runs already done are known from this machine's spool "
             "and ledger only; this sweep's runs are kept offline (python -m common.upload sends them later)"
         )
-    elif state.stale_running:
-        close_stale(state.stale_running)
-        console.info(
-            f"marked {len(state.stale_running)} run(s) left RUNNING by an interrupted sweep as FAILED"
-        )
+    else:
+        close_stale_runs(also=state.stale_running)
     return state

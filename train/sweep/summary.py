@@ -8,8 +8,9 @@ import io
 from dataclasses import dataclass
 
 STATUSES = ("FINISHED", "FAILED", "SKIPPED", "OFFLINE")
-"""FINISHED: measured now; FAILED: with its one-line reason; SKIPPED: done before (resume);
-OFFLINE: measured now and kept in the spool (the server was unreachable)."""
+"""FINISHED: measured now; FAILED: with its one-line reason; SKIPPED: finished by an earlier
+invocation of the sweep (resume; its run id and numbers are those of that run); OFFLINE: measured
+now and kept in the spool (the server was unreachable)."""
 
 
 @dataclass
@@ -36,8 +37,11 @@ def status_counts(outcomes: list[ChildOutcome]) -> dict[str, int]:
 
 
 def parent_metrics(outcomes: list[ChildOutcome], planned: int) -> dict[str, float]:
-    """The parent run's metrics: `children_<status>` and `children_planned`."""
+    """The parent run's metrics: `children_<status>` and `children_planned`. `children_finished`
+    counts the children every invocation of the sweep finished (those done before are also in
+    `children_skipped`: what this invocation did not redo)."""
     counts = status_counts(outcomes)
+    counts["FINISHED"] += counts["SKIPPED"]
     return {f"children_{k.lower()}": float(v) for k, v in counts.items()} | {
         "children_planned": float(planned)
     }
