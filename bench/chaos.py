@@ -171,6 +171,13 @@ def measuring_train(store: Store) -> subprocess.Popen:
     return proc
 
 
+def sweep_past_its_first_child(store: Store, name: str) -> subprocess.Popen:
+    """`python -m train.sweep` started on `store`, once its first child has FINISHED."""
+    proc = store.start("train.sweep", *SWEEP, "--name", name)
+    wait_until(store.child_finished, what=f"the first child of sweep {name}")
+    return proc
+
+
 def count_running(runs) -> int:
     return sum(r.info.status == "RUNNING" for r in runs)
 
@@ -264,9 +271,7 @@ def served(folder: Path, port: int | None = None) -> Iterator[MlflowServer]:
 def case_sweep_resume(tmp: Path) -> Outcome:
     out = Outcome("SIGTERM to a sweep after its first child, then the same command again")
     store = Store(tmp / "sweep-resume")
-    proc = store.start("train.sweep", *SWEEP, "--name", "chaos-resume")
-
-    wait_until(store.child_finished, what="the first child")
+    proc = sweep_past_its_first_child(store, "chaos-resume")
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=300)
     again = store.run("train.sweep", *SWEEP, "--name", "chaos-resume")
@@ -281,8 +286,7 @@ def case_server_death(tmp: Path) -> Outcome:
     folder.mkdir()
     with served(folder) as server:
         store = Store(folder, server.url)
-        proc = store.start("train.sweep", *SWEEP, "--name", "chaos-death")
-        wait_until(store.child_finished, what="the first child on the server")
+        proc = sweep_past_its_first_child(store, "chaos-death")
         os.killpg(server.proc.pid, signal.SIGKILL)  # the server dies, workers and all
         server.proc.wait()
         server.proc = None
