@@ -153,3 +153,21 @@ def test_system_metrics_start_at_the_chosen_interval(tracking):
     client = mlflow.tracking.MlflowClient()
     assert client.get_run(s.run_id).data.tags["system_metrics"] == "every 1 s"
     assert len(client.get_metric_history(s.run_id, "system/cpu_utilization_percentage")) >= 2
+
+
+def test_sweep_repeats_have_distinct_names_and_one_config_label(tracking):
+    from train.sweep.runner import run_sweep
+    from train.sweep.spec import SweepSpec
+
+    base = {"image_size": 32, "iters": 2, "warmup_iters": 1, "device": "cpu"}
+    spec = SweepSpec(matrix={"model": ["resnet18"], "batch_size": [2]}, base=base, repeats=2)
+    run_sweep(spec, experiment="rep", env_label="box", progress=False)
+    children = mlflow.search_runs(
+        experiment_names=["rep"], filter_string="tags.run_kind = 'train'", output_format="list"
+    )
+    assert sorted(c.info.run_name for c in children) == [
+        "resnet18-b2-fp32-32px-cpu-r0",
+        "resnet18-b2-fp32-32px-cpu-r1",
+    ]
+    assert {c.data.tags[schema.TAG_CONFIG_LABEL] for c in children} == {"resnet18/b2/fp32/32px"}
+    assert {c.data.tags[schema.TAG_ENTRY_POINT] for c in children} == {"sweep"}
