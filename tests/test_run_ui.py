@@ -172,3 +172,15 @@ def test_sweep_repeats_have_distinct_names_and_one_config_label(tracking):
     ]
     assert {c.data.tags[schema.TAG_CONFIG_LABEL] for c in children} == {"resnet18/b2/fp32/32px"}
     assert {c.data.tags[schema.TAG_ENTRY_POINT] for c in children} == {"sweep"}
+
+
+def test_run_that_fails_before_its_summary_is_described_by_its_error(tracking):
+    from common.errors import BenchError
+
+    try:
+        with RunSession("complexity", run_name="x") as s:
+            raise BenchError("out of memory at batch 64")
+    except BenchError:
+        pass
+    tags = mlflow.tracking.MlflowClient().get_run(s.run_id).data.tags
+    assert tags[schema.TAG_NOTE] == "FAILED: out of memory at batch 64"
