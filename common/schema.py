@@ -25,6 +25,21 @@ TAG_INTENSITY_SOURCE = "intensity_source"  # "measured" (ncu counters) or "model
 TAG_PROCESS = "process"
 # on a run `python -m common.upload` created: the spool entry it came from (a second upload finds it)
 TAG_SPOOL_ID = "spool_local_id"
+TAG_CONFIG_LABEL = (
+    "config_label"  # readable configuration for the UI's Group by: resnet18/b8/fp32/64px
+)
+TAG_NOTE = "mlflow.note.content"  # the run's description in the MLflow UI (plain text)
+TAG_ENTRY_POINT = "mlflow.project.entryPoint"
+
+# The MLproject entry point that runs each run kind (the UI's Entry Point column).
+ENTRY_POINTS = {
+    "train": "main",
+    "profile": "profile",
+    "peaks": "peaks",
+    "analysis": "analyze",
+    "sweep": "sweep",
+    "complexity": "complexity",
+}
 
 RUN_KINDS = ("train", "profile", "peaks", "analysis", "sweep", "complexity")
 

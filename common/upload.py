@@ -95,6 +95,7 @@ def _send(client, entry: dict, parent_run: str | None, every: list[dict]) -> str
         rec.run_kind,
         run_name=rec.run_name,
         tags={**rec.tags, schema.TAG_SPOOL_ID: entry["local_id"]},
+        source_tags=False,
     )
     try:
         if entry.get("run_id"):
