@@ -47,10 +47,12 @@ def run_sweep(
         f"{spec.repeats} repeat(s)"
     )
     with sweep_lock(spec.name, plan.env_label):
-        return _run(plan, experiment, progress, on_child_done)
+        return _run(plan, experiment, progress, system_metrics, on_child_done)
 
 
-def _run(plan: Plan, experiment, progress: bool, on_child_done) -> list[ChildOutcome]:
+def _run(
+    plan: Plan, experiment, progress: bool, system_metrics: bool, on_child_done
+) -> list[ChildOutcome]:
     from common.tracking import RunSession
 
     spec = plan.spec
