@@ -120,6 +120,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="log an existing ncu CSV or .ncu-rep instead of capturing (works without a GPU)",
     )
     g.add_argument(
+        "--allow-truncated",
+        action="store_true",
+        help="log an ncu CSV that looks cut short (a short or unfinished last row, a last result "
+        "missing metrics) as an incomplete profile without a roofline point, instead of failing",
+    )
+    g.add_argument(
         "--device-name",
         type=optional(),
         default=None,

@@ -15,7 +15,7 @@ from profiling.chips.counters import ChipCounters
 from profiling.gpu import chip_for, chip_tags
 from profiling.ncu_counting import chip_id_from_report, device_from_report
 from profiling.ncu_names import is_relevant
-from profiling.ncu_parse import NcuReport, read_ncu_csv
+from profiling.ncu_parse import NcuReport, read_ncu_csv, refuse_truncated
 from profiling.ncu_report_import import is_ncu_rep, load_ncu_rep
 
 
@@ -31,6 +31,7 @@ def import_report(
         report = load_ncu_rep(path)
     else:
         report = read_ncu_csv(path, keep=is_relevant)
+    refuse_truncated(report, args.allow_truncated)
     name, cap = device_from_report(report)
     cap = cap or args.compute_capability
     device_name = args.device_name or name

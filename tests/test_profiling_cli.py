@@ -536,6 +536,54 @@ def test_partial_profiles_import_with_what_they_hold_tagged_incomplete(
     assert "logged as an incomplete profile (tag ncu_roofline=incomplete)" in err
 
 
+def half_of(src: Path, dest: Path) -> Path:
+    """`head -c $((size/2)) src > dest`: a copy that stopped mid-row."""
+    data = src.read_bytes()
+    dest.write_bytes(data[: len(data) // 2])
+    return dest
+
+
+def test_a_truncated_import_fails_instead_of_logging_wrong_totals(tracking, ncu_dir, tmp_path):
+    """Before: exit 0, FINISHED, 49 kernels at 44.4 FLOP/byte (the whole file: 98 at 6.94)."""
+    cut = half_of(ncu_dir / L4_CSV, tmp_path / "cut.csv")
+    assert import_file(cut) == 1
+    run = only_run()
+    assert (
+        run.info.status == "FAILED" and "ncu_intensity_dram_flops_per_byte" not in run.data.metrics
+    )
+    assert run.data.tags["error"].startswith(
+        "cut.csv is truncated: its last row has 15 of the header's 17 fields, so its totals would "
+        "cover only part of the profile; copy or export it again"
+    )
+    assert "--allow-truncated" in run.data.tags["error"]
+
+
+def test_allow_truncated_logs_an_incomplete_profile_without_intensities(
+    tracking, ncu_dir, tmp_path, capsys
+):
+    cut = half_of(ncu_dir / L4_CSV, tmp_path / "cut.csv")
+    assert import_file(cut, "--allow-truncated") == 0
+    run = only_run()
+    tags, m = run.data.tags, run.data.metrics
+    assert run.info.status == "FINISHED" and m["ncu_kernels"] == 49
+    assert tags["ncu_roofline"] == "incomplete" and tags["ncu_roofline_missing"] == "complete input"
+    assert tags["ncu_truncated"] == "its last row has 15 of the header's 17 fields"
+    assert not any(k.startswith("ncu_intensity") for k in m) and m["ncu_flops_total"] > 0
+    err = capsys.readouterr().err
+    assert "warning: cut.csv is truncated (its last row has 15 of the header's 17 fields)" in err
+
+
+def test_a_truncated_capture_log_fails(tracking, standin, ncu_dir, tmp_path):
+    """ncu killed while writing its log (or a full disk) leaves the same cut table."""
+    standin(half_of(ncu_dir / L4_CSV, tmp_path / "cut.csv"))
+    assert capture(tmp_path) == 1
+    run = only_run()
+    assert (
+        run.info.status == "FAILED"
+        and " is truncated: its last row has 15 of" in (run.data.tags["error"])
+    )
+
+
 def test_an_import_without_any_roofline_counter_is_refused(tracking, tmp_path):
     f = details_csv(
         tmp_path / "occupancy.csv", [{"sm__warps_active.avg.pct_of_peak_sustained_active": 50}]
