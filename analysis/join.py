@@ -234,6 +234,9 @@ def profile_intensities(runs: pd.DataFrame) -> pd.DataFrame:
         "intensity_l1_flops_per_byte",
     ]
     pr = of_kind(runs, "profile")
+    pr = pr[
+        text(pr, f"tags.{schema.TAG_NCU_TRUNCATED}") == ""
+    ]  # totals of part of a profile: no intensity
     if pr.empty:
         return pd.DataFrame(columns=cols)
     flops = num(pr, "metrics.ncu_flops_total")
@@ -270,6 +273,15 @@ def profile_notes(runs: pd.DataFrame) -> list[str]:
     logged = num(pr, "metrics.ncu_intensity_dram_flops_per_byte")
     unusable = pr[~(((flops > 0) & (dram > 0)) | (logged > 0))]
     notes = []
+    cut = text(pr, f"tags.{schema.TAG_NCU_TRUNCATED}") != ""
+    if cut.any():
+        notes.append(
+            f"{int(cut.sum())} profile run(s) were imported from a truncated ncu file "
+            f"(--allow-truncated, tag {schema.TAG_NCU_TRUNCATED}; e.g. "
+            f"{', '.join(short(r) for r in pr.loc[cut, 'run_id'].head(3))}): their totals cover only "
+            "part of the profile, so they give no intensity; import the whole file to place them"
+        )
+    unusable = unusable[~cut.loc[unusable.index]]
     if len(unusable):
         notes.append(
             f"{len(unusable)} profile run(s) lack ncu_flops_total/ncu_dram_bytes (e.g. "
@@ -281,6 +293,59 @@ def profile_notes(runs: pd.DataFrame) -> list[str]:
             f"{len(no_key)} profile run(s) have no config_key: not joined "
             f"(e.g. {', '.join(short(r) for r in no_key['run_id'].head(3))})"
         )
+    return notes
+
+
+def _train_command(params: dict, env: str) -> str:
+    """The `python -m train` line that times the config of a run's params in environment `env`."""
+    get = lambda k: str(params.get(f"params.{k}") or "")  # noqa: E731
+    parts = [
+        "python -m train",
+        f"--model {get('model') or '?'}",
+        f"--batch {get('batch_size') or '?'}",
+    ]
+    for flag, key in (("--precision", "precision"), ("--image-size", "image_size")):
+        parts.append(f"{flag} {get(key) or '?'}")
+    for flag, key in (("--num-classes", "num_classes"), ("--optimizer", "optimizer")):
+        if get(key):
+            parts.append(f"{flag} {get(key)}")
+    parts += [
+        f"--{k.replace('_', '-')}" for k in ("channels_last", "compile") if get(k).lower() == "true"
+    ]
+    return " ".join(parts + [f"--env-label {env or '<label>'}"])
+
+
+def unplaced_notes(runs: pd.DataFrame, points: pd.DataFrame, profiles: pd.DataFrame) -> list[str]:
+    """Profile runs whose intensity joined no point, and peaks runs whose device has no point: each
+    with what would place it (timing that config, or any config, on that device)."""
+    placed = set(zip(points["config_key"], points["device_name"]))
+    devices = set(points["device_name"])
+    pr = of_kind(runs, "profile")
+    pr = pr.set_index(text(pr, "run_id"))
+    notes = []
+    for p in profiles.to_dict("records"):
+        if (p["config_key"], p["device_name"]) in placed:
+            continue
+        row = pr.loc[p["profile_run_id"]].to_dict()
+        label = point_label({k.removeprefix("params."): v for k, v in row.items()})
+        env = p["profile_env_label"]
+        notes.append(
+            f"profile run {short(p['profile_run_id'])} ({label} on {p['device_name']}"
+            f"{', env ' + env if env else ''}) placed no point: no finished train run of that config "
+            f"on that device; time it there ({_train_command(row, env)})"
+        )
+    pk = of_kind(runs, "peaks")
+    for run_id, env, dev in zip(
+        text(pk, "run_id"),
+        text(pk, f"tags.{schema.TAG_ENV_LABEL}"),
+        text(pk, f"tags.{schema.TAG_DEVICE_NAME}"),
+    ):
+        if dev not in devices:
+            notes.append(
+                f"peaks run {short(run_id)} ({dev or 'unknown device'}{', env ' + env if env else ''}) "
+                f"gave no roof: no finished train run on {dev or 'its device'}; time a config there "
+                f"(python -m train --env-label {env or '<label>'} ...)"
+            )
     return notes
 
 

@@ -20,6 +20,8 @@ TAG_HOST = "host"
 TAG_CONFIG_KEY = "config_key"
 TAG_ERROR = "error"  # one-line reason on every FAILED run
 TAG_INTENSITY_SOURCE = "intensity_source"  # "measured" (ncu counters) or "modeled" (byte model)
+# why a profile's ncu input looks cut short (an import with --allow-truncated): no intensity from it
+TAG_NCU_TRUNCATED = "ncu_truncated"
 
 RUN_KINDS = ("train", "profile", "peaks", "analysis", "sweep", "complexity")
 

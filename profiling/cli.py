@@ -214,7 +214,7 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo]) -> int:
     run_name = f"{config.run_name()}-ncu"
     tags = {
         schema.TAG_CONFIG_KEY: config.config_key(),
-        schema.TAG_ENV_LABEL: config.env_label,
+        **_env_label_tag(args, config, importing),
         schema.TAG_DEVICE_TYPE: "cuda",
         schema.TAG_INTENSITY_SOURCE: "measured",
         "ncu_source": "import" if importing else "capture",
@@ -273,6 +273,18 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo]) -> int:
             console.note("no gpu__time_duration.sum in the input: ncu_kernel_time_s not logged")
     console.result(_summary_line(session.run_id, summary, device_name))
     return 0
+
+
+def _env_label_tag(args: argparse.Namespace, config: TrainConfig, importing: bool) -> dict:
+    """The env_label tag: a capture's machine is this one; an import's is the profiled machine,
+    which only --env-label knows (this host's name would be wrong), so without it there is none."""
+    if not importing or args.env_label:
+        return {schema.TAG_ENV_LABEL: config.env_label}
+    console.note(
+        "no --env-label: the import is logged without env_label (this machine did not profile "
+        "it); pass --env-label as the profiled machine's train runs have it"
+    )
+    return {}
 
 
 def _summary_line(run_id: str | None, s: NcuSummary, device_name: str) -> str:

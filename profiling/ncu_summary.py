@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from common import schema
 from common.errors import BenchError
 from profiling.chips.counters import ChipCounters
 from profiling.ncu_counting import (
@@ -127,7 +128,7 @@ class NcuSummary:
             "ncu_partial": "; ".join(f"{q}: {why}" for q, why in self.partial.items()) or "none",
         }
         if self.truncated:
-            tags["ncu_truncated"] = self.truncated
+            tags[schema.TAG_NCU_TRUNCATED] = self.truncated
         if self.cautions:
             tags["ncu_caution"] = " | ".join(self.cautions)[:5000]
         for q, s in sorted(self.sources.items()):

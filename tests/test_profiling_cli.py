@@ -972,3 +972,19 @@ def test_dry_run_usage_errors(tracking, capsys, flags, message):
     code, _, _, err = dry_run(capsys, *flags)
     assert code == 2 and message in err
     assert mlflow.search_runs(experiment_names=["prof"], output_format="list") == []
+
+
+def test_an_import_carries_the_profiled_machines_env_label_or_none(
+    tracking, ncu_dir, capsys, monkeypatch
+):
+    """Issue 15: an import was tagged with the importing host's label next to device_name
+    NVIDIA L4; the label is the profiled machine's, which only --env-label knows."""
+    monkeypatch.setattr(schema, "default_env_label", lambda: "importing-laptop")
+    base = ["--model", "resnet18", "--batch", "64", "--image-size", "32", "--experiment", "prof"]
+    base += ["--device-name", "NVIDIA L4"]
+    assert cli.main([*base, "--import", str(ncu_dir / L4_CSV)]) == 0
+    assert "env_label" not in only_run().data.tags
+    assert "note: no --env-label: the import is logged without env_label" in capsys.readouterr().err
+    assert import_file(ncu_dir / L4_CSV) == 0  # CONFIG says --env-label lab-l4
+    runs = mlflow.search_runs(experiment_names=["prof"], output_format="list")
+    assert sorted(r.data.tags.get("env_label", "") for r in runs) == ["", "lab-l4"]
