@@ -28,7 +28,7 @@ from common.tracking import RunSession
 from profiling.capture import DEFAULT_OUT, capture, dry_run
 from profiling.chips.devices import parse_capability
 from profiling.gpu import GpuInfo, cuda_probe
-from profiling.import_path import import_report
+from profiling.import_path import check_import_file, import_report
 from profiling.ncu_command import (
     CACHE_CONTROLS,
     CLOCK_CONTROLS,
@@ -208,8 +208,8 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo]) -> int:
         )
     if args.dry_run:
         return dry_run(args, config, opts)
-    if importing and not Path(args.import_file).is_file():
-        raise UsageError(f"--import {args.import_file}: no such file")
+    if importing:
+        check_import_file(args.import_file)
 
     run_name = f"{config.run_name()}-ncu"
     tags = {

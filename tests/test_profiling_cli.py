@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 
 from common import schema
-from profiling import cli
+from profiling import cli, import_path
 from profiling.capture import NO_GPU_MESSAGE, config_flags
 from profiling.gpu import GpuInfo, cuda_probe
 from profiling.ncu_counting import tensor_inst_caution
@@ -988,3 +988,37 @@ def test_an_import_carries_the_profiled_machines_env_label_or_none(
     assert import_file(ncu_dir / L4_CSV) == 0  # CONFIG says --env-label lab-l4
     runs = mlflow.search_runs(experiment_names=["prof"], output_format="list")
     assert sorted(r.data.tags.get("env_label", "") for r in runs) == ["", "lab-l4"]
+
+
+def test_an_import_stores_only_what_parsed_as_ncu_output(tracking, tmp_path):
+    """Issue 15: /etc/passwd became ncu/passwd of a FAILED run (a 200 MB garbage file, 200 MB)."""
+    junk = tmp_path / "passwd"
+    junk.write_text("root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1::/usr/sbin:/bin/sh\n")
+    assert import_file(junk) == 1
+    run = only_run()
+    assert (
+        run.info.status == "FAILED" and "is not Nsight Compute CSV output" in run.data.tags["error"]
+    )
+    client = mlflow.tracking.MlflowClient()
+    assert [a.path for a in client.list_artifacts(run.info.run_id, "ncu")] == []
+
+
+def test_an_import_of_a_folder_or_an_oversized_file_is_refused_before_a_run(
+    tracking, ncu_dir, tmp_path, capsys, monkeypatch
+):
+    assert import_file(tmp_path) == 2
+    assert f"--import {tmp_path} is a folder: pass the ncu CSV or .ncu-rep file itself" in (
+        capsys.readouterr().err
+    )
+    monkeypatch.setattr(import_path, "MAX_IMPORT_BYTES", 1024**3 // 10)  # 0.1 GiB
+    big = tmp_path / "big.csv"
+    with big.open("wb") as f:
+        f.truncate(1024**3 // 5)  # sparse: 0.2 GiB on paper, nothing on disk
+    assert import_file(big) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"error: --import {big} is 0.2 GiB, more than the 0.1 GiB an ncu CSV or .ncu-rep of a profiled "
+        "training step holds: export only the profiled step (ncu --launch-skip/--launch-count, "
+        "--metrics) or check that it is the right file"
+    ]
+    assert mlflow.search_runs(experiment_names=["prof"], output_format="list") == []
