@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import mlflow
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -432,3 +433,52 @@ def test_iters_auto_logs_how_it_stopped(tracking):
     # train/timing.py tabulates t to 3 decimals and approximates it beyond 30 dof (< 1 % off): allow 1 %
     assert m["step_time_ci95_rel"] == pytest.approx(rel(n), rel=0.01)
     assert rel(n) <= 0.5 * 1.01 and all(rel(k) > 0.5 * 0.99 for k in range(10, n))
+
+
+class _RunsCode:
+    """What a crafted batch holds: unpickling it would call os.system."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_crafted_cifar_batch_runs_no_code(tracking, capsys, tmp_path):
+    """Issue 15: --data cifar10:DIR unpickled its files, so a crafted batch ran code."""
+    import pickle
+
+    root = make_cifar10(tmp_path / "cifar")
+    marker = tmp_path / "pwned"
+    (root / "data_batch_2").write_bytes(pickle.dumps({"data": _RunsCode(marker), "labels": []}))
+    code, line = error_of(capsys, arg("--data", f"cifar10:{root}"))
+    assert not marker.exists()
+    import os
+
+    assert code == 1 and line.startswith(
+        f"error: corrupt CIFAR-10 batch {root / 'data_batch_2'} (UnpicklingError: it asks to load "
+        f"{os.system.__module__}.system, which no CIFAR-10 batch holds (a crafted or foreign file; "
+        "nothing in it was run)): replace it with the python version of CIFAR-10"
+    )
+    assert only_run().info.status == "FAILED"
+
+
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+def test_cifar_batches_load_as_every_numpy_pickles_them(tmp_path, protocol):
+    """Real batches are Python 2 pickles naming numpy.core.multiarray; copies re-pickled by
+    Python 3 and numpy 2 name numpy._core, _frombuffer (protocol 5) or _codecs (protocol 2)."""
+    import pickle
+
+    from train.data import Cifar10Folder
+
+    data = np.arange(2 * 3072, dtype=np.uint8).reshape(2, 3072)
+    raw = pickle.dumps({"data": data, "labels": [3, 7], "batch_label": b"b1"}, protocol=protocol)
+    if protocol == 2:  # as CIFAR-10's own files name the module
+        raw = raw.replace(b"numpy._core.multiarray", b"numpy.core.multiarray")
+    (tmp_path / "data_batch_1").write_bytes(raw)
+    ds = Cifar10Folder(str(tmp_path), 32)
+    assert ds.labels.tolist() == [3, 7]
+    assert ds.images.reshape(2, 3072).numpy().tolist() == data.tolist()
