@@ -304,3 +304,64 @@ def test_entries_spooled_before_unsent_existed_are_uploaded(tracking):
     assert runs["cut"].data.metrics == {"throughput_samples_per_s": 2.0}
     assert runs["never-sent"].data.params == {"model": "vgg11"}
     assert len(client.get_metric_history(runs["never-sent"].info.run_id, "step_time_s")) == 2
+
+
+# --------------------------------------------------------------- stores that cannot be used
+def _train_error(capsys, uri, monkeypatch) -> tuple[int, list[str]]:
+    from tests.helpers import TINY
+    from train.__main__ import main
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    mlflow.set_tracking_uri(uri)
+    code = main(list(TINY))
+    return code, capsys.readouterr().err.strip().splitlines()
+
+
+def test_a_corrupt_sqlite_store_is_one_line_saying_what_to_do(
+    tracking, tmp_path, capsys, monkeypatch
+):
+    """Before: `cannot use the MLflow tracking store: (Background on this error at: https://...)`."""
+    bad = tmp_path / "corrupt.db"
+    bad.write_text("not a database\n" * 10)
+    code, err = _train_error(capsys, f"sqlite:///{bad}", monkeypatch)
+    assert code == 1 and err[-1] == (
+        "error: cannot use the MLflow tracking store: sqlite3.DatabaseError: file is not a database; "
+        "the sqlite file is damaged or not a database: restore it from a copy, or point "
+        "MLFLOW_TRACKING_URI at another file (sqlite:///mlflow.db is created when missing)"
+    )
+    assert not any(line.startswith("Traceback") for line in err)
+
+
+def test_a_read_only_sqlite_store_is_one_line_without_mlflows_traceback(
+    tracking, template_db, tmp_path, capsys, monkeypatch
+):
+    """A read-only store (opened read-only: tests run as root, for whom chmod changes nothing)."""
+    db = tmp_path / "ro.db"
+    db.write_bytes(template_db.read_bytes())
+    code, err = _train_error(capsys, f"sqlite:///file:{db}?mode=ro&uri=true", monkeypatch)
+    assert code == 1 and err[-1] == (
+        "error: cannot use the MLflow tracking store: sqlite3.OperationalError: attempt to write a "
+        "readonly database; make the sqlite file and its folder writable, or point "
+        "MLFLOW_TRACKING_URI at a writable store"
+    )
+    assert not any("Traceback" in line or "[SQL:" in line for line in err)
+
+
+def test_a_service_that_is_not_mlflow_is_one_line(tracking, capsys, monkeypatch):
+    """A web server that answers (/health too) with HTML error pages. Before: `...store: '`."""
+    import http.server
+    import threading
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        code, err = _train_error(capsys, f"http://127.0.0.1:{server.server_port}", monkeypatch)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert code == 1 and err[-1].startswith("error: cannot use the MLflow tracking store: ")
+    assert err[-1].endswith(
+        "the service at MLFLOW_TRACKING_URI answers but is not an MLflow tracking server: check its "
+        "host and port (`mlflow server` prints where it listens)"
+    )
+    assert "<" not in err[-1] and "API request to endpoint /api/2.0/mlflow/" in err[-1]
