@@ -482,3 +482,40 @@ def test_cifar_batches_load_as_every_numpy_pickles_them(tmp_path, protocol):
     ds = Cifar10Folder(str(tmp_path), 32)
     assert ds.labels.tolist() == [3, 7]
     assert ds.images.reshape(2, 3072).numpy().tolist() == data.tolist()
+
+
+def _png_header(path, width: int, height: int) -> None:
+    """A PNG that says it is width x height pixels: a few bytes on disk (a decompression bomb's
+    header; PIL refuses it on open, from the size alone)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        )
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IEND", b""))
+
+
+@pytest.mark.parametrize("workers", ["0", "1"])
+def test_a_decompression_bomb_image_fails_the_run_naming_the_file(
+    tracking, capsys, tmp_path, workers
+):
+    """Issue 15: PIL's DecompressionBombError is no OSError, so it escaped as a traceback."""
+    root = make_image_folder(tmp_path / "ds", per_class=2)
+    for jpg in (root / "train").rglob("*.jpg"):  # every class holds only bombs
+        jpg.unlink()
+        _png_header(jpg.with_suffix(".png"), 20000, 20000)
+    code, line = error_of(capsys, arg("--data", str(root)) + ["--workers", workers])
+    assert (
+        code == 1
+        and line.startswith(f"error: image {root / 'train'}/")
+        and line.endswith(
+            ".png is too large to decode (Image size (400000000 pixels) exceeds limit of 178956970 "
+            "pixels): a decompression bomb or a wrong file; remove it or replace it with a resized copy"
+        )
+    )
+    run = only_run()
+    assert run.info.status == "FAILED" and run.data.tags["error"] == line.removeprefix("error: ")

@@ -99,13 +99,19 @@ def num_classes_for(data: str, default: int) -> int:
 
 # ------------------------------------------------------------------ data sets
 def checked_image_loader(path: str):
-    """ImageFolder's loader, turning undecodable files into a CorruptDataError naming the file."""
+    """ImageFolder's loader, turning undecodable files, and images too large to decode (PIL's
+    decompression-bomb guard), into a CorruptDataError naming the file."""
     from PIL import Image
 
     try:
         with open(path, "rb") as fh:
             img = Image.open(fh)
             return img.convert("RGB")
+    except Image.DecompressionBombError as exc:
+        raise CorruptDataError(
+            f"image {path} is too large to decode ({str(exc).split(', could be')[0]}): "
+            "a decompression bomb or a wrong file; remove it or replace it with a resized copy"
+        ) from None
     except (OSError, ValueError, SyntaxError) as exc:
         raise CorruptDataError(
             f"cannot decode image {path} ({exc}): remove or replace the file"
