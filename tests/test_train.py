@@ -165,6 +165,8 @@ def arg(flag, value):
         ("--device", "tpu", "device must be one of"),
         ("--data", "/nonexistent/imagenette", "data folder /nonexistent/imagenette does not exist"),
         ("--data", "cifar10:/nonexistent", "CIFAR-10 folder /nonexistent does not exist"),
+        ("--lr", "nan", "lr must be a finite number > 0, got nan"),
+        ("--lr", "inf", "lr must be a finite number > 0, got inf"),  # issue 15: was accepted
     ],
 )
 def test_bad_input_is_one_line_and_creates_no_run(tracking, capsys, flag, value, message):
