@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import logging
 import os
 import re
 from typing import Callable
@@ -65,9 +64,6 @@ def cli_entry(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | 
 
     @functools.wraps(main)
     def wrapped(argv: list[str] | None = None) -> int:
-        # MLflow's sqlite store logs each database error with its traceback before raising it;
-        # the error reaches the user once, as common.server.store_error's line
-        logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
         try:
             return main(argv)
         except BenchError as err:

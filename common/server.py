@@ -83,28 +83,3 @@ def ui_hint(run_id: str | None, experiment_id: str | None) -> str:
     if uri.startswith(("http://", "https://")):
         return f"see {uri.rstrip('/')}/{path}"
     return f"see it with `mlflow ui --backend-store-uri {uri}`, then http://127.0.0.1:5000/{path}"
-
-
-def store_error(exc: BaseException) -> str:
-    """The one line for a tracking store that cannot be used (not an unreachable server): what
-    went wrong, from the exception's meaningful part, and what to do about it."""
-    from common.errors import one_line
-
-    text = str(exc)
-    if "readonly database" in text or "Read-only file system" in text:
-        todo = "make the sqlite file and its folder writable, or point MLFLOW_TRACKING_URI at a writable store"
-    elif "file is not a database" in text or "disk image is malformed" in text:
-        todo = (
-            "the sqlite file is damaged or not a database: restore it from a copy, or point "
-            "MLFLOW_TRACKING_URI at another file (sqlite:///mlflow.db is created when missing)"
-        )
-    elif "API request to endpoint" in text and (
-        "Response body: '<" in text or "404 != 200" in text
-    ):
-        todo = (
-            "the service at MLFLOW_TRACKING_URI answers but is not an MLflow tracking server: check "
-            "its host and port (`mlflow server` prints where it listens)"
-        )
-    else:
-        todo = "check MLFLOW_TRACKING_URI (an MLflow server's http:// address or sqlite:///file.db)"
-    return f"cannot use the MLflow tracking store: {one_line(exc).rstrip('.')}; {todo}"

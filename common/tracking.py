@@ -29,7 +29,7 @@ from common import console, schema, spool
 from common.errors import BenchError, one_line
 
 # tracking_uri stays importable from here (common.tracking.tracking_uri) for callers that use it
-from common.server import check_reachable, is_unreachable, store_error, tracking_uri
+from common.server import check_reachable, is_unreachable, tracking_uri
 
 # Metric histories keep at most this many points per series (every k-th step beyond it, with the
 # stride in the tag `<name>_stride`). MLflow's SQL store inserts ~0.2 ms of CPU per metric row, so
@@ -174,7 +174,7 @@ class RunSession:
             raise
         except Exception as exc:  # noqa: BLE001 - decide below
             if not is_unreachable(exc):
-                raise BenchError(store_error(exc)) from exc
+                raise BenchError(f"cannot use the MLflow tracking store: {one_line(exc)}") from exc
             self._go_offline(exc)
         return self
 
