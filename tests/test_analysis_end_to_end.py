@@ -21,6 +21,7 @@ import pytest
 from analysis import app, core, fetch, plots, vendor
 from common import schema
 from common.tracking import RunSession
+from profiling import peak_table
 
 EXP = "bench"
 L4 = "NVIDIA L4"
@@ -465,13 +466,13 @@ def test_hierarchical_roofline_from_logged_runs_only(tracking, tmp_path, monkeyp
             "peak_l1_bytes_per_s": 5e12,
         },
     )
-    figures, save = {}, plots._save
+    figures, save = {}, plots.save
 
     def keep(fig, path):  # the figures drawn in this process (--jobs 1), for their Line2D objects
         figures[path.name] = fig
         return save(fig, path)
 
-    monkeypatch.setattr(plots, "_save", keep)
+    monkeypatch.setattr(plots, "save", keep)
     res = analyse(tmp_path, ["--jobs", "1"], vendor_lookup=lambda _: None)
 
     pt = res.analysis.points.iloc[0]
@@ -537,7 +538,7 @@ def test_one_environment_gets_its_roofline_and_the_combined_one(tracking, tmp_pa
 def test_device_unknown_to_the_real_vendor_table_has_no_roof_and_the_report_says_so(
     tracking, tmp_path, monkeypatch
 ):
-    monkeypatch.delenv(vendor.PEAKS_FILE_ENV, raising=False)
+    monkeypatch.delenv(peak_table.PEAKS_FILE_ENV, raising=False)
     log_train(
         "laptop", CPU, 32, "fp32", thr=20, thr_sd=1, flops_step=0.8e12, median_s=1.6, intensity=50
     )
@@ -796,3 +797,27 @@ def test_an_out_that_cannot_hold_the_report_is_one_line_before_fetching(
     }[kind]
     assert err == [expected] and fetched == []
     assert len(mlflow.search_runs(search_all_experiments=True, output_format="list")) == before
+
+
+def test_a_truncated_profile_and_an_unplaced_one_read_from_the_store(tracking):
+    """The ncu_truncated tag and the profile params reach the join through the fetch (which reads
+    only analysis.join.READ_KEYS): the cut profile gives no intensity, the L4 profile of a config
+    timed only elsewhere is listed with the train line that would place it."""
+    log_train(
+        "l4", L4, 64, "fp32", thr=700, thr_sd=20, flops_step=1.5e12, median_s=0.1, intensity=60
+    )
+    p = params(64, "fp32")
+    tags = {**env_tags("l4", L4), schema.TAG_CONFIG_KEY: schema.config_key(p)}
+    with RunSession("profile", experiment=EXP, tags={**tags, "ncu_truncated": "cut"}) as s:
+        s.log_params(p)
+        s.log_metrics({"ncu_flops_total": 3e12, "ncu_dram_bytes": 1e10})
+    log_profile(L4, 32, "bf16", flops=3e12, dram_bytes=1.5e10)
+    a = joined()
+    assert a.points.iloc[0]["intensity_source"] == "modeled"
+    notes = " | ".join(a.notes)
+    assert "1 profile run(s) were imported from a truncated ncu file" in notes
+    assert (
+        "(resnet18/b32/bf16 on NVIDIA L4, env l4) placed no point: no finished train run of that "
+        "config on that device; time it there (python -m train --model resnet18 --batch 32 "
+        "--precision bf16 --image-size 224 --num-classes 1000 --optimizer sgd --env-label l4)"
+    ) in notes
