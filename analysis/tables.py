@@ -233,7 +233,10 @@ def unplaced_notes(runs: pd.DataFrame, points: pd.DataFrame, profiles: pd.DataFr
         if (p["config_key"], p["device_name"]) in placed:
             continue
         row = pr.loc[p["profile_run_id"]].to_dict()
-        label = point_label({k.removeprefix("params."): v for k, v in row.items()})
+        fields = {k.removeprefix("params."): v for k, v in row.items()}
+        for k in ("batch_size", "image_size", "num_classes"):  # a hand-set param: '?', not a crash
+            fields[k] = pd.to_numeric(fields.get(k), errors="coerce")
+        label = point_label(fields)
         env = p["profile_env_label"]
         notes.append(
             f"profile run {short(p['profile_run_id'])} ({label} on {p['device_name']}"
