@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -306,9 +307,30 @@ def _raise_if_no_points(result: Result) -> None:
         )
 
 
+def check_out_dir(out: str) -> None:
+    """UsageError unless `out` is a folder (made when missing) this process can write in: found
+    before any run is fetched or created, not after."""
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise UsageError(
+            f"--out {out} is a file: pass a folder for the report (it is created when missing)"
+        )
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        raise UsageError(
+            f"--out {out}: cannot write there ({exc.strerror or type(exc).__name__}): pass a "
+            "folder you can write to"
+        ) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     cfg = config_from_args(args)
+    fetch.check_filter(cfg.filter)  # bad input ends here, before an analysis run exists
+    check_out_dir(cfg.out)
 
     if cfg.track:
         from common.tracking import RunSession

@@ -61,6 +61,7 @@ def build(
     points = join.aggregate_repeats(train)
     profiles = join.profile_intensities(runs)
     notes += join.profile_notes(runs)
+    notes += tables.unplaced_notes(runs, points, profiles)
     points = join.attach_intensity(points, profiles)
     envs = sorted({(e, d) for e, d in zip(points["env_label"], points["device_name"])})
     roofs, roof_notes = join.choose_roofs(envs, runs, vendor_lookup)

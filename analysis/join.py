@@ -62,6 +62,7 @@ READ_KEYS = {
         schema.TAG_DEVICE_NAME,
         schema.TAG_CONFIG_KEY,
         schema.TAG_ERROR,
+        schema.TAG_NCU_TRUNCATED,
         "mlflow.runName",
         "mlflow.parentRunId",
         *ENV_TAGS,
@@ -255,6 +256,9 @@ def profile_intensities(runs: pd.DataFrame) -> pd.DataFrame:
         "intensity_l1_flops_per_byte",
     ]
     pr = of_kind(runs, "profile")
+    pr = pr[
+        text(pr, f"tags.{schema.TAG_NCU_TRUNCATED}") == ""
+    ]  # totals of part of a profile: no intensity
     if pr.empty:
         return pd.DataFrame(columns=cols)
     flops = num(pr, "metrics.ncu_flops_total")
@@ -291,6 +295,15 @@ def profile_notes(runs: pd.DataFrame) -> list[str]:
     logged = num(pr, "metrics.ncu_intensity_dram_flops_per_byte")
     unusable = pr[~(((flops > 0) & (dram > 0)) | (logged > 0))]
     notes = []
+    cut = text(pr, f"tags.{schema.TAG_NCU_TRUNCATED}") != ""
+    if cut.any():
+        notes.append(
+            f"{int(cut.sum())} profile run(s) were imported from a truncated ncu file "
+            f"(--allow-truncated, tag {schema.TAG_NCU_TRUNCATED}; e.g. "
+            f"{', '.join(short(r) for r in pr.loc[cut, 'run_id'].head(3))}): their totals cover only "
+            "part of the profile, so they give no intensity; import the whole file to place them"
+        )
+    unusable = unusable[~cut.loc[unusable.index]]
     if len(unusable):
         notes.append(
             f"{len(unusable)} profile run(s) lack ncu_flops_total/ncu_dram_bytes (e.g. "

@@ -5,6 +5,7 @@ them into report.md.
 
 from __future__ import annotations
 
+import html
 import math
 
 import pandas as pd
@@ -50,13 +51,20 @@ SUMMARY_COLUMNS = [
 ]
 
 
+def md_text(value) -> str:
+    """Text from runs (labels, device names, errors, filters) as Markdown shows it: HTML's
+    `& < >` escaped, so a label such as `<img src=x onerror=...>` is read, never rendered."""
+    return html.escape(str(value), quote=False)
+
+
 def md_table(headers: list[str], rows: list[list[str]]) -> str:
-    """A GitHub Markdown table ('|' in cells escaped)."""
+    """A GitHub Markdown table (cells through md_text, '|' in them escaped)."""
 
     def cell(v) -> str:
-        return str(v).replace("|", "\\|").replace("\n", " ")
+        return md_text(v).replace("|", "\\|").replace("\n", " ")
 
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines = ["| " + " | ".join(cell(h) for h in headers) + " |"]
+    lines += ["|" + "|".join("---" for _ in headers) + "|"]
     lines += ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows]
     return "\n".join(lines)
 

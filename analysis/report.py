@@ -13,6 +13,7 @@ from analysis.markdown import (
     complexity_markdown,
     environments_markdown,
     failed_markdown,
+    md_text,
     roofs_markdown,
     speedups_markdown,
     summary_frame,
@@ -66,7 +67,7 @@ def report_markdown(
     out = [
         "# Training performance and roofline report",
         "",
-        f"Generated {generated} from `{source}`; runs: {query}.",
+        f"Generated {generated} from `{source}`; runs: {md_text(query)}.",
         "",
         f"Runs used: {c.get('train', 0)} finished train, {c.get('profile', 0)} profile, {c.get('peaks', 0)} peaks; "
         f"{c.get('failed', 0)} failed (listed below). Points (environment × config): {c.get('points', 0)}, "
@@ -75,7 +76,7 @@ def report_markdown(
         "## What is missing",
         "",
     ]
-    out += [f"- {n}" for n in analysis.notes] or [
+    out += [f"- {md_text(n)}" for n in analysis.notes] or [
         "Nothing: every point has an intensity and a roof."
     ]
     out += [
@@ -91,7 +92,8 @@ def report_markdown(
     ]
 
     def figs(key: str) -> list[str]:
-        return [f"![{t}]({p})\n" for t, p in figures.get(key, [])]
+        alt = lambda t: md_text(t).replace("[", "(").replace("]", ")")  # noqa: E731
+        return [f"![{alt(t)}]({p})\n" for t, p in figures.get(key, [])]
 
     out += [
         "## Rooflines",
@@ -111,7 +113,7 @@ def report_markdown(
     ]
     out += ["## Throughput vs batch size", ""] + figs("throughput")
     out += ["## Step-time variability", ""]
-    out += ([variability_title, ""] if variability_title else []) + (
+    out += ([md_text(variability_title), ""] if variability_title else []) + (
         figs("variability") or ["No step_time_s series to plot.", ""]
     )
     out += ["## Intensity vs batch size", ""] + figs("intensity")

@@ -1,6 +1,6 @@
 """The tables beside the roofline points, pure DataFrames like analysis/join.py: the fp16/bf16
 speed-ups, model complexity (complexity runs' models.csv), environments, failed runs, and the
-point labels they all use. Nothing here imports mlflow, reads files or plots.
+point labels they all use, and the profile and peaks runs that place nothing. Nothing here imports mlflow, reads files or plots.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from analysis.join import ENV_TAGS, short, text
+from analysis.join import ENV_TAGS, of_kind, short, text
 from common import schema
 
 DEFAULT_NUM_CLASSES = 1000  # torchvision's ImageNet head; other values are named in labels
@@ -199,3 +199,60 @@ def point_label(row: pd.Series | dict) -> str:
     if str(row.get("compile", "")).lower() == "true":
         label += "/compiled"
     return label
+
+
+# ------------------------------------------------------------------------------- runs that place nothing
+def _train_command(params: dict, env: str) -> str:
+    """The `python -m train` line that times the config of a run's params in environment `env`."""
+    get = lambda k: str(params.get(f"params.{k}") or "")  # noqa: E731
+    parts = [
+        "python -m train",
+        f"--model {get('model') or '?'}",
+        f"--batch {get('batch_size') or '?'}",
+    ]
+    for flag, key in (("--precision", "precision"), ("--image-size", "image_size")):
+        parts.append(f"{flag} {get(key) or '?'}")
+    for flag, key in (("--num-classes", "num_classes"), ("--optimizer", "optimizer")):
+        if get(key):
+            parts.append(f"{flag} {get(key)}")
+    parts += [
+        f"--{k.replace('_', '-')}" for k in ("channels_last", "compile") if get(k).lower() == "true"
+    ]
+    return " ".join(parts + [f"--env-label {env or '<label>'}"])
+
+
+def unplaced_notes(runs: pd.DataFrame, points: pd.DataFrame, profiles: pd.DataFrame) -> list[str]:
+    """Profile runs whose intensity joined no point, and peaks runs whose device has no point: each
+    with what would place it (timing that config, or any config, on that device)."""
+    placed = set(zip(points["config_key"], points["device_name"]))
+    devices = set(points["device_name"])
+    pr = of_kind(runs, "profile")
+    pr = pr.set_index(text(pr, "run_id"))
+    notes = []
+    for p in profiles.to_dict("records"):
+        if (p["config_key"], p["device_name"]) in placed:
+            continue
+        row = pr.loc[p["profile_run_id"]].to_dict()
+        fields = {k.removeprefix("params."): v for k, v in row.items()}
+        for k in ("batch_size", "image_size", "num_classes"):  # a hand-set param: '?', not a crash
+            fields[k] = pd.to_numeric(fields.get(k), errors="coerce")
+        label = point_label(fields)
+        env = p["profile_env_label"]
+        notes.append(
+            f"profile run {short(p['profile_run_id'])} ({label} on {p['device_name']}"
+            f"{', env ' + env if env else ''}) placed no point: no finished train run of that config "
+            f"on that device; time it there ({_train_command(row, env)})"
+        )
+    pk = of_kind(runs, "peaks")
+    for run_id, env, dev in zip(
+        text(pk, "run_id"),
+        text(pk, f"tags.{schema.TAG_ENV_LABEL}"),
+        text(pk, f"tags.{schema.TAG_DEVICE_NAME}"),
+    ):
+        if dev not in devices:
+            notes.append(
+                f"peaks run {short(run_id)} ({dev or 'unknown device'}{', env ' + env if env else ''}) "
+                f"gave no roof: no finished train run on {dev or 'its device'}; time a config there "
+                f"(python -m train --env-label {env or '<label>'} ...)"
+            )
+    return notes

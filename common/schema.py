@@ -40,6 +40,8 @@ ENTRY_POINTS = {
     "sweep": "sweep",
     "complexity": "complexity",
 }
+# why a profile's ncu input looks cut short (an import with --allow-truncated): no intensity from it
+TAG_NCU_TRUNCATED = "ncu_truncated"
 
 RUN_KINDS = ("train", "profile", "peaks", "analysis", "sweep", "complexity")
 

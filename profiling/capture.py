@@ -31,7 +31,7 @@ from profiling.ncu_command import (
 from profiling.ncu_counting import inst_cautioned, tensor_inst_caution, tensor_inst_flops
 from profiling.ncu_messages import classify_ncu_output, legacy_message
 from profiling.ncu_names import is_relevant
-from profiling.ncu_parse import NcuReport, parse_ncu_csv
+from profiling.ncu_parse import NcuReport, parse_ncu_csv, refuse_truncated
 from profiling.ncu_plan import MetricPlan, plan_metrics
 from train.config import TrainConfig, add_config_args
 
@@ -168,6 +168,7 @@ def capture(
     if not text.strip():
         raise BenchError(f"ncu exited with code {rc} but wrote nothing to {log}")
     report = parse_ncu_csv(text, keep=is_relevant, source=log.name)
+    refuse_truncated(report, args.allow_truncated)
     return report, gpu.name or "unknown", gpu.capability, planned.counters, planned.cautions
 
 

@@ -28,7 +28,7 @@ from common.tracking import RunSession, dataset_input
 from profiling.capture import DEFAULT_OUT, capture, dry_run
 from profiling.chips.devices import parse_capability
 from profiling.gpu import GpuInfo, cuda_probe
-from profiling.import_path import import_report
+from profiling.import_path import check_import_file, import_report
 from profiling.ncu_command import (
     CACHE_CONTROLS,
     CLOCK_CONTROLS,
@@ -120,6 +120,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="log an existing ncu CSV or .ncu-rep instead of capturing (works without a GPU)",
     )
     g.add_argument(
+        "--allow-truncated",
+        action="store_true",
+        help="log an ncu CSV that looks cut short (a short or unfinished last row, a last result "
+        "missing metrics) as an incomplete profile without a roofline point, instead of failing",
+    )
+    g.add_argument(
         "--device-name",
         type=optional(),
         default=None,
@@ -202,14 +208,14 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo]) -> int:
         )
     if args.dry_run:
         return dry_run(args, config, opts)
-    if importing and not Path(args.import_file).is_file():
-        raise UsageError(f"--import {args.import_file}: no such file")
+    if importing:
+        check_import_file(args.import_file)
 
     run_name = f"{config.run_name()}-ncu"
     tags = {
         schema.TAG_CONFIG_KEY: config.config_key(),
         schema.TAG_CONFIG_LABEL: config.config_label(),
-        schema.TAG_ENV_LABEL: config.env_label,
+        **_env_label_tag(args, config, importing),
         schema.TAG_DEVICE_TYPE: "cuda",
         schema.TAG_INTENSITY_SOURCE: "measured",
         "ncu_source": "import" if importing else "capture",
@@ -276,6 +282,18 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo]) -> int:
             console.note("no gpu__time_duration.sum in the input: ncu_kernel_time_s not logged")
     console.result(_summary_line(f"profile run {session.run_id}", summary, device_name))
     return 0
+
+
+def _env_label_tag(args: argparse.Namespace, config: TrainConfig, importing: bool) -> dict:
+    """The env_label tag: a capture's machine is this one; an import's is the profiled machine,
+    which only --env-label knows (this host's name would be wrong), so without it there is none."""
+    if not importing or args.env_label:
+        return {schema.TAG_ENV_LABEL: config.env_label}
+    console.note(
+        "no --env-label: the import is logged without env_label (this machine did not profile "
+        "it); pass --env-label as the profiled machine's train runs have it"
+    )
+    return {}
 
 
 def _summary_line(what: str, s: NcuSummary, device_name: str) -> str:

@@ -102,6 +102,9 @@ class NcuReport:
     """True when the table had NVTX columns (ncu --nvtx)."""
     source: str = ""
     """file name (or "<text>")."""
+    truncated: str = ""
+    """why the input looks cut short ("its last row stops mid-field ..."), or "" when it ends as
+    ncu ends a table (see truncation_reason)."""
 
     @property
     def device_name(self) -> str | None:
@@ -168,15 +171,58 @@ def parse_ncu_csv(
     rows = csv.reader(table)
     header = [h.strip().lstrip("\ufeff") for h in next(rows)]
     report = NcuReport(kernels=[], page="", messages=messages, program_lines=program, source=source)
+    last_names: list[set[str]] = []
     if all(c in header for c in DETAILS_COLUMNS):
-        _parse_details(header, rows, report, keep)
+        last_names = _parse_details(header, rows, report, keep)
         candidates = len(table) - 1
     else:
         units_row = _parse_raw(header, rows, report, keep)
         candidates = len(table) - 1 - int(units_row)
     if not report.kernels:
         raise NcuParseError(_no_results_reason(source, messages, table, candidates))
+    ends = text.rstrip(" \t").endswith(("\n", "\r")) or lines[-1].strip().startswith("==")
+    report.truncated = truncation_reason(table, len(header), ends, last_names)
     return report
+
+
+def refuse_truncated(report: NcuReport, allowed: bool) -> None:
+    """BenchError when `report` looks cut short, unless the user allowed it (--allow-truncated)."""
+    if report.truncated and not allowed:
+        raise BenchError(
+            f"{report.source} is truncated: {report.truncated}, so its totals would cover only part "
+            "of the profile; copy or export it again (a capture: run it again), or pass "
+            "--allow-truncated to log what it holds as an incomplete profile without a roofline point"
+        )
+
+
+def truncation_reason(
+    table: list[str], width: int, ends_with_line_end: bool, last_names: list[set[str]]
+) -> str:
+    """Why a table looks cut short, or "".
+
+    ncu writes no footer, so what closes a table is a whole last row: every field, the closing
+    quote of its last value (ncu quotes every value) and a line end, and, on the details page, a
+    last result with every metric the result before it has (ncu prints the same metrics for every
+    result of one run). A file cut at a byte (`head -c`, an interrupted copy, a full disk) fails
+    the first test, or, cut at a line end inside a result's rows, the second. A cut exactly between
+    two results cannot be seen. `table` holds the header and the lines under it; `last_names` the
+    metric names of the last two results of a details page, in file order.
+    """
+    last = table[-1].strip() if len(table) > 1 else ""
+    row = next(csv.reader([last]), []) if last else []
+    if row and row[0].strip().replace(",", "").isdigit() and len(row) < width:
+        return f"its last row has {len(row)} of the header's {width} fields"
+    quoted = table[0].lstrip().startswith('"')
+    unclosed = quoted and (not last.endswith('"') or last.count('"') % 2)
+    if last and not ends_with_line_end and (len(row) < width or unclosed):
+        return f"its last line stops inside a row ({last[-20:]!r}, no line end)"
+    if len(last_names) == 2 and last_names[1] < last_names[0]:
+        lacking = len(last_names[0] - last_names[1])
+        return (
+            f"its last result has {len(last_names[1])} of the {len(last_names[0])} metrics of the "
+            f"result before it ({lacking} missing)"
+        )
+    return ""
 
 
 def _no_results_reason(source: str, messages: list[str], table: list[str], candidates: int) -> str:
@@ -270,7 +316,11 @@ def _cached(keep: Callable[[str], bool] | None) -> Callable[[str], bool]:
     return lru_cache(maxsize=None)(lambda name: name == DEVICE_NAME_METRIC or bool(keep(name)))
 
 
-def _parse_details(header: list[str], rows: Iterable[list[str]], report: NcuReport, keep) -> None:
+def _parse_details(
+    header: list[str], rows: Iterable[list[str]], report: NcuReport, keep
+) -> list[set[str]]:
+    """Fill `report` from a details page; the metric names of its last two results (every name,
+    kept or not), for truncation_reason."""
     report.page = "details"
     pp, se = _nvtx_columns(header)
     report.has_nvtx = pp is not None or se is not None
@@ -280,6 +330,7 @@ def _parse_details(header: list[str], rows: Iterable[list[str]], report: NcuRepo
     idcols = _id_columns(header)
     wanted = _cached(keep)
     by_key: dict[tuple[str, str], NcuKernel] = {}
+    names: dict[tuple[str, str], set[str]] = {}
     for row in rows:
         if len(row) < i_val + 1 or len(row) > width or not row[i_id].strip():
             report.program_lines += 1  # program output that happened to sit inside the table
@@ -293,12 +344,15 @@ def _parse_details(header: list[str], rows: Iterable[list[str]], report: NcuRepo
                 report.program_lines += 1
                 continue
             by_key[key] = k
+            names[key] = set()
             report.kernels.append(k)
         name = row[i_name].strip()
         if not name:  # a rule row (Rule Name/Description set, no metric)
             continue
+        names[key].add(name)
         if wanted(name):
             _store(k, name, row[i_unit], row[i_val], report)
+    return list(names.values())[-2:]
 
 
 def _parse_raw(header: list[str], rows: Iterable[list[str]], report: NcuReport, keep) -> bool:

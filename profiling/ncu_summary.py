@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from common import schema
 from common.errors import BenchError
 from profiling.chips.counters import ChipCounters
 from profiling.ncu_counting import (
@@ -55,6 +56,9 @@ class NcuSummary:
     3 of 98 kernels"): their totals, and ncu_flops_total, are lower bounds."""
     cautions: list[str] = field(default_factory=list)
     """assumptions behind a number that may not hold (tensor FLOPs from instructions on sm_80+)."""
+    truncated: str = ""
+    """why the input looks cut short (NcuReport.truncated; logged only with --allow-truncated):
+    its totals cover only the results it holds, so it has no intensity and no roofline point."""
 
     @property
     def warnings(self) -> list[str]:
@@ -92,7 +96,7 @@ class NcuSummary:
             if key in t:
                 out[name] = t[key]
         out["ncu_kernels"] = float(len(self.kernels))
-        for level in ("dram", "l2", "l1"):
+        for level in ("dram", "l2", "l1") if not self.truncated else ():
             ai = self.intensity(level)
             if ai is not None:
                 out[f"ncu_intensity_{level}_flops_per_byte"] = ai
@@ -114,14 +118,17 @@ class NcuSummary:
         return [w for w, ok in (("FLOP counters", have_flops), ("DRAM bytes", have_dram)) if not ok]
 
     def mlflow_tags(self) -> dict[str, str]:
+        lacking = self.roofline_missing + (["complete input"] if self.truncated else [])
         tags = {
-            "ncu_roofline": "incomplete" if self.roofline_missing else "complete",
-            "ncu_roofline_missing": ",".join(self.roofline_missing) or "none",
+            "ncu_roofline": "incomplete" if lacking else "complete",
+            "ncu_roofline_missing": ",".join(lacking) or "none",
             "ncu_measured": ",".join(self.measured),
             "ncu_missing": ",".join(self.missing) or "none",
             "ncu_half_lanes": str(HALF_LANES),
             "ncu_partial": "; ".join(f"{q}: {why}" for q, why in self.partial.items()) or "none",
         }
+        if self.truncated:
+            tags[schema.TAG_NCU_TRUNCATED] = self.truncated
         if self.cautions:
             tags["ncu_caution"] = " | ".join(self.cautions)[:5000]
         for q, s in sorted(self.sources.items()):
@@ -228,6 +235,7 @@ def summarize(
         phases=phases,
         partial=partial,
         cautions=cautions,
+        truncated=report.truncated,
     )
 
 
@@ -296,7 +304,14 @@ def require_counters(summary: NcuSummary, source: str) -> None:
 
 
 def roofline_warning(summary: NcuSummary, source: str) -> str | None:
-    """The line for an incomplete profile (no FLOP counters and/or no DRAM bytes), else None."""
+    """The line for an incomplete profile (cut short, no FLOP counters and/or no DRAM bytes), else
+    None."""
+    if summary.truncated:
+        return (
+            f"{source} is truncated ({summary.truncated}), logged as --allow-truncated asks: an "
+            "incomplete profile (tags ncu_roofline=incomplete, ncu_truncated) whose totals cover only "
+            "the results it holds, without intensities; analysis lists it without a roofline point"
+        )
     lacking = summary.roofline_missing
     if not lacking:
         return None

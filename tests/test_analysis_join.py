@@ -9,7 +9,7 @@ import types
 import pandas as pd
 import pytest
 
-from analysis import app, core, fetch, join, markdown, plots, tables, vendor
+from analysis import app, core, fetch, join, markdown, plots, report, tables, vendor
 from common import schema
 from common.errors import UsageError
 from profiling import peak_table
@@ -598,3 +598,68 @@ def test_mlproject_analyze_entry_point_maps_onto_the_flags():
         and cfg.variability_config == "abc123"
         and cfg.out == "reports/x"
     )
+
+
+def profile(run_id, key, dev, env="", start=1, **tags):
+    return {
+        "run_id": run_id,
+        "status": "FINISHED",
+        "start_time": start,
+        "tags.run_kind": "profile",
+        "tags.config_key": key,
+        "tags.device_name": dev,
+        "tags.env_label": env,
+        "metrics.ncu_flops_total": 3e12,
+        "metrics.ncu_dram_bytes": 1.5e10,
+        **{f"tags.{k}": v for k, v in tags.items()},
+    }
+
+
+def test_a_truncated_profile_gives_no_intensity_and_is_named():
+    """An import of a cut ncu CSV logged with --allow-truncated carries totals of part of the
+    profile: its FLOPs / bytes (200 here) must not become the point's measured intensity."""
+    t = train("t1", "l4", "NVIDIA L4", 64, "fp32", 700, achieved=1.5e13, intensity=60)
+    cut = profile("p1", t["tags.config_key"], "NVIDIA L4", ncu_truncated="its last row has 15 of")
+    a = core.build(pd.DataFrame([t, cut]))
+    assert a.points.iloc[0]["intensity_source"] == "modeled"
+    assert a.points.iloc[0]["intensity_flops_per_byte"] == 60
+    notes = " | ".join(a.notes)
+    assert "1 profile run(s) were imported from a truncated ncu file" in notes and "p1" in notes
+    assert "lack ncu_flops_total" not in notes
+
+
+def test_profile_and_peaks_runs_that_place_nothing_are_listed_with_what_would_place_them():
+    """Issue 15: an imported L4 profile (resnet18/b64/fp32/32px) and an L4 peaks run with only a
+    T4 train run in the store made no point, and the report said "What is missing: Nothing"."""
+    t = train("t1", "t4", "Tesla T4", 64, "fp32", 300, achieved=5e12, intensity=60)
+    params = {k.removeprefix("params."): v for k, v in t.items() if k.startswith("params.")}
+    params["image_size"] = "32"
+    p = profile("p1abcdef9", schema.config_key(params), "NVIDIA L4", env="l4box")
+    p.update({f"params.{k}": v for k, v in params.items()})
+    pk = peaks("k1abcdef9", "l4box", "NVIDIA L4", 2, peak_flops_per_s_fp32=3e13)
+    a = core.build(pd.DataFrame([t, p, pk]))
+    assert len(a.points) == 1 and a.points.iloc[0]["intensity_source"] == "modeled"
+    assert (
+        "profile run p1abcdef (resnet18/b64/fp32/32px on NVIDIA L4, env l4box) placed no point: no "
+        "finished train run of that config on that device; time it there (python -m train "
+        "--model resnet18 --batch 64 --precision fp32 --image-size 32 --num-classes 1000 "
+        "--optimizer sgd --env-label l4box)"
+    ) in a.notes
+    assert any(
+        n.startswith("peaks run k1abcdef (NVIDIA L4, env l4box) gave no roof") for n in a.notes
+    )
+    md = report.report_markdown(a, {}, "sqlite:///x.db", "all", "now")
+    assert "placed no point" in md and "Nothing: every point" not in md
+
+
+def test_html_from_a_label_is_escaped_in_the_report():
+    """Issue 15: raw HTML in an env label (which train accepts) passed into report.md."""
+    bad = "<img src=x onerror=alert(1)>"
+    t = train("t1", bad, "NVIDIA L4", 64, "fp32", 700, achieved=1.5e13, intensity=60)
+    t["tags.host"] = "<b>host</b>"
+    a = core.build(pd.DataFrame([t, peaks("k1", bad, "Tesla T4", 2, peak_flops_per_s_fp32=3e13)]))
+    figs = {"roofline": [(f"Roofline, {bad} (NVIDIA L4)", "figures/roofline_x.png")]}
+    md = report.report_markdown(a, figs, "sqlite:///x.db", f"env label(s) {bad}", "now")
+    assert "<img" not in md and "<b>" not in md
+    assert md.count("&lt;img src=x onerror=alert(1)&gt;") >= 4  # query, note, tables, figure
+    assert "&lt;b&gt;host&lt;/b&gt;" in md

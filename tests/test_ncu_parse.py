@@ -346,3 +346,58 @@ def test_phase_names_are_the_ones_train_marks():
     from train.step import PHASES
 
     assert PHASE_NAMES == tuple(p for p in PHASES if p != "train_step")
+
+
+# ---------------------------------------------------------------- truncated input
+def _cut(ncu_dir, name: str, end: int | None = None, lines: int | None = None) -> str:
+    """A fixture cut as a copy or export that stopped early would be: at byte `end`, or after its
+    first `lines` lines (with their line ends)."""
+    data = (ncu_dir / name).read_bytes()
+    if lines is not None:
+        data = b"".join(data.splitlines(keepends=True)[:lines])
+    return data[:end].decode("utf-8-sig", errors="replace")
+
+
+@pytest.mark.parametrize("name", [L4, SAXPY, GEMM, B200])
+def test_no_recorded_ncu_output_is_called_truncated(ncu_dir, name):
+    """Real files end as ncu ends a table: whole rows, closing quotes, a line end, and the same
+    metrics for the last result as for the one before it."""
+    assert read_ncu_csv(ncu_dir / name).truncated == ""
+    # the last line end alone is no cut: its row is whole
+    assert parse_ncu_csv(_cut(ncu_dir, name).rstrip("\r\n")).truncated == ""
+
+
+def test_the_l4_fixture_cut_in_half_is_called_truncated(ncu_dir):
+    """The issue-15 case: `head -c $((size/2))` stops mid-row; before, it read as 49 kernels at
+    44.4 FLOP/byte instead of 98 at 6.94, with no word of warning."""
+    size = (ncu_dir / L4).stat().st_size
+    report = parse_ncu_csv(_cut(ncu_dir, L4, end=size // 2), source="cut.csv")
+    assert len(report.kernels) == 49
+    assert report.truncated == "its last row has 15 of the header's 17 fields"
+
+
+@pytest.mark.parametrize(
+    "name, drop, reason",
+    [  # cut inside the last value: the row has all its fields but the value lost digits
+        (L4, 2, "its last line stops inside a row"),
+        (B200, 3, "its last line stops inside a row"),
+        (B200, 4, "its last line stops inside a row"),  # just after the comma before it
+        # cut just after the value before it: one field short of a whole row
+        (B200, 5, "its last row has"),
+    ],
+)
+def test_a_cut_inside_the_last_row_is_called_truncated(ncu_dir, name, drop, reason):
+    text = _cut(ncu_dir, name)
+    report = parse_ncu_csv(text[: -drop - (1 if text.endswith("\r\n") else 0)])
+    assert report.truncated.startswith(reason)
+
+
+def test_a_cut_at_a_line_end_inside_a_result_is_called_truncated(ncu_dir):
+    """`head -n 781`: kernel 97 keeps 4 of its 8 metric rows; every whole row still parses."""
+    report = parse_ncu_csv(_cut(ncu_dir, L4, lines=781))
+    assert len(report.kernels) == 98
+    assert report.truncated == (
+        "its last result has 4 of the 8 metrics of the result before it (4 missing)"
+    )
+    # a cut between two results cannot be seen: a file of 97 whole results is a whole file
+    assert parse_ncu_csv(_cut(ncu_dir, L4, lines=777)).truncated == ""

@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 
 from common import schema
-from profiling import cli
+from profiling import cli, import_path
 from profiling.capture import NO_GPU_MESSAGE, config_flags
 from profiling.gpu import GpuInfo, cuda_probe
 from profiling.ncu_counting import tensor_inst_caution
@@ -538,6 +538,54 @@ def test_partial_profiles_import_with_what_they_hold_tagged_incomplete(
     assert "logged as an incomplete profile (tag ncu_roofline=incomplete)" in err
 
 
+def half_of(src: Path, dest: Path) -> Path:
+    """`head -c $((size/2)) src > dest`: a copy that stopped mid-row."""
+    data = src.read_bytes()
+    dest.write_bytes(data[: len(data) // 2])
+    return dest
+
+
+def test_a_truncated_import_fails_instead_of_logging_wrong_totals(tracking, ncu_dir, tmp_path):
+    """Before: exit 0, FINISHED, 49 kernels at 44.4 FLOP/byte (the whole file: 98 at 6.94)."""
+    cut = half_of(ncu_dir / L4_CSV, tmp_path / "cut.csv")
+    assert import_file(cut) == 1
+    run = only_run()
+    assert (
+        run.info.status == "FAILED" and "ncu_intensity_dram_flops_per_byte" not in run.data.metrics
+    )
+    assert run.data.tags["error"].startswith(
+        "cut.csv is truncated: its last row has 15 of the header's 17 fields, so its totals would "
+        "cover only part of the profile; copy or export it again"
+    )
+    assert "--allow-truncated" in run.data.tags["error"]
+
+
+def test_allow_truncated_logs_an_incomplete_profile_without_intensities(
+    tracking, ncu_dir, tmp_path, capsys
+):
+    cut = half_of(ncu_dir / L4_CSV, tmp_path / "cut.csv")
+    assert import_file(cut, "--allow-truncated") == 0
+    run = only_run()
+    tags, m = run.data.tags, run.data.metrics
+    assert run.info.status == "FINISHED" and m["ncu_kernels"] == 49
+    assert tags["ncu_roofline"] == "incomplete" and tags["ncu_roofline_missing"] == "complete input"
+    assert tags["ncu_truncated"] == "its last row has 15 of the header's 17 fields"
+    assert not any(k.startswith("ncu_intensity") for k in m) and m["ncu_flops_total"] > 0
+    err = capsys.readouterr().err
+    assert "warning: cut.csv is truncated (its last row has 15 of the header's 17 fields)" in err
+
+
+def test_a_truncated_capture_log_fails(tracking, standin, ncu_dir, tmp_path):
+    """ncu killed while writing its log (or a full disk) leaves the same cut table."""
+    standin(half_of(ncu_dir / L4_CSV, tmp_path / "cut.csv"))
+    assert capture(tmp_path) == 1
+    run = only_run()
+    assert (
+        run.info.status == "FAILED"
+        and " is truncated: its last row has 15 of" in (run.data.tags["error"])
+    )
+
+
 def test_an_import_without_any_roofline_counter_is_refused(tracking, tmp_path):
     f = details_csv(
         tmp_path / "occupancy.csv", [{"sm__warps_active.avg.pct_of_peak_sustained_active": 50}]
@@ -925,4 +973,54 @@ def test_dry_run_on_a_capability_that_covers_two_counter_sets_notes_the_choice(t
 def test_dry_run_usage_errors(tracking, capsys, flags, message):
     code, _, _, err = dry_run(capsys, *flags)
     assert code == 2 and message in err
+    assert mlflow.search_runs(experiment_names=["prof"], output_format="list") == []
+
+
+def test_an_import_carries_the_profiled_machines_env_label_or_none(
+    tracking, ncu_dir, capsys, monkeypatch
+):
+    """Issue 15: an import was tagged with the importing host's label next to device_name
+    NVIDIA L4; the label is the profiled machine's, which only --env-label knows."""
+    monkeypatch.setattr(schema, "default_env_label", lambda: "importing-laptop")
+    base = ["--model", "resnet18", "--batch", "64", "--image-size", "32", "--experiment", "prof"]
+    base += ["--device-name", "NVIDIA L4"]
+    assert cli.main([*base, "--import", str(ncu_dir / L4_CSV)]) == 0
+    assert "env_label" not in only_run().data.tags
+    assert "note: no --env-label: the import is logged without env_label" in capsys.readouterr().err
+    assert import_file(ncu_dir / L4_CSV) == 0  # CONFIG says --env-label lab-l4
+    runs = mlflow.search_runs(experiment_names=["prof"], output_format="list")
+    assert sorted(r.data.tags.get("env_label", "") for r in runs) == ["", "lab-l4"]
+
+
+def test_an_import_stores_only_what_parsed_as_ncu_output(tracking, tmp_path):
+    """Issue 15: /etc/passwd became ncu/passwd of a FAILED run (a 200 MB garbage file, 200 MB)."""
+    junk = tmp_path / "passwd"
+    junk.write_text("root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1::/usr/sbin:/bin/sh\n")
+    assert import_file(junk) == 1
+    run = only_run()
+    assert (
+        run.info.status == "FAILED" and "is not Nsight Compute CSV output" in run.data.tags["error"]
+    )
+    client = mlflow.tracking.MlflowClient()
+    assert [a.path for a in client.list_artifacts(run.info.run_id, "ncu")] == []
+
+
+def test_an_import_of_a_folder_or_an_oversized_file_is_refused_before_a_run(
+    tracking, ncu_dir, tmp_path, capsys, monkeypatch
+):
+    assert import_file(tmp_path) == 2
+    assert f"--import {tmp_path} is a folder: pass the ncu CSV or .ncu-rep file itself" in (
+        capsys.readouterr().err
+    )
+    monkeypatch.setattr(import_path, "MAX_IMPORT_BYTES", 1024**3 // 10)  # 0.1 GiB
+    big = tmp_path / "big.csv"
+    with big.open("wb") as f:
+        f.truncate(1024**3 // 5)  # sparse: 0.2 GiB on paper, nothing on disk
+    assert import_file(big) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"error: --import {big} is 0.2 GiB, more than the 0.1 GiB an ncu CSV or .ncu-rep of a profiled "
+        "training step holds: export only the profiled step (ncu --launch-skip/--launch-count, "
+        "--metrics) or check that it is the right file"
+    ]
     assert mlflow.search_runs(experiment_names=["prof"], output_format="list") == []

@@ -190,6 +190,32 @@ def test_cli_matrix_file_that_is_not_yaml(tmp_path, capsys):
     assert "is not valid YAML/JSON" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        (
+            "matrix:\n  batch_size: [1, 2\n  model: resnet18\n",
+            "expected ',' or ']', but got ':' at line 3, column 8 (while parsing a flow sequence at "
+            "line 2, column 15)",
+        ),
+        (
+            "matrix:\n\tbatch_size: [1]\n",
+            "found character '\\t' that cannot start any token at line 2",
+        ),
+    ],
+)
+def test_malformed_yaml_names_the_problem_and_its_line(tmp_path, capsys, text, problem):
+    """Issue 15: the line ended with YAML's caret (`...: ^`), the last line of its excerpt."""
+    f = tmp_path / "bad.yaml"
+    f.write_text(text)
+    assert main(["--matrix", str(f)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        f"error: sweep file {f} is not valid YAML/JSON: {problem}"
+    )
+    assert err[0].endswith("; fix that line (indent with spaces, close every [ and {)")
+
+
 # ---------------------------------------------------------------- running against a local store
 def test_failure_isolation_and_resume(tracking, capsys):
     exp = "sweep-local"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import mlflow
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -185,6 +186,8 @@ def arg(flag, value):
         ("--env-label", "x" * 8001, "is 8001 characters long: use at most 100"),
         ("--env-label", "lab\nbox", "contains a line break"),
         ("--env-label", "L4, spot", "contains a comma"),
+        ("--lr", "nan", "lr must be a finite number > 0, got nan"),
+        ("--lr", "inf", "lr must be a finite number > 0, got inf"),  # issue 15: was accepted
     ],
 )
 def test_bad_input_is_one_line_and_creates_no_run(tracking, capsys, flag, value, message):
@@ -453,3 +456,89 @@ def test_iters_auto_logs_how_it_stopped(tracking):
     # train/timing.py tabulates t to 3 decimals and approximates it beyond 30 dof (< 1 % off): allow 1 %
     assert m["step_time_ci95_rel"] == pytest.approx(rel(n), rel=0.01)
     assert rel(n) <= 0.5 * 1.01 and all(rel(k) > 0.5 * 0.99 for k in range(10, n))
+
+
+class _RunsCode:
+    """What a crafted batch holds: unpickling it would call os.system."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_crafted_cifar_batch_runs_no_code(tracking, capsys, tmp_path):
+    """Issue 15: --data cifar10:DIR unpickled its files, so a crafted batch ran code."""
+    import pickle
+
+    root = make_cifar10(tmp_path / "cifar")
+    marker = tmp_path / "pwned"
+    (root / "data_batch_2").write_bytes(pickle.dumps({"data": _RunsCode(marker), "labels": []}))
+    code, line = error_of(capsys, arg("--data", f"cifar10:{root}"))
+    assert not marker.exists()
+    import os
+
+    assert code == 1 and line.startswith(
+        f"error: corrupt CIFAR-10 batch {root / 'data_batch_2'} (UnpicklingError: it asks to load "
+        f"{os.system.__module__}.system, which no CIFAR-10 batch holds (a crafted or foreign file; "
+        "nothing in it was run)): replace it with the python version of CIFAR-10"
+    )
+    assert only_run().info.status == "FAILED"
+
+
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+def test_cifar_batches_load_as_every_numpy_pickles_them(tmp_path, protocol):
+    """Real batches are Python 2 pickles naming numpy.core.multiarray; copies re-pickled by
+    Python 3 and numpy 2 name numpy._core, _frombuffer (protocol 5) or _codecs (protocol 2)."""
+    import pickle
+
+    from train.data import Cifar10Folder
+
+    data = np.arange(2 * 3072, dtype=np.uint8).reshape(2, 3072)
+    raw = pickle.dumps({"data": data, "labels": [3, 7], "batch_label": b"b1"}, protocol=protocol)
+    if protocol == 2:  # as CIFAR-10's own files name the module
+        raw = raw.replace(b"numpy._core.multiarray", b"numpy.core.multiarray")
+    (tmp_path / "data_batch_1").write_bytes(raw)
+    ds = Cifar10Folder(str(tmp_path), 32)
+    assert ds.labels.tolist() == [3, 7]
+    assert ds.images.reshape(2, 3072).numpy().tolist() == data.tolist()
+
+
+def _png_header(path, width: int, height: int) -> None:
+    """A PNG that says it is width x height pixels: a few bytes on disk (a decompression bomb's
+    header; PIL refuses it on open, from the size alone)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        )
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IEND", b""))
+
+
+@pytest.mark.parametrize("workers", ["0", "1"])
+def test_a_decompression_bomb_image_fails_the_run_naming_the_file(
+    tracking, capsys, tmp_path, workers
+):
+    """Issue 15: PIL's DecompressionBombError is no OSError, so it escaped as a traceback."""
+    root = make_image_folder(tmp_path / "ds", per_class=2)
+    for jpg in (root / "train").rglob("*.jpg"):  # every class holds only bombs
+        jpg.unlink()
+        _png_header(jpg.with_suffix(".png"), 20000, 20000)
+    code, line = error_of(capsys, arg("--data", str(root)) + ["--workers", workers])
+    assert (
+        code == 1
+        and line.startswith(f"error: image {root / 'train'}/")
+        and line.endswith(
+            ".png is too large to decode (Image size (400000000 pixels) exceeds limit of 178956970 "
+            "pixels): a decompression bomb or a wrong file; remove it or replace it with a resized copy"
+        )
+    )
+    run = only_run()
+    assert run.info.status == "FAILED" and run.data.tags["error"] == line.removeprefix("error: ")

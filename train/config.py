@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import asdict, dataclass, field, fields
 
 from common import schema
@@ -89,8 +90,8 @@ class TrainConfig:
             if int(getattr(self, name)) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         check_choices(self.precision, self.device, self.optimizer)
-        if not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if not (math.isfinite(self.lr) and self.lr > 0):  # inf: every weight becomes nan
+            raise ValueError(f"lr must be a finite number > 0, got {self.lr}")
         if self.compile and self.warmup_iters < 1:
             raise ValueError("warmup_iters must be >= 1 with compile, so compilation is not timed")
         if self.image_size < 32:

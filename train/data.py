@@ -128,13 +128,19 @@ def num_classes_for(data: str, default: int) -> int:
 
 # ------------------------------------------------------------------ data sets
 def checked_image_loader(path: str):
-    """ImageFolder's loader, turning undecodable files into a CorruptDataError naming the file."""
+    """ImageFolder's loader, turning undecodable files, and images too large to decode (PIL's
+    decompression-bomb guard), into a CorruptDataError naming the file."""
     from PIL import Image
 
     try:
         with open(path, "rb") as fh:
             img = Image.open(fh)
             return img.convert("RGB")
+    except Image.DecompressionBombError as exc:
+        raise CorruptDataError(
+            f"image {path} is too large to decode ({str(exc).split(', could be')[0]}): "
+            "a decompression bomb or a wrong file; remove it or replace it with a resized copy"
+        ) from None
     except (OSError, ValueError, SyntaxError) as exc:
         raise CorruptDataError(
             f"cannot decode image {path} ({exc}): remove or replace the file"
@@ -169,6 +175,42 @@ def image_folder(path: str, image_size: int):
     return ds, len(ds.classes)
 
 
+# What CIFAR-10's python batches hold besides dicts, lists, strings and ints: numpy arrays (as
+# numpy pickles them: _reconstruct + ndarray + dtype; protocol 5 _frombuffer; numpy 1 names the
+# module numpy.core, numpy 2 numpy._core) and, in a Python 3 re-pickle at protocol 2, bytes.
+CIFAR10_PICKLE_GLOBALS = frozenset(
+    {
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy.core.numeric", "_frombuffer"),
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("_codecs", "encode"),
+    }
+)
+
+
+class _BatchUnpickler(pickle.Unpickler):
+    """Unpickles a CIFAR-10 batch without running code: any other global (os.system, eval,
+    builtins.__import__, ...) is refused before it is imported."""
+
+    def find_class(self, module: str, name: str):
+        numpy1 = module.replace("numpy._core", "numpy.core", 1)
+        if (numpy1, name) not in CIFAR10_PICKLE_GLOBALS:
+            raise pickle.UnpicklingError(
+                f"it asks to load {module}.{name}, which no CIFAR-10 batch holds (a crafted or "
+                "foreign file; nothing in it was run)"
+            )
+        if np.lib.NumpyVersion(np.__version__) >= "2.0.0":  # numpy.core is a deprecated alias
+            numpy1 = numpy1.replace("numpy.core", "numpy._core", 1)
+        return super().find_class(numpy1, name)
+
+
+def load_cifar10_batch(file: Path) -> dict:
+    """One CIFAR-10 python batch, read with _BatchUnpickler (never plain pickle.load)."""
+    with open(file, "rb") as fh:
+        return _BatchUnpickler(fh, encoding="latin1").load()
+
+
 class Cifar10Folder:
     """CIFAR-10 training set from its python pickles, read without torchvision's md5 check.
 
@@ -186,13 +228,13 @@ class Cifar10Folder:
             if not file.is_file():
                 continue
             try:
-                with open(file, "rb") as fh:
-                    entry = pickle.load(fh, encoding="latin1")
+                entry = load_cifar10_batch(file)
                 data = np.asarray(entry["data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
                 labels.extend(int(x) for x in entry.get("labels", entry.get("fine_labels", [])))
             except Exception as exc:  # noqa: BLE001 - any decoding problem means a corrupt file
                 raise CorruptDataError(
-                    f"corrupt CIFAR-10 batch {file} ({type(exc).__name__}: {exc})"
+                    f"corrupt CIFAR-10 batch {file} ({type(exc).__name__}: {exc}): replace it with "
+                    "the python version of CIFAR-10 (cifar-10-python.tar.gz)"
                 ) from None
             images.append(data)
         self.images = torch.from_numpy(np.concatenate(images))

@@ -199,6 +199,18 @@ def plan_sweep(spec: SweepSpec, env_label: str | None = None) -> Plan:
     return Plan(spec, label, [(cfg, r, sweep_key(cfg)) for cfg, r in planned])
 
 
+def _yaml_problem(exc: Exception) -> str:
+    """What a YAML error says went wrong and where (its message ends with a source excerpt)."""
+    problem, mark = getattr(exc, "problem", None), getattr(exc, "problem_mark", None)
+    if not problem or mark is None:
+        return one_line(exc)
+    where = f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
+    context, cmark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    if context and cmark is not None:
+        where += f" ({context} at line {cmark.line + 1}, column {cmark.column + 1})"
+    return where
+
+
 def load_spec_file(path: str) -> dict:
     """A sweep file (YAML or JSON): {name?, repeats?, matrix: {axis: [values]}, base?: {field: value}}."""
     import yaml
@@ -209,7 +221,10 @@ def load_spec_file(path: str) -> dict:
     try:
         data = yaml.safe_load(p.read_text())  # YAML is a superset of JSON
     except yaml.YAMLError as exc:
-        raise UsageError(f"sweep file {p} is not valid YAML/JSON: {one_line(exc)}") from None
+        raise UsageError(
+            f"sweep file {p} is not valid YAML/JSON: {_yaml_problem(exc)}; fix that line "
+            "(indent with spaces, close every [ and {)"
+        ) from None
     if not isinstance(data, dict) or not isinstance(data.get("matrix"), dict):
         raise UsageError(f"sweep file {p} needs a `matrix:` mapping of axis -> list of values")
     unknown = set(data) - {"name", "repeats", "matrix", "base"}
