@@ -46,6 +46,7 @@ from profiling.ncu_command import (
 from profiling.ncu_parse import NcuReport, parse_ncu_csv, read_ncu_csv
 from profiling.ncu_report_import import is_ncu_rep, load_ncu_rep
 from train.config import TrainConfig, add_config_args, config_from_args
+from train.config import config_flags as train_config_flags
 from train.data import num_classes_for
 from train.models import check_model_name
 
@@ -103,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Nsight Compute counters of one training config (capture with ncu, or --import) "
         "-> one MLflow `profile` run with FLOPs, DRAM/L2/L1 bytes and measured arithmetic intensity.",
     )
-    add_config_args(p)
+    add_config_args(p, distributed=False)
     g = p.add_argument_group("profiling")
     g.add_argument(
         "--profile-steps",
@@ -188,19 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def config_flags(args: argparse.Namespace) -> list[str]:
     """The training-config flags of `args` as `python -m train` takes them (from add_config_args)."""
-    ref = argparse.ArgumentParser(add_help=False)
-    add_config_args(ref)
-    flags: list[str] = []
-    for action in ref._actions:  # the flags add_config_args defines, whatever they are
-        if not action.option_strings:
-            continue
-        value = getattr(args, action.dest, None)
-        if value is None:
-            continue
-        if isinstance(value, bool):
-            value = "true" if value else "false"
-        flags += [action.option_strings[0], str(value)]
-    return flags
+    return train_config_flags(args)
 
 
 def _config(args: argparse.Namespace) -> TrainConfig:

@@ -166,66 +166,101 @@ def count_work(prep: Prepared) -> tuple[fl.StepCounts, fl.ForwardProfile]:
     return step_counts, forward
 
 
-def run_benchmark(cfg: TrainConfig, device, progress: bool = True) -> BenchResult:
-    """Prepare, count, warm up and measure `cfg` on `device`. Raises BenchError on user-facing failures."""
-    wall0 = time.perf_counter()
+@dataclass
+class Measured:
+    """The measured steps of one phase, on this process."""
+
+    times: list[float]
+    stop: str
+    """fixed | converged | max_iters | max_time"""
+    wall_s: float
+    cpu_user_s: float
+    cpu_sys_s: float
+
+
+@contextlib.contextmanager
+def runtime_errors(cfg: TrainConfig, device):
+    """Inside the block, a failure of the model's allocation or execution becomes a one-line
+    BenchError (out of memory says so); BenchError and interrupts pass unchanged."""
     try:
+        yield
+    except (BenchError, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # noqa: BLE001 - report, don't dump
+        raise _runtime_error(exc, cfg, device) from exc
+
+
+def setup(cfg: TrainConfig, device) -> tuple[Prepared, fl.StepCounts, fl.ForwardProfile, float]:
+    """`prepare` and `count_work`: the prepared step, its counts, DeepSpeed's forward profile and
+    the seconds counting took."""
+    wall0 = time.perf_counter()
+    with runtime_errors(cfg, device):
         prep = prepare(cfg, device)
         counts, forward = count_work(prep)
-    except (BenchError, KeyboardInterrupt):
-        raise
-    except Exception as exc:  # noqa: BLE001 - first allocation and execution of the model: report, don't dump
-        raise _runtime_error(exc, cfg, device) from exc
-    count_s = time.perf_counter() - wall0
+    return prep, counts, forward, time.perf_counter() - wall0
 
+
+def warm_up(prep: Prepared, steps: int, bar) -> None:
+    for _ in range(steps):
+        prep.step()
+        bar.update(1)
+
+
+def measure_steps(cfg: TrainConfig, prep: Prepared, bar, what: str = "measure") -> Measured:
+    """The measured steps of `cfg` (a fixed number, or until converged with iters=auto), each timed
+    between two device-synchronised clock reads (train.timing); CPU and wall time around them."""
+    device = prep.device
+    clock = make_clock(lambda: dev.synchronize(device))
+    dev.synchronize(device)
+    cpu0 = dev.cpu_times_s()
+    t0 = time.perf_counter()
+    bar.set_description(f"{cfg.model} b{cfg.batch_size} {what}")
+    if cfg.iters == "auto":
+        times, stop = measure_until(
+            prep.step,
+            clock,
+            target_rel=cfg.ci_target,
+            max_iters=cfg.max_iters,
+            max_time_s=cfg.max_time_s,
+            on_step=lambda i, dt, rel: (
+                bar.update(1),
+                bar.set_postfix_str(f"{dt * 1e3:.1f} ms/step, CI ±{rel:.1%}"),
+            ),
+        )
+    else:
+        on_step = lambda i, dt: (bar.update(1), bar.set_postfix_str(f"{dt * 1e3:.1f} ms/step"))  # noqa: E731
+        times, stop = measure(prep.step, cfg.iters, clock, on_step=on_step), "fixed"
+    wall_s = time.perf_counter() - t0
+    cpu1 = dev.cpu_times_s()
+    return Measured(times, stop, wall_s, cpu1[0] - cpu0[0], cpu1[1] - cpu0[1])
+
+
+def run_benchmark(cfg: TrainConfig, device, progress: bool = True) -> BenchResult:
+    """Prepare, count, warm up and measure `cfg` on `device`. Raises BenchError on user-facing failures."""
+    prep, counts, forward, count_s = setup(cfg, device)
     if cfg.compile:
         prep.parts.model = compile_model(prep.model)
-    clock = make_clock(lambda: dev.synchronize(device))
     dev.reset_peak_memory(device)
-    bar = _progress(cfg, progress)
-    try:
-        for _ in range(cfg.warmup_iters):
-            prep.step()
-            bar.update(1)
-        dev.synchronize(device)
-        cpu0 = dev.cpu_times_s()
-        t0 = time.perf_counter()
-        bar.set_description(f"{cfg.model} b{cfg.batch_size} measure")
-        if cfg.iters == "auto":
-            times, stop = measure_until(
-                prep.step,
-                clock,
-                target_rel=cfg.ci_target,
-                max_iters=cfg.max_iters,
-                max_time_s=cfg.max_time_s,
-                on_step=lambda i, dt, rel: (
-                    bar.update(1),
-                    bar.set_postfix_str(f"{dt * 1e3:.1f} ms/step, CI ±{rel:.1%}"),
-                ),
-            )
-        else:
-            times, stop = (
-                measure(
-                    prep.step,
-                    cfg.iters,
-                    clock,
-                    on_step=lambda i, dt: (
-                        bar.update(1),
-                        bar.set_postfix_str(f"{dt * 1e3:.1f} ms/step"),
-                    ),
-                ),
-                "fixed",
-            )
-        wall_s = time.perf_counter() - t0
-        cpu1 = dev.cpu_times_s()
-    except (BenchError, KeyboardInterrupt):
-        raise
-    except Exception as exc:  # noqa: BLE001
-        raise _runtime_error(exc, cfg, device) from exc
-    finally:
-        bar.close()
+    with progress_bar(cfg, progress) as bar, runtime_errors(cfg, device):
+        warm_up(prep, cfg.warmup_iters, bar)
+        measured = measure_steps(cfg, prep, bar)
+    return bench_result(cfg, prep, counts, forward, measured, count_s)
 
-    metrics = summarize(times, cfg.batch_size)
+
+def bench_result(
+    cfg: TrainConfig,
+    prep: Prepared,
+    counts: fl.StepCounts,
+    forward: fl.ForwardProfile,
+    measured: Measured,
+    count_s: float,
+    samples_per_step: int | None = None,
+) -> BenchResult:
+    """The run record of measured steps: summary statistics, work per step and per sample, memory,
+    CPU and wall time, artifacts. `samples_per_step` (default: the batch) is what throughput counts:
+    a distributed run's global batch. Memory figures are this process's."""
+    times = measured.times
+    metrics = summarize(times, samples_per_step or cfg.batch_size)
     metrics.update(
         measured_iters=float(len(times)),
         fwd_flops_per_sample=forward.flops_per_sample,
@@ -237,14 +272,14 @@ def run_benchmark(cfg: TrainConfig, device, progress: bool = True) -> BenchResul
         modeled_bytes_per_step=counts.modeled_bytes,
         modeled_intensity_flops_per_byte=counts.modeled_intensity_flops_per_byte,
         max_rss_bytes=dev.max_rss_bytes(),
-        cpu_user_s=cpu1[0] - cpu0[0],
-        cpu_sys_s=cpu1[1] - cpu0[1],
-        wall_s=wall_s,
+        cpu_user_s=measured.cpu_user_s,
+        cpu_sys_s=measured.cpu_sys_s,
+        wall_s=measured.wall_s,
         count_wall_s=count_s,
     )
     if len(times) >= 2:
         metrics["step_time_ci95_rel"] = ci95_half_width_rel(times)
-    peak = dev.device_peak_memory_bytes(device)
+    peak = dev.device_peak_memory_bytes(prep.device)
     if peak is not None:
         metrics["device_peak_mem_bytes"] = peak
     texts = {
@@ -253,7 +288,7 @@ def run_benchmark(cfg: TrainConfig, device, progress: bool = True) -> BenchResul
         "flops/counts_by_op.csv": _counts_csv(counts),
         "environment.txt": environment_report(),
     }
-    tags = {"data_description": prep.source.description, "measure_stop": stop}
+    tags = {"data_description": prep.source.description, "measure_stop": measured.stop}
     return BenchResult(metrics, times, texts, tags)
 
 
@@ -277,25 +312,29 @@ def profile_steps(
     profiler_stop: Callable[[], None] | None = None,
     mark=nvtx_range,
     cudnn_benchmark: bool = True,
+    wrap: Callable[[Prepared], object] | None = None,
 ) -> None:
     """Profile mode: warm up, then `steps` NVTX-marked steps between CUDA profiler start and stop.
 
     Run under `ncu --profile-from-start off` (python -m profiling does that), only the marked
     steps are captured. Start/stop are injectable so the sequence is testable without a GPU.
     `cudnn_benchmark=False` keeps cuDNN's autotuner off, so every run of the program picks the
-    same kernels (ncu's application replay modes rerun it once per pass).
+    same kernels (ncu's application replay modes rerun it once per pass). `wrap(prep)` puts a
+    data-parallel engine around the prepared model (a torchrun job's ranks: train/distributed).
     """
     import torch
 
     check_profile_mode(cfg, steps)
     profiler_start = profiler_start or torch.cuda.profiler.start
     profiler_stop = profiler_stop or torch.cuda.profiler.stop
-    try:
+    with runtime_errors(cfg, device):
         prep = prepare(cfg, device)
         if not cudnn_benchmark:
             torch.backends.cudnn.benchmark = False
+        if wrap is not None:
+            wrap(prep)
         if cfg.compile:
-            prep.parts.model = compile_model(prep.model)
+            prep.parts.model = compile_model(prep.parts.model)
         for _ in range(cfg.warmup_iters):
             prep.step()
         batches = [prep.source.next() for _ in range(steps)]  # loading is not what ncu measures
@@ -306,10 +345,6 @@ def profile_steps(
             train_step(prep.parts, x, y)
         dev.synchronize(device)
         profiler_stop()
-    except (BenchError, KeyboardInterrupt):
-        raise
-    except Exception as exc:  # noqa: BLE001
-        raise _runtime_error(exc, cfg, device) from exc
 
 
 def _runtime_error(exc: BaseException, cfg: TrainConfig, device) -> BenchError:
@@ -336,12 +371,13 @@ def _counts_csv(counts: fl.StepCounts) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _progress(cfg: TrainConfig, enabled: bool):
+def progress_bar(cfg: TrainConfig, enabled: bool, extra_steps: int = 0):
+    """The progress bar over warmup and measured steps (plus `extra_steps`); a context manager."""
     from tqdm import tqdm
 
     measured = cfg.max_iters if cfg.iters == "auto" else cfg.iters
     return tqdm(
-        total=cfg.warmup_iters + measured,
+        total=cfg.warmup_iters + measured + extra_steps,
         desc=f"{cfg.model} b{cfg.batch_size} warmup",
         unit="step",
         disable=not enabled,
