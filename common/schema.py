@@ -21,6 +21,10 @@ TAG_CONFIG_KEY = "config_key"
 TAG_ERROR = "error"  # one-line reason on every FAILED run
 TAG_INTENSITY_SOURCE = "intensity_source"  # "measured" (ncu counters) or "modeled" (byte model)
 
+# distributed train runs (docs/schema.md)
+TAG_BASE_CONFIG_KEY = "base_config_key"  # config_key of the same work per process in one process
+TAG_BATCH_SCOPE = "batch_size_scope"  # "per_process": batch_size is each process's batch
+
 RUN_KINDS = ("train", "profile", "peaks", "analysis", "sweep", "complexity")
 
 # --- the measured configuration ----------------------------------------------------------------

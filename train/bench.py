@@ -52,17 +52,25 @@ class BenchResult:
     """artifact path -> text"""
     tags: dict[str, str] = field(default_factory=dict)
     """data_description, measure_stop (fixed | converged | max_iters | max_time)"""
+    params: dict = field(default_factory=dict)
+    """params known once measured (a distributed run's `nodes`)"""
+    more_series: dict[str, list[float]] = field(default_factory=dict)
+    """metric histories besides step_time_s (a distributed run's compute-only steps)"""
 
     @property
     def series(self) -> dict[str, list[float]]:
         """metric histories: name -> one value per step"""
-        return {"step_time_s": self.step_times_s}
+        return {"step_time_s": self.step_times_s, **self.more_series}
 
 
 def run_header(cfg: TrainConfig, device) -> tuple[dict, dict[str, str]]:
     """The params and tags of a train run of `cfg` on `device`, known before it measures."""
     params = {**cfg.params(), "device": str(device)}
     tags = {schema.TAG_CONFIG_KEY: cfg.config_key(), schema.TAG_INTENSITY_SOURCE: "modeled"}
+    if cfg.is_distributed:
+        params["global_batch_size"] = cfg.batch_size * cfg.world_size
+        tags[schema.TAG_BASE_CONFIG_KEY] = cfg.single_process_key()
+        tags[schema.TAG_BATCH_SCOPE] = "per_process"
     return params, tags
 
 
@@ -72,10 +80,13 @@ def step_times_csv(step_times_s: list[float]) -> str:
 
 
 def preflight(cfg: TrainConfig):
-    """Cheap checks before a run is created: model name, device, precision, data path."""
+    """Cheap checks before a run is created: model name, device, precision, data path; a
+    distributed config's backend is resolved (auto -> nccl or gloo)."""
     cfg.model = check_model_name(cfg.model)
     device = dev.resolve_device(cfg.device)
     dev.check_precision(cfg.precision, device)
+    if cfg.is_distributed:
+        cfg.backend = dev.collective_backend(cfg.backend, device)
     classes = check_data(cfg.data)
     if classes is not None:
         cfg.num_classes = classes

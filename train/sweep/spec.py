@@ -26,6 +26,7 @@ AXIS_ALIASES = {
     "batch_sizes": "batch_size",
     "precisions": "precision",
     "image_sizes": "image_size",
+    "world_sizes": "world_size",
 }
 CONFIG_FIELDS = {f.name for f in fields(TrainConfig)}
 LABEL_AXES = ("model", "batch_size", "precision", "image_size")  # always in a child's label
