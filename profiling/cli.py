@@ -3,12 +3,14 @@
 Two ways in:
 
 * capture (needs an NVIDIA GPU and ncu): runs ``ncu ... python -m train <config> --profile-steps K``
-  (profiling.ncu_command), parses ncu's CSV log and logs the run;
+  (profiling.capture, the command from profiling.ncu_command), parses ncu's CSV log and logs the
+  run; ``--dry-run`` prints that command and its metric list instead;
 * ``--import FILE``: an ncu CSV (details or raw page) or a ``.ncu-rep`` report made elsewhere, logged
-  with the config given on the command line (works on any machine).
+  with the config given on the command line (works on any machine; profiling.import_path).
 
-The CUDA check is injectable: ``main(argv, probe=...)`` takes a callable ``probe(device, env_label)``
-returning GpuInfo; the default asks torch. Tests pass a stand-in probe and put a stand-in ``ncu`` on
+This module holds the flags, the config and the run both paths log (profiling.ncu_summary's
+metrics, tags and kernel tables). The CUDA check is injectable: ``main(argv, probe=...)`` takes a
+callable ``probe(device, env_label)`` returning profiling.gpu.GpuInfo; the default asks torch. Tests pass a stand-in probe and put a stand-in ``ncu`` on
 PATH, so the whole capture path runs without a GPU (docs/profiling.md, "Testing without a GPU").
 """
 
@@ -16,84 +18,43 @@ from __future__ import annotations
 
 import argparse
 import math
-import shlex
-import shutil
-import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from common import console, schema
 from common.cli import ArgumentParser, cli_entry, optional
-from common.errors import BenchError, UsageError
+from common.errors import UsageError
 from common.tracking import RunSession
-from profiling import chips, ncu_metrics
+from profiling.capture import DEFAULT_OUT, capture, dry_run
+from profiling.chips.devices import parse_capability
+from profiling.gpu import GpuInfo, cuda_probe
+from profiling.import_path import import_report
 from profiling.ncu_command import (
-    APPLICATION_REPLAY,
     CACHE_CONTROLS,
     CLOCK_CONTROLS,
     REPLAY_MODES,
     CaptureOptions,
-    check_replay_mode,
-    classify_ncu_output,
-    legacy_message,
-    ncu_argv,
-    ncu_version,
-    resolve_ncu,
-    run_ncu,
-    train_argv,
 )
-from profiling.ncu_parse import NcuReport, parse_ncu_csv, read_ncu_csv
-from profiling.ncu_report_import import is_ncu_rep, load_ncu_rep
+from profiling.ncu_plan import METRIC_SETS, TENSOR_MODES
+from profiling.ncu_summary import (
+    NcuSummary,
+    require_counters,
+    roofline_warning,
+    summarize,
+    tensor_flops_gap,
+    top_kernels,
+)
 from train.config import TrainConfig, add_config_args, config_from_args
-from train.config import config_flags as train_config_flags
 from train.data import num_classes_for
 from train.models import check_model_name
 
-ROOT = Path(__file__).resolve().parents[1]
 TOP_KERNELS = 25
-NO_GPU_MESSAGE = (
-    "profiling needs an NVIDIA GPU with CUDA (torch.cuda.is_available() is False here); counters "
-    "measured on another machine can be logged with --import FILE (an ncu CSV or .ncu-rep), which works anywhere"
-)
-
-
-@dataclass
-class GpuInfo:
-    """What the capture path needs to know about the local GPU."""
-
-    available: bool
-    """torch.cuda.is_available()."""
-    name: str | None = None
-    """torch.cuda.get_device_name(), e.g. "NVIDIA L4"."""
-    capability: tuple[int, int] | None = None
-    """compute capability (major, minor); chooses the tensor-core counters."""
-    tags: dict[str, str] = field(default_factory=dict)
-    """environment tags (common.envinfo.environment_tags)."""
-
-
-def cuda_probe(device: str, env_label: str | None = None) -> GpuInfo:
-    """The real probe: torch's view of `device` (no CUDA context is created)."""
-    import torch
-
-    if not torch.cuda.is_available():
-        return GpuInfo(False)
-    from common.envinfo import environment_tags
-
-    dev = torch.device(device)
-    index = dev.index if dev.index is not None else 0
-    return GpuInfo(
-        True,
-        torch.cuda.get_device_name(index),
-        tuple(torch.cuda.get_device_capability(index)),
-        environment_tags(device, env_label),
-    )
 
 
 # ------------------------------------------------------------------------------------ flags
 def _capability(text: str) -> tuple[int, int]:
     try:
-        return chips.parse_capability(text)
+        return parse_capability(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -115,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--metric-set",
         default="roofline",
-        choices=ncu_metrics.METRIC_SETS,
+        choices=METRIC_SETS,
         help="ncu metrics to collect",
     )
     g.add_argument("--metrics", default="", help="extra ncu metrics, comma separated")
@@ -144,14 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--tensor-counters",
         default="auto",
-        choices=ncu_metrics.TENSOR_MODES,
+        choices=TENSOR_MODES,
         help="tensor-core counters: auto (the chip's sm__ops_path_tensor_* counters where it has them; "
         "instructions on Volta), ops, inst (warns on sm_75-89, refused on sm_90+), none",
     )
     g.add_argument("--ncu", default="ncu", help="ncu executable (default: ncu on PATH)")
-    g.add_argument(
-        "--out", default=str(ROOT / "out" / "profile"), help="folder for the ncu CSV log"
-    )
+    g.add_argument("--out", default=str(DEFAULT_OUT), help="folder for the ncu CSV log")
     g.add_argument(
         "--import",
         dest="import_file",
@@ -185,11 +144,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--experiment", type=optional(), default=None, help="MLflow experiment (default: MLflow's)"
     )
     return p
-
-
-def config_flags(args: argparse.Namespace) -> list[str]:
-    """The training-config flags of `args` as `python -m train` takes them (from add_config_args)."""
-    return train_config_flags(args)
 
 
 def _config(args: argparse.Namespace) -> TrainConfig:
@@ -247,7 +201,7 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo]) -> int:
             "with fp16, GradScaler's skipped optimizer step; profile after at least 1 warmup step (default 5)"
         )
     if args.dry_run:
-        return _dry_run(args, config, opts)
+        return dry_run(args, config, opts)
     if importing and not Path(args.import_file).is_file():
         raise UsageError(f"--import {args.import_file}: no such file")
 
@@ -278,20 +232,20 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo]) -> int:
         session.log_params(params)
         session.flush()
         if importing:
-            report, device_name, capability, counters = _import(args, session)
+            report, device_name, capability, counters = import_report(args, session)
             cautioned: list[str] = []
         else:
-            report, device_name, capability, counters, cautioned = _capture(
+            report, device_name, capability, counters, cautioned = capture(
                 args, config, opts, probe, session
             )
-        summary = ncu_metrics.summarize(report, capability, counters)
-        ncu_metrics.require_counters(summary, report.source)
+        summary = summarize(report, capability, counters)
+        require_counters(summary, report.source)
         warnings, tags = list(summary.warnings), summary.mlflow_tags()
-        incomplete = ncu_metrics.roofline_warning(summary, report.source)
+        incomplete = roofline_warning(summary, report.source)
         if incomplete:
             warnings.append(incomplete)
         warnings = [w for w in warnings if w not in cautioned]  # said before ncu ran
-        gap = ncu_metrics.tensor_flops_gap(summary, config.precision)
+        gap = tensor_flops_gap(summary, config.precision)
         if gap:
             tags["ncu_tensor_undercount"], warning = gap
             warnings.append(warning)
@@ -300,7 +254,7 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo]) -> int:
         session.set_tags({schema.TAG_DEVICE_NAME: device_name, **tags})
         session.log_metrics(summary.mlflow_metrics())
         session.log_text(
-            "ncu/top_kernels.csv", ncu_metrics.top_kernels(summary, TOP_KERNELS).to_csv(index=False)
+            "ncu/top_kernels.csv", top_kernels(summary, TOP_KERNELS).to_csv(index=False)
         )
         session.log_text("ncu/kernels.csv", summary.kernels.to_csv(index=False))
         if summary.phases is not None:
@@ -315,206 +269,7 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo]) -> int:
     return 0
 
 
-def _chip_counters(
-    device_name: str | None, capability: tuple[int, int] | None, chip_id: int | None = None
-) -> tuple[chips.ChipChoice, chips.ChipCounters | None]:
-    """The device's chip and that chip's counters, with a note for every assumption made."""
-    choice = chips.resolve_chip(device_name, capability, chip_id)
-    if choice.note:
-        console.note(choice.note)
-    counters = chips.counters_for(choice.chip) if choice.chip else None
-    if counters is not None and chips.source_note():
-        console.note(chips.source_note())
-    return choice, counters
-
-
-def _chip_tags(choice: chips.ChipChoice, counters: chips.ChipCounters | None) -> dict[str, str]:
-    tags = {"ncu_chip": choice.chip or "unknown", "ncu_chip_from": choice.how}
-    if counters is not None:
-        tags["ncu_metric_database"] = counters.source
-    return tags
-
-
-def _import(
-    args: argparse.Namespace, session: RunSession
-) -> tuple[NcuReport, str, tuple[int, int] | None, chips.ChipCounters | None]:
-    path = Path(args.import_file)
-    session.log_file(f"ncu/{path.name}", path)
-    console.info(f"importing {path} ...")
-    if is_ncu_rep(path):
-        report = load_ncu_rep(path)
-    else:
-        report = read_ncu_csv(path, keep=ncu_metrics.is_relevant)
-    name, cap = ncu_metrics.device_from_report(report)
-    cap = cap or args.compute_capability
-    device_name = args.device_name or name
-    if not device_name:
-        raise BenchError(
-            f"{path.name} does not name its GPU: pass --device-name as torch.cuda.get_device_name() "
-            'reports it on the profiled machine, e.g. --device-name "NVIDIA L4"'
-        )
-    if args.device_name and name and args.device_name != name:
-        console.note(
-            f"{path.name} says the GPU is {name!r}; logging --device-name {args.device_name!r}"
-        )
-    choice, counters = _chip_counters(device_name, cap, ncu_metrics.chip_id_from_report(report))
-    extra = {"ncu_import_file": path.name, "ncu_page": report.page, **_chip_tags(choice, counters)}
-    if cap:
-        extra["cuda_capability"] = f"{cap[0]}.{cap[1]}"
-    session.set_tags(extra)
-    return report, device_name, cap, counters
-
-
-@dataclass
-class PlannedCapture:
-    """Everything decided before ncu starts."""
-
-    choice: chips.ChipChoice
-    counters: chips.ChipCounters | None
-    plan: ncu_metrics.MetricPlan
-    cautions: list[str]
-    """lines already said about tensor FLOPs from instructions (not repeated after the run)."""
-
-
-def plan_capture(
-    opts: CaptureOptions, device_name: str | None, capability: tuple[int, int] | None
-) -> PlannedCapture:
-    """Chip, metric list and cautions of a capture on the given device; raises before ncu runs
-    for what would fail there (a tensor mode the chip cannot count, --metrics names it lacks,
-    tensor instructions without a FLOPs factor). Prints the notes and warnings once."""
-    choice, counters = _chip_counters(device_name, capability)
-    if opts.legacy_metrics:
-        raise UsageError(legacy_message(opts.legacy_metrics))
-    plan = ncu_metrics.plan_metrics(
-        opts.metric_set, opts.tensor_counters, opts.extra_metrics, counters, capability
-    )
-    for line in plan.notes:
-        console.note(line)
-    if opts.extra_metrics and choice.chip:
-        problems, unchecked = chips.check_metric_names(choice.chip, opts.extra_metrics)
-        if problems:
-            raise UsageError(f"--metrics: {'; '.join(problems)}")
-        if unchecked:
-            console.note(unchecked)
-    if opts.replay_mode in APPLICATION_REPLAY:
-        console.note(
-            f"--replay-mode {opts.replay_mode} reruns the program once per pass: it runs with "
-            "cuDNN's autotuner off (--no-cudnn-benchmark), so every pass picks the same kernels; "
-            "they may differ from the ones an autotuned benchmark run picks"
-        )
-    if opts.target_processes == "application-only":
-        console.note(
-            "--compile: ncu profiles the application only (--target-processes application-only), "
-            "so it is not injected into Inductor's compile workers"
-        )
-    cautions = []
-    if plan.tensor == "inst" and ncu_metrics.inst_cautioned(capability):
-        # the ops counters exist there and one instruction's FLOPs vary; refused where no factor is known
-        caution = ncu_metrics.tensor_inst_caution(capability)
-        if ncu_metrics.tensor_inst_flops(capability) is None:
-            raise UsageError(f"--tensor-counters inst: {caution}")
-        console.warn(f"--tensor-counters inst: {caution}")
-        cautions.append(caution)
-    return PlannedCapture(choice, counters, plan, cautions)
-
-
-def _capture(
-    args, config: TrainConfig, opts: CaptureOptions, probe, session: RunSession
-) -> tuple[NcuReport, str, tuple[int, int] | None, chips.ChipCounters | None, list[str]]:
-    gpu = probe(config.device, config.env_label)
-    if not gpu.available:
-        raise BenchError(NO_GPU_MESSAGE)
-    ncu = resolve_ncu(args.ncu)
-    planned = plan_capture(opts, gpu.name, gpu.capability)
-    unchecked = check_replay_mode(ncu, opts.replay_mode)
-    if unchecked:
-        console.note(unchecked)
-    if planned.cautions:
-        session.set_tags({"ncu_caution": " | ".join(planned.cautions)})
-
-    log_file = _log_file(args, config)
-    log_file.parent.mkdir(parents=True, exist_ok=True)
-    if log_file.exists():
-        log_file.unlink()  # never parse a stale log from an earlier capture
-    argv = _ncu_command(ncu, log_file, planned, args, opts)
-
-    session.set_tags(
-        {
-            **gpu.tags,
-            schema.TAG_DEVICE_NAME: gpu.name or "unknown",
-            schema.TAG_DEVICE_TYPE: "cuda",
-            schema.TAG_ENV_LABEL: config.env_label,
-            "ncu_version": ncu_version(ncu),
-            "ncu_tensor_counters": planned.plan.tensor,
-            **_chip_tags(planned.choice, planned.counters),
-        }
-    )
-    session.log_text("ncu/command.txt", shlex.join(argv) + "\n")
-    session.flush()
-    console.info(
-        f"profiling {config.run_name()} on {gpu.name} ({planned.choice.chip or 'unknown chip'}) with ncu "
-        f"({opts.metric_set} metrics, {opts.profile_steps} step(s))"
-    )
-    console.info(f"  {shlex.join(argv)}")
-    ran = run_ncu(argv, log_file, cwd=ROOT)
-    rc = ran.returncode
-    text = log_file.read_text(encoding="utf-8-sig", errors="replace") if log_file.exists() else ""
-    if log_file.exists():
-        session.log_file(f"ncu/{log_file.name}", log_file)
-    if ran.console.strip():
-        session.log_text("ncu/console.txt", ran.console + "\n")
-    # ncu prints some failures only to the console (before or instead of the log file): classify both
-    reason = classify_ncu_output("\n".join(t for t in (text, ran.console) if t.strip()), rc)
-    if reason:
-        raise BenchError(reason)
-    if not text.strip():
-        raise BenchError(f"ncu exited with code {rc} but wrote nothing to {log_file}")
-    report = parse_ncu_csv(text, keep=ncu_metrics.is_relevant, source=log_file.name)
-    return report, gpu.name or "unknown", gpu.capability, planned.counters, planned.cautions
-
-
-def _log_file(args: argparse.Namespace, config: TrainConfig) -> Path:
-    return Path(args.out).expanduser().resolve() / f"{config.run_name()}-{config.config_key()}.csv"
-
-
-def _ncu_command(
-    ncu: str, log_file: Path, planned: PlannedCapture, args, opts: CaptureOptions
-) -> list[str]:
-    program = train_argv(sys.executable, config_flags(args), opts.profile_steps, opts.replay_mode)
-    return ncu_argv(ncu, log_file, planned.plan.metrics, opts, program)
-
-
-def _dry_run(args: argparse.Namespace, config: TrainConfig, opts: CaptureOptions) -> int:
-    """Print the capture's ncu command (one shell-quoted line) and, as shell comments, the chip
-    and the metric list: what a capture on that GPU would run. No GPU, no ncu, no MLflow run."""
-    if args.import_file is not None:
-        raise UsageError("--dry-run plans a capture: it does not go with --import")
-    if not args.device_name and args.compute_capability is None:
-        raise UsageError(
-            "--dry-run needs the GPU to plan for: --device-name NAME (as torch reports it, or a chip "
-            "name such as GH100) or --compute-capability X.Y"
-        )
-    planned = plan_capture(opts, args.device_name, args.compute_capability)
-    ncu = shutil.which(args.ncu) or args.ncu
-    argv = _ncu_command(ncu, _log_file(args, config), planned, args, opts)
-    plan, counters = planned.plan, planned.counters
-    device = args.device_name or f"compute capability {chips.cc_text(args.compute_capability)}"
-    where = counters.source if counters else "generic names, not checked"
-    console.result(shlex.join(argv))
-    console.result(
-        f"# {device} -> {planned.choice.chip or 'unknown chip'} ({where}): "
-        f"{len(plan.metrics)} metrics, tensor counters {plan.tensor}"
-    )
-    for name in plan.metrics:
-        console.result(f"#   {name}")
-    if plan.missing:
-        console.result(
-            f"# not counted on {planned.choice.chip or 'this GPU'}: {', '.join(plan.missing)}"
-        )
-    return 0
-
-
-def _summary_line(run_id: str | None, s: ncu_metrics.NcuSummary, device_name: str) -> str:
+def _summary_line(run_id: str | None, s: NcuSummary, device_name: str) -> str:
     t = s.totals
     n = len(s.kernels)
     parts = [f"profile run {run_id} ({device_name}): {n} kernel{'' if n == 1 else 's'}"]

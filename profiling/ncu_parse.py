@@ -11,7 +11,9 @@ Pure: no mlflow, no file writes (``read_ncu_csv`` only reads). Handles both CSV 
 
 Also: ``==PROF==``/``==WARNING==``/``==ERROR==`` lines and program output before (or between) the
 table rows, a UTF-8 BOM, CRLF line ends, thousands separators (``"134,221,568"``), ``n/a`` values,
-and unit prefixes scaled by 1000 (``Kbyte`` = 1,000 byte; ``usecond`` = 1e-6 s).
+and unit prefixes scaled by 1000 (``Kbyte`` = 1,000 byte; ``usecond`` = 1e-6 s): values and units
+are read by profiling.ncu_units, NVTX cells and phases by profiling.ncu_nvtx, and a file of ncu's
+messages without a table gets its reason from profiling.ncu_messages.
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from common.errors import BenchError
-from train.step import PHASES
-
-NA = math.nan  # what an `n/a` metric value becomes; see NcuReport.na
+from profiling.ncu_messages import messages_reason
+from profiling.ncu_names import DEVICE_NAME_METRIC
+from profiling.ncu_nvtx import kernel_phase, nvtx_ranges
+from profiling.ncu_units import parse_number, unit_scale
 
 # Identity columns of both pages (everything that is not a metric). NVTX columns are found by name.
 ID_COLUMNS = (
@@ -46,32 +49,7 @@ ID_COLUMNS = (
     "Section Name",
 )
 DETAILS_COLUMNS = ("Metric Name", "Metric Unit", "Metric Value")
-DEVICE_NAME_METRIC = "device__attribute_display_name"
-PHASE_NAMES = tuple(p for p in PHASES if p != "train_step")
-"""The phase ranges `python -m train --profile-steps K` marks inside `train_step`."""
 
-# SI scale of unit prefixes (decimal, as ncu prints them: Kbyte = 1,000 byte).
-PREFIXES = {"": 1.0, "K": 1e3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
-TIME_UNITS = {
-    "ns": 1e-9,
-    "nsec": 1e-9,
-    "nsecond": 1e-9,
-    "us": 1e-6,
-    "usec": 1e-6,
-    "usecond": 1e-6,
-    "ms": 1e-3,
-    "msec": 1e-3,
-    "msecond": 1e-3,
-    "s": 1.0,
-    "sec": 1.0,
-    "second": 1.0,
-}
-_PREFIXED = re.compile(
-    r"^(?P<p>[KkMGTP])(?P<base>byte|inst|sector|cycle|warp|thread|request|transaction|block|flop|op|ops|hz)$",
-    re.IGNORECASE,
-)
-_THOUSANDS = re.compile(r"^[+-]?\d{1,3}(,\d{3})+(\.\d*)?([eE][+-]?\d+)?$")
-_QUOTED = re.compile(r'"([^"]*)"')
 _METRIC_NAME = re.compile(r"^[a-z0-9_]+__[A-Za-z0-9_.]+$")  # unit__counter[.rollup[.submetric]]
 
 
@@ -102,37 +80,9 @@ class NcuKernel:
 
     @property
     def phase(self) -> str | None:
-        """The training phase the kernel ran in; None without NVTX.
-
-        A known phase name (PHASE_NAMES) among the open ranges wins wherever it sits, so the
-        answer does not depend on the order ranges are listed in (for start/end ranges neither
-        ncu's CSV nor ncu_report documents one). Start/end ranges are looked at first
-        (process-wide, so backward kernels launched from autograd's thread carry them), then
-        push/pop ranges, whose order is the stack order (innermost last). A range may carry its
-        NVTX domain as ``domain@name`` (ncu's notation; the ``nvtx`` package's ranges can have a
-        domain): its name counts. Several known names
-        in one kind (only with nested marks of one's own) resolve to the last listed. Without
-        a known name: the innermost range as listed (e.g. "loss", "optimizer_step" in the L4
-        fixture).
-        """
-        for ranges in (self.nvtx_start_end, self.nvtx_push_pop):
-            known = [p for p in (phase_name(name) for name in ranges) if p]
-            if known:
-                return known[-1]
-        if self.nvtx_start_end:
-            return self.nvtx_start_end[-1]
-        if self.nvtx_push_pop:
-            return self.nvtx_push_pop[-1]
-        return None
-
-
-def phase_name(range_name: str) -> str | None:
-    """The training phase a range name stands for: a known phase name, bare or as
-    ``domain@name``; None for any other range."""
-    if range_name in PHASE_NAMES:
-        return range_name
-    _, at, bare = range_name.partition("@")
-    return bare if at and bare in PHASE_NAMES else None
+        """The training phase the kernel ran in (profiling.ncu_nvtx.kernel_phase); None without
+        NVTX."""
+        return kernel_phase(self.nvtx_start_end, self.nvtx_push_pop)
 
 
 @dataclass
@@ -167,174 +117,6 @@ class NcuReport:
         for k in self.kernels:
             names.update(k.metrics)
         return names
-
-
-# ------------------------------------------------------------------------------------ ncu's messages
-# The nvprof-era names of the course brief's seed set; Nsight Compute has no such metrics.
-LEGACY_NVPROF_METRICS = ("flop_count_sp", "flop_count_hp", "flop_count_dp")
-
-PERM_MESSAGE = (
-    "ncu may not read the GPU performance counters (ERR_NVGPUCTRPERM): run it as root/administrator, "
-    "or allow all users with the NVIDIA driver option NVreg_RestrictProfilingToAdminUsers=0 "
-    "(https://developer.nvidia.com/ERR_NVGPUCTRPERM); in a container also add --cap-add SYS_ADMIN"
-)
-NO_KERNELS_MESSAGE = (
-    "ncu profiled no kernels: with --profile-from-start off only kernels between "
-    "torch.cuda.profiler.start() and stop() count, so check that `python -m train ... --profile-steps K` "
-    "reaches its measured steps, and that --launch-skip is below the number of kernels launched"
-)
-_MISSING_METRIC = re.compile(
-    r"Failed to find metric\s+(?:regex:)?\^?(?P<name>[A-Za-z0-9_]+(?:\\?\.[A-Za-z0-9_]+)*)",
-    re.IGNORECASE,
-)
-_APP_ERROR = re.compile(
-    r"The application returned an error code \((?P<code>-?\d+)\)", re.IGNORECASE
-)
-
-
-def legacy_message(names: list[str]) -> str:
-    return (
-        f"ncu rejects {', '.join(names)}: these are nvprof-era metric names (the course brief's seed set) "
-        "that Nsight Compute does not have; use --metric-set roofline, which counts FLOPs from "
-        "sm__sass_thread_inst_executed_op_{d,f,h}{add,mul,fma}_pred_on.sum (docs/profiling.md)"
-    )
-
-
-def classify_ncu_output(text: str, returncode: int | None = 0) -> str | None:
-    """The one-line reason an ncu run failed, from its output (log file and/or console) and exit
-    code; None when it looks fine. `returncode=None` means "unknown" (an imported file).
-
-    Checked in order: counter permission, unknown (incl. nvprof-era) metrics, the profiled program
-    failing, no kernels profiled, any other ==ERROR== or non-zero exit. Pure: the capture path
-    (profiling.cli) and the import path (parse_ncu_csv, profiling.ncu_report_import) both use it.
-    """
-    text = text or ""
-    if "ERR_NVGPUCTRPERM" in text:
-        return PERM_MESSAGE
-    missing = []
-    for m in _MISSING_METRIC.finditer(text):
-        name = m["name"].replace("\\.", ".")
-        if name not in missing:
-            missing.append(name)
-    if missing:
-        legacy = [n for n in missing if n.split(".")[0] in LEGACY_NVPROF_METRICS]
-        if legacy:
-            return legacy_message([n.split(".")[0] for n in legacy])
-        return (
-            f"ncu does not know metric(s) {', '.join(missing)} on this GPU or ncu version: list the available "
-            "ones with `ncu --query-metrics`, drop them from --metrics, or choose --tensor-counters inst|none"
-        )
-    app = _APP_ERROR.search(text)
-    if app:
-        return (
-            f"the profiled program failed under ncu (exit code {app['code']}): read its output and try "
-            "the same `python -m train ... --profile-steps K` without ncu"
-        )
-    if re.search(r"No kernels were profiled", text, re.IGNORECASE):
-        return NO_KERNELS_MESSAGE
-    errors = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("==ERROR==")]
-    if errors:
-        return f"ncu failed: {errors[-1][len('==ERROR==') :].strip()}"
-    if returncode not in (0, None):
-        last = next((ln.strip() for ln in reversed(text.splitlines()) if ln.strip()), "no output")
-        return f"ncu exited with code {returncode}: {last[:300]}"
-    return None
-
-
-def messages_reason(source: str, messages: Iterable[str]) -> str | None:
-    """For a file holding ncu's messages (a log saved from a run elsewhere) but no results: the
-    same one-line reason a failed capture gets, naming the file; None when they say nothing wrong."""
-    reason = classify_ncu_output("\n".join(messages), None)
-    return f"{source} holds ncu's messages but no counter table: {reason}" if reason else None
-
-
-# ------------------------------------------------------------------------------------ values
-@lru_cache(maxsize=512)
-def unit_scale(unit: str) -> tuple[float, str]:
-    """(factor to SI, base unit) for an ncu unit: "Kbyte" -> (1e3, "byte"), "usecond" -> (1e-6,
-    "second"), "Gbyte/second" -> (1e9, "byte/second"), "inst" -> (1, "inst")."""
-    u = (unit or "").strip()
-    if not u:
-        return 1.0, ""
-    num, sep, den = u.partition("/")
-    s_num, b_num = _scale_one(num)
-    if not sep:
-        return s_num, b_num
-    s_den, b_den = _scale_one(den)
-    return s_num / s_den, f"{b_num}/{b_den}"
-
-
-def _scale_one(u: str) -> tuple[float, str]:
-    u = u.strip()
-    if u in TIME_UNITS:
-        return TIME_UNITS[u], "second"
-    m = _PREFIXED.match(u)
-    if m:
-        return PREFIXES[m["p"]], m["base"].lower()
-    return 1.0, u
-
-
-def parse_number(text: str) -> float | None:
-    """A metric value as float: thousands separators removed, ``n/a`` -> NaN, empty -> None.
-
-    Raises ValueError when the text is not a number (a string-valued metric)."""
-    t = (text or "").strip()
-    if not t:
-        return None
-    if t.lower() == "n/a":
-        return NA
-    if "," in t:
-        if not _THOUSANDS.match(t):
-            raise ValueError(f"not a number: {t!r}")
-        t = t.replace(",", "")
-    return float(t)
-
-
-# ------------------------------------------------------------------------------------ NVTX
-def nvtx_ranges(cell: str) -> tuple[str, ...]:
-    """Range names in one NVTX column cell, outermost (or first started) first.
-
-    ncu writes each open range as ``<domain>:<name>:<PL_Type>:<PL_Value>:<CLR_Type>:<Color>:
-    <Msg_Type>:<Msg>`` (start/end ranges prefixed by their numeric id), each in double quotes,
-    after the thread id for push/pop ranges, e.g.
-    ``3984  "<default domain>:train_step:none:none:none:none:none:none"  "<default domain>:forward:..."``.
-    Start/end ranges are ordered by id (their start order).
-    """
-    cell = (cell or "").strip()
-    if not cell:
-        return ()
-    segments = _QUOTED.findall(cell)
-    if not segments:  # unquoted: a single range, or several separated by runs of blanks
-        segments = [s for s in re.split(r"\s{2,}", cell) if s.strip()]
-    found: list[tuple[int, int, str]] = []
-    for pos, seg in enumerate(segments):
-        rng = _range_name(seg)
-        if rng is not None:
-            rid, name = rng
-            found.append((rid if rid is not None else -1, pos, name))
-    if any(rid >= 0 for rid, _, _ in found):
-        found.sort()
-    return tuple(name for _, _, name in found)
-
-
-def _range_name(segment: str) -> tuple[int | None, str] | None:
-    parts = segment.strip().split(":")
-    if len(parts) < 8:  # not the documented layout: a bare thread id, or a name alone
-        text = segment.strip()
-        if not text or text.isdigit() or text.lower() == "none":
-            return None
-        return None, text
-    core = parts[:-6]  # drop PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg
-    rid = None
-    if len(core) >= 3 and core[0].strip().isdigit():
-        rid, core = int(core[0].strip()), core[1:]
-    name = ":".join(core[1:]).strip()  # core[0] is the domain
-    if not name or name.lower() == "none":
-        msg = parts[-1].strip()  # some writers put the text in Msg instead
-        if not msg or msg.lower() == "none":
-            return None
-        name = msg
-    return rid, name
 
 
 # ------------------------------------------------------------------------------------ CSV

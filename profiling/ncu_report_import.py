@@ -1,12 +1,12 @@
 """Read an Nsight Compute report (.ncu-rep) with NVIDIA's `ncu_report` package (PyPI `ncu-report`).
 
 The package reads reports on any machine, GPU or not. The result has the same shape as a parsed
-CSV (profiling.ncu_parse.NcuReport), so profiling.ncu_metrics aggregates both the same way.
+CSV (profiling.ncu_parse.NcuReport), so profiling.ncu_summary aggregates both the same way.
 
 Reports made with `ncu --set full` (or `--set detailed`/`roofline`) carry FLOP counts only as rates:
 ``smsp__sass_thread_inst_executed_op_<op>_pred_on.sum.per_cycle_elapsed``; the count is that rate
 times ``smsp__cycles_elapsed.avg``, which is how Nsight Compute's own roofline chart gets it. We copy
-the rates and the cycles here and let ncu_metrics multiply (ncu_metrics._count).
+the rates and the cycles here and let the counting multiply (profiling.ncu_counting._count).
 """
 
 from __future__ import annotations
@@ -16,14 +16,11 @@ from pathlib import Path
 from typing import Callable
 
 from common.errors import BenchError, one_line
-from profiling.ncu_metrics import is_relevant
-from profiling.ncu_parse import (
-    DEVICE_NAME_METRIC,
-    NcuKernel,
-    NcuReport,
-    messages_reason,
-    unit_scale,
-)
+from profiling.ncu_counting import metrics_capability
+from profiling.ncu_messages import messages_reason
+from profiling.ncu_names import DEVICE_NAME_METRIC, is_relevant
+from profiling.ncu_parse import NcuKernel, NcuReport
+from profiling.ncu_units import unit_scale
 
 NCU_REP_SUFFIXES = (".ncu-rep", ".ncu-repz")
 
@@ -180,10 +177,9 @@ def _copy_launch(action, k: NcuKernel) -> None:
                 k.attrs[attr] = str(int(m.as_uint64()))
         except Exception:  # noqa: BLE001
             pass
-    major = k.metrics.get("device__attribute_compute_capability_major")
-    minor = k.metrics.get("device__attribute_compute_capability_minor")
-    if major is not None and minor is not None:
-        k.attrs["CC"] = f"{int(major)}.{int(minor)}"
+    cap = metrics_capability(k.metrics)
+    if cap is not None:
+        k.attrs["CC"] = f"{cap[0]}.{cap[1]}"
 
 
 MAX_NVTX_RANGES = 256

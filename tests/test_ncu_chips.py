@@ -14,7 +14,20 @@ import sys
 
 import pytest
 
-from profiling import chips, ncu_metrics as M, nvperf
+from profiling import nvperf
+from profiling.chips.counters import (
+    TABLE_FILE,
+    TENSOR_PREFIX,
+    check_metric_names,
+    committed_table,
+    counters_for,
+    source_note,
+)
+from profiling.chips.devices import CC_CHIPS, parse_capability, resolve_chip
+from profiling.chips.table import build_table, table_text
+from profiling.ncu_counting import _tensor_ops
+from profiling.ncu_names import is_relevant, op_counter
+from profiling.ncu_plan import plan_metrics
 
 needs_library = pytest.mark.skipif(
     sys.platform != "linux", reason="libnvperf_host.so ships in the Linux ncu-report wheel"
@@ -33,14 +46,14 @@ def no_library(monkeypatch):
     """As on a machine where libnvperf_host.so does not load: the committed table is used."""
     monkeypatch.setattr(nvperf, "library_path", lambda: None)
     nvperf.open_database.cache_clear()
-    chips.counters_for.cache_clear()
+    counters_for.cache_clear()
     yield
     nvperf.open_database.cache_clear()
-    chips.counters_for.cache_clear()
+    counters_for.cache_clear()
 
 
 def all_chips():
-    return list(chips._table()["chips"])
+    return list(committed_table()["chips"])
 
 
 # ---------------------------------------------------------------- the database and the table
@@ -56,14 +69,14 @@ def test_the_database_lists_every_chip_from_turing_on(db):
 def test_the_committed_table_is_what_the_database_says(db):
     """Regenerated from the installed library; the version stamp may differ, the facts may not
     (after an ncu-report update that changes them: `python -m profiling.chips --write`)."""
-    fresh = chips.build_table(db)
-    committed = chips._table()
+    fresh = build_table(db)
+    committed = committed_table()
     assert fresh["chips"] == committed["chips"], (
         "regenerate with `python -m profiling.chips --write`"
     )
     assert committed["ncu_report"] == "2026.3.1" and committed["library"] == "libnvperf_host.so"
     if fresh["ncu_report"] == committed["ncu_report"]:
-        assert chips.table_text(fresh) == chips.TABLE_FILE.read_text(encoding="utf-8")
+        assert table_text(fresh) == TABLE_FILE.read_text(encoding="utf-8")
 
 
 @needs_library
@@ -85,10 +98,10 @@ def test_the_binding_validates_names_and_gives_raw_dependencies(db):
 def test_a_missing_library_is_a_reason_not_a_crash(no_library):
     assert nvperf.open_database() is None
     assert "libnvperf_host.so not found" in nvperf.load_error()
-    counters = chips.counters_for("GH100")
+    counters = counters_for("GH100")
     assert counters.source == "ncu_chips.json (ncu-report 2026.3.1)"
-    assert "using ncu_chips.json, generated from ncu-report 2026.3.1" in chips.source_note()
-    problems, note = chips.check_metric_names("GH100", ["dram__bytes_raed.sum"])
+    assert "using ncu_chips.json, generated from ncu-report 2026.3.1" in source_note()
+    problems, note = check_metric_names("GH100", ["dram__bytes_raed.sum"])
     assert problems == [] and note.startswith(
         "--metrics names are not checked (libnvperf_host.so not found"
     )
@@ -97,22 +110,20 @@ def test_a_missing_library_is_a_reason_not_a_crash(no_library):
 @needs_library
 def test_the_table_and_the_library_give_the_same_plans(db, monkeypatch):
     def plans():
-        chips.counters_for.cache_clear()
-        return {
-            c: M.plan_metrics("roofline", "auto", (), chips.counters_for(c)) for c in all_chips()
-        }
+        counters_for.cache_clear()
+        return {c: plan_metrics("roofline", "auto", (), counters_for(c)) for c in all_chips()}
 
     live = plans()
-    assert chips.counters_for("GH100").source == "libnvperf_host.so from ncu-report 2026.3.1"
+    assert counters_for("GH100").source == "libnvperf_host.so from ncu-report 2026.3.1"
     monkeypatch.setattr(nvperf, "library_path", lambda: None)
     nvperf.open_database.cache_clear()
     try:
         from_table = plans()
-        assert chips.counters_for("GH100").source == "ncu_chips.json (ncu-report 2026.3.1)"
+        assert counters_for("GH100").source == "ncu_chips.json (ncu-report 2026.3.1)"
     finally:
         monkeypatch.undo()
         nvperf.open_database.cache_clear()
-        chips.counters_for.cache_clear()
+        counters_for.cache_clear()
     assert {c: p.metrics for c, p in live.items()} == {c: p.metrics for c, p in from_table.items()}
 
 
@@ -121,16 +132,16 @@ def test_the_table_and_the_library_give_the_same_plans(db, monkeypatch):
 @pytest.mark.parametrize("chip", all_chips())
 @pytest.mark.parametrize("metric_set", ["roofline", "seed"])
 def test_every_metric_set_name_exists_on_its_chip(db, chip, metric_set):
-    counters = chips.counters_for(chip)
+    counters = counters_for(chip)
     modes = ["auto", "none"] + (["ops"] if counters.tensor else []) + ["inst"]
     with db.chip(chip) as live:
         for mode in modes:
-            plan = M.plan_metrics(metric_set, mode, (), counters)
+            plan = plan_metrics(metric_set, mode, (), counters)
             invalid = [n for n in plan.metrics if not live.has(n)]
             assert invalid == [], f"{chip} {metric_set} --tensor-counters {mode}: {invalid}"
             assert plan.chip == chip and len(plan.metrics) == len(set(plan.metrics))
             if metric_set == "roofline":  # every counter it asks for is read
-                assert all(M.is_relevant(n) for n in plan.metrics)
+                assert all(is_relevant(n) for n in plan.metrics)
 
 
 @pytest.mark.parametrize(
@@ -176,20 +187,20 @@ def test_every_metric_set_name_exists_on_its_chip(db, chip, metric_set):
 def test_the_issue_s_findings_per_chip(chip, dram, tensor):
     """GH100 has no src_fp16_dst_fp16 (its src_fp16 covers HGMMA + HMMA); GB20x has no
     dram__bytes_read/write; GA10B and GB20B have no DRAM counters; TU10x has exact op counters."""
-    c = chips.counters_for(chip)
+    c = counters_for(chip)
     assert c.dram == dram
     if tensor is not None:
-        assert c.tensor_sum() == tuple(f"{chips.TENSOR_PREFIX}{t}.sum" for t in tensor)
+        assert c.tensor_sum() == tuple(f"{TENSOR_PREFIX}{t}.sum" for t in tensor)
     assert not c.has("sm__ops_path_tensor_src_fp16_dst_fp16.sum") or chip != "GH100"
 
 
 @pytest.mark.parametrize("chip", ["GA10B", "GB10B", "GB20B", "GB20C"])
 def test_a_chip_without_dram_counters_still_counts_flops_l2_l1_and_time(chip):
-    plan = M.plan_metrics("roofline", "auto", (), chips.counters_for(chip))
+    plan = plan_metrics("roofline", "auto", (), counters_for(chip))
     assert plan.missing == ["DRAM bytes"] and not any(n.startswith("dram__") for n in plan.metrics)
     assert any(f"{chip} has no DRAM counters" in n for n in plan.notes)
     assert {
-        M.op_counter("ffma"),
+        op_counter("ffma"),
         "lts__t_bytes.sum",
         "l1tex__t_bytes.sum",
         "gpu__time_duration.sum",
@@ -200,16 +211,16 @@ def test_a_chip_without_dram_counters_still_counts_flops_l2_l1_and_time(chip):
 def test_tensor_modes_a_chip_cannot_count_are_refused():
     from common.errors import UsageError
 
-    tu116 = chips.counters_for("TU116")
-    assert M.plan_metrics("roofline", "auto", (), tu116).tensor == "none"
+    tu116 = counters_for("TU116")
+    assert plan_metrics("roofline", "auto", (), tu116).tensor == "none"
     with pytest.raises(UsageError, match="TU116 has no sm__ops_path_tensor_\\* counters"):
-        M.plan_metrics("roofline", "ops", (), tu116)
+        plan_metrics("roofline", "ops", (), tu116)
 
 
 # ---------------------------------------------------------------- tensor ops counted once
 @pytest.mark.parametrize("chip", all_chips())
 def test_tensor_counters_nest_and_the_sum_leaves_nothing_out(chip):
-    c = chips.counters_for(chip)
+    c = counters_for(chip)
     sets = list(c.tensor.values())
     for a in sets:  # laminar: any two are disjoint or nested
         for b in sets:
@@ -224,8 +235,8 @@ def test_tensor_counters_nest_and_the_sum_leaves_nothing_out(chip):
 
 def test_on_gb20x_the_fp4_aggregate_and_its_sparsity_parts_read_different_raw_counters():
     """So raw dependencies alone would add the three; the names say the two are the parts."""
-    c = chips.counters_for("GB202")
-    agg = f"{chips.TENSOR_PREFIX}src_fp4_dst_fp32.sum"
+    c = counters_for("GB202")
+    agg = f"{TENSOR_PREFIX}src_fp4_dst_fp32.sum"
     on, off = agg.replace(".sum", "_sparsity_on.sum"), agg.replace(".sum", "_sparsity_off.sum")
     assert not (c.tensor[agg] & (c.tensor[on] | c.tensor[off]))
     assert c.tensor_parts(agg) == (off, on) and c.tensor_sum([agg, on, off]) == (agg,)
@@ -237,7 +248,7 @@ def test_synthetic_counters_give_the_total_by_raw_dependencies_and_by_name(chip)
     leaves it covers. Whether a report holds every counter, only the leaves or only the summed
     ones, the chip rule gives the leaves' total; so does the name rule (used when the chip is
     not known) on the full set."""
-    c = chips.counters_for(chip)
+    c = counters_for(chip)
     if not c.tensor:
         pytest.skip(f"{chip} has no tensor ops counters")
     rng = random.Random(chip)
@@ -252,13 +263,13 @@ def test_synthetic_counters_give_the_total_by_raw_dependencies_and_by_name(chip)
         {n: value[n] for n in distinct},
         {n: value[n] for n in c.tensor_sum()},
     ):
-        assert M._tensor_ops(present, c)[0] == pytest.approx(truth, rel=1e-12)
-    assert M._tensor_ops(everything)[0] == pytest.approx(truth, rel=1e-12), "name rule"
+        assert _tensor_ops(present, c)[0] == pytest.approx(truth, rel=1e-12)
+    assert _tensor_ops(everything)[0] == pytest.approx(truth, rel=1e-12), "name rule"
 
 
 def test_the_raw_dependency_rule_is_named_in_the_source_tag():
-    c = chips.counters_for("GH100")
-    total, how = M._tensor_ops(
+    c = counters_for("GH100")
+    total, how = _tensor_ops(
         {"sm__ops_path_tensor_src_fp16.sum": 10.0, "sm__ops_path_tensor_op_hmma_src_fp16.sum": 4.0},
         c,
     )
@@ -295,7 +306,7 @@ def test_the_raw_dependency_rule_is_named_in_the_source_tag():
     ],
 )
 def test_device_names_map_to_their_chips(name, chip):
-    choice = chips.resolve_chip(name)
+    choice = resolve_chip(name)
     assert choice.chip == chip and choice.note is None
 
 
@@ -316,50 +327,48 @@ def test_device_names_map_to_their_chips(name, chip):
     ],
 )
 def test_compute_capabilities_map_to_a_representative_chip(cc, chip):
-    choice = chips.resolve_chip(capability=cc)
+    choice = resolve_chip(capability=cc)
     assert choice.chip == chip and choice.how == "compute capability"
-    if len(chips.CC_CHIPS[cc]) > 1:
+    if len(CC_CHIPS[cc]) > 1:
         assert f"compute capability {cc[0]}.{cc[1]} covers" in choice.note
 
 
-@pytest.mark.parametrize("cc", [cc for cc, options in chips.CC_CHIPS.items() if cc != (7, 5)])
+@pytest.mark.parametrize("cc", [cc for cc, options in CC_CHIPS.items() if cc != (7, 5)])
 def test_chips_behind_one_capability_other_than_7_5_have_the_same_counters(cc):
     plans = {
-        c: M.plan_metrics(s, "auto", (), chips.counters_for(c)).metrics
-        for c in chips.CC_CHIPS[cc]
+        c: plan_metrics(s, "auto", (), counters_for(c)).metrics
+        for c in CC_CHIPS[cc]
         for s in ("roofline",)
     }
     assert len({tuple(p) for p in plans.values()}) == 1, plans
 
 
 def test_7_5_is_two_counter_sets_and_the_note_says_so():
-    tu104 = M.plan_metrics("roofline", "auto", (), chips.counters_for("TU104")).metrics
-    tu116 = M.plan_metrics("roofline", "auto", (), chips.counters_for("TU116")).metrics
+    tu104 = plan_metrics("roofline", "auto", (), counters_for("TU104")).metrics
+    tu116 = plan_metrics("roofline", "auto", (), counters_for("TU116")).metrics
     assert tu104 != tu116 and not any("ops_path" in n for n in tu116)
     assert (
         "TU116/TU117, GTX 16xx, have no tensor-core counters"
-        in chips.resolve_chip(capability=(7, 5)).note
+        in resolve_chip(capability=(7, 5)).note
     )
 
 
 def test_report_chip_numbers_and_unknown_devices():
-    assert (
-        chips.resolve_chip(chip_id=356).chip == "TU104"
-    )  # the T4 fixture's device__attribute_chip
-    assert chips.resolve_chip(chip_id=416).chip == "GB100"  # the B200 fixture's
-    unknown = chips.resolve_chip("Tesla V100-SXM2-16GB", (7, 0))
+    assert resolve_chip(chip_id=356).chip == "TU104"  # the T4 fixture's device__attribute_chip
+    assert resolve_chip(chip_id=416).chip == "GB100"  # the B200 fixture's
+    unknown = resolve_chip("Tesla V100-SXM2-16GB", (7, 0))
     assert unknown.chip is None and "metric names are not checked" in unknown.note
-    guessed = chips.resolve_chip("Some Future GPU", (9, 0))
+    guessed = resolve_chip("Some Future GPU", (9, 0))
     assert guessed.chip == "GH100" and "is not a GPU this project knows by name" in guessed.note
-    assert chips.parse_capability(" 8.6 ") == (8, 6)
+    assert parse_capability(" 8.6 ") == (8, 6)
     with pytest.raises(ValueError, match="expected a compute capability such as 8.6, got '86'"):
-        chips.parse_capability("86")
+        parse_capability("86")
 
 
 # ---------------------------------------------------------------- --metrics names
 @needs_library
 def test_extra_metric_names_are_checked_against_the_chip(db):
-    problems, note = chips.check_metric_names(
+    problems, note = check_metric_names(
         "GB202",
         [
             "dram__bytes_read.sum",  # GB20x has op_read

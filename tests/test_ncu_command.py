@@ -8,17 +8,15 @@ import pytest
 
 from common.errors import BenchError
 from profiling.ncu_command import (
-    NO_KERNELS_MESSAGE,
-    PERM_MESSAGE,
     CaptureOptions,
     check_replay_mode,
-    classify_ncu_output,
     ncu_argv,
     replay_modes_offered,
     resolve_ncu,
     run_ncu,
     train_argv,
 )
+from profiling.ncu_messages import NO_KERNELS_MESSAGE, PERM_MESSAGE, classify_ncu_output
 
 MESSAGES = Path(__file__).resolve().parent / "data" / "ncu_messages"
 PROGRAM = ["/usr/bin/python3", "-m", "train", "--batch", "2", "--profile-steps", "1"]

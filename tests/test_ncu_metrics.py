@@ -1,4 +1,5 @@
-"""profiling.ncu_metrics (+ .ncu-rep import): FLOPs, bytes, time and intensities against known truths."""
+"""profiling.ncu_plan, ncu_counting, ncu_summary (+ .ncu-rep import): FLOPs, bytes, time and
+intensities against known truths."""
 
 from __future__ import annotations
 
@@ -10,9 +11,18 @@ import pytest
 
 from common.errors import BenchError
 from common.schema import check_key
-from profiling import ncu_metrics as M
+from profiling.ncu_counting import (
+    chip_id_from_report,
+    device_from_report,
+    kernel_quantities,
+    tensor_inst_caution,
+    tensor_inst_flops,
+)
+from profiling.ncu_names import is_relevant, op_counter
 from profiling.ncu_parse import NcuKernel, NcuReport, read_ncu_csv
+from profiling.ncu_plan import plan_metrics, tensor_counters_for
 from profiling.ncu_report_import import load_ncu_rep
+from profiling.ncu_summary import require_counters, roofline_warning, summarize, top_kernels
 
 MESSAGES = Path(__file__).resolve().parent / "data" / "ncu_messages"
 REL = 1e-3  # the issue's +-0.1 %
@@ -28,8 +38,8 @@ def _report(*metric_dicts, nvtx=None) -> NcuReport:
 
 # ---------------------------------------------------------------- known truths (SOURCES.md)
 def test_l4_fixture_truths(ncu_dir):
-    s = M.summarize(
-        read_ncu_csv(ncu_dir / "l4_resnet18_bs64_train_step_details_nvtx.csv", keep=M.is_relevant)
+    s = summarize(
+        read_ncu_csv(ncu_dir / "l4_resnet18_bs64_train_step_details_nvtx.csv", keep=is_relevant)
     )
     m = s.mlflow_metrics()
     assert m["ncu_kernels"] == 98
@@ -60,26 +70,25 @@ def test_l4_fixture_truths(ncu_dir):
 )
 def test_fixture_truths_with_the_chip_s_counters(ncu_dir, fixture, chip, truths):
     """The chip-aware rules (profiling.chips) give the same totals as the generic ones."""
-    from profiling import chips
+    from profiling.chips.counters import counters_for
+    from profiling.chips.devices import resolve_chip
 
     path = ncu_dir / fixture
     report = (
-        load_ncu_rep(path)
-        if fixture.endswith(".ncu-rep")
-        else read_ncu_csv(path, keep=M.is_relevant)
+        load_ncu_rep(path) if fixture.endswith(".ncu-rep") else read_ncu_csv(path, keep=is_relevant)
     )
-    name, cap = M.device_from_report(report)
-    choice = chips.resolve_chip(name or "NVIDIA L4", cap, M.chip_id_from_report(report))
+    name, cap = device_from_report(report)
+    choice = resolve_chip(name or "NVIDIA L4", cap, chip_id_from_report(report))
     assert choice.chip == chip
-    s = M.summarize(report, cap, chips.counters_for(chip))
+    s = summarize(report, cap, counters_for(chip))
     for q, truth in truths.items():
         assert s.totals[q] == pytest.approx(truth, rel=REL)
-    assert s.totals == M.summarize(report, cap).totals
+    assert s.totals == summarize(report, cap).totals
 
 
 def test_l4_phase_shares_show_the_missing_backward_pass(ncu_dir):
-    s = M.summarize(
-        read_ncu_csv(ncu_dir / "l4_resnet18_bs64_train_step_details_nvtx.csv", keep=M.is_relevant)
+    s = summarize(
+        read_ncu_csv(ncu_dir / "l4_resnet18_bs64_train_step_details_nvtx.csv", keep=is_relevant)
     )
     ph = s.phases
     assert list(ph.index) == ["forward", "loss", "backward", "optimizer_step"]
@@ -95,27 +104,25 @@ def test_l4_phase_shares_show_the_missing_backward_pass(ncu_dir):
 
 
 def test_saxpy_dram_read_bytes(ncu_dir):
-    s = M.summarize(
-        read_ncu_csv(ncu_dir / "rtx5070_saxpy_n16777216_details.csv", keep=M.is_relevant)
-    )
+    s = summarize(read_ncu_csv(ncu_dir / "rtx5070_saxpy_n16777216_details.csv", keep=is_relevant))
     assert s.totals["dram_read_bytes"] == 134_221_568  # ~ 2 * n * 4 bytes, n = 16,777,216
     assert s.totals["dram_bytes"] == 134_221_568 + 43_631_104
     assert s.mlflow_metrics()["ncu_dram_read_bytes"] == 134_221_568
     assert s.roofline_missing == ["FLOP counters"]
-    assert M.roofline_warning(s, "saxpy.csv").startswith(
+    assert roofline_warning(s, "saxpy.csv").startswith(
         "saxpy.csv has no FLOP counters (found: dram_bytes, time_s): logged as an incomplete profile"
     )
     tags = s.mlflow_tags()
     assert tags["ncu_roofline"] == "incomplete" and tags["ncu_roofline_missing"] == "FLOP counters"
-    M.require_counters(s, "saxpy.csv")  # what it holds is logged
+    require_counters(s, "saxpy.csv")  # what it holds is logged
 
 
 def test_t4_ncu_rep_flops_from_rates_times_cycles(ncu_dir):
     report = load_ncu_rep(ncu_dir / "t4_matrix_add_1000x1000_set_full.ncu-rep")
     assert report.page == "ncu-rep" and len(report.kernels) == 1
     assert report.kernels[0].name == "matrix_addition2D"
-    assert M.device_from_report(report) == ("Tesla T4", (7, 5))
-    s = M.summarize(report)
+    assert device_from_report(report) == ("Tesla T4", (7, 5))
+    s = summarize(report)
     assert s.totals["flops_fp32"] == pytest.approx(
         1.000e6, rel=1e-9
     )  # one add per element of 1000x1000
@@ -126,7 +133,7 @@ def test_t4_ncu_rep_flops_from_rates_times_cycles(ncu_dir):
     assert s.sources["flops_fp32"].endswith("per_cycle_elapsed_x_smsp__cycles_elapsed.avg")
     # full-set reports carry lts__t_sectors, not lts__t_bytes: 32-byte sectors
     assert s.sources["l2_bytes"] == "lts__t_sectors.sum_x32"
-    assert s.roofline_missing == [] and M.roofline_warning(s, "t4.ncu-rep") is None
+    assert s.roofline_missing == [] and roofline_warning(s, "t4.ncu-rep") is None
     assert s.mlflow_tags()["ncu_roofline"] == "complete"
 
 
@@ -157,7 +164,7 @@ def test_truncated_ncu_rep_is_called_truncated_not_empty(ncu_dir, tmp_path):
 
 
 def test_an_ncu_error_log_saved_as_ncu_rep_gets_the_capture_message(tmp_path):
-    from profiling.ncu_parse import PERM_MESSAGE
+    from profiling.ncu_messages import PERM_MESSAGE
 
     log = tmp_path / "report.ncu-rep"
     log.write_bytes((MESSAGES / "err_nvgpuctrperm.log").read_bytes())
@@ -170,25 +177,25 @@ def test_an_ncu_error_log_saved_as_ncu_rep_gets_the_capture_message(tmp_path):
 
 
 def test_b200_raw_page_has_time_only(ncu_dir):
-    s = M.summarize(read_ncu_csv(ncu_dir / "b200_decode_raw_page.csv", keep=M.is_relevant))
+    s = summarize(read_ncu_csv(ncu_dir / "b200_decode_raw_page.csv", keep=is_relevant))
     assert s.measured == ["time_s"] and len(s.kernels) == 16
     assert s.roofline_missing == ["FLOP counters", "DRAM bytes"]
-    assert "b200.csv has no FLOP counters and no DRAM bytes (found: time_s)" in M.roofline_warning(
+    assert "b200.csv has no FLOP counters and no DRAM bytes (found: time_s)" in roofline_warning(
         s, "b200.csv"
     )
 
 
 def test_an_input_without_any_roofline_counter_is_refused():
-    s = M.summarize(_report({"sm__warps_active.avg": 3.0}))
+    s = summarize(_report({"sm__warps_active.avg": 3.0}))
     assert s.measured == []
     with pytest.raises(BenchError, match="synthetic has none of the roofline counters"):
-        M.require_counters(s, "synthetic")
+        require_counters(s, "synthetic")
 
 
 # ---------------------------------------------------------------- counting rules, hand-computed
 def test_flops_per_precision_add_mul_2fma_and_half2_lanes():
-    c = M.op_counter
-    s = M.summarize(
+    c = op_counter
+    s = summarize(
         _report(
             {
                 c("dadd"): 1,
@@ -211,13 +218,13 @@ def test_flops_per_precision_add_mul_2fma_and_half2_lanes():
 
 
 def test_a_precision_with_only_some_counters_is_recorded_as_partial():
-    c = M.op_counter
-    q, src, gaps = M.kernel_quantities({c("hfma"): 10, c("fadd"): 1, c("fmul"): 2, c("ffma"): 3})
+    c = op_counter
+    q, src, gaps = kernel_quantities({c("hfma"): 10, c("fadd"): 1, c("fmul"): 2, c("ffma"): 3})
     assert q["flops_fp16"] == 40 and gaps == {
         "flops_fp16": "no hadd, hmul counters"
     }  # 4 * 10, hadd/hmul unknown
     assert q["flops_fp32"] == 9 and "flops_fp32" not in gaps and math.isnan(q["flops_fp64"])
-    s = M.summarize(
+    s = summarize(
         _report(
             {c("hfma"): 10, c("fadd"): 1, c("fmul"): 2, c("ffma"): 3, "dram__bytes.sum": 7},
             {
@@ -244,15 +251,15 @@ def test_a_precision_with_only_some_counters_is_recorded_as_partial():
 
 
 def test_complete_precisions_are_not_partial(ncu_dir):
-    s = M.summarize(
-        read_ncu_csv(ncu_dir / "l4_resnet18_bs64_train_step_details_nvtx.csv", keep=M.is_relevant)
+    s = summarize(
+        read_ncu_csv(ncu_dir / "l4_resnet18_bs64_train_step_details_nvtx.csv", keep=is_relevant)
     )
     assert s.partial == {} and s.warnings == [] and s.mlflow_tags()["ncu_partial"] == "none"
 
 
 def test_smsp_counters_and_rate_times_cycles_count_the_same():
-    a = M.kernel_quantities({"smsp__sass_thread_inst_executed_op_ffma_pred_on.sum": 5})[0]
-    b = M.kernel_quantities(
+    a = kernel_quantities({"smsp__sass_thread_inst_executed_op_ffma_pred_on.sum": 5})[0]
+    b = kernel_quantities(
         {
             "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum.per_cycle_elapsed": 0.5,
             "smsp__cycles_elapsed.avg": 10,
@@ -262,12 +269,12 @@ def test_smsp_counters_and_rate_times_cycles_count_the_same():
 
 
 def test_sm_and_smsp_counter_of_the_same_op_are_not_added_twice():
-    q, _, _ = M.kernel_quantities({M.op_counter("fadd"): 7, M.op_counter("fadd", "smsp"): 7})
+    q, _, _ = kernel_quantities({op_counter("fadd"): 7, op_counter("fadd", "smsp"): 7})
     assert q["flops_fp32"] == 7
 
 
 def test_tensor_ops_counters_base_names_win_sparsity_variants_fill_in_ints_excluded():
-    q, src, _ = M.kernel_quantities(
+    q, src, _ = kernel_quantities(
         {
             "sm__ops_path_tensor_src_fp16_dst_fp32.sum": 1000,
             "sm__ops_path_tensor_src_fp16_dst_fp32_sparsity_off.sum": 1000,  # part of the base: not added
@@ -353,13 +360,13 @@ T = "sm__ops_path_tensor_"
     ],
 )
 def test_tensor_ops_count_each_op_once(counters, ops):
-    q, src, gaps = M.kernel_quantities(counters)
+    q, src, gaps = kernel_quantities(counters)
     assert q["flops_tensor"] == ops and src["flops_tensor"] == "sm__ops_path_tensor" and gaps == {}
 
 
 def test_tensor_ops_rates_fall_back_to_smsp_cycles():
     rate = {T + "src_fp16.sum.per_cycle_elapsed": 2.5}
-    q, src, _ = M.kernel_quantities(
+    q, src, _ = kernel_quantities(
         {**rate, "smsp__cycles_elapsed.avg": 1000}
     )  # no sm__cycles_elapsed.avg
     assert (
@@ -367,22 +374,20 @@ def test_tensor_ops_rates_fall_back_to_smsp_cycles():
         and src["flops_tensor"]
         == "sm__ops_path_tensor_per_cycle_elapsed_x_smsp__cycles_elapsed.avg"
     )
-    q, src, _ = M.kernel_quantities(
+    q, src, _ = kernel_quantities(
         {**rate, "sm__cycles_elapsed.avg": 400, "smsp__cycles_elapsed.avg": 1000}
     )
     assert q["flops_tensor"] == 1000 and src["flops_tensor"].endswith(
         "_x_sm__cycles_elapsed.avg"
     )  # its own unit first
-    q, _, _ = M.kernel_quantities({**rate, T + "src_fp16.sum": 7, "smsp__cycles_elapsed.avg": 1000})
+    q, _, _ = kernel_quantities({**rate, T + "src_fp16.sum": 7, "smsp__cycles_elapsed.avg": 1000})
     assert q["flops_tensor"] == 7  # a count wins over the rate of the same counter
-    assert math.isnan(
-        M.kernel_quantities(rate)[0]["flops_tensor"]
-    )  # no cycles at all: not measured
+    assert math.isnan(kernel_quantities(rate)[0]["flops_tensor"])  # no cycles at all: not measured
 
 
 def test_sass_rates_of_sm_counters_fall_back_to_smsp_cycles():
-    q, src, _ = M.kernel_quantities(
-        {M.op_counter("fadd") + ".per_cycle_elapsed": 0.5, "smsp__cycles_elapsed.avg": 8}
+    q, src, _ = kernel_quantities(
+        {op_counter("fadd") + ".per_cycle_elapsed": 0.5, "smsp__cycles_elapsed.avg": 8}
     )
     assert (
         q["flops_fp32"] == 4
@@ -418,7 +423,7 @@ def test_t4_fixture_sm_and_smsp_elapsed_cycles_are_the_same_clock(ncu_dir):
     ],
 )
 def test_tensor_instructions_times_the_factor_of_the_architecture(cap, flops):
-    q, src, gaps = M.kernel_quantities({"sm__inst_executed_pipe_tensor.sum": 3}, cap)
+    q, src, gaps = kernel_quantities({"sm__inst_executed_pipe_tensor.sum": 3}, cap)
     assert (
         q["flops_tensor"] == flops
         and src["flops_tensor"] == f"sm__inst_executed_pipe_tensor_x{flops // 3}"
@@ -430,12 +435,12 @@ def test_tensor_instructions_times_the_factor_of_the_architecture(cap, flops):
     "cap, where", [((9, 0), "sm_90"), ((12, 0), "sm_120"), (None, "an unknown GPU")]
 )
 def test_tensor_instructions_without_a_known_factor_are_a_gap_not_a_guess(cap, where):
-    q, _, gaps = M.kernel_quantities({"sm__inst_executed_pipe_tensor.sum": 3}, cap)
+    q, _, gaps = kernel_quantities({"sm__inst_executed_pipe_tensor.sum": 3}, cap)
     assert math.isnan(q["flops_tensor"])
     assert gaps == {
         "flops_tensor": f"tensor instructions without a FLOPs-per-instruction factor for {where}"
     }
-    q, _, gaps = M.kernel_quantities({"sm__inst_executed_pipe_tensor.sum": 0}, cap)
+    q, _, gaps = kernel_quantities({"sm__inst_executed_pipe_tensor.sum": 0}, cap)
     assert q["flops_tensor"] == 0 and gaps == {}  # no tensor work needs no factor
 
 
@@ -443,37 +448,36 @@ def test_tensor_instructions_on_sm80_plus_are_counted_with_a_caution_and_refused
     r = _report(
         {
             "sm__inst_executed_pipe_tensor.sum": 2,
-            M.op_counter("fadd"): 1,
-            M.op_counter("fmul"): 0,
-            M.op_counter("ffma"): 0,
+            op_counter("fadd"): 1,
+            op_counter("fmul"): 0,
+            op_counter("ffma"): 0,
             "dram__bytes.sum": 1,
         }
     )
-    s = M.summarize(r, (8, 6))
+    s = summarize(r, (8, 6))
     assert s.totals["flops_tensor"] == 8192 and s.totals["flops_total"] == 8193
-    assert s.cautions == [M.tensor_inst_caution((8, 6))] and s.warnings == s.cautions
+    assert s.cautions == [tensor_inst_caution((8, 6))] and s.warnings == s.cautions
     assert s.cautions[0].startswith(
         "tensor FLOPs from sm__inst_executed_pipe_tensor.sum x 4096 assume every tensor "
         "instruction on sm_86 is an fp16/bf16 HMMA.16816"
     )
     assert s.mlflow_tags()["ncu_caution"] == s.cautions[0]
     assert (
-        M.summarize(r, (7, 0)).cautions == []
-        and M.summarize(r, (7, 0)).totals["flops_tensor"] == 1024
+        summarize(r, (7, 0)).cautions == [] and summarize(r, (7, 0)).totals["flops_tensor"] == 1024
     )
-    s75 = M.summarize(r, (7, 5))
-    assert s75.totals["flops_tensor"] == 4096 and s75.cautions == [M.tensor_inst_caution((7, 5))]
+    s75 = summarize(r, (7, 5))
+    assert s75.totals["flops_tensor"] == 4096 and s75.cautions == [tensor_inst_caution((7, 5))]
     assert "volta_*884*" in s75.cautions[0] and "over-counted 4x" in s75.cautions[0]
-    s90 = M.summarize(r, (9, 0))
+    s90 = summarize(r, (9, 0))
     assert "flops_tensor" not in s90.measured and s90.totals["flops_total"] == 1
     assert s90.partial == {
         "flops_tensor": "tensor instructions without a FLOPs-per-instruction factor for sm_90 in 1 of 1 kernels"
     }
-    assert M.tensor_inst_caution((9, 0)).startswith(
+    assert tensor_inst_caution((9, 0)).startswith(
         "no FLOPs-per-instruction factor is known for sm_90"
     )
-    assert M.tensor_inst_caution((7, 0)) is None and M.tensor_inst_caution(None) is None
-    assert M.tensor_inst_flops((8, 9)) == 4096 and M.tensor_inst_flops((9, 0)) is None
+    assert tensor_inst_caution((7, 0)) is None and tensor_inst_caution(None) is None
+    assert tensor_inst_flops((8, 9)) == 4096 and tensor_inst_flops((9, 0)) is None
 
 
 def test_summarize_reads_the_capability_from_the_report():
@@ -483,21 +487,21 @@ def test_summarize_reads_the_capability_from_the_report():
         attrs={"CC": "7.5"},
         metrics={"sm__inst_executed_pipe_tensor.sum": 1, "dram__bytes.sum": 1},
     )
-    s = M.summarize(NcuReport(kernels=[k], page="details", source="x"))
+    s = summarize(NcuReport(kernels=[k], page="details", source="x"))
     assert s.totals["flops_tensor"] == 2048
 
 
 def test_cache_bytes_and_sector_fallback():
-    q, src, _ = M.kernel_quantities({"lts__t_bytes.sum": 640, "l1tex__t_sectors.sum": 10})
+    q, src, _ = kernel_quantities({"lts__t_bytes.sum": 640, "l1tex__t_sectors.sum": 10})
     assert q["l2_bytes"] == 640 and src["l2_bytes"] == "lts__t_bytes.sum"
     assert q["l1_bytes"] == 320 and src["l1_bytes"] == "l1tex__t_sectors.sum_x32"
 
 
 def test_intensities_at_every_level():
-    s = M.summarize(
+    s = summarize(
         _report(
             {
-                M.op_counter("ffma"): 50,
+                op_counter("ffma"): 50,
                 "dram__bytes_read.sum": 50,
                 "dram__bytes_write.sum": 50,
                 "lts__t_bytes.sum": 25,
@@ -513,49 +517,49 @@ def test_intensities_at_every_level():
 
 
 def test_phase_shares_and_top_kernels_order():
-    s = M.summarize(
+    s = summarize(
         _report(
-            {M.op_counter("fadd"): 30, "dram__bytes.sum": 10, "gpu__time_duration.sum": 1.0},
-            {M.op_counter("fadd"): 10, "dram__bytes.sum": 30, "gpu__time_duration.sum": 3.0},
-            {M.op_counter("fadd"): 60, "dram__bytes.sum": 60, "gpu__time_duration.sum": 4.0},
+            {op_counter("fadd"): 30, "dram__bytes.sum": 10, "gpu__time_duration.sum": 1.0},
+            {op_counter("fadd"): 10, "dram__bytes.sum": 30, "gpu__time_duration.sum": 3.0},
+            {op_counter("fadd"): 60, "dram__bytes.sum": 60, "gpu__time_duration.sum": 4.0},
             nvtx=["forward", "backward", "backward"],
         )
     )
     ph = s.phases
     assert ph.loc["forward", "flops_share"] == 0.3 and ph.loc["backward", "time_share"] == 0.875
     assert ph.loc["backward", "dram_bytes_share"] == 0.9
-    top = M.top_kernels(s, 2)
+    top = top_kernels(s, 2)
     assert top["kernel"].tolist() == ["k2", "k1"] and top["time_share"].tolist() == [0.5, 0.375]
 
 
 def test_na_in_a_counted_metric_is_an_error():
-    report = read_ncu_csv(MESSAGES / "na_metrics.csv", keep=M.is_relevant)
+    report = read_ncu_csv(MESSAGES / "na_metrics.csv", keep=is_relevant)
     with pytest.raises(
         BenchError, match=r"n/a for sm__ops_path_tensor_src_tf32_dst_fp32.sum \(2 of 2 kernels\)"
     ):
-        M.summarize(report)
+        summarize(report)
 
 
 def test_na_in_an_unused_metric_is_ignored():
     r = _report(
         {
-            M.op_counter("fadd"): 1,
+            op_counter("fadd"): 1,
             "dram__bytes.sum": 1,
             "sm__throughput.avg.pct_of_peak_sustained_elapsed": math.nan,
         }
     )
     r.na = {"sm__throughput.avg.pct_of_peak_sustained_elapsed": 1}
-    assert M.summarize(r).totals["flops_total"] == 1
+    assert summarize(r).totals["flops_total"] == 1
 
 
 def test_no_kernels_is_an_error():
     with pytest.raises(BenchError, match="no kernels in synthetic"):
-        M.summarize(NcuReport(kernels=[], page="details", source="synthetic"))
+        summarize(NcuReport(kernels=[], page="details", source="synthetic"))
 
 
 # ---------------------------------------------------------------- metric sets (generic names: a chip the database does not know)
 def test_generic_roofline_metric_set_per_tensor_mode():
-    ops = M.plan_metrics("roofline", "ops").metrics
+    ops = plan_metrics("roofline", "ops").metrics
     assert "sm__sass_thread_inst_executed_op_hfma_pred_on.sum" in ops
     assert "sm__sass_thread_inst_executed_op_dadd_pred_on.sum" in ops
     assert {
@@ -569,19 +573,19 @@ def test_generic_roofline_metric_set_per_tensor_mode():
         "sm__ops_path_tensor_src_tf32_dst_fp32.sum" in ops
         and "sm__inst_executed_pipe_tensor.sum" not in ops
     )
-    inst = M.plan_metrics("roofline", "inst").metrics
+    inst = plan_metrics("roofline", "inst").metrics
     assert "sm__inst_executed_pipe_tensor.sum" in inst and not any("ops_path" in n for n in inst)
-    none = M.plan_metrics("roofline", "none", ["dram__bytes_read.sum", "lts__t_sectors.sum"])
+    none = plan_metrics("roofline", "none", ["dram__bytes_read.sum", "lts__t_sectors.sum"])
     assert none.tensor == "none" and none.chip is None
     assert not any("tensor" in n for n in none.metrics)
     assert none.metrics.count("dram__bytes_read.sum") == 1
-    assert none.metrics[-1] == "lts__t_sectors.sum" and all(M.is_relevant(n) for n in none.metrics)
+    assert none.metrics[-1] == "lts__t_sectors.sum" and all(is_relevant(n) for n in none.metrics)
 
 
 def test_generic_seed_metric_set_uses_names_ncu_has_and_unknown_set():
-    plan = M.plan_metrics("seed")
+    plan = plan_metrics("seed")
     assert plan.metrics == [
-        *(M.op_counter(op) for op in ("fadd", "fmul", "ffma", "hadd", "hmul", "hfma")),
+        *(op_counter(op) for op in ("fadd", "fmul", "ffma", "hadd", "hmul", "hfma")),
         "dram__bytes_read.sum",
         "dram__bytes_write.sum",
         "pcie__read_bytes.sum",
@@ -589,7 +593,7 @@ def test_generic_seed_metric_set_uses_names_ncu_has_and_unknown_set():
     ]
     assert any("flop_count_sp/flop_count_hp are nvprof metric names" in n for n in plan.notes)
     with pytest.raises(ValueError, match="metric_set must be one of roofline, seed"):
-        M.plan_metrics("full")
+        plan_metrics("full")
 
 
 @pytest.mark.parametrize(
@@ -604,8 +608,8 @@ def test_generic_seed_metric_set_uses_names_ncu_has_and_unknown_set():
     ],
 )
 def test_tensor_counters_of_an_unknown_chip_by_compute_capability(cap, mode):
-    assert M.tensor_counters_for(cap) == mode
-    assert M.plan_metrics("roofline", "auto", capability=cap).tensor == mode
+    assert tensor_counters_for(cap) == mode
+    assert plan_metrics("roofline", "auto", capability=cap).tensor == mode
 
 
 # ---------------------------------------------------------------- .ncu-rep NVTX phases, with stand-in ncu_report objects
@@ -705,7 +709,7 @@ def test_ncu_rep_phases_come_from_the_known_name_not_the_range_order():
         return _Action(
             name,
             {
-                M.op_counter("fadd"): _Metric(flops, "inst"),
+                op_counter("fadd"): _Metric(flops, "inst"),
                 "dram__bytes.sum": _Metric(10, "byte"),
                 "gpu__time_duration.sum": _Metric(1, "usecond"),
             },
@@ -728,10 +732,10 @@ def test_ncu_rep_phases_come_from_the_known_name_not_the_range_order():
         ]
     )
     report = NcuReport(kernels=[], page="ncu-rep", source="stand-in")
-    _add_results(ctx, report, M.is_relevant)
+    _add_results(ctx, report, is_relevant)
     assert [k.phase for k in report.kernels] == ["forward", "backward", "optimizer", None]
     assert report.has_nvtx and report.kernels[0].nvtx_start_end == ("forward", "train_step")
-    ph = M.summarize(report).phases
+    ph = summarize(report).phases
     assert ph["kernels"].to_dict() == {"forward": 1, "backward": 1, "optimizer": 1, "none": 1}
     assert ph.loc["backward", "flops_share"] == 0.6 and ph.loc["forward", "flops_share"] == 0.3
     assert ph.loc["optimizer", "time_share"] == 0.25
@@ -739,7 +743,7 @@ def test_ncu_rep_phases_come_from_the_known_name_not_the_range_order():
 
 @pytest.mark.parametrize("cap", [(8, 0), (8, 6), (8, 9)])
 def test_the_inst_caution_on_sm80_89_names_the_kernels_that_break_it(cap):
-    caution = M.tensor_inst_caution(cap)
+    caution = tensor_inst_caution(cap)
     assert "cuBLAS's *1688* kernels (HMMA.1688, 1024 FMA) make fp16/bf16 counts 2x high" in caution
     assert "tf32 kernels (HMMA.1684, 512 FMA) 4x" in caution
     assert "also counts DMMA (fp64) and IMMA (integer: no FLOPs) instructions" in caution

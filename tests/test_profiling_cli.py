@@ -21,9 +21,11 @@ import pytest
 
 from common import schema
 from profiling import cli
-from profiling import ncu_metrics as M
-from profiling.cli import GpuInfo, NO_GPU_MESSAGE
-from profiling.ncu_parse import NO_KERNELS_MESSAGE, PERM_MESSAGE
+from profiling.capture import NO_GPU_MESSAGE, config_flags
+from profiling.gpu import GpuInfo, cuda_probe
+from profiling.ncu_counting import tensor_inst_caution
+from profiling.ncu_messages import NO_KERNELS_MESSAGE, PERM_MESSAGE
+from profiling.ncu_names import OPS, op_counter
 from train.config import TrainConfig
 
 MESSAGES = Path(__file__).resolve().parent / "data" / "ncu_messages"
@@ -99,6 +101,36 @@ def standin(tmp_path, monkeypatch):
     return configure
 
 
+def capture(tmp_path, *flags, probe=None) -> int:
+    """`python -m profiling` with CONFIG and `flags` on a stand-in GPU (default: an L4), its ncu log
+    under tmp_path, into experiment "prof"; the exit code."""
+    return cli.main(
+        [*CONFIG, *flags, "--out", str(tmp_path / "o"), "--experiment", "prof"],
+        probe=probe or gpu(),
+    )
+
+
+def import_file(path, *flags, probe=None) -> int:
+    """`python -m profiling --import path` with CONFIG and `flags`, as measured on an L4, into
+    experiment "prof"; the exit code."""
+    args = [*CONFIG, *flags, "--import", str(path), "--device-name", "NVIDIA L4"]
+    return cli.main([*args, "--experiment", "prof"], probe=probe)
+
+
+def ncu_argv_of(argv_file) -> list[str]:
+    """The argv the stand-in ncu was started with."""
+    return json.loads(argv_file.read_text())
+
+
+def flag_value(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+def metrics_asked(argv_file) -> list[str]:
+    """The --metrics list the stand-in ncu was given."""
+    return flag_value(ncu_argv_of(argv_file), "--metrics").split(",")
+
+
 def only_run(experiment="prof"):
     runs = mlflow.search_runs(experiment_names=[experiment], output_format="list")
     assert len(runs) == 1
@@ -112,20 +144,14 @@ def artifact_csv(run_id: str, path: str, tmp_path: Path) -> pd.DataFrame:
 
 def test_capture_end_to_end_with_standin_ncu(tracking, standin, ncu_dir, tmp_path, capsys):
     argv_file = standin(ncu_dir / L4_CSV)
-    rc = cli.main(
-        [*CONFIG, "--profile-steps", "2", "--out", str(tmp_path / "out"), "--experiment", "prof"],
-        probe=gpu(),
-    )
-    assert rc == 0
+    assert capture(tmp_path, "--profile-steps", "2") == 0
 
     # what ncu was asked to run
-    seen = json.loads(argv_file.read_text())
+    seen = ncu_argv_of(argv_file)
     assert Path(seen[0]).name == "ncu"
-    assert seen[seen.index("--profile-from-start") + 1] == "off"
-    assert (
-        seen[seen.index("--target-processes") + 1] == "all" and "--csv" in seen and "--nvtx" in seen
-    )
-    metrics = seen[seen.index("--metrics") + 1].split(",")
+    assert flag_value(seen, "--profile-from-start") == "off"
+    assert flag_value(seen, "--target-processes") == "all" and "--csv" in seen and "--nvtx" in seen
+    metrics = flag_value(seen, "--metrics").split(",")
     assert "sm__sass_thread_inst_executed_op_ffma_pred_on.sum" in metrics
     assert (
         "sm__ops_path_tensor_src_fp16_dst_fp32.sum" in metrics
@@ -220,10 +246,7 @@ def test_capture_failures_end_the_run_failed_with_the_reason(
     tracking, standin, tmp_path, capsys, output, rc, extra, message
 ):
     argv_file = standin(output, rc=rc, echo=True)
-    code = cli.main(
-        [*CONFIG, *extra, "--out", str(tmp_path / "out"), "--experiment", "prof"], probe=gpu()
-    )
-    assert code == 1 and argv_file.exists()
+    assert capture(tmp_path, *extra) == 1 and argv_file.exists()
     run = only_run()
     assert run.info.status == "FAILED"
     assert message in run.data.tags["error"] and "\n" not in run.data.tags["error"]
@@ -240,8 +263,7 @@ def test_an_error_ncu_prints_only_to_the_console_is_classified(tracking, standin
     argv_file = standin(
         None, rc=1, stderr=perm_line
     )  # no log file at all, the error on stderr only
-    code = cli.main([*CONFIG, "--out", str(tmp_path / "out"), "--experiment", "prof"], probe=gpu())
-    assert code == 1 and argv_file.exists()
+    assert capture(tmp_path) == 1 and argv_file.exists()
     run = only_run()
     assert run.info.status == "FAILED" and run.data.tags["error"] == PERM_MESSAGE
     err = capsys.readouterr().err.splitlines()
@@ -255,27 +277,18 @@ def test_an_error_ncu_prints_only_to_the_console_is_classified(tracking, standin
 
 def test_tensor_counters_inst_warns_on_sm80_plus(tracking, standin, ncu_dir, tmp_path, capsys):
     argv_file = standin(ncu_dir / L4_CSV)
-    args = [
-        *CONFIG,
-        "--tensor-counters",
-        "inst",
-        "--out",
-        str(tmp_path / "o"),
-        "--experiment",
-        "prof",
-    ]
-    assert cli.main(args, probe=gpu(capability=(8, 6), name="NVIDIA GeForce RTX 3090")) == 0
-    metrics = json.loads(argv_file.read_text())
-    metrics = metrics[metrics.index("--metrics") + 1].split(",")
+    rtx3090 = gpu(capability=(8, 6), name="NVIDIA GeForce RTX 3090")
+    assert capture(tmp_path, "--tensor-counters", "inst", probe=rtx3090) == 0
+    metrics = metrics_asked(argv_file)
     assert "sm__inst_executed_pipe_tensor.sum" in metrics and not any(
         "ops_path" in m for m in metrics
     )
     err = capsys.readouterr().err.splitlines()
     assert [ln for ln in err if ln.startswith("warning:")] == [
-        f"warning: --tensor-counters inst: {M.tensor_inst_caution((8, 6))}"
+        f"warning: --tensor-counters inst: {tensor_inst_caution((8, 6))}"
     ]
     tags = only_run().data.tags
-    assert tags["ncu_tensor_counters"] == "inst" and tags["ncu_caution"] == M.tensor_inst_caution(
+    assert tags["ncu_tensor_counters"] == "inst" and tags["ncu_caution"] == tensor_inst_caution(
         (8, 6)
     )
 
@@ -287,22 +300,14 @@ def test_tensor_instruction_caution_is_printed_once(
     counters = {
         "sm__inst_executed_pipe_tensor.sum": 10,
         "dram__bytes.sum": 1000,
-        **{M.op_counter(op): 0 for op in ("fadd", "fmul", "ffma")},
+        **{op_counter(op): 0 for op in ("fadd", "fmul", "ffma")},
     }
     argv_file = standin(details_csv(tmp_path / "log.csv", [counters], cc=cc))
-    args = [
-        *CONFIG,
-        "--tensor-counters",
-        "inst",
-        "--out",
-        str(tmp_path / "o"),
-        "--experiment",
-        "prof",
-    ]
-    assert cli.main(args, probe=gpu(capability=cap)) == 0 and argv_file.exists()
+    assert capture(tmp_path, "--tensor-counters", "inst", probe=gpu(capability=cap)) == 0
+    assert argv_file.exists()
     run = only_run()
     assert run.data.metrics["ncu_flops_tensor"] == 10 * factor
-    caution = M.tensor_inst_caution(cap)
+    caution = tensor_inst_caution(cap)
     warnings = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("warning:")]
     assert (
         len(warnings) == 1
@@ -315,16 +320,8 @@ def test_tensor_counters_inst_is_refused_without_a_known_factor(
     tracking, standin, ncu_dir, tmp_path
 ):
     argv_file = standin(ncu_dir / L4_CSV)
-    args = [
-        *CONFIG,
-        "--tensor-counters",
-        "inst",
-        "--out",
-        str(tmp_path / "o"),
-        "--experiment",
-        "prof",
-    ]
-    assert cli.main(args, probe=gpu(capability=(9, 0), name="NVIDIA H100 80GB HBM3")) == 2
+    h100 = gpu(capability=(9, 0), name="NVIDIA H100 80GB HBM3")
+    assert capture(tmp_path, "--tensor-counters", "inst", probe=h100) == 2
     run = only_run()
     assert run.info.status == "FAILED" and not argv_file.exists()  # refused before ncu ran
     assert run.data.tags["error"].startswith(
@@ -334,14 +331,9 @@ def test_tensor_counters_inst_is_refused_without_a_known_factor(
 
 def test_seed_set_asks_for_names_the_chip_has(tracking, standin, ncu_dir, tmp_path, capsys):
     argv_file = standin(ncu_dir / L4_CSV)
-    code = cli.main(
-        [*CONFIG, "--metric-set", "seed", "--out", str(tmp_path / "o"), "--experiment", "prof"],
-        probe=gpu(),
-    )
-    assert code == 0
-    seen = json.loads(argv_file.read_text())
-    metrics = seen[seen.index("--metrics") + 1].split(",")
-    assert metrics[:3] == [M.op_counter(op) for op in ("fadd", "fmul", "ffma")]
+    assert capture(tmp_path, "--metric-set", "seed") == 0
+    metrics = metrics_asked(argv_file)
+    assert metrics[:3] == [op_counter(op) for op in ("fadd", "fmul", "ffma")]
     assert "flop_count_sp" not in metrics and "pcie__read_bytes.sum" in metrics
     assert "flop_count_sp/flop_count_hp are nvprof metric names" in capsys.readouterr().err
     run = only_run()
@@ -350,8 +342,7 @@ def test_seed_set_asks_for_names_the_chip_has(tracking, standin, ncu_dir, tmp_pa
 
 def test_legacy_names_in_metrics_are_refused_before_ncu_runs(tracking, standin, ncu_dir, tmp_path):
     argv_file = standin(ncu_dir / L4_CSV)
-    out = ["--out", str(tmp_path / "o"), "--experiment", "prof"]
-    assert cli.main([*CONFIG, "--metrics", "flop_count_sp", *out], probe=gpu()) == 2
+    assert capture(tmp_path, "--metrics", "flop_count_sp") == 2
     run = only_run()
     assert run.info.status == "FAILED" and not argv_file.exists()
     assert run.data.tags["error"].startswith("ncu rejects flop_count_sp: these are nvprof-era")
@@ -398,17 +389,11 @@ def test_metrics_and_tensor_counters_flags_reach_the_ncu_argv(
     tracking, standin, ncu_dir, tmp_path, flags, probe, wanted, unwanted
 ):
     argv_file = standin(ncu_dir / L4_CSV)
-    assert (
-        cli.main(
-            [*CONFIG, *flags, "--out", str(tmp_path / "o"), "--experiment", "prof"], probe=probe
-        )
-        == 0
-    )
-    seen = json.loads(argv_file.read_text())
-    metrics = seen[seen.index("--metrics") + 1].split(",")
+    assert capture(tmp_path, *flags, probe=probe) == 0
+    metrics = metrics_asked(argv_file)
     assert set(wanted) <= set(metrics) and not any(u in m for m in metrics for u in unwanted)
-    assert metrics[: len(M.OPS["fp64"])] == [
-        M.op_counter(op) for op in M.OPS["fp64"]
+    assert metrics[: len(OPS["fp64"])] == [
+        op_counter(op) for op in OPS["fp64"]
     ]  # the roofline set first
     if "--metrics" in flags:
         assert metrics[-2:] == wanted  # extras last, stripped, in the order given
@@ -417,9 +402,7 @@ def test_metrics_and_tensor_counters_flags_reach_the_ncu_argv(
 
 def test_ncu_not_on_path(tracking, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PATH", str(tmp_path))  # nothing there
-    assert (
-        cli.main([*CONFIG, "--experiment", "prof", "--out", str(tmp_path / "o")], probe=gpu()) == 1
-    )
+    assert capture(tmp_path) == 1
     run = only_run()
     assert run.info.status == "FAILED"
     assert run.data.tags["error"].startswith(
@@ -435,8 +418,7 @@ def test_no_cuda_fails_and_points_to_import(tracking, standin, ncu_dir, tmp_path
         asked.append((device, env_label))
         return GpuInfo(False)
 
-    args = [*CONFIG, "--device", "cuda:1", "--experiment", "prof", "--out", str(tmp_path / "o")]
-    assert cli.main(args, probe=no_cuda) == 1
+    assert capture(tmp_path, "--device", "cuda:1", probe=no_cuda) == 1
     assert asked == [("cuda:1", "lab-l4")]  # the probe was asked about the configured device
     run = only_run()
     assert run.info.status == "FAILED" and run.data.tags["error"] == NO_GPU_MESSAGE
@@ -450,16 +432,7 @@ def test_no_cuda_fails_and_points_to_import(tracking, standin, ncu_dir, tmp_path
 def test_import_l4_csv_needs_no_gpu_and_no_ncu(tracking, ncu_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     boom = lambda *a, **k: pytest.fail("the import path must not probe CUDA")  # noqa: E731
-    args = [
-        *CONFIG,
-        "--import",
-        str(ncu_dir / L4_CSV),
-        "--device-name",
-        "NVIDIA L4",
-        "--experiment",
-        "prof",
-    ]
-    assert cli.main(args, probe=boom) == 0
+    assert import_file(ncu_dir / L4_CSV, probe=boom) == 0
     run = only_run()
     assert run.info.status == "FINISHED"
     assert (
@@ -479,18 +452,7 @@ def test_profile_config_key_joins_the_train_run_of_the_same_folder_data(
     from tests.helpers import make_image_folder
 
     root = make_image_folder(tmp_path / "imagenette", classes=("a", "b", "c"), per_class=1)
-    args = [
-        *CONFIG,
-        "--data",
-        str(root),
-        "--import",
-        str(ncu_dir / L4_CSV),
-        "--device-name",
-        "NVIDIA L4",
-        "--experiment",
-        "prof",
-    ]
-    assert cli.main(args, probe=None) == 0
+    assert import_file(ncu_dir / L4_CSV, "--data", str(root)) == 0
     run = only_run()
     assert (
         run.data.params["num_classes"] == "3"
@@ -578,8 +540,7 @@ def test_an_import_without_any_roofline_counter_is_refused(tracking, tmp_path):
     f = details_csv(
         tmp_path / "occupancy.csv", [{"sm__warps_active.avg.pct_of_peak_sustained_active": 50}]
     )
-    args = [*CONFIG, "--import", str(f), "--device-name", "NVIDIA L4", "--experiment", "prof"]
-    assert cli.main(args) == 1
+    assert import_file(f) == 1
     run = only_run()
     assert run.info.status == "FAILED"
     assert run.data.tags["error"].startswith("occupancy.csv has none of the roofline counters")
@@ -606,16 +567,7 @@ def test_import_of_a_corrupt_ncu_rep_says_it_is_unreadable(tracking, tmp_path, c
     ],
 )
 def test_import_of_an_ncu_error_log_gets_the_capture_message(tracking, capsys, log, message):
-    args = [
-        *CONFIG,
-        "--import",
-        str(MESSAGES / log),
-        "--device-name",
-        "NVIDIA L4",
-        "--experiment",
-        "prof",
-    ]
-    assert cli.main(args) == 1
+    assert import_file(MESSAGES / log) == 1
     run = only_run()
     assert run.info.status == "FAILED"
     assert run.data.tags["error"].startswith(
@@ -648,8 +600,7 @@ def test_import_warns_and_tags_a_partial_precision(tracking, tmp_path, capsys):
             }
         ],
     )
-    args = [*CONFIG, "--import", str(f), "--device-name", "NVIDIA L4", "--experiment", "prof"]
-    assert cli.main(args) == 0
+    assert import_file(f) == 0
     run = only_run()
     assert (
         run.data.metrics["ncu_flops_fp16"] == 40
@@ -667,18 +618,7 @@ def test_import_warns_and_tags_a_partial_precision(tracking, tmp_path, capsys):
 def test_import_of_a_half_precision_config_without_tensor_counters_warns(
     tracking, ncu_dir, capsys, precision
 ):
-    args = [
-        *CONFIG,
-        "--precision",
-        precision,
-        "--import",
-        str(ncu_dir / L4_CSV),
-        "--device-name",
-        "NVIDIA L4",
-        "--experiment",
-        "prof",
-    ]
-    assert cli.main(args) == 0
+    assert import_file(ncu_dir / L4_CSV, "--precision", precision) == 0
     run = only_run()
     assert (
         run.info.status == "FINISHED"
@@ -701,7 +641,7 @@ def test_import_of_half_precision_with_zero_tensor_ops_and_of_fp32_without(
             {
                 "sm__ops_path_tensor_src_fp16.sum": 0,
                 "dram__bytes.sum": 4,
-                **{M.op_counter(op): 1 for op in ("fadd", "fmul", "ffma")},
+                **{op_counter(op): 1 for op in ("fadd", "fmul", "ffma")},
             }
         ],
     )
@@ -752,18 +692,7 @@ def test_unknown_model_is_a_usage_error_on_both_paths(
 
 
 def test_model_name_is_canonicalised_like_train_does(tracking, ncu_dir):
-    args = [
-        *CONFIG,
-        "--model",
-        "ResNet18",
-        "--import",
-        str(ncu_dir / L4_CSV),
-        "--device-name",
-        "NVIDIA L4",
-        "--experiment",
-        "prof",
-    ]
-    assert cli.main(args) == 0
+    assert import_file(ncu_dir / L4_CSV, "--model", "ResNet18") == 0
     run = only_run()
     assert run.data.params["model"] == "resnet18"
     expected = TrainConfig(
@@ -785,11 +714,12 @@ def test_mlproject_style_empty_strings_mean_unset():
 
 
 def test_config_flags_round_trip_through_train_parser():
-    from train.config import add_config_args, config_from_args
     import argparse
 
+    from train.config import add_config_args, config_from_args
+
     args = cli.build_parser().parse_args([*CONFIG, "--channels-last", "true", "--device", "cuda:1"])
-    flags = cli.config_flags(args)
+    flags = config_flags(args)
     p = argparse.ArgumentParser()
     add_config_args(p)
     again = config_from_args(p.parse_args(flags))
@@ -800,7 +730,7 @@ def test_config_flags_round_trip_through_train_parser():
 def test_real_probe_agrees_with_torch():
     import torch
 
-    info = cli.cuda_probe("cuda")
+    info = cuda_probe("cuda")
     assert info.available == torch.cuda.is_available()
     if info.available:
         assert info.name == torch.cuda.get_device_name(0)
@@ -836,29 +766,20 @@ def test_real_capture_attributes_backward_kernels(tracking, tmp_path):
 
 
 # ---------------------------------------------------------------- capture options that keep the numbers honest
-def ncu_argv_of(argv_file) -> list[str]:
-    return json.loads(argv_file.read_text())
-
-
 def test_cache_control_and_the_capture_params(tracking, standin, ncu_dir, tmp_path):
     argv_file = standin(ncu_dir / L4_CSV)
-    out = ["--out", str(tmp_path / "o"), "--experiment", "prof"]
-    assert cli.main([*CONFIG, "--cache-control", "none", *out], probe=gpu()) == 0
+    assert capture(tmp_path, "--cache-control", "none") == 0
     seen = ncu_argv_of(argv_file)
-    assert seen[seen.index("--cache-control") + 1] == "none"
-    assert (
-        seen[seen.index("--target-processes") + 1] == "all" and seen[-1] != "--no-cudnn-benchmark"
-    )
+    assert flag_value(seen, "--cache-control") == "none"
+    assert flag_value(seen, "--target-processes") == "all" and seen[-1] != "--no-cudnn-benchmark"
     p = only_run().data.params
     assert p["ncu_cache_control"] == "none" and p["ncu_target_processes"] == "all"
 
 
 def test_compile_profiles_the_application_only(tracking, standin, ncu_dir, tmp_path, capsys):
     argv_file = standin(ncu_dir / L4_CSV)
-    out = ["--out", str(tmp_path / "o"), "--experiment", "prof"]
-    assert cli.main([*CONFIG, "--compile", "true", *out], probe=gpu()) == 0
-    seen = ncu_argv_of(argv_file)
-    assert seen[seen.index("--target-processes") + 1] == "application-only"
+    assert capture(tmp_path, "--compile", "true") == 0
+    assert flag_value(ncu_argv_of(argv_file), "--target-processes") == "application-only"
     assert "not injected into Inductor's compile workers" in capsys.readouterr().err
 
 
@@ -871,11 +792,10 @@ def test_application_replay_turns_cudnn_autotuning_off_and_says_so(
 ):
     argv_file = standin(ncu_dir / L4_CSV)
     monkeypatch.setenv("STANDIN_HELP", HELP_WITH.format(more="      range\n      app-range\n"))
-    out = ["--out", str(tmp_path / "o"), "--experiment", "prof"]
-    assert cli.main([*CONFIG, "--replay-mode", mode, *out], probe=gpu()) == 0
+    assert capture(tmp_path, "--replay-mode", mode) == 0
     seen = ncu_argv_of(argv_file)
     assert seen[-3:] == ["--profile-steps", "1", "--no-cudnn-benchmark"]
-    assert seen[seen.index("--replay-mode") + 1] == mode
+    assert flag_value(seen, "--replay-mode") == mode
     assert f"note: --replay-mode {mode} reruns the program once per pass" in capsys.readouterr().err
 
 
@@ -884,8 +804,7 @@ def test_a_replay_mode_the_installed_ncu_lacks_ends_the_run_before_ncu_runs(
 ):
     argv_file = standin(ncu_dir / L4_CSV)
     monkeypatch.setenv("STANDIN_HELP", HELP_WITH.format(more=""))  # an ncu without range modes
-    out = ["--out", str(tmp_path / "o"), "--experiment", "prof"]
-    assert cli.main([*CONFIG, "--replay-mode", "app-range", *out], probe=gpu()) == 1
+    assert capture(tmp_path, "--replay-mode", "app-range") == 1
     run = only_run()
     assert run.info.status == "FAILED" and not argv_file.exists()
     assert run.data.tags["error"] == (
@@ -908,9 +827,7 @@ def test_profiling_without_warmup_is_refused(tracking, capsys, where):
 
 
 def test_an_import_may_describe_a_run_without_warmup(tracking, ncu_dir):
-    l4 = ["--import", str(ncu_dir / L4_CSV), "--device-name", "NVIDIA L4"]
-    args = [*CONFIG, "--warmup-iters", "0", *l4]
-    assert cli.main([*args, "--experiment", "prof"]) == 0
+    assert import_file(ncu_dir / L4_CSV, "--warmup-iters", "0") == 0
 
 
 # ---------------------------------------------------------------- --dry-run: the command for a GPU, without one
@@ -923,7 +840,7 @@ def dry_run(capsys, *flags) -> tuple[int, list[str], list[str], str]:
     if code != 0:
         return code, [], [], seen.err
     argv = shlex.split(lines[0])
-    metrics = argv[argv.index("--metrics") + 1].split(",")
+    metrics = flag_value(argv, "--metrics").split(",")
     listed = [ln[len("#   ") :] for ln in lines if ln.startswith("#   ")]
     assert listed == metrics and all(ln.startswith("#") for ln in lines[1:])
     return code, argv, metrics, seen.err
@@ -966,7 +883,7 @@ def test_dry_run_on_a_chip_without_dram_counters_says_so_and_still_counts_flops(
 ):
     code, argv, metrics, err = dry_run(capsys, "--compute-capability", cc)
     assert code == 0 and not any(n.startswith("dram__") for n in metrics)
-    assert M.op_counter("ffma") in metrics and "gpu__time_duration.sum" in metrics
+    assert op_counter("ffma") in metrics and "gpu__time_duration.sum" in metrics
     assert f"note: {chip} has no DRAM counters (no dram__bytes* metric" in err
 
 

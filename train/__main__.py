@@ -41,6 +41,12 @@ def build_parser() -> ArgumentParser:
         help="profile mode (under ncu; see python -m profiling): K NVTX-marked steps between "
         "cudaProfilerStart/Stop after warmup; logs no run",
     )
+    out.add_argument(
+        "--no-cudnn-benchmark",
+        action="store_true",
+        help="profile mode: keep cuDNN's autotuner off, so every run picks the same kernels (ncu's "
+        "application and app-range replay rerun the program once per pass)",
+    )
     return parser
 
 
@@ -177,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             "ddp or --distributed deepspeed (else every process logs a run of its own)"
         )
     if args.profile_steps:
-        return _profile(cfg, args.profile_steps)
+        return _profile(cfg, args.profile_steps, cudnn_benchmark=not args.no_cudnn_benchmark)
     session, result = run(
         cfg,
         experiment=args.experiment,
@@ -264,7 +270,13 @@ def _distributed(cfg: TrainConfig, args) -> int:
                     return guard.blamed(lambda: run_distributed_benchmark(cfg, ctx, progress))
 
                 if args.profile_steps:
-                    return _profile_distributed(cfg, args.profile_steps, ctx, guard)
+                    return _profile_distributed(
+                        cfg,
+                        args.profile_steps,
+                        ctx,
+                        guard,
+                        cudnn_benchmark=not args.no_cudnn_benchmark,
+                    )
                 if ctx.rank != 0:
                     measure(cfg, ctx.device)
                     return 0
@@ -304,7 +316,7 @@ def _job_of_sweep(cfg: TrainConfig, path: str, measure, guard) -> int:
     return 0
 
 
-def _profile(cfg: TrainConfig, steps: int) -> int:
+def _profile(cfg: TrainConfig, steps: int, cudnn_benchmark: bool = True) -> int:
     import torch
 
     from train.bench import check_profile_mode, preflight, profile_steps
@@ -316,7 +328,7 @@ def _profile(cfg: TrainConfig, steps: int) -> int:
     device = preflight(cfg)
     if device.type != "cuda":
         raise UsageError(f"profile mode needs --device cuda, got {cfg.device}")
-    profile_steps(cfg, device, steps)
+    profile_steps(cfg, device, steps, cudnn_benchmark=cudnn_benchmark)
     console.info(
         f"profiled {steps} step(s) of {cfg.run_name()} on {torch.cuda.get_device_name(device)}"
     )
@@ -333,20 +345,29 @@ def _require_cuda() -> None:
         )
 
 
-def _profile_distributed(cfg: TrainConfig, steps: int, ctx, guard, **injected) -> int:
+def _profile_distributed(
+    cfg: TrainConfig, steps: int, ctx, guard, cudnn_benchmark: bool = True, profiler=None
+) -> int:
     """Profile mode on every rank of a torchrun job: the same warmup and K marked steps of the
     engine-wrapped step on each rank (they synchronise gradients with each other), so that ncu
-    wrapping rank 0 alone captures a real data-parallel step (docs/profiling.md). `injected`:
-    profile_steps' profiler start/stop (tests)."""
+    wrapping rank 0 alone captures a real data-parallel step (docs/profiling.md). `profiler`:
+    (start, stop) instead of CUDA's profiler (tests)."""
     from train.bench import check_profile_mode, profile_steps
     from train.distributed import engines
 
     check_profile_mode(cfg, steps)
-    if not injected:
+    if profiler is None:
         _require_cuda()
+    start, stop = profiler or (None, None)
     guard.blamed(
         lambda: profile_steps(
-            cfg, ctx.device, steps, wrap=lambda prep: engines.wrap(prep, cfg, ctx), **injected
+            cfg,
+            ctx.device,
+            steps,
+            profiler_start=start,
+            profiler_stop=stop,
+            cudnn_benchmark=cudnn_benchmark,
+            wrap=lambda prep: engines.wrap(prep, cfg, ctx),
         )
     )
     console.info(
