@@ -564,3 +564,72 @@ def test_world_size_1_deepspeed_stage_0_in_process_measures_without_sync(store):
     assert run.data.metrics["compute_only_step_time_median_s"] > 0
     assert run.data.tags["scaling_baseline_run_id"] == baseline_id
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the guard put SIGTERM back
+
+
+def test_profile_mode_runs_the_ddp_wrapped_step_between_profiler_start_and_stop():
+    """What every rank of a profiled torchrun job runs (docs/profiling.md), as a one-process job."""
+    import torch
+
+    from train.bench import preflight, profile_steps
+    from train.distributed import context, engines
+
+    events, wrapped = [], []
+
+    class Mark:
+        def __init__(self, name):
+            self.name = name
+
+        def __enter__(self):
+            events.append(self.name)
+
+        def __exit__(self, *exc):
+            pass
+
+    def wrap(prep):
+        wrapped.append(engines.wrap(prep, cfg, ctx))
+        prep.parts.model.register_forward_pre_hook(lambda *a: events.append("ddp forward"))
+
+    cfg = TrainConfig(**TINY_CFG, env_label="x", distributed="ddp")
+    ctx = context.start(cfg, preflight(cfg), JobEnv())
+    try:
+        profile_steps(
+            cfg,
+            ctx.device,
+            1,
+            profiler_start=lambda: events.append("start"),
+            profiler_stop=lambda: events.append("stop"),
+            mark=Mark,
+            wrap=wrap,
+        )
+    finally:
+        ctx.close()
+    assert [w.how for w in wrapped] == ["measured: DDP no_sync()"]
+    assert isinstance(ctx.device, torch.device) and cfg.backend == "gloo"
+    profiled = events[events.index("start") :]
+    assert profiled == [
+        "start",
+        "train_step",
+        "forward",
+        "ddp forward",
+        "backward",
+        "optimizer",
+        "stop",
+    ]
+    assert events[: events.index("start")] == ["ddp forward"]  # the warmup step, unmarked
+
+
+def test_distributed_profile_mode_needs_cuda_and_logs_nothing(capsys):
+    from train.__main__ import main
+
+    code = main([*TINY, "--distributed", "ddp", "--profile-steps", "1"])
+    assert code == 2
+    assert "profile mode needs an NVIDIA GPU" in capsys.readouterr().err
+
+
+def test_several_processes_without_an_engine_are_refused(capsys, monkeypatch):
+    from train.__main__ import main
+
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert main(TINY) == 2
+    assert "no engine was given: add --distributed ddp" in capsys.readouterr().err

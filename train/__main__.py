@@ -246,7 +246,7 @@ def _distributed(cfg: TrainConfig, args) -> int:
     import os
 
     from common.errors import EXIT_USAGE
-    from train.bench import preflight
+    from train.bench import check_profile_mode, preflight
     from train.distributed import context
     from train.distributed.failures import Guard
     from train.distributed.measure import run_distributed_benchmark
@@ -257,6 +257,9 @@ def _distributed(cfg: TrainConfig, args) -> int:
     cfg.world_size = env.world_size
     with console.quiet(env.rank != 0):
         try:
+            if args.profile_steps:  # bad flags and no GPU first, before any process group
+                check_profile_mode(cfg, args.profile_steps)
+                _require_cuda()
             device = preflight(cfg)
         except UsageError:
             if env.rank != 0:
@@ -346,26 +349,19 @@ def _require_cuda() -> None:
 
 
 def _profile_distributed(
-    cfg: TrainConfig, steps: int, ctx, guard, cudnn_benchmark: bool = True, profiler=None
+    cfg: TrainConfig, steps: int, ctx, guard, cudnn_benchmark: bool = True
 ) -> int:
     """Profile mode on every rank of a torchrun job: the same warmup and K marked steps of the
     engine-wrapped step on each rank (they synchronise gradients with each other), so that ncu
-    wrapping rank 0 alone captures a real data-parallel step (docs/profiling.md). `profiler`:
-    (start, stop) instead of CUDA's profiler (tests)."""
-    from train.bench import check_profile_mode, profile_steps
+    wrapping rank 0 alone captures a real data-parallel step (docs/profiling.md)."""
+    from train.bench import profile_steps
     from train.distributed import engines
 
-    check_profile_mode(cfg, steps)
-    if profiler is None:
-        _require_cuda()
-    start, stop = profiler or (None, None)
     guard.blamed(
         lambda: profile_steps(
             cfg,
             ctx.device,
             steps,
-            profiler_start=start,
-            profiler_stop=stop,
             cudnn_benchmark=cudnn_benchmark,
             wrap=lambda prep: engines.wrap(prep, cfg, ctx),
         )
