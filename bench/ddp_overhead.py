@@ -9,7 +9,9 @@ train.bench.measure_steps (train_step through the engine's StepParts, a device-s
 around each step, the progress-bar update, rendering to /dev/null). The bare block is the loop a
 user writes: zero_grad, forward, cross-entropy, backward, step. Reported by rank 0: the median over
 pairs of harness/bare wall time of rank 0's blocks with the interquartile range, and an A/A
-control (bare vs bare, same schedule) showing the noise floor of the comparison on this machine.
+control (bare vs bare, same schedule) showing the noise floor of the comparison on this machine,
+and, free of that noise, the harness's own cost per step: its loop around a step that does nothing,
+as a fraction of the bare step.
 
     python -m bench.ddp_overhead [--nproc 2 --model resnet18 --batch 8 --image-size 64 --iters 5 --rounds 20]
 """
@@ -64,11 +66,13 @@ def worker(args: argparse.Namespace) -> None:
     import torch.nn.functional as F
     from tqdm import tqdm
 
+    from bench.overhead import describe, harness_cost_s, pairs
     from train import device as dev
     from train.bench import measure_steps, prepare, preflight
     from train.config import TrainConfig
     from train.distributed import engines
     from train.distributed.context import job_env, start
+    from train.timing import make_clock
 
     env = job_env()
     cfg = TrainConfig(
@@ -112,19 +116,11 @@ def worker(args: argparse.Namespace) -> None:
         dev.synchronize(ctx.device)
         return time.perf_counter() - t0
 
-    def pairs(a_fn, b_fn) -> list[float]:
-        out = []
-        for r in range(args.rounds):
-            if r % 2 == 0:
-                a, b = a_fn(), b_fn()
-            else:
-                b, a = b_fn(), a_fn()
-            out.append(a / b)
-        return out
-
-    ratios = pairs(harness, bare)
-    control = pairs(bare, bare)
+    ratios = pairs(harness, bare, args.rounds)
+    control = pairs(bare, bare, args.rounds)
     step_s = statistics.median(bare() for _ in range(3)) / args.iters
+    # the harness around a step that does nothing: its own per-step cost, free of the model's noise
+    noop_s = harness_cost_s(make_clock(lambda: dev.synchronize(ctx.device)), devnull)
     ctx.close()
     if ctx.rank == 0:
         print(
@@ -134,11 +130,10 @@ def worker(args: argparse.Namespace) -> None:
         )
         print(f"  harness/bare wall time: {describe(ratios)}; goal <= 1.02")
         print(f"  bare/bare (A/A control): {describe(control)}")
-
-
-def describe(ratios: list[float]) -> str:
-    q = statistics.quantiles(ratios, n=4)
-    return f"{statistics.median(ratios):.4f} (IQR {q[0]:.4f}-{q[2]:.4f})"
+        print(
+            f"  harness cost per step (around a no-op step): {noop_s * 1e6:.1f} us = "
+            f"{noop_s / step_s:.5f} of a step -> expected ratio {1 + noop_s / step_s:.5f}"
+        )
 
 
 def main(argv=None) -> int:

@@ -501,32 +501,11 @@ def test_world_size_is_a_sweep_axis_one_torchrun_job_per_child_and_resumes(store
     from train.sweep.__main__ import main as sweep
 
     uri, _, folder = store
-    argv = [
-        "--models",
-        "resnet18",
-        "--batch-sizes",
-        "2",
-        "--image-size",
-        "32",
-        "--iters",
-        "3",
-        "--warmup-iters",
-        "1",
-        "--device",
-        "cpu",
-        "--distributed",
-        "ddp",
-        "--world-sizes",
-        "1",
-        "2",
-        "--env-label",
-        "sweep-box",
-        "--experiment",
-        "dist-sweep",
-        "--name",
-        "ws",
-        "--no-progress",
-    ]
+    argv = (
+        "--models resnet18 --batch-sizes 2 --image-size 32 --iters 3 --warmup-iters 1 "
+        "--device cpu --distributed ddp --world-sizes 1 2 --env-label sweep-box "
+        "--experiment dist-sweep --name ws --no-progress"
+    ).split()
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PYTHONPATH", str(ROOT))
         assert sweep(argv) == 0
