@@ -8,20 +8,16 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
-import socket
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from analysis import core, fetch, plots, report, vendor
-from common.fmt import slug
-from common import schema
-from common.cli import ArgumentParser, str_bool
-from common.cli import cli_entry
+from analysis import core, fetch, figures, report, vendor
+from common import console, schema
+from common.cli import ArgumentParser, cli_entry, str_bool
 from common.errors import BenchError, UsageError
+from common.tracking import tracking_uri
 
 
 @dataclass
@@ -47,6 +43,9 @@ class AnalysisConfig:
     """config_key for the step-time variability figure (empty: the config in the most environments)."""
     jobs: int = 0
     """processes drawing figures (0: up to 4 on Linux, 1 elsewhere)."""
+    cache: str = "auto"
+    """the local cache of fetched runs: auto (use and update it), refresh (forget this tracking
+    server's cache and fetch everything), off (fetch everything, keep nothing); docs/analysis.md."""
 
     def __post_init__(self) -> None:
         if not str(self.out).strip():
@@ -57,6 +56,10 @@ class AnalysisConfig:
         if int(self.jobs) < 0:
             raise ValueError(f"jobs must be >= 0 (0 = automatic), got {self.jobs}")
         self.jobs = int(self.jobs)
+        if self.cache not in fetch.cached.MODES:
+            raise ValueError(
+                f"cache must be one of {', '.join(fetch.cached.MODES)}, got {self.cache!r}"
+            )
 
     def query(self) -> fetch.Query:
         return fetch.Query(self.experiments, self.filter, self.env_labels, self.max_runs)
@@ -68,6 +71,8 @@ class Result:
     out_dir: Path
     files: list[Path]
     timings_s: dict[str, float]
+    source: fetch.Source
+    """what was read, and how (the cache's counts)."""
 
 
 def _split(values: list[str] | None) -> list[str]:
@@ -146,6 +151,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         help="processes drawing figures (default 0: up to 4 on Linux, 1 elsewhere)",
     )
+    p.add_argument(
+        "--cache",
+        choices=fetch.cached.MODES,
+        default="auto",
+        help="local cache of fetched runs ($ROOFLINE_CACHE_DIR, default ~/.cache/roofline-bench): "
+        "auto = use it and fetch only what changed, refresh = forget this server's cache and fetch "
+        "everything, off = fetch everything, keep nothing (default: auto)",
+    )
     return p
 
 
@@ -161,16 +174,13 @@ def config_from_args(args: argparse.Namespace) -> AnalysisConfig:
             track=args.track,
             variability_config=args.variability_config or "",
             jobs=args.jobs,
+            cache=args.cache,
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
 
 
-def run(
-    cfg: AnalysisConfig,
-    say: Callable[[str], None] = lambda _: None,
-    vendor_lookup: Callable | None | str = "auto",
-) -> Result:
+def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> Result:
     """Fetch, join, draw and write. `vendor_lookup='auto'`: profiling.peak_table.find with
     --peaks-file passed through (tests inject a stub instead)."""
     t0 = time.perf_counter()
@@ -178,173 +188,93 @@ def run(
     if vendor_lookup == "auto":
         vendor_lookup = vendor.load_vendor_lookup(cfg.peaks_file)
     query = cfg.query()
-    runs, fetch_notes = fetch.fetch_runs(query, say)
+    source = fetch.Source(cfg.cache)
+    runs, fetch_notes = fetch.fetch_runs(query, source)
     n_train = 0 if runs.empty else int((runs.get("tags.run_kind") == "train").sum())
     if n_train == 0:
         raise UsageError(
-            f"no train runs match ({query.describe()}) on {fetch.tracking_uri()}; "
+            f"no train runs match ({query.describe()}) on {tracking_uri()}; "
             "check the names with `mlflow ui` or loosen --filter/--env-label"
         )
-    complexity, complexity_notes = fetch.fetch_complexity(query, say)
+    complexity, complexity_notes = fetch.fetch_complexity(query, source)
     fetch_notes += complexity_notes
+    cache_note = source.note()
+    fetch_notes += [cache_note] if cache_note else []
+
     timings["fetch_s"] = time.perf_counter() - t0
 
     t = time.perf_counter()
     analysis = core.build(runs, vendor_lookup, complexity)
     analysis.notes[:0] = fetch_notes
     timings["join_s"] = time.perf_counter() - t
-    say(
+    console.info(
         f"joined {analysis.counts['train']} train, {analysis.counts['profile']} profile, "
         f"{analysis.counts['peaks']} peaks runs into {analysis.counts['points']} points"
     )
 
     t = time.perf_counter()
     out_dir = Path(cfg.out)
-    fig_dir = out_dir / "figures"
-    figures: dict[str, list[tuple[str, str]]] = {}
-    files: list[Path] = []
-
-    def add(section: str, title: str, path: Path) -> None:
-        figures.setdefault(section, []).append((title, str(path.relative_to(out_dir))))
-        files.append(path)
-
-    pts = analysis.points
-    envs = sorted(analysis.roofs)
-    jobs: list[tuple[str, str, str, tuple]] = []  # (section, title, plots function, args)
-    if not analysis.speedups.empty:
-        jobs.append(
-            (
-                "speedup",
-                "fp16/bf16 speed-up over fp32",
-                "speedup_vs_batch",
-                (analysis.speedups, fig_dir / "speedup_vs_batch.png"),
-            )
-        )
-    jobs.append(
-        (
-            "intensity",
-            "Intensity vs batch size",
-            "intensity_vs_batch",
-            (pts, fig_dir / "intensity_vs_batch.png"),
-        )
-    )
-    jobs.append(
-        (
-            "throughput",
-            "Throughput vs batch size",
-            "throughput_vs_batch",
-            (pts, fig_dir / "throughput_vs_batch.png"),
-        )
-    )
-    jobs.append(
-        (
-            "roofline",
-            "Roofline, all environments",
-            "roofline_combined",
-            (pts, analysis.roofs, fig_dir / "roofline_all.png"),
-        )
-    )
-    used_slugs: set[str] = set()
-    for env, dev in envs:
-        name = slug(env) if len(envs) == len({e for e, _ in envs}) else slug(f"{env}_{dev}")
-        while name in used_slugs:
-            name += "_"
-        used_slugs.add(name)
-        sub = pts[(pts["env_label"] == env) & (pts["device_name"] == dev)]
-        jobs.append(
-            (
-                "roofline",
-                f"Roofline, {env} ({dev})",
-                "roofline_env",
-                (sub, env, dev, analysis.roofs[(env, dev)], fig_dir / f"roofline_{name}.png"),
-            )
-        )
-
-    var_title = ""
-    key = core.variability_config(analysis, cfg.variability_config or None)
-    if cfg.variability_config and key is None:
-        analysis.notes.append(
-            f"--variability-config {cfg.variability_config}: no train run has that config_key"
-        )
-    if key:
-        vr = core.variability_runs(analysis, key)
-        t_series = time.perf_counter()
-        series = fetch.fetch_series(list(vr["run_id"]))
-        timings["series_fetch_s"] = time.perf_counter() - t_series
-        by_env: dict[tuple[str, str], list[float]] = {}
-        for r in vr.to_dict("records"):
-            by_env.setdefault((r["env_label"], r["device_name"]), []).extend(
-                series.get(r["run_id"], [])
-            )
-        empty = [e for e, v in by_env.items() if not v]
-        if empty:
-            analysis.notes.append(
-                f"no step_time_s series logged for config {key} in {', '.join(e for e, _ in empty)}"
-            )
-        label = next(iter(pts.loc[pts["config_key"] == key, "label"]), key)
-        var_title = (
-            f"Config `{label}` (config_key {key}), the config run in the most environments; "
-            f"per-step times of up to 5 latest runs per environment."
-        )
-        jobs.append(
-            (
-                "variability",
-                f"Step-time variability: {label}",
-                "step_time_variability",
-                (
-                    by_env,
-                    f"Step-time variability across environments: {label}",
-                    fig_dir / "step_time_variability.png",
-                ),
-            )
-        )
-
-    n_jobs = cfg.jobs or default_jobs()
-    say(
-        f"drawing {len(jobs)} figures for {len(envs)} environment(s)"
+    variability, var_title = _variability(analysis, cfg, source, timings)
+    jobs = figures.plan(analysis, out_dir / "figures", variability)
+    n_jobs = cfg.jobs or figures.default_jobs()
+    console.info(
+        f"drawing {len(jobs)} figures for {len(analysis.roofs)} environment(s)"
         + (f" in {n_jobs} processes" if n_jobs > 1 else "")
     )
-    paths = render_figures([(fn, args) for _, _, fn, args in jobs], n_jobs)
-    order = {"roofline": 0, "throughput": 1, "variability": 2, "intensity": 3, "speedup": 4}
-    for (section, title, _, _), path in sorted(zip(jobs, paths), key=lambda jp: order[jp[0][0]]):
-        add(section, title, path)
+    drawn: dict[str, list[tuple[str, str]]] = {}
+    files: list[Path] = []
+    for section, title, path in figures.render(jobs, n_jobs):
+        drawn.setdefault(section, []).append((title, str(path.relative_to(out_dir))))
+        files.append(path)
     timings["figures_s"] = time.perf_counter() - t
 
     t = time.perf_counter()
     files += report.write_tables(analysis, out_dir)
     generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     text = report.report_markdown(
-        analysis, figures, fetch.tracking_uri(), query.describe(), generated, var_title
+        analysis, drawn, tracking_uri(), query.describe(), generated, var_title
     )
     report_path = out_dir / "report.md"
     report_path.write_text(text)
     files.append(report_path)
     timings["report_s"] = time.perf_counter() - t
     timings["total_s"] = time.perf_counter() - t0
-    return Result(analysis, out_dir, files, timings)
+    return Result(analysis, out_dir, files, timings, source)
 
 
-def default_jobs() -> int:
-    """Figure processes when --jobs is 0: up to 4 on Linux (fork is cheap there), else 1."""
-    return min(4, os.cpu_count() or 1) if sys.platform.startswith("linux") else 1
-
-
-def _draw(job: tuple[str, tuple]) -> Path:
-    out = getattr(plots, job[0])(*job[1])
-    return out[0] if isinstance(out, tuple) else out
-
-
-def render_figures(jobs: list[tuple[str, tuple]], n_jobs: int) -> list[Path]:
-    """Draw figures (plots function name, args), in `n_jobs` forked processes when > 1: each figure is
-    independent and matplotlib's drawing holds the GIL, so processes are what runs them side by side."""
-    if n_jobs <= 1 or len(jobs) <= 1:
-        return [_draw(j) for j in jobs]
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    ctx = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(max_workers=min(n_jobs, len(jobs)), mp_context=ctx) as pool:
-        return list(pool.map(_draw, jobs))
+def _variability(
+    analysis: core.Analysis, cfg: AnalysisConfig, source: fetch.Source, timings: dict
+) -> tuple:
+    """(config label, step times per environment) for the step-time box plot, and its caption;
+    (None, "") when no config has train runs. Fetches the series of the plotted runs only."""
+    key = core.variability_config(analysis, cfg.variability_config or None)
+    if cfg.variability_config and key is None:
+        analysis.notes.append(
+            f"--variability-config {cfg.variability_config}: no train run has that config_key"
+        )
+    if not key:
+        return None, ""
+    vr = core.variability_runs(analysis, key)
+    t = time.perf_counter()
+    series = fetch.fetch_series(list(vr["run_id"]), source=source)
+    timings["series_fetch_s"] = time.perf_counter() - t
+    by_env: dict[tuple[str, str], list[float]] = {}
+    for r in vr.to_dict("records"):
+        by_env.setdefault((r["env_label"], r["device_name"]), []).extend(
+            series.get(r["run_id"], [])
+        )
+    empty = [e for e, v in by_env.items() if not v]
+    if empty:
+        analysis.notes.append(
+            f"no step_time_s series logged for config {key} in {', '.join(e for e, _ in empty)}"
+        )
+    pts = analysis.points
+    label = next(iter(pts.loc[pts["config_key"] == key, "label"]), key)
+    caption = (
+        f"Config `{label}` (config_key {key}), the config run in the most environments; "
+        f"per-step times of up to 5 latest runs per environment."
+    )
+    return (label, by_env), caption
 
 
 def _log(session, cfg: AnalysisConfig, result: Result) -> None:
@@ -361,6 +291,8 @@ def _log(session, cfg: AnalysisConfig, result: Result) -> None:
             "n_points": c["points"],
             "n_measured_points": c["measured_points"],
             "n_modeled_points": c["modeled_points"],
+            "n_cached_runs": result.source.stats.from_cache,
+            "n_fetched_runs": result.source.stats.fetched,
             **{f"analysis_{k}": v for k, v in result.timings_s.items()},
         }
     )
@@ -378,14 +310,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     cfg = config_from_args(args)
 
-    def say(msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
-
     if cfg.track:
         from common.tracking import RunSession
 
         tags = {
-            schema.TAG_HOST: socket.gethostname(),
+            schema.TAG_HOST: schema.host_name(),
             schema.TAG_ENV_LABEL: schema.default_env_label(),
         }
         with RunSession(
@@ -402,22 +331,23 @@ def main(argv: list[str] | None = None) -> int:
                     "max_runs": cfg.max_runs,
                     "peaks_file": cfg.peaks_file or "none",
                     "out": cfg.out,
+                    "cache": cfg.cache,
                 }
             )
             session.flush()
-            result = run(cfg, say)
+            result = run(cfg)
             _log(session, cfg, result)
             _raise_if_no_points(result)
         where = f"; logged to run {session.run_id}" if session.run_id else ""
     else:
-        result = run(cfg, say)
+        result = run(cfg)
         _raise_if_no_points(result)
         where = ""
     for note in result.analysis.notes:
-        say(f"note: {note}")
+        console.note(note)
     c = result.analysis.counts
     n_envs = len(result.analysis.roofs)
-    print(
+    console.result(
         f"analysed {c['train']} train, {c['profile']} profile, {c['peaks']} peaks runs ({n_envs} environment(s)) -> "
         f"{c['points']} points ({c['measured_points']} measured, {c['modeled_points']} modeled intensity), "
         f"{c['failed']} failed run(s); report: {result.out_dir / 'report.md'} "

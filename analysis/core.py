@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 import pandas as pd
 
-from analysis import join
+from analysis import join, tables
 from analysis.roofline import Roof
 
 
@@ -30,7 +30,7 @@ class Analysis:
     notes: list[str] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
     complexity: pd.DataFrame = field(default_factory=pd.DataFrame)
-    """rows of the latest complexity run's models.csv per environment (join.complexity_table)."""
+    """rows of the latest complexity run's models.csv per environment (tables.complexity_table)."""
 
 
 def build(
@@ -66,7 +66,7 @@ def build(
     roofs, roof_notes = join.choose_roofs(envs, runs, vendor_lookup)
     notes += roof_notes
     points = join.evaluate(points, roofs)
-    points["label"] = [join.point_label(r) for r in points.to_dict("records")]
+    points["label"] = [tables.point_label(r) for r in points.to_dict("records")]
 
     missing = points[points["intensity_source"] == "missing"]
     if len(missing):
@@ -98,13 +98,13 @@ def build(
         measured_points=n_measured,
         modeled_points=int((points["intensity_source"] == "modeled").sum()),
     )
-    speedups, speedup_notes = join.speedups(points)
+    speedups, speedup_notes = tables.speedups(points)
     notes += speedup_notes
-    complexity_rows, complexity_notes = join.complexity_table(
+    complexity_rows, complexity_notes = tables.complexity_table(
         complexity or [], set(points["model"])
     )
     notes += complexity_notes
-    failed = join.failed_runs(runs, set(train["device_name"]) or None)
+    failed = tables.failed_runs(runs, set(train["device_name"]) or None)
     counts["failed"] = len(failed)
     return Analysis(
         points=points.sort_values(
@@ -112,7 +112,7 @@ def build(
         ).reset_index(drop=True),
         train=train,
         roofs=roofs,
-        environments=join.environments(train),
+        environments=tables.environments(train),
         failed=failed,
         speedups=speedups,
         notes=notes,

@@ -1,10 +1,13 @@
-"""Pure DataFrame joins: runs (as mlflow.search_runs returns them) -> roofline points and roofs.
+"""Pure DataFrame joins: runs (as analysis/fetch reads them) -> roofline points and roofs.
 
 Input contract: a pandas DataFrame with MLflow's search_runs layout: `run_id`, `status`,
-`start_time`, and one column per key prefixed `metrics.`, `params.`, `tags.`. Absent columns are
+`start_time` (epoch ms, or datetimes as mlflow.search_runs has them), and one column per key
+prefixed `metrics.`, `params.`, `tags.` (READ_KEYS lists every key read here). Absent columns are
 treated as missing values, so hand-made frames in tests need only the columns they use.
 
-Nothing here imports mlflow, reads files or plots.
+Nothing here imports mlflow, reads files or plots. Over 400 lines because the train, profile and
+roof joins share the key lists and column access at the top; the tables beside the points are in
+analysis/tables.py.
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ from common import schema
 GROUP_KEYS = ["env_label", "device_name", "config_key"]
 # the config params kept on a point: the fields config_key hashes (one list, so a new key field reaches the join)
 CONFIG_PARAMS = list(schema.CONFIG_KEY_FIELDS)
-DEFAULT_NUM_CLASSES = 1000  # torchvision's ImageNet head; other values are named in labels
 TRAIN_METRICS = [
     "throughput_samples_per_s",
     "throughput_std_samples_per_s",
@@ -43,12 +45,31 @@ ENV_TAGS = [
     "os",
     "cpu_model",
 ]
-# metrics a train run must carry to become a full roofline point
-REQUIRED_TRAIN_METRICS = [
-    "throughput_samples_per_s",
-    "achieved_flops_per_s",
-    "modeled_intensity_flops_per_byte",
+
+PROFILE_METRICS = [
+    "ncu_flops_total",
+    "ncu_dram_bytes",
+    "ncu_l2_bytes",
+    "ncu_l1_bytes",
+    "ncu_intensity_dram_flops_per_byte",
 ]
+# Every key analysis reads from a run, by prefix of its column: analysis/fetch reads and caches these
+# and no others. Peaks metrics go by name prefix (peak_flops_per_s_<dtype>, peak_<level>_bytes_per_s).
+READ_KEYS = {
+    "tags": [
+        schema.TAG_RUN_KIND,
+        schema.TAG_ENV_LABEL,
+        schema.TAG_DEVICE_NAME,
+        schema.TAG_CONFIG_KEY,
+        schema.TAG_ERROR,
+        "mlflow.runName",
+        "mlflow.parentRunId",
+        *ENV_TAGS,
+    ],
+    "params": [*CONFIG_PARAMS, "repeat", "device_memory_source"],
+    "metrics": [*TRAIN_METRICS, *PROFILE_METRICS],
+}
+READ_PREFIXES = {"tags": [], "params": [], "metrics": ["peak_"]}
 
 VendorLookup = Callable[[str], Any]
 
@@ -423,189 +444,3 @@ def evaluate(
         evals, index=points.index, columns=list(roofline.PointEval.__dataclass_fields__)
     )
     return pd.concat([points, ev_df], axis=1)
-
-
-# ------------------------------------------------------------------------------- speed-ups
-SPEEDUP_KEYS = [
-    "env_label",
-    "device_name",
-    "model",
-    "batch_size",
-    "image_size",
-    "num_classes",
-    "channels_last",
-    "compile",
-    "optimizer",
-]
-
-
-def speedups(points: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
-    """fp16/bf16 samples/s over fp32 samples/s for the same env, device and config otherwise
-    (SPEEDUP_KEYS: every config field but the precision). Returns (speed-ups, notes).
-
-    Points whose config is incomplete (a run without a batch_size or num_classes param, ...) are
-    left out with a note: pandas would merge their missing values as equal and pair unrelated runs.
-    SD by first-order propagation of the two independent SDs: s * sqrt((sd_h/h)^2 + (sd_f/f)^2).
-    """
-    cols = [*SPEEDUP_KEYS, "precision", "label", "speedup", "speedup_sd"]
-    empty = pd.DataFrame(columns=cols)
-    if points.empty:
-        return empty, []
-    keys = SPEEDUP_KEYS
-    known = pd.Series(True, index=points.index)
-    for k in keys:
-        v = points[k]
-        known &= v.notna() & (v.astype(str).str.strip() != "")
-    candidates = points["precision"].isin(["fp32", "fp16", "bf16"])
-    notes = []
-    left_out = points[candidates & ~known]
-    if len(left_out):
-        missing = sorted(
-            {k for k in keys for v in left_out[k] if pd.isna(v) or str(v).strip() == ""}
-        )
-        examples = ", ".join(
-            f"{r['env_label']}: {point_label(r)}" for r in left_out.head(3).to_dict("records")
-        )
-        notes.append(
-            f"{len(left_out)} point(s) left out of the fp16/bf16 speed-ups: their runs lack "
-            f"{', '.join(missing)}, so no fp32 partner can be matched (e.g. "
-            f"{examples})"
-        )
-    ok = points[known]
-    base = ok[ok["precision"] == "fp32"][
-        keys + ["throughput_mean_samples_per_s", "throughput_sd_samples_per_s"]
-    ]
-    half = ok[ok["precision"].isin(["fp16", "bf16"])]
-    m = half.merge(base, on=keys, suffixes=("", "_fp32"))
-    if m.empty:
-        return empty, notes
-    h, f = m["throughput_mean_samples_per_s"], m["throughput_mean_samples_per_s_fp32"]
-    m["speedup"] = h / f
-    rel = np.sqrt(
-        (m["throughput_sd_samples_per_s"] / h) ** 2
-        + (m["throughput_sd_samples_per_s_fp32"] / f) ** 2
-    )
-    m["speedup_sd"] = m["speedup"] * rel
-    m["label"] = [point_label(r) for r in m.to_dict("records")]
-    return m[cols].sort_values(keys + ["precision"]).reset_index(drop=True), notes
-
-
-# ------------------------------------------------------------------------------- model complexity
-# columns of complexity/models.csv (train/complexity/tables.py MODEL_COLUMNS, docs/complexity.md) the report uses
-COMPLEXITY_COLUMNS = [
-    "model",
-    "image_size",
-    "precision",
-    "optimizer",
-    "num_classes",
-    "params",
-    "fwd_flops_per_sample",
-    "fwd_macs_per_sample",
-    "train_flops_per_sample",
-    "activation_bytes_per_sample",
-    "device_memory_bytes",
-    "max_batch_fit",
-]
-
-
-def complexity_table(entries: list[dict], models: Iterable[str]) -> tuple[pd.DataFrame, list[str]]:
-    """Rows of the `complexity/models.csv` tables (one entry per environment: run_id, env_label,
-    device_name, device_memory_source, csv text) for the `models` of the analysed runs, or for every
-    model when none of them was measured. Returns (table, notes)."""
-    import io
-
-    cols = ["env_label", "device_name", *COMPLEXITY_COLUMNS, "device_memory_source", "run_id"]
-    frames, notes = [], []
-    for e in entries:
-        try:
-            df = pd.read_csv(io.StringIO(e["csv"]))
-        except (ValueError, pd.errors.ParserError) as exc:
-            notes.append(
-                f"complexity run {short(e['run_id'])}: models.csv unreadable ({str(exc).splitlines()[0]}); "
-                "not in the report"
-            )
-            continue
-        missing = [c for c in COMPLEXITY_COLUMNS if c not in df.columns]
-        if missing:
-            notes.append(
-                f"complexity run {short(e['run_id'])}: models.csv lacks {', '.join(missing)}; not in the report"
-            )
-            continue
-        for k in ("env_label", "device_name", "device_memory_source", "run_id"):
-            df[k] = e.get(k, "") or ""
-        frames.append(df[cols])
-    if not frames:
-        return pd.DataFrame(columns=cols), notes
-    table = pd.concat(frames, ignore_index=True)
-    wanted = set(models)
-    mine = table[table["model"].isin(wanted)]
-    if mine.empty:
-        notes.append(
-            "no complexity run measured the analysed models "
-            f"({', '.join(sorted(wanted)) or 'none'}); the Model complexity section lists every model it has"
-        )
-    else:
-        table = mine
-    return table.sort_values(["env_label", "model", "image_size"]).reset_index(drop=True), notes
-
-
-# ------------------------------------------------------------------------------- environments, failures
-def environments(train: pd.DataFrame) -> pd.DataFrame:
-    """One row per (env_label, device_name) with its latest train run's environment tags."""
-    cols = ["env_label", "device_name", *ENV_TAGS, "n_train_runs"]
-    if train.empty:
-        return pd.DataFrame(columns=cols)
-    t = train.sort_values("start_time")
-    last = (
-        t.groupby(["env_label", "device_name"], sort=True)
-        .tail(1)
-        .set_index(["env_label", "device_name"])
-    )
-    counts = t.groupby(["env_label", "device_name"]).size().rename("n_train_runs")
-    out = last[ENV_TAGS].join(counts).reset_index()
-    return out[cols].sort_values(["env_label", "device_name"]).reset_index(drop=True)
-
-
-def failed_runs(runs: pd.DataFrame, devices: set[str] | None = None) -> pd.DataFrame:
-    """FAILED/KILLED train runs, and profile/peaks runs (of `devices` only, when given), with their
-    `error` tag."""
-    cols = ["run_id", "run_kind", "status", "env_label", "device_name", "run_name", "error"]
-    if runs.empty:
-        return pd.DataFrame(columns=cols)
-    kind = text(runs, f"tags.{schema.TAG_RUN_KIND}")
-    status = text(runs, "status")
-    relevant = (kind == "train") | (
-        kind.isin(["profile", "peaks"])
-        & (text(runs, f"tags.{schema.TAG_DEVICE_NAME}").isin(devices) if devices else True)
-    )
-    bad = runs[relevant & status.isin(["FAILED", "KILLED"])]
-    out = pd.DataFrame(
-        {
-            "run_id": text(bad, "run_id"),
-            "run_kind": text(bad, f"tags.{schema.TAG_RUN_KIND}"),
-            "status": text(bad, "status"),
-            "env_label": text(bad, f"tags.{schema.TAG_ENV_LABEL}"),
-            "device_name": text(bad, f"tags.{schema.TAG_DEVICE_NAME}"),
-            "run_name": text(bad, "tags.mlflow.runName"),
-            "error": text(bad, f"tags.{schema.TAG_ERROR}").replace("", "(no error tag)"),
-        }
-    )
-    return out[cols].reset_index(drop=True)
-
-
-def point_label(row: pd.Series | dict) -> str:
-    """'model/b<batch>/<precision>' plus non-default options (image size, classes, channels_last, compile)."""
-    b = row.get("batch_size")
-    b = int(b) if b is not None and pd.notna(b) else "?"
-    label = f"{row.get('model') or '?'}/b{b}/{row.get('precision') or '?'}"
-    size = row.get("image_size")
-    if size is not None and pd.notna(size) and int(size) != 224:
-        label += f"/{int(size)}px"
-    classes = row.get("num_classes")
-    if classes is not None and pd.notna(classes) and int(classes) != DEFAULT_NUM_CLASSES:
-        label += f"/{int(classes)}cls"
-    if str(row.get("channels_last", "")).lower() == "true":
-        label += "/cl"
-    if str(row.get("compile", "")).lower() == "true":
-        label += "/compiled"
-    return label

@@ -11,18 +11,16 @@ from __future__ import annotations
 import os
 from typing import Any, Callable
 
-PEAKS_FILE_ENV = "ROOFLINE_PEAKS_FILE"  # the variable profiling.peak_table reads too
+from profiling import peak_table
 
 
 def load_vendor_lookup(peaks_file: str = "") -> Callable[[str], Any]:
-    """lookup(device_name) -> VendorPeaks | None. profiling.peak_table is part of the project and
-    always imported; a device it does not know gives None (the report then says `no peaks for ...`).
+    """lookup(device_name) -> VendorPeaks | None; a device profiling.peak_table does not know
+    gives None (the report then says `no peaks for ...`).
 
     A bad peaks file is a one-line UsageError here, before any run is read.
     """
-    from profiling import peak_table
-
-    path = peaks_file or os.environ.get(PEAKS_FILE_ENV, "")
+    path = peaks_file or os.environ.get(peak_table.PEAKS_FILE_ENV, "")
     if not path:
         return peak_table.find
     peak_table.load_overrides(path)  # validate now: one line naming the bad entry

@@ -1,2 +1,2 @@
-"""Side-by-side benchmarks of the tool's own overheads, run from the repository root as
-`python -m bench.<name>` (bench.overhead, bench.tracking_cost, ...)."""
+"""Side-by-side benchmarks of the tool's own overheads, each run from the repository root as
+`python -m bench.<name>` (bench.overhead, bench.tracking_cost, bench.analysis_scale, ...)."""

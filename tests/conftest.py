@@ -56,6 +56,7 @@ def tracking(template_db, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("ROOFLINE_SPOOL_DIR", str(tmp_path / "spool"))
+    monkeypatch.setenv("ROOFLINE_CACHE_DIR", str(tmp_path / "cache"))  # analysis's run cache
     monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
     monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
     monkeypatch.delenv("MLFLOW_EXPERIMENT_ID", raising=False)
@@ -96,6 +97,7 @@ def on_server(mlflow_server, tmp_path, monkeypatch):
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server.url)
     monkeypatch.setenv("ROOFLINE_SPOOL_DIR", str(tmp_path / "spool"))
+    monkeypatch.setenv("ROOFLINE_CACHE_DIR", str(tmp_path / "cache"))  # analysis's run cache
     for name in ("MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID"):
         monkeypatch.delenv(name, raising=False)
     mlflow.set_tracking_uri(mlflow_server.url)

@@ -31,11 +31,13 @@ class MlflowServer:
         artifacts_dir: Path,
         port: int | None = None,
         log_path: Path | None = None,
+        workers: int = 1,
     ):
         self.backend_uri = backend_uri
         self.artifacts_dir = Path(artifacts_dir)
         self.port = port or free_port()
         self.log_path = log_path or self.artifacts_dir.parent / f"mlflow-server-{self.port}.log"
+        self.workers = workers
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -64,7 +66,7 @@ class MlflowServer:
                 "--port",
                 str(self.port),
                 "--workers",
-                "1",
+                str(self.workers),
             ],
             stdout=log,
             stderr=subprocess.STDOUT,

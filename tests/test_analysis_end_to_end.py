@@ -20,6 +20,7 @@ import pytest
 from analysis import app, core, fetch, plots, vendor
 from common import schema
 from common.tracking import RunSession
+from profiling import peak_table
 
 EXP = "bench"
 L4 = "NVIDIA L4"
@@ -464,13 +465,13 @@ def test_hierarchical_roofline_from_logged_runs_only(tracking, tmp_path, monkeyp
             "peak_l1_bytes_per_s": 5e12,
         },
     )
-    figures, save = {}, plots._save
+    figures, save = {}, plots.save
 
     def keep(fig, path):  # the figures drawn in this process (--jobs 1), for their Line2D objects
         figures[path.name] = fig
         return save(fig, path)
 
-    monkeypatch.setattr(plots, "_save", keep)
+    monkeypatch.setattr(plots, "save", keep)
     res = analyse(tmp_path, ["--jobs", "1"], vendor_lookup=lambda _: None)
 
     pt = res.analysis.points.iloc[0]
@@ -536,7 +537,7 @@ def test_one_environment_gets_its_roofline_and_the_combined_one(tracking, tmp_pa
 def test_device_unknown_to_the_real_vendor_table_has_no_roof_and_the_report_says_so(
     tracking, tmp_path, monkeypatch
 ):
-    monkeypatch.delenv(vendor.PEAKS_FILE_ENV, raising=False)
+    monkeypatch.delenv(peak_table.PEAKS_FILE_ENV, raising=False)
     log_train(
         "laptop", CPU, 32, "fp32", thr=20, thr_sd=1, flops_step=0.8e12, median_s=1.6, intensity=50
     )

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import math
 import re
-import sys
 import types
 
 import pandas as pd
 import pytest
 
-from analysis import app, core, fetch, join, plots, report, vendor
+from analysis import app, core, fetch, join, markdown, plots, tables, vendor
 from common import schema
 from common.errors import UsageError
+from profiling import peak_table
 
 
 def train(
@@ -258,13 +258,13 @@ def test_speedups_and_failed_runs():
         ]
     )
     pts = join.aggregate_repeats(join.train_runs(runs))
-    sp, notes = join.speedups(pts)
+    sp, notes = tables.speedups(pts)
     assert len(sp) == 1 and notes == [] and sp.iloc[0]["precision"] == "bf16"
     assert sp.iloc[0]["speedup"] == pytest.approx(2.5)
     assert sp.iloc[0]["speedup_sd"] == pytest.approx(
         2.5 * math.sqrt((5 / 250) ** 2 + (4 / 100) ** 2)
     )
-    failed = join.failed_runs(runs)
+    failed = tables.failed_runs(runs)
     assert list(failed["run_id"]) == ["f"] and list(failed["error"]) == ["boom"]
 
 
@@ -295,11 +295,11 @@ def test_num_classes_separates_points_speedup_pairs_labels_and_rows():
         1.5 * math.sqrt((3 / 300) ** 2 + (2 / 200) ** 2)
     )
     assert sp.loc[10, "label"] == "resnet18/b64/bf16/10cls"
-    md = report.summary_markdown(a.points)
+    md = markdown.summary_markdown(a.points)
     assert "| e | d | resnet18 | fp32 | 64 | 10 | 1 | 200 ± 2 (within run) |" in md
     assert "| e | d | resnet18 | fp32 | 64 | 1000 | 1 | 100 ± 4 (within run) |" in md
-    assert sorted(report.summary_frame(a.points)["num_classes"]) == [10, 10, 1000, 1000]
-    assert "| e | d | resnet18 | 64 | 10 | bf16 | 1.50× ± 0.02 |" in report.speedups_markdown(
+    assert sorted(markdown.summary_frame(a.points)["num_classes"]) == [10, 10, 1000, 1000]
+    assert "| e | d | resnet18 | 64 | 10 | bf16 | 1.50× ± 0.02 |" in markdown.speedups_markdown(
         a.speedups
     )
 
@@ -325,11 +325,11 @@ def test_runs_without_batch_size_get_no_speedup_and_a_note(tmp_path):
     )
     # the tables and the figure draw (no int(NaN)) even when only such rows are there
     only = a.speedups.assign(batch_size=float("nan"))
-    assert "| e | d | resnet18 |  | 1000 | bf16 | 2.50×" in report.speedups_markdown(only)
+    assert "| e | d | resnet18 |  | 1000 | bf16 | 2.50×" in markdown.speedups_markdown(only)
     assert plots.speedup_vs_batch(only, tmp_path / "sp.png").is_file()
     assert (
         "| e | d | resnet18 | fp32 |  | 1000 | 1 | 80 ± 4 (within run) |"
-        in report.summary_markdown(a.points)
+        in markdown.summary_markdown(a.points)
     )
 
 
@@ -388,7 +388,7 @@ def test_complexity_table_skips_tables_without_the_documented_columns():
             "csv": bad,
         },
     ]
-    table, notes = join.complexity_table(entries, {"resnet18"})
+    table, notes = tables.complexity_table(entries, {"resnet18"})
     assert list(table["env_label"]) == ["a"] and table.iloc[0]["max_batch_fit"] == 768
     assert notes == [
         "complexity run c2c2c2c2: models.csv lacks image_size, precision, optimizer, num_classes, "
@@ -445,7 +445,7 @@ def test_bad_peaks_file_is_one_line_before_any_run_is_read(tmp_path):
 
 
 def test_peaks_file_entry_is_found_by_the_real_table(tmp_path, monkeypatch):
-    monkeypatch.delenv(vendor.PEAKS_FILE_ENV, raising=False)
+    monkeypatch.delenv(peak_table.PEAKS_FILE_ENV, raising=False)
     f = tmp_path / "peaks.yaml"
     f.write_text(
         "devices:\n  - device_name: My CPU\n    aliases: [cpu0]\n    flops_per_s: {fp32: 30.3e12}\n"
@@ -463,26 +463,24 @@ def test_peaks_file_entry_is_found_by_the_real_table(tmp_path, monkeypatch):
 
 
 def use_table(monkeypatch, module) -> None:
-    """Make `from profiling import peak_table` give `module`."""
-    import profiling
-
-    monkeypatch.setitem(sys.modules, "profiling.peak_table", module)
-    monkeypatch.setattr(profiling, "peak_table", module)
+    """Make analysis.vendor read `module` as its peak table."""
+    monkeypatch.setattr(vendor, "peak_table", module)
 
 
 def test_peaks_file_is_passed_through_to_the_peak_table(monkeypatch, tmp_path):
     calls = []
     fake = types.ModuleType("profiling.peak_table")
+    fake.PEAKS_FILE_ENV = peak_table.PEAKS_FILE_ENV
     fake.find = lambda device_name, overrides=None: (
         calls.append((device_name, overrides)) or "entry"
     )
     fake.load_overrides = lambda path: calls.append(("validated", path))
     use_table(monkeypatch, fake)
-    monkeypatch.delenv(vendor.PEAKS_FILE_ENV, raising=False)
+    monkeypatch.delenv(peak_table.PEAKS_FILE_ENV, raising=False)
     lookup = vendor.load_vendor_lookup("my.json")
     assert lookup("NVIDIA L4") == "entry"
     assert calls == [("validated", "my.json"), ("NVIDIA L4", "my.json")]
-    monkeypatch.setenv(vendor.PEAKS_FILE_ENV, "env.json")  # the variable when no flag is given
+    monkeypatch.setenv(peak_table.PEAKS_FILE_ENV, "env.json")  # the variable when no flag is given
     calls.clear()
     vendor.load_vendor_lookup("")("T4")
     assert calls == [("validated", "env.json"), ("T4", "env.json")]

@@ -14,7 +14,7 @@ import matplotlib.image as mpimg
 import pandas as pd
 import pytest
 
-from analysis import core, plots
+from analysis import core, roofline_plot
 from tests.test_analysis_join import peaks, train
 
 GPU = "GPU"
@@ -68,7 +68,7 @@ def lines(fig) -> dict[str, object]:
 
 
 def test_combined_roofline_styles_each_ceiling_by_its_own_source(analysis):
-    fig, n = plots.draw_roofline_combined(analysis.points, analysis.roofs)
+    fig, n = roofline_plot.draw_roofline_combined(analysis.points, analysis.roofs)
     ln = lines(fig)
     env = "gpu-box|GPU|"
     assert n == 3
@@ -97,7 +97,7 @@ def test_env_roofline_draws_the_roof_efficiency_uses_with_its_ridges(analysis):
     assert pts.set_index("precision").loc["bf16", "efficiency"] == pytest.approx(
         20e12 / (100 * 250e9)
     )
-    fig, n = plots.draw_roofline_env(pts, "gpu-box", GPU, analysis.roofs[("gpu-box", GPU)])
+    fig, n = roofline_plot.draw_roofline_env(pts, "gpu-box", GPU, analysis.roofs[("gpu-box", GPU)])
     ln = lines(fig)
     bf16, fp32, dram = ln["roof|flops:bf16"], ln["roof|flops:fp32"], ln["roof|bytes:dram"]
     assert (
@@ -148,7 +148,7 @@ def test_ceiling_labels_do_not_overlap_each_other_or_the_points(analysis):
     measured = roofs["measured"]
     measured.flops_per_s["fp32"] = 28e12
     roofs["roof"].flops_per_s["fp32"] = 28e12
-    fig, _ = plots.draw_roofline_env(analysis.points, "gpu-box", GPU, roofs)
+    fig, _ = roofline_plot.draw_roofline_env(analysis.points, "gpu-box", GPU, roofs)
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     ax = fig.axes[0]
@@ -172,8 +172,10 @@ def test_measured_and_modeled_points_differ_in_marker_and_fill_and_the_legend_sa
     analysis, tmp_path
 ):
     for fig, _ in (
-        plots.draw_roofline_env(analysis.points, "gpu-box", GPU, analysis.roofs[("gpu-box", GPU)]),
-        plots.draw_roofline_combined(analysis.points, analysis.roofs),
+        roofline_plot.draw_roofline_env(
+            analysis.points, "gpu-box", GPU, analysis.roofs[("gpu-box", GPU)]
+        ),
+        roofline_plot.draw_roofline_combined(analysis.points, analysis.roofs),
     ):
         ax = fig.axes[0]
         measured = [ln for ln in ax.get_lines() if ln.get_gid() == "points:measured"]
@@ -190,7 +192,7 @@ def test_measured_and_modeled_points_differ_in_marker_and_fill_and_the_legend_sa
         mod = handles["intensity modeled\n(byte model, no counters)"]
         assert (meas.get_marker(), meas.get_fillstyle()) == ("o", "full")
         assert (mod.get_marker(), mod.get_fillstyle()) == ("^", "none")
-    path, n = plots.roofline_env(
+    path, n = roofline_plot.roofline_env(
         analysis.points, "gpu-box", GPU, analysis.roofs[("gpu-box", GPU)], tmp_path / "r.png"
     )
     assert n == 3 and mpimg.imread(path).shape[2] in (3, 4)

@@ -1,19 +1,28 @@
-"""The one analysis module that reads MLflow: runs and metric series from MLFLOW_TRACKING_URI.
+"""The part of analysis that reads MLflow: runs and metric series from MLFLOW_TRACKING_URI.
 
-Works the same against the embedded sqlite store and a remote `mlflow server`: everything goes
-through `mlflow.search_runs` (which pages through the server's results, `max_results` at most)
-and `MlflowClient.get_metric_history`.
+`Source` reads runs with one of two readers, each returning only the keys analysis reads
+(analysis/fetch/rows.py):
+
+* sql.py  a database URI (sqlite, PostgreSQL, MySQL): plain SELECTs through MLflow's own engine,
+          tables and filter compiler (MLflow's search builds an ORM object per tag, param and metric);
+* api.py  anything else (an `mlflow server`): MLflow's search API, pages requested in parallel.
+
+and keeps what it read in a local cache (cache.py), brought up to date on every analysis
+(cached.py): see docs/analysis.md, "Fleet scale". Metric series (the readers' `series`) and the
+complexity artifacts are read uncached, for the few runs that need them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from datetime import datetime
 
 import pandas as pd
 
-from common import schema
+from analysis.fetch import cache, cached, rows
+from common import console, schema
 from common.errors import BenchError, UsageError, one_line
+from common.tracking import tracking_uri
 
 
 @dataclass
@@ -47,23 +56,77 @@ class Query:
         return "; ".join(parts)
 
 
-def _search(experiment_ids: list[str] | None, filter_string: str, max_results: int) -> pd.DataFrame:
-    import mlflow
+FETCH_JOBS = 4  # requests in flight at once against an HTTP server
 
-    try:
-        return mlflow.search_runs(
-            experiment_ids=experiment_ids,
-            filter_string=filter_string,
-            max_results=max_results,
-            order_by=["attributes.start_time DESC"],
-            search_all_experiments=experiment_ids is None,
-            output_format="pandas",
+
+class Source:
+    """The tracking server as analysis reads it: a reader, the cache mode ("auto": use and update
+    the cache, "refresh": forget it and fill it anew, "off": no cache) and what was read."""
+
+    def __init__(self, cache_mode: str = "auto", jobs: int = FETCH_JOBS):
+        from analysis.fetch.api import ApiReader
+        from analysis.fetch.sql import SqlReader
+
+        if cache_mode not in cached.MODES:
+            raise UsageError(
+                f"--cache must be one of {', '.join(cached.MODES)}, got {cache_mode!r}"
+            )
+        self.uri = tracking_uri()
+        self.mode = cache_mode
+        self.jobs = jobs
+        self.reader = SqlReader.for_current() or ApiReader(jobs)
+        self.stats = cached.Stats()
+        if cache_mode == "refresh":
+            cache.clear(self.uri)
+
+    def search(self, experiment_ids: list[str], filter_string: str, cap: int) -> pd.DataFrame:
+        """The runs `filter_string` matches, latest first, at most `cap` (rows.py layout)."""
+        try:
+            return cached.search(
+                self.reader, self.uri, experiment_ids, filter_string, cap, self.mode, self.stats
+            )
+        except BenchError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - connection errors, server-side rejections
+            msg = one_line(exc)
+            if self.reader.kind == "sql" and not hasattr(exc, "error_code"):
+                # MLflow's internals changed under the SQL reader: MLflow's own search still works
+                from analysis.fetch.api import ApiReader
+
+                console.warn(f"reading {self.uri} directly failed ({msg}); using MLflow's search")
+                self.reader = ApiReader(self.jobs)
+                return self.search(experiment_ids, filter_string, cap)
+            if getattr(exc, "error_code", "") == "INVALID_PARAMETER_VALUE":
+                raise UsageError(f'MLflow rejected the search "{filter_string}": {msg}') from exc
+            raise BenchError(f"cannot search runs on {self.uri}: {msg}") from exc
+
+    def note(self) -> str | None:
+        """What the cache did, and what it cannot see (for the report)."""
+        from analysis.fetch.api import OVERLAP_MS
+
+        s = self.stats
+        if self.mode == "off":
+            return None
+        filled = (
+            datetime.fromtimestamp(s.oldest_fill_ms / 1000).strftime("%Y-%m-%d %H:%M")
+            if s.oldest_fill_ms
+            else "now"
         )
-    except Exception as exc:  # noqa: BLE001 - connection errors, server-side rejections
-        msg = one_line(exc)
-        if getattr(exc, "error_code", "") == "INVALID_PARAMETER_VALUE":
-            raise UsageError(f'MLflow rejected the search "{filter_string}": {msg}') from exc
-        raise BenchError(f"cannot search runs on {mlflow.get_tracking_uri()}: {msg}") from exc
+        blind = (
+            "a tag edited on a run after it ended is not"
+            if self.reader.kind == "sql"
+            else "a tag edited on a run after it ended is not, nor a run purged by `mlflow gc` "
+            "before an analysis saw it deleted, nor one stamped by a clock more than "
+            f"{OVERLAP_MS // 60000} min behind this machine's"
+        )
+        unsaved = f" (not written: {s.unsaved})" if s.unsaved else ""
+        return (
+            f"runs read through the local cache {cache.server_folder(self.uri)}{unsaved} "
+            f"(filled {filled}): "
+            f"{s.from_cache} from the cache, {s.fetched} fetched now. Runs started, ended, deleted "
+            f"or restored since are picked up on every analysis; {blind}: `--cache refresh` reads "
+            "everything again"
+        )
 
 
 def check_filter(filter_string: str) -> None:
@@ -79,15 +142,19 @@ def check_filter(filter_string: str) -> None:
         raise UsageError(f'MLflow rejected the filter "{filter_string}": {exc.message}') from exc
 
 
-def experiment_ids(names: list[str]) -> list[str] | None:
-    """IDs of the named experiments (None = all); a name that does not exist is a UsageError."""
-    if not names:
-        return None
+def experiment_ids(names: list[str]) -> list[str]:
+    """IDs of the named experiments (all active experiments when `names` is empty); a name that
+    does not exist is a UsageError."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient()
     ids, missing = [], []
     try:
+        if not names:
+            import mlflow
+            from mlflow.entities import ViewType
+
+            return [e.experiment_id for e in mlflow.search_experiments(ViewType.ACTIVE_ONLY)]
         for name in names:
             exp = client.get_experiment_by_name(name)
             (ids.append(exp.experiment_id) if exp is not None else missing.append(name))
@@ -102,12 +169,11 @@ def experiment_ids(names: list[str]) -> list[str] | None:
     return ids
 
 
-def fetch_runs(
-    query: Query, say: Callable[[str], None] = lambda _: None
-) -> tuple[pd.DataFrame, list[str]]:
+def fetch_runs(query: Query, source: Source | None = None) -> tuple[pd.DataFrame, list[str]]:
     """All train runs matching `query` (any status) plus the profile and peaks runs of the same
     experiments (not filtered: they join by config_key and device), each search capped at
     `query.max_runs` (a note when a cap is hit). Returns (runs, notes)."""
+    source = source or Source()
     notes: list[str] = []
     check_filter(query.filter)
     ids = experiment_ids(query.experiments)
@@ -122,8 +188,8 @@ def fetch_runs(
             if label
             else []
         )
-        df = _search(ids, " AND ".join(clauses), remaining)
-        say(f"fetched {len(df)} train run(s)" + (f" for env {label}" if label else ""))
+        df = source.search(ids, " AND ".join(clauses), query.max_runs).head(remaining)
+        console.info(f"fetched {len(df)} train run(s)" + (f" for env {label}" if label else ""))
         frames.append(df)
         remaining -= len(df)
         if remaining <= 0:
@@ -132,8 +198,8 @@ def fetch_runs(
             )
             break
     for other in ("profile", "peaks"):
-        df = _search(ids, f"{kind} = '{other}'", query.max_runs)
-        say(f"fetched {len(df)} {other} run(s)")
+        df = source.search(ids, f"{kind} = '{other}'", query.max_runs)
+        console.info(f"fetched {len(df)} {other} run(s)")
         if len(df) >= query.max_runs:
             notes.append(
                 f"stopped at --max-runs {query.max_runs} {other} runs (latest first): older {other} runs "
@@ -141,7 +207,7 @@ def fetch_runs(
             )
         frames.append(df)
     frames = [f for f in frames if not f.empty]
-    runs = pd.concat(frames, ignore_index=True, sort=False) if frames else pd.DataFrame()
+    runs = pd.concat(frames, ignore_index=True, sort=False) if frames else rows.empty()
     if not runs.empty:
         runs = runs.drop_duplicates("run_id").reset_index(drop=True)
     return runs, notes
@@ -152,15 +218,16 @@ COMPLEXITY_CSV = (
 )
 
 
-def fetch_complexity(
-    query: Query, say: Callable[[str], None] = lambda _: None
-) -> tuple[list[dict], list[str]]:
+def fetch_complexity(query: Query, source: Source | None = None) -> tuple[list[dict], list[str]]:
     """The `complexity/models.csv` artifact of the latest FINISHED `complexity` run per env_label in
     the query's experiments (and env labels). One search, usually empty; a download per environment
     that has such a run. Returns ([{run_id, env_label, device_name, device_memory_source, csv}], notes)."""
+    source = source or Source()
     ids = experiment_ids(query.experiments)
     kind = f"tags.{schema.TAG_RUN_KIND}"
-    df = _search(ids, f"{kind} = 'complexity' AND attributes.status = 'FINISHED'", query.max_runs)
+    df = source.search(
+        ids, f"{kind} = 'complexity' AND attributes.status = 'FINISHED'", query.max_runs
+    )
     if df.empty:
         return [], []
     env_col, dev_col = f"tags.{schema.TAG_ENV_LABEL}", f"tags.{schema.TAG_DEVICE_NAME}"
@@ -190,7 +257,7 @@ def fetch_complexity(
                 "csv": text,
             }
         )
-    say(f"fetched {len(out)} complexity table(s)")
+    console.info(f"fetched {len(out)} complexity table(s)")
     return out, notes
 
 
@@ -218,19 +285,12 @@ def _download_text(run_id: str, path: str) -> str:
             os.environ[bar] = before
 
 
-def fetch_series(run_ids: list[str], key: str = "step_time_s") -> dict[str, list[float]]:
-    """The per-step values of metric `key` for each run, ordered by step."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient()
-    out = {}
-    for run_id in run_ids:
-        hist = client.get_metric_history(run_id, key)
-        out[run_id] = [m.value for m in sorted(hist, key=lambda m: (m.step, m.timestamp))]
-    return out
-
-
-def tracking_uri() -> str:
-    import mlflow
-
-    return mlflow.get_tracking_uri()
+def fetch_series(
+    run_ids: list[str], key: str = "step_time_s", source: Source | None = None
+) -> dict[str, list[float]]:
+    """The per-step values of metric `key` for each run, ordered by step (then time)."""
+    source = source or Source("off")
+    try:
+        return source.reader.series(list(run_ids), key)
+    except Exception as exc:  # noqa: BLE001 - connection errors, server-side rejections
+        raise BenchError(f"cannot read metric {key} on {source.uri}: {one_line(exc)}") from exc

@@ -1,0 +1,313 @@
+"""The report's tables as Markdown (and the summary as a CSV-ready frame): pure, DataFrames in,
+text out; numbers are rounded here, for reading, and nowhere before. analysis/report.py assembles
+them into report.md.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from analysis.roofline import Roof
+from common.fmt import num, pct, si
+
+SUMMARY_COLUMNS = [
+    "env_label",
+    "device_name",
+    "model",
+    "precision",
+    "batch_size",
+    "image_size",
+    "num_classes",
+    "channels_last",
+    "compile",
+    "optimizer",
+    "config_key",
+    "n_runs",
+    "throughput_mean_samples_per_s",
+    "throughput_sd_samples_per_s",
+    "throughput_sd_kind",
+    "achieved_flops_per_s",
+    "step_time_median_s",
+    "train_flops_per_step",
+    "intensity_flops_per_byte",
+    "intensity_source",
+    "modeled_intensity_flops_per_byte",
+    "profile_run_id",
+    "intensity_l2_flops_per_byte",
+    "intensity_l1_flops_per_byte",
+    "ceiling_dtype",
+    "peak_flops_per_s",
+    "dram_bytes_per_s",
+    "ridge_flops_per_byte",
+    "attainable_flops_per_s",
+    "bound",
+    "efficiency",
+    "roof_source",
+    "hier_limiter",
+    "run_ids",
+]
+
+
+def md_table(headers: list[str], rows: list[list[str]]) -> str:
+    """A GitHub Markdown table ('|' in cells escaped)."""
+
+    def cell(v) -> str:
+        return str(v).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _f(v) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _int(v) -> str:
+    """A whole number for a table cell; '' when missing."""
+    f = _f(v)
+    return str(int(f)) if math.isfinite(f) else ""
+
+
+def summary_frame(points: pd.DataFrame) -> pd.DataFrame:
+    """The summary table with raw SI values (what summary.csv holds)."""
+    df = points.copy()
+    for c in SUMMARY_COLUMNS:
+        if c not in df:
+            df[c] = math.nan
+    df["run_ids"] = [";".join(r) if isinstance(r, list) else str(r) for r in df["run_ids"]]
+    df["batch_size"] = df["batch_size"].astype("Int64")
+    df["image_size"] = df["image_size"].astype("Int64")
+    df["num_classes"] = pd.to_numeric(df["num_classes"], errors="coerce").astype("Int64")
+    return df[SUMMARY_COLUMNS]
+
+
+def summary_markdown(points: pd.DataFrame) -> str:
+    headers = [
+        "environment",
+        "device",
+        "model",
+        "precision",
+        "batch",
+        "classes",
+        "runs",
+        "samples/s (mean ± SD)",
+        "achieved GFLOP/s",
+        "intensity (FLOP/B)",
+        "intensity source",
+        "ceiling",
+        "bound",
+        "efficiency",
+    ]
+    rows = []
+    for p in points.to_dict("records"):
+        thr, sd = _f(p["throughput_mean_samples_per_s"]), _f(p["throughput_sd_samples_per_s"])
+        thr_txt = num(thr, 4)
+        if math.isfinite(sd):
+            thr_txt += f" ± {num(sd, 2)}" + (
+                " (within run)" if p["throughput_sd_kind"] == "within run" else ""
+            )
+        ach = _f(p["achieved_flops_per_s"])
+        peak = _f(p.get("peak_flops_per_s"))
+        ceiling = (
+            f"{p['ceiling_dtype']} {si(peak, 'FLOP/s')} ({p['roof_source']})"
+            if math.isfinite(peak)
+            else "no peaks"
+        )
+        bound = p["bound"] or ("no peaks" if not math.isfinite(peak) else "")
+        if p.get("hier_limiter"):
+            bound += f" (hierarchical: {p['hier_limiter']})"
+        rows.append(
+            [
+                p["env_label"],
+                p["device_name"],
+                p["model"],
+                p["precision"],
+                _int(p["batch_size"]),
+                _int(p.get("num_classes")),
+                int(p["n_runs"]),
+                thr_txt,
+                num(ach / 1e9, 4) if math.isfinite(ach) else "",
+                num(_f(p["intensity_flops_per_byte"]), 3),
+                p["intensity_source"],
+                ceiling,
+                bound,
+                pct(_f(p.get("efficiency"))),
+            ]
+        )
+    return md_table(headers, rows)
+
+
+def roofs_markdown(roofs: dict[tuple[str, str], dict[str, Roof | None]]) -> str:
+    headers = ["environment", "device", "ceiling", "value", "source"]
+    rows = []
+    for (env, dev), rs in sorted(roofs.items()):
+        roof = rs.get("roof")
+        if roof is None:
+            rows.append([env, dev, "none", "", f"no peaks for {dev}"])
+            continue
+        for dtype, v in sorted(roof.flops_per_s.items()):
+            rows.append(
+                [
+                    env,
+                    dev,
+                    f"{dtype} compute",
+                    si(v, "FLOP/s"),
+                    roof.sources.get(f"flops:{dtype}", ""),
+                ]
+            )
+        for level, v in roof.bytes_per_s.items():
+            rows.append(
+                [
+                    env,
+                    dev,
+                    f"{level.upper()} bandwidth",
+                    si(v, "B/s"),
+                    roof.sources.get(f"bytes:{level}", ""),
+                ]
+            )
+        vendor, measured = rs.get("vendor"), rs.get("measured")
+        if measured is not None and vendor is not None:  # the vendor values also drawn (dashed)
+            for dtype, v in sorted(vendor.flops_per_s.items()):
+                if roof.sources.get(f"flops:{dtype}") != vendor.sources.get(f"flops:{dtype}"):
+                    rows.append(
+                        [
+                            env,
+                            dev,
+                            f"{dtype} compute (vendor, drawn dashed)",
+                            si(v, "FLOP/s"),
+                            vendor.sources.get(f"flops:{dtype}", ""),
+                        ]
+                    )
+            if "dram" in vendor.bytes_per_s and "dram" in measured.bytes_per_s:
+                rows.append(
+                    [
+                        env,
+                        dev,
+                        "DRAM bandwidth (vendor, drawn dashed)",
+                        si(vendor.bytes_per_s["dram"], "B/s"),
+                        vendor.sources.get("bytes:dram", ""),
+                    ]
+                )
+    return md_table(headers, rows)
+
+
+def environments_markdown(envs: pd.DataFrame) -> str:
+    headers = [
+        "environment",
+        "device",
+        "type",
+        "host",
+        "torch",
+        "CUDA",
+        "cuDNN",
+        "driver",
+        "Python",
+        "OS",
+        "train runs",
+    ]
+    rows = [
+        [
+            e["env_label"],
+            e["device_name"],
+            e["device_type"],
+            e["host"],
+            e["torch_version"],
+            e["cuda_version"],
+            e["cudnn_version"],
+            e["driver_version"],
+            e["python_version"],
+            e["os"],
+            int(e["n_train_runs"]),
+        ]
+        for e in envs.to_dict("records")
+    ]
+    return md_table(headers, rows)
+
+
+def speedups_markdown(sp: pd.DataFrame) -> str:
+    headers = [
+        "environment",
+        "device",
+        "model",
+        "batch",
+        "classes",
+        "precision",
+        "speed-up over fp32 (± SD)",
+    ]
+    rows = [
+        [
+            r["env_label"],
+            r["device_name"],
+            r["model"],
+            _int(r["batch_size"]),
+            _int(r["num_classes"]),
+            r["precision"],
+            f"{r['speedup']:.2f}×"
+            + (f" ± {r['speedup_sd']:.2f}" if math.isfinite(_f(r["speedup_sd"])) else ""),
+        ]
+        for r in sp.to_dict("records")
+    ]
+    return md_table(headers, rows)
+
+
+def complexity_markdown(cx: pd.DataFrame) -> str:
+    headers = [
+        "environment",
+        "device",
+        "model",
+        "image",
+        "precision",
+        "classes",
+        "params",
+        "fwd GFLOP/sample",
+        "fwd GMAC/sample",
+        "train GFLOP/sample",
+        "activations/sample",
+        "largest batch that fits",
+        "device memory assumed",
+    ]
+    rows = []
+    for r in cx.to_dict("records"):
+        mem = si(_f(r["device_memory_bytes"]), "B")
+        src = str(r.get("device_memory_source") or "").strip()
+        rows.append(
+            [
+                r["env_label"],
+                r["device_name"],
+                r["model"],
+                f"{_int(r['image_size'])} px",
+                r["precision"],
+                _int(r["num_classes"]),
+                f"{num(_f(r['params']) / 1e6, 4)} M",
+                num(_f(r["fwd_flops_per_sample"]) / 1e9, 4),
+                num(_f(r["fwd_macs_per_sample"]) / 1e9, 4),
+                num(_f(r["train_flops_per_sample"]) / 1e9, 4),
+                si(_f(r["activation_bytes_per_sample"]), "B"),
+                _int(r["max_batch_fit"]),
+                f"{mem} ({src})" if src and mem else mem,
+            ]
+        )
+    return md_table(headers, rows)
+
+
+def failed_markdown(failed: pd.DataFrame) -> str:
+    headers = ["run", "kind", "status", "environment", "device", "name", "error"]
+    rows = [
+        [
+            r["run_id"][:8],
+            r["run_kind"],
+            r["status"],
+            r["env_label"],
+            r["device_name"],
+            r["run_name"],
+            r["error"][:300],
+        ]
+        for r in failed.to_dict("records")
+    ]
+    return md_table(headers, rows)

@@ -1,0 +1,289 @@
+"""Time `python -m analysis` on a synthetic fleet's history: first analysis, repeat, and the old path.
+
+    python -m bench.analysis_scale                         # 10,000 runs in sqlite
+    python -m bench.analysis_scale --runs 100000 --server  # 100,000 runs, also behind `mlflow server`
+    python -m bench.analysis_scale --keep /tmp/b           # keep (and reuse) the store and reports
+
+The store (bench/fleet_store.py) is written straight into a new sqlite database with MLflow's table
+models (`write_bulk`: 10,000 runs in about 40 s here, 100,000 in minutes; logging them one
+`log_batch` call at a time would take ~30 ms a run). Every measurement runs in a new process
+(`python -m bench.analysis_scale child ...`: imports included, peak RSS from os.wait4), one after
+the other in one invocation, so that the ratios compare runs under the same load:
+
+  before      the fetch as it was: mlflow.search_runs(output_format="pandas") per run kind
+              (fetch only; skipped above 20,000 runs unless --before)
+  first       python -m analysis --cache refresh: an empty cache, every run fetched
+  repeat      python -m analysis after a night's work: 20 new runs, a run that was RUNNING at the
+              first analysis has finished, one run deleted; the cache fetches only those
+  off         python -m analysis --cache off: every run fetched, nothing cached
+and with --server the same `first`/`repeat` against a real `mlflow server` on that database
+(`--workers`, default 2), plus paging one page at a time against four in flight.
+The repeat's summary.csv is checked equal to the --cache off one's: the cache changes no number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench import fleet_store
+
+ROOT = Path(__file__).resolve().parents[1]
+NIGHT_NEW_RUNS = 20
+
+
+# ------------------------------------------------------------------------ child processes
+def child(argv: list[str]) -> int:
+    """`child analysis <flags>` runs analysis.app.run; `child before` the old fetch; `child page
+    <jobs> <cap>` one train search through the search API. Prints one JSON line."""
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    import logging
+
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
+    t0 = time.perf_counter()
+    import mlflow  # noqa: F401 - imported up front so that import time is reported on its own
+
+    import analysis.app  # noqa: F401
+    import analysis.fetch.api  # noqa: F401
+    import analysis.fetch.sql  # noqa: F401
+
+    if not os.environ["MLFLOW_TRACKING_URI"].startswith("http"):
+        import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+    out: dict = {"import_s": time.perf_counter() - t0}
+    t0 = time.perf_counter()
+    if argv[0] == "analysis":
+        from analysis import app
+
+        cfg = app.config_from_args(app.build_parser().parse_args(argv[1:]))
+        res = app.run(cfg)
+        out.update(
+            timings_s=res.timings_s,
+            points=res.analysis.counts["points"],
+            from_cache=res.source.stats.from_cache,
+            fetched=res.source.stats.fetched,
+            reader=res.source.reader.kind,
+        )
+    elif argv[0] == "before":
+        import mlflow
+
+        exp = mlflow.get_experiment_by_name(fleet_store.EXPERIMENT).experiment_id
+        n = 0
+        for kind in ("train", "profile", "peaks", "complexity"):
+            n += len(
+                mlflow.search_runs(
+                    [exp], f"tags.run_kind = '{kind}'", max_results=100_000, output_format="pandas"
+                )
+            )
+        out["runs"] = n
+    elif argv[0] == "page":
+        import mlflow
+
+        from analysis.fetch.api import ApiReader
+
+        exp = mlflow.get_experiment_by_name(fleet_store.EXPERIMENT).experiment_id
+        reader = ApiReader(jobs=int(argv[1]))
+        t = time.perf_counter()
+        df = reader.search([exp], "tags.run_kind = 'train'", int(argv[2]))
+        out.update(runs=len(df), search_s=time.perf_counter() - t)
+    out["in_process_s"] = time.perf_counter() - t0
+    out["peak_rss_bytes"] = peak_rss()
+    print("RESULT " + json.dumps(out), flush=True)
+    return 0
+
+
+def peak_rss(pid: int | str = "self") -> int:
+    """Peak resident memory (VmHWM, bytes) of a process. Not getrusage's ru_maxrss: on Linux a
+    child's counts the memory of the process that forked it, carried across exec."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def measure(args: list[str], env: dict) -> dict:
+    """Run `python -m bench.analysis_scale child <args>`: its JSON result (with its own peak RSS)
+    plus wall and CPU seconds of that process (os.wait4 reaps it with its own usage, figure
+    processes included)."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        t = time.perf_counter()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.analysis_scale", "child", *args],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=err,
+            text=True,
+        )
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0), err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if proc.returncode != 0:
+        raise SystemExit(f"child {' '.join(args)} failed ({proc.returncode}):\n{stderr[-3000:]}")
+    line = next(ln for ln in stdout.splitlines() if ln.startswith("RESULT "))
+    res = json.loads(line[len("RESULT ") :])
+    res.update(wall_s=wall, cpu_s=usage.ru_utime + usage.ru_stime)
+    return res
+
+
+# ------------------------------------------------------------------------ the night's work
+def night(uri: str) -> None:
+    """Between the first and the repeat analysis: NIGHT_NEW_RUNS new train runs, the one RUNNING
+    run finishes, one train run is deleted."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name(fleet_store.EXPERIMENT).experiment_id
+    specs = [s for s in fleet_store.run_specs(200, seed=1) if s["tags"]["run_kind"] == "train"]
+    fleet_store.write_client(specs[:NIGHT_NEW_RUNS], experiment_id=exp, client=client)
+    running = client.search_runs([exp], "attributes.status = 'RUNNING'", max_results=5)
+    for r in running:
+        client.set_terminated(r.info.run_id, "FINISHED")
+    old = client.search_runs(
+        [exp], "tags.run_kind = 'train' AND attributes.status = 'FINISHED'", max_results=1
+    )
+    client.delete_run(old[0].info.run_id)
+
+
+# ------------------------------------------------------------------------ main
+def fmt(r: dict) -> str:
+    """One result line: the process's wall, CPU and peak RSS, then where its time went."""
+    parts = [
+        f"{r['wall_s']:.1f} s wall",
+        f"{r['cpu_s']:.1f} s CPU",
+        f"peak RSS {r['peak_rss_bytes'] / 1e6:.0f} MB",
+    ]
+    steps = {
+        "import_s": r["import_s"],
+        **(r.get("timings_s") or {"in_process_s": r["in_process_s"]}),
+    }
+    parts.append("[" + ", ".join(f"{k[:-2]} {v:.2f}" for k, v in steps.items()) + "]")
+    if "fetched" in r:
+        parts.append(f"{r['from_cache']} runs from the cache, {r['fetched']} fetched")
+    if "search_s" in r:
+        parts.append(f"{r['runs']} runs in {r['search_s']:.1f} s")
+    return "; ".join(parts)
+
+
+def server_peak_rss(pid: int) -> int:
+    """Largest peak RSS among the server's processes (it and its workers)."""
+    import psutil
+
+    try:
+        procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0
+    peaks = []
+    for p in procs:
+        try:
+            peaks.append(peak_rss(p.pid))
+        except OSError:
+            pass
+    return max(peaks, default=0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "child":
+        return child(argv[1:])
+    ap = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], prog="python -m bench.analysis_scale"
+    )
+    ap.add_argument("--runs", type=int, default=10_000, help="runs in the store (default 10000)")
+    ap.add_argument("--keep", default="", help="folder for store and reports, kept and reused")
+    ap.add_argument("--server", action="store_true", help="also time a real `mlflow server`")
+    ap.add_argument("--workers", type=int, default=2, help="the server's workers (default 2)")
+    ap.add_argument(
+        "--before", action="store_true", help="time the old fetch above 20,000 runs too"
+    )
+    args = ap.parse_args(argv)
+    folder = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-analysis-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    db = folder / "mlflow.db"
+    uri = f"sqlite:///{db}"
+    env = dict(os.environ, MLFLOW_TRACKING_URI=uri, ROOFLINE_CACHE_DIR=str(folder / "cache"))
+    env.pop("MLFLOW_RUN_ID", None)
+    env.setdefault("DS_ACCELERATOR", "cpu")
+    pristine = folder / "pristine.db"  # the store before the night's work, for a rerun
+    if pristine.exists():
+        shutil.copyfile(pristine, db)
+        print(f"reusing the {args.runs}-run store in {folder}", flush=True)
+    else:
+        t = time.perf_counter()
+        specs = list(fleet_store.run_specs(args.runs))
+        specs[-1]["status"] = "RUNNING"  # finishes during the night
+        fleet_store.write_bulk(uri, str(folder / "artifacts"), specs)
+        shutil.copyfile(db, pristine)
+        print(
+            f"wrote {len(specs)} runs {fleet_store.counts(specs)} in "
+            f"{time.perf_counter() - t:.0f} s to {uri}",
+            flush=True,
+        )
+        del specs
+    flags = ["--no-track", "--experiment", fleet_store.EXPERIMENT, "--max-runs", str(args.runs)]
+    lines = []
+
+    def step(name: str, child_args: list[str], environ: dict = env) -> dict:
+        print(f"  {name} ...", flush=True)
+        r = measure(child_args, environ)
+        lines.append(f"{name:<9} {fmt(r)}")
+        return r
+
+    if args.runs <= 20_000 or args.before:
+        step("before", ["before"])
+    step("first", ["analysis", *flags, "--out", str(folder / "first"), "--cache", "refresh"])
+    night(uri)
+    step("repeat", ["analysis", *flags, "--out", str(folder / "repeat")])
+    step("off", ["analysis", *flags, "--out", str(folder / "off"), "--cache", "off"])
+    same = (folder / "repeat" / "summary.csv").read_text() == (
+        folder / "off" / "summary.csv"
+    ).read_text()
+    lines.append(f"repeat's summary.csv equal to --cache off's: {same}")
+    if args.server:
+        shutil.copyfile(pristine, db)
+        from tests.mlflow_server import MlflowServer
+
+        server = MlflowServer(uri, folder / "artifacts", workers=args.workers)
+        t = time.perf_counter()
+        server.start(timeout_s=600)
+        lines.append(
+            f"mlflow server (--workers {args.workers}) answered /health after "
+            f"{time.perf_counter() - t:.0f} s"
+        )
+        try:
+            senv = dict(env, MLFLOW_TRACKING_URI=server.url)
+            cap = str(min(args.runs, 10_000))
+            step("page x1", ["page", "1", cap], senv)
+            step("page x4", ["page", "4", cap], senv)
+            step(
+                "first",
+                ["analysis", *flags, "--out", str(folder / "s-first"), "--cache", "refresh"],
+                senv,
+            )
+            night(server.url)
+            step("repeat", ["analysis", *flags, "--out", str(folder / "s-repeat")], senv)
+            lines.append(f"server peak RSS {server_peak_rss(server.proc.pid) / 1e6:.0f} MB")
+        finally:
+            server.stop()
+    load = os.getloadavg()
+    print(
+        f"analysis of {args.runs} runs ({os.cpu_count()} CPUs, load average "
+        f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f} at the end):"
+    )
+    for line in lines:
+        print("  " + line)
+    if not args.keep:
+        shutil.rmtree(folder, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
