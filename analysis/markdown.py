@@ -311,3 +311,44 @@ def failed_markdown(failed: pd.DataFrame) -> str:
         for r in failed.to_dict("records")
     ]
     return md_table(headers, rows)
+
+
+def scaling_markdown(sc: pd.DataFrame) -> str:
+    """The scaling table: per data-parallel point, samples/s against the ideal, the efficiency and
+    the communication the step exposes."""
+    headers = [
+        "environment",
+        "device",
+        "series",
+        "world size",
+        "nodes",
+        "runs",
+        "samples/s (global)",
+        "ideal samples/s",
+        "scaling efficiency",
+        "baseline",
+        "step time",
+        "compute-only step",
+        "exposed communication",
+        "share of the step",
+    ]
+    rows = [
+        [
+            r["env_label"],
+            r["device_name"],
+            r["series"],
+            _int(r["world_size"]),
+            _int(r["nodes"]),
+            int(r["n_runs"]),
+            num(_f(r["throughput_mean_samples_per_s"]), 4),
+            num(_f(r["ideal_samples_per_s"]), 4),
+            pct(_f(r["scaling_efficiency"])),
+            r["baseline"],
+            si(_f(r["step_time_median_s"]), "s"),
+            si(_f(r["compute_only_step_time_median_s"]), "s"),
+            si(_f(r["exposed_comm_time_s"]), "s"),
+            pct(_f(r["exposed_comm_time_share"])),
+        ]
+        for r in sc.to_dict("records")
+    ]
+    return md_table(headers, rows)

@@ -10,17 +10,26 @@ Communication cost is measured by timing the same steps without gradient synchro
 * DeepSpeed ZeRO stage 0: `DeepSpeedEngine.no_sync()` (deepspeed/runtime/engine.py, 0.19.8) skips
   `allreduce_gradients` in the backward epilogue; `engine.step()` must run outside it (the engine
   asserts so), and at stage 0 the step is the wrapped torch optimizer's, local.
-* ZeRO stage 1: `no_sync()` is accepted, but the ZeRO optimizer's step then finds no reduced
-  gradients (`TypeError: 'NoneType' object is not iterable` in 0.19.8) and its step all-gathers the
-  updated parameter partitions anyway: no step without communication exists.
-* ZeRO stages 2 and 3 partition gradients during backward: `no_sync()` asserts ("incompatible with
-  gradient partitioning logic of ZeRO stage 2").
+* ZeRO stages 1 and 2 have no such switch (stage 1's optimizer step finds no reduced gradients
+  after `no_sync()`, `TypeError` in 0.19.8; stage 2's `no_sync()` asserts, "incompatible with
+  gradient partitioning logic"). Their compute-only step is the whole engine step (forward,
+  backward, `engine.step()`) with every collective of torch.distributed made a no-op for its
+  duration (`skip_collectives`): the gradient reductions and the all-gather of the updated
+  partitions return at once, leaving their buffers as they were (the local gradients, the
+  previous parameters: finite numbers, the same work for the arithmetic). What remains is compute
+  plus the engine's own bookkeeping (bucketing, partition copies). Checked here (2 CPU processes,
+  gloo, resnet18): under it one rank runs ZeRO 1 and 2 steps alone while its peer waits, so no
+  collective is left in the step.
+* ZeRO stage 3 gathers parameters before each layer's forward: skipped all-gathers leave them
+  uninitialised memory (non-finite values on the next real step, seen here), so no compute-only
+  step is timed.
 
-For stages 1-3 the run says so (tag `compute_only`) and logs no compute-only time.
+For stage 3 the run says so (tag `compute_only`) and logs no compute-only time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from dataclasses import dataclass
@@ -32,13 +41,67 @@ from train.config import TrainConfig
 from train.step import StepParts
 
 NO_SYNC_UNAVAILABLE = {
-    1: "unavailable: DeepSpeed ZeRO stage 1 has no step without communication (no_sync() leaves "
-    "its optimizer no reduced gradients, and its step all-gathers the updated partitions)",
-    2: "unavailable: DeepSpeed ZeRO stage 2 partitions gradients during backward; its no_sync() "
-    "refuses this stage",
-    3: "unavailable: DeepSpeed ZeRO stage 3 partitions gradients and parameters; its no_sync() "
-    "refuses this stage",
+    3: "unavailable: DeepSpeed ZeRO stage 3 gathers parameters in forward; skipping its "
+    "collectives would compute on uninitialised parameters",
 }
+# torch.distributed's data collectives (module functions, as DeepSpeed's torch backend calls them)
+COLLECTIVES = (
+    "all_reduce",
+    "all_reduce_coalesced",
+    "reduce",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "reduce_scatter_single",
+    "_reduce_scatter_base",
+    "broadcast",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_single",
+    "_all_gather_base",
+    "all_gather_coalesced",
+    "all_to_all",
+    "all_to_all_single",
+    "gather",
+    "gather_single",
+    "gather_into_tensor",
+    "scatter",
+)
+
+
+class _Done:
+    """The handle a skipped collective returns (DeepSpeed waits on some even when synchronous)."""
+
+    def wait(self, *args, **kwargs) -> bool:
+        return True
+
+    def is_completed(self) -> bool:
+        return True
+
+
+def _skipped(*args, **kwargs) -> _Done:
+    return _Done()
+
+
+@contextlib.contextmanager
+def skip_collectives():
+    """Every torch.distributed collective in COLLECTIVES a no-op while held (this thread and any
+    other: the harness runs none of its own inside a step)."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d
+
+    saved = [
+        (module, name, getattr(module, name))
+        for module in (dist, distributed_c10d)
+        for name in COLLECTIVES
+        if hasattr(module, name)
+    ]
+    for module, name, _ in saved:
+        setattr(module, name, _skipped)
+    try:
+        yield
+    finally:
+        for module, name, fn in saved:
+            setattr(module, name, fn)
 
 
 @dataclass
@@ -52,7 +115,11 @@ class GradSync:
 
 class EngineStepParts(StepParts):
     """A DeepSpeed engine's step: `engine.backward(loss)` scales the loss (fp16) and reduces or
-    partitions gradients; `engine.step()` applies them and clears them (so no zero_grad here)."""
+    partitions gradients; `engine.step()` applies them and clears them (so no zero_grad here).
+    With `sync_in_update`, `grad_sync` is held around `engine.step()` too (ZeRO 1 and 2: the
+    compute-only step skips the optimizer step's all-gather as well)."""
+
+    sync_in_update: bool = False
 
     def zero_grad(self) -> None:
         pass
@@ -61,7 +128,8 @@ class EngineStepParts(StepParts):
         self.model.backward(loss)
 
     def update(self) -> None:
-        self.model.step()
+        with self.grad_sync() if self.sync_in_update else contextlib.nullcontext():
+            self.model.step()
 
 
 def wrap(prep, cfg: TrainConfig, ctx) -> GradSync:
@@ -120,4 +188,10 @@ def _deepspeed(prep, cfg: TrainConfig, ctx) -> GradSync:
     )
     if cfg.zero_stage == 0:
         return GradSync(engine.no_sync, "measured: DeepSpeed engine.no_sync() (ZeRO stage 0)")
+    if cfg.zero_stage in (1, 2):
+        prep.parts.sync_in_update = True
+        return GradSync(
+            skip_collectives,
+            f"measured: DeepSpeed ZeRO stage {cfg.zero_stage} step with its collectives skipped",
+        )
     return GradSync(None, NO_SYNC_UNAVAILABLE[cfg.zero_stage])
