@@ -10,6 +10,7 @@ import math
 import pandas as pd
 
 from analysis.roofline import Roof
+from analysis.tables import engine_label
 from common.fmt import num, pct, si
 
 SUMMARY_COLUMNS = [
@@ -23,6 +24,10 @@ SUMMARY_COLUMNS = [
     "channels_last",
     "compile",
     "optimizer",
+    "distributed",
+    "zero_stage",
+    "world_size",
+    "backend",
     "config_key",
     "n_runs",
     "throughput_mean_samples_per_s",
@@ -95,6 +100,7 @@ def summary_markdown(points: pd.DataFrame) -> str:
         "precision",
         "batch",
         "classes",
+        "engine",
         "runs",
         "samples/s (mean ± SD)",
         "achieved GFLOP/s",
@@ -130,6 +136,7 @@ def summary_markdown(points: pd.DataFrame) -> str:
                 p["precision"],
                 _int(p["batch_size"]),
                 _int(p.get("num_classes")),
+                engine_label(p) or "one process",
                 int(p["n_runs"]),
                 thr_txt,
                 num(ach / 1e9, 4) if math.isfinite(ach) else "",

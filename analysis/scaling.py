@@ -14,23 +14,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.tables import engine_label, point_label
+from analysis.tables import SPEEDUP_KEYS, engine_label, point_label
 
-SCALING_KEYS = [
-    "env_label",
-    "device_name",
-    "model",
-    "batch_size",
-    "precision",
-    "image_size",
-    "num_classes",
-    "channels_last",
-    "compile",
-    "optimizer",
-    "distributed",
-    "zero_stage",
-    "backend",
-]
+# a series: every config field but the world size (the speed-ups' keys), with precision and backend
+SCALING_KEYS = [k for k in SPEEDUP_KEYS if k != "world_size"] + ["precision", "backend"]
 BASE_SAME_ENGINE = "same engine at world size 1"
 BASE_SINGLE = "single-process run"
 COLUMNS = [

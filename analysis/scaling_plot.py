@@ -11,7 +11,8 @@ import matplotlib
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from analysis.plots import env_title, log_ticks, new_figure, save
+from analysis.plots import env_title, log_ticks, new_figure, right_legend, save
+from analysis.scaling import BASE_SAME_ENGINE
 
 PANEL_W, PANEL_H, LEGEND_W = 5.0, 3.6, 3.0
 
@@ -46,7 +47,7 @@ def scaling_vs_world_size(rows: pd.DataFrame, path: Path) -> Path:
             if base > 0:  # NaN compares False: no baseline, no ideal
                 span = [1.0, float(ws.max())]
                 top.plot(span, [base * w for w in span], "--", color=color, lw=1)
-                if g["baseline"].iloc[0] != "same engine at world size 1":
+                if g["baseline"].iloc[0] != BASE_SAME_ENGINE:
                     top.plot([1], [base], "o", color=color, fillstyle="none", ms=6)
             bottom.plot(ws, g["scaling_efficiency"], "o-", color=color, ms=5, lw=1.4)
             bottom.plot(ws, g["exposed_comm_time_share"], "^:", color=color, fillstyle="none")
@@ -81,14 +82,7 @@ def scaling_vs_world_size(rows: pd.DataFrame, path: Path) -> Path:
             [], [], color="black", marker="^", fillstyle="none", ls=":", label="exposed comm. share"
         ),
     ]
-    width, height = fig.get_size_inches()
-    fig.legend(
-        handles=handles,
-        fontsize=8,
-        loc="upper left",
-        frameon=False,
-        bbox_to_anchor=(1 - (LEGEND_W - 0.15) / width, 1 - 0.75 / height),
-    )
+    right_legend(fig, handles, LEGEND_W)
     fig.suptitle(
         "Data-parallel scaling: samples/s, efficiency and exposed communication", fontsize=12
     )

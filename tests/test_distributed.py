@@ -450,6 +450,25 @@ def test_deepspeed_zero2_job_logs_one_run_with_communication_cost_and_scaling(st
     check_exposed_communication(run)
 
 
+def test_analysis_tables_the_two_jobs_against_the_single_process_run(store, tmp_path):
+    """python -m analysis over the ddp and ZeRO-2 jobs above (fetched through READ_KEYS): the
+    scaling rows recompute each run's own scaling efficiency and carry its exposed communication."""
+    from analysis import core, fetch, report
+
+    data, _ = fetch.fetch_runs(fetch.Query(experiments=[EXPERIMENT]), fetch.Source("off"))
+    analysis = core.build(data)
+    rows = {r["label"]: r for r in analysis.scaling.to_dict("records")}
+    for label, engine in (("ddp×2", "ddp"), ("zero2×2", "deepspeed")):
+        row = rows[f"resnet18/b2/fp32/32px/{label}"]
+        (run,) = runs(f"params.distributed = '{engine}' and params.world_size = '2'")
+        m = run.data.metrics
+        assert row["baseline"] == "single-process run" and row["world_size"] == 2
+        assert row["scaling_efficiency"] == pytest.approx(m["scaling_efficiency"])
+        assert row["exposed_comm_time_share"] == pytest.approx(m["exposed_comm_time_share"])
+    text = report.report_markdown(analysis, {}, "store", EXPERIMENT, "now")
+    assert "## Scaling with world size" in text and "| resnet18/b2/fp32/32px/zero2 | 2 |" in text
+
+
 def rank_process(parent_pid: int, rank: int):
     import psutil
 
