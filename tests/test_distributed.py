@@ -642,7 +642,7 @@ def test_several_processes_without_an_engine_are_refused(capsys, monkeypatch):
     assert "no engine was given: add --distributed ddp" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("stage", [2])
+@pytest.mark.parametrize("stage", [1, 2])
 def test_zero_compute_only_steps_run_no_collective(stage):
     """The ZeRO compute-only step holds no collective: one rank runs it alone while its peer waits
     (a collective left in it would block until the 20 s timeout and fail the job)."""

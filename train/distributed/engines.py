@@ -17,9 +17,9 @@ Communication cost is measured by timing the same steps without gradient synchro
   duration (`skip_collectives`): the gradient reductions and the all-gather of the updated
   partitions return at once, leaving their buffers as they were (the local gradients, the
   previous parameters: finite numbers, the same work for the arithmetic). What remains is compute
-  plus the engine's own bookkeeping (bucketing, partition copies). Checked here (2 CPU processes,
-  gloo, resnet18): under it one rank runs ZeRO 1 and 2 steps alone while its peer waits, so no
-  collective is left in the step.
+  plus the engine's own bookkeeping (bucketing, partition copies). tests/test_distributed.py checks
+  that no collective is left: under it one rank runs ZeRO 1 and 2 steps alone while its peer
+  waits (2 CPU processes, gloo, resnet18).
 * ZeRO stage 3 gathers parameters before each layer's forward: skipped all-gathers leave them
   uninitialised memory (non-finite values on the next real step, seen here), so no compute-only
   step is timed.
