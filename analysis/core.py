@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 import pandas as pd
 
-from analysis import join, tables
+from analysis import join, scaling, tables
 from analysis.roofline import Roof
 
 
@@ -31,6 +31,9 @@ class Analysis:
     counts: dict[str, int] = field(default_factory=dict)
     complexity: pd.DataFrame = field(default_factory=pd.DataFrame)
     """rows of the latest complexity run's models.csv per environment (tables.complexity_table)."""
+    scaling: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """one row per data-parallel point: samples/s, ideal, scaling efficiency, exposed
+    communication against world size (analysis/scaling.py)."""
 
 
 def build(
@@ -101,6 +104,8 @@ def build(
     )
     speedups, speedup_notes = tables.speedups(points)
     notes += speedup_notes
+    scaled, scaling_notes = scaling.scaling(points)
+    notes += scaling_notes
     complexity_rows, complexity_notes = tables.complexity_table(
         complexity or [], set(points["model"])
     )
@@ -119,6 +124,7 @@ def build(
         notes=notes,
         counts=counts,
         complexity=complexity_rows,
+        scaling=scaled,
     )
 
 

@@ -12,13 +12,20 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from analysis import plots, roofline_plot
+from analysis import plots, roofline_plot, scaling_plot
 from analysis.core import Analysis
 from common.fmt import slug
 
 Job = tuple[str, str, Callable, tuple]
 """(report section, title, figure function, its arguments)."""
-SECTION_ORDER = {"roofline": 0, "throughput": 1, "variability": 2, "intensity": 3, "speedup": 4}
+SECTION_ORDER = {
+    "roofline": 0,
+    "throughput": 1,
+    "variability": 2,
+    "intensity": 3,
+    "speedup": 4,
+    "scaling": 5,
+}
 
 
 def plan(
@@ -37,6 +44,15 @@ def plan(
                 "fp16/bf16 speed-up over fp32",
                 plots.speedup_vs_batch,
                 (analysis.speedups, fig_dir / "speedup_vs_batch.png"),
+            )
+        )
+    if not analysis.scaling.empty:
+        jobs.append(
+            (
+                "scaling",
+                "Data-parallel scaling",
+                scaling_plot.scaling_vs_world_size,
+                (analysis.scaling, fig_dir / "scaling_vs_world_size.png"),
             )
         )
     jobs.append(

@@ -46,6 +46,18 @@ ENV_TAGS = [
     "cpu_model",
 ]
 
+# data-parallel runs (docs/distributed.md): the fields their config key adds, and what they measure
+DIST_PARAMS = [*schema.DISTRIBUTED_KEY_FIELDS, "nodes"]
+DIST_METRICS = [
+    "compute_only_step_time_median_s",
+    "exposed_comm_time_s",
+    "exposed_comm_time_share",
+]
+DIST_CARRIED = [
+    *DIST_PARAMS,
+    "base_config_key",
+]  # on each point (distributed = "none": one process)
+
 PROFILE_METRICS = [
     "ncu_flops_total",
     "ncu_dram_bytes",
@@ -63,12 +75,13 @@ READ_KEYS = {
         schema.TAG_CONFIG_KEY,
         schema.TAG_ERROR,
         schema.TAG_NCU_TRUNCATED,
+        schema.TAG_BASE_CONFIG_KEY,
         "mlflow.runName",
         "mlflow.parentRunId",
         *ENV_TAGS,
     ],
-    "params": [*CONFIG_PARAMS, "repeat", "device_memory_source"],
-    "metrics": [*TRAIN_METRICS, *PROFILE_METRICS],
+    "params": [*CONFIG_PARAMS, *DIST_PARAMS, "repeat", "device_memory_source"],
+    "metrics": [*TRAIN_METRICS, *DIST_METRICS, *PROFILE_METRICS],
 }
 READ_PREFIXES = {"tags": [], "params": [], "metrics": ["peak_"]}
 
@@ -109,9 +122,12 @@ def _config_keys(runs: pd.DataFrame) -> pd.Series:
     keys = text(runs, f"tags.{schema.TAG_CONFIG_KEY}")
     missing = keys == ""
     if missing.any():
-        params = {f: col(runs, f"params.{f}") for f in schema.CONFIG_KEY_FIELDS}
+        names = [*schema.CONFIG_KEY_FIELDS, *schema.DISTRIBUTED_KEY_FIELDS]
+        params = {f: col(runs, f"params.{f}") for f in names}
         for idx in keys.index[missing]:
-            values = {f: params[f].loc[idx] for f in schema.CONFIG_KEY_FIELDS}
+            values = {f: params[f].loc[idx] for f in names}
+            if not (isinstance(values["distributed"], str) and schema.is_distributed(values)):
+                values = {f: values[f] for f in schema.CONFIG_KEY_FIELDS}
             if all(isinstance(v, str) and v != "" for v in values.values()):
                 keys.loc[idx] = schema.config_key(values)
     return keys
@@ -145,7 +161,14 @@ def train_runs(runs: pd.DataFrame) -> pd.DataFrame:
     out["num_classes"] = pd.to_numeric(out["num_classes"], errors="coerce")
     out["repeat"] = pd.to_numeric(col(tr, "params.repeat"), errors="coerce")
     out["parent_run_id"] = text(tr, "tags.mlflow.parentRunId")
-    for m in TRAIN_METRICS:
+    # a single-process run (or one logged before distributed runs existed): one process, no engine
+    out["distributed"] = text(tr, "params.distributed").str.lower().replace("", "none")
+    for p, one in (("world_size", 1), ("zero_stage", 0), ("nodes", 1)):
+        out[p] = pd.to_numeric(col(tr, f"params.{p}"), errors="coerce").fillna(one)
+    out["backend"] = text(tr, "params.backend")
+    base = text(tr, f"tags.{schema.TAG_BASE_CONFIG_KEY}")
+    out["base_config_key"] = base.where(base != "", out["config_key"])
+    for m in [*TRAIN_METRICS, *DIST_METRICS]:
         out[m] = num(tr, f"metrics.{m}")
     return out.reset_index(drop=True)
 
@@ -196,6 +219,8 @@ def aggregate_repeats(train: pd.DataFrame) -> pd.DataFrame:
         "step_time_median_s",
         "train_flops_per_step",
         "modeled_intensity_flops_per_byte",
+        *DIST_CARRIED,
+        *DIST_METRICS,
     ]
     if train.empty:
         return pd.DataFrame(columns=cols)
@@ -224,6 +249,8 @@ def aggregate_repeats(train: pd.DataFrame) -> pd.DataFrame:
             train_flops_per_step=("train_flops_per_step", "mean"),
             modeled_intensity_flops_per_byte=("modeled_intensity_flops_per_byte", "mean"),
             **{p: (p, "last") for p in params},  # latest run's params (equal within a config_key)
+            **{p: (p, "last") for p in DIST_CARRIED},
+            **{m: (m, "mean") for m in DIST_METRICS},
         )
         .reset_index()
     )

@@ -11,6 +11,7 @@ import math
 import pandas as pd
 
 from analysis.roofline import Roof
+from analysis.tables import engine_label
 from common.fmt import num, pct, si
 
 SUMMARY_COLUMNS = [
@@ -24,6 +25,10 @@ SUMMARY_COLUMNS = [
     "channels_last",
     "compile",
     "optimizer",
+    "distributed",
+    "zero_stage",
+    "world_size",
+    "backend",
     "config_key",
     "n_runs",
     "throughput_mean_samples_per_s",
@@ -103,6 +108,7 @@ def summary_markdown(points: pd.DataFrame) -> str:
         "precision",
         "batch",
         "classes",
+        "engine",
         "runs",
         "samples/s (mean ± SD)",
         "achieved GFLOP/s",
@@ -138,6 +144,7 @@ def summary_markdown(points: pd.DataFrame) -> str:
                 p["precision"],
                 _int(p["batch_size"]),
                 _int(p.get("num_classes")),
+                engine_label(p) or "one process",
                 int(p["n_runs"]),
                 thr_txt,
                 num(ach / 1e9, 4) if math.isfinite(ach) else "",
@@ -317,5 +324,46 @@ def failed_markdown(failed: pd.DataFrame) -> str:
             r["error"][:300],
         ]
         for r in failed.to_dict("records")
+    ]
+    return md_table(headers, rows)
+
+
+def scaling_markdown(sc: pd.DataFrame) -> str:
+    """The scaling table: per data-parallel point, samples/s against the ideal, the efficiency and
+    the communication the step exposes."""
+    headers = [
+        "environment",
+        "device",
+        "series",
+        "world size",
+        "nodes",
+        "runs",
+        "samples/s (global)",
+        "ideal samples/s",
+        "scaling efficiency",
+        "baseline",
+        "step time",
+        "compute-only step",
+        "exposed communication",
+        "share of the step",
+    ]
+    rows = [
+        [
+            r["env_label"],
+            r["device_name"],
+            r["series"],
+            _int(r["world_size"]),
+            _int(r["nodes"]),
+            int(r["n_runs"]),
+            num(_f(r["throughput_mean_samples_per_s"]), 4),
+            num(_f(r["ideal_samples_per_s"]), 4),
+            pct(_f(r["scaling_efficiency"])),
+            r["baseline"],
+            si(_f(r["step_time_median_s"]), "s"),
+            si(_f(r["compute_only_step_time_median_s"]), "s"),
+            si(_f(r["exposed_comm_time_s"]), "s"),
+            pct(_f(r["exposed_comm_time_share"])),
+        ]
+        for r in sc.to_dict("records")
     ]
     return md_table(headers, rows)

@@ -128,6 +128,18 @@ def env_title(env: str, device: str) -> str:
     return f"{env} ({device})" if device and device not in env else env
 
 
+def right_legend(fig: Figure, handles: list, width_in: float) -> None:
+    """One legend for the figure in its right margin of `width_in` inches, below the title."""
+    width, height = fig.get_size_inches()
+    fig.legend(
+        handles=handles,
+        fontsize=8,
+        loc="upper left",
+        frameon=False,
+        bbox_to_anchor=(1 - (width_in - 0.15) / width, 1 - 0.75 / height),
+    )
+
+
 # ------------------------------------------------------------------------------- per-env panels
 def _per_env_lines(
     points: pd.DataFrame,
@@ -223,14 +235,7 @@ def _per_env_lines(
             ),
         ]
     if handles:
-        width, height = fig.get_size_inches()
-        fig.legend(
-            handles=handles,
-            fontsize=8,
-            loc="upper left",
-            frameon=False,
-            bbox_to_anchor=(1 - (legend_in - 0.15) / width, 1 - 0.75 / height),
-        )
+        right_legend(fig, handles, legend_in)
     fig.suptitle(title, fontsize=12)
     return save(fig, path)
 

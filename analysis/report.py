@@ -9,12 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from analysis.core import Analysis
+from analysis.scaling import scaling_csv
 from analysis.markdown import (
     complexity_markdown,
     environments_markdown,
     failed_markdown,
     md_text,
     roofs_markdown,
+    scaling_markdown,
     speedups_markdown,
     summary_frame,
     summary_markdown,
@@ -27,6 +29,12 @@ COMPLEXITY_INTRO = (
     "largest batch is predicted from weights, gradients, optimizer state and activations, not measured."
 )
 
+SCALING_INTRO = (
+    "Data-parallel runs (`torchrun ... -m train --distributed ddp|deepspeed`): global samples/s "
+    "against world size, with the ideal (world size × the baseline's samples/s, dashed); scaling "
+    "efficiency (filled) and the share of the step spent in communication that compute does not "
+    "hide (hollow, dotted), both out of 1. Raw values: [scaling.csv](scaling.csv)."
+)
 
 METHOD = """\
 - **Achieved FLOP/s** comes from the train runs only (unperturbed timing): training FLOPs per step
@@ -48,6 +56,13 @@ METHOD = """\
   left of the ridge is memory-bound, at or right of it compute-bound; efficiency = achieved / attainable.
   With L2/L1 intensities and ceilings (hierarchical roofline) the lowest bound over the levels names the
   limiting level.
+- **Scaling** (data-parallel runs, docs/distributed.md): samples/s are global (batch per process ×
+  world size / mean step time, each step as long as its slowest rank); the ideal is world size × the
+  baseline's samples/s, the baseline being the same engine at world size 1 when measured, else the
+  single-process run of the same config; scaling efficiency = samples/s / ideal (weak scaling: the
+  batch per process is fixed). Exposed communication = median step time − median compute-only step
+  time (the same steps without gradient synchronisation, where the engine has such a step); its
+  share is that over the median step time. Achieved FLOP/s on the roofline stay per process.
 - **Samples/s ± SD**: several runs of one config in one environment -> mean ± SD across runs (ddof = 1);
   one run -> its mean ± the SD over its measured steps (within run). Speed-up SDs are propagated to
   first order from both SDs.
@@ -125,6 +140,9 @@ def report_markdown(
         ]
     else:
         out += figs("speedup") + [speedups_markdown(analysis.speedups), ""]
+    if not analysis.scaling.empty:
+        out += ["## Scaling with world size", "", SCALING_INTRO, ""]
+        out += figs("scaling") + [scaling_markdown(analysis.scaling), ""]
     out += ["## Model complexity", ""]
     if analysis.complexity.empty:
         out += [
@@ -154,6 +172,10 @@ def write_tables(analysis: Analysis, out_dir: Path) -> list[Path]:
         cx = out_dir / "complexity.csv"
         analysis.complexity.to_csv(cx, index=False)
         paths.append(cx)
+    if not analysis.scaling.empty:
+        sc = out_dir / "scaling.csv"
+        scaling_csv(analysis.scaling).to_csv(sc, index=False)
+        paths.append(sc)
     if not analysis.failed.empty:
         fl = out_dir / "failed_runs.csv"
         analysis.failed.to_csv(fl, index=False)

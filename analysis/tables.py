@@ -26,6 +26,9 @@ SPEEDUP_KEYS = [
     "channels_last",
     "compile",
     "optimizer",
+    "distributed",  # a data-parallel point pairs only with the same engine, stage and world size
+    "zero_stage",
+    "world_size",
 ]
 
 
@@ -184,7 +187,8 @@ def failed_runs(runs: pd.DataFrame, devices: set[str] | None = None) -> pd.DataF
 
 
 def point_label(row: pd.Series | dict) -> str:
-    """'model/b<batch>/<precision>' plus non-default options (image size, classes, channels_last, compile)."""
+    """'model/b<batch>/<precision>' plus non-default options (image size, classes, channels_last,
+    compile) and a data-parallel point's engine and world size."""
     b = row.get("batch_size")
     b = int(b) if b is not None and pd.notna(b) else "?"
     label = f"{row.get('model') or '?'}/b{b}/{row.get('precision') or '?'}"
@@ -198,7 +202,20 @@ def point_label(row: pd.Series | dict) -> str:
         label += "/cl"
     if str(row.get("compile", "")).lower() == "true":
         label += "/compiled"
-    return label
+    return label + engine_label(row, "/")
+
+
+def engine_label(row: pd.Series | dict, sep: str = "") -> str:
+    """A data-parallel point's engine and world size, 'ddp×4' or 'zero2×8' (DeepSpeed, its ZeRO
+    stage), after `sep`; '' for a single-process point."""
+    engine = str(row.get("distributed") or "none").lower()
+    if engine in ("none", "nan"):
+        return ""
+    if engine == "deepspeed":
+        stage = row.get("zero_stage")
+        engine = f"zero{int(stage)}" if stage is not None and pd.notna(stage) else engine
+    ws = row.get("world_size")
+    return f"{sep}{engine}" + (f"×{int(ws)}" if ws is not None and pd.notna(ws) else "")
 
 
 # ------------------------------------------------------------------------------- runs that place nothing

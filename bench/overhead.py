@@ -79,36 +79,11 @@ def main() -> None:
         dev.synchronize(device)
         return time.perf_counter() - t0
 
-    def pairs(a_fn, b_fn) -> list[float]:
-        out = []
-        for r in range(args.rounds):
-            if r % 2 == 0:
-                a, b = a_fn(), b_fn()
-            else:
-                b, a = b_fn(), a_fn()
-            out.append(a / b)
-        return out
-
-    def describe(ratios: list[float]) -> str:
-        q = statistics.quantiles(ratios, n=4)
-        return f"{statistics.median(ratios):.4f} (IQR {q[0]:.4f}-{q[2]:.4f})"
-
-    ratios = pairs(harness, bare)
-    control = pairs(bare, bare)
+    ratios = pairs(harness, bare, args.rounds)
+    control = pairs(bare, bare, args.rounds)
     bare_step_s = statistics.median(bare() for _ in range(5)) / args.iters
 
-    # the harness around a no-op step: its own per-step cost
-    n_noop = 2000
-    bar = tqdm(total=n_noop, mininterval=0.5, leave=False, file=devnull)
-    t0 = time.perf_counter()
-    measure(
-        lambda: None,
-        n_noop,
-        clock,
-        on_step=lambda i, dt: (bar.update(1), bar.set_postfix_str(f"{dt * 1e3:.1f} ms/step")),
-    )
-    overhead_s = (time.perf_counter() - t0) / n_noop
-    bar.close()
+    overhead_s = harness_cost_s(clock, devnull)
 
     print(
         f"{cfg.model} b{cfg.batch_size} {cfg.image_size}px on {device.type}, {args.rounds} block pairs x {args.iters} steps:"
@@ -119,6 +94,44 @@ def main() -> None:
         f"  harness cost per step: {overhead_s * 1e6:.1f} us = {overhead_s / bare_step_s:.5f} of a "
         f"{bare_step_s * 1e3:.1f} ms step -> expected ratio {1 + overhead_s / bare_step_s:.5f}; goal <= 1.01"
     )
+
+
+def harness_cost_s(clock, out, n: int = 2000) -> float:
+    """Seconds per step of the harness's loop (train.timing.measure with the clock and the progress
+    update the CLI uses, rendering to `out`) around a step that does nothing."""
+    from tqdm import tqdm
+
+    from train.timing import measure
+
+    bar = tqdm(total=n, mininterval=0.5, leave=False, file=out)
+    t0 = time.perf_counter()
+    measure(
+        lambda: None,
+        n,
+        clock,
+        on_step=lambda i, dt: (bar.update(1), bar.set_postfix_str(f"{dt * 1e3:.1f} ms/step")),
+    )
+    cost = (time.perf_counter() - t0) / n
+    bar.close()
+    return cost
+
+
+def pairs(a_fn, b_fn, rounds: int) -> list[float]:
+    """a/b wall-time ratios of `rounds` pairs of blocks, in alternating order (A B, B A, ...)."""
+    out = []
+    for r in range(rounds):
+        if r % 2 == 0:
+            a, b = a_fn(), b_fn()
+        else:
+            b, a = b_fn(), a_fn()
+        out.append(a / b)
+    return out
+
+
+def describe(ratios: list[float]) -> str:
+    """The median ratio and its interquartile range."""
+    q = statistics.quantiles(ratios, n=4)
+    return f"{statistics.median(ratios):.4f} (IQR {q[0]:.4f}-{q[2]:.4f})"
 
 
 if __name__ == "__main__":

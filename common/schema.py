@@ -43,6 +43,10 @@ ENTRY_POINTS = {
 # why a profile's ncu input looks cut short (an import with --allow-truncated): no intensity from it
 TAG_NCU_TRUNCATED = "ncu_truncated"
 
+# distributed train runs (docs/schema.md)
+TAG_BASE_CONFIG_KEY = "base_config_key"  # config_key of the same work per process in one process
+TAG_BATCH_SCOPE = "batch_size_scope"  # "per_process": batch_size is each process's batch
+
 RUN_KINDS = ("train", "profile", "peaks", "analysis", "sweep", "complexity")
 
 # --- the measured configuration ----------------------------------------------------------------
@@ -63,22 +67,39 @@ CONFIG_KEY_FIELDS = (
     "num_classes",
 )
 
+# Fields that a data-parallel run (`python -m train --distributed ...` under torchrun) adds to the
+# key: its world size, engine, ZeRO stage and collective backend change what each step does
+# (gradient synchronisation, partitioned optimizer state). They enter the key only when an engine
+# is given (`distributed` is not "none"), so a single-process run keeps the key it always had and
+# runs logged before distributed runs existed still join. docs/schema.md states the rule.
+DISTRIBUTED_KEY_FIELDS = ("world_size", "distributed", "zero_stage", "backend")
+NOT_DISTRIBUTED = "none"
+
 PRECISIONS = ("fp32", "fp16", "bf16")
 
 _KEY_RE = re.compile(r"^[/\w.\- ]*$")
 
 
 def config_key(config: Mapping[str, Any]) -> str:
-    """Stable 16-hex-digit hash of the CONFIG_KEY_FIELDS of `config` (a dict of params).
+    """Stable 16-hex-digit hash of the CONFIG_KEY_FIELDS of `config` (a dict of params), plus the
+    DISTRIBUTED_KEY_FIELDS when `config` is a distributed run's (`is_distributed`).
 
     Values are normalized (ints stay ints, booleans are booleans, strings lower-case) so that the
     same config hashes equally whether it comes from argparse, a sweep file or MLflow params
     (which MLflow stores as strings).
     """
-    missing = [f for f in CONFIG_KEY_FIELDS if f not in config]
+    names = CONFIG_KEY_FIELDS + (DISTRIBUTED_KEY_FIELDS if is_distributed(config) else ())
+    missing = [f for f in names if f not in config]
     if missing:
         raise KeyError(f"config_key needs {', '.join(missing)}")
-    return stable_hash({f: config[f] for f in CONFIG_KEY_FIELDS})
+    return stable_hash({f: config[f] for f in names})
+
+
+def is_distributed(config: Mapping[str, Any]) -> bool:
+    """Whether `config` (a TrainConfig dict or a run's params) is a data-parallel run's: one with an
+    engine (`distributed` = ddp | deepspeed). Runs logged before the field existed have none."""
+    value = config.get("distributed")
+    return value is not None and str(value).strip().lower() not in ("", NOT_DISTRIBUTED)
 
 
 def stable_hash(values: Mapping[str, Any], lower_strings: bool = True) -> str:

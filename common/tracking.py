@@ -702,3 +702,17 @@ def redirect_run(run_id: str, target_run_id: str, tags: dict[str, str], note: st
 
     all_tags = {**tags, "mlflow.parentRunId": target_run_id, "mlflow.note.content": note}
     mlflow_client().log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in all_tags.items()])
+
+
+def latest_finished_run(experiment_id: str, filter_string: str, client=None):
+    """The newest FINISHED run of `experiment_id` matching `filter_string` (an MLflow search
+    filter), or None: the one read a run makes of others (a distributed train run's world-size-1
+    baseline, train/__main__.py)."""
+    client = mlflow_client(client)
+    runs = client.search_runs(
+        [experiment_id],
+        filter_string=f"attributes.status = 'FINISHED' and {filter_string}",
+        max_results=1,
+        order_by=["attributes.start_time DESC"],
+    )
+    return runs[0] if runs else None

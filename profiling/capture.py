@@ -33,7 +33,8 @@ from profiling.ncu_messages import classify_ncu_output, legacy_message
 from profiling.ncu_names import is_relevant
 from profiling.ncu_parse import NcuReport, parse_ncu_csv, refuse_truncated
 from profiling.ncu_plan import MetricPlan, plan_metrics
-from train.config import TrainConfig, add_config_args
+from train.config import TrainConfig
+from train.config import config_flags as train_config_flags
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "out" / "profile"
@@ -46,19 +47,7 @@ NO_GPU_MESSAGE = (
 
 def config_flags(args: argparse.Namespace) -> list[str]:
     """The training-config flags of `args` as `python -m train` takes them (from add_config_args)."""
-    ref = argparse.ArgumentParser(add_help=False)
-    add_config_args(ref)
-    flags: list[str] = []
-    for action in ref._actions:  # the flags add_config_args defines, whatever they are
-        if not action.option_strings:
-            continue
-        value = getattr(args, action.dest, None)
-        if value is None:
-            continue
-        if isinstance(value, bool):
-            value = "true" if value else "false"
-        flags += [action.option_strings[0], str(value)]
-    return flags
+    return train_config_flags(args)
 
 
 @dataclass

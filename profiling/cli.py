@@ -65,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Nsight Compute counters of one training config (capture with ncu, or --import) "
         "-> one MLflow `profile` run with FLOPs, DRAM/L2/L1 bytes and measured arithmetic intensity.",
     )
-    add_config_args(p)
+    add_config_args(p, distributed=False)
     g = p.add_argument_group("profiling")
     g.add_argument(
         "--profile-steps",

@@ -42,12 +42,37 @@ def test_every_parameter_is_used_once_and_every_flag_exists():
         "peaks": "profiling.peaks.__main__",
         "complexity": "train.complexity.args",
         "analyze": "analysis.app",
+        "distributed": "train.__main__",
     }
     for name, ep in entry_points().items():
         command = ep["command"]
         used = re.findall(r"\{(\w+)\}", command)
         assert sorted(used) == sorted(ep.get("parameters", {})), name
+        launcher = ""
+        if command.startswith("python -m torch.distributed.run "):  # torchrun's flags, then train's
+            launcher, _, command = command.partition(" -m train ")
         flags = re.findall(r"(--[\w-]+) \{", command)
         parser = importlib.import_module(modules[name]).build_parser()  # every entry point has one
         known = {opt for action in parser._actions for opt in action.option_strings}
         assert set(flags) <= known, (name, set(flags) - known)
+        if launcher:
+            flags = re.findall(r"(--[\w-]+)", launcher)
+            known = {opt for action in torch_run_parser()._actions for opt in action.option_strings}
+            assert set(flags) <= known, (name, set(flags) - known)
+
+
+def torch_run_parser():
+    from torch.distributed.run import get_args_parser
+
+    return get_args_parser()
+
+
+def test_distributed_entry_point_is_torchrun_around_train():
+    ep = entry_points()["distributed"]
+    command = " ".join(ep["command"].split())
+    assert command.startswith(
+        "python -m torch.distributed.run --standalone --nproc-per-node {nproc_per_node} -m train "
+        "--distributed {distributed}"
+    )
+    # the main entry point stays single-process: its parameters did not change
+    assert "distributed" not in entry_points()["main"]["parameters"]

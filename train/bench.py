@@ -52,11 +52,15 @@ class BenchResult:
     """artifact path -> text"""
     tags: dict[str, str] = field(default_factory=dict)
     """data_description, measure_stop (fixed | converged | max_iters | max_time)"""
+    params: dict = field(default_factory=dict)
+    """params known once measured (a distributed run's `nodes`)"""
+    more_series: dict[str, list[float]] = field(default_factory=dict)
+    """metric histories besides step_time_s (a distributed run's compute-only steps)"""
 
     @property
     def series(self) -> dict[str, list[float]]:
         """metric histories: name -> one value per step"""
-        return {"step_time_s": self.step_times_s}
+        return {"step_time_s": self.step_times_s, **self.more_series}
 
 
 def run_header(cfg: TrainConfig, device) -> tuple[dict, dict[str, str]]:
@@ -67,6 +71,10 @@ def run_header(cfg: TrainConfig, device) -> tuple[dict, dict[str, str]]:
         schema.TAG_CONFIG_LABEL: cfg.config_label(),
         schema.TAG_INTENSITY_SOURCE: "modeled",
     }
+    if cfg.is_distributed:
+        params["global_batch_size"] = cfg.batch_size * cfg.world_size
+        tags[schema.TAG_BASE_CONFIG_KEY] = cfg.single_process_key()
+        tags[schema.TAG_BATCH_SCOPE] = "per_process"
     return params, tags
 
 
@@ -76,10 +84,13 @@ def step_times_csv(step_times_s: list[float]) -> str:
 
 
 def preflight(cfg: TrainConfig):
-    """Cheap checks before a run is created: model name, device, precision, data path."""
+    """Cheap checks before a run is created: model name, device, precision, data path; a
+    distributed config's backend is resolved (auto -> nccl or gloo)."""
     cfg.model = check_model_name(cfg.model)
     device = dev.resolve_device(cfg.device)
     dev.check_precision(cfg.precision, device)
+    if cfg.is_distributed:
+        cfg.backend = dev.collective_backend(cfg.backend, device)
     classes = check_data(cfg.data)
     if classes is not None:
         cfg.num_classes = classes
@@ -170,6 +181,85 @@ def count_work(prep: Prepared) -> tuple[fl.StepCounts, fl.ForwardProfile]:
     return step_counts, forward
 
 
+@dataclass
+class Measured:
+    """The measured steps of one phase, on this process."""
+
+    times: list[float]
+    stop: str
+    """fixed | converged | max_iters | max_time"""
+    wall_s: float
+    cpu_user_s: float
+    cpu_sys_s: float
+
+
+@contextlib.contextmanager
+def runtime_errors(cfg: TrainConfig, device):
+    """Inside the block, a failure of the model's allocation or execution becomes a one-line
+    BenchError (out of memory says so); BenchError and interrupts pass unchanged."""
+    try:
+        yield
+    except (BenchError, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # noqa: BLE001 - report, don't dump
+        raise _runtime_error(exc, cfg, device) from exc
+
+
+def setup(cfg: TrainConfig, device) -> tuple[Prepared, fl.StepCounts, fl.ForwardProfile, float]:
+    """`prepare` and `count_work`: the prepared step, its counts, DeepSpeed's forward profile and
+    the seconds counting took."""
+    wall0 = time.perf_counter()
+    with runtime_errors(cfg, device):
+        prep = prepare(cfg, device)
+        counts, forward = count_work(prep)
+    return prep, counts, forward, time.perf_counter() - wall0
+
+
+def warm_up(prep: Prepared, steps: int, bar) -> float | None:
+    """`steps` untimed steps; returns the last one's seconds (device-synchronised), None for 0."""
+    last_s = None
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        prep.step()
+        dev.synchronize(prep.device)
+        last_s = time.perf_counter() - t0
+        bar.update(1)
+    return last_s
+
+
+def measure_steps(
+    cfg: TrainConfig, prep: Prepared, bar, what: str = "measure", times: list[float] | None = None
+) -> Measured:
+    """The measured steps of `cfg` (a fixed number, or until converged with iters=auto), each timed
+    between two device-synchronised clock reads (train.timing); CPU and wall time around them.
+    `times`: a list each step time is appended to as it is measured (kept when interrupted)."""
+    device = prep.device
+    clock = make_clock(lambda: dev.synchronize(device))
+    dev.synchronize(device)
+    cpu0 = dev.cpu_times_s()
+    t0 = time.perf_counter()
+    bar.set_description(f"{cfg.model} b{cfg.batch_size} {what}")
+    if cfg.iters == "auto":
+        times, stop = measure_until(
+            prep.step,
+            clock,
+            target_rel=cfg.ci_target,
+            max_iters=cfg.max_iters,
+            max_time_s=cfg.max_time_s,
+            times=times,
+            on_step=lambda i, dt, rel: (
+                bar.update(1),
+                bar.set_postfix_str(f"{dt * 1e3:.1f} ms/step, CI ±{rel:.1%}"),
+            ),
+        )
+    else:
+        on_step = lambda i, dt: (bar.update(1), bar.set_postfix_str(f"{dt * 1e3:.1f} ms/step"))  # noqa: E731
+        times, stop = measure(prep.step, cfg.iters, clock, on_step=on_step, times=times), "fixed"
+    wall_s = time.perf_counter() - t0
+    cpu1 = dev.cpu_times_s()
+    return Measured(times, stop, wall_s, cpu1[0] - cpu0[0], cpu1[1] - cpu0[1])
+
+
 def run_benchmark(
     cfg: TrainConfig,
     device,
@@ -184,73 +274,32 @@ def run_benchmark(
     `on_measure(expected_s)` is called once warmup is over, just before the measured steps, with
     how long they are expected to last (the last warmup step's time x the steps; None without
     warmup): train.run starts its system metrics there."""
-    step_times = [] if step_times is None else step_times
-    wall0 = time.perf_counter()
-    try:
-        prep = prepare(cfg, device)
-        counts, forward = count_work(prep)
-    except (BenchError, KeyboardInterrupt):
-        raise
-    except Exception as exc:  # noqa: BLE001 - first allocation and execution of the model: report, don't dump
-        raise _runtime_error(exc, cfg, device) from exc
-    count_s = time.perf_counter() - wall0
-
+    prep, counts, forward, count_s = setup(cfg, device)
     if cfg.compile:
         prep.parts.model = compile_model(prep.model)
-    clock = make_clock(lambda: dev.synchronize(device))
     dev.reset_peak_memory(device)
-    bar = _progress(cfg, progress)
-    try:
-        last_warmup_s = None
-        for _ in range(cfg.warmup_iters):
-            w0 = time.perf_counter()
-            prep.step()
-            dev.synchronize(device)
-            last_warmup_s = time.perf_counter() - w0
-            bar.update(1)
-        dev.synchronize(device)
+    with progress_bar(cfg, progress) as bar, runtime_errors(cfg, device):
+        last_warmup_s = warm_up(prep, cfg.warmup_iters, bar)
         if on_measure is not None:
             on_measure(_expected_measure_s(cfg, last_warmup_s))
-        cpu0 = dev.cpu_times_s()
-        t0 = time.perf_counter()
-        bar.set_description(f"{cfg.model} b{cfg.batch_size} measure")
-        if cfg.iters == "auto":
-            times, stop = measure_until(
-                prep.step,
-                clock,
-                target_rel=cfg.ci_target,
-                max_iters=cfg.max_iters,
-                max_time_s=cfg.max_time_s,
-                times=step_times,
-                on_step=lambda i, dt, rel: (
-                    bar.update(1),
-                    bar.set_postfix_str(f"{dt * 1e3:.1f} ms/step, CI ±{rel:.1%}"),
-                ),
-            )
-        else:
-            times, stop = (
-                measure(
-                    prep.step,
-                    cfg.iters,
-                    clock,
-                    on_step=lambda i, dt: (
-                        bar.update(1),
-                        bar.set_postfix_str(f"{dt * 1e3:.1f} ms/step"),
-                    ),
-                    times=step_times,
-                ),
-                "fixed",
-            )
-        wall_s = time.perf_counter() - t0
-        cpu1 = dev.cpu_times_s()
-    except (BenchError, KeyboardInterrupt):
-        raise
-    except Exception as exc:  # noqa: BLE001
-        raise _runtime_error(exc, cfg, device) from exc
-    finally:
-        bar.close()
+        measured = measure_steps(cfg, prep, bar, times=step_times)
+    return bench_result(cfg, prep, counts, forward, measured, count_s)
 
-    metrics = summarize(times, cfg.batch_size)
+
+def bench_result(
+    cfg: TrainConfig,
+    prep: Prepared,
+    counts: fl.StepCounts,
+    forward: fl.ForwardProfile,
+    measured: Measured,
+    count_s: float,
+    samples_per_step: int | None = None,
+) -> BenchResult:
+    """The run record of measured steps: summary statistics, work per step and per sample, memory,
+    CPU and wall time, artifacts. `samples_per_step` (default: the batch) is what throughput counts:
+    a distributed run's global batch. Memory figures are this process's."""
+    times = measured.times
+    metrics = summarize(times, samples_per_step or cfg.batch_size)
     metrics.update(
         measured_iters=float(len(times)),
         fwd_flops_per_sample=forward.flops_per_sample,
@@ -262,14 +311,14 @@ def run_benchmark(
         modeled_bytes_per_step=counts.modeled_bytes,
         modeled_intensity_flops_per_byte=counts.modeled_intensity_flops_per_byte,
         max_rss_bytes=dev.max_rss_bytes(),
-        cpu_user_s=cpu1[0] - cpu0[0],
-        cpu_sys_s=cpu1[1] - cpu0[1],
-        wall_s=wall_s,
+        cpu_user_s=measured.cpu_user_s,
+        cpu_sys_s=measured.cpu_sys_s,
+        wall_s=measured.wall_s,
         count_wall_s=count_s,
     )
     if len(times) >= 2:
         metrics["step_time_ci95_rel"] = ci95_half_width_rel(times)
-    peak = dev.device_peak_memory_bytes(device)
+    peak = dev.device_peak_memory_bytes(prep.device)
     if peak is not None:
         metrics["device_peak_mem_bytes"] = peak
     texts = {
@@ -278,7 +327,7 @@ def run_benchmark(
         "flops/counts_by_op.csv": _counts_csv(counts),
         "environment.txt": environment_report(),
     }
-    tags = {"data_description": prep.source.description, "measure_stop": stop}
+    tags = {"data_description": prep.source.description, "measure_stop": measured.stop}
     return BenchResult(metrics, times, texts, tags)
 
 
@@ -297,11 +346,12 @@ def summary_line(cfg: TrainConfig, device_name: str, metrics: dict, n_steps: int
     m = metrics
     rel = m.get("step_time_ci95_rel")
     ci = f", mean ±{rel:.1%} at 95% confidence" if rel is not None else ""
+    ranks = f" x {cfg.world_size} processes ({cfg.distributed})" if cfg.is_distributed else ""
     return (
-        f"{cfg.model} b{cfg.batch_size} {cfg.precision} {cfg.image_size}px on {device_name}: "
+        f"{cfg.model} b{cfg.batch_size} {cfg.precision} {cfg.image_size}px on {device_name}{ranks}: "
         f"{fmt.num(m['throughput_samples_per_s'])} samples/s, "
         f"{fmt.num(m['step_time_median_s'] * 1e3)} ms/step (median of {n_steps}{ci}), "
-        f"{fmt.si(m['achieved_flops_per_s'], 'FLOP/s')} achieved"
+        f"{fmt.si(m['achieved_flops_per_s'], 'FLOP/s')} achieved{' per process' if ranks else ''}"
     )
 
 
@@ -346,25 +396,29 @@ def profile_steps(
     profiler_stop: Callable[[], None] | None = None,
     mark=nvtx_range,
     cudnn_benchmark: bool = True,
+    wrap: Callable[[Prepared], object] | None = None,
 ) -> None:
     """Profile mode: warm up, then `steps` NVTX-marked steps between CUDA profiler start and stop.
 
     Run under `ncu --profile-from-start off` (python -m profiling does that), only the marked
     steps are captured. Start/stop are injectable so the sequence is testable without a GPU.
     `cudnn_benchmark=False` keeps cuDNN's autotuner off, so every run of the program picks the
-    same kernels (ncu's application replay modes rerun it once per pass).
+    same kernels (ncu's application replay modes rerun it once per pass). `wrap(prep)` puts a
+    data-parallel engine around the prepared model (a torchrun job's ranks: train/distributed).
     """
     import torch
 
     check_profile_mode(cfg, steps)
     profiler_start = profiler_start or torch.cuda.profiler.start
     profiler_stop = profiler_stop or torch.cuda.profiler.stop
-    try:
+    with runtime_errors(cfg, device):
         prep = prepare(cfg, device)
         if not cudnn_benchmark:
             torch.backends.cudnn.benchmark = False
+        if wrap is not None:
+            wrap(prep)
         if cfg.compile:
-            prep.parts.model = compile_model(prep.model)
+            prep.parts.model = compile_model(prep.parts.model)
         for _ in range(cfg.warmup_iters):
             prep.step()
         batches = [prep.source.next() for _ in range(steps)]  # loading is not what ncu measures
@@ -375,10 +429,6 @@ def profile_steps(
             train_step(prep.parts, x, y)
         dev.synchronize(device)
         profiler_stop()
-    except (BenchError, KeyboardInterrupt):
-        raise
-    except Exception as exc:  # noqa: BLE001
-        raise _runtime_error(exc, cfg, device) from exc
 
 
 def _runtime_error(exc: BaseException, cfg: TrainConfig, device) -> BenchError:
@@ -405,12 +455,13 @@ def _counts_csv(counts: fl.StepCounts) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _progress(cfg: TrainConfig, enabled: bool):
+def progress_bar(cfg: TrainConfig, enabled: bool, extra_steps: int = 0):
+    """The progress bar over warmup and measured steps (plus `extra_steps`); a context manager."""
     from tqdm import tqdm
 
     measured = cfg.max_iters if cfg.iters == "auto" else cfg.iters
     return tqdm(
-        total=cfg.warmup_iters + measured,
+        total=cfg.warmup_iters + measured + extra_steps,
         desc=f"{cfg.model} b{cfg.batch_size} warmup",
         unit="step",
         disable=not enabled,

@@ -14,6 +14,13 @@ OPTIMIZERS = ("sgd", "adam", "adamw")
 DOCUMENTED_MODELS = ("resnet18", "resnet34", "resnet50", "vgg16", "mobilenet_v2")
 # numeric configuration fields logged again as metrics `config_<field>` (TrainConfig.config_metrics)
 CONFIG_METRICS = ("batch_size", "image_size")
+ENGINES = (schema.NOT_DISTRIBUTED, "ddp", "deepspeed")
+BACKENDS = ("auto", "nccl", "gloo")
+ZERO_STAGES = (0, 1, 2, 3)
+# The fields of a data-parallel run (docs/distributed.md). A single-process config leaves them at
+# their defaults and neither logs them as params nor hashes them into its keys, so its params,
+# config_key and sweep_key are what they were before distributed runs existed.
+DISTRIBUTED_FIELDS = ("distributed", "zero_stage", "world_size", "backend", "collective_timeout_s")
 
 
 @dataclass
@@ -60,6 +67,19 @@ class TrainConfig:
     """iters=auto: most measured steps."""
     max_time_s: float = 300.0
     """iters=auto: most seconds spent in measured steps."""
+    distributed: str = schema.NOT_DISTRIBUTED
+    """none (one process), or the data-parallel engine of a torchrun job: ddp (PyTorch
+    DistributedDataParallel) or deepspeed (DeepSpeed's engine, ZeRO stage zero_stage)."""
+    zero_stage: int = 0
+    """deepspeed: ZeRO stage 0 (plain data parallel), 1 (optimizer state partitioned), 2 (+
+    gradients) or 3 (+ parameters). 0 for ddp."""
+    world_size: int = 1
+    """processes of the job (torchrun's WORLD_SIZE: nodes x processes per node); batch_size is per
+    process. Set from the environment under torchrun; a sweep axis (one torchrun job per child)."""
+    backend: str = "auto"
+    """collective backend: auto (nccl on CUDA, gloo on CPU), nccl or gloo."""
+    collective_timeout_s: float = 300.0
+    """seconds a collective may wait for the other ranks before the job fails (a lost peer)."""
 
     def __post_init__(self) -> None:
         self.model = str(self.model).strip()
@@ -99,6 +119,50 @@ class TrainConfig:
         if not self.data:
             raise ValueError("data must be synthetic, fake, a folder path or cifar10:<path>")
         self.env_label = schema.env_label(self.env_label)
+        self._check_distributed()
+
+    def _check_distributed(self) -> None:
+        self.distributed = str(self.distributed).strip().lower() or schema.NOT_DISTRIBUTED
+        self.backend = str(self.backend).strip().lower()
+        self.zero_stage, self.world_size = int(self.zero_stage), int(self.world_size)
+        self.collective_timeout_s = float(self.collective_timeout_s)
+        if self.distributed not in ENGINES:
+            raise ValueError(
+                f"distributed must be one of {', '.join(ENGINES)}, got {self.distributed!r}"
+            )
+        if self.zero_stage not in ZERO_STAGES:
+            raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {self.zero_stage}")
+        if self.zero_stage and self.distributed != "deepspeed":
+            raise ValueError(
+                f"zero_stage {self.zero_stage} needs distributed=deepspeed (ZeRO is DeepSpeed's)"
+            )
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        if self.world_size < 1:
+            raise ValueError(f"world_size must be a positive integer, got {self.world_size}")
+        if not self.collective_timeout_s > 0:
+            raise ValueError(f"collective_timeout_s must be > 0, got {self.collective_timeout_s}")
+        if not self.is_distributed:
+            if self.world_size > 1:
+                raise ValueError(
+                    f"world_size {self.world_size} needs a data-parallel engine: distributed=ddp or deepspeed"
+                )
+            return
+        if self.iters == "auto":
+            raise ValueError(
+                "iters=auto is not supported with distributed (every rank must run the same number "
+                "of steps): give a number of steps"
+            )
+        if self.compile and self.distributed == "deepspeed":
+            raise ValueError(
+                "compile with distributed=deepspeed is not supported (DeepSpeed compiles through "
+                "its engine): use distributed=ddp, or compile=false"
+            )
+
+    @property
+    def is_distributed(self) -> bool:
+        """A data-parallel run (an engine is given), even at world size 1."""
+        return schema.is_distributed(asdict(self))
 
     @property
     def data_kind(self) -> str:
@@ -108,13 +172,24 @@ class TrainConfig:
         return "cifar10" if self.data.startswith("cifar10:") else "folder"
 
     def params(self) -> dict:
-        """MLflow params of this config (everything but env_label, which is a tag)."""
+        """MLflow params of this config (everything but env_label, which is a tag; the
+        DISTRIBUTED_FIELDS only for a distributed config)."""
         out = asdict(self)
         out.pop("env_label")
+        if not self.is_distributed:
+            for name in DISTRIBUTED_FIELDS:
+                out.pop(name)
         return out
 
     def config_key(self) -> str:
+        """The join key (common.schema.config_key); a distributed config's includes world size,
+        engine, ZeRO stage and backend (resolve "auto" first: train.bench.preflight does)."""
         return schema.config_key(asdict(self))
+
+    def single_process_key(self) -> str:
+        """The config_key of the same work per process in one process, without an engine: what a
+        distributed run's scaling is compared with (tag `base_config_key`)."""
+        return schema.config_key({**asdict(self), "distributed": schema.NOT_DISTRIBUTED})
 
     def run_name(self) -> str:
         return f"{self.model}-b{self.batch_size}-{self.precision}-{self.image_size}px"
@@ -150,8 +225,13 @@ def check_choices(precision: str, device: str, optimizer: str) -> None:
         raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
 
 
-def add_config_args(parser: argparse.ArgumentParser, overrides: bool = False) -> None:
+def add_config_args(
+    parser: argparse.ArgumentParser, overrides: bool = False, distributed: bool = True
+) -> None:
     """The config flags shared by `python -m train`, `python -m profiling` and the sweep.
+
+    `distributed=False` leaves out the data-parallel flags (profiling captures one process; a
+    torchrun job's rank 0 is profiled as docs/profiling.md shows).
 
     `overrides=True` (the sweep): every flag defaults to None, so that only flags given on the
     command line override a sweep file's base, and an empty value ("" from an MLproject default)
@@ -234,6 +314,49 @@ def add_config_args(parser: argparse.ArgumentParser, overrides: bool = False) ->
         default=d.num_classes,
         help="classifier outputs for synthetic/fake data (folder and cifar10 data set it from the data)",
     )
+    if not distributed:
+        return
+    g = parser.add_argument_group(
+        "data parallel (under torchrun: torchrun --nproc-per-node N -m train --distributed ddp ...)"
+    )
+    flag(
+        "--distributed",
+        default=d.distributed,
+        choices=ENGINES,
+        help="none (one process), ddp (PyTorch DDP) or deepspeed; --batch is per process",
+    )
+    flag(
+        "--zero-stage",
+        type=int,
+        default=d.zero_stage,
+        choices=ZERO_STAGES,
+        help="DeepSpeed ZeRO stage (--distributed deepspeed)",
+    )
+    flag("--backend", default=d.backend, choices=BACKENDS, help="auto: nccl on CUDA, gloo on CPU")
+    flag(
+        "--collective-timeout-s",
+        type=float,
+        default=d.collective_timeout_s,
+        help="a collective waiting longer for a rank fails the job (a lost or hung peer)",
+    )
+
+
+def config_flags(values) -> list[str]:
+    """The config flags (add_config_args) as `python -m train` takes them, from any object with
+    the flags' destinations as attributes (parsed args, a TrainConfig); None values are left out."""
+    ref = argparse.ArgumentParser(add_help=False)
+    add_config_args(ref)
+    flags: list[str] = []
+    for action in ref._actions:  # the flags add_config_args defines, whatever they are
+        if not action.option_strings:
+            continue
+        value = getattr(values, action.dest, None)
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        flags += [action.option_strings[0], str(value)]
+    return flags
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:

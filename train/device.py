@@ -149,3 +149,34 @@ def device_memory_bytes(device) -> tuple[int, str]:
     import psutil
 
     return int(psutil.virtual_memory().available), "available RAM (psutil) at start"
+
+
+def collective_backend(requested: str, device) -> str:
+    """The torch.distributed backend of a data-parallel run on `device`: `auto` is nccl on CUDA and
+    gloo on CPU; nccl without CUDA and MPS (no collective backend) are UsageErrors."""
+    if device.type == "mps":
+        raise UsageError(
+            "data-parallel runs need CUDA (nccl) or the CPU (gloo); MPS has no collective backend"
+        )
+    if requested == "auto":
+        return "nccl" if device.type == "cuda" else "gloo"
+    if requested == "nccl" and device.type != "cuda":
+        raise UsageError(f"--backend nccl needs CUDA devices, got {device.type}: use gloo or auto")
+    return requested
+
+
+def rank_device(device, local_rank: int, local_world_size: int):
+    """The device of the process with `local_rank` on its node: cuda:LOCAL_RANK for CUDA (one GPU
+    per process), else `device`. An explicit cuda:N is kept only for a single process per node."""
+    import torch
+
+    if device.type != "cuda":
+        return device
+    if local_world_size == 1:
+        return device
+    if local_rank >= torch.cuda.device_count():
+        raise UsageError(
+            f"{local_world_size} processes on this node but {torch.cuda.device_count()} CUDA "
+            "device(s): give torchrun --nproc-per-node at most the number of GPUs"
+        )
+    return torch.device("cuda", local_rank)

@@ -32,13 +32,34 @@ def nvtx_range(name: str):
 
 @dataclass
 class StepParts:
-    """What a step needs besides the batch. `autocast` is a zero-argument context factory."""
+    """What a step needs besides the batch. `autocast` is a zero-argument context factory.
+
+    `grad_sync` is a zero-argument context factory held open around forward and backward: a
+    nullcontext normally, a data-parallel engine's `no_sync` when a distributed run times its steps
+    without gradient synchronisation (train/distributed). How gradients are cleared, propagated and
+    applied are methods, so an engine that does those itself (DeepSpeed: train/distributed/engines.py)
+    overrides them and the step stays this one function.
+    """
 
     model: object
     optimizer: object
     autocast: Callable[[], ContextManager]
     scaler: object | None = None
     mark: Callable[[str], ContextManager] = no_marks
+    grad_sync: Callable[[], ContextManager] = contextlib.nullcontext
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def backward(self, loss) -> None:
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+
+    def update(self) -> None:
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
 
 
 def logits_of(output):
@@ -47,23 +68,21 @@ def logits_of(output):
 
 
 def train_step(parts: StepParts, inputs, targets):
-    """Forward, loss, backward and optimizer step. Returns the loss (not synchronised)."""
+    """Clear gradients, forward and loss (under autocast), backward, optimizer step. Returns the
+    loss (not synchronised)."""
     import torch.nn.functional as F
 
     mark = parts.mark
     with mark("train_step"):
-        parts.optimizer.zero_grad(set_to_none=True)
-        with mark("forward"):
-            with parts.autocast():
-                loss = F.cross_entropy(logits_of(parts.model(inputs)), targets)
-        with mark("backward"):
-            (parts.scaler.scale(loss) if parts.scaler is not None else loss).backward()
+        parts.zero_grad()
+        with parts.grad_sync():
+            with mark("forward"):
+                with parts.autocast():
+                    loss = F.cross_entropy(logits_of(parts.model(inputs)), targets)
+            with mark("backward"):
+                parts.backward(loss)
         with mark("optimizer"):
-            if parts.scaler is not None:
-                parts.scaler.step(parts.optimizer)
-                parts.scaler.update()
-            else:
-                parts.optimizer.step()
+            parts.update()
     return loss.detach()
 
 

@@ -11,7 +11,13 @@ from train import sweep as package
 from train.config import add_config_args
 from train.sweep.spec import AXIS_ALIASES, CONFIG_FIELDS, SweepSpec, load_spec_file, plan_sweep
 
-AXIS_FLAGS = ("models", "batch_sizes", "precisions", "image_sizes")  # AXIS_ALIASES names the axis
+AXIS_FLAGS = (
+    "models",
+    "batch_sizes",
+    "precisions",
+    "image_sizes",
+    "world_sizes",
+)  # AXIS_ALIASES names the axis
 
 
 def build_parser() -> ArgumentParser:
@@ -35,6 +41,12 @@ def build_parser() -> ArgumentParser:
         "--precisions", nargs="+", type=_list_of(str), help="precision axis, e.g. fp32 bf16"
     )
     m.add_argument("--image-sizes", nargs="+", type=_list_of(int), help="image size axis")
+    m.add_argument(
+        "--world-sizes",
+        nargs="+",
+        type=_list_of(int),
+        help="processes per job, with --distributed ddp|deepspeed: one torchrun job per child, e.g. 1 2 4",
+    )
     m.add_argument(
         "--repeats",
         type=optional(int),
@@ -91,7 +103,8 @@ def spec_from_args(args) -> SweepSpec:
             base[name] = value
     if not matrix:
         raise UsageError(
-            "nothing to sweep: give --models/--batch-sizes/--precisions/--image-sizes or --matrix FILE"
+            "nothing to sweep: give --models/--batch-sizes/--precisions/--image-sizes/--world-sizes "
+            "or --matrix FILE"
         )
     repeats = args.repeats if args.repeats is not None else data.get("repeats", 1)
     try:

@@ -26,6 +26,7 @@ AXIS_ALIASES = {
     "batch_sizes": "batch_size",
     "precisions": "precision",
     "image_sizes": "image_size",
+    "world_sizes": "world_size",
 }
 CONFIG_FIELDS = {f.name for f in fields(TrainConfig)}
 LABEL_AXES = ("model", "batch_size", "precision", "image_size")  # always in a child's label
@@ -135,15 +136,17 @@ def unique(values) -> list:
 
 
 def sweep_key(cfg: TrainConfig) -> str:
-    """Stable 16-hex-digit hash of every field of `cfg` except env_label: what resume compares.
+    """Stable 16-hex-digit hash of every field of `cfg` except env_label (and the data-parallel
+    fields of a single-process configuration): what resume compares.
 
     `config_key` (the join key of the analysis) leaves out fields that do not change the work per
     step (data source, device, seed, lr, iteration counts, workers); two configurations of one sweep
     can differ only there (`data: [synthetic, fake]`), so resume needs this finer key.
     """
-    values = {f.name: getattr(cfg, f.name) for f in fields(TrainConfig) if f.name != "env_label"}
+    # cfg.params(): every field but env_label, and the data-parallel fields only for a distributed
+    # configuration (so a single-process configuration keeps the key it had before they existed)
     return schema.stable_hash(
-        values, lower_strings=False
+        cfg.params(), lower_strings=False
     )  # case kept: data paths are case-sensitive
 
 
