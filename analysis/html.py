@@ -52,7 +52,9 @@ def table_html(table: Table) -> str:
 def figure_html(title: str, path: str, png: bytes | None) -> str:
     caption = f"<figcaption>{html.escape(title)} (<code>{html.escape(path)}</code>)</figcaption>"
     if png is None:  # never a broken image: say what is missing
-        return f"<figure><p>Figure not drawn: <code>{html.escape(path)}</code></p>{caption}</figure>"
+        return (
+            f"<figure><p>Figure not drawn: <code>{html.escape(path)}</code></p>{caption}</figure>"
+        )
     data = base64.b64encode(png).decode("ascii")
     return (
         f'<figure><img src="data:image/png;base64,{data}" alt="{html.escape(title)}">'

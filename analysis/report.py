@@ -146,12 +146,19 @@ def report_blocks(
     out += [("h2", "Model complexity")]
     if analysis.complexity.empty:
         out += [
-            ("p", "No `complexity` run in these experiments (`python -m train.complexity` logs one).")
+            (
+                "p",
+                "No `complexity` run in these experiments (`python -m train.complexity` logs one).",
+            )
         ]
     else:
         out += [("p", COMPLEXITY_INTRO), ("table", complexity_table(analysis.complexity))]
     out += [("h2", "Failed runs")]
-    out += [("table", failed_table(analysis.failed))] if not analysis.failed.empty else [("p", "None.")]
+    out += (
+        [("table", failed_table(analysis.failed))]
+        if not analysis.failed.empty
+        else [("p", "None.")]
+    )
     out += [("h2", "Method"), ("list", METHOD)]
     return out
 

@@ -325,11 +325,12 @@ def test_runs_without_batch_size_get_no_speedup_and_a_note(tmp_path):
     )
     # the tables and the figure draw (no int(NaN)) even when only such rows are there
     only = a.speedups.assign(batch_size=float("nan"))
-    assert "| e | d | resnet18 |  | 1000 | bf16 | 2.50×" in markdown.md_table(markdown.speedups_table(only))
+    assert "| e | d | resnet18 |  | 1000 | bf16 | 2.50×" in markdown.md_table(
+        markdown.speedups_table(only)
+    )
     assert plots.speedup_vs_batch(only, tmp_path / "sp.png").is_file()
-    assert (
-        "| e | d | resnet18 | fp32 |  | 1000 | 1 | 80 ± 4 (within run) |"
-        in markdown.md_table(markdown.summary_table(a.points))
+    assert "| e | d | resnet18 | fp32 |  | 1000 | 1 | 80 ± 4 (within run) |" in markdown.md_table(
+        markdown.summary_table(a.points)
     )
 
 

@@ -41,6 +41,8 @@ def test_html_embeds_figures_links_nothing_and_never_shows_a_broken_image():
 
 def test_markdown_names_figures_without_linking_them():
     md = report.markdown_text(blocks())
-    assert "Figure: Roofline" in md and "(`figures/roofline_all.png`, embedded in report.html)" in md
+    assert (
+        "Figure: Roofline" in md and "(`figures/roofline_all.png`, embedded in report.html)" in md
+    )
     assert "](" not in md
     assert "| " + EVIL.replace("|", "\\|") + " | a\\|b |" in md
