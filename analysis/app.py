@@ -323,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         with RunSession(
             "analysis",
             experiment=cfg.experiments[0] if cfg.experiments else None,
-            run_name="analysis",
+            run_name=run_name(cfg),
             tags=tags,
         ) as session:
             session.log_params(
@@ -340,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
             session.flush()
             result = run(cfg)
             _log(session, cfg, result)
+            session.set_note(run_note(cfg, result))
             _raise_if_no_points(result)
         where = f"; logged to run {session.run_id}" if session.run_id else ""
     else:
@@ -348,15 +349,46 @@ def main(argv: list[str] | None = None) -> int:
         where = ""
     for note in result.analysis.notes:
         console.note(note)
-    c = result.analysis.counts
-    n_envs = len(result.analysis.roofs)
     console.result(
-        f"analysed {c['train']} train, {c['profile']} profile, {c['peaks']} peaks runs ({n_envs} environment(s)) -> "
-        f"{c['points']} points ({c['measured_points']} measured, {c['modeled_points']} modeled intensity), "
-        f"{c['failed']} failed run(s); report: {result.out_dir / 'report.html'} "
+        f"{summary_line(result)}; report: {result.out_dir / 'report.html'} "
         f"({result.timings_s['total_s']:.1f} s){where}"
     )
     return 0
+
+
+def summary_line(result: Result) -> str:
+    """What an analysis found: runs read per kind, environments, points, failures."""
+    c = result.analysis.counts
+    n_envs = len(result.analysis.roofs)
+    return (
+        f"analysed {c['train']} train, {c['profile']} profile, {c['peaks']} peaks runs ({n_envs} environment(s)) -> "
+        f"{c['points']} points ({c['measured_points']} measured, {c['modeled_points']} modeled intensity), "
+        f"{c['failed']} failed run(s)"
+    )
+
+
+def run_name(cfg: AnalysisConfig) -> str:
+    """`analysis-<experiments>[-<env labels>][-filtered]`: what the analysis read."""
+    name = "analysis-" + ("+".join(cfg.experiments) or "all")
+    if cfg.env_labels:
+        name += "-" + "+".join(cfg.env_labels)
+    return name + ("-filtered" if cfg.filter else "")
+
+
+def run_note(cfg: AnalysisConfig, result: Result) -> str:
+    """The analysis run's description: the summary line, then what it read and the environments."""
+    envs = sorted({f"{env} ({dev})" for env, dev in result.analysis.roofs})
+    return "\n".join(
+        [
+            summary_line(result),
+            "",
+            f"Read: experiments {', '.join(cfg.experiments) or 'all'}; env labels "
+            f"{', '.join(cfg.env_labels) or 'all'}; filter {cfg.filter or 'none'}; at most "
+            f"{cfg.max_runs} train runs.",
+            f"Environments: {'; '.join(envs) or 'none'}.",
+            "Report, figures and tables: the artifacts under report/.",
+        ]
+    )
 
 
 cli = cli_entry(main)

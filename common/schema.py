@@ -20,6 +20,21 @@ TAG_HOST = "host"
 TAG_CONFIG_KEY = "config_key"
 TAG_ERROR = "error"  # one-line reason on every FAILED run
 TAG_INTENSITY_SOURCE = "intensity_source"  # "measured" (ncu counters) or "modeled" (byte model)
+TAG_CONFIG_LABEL = (
+    "config_label"  # readable configuration for the UI's Group by: resnet18/b8/fp32/64px
+)
+TAG_NOTE = "mlflow.note.content"  # the run's description in the MLflow UI (plain text)
+TAG_ENTRY_POINT = "mlflow.project.entryPoint"
+
+# The MLproject entry point that runs each run kind (the UI's Entry Point column).
+ENTRY_POINTS = {
+    "train": "main",
+    "profile": "profile",
+    "peaks": "peaks",
+    "analysis": "analyze",
+    "sweep": "sweep",
+    "complexity": "complexity",
+}
 
 RUN_KINDS = ("train", "profile", "peaks", "analysis", "sweep", "complexity")
 

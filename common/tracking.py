@@ -35,6 +35,8 @@ from common.server import check_reachable, is_unreachable, tracking_uri
 # stride in the tag `<name>_stride`). MLflow's SQL store inserts ~0.2 ms of CPU per metric row, so
 # 10,000 rows cost ~2 s; callers keep the full series as an artifact (see train/__main__.py).
 MAX_SERIES_POINTS = 1000
+# System metrics aim at this many samples over the sampled phase (see system_metrics_interval).
+SYSTEM_SAMPLES = 30
 
 
 def param_str(value: Any) -> str:
@@ -59,6 +61,8 @@ class RunRecord:
     texts: dict[str, str] = field(default_factory=dict)
     # artifacts copied from disk: artifact path ("dir/name.csv") -> local file path
     files: dict[str, str] = field(default_factory=dict)
+    # dataset inputs (the UI's Dataset column): dicts of `dataset_input`'s fields
+    inputs: list[dict] = field(default_factory=list)
 
     def merge(self, other: "RunRecord") -> None:
         self.params.update(other.params)
@@ -67,15 +71,61 @@ class RunRecord:
         self.series.update(other.series)
         self.texts.update(other.texts)
         self.files.update(other.files)
+        self.inputs.extend(i for i in other.inputs if i not in self.inputs)
 
     def is_empty(self) -> bool:
         return not (
-            self.params or self.tags or self.metrics or self.series or self.texts or self.files
+            self.params
+            or self.tags
+            or self.metrics
+            or self.series
+            or self.texts
+            or self.files
+            or self.inputs
         )
 
     def validate(self) -> None:
         for key in [*self.params, *self.tags, *self.metrics, *self.series]:
             schema.check_key(key)
+
+
+def dataset_input(name: str, digest: str, source_type: str, source: dict, context: str) -> dict:
+    """A dataset input of a run, as plain data: `name` and `digest` (the UI's Dataset column),
+    `source_type` ("local" for a folder, "code" for data a program makes), `source` (JSON-able: a
+    folder's {"uri": ...}, generated data's description) and `context` (e.g. "train")."""
+    return {
+        "name": name,
+        "digest": digest,
+        "source_type": source_type,
+        "source": source,
+        "context": context,
+    }
+
+
+def context_tags(run_kind: str) -> dict[str, str]:
+    """What `mlflow.start_run` adds and `MlflowClient.create_run` does not: `mlflow.user`,
+    `mlflow.source.name|type`, `mlflow.source.git.commit|branch|repoURL` (MLflow's context
+    providers), and `mlflow.project.entryPoint`, the MLproject entry point that runs `run_kind`."""
+    tags = {schema.TAG_ENTRY_POINT: schema.ENTRY_POINTS[run_kind]}
+    try:
+        from mlflow.tracking.context.registry import resolve_tags
+
+        tags.update(resolve_tags())
+    except Exception as exc:  # noqa: BLE001 - provenance is a nice-to-have, never a failure
+        console.note(f"source tags not resolved ({one_line(exc)[:200]})")
+    return tags
+
+
+def system_metrics_interval(expected_s: float | None) -> float | None:
+    """Seconds between system-metric samples for a phase expected to last `expected_s`: about
+    SYSTEM_SAMPLES samples, between 1 s and 60 s; 1 s when the length is unknown; None (do not
+    sample) when the phase is shorter than two 1-second samples, which would hold only MLflow's
+    first sample (CPU use since the previous psutil call) or none."""
+    if expected_s is None:
+        return 1.0
+    if expected_s < 2.0:
+        return None
+    return min(60.0, max(1.0, expected_s / SYSTEM_SAMPLES))
 
 
 def series_stride(n_points: int) -> int:
@@ -87,7 +137,9 @@ class RunSession:
     """A context manager around one MLflow run. See the module docstring.
 
     `parent` makes this a child run (sweeps). `system_metrics` samples CPU/GPU/memory/disk into the
-    run while it is open (MLflow's system metrics monitor).
+    run from `start_system_metrics` until it ends (MLflow's system metrics monitor). A new run
+    gets `context_tags` unless `source_tags` is false (an upload recreating a spooled run, whose
+    record already holds the tags of the process that measured it).
     """
 
     def __init__(
@@ -103,6 +155,7 @@ class RunSession:
         run_id: str | None = None,
         offline: bool = False,
         local_id: str | None = None,
+        source_tags: bool = True,
     ) -> None:
         if run_kind not in schema.RUN_KINDS:
             raise ValueError(f"run_kind must be one of {schema.RUN_KINDS}, got {run_kind!r}")
@@ -123,9 +176,15 @@ class RunSession:
         self.status: str | None = None
         self.error: str | None = None
         self.spool_path: Path | None = None
-        self.record = RunRecord(
-            run_kind, run_name=run_name, tags={schema.TAG_RUN_KIND: run_kind, **(tags or {})}
-        )
+        base = {schema.TAG_RUN_KIND: run_kind}
+        continuing = run_id or (self.resume_env_run and os.environ.get("MLFLOW_RUN_ID"))
+        if source_tags and not continuing:  # `mlflow run` already tagged the run it made
+            base = {**context_tags(run_kind), **base}
+            if parent is not None:  # a sweep's child runs under the sweep's entry point
+                base[schema.TAG_ENTRY_POINT] = parent.record.tags.get(
+                    schema.TAG_ENTRY_POINT, base[schema.TAG_ENTRY_POINT]
+                )
+        self.record = RunRecord(run_kind, run_name=run_name, tags={**base, **(tags or {})})
         self._pending = RunRecord(run_kind, run_name=run_name, tags=dict(self.record.tags))
         self._client = None
         self._monitor = None
@@ -154,6 +213,14 @@ class RunSession:
 
     def log_file(self, artifact_path: str, local_path: str | os.PathLike) -> None:
         self._add(RunRecord(self.record.run_kind, files={artifact_path: str(local_path)}))
+
+    def set_note(self, text: str) -> None:
+        """The run's description (the MLflow UI's Description box and the note tag), plain text."""
+        self.set_tags({schema.TAG_NOTE: text[:5000]})
+
+    def log_input(self, dataset: dict) -> None:
+        """A dataset input (a `dataset_input` dict): the UI's Dataset column and filter."""
+        self._add(RunRecord(self.record.run_kind, inputs=[dataset]))
 
     def _add(self, part: RunRecord) -> None:
         part.validate()
@@ -248,6 +315,9 @@ class RunSession:
                 tags.append(RunTag(f"{name}_stride", str(stride)))
         if params or tags or metrics:
             client.log_batch(run_id, metrics=metrics, params=params, tags=tags)
+        if rec.inputs:
+            client.log_inputs(run_id, datasets=[_dataset_entity(d) for d in rec.inputs])
+            rec.inputs.clear()
         self._written_params.update(p.key for p in params)
         rec.params.clear()
         rec.tags.clear()
@@ -287,8 +357,6 @@ class RunSession:
             self.experiment_id = self._experiment_id()
             parent_run_id = self.parent.run_id if self.parent is not None else None
             self.create_run(self.experiment_id, parent_run_id, self._client)
-        if self.system_metrics:
-            self._start_monitor()
         self.flush()
 
     def _experiment_id(self) -> str:
@@ -296,12 +364,29 @@ class RunSession:
             return self.parent.experiment_id
         return experiment_id_for(self.experiment, create=True, client=self._client)
 
-    def _start_monitor(self) -> None:
+    def start_system_metrics(self, expected_s: float | None) -> None:
+        """Sample system metrics (CPU, memory, disk, network; GPU utilisation and memory through
+        NVML on NVIDIA) from now until the run ends, at an interval suited to a phase expected to
+        last `expected_s` seconds (`system_metrics_interval`). Tag `system_metrics` says how
+        often, or why not. Does nothing without `system_metrics`, offline or when already started."""
+        if not self.system_metrics or self.offline or self._monitor is not None:
+            return
+        interval = system_metrics_interval(expected_s)
+        if interval is None:
+            self.set_tags(
+                {
+                    "system_metrics": f"off: the run measures for ~{expected_s:.2g} s, under two samples"
+                }
+            )
+            return
         try:
+            import psutil
             from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
-            self._monitor = SystemMetricsMonitor(self.run_id)
+            psutil.cpu_percent()  # the monitor's first CPU sample covers the time since this call
+            self._monitor = SystemMetricsMonitor(self.run_id, sampling_interval=interval)
             self._monitor.start()
+            self.set_tags({"system_metrics": f"every {interval:.3g} s"})
         except Exception as exc:  # noqa: BLE001 - system metrics are a nice-to-have
             self._monitor = None
             console.note(f"system metrics off ({one_line(exc)})")
@@ -350,6 +435,21 @@ class RunSession:
             status=self.status,
             tracking_uri=tracking_uri(),
         )
+
+
+def _dataset_entity(d: dict):
+    """A `dataset_input` dict as the DatasetInput MlflowClient.log_inputs takes."""
+    import json
+
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+
+    dataset = Dataset(
+        name=d["name"],
+        digest=d["digest"],
+        source_type=d["source_type"],
+        source=json.dumps(d["source"]),
+    )
+    return DatasetInput(dataset, tags=[InputTag("mlflow.data.context", d["context"])])
 
 
 def mlflow_client(client=None):

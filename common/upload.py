@@ -47,7 +47,7 @@ def upload_spooled(folder: Path | None = None, select=None) -> tuple[int, int]:
         ):
             waiting += 1  # its parent is still spooled: creating it now would orphan it
             continue
-        session = RunSession(rec.run_kind, run_name=rec.run_name, tags=rec.tags)
+        session = RunSession(rec.run_kind, run_name=rec.run_name, tags=rec.tags, source_tags=False)
         try:
             if entry.get("run_id"):
                 session.continue_run(entry["run_id"], client)

@@ -24,7 +24,7 @@ from typing import Callable
 from common import console, schema
 from common.cli import ArgumentParser, cli_entry, optional
 from common.errors import UsageError
-from common.tracking import RunSession
+from common.tracking import RunSession, dataset_input
 from profiling.capture import DEFAULT_OUT, capture, dry_run
 from profiling.chips.devices import parse_capability
 from profiling.gpu import GpuInfo, cuda_probe
@@ -45,7 +45,7 @@ from profiling.ncu_summary import (
     top_kernels,
 )
 from train.config import TrainConfig, add_config_args, config_from_args
-from train.data import num_classes_for
+from train.data import dataset_fields, num_classes_for
 from train.models import check_model_name
 
 TOP_KERNELS = 25
@@ -208,6 +208,7 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo]) -> int:
     run_name = f"{config.run_name()}-ncu"
     tags = {
         schema.TAG_CONFIG_KEY: config.config_key(),
+        schema.TAG_CONFIG_LABEL: config.config_label(),
         schema.TAG_ENV_LABEL: config.env_label,
         schema.TAG_DEVICE_TYPE: "cuda",
         schema.TAG_INTENSITY_SOURCE: "measured",
@@ -230,6 +231,9 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo]) -> int:
 
     with RunSession("profile", experiment=args.experiment, run_name=run_name, tags=tags) as session:
         session.log_params(params)
+        if not importing:  # an imported report's input data is whatever the profiled run used
+            fields = dataset_fields(config.data, config.image_size, config.num_classes, config.seed)
+            session.log_input(dataset_input(**fields, context="profile"))
         session.flush()
         if importing:
             report, device_name, capability, counters = import_report(args, session)
@@ -263,16 +267,22 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo]) -> int:
             console.note(
                 "no NVTX phases in the ncu output (does train's profile mode mark forward/backward/optimizer?)"
             )
+        how = f"imported from {Path(args.import_file).name}" if importing else "captured"
+        session.set_note(
+            _summary_line(f"ncu profile of {config.config_label()} ({how})", summary, device_name)
+            + (f"\nRoofline: {incomplete}" if incomplete else "")
+        )
         if "time_s" not in summary.measured:
             console.note("no gpu__time_duration.sum in the input: ncu_kernel_time_s not logged")
-    console.result(_summary_line(session.run_id, summary, device_name))
+    console.result(_summary_line(f"profile run {session.run_id}", summary, device_name))
     return 0
 
 
-def _summary_line(run_id: str | None, s: NcuSummary, device_name: str) -> str:
+def _summary_line(what: str, s: NcuSummary, device_name: str) -> str:
+    """`<what> (<GPU>): <kernels>, <FLOP>, <DRAM bytes>, <intensity>, <kernel time>`."""
     t = s.totals
     n = len(s.kernels)
-    parts = [f"profile run {run_id} ({device_name}): {n} kernel{'' if n == 1 else 's'}"]
+    parts = [f"{what} ({device_name}): {n} kernel{'' if n == 1 else 's'}"]
     if "flops_total" in t:
         precisions = [q.split("_", 1)[1] for q in s.measured if q.startswith("flops_") and t.get(q)]
         parts.append(f"{t['flops_total']:.4g} FLOP ({'+'.join(precisions) or 'none counted'})")

@@ -131,10 +131,27 @@ def test_run_logs_the_schema(tracking, capsys):
     out = capsys.readouterr().out
     assert (
         "samples/s" in out
-        and "GFLOP/s achieved" in out
+        and "FLOP/s achieved" in out
         and run.info.run_id in out
         and "mlflow ui" in out
     )
+
+    # what the MLflow UI shows: description, readable config, numbers that sort, provenance, data
+    note = t[schema.TAG_NOTE]
+    first = note.splitlines()[0]
+    assert first == out.splitlines()[0].rsplit("; run ", 1)[0]  # the printed summary line
+    assert first.startswith(f"resnet18 b2 fp32 32px on {t[schema.TAG_DEVICE_NAME]}: ")
+    assert "Measured 3 steps after 1 warmup (stop: fixed)" in note and "synthetic" in note
+    assert t[schema.TAG_CONFIG_LABEL] == "resnet18/b2/fp32/32px"
+    assert t["mlflow.runName"] == "resnet18-b2-fp32-32px-cpu"
+    assert m["config_batch_size"] == 2.0 and m["config_image_size"] == 32.0
+    assert t["mlflow.user"] and t["mlflow.source.type"] == "LOCAL" and t["mlflow.source.name"]
+    assert t[schema.TAG_ENTRY_POINT] == "main"
+    inputs = run.inputs.dataset_inputs
+    assert [(i.dataset.name, i.dataset.source_type) for i in inputs] == [
+        ("synthetic-32px-1000cls", "code")
+    ]
+    assert {tag.key: tag.value for tag in inputs[0].tags} == {"mlflow.data.context": "train"}
 
 
 def error_of(capsys, argv) -> tuple[int, str]:

@@ -53,23 +53,29 @@ def run(
     parent=None,
     extra_params: dict | None = None,
     extra_tags: dict | None = None,
+    name_suffix: str = "",
+    note_extra: str = "",
 ):
     """Pre-flight, then one `train` run: returns (the closed RunSession, BenchResult).
+
+    `name_suffix` ends the run name (a sweep child's `-r<repeat>`); `note_extra` ends its
+    description (which sweep it belongs to).
 
     Raises BenchError for bad input found before the run (nothing logged: a sweep records such a
     configuration as a FAILED child itself) and re-raises failures inside the run after it was
     ended FAILED with the reason.
     """
     from common.envinfo import environment_tags
-    from common.tracking import RunSession
-    from train.bench import preflight, run_benchmark, run_header
+    from common.tracking import RunSession, dataset_input
+    from train.bench import preflight, run_benchmark, run_header, run_note
+    from train.data import dataset_fields
 
     device = preflight(cfg)
     params, tags = run_header(cfg, device)
     session = RunSession(
         "train",
         experiment=experiment,
-        run_name=f"{cfg.run_name()}-{device.type}",
+        run_name=f"{cfg.run_name()}-{device.type}{name_suffix}",
         tags=environment_tags(str(device), cfg.env_label),
         parent=parent,
         system_metrics=system_metrics,
@@ -77,9 +83,16 @@ def run(
     with session:
         session.log_params({**params, **(extra_params or {})})
         session.set_tags({**tags, **(extra_tags or {})})
+        session.log_metrics(cfg.config_metrics())
+        fields = dataset_fields(cfg.data, cfg.image_size, cfg.num_classes, cfg.seed)
+        session.log_input(dataset_input(**fields, context="train"))
         session.flush()
-        result = run_benchmark(cfg, device, progress=progress)
+        result = run_benchmark(
+            cfg, device, progress=progress, on_measure=session.start_system_metrics
+        )
         session.set_tags(result.tags)
+        device_name = session.record.tags[schema.TAG_DEVICE_NAME]
+        session.set_note(run_note(cfg, device_name, result, note_extra))
         session.log_metrics(result.metrics)
         for name, values in result.series.items():
             session.log_series(name, values)
@@ -103,23 +116,18 @@ def main(argv: list[str] | None = None) -> int:
         progress=not args.no_progress,
         system_metrics=not args.no_system_metrics,
     )
-    m = result.metrics
+    from train.bench import summary_line
+
     where = f"kept offline in {session.spool_path}" if session.offline else f"run {session.run_id}"
+    device_name = session.record.tags[schema.TAG_DEVICE_NAME]
     console.result(
-        f"{cfg.model} b{cfg.batch_size} {cfg.precision} {cfg.image_size}px on {session.record.tags[schema.TAG_DEVICE_NAME]}: "
-        f"{m['throughput_samples_per_s']:.2f} samples/s, {m['step_time_median_s'] * 1e3:.1f} ms/step (median of {len(result.step_times_s)}{_ci_text(m)}), "
-        f"{m['achieved_flops_per_s'] / 1e9:.2f} GFLOP/s achieved; {where}"
+        f"{summary_line(cfg, device_name, result.metrics, len(result.step_times_s))}; {where}"
     )
     if not session.offline:
         from common.server import ui_hint
 
         console.result(ui_hint(session.run_id, session.experiment_id))
     return 0
-
-
-def _ci_text(metrics: dict) -> str:
-    rel = metrics.get("step_time_ci95_rel")
-    return f", mean ±{rel:.1%} at 95% confidence" if rel is not None else ""
 
 
 def _profile(cfg: TrainConfig, steps: int, cudnn_benchmark: bool = True) -> int:

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, ContextManager
 
-from common import schema
+from common import fmt, schema
 from common.envinfo import environment_report
 from common.errors import BenchError, UsageError, one_line
 from train import device as dev
@@ -62,7 +62,11 @@ class BenchResult:
 def run_header(cfg: TrainConfig, device) -> tuple[dict, dict[str, str]]:
     """The params and tags of a train run of `cfg` on `device`, known before it measures."""
     params = {**cfg.params(), "device": str(device)}
-    tags = {schema.TAG_CONFIG_KEY: cfg.config_key(), schema.TAG_INTENSITY_SOURCE: "modeled"}
+    tags = {
+        schema.TAG_CONFIG_KEY: cfg.config_key(),
+        schema.TAG_CONFIG_LABEL: cfg.config_label(),
+        schema.TAG_INTENSITY_SOURCE: "modeled",
+    }
     return params, tags
 
 
@@ -166,8 +170,17 @@ def count_work(prep: Prepared) -> tuple[fl.StepCounts, fl.ForwardProfile]:
     return step_counts, forward
 
 
-def run_benchmark(cfg: TrainConfig, device, progress: bool = True) -> BenchResult:
-    """Prepare, count, warm up and measure `cfg` on `device`. Raises BenchError on user-facing failures."""
+def run_benchmark(
+    cfg: TrainConfig,
+    device,
+    progress: bool = True,
+    on_measure: Callable[[float | None], None] | None = None,
+) -> BenchResult:
+    """Prepare, count, warm up and measure `cfg` on `device`. Raises BenchError on user-facing failures.
+
+    `on_measure(expected_s)` is called once warmup is over, just before the measured steps, with
+    how long they are expected to last (the last warmup step's time x the steps; None without
+    warmup): train.run starts its system metrics there."""
     wall0 = time.perf_counter()
     try:
         prep = prepare(cfg, device)
@@ -184,10 +197,16 @@ def run_benchmark(cfg: TrainConfig, device, progress: bool = True) -> BenchResul
     dev.reset_peak_memory(device)
     bar = _progress(cfg, progress)
     try:
+        last_warmup_s = None
         for _ in range(cfg.warmup_iters):
+            w0 = time.perf_counter()
             prep.step()
+            dev.synchronize(device)
+            last_warmup_s = time.perf_counter() - w0
             bar.update(1)
         dev.synchronize(device)
+        if on_measure is not None:
+            on_measure(_expected_measure_s(cfg, last_warmup_s))
         cpu0 = dev.cpu_times_s()
         t0 = time.perf_counter()
         bar.set_description(f"{cfg.model} b{cfg.batch_size} measure")
@@ -255,6 +274,50 @@ def run_benchmark(cfg: TrainConfig, device, progress: bool = True) -> BenchResul
     }
     tags = {"data_description": prep.source.description, "measure_stop": stop}
     return BenchResult(metrics, times, texts, tags)
+
+
+def _expected_measure_s(cfg: TrainConfig, step_s: float | None) -> float | None:
+    """Seconds the measured steps should take at `step_s` per step (None when unknown)."""
+    if step_s is None:
+        return None
+    if cfg.iters == "auto":
+        return min(cfg.max_time_s, cfg.max_iters * step_s)
+    return cfg.iters * step_s
+
+
+def summary_line(cfg: TrainConfig, device_name: str, metrics: dict, n_steps: int) -> str:
+    """The one-line result of a train run, in readable units: what the command prints and the
+    first line of the run's description."""
+    m = metrics
+    rel = m.get("step_time_ci95_rel")
+    ci = f", mean ±{rel:.1%} at 95% confidence" if rel is not None else ""
+    return (
+        f"{cfg.model} b{cfg.batch_size} {cfg.precision} {cfg.image_size}px on {device_name}: "
+        f"{fmt.num(m['throughput_samples_per_s'])} samples/s, "
+        f"{fmt.num(m['step_time_median_s'] * 1e3)} ms/step (median of {n_steps}{ci}), "
+        f"{fmt.si(m['achieved_flops_per_s'], 'FLOP/s')} achieved"
+    )
+
+
+def run_note(cfg: TrainConfig, device_name: str, result: "BenchResult", extra: str = "") -> str:
+    """The description of a train run (tag mlflow.note.content): the summary line, then the data,
+    the steps measured and the work counted, in plain text."""
+    m = result.metrics
+    lines = [
+        summary_line(cfg, device_name, m, len(result.step_times_s)),
+        "",
+        f"Configuration: {cfg.config_label()} ({cfg.optimizer}, lr {cfg.lr}, seed {cfg.seed}).",
+        f"Data: {result.tags.get('data_description', cfg.data)}.",
+        f"Measured {len(result.step_times_s)} steps after {cfg.warmup_iters} warmup "
+        f"(stop: {result.tags.get('measure_stop', 'fixed')}); "
+        f"{fmt.num(m['wall_s'])} s measuring.",
+        f"Work: {fmt.si(m['train_flops_per_step'], 'FLOP')} per training step (counted), "
+        f"{fmt.si(m['modeled_bytes_per_step'], 'B')} modeled memory traffic, "
+        f"{fmt.si(m['params'])} parameters.",
+    ]
+    if extra:
+        lines.append(extra)
+    return "\n".join(lines)
 
 
 def check_profile_mode(cfg: TrainConfig, steps: int) -> None:

@@ -11,6 +11,8 @@ from common.cli import optional, str_bool
 DEVICES = ("auto", "cpu", "cuda", "mps")
 OPTIMIZERS = ("sgd", "adam", "adamw")
 DOCUMENTED_MODELS = ("resnet18", "resnet34", "resnet50", "vgg16", "mobilenet_v2")
+# numeric configuration fields logged again as metrics `config_<field>` (TrainConfig.config_metrics)
+CONFIG_METRICS = ("batch_size", "image_size")
 
 
 @dataclass
@@ -116,6 +118,23 @@ class TrainConfig:
 
     def run_name(self) -> str:
         return f"{self.model}-b{self.batch_size}-{self.precision}-{self.image_size}px"
+
+    def config_label(self) -> str:
+        """The configuration for the UI's Group by (tag `config_label`): model/batch/precision/size,
+        then each other config_key field that is not its default, so that runs doing different work
+        get different labels: `resnet18/b8/fp32/64px`, `resnet18/b8/bf16/224px/channels_last/adam`."""
+        parts = [self.model, f"b{self.batch_size}", self.precision, f"{self.image_size}px"]
+        parts += [name for name in ("channels_last", "compile") if getattr(self, name)]
+        if self.optimizer != "sgd":
+            parts.append(self.optimizer)
+        if self.num_classes != 1000:
+            parts.append(f"{self.num_classes}cls")
+        return "/".join(parts)
+
+    def config_metrics(self) -> dict[str, float]:
+        """The numeric configuration values also logged as metrics, so that the UI sorts them as
+        numbers (params are text: 16 < 4 < 64 < 8)."""
+        return {f"config_{name}": float(getattr(self, name)) for name in CONFIG_METRICS}
 
 
 def check_choices(precision: str, device: str, optimizer: str) -> None:

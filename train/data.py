@@ -33,6 +33,35 @@ class BatchSource:
     description: str
 
 
+def dataset_fields(data: str, image_size: int, num_classes: int, seed: int) -> dict:
+    """The data source of a run as a dataset input's fields (common.tracking.dataset_input): its
+    name, a 16-hex-digit digest, and where it comes from. Folders are `local` with their resolved
+    path (the digest hashes the path, not the images); synthetic and fake data are `code`: made by
+    this program from the image size, classes and seed, which the digest hashes."""
+    from common.schema import stable_hash
+
+    if data in ("synthetic", "fake"):
+        made = {"generator": data, "image_size": image_size, "num_classes": num_classes}
+        return {
+            "name": f"{data}-{image_size}px-{num_classes}cls",
+            "digest": stable_hash({**made, "seed": seed}),
+            "source_type": "code",
+            "source": {**made, "seed": seed},
+        }
+    if data.startswith("cifar10:"):
+        root, name = cifar10_root(data.split(":", 1)[1]), "cifar10"
+    else:
+        root = image_folder_root(data)
+        name = root.parent.name if root.name == "train" else root.name
+    uri = str(root.resolve())
+    return {
+        "name": name,
+        "digest": stable_hash({"uri": uri}, lower_strings=False),
+        "source_type": "local",
+        "source": {"uri": uri},
+    }
+
+
 # ------------------------------------------------------------------ validation (no torch needed)
 def image_folder_root(path: str) -> Path:
     """The ImageFolder root for `path`: `<path>/train` when it exists (imagenette, imagenet-mini)."""

@@ -151,7 +151,7 @@ class _NoRun:
     def log_params(self, *_):
         pass
 
-    set_tags = log_metrics = log_text = flush = log_params
+    set_tags = log_metrics = log_text = set_note = flush = log_params
 
 
 def _where(session, config: PeaksConfig) -> str:
@@ -353,6 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         s.log_metrics({**result.metrics(), **v_metrics, **phases.setup_metrics()})
         s.log_text("peaks/samples.json", json.dumps(result.to_dict(), indent=1))
+        s.set_note(summary_line(device, name, result, vendor, config))
         s.log_text("environment.txt", envinfo.environment_report())
     phases.lap("logging")
     console.note(phases.text())

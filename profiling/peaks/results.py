@@ -178,10 +178,11 @@ def summary_line(
     result: PeaksResult,
     vendor: VendorPeaks | None,
     config: PeaksConfig,
-    where: str,
+    where: str = "",
     total_s: float | None = None,
 ) -> str:
-    """`peaks <device> [<name>]: <figures>; <samples and budget>; <time>; <where the run went>`."""
+    """`peaks <device> [<name>]: <figures>; <samples and budget>; <time>; <where the run went>`
+    (the run's description too, without `where`)."""
     parts = []
     for d, m in result.compute.items():
         text = f"{d} {si(m.best, 'FLOP/s')}"
@@ -205,7 +206,10 @@ def summary_line(
     took = f"measured in {result.wall_s:.1f} s" + (
         f" ({total_s:.1f} s in all)" if total_s is not None else ""
     )
-    return f"peaks {device} [{name}]: {', '.join(parts)}; {budget_text(result, config)}; {took}; {where}"
+    tail = f"; {where}" if where else ""
+    return (
+        f"peaks {device} [{name}]: {', '.join(parts)}; {budget_text(result, config)}; {took}{tail}"
+    )
 
 
 def _bimodal_text(meas: Measurement) -> str:

@@ -72,7 +72,7 @@ def run(
     session = RunSession(
         "complexity",
         experiment=experiment,
-        run_name=f"complexity-{cfg.image_size}px-{device.type}",
+        run_name=run_name(cfg, device.type),
         tags=environment_tags(str(device), cfg.env_label),
     )
     with session:
@@ -94,6 +94,7 @@ def run(
         for path, text in texts.items():
             session.log_text(path, text)
         session.log_text("environment.txt", environment_report())
+        session.set_note(run_note(cfg, result))
         _write_out(out_dir, texts)
     return session, result
 
@@ -106,6 +107,25 @@ def _write_out(out_dir: str | None, texts: dict[str, str]) -> None:
         dest = root / Path(path).relative_to(ARTIFACT_DIR)
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_text(text)
+
+
+def run_name(cfg, device_type: str, most: int = 3) -> str:
+    """`complexity-resnet18+mobilenet_v2-224px-cpu`: the models (the first `most`, then how many
+    more), the image size and the device type."""
+    models = "+".join(cfg.models[:most])
+    if len(cfg.models) > most:
+        models += f"+{len(cfg.models) - most}more"
+    return f"complexity-{models}-{cfg.image_size}px-{device_type}"
+
+
+def run_note(cfg, result) -> str:
+    """The run's description: the summary line, then what it covered."""
+    return (
+        f"{summary_line(result)}\n\nCovered: models {', '.join(cfg.models)}; batch sizes "
+        f"{', '.join(map(str, cfg.batch_sizes))}; {cfg.image_size}px, {cfg.precision}, "
+        f"{cfg.optimizer}, {cfg.num_classes} classes; RSS check on "
+        f"{', '.join(result.rss_models) or 'no model'}."
+    )
 
 
 @cli_entry

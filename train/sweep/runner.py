@@ -4,6 +4,7 @@ every failure isolated in its child. See docs/sweep.md."""
 from __future__ import annotations
 
 import os
+import time
 from typing import Callable
 
 from common import console, schema
@@ -19,7 +20,13 @@ from train.sweep.spec import (
     plan_sweep,
 )
 from train.sweep.state import SweepState, reconcile, save_ledger
-from train.sweep.summary import ChildOutcome, all_failed, parent_metrics, summary_csv
+from train.sweep.summary import (
+    ChildOutcome,
+    all_failed,
+    parent_metrics,
+    parent_note,
+    summary_csv,
+)
 
 
 def run_sweep(
@@ -28,6 +35,7 @@ def run_sweep(
     experiment: str | None = None,
     env_label: str | None = None,
     progress: bool = True,
+    system_metrics: bool = True,
     on_child_done: Callable[[ChildOutcome], None] | None = None,
 ) -> list[ChildOutcome]:
     """Run (or resume) the sweep; returns one outcome per planned (configuration, repeat), in plan
@@ -65,6 +73,7 @@ def run_sweep(
         offline=not state.reachable,
         local_id=None if state.reachable else state.parent_local_id,
     )
+    t0 = time.perf_counter()
     with parent:
         parent.log_params({**spec.run_params(), "sweep_configs": plan.n_configs})
         parent.flush()
@@ -72,7 +81,7 @@ def run_sweep(
         try:
             for cfg, r, key in todo:
                 bar.set_description_str(plan.label(cfg, r))
-                outcome = _run_child(plan, cfg, r, key, experiment, parent)
+                outcome = _run_child(plan, cfg, r, key, experiment, parent, system_metrics)
                 outcomes.append(outcome)
                 if outcome.status == "FINISHED":
                     state.done.add((key, r))
@@ -88,6 +97,16 @@ def run_sweep(
             order = {(key, r): i for i, (_, r, key) in enumerate(plan.runs)}
             outcomes.sort(key=lambda o: order[(o.sweep_key, o.repeat)])
             parent.log_text("sweep/summary.csv", summary_csv(outcomes))
+            parent.set_note(
+                parent_note(
+                    spec.name,
+                    plan.env_label,
+                    spec.matrix,
+                    spec.repeats,
+                    outcomes,
+                    time.perf_counter() - t0,
+                )
+            )
             if all_failed(outcomes):
                 parent.fail(f"all {len(outcomes)} run(s) failed; first: {outcomes[0].error}")
     return outcomes
@@ -123,8 +142,20 @@ def _point_mlflow_run_to_parent(plan: Plan, state: SweepState, tags: dict) -> No
     )
 
 
+def repeat_suffix(repeat: int) -> str:
+    """What ends a sweep child's run name: `-r<repeat>` (the `repeat` param, from 0), so that the
+    repeats of one configuration have distinct names."""
+    return f"-r{repeat}"
+
+
 def _run_child(
-    plan: Plan, cfg: TrainConfig, repeat: int, key: str, experiment, parent
+    plan: Plan,
+    cfg: TrainConfig,
+    repeat: int,
+    key: str,
+    experiment,
+    parent,
+    system_metrics: bool = True,
 ) -> ChildOutcome:
     """One child run. Any exception (not an interrupt) becomes a FAILED child with its one-line reason."""
     from train.__main__ import run as run_train
@@ -138,10 +169,12 @@ def _run_child(
                 cfg,
                 experiment=experiment,
                 progress=False,
-                system_metrics=False,
+                system_metrics=system_metrics,
                 parent=parent,
                 extra_params={PARAM_REPEAT: repeat},
                 extra_tags=extra_tags,
+                name_suffix=repeat_suffix(repeat),
+                note_extra=f"Repeat {repeat} of sweep {plan.spec.name} ({plan.env_label}).",
             )
     except Exception as exc:  # noqa: BLE001 - isolation is the point; KeyboardInterrupt still stops the sweep
         reason = one_line(exc)
@@ -176,19 +209,21 @@ def _record_failed_child(
     session = RunSession(
         "train",
         experiment=experiment,
-        run_name=cfg.run_name(),
+        run_name=f"{cfg.run_name()}-{cfg.device}{repeat_suffix(repeat)}",
         parent=parent,
         tags={
             schema.TAG_ENV_LABEL: cfg.env_label,
             schema.TAG_HOST: schema.host_name(),
             schema.TAG_DEVICE_TYPE: cfg.device,
             schema.TAG_CONFIG_KEY: cfg.config_key(),
+            schema.TAG_CONFIG_LABEL: cfg.config_label(),
             **extra_tags,
         },
     )
     try:
         with console.quiet(), session:
             session.log_params({**cfg.params(), PARAM_REPEAT: repeat})
+            session.set_note(f"FAILED before measuring: {reason}")
             session.fail(reason)
     except Exception as exc:  # noqa: BLE001 - the outcome still says FAILED with the reason
         console.warn(f"could not record the failed run ({one_line(exc)[:200]})")

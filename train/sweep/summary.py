@@ -7,6 +7,8 @@ import csv
 import io
 from dataclasses import dataclass
 
+from common import fmt
+
 STATUSES = ("FINISHED", "FAILED", "SKIPPED", "OFFLINE")
 """FINISHED: measured now; FAILED: with its one-line reason; SKIPPED: done before (resume);
 OFFLINE: measured now and kept in the spool (the server was unreachable)."""
@@ -88,6 +90,35 @@ def closing_lines(name: str, outcomes: list[ChildOutcome], wall_s: float) -> lis
             "server is back"
         )
     return lines
+
+
+def parent_note(
+    name: str,
+    env_label: str,
+    matrix: dict,
+    repeats: int,
+    outcomes: list[ChildOutcome],
+    wall_s: float,
+) -> str:
+    """The sweep parent's description (tag mlflow.note.content): what it covered (the matrix, the
+    configurations x repeats, the environment), the counts and failures (`closing_lines`), and
+    the fastest and slowest configuration measured now."""
+    n_configs = len({o.configuration for o in outcomes})
+    axes = "; ".join(f"{axis} = {', '.join(map(str, values))}" for axis, values in matrix.items())
+    lines = [
+        f"Sweep {name} on {env_label}: {n_configs} configuration(s) x {repeats} repeat(s) over "
+        f"{axes or 'the base configuration'}.",
+        *closing_lines(name, outcomes, wall_s),
+    ]
+    done = [o for o in outcomes if o.throughput_samples_per_s]
+    if done:
+        best = max(done, key=lambda o: o.throughput_samples_per_s)
+        worst = min(done, key=lambda o: o.throughput_samples_per_s)
+        lines.append(
+            f"Fastest: {best.label}, {fmt.num(best.throughput_samples_per_s)} samples/s; "
+            f"slowest: {worst.label}, {fmt.num(worst.throughput_samples_per_s)} samples/s."
+        )
+    return "\n".join(lines)
 
 
 def all_failed(outcomes: list[ChildOutcome]) -> bool:
