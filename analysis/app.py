@@ -386,7 +386,8 @@ def run_note(cfg: AnalysisConfig, result: Result) -> str:
             f"{', '.join(cfg.env_labels) or 'all'}; filter {cfg.filter or 'none'}; at most "
             f"{cfg.max_runs} train runs.",
             f"Environments: {'; '.join(envs) or 'none'}.",
-            "Report, figures and tables: the artifacts under report/.",
+            "Report: report/report.html in the Artifacts tab (figures embedded); figures and "
+            "tables under report/.",
         ]
     )
 
