@@ -191,6 +191,7 @@ def test_analysis_report_renders_in_the_artifact_view_with_every_figure_loaded(u
     # the summary table is inline and nothing links elsewhere (links go nowhere in that iframe)
     assert frame.locator("table").count() >= 3
     assert frame.locator("a[href]").count() == 0
+    frame.locator("figure").first.scroll_into_view_if_needed()  # a figure in the screenshot
     screenshot(page, "analysis_report.png")
 
 
