@@ -333,7 +333,7 @@ def attach_intensity(points: pd.DataFrame, profiles: pd.DataFrame) -> pd.DataFra
 
 
 # ------------------------------------------------------------------------------- roofs
-def _roof_from_peaks_row(row: dict, device: str) -> Roof:
+def roof_from_peaks_row(row: dict, device: str) -> Roof:
     roof = Roof(device)
     src = f"measured: peaks run {short(row['run_id'])}"
     for dtype in roofline.DTYPES:
@@ -363,7 +363,7 @@ def measured_roofs(
     for row in pk.to_dict("records"):
         env = str(row.get(f"tags.{schema.TAG_ENV_LABEL}") or "")
         dev = str(row.get(f"tags.{schema.TAG_DEVICE_NAME}") or "")
-        roof = _roof_from_peaks_row(row, dev)
+        roof = roof_from_peaks_row(row, dev)
         if roof.is_empty():  # no peak_* metric: nothing to draw
             continue
         by_env[(env, dev)] = roof  # later rows overwrite: latest wins

@@ -655,6 +655,10 @@ def test_cli_tracks_outputs_as_artifacts_of_an_analysis_run(store, tmp_path, cap
     figs = {f.path for f in client.list_artifacts(runs[0].info.run_id, "report/figures")}
     assert "report/figures/roofline_all.png" in figs
     assert runs[0].data.metrics["n_points"] == 4
+    assert runs[0].info.run_name == f"analysis-{EXP}"  # what it read
+    note = runs[0].data.tags[schema.TAG_NOTE].splitlines()
+    assert note[0] == summary[0].split("; report: ")[0]
+    assert note[2].startswith(f"Read: experiments {EXP}; env labels all; filter none")
 
 
 def test_no_matching_runs_is_one_line_and_nonzero(tracking, tmp_path, capsys):

@@ -12,6 +12,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from common import schema
 from train.complexity.__main__ import main
 from train.complexity.args import build_parser, config_from_args
 from train.complexity.config import ComplexityConfig, parse_bytes
@@ -613,6 +614,10 @@ def test_complexity_run_logs_metrics_tables_and_tags(tracking, capsys, tmp_path)
         and run.data.params["validate_rss"] == "auto"
     )
     assert run.data.params["rss_models"] == "resnet18"
+    assert run.info.run_name == "complexity-resnet18-32px-cpu"
+    note = run.data.tags[schema.TAG_NOTE].splitlines()
+    assert note[0] == out.strip().splitlines()[-2].rsplit("; run ", 1)[0]  # the summary line
+    assert note[2].startswith("Covered: models resnet18; batch sizes 2, 8; 32px")
     assert run.data.params["device_memory_source"] == "--device-memory 142MB"
     m = run.data.metrics
     assert m["resnet18/params"] == 11_689_512

@@ -212,6 +212,21 @@ def test_failure_isolation_and_resume(tracking, capsys):
     assert failed.data.params["precision"] == "fp16" and failed.data.params["repeat"] == "0"
     assert by_status["FINISHED"].data.params["repeat"] == "0"
     assert by_status["FINISHED"].data.tags[TAG_SWEEP_NAME] == "iso"
+    # what the UI shows: names with the repeat, descriptions saying what happened
+    assert by_status["FINISHED"].info.run_name == "resnet18-b2-fp32-32px-cpu-r0"
+    assert failed.info.run_name == "resnet18-b2-fp16-32px-cpu-r0"
+    assert failed.data.tags[schema.TAG_CONFIG_LABEL] == "resnet18/b2/fp16/32px"
+    assert failed.data.tags[schema.TAG_NOTE].startswith("FAILED before measuring: fp16 autocast")
+    assert (
+        by_status["FINISHED"].data.tags[schema.TAG_NOTE].endswith("Repeat 0 of sweep iso (box-a).")
+    )
+    note = parent.data.tags[schema.TAG_NOTE].splitlines()
+    assert note[0] == (
+        "Sweep iso on box-a: 2 configuration(s) x 1 repeat(s) over model = resnet18; "
+        "batch_size = 2; precision = fp32, fp16."
+    )
+    assert note[1].startswith("sweep iso: 1 finished, 0 skipped (done before), 1 failed")
+    assert note[-1].startswith("Fastest: resnet18 b2 fp32 32px #0, ")
 
     # Same sweep again: the finished config is skipped, the failed one retried, under the same parent.
     again = run_sweep(s, experiment=exp, env_label="box-a", progress=False)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 
 from common import console, schema
 from common.cli import ArgumentParser
@@ -80,7 +82,7 @@ def run(
         parent=parent,
         system_metrics=system_metrics,
     )
-    with session:
+    with tempfile.TemporaryDirectory() as tmp, session:  # tmp outlives the session's uploads
         session.log_params({**params, **(extra_params or {})})
         session.set_tags({**tags, **(extra_tags or {})})
         session.log_metrics(cfg.config_metrics())
@@ -94,11 +96,50 @@ def run(
         device_name = session.record.tags[schema.TAG_DEVICE_NAME]
         session.set_note(run_note(cfg, device_name, result, note_extra))
         session.log_metrics(result.metrics)
+        log_roofline(session, cfg, device_name, result.metrics, Path(tmp))
         for name, values in result.series.items():
             session.log_series(name, values)
         for path, text in result.texts.items():
             session.log_text(path, text)
     return session, result
+
+
+def log_roofline(session, cfg: TrainConfig, device_name: str, metrics: dict, tmp: Path) -> None:
+    """Log `roofline.png`: this run against its device's ceilings (the latest peaks run of the
+    device on this server, else the vendor table; analysis/run_roofline.py). Tag `roofline_roof`
+    says where the ceilings came from, or why there is no figure. A failure here is one warning,
+    never a failed run."""
+    from common.errors import one_line
+
+    try:
+        from analysis import run_roofline
+        from analysis.vendor import load_vendor_lookup
+
+        peaks = None
+        if not session.offline:
+            from analysis.fetch.peaks import latest_peaks_row
+
+            peaks = latest_peaks_row(device_name, cfg.env_label)
+        roof = run_roofline.run_roof(device_name, peaks, load_vendor_lookup()(device_name))
+        if roof is None:
+            session.set_tags(
+                {"roofline_roof": f"none: no peaks run or vendor entry for {device_name}"}
+            )
+            return
+        source = f"peaks run {peaks['run_id']}" if peaks else "vendor table"
+        image = run_roofline.png(
+            roof,
+            cfg.precision,
+            metrics["achieved_flops_per_s"],
+            metrics["modeled_intensity_flops_per_byte"],
+            f"{cfg.config_label()} on {device_name}",
+        )
+        path = tmp / "roofline.png"
+        path.write_bytes(image)
+        session.log_file("roofline.png", path)
+        session.set_tags({"roofline_roof": source})
+    except Exception as exc:  # noqa: BLE001 - a figure never fails the measured run
+        console.warn(f"no roofline.png for this run: {one_line(exc)[:300]}")
 
 
 @cli_entry

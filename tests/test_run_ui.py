@@ -1,0 +1,173 @@
+"""What the MLflow UI shows of a run (issue 12): descriptions, names, config labels and numbers,
+provenance and dataset tags, system-metric sampling, and a train run's own roofline figure."""
+
+from __future__ import annotations
+
+import json
+
+import mlflow
+
+from analysis import run_roofline
+from analysis.fetch.peaks import latest_peaks_row
+from analysis.roofline import Roof
+from common import schema
+from common.tracking import RunSession, dataset_input, system_metrics_interval
+from common.upload import upload_spooled
+from tests.helpers import TINY, make_cifar10, make_image_folder
+from train.config import TrainConfig
+from train.data import dataset_fields
+
+
+def test_system_metrics_interval_fits_the_expected_length():
+    assert system_metrics_interval(None) == 1.0  # unknown: sample every second
+    assert system_metrics_interval(1.9) is None  # under two 1-second samples: none
+    assert system_metrics_interval(2.0) == 1.0
+    assert system_metrics_interval(300.0) == 10.0  # 30 samples
+    assert system_metrics_interval(36_000.0) == 60.0  # at most a minute apart
+
+
+def test_config_label_names_what_differs_and_numbers_are_metrics():
+    cfg = TrainConfig(model="resnet18", batch_size=8, image_size=64, env_label="x")
+    assert cfg.config_label() == "resnet18/b8/fp32/64px"
+    other = TrainConfig(
+        model="resnet18",
+        batch_size=8,
+        image_size=64,
+        precision="bf16",
+        channels_last=True,
+        optimizer="adam",
+        num_classes=10,
+        env_label="x",
+    )
+    assert other.config_label() == "resnet18/b8/bf16/64px/channels_last/adam/10cls"
+    assert cfg.config_metrics() == {"config_batch_size": 8.0, "config_image_size": 64.0}
+
+
+def test_dataset_fields_of_each_source(tmp_path):
+    syn = dataset_fields("synthetic", 32, 1000, 0)
+    assert (syn["name"], syn["source_type"]) == ("synthetic-32px-1000cls", "code")
+    assert syn["digest"] != dataset_fields("synthetic", 32, 1000, 1)["digest"]  # seed counts
+    folder = make_image_folder(tmp_path / "imagenette")  # imagenette/train/<class>/
+    f = dataset_fields(str(folder), 32, 2, 0)
+    assert f["name"] == "imagenette" and f["source_type"] == "local"
+    assert f["source"] == {"uri": str((folder / "train").resolve())}
+    cifar = make_cifar10(tmp_path / "cifar-10-batches-py")
+    c = dataset_fields(f"cifar10:{cifar}", 32, 10, 0)
+    assert c["name"] == "cifar10" and c["source"] == {"uri": str(cifar.resolve())}
+
+
+def test_new_run_gets_source_tags_note_and_dataset_and_a_spooled_one_keeps_them(
+    tracking, monkeypatch
+):
+    ds = dataset_input("synthetic-32px-1000cls", "abc", "code", {"generator": "synthetic"}, "train")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")  # offline first
+    mlflow.set_tracking_uri("http://127.0.0.1:9")
+    with RunSession("peaks", run_name="p", experiment="ui") as s:
+        s.set_note("peaks cpu: 1 TFLOP/s")
+        s.log_input(ds)
+    assert s.offline
+    entry = json.loads(s.spool_path.read_text())
+    assert entry["record"]["inputs"] == [ds]
+    mlflow.set_tracking_uri(tracking)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking)
+    assert upload_spooled() == (1, 0)
+    (run,) = mlflow.search_runs(experiment_names=["ui"], output_format="list")
+    t = run.data.tags
+    assert t[schema.TAG_NOTE] == "peaks cpu: 1 TFLOP/s"
+    assert t[schema.TAG_ENTRY_POINT] == "peaks"
+    # the measuring process's source, not common/upload.py's
+    assert t["mlflow.user"] and not t["mlflow.source.name"].endswith("upload.py")
+    assert [(i.dataset.name, i.dataset.digest) for i in run.inputs.dataset_inputs] == [
+        ("synthetic-32px-1000cls", "abc")
+    ]
+
+
+def test_run_continued_from_mlflow_run_keeps_its_source_tags(tracking, monkeypatch):
+    client = mlflow.tracking.MlflowClient()
+    made = client.create_run("0", tags={"mlflow.source.name": "file:///project"})
+    monkeypatch.setenv("MLFLOW_RUN_ID", made.info.run_id)
+    with RunSession("train", run_name="r") as s:
+        pass
+    assert s.run_id == made.info.run_id
+    assert client.get_run(s.run_id).data.tags["mlflow.source.name"] == "file:///project"
+
+
+def _peaks_run(env: str, device: str, flops: float) -> str:
+    tags = {schema.TAG_ENV_LABEL: env, schema.TAG_DEVICE_NAME: device}
+    with RunSession("peaks", run_name=f"peaks-{env}", tags=tags) as s:
+        s.log_metrics({"peak_flops_per_s_fp32": flops, "peak_dram_bytes_per_s": 2e10})
+    return s.run_id
+
+
+def test_latest_peaks_row_prefers_the_same_environment(tracking):
+    mine = _peaks_run("box", "CPU X", 1e11)
+    _peaks_run("other", "CPU X", 3e11)  # later, but another environment
+    _peaks_run("box", "CPU Y", 5e11)  # another device
+    row = latest_peaks_row("CPU X", "box")
+    assert row["run_id"] == mine and row["metrics.peak_flops_per_s_fp32"] == 1e11
+    assert latest_peaks_row("CPU X", "nowhere")["metrics.peak_flops_per_s_fp32"] == 3e11
+    assert latest_peaks_row("CPU Z", "box") is None
+
+
+def test_run_roofline_figure_says_how_close_to_the_roof():
+    roof = Roof("CPU X", {"fp32": 1e11}, {"dram": 2e10}, {"flops:fp32": "measured: peaks run a"})
+    fig = run_roofline.draw(roof, "fp32", 2.5e10, 8.0, "resnet18/b2/fp32/32px on CPU X")
+    ax = fig.axes[0]
+    assert ax.get_title() == "25.0% of the fp32 peak"  # 2.5e10 / 1e11
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "this run at modeled intensity 8 FLOP/B" in labels
+    assert "achieved 25 GFLOP/s" in labels and any(lb.startswith("DRAM 20 GB/s") for lb in labels)
+    assert run_roofline.png(roof, "fp32", 2.5e10, 8.0, "t")[:8] == b"\x89PNG\r\n\x1a\n"
+    # a peaks run without a DRAM figure takes the vendor's, and says where each came from
+    vendor = {"flops_per_s": {"fp32": 9e11}, "dram_bytes_per_s": 5e10, "source": "datasheet"}
+    merged = run_roofline.run_roof(
+        "CPU X", {"run_id": "abcdef123456", "metrics.peak_flops_per_s_fp32": 1e11}, vendor
+    )
+    assert merged.flops_per_s == {"fp32": 1e11} and merged.bytes_per_s == {"dram": 5e10}
+    assert run_roofline.run_roof("CPU X", None, None) is None
+
+
+def test_train_run_logs_its_roofline_against_the_peaks_run(tracking):
+    from common.envinfo import device_name
+    from train.__main__ import main
+
+    peaks = _peaks_run(schema.default_env_label(), device_name("cpu"), 1e11)
+    assert main(TINY) == 0
+    (run,) = mlflow.search_runs(
+        filter_string="tags.run_kind = 'train'", search_all_experiments=True, output_format="list"
+    )
+    assert run.data.tags["roofline_roof"] == f"peaks run {peaks}"
+    png = mlflow.artifacts.download_artifacts(f"runs:/{run.info.run_id}/roofline.png")
+    with open(png, "rb") as fh:
+        assert fh.read(8) == b"\x89PNG\r\n\x1a\n"
+    assert "system_metrics" not in run.data.tags  # TINY says --no-system-metrics
+
+
+def test_system_metrics_start_at_the_chosen_interval(tracking):
+    import time
+
+    with RunSession("train", run_name="sys", system_metrics=True) as s:
+        s.start_system_metrics(3.5)  # 3.5 s / 30 samples is under 1 s: every second
+        assert s._monitor is not None and s._monitor.sampling_interval == 1.0
+        time.sleep(2.5)
+    client = mlflow.tracking.MlflowClient()
+    assert client.get_run(s.run_id).data.tags["system_metrics"] == "every 1 s"
+    assert len(client.get_metric_history(s.run_id, "system/cpu_utilization_percentage")) >= 2
+
+
+def test_sweep_repeats_have_distinct_names_and_one_config_label(tracking):
+    from train.sweep.runner import run_sweep
+    from train.sweep.spec import SweepSpec
+
+    base = {"image_size": 32, "iters": 2, "warmup_iters": 1, "device": "cpu"}
+    spec = SweepSpec(matrix={"model": ["resnet18"], "batch_size": [2]}, base=base, repeats=2)
+    run_sweep(spec, experiment="rep", env_label="box", progress=False)
+    children = mlflow.search_runs(
+        experiment_names=["rep"], filter_string="tags.run_kind = 'train'", output_format="list"
+    )
+    assert sorted(c.info.run_name for c in children) == [
+        "resnet18-b2-fp32-32px-cpu-r0",
+        "resnet18-b2-fp32-32px-cpu-r1",
+    ]
+    assert {c.data.tags[schema.TAG_CONFIG_LABEL] for c in children} == {"resnet18/b2/fp32/32px"}
+    assert {c.data.tags[schema.TAG_ENTRY_POINT] for c in children} == {"sweep"}
