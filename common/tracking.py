@@ -260,6 +260,8 @@ class RunSession:
             self.status, self.error = "FAILED", one_line(exc)
         if self.error:
             self.set_tags({schema.TAG_ERROR: self.error[:5000]})
+            if schema.TAG_NOTE not in self.record.tags:  # a run that ended before its summary
+                self.set_note(f"{self.status}: {self.error}")
         self._finish()
         return False
 
@@ -315,14 +317,14 @@ class RunSession:
                 tags.append(RunTag(f"{name}_stride", str(stride)))
         if params or tags or metrics:
             client.log_batch(run_id, metrics=metrics, params=params, tags=tags)
-        if rec.inputs:
-            client.log_inputs(run_id, datasets=[_dataset_entity(d) for d in rec.inputs])
-            rec.inputs.clear()
         self._written_params.update(p.key for p in params)
         rec.params.clear()
         rec.tags.clear()
         rec.metrics.clear()
         rec.series.clear()
+        if rec.inputs:
+            client.log_inputs(run_id, datasets=[_dataset_entity(d) for d in rec.inputs])
+            rec.inputs.clear()
         for path, text in list(rec.texts.items()):
             client.log_text(run_id, text, path)
             del rec.texts[path]

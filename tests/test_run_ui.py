@@ -9,6 +9,7 @@ import mlflow
 
 from analysis import run_roofline
 from analysis.fetch.peaks import latest_peaks_row
+from analysis.join import short
 from analysis.roofline import Roof
 from common import schema
 from common.tracking import RunSession, dataset_input, system_metrics_interval
@@ -136,7 +137,7 @@ def test_train_run_logs_its_roofline_against_the_peaks_run(tracking):
     (run,) = mlflow.search_runs(
         filter_string="tags.run_kind = 'train'", search_all_experiments=True, output_format="list"
     )
-    assert run.data.tags["roofline_roof"] == f"peaks run {peaks}"
+    assert run.data.tags["roofline_roof"] == f"measured: peaks run {short(peaks)}"
     png = mlflow.artifacts.download_artifacts(f"runs:/{run.info.run_id}/roofline.png")
     with open(png, "rb") as fh:
         assert fh.read(8) == b"\x89PNG\r\n\x1a\n"
@@ -171,3 +172,15 @@ def test_sweep_repeats_have_distinct_names_and_one_config_label(tracking):
     ]
     assert {c.data.tags[schema.TAG_CONFIG_LABEL] for c in children} == {"resnet18/b2/fp32/32px"}
     assert {c.data.tags[schema.TAG_ENTRY_POINT] for c in children} == {"sweep"}
+
+
+def test_run_that_fails_before_its_summary_is_described_by_its_error(tracking):
+    from common.errors import BenchError
+
+    try:
+        with RunSession("complexity", run_name="x") as s:
+            raise BenchError("out of memory at batch 64")
+    except BenchError:
+        pass
+    tags = mlflow.tracking.MlflowClient().get_run(s.run_id).data.tags
+    assert tags[schema.TAG_NOTE] == "FAILED: out of memory at batch 64"

@@ -107,7 +107,8 @@ def run(
 def log_roofline(session, cfg: TrainConfig, device_name: str, metrics: dict, tmp: Path) -> None:
     """Log `roofline.png`: this run against its device's ceilings (the latest peaks run of the
     device on this server, else the vendor table; analysis/run_roofline.py). Tag `roofline_roof`
-    says where the ceilings came from, or why there is no figure. A failure here is one warning,
+    says where the ceilings came from (`measured: peaks run <id>`, `vendor: <source>`), or why
+    there is no figure. A failure here is one warning,
     never a failed run."""
     from common.errors import one_line
 
@@ -126,7 +127,6 @@ def log_roofline(session, cfg: TrainConfig, device_name: str, metrics: dict, tmp
                 {"roofline_roof": f"none: no peaks run or vendor entry for {device_name}"}
             )
             return
-        source = f"peaks run {peaks['run_id']}" if peaks else "vendor table"
         image = run_roofline.png(
             roof,
             cfg.precision,
@@ -137,7 +137,7 @@ def log_roofline(session, cfg: TrainConfig, device_name: str, metrics: dict, tmp
         path = tmp / "roofline.png"
         path.write_bytes(image)
         session.log_file("roofline.png", path)
-        session.set_tags({"roofline_roof": source})
+        session.set_tags({"roofline_roof": "; ".join(sorted(set(roof.sources.values())))})
     except Exception as exc:  # noqa: BLE001 - a figure never fails the measured run
         console.warn(f"no roofline.png for this run: {one_line(exc)[:300]}")
 
