@@ -1,7 +1,8 @@
-"""`python -m analysis`: runs on the tracking server -> figures, tables and report.md.
+"""`python -m analysis`: runs on the tracking server -> figures, tables, report.md and report.html.
 
 argparse -> AnalysisConfig -> fetch (analysis/fetch.py) -> build (analysis/core.py, pure) -> figures
-(analysis/plots.py) -> tables and report (analysis/report.py) -> artifacts of an `analysis` run.
+(analysis/plots.py) -> tables and report (analysis/report.py, analysis/html.py) -> artifacts of an
+`analysis` run.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from analysis import core, fetch, figures, report, vendor
+from analysis import core, fetch, figures, html, report, vendor
 from common import console, schema
 from common.cli import ArgumentParser, cli_entry, str_bool
 from common.errors import BenchError, UsageError
@@ -32,7 +33,7 @@ class AnalysisConfig:
     env_labels: list[str] = field(default_factory=list)
     """only these environments (env_label tags); empty: all."""
     out: str = "analysis_report"
-    """output folder for figures, tables and report.md."""
+    """output folder for figures, tables, report.md and report.html."""
     max_runs: int = 10000
     """at most this many train runs, latest first."""
     peaks_file: str = ""
@@ -232,12 +233,14 @@ def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> R
     t = time.perf_counter()
     files += report.write_tables(analysis, out_dir)
     generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    text = report.report_markdown(
+    blocks = report.report_blocks(
         analysis, drawn, display_uri(), query.describe(), generated, var_title
     )
-    report_path = out_dir / "report.md"
-    report_path.write_text(text)
-    files.append(report_path)
+    md_path, html_path = out_dir / "report.md", out_dir / "report.html"
+    md_path.write_text(report.markdown_text(blocks))
+    images = {rel: (out_dir / rel).read_bytes() for section in drawn.values() for _, rel in section}
+    html_path.write_text(html.render(blocks, images), encoding="utf-8")
+    files += [md_path, html_path]
     timings["report_s"] = time.perf_counter() - t
     timings["total_s"] = time.perf_counter() - t0
     return Result(analysis, out_dir, files, timings, source)
@@ -303,7 +306,7 @@ def _raise_if_no_points(result: Result) -> None:
     if result.analysis.counts["points"] == 0:
         raise BenchError(
             f"no FINISHED train runs among the matches ({result.analysis.counts['failed']} failed); "
-            f"failures listed in {result.out_dir / 'report.md'}"
+            f"failures listed in {result.out_dir / 'report.html'}"
         )
 
 
@@ -369,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
     for note in result.analysis.notes:
         console.note(note)
     console.result(
-        f"{summary_line(result)}; report: {result.out_dir / 'report.md'} "
+        f"{summary_line(result)}; report: {result.out_dir / 'report.html'} "
         f"({result.timings_s['total_s']:.1f} s){where}"
     )
     return 0
@@ -405,7 +408,8 @@ def run_note(cfg: AnalysisConfig, result: Result) -> str:
             f"{', '.join(cfg.env_labels) or 'all'}; filter {cfg.filter or 'none'}; at most "
             f"{cfg.max_runs} train runs.",
             f"Environments: {'; '.join(envs) or 'none'}.",
-            "Report, figures and tables: the artifacts under report/.",
+            "Report: report/report.html in the Artifacts tab (figures embedded); figures and "
+            "tables under report/.",
         ]
     )
 

@@ -1,12 +1,14 @@
-"""The report's tables as Markdown (and the summary as a CSV-ready frame): pure, DataFrames in,
-text out; numbers are rounded here, for reading, and nowhere before. analysis/report.py assembles
-them into report.md.
+"""The report's tables (and the summary as a CSV-ready frame): pure, DataFrames in, `Table`s of
+text cells out; numbers are rounded here, for reading, and nowhere before. `md_table` writes a Table
+as Markdown; analysis/report.py assembles the tables into report.md and analysis/html.py into
+report.html.
 """
 
 from __future__ import annotations
 
 import html
 import math
+from typing import NamedTuple
 
 import pandas as pd
 
@@ -62,12 +64,20 @@ def md_text(value) -> str:
     return html.escape(str(value), quote=False)
 
 
-def md_table(headers: list[str], rows: list[list[str]]) -> str:
-    """A GitHub Markdown table (cells through md_text, '|' in them escaped)."""
+class Table(NamedTuple):
+    """A table for reading: column headers and rows of plain-text cells (rounded for display)."""
+
+    headers: list[str]
+    rows: list[list]
+
+
+def md_table(table: Table) -> str:
+    """A GitHub Markdown table ('|' in cells escaped)."""
 
     def cell(v) -> str:
         return md_text(v).replace("|", "\\|").replace("\n", " ")
 
+    headers, rows = table
     lines = ["| " + " | ".join(cell(h) for h in headers) + " |"]
     lines += ["|" + "|".join("---" for _ in headers) + "|"]
     lines += ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows]
@@ -100,7 +110,7 @@ def summary_frame(points: pd.DataFrame) -> pd.DataFrame:
     return df[SUMMARY_COLUMNS]
 
 
-def summary_markdown(points: pd.DataFrame) -> str:
+def summary_table(points: pd.DataFrame) -> Table:
     headers = [
         "environment",
         "device",
@@ -155,10 +165,10 @@ def summary_markdown(points: pd.DataFrame) -> str:
                 pct(_f(p.get("efficiency"))),
             ]
         )
-    return md_table(headers, rows)
+    return Table(headers, rows)
 
 
-def roofs_markdown(roofs: dict[tuple[str, str], dict[str, Roof | None]]) -> str:
+def roofs_table(roofs: dict[tuple[str, str], dict[str, Roof | None]]) -> Table:
     headers = ["environment", "device", "ceiling", "value", "source"]
     rows = []
     for (env, dev), rs in sorted(roofs.items()):
@@ -209,10 +219,10 @@ def roofs_markdown(roofs: dict[tuple[str, str], dict[str, Roof | None]]) -> str:
                         vendor.sources.get("bytes:dram", ""),
                     ]
                 )
-    return md_table(headers, rows)
+    return Table(headers, rows)
 
 
-def environments_markdown(envs: pd.DataFrame) -> str:
+def environments_table(envs: pd.DataFrame) -> Table:
     headers = [
         "environment",
         "device",
@@ -242,10 +252,10 @@ def environments_markdown(envs: pd.DataFrame) -> str:
         ]
         for e in envs.to_dict("records")
     ]
-    return md_table(headers, rows)
+    return Table(headers, rows)
 
 
-def speedups_markdown(sp: pd.DataFrame) -> str:
+def speedups_table(sp: pd.DataFrame) -> Table:
     headers = [
         "environment",
         "device",
@@ -268,10 +278,10 @@ def speedups_markdown(sp: pd.DataFrame) -> str:
         ]
         for r in sp.to_dict("records")
     ]
-    return md_table(headers, rows)
+    return Table(headers, rows)
 
 
-def complexity_markdown(cx: pd.DataFrame) -> str:
+def complexity_table(cx: pd.DataFrame) -> Table:
     headers = [
         "environment",
         "device",
@@ -308,10 +318,10 @@ def complexity_markdown(cx: pd.DataFrame) -> str:
                 f"{mem} ({src})" if src and mem else mem,
             ]
         )
-    return md_table(headers, rows)
+    return Table(headers, rows)
 
 
-def failed_markdown(failed: pd.DataFrame) -> str:
+def failed_table(failed: pd.DataFrame) -> Table:
     headers = ["run", "kind", "status", "environment", "device", "name", "error"]
     rows = [
         [
@@ -325,10 +335,10 @@ def failed_markdown(failed: pd.DataFrame) -> str:
         ]
         for r in failed.to_dict("records")
     ]
-    return md_table(headers, rows)
+    return Table(headers, rows)
 
 
-def scaling_markdown(sc: pd.DataFrame) -> str:
+def scaling_table(sc: pd.DataFrame) -> Table:
     """The scaling table: per data-parallel point, samples/s against the ideal, the efficiency and
     the communication the step exposes."""
     headers = [
@@ -366,4 +376,4 @@ def scaling_markdown(sc: pd.DataFrame) -> str:
         ]
         for r in sc.to_dict("records")
     ]
-    return md_table(headers, rows)
+    return Table(headers, rows)

@@ -13,6 +13,7 @@ and returns the path. Encodings used throughout:
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -90,17 +91,28 @@ def _series_label(row: pd.Series) -> str:
     return "/".join(p for p in parts if not (p.startswith("b") and p[1:].isdigit()))
 
 
-def _panels(n: int, width_each: float = 5.5, height_each: float = 4.0, right: float = 0.25):
+def wrap(text: str, width_in: float, fontsize: float) -> str:
+    """`text` wrapped (each of its lines) to fit `width_in` inches at `fontsize` points; the width
+    of a character is taken as 0.62 em, above DejaVu Sans's average, so that wrapped lines fit."""
+    chars = max(10, int(width_in * 72 / (0.62 * fontsize)))
+    return "\n".join(
+        textwrap.fill(line, chars, break_on_hyphens=False) or line for line in text.split("\n")
+    )
+
+
+def _panels(
+    n: int, width_each: float = 5.5, height_each: float = 4.0, right: float = 0.25, top=0.75
+):
     ncols = 1 if n == 1 else 2 if n <= 4 else 3
     nrows = math.ceil(n / ncols)
     fig, axes = new_figure(
         width_each * ncols + right,
-        height_each * nrows,
+        height_each * nrows + top - 0.75,
         nrows,
         ncols,
         left=0.9,
         right=right,
-        top=0.75,
+        top=top,
         bottom=0.65,
     )
     flat = list(axes.flat)
@@ -130,13 +142,13 @@ def env_title(env: str, device: str) -> str:
 
 def right_legend(fig: Figure, handles: list, width_in: float) -> None:
     """One legend for the figure in its right margin of `width_in` inches, below the title."""
-    width, height = fig.get_size_inches()
+    width = fig.get_size_inches()[0]
     fig.legend(
         handles=handles,
         fontsize=8,
         loc="upper left",
         frameon=False,
-        bbox_to_anchor=(1 - (width_in - 0.15) / width, 1 - 0.75 / height),
+        bbox_to_anchor=(1 - (width_in - 0.15) / width, fig.subplotpars.top),
     )
 
 
@@ -145,15 +157,15 @@ def _per_env_lines(
     points: pd.DataFrame,
     y: str,
     yerr: str | None,
-    path: Path,
     ylabel: str,
     title: str,
     logy: bool,
     marker_by_source: bool = False,
     hline: float | None = None,
-) -> Path:
+) -> Figure:
     """One panel per environment, one line per series (model/precision/options) in the same color in
-    every panel, and one legend for the figure."""
+    every panel, and one legend for the figure. Error bars (`yerr`, a ± spread) never reach below
+    zero: where the spread exceeds the value the lower bar stops at 0, and the title says so."""
     envs = sorted({(e, d) for e, d in zip(points["env_label"], points["device_name"])})
     pts = points[
         points[y].notna() & pd.to_numeric(points["batch_size"], errors="coerce").gt(0)
@@ -163,7 +175,13 @@ def _per_env_lines(
     cmap = matplotlib.colormaps["tab10" if len(names) <= 10 else "tab20"]
     color_of = {n: matplotlib.colors.to_hex(cmap(i % cmap.N)) for i, n in enumerate(names)}
     legend_in = 2.6
-    fig, axes = _panels(max(len(envs), 1), right=legend_in)
+    clipped = bool(yerr) and bool((pts[yerr].fillna(0) > pts[y]).any())
+    title += "; lower bars cut at 0 where the spread exceeds the value" if clipped else ""
+    ncols = 1 if len(envs) <= 1 else 2 if len(envs) <= 4 else 3
+    title = wrap(title, 5.5 * ncols + legend_in - 0.4, 12)
+    fig, axes = _panels(
+        max(len(envs), 1), right=legend_in, top=0.5 + 0.22 * (title.count("\n") + 1)
+    )
     if not envs:
         axes[0].text(0.5, 0.5, "no data", ha="center", va="center", transform=axes[0].transAxes)
     for ax, (env, dev) in zip(axes, envs):
@@ -171,7 +189,10 @@ def _per_env_lines(
         for series, g in sub.groupby("series", sort=True):
             color = color_of[series]
             if not marker_by_source:
-                err = g[yerr].fillna(0).to_numpy() if yerr else None
+                err = None
+                if yerr:
+                    sd = g[yerr].fillna(0).to_numpy()
+                    err = np.vstack([np.minimum(sd, g[y].to_numpy()), sd])  # (below, above)
                 ax.errorbar(
                     g["batch_size"],
                     g[y],
@@ -237,15 +258,14 @@ def _per_env_lines(
     if handles:
         right_legend(fig, handles, legend_in)
     fig.suptitle(title, fontsize=12)
-    return save(fig, path)
+    return fig
 
 
-def throughput_vs_batch(points: pd.DataFrame, path: Path) -> Path:
+def draw_throughput_vs_batch(points: pd.DataFrame) -> Figure:
     return _per_env_lines(
         points,
         "throughput_mean_samples_per_s",
         "throughput_sd_samples_per_s",
-        path,
         "throughput (samples/s)",
         "Training throughput vs batch size (error bars: ±1 SD; "
         "across runs where repeated, else within the run)",
@@ -253,25 +273,28 @@ def throughput_vs_batch(points: pd.DataFrame, path: Path) -> Path:
     )
 
 
+def throughput_vs_batch(points: pd.DataFrame, path: Path) -> Path:
+    return save(draw_throughput_vs_batch(points), path)
+
+
 def intensity_vs_batch(points: pd.DataFrame, path: Path) -> Path:
-    return _per_env_lines(
+    fig = _per_env_lines(
         points,
         "intensity_flops_per_byte",
         None,
-        path,
         "arithmetic intensity (FLOP/byte)",
         "Arithmetic intensity vs batch size",
         logy=True,
         marker_by_source=True,
     )
+    return save(fig, path)
 
 
-def speedup_vs_batch(speedups: pd.DataFrame, path: Path) -> Path:
+def draw_speedup_vs_batch(speedups: pd.DataFrame) -> Figure:
     return _per_env_lines(
         speedups,
         "speedup",
         "speedup_sd",
-        path,
         "speed-up over fp32 (samples/s ratio)",
         "fp16/bf16 autocast speed-up over fp32 (error bars: ±1 SD, propagated)",
         logy=False,
@@ -279,12 +302,19 @@ def speedup_vs_batch(speedups: pd.DataFrame, path: Path) -> Path:
     )
 
 
+def speedup_vs_batch(speedups: pd.DataFrame, path: Path) -> Path:
+    return save(draw_speedup_vs_batch(speedups), path)
+
+
 def step_time_variability(
     series: dict[tuple[str, str], list[float]], title: str, path: Path
 ) -> Path:
     """Box plot of per-step times, one box per environment (all measured steps of the plotted runs)."""
     keys = [k for k in sorted(series) if series[k]]
-    fig, axes = new_figure(max(6.0, 1.8 * len(keys) + 2), 5.5, left=0.9, bottom=1.0, top=0.5)
+    width = max(6.0, 1.8 * len(keys) + 2)
+    title = wrap(title, width - 0.4, 11)
+    top = 0.3 + 0.2 * (title.count("\n") + 1)
+    fig, axes = new_figure(width, 5.0 + top, left=0.9, bottom=1.0, top=top)
     ax = axes[0][0]
     if keys:
         data = [np.asarray(series[k], dtype=float) for k in keys]

@@ -1,7 +1,9 @@
-"""report.md and the table files (CSV with raw SI values, Markdown for reading).
+"""The report (report.md, report.html) and the table files (CSV with raw SI values, Markdown for
+reading).
 
-`report_markdown` is pure (an Analysis in, text out; the tables come from analysis/markdown.py);
-`write_tables` is the edge that writes the table files.
+`report_blocks` is pure (an Analysis in, the report as a list of blocks out; the tables come from
+analysis/markdown.py); `markdown_text` renders the blocks as report.md, analysis/html.py as
+report.html; `write_tables` is the edge that writes the table files.
 """
 
 from __future__ import annotations
@@ -11,15 +13,16 @@ from pathlib import Path
 from analysis.core import Analysis
 from analysis.scaling import scaling_csv
 from analysis.markdown import (
-    complexity_markdown,
-    environments_markdown,
-    failed_markdown,
+    complexity_table,
+    environments_table,
+    failed_table,
+    md_table,
     md_text,
-    roofs_markdown,
-    scaling_markdown,
-    speedups_markdown,
+    roofs_table,
+    scaling_table,
+    speedups_table,
     summary_frame,
-    summary_markdown,
+    summary_table,
 )
 
 COMPLEXITY_INTRO = (
@@ -33,127 +36,179 @@ SCALING_INTRO = (
     "Data-parallel runs (`torchrun ... -m train --distributed ddp|deepspeed`): global samples/s "
     "against world size, with the ideal (world size × the baseline's samples/s, dashed); scaling "
     "efficiency (filled) and the share of the step spent in communication that compute does not "
-    "hide (hollow, dotted), both out of 1. Raw values: [scaling.csv](scaling.csv)."
+    "hide (hollow, dotted), both out of 1. Raw values: `scaling.csv`, next to this report."
 )
 
-METHOD = """\
-- **Achieved FLOP/s** comes from the train runs only (unperturbed timing): training FLOPs per step
-  (forward + backward + optimizer, counted at dispatch level) / median step time. Repeated runs of
-  one environment and config are averaged.
-- **Intensity** is *measured* when a profile run of the same `config_key` exists on the same device
-  name (Nsight Compute: FLOPs / DRAM bytes, L2 and L1 bytes where counted); otherwise it is the train
-  run's *modeled* intensity (bytes of every op's inputs and outputs, no reuse) and the point is drawn
-  as a hollow triangle instead of a filled circle. The `intensity source` column says which.
-- **Ceilings**: a measured peaks run of the same environment and device (else of another environment
-  with the same device name) gives the roof; ceilings it lacks come from the vendor table
-  (profiling.peak_table, with the entries of --peaks-file). Measured ceilings are drawn solid, vendor
-  ones dashed. No ceiling: no bound and no efficiency (never a guessed number).
-- **Ceiling per precision**: fp32 runs -> the fp32 ceiling; fp16/bf16 autocast runs -> the fp16/bf16
-  (tensor-core) ceiling when known, else fp32. On Ampere and newer GPUs cuDNN convolutions in fp32 may
-  use TF32 (torch.backends.cudnn.allow_tf32 is on by default), so fp32 runs can exceed the fp32 ceiling;
-  the tf32 ceiling is drawn where measured for comparison.
-- **Roofline**: attainable = min(intensity × DRAM bandwidth, peak); ridge = peak / bandwidth; a point
-  left of the ridge is memory-bound, at or right of it compute-bound; efficiency = achieved / attainable.
-  With L2/L1 intensities and ceilings (hierarchical roofline) the lowest bound over the levels names the
-  limiting level.
-- **Scaling** (data-parallel runs, docs/distributed.md): samples/s are global (batch per process ×
-  world size / mean step time, each step as long as its slowest rank); the ideal is world size × the
-  baseline's samples/s, the baseline being the same engine at world size 1 when measured, else the
-  single-process run of the same config; scaling efficiency = samples/s / ideal (weak scaling: the
-  batch per process is fixed). Exposed communication = median step time − median compute-only step
-  time (the same steps without gradient synchronisation, where the engine has such a step); its
-  share is that over the median step time. Achieved FLOP/s on the roofline stay per process.
-- **Samples/s ± SD**: several runs of one config in one environment -> mean ± SD across runs (ddof = 1);
-  one run -> its mean ± the SD over its measured steps (within run). Speed-up SDs are propagated to
-  first order from both SDs.
-"""
+METHOD = [
+    (
+        "**Achieved FLOP/s** comes from the train runs only (unperturbed timing): training FLOPs "
+        "per step (forward + backward + optimizer, counted at dispatch level) / median step time. "
+        "Repeated runs of one environment and config are averaged."
+    ),
+    (
+        "**Intensity** is measured when a profile run of the same `config_key` exists on the same "
+        "device name (Nsight Compute: FLOPs / DRAM bytes, L2 and L1 bytes where counted); otherwise "
+        "it is the train run's modeled intensity (bytes of every op's inputs and outputs, no "
+        "reuse) and the point is drawn as a hollow triangle instead of a filled circle. The "
+        "`intensity source` column says which."
+    ),
+    (
+        "**Ceilings**: a measured peaks run of the same environment and device (else of another "
+        "environment with the same device name) gives the roof; ceilings it lacks come from the "
+        "vendor table (profiling.peak_table, with the entries of --peaks-file). Measured ceilings "
+        "are drawn solid, vendor ones dashed. No ceiling: no bound and no efficiency (never a "
+        "guessed number)."
+    ),
+    (
+        "**Ceiling per precision**: fp32 runs -> the fp32 ceiling; fp16/bf16 autocast runs -> the "
+        "fp16/bf16 (tensor-core) ceiling when known, else fp32. On Ampere and newer GPUs cuDNN "
+        "convolutions in fp32 may use TF32 (torch.backends.cudnn.allow_tf32 is on by default), so "
+        "fp32 runs can exceed the fp32 ceiling; the tf32 ceiling is drawn where measured for "
+        "comparison."
+    ),
+    (
+        "**Roofline**: attainable = min(intensity × DRAM bandwidth, peak); ridge = peak / "
+        "bandwidth; a point left of the ridge is memory-bound, at or right of it compute-bound; "
+        "efficiency = achieved / attainable. With L2/L1 intensities and ceilings (hierarchical "
+        "roofline) the lowest bound over the levels names the limiting level."
+    ),
+    (
+        "**Scaling** (data-parallel runs, docs/distributed.md): samples/s are global (batch per "
+        "process × world size / mean step time, each step as long as its slowest rank); the ideal "
+        "is world size × the baseline's samples/s, the baseline being the same engine at world "
+        "size 1 when measured, else the single-process run of the same config; scaling efficiency "
+        "= samples/s / ideal (weak scaling: the batch per process is fixed). Exposed communication "
+        "= median step time − median compute-only step time (the same steps without gradient "
+        "synchronisation, where the engine has such a step); its share is that over the median "
+        "step time. Achieved FLOP/s on the roofline stay per process."
+    ),
+    (
+        "**Samples/s ± SD**: several runs of one config in one environment -> mean ± SD across runs "
+        "(ddof = 1); one run -> its mean ± the SD over its measured steps (within run). Speed-up "
+        "SDs are propagated to first order from both SDs."
+    ),
+]
 
 
-def report_markdown(
+Block = tuple
+"""One piece of the report: ("h1", text), ("h2", text), ("p", text), ("list", [text, ...]),
+("table", Table) or ("figure", title, path relative to the report). Text may use two inline
+marks, `code` and **bold**; everything else in it is plain text (user text included)."""
+
+
+def report_blocks(
     analysis: Analysis,
     figures: dict[str, list[tuple[str, str]]],
     source: str,
     query: str,
     generated: str,
     variability_title: str = "",
-) -> str:
-    """report.md: figures are relative paths (title, path) grouped by section key."""
+) -> list[Block]:
+    """The report as blocks (report.md and report.html render the same blocks): figures are
+    relative paths (title, path) grouped by section key."""
     c = analysis.counts
-    out = [
-        "# Training performance and roofline report",
-        "",
-        f"Generated {generated} from `{source}`; runs: {md_text(query)}.",
-        "",
-        f"Runs used: {c.get('train', 0)} finished train, {c.get('profile', 0)} profile, {c.get('peaks', 0)} peaks; "
-        f"{c.get('failed', 0)} failed (listed below). Points (environment × config): {c.get('points', 0)}, "
-        f"{c.get('measured_points', 0)} with measured intensity, {c.get('modeled_points', 0)} with modeled intensity.",
-        "",
-        "## What is missing",
-        "",
-    ]
-    out += [f"- {md_text(n)}" for n in analysis.notes] or [
-        "Nothing: every point has an intensity and a roof."
-    ]
-    out += [
-        "",
-        "## Environments",
-        "",
-        environments_markdown(analysis.environments),
-        "",
-        "## Ceilings",
-        "",
-        roofs_markdown(analysis.roofs),
-        "",
+    out: list[Block] = [
+        ("h1", "Training performance and roofline report"),
+        ("p", f"Generated {generated} from `{source}`; runs: {query}."),
+        (
+            "p",
+            f"Runs used: {c.get('train', 0)} finished train, {c.get('profile', 0)} profile, "
+            f"{c.get('peaks', 0)} peaks; {c.get('failed', 0)} failed (listed below). "
+            f"Points (environment × config): {c.get('points', 0)}, {c.get('measured_points', 0)} "
+            f"with measured intensity, {c.get('modeled_points', 0)} with modeled intensity.",
+        ),
+        ("h2", "What is missing"),
+        ("list", list(analysis.notes))
+        if analysis.notes
+        else ("p", "Nothing: every point has an intensity and a roof."),
+        ("h2", "Environments"),
+        ("table", environments_table(analysis.environments)),
+        ("h2", "Ceilings"),
+        ("table", roofs_table(analysis.roofs)),
+        ("h2", "Rooflines"),
+        (
+            "p",
+            "Filled circles: intensity measured with Nsight Compute; hollow triangles: modeled "
+            "intensity. Solid ceilings: measured peaks; dashed: vendor / peaks file.",
+        ),
     ]
 
-    def figs(key: str) -> list[str]:
-        alt = lambda t: md_text(t).replace("[", "(").replace("]", ")")  # noqa: E731
-        return [f"![{alt(t)}]({p})\n" for t, p in figures.get(key, [])]
+    def figs(key: str) -> list[Block]:
+        return [("figure", t, p) for t, p in figures.get(key, [])]
 
-    out += [
-        "## Rooflines",
-        "",
-        "Filled circles: intensity measured with Nsight Compute; hollow triangles: modeled intensity. "
-        "Solid ceilings: measured peaks; dashed: vendor / peaks file.",
-        "",
-    ]
     out += figs("roofline")
     out += [
-        "## Summary",
-        "",
-        "Raw SI values, run ids and every roofline quantity: [summary.csv](summary.csv).",
-        "",
-        summary_markdown(analysis.points),
-        "",
+        ("h2", "Summary"),
+        (
+            "p",
+            "Raw SI values, run ids and every roofline quantity: `summary.csv`, next to this "
+            "report (the analysis run's artifact `report/summary.csv`).",
+        ),
+        ("table", summary_table(analysis.points)),
+        ("h2", "Throughput vs batch size"),
     ]
-    out += ["## Throughput vs batch size", ""] + figs("throughput")
-    out += ["## Step-time variability", ""]
-    out += ([md_text(variability_title), ""] if variability_title else []) + (
-        figs("variability") or ["No step_time_s series to plot.", ""]
-    )
-    out += ["## Intensity vs batch size", ""] + figs("intensity")
-    out += ["## fp16/bf16 speed-up over fp32", ""]
+    out += figs("throughput")
+    out += [("h2", "Step-time variability")]
+    out += [("p", variability_title)] if variability_title else []
+    out += figs("variability") or [("p", "No step_time_s series to plot.")]
+    out += [("h2", "Intensity vs batch size")] + figs("intensity")
+    out += [("h2", "fp16/bf16 speed-up over fp32")]
     if analysis.speedups.empty:
         out += [
-            "No configuration has both an fp32 and an fp16/bf16 run in the same environment.",
-            "",
+            (
+                "p",
+                "No configuration has both an fp32 and an fp16/bf16 run in the same environment.",
+            )
         ]
     else:
-        out += figs("speedup") + [speedups_markdown(analysis.speedups), ""]
+        out += figs("speedup") + [("table", speedups_table(analysis.speedups))]
     if not analysis.scaling.empty:
-        out += ["## Scaling with world size", "", SCALING_INTRO, ""]
-        out += figs("scaling") + [scaling_markdown(analysis.scaling), ""]
-    out += ["## Model complexity", ""]
+        out += [("h2", "Scaling with world size"), ("p", SCALING_INTRO)]
+        out += figs("scaling") + [("table", scaling_table(analysis.scaling))]
+    out += [("h2", "Model complexity")]
     if analysis.complexity.empty:
         out += [
-            "No `complexity` run in these experiments (`python -m train.complexity` logs one).",
-            "",
+            (
+                "p",
+                "No `complexity` run in these experiments (`python -m train.complexity` logs one).",
+            )
         ]
     else:
-        out += [COMPLEXITY_INTRO, "", complexity_markdown(analysis.complexity), ""]
-    out += ["## Failed runs", ""]
-    out += [failed_markdown(analysis.failed), ""] if not analysis.failed.empty else ["None.", ""]
-    out += ["## Method", "", METHOD]
+        out += [("p", COMPLEXITY_INTRO), ("table", complexity_table(analysis.complexity))]
+    out += [("h2", "Failed runs")]
+    out += (
+        [("table", failed_table(analysis.failed))]
+        if not analysis.failed.empty
+        else [("p", "None.")]
+    )
+    out += [("h2", "Method"), ("list", METHOD)]
+    return out
+
+
+def report_markdown(*args, **kwargs) -> str:
+    """report.md's text for report_blocks' arguments."""
+    return markdown_text(report_blocks(*args, **kwargs))
+
+
+def markdown_text(blocks: list[Block]) -> str:
+    """report.md: the blocks as Markdown. Figures are named by path, not embedded: MLflow's
+    artifact view shows Markdown image links as text, and report.html has them embedded."""
+    out: list[str] = []
+    for kind, *rest in blocks:
+        if kind == "h1":
+            out += [f"# {rest[0]}", ""]
+        elif kind == "h2":
+            out += [f"## {rest[0]}", ""]
+        elif kind == "p":
+            out += [md_text(rest[0]), ""]
+        elif kind == "list":
+            out += [f"- {md_text(item)}" for item in rest[0]] + [""]
+        elif kind == "table":
+            out += [md_table(rest[0]), ""]
+        elif kind == "figure":
+            out += [f"Figure: {md_text(rest[0])} (`{rest[1]}`, embedded in report.html)", ""]
+        else:
+            raise ValueError(f"unknown report block {kind!r}")
     return "\n".join(out)
 
 
@@ -162,7 +217,7 @@ def write_tables(analysis: Analysis, out_dir: Path) -> list[Path]:
     csv = out_dir / "summary.csv"
     summary_frame(analysis.points).to_csv(csv, index=False)
     md = out_dir / "summary.md"
-    md.write_text(summary_markdown(analysis.points) + "\n")
+    md.write_text(md_table(summary_table(analysis.points)) + "\n")
     paths = [csv, md]
     if not analysis.speedups.empty:
         sp = out_dir / "speedups.csv"

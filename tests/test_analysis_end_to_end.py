@@ -9,8 +9,10 @@ Expected values below are computed by hand from the logged numbers.
 
 from __future__ import annotations
 
+import base64
 import math
 import os
+import re
 import uuid
 
 import matplotlib.image as mpimg
@@ -367,7 +369,16 @@ def test_outputs_tables_figures_and_report(store, tmp_path):
     )
     assert "CUDA out of memory" in md
     for name in pngs:
-        assert f"(figures/{name})" in md
+        assert f"`figures/{name}`" in md
+    assert "](" not in md  # no Markdown link or image: MLflow's artifact view shows them as text
+    # report.html: the same report with every figure embedded and nothing linked
+    page = (out / "report.html").read_text()
+    for name in pngs:
+        data = base64.b64encode((out / "figures" / name).read_bytes()).decode()
+        assert f'src="data:image/png;base64,{data}"' in page
+    assert re.findall(r'\b(?:src|href)="(?!data:image/png;base64,)', page) == []
+    assert "<td>RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB</td>" in page
+    assert "<td>700 ± 20 (within run)</td>" in page
     # the variability figure shows the config both environments ran: resnet18 b32 fp32
     assert "resnet18/b32/fp32" in md.split("## Step-time variability")[1].split("##")[0]
     assert (out / "summary.md").read_text().startswith("| environment |")
@@ -532,7 +543,7 @@ def test_one_environment_gets_its_roofline_and_the_combined_one(tracking, tmp_pa
     analyse(tmp_path)
     pngs = sorted(p.name for p in (tmp_path / "out" / "figures").glob("roofline*.png"))
     assert pngs == ["roofline_all.png", "roofline_l4.png"]
-    assert "(figures/roofline_all.png)" in (tmp_path / "out" / "report.md").read_text()
+    assert "`figures/roofline_all.png`" in (tmp_path / "out" / "report.md").read_text()
 
 
 def test_device_unknown_to_the_real_vendor_table_has_no_roof_and_the_report_says_so(
@@ -635,7 +646,13 @@ def test_cli_tracks_outputs_as_artifacts_of_an_analysis_run(store, tmp_path, cap
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"
     client = mlflow.tracking.MlflowClient()
     top = {f.path for f in client.list_artifacts(runs[0].info.run_id, "report")}
-    assert {"report/report.md", "report/summary.csv", "report/summary.md", "report/figures"} <= top
+    assert {
+        "report/report.md",
+        "report/report.html",
+        "report/summary.csv",
+        "report/summary.md",
+        "report/figures",
+    } <= top
     figs = {f.path for f in client.list_artifacts(runs[0].info.run_id, "report/figures")}
     assert "report/figures/roofline_all.png" in figs
     assert runs[0].data.metrics["n_points"] == 4

@@ -295,12 +295,12 @@ def test_num_classes_separates_points_speedup_pairs_labels_and_rows():
         1.5 * math.sqrt((3 / 300) ** 2 + (2 / 200) ** 2)
     )
     assert sp.loc[10, "label"] == "resnet18/b64/bf16/10cls"
-    md = markdown.summary_markdown(a.points)
+    md = markdown.md_table(markdown.summary_table(a.points))
     assert "| e | d | resnet18 | fp32 | 64 | 10 | one process | 1 | 200 ± 2 (within run) |" in md
     assert "| e | d | resnet18 | fp32 | 64 | 1000 | one process | 1 | 100 ± 4 (within run) |" in md
     assert sorted(markdown.summary_frame(a.points)["num_classes"]) == [10, 10, 1000, 1000]
-    assert "| e | d | resnet18 | 64 | 10 | bf16 | 1.50× ± 0.02 |" in markdown.speedups_markdown(
-        a.speedups
+    assert "| e | d | resnet18 | 64 | 10 | bf16 | 1.50× ± 0.02 |" in markdown.md_table(
+        markdown.speedups_table(a.speedups)
     )
 
 
@@ -325,11 +325,13 @@ def test_runs_without_batch_size_get_no_speedup_and_a_note(tmp_path):
     )
     # the tables and the figure draw (no int(NaN)) even when only such rows are there
     only = a.speedups.assign(batch_size=float("nan"))
-    assert "| e | d | resnet18 |  | 1000 | bf16 | 2.50×" in markdown.speedups_markdown(only)
+    assert "| e | d | resnet18 |  | 1000 | bf16 | 2.50×" in markdown.md_table(
+        markdown.speedups_table(only)
+    )
     assert plots.speedup_vs_batch(only, tmp_path / "sp.png").is_file()
     assert (
         "| e | d | resnet18 | fp32 |  | 1000 | one process | 1 | 80 ± 4 (within run) |"
-        in markdown.summary_markdown(a.points)
+        in markdown.md_table(markdown.summary_table(a.points))
     )
 
 

@@ -14,7 +14,7 @@ import matplotlib.image as mpimg
 import pandas as pd
 import pytest
 
-from analysis import core, roofline_plot
+from analysis import core, plots, roofline_plot
 from tests.test_analysis_join import peaks, train
 
 GPU = "GPU"
@@ -196,3 +196,57 @@ def test_measured_and_modeled_points_differ_in_marker_and_fill_and_the_legend_sa
         analysis.points, "gpu-box", GPU, analysis.roofs[("gpu-box", GPU)], tmp_path / "r.png"
     )
     assert n == 3 and mpimg.imread(path).shape[2] in (3, 4)
+
+
+def texts_outside(fig) -> list[tuple]:
+    """The parts of `fig` drawn beyond its edges (cut off in the PNG): the figure's tight bounding
+    box (every drawn text, tick label, legend and title) against the figure, in inches."""
+    fig.canvas.draw()  # places every text as the PNG will
+    box = fig.get_tightbbox(fig.canvas.get_renderer())
+    w, h = fig.get_size_inches()
+    eps = 0.01
+    out = [("left", box.x0)] if box.x0 < -eps else []
+    out += [("bottom", box.y0)] if box.y0 < -eps else []
+    out += [("right", box.x1 - w)] if box.x1 > w + eps else []
+    return out + ([("top", box.y1 - h)] if box.y1 > h + eps else [])
+
+
+def test_batch_figures_keep_long_titles_inside_and_error_bars_above_zero():
+    """throughput_vs_batch had its title cut on both sides and ±1 SD bars below zero: a point of
+    5 samples/s with an SD of 8 now has a bar from 0 to 13 and the title says the bar was cut."""
+    rows = [
+        train("a", "a-rather-long-environment-label", GPU, 8, "fp32", 5, thr_sd=8),
+        train("b", "a-rather-long-environment-label", GPU, 16, "fp32", 40, thr_sd=4),
+    ]
+    a = core.build(pd.DataFrame(rows), vendor)
+    fig = plots.draw_throughput_vs_batch(a.points)
+    assert texts_outside(fig) == []
+    title = fig._suptitle.get_text()
+    assert "\n" in title and "lower bars cut at 0" in title
+    renderer = fig.canvas.get_renderer()
+    top = fig._suptitle.get_window_extent(renderer)
+    for ax in fig.axes:  # the wrapped title stays clear of the panel titles
+        assert not top.overlaps(ax.title.get_window_extent(renderer))
+    ax = fig.axes[0]
+    ys = [y for c in ax.collections for seg in c.get_segments() for _, y in seg]
+    assert min(ys) == pytest.approx(0) and max(ys) == pytest.approx(44)  # 5 - 5 .. 40 + 4
+    bars = sorted((min(s[:, 1]), max(s[:, 1])) for c in ax.collections for s in c.get_segments())
+    assert bars == [pytest.approx((0, 13)), pytest.approx((36, 44))]
+    # nothing cut: no such words in the title
+    fine = plots.draw_throughput_vs_batch(core.build(pd.DataFrame(rows[1:]), vendor).points)
+    assert "cut at 0" not in fine._suptitle.get_text() and texts_outside(fine) == []
+
+
+def test_roofline_and_variability_texts_stay_inside_the_figure(analysis, tmp_path, monkeypatch):
+    drawn = []
+    monkeypatch.setattr(plots, "save", lambda fig, path: drawn.append(fig) or path)
+    roofline_plot.roofline_combined(analysis.points, analysis.roofs, tmp_path / "a.png")
+    env = next(iter(analysis.roofs))
+    roofline_plot.roofline_env(analysis.points, *env, analysis.roofs[env], tmp_path / "b.png")
+    plots.step_time_variability(
+        {("gpu-box", GPU): [0.1, 0.11, 0.12], ("laptop", "Test CPU 9000"): [1.0, 1.2]},
+        "Step-time variability across environments: resnet18/b64/fp32/96px/10cls/cl/compiled",
+        tmp_path / "c.png",
+    )
+    assert len(drawn) == 3
+    assert [texts_outside(f) for f in drawn] == [[], [], []]

@@ -1,0 +1,87 @@
+"""report.html: the report's blocks (analysis/report.py) as one self-contained HTML page.
+
+Pure: blocks and the figures' PNG bytes in, text out. Figures are embedded as base64 data URIs and
+the page links to nothing, so it reads the same opened from the output folder or previewed as an
+artifact in the MLflow UI (which shows HTML in a sandboxed iframe, where relative links go
+nowhere). Every piece of text is HTML-escaped before the two inline marks of the blocks (`code`,
+**bold**) become tags, so run names, tags and error messages cannot inject markup.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import re
+
+from analysis.markdown import Table
+
+STYLE = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1.5em auto;
+       max-width: 1200px; padding: 0 1em; line-height: 1.45; color: #1a1a1a; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 1.6em; border-bottom: 1px solid #ddd; }
+code { background: #f3f3f3; padding: 0 0.2em; border-radius: 3px; font-size: 0.92em; }
+.table { overflow-x: auto; }
+table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0; }
+th, td { border: 1px solid #ccc; padding: 0.2em 0.5em; text-align: left; vertical-align: top; }
+th { background: #f3f3f3; }
+figure { margin: 1em 0; }
+figure img { max-width: 100%; height: auto; }
+figcaption { font-size: 0.9em; color: #444; }
+"""
+
+_CODE = re.compile(r"`([^`]+)`")
+_BOLD = re.compile(r"\*\*(.+?)\*\*")
+
+
+def inline(text: str) -> str:
+    """Escaped text with `code` and **bold** as tags."""
+    out = html.escape(str(text), quote=True)
+    out = _CODE.sub(r"<code>\1</code>", out)
+    return _BOLD.sub(r"<strong>\1</strong>", out)
+
+
+def table_html(table: Table) -> str:
+    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in table.headers)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>"
+        for row in table.rows
+    )
+    return f'<div class="table"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+
+
+def figure_html(title: str, path: str, png: bytes | None) -> str:
+    caption = f"<figcaption>{html.escape(title)} (<code>{html.escape(path)}</code>)</figcaption>"
+    if png is None:  # never a broken image: say what is missing
+        return (
+            f"<figure><p>Figure not drawn: <code>{html.escape(path)}</code></p>{caption}</figure>"
+        )
+    data = base64.b64encode(png).decode("ascii")
+    return (
+        f'<figure><img src="data:image/png;base64,{data}" alt="{html.escape(title)}">'
+        f"{caption}</figure>"
+    )
+
+
+def render(blocks: list, images: dict[str, bytes]) -> str:
+    """The page: `images` maps each figure block's path to its PNG bytes."""
+    title = next((b[1] for b in blocks if b[0] == "h1"), "Report")
+    parts = []
+    for kind, *rest in blocks:
+        if kind in ("h1", "h2"):
+            parts.append(f"<{kind}>{inline(rest[0])}</{kind}>")
+        elif kind == "p":
+            parts.append(f"<p>{inline(rest[0])}</p>")
+        elif kind == "list":
+            parts.append("<ul>" + "".join(f"<li>{inline(i)}</li>" for i in rest[0]) + "</ul>")
+        elif kind == "table":
+            parts.append(table_html(rest[0]))
+        elif kind == "figure":
+            parts.append(figure_html(rest[0], rest[1], images.get(rest[1])))
+        else:
+            raise ValueError(f"unknown report block {kind!r}")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{html.escape(title)}</title><style>{STYLE}</style></head>\n<body>\n"
+        + "\n".join(parts)
+        + "\n</body></html>\n"
+    )
