@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import html as html_module
 import re
 
 from analysis import html, report
@@ -45,4 +46,5 @@ def test_markdown_names_figures_without_linking_them():
         "Figure: Roofline" in md and "(`figures/roofline_all.png`, embedded in report.html)" in md
     )
     assert "](" not in md
-    assert "| " + EVIL.replace("|", "\\|") + " | a\\|b |" in md
+    # Markdown escapes HTML in user text too (hostile-input): it is read, never rendered
+    assert "| " + html_module.escape(EVIL, quote=False).replace("|", "\\|") + " | a\\|b |" in md
