@@ -2,7 +2,9 @@
 
 argparse -> AnalysisConfig -> fetch (analysis/fetch.py) -> build (analysis/core.py, pure) -> figures
 (analysis/plots.py) -> tables and report (analysis/report.py, analysis/html.py) -> artifacts of an
-`analysis` run.
+`analysis` run. Over 400 lines because the command's edges (flags, the out-folder check, the run's
+name, description and artifacts) sit next to the one `run` they frame; every computation is in the
+modules named above.
 """
 
 from __future__ import annotations

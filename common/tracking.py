@@ -17,8 +17,11 @@ Every entry point (train, profile, peaks, analysis, sweep, complexity) records i
   (common/upload.py) sends spooled runs once the store works again, through the session's public
   `continue_run`, `create_run`, `send` and `terminate`.
 
-Whether the server answers, and which one is in use, is common/server.py's. Only these modules (and
-analysis/fetch.py, which reads) import mlflow.
+What a run holds is common/record.py's (re-exported here); the writes to runs no session holds and
+the ending of runs whose process died are common/runs.py's (re-exported too). Whether the server
+answers, and which one is in use, is common/server.py's. Only these modules (and analysis/fetch/,
+which reads) import mlflow. Over 400 lines because RunSession is one state machine (open, batch,
+finish, fall back to the spool) whose methods share its state; the rest lives in the modules named.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import os
 import shutil
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -46,12 +49,31 @@ from common.server import (
     tracking_uri,  # noqa: F401 - re-exported
 )
 
-# Metric histories keep at most this many points per series (every k-th step beyond it, with the
-# stride in the tag `<name>_stride`). MLflow's SQL store inserts ~0.2 ms of CPU per metric row, so
-# 10,000 rows cost ~2 s; callers keep the full series as an artifact (see train/__main__.py).
-MAX_SERIES_POINTS = 1000
-# System metrics aim at this many samples over the sampled phase (see system_metrics_interval).
-SYSTEM_SAMPLES = 30
+# re-exported: callers import the run's data and the run housekeeping from here too
+from common.record import (  # noqa: F401
+    MAX_SERIES_POINTS,
+    SYSTEM_SAMPLES,
+    RunRecord,
+    context_tags,
+    dataset_entity,
+    dataset_input,
+    param_str,
+    series_stride,
+    system_metrics_interval,
+)
+from common.runs import (  # noqa: F401
+    STALE_REASON,
+    close_stale_runs,
+    experiment_id_for,
+    fail_pending_run,
+    latest_finished_run,
+    mark_failed,
+    mlflow_client,
+    process_gone,
+    process_tag,
+    redirect_run,
+)
+
 
 # Where a run goes when neither the store nor the spool folder can be written: a spool folder in the
 # working directory (python -m common.upload --spool-dir roofline-spool sends it).
@@ -63,100 +85,6 @@ logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 # MLflow prints "View run <name> at: <tracking URI>/#/..." when a run on a server ends, user name and
 # password included; the commands print their own hint, redacted (common.server.ui_hint).
 os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
-
-
-def param_str(value: Any) -> str:
-    """The string MLflow stores for a param; booleans lower-case like MLproject's."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-@dataclass
-class RunRecord:
-    """Everything a run logs, as plain data. Values are raw SI numbers, never rounded."""
-
-    run_kind: str
-    run_name: str | None = None
-    params: dict[str, Any] = field(default_factory=dict)
-    tags: dict[str, str] = field(default_factory=dict)
-    metrics: dict[str, float] = field(default_factory=dict)
-    # per-step metrics: name -> values; the step index is the position in the list
-    series: dict[str, list[float]] = field(default_factory=dict)
-    # artifacts written from memory: artifact path ("dir/name.txt") -> text
-    texts: dict[str, str] = field(default_factory=dict)
-    # artifacts copied from disk: artifact path ("dir/name.csv") -> local file path
-    files: dict[str, str] = field(default_factory=dict)
-    # dataset inputs (the UI's Dataset column): dicts of `dataset_input`'s fields
-    inputs: list[dict] = field(default_factory=list)
-
-    def merge(self, other: "RunRecord") -> None:
-        self.params.update(other.params)
-        self.tags.update(other.tags)
-        self.metrics.update(other.metrics)
-        self.series.update(other.series)
-        self.texts.update(other.texts)
-        self.files.update(other.files)
-        self.inputs.extend(i for i in other.inputs if i not in self.inputs)
-
-    def is_empty(self) -> bool:
-        return not (
-            self.params
-            or self.tags
-            or self.metrics
-            or self.series
-            or self.texts
-            or self.files
-            or self.inputs
-        )
-
-    def validate(self) -> None:
-        for key in [*self.params, *self.tags, *self.metrics, *self.series]:
-            schema.check_key(key)
-
-
-def dataset_input(name: str, digest: str, source_type: str, source: dict, context: str) -> dict:
-    """A dataset input of a run, as plain data: `name` and `digest` (the UI's Dataset column),
-    `source_type` ("local" for a folder, "code" for data a program makes), `source` (JSON-able: a
-    folder's {"uri": ...}, generated data's description) and `context` (e.g. "train")."""
-    return {
-        "name": name,
-        "digest": digest,
-        "source_type": source_type,
-        "source": source,
-        "context": context,
-    }
-
-
-def context_tags(run_kind: str) -> dict[str, str]:
-    """What `mlflow.start_run` adds and `MlflowClient.create_run` does not: `mlflow.user`,
-    `mlflow.source.name|type`, `mlflow.source.git.commit|branch|repoURL` (MLflow's context
-    providers), and `mlflow.project.entryPoint`, the MLproject entry point that runs `run_kind`."""
-    tags = {schema.TAG_ENTRY_POINT: schema.ENTRY_POINTS[run_kind]}
-    try:
-        from mlflow.tracking.context.registry import resolve_tags
-
-        tags.update(resolve_tags())
-    except Exception as exc:  # noqa: BLE001 - provenance is a nice-to-have, never a failure
-        console.note(f"source tags not resolved ({one_line(exc)[:200]})")
-    return tags
-
-
-def system_metrics_interval(expected_s: float | None) -> float | None:
-    """Seconds between system-metric samples for a phase expected to last `expected_s`: about
-    SYSTEM_SAMPLES samples, between 1 s and 60 s; 1 s when the length is unknown; None (do not
-    sample) when the phase is shorter than two 1-second samples, which would hold only MLflow's
-    first sample (CPU use since the previous psutil call) or none."""
-    if expected_s is None:
-        return 1.0
-    if expected_s < 2.0:
-        return None
-    return min(60.0, max(1.0, expected_s / SYSTEM_SAMPLES))
-
-
-def series_stride(n_points: int) -> int:
-    """Every how many steps a series of `n_points` is logged as metric history."""
-    return max(1, -(-n_points // MAX_SERIES_POINTS))
 
 
 class RunSession:
@@ -363,7 +291,7 @@ class RunSession:
         rec.metrics.clear()
         rec.series.clear()
         if rec.inputs:
-            client.log_inputs(run_id, datasets=[_dataset_entity(d) for d in rec.inputs])
+            client.log_inputs(run_id, datasets=[dataset_entity(d) for d in rec.inputs])
             rec.inputs.clear()
         for path, text in list(rec.texts.items()):
             client.log_text(run_id, text, path)
@@ -521,198 +449,3 @@ class RunSession:
             tracking_uri=display_uri(),
             folder=folder,
         )
-
-
-def _dataset_entity(d: dict):
-    """A `dataset_input` dict as the DatasetInput MlflowClient.log_inputs takes."""
-    import json
-
-    from mlflow.entities import Dataset, DatasetInput, InputTag
-
-    dataset = Dataset(
-        name=d["name"],
-        digest=d["digest"],
-        source_type=d["source_type"],
-        source=json.dumps(d["source"]),
-    )
-    return DatasetInput(dataset, tags=[InputTag("mlflow.data.context", d["context"])])
-
-
-def mlflow_client(client=None):
-    """`client`, or a new MlflowClient for the tracking URI in use."""
-    if client is not None:
-        return client
-    from mlflow.tracking import MlflowClient
-
-    return MlflowClient()
-
-
-def experiment_id_for(name: str | None, create: bool = False, client=None) -> str | None:
-    """The experiment runs go to: `name`, else MLFLOW_EXPERIMENT_NAME / _ID, else Default ("0").
-
-    None when the named experiment does not exist and `create` is false.
-    """
-    client = mlflow_client(client)
-    name = name or os.environ.get("MLFLOW_EXPERIMENT_NAME")
-    if name:
-        exp = client.get_experiment_by_name(name)
-        if exp is not None:
-            return exp.experiment_id
-        return client.create_experiment(name) if create else None
-    return os.environ.get("MLFLOW_EXPERIMENT_ID") or "0"
-
-
-def process_tag(pid: int | None = None) -> str:
-    """The `process` tag of a run driven by process `pid` (default: this one) of this host:
-    `<host>:<pid>:<start time, s since the epoch>` (a pid is reused; a pid and its start time are not)."""
-    pid = os.getpid() if pid is None else pid
-    return f"{schema.host_name()}:{pid}:{_process_start_s(pid) or 0:.2f}"
-
-
-def _process_start_s(pid: int) -> float | None:
-    import psutil
-
-    try:
-        proc = psutil.Process(pid)
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return None
-        return proc.create_time()
-    except psutil.Error:
-        return None
-
-
-def process_gone(tag: str) -> bool:
-    """Whether the process a `process` tag names is known to be gone: it ran on this host and no
-    process with that pid and start time is alive. False for another host's process, a malformed
-    tag or a process this user may not inspect: a run is never ended on a guess."""
-    try:
-        host, pid, start = tag.rsplit(":", 2)
-        pid, start = int(pid), float(start)
-    except ValueError:
-        return False
-    if host != schema.host_name() or pid <= 0:
-        return False
-    import psutil
-
-    try:
-        proc = psutil.Process(pid)
-        alive = proc.status() != psutil.STATUS_ZOMBIE
-        return not alive or abs(proc.create_time() - start) > 1.0
-    except psutil.NoSuchProcess:
-        return True
-    except psutil.Error:  # access denied: it exists, we cannot tell whose it is
-        return False
-
-
-STALE_REASON = "interrupted: the process recording this run ended before the run finished"
-
-
-def close_stale_runs(
-    client=None, experiment_ids: list[str] | None = None, also: list[str] = ()
-) -> list[str]:
-    """End FAILED every RUNNING run whose `process` tag names a process of this host that is gone
-    (killed with `kill -9`, a crash, a power cut): such a run would otherwise stay RUNNING forever.
-    `also`: ids of runs the caller knows are stale (a resumed sweep's children from before the tag).
-
-    Runs of other hosts, of live processes, without the tag (made by older versions, or by `mlflow
-    run` before the script took them over) and runs the local spool will complete (their id, or their
-    `spool_local_id`, is in a spool entry) are left alone. Returns the ids it ended. Never raises: a
-    store that cannot be searched just leaves them for next time.
-    """
-    try:
-        client = mlflow_client(client)
-        if experiment_ids is None:
-            experiment_ids = _all_experiment_ids(client)
-        kept = _spooled_ids()
-        host = schema.host_name()
-        filt = f"attributes.status = 'RUNNING' and tags.{schema.TAG_PROCESS} LIKE {schema.filter_literal(host + ':%', 'host name')}"
-        closed = []
-        for run_id in also:
-            mark_failed(run_id, STALE_REASON, client)
-            closed.append(run_id)
-        for i in range(0, len(experiment_ids), 100):
-            for run in client.search_runs(experiment_ids[i : i + 100], filt, max_results=1000):
-                tags = run.data.tags
-                if run.info.run_id in kept or tags.get(schema.TAG_SPOOL_ID) in kept:
-                    continue
-                if process_gone(tags.get(schema.TAG_PROCESS, "")):
-                    mark_failed(run.info.run_id, STALE_REASON, client)
-                    closed.append(run.info.run_id)
-    except Exception as exc:  # noqa: BLE001 - housekeeping never stops a measurement
-        console.note(
-            f"could not look for runs left RUNNING by dead processes ({one_line(exc)[:160]})"
-        )
-        return []
-    if closed:
-        console.info(
-            f"marked {len(closed)} run(s) left RUNNING by a process that is gone as FAILED"
-        )
-    return closed
-
-
-def _all_experiment_ids(client) -> list[str]:
-    ids, token = [], None
-    while True:
-        page = client.search_experiments(max_results=1000, page_token=token)
-        ids += [e.experiment_id for e in page]
-        token = page.token
-        if not token:
-            return ids
-
-
-def _spooled_ids() -> set[str]:
-    """Run ids and local ids of the local spool's entries (runs that upload will complete)."""
-    out = set()
-    for entry in spool.spooled_runs(warn=False):
-        out.add(entry["local_id"])
-        if entry.get("run_id"):
-            out.add(entry["run_id"])
-    return out
-
-
-def mark_failed(run_id: str, reason: str, client=None) -> None:
-    """End an existing run FAILED with `reason` as its `error` tag (the one way a run that no
-    RunSession holds is failed: a pending `mlflow run` run, a stale child of a killed sweep)."""
-    client = mlflow_client(client)
-    client.set_tag(run_id, schema.TAG_ERROR, reason[:5000])
-    client.set_terminated(run_id, status="FAILED")
-
-
-def fail_pending_run(message: str) -> str | None:
-    """End the run `mlflow run` created (MLFLOW_RUN_ID) FAILED with an `error` tag, if there is one.
-
-    For errors found before a RunSession took that run over (bad flags under `mlflow run`): the run
-    already exists and must not stay RUNNING without a reason. Returns its id, or None.
-    """
-    run_id = os.environ.pop("MLFLOW_RUN_ID", None)
-    if not run_id:
-        return None
-    try:
-        mark_failed(run_id, message)
-    except Exception as exc:  # noqa: BLE001 - the message was printed; mlflow run marks it FAILED too
-        console.note(f"could not mark run {run_id} FAILED ({one_line(exc)[:200]})")
-    return run_id
-
-
-def redirect_run(run_id: str, target_run_id: str, tags: dict[str, str], note: str) -> None:
-    """Tag an existing run (one `mlflow run` created) as a pointer to `target_run_id`: `tags`, nested
-    under the target (`mlflow.parentRunId`), with `note` as its description. Its status is left to
-    whoever ends it (`mlflow run` does, from the exit code)."""
-    from mlflow.entities import RunTag
-
-    all_tags = {**tags, "mlflow.parentRunId": target_run_id, "mlflow.note.content": note}
-    mlflow_client().log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in all_tags.items()])
-
-
-def latest_finished_run(experiment_id: str, filter_string: str, client=None):
-    """The newest FINISHED run of `experiment_id` matching `filter_string` (an MLflow search
-    filter), or None: the one read a run makes of others (a distributed train run's world-size-1
-    baseline, train/__main__.py)."""
-    client = mlflow_client(client)
-    runs = client.search_runs(
-        [experiment_id],
-        filter_string=f"attributes.status = 'FINISHED' and {filter_string}",
-        max_results=1,
-        order_by=["attributes.start_time DESC"],
-    )
-    return runs[0] if runs else None

@@ -1,4 +1,9 @@
-"""`python -m train`: fixed-iteration training benchmark of a torchvision model, logged to MLflow."""
+"""`python -m train`: fixed-iteration training benchmark of a torchvision model, logged to MLflow.
+
+The thin edge around train/bench.py: flags, one RunSession per run, the run's figure and scaling
+comparison, profile mode, and the per-rank entry of a torchrun job (train/distributed/ has the
+engines, the gathering and the failure guard). Over 400 lines because those entries share `run`.
+"""
 
 from __future__ import annotations
 

@@ -3,7 +3,10 @@
 A train run's record is plain data made here: `run_header` (params and tags, known before anything
 is measured) and `run_benchmark`'s `BenchResult` (tags, metrics, series and texts); `train.run`
 (train/__main__.py) only opens a `common.tracking.RunSession` and logs them. Profile mode (`profile_steps`) reuses the same preparation and the same
-`train_step`, wrapped in NVTX ranges and the CUDA profiler's start/stop.
+`train_step`, wrapped in NVTX ranges and the CUDA profiler's start/stop. Over 400 lines because
+the single-process and the distributed benchmark (train/distributed/measure.py) share its steps
+(setup, warm_up, measure_steps, bench_result) and the summary line; the counting, timing and data
+code is in train/flops.py, train/timing.py and train/data.py.
 """
 
 from __future__ import annotations
