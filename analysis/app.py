@@ -19,7 +19,7 @@ from typing import Callable
 
 from analysis import core, fetch, figures, html, report, vendor
 from common import console, schema
-from common.cli import ArgumentParser, cli_entry, str_bool
+from common.cli import ArgumentParser, add_track_flags, cli_entry
 from common.errors import BenchError, UsageError
 from common.server import display_uri
 
@@ -134,15 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="JSON/YAML vendor entries adding to / overriding the vendor table (format: docs/peaks.md; "
         "default $ROOFLINE_PEAKS_FILE)",
     )
-    p.add_argument(
-        "--track",
-        type=str_bool,
-        nargs="?",
-        const=True,
-        default=True,
-        help="log outputs as artifacts of an `analysis` run (true/false; default true)",
-    )
-    p.add_argument("--no-track", dest="track", action="store_false", help="same as --track false")
+    add_track_flags(p, "log outputs as artifacts of an `analysis` run (true/false; default true)")
     p.add_argument(
         "--variability-config",
         default="",

@@ -15,7 +15,7 @@ import time
 
 from common import console, envinfo, schema
 from common.fmt import si
-from common.cli import ArgumentParser, cli_entry, str_bool
+from common.cli import ArgumentParser, add_track_flags, cli_entry
 from common.errors import BenchError, UsageError
 from profiling.peak_table import DTYPES, PEAKS_FILE_ENV, find
 from profiling.peaks import facts, gemm, measure, sizing
@@ -87,15 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help=f"JSON/YAML vendor-peak entries to add or override (default: ${PEAKS_FILE_ENV})",
     )
-    p.add_argument(
-        "--track",
-        type=str_bool,
-        nargs="?",
-        const=True,
-        default=True,
-        help="log a peaks run to MLflow (default: true)",
-    )
-    p.add_argument("--no-track", dest="track", action="store_false", help="same as --track false")
+    add_track_flags(p, "log a peaks run to MLflow (default: true)")
     return p
 
 
