@@ -9,6 +9,7 @@ compare with.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -656,7 +657,5 @@ def test_zero_compute_only_steps_run_no_collective(stage):
         timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert sorted(line for line in done.stdout.splitlines() if " ok " in line) == [
-        "rank 0 ok 0",
-        "rank 1 ok 3",
-    ]
+    # the two ranks share torchrun's stdout: their lines may interleave ("rank 0 ok 0rank 1 ok 3")
+    assert sorted(re.findall(r"rank \d ok \d", done.stdout)) == ["rank 0 ok 0", "rank 1 ok 3"]
