@@ -72,6 +72,9 @@ def upload_spooled(folder: Path | None = None, select=None) -> tuple[int, int]:
                     f"spool entry {entry['_path']} could not be sent: {store_problem(exc)}"
                 ) from exc
             run_ids[entry["local_id"]] = run_id
+            # run.json goes first, while the lock is held: an upload that takes the lock later (on
+            # a .lock it recreated while rmtree ran) finds no entry instead of sending it again
+            Path(entry["_path"]).unlink(missing_ok=True)
             shutil.rmtree(Path(entry["_path"]).parent, ignore_errors=True)
             sent += 1
             rec = entry["record"]

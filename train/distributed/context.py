@@ -92,6 +92,20 @@ class DistContext:
         dist.all_gather_object(out, obj)
         return out
 
+    def gathered(self) -> None:
+        """Rank 0 says, through the job's key-value store, that its gather is complete; the other
+        ranks wait for that before going on. Without it a rank that finished its part of the
+        all_gather could exit and close its gloo connections while rank 0 was still reading
+        (rank 0 then saw a closed connection and blamed a rank that had done nothing wrong)."""
+        import torch.distributed as dist
+
+        store = dist.distributed_c10d._get_default_store()  # its timeout: the collective timeout
+        key = "roofline_gathered"
+        if self.rank == 0:
+            store.set(key, "1")
+        else:
+            store.wait([key])
+
     def barrier(self) -> None:
         import torch.distributed as dist
 

@@ -88,6 +88,7 @@ def run_distributed_benchmark(cfg: TrainConfig, ctx, progress: bool = True) -> B
     )
     with runtime_errors(cfg, device):
         records = ctx.gather(mine)
+        ctx.gathered()  # no rank leaves (closing its connections) while rank 0 still gathers
     if ctx.rank != 0:
         return None
     slowest = slowest_per_step([r.times for r in records])
