@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from dataclasses import asdict
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 from common import console, schema
 from common.cli import ArgumentParser, cli_entry
 from common.errors import BenchError, one_line
+from common.locks import locked
 from common.server import check_reachable, is_unreachable, redact, store_problem
 from common.spool import entry_lock, save_entry, spool_dir, spooled_runs
 from common.tracking import (
@@ -35,6 +37,24 @@ def upload_spooled(folder: Path | None = None, select=None) -> tuple[int, int]:
     the entry, so a second upload completes the same run instead of creating another. Progress is
     told through common.console.info (silent inside console.quiet()).
     """
+    with _one_upload_at_a_time(Path(folder or spool_dir())):
+        return _upload(folder, select)
+
+
+@contextlib.contextmanager
+def _one_upload_at_a_time(folder: Path):
+    """Uploads of one spool folder run one after the other: a second one waits for the first, then
+    finds only what is left. (The per-entry locks alone let two uploads that started together
+    send the same entries twice on a slow store: seen on PostgreSQL in CI.) A folder that is
+    missing or read-only gets no such lock; the per-entry locks still hold."""
+    with contextlib.ExitStack() as stack:
+        if folder.is_dir():
+            with contextlib.suppress(OSError):
+                stack.enter_context(locked(folder / ".upload.lock", wait=True))
+        yield
+
+
+def _upload(folder: Path | None, select) -> tuple[int, int]:
     client = mlflow_client()
     sent = 0
     elsewhere: set[str] = set()  # local ids another upload holds, and their waiting children

@@ -8,6 +8,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import uuid
 import subprocess
 import sys
 import threading
@@ -328,13 +329,17 @@ def test_resumed_run_that_finishes_loses_the_error_of_the_interrupted_attempt(tr
 
 
 # ------------------------------------------------------------------ no duplicates
-def spool_a_sweep(monkeypatch, children: int = 4) -> None:
+def spool_a_sweep(monkeypatch, children: int = 4) -> str:
+    """Spool a sweep of `children` runs in a new experiment (a PostgreSQL store is shared by the
+    whole session); returns the experiment's name."""
     go_offline(monkeypatch)
-    with RunSession("sweep", run_name="p", experiment="exp-dup") as parent:
+    exp = f"exp-dup-{uuid.uuid4().hex[:8]}"
+    with RunSession("sweep", run_name="p", experiment=exp) as parent:
         parent.log_params({"sweep_repeats": 1})
         for i in range(children):
-            with RunSession("train", run_name=f"c{i}", experiment="exp-dup", parent=parent) as c:
+            with RunSession("train", run_name=f"c{i}", experiment=exp, parent=parent) as c:
                 record_a_run(c)
+    return exp
 
 
 def runs_of(experiment: str) -> list:
@@ -342,7 +347,7 @@ def runs_of(experiment: str) -> list:
 
 
 def test_upload_skips_an_entry_another_upload_holds(tracking, monkeypatch):
-    spool_a_sweep(monkeypatch, children=1)
+    exp = spool_a_sweep(monkeypatch, children=1)
     come_back(monkeypatch, tracking)
     parent = next(e for e in spooled_runs() if e["record"]["run_kind"] == "sweep")
     with entry_lock(parent) as held:
@@ -350,7 +355,7 @@ def test_upload_skips_an_entry_another_upload_holds(tracking, monkeypatch):
         # the parent is being sent "elsewhere", its child waits for it: none left for this upload
         assert upload_spooled() == (0, 0)
         assert len(spooled_runs()) == 2
-    assert runs_of("exp-dup") == []
+    assert runs_of(exp) == []
     assert upload_spooled() == (2, 0)
 
 
@@ -359,7 +364,7 @@ def test_upload_killed_between_creating_a_run_and_saving_its_id_reuses_that_run(
 ):
     import common.upload as up
 
-    spool_a_sweep(monkeypatch, children=0)
+    exp = spool_a_sweep(monkeypatch, children=0)
     come_back(monkeypatch, tracking)
     with monkeypatch.context() as m:
 
@@ -369,16 +374,16 @@ def test_upload_killed_between_creating_a_run_and_saving_its_id_reuses_that_run(
         m.setattr(up, "save_entry", killed)
         with pytest.raises(KeyboardInterrupt):
             upload_spooled()
-    (made,) = runs_of("exp-dup")
+    (made,) = runs_of(exp)
     assert made.info.status == "RUNNING" and not made.data.params
     assert upload_spooled() == (1, 0)
-    (run,) = runs_of("exp-dup")
+    (run,) = runs_of(exp)
     assert run.info.run_id == made.info.run_id and run.info.status == "FINISHED"
     assert run.data.params == {"sweep_repeats": "1"}
 
 
 def test_two_uploads_at_once_send_every_run_once(on_server, monkeypatch, tmp_path):
-    spool_a_sweep(monkeypatch, children=4)
+    exp = spool_a_sweep(monkeypatch, children=4)
     come_back(monkeypatch, on_server.url)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     procs = [
@@ -395,7 +400,7 @@ def test_two_uploads_at_once_send_every_run_once(on_server, monkeypatch, tmp_pat
     # runs one upload found the other sending are not "left": both succeed, nothing stays
     assert [p.returncode for p in procs] == [0, 0], outputs
     assert spooled_runs() == []
-    runs = runs_of("exp-dup")
+    runs = runs_of(exp)
     kinds = sorted(r.data.tags[schema.TAG_RUN_KIND] for r in runs)
     assert kinds == ["sweep"] + ["train"] * 4, outputs
     parent = next(r for r in runs if r.data.tags[schema.TAG_RUN_KIND] == "sweep")
