@@ -30,8 +30,8 @@ def upload_spooled(folder: Path | None = None, select=None) -> tuple[int, int]:
     still_spooled leaves out the runs another upload is sending (and the children waiting for it).
 
     `select(entry)` limits the upload to some entries (a resumed sweep sends its own). Safe to
-    interrupt and repeat, and to run twice at once: each entry is locked while it is sent (another
-    upload skips it), a run id is written back into its entry (and into its children's entries, as
+    interrupt and repeat, and to run twice at once: a second upload of the folder waits for the
+    first, each entry is locked while it is sent (another process skips it), a run id is written back into its entry (and into its children's entries, as
     their parent) as soon as the server created it, a run the server created just before a kill (its
     id not yet saved) is found again by its `spool_local_id` tag, and what was sent is dropped from
     the entry, so a second upload completes the same run instead of creating another. Progress is
