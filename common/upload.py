@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 from dataclasses import asdict
 from pathlib import Path
@@ -13,7 +12,6 @@ from pathlib import Path
 from common import console, schema
 from common.cli import ArgumentParser, cli_entry
 from common.errors import BenchError, one_line
-from common.locks import locked
 from common.server import check_reachable, is_unreachable, redact, store_problem
 from common.spool import entry_lock, save_entry, spool_dir, spooled_runs
 from common.tracking import (
@@ -30,31 +28,13 @@ def upload_spooled(folder: Path | None = None, select=None) -> tuple[int, int]:
     still_spooled leaves out the runs another upload is sending (and the children waiting for it).
 
     `select(entry)` limits the upload to some entries (a resumed sweep sends its own). Safe to
-    interrupt and repeat, and to run twice at once: a second upload of the folder waits for the
-    first, each entry is locked while it is sent (another process skips it), a run id is written back into its entry (and into its children's entries, as
+    interrupt and repeat, and to run twice at once: each entry is locked while it is sent (another
+    upload skips it), a run id is written back into its entry (and into its children's entries, as
     their parent) as soon as the server created it, a run the server created just before a kill (its
     id not yet saved) is found again by its `spool_local_id` tag, and what was sent is dropped from
     the entry, so a second upload completes the same run instead of creating another. Progress is
     told through common.console.info (silent inside console.quiet()).
     """
-    with _one_upload_at_a_time(Path(folder or spool_dir())):
-        return _upload(folder, select)
-
-
-@contextlib.contextmanager
-def _one_upload_at_a_time(folder: Path):
-    """Uploads of one spool folder run one after the other: a second one waits for the first, then
-    finds only what is left. (The per-entry locks alone let two uploads that started together
-    send the same entries twice on a slow store: seen on PostgreSQL in CI.) A folder that is
-    missing or read-only gets no such lock; the per-entry locks still hold."""
-    with contextlib.ExitStack() as stack:
-        if folder.is_dir():
-            with contextlib.suppress(OSError):
-                stack.enter_context(locked(folder / ".upload.lock", wait=True))
-        yield
-
-
-def _upload(folder: Path | None, select) -> tuple[int, int]:
     client = mlflow_client()
     sent = 0
     elsewhere: set[str] = set()  # local ids another upload holds, and their waiting children
