@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from analysis import core, fetch, figures, html, report, vendor
+from analysis import core, fetch, figures, html, report, screen, vendor
 from common import console, schema
 from common.cli import ArgumentParser, add_track_flags, cli_entry
 from common.errors import BenchError, UsageError
@@ -254,7 +254,8 @@ def _variability(
         return None, ""
     vr = core.variability_runs(analysis, key)
     t = time.perf_counter()
-    series = fetch.fetch_series(list(vr["run_id"]), source=source)
+    series, dropped = screen.series(fetch.fetch_series(list(vr["run_id"]), source=source))
+    analysis.notes += dropped
     timings["series_fetch_s"] = time.perf_counter() - t
     by_env: dict[tuple[str, str], list[float]] = {}
     for r in vr.to_dict("records"):
@@ -286,6 +287,7 @@ def _log(session, cfg: AnalysisConfig, result: Result) -> None:
             "n_profile_runs": c["profile"],
             "n_peaks_runs": c["peaks"],
             "n_failed_runs": c["failed"],
+            "n_screened_runs": c["screened"],
             "n_points": c["points"],
             "n_measured_points": c["measured_points"],
             "n_modeled_points": c["modeled_points"],

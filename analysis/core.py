@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 import pandas as pd
 
-from analysis import join, scaling, tables
+from analysis import join, scaling, screen, tables
 from analysis.roofline import Roof
 
 
@@ -43,8 +43,10 @@ def build(
 ) -> Analysis:
     """Join train, profile and peaks runs into roofline points; `complexity` are the models.csv
     tables of complexity runs (fetch.fetch_complexity). Never raises on missing data: what is
-    missing ends up in `notes` and as empty cells."""
-    notes: list[str] = []
+    missing ends up in `notes` and as empty cells. Runs holding a value that is not a measurement
+    are left out first (analysis/screen.py), each named in `notes`."""
+    runs, notes = screen.runs(runs)
+    n_screened = len(notes)
     status = join.text(runs, "status")
     kind = join.text(runs, "tags.run_kind")
     counts = {
@@ -112,6 +114,7 @@ def build(
     notes += complexity_notes
     failed = tables.failed_runs(runs, set(train["device_name"]) or None)
     counts["failed"] = len(failed)
+    counts["screened"] = n_screened
     return Analysis(
         points=points.sort_values(
             ["env_label", "device_name", "model", "precision", "batch_size"]
