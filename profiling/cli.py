@@ -35,6 +35,7 @@ from profiling.ncu_command import (
     REPLAY_MODES,
     CaptureOptions,
 )
+from profiling.ncu_checks import check_rates, check_values
 from profiling.ncu_plan import METRIC_SETS, TENSOR_MODES
 from profiling.ncu_summary import (
     NcuSummary,
@@ -248,7 +249,9 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo]) -> int:
             report, device_name, capability, counters, cautioned = capture(
                 args, config, opts, probe, session
             )
+        check_values(report)  # units, signs, finiteness: before anything is summed
         summary = summarize(report, capability, counters)
+        check_rates(summary.kernels, report.source)  # no kernel faster than any GPU
         require_counters(summary, report.source)
         warnings, tags = list(summary.warnings), summary.mlflow_tags()
         incomplete = roofline_warning(summary, report.source)
