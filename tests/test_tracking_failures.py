@@ -159,9 +159,11 @@ def test_corrupt_spool_entry_is_skipped_with_a_line_naming_it_and_the_rest_is_se
         assert f"warning: skipped spool entry {path}: it cannot be read" in err
 
     come_back(monkeypatch, tracking)
-    assert upload_main([]) == 0
+    # the good one is sent; the unreadable ones stay, and the upload says so (exit 1)
+    assert upload_main([]) == 1
     out, err = capsys.readouterr()
-    assert "uploaded 1 run(s)" in out and "Traceback" not in err
+    assert "uploaded 1 run(s); 0 left" in out and "2 spool entries cannot be read" in out
+    assert "Traceback" not in err
     assert all(f"skipped spool entry {path}" in err for path in bad)
     (run,) = mlflow.search_runs(experiment_names=["exp-corrupt"], output_format="list")
     assert run.info.status == "FINISHED"
