@@ -8,6 +8,7 @@ engines, the gathering and the failure guard). Over 400 lines because those entr
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 from pathlib import Path
 
@@ -34,6 +35,12 @@ def build_parser() -> ArgumentParser:
     out.add_argument("--no-progress", action="store_true", help="no progress bar")
     out.add_argument(
         "--no-system-metrics", action="store_true", help="do not sample CPU/GPU/memory into the run"
+    )
+    out.add_argument(
+        "--no-memory-check",
+        action="store_true",
+        help="run a batch even when its activations, estimated from the counted steps, need more "
+        "memory than the device has free (default: refuse it in one line; docs/train.md)",
     )
     out.add_argument(
         "--result-file",
@@ -70,11 +77,13 @@ def run(
     note_extra: str = "",
     measure=None,
     guard=None,
+    run_id: str | None = None,
 ):
     """Pre-flight, then one `train` run: returns (the closed RunSession, BenchResult).
 
     `name_suffix` ends the run name (a sweep child's `-r<repeat>`); `note_extra` ends its
-    description (which sweep it belongs to).
+    description (which sweep it belongs to); `run_id`: a RUNNING run to measure in (the child a
+    sweep claimed in the store, train/sweep/claims.py) instead of a new one.
 
     Raises BenchError for bad input found before the run (nothing logged: a sweep records such a
     configuration as a FAILED child itself) and re-raises failures inside the run after it was
@@ -103,6 +112,7 @@ def run(
         tags=environment_tags(str(device), cfg.env_label),
         parent=parent,
         system_metrics=system_metrics,
+        run_id=run_id,
     )
     with tempfile.TemporaryDirectory() as tmp, guard.hold(ender(session)), session:
         session.log_params({**params, **(extra_params or {})})
@@ -240,6 +250,8 @@ def compare_scaling(session, cfg: TrainConfig, result) -> None:
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.no_memory_check:  # read by train/memory_check.py, here and in torchrun's ranks
+        os.environ["ROOFLINE_MEMORY_CHECK"] = "off"
     try:
         cfg = config_from_args(args)
     except ValueError as exc:

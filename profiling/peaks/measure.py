@@ -60,7 +60,8 @@ def run_peaks(
     DRAM-sized arrays, within `time_budget_s` (None or 0: no budget).
 
     `on_step(label, measurement)` is called after each step of plan(), in that order; for a STREAM
-    step the measurement is the better kernel's.
+    step the measurement is the better kernel's. An exception (an interrupt included) leaves with
+    what was measured so far as its `partial_peaks` attribute, so the caller can keep it.
     """
     import torch
 
@@ -86,40 +87,45 @@ def run_peaks(
         if on_step:
             on_step(label, meas)
 
-    if l2_array_bytes > 0:
+    try:
+        if l2_array_bytes > 0:
+            started = clock()
+            result.l2 = measure_stream(
+                l2_array_bytes,
+                L2_REPEATS_FACTOR * bandwidth_repeats,
+                device,
+                deadline=budget.next_step(),
+                min_sample_s=min(min_sample_s, L2_MIN_SAMPLE_S),
+                copies_per_call=l2_copies_per_launch(l2_array_bytes, device_type),
+                **{**timing, "warmup_s": max(warm, L2_WARMUP_S)},
+            )
+            done("stream l2", started, result.l2[result.l2_kernel])
+        for dtype in dtypes:
+            started = clock()
+            result.compute[dtype] = measure_matmul(
+                dtype,
+                matrix_size,
+                repeats,
+                device,
+                deadline=budget.next_step(),
+                min_sample_s=min_sample_s,
+                **timing,
+            )
+            done(f"gemm {dtype}", started, result.compute[dtype])
         started = clock()
-        result.l2 = measure_stream(
-            l2_array_bytes,
-            L2_REPEATS_FACTOR * bandwidth_repeats,
-            device,
-            deadline=budget.next_step(),
-            min_sample_s=min(min_sample_s, L2_MIN_SAMPLE_S),
-            copies_per_call=l2_copies_per_launch(l2_array_bytes, device_type),
-            **{**timing, "warmup_s": max(warm, L2_WARMUP_S)},
-        )
-        done("stream l2", started, result.l2[result.l2_kernel])
-    for dtype in dtypes:
-        started = clock()
-        result.compute[dtype] = measure_matmul(
-            dtype,
-            matrix_size,
-            repeats,
+        result.stream = measure_stream(
+            array_bytes,
+            bandwidth_repeats,
             device,
             deadline=budget.next_step(),
             min_sample_s=min_sample_s,
             **timing,
         )
-        done(f"gemm {dtype}", started, result.compute[dtype])
-    started = clock()
-    result.stream = measure_stream(
-        array_bytes,
-        bandwidth_repeats,
-        device,
-        deadline=budget.next_step(),
-        min_sample_s=min_sample_s,
-        **timing,
-    )
-    done("stream dram", started, result.stream[result.dram_kernel])
+        done("stream dram", started, result.stream[result.dram_kernel])
+    except BaseException as exc:  # noqa: BLE001 - re-raised with the partial result attached
+        result.wall_s = clock() - budget.start
+        exc.partial_peaks = result
+        raise
     result.wall_s = clock() - budget.start
     return result
 
