@@ -10,6 +10,7 @@ modules named above.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import tempfile
 import time
@@ -211,30 +212,33 @@ def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> R
     t = time.perf_counter()
     out_dir = Path(cfg.out)
     variability, var_title = _variability(analysis, cfg, source, timings)
-    jobs = figures.plan(analysis, out_dir / "figures", variability)
-    n_jobs = cfg.jobs or figures.default_jobs()
-    console.info(
-        f"drawing {len(jobs)} figures for {len(analysis.roofs)} environment(s)"
-        + (f" in {n_jobs} processes" if n_jobs > 1 else "")
-    )
-    drawn: dict[str, list[tuple[str, str]]] = {}
-    files: list[Path] = []
-    for section, title, path in figures.render(jobs, n_jobs):
-        drawn.setdefault(section, []).append((title, str(path.relative_to(out_dir))))
-        files.append(path)
-    timings["figures_s"] = time.perf_counter() - t
+    with writing(out_dir):
+        jobs = figures.plan(analysis, out_dir / "figures", variability)
+        n_jobs = cfg.jobs or figures.default_jobs()
+        console.info(
+            f"drawing {len(jobs)} figures for {len(analysis.roofs)} environment(s)"
+            + (f" in {n_jobs} processes" if n_jobs > 1 else "")
+        )
+        drawn: dict[str, list[tuple[str, str]]] = {}
+        files: list[Path] = []
+        for section, title, path in figures.render(jobs, n_jobs):
+            drawn.setdefault(section, []).append((title, str(path.relative_to(out_dir))))
+            files.append(path)
+        timings["figures_s"] = time.perf_counter() - t
 
-    t = time.perf_counter()
-    files += report.write_tables(analysis, out_dir)
-    generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    blocks = report.report_blocks(
-        analysis, drawn, display_uri(), query.describe(), generated, var_title
-    )
-    md_path, html_path = out_dir / "report.md", out_dir / "report.html"
-    md_path.write_text(report.markdown_text(blocks))
-    images = {rel: (out_dir / rel).read_bytes() for section in drawn.values() for _, rel in section}
-    html_path.write_text(html.render(blocks, images), encoding="utf-8")
-    files += [md_path, html_path]
+        t = time.perf_counter()
+        files += report.write_tables(analysis, out_dir)
+        generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        blocks = report.report_blocks(
+            analysis, drawn, display_uri(), query.describe(), generated, var_title
+        )
+        md_path, html_path = out_dir / "report.md", out_dir / "report.html"
+        md_path.write_text(report.markdown_text(blocks))
+        images = {
+            rel: (out_dir / rel).read_bytes() for section in drawn.values() for _, rel in section
+        }
+        html_path.write_text(html.render(blocks, images), encoding="utf-8")
+        files += [md_path, html_path]
     timings["report_s"] = time.perf_counter() - t
     timings["total_s"] = time.perf_counter() - t0
     return Result(analysis, out_dir, files, timings, source)
@@ -304,6 +308,21 @@ def _raise_if_no_points(result: Result) -> None:
             f"no FINISHED train runs among the matches ({result.analysis.counts['failed']} failed); "
             f"failures listed in {result.out_dir / 'report.html'}"
         )
+
+
+@contextlib.contextmanager
+def writing(out_dir: Path):
+    """An OSError while writing figures, tables or the report (a full disk, a quota, a folder
+    made read-only after the start) becomes one line naming the folder and the reason; the
+    analysis run then ends FAILED with it. Raised in a figure process too (the pool re-raises it)."""
+    try:
+        yield
+    except OSError as exc:
+        where = exc.filename or out_dir
+        raise BenchError(
+            f"cannot write the report into --out {out_dir}: {where}: "
+            f"{exc.strerror or type(exc).__name__}; free space there (or a quota) or pass another --out"
+        ) from None
 
 
 def check_out_dir(out: str) -> None:

@@ -122,7 +122,7 @@ def _read_server(
     (and this machine's ledger); `state.reachable` becomes False if the server went away."""
     import mlflow
 
-    from common.server import is_unreachable
+    from common.server import is_unreachable, store_problem
     from common.tracking import experiment_id_for
 
     try:
@@ -142,7 +142,8 @@ def _read_server(
         )
     except Exception as exc:  # noqa: BLE001
         if not is_unreachable(exc):
-            raise
+            # not a store (an HTTP service that is not MLflow, a damaged sqlite file): one line
+            raise BenchError(f"cannot use {store_problem(exc)}") from None
         state.reachable = False
         return
     for run in runs:
