@@ -161,6 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def config_from_args(args: argparse.Namespace) -> AnalysisConfig:
     try:
+        for label in _split(args.env_label):  # the one rule train, sweep and peaks apply
+            schema.check_label(label, "--env-label")
         return AnalysisConfig(
             experiments=_split(args.experiment),
             filter=args.filter or "",
@@ -344,10 +346,36 @@ def check_out_dir(out: str) -> None:
         ) from None
 
 
+def check_store() -> None:
+    """Before an analysis run exists: a tracking URI that can never work (common.server.check_uri),
+    a sqlite file that does not exist (MLflow would create an empty store there, and the analysis
+    run would be its only run) and a server that does not answer (the run would be kept offline
+    for nothing) each end the command in one line."""
+    from common.server import check_reachable, tracking_uri
+
+    uri = tracking_uri()
+    if uri.startswith("sqlite:"):
+        from sqlalchemy.engine import make_url
+
+        path = make_url(uri).database
+        if path and path != ":memory:" and not Path(path).exists():
+            raise UsageError(
+                f"no tracking store at {path} ({display_uri()}): analysis reads runs and makes no "
+                "store; point MLFLOW_TRACKING_URI at the store the runs were logged to"
+            )
+    try:
+        check_reachable()
+    except ConnectionError as exc:
+        raise BenchError(
+            f"{exc}: start it, or point MLFLOW_TRACKING_URI at a store that works"
+        ) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     cfg = config_from_args(args)
     fetch.check_filter(cfg.filter)  # bad input ends here, before an analysis run exists
+    check_store()
     check_out_dir(cfg.out)
 
     if cfg.track:

@@ -19,7 +19,7 @@ from tests.helpers import dead_pid
 
 SWEEP = ["--models", "resnet18", "--batch-sizes", "2", "3", "4", "--image-size", "32"]
 SWEEP += ["--warmup-iters", "1", "--iters", "2", "--device", "cpu", "--env-label", "box"]
-SWEEP += ["--no-progress", "--no-system-metrics", "--name", "shared", "--experiment", "claims"]
+SWEEP += ["--no-progress", "--name", "shared", "--experiment", "claims"]
 
 
 def test_one_sweep_from_two_spool_folders_measures_each_child_once(tracking, tmp_path):
@@ -61,8 +61,8 @@ def _claim(client, exp_id, **kw):
     )
 
 
-def _holder(client, exp_id, status, process):
-    run = client.create_run(
+def _holder(client, exp_id, status, process, create=None):
+    run = (create or client.create_run)(
         exp_id,
         tags={
             schema.TAG_RUN_KIND: "train",
@@ -115,7 +115,7 @@ def test_two_claims_at_the_same_moment_step_back_and_one_wins(tracking):
     def create_beside_another(*a, **k):
         run = real_create(*a, **k)
         if not made:
-            made.append(_holder(client, exp, "RUNNING", "other-box:1:0"))
+            made.append(_holder(client, exp, "RUNNING", "other-box:1:0", create=real_create))
         return run
 
     client.create_run = create_beside_another

@@ -97,6 +97,9 @@ def preflight(cfg: TrainConfig):
     classes = check_data(cfg.data)
     if classes is not None:
         cfg.num_classes = classes
+    from train.memory_check import check_weights
+
+    check_weights(cfg, device)  # a model that cannot fit, said before its run exists
     return device
 
 

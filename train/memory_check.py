@@ -90,3 +90,50 @@ def check(cfg, device, saved: dict[int, int], available: tuple[int | None, str] 
         f"measured at batches {' and '.join(map(str, sorted(saved)))}), more than the "
         f"{si(free, 'B')} {what} on {device}: {advice}, or pass --no-memory-check to try it anyway"
     )
+
+
+OPTIMIZER_STATES = {"sgd": 1, "adam": 2, "adamw": 2}
+"""Tensors of parameter size each optimizer keeps (SGD's momentum; Adam's two moments)."""
+
+
+def _param_bytes(model_name: str, num_classes: int) -> tuple[int, int]:
+    """(parameters, their bytes) of the model built on the meta device: nothing is allocated."""
+    import torch
+
+    from train.models import build_model
+
+    with torch.device("meta"):
+        model = build_model(model_name, num_classes)
+    params = list(model.parameters())
+    return sum(p.numel() for p in params), sum(p.numel() * p.element_size() for p in params)
+
+
+def check_weights(cfg, device, available: tuple[int | None, str] | None = None) -> None:
+    """Before the run exists: UsageError when the model's weights, gradients and optimizer state
+    alone need more memory than the device has free (`--num-classes 100000000` makes resnet18's
+    classifier 51 G parameters); main said "use a smaller --batch" after trying."""
+    from common.errors import UsageError
+
+    if not enabled():
+        return
+    free, what = available if available is not None else available_bytes(device)
+    if free is None:
+        return
+    n, nbytes = _param_bytes(cfg.model, cfg.num_classes)
+    states = OPTIMIZER_STATES.get(cfg.optimizer, 2)
+    need = nbytes * (2 + states)  # weights + gradients + optimizer state
+    if need <= free:
+        return
+    n_default, _ = _param_bytes(cfg.model, 1000)
+    if cfg.num_classes > 1000 and n > 2 * n_default:
+        advice = (
+            f"--num-classes {cfg.num_classes} makes it {n / n_default:,.0f}x the size it has with "
+            "1000 classes: use fewer classes"
+        )
+    else:
+        advice = "use a smaller model, or a device with more memory"
+    raise UsageError(
+        f"{cfg.model} with {cfg.num_classes} classes has {si(n)} parameters: its weights, gradients "
+        f"and {cfg.optimizer} state need {si(need, 'B')}, more than the {si(free, 'B')} {what} on "
+        f"{device} before any batch; {advice} (or pass --no-memory-check to try it anyway)"
+    )
