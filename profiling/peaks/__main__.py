@@ -342,7 +342,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             result = _measure(device, dtypes, n, array_bytes, l2_bytes, config, skipped, ratios)
         except BaseException as exc:  # interrupted (KILLED) or failed: keep what was measured
-            partial = getattr(exc, "partial_peaks", None)  # an out-of-memory BenchError: its cause's
+            partial = getattr(
+                exc, "partial_peaks", None
+            )  # an out-of-memory BenchError: its cause's
             keep_partial(s, partial or getattr(exc.__cause__, "partial_peaks", None))
             raise
         phases.lap("measure")
