@@ -15,7 +15,7 @@ import pytest
 
 from analysis import app
 from common.spool import spool_dir, spooled_runs
-from tests.helpers import TINY
+from tests.helpers import TINY, use_uri
 from train.__main__ import main as train_main
 
 
@@ -30,8 +30,7 @@ def last_error(capsys) -> str:
 
 
 def test_analysis_against_a_dead_server_keeps_no_run(tracking, monkeypatch, tmp_path, capsys):
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")  # nothing listens on port 9
-    mlflow.set_tracking_uri("http://127.0.0.1:9")
+    use_uri(monkeypatch, "http://127.0.0.1:9")  # nothing listens on port 9
     assert app.cli(["--out", str(tmp_path / "o")]) == 1
     assert last_error(capsys) == (
         "error: http://127.0.0.1:9 does not answer (ConnectionError): start it, or point "
@@ -45,8 +44,7 @@ def test_analysis_of_a_sqlite_file_that_does_not_exist_makes_no_store(
     tracking, monkeypatch, tmp_path, capsys
 ):
     db = tmp_path / "elsewhere" / "typo.db"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{db}")
-    mlflow.set_tracking_uri(f"sqlite:///{db}")
+    use_uri(monkeypatch, f"sqlite:///{db}")
     assert app.cli(["--out", str(tmp_path / "o")]) == 2
     assert last_error(capsys).startswith(f"error: no tracking store at {db} (sqlite:///{db})")
     assert not db.exists() and not db.parent.exists()
@@ -89,12 +87,8 @@ def test_too_many_classes_says_so_before_a_run_exists(tracking, capsys):
 def test_a_tracking_uri_that_can_never_work_is_said_and_nothing_is_spooled(
     tracking, monkeypatch, capsys, uri, says
 ):
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    mlflow.set_tracking_uri(uri)
-    try:
-        assert train_main(TINY) == 2
-    finally:
-        mlflow.set_tracking_uri(None)
+    use_uri(monkeypatch, uri)
+    assert train_main(TINY) == 2
     line = last_error(capsys)
     assert line.startswith(says) and "model registry" not in line.lower()
     assert spooled_runs() == []

@@ -4,12 +4,10 @@ train/sweep/state.py, and `RuntimeError: Invalid device string: 'cuda:-1'` from 
 
 from __future__ import annotations
 
-import http.server
-import threading
-
 import mlflow
 import pytest
 
+from tests.helpers import use_uri
 from train.__main__ import main as train_main
 from train.config import TrainConfig
 from train.sweep.__main__ import main as sweep_main
@@ -18,25 +16,11 @@ SWEEP = ["--models", "resnet18", "--batch-sizes", "2", "--image-size", "32", "--
 SWEEP += ["--warmup-iters", "1", "--device", "cpu", "--no-progress", "--env-label", "box"]
 
 
-@pytest.fixture
-def not_mlflow(tmp_path):
-    """An HTTP server that is not MLflow (python's http.server), on a free port."""
-    handler = lambda *a: http.server.SimpleHTTPRequestHandler(*a, directory=str(tmp_path))  # noqa: E731
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-
-
 def test_sweep_against_a_service_that_is_not_mlflow_is_one_line(
     tracking, not_mlflow, monkeypatch, capsys
 ):
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", not_mlflow)
-    mlflow.set_tracking_uri(not_mlflow)
-    try:
-        assert sweep_main(SWEEP) == 1
-    finally:
-        mlflow.set_tracking_uri(None)
+    use_uri(monkeypatch, not_mlflow)
+    assert sweep_main(SWEEP) == 1
     err = capsys.readouterr().err
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1] == (

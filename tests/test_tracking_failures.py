@@ -5,13 +5,11 @@ twice, and the user reads one line saying what to do, never a traceback."""
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import uuid
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import mlflow
@@ -196,16 +194,6 @@ def test_corrupt_sqlite_store_is_one_line_saying_what_to_do(tmp_path, monkeypatc
     message = str(err.value)
     assert f"the tracking store {uri} is not a readable sqlite database" in message
     assert "sqlalche.me" not in message and "Traceback" not in capfd.readouterr().err
-
-
-@pytest.fixture
-def not_mlflow(tmp_path):
-    """An HTTP server that is not MLflow (python's http.server), on a free port."""
-    handler = lambda *a: http.server.SimpleHTTPRequestHandler(*a, directory=str(tmp_path))  # noqa: E731
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
 
 
 def test_http_service_that_is_not_mlflow_is_one_line(tracking, not_mlflow, monkeypatch):

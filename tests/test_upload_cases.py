@@ -13,7 +13,6 @@ import shutil
 import uuid
 
 import mlflow
-import pytest
 
 from common import schema
 from common.record import dataset_input
@@ -21,12 +20,7 @@ from common.runs import STALE_REASON
 from common.spool import spool_dir, spooled_runs
 from common.tracking import RunSession
 from common.upload import main as upload_main
-from tests.helpers import dead_pid
-
-
-def go(monkeypatch, uri: str) -> None:
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    mlflow.set_tracking_uri(uri)
+from tests.helpers import dead_pid, use_uri
 
 
 OFFLINE = "http://127.0.0.1:9"  # nothing listens on port 9
@@ -34,7 +28,7 @@ OFFLINE = "http://127.0.0.1:9"  # nothing listens on port 9
 
 def spool_sweep(monkeypatch, children: int = 2, dataset: bool = False) -> str:
     """An offline sweep: a parent with `children_*` metrics and its train children; the experiment."""
-    go(monkeypatch, OFFLINE)
+    use_uri(monkeypatch, OFFLINE)
     exp = f"exp-{uuid.uuid4().hex[:8]}"
     with RunSession("sweep", run_name="p", experiment=exp) as parent:
         parent.log_params({"sweep_repeats": 1})
@@ -70,7 +64,7 @@ def test_unreadable_entries_are_never_counted_as_uploaded(tracking, monkeypatch,
         (spool_dir() / name).mkdir()
     (spool_dir() / "cut" / "run.json").write_text('{"local_id": "cut", "rec')
     (spool_dir() / "hand-edited" / "run.json").write_text("[1, 2]")
-    go(monkeypatch, tracking)
+    use_uri(monkeypatch, tracking)
     capsys.readouterr()
     assert upload_main([]) == 1
     out, err = capsys.readouterr()
@@ -99,7 +93,7 @@ def test_a_copy_of_a_sent_entry_sent_again_doubles_no_metric_history(
     (parent_entry,) = [e for e in spooled_runs() if e["record"]["run_kind"] == "sweep"]
     folder = spool_dir() / parent_entry["local_id"]
     shutil.copytree(folder, tmp_path / "copy")
-    go(monkeypatch, tracking)
+    use_uri(monkeypatch, tracking)
     assert upload_main([]) == 0
     shutil.copytree(tmp_path / "copy", folder)  # the copy put back, sent again
     assert upload_main([]) == 0
@@ -119,7 +113,7 @@ def test_two_uploads_creating_one_dataset_at_once_both_finish(tracking, monkeypa
     from mlflow.exceptions import MlflowException
 
     exp = spool_sweep(monkeypatch, children=1, dataset=True)
-    go(monkeypatch, tracking)
+    use_uri(monkeypatch, tracking)
     real = mlflow.tracking.MlflowClient.log_inputs
     calls = []
 
@@ -144,7 +138,7 @@ def test_other_store_errors_are_not_retried(tracking, monkeypatch):
     from mlflow.exceptions import MlflowException
 
     spool_sweep(monkeypatch, children=1, dataset=True)
-    go(monkeypatch, tracking)
+    use_uri(monkeypatch, tracking)
     calls = []
 
     def broken(self, *a, **k):
@@ -153,9 +147,3 @@ def test_other_store_errors_are_not_retried(tracking, monkeypatch):
 
     monkeypatch.setattr(mlflow.tracking.MlflowClient, "log_inputs", broken)
     assert upload_main([]) == 1 and len(calls) == 1
-
-
-@pytest.fixture(autouse=True)
-def _reset_uri():
-    yield
-    mlflow.set_tracking_uri(None)
