@@ -106,6 +106,7 @@ def _run(
                     on_child_done(outcome)
         finally:
             bar.close()
+            _settle_elsewhere(outcomes, parent)
             parent.log_metrics(parent_metrics(outcomes, len(plan.runs)))
             order = {(key, r): i for i, (_, r, key) in enumerate(plan.runs)}
             outcomes.sort(key=lambda o: order[(o.sweep_key, o.repeat)])
@@ -317,6 +318,30 @@ def _elsewhere(label: str, cfg: TrainConfig, key: str, repeat: int, claim: Claim
         else "other invocations of this sweep kept claiming it at the same moment"
     )
     return ChildOutcome(label, cfg.config_key(), key, repeat, "ELSEWHERE", claim.run_id, error=why)
+
+
+def _settle_elsewhere(outcomes: list[ChildOutcome], parent) -> None:
+    """Children another invocation was measuring when this one passed them: those FINISHED by now
+    become SKIPPED with that run's numbers, so the summary of the invocation that ends last covers
+    them. Never raises (a store gone now leaves them ELSEWHERE)."""
+    from common.runs import mlflow_client
+
+    pending = [o for o in outcomes if o.status == "ELSEWHERE" and o.run_id]
+    if not pending or parent.offline:
+        return
+    try:
+        client = mlflow_client()
+        for o in pending:
+            run = client.get_run(o.run_id)
+            if run.info.status == "FINISHED":
+                m = run.data.metrics
+                o.status, o.error = "SKIPPED", None
+                o.throughput_samples_per_s = m.get("throughput_samples_per_s")
+                o.step_time_median_s = m.get("step_time_median_s")
+    except Exception as exc:  # noqa: BLE001 - the summary then says ELSEWHERE, which was true
+        console.note(
+            f"could not look at the runs other invocations measured ({one_line(exc)[:120]})"
+        )
 
 
 def _bar(total: int, enabled: bool):
