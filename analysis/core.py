@@ -112,6 +112,8 @@ def build(
         complexity or [], set(points["model"])
     )
     notes += complexity_notes
+    complexity_rows, screened = screen.complexity(complexity_rows)
+    notes += screened
     failed = tables.failed_runs(runs, set(train["device_name"]) or None)
     counts["failed"] = len(failed)
     counts["screened"] = n_screened

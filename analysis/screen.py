@@ -7,7 +7,8 @@ FINISHED train, profile or peaks run holding a value that is not a measurement: 
 negative (or zero where only a positive figure means something), or beyond a physical bound
 (common.bounds), alone or against the time it was measured in (FLOPs per step over the step time
 faster than any device). Each run left out gets one line naming it, the key, the value and why;
-the lines go to the report's "What is missing". `series()` does the same for per-step series.
+the lines go to the report's "What is missing". `series()` does the same for per-step series, and
+`complexity()` for the rows of the complexity runs' `models.csv` artifacts.
 
 Join, roofline, figures and tables see only what passed. Pure: no mlflow, no files, no plots.
 """
@@ -217,3 +218,52 @@ def series(values_by_run: dict[str, list[float]], key: str = "step_time_s"):
             )
         clean[run_id] = kept
     return clean, lines
+
+
+COMPLEXITY_BOUNDS: dict[str, tuple[float, bool]] = {
+    # column: (highest value, whole number); all finite and >= 0
+    "image_size": (1e6, True),
+    "num_classes": (1e12, True),
+    "params": (1e13, True),  # 10 T parameters: 40 TB of fp32 weights, beyond any device's memory
+    "fwd_flops_per_sample": (1e18, False),  # 1e18 FLOPs per sample: 100 s of a 10 EFLOP/s device
+    "fwd_macs_per_sample": (1e18, False),
+    "train_flops_per_sample": (1e18, False),
+    "activation_bytes_per_sample": (1e15, False),  # 1 PB per sample
+    "device_memory_bytes": (1e15, True),  # 1 PB: no device has that much memory
+    "max_batch_fit": (1e15, True),
+}
+"""What a `complexity/models.csv` cell may hold (docs/complexity.md: counts and bytes)."""
+
+
+def complexity(rows: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """(the complexity table without rows holding a value that is not a count or a size, one line
+    per row left out)."""
+    if rows.empty:
+        return rows, []
+    drop, lines = [], []
+    for idx, row in rows.iterrows():
+        for col, (high, whole) in COMPLEXITY_BOUNDS.items():
+            value = row.get(col)
+            if value is None or (isinstance(value, float) and math.isnan(value)):
+                continue
+            v = _num(value)
+            why = (
+                "not a finite number"
+                if v is None
+                else "negative"
+                if v < 0
+                else f"above {high:.0e}"
+                if v > high
+                else "not a whole number"
+                if whole and not float(v).is_integer()
+                else None
+            )
+            if why:
+                drop.append(idx)
+                lines.append(
+                    f"left out the complexity row of {str(row.get('model'))[:40]} "
+                    f"(env {row.get('env_label')}, run {str(row.get('run_id'))[:8]}): "
+                    f"{col} = {str(value)[:40]}: {why}"
+                )
+                break
+    return rows.drop(index=drop), lines

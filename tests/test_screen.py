@@ -95,3 +95,21 @@ def test_series_keeps_step_times_only():
     clean, lines = screen.series({"r" * 32: [0.1, -1.0, math.inf, 1.7976931348623157e308, 0.2]})
     assert clean == {"r" * 32: [0.1, 0.2]}
     assert lines and "3 of 5 step_time_s values of run rrrrrrrr" in lines[0]
+
+
+def test_complexity_rows_that_are_not_counts_are_left_out():
+    from analysis import tables
+
+    head = "model,image_size,precision,optimizer,num_classes,params,fwd_flops_per_sample,"
+    head += "fwd_macs_per_sample,train_flops_per_sample,activation_bytes_per_sample,"
+    head += "device_memory_bytes,max_batch_fit\n"
+    bad = "resnet18,224,fp32,sgd,1000,11689512,-5,1e308,abc,nan,1e300,-3\n"
+    good = "resnet50,224,fp32,sgd,1000,25557032,4.1e9,2.05e9,1.2e10,1.1e8,1.6e10,140\n"
+    entry = {"run_id": "r" * 32, "env_label": "e", "device_name": "d", "csv": head + bad + good}
+    rows, _ = tables.complexity_table([entry], ["resnet18", "resnet50"])
+    kept, lines = screen.complexity(rows)
+    assert list(kept["model"]) == ["resnet50"]
+    assert lines == [
+        "left out the complexity row of resnet18 (env e, run rrrrrrrr): "
+        "fwd_flops_per_sample = -5.0: negative"
+    ]
