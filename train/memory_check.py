@@ -38,7 +38,10 @@ def enabled() -> bool:
 def recorders(model, sizes):
     """`around` for train.bench.count_steps: a SavedTensorRecorder per counted batch; returns
     (around, the recorders by batch)."""
-    from train.saved_tensors import SavedTensorRecorder
+    try:  # issue 23 moves the complexity modules into train/complexity/
+        from train.complexity.saved_tensors import SavedTensorRecorder
+    except ImportError:
+        from train.saved_tensors import SavedTensorRecorder
 
     made = {}
 
