@@ -147,3 +147,40 @@ def test_other_store_errors_are_not_retried(tracking, monkeypatch):
 
     monkeypatch.setattr(mlflow.tracking.MlflowClient, "log_inputs", broken)
     assert upload_main([]) == 1 and len(calls) == 1
+
+
+def test_four_sessions_logging_one_new_dataset_at_once_all_succeed(tracking):
+    """The race itself, in four threads released together against the test's store, ten times
+    (main: 16 of 20 such rounds had a log_inputs fail with `UNIQUE constraint failed: datasets...`)."""
+    import threading
+
+    from common.record import RunRecord
+
+    client = mlflow.tracking.MlflowClient()
+    failures = []
+    for i in range(10):
+        exp = client.create_experiment(f"race-{i}")
+        sessions = []
+        for _ in range(4):
+            s = RunSession("train", source_tags=False)
+            s.create_run(exp, None, mlflow.tracking.MlflowClient())
+            sessions.append(s)
+        barrier = threading.Barrier(len(sessions))
+
+        def send(s):
+            rec = RunRecord("train")
+            rec.inputs.append(
+                dataset_input("synthetic-32px-10cls", "0123456789abcdef", "code", {}, "train")
+            )
+            barrier.wait()
+            try:
+                s.send(rec)
+            except Exception as exc:  # noqa: BLE001 - counted below
+                failures.append(str(exc)[:200])
+
+        threads = [threading.Thread(target=send, args=(s,)) for s in sessions]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert failures == []
