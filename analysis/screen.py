@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from common import bounds, schema
@@ -164,6 +165,34 @@ def _show(value) -> str:
     return f"{v:.6g}" if math.isfinite(v) else str(v)
 
 
+def _suspects(frame: pd.DataFrame) -> pd.Series:
+    """Rows with a value some rule refuses, found column by column (vectorised: a fleet's store
+    holds tens of thousands of runs); `run_problems` then says why, for those rows only."""
+    bad = pd.Series(False, index=frame.index)
+    for col in frame.columns:
+        if col.startswith("metrics."):
+            rule = rule_for(col[8:])
+            if rule is None:
+                continue
+            v = pd.to_numeric(frame[col], errors="coerce").astype(float)
+            present = v.notna()
+            low = (v <= rule.low) if rule.strict else (v < rule.low)
+            out = ~np.isfinite(v) | (v.abs() >= 1.7e308) | low | (v > rule.high)
+            bad |= present & out
+        elif col.startswith("params.") and col[7:] in WHOLE_PARAMS:
+            # few distinct values (batch sizes, image sizes): each checked once
+            refused = [v for v in pd.unique(frame[col]) if _param_problem(v)]
+            if refused:
+                bad |= frame[col].isin(refused)
+    for count, time_key, high, _ in RATIOS:
+        c, t = f"metrics.{count}", f"metrics.{time_key}"
+        if c in frame.columns and t in frame.columns:
+            cv, tv = frame[c].astype(float), frame[t].astype(float)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                bad |= (tv > 0) & np.isfinite(cv) & np.isfinite(tv) & (cv / tv > high)
+    return bad
+
+
 def runs(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     """(the runs frame without the FINISHED train/profile/peaks runs that hold a value that is not a
     measurement, one line per run left out). Other runs (FAILED, RUNNING, other kinds) pass as they
@@ -174,19 +203,19 @@ def runs(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     status = frame.get("status", pd.Series("", index=frame.index))
     checked = kind.isin(KINDS) & (status == "FINISHED")
     cols = [c for c in frame.columns if c.startswith(("metrics.", "params."))]
+    suspects = checked & _suspects(frame[cols])
     drop, lines = [], []
-    for idx, row in frame.loc[checked, cols].iterrows():
+    for idx, row in frame.loc[suspects, cols].iterrows():
         found = run_problems(row.to_dict())
         if not found:
             continue
         drop.append(idx)
         r = frame.loc[idx]
+        env = r.get(f"tags.{schema.TAG_ENV_LABEL}")
         who = ", ".join(
             x
             for x in (
-                f"env {r.get(f'tags.{schema.TAG_ENV_LABEL}')}"
-                if isinstance(r.get(f"tags.{schema.TAG_ENV_LABEL}"), str)
-                else "",
+                f"env {env}" if isinstance(env, str) and env else "",
                 str(r.get("tags.mlflow.runName") or "")[:60],
             )
             if x
