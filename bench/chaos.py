@@ -27,10 +27,12 @@ The goal is 0, 0, 0. Cases:
    the local lock cannot see the other, so the children are claimed in the store
    (train/sweep/claims.py); each configuration must be measured once. Two invocations make two
    parent runs, each summarising its own invocation: duplicated counts parents beyond that.
-8. uploads racing (issue 25): three rounds, each three offline `python -m train` runs into a new
-   experiment, then three `python -m common.upload` at once: each sends one entry, and all three
-   create the experiment's first dataset at the same moment (main: 1 try in 3 exited 1 with
-   `UNIQUE constraint failed: datasets...` and left a run RUNNING).
+8. uploads racing (issue 25): three rounds, each three spool entries of a new experiment (one
+   offline `python -m train` run and two copies of its entry under new local ids), then three
+   `python -m common.upload` at once: each sends one entry, and all three create the experiment's
+   first dataset at about the same moment (main: 1 try in 3 exited 1 with `UNIQUE constraint
+   failed: datasets...` and left a run RUNNING). Processes start too far apart to hit the race
+   every time; tests/test_upload_cases.py hits it with threads released together.
 
 Slow by nature (a dozen Python processes importing torch, three server starts): about 25 minutes
 on a shared 2-core machine. Prints one line per case and the totals; exits 1 unless all are 0.
@@ -374,29 +376,47 @@ def case_two_spool_folders(tmp: Path) -> Outcome:
     return out
 
 
+def three_entries(where: Path, experiment: str) -> list[int]:
+    """Three spool entries of one new experiment in `where`'s spool: one offline `python -m train`
+    run and two copies of its entry under new local ids (training three times costs minutes on a
+    loaded machine, and the upload, not the training, is under test). Returns the train's exit."""
+    import shutil
+    import uuid
+
+    offline = Store(where, "http://127.0.0.1:9")  # nothing listens on port 9
+    done = offline.run("train", *TEST_TINY, "--experiment", experiment)
+    (entry,) = [p.parent for p in offline.spool.glob("*/run.json")]
+    for _ in range(2):
+        copy = entry.with_name(uuid.uuid4().hex)
+        shutil.copytree(entry, copy)
+        run_json = copy / "run.json"
+        run_json.write_text(run_json.read_text().replace(entry.name, copy.name))
+    return [done.returncode]
+
+
 def case_upload_race(tmp: Path) -> Outcome:
     out = Outcome(
-        "three rounds of three offline train runs, then three python -m common.upload at once"
+        "three rounds of three spooled train runs, then three python -m common.upload at once"
     )
     folder = tmp / "upload-race"
     folder.mkdir()
     rounds = [folder / f"round-{i}" for i in range(3)]  # each its own spool folder and experiment
     for i, where in enumerate(rounds):
-        offline = Store(where, "http://127.0.0.1:9")  # nothing listens on port 9
-        procs = [offline.start("train", *TEST_TINY, "--experiment", f"race-{i}") for _ in range(3)]
-        out.notes.append(f"offline runs {i}: exits {[p.wait(timeout=900) for p in procs]}")
-        for p in procs:
-            p.communicate()
+        out.notes.append(f"offline train {i}: exit {three_entries(where, f'race-{i}')}")
     with served(folder) as server:
         exits = []
         for where in rounds:
             store = Store(where, server.url)
-            # three entries, three uploads: each sends one, all three create the experiment's
+            # three entries, three uploads: each sends one, and all three create the experiment's
             # first dataset at once
             procs = [store.start("common.upload") for _ in range(3)]
-            for p in procs:
-                p.communicate(timeout=900)
+            errors = [
+                p.communicate(timeout=900)[1].decode().strip().splitlines()[-1:] for p in procs
+            ]
             exits.append([p.returncode for p in procs])
+            out.notes += [
+                f"{where.name}: {e[0][:200]}" for p, e in zip(procs, errors) if p.returncode
+            ]
             left = store.run("common.upload")  # whatever one upload left for another, sent now
             if left.returncode:
                 out.notes.append(f"a last upload of {where.name}: exit {left.returncode}")

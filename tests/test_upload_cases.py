@@ -184,3 +184,24 @@ def test_four_sessions_logging_one_new_dataset_at_once_all_succeed(tracking):
         for t in threads:
             t.join()
     assert failures == []
+
+
+def test_an_experiment_another_process_created_in_between_is_used(tracking, monkeypatch):
+    """Two uploads of one new experiment's entries: both found no experiment, the other created it
+    first (main: `RESOURCE_ALREADY_EXISTS`, the upload exited 1)."""
+    from common.runs import experiment_id_for
+
+    client = mlflow.tracking.MlflowClient()
+    real = client.get_experiment_by_name
+    calls = []
+
+    def not_yet(name):  # the first look happens before the other process creates it
+        calls.append(name)
+        if len(calls) == 1:
+            client.create_experiment(name)  # ... which it does right after
+            return None
+        return real(name)
+
+    client.get_experiment_by_name = not_yet
+    exp_id = experiment_id_for("born-twice", create=True, client=client)
+    assert exp_id == real("born-twice").experiment_id and len(calls) == 2
