@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from analysis import join, scaling, tables
-from analysis.roofline import Roof
+from roofline.model import Roof
 
 
 @dataclass

@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from analysis import plots, roofline_plot, scaling_plot
+from analysis import plots, scaling_plot
+from roofline import plot as roofline_plot
 from analysis.core import Analysis
 from common.fmt import slug
 

@@ -17,8 +17,8 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import pandas as pd
 
-from analysis import roofline
-from analysis.roofline import Roof
+from roofline import model as roofline
+from roofline.model import Roof
 from common import schema
 
 GROUP_KEYS = ["env_label", "device_name", "config_key"]

@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from analysis.roofline import Roof
+from roofline.model import Roof
 from analysis.tables import engine_label
 from common.fmt import num, pct, si
 

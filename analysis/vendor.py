@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable
 
-from profiling import peak_table
+from roofline import vendor as peak_table
 
 
 def load_vendor_lookup(peaks_file: str = "") -> Callable[[str], Any]:

@@ -23,7 +23,7 @@ import pytest
 from analysis import app, core, fetch, plots, vendor
 from common import schema
 from common.tracking import RunSession
-from profiling import peak_table
+from roofline import vendor as peak_table
 
 EXP = "bench"
 L4 = "NVIDIA L4"

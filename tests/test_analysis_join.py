@@ -12,7 +12,7 @@ import pytest
 from analysis import app, core, fetch, join, markdown, plots, report, tables, vendor
 from common import schema
 from common.errors import UsageError
-from profiling import peak_table
+from roofline import vendor as peak_table
 
 
 def train(

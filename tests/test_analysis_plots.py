@@ -14,7 +14,8 @@ import matplotlib.image as mpimg
 import pandas as pd
 import pytest
 
-from analysis import core, plots, roofline_plot
+from analysis import core, plots
+from roofline import plot as roofline_plot
 from tests.test_analysis_join import peaks, train
 
 GPU = "GPU"

@@ -154,12 +154,12 @@ def log_roofline(session, cfg: TrainConfig, device_name: str, metrics: dict, tmp
     from common.errors import one_line
 
     try:
-        from analysis import run_roofline
+        from roofline import run_plot as run_roofline
         from analysis.vendor import load_vendor_lookup
 
         peaks = None
         if not session.offline:
-            from analysis.fetch.peaks import latest_peaks_row
+            from roofline.store import latest_peaks_row
 
             peaks = latest_peaks_row(device_name, cfg.env_label)
         roof = run_roofline.run_roof(device_name, peaks, load_vendor_lookup()(device_name))

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from common import schema
-from profiling.peak_table import DTYPES
+from roofline.vendor import DTYPES
 from profiling.peaks.dtypes import DEVICE_TYPES, DtypeStatus
 
 DEFAULT_MATRIX_SIZE = {"cpu": 4096, "cuda": 8192, "mps": 4096}

@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from analysis import plots
-from analysis.labels import ABOVE_RIGHT_END, POINT, POINT_FONT, RIDGE, SLOPE, Labels
+from roofline.labels import ABOVE_RIGHT_END, POINT, POINT_FONT, RIDGE, SLOPE, Labels
 from analysis.plots import (
     DTYPE_COLORS,
     LEVEL_STYLE,
@@ -27,7 +27,7 @@ from analysis.plots import (
     log_ticks,
     new_figure,
 )
-from analysis.roofline import LEVELS, Roof
+from roofline.model import LEVELS, Roof
 from common.fmt import si
 
 MAX_LABELS = 40  # point labels per roofline panel; beyond that the table carries them

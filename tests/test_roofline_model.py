@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from analysis import roofline as rl
+from roofline import model as rl
 from common.fmt import num, si, slug
-from analysis.roofline import Roof
+from roofline.model import Roof
 
 # a device with 20 TFLOP/s fp32, 80 TFLOP/s bf16 and 250 GB/s: ridge fp32 = 80, bf16 = 320 FLOP/byte
 P32, PBF, BW = 20e12, 80e12, 250e9

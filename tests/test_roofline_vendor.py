@@ -8,8 +8,8 @@ import math
 import pytest
 
 from common.errors import UsageError
-from profiling import peak_table as pt
-from profiling.peak_table import VendorPeaks, find, lookup
+from roofline import vendor as pt
+from roofline.vendor import VendorPeaks, find, lookup
 
 # Names exactly as torch.cuda.get_device_name() reports them -> canonical table entry.
 TORCH_NAMES = {

@@ -20,8 +20,8 @@ from typing import Iterable
 
 from common.cli import ArgumentParser
 from common.errors import UsageError
-from profiling.peak_datasheets import BUILTIN, DTYPES, Entry, VendorPeaks
-from profiling.peak_names import candidates, close_names, find_entry, name_key, normalize
+from roofline.datasheets import BUILTIN, DTYPES, Entry, VendorPeaks
+from roofline.names import candidates, close_names, find_entry, name_key, normalize
 
 PEAKS_FILE_ENV = "ROOFLINE_PEAKS_FILE"
 _ADD_HINT = (

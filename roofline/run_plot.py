@@ -14,10 +14,11 @@ from __future__ import annotations
 import io
 import math
 
-from analysis import join, roofline
+from analysis import join
+from roofline import model as roofline
 from analysis.plots import DTYPE_COLORS, LEVEL_STYLE, SOURCE_MARKER, flops_label, log_ticks
-from analysis.roofline import Roof
-from analysis.roofline_plot import source_kind, source_style
+from roofline.model import Roof
+from roofline.plot import source_kind, source_style
 from common.fmt import pct, si
 
 
