@@ -60,9 +60,9 @@ class AnalysisConfig:
         if int(self.jobs) < 0:
             raise ValueError(f"jobs must be >= 0 (0 = automatic), got {self.jobs}")
         self.jobs = int(self.jobs)
-        if self.cache not in fetch.cached.MODES:
+        if self.cache not in fetch.cached_search.MODES:
             raise ValueError(
-                f"cache must be one of {', '.join(fetch.cached.MODES)}, got {self.cache!r}"
+                f"cache must be one of {', '.join(fetch.cached_search.MODES)}, got {self.cache!r}"
             )
 
     def query(self) -> fetch.Query:
@@ -149,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--cache",
-        choices=fetch.cached.MODES,
+        choices=fetch.cached_search.MODES,
         default="auto",
         help="local cache of fetched runs ($ROOFLINE_CACHE_DIR, default ~/.cache/roofline-bench): "
         "auto = use it and fetch only what changed, refresh = forget this server's cache and fetch "
