@@ -17,11 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from analysis import core, fetch, figures, html, report, vendor
+from analysis import core, fetch, figures, html, report
 from common import console, schema
 from common.cli import ArgumentParser, add_track_flags, cli_entry
 from common.errors import BenchError, UsageError
 from common.server import display_uri
+from roofline import vendor
 
 
 @dataclass
@@ -40,7 +41,7 @@ class AnalysisConfig:
     """at most this many train runs, latest first."""
     peaks_file: str = ""
     """JSON/YAML file of vendor entries that adds to / overrides the vendor table, passed through to
-    profiling.peak_table (format: docs/peaks.md; default $ROOFLINE_PEAKS_FILE)."""
+    roofline/vendor.py (format: docs/peaks.md; default $ROOFLINE_PEAKS_FILE)."""
     track: bool = True
     """log the outputs as artifacts of an `analysis` run."""
     variability_config: str = ""
@@ -177,7 +178,7 @@ def config_from_args(args: argparse.Namespace) -> AnalysisConfig:
 
 
 def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> Result:
-    """Fetch, join, draw and write. `vendor_lookup='auto'`: profiling.peak_table.find with
+    """Fetch, join, draw and write. `vendor_lookup='auto'`: roofline.vendor.find with
     --peaks-file passed through (tests inject a stub instead)."""
     t0 = time.perf_counter()
     timings: dict[str, float] = {}

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Callable
 
 from analysis import plots, scaling_plot
-from roofline import plot as roofline_plot
 from analysis.core import Analysis
 from common.fmt import slug
 
@@ -76,7 +75,7 @@ def plan(
         (
             "roofline",
             "Roofline, all environments",
-            roofline_plot.roofline_combined,
+            plots.roofline_combined,
             (pts, analysis.roofs, fig_dir / "roofline_all.png"),
         )
     )
@@ -92,7 +91,7 @@ def plan(
             (
                 "roofline",
                 f"Roofline, {env} ({dev})",
-                roofline_plot.roofline_env,
+                plots.roofline_env,
                 (sub, env, dev, analysis.roofs[(env, dev)], fig_dir / f"roofline_{name}.png"),
             )
         )

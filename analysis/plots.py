@@ -1,13 +1,10 @@
-"""Figures as PNG files (matplotlib's Agg canvas; no pyplot, no global state): the shared
-helpers and styles, the per-environment batch-size panels and the step-time box plot. The
-rooflines are in analysis/roofline_plot.py, their label placement in analysis/labels.py.
+"""Figures as PNG files (matplotlib's Agg canvas; no pyplot, no global state): `save`, the
+per-environment batch-size panels, the step-time box plot, and the rooflines drawn by
+roofline/plot.py saved. Canvas, ticks and encodings (colour, marker, line style) are
+roofline/style.py's.
 
 Every figure function takes the DataFrames built by analysis/core.py and a path, draws one figure
-and returns the path. Encodings used throughout:
-  marker shape  = where the intensity came from: filled circle = measured (ncu counters),
-                  hollow triangle = modeled (byte model);
-  line style    = where each ceiling came from (Roof.sources): solid = measured peaks run,
-                  dashed = vendor / peaks file; L2 and L1 slopes have their own dash pattern.
+and returns the path.
 """
 
 from __future__ import annotations
@@ -21,56 +18,16 @@ import matplotlib
 matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.ticker import EngFormatter, FuncFormatter, NullFormatter  # noqa: E402
+from matplotlib.ticker import EngFormatter, NullFormatter  # noqa: E402
 
 from common.fmt import si  # noqa: E402
+from roofline import plot as roofline_plot  # noqa: E402
+from roofline.style import SOURCE_MARKER, env_title, log_ticks, new_figure  # noqa: E402
 
 
 DPI = 110
-PRECISION_COLORS = {"fp32": "#1f77b4", "fp16": "#ff7f0e", "bf16": "#2ca02c"}
-DTYPE_COLORS = {
-    "fp64": "#7f7f7f",
-    "fp32": "#1f77b4",
-    "tf32": "#9467bd",
-    "fp16": "#ff7f0e",
-    "bf16": "#2ca02c",
-}
-LEVEL_STYLE = {"dram": "-", "l2": (0, (4, 1, 1, 1)), "l1": (0, (1, 1))}
-SOURCE_MARKER = {
-    "measured": dict(marker="o", fillstyle="full"),
-    "modeled": dict(marker="^", fillstyle="none"),
-}
-
-
-def new_figure(
-    width: float = 9.0,
-    height: float = 6.0,
-    nrows: int = 1,
-    ncols: int = 1,
-    *,
-    left: float = 1.0,
-    right: float = 0.25,
-    bottom: float = 0.7,
-    top: float = 0.6,
-    wspace: float = 0.25,
-    hspace: float = 0.45,
-):
-    """A figure with fixed margins in inches (a layout engine costs more than all the drawing)."""
-    fig = Figure(figsize=(width, height))
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(nrows, ncols, squeeze=False)
-    fig.subplots_adjust(
-        left=left / width,
-        right=1 - right / width,
-        bottom=bottom / height,
-        top=1 - top / height,
-        wspace=wspace,
-        hspace=hspace,
-    )
-    return fig, axes
 
 
 def save(fig: Figure, path: Path) -> Path:
@@ -78,11 +35,6 @@ def save(fig: Figure, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=DPI)
     return path
-
-
-def env_colors(envs: list[str]) -> dict[str, str]:
-    cmap = matplotlib.colormaps["tab10" if len(envs) <= 10 else "tab20"]
-    return {e: matplotlib.colors.to_hex(cmap(i % cmap.N)) for i, e in enumerate(envs)}
 
 
 def _series_label(row: pd.Series) -> str:
@@ -119,25 +71,6 @@ def _panels(
     for ax in flat[n:]:
         ax.set_visible(False)
     return fig, flat[:n]
-
-
-def log_ticks(axis, fmt=lambda v: f"{v:g}") -> None:
-    """Log axis ticks as `fmt(v)` (plain 200, not 2 x 10^2); minor ticks at 2 and 5 labelled too."""
-    axis.set_major_formatter(FuncFormatter(lambda v, _: fmt(v)))
-
-    def minor(v, _):
-        mantissa = round(v / 10 ** math.floor(math.log10(v)), 6) if v > 0 else 0
-        return fmt(v) if mantissa in (2, 5) else ""
-
-    axis.set_minor_formatter(FuncFormatter(minor))
-
-
-def flops_label(v: float) -> str:
-    return si(v, "FLOP/s", 3)
-
-
-def env_title(env: str, device: str) -> str:
-    return f"{env} ({device})" if device and device not in env else env
 
 
 def right_legend(fig: Figure, handles: list, width_in: float) -> None:
@@ -346,3 +279,17 @@ def step_time_variability(
     ax.grid(True, axis="y", alpha=0.3)
     ax.set_title(title, fontsize=11)
     return save(fig, path)
+
+
+def roofline_env(
+    points: pd.DataFrame, env: str, device: str, roofset: dict, path: Path
+) -> tuple[Path, int]:
+    """roofline_<env>.png (roofline.plot.draw_roofline_env) and the number of points drawn."""
+    fig, n = roofline_plot.draw_roofline_env(points, env, device, roofset)
+    return save(fig, path), n
+
+
+def roofline_combined(points: pd.DataFrame, roofs: dict, path: Path) -> tuple[Path, int]:
+    """roofline_all.png (roofline.plot.draw_roofline_combined) and the number of points drawn."""
+    fig, n = roofline_plot.draw_roofline_combined(points, roofs)
+    return save(fig, path), n

@@ -11,8 +11,9 @@ import matplotlib
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from analysis.plots import env_title, log_ticks, new_figure, right_legend, save
+from analysis.plots import right_legend, save
 from analysis.scaling import BASE_SAME_ENGINE
+from roofline.style import env_title, log_ticks, new_figure
 
 PANEL_W, PANEL_H, LEGEND_W = 5.0, 3.6, 3.0
 

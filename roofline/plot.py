@@ -1,22 +1,24 @@
-"""The roofline figures: one per environment and all environments on one (PNG, matplotlib's Agg
-canvas). Styles and helpers come from analysis/plots.py, label placement from analysis/labels.py.
-Over 400 lines because both figures share every drawing step here (roofs, points, labels, axes,
-legend); the two builders at the end read best next to the steps they compose.
+"""The rooflines of an analysis: one per environment and all environments on one (matplotlib
+Figures on the Agg canvas; analysis/plots.py saves them as PNG). Canvas and encodings come from
+roofline/style.py, label placement from roofline/labels.py. The points are analysis's rows
+(`intensity_flops_per_byte`, `achieved_flops_per_s`, `intensity_source`, `ceiling_dtype`, ...:
+analysis/join.py), the roofs `Roof`s (roofline/ceilings.py). Over 400 lines because both figures
+share every drawing step here (roofs, points, labels, axes, legend); the two builders at the end
+read best next to the steps they compose.
 """
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from analysis import plots
 from roofline.labels import ABOVE_RIGHT_END, POINT, POINT_FONT, RIDGE, SLOPE, Labels
-from analysis.plots import (
+from roofline.model import LEVELS, Roof
+from roofline.style import (
     DTYPE_COLORS,
     LEVEL_STYLE,
     PRECISION_COLORS,
@@ -27,21 +29,15 @@ from analysis.plots import (
     log_ticks,
     new_figure,
 )
-from roofline.model import LEVELS, Roof
 from common.fmt import si
 
 MAX_LABELS = 40  # point labels per roofline panel; beyond that the table carries them
 LEGEND_IN = 3.4  # inches right of a roofline's axes for its legend
 
 
-def source_kind(roof: Roof, key: str) -> str:
-    """'measured' or 'vendor': where ceiling `key` ('flops:fp32', 'bytes:dram') of `roof` came from."""
-    return "measured" if roof.sources.get(key, "").startswith("measured") else "vendor"
-
-
 def source_style(roof: Roof, key: str) -> str:
     """The line style of one ceiling: solid when a peaks run measured it, dashed otherwise."""
-    return "-" if source_kind(roof, key) == "measured" else "--"
+    return "-" if roof.source_kind(key) == "measured" else "--"
 
 
 def _who(tag: str, kind: str) -> str:
@@ -95,7 +91,7 @@ def _draw_roof(
         )
         if labels is not None:
             labels.place(
-                f"{level.upper()} {si(bw, 'B/s')} ({_who(tag, source_kind(roof, key))})",
+                f"{level.upper()} {si(bw, 'B/s')} ({_who(tag, roof.source_kind(key))})",
                 (x_lo, bw * x_lo),
                 SLOPE,
                 color=color or "black",
@@ -103,7 +99,7 @@ def _draw_roof(
     bw = roof.bytes_per_s.get("dram")
     groups: dict[tuple[float, str], list[str]] = {}
     for dtype, peak in peaks.items():
-        groups.setdefault((peak, source_kind(roof, f"flops:{dtype}")), []).append(dtype)
+        groups.setdefault((peak, roof.source_kind(f"flops:{dtype}")), []).append(dtype)
     for (peak, kind), dts in sorted(groups.items()):
         dts = sorted(dts, key=lambda d: list(DTYPE_COLORS).index(d) if d in DTYPE_COLORS else 99)
         name = "/".join(dts)
@@ -304,9 +300,7 @@ def draw_roofline_env(
     labels.block(pts["intensity_flops_per_byte"], pts["achieved_flops_per_s"])
     used = set(pts["ceiling_dtype"].dropna()) if "ceiling_dtype" in pts else set()
     if roof is not None:
-        shown = used | {
-            d for d in roof.flops_per_s if source_kind(roof, f"flops:{d}") == "measured"
-        }
+        shown = used | {d for d in roof.flops_per_s if roof.source_kind(f"flops:{d}") == "measured"}
         if not shown & set(roof.flops_per_s):
             shown = set(roof.flops_per_s)
         _draw_roof(
@@ -326,9 +320,9 @@ def draw_roofline_env(
             replaced.flops_per_s = {
                 d: v
                 for d, v in vendor.flops_per_s.items()
-                if d in shown and source_kind(roof, f"flops:{d}") == "measured"
+                if d in shown and roof.source_kind(f"flops:{d}") == "measured"
             }
-            if source_kind(roof, "bytes:dram") == "measured" and "dram" in vendor.bytes_per_s:
+            if roof.source_kind("bytes:dram") == "measured" and "dram" in vendor.bytes_per_s:
                 replaced.bytes_per_s = {"dram": vendor.bytes_per_s["dram"]}
             if not replaced.is_empty():
                 _draw_roof(
@@ -369,13 +363,6 @@ def draw_roofline_env(
         )
     ax.set_title(title, fontsize=11)
     return fig, len(pts)
-
-
-def roofline_env(
-    points: pd.DataFrame, env: str, device: str, roofset: dict, path: Path
-) -> tuple[Path, int]:
-    fig, n = draw_roofline_env(points, env, device, roofset)
-    return plots.save(fig, path), n
 
 
 def draw_roofline_combined(points: pd.DataFrame, roofs: dict) -> tuple[Figure, int]:
@@ -430,8 +417,3 @@ def draw_roofline_combined(points: pd.DataFrame, roofs: dict) -> tuple[Figure, i
         title += f"\n{n_lab} of {len(pts)} points labelled (per-environment figures and summary.csv name them)"
     ax.set_title(title, fontsize=11)
     return fig, len(pts)
-
-
-def roofline_combined(points: pd.DataFrame, roofs: dict, path: Path) -> tuple[Path, int]:
-    fig, n = draw_roofline_combined(points, roofs)
-    return plots.save(fig, path), n

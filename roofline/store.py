@@ -1,4 +1,5 @@
-"""The latest peaks run of one device, for a train run's own roofline (analysis/run_roofline.py).
+"""The latest peaks run of one device, for a train run's own roofline (roofline/run_plot.py): the
+roofline package's only access to the tracking store.
 
 One search over every experiment of the tracking server: FINISHED `peaks` runs whose `device_name`
 is the run's, the one of the same `env_label` first, else the latest of any environment.
@@ -13,7 +14,7 @@ def latest_peaks_row(device_name: str, env_label: str, client=None) -> dict | No
     """The peaks run as an analysis row (`run_id`, `metrics.<key>`, `tags.<key>`), or None."""
     from mlflow.entities import ViewType
 
-    from common.tracking import mlflow_client
+    from common.runs import mlflow_client
 
     client = mlflow_client(client)
     exp_ids = [e.experiment_id for e in client.search_experiments(view_type=ViewType.ACTIVE_ONLY)]

@@ -355,7 +355,7 @@ def test_cli_cache_modes_and_the_report_note(tracking, tmp_path, monkeypatch, ca
         params={"model": "resnet18", "batch_size": 8, "precision": "fp32"},
         metrics={"throughput_samples_per_s": 10.0, "achieved_flops_per_s": 1e12},
     )
-    monkeypatch.setattr("analysis.vendor.load_vendor_lookup", lambda *_: lambda _: None)
+    monkeypatch.setattr("roofline.vendor.load_vendor_lookup", lambda *_: lambda _: None)
     folder = segments.server_folder(tracking)
     argv = ["--no-track", "--experiment", name, "--jobs", "1", "--out"]
     assert app.main([*argv, str(tmp_path / "off"), "--cache", "off"]) == 0

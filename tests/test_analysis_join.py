@@ -1,18 +1,17 @@
-"""analysis.join / core / vendor / config validation on hand-made frames (mlflow.search_runs layout)."""
+"""analysis.join / core / roofline.vendor's lookup / config validation on hand-made frames (mlflow.search_runs layout)."""
 
 from __future__ import annotations
 
 import math
 import re
-import types
 
 import pandas as pd
 import pytest
 
-from analysis import app, core, fetch, join, markdown, plots, report, tables, vendor
+from analysis import app, core, fetch, join, markdown, plots, report, tables
 from common import schema
 from common.errors import UsageError
-from roofline import vendor as peak_table
+from roofline import ceilings, vendor
 
 
 def train(
@@ -228,7 +227,7 @@ def test_vendor_entry_with_l2_l1_bandwidths_gives_those_ceilings():
         "l1_bytes_per_s": 5e12,
         "source": "file",
     }
-    roof = join.roof_from_vendor(entry, "GPU")
+    roof = ceilings.roof_from_vendor(entry, "GPU")
     assert (
         roof.bytes_per_s == {"dram": 250e9, "l2": 1e12, "l1": 5e12}
         and roof.sources["bytes:l2"] == "vendor: file"
@@ -447,7 +446,7 @@ def test_bad_peaks_file_is_one_line_before_any_run_is_read(tmp_path):
 
 
 def test_peaks_file_entry_is_found_by_the_real_table(tmp_path, monkeypatch):
-    monkeypatch.delenv(peak_table.PEAKS_FILE_ENV, raising=False)
+    monkeypatch.delenv(vendor.PEAKS_FILE_ENV, raising=False)
     f = tmp_path / "peaks.yaml"
     f.write_text(
         "devices:\n  - device_name: My CPU\n    aliases: [cpu0]\n    flops_per_s: {fp32: 30.3e12}\n"
@@ -464,25 +463,19 @@ def test_peaks_file_entry_is_found_by_the_real_table(tmp_path, monkeypatch):
     assert vendor.load_vendor_lookup("")("NVIDIA L4").device_name == "NVIDIA L4"
 
 
-def use_table(monkeypatch, module) -> None:
-    """Make analysis.vendor read `module` as its peak table."""
-    monkeypatch.setattr(vendor, "peak_table", module)
-
-
 def test_peaks_file_is_passed_through_to_the_peak_table(monkeypatch, tmp_path):
     calls = []
-    fake = types.ModuleType("profiling.peak_table")
-    fake.PEAKS_FILE_ENV = peak_table.PEAKS_FILE_ENV
-    fake.find = lambda device_name, overrides=None: (
-        calls.append((device_name, overrides)) or "entry"
+    monkeypatch.setattr(
+        vendor,
+        "find",
+        lambda device_name, overrides=None: calls.append((device_name, overrides)) or "entry",
     )
-    fake.load_overrides = lambda path: calls.append(("validated", path))
-    use_table(monkeypatch, fake)
-    monkeypatch.delenv(peak_table.PEAKS_FILE_ENV, raising=False)
+    monkeypatch.setattr(vendor, "load_overrides", lambda path: calls.append(("validated", path)))
+    monkeypatch.delenv(vendor.PEAKS_FILE_ENV, raising=False)
     lookup = vendor.load_vendor_lookup("my.json")
     assert lookup("NVIDIA L4") == "entry"
     assert calls == [("validated", "my.json"), ("NVIDIA L4", "my.json")]
-    monkeypatch.setenv(peak_table.PEAKS_FILE_ENV, "env.json")  # the variable when no flag is given
+    monkeypatch.setenv(vendor.PEAKS_FILE_ENV, "env.json")  # the variable when no flag is given
     calls.clear()
     vendor.load_vendor_lookup("")("T4")
     assert calls == [("validated", "env.json"), ("T4", "env.json")]

@@ -1,4 +1,4 @@
-"""profiling.peak_table: vendor ceilings per device name, tolerant matching, user overrides."""
+"""roofline.vendor: vendor ceilings per device name, tolerant matching, user overrides."""
 
 from __future__ import annotations
 
@@ -242,8 +242,8 @@ def test_override_file_adds_cache_bandwidths_and_keeps_them(tmp_path):
     assert "| My GPU | - | 10 | - | - | - | 500 | 3000 | 9000 |" in table
 
 
-def test_analysis_reads_the_cache_bandwidths():
-    from analysis.join import roof_from_vendor
+def test_a_roof_takes_the_cache_bandwidths_of_a_vendor_entry():
+    from roofline.ceilings import roof_from_vendor
 
     p = VendorPeaks(
         "X", {"fp32": 1e13}, 5e11, "https://x", l2_bytes_per_s=3e12, l1_bytes_per_s=9e12

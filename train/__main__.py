@@ -155,7 +155,7 @@ def log_roofline(session, cfg: TrainConfig, device_name: str, metrics: dict, tmp
 
     try:
         from roofline import run_plot as run_roofline
-        from analysis.vendor import load_vendor_lookup
+        from roofline.vendor import load_vendor_lookup
 
         peaks = None
         if not session.offline:
