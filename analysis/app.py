@@ -186,18 +186,7 @@ def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> R
         vendor_lookup = vendor.load_vendor_lookup(cfg.peaks_file)
     query = cfg.query()
     source = fetch.Source(cfg.cache)
-    runs, fetch_notes = fetch.fetch_runs(query, source)
-    n_train = 0 if runs.empty else int((runs.get("tags.run_kind") == "train").sum())
-    if n_train == 0:
-        raise UsageError(
-            f"no train runs match ({query.describe()}) on {display_uri()}; "
-            "check the names with `mlflow ui` or loosen --filter/--env-label"
-        )
-    complexity, complexity_notes = fetch.fetch_complexity(query, source)
-    fetch_notes += complexity_notes
-    cache_note = source.note()
-    fetch_notes += [cache_note] if cache_note else []
-
+    runs, complexity, fetch_notes = _fetch(query, source)
     timings["fetch_s"] = time.perf_counter() - t0
 
     t = time.perf_counter()
@@ -212,8 +201,37 @@ def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> R
     t = time.perf_counter()
     out_dir = Path(cfg.out)
     variability, var_title = _variability(analysis, cfg, source, timings)
+    drawn, files = _draw(analysis, out_dir, variability, cfg.jobs or figures.default_jobs())
+    timings["figures_s"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    files += _write_report(analysis, out_dir, drawn, query.describe(), var_title)
+    timings["report_s"] = time.perf_counter() - t
+    timings["total_s"] = time.perf_counter() - t0
+    return Result(analysis, out_dir, files, timings, source)
+
+
+def _fetch(query: fetch.Query, source: fetch.Source) -> tuple:
+    """(runs, complexity tables, notes on what was read); UsageError when no train run matches."""
+    runs, notes = fetch.fetch_runs(query, source)
+    n_train = 0 if runs.empty else int((runs.get("tags.run_kind") == "train").sum())
+    if n_train == 0:
+        raise UsageError(
+            f"no train runs match ({query.describe()}) on {display_uri()}; "
+            "check the names with `mlflow ui` or loosen --filter/--env-label"
+        )
+    complexity, complexity_notes = fetch.fetch_complexity(query, source)
+    notes += complexity_notes
+    cache_note = source.note()
+    notes += [cache_note] if cache_note else []
+    return runs, complexity, notes
+
+
+def _draw(
+    analysis: core.Analysis, out_dir: Path, variability, n_jobs: int
+) -> tuple[dict[str, list[tuple[str, str]]], list[Path]]:
+    """Draw every figure under out_dir/figures: ({section: [(title, relative path)]}, files)."""
     jobs = figures.plan(analysis, out_dir / "figures", variability)
-    n_jobs = cfg.jobs or figures.default_jobs()
     console.info(
         f"drawing {len(jobs)} figures for {len(analysis.roofs)} environment(s)"
         + (f" in {n_jobs} processes" if n_jobs > 1 else "")
@@ -223,22 +241,21 @@ def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> R
     for section, title, path in figures.render(jobs, n_jobs):
         drawn.setdefault(section, []).append((title, str(path.relative_to(out_dir))))
         files.append(path)
-    timings["figures_s"] = time.perf_counter() - t
+    return drawn, files
 
-    t = time.perf_counter()
-    files += report.write_tables(analysis, out_dir)
+
+def _write_report(
+    analysis: core.Analysis, out_dir: Path, drawn: dict, query: str, var_title: str
+) -> list[Path]:
+    """The table files, report.md and report.html (figures embedded) under `out_dir`."""
+    files = report.write_tables(analysis, out_dir)
     generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    blocks = report.report_blocks(
-        analysis, drawn, display_uri(), query.describe(), generated, var_title
-    )
+    blocks = report.report_blocks(analysis, drawn, display_uri(), query, generated, var_title)
     md_path, html_path = out_dir / "report.md", out_dir / "report.html"
     md_path.write_text(report.markdown_text(blocks))
     images = {rel: (out_dir / rel).read_bytes() for section in drawn.values() for _, rel in section}
     html_path.write_text(html.render(blocks, images), encoding="utf-8")
-    files += [md_path, html_path]
-    timings["report_s"] = time.perf_counter() - t
-    timings["total_s"] = time.perf_counter() - t0
-    return Result(analysis, out_dir, files, timings, source)
+    return files + [md_path, html_path]
 
 
 def _variability(

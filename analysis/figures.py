@@ -71,14 +71,36 @@ def plan(
             (pts, fig_dir / "throughput_vs_batch.png"),
         )
     )
-    jobs.append(
+    jobs += _roofline_jobs(analysis, fig_dir)
+    if variability is not None:
+        label, by_env = variability
+        jobs.append(
+            (
+                "variability",
+                f"Step-time variability: {label}",
+                plots.step_time_variability,
+                (
+                    by_env,
+                    f"Step-time variability across environments: {label}",
+                    fig_dir / "step_time_variability.png",
+                ),
+            )
+        )
+    return jobs
+
+
+def _roofline_jobs(analysis: Analysis, fig_dir: Path) -> list[Job]:
+    """All environments on one roofline, then one per environment, each in a file named by a slug
+    of its env label (with the device when one label has several; never two files of one name)."""
+    pts = analysis.points
+    jobs: list[Job] = [
         (
             "roofline",
             "Roofline, all environments",
             plots.roofline_combined,
             (pts, analysis.roofs, fig_dir / "roofline_all.png"),
         )
-    )
+    ]
     envs = sorted(analysis.roofs)
     used_slugs: set[str] = set()
     for env, dev in envs:
@@ -93,20 +115,6 @@ def plan(
                 f"Roofline, {env} ({dev})",
                 plots.roofline_env,
                 (sub, env, dev, analysis.roofs[(env, dev)], fig_dir / f"roofline_{name}.png"),
-            )
-        )
-    if variability is not None:
-        label, by_env = variability
-        jobs.append(
-            (
-                "variability",
-                f"Step-time variability: {label}",
-                plots.step_time_variability,
-                (
-                    by_env,
-                    f"Step-time variability across environments: {label}",
-                    fig_dir / "step_time_variability.png",
-                ),
             )
         )
     return jobs

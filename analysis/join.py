@@ -198,6 +198,25 @@ def train_notes(train: pd.DataFrame) -> list[str]:
     return notes
 
 
+POINT_COLUMNS = [
+    *GROUP_KEYS,
+    *[c for c in CONFIG_PARAMS if c not in GROUP_KEYS],
+    "n_runs",
+    "run_ids",
+    "throughput_mean_samples_per_s",
+    "throughput_sd_samples_per_s",
+    "throughput_sd_kind",
+    "achieved_flops_per_s",
+    "achieved_sd_flops_per_s",
+    "step_time_median_s",
+    "train_flops_per_step",
+    "modeled_intensity_flops_per_byte",
+    *DIST_CARRIED,
+    *DIST_METRICS,
+]
+"""The columns of aggregate_repeats' rows, in order."""
+
+
 def aggregate_repeats(train: pd.DataFrame) -> pd.DataFrame:
     """One row per (env_label, device_name, config_key); a run without a config_key (no tag and
     incomplete params: nothing says which runs did the same work) is a row of its own.
@@ -207,24 +226,8 @@ def aggregate_repeats(train: pd.DataFrame) -> pd.DataFrame:
     train_flops_per_step / step_time_median_s (the logged achieved_flops_per_s, derived the same way
     when a run lacks it).
     """
-    cols = [
-        *GROUP_KEYS,
-        *[c for c in CONFIG_PARAMS if c not in GROUP_KEYS],
-        "n_runs",
-        "run_ids",
-        "throughput_mean_samples_per_s",
-        "throughput_sd_samples_per_s",
-        "throughput_sd_kind",
-        "achieved_flops_per_s",
-        "achieved_sd_flops_per_s",
-        "step_time_median_s",
-        "train_flops_per_step",
-        "modeled_intensity_flops_per_byte",
-        *DIST_CARRIED,
-        *DIST_METRICS,
-    ]
     if train.empty:
-        return pd.DataFrame(columns=cols)
+        return pd.DataFrame(columns=POINT_COLUMNS)
     t = train.sort_values("start_time", kind="stable").copy()
     derived = t["train_flops_per_step"] / t["step_time_median_s"]
     t["achieved_flops_per_s"] = t["achieved_flops_per_s"].where(
@@ -255,6 +258,12 @@ def aggregate_repeats(train: pd.DataFrame) -> pd.DataFrame:
         )
         .reset_index()
     )
+    return _with_throughput_sd(agg)[POINT_COLUMNS]
+
+
+def _with_throughput_sd(agg: pd.DataFrame) -> pd.DataFrame:
+    """The samples/s SD of each point and its kind: across runs when two or more have a
+    throughput, else the one run's own within-run SD."""
     across = agg["_n_thr"] >= 2
     agg["throughput_sd_samples_per_s"] = np.where(across, agg["_sd_across"], agg["_within"]).astype(
         float
@@ -264,7 +273,7 @@ def aggregate_repeats(train: pd.DataFrame) -> pd.DataFrame:
         "across " + agg["_n_thr"].astype(str) + " runs",
         np.where((agg["_n_thr"] == 1) & agg["_within"].notna(), "within run", ""),
     )
-    return agg[cols]
+    return agg
 
 
 # ------------------------------------------------------------------------------- profile runs

@@ -120,61 +120,70 @@ def _per_env_lines(
     for ax, (env, dev) in zip(axes, envs):
         sub = pts[(pts["env_label"] == env) & (pts["device_name"] == dev)].sort_values("batch_size")
         for series, g in sub.groupby("series", sort=True):
-            color = color_of[series]
-            if not marker_by_source:
-                err = None
-                if yerr:
-                    sd = g[yerr].fillna(0).to_numpy()
-                    err = np.vstack([np.minimum(sd, g[y].to_numpy()), sd])  # (below, above)
-                ax.errorbar(
-                    g["batch_size"],
-                    g[y],
-                    yerr=err,
-                    capsize=3,
-                    marker="o",
-                    ms=5,
-                    lw=1.4,
-                    color=color,
-                )
-                continue
-            # one line per intensity source: a measured and a modeled value are never joined
-            for source, gs in g.groupby("intensity_source", sort=True):
-                style = SOURCE_MARKER.get(source, SOURCE_MARKER["modeled"])
-                ax.plot(
-                    gs["batch_size"],
-                    gs[y],
-                    lw=1.4,
-                    ms=7,
-                    markeredgewidth=1.4,
-                    color=color,
-                    ls="-" if source == "measured" else "--",
-                    **style,
-                )
+            _draw_series(ax, g, y, yerr, color_of[series], marker_by_source)
         if hline is not None:
             ax.axhline(hline, color="gray", lw=1, ls="--")
-        batches = sorted(set(int(b) for b in sub["batch_size"].dropna()))
-        if not batches:
-            ax.text(
-                0.5,
-                0.5,
-                "no run with a batch_size param",
-                ha="center",
-                va="center",
-                transform=ax.transAxes,
-            )
-            ax.set_title(env_title(env, dev), fontsize=10)
-            continue
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(batches, [str(b) for b in batches])
-        if logy:
-            ax.set_yscale("log")
-            log_ticks(ax.yaxis)
-        ax.set_xlabel("batch size (samples per step)")
-        ax.set_ylabel(ylabel)
-        ax.set_title(env_title(env, dev), fontsize=10)
-        ax.grid(True, alpha=0.3)
+        _format_panel(ax, sub, env_title(env, dev), ylabel, logy)
+    handles = _series_handles(names, color_of, marker_by_source)
+    if handles:
+        right_legend(fig, handles, legend_in)
+    fig.suptitle(title, fontsize=12)
+    return fig
+
+
+def _draw_series(ax, g: pd.DataFrame, y: str, yerr: str | None, color: str, by_source: bool):
+    """One series of one panel: a line with error bars, or with `by_source` one line per intensity
+    source (a measured and a modeled value are never joined)."""
+    if not by_source:
+        err = None
+        if yerr:
+            sd = g[yerr].fillna(0).to_numpy()
+            err = np.vstack([np.minimum(sd, g[y].to_numpy()), sd])  # (below, above)
+        ax.errorbar(
+            g["batch_size"], g[y], yerr=err, capsize=3, marker="o", ms=5, lw=1.4, color=color
+        )
+        return
+    for source, gs in g.groupby("intensity_source", sort=True):
+        style = SOURCE_MARKER.get(source, SOURCE_MARKER["modeled"])
+        ax.plot(
+            gs["batch_size"],
+            gs[y],
+            lw=1.4,
+            ms=7,
+            markeredgewidth=1.4,
+            color=color,
+            ls="-" if source == "measured" else "--",
+            **style,
+        )
+
+
+def _format_panel(ax, sub: pd.DataFrame, title: str, ylabel: str, logy: bool) -> None:
+    """Batch sizes on a log2 x axis (or a note that the panel has none), labels, title, grid."""
+    batches = sorted(set(int(b) for b in sub["batch_size"].dropna()))
+    ax.set_title(title, fontsize=10)
+    if not batches:
+        ax.text(
+            0.5,
+            0.5,
+            "no run with a batch_size param",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+        )
+        return
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(batches, [str(b) for b in batches])
+    if logy:
+        ax.set_yscale("log")
+        log_ticks(ax.yaxis)
+    ax.set_xlabel("batch size (samples per step)")
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+
+
+def _series_handles(names: list[str], color_of: dict[str, str], by_source: bool) -> list:
     handles = [Line2D([], [], color=color_of[n], marker="o", ms=5, label=n) for n in names]
-    if marker_by_source:
+    if by_source:
         handles += [
             Line2D(
                 [], [], ls="-", color="black", label="measured (ncu)", **SOURCE_MARKER["measured"]
@@ -188,10 +197,7 @@ def _per_env_lines(
                 **SOURCE_MARKER["modeled"],
             ),
         ]
-    if handles:
-        right_legend(fig, handles, legend_in)
-    fig.suptitle(title, fontsize=12)
-    return fig
+    return handles
 
 
 def draw_throughput_vs_batch(points: pd.DataFrame) -> Figure:

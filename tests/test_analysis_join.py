@@ -643,7 +643,7 @@ def test_profile_and_peaks_runs_that_place_nothing_are_listed_with_what_would_pl
     assert any(
         n.startswith("peaks run k1abcdef (NVIDIA L4, env l4box) gave no roof") for n in a.notes
     )
-    md = report.report_markdown(a, {}, "sqlite:///x.db", "all", "now")
+    md = report.markdown_text(report.report_blocks(a, {}, "sqlite:///x.db", "all", "now"))
     assert "placed no point" in md and "Nothing: every point" not in md
 
 
@@ -654,7 +654,9 @@ def test_html_from_a_label_is_escaped_in_the_report():
     t["tags.host"] = "<b>host</b>"
     a = core.build(pd.DataFrame([t, peaks("k1", bad, "Tesla T4", 2, peak_flops_per_s_fp32=3e13)]))
     figs = {"roofline": [(f"Roofline, {bad} (NVIDIA L4)", "figures/roofline_x.png")]}
-    md = report.report_markdown(a, figs, "sqlite:///x.db", f"env label(s) {bad}", "now")
+    md = report.markdown_text(
+        report.report_blocks(a, figs, "sqlite:///x.db", f"env label(s) {bad}", "now")
+    )
     assert "<img" not in md and "<b>" not in md
     assert md.count("&lt;img src=x onerror=alert(1)&gt;") >= 4  # query, note, tables, figure
     assert "&lt;b&gt;host&lt;/b&gt;" in md

@@ -122,8 +122,10 @@ def test_report_table_csv_and_figure(analysis, tmp_path):
     (job,) = [j for j in jobs if j[0] == "scaling"]
     (section, title, path), *_ = figures.render([job], 1)
     assert path.name == "scaling_vs_world_size.png" and path.stat().st_size > 10_000
-    text = report.report_markdown(
-        analysis, {"scaling": [(title, "figures/" + path.name)]}, "src", "q", "now"
+    text = report.markdown_text(
+        report.report_blocks(
+            analysis, {"scaling": [(title, "figures/" + path.name)]}, "src", "q", "now"
+        )
     )
     assert "## Scaling with world size" in text and "figures/scaling_vs_world_size.png" in text
     line = next(x for x in text.splitlines() if "| resnet18/b32/fp32/ddp | 2 |" in x)
@@ -138,7 +140,9 @@ def test_report_table_csv_and_figure(analysis, tmp_path):
 def test_no_distributed_runs_no_section():
     a = core.build(pd.DataFrame([run("single", 100.0)]))
     assert a.scaling.empty
-    assert "Scaling with world size" not in report.report_markdown(a, {}, "s", "q", "now")
+    assert "Scaling with world size" not in report.markdown_text(
+        report.report_blocks(a, {}, "s", "q", "now")
+    )
     assert not [j for j in figures.plan(a, Path("/nonexistent")) if j[0] == "scaling"]
 
 
