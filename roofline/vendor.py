@@ -180,12 +180,6 @@ def known_devices(overrides: str | os.PathLike | None = None) -> list[VendorPeak
     return [e.peaks for e in _table(overrides)]
 
 
-def aliases(device_name: str, overrides: str | os.PathLike | None = None) -> tuple[str, ...]:
-    """The other names an entry answers to (exact matches besides the tolerant rules)."""
-    entry = find_entry(device_name, _table(overrides))
-    return entry.aliases if entry else ()
-
-
 # ------------------------------------------------------------------------------------- display
 def format_table(entries: Iterable[VendorPeaks]) -> str:
     """A Markdown table in TFLOP/s and GB/s (display units; the data stay SI). L2/L1 columns appear
