@@ -55,7 +55,7 @@ METHOD = [
     (
         "**Ceilings**: a measured peaks run of the same environment and device (else of another "
         "environment with the same device name) gives the roof; ceilings it lacks come from the "
-        "vendor table (profiling.peak_table, with the entries of --peaks-file). Measured ceilings "
+        "vendor table (roofline.vendor, with the entries of --peaks-file). Measured ceilings "
         "are drawn solid, vendor ones dashed. No ceiling: no bound and no efficiency (never a "
         "guessed number)."
     ),

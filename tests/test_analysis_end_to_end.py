@@ -265,7 +265,7 @@ def analyse(tmp_path, argv=(), vendor_lookup=vendor_stub):
 
 def joined(argv=(), vendor_lookup=vendor_stub) -> core.Analysis:
     """Fetch and join only (no figures): for tests about numbers. vendor_lookup='auto': the real
-    lookup (profiling.peak_table) with --peaks-file passed through."""
+    lookup (roofline.vendor) with --peaks-file passed through."""
     cfg = app.config_from_args(app.build_parser().parse_args(["--no-track", *argv]))
     runs, _ = fetch.fetch_runs(cfg.query())
     if vendor_lookup == "auto":
