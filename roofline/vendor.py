@@ -204,7 +204,7 @@ def format_table(entries: Iterable[VendorPeaks]) -> str:
     return "\n".join(rows)
 
 
-def _main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(prog="python -m roofline.vendor", description=__doc__.splitlines()[0])
     parser.add_argument(
         "name", nargs="?", help="device name to resolve (as torch.cuda.get_device_name reports it)"
@@ -225,4 +225,4 @@ def _main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     from common.cli import cli_entry
 
-    sys.exit(cli_entry(_main)())
+    sys.exit(cli_entry(main)())

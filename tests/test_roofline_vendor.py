@@ -362,7 +362,7 @@ def test_missing_override_file(tmp_path, monkeypatch):
 
 
 def test_table_cli_prints_a_lookup(capsys):
-    assert pt._main(["Tesla T4"]) == 0
+    assert pt.main(["Tesla T4"]) == 0
     out = capsys.readouterr().out
     assert "| Tesla T4 | - | 8.1 | - | 65 | - | 320 |" in out
 
