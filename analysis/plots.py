@@ -24,7 +24,13 @@ from matplotlib.ticker import EngFormatter, NullFormatter  # noqa: E402
 
 from common.fmt import si  # noqa: E402
 from roofline import plot as roofline_plot  # noqa: E402
-from roofline.style import SOURCE_MARKER, env_title, log_ticks, new_figure  # noqa: E402
+from roofline.style import (  # noqa: E402
+    SOURCE_MARKER,
+    distinct_colors,
+    env_title,
+    log_ticks,
+    new_figure,
+)
 
 
 DPI = 110
@@ -105,8 +111,7 @@ def _per_env_lines(
     ]  # no batch: no x
     pts = pts.assign(series=[_series_label(r) for r in pts.to_dict("records")])
     names = sorted(set(pts["series"]))
-    cmap = matplotlib.colormaps["tab10" if len(names) <= 10 else "tab20"]
-    color_of = {n: matplotlib.colors.to_hex(cmap(i % cmap.N)) for i, n in enumerate(names)}
+    color_of = distinct_colors(names)
     legend_in = 2.6
     clipped = bool(yerr) and bool((pts[yerr].fillna(0) > pts[y]).any())
     title += "; lower bars cut at 0 where the spread exceeds the value" if clipped else ""

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
 import pandas as pd
 from matplotlib.lines import Line2D
 
 from analysis.plots import right_legend, save
 from analysis.scaling import BASE_SAME_ENGINE
-from roofline.style import env_title, log_ticks, new_figure
+from roofline.style import distinct_colors, env_title, log_ticks, new_figure
 
 PANEL_W, PANEL_H, LEGEND_W = 5.0, 3.6, 3.0
 
@@ -24,8 +23,7 @@ def scaling_vs_world_size(rows: pd.DataFrame, path: Path) -> Path:
     efficiency (filled, solid) and exposed-communication share (hollow, dotted), with 1 = ideal."""
     envs = sorted({(e, d) for e, d in zip(rows["env_label"], rows["device_name"])}) or [("", "")]
     names = sorted(set(rows["series"]))
-    cmap = matplotlib.colormaps["tab10" if len(names) <= 10 else "tab20"]
-    color_of = {n: matplotlib.colors.to_hex(cmap(i % cmap.N)) for i, n in enumerate(names)}
+    color_of = distinct_colors(names)
     fig, axes = new_figure(
         PANEL_W * len(envs) + LEGEND_W,
         2 * PANEL_H + 0.6,

@@ -24,7 +24,7 @@ from roofline.style import (
     LEVEL_STYLE,
     PRECISION_COLORS,
     SOURCE_MARKER,
-    env_colors,
+    distinct_colors,
     env_title,
     flops_label,
     log_ticks,
@@ -62,18 +62,11 @@ class _Pen:
 def _draw_roof(
     ax,
     roof: Roof,
-    x_lo: float,
-    x_hi: float,
-    *,
+    x_span: tuple[float, float],
     dtypes: set[str] | None,
     ridge_dtypes: set[str],
-    color: str | None,
-    tag: str,
-    labels: Labels | None,
+    pen: _Pen,
     ridge_lines: bool = True,
-    gid: str = "",
-    lw: float = 1.6,
-    alpha: float = 0.85,
 ) -> None:
     """Bandwidth slopes (one per memory level), compute ceilings of `dtypes` (all when None; equal
     ones with the same source merged: vendor fp16 = bf16) and, for `ridge_dtypes`, the ridge point.
@@ -82,18 +75,17 @@ def _draw_roof(
     vendor); L2/L1 slopes have their own pattern. Lines carry a gid '<gid>flops:<dtypes>' (dtypes
     joined by '/' where merged), '<gid>bytes:<level>', '<gid>ridge:<dtype>' so tests can find them.
     """
-    pen = _Pen(color, tag, labels, gid, lw, alpha)
     peaks = {
         d: v for d, v in roof.flops_per_s.items() if v and v > 0 and (dtypes is None or d in dtypes)
     }
-    _draw_slopes(ax, roof, (x_lo, x_hi), max(peaks.values()) if peaks else None, pen)
+    _draw_slopes(ax, roof, x_span, max(peaks.values()) if peaks else None, pen)
     groups: dict[tuple[float, str], list[str]] = {}
     for dtype, peak in peaks.items():
         groups.setdefault((peak, roof.source_kind(f"flops:{dtype}")), []).append(dtype)
     for (peak, kind), dts in sorted(groups.items()):
         dts = sorted(dts, key=lambda d: list(DTYPE_COLORS).index(d) if d in DTYPE_COLORS else 99)
         ridge_here = bool(set(dts) & ridge_dtypes)
-        _draw_ceiling(ax, roof, peak, kind, dts, (x_lo, x_hi), ridge_here, ridge_lines, pen)
+        _draw_ceiling(ax, roof, peak, kind, dts, x_span, ridge_here, ridge_lines, pen)
 
 
 def _draw_slopes(ax, roof: Roof, x_span: tuple[float, float], top: float | None, pen: _Pen):
@@ -361,17 +353,7 @@ def _draw_env_roof(ax, roofset: dict, used: set[str], x_span, labels: Labels) ->
     shown = used | {d for d in roof.flops_per_s if roof.source_kind(f"flops:{d}") == "measured"}
     if not shown & set(roof.flops_per_s):
         shown = set(roof.flops_per_s)
-    _draw_roof(
-        ax,
-        roof,
-        *x_span,
-        dtypes=shown,
-        ridge_dtypes=used,
-        color=None,
-        tag="",
-        labels=labels,
-        gid="roof|",
-    )
+    _draw_roof(ax, roof, x_span, shown, used, _Pen(None, "", labels, "roof|"))
     if measured is None or vendor is None:
         return
     replaced = Roof(vendor.device_name, sources=vendor.sources)  # the vendor values not used
@@ -383,19 +365,8 @@ def _draw_env_roof(ax, roofset: dict, used: set[str], x_span, labels: Labels) ->
     if roof.source_kind("bytes:dram") == "measured" and "dram" in vendor.bytes_per_s:
         replaced.bytes_per_s = {"dram": vendor.bytes_per_s["dram"]}
     if not replaced.is_empty():
-        _draw_roof(
-            ax,
-            replaced,
-            *x_span,
-            dtypes=None,
-            ridge_dtypes=set(),
-            color=None,
-            tag="vendor, not used",
-            labels=labels,
-            gid="vendor|",
-            lw=1.0,
-            alpha=0.5,
-        )
+        pen = _Pen(None, "vendor, not used", labels, "vendor|", lw=1.0, alpha=0.5)
+        _draw_roof(ax, replaced, x_span, None, set(), pen)
 
 
 def draw_roofline_combined(points: pd.DataFrame, roofs: dict) -> tuple[Figure, int]:
@@ -406,7 +377,7 @@ def draw_roofline_combined(points: pd.DataFrame, roofs: dict) -> tuple[Figure, i
     ax = axes[0][0]
     pts = _plotted(points)
     envs = sorted(roofs)
-    colors = env_colors([f"{e} | {d}" for e, d in envs])
+    colors = distinct_colors([f"{e} | {d}" for e, d in envs])
     all_roofs = [r["roof"] for r in roofs.values() if r.get("roof") is not None]
     x_lo, x_hi = _x_range(pts, all_roofs, levels=False)
     _axes_roofline(ax, x_lo, x_hi, pts, all_roofs)
@@ -420,19 +391,10 @@ def draw_roofline_combined(points: pd.DataFrame, roofs: dict) -> tuple[Figure, i
         used = set(sub["ceiling_dtype"].dropna()) or {"fp32"}
         dram = {"dram": roof.dram_bytes_per_s} if math.isfinite(roof.dram_bytes_per_s) else {}
         only = Roof(roof.device_name, dict(roof.flops_per_s), dram, roof.sources)
-        _draw_roof(
-            ax,
-            only,
-            x_lo,
-            x_hi,
-            dtypes=used,
-            ridge_dtypes=used,
-            color=colors[f"{env} | {dev}"],
-            tag=env,
-            labels=labels if len(envs) <= 6 else None,
-            ridge_lines=False,
-            gid=f"{env}|{dev}|",
+        pen = _Pen(
+            colors[f"{env} | {dev}"], env, labels if len(envs) <= 6 else None, f"{env}|{dev}|"
         )
+        _draw_roof(ax, only, (x_lo, x_hi), used, used, pen, ridge_lines=False)
     _draw_points(
         ax,
         pts,

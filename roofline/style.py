@@ -2,7 +2,7 @@
 encoding (roofline/plot.py, roofline/run_plot.py and analysis's figures draw with it):
 
   colour       = the compute dtype of a ceiling (DTYPE_COLORS), the precision of a run
-                 (PRECISION_COLORS) or the environment (env_colors);
+                 (PRECISION_COLORS) or the environment and series (distinct_colors);
   marker shape = where an intensity came from (SOURCE_MARKER): filled circle = measured (ncu
                  counters), hollow triangle = modeled (byte model);
   line style   = where a ceiling came from (Roof.sources): solid = measured peaks run, dashed =
@@ -65,9 +65,10 @@ def new_figure(
     return fig, axes
 
 
-def env_colors(envs: list[str]) -> dict[str, str]:
-    cmap = matplotlib.colormaps["tab10" if len(envs) <= 10 else "tab20"]
-    return {e: matplotlib.colors.to_hex(cmap(i % cmap.N)) for i, e in enumerate(envs)}
+def distinct_colors(names: list[str]) -> dict[str, str]:
+    """One colour per name (environments, series), from tab10, or tab20 beyond ten names."""
+    cmap = matplotlib.colormaps["tab10" if len(names) <= 10 else "tab20"]
+    return {n: matplotlib.colors.to_hex(cmap(i % cmap.N)) for i, n in enumerate(names)}
 
 
 def log_ticks(axis, fmt=lambda v: f"{v:g}") -> None:
