@@ -25,18 +25,18 @@ from common import console, schema
 from common.cli import ArgumentParser, cli_entry, optional
 from common.errors import UsageError
 from common.tracking import RunSession, dataset_input
-from profiling.capture import DEFAULT_OUT, capture, dry_run
-from profiling.chips.devices import parse_capability
-from profiling.gpu import GpuInfo, cuda_probe
-from profiling.import_path import check_import_file, import_report
-from profiling.ncu_command import (
+from profiling.ncu.capture import DEFAULT_OUT, capture, dry_run
+from profiling.ncu.chips.devices import parse_capability
+from profiling.ncu.command import (
     CACHE_CONTROLS,
     CLOCK_CONTROLS,
     REPLAY_MODES,
     CaptureOptions,
 )
-from profiling.ncu_plan import METRIC_SETS, TENSOR_MODES
-from profiling.ncu_summary import (
+from profiling.ncu.gpu import GpuInfo, cuda_probe
+from profiling.ncu.import_path import check_import_file, import_report
+from profiling.ncu.plan import METRIC_SETS, TENSOR_MODES
+from profiling.ncu.summary import (
     NcuSummary,
     require_counters,
     roofline_warning,

@@ -14,8 +14,8 @@ import sys
 
 import pytest
 
-from profiling import nvperf
-from profiling.chips.counters import (
+from profiling.ncu import nvperf
+from profiling.ncu.chips.counters import (
     TABLE_FILE,
     TENSOR_PREFIX,
     check_metric_names,
@@ -23,11 +23,11 @@ from profiling.chips.counters import (
     counters_for,
     source_note,
 )
-from profiling.chips.devices import CC_CHIPS, parse_capability, resolve_chip
-from profiling.chips.table import build_table, table_text
-from profiling.ncu_counting import _tensor_ops
-from profiling.ncu_names import is_relevant, op_counter
-from profiling.ncu_plan import plan_metrics
+from profiling.ncu.chips.devices import CC_CHIPS, parse_capability, resolve_chip
+from profiling.ncu.chips.table import build_table, table_text
+from profiling.ncu.counting import _tensor_ops
+from profiling.ncu.names import is_relevant, op_counter
+from profiling.ncu.plan import plan_metrics
 
 needs_library = pytest.mark.skipif(
     sys.platform != "linux", reason="libnvperf_host.so ships in the Linux ncu-report wheel"

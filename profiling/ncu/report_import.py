@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Callable
 
 from common.errors import BenchError, one_line
-from profiling.ncu_counting import metrics_capability
-from profiling.ncu_messages import messages_reason
-from profiling.ncu_names import DEVICE_NAME_METRIC, is_relevant
-from profiling.ncu_parse import NcuKernel, NcuReport
-from profiling.ncu_units import unit_scale
+from profiling.ncu.counting import metrics_capability
+from profiling.ncu.messages import messages_reason
+from profiling.ncu.names import DEVICE_NAME_METRIC, is_relevant
+from profiling.ncu.parse import NcuKernel, NcuReport
+from profiling.ncu.units import unit_scale
 
 NCU_REP_SUFFIXES = (".ncu-rep", ".ncu-repz")
 

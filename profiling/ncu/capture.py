@@ -15,10 +15,9 @@ from pathlib import Path
 from common import console, schema
 from common.errors import BenchError, UsageError
 from common.tracking import RunSession
-from profiling.chips.counters import ChipCounters, check_metric_names
-from profiling.chips.devices import ChipChoice, cc_text
-from profiling.gpu import chip_for, chip_tags
-from profiling.ncu_command import (
+from profiling.ncu.chips.counters import ChipCounters, check_metric_names
+from profiling.ncu.chips.devices import ChipChoice, cc_text
+from profiling.ncu.command import (
     APPLICATION_REPLAY,
     CaptureOptions,
     check_replay_mode,
@@ -28,15 +27,16 @@ from profiling.ncu_command import (
     run_ncu,
     train_argv,
 )
-from profiling.ncu_counting import inst_cautioned, tensor_inst_caution, tensor_inst_flops
-from profiling.ncu_messages import classify_ncu_output, legacy_message
-from profiling.ncu_names import is_relevant
-from profiling.ncu_parse import NcuReport, parse_ncu_csv, refuse_truncated
-from profiling.ncu_plan import MetricPlan, plan_metrics
+from profiling.ncu.counting import inst_cautioned, tensor_inst_caution, tensor_inst_flops
+from profiling.ncu.gpu import chip_for, chip_tags
+from profiling.ncu.messages import classify_ncu_output, legacy_message
+from profiling.ncu.names import is_relevant
+from profiling.ncu.parse import NcuReport, parse_ncu_csv, refuse_truncated
+from profiling.ncu.plan import MetricPlan, plan_metrics
 from train.config import TrainConfig
 from train.config import config_flags as train_config_flags
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = ROOT / "out" / "profile"
 """Where the ncu CSV logs go unless --out says otherwise."""
 NO_GPU_MESSAGE = (

@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from profiling import nvperf
-from profiling.chips.counters import TABLE_FILE
-from profiling.chips.table import aggregates_markdown, build_table, markdown, table_text
+from profiling.ncu import nvperf
+from profiling.ncu.chips.counters import TABLE_FILE
+from profiling.ncu.chips.table import aggregates_markdown, build_table, markdown, table_text
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from profiling import nvperf
-from profiling.ncu_names import (
+from profiling.ncu import nvperf
+from profiling.ncu.names import (
     CYCLES,
     DRAM_CHOICES,
     L1_CHOICES,

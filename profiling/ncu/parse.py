@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from common.errors import BenchError
-from profiling.ncu_messages import messages_reason
-from profiling.ncu_names import DEVICE_NAME_METRIC
-from profiling.ncu_nvtx import kernel_phase, nvtx_ranges
-from profiling.ncu_units import parse_number, unit_scale
+from profiling.ncu.messages import messages_reason
+from profiling.ncu.names import DEVICE_NAME_METRIC
+from profiling.ncu.nvtx import kernel_phase, nvtx_ranges
+from profiling.ncu.units import parse_number, unit_scale
 
 # Identity columns of both pages (everything that is not a metric). NVTX columns are found by name.
 ID_COLUMNS = (

@@ -31,8 +31,8 @@ from __future__ import annotations
 import math
 import re
 
-from profiling.chips.counters import ChipCounters
-from profiling.ncu_names import (
+from profiling.ncu.chips.counters import ChipCounters
+from profiling.ncu.names import (
     CC_METRICS,
     CHIP_METRIC,
     CYCLES,
@@ -51,7 +51,7 @@ from profiling.ncu_names import (
     op_counter,
     parse_tensor_name,
 )
-from profiling.ncu_parse import NcuReport
+from profiling.ncu.parse import NcuReport
 
 HALF_LANES = 2
 """Lanes per half-precision SASS instruction (HFMA2 packs two fp16 FMAs). See module docstring."""

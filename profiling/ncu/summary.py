@@ -15,15 +15,15 @@ import pandas as pd
 
 from common import schema
 from common.errors import BenchError
-from profiling.chips.counters import ChipCounters
-from profiling.ncu_counting import (
+from profiling.ncu.chips.counters import ChipCounters
+from profiling.ncu.counting import (
     HALF_LANES,
     device_from_report,
     kernel_quantities,
     tensor_inst_caution,
 )
-from profiling.ncu_names import PRECISIONS, TENSOR_INST, is_relevant
-from profiling.ncu_parse import NcuKernel, NcuReport
+from profiling.ncu.names import PRECISIONS, TENSOR_INST, is_relevant
+from profiling.ncu.parse import NcuKernel, NcuReport
 
 QUANTITIES = (
     "flops_fp64",

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from common.errors import UsageError
-from profiling.chips.counters import ChipCounters
-from profiling.ncu_names import (
+from profiling.ncu.chips.counters import ChipCounters
+from profiling.ncu.names import (
     DRAM_READ,
     DRAM_WRITE,
     L1_CHOICES,

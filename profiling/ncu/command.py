@@ -36,8 +36,8 @@ from typing import Callable
 
 from common import console
 from common.errors import BenchError
-from profiling.ncu_messages import LEGACY_NVPROF_METRICS
-from profiling.ncu_plan import METRIC_SETS, TENSOR_MODES
+from profiling.ncu.messages import LEGACY_NVPROF_METRICS
+from profiling.ncu.plan import METRIC_SETS, TENSOR_MODES
 
 REPLAY_MODES = ("kernel", "application", "range", "app-range")
 APPLICATION_REPLAY = ("application", "app-range")

@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 import re
 
-from profiling import nvperf
-from profiling.chips.counters import counters_for, database_facts
-from profiling.chips.devices import CC_CHIPS, cc_text, known_chips
-from profiling.ncu_names import TENSOR_PREFIX
-from profiling.ncu_plan import plan_metrics
+from profiling.ncu import nvperf
+from profiling.ncu.chips.counters import counters_for, database_facts
+from profiling.ncu.chips.devices import CC_CHIPS, cc_text, known_chips
+from profiling.ncu.names import TENSOR_PREFIX
+from profiling.ncu.plan import plan_metrics
 
 
 def build_table(db: "nvperf.MetricDatabase") -> dict:
