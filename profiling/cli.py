@@ -3,15 +3,16 @@
 Two ways in:
 
 * capture (needs an NVIDIA GPU and ncu): runs ``ncu ... python -m train <config> --profile-steps K``
-  (profiling.capture, the command from profiling.ncu_command), parses ncu's CSV log and logs the
+  (profiling.ncu.capture, the command from profiling.ncu.command), parses ncu's CSV log and logs the
   run; ``--dry-run`` prints that command and its metric list instead;
 * ``--import FILE``: an ncu CSV (details or raw page) or a ``.ncu-rep`` report made elsewhere, logged
-  with the config given on the command line (works on any machine; profiling.import_path).
+  with the config given on the command line (works on any machine; profiling.ncu.import_path).
 
-This module holds the flags, the config and the run both paths log (profiling.ncu_summary's
-metrics, tags and kernel tables). The CUDA check is injectable: ``main(argv, probe=...)`` takes a
-callable ``probe(device, env_label)`` returning profiling.gpu.GpuInfo; the default asks torch. Tests pass a stand-in probe and put a stand-in ``ncu`` on
-PATH, so the whole capture path runs without a GPU (docs/profiling.md, "Testing without a GPU").
+This module holds the flags, the config and the run both paths log (profiling.ncu.summary's metrics,
+tags and kernel tables). The CUDA check is injectable: ``main(argv, probe=...)`` takes a callable
+``probe(device, env_label)`` returning profiling.ncu.gpu.GpuInfo; the default asks torch. Tests pass
+a stand-in probe and put a stand-in ``ncu`` on PATH, so the whole capture path runs without a GPU
+(docs/profiling.md, "Testing without a GPU").
 """
 
 from __future__ import annotations

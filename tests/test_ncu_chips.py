@@ -68,11 +68,11 @@ def test_the_database_lists_every_chip_from_turing_on(db):
 @needs_library
 def test_the_committed_table_is_what_the_database_says(db):
     """Regenerated from the installed library; the version stamp may differ, the facts may not
-    (after an ncu-report update that changes them: `python -m profiling.chips --write`)."""
+    (after an ncu-report update that changes them: `python -m profiling.ncu.chips --write`)."""
     fresh = build_table(db)
     committed = committed_table()
     assert fresh["chips"] == committed["chips"], (
-        "regenerate with `python -m profiling.chips --write`"
+        "regenerate with `python -m profiling.ncu.chips --write`"
     )
     assert committed["ncu_report"] == "2026.3.1" and committed["library"] == "libnvperf_host.so"
     if fresh["ncu_report"] == committed["ncu_report"]:

@@ -1,4 +1,4 @@
-"""profiling.ncu_command: the ncu argument list per option, option validation, ncu failures as one line."""
+"""profiling.ncu.command: the ncu argument list per option, option validation, ncu failures as one line."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""profiling.ncu_plan, ncu_counting, ncu_summary (+ .ncu-rep import): FLOPs, bytes, time and
+"""profiling.ncu: plan, counting, summary (+ .ncu-rep import): FLOPs, bytes, time and
 intensities against known truths."""
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def test_l4_fixture_truths(ncu_dir):
     ],
 )
 def test_fixture_truths_with_the_chip_s_counters(ncu_dir, fixture, chip, truths):
-    """The chip-aware rules (profiling.chips) give the same totals as the generic ones."""
+    """The chip-aware rules (profiling.ncu.chips) give the same totals as the generic ones."""
     from profiling.ncu.chips.counters import counters_for
     from profiling.ncu.chips.devices import resolve_chip
 

@@ -1,4 +1,4 @@
-"""profiling.ncu_parse: every recorded ncu output parses, with SI values and the quirks of each format."""
+"""profiling.ncu.parse: every recorded ncu output parses, with SI values and the quirks of each format."""
 
 from __future__ import annotations
 
@@ -247,7 +247,7 @@ def test_a_log_of_ncu_messages_gets_the_same_reason_as_a_failed_capture(log, rea
 
 
 def test_the_classifier_is_pure_and_imports_no_capture_code():
-    """The parser and the classifier (ncu_messages, which the import path uses too) import no
+    """The parser and the classifier (profiling.ncu.messages, which the import path uses too) import no
     capture code and no mlflow."""
     import subprocess
     import sys

@@ -1,5 +1,5 @@
 """The capture path of `python -m profiling`: plan the metric list for the GPU, run
-``ncu ... python -m train <config> --profile-steps K`` (profiling.ncu_command) and parse its CSV
+``ncu ... python -m train <config> --profile-steps K`` (profiling.ncu.command) and parse its CSV
 log; and ``--dry-run``, which prints that plan and command without a GPU, ncu or MLflow run.
 """
 

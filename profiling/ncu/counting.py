@@ -1,7 +1,7 @@
 """How one kernel's counters become FLOPs, bytes and time.
 
-Input is one kernel's metrics of a parsed report (profiling.ncu_parse.NcuReport, or the same
-structure built from a .ncu-rep by profiling.ncu_report_import); `kernel_quantities` returns its
+Input is one kernel's metrics of a parsed report (profiling.ncu.parse.NcuReport, or the same
+structure built from a .ncu-rep by profiling.ncu.report_import); `kernel_quantities` returns its
 FLOPs per precision, tensor FLOPs, DRAM/L2/L1 bytes and time, the counters each came from and what
 a quantity counted incompletely lacks. Pure: no mlflow, no file writes.
 
@@ -17,7 +17,7 @@ Counting rules (see docs/profiling.md for sources):
   it over-counts by up to 2x when the compiler emits scalar half math (one useful lane).
 * Tensor cores: the chip's ``sm__ops_path_tensor_*`` counters count math operations directly (2
   per multiply-add), each op once: which counter covers which comes from NVIDIA's metric database
-  (profiling.chips), or from the names when the chip is not known. Where no ops counter exists
+  (profiling.ncu.chips), or from the names when the chip is not known. Where no ops counter exists
   (Volta), or with --tensor-counters inst, ``sm__inst_executed_pipe_tensor.sum`` times the FLOPs
   of one tensor instruction on that architecture (TENSOR_INST_FLOPS: 512 on sm_70, 2048 on sm_75,
   ...; cautioned on sm_75-89, none on sm_90+).

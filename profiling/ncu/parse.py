@@ -12,8 +12,8 @@ Pure: no mlflow, no file writes (``read_ncu_csv`` only reads). Handles both CSV 
 Also: ``==PROF==``/``==WARNING==``/``==ERROR==`` lines and program output before (or between) the
 table rows, a UTF-8 BOM, CRLF line ends, thousands separators (``"134,221,568"``), ``n/a`` values,
 and unit prefixes scaled by 1000 (``Kbyte`` = 1,000 byte; ``usecond`` = 1e-6 s): values and units
-are read by profiling.ncu_units, NVTX cells and phases by profiling.ncu_nvtx, and a file of ncu's
-messages without a table gets its reason from profiling.ncu_messages.
+are read by profiling.ncu.units, NVTX cells and phases by profiling.ncu.nvtx, and a file of ncu's
+messages without a table gets its reason from profiling.ncu.messages.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ class NcuKernel:
 
     @property
     def phase(self) -> str | None:
-        """The training phase the kernel ran in (profiling.ncu_nvtx.kernel_phase); None without
+        """The training phase the kernel ran in (profiling.ncu.nvtx.kernel_phase); None without
         NVTX."""
         return kernel_phase(self.nvtx_start_end, self.nvtx_push_pop)
 

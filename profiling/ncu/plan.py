@@ -1,6 +1,6 @@
 """Which counters to ask ncu for: the metric list of a metric set on one chip.
 
-`plan_metrics` chooses, for the chip profiling.chips.counters describes, the names that exist there
+`plan_metrics` chooses, for the chip profiling.ncu.chips.counters describes, the names that exist there
 (fallbacks where the preferred counter does not) and says what that chip cannot count. Pure: no
 mlflow, no file writes.
 """

@@ -1,12 +1,12 @@
 """Read an Nsight Compute report (.ncu-rep) with NVIDIA's `ncu_report` package (PyPI `ncu-report`).
 
 The package reads reports on any machine, GPU or not. The result has the same shape as a parsed
-CSV (profiling.ncu_parse.NcuReport), so profiling.ncu_summary aggregates both the same way.
+CSV (profiling.ncu.parse.NcuReport), so profiling.ncu.summary aggregates both the same way.
 
 Reports made with `ncu --set full` (or `--set detailed`/`roofline`) carry FLOP counts only as rates:
 ``smsp__sass_thread_inst_executed_op_<op>_pred_on.sum.per_cycle_elapsed``; the count is that rate
 times ``smsp__cycles_elapsed.avg``, which is how Nsight Compute's own roofline chart gets it. We copy
-the rates and the cycles here and let the counting multiply (profiling.ncu_counting._count).
+the rates and the cycles here and let the counting multiply (profiling.ncu.counting._count).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A profile's counters summed: per-kernel table, totals, NVTX phase shares, and the MLflow
 metrics and tags of a `profile` run (docs/profiling.md, docs/schema.md).
 
-`summarize` applies the counting rules (profiling.ncu_counting) to every kernel of a parsed report.
+`summarize` applies the counting rules (profiling.ncu.counting) to every kernel of a parsed report.
 Pure: no mlflow, no file writes (the dicts are logged by profiling.cli).
 """
 
@@ -175,7 +175,7 @@ def summarize(
 
     `capability` (compute capability) chooses the FLOPs per tensor instruction; default: what
     the report says (device attributes or the CC column). `counters` (the chip's, from
-    profiling.chips) makes the tensor-core sum follow NVIDIA's raw dependencies. Raises BenchError when the report has
+    profiling.ncu.chips) makes the tensor-core sum follow NVIDIA's raw dependencies. Raises BenchError when the report has
     no kernels, or when ncu reported ``n/a`` for a counter that feeds a total (a total with holes
     would be silently wrong).
     """

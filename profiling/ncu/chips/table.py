@@ -1,7 +1,8 @@
 """The per-chip tables: the committed counter table (ncu_chips.json) generated from NVIDIA's metric
 database, and the two Markdown tables of docs/profiling.md ("Chips") made from it.
 
-Pure: returns text; `python -m profiling.chips --write` (profiling.chips.__main__) writes the file.
+Pure: returns text; `python -m profiling.ncu.chips --write` (profiling.ncu.chips.__main__) writes
+the file.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def build_table(db: "nvperf.MetricDatabase") -> dict:
             present, tensor = database_facts(chip)
         chips[name] = {"counters": present, "tensor": tensor}
     return {
-        "generated_by": "python -m profiling.chips --write",
+        "generated_by": "python -m profiling.ncu.chips --write",
         "ncu_report": nvperf.ncu_report_version(),
         "library": nvperf.LIBRARY_NAME,
         "chips": chips,
