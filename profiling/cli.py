@@ -25,7 +25,8 @@ from typing import Callable
 from common import console, schema
 from common.cli import ArgumentParser, cli_entry, optional
 from common.errors import UsageError
-from common.tracking import RunSession, dataset_input
+from common.record import dataset_input
+from common.tracking import RunSession
 from profiling.ncu.capture import DEFAULT_OUT, capture, dry_run
 from profiling.ncu.chips.devices import parse_capability
 from profiling.ncu.command import (

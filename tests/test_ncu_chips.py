@@ -17,7 +17,6 @@ import pytest
 from profiling.ncu import nvperf
 from profiling.ncu.chips.counters import (
     TABLE_FILE,
-    TENSOR_PREFIX,
     check_metric_names,
     committed_table,
     counters_for,
@@ -26,7 +25,7 @@ from profiling.ncu.chips.counters import (
 from profiling.ncu.chips.devices import CC_CHIPS, parse_capability, resolve_chip
 from profiling.ncu.chips.table import build_table, table_text
 from profiling.ncu.counting import _tensor_ops
-from profiling.ncu.names import is_relevant, op_counter
+from profiling.ncu.names import TENSOR_PREFIX, is_relevant, op_counter
 from profiling.ncu.plan import plan_metrics
 
 needs_library = pytest.mark.skipif(
