@@ -57,7 +57,10 @@ def launch(args: argparse.Namespace) -> int:
         "-m",
         "bench.ddp_overhead",
         "--worker",
-        *sys.argv[1:],
+        # the worker's own flags, not sys.argv: torchrun refuses an abbreviation of its own flags
+        # anywhere on its command line (--nproc could be --nproc-per-node)
+        *("--model", args.model, "--batch", str(args.batch), "--image-size", str(args.image_size)),
+        *("--device", args.device, "--iters", str(args.iters), "--rounds", str(args.rounds)),
     ]
     return subprocess.run(argv).returncode
 
