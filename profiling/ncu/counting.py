@@ -265,6 +265,14 @@ def kernel_quantities(
                 )
     ops = _tensor_ops(m, counters)
     q["flops_tensor"] = math.nan
+    _add_tensor_flops(q, src, gaps, ops, m, capability)
+    _add_bytes_and_time(q, src, m)
+    return q, src, gaps
+
+
+def _add_tensor_flops(q, src, gaps, ops, m: dict[str, float], capability) -> None:
+    """flops_tensor from the tensor ops counters (`ops`, _tensor_ops), else from the instruction
+    count times the factor of `capability`, else a gap."""
     if ops is not None:
         q["flops_tensor"], src["flops_tensor"] = ops
     else:
@@ -281,6 +289,11 @@ def kernel_quantities(
         elif inst is not None:
             q["flops_tensor"] = inst * factor
             src["flops_tensor"] = f"sm__inst_executed_pipe_tensor{rate}_x{factor}"
+
+
+def _add_bytes_and_time(q, src, m: dict[str, float]) -> None:
+    """DRAM bytes (read + write, else the total), L2 and L1 bytes (sectors where bytes do not
+    exist) and kernel time."""
     rd, wr = _first(m, DRAM_READ), _first(m, DRAM_WRITE)
     q["dram_read_bytes"] = rd if rd is not None else math.nan
     q["dram_write_bytes"] = wr if wr is not None else math.nan
@@ -301,7 +314,6 @@ def kernel_quantities(
     q["time_s"] = t if t is not None else math.nan
     if t is not None:
         src["time_s"] = TIME_METRIC
-    return q, src, gaps
 
 
 def metrics_capability(m: dict[str, float]) -> tuple[int, int] | None:
