@@ -326,3 +326,13 @@ def test_run_ncu_keeps_every_ncu_line_and_only_the_tail_of_the_rest(tmp_path, ca
 def test_run_ncu_that_cannot_start_says_how_to_install(tmp_path):
     with pytest.raises(BenchError, match="cannot start /nonexistent/ncu: .*install Nsight Compute"):
         run_ncu(["/nonexistent/ncu"], tmp_path / "log.csv")
+
+
+def test_ncu_runs_train_from_the_repository_root():
+    """capture runs ncu (and so `python -m train`) in the repository root, where train/ imports,
+    and writes its logs under out/profile there by default, wherever profiling/ncu/ sits."""
+    from profiling.ncu import capture
+    from tests.conftest import ROOT
+
+    assert capture.ROOT == ROOT and (capture.ROOT / "train" / "__main__.py").is_file()
+    assert capture.DEFAULT_OUT == ROOT / "out" / "profile"
