@@ -22,12 +22,12 @@ import pytest
 from common import schema
 from profiling import cli
 from profiling.ncu import import_path
-from profiling.ncu.capture import NO_GPU_MESSAGE, config_flags
+from profiling.ncu.capture import NO_GPU_MESSAGE
 from profiling.ncu.counting import tensor_inst_caution
 from profiling.ncu.gpu import GpuInfo, cuda_probe
 from profiling.ncu.messages import NO_KERNELS_MESSAGE, PERM_MESSAGE
 from profiling.ncu.names import OPS, op_counter
-from train.config import TrainConfig
+from train.config import TrainConfig, config_flags
 
 MESSAGES = Path(__file__).resolve().parent / "data" / "ncu_messages"
 L4_CSV = "l4_resnet18_bs64_train_step_details_nvtx.csv"

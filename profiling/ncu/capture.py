@@ -33,8 +33,7 @@ from profiling.ncu.messages import classify_ncu_output, legacy_message
 from profiling.ncu.names import is_relevant
 from profiling.ncu.parse import NcuReport, parse_ncu_csv, refuse_truncated
 from profiling.ncu.plan import MetricPlan, plan_metrics
-from train.config import TrainConfig
-from train.config import config_flags as train_config_flags
+from train.config import TrainConfig, config_flags
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = ROOT / "out" / "profile"
@@ -43,11 +42,6 @@ NO_GPU_MESSAGE = (
     "profiling needs an NVIDIA GPU with CUDA (torch.cuda.is_available() is False here); counters "
     "measured on another machine can be logged with --import FILE (an ncu CSV or .ncu-rep), which works anywhere"
 )
-
-
-def config_flags(args: argparse.Namespace) -> list[str]:
-    """The training-config flags of `args` as `python -m train` takes them (from add_config_args)."""
-    return train_config_flags(args)
 
 
 @dataclass
