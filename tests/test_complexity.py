@@ -19,9 +19,9 @@ from train.complexity.config import ComplexityConfig, parse_bytes
 from train.complexity.markdown import measured_batches_text
 from train.complexity.measure import preflight, rss_batches
 from train.complexity.tables import MODEL_COLUMNS, RSS_COLUMNS
-from train import footprint as fp
-from train import rss_step as rss
-from train import saved_tensors as st
+from train.complexity import footprint as fp
+from train.complexity import rss_step as rss
+from train.complexity import saved_tensors as st
 from train.config import TrainConfig
 from train.device import device_memory_bytes
 
@@ -278,7 +278,8 @@ RSS_TOLERANCE = (-0.45, 0.15)
 def _rss_check(c, batch: int) -> tuple[float, float]:
     """(predicted, measured) RSS growth of one first training step of `c` at `batch`, in bytes."""
     m = rss.measure_step_rss(c.model, batch, c.image_size, c.optimizer)
-    assert m.peak_source == "VmHWM reset before the step"  # not ru_maxrss: see train/rss_step.py
+    # not ru_maxrss: see train/complexity/rss_step.py
+    assert m.peak_source == "VmHWM reset before the step"
     predicted = fp.predicted_step_growth_bytes(c, batch)
     error = (predicted - m.growth_bytes) / m.growth_bytes
     assert RSS_TOLERANCE[0] <= error <= RSS_TOLERANCE[1], (

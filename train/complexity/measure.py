@@ -1,4 +1,4 @@
-"""Measuring: preflight, every model through train/footprint.py, then the RSS check (CPU)."""
+"""Measuring: preflight, every model through train/complexity/footprint.py, then the RSS check (CPU)."""
 
 from __future__ import annotations
 
@@ -56,8 +56,8 @@ def measure(cfg: ComplexityConfig, device, progress: bool = True) -> ComplexityR
     from common import envinfo
     from train.config import TrainConfig
     from train.device import device_memory_bytes
-    from train.footprint import analyze_model
-    from train.rss_step import measure_step_rss
+    from train.complexity.footprint import analyze_model
+    from train.complexity.rss_step import measure_step_rss
 
     t0 = time.perf_counter()
     if cfg.device_memory_bytes is not None:

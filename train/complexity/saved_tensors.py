@@ -1,6 +1,6 @@
 """What autograd saves for backward during a step, recorded per storage and attributed to the module
 that saved it (`torch.autograd.graph.saved_tensors_hooks` plus forward hooks). Used by
-train/footprint.py for the activation part of the memory model.
+train/complexity/footprint.py for the activation part of the memory model.
 
 Pure measurement: no MLflow, no files.
 """
