@@ -80,16 +80,6 @@ def optimizer_state_bytes(optimizer) -> int:
     return unique_bytes(tensors)
 
 
-def meta_model(name: str, num_classes: int = 1000):
-    """The torchvision model `name` built on the meta device: shapes and parameter counts, no memory."""
-    import torch
-
-    from train.models import build_model
-
-    with torch.device("meta"):
-        return build_model(name, num_classes)
-
-
 def _affine(points: dict[int, float]) -> tuple[float, float]:
     """(slope, intercept) of the line through two (batch, value) points."""
     (b0, v0), (b1, v1) = sorted(points.items())

@@ -141,10 +141,3 @@ def _first_tensor_shape(output):
             if isinstance(o, torch.Tensor):
                 return tuple(o.shape)
     return None
-
-
-def saved_bytes(model, run, batch_size: int = 1) -> SavedTensors:
-    """Run `run()` (a forward, a loss or a whole training step) and record what autograd saved."""
-    with SavedTensorRecorder(model, batch_size) as rec:
-        run()
-    return rec.result()
