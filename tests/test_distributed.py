@@ -578,7 +578,8 @@ def test_profile_mode_runs_the_ddp_wrapped_step_between_profiler_start_and_stop(
     """What every rank of a profiled torchrun job runs (docs/profiling.md), as a one-process job."""
     import torch
 
-    from train.bench import preflight, profile_steps
+    from train.bench import preflight
+    from train.profile_mode import profile_steps
     from train.distributed import context, engines
 
     events, wrapped = [], []

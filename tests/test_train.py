@@ -357,7 +357,7 @@ def test_profile_mode_needs_cuda(tracking, capsys):
 @pytest.mark.parametrize("cuda", [False, True])
 def test_profile_mode_refuses_warmup_0(tracking, capsys, monkeypatch, cuda):
     """On any machine (the flag is wrong everywhere), before CUDA is touched; and in the core."""
-    from train.bench import profile_steps
+    from train.profile_mode import profile_steps
 
     if cuda:
         fake_cuda(monkeypatch, "NVIDIA L4", (8, 9))
@@ -375,7 +375,7 @@ def test_profile_mode_refuses_warmup_0(tracking, capsys, monkeypatch, cuda):
 
 
 def test_profile_steps_marks_phases_between_profiler_start_and_stop():
-    from train.bench import profile_steps
+    from train.profile_mode import profile_steps
     from train.step import PHASES
 
     events = []

@@ -170,23 +170,22 @@ def _run_child(
     system_metrics: bool = True,
 ) -> ChildOutcome:
     """One child run. Any exception (not an interrupt) becomes a FAILED child with its one-line reason."""
-    from train.__main__ import run as run_train
+    from train.run import RunOptions, SweepChild, run as run_train
 
     label = plan.label(cfg, repeat)
     n_before = len(parent.children)
     extra_tags = {TAG_SWEEP_NAME: plan.spec.name, TAG_SWEEP_KEY: key}
+    child = SweepChild(
+        parent,
+        params={PARAM_REPEAT: repeat},
+        tags=extra_tags,
+        name_suffix=repeat_suffix(repeat),
+        note=f"Repeat {repeat} of sweep {plan.spec.name} ({plan.env_label}).",
+    )
     try:
         with console.quiet():
             session, result = run_train(
-                cfg,
-                experiment=experiment,
-                progress=False,
-                system_metrics=system_metrics,
-                parent=parent,
-                extra_params={PARAM_REPEAT: repeat},
-                extra_tags=extra_tags,
-                name_suffix=repeat_suffix(repeat),
-                note_extra=f"Repeat {repeat} of sweep {plan.spec.name} ({plan.env_label}).",
+                cfg, RunOptions(experiment, progress=False, system_metrics=system_metrics), child
             )
     except Exception as exc:  # noqa: BLE001 - isolation is the point; KeyboardInterrupt still stops the sweep
         reason = one_line(exc)
