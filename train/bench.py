@@ -310,7 +310,7 @@ def bench_result(
         params=float(forward.params),
         train_flops_per_step=counts.train_flops,
         train_flops_per_sample=counts.train_flops / cfg.batch_size,
-        achieved_flops_per_s=counts.train_flops / metrics["step_time_median_s"],
+        achieved_flops_per_s=schema.rate_per_s(counts.train_flops, metrics["step_time_mean_s"]),
         modeled_bytes_per_step=counts.modeled_bytes,
         modeled_intensity_flops_per_byte=counts.modeled_intensity_flops_per_byte,
         max_rss_bytes=dev.max_rss_bytes(),

@@ -1,4 +1,8 @@
-"""The words of a train run: its summary line, its description and what the command prints."""
+"""The words of a train run: its summary line, its description and what the command prints.
+
+Every step time and rate shown is the mean's (docs/schema.md, "Definitions"): ms/step is
+`step_time_mean_s`, samples/s and FLOP/s are the logged rates made from it.
+"""
 
 from __future__ import annotations
 
@@ -12,12 +16,12 @@ def summary_line(cfg: TrainConfig, device_name: str, metrics: dict, n_steps: int
     first line of the run's description."""
     m = metrics
     rel = m.get("step_time_ci95_rel")
-    ci = f", mean ±{rel:.1%} at 95% confidence" if rel is not None else ""
+    ci = f", ±{rel:.1%} at 95% confidence" if rel is not None else ""
     ranks = f" x {cfg.world_size} processes ({cfg.distributed})" if cfg.is_distributed else ""
     return (
         f"{cfg.model} b{cfg.batch_size} {cfg.precision} {cfg.image_size}px on {device_name}{ranks}: "
         f"{fmt.num(m['throughput_samples_per_s'])} samples/s, "
-        f"{fmt.num(m['step_time_median_s'] * 1e3)} ms/step (median of {n_steps}{ci}), "
+        f"{fmt.num(m['step_time_mean_s'] * 1e3)} ms/step (mean of {n_steps}{ci}), "
         f"{fmt.si(m['achieved_flops_per_s'], 'FLOP/s')} achieved{' per process' if ranks else ''}"
     )
 
@@ -48,9 +52,9 @@ def scaling_text(cfg: TrainConfig, result: BenchResult) -> str:
     synchronisation and the communication it exposes, and the scaling efficiency."""
     m, tags = result.metrics, result.tags
     parts = [f"batch {cfg.batch_size} per process, {cfg.batch_size * cfg.world_size} per step"]
-    if "compute_only_step_time_median_s" in m:
+    if "compute_only_step_time_mean_s" in m:
         parts.append(
-            f"without gradient sync {m['compute_only_step_time_median_s'] * 1e3:.1f} ms/step, "
+            f"without gradient sync {m['compute_only_step_time_mean_s'] * 1e3:.1f} ms/step, "
             f"exposed communication {m['exposed_comm_time_s'] * 1e3:.1f} ms "
             f"({m['exposed_comm_time_share']:.0%} of a step)"
         )

@@ -206,7 +206,7 @@ def _run_child(
         status,
         session.run_id,
         m["throughput_samples_per_s"],
-        m["step_time_median_s"],
+        m["step_time_mean_s"],
     )
 
 
