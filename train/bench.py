@@ -1,12 +1,12 @@
 """The benchmark: prepare a config, count its work, warm up, measure, and summarise.
 
 A train run's record is plain data made here: `run_header` (params and tags, known before anything
-is measured) and `run_benchmark`'s `BenchResult` (tags, metrics, series and texts); `train.run`
-(train/__main__.py) only opens a `common.tracking.RunSession` and logs them. Profile mode (`profile_steps`) reuses the same preparation and the same
-`train_step`, wrapped in NVTX ranges and the CUDA profiler's start/stop. Over 400 lines because
-the single-process and the distributed benchmark (train/distributed/measure.py) share its steps
-(setup, warm_up, measure_steps, bench_result) and the summary line; the counting, timing and data
-code is in train/flops.py, train/timing.py and train/data.py.
+is measured) and `run_benchmark`'s `BenchResult` (tags, metrics, series and texts); `train.run.run`
+(train/run.py) only opens a `common.tracking.RunSession` and logs them. Profile mode
+(train/profile_mode.py) reuses the same preparation and the same `train_step`. The single-process
+and the distributed benchmark (train/distributed/measure.py) share its steps (setup, warm_up,
+measure_steps, bench_result); the counting, timing and data code is in train/flops.py,
+train/timing.py and train/data.py.
 """
 
 from __future__ import annotations
@@ -276,7 +276,7 @@ def run_benchmark(
     caller keeps them when the measurement is interrupted (SIGTERM, Ctrl-C) or fails mid-way.
     `on_measure(expected_s)` is called once warmup is over, just before the measured steps, with
     how long they are expected to last (the last warmup step's time x the steps; None without
-    warmup): train.run starts its system metrics there."""
+    warmup): train.run.run starts its system metrics there."""
     prep, counts, forward, count_s = setup(cfg, device)
     if cfg.compile:
         prep.parts.model = compile_model(prep.model)

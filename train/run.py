@@ -21,7 +21,9 @@ from common.tracking import RunSession
 from train.bench import BenchResult, preflight, run_benchmark, run_header, step_times_csv
 from train.config import TrainConfig
 from train.data import dataset_fields
+from train.distributed.baseline import compare_scaling
 from train.distributed.failures import NoGuard
+from train.distributed.launch import run_job
 from train.roofline_figure import log_roofline
 from train.summary import run_note
 
@@ -78,7 +80,7 @@ def run(
     device = preflight(cfg)
     params, tags = run_header(cfg, device)
     if measure is None and cfg.is_distributed:
-        from train.distributed.launch import run_job as measure
+        measure = run_job
     guard = guard or NoGuard()
     session = RunSession(
         "train",
@@ -130,8 +132,6 @@ def log_result(
     """Log what a run measured: a distributed run's scaling first (it adds metrics and tags), then
     params, tags, description, metrics, roofline.png, series and texts."""
     if cfg.is_distributed:
-        from train.distributed.baseline import compare_scaling
-
         compare_scaling(session, cfg, result)
     session.log_params(result.params)
     session.set_tags(result.tags)
