@@ -27,7 +27,6 @@ CONFIG_PARAMS = list(schema.CONFIG_KEY_FIELDS)
 TRAIN_METRICS = [
     "throughput_samples_per_s",
     "throughput_std_samples_per_s",
-    "step_time_median_s",
     "step_time_mean_s",
     "step_time_std_s",
     "train_flops_per_step",
@@ -49,7 +48,7 @@ ENV_TAGS = [
 # data-parallel runs (docs/distributed.md): the fields their config key adds, and what they measure
 DIST_PARAMS = [*schema.DISTRIBUTED_KEY_FIELDS, "nodes"]
 DIST_METRICS = [
-    "compute_only_step_time_median_s",
+    "compute_only_step_time_mean_s",
     "exposed_comm_time_s",
     "exposed_comm_time_share",
 ]
@@ -179,7 +178,7 @@ def train_notes(train: pd.DataFrame) -> list[str]:
     notes = []
     consequence = {
         "throughput_samples_per_s": "no samples/s for them",
-        "achieved_flops_per_s": "derived as train_flops_per_step / step_time_median_s where possible, else no roofline point",
+        "achieved_flops_per_s": "derived as train_flops_per_step / step_time_mean_s where possible, else no roofline point",
         "modeled_intensity_flops_per_byte": "no intensity unless a profile run of the same config and device exists",
         "throughput_std_samples_per_s": "single runs among them have no SD",
     }
@@ -208,7 +207,7 @@ POINT_COLUMNS = [
     "throughput_sd_kind",
     "achieved_flops_per_s",
     "achieved_sd_flops_per_s",
-    "step_time_median_s",
+    "step_time_mean_s",
     "train_flops_per_step",
     "modeled_intensity_flops_per_byte",
     *DIST_CARRIED,
@@ -223,13 +222,14 @@ def aggregate_repeats(train: pd.DataFrame) -> pd.DataFrame:
 
     Several runs: samples/s = mean ± SD across runs (ddof=1). One run: its own within-run SD
     (throughput_std_samples_per_s). Achieved FLOP/s = mean over runs of each run's
-    train_flops_per_step / step_time_median_s (the logged achieved_flops_per_s, derived the same way
-    when a run lacks it).
+    train_flops_per_step / step_time_mean_s (the logged achieved_flops_per_s, derived the same way
+    when a run lacks it: common.schema.rate_per_s). Step times shown are means (docs/schema.md,
+    Definitions).
     """
     if train.empty:
         return pd.DataFrame(columns=POINT_COLUMNS)
     t = train.sort_values("start_time", kind="stable").copy()
-    derived = t["train_flops_per_step"] / t["step_time_median_s"]
+    derived = schema.rate_per_s(t["train_flops_per_step"], t["step_time_mean_s"])
     t["achieved_flops_per_s"] = t["achieved_flops_per_s"].where(
         t["achieved_flops_per_s"].notna(), derived
     )
@@ -249,7 +249,7 @@ def aggregate_repeats(train: pd.DataFrame) -> pd.DataFrame:
             _within=("_within", "max"),
             achieved_flops_per_s=("achieved_flops_per_s", "mean"),
             achieved_sd_flops_per_s=("achieved_flops_per_s", "std"),
-            step_time_median_s=("step_time_median_s", "mean"),
+            step_time_mean_s=("step_time_mean_s", "mean"),
             train_flops_per_step=("train_flops_per_step", "mean"),
             modeled_intensity_flops_per_byte=("modeled_intensity_flops_per_byte", "mean"),
             **{p: (p, "last") for p in params},  # latest run's params (equal within a config_key)

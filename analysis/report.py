@@ -42,7 +42,7 @@ SCALING_INTRO = (
 METHOD = [
     (
         "**Achieved FLOP/s** comes from the train runs only (unperturbed timing): training FLOPs "
-        "per step (forward + backward + optimizer, counted at dispatch level) / median step time. "
+        "per step (forward + backward + optimizer, counted at dispatch level) / mean step time. "
         "Repeated runs of one environment and config are averaged."
     ),
     (
@@ -78,8 +78,8 @@ METHOD = [
         "is world size × the baseline's samples/s, the baseline being the same engine at world "
         "size 1 when measured, else the single-process run of the same config; scaling efficiency "
         "= samples/s / ideal (weak scaling: the batch per process is fixed). Exposed communication "
-        "= median step time − median compute-only step time (the same steps without gradient "
-        "synchronisation, where the engine has such a step); its share is that over the median "
+        "= mean step time − mean compute-only step time (the same steps without gradient "
+        "synchronisation, where the engine has such a step); its share is that over the mean "
         "step time. Achieved FLOP/s on the roofline stay per process."
     ),
     (

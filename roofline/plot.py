@@ -232,7 +232,7 @@ def _axes_roofline(ax, x_lo, x_hi, pts, roofs: list[Roof]) -> None:
             10 ** math.floor(math.log10(min(ys) / 1.5)), 10 ** math.ceil(math.log10(max(ys) * 1.5))
         )
     ax.set_xlabel("arithmetic intensity (FLOP per DRAM byte)")
-    ax.set_ylabel("achieved FLOP/s (training FLOPs / median step time)")
+    ax.set_ylabel("achieved FLOP/s (training FLOPs / mean step time)")
     log_ticks(ax.yaxis, flops_label)
     log_ticks(ax.xaxis)
     ax.grid(True, which="major", alpha=0.3)

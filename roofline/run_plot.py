@@ -1,5 +1,5 @@
 """One train run's own roofline: a small PNG on the run's page that answers "how close to the roof?"
-without running the analysis (train/__main__.py logs it as `roofline.png`).
+without running the analysis (train/roofline_figure.py logs it as `roofline.png`).
 
 The ceilings are the latest peaks run of the device on the same server (roofline/store.py),
 each ceiling it lacks taken from the vendor table (roofline/vendor.py), as analysis does

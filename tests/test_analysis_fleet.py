@@ -112,7 +112,7 @@ def check_reader_reads_what_mlflow_reads(reader, client):
         "a",
         tags={"env_label": "l4", "host": "h", "mlflow.note.content": "not read"},
         params={"model": "resnet18", "batch_size": 32, "lr": 0.1},
-        metrics={"throughput_samples_per_s": 10.0, "cpu_user_s": 3.0, "step_time_median_s": 0.5},
+        metrics={"throughput_samples_per_s": 10.0, "cpu_user_s": 3.0, "step_time_mean_s": 0.5},
         start=t0,
     )
     new_run(
@@ -150,7 +150,7 @@ def check_reader_reads_what_mlflow_reads(reader, client):
     first = next(r for r in got if r["run_id"] == a)
     assert "params.lr" not in first and "metrics.cpu_user_s" not in first  # not read
     assert "tags.mlflow.note.content" not in first
-    assert first["params.batch_size"] == "32" and first["metrics.step_time_median_s"] == 0.5
+    assert first["params.batch_size"] == "32" and first["metrics.step_time_mean_s"] == 0.5
     peaks = records(reader.search([exp], "tags.run_kind = 'peaks'", None))[0]
     assert peaks["metrics.peak_flops_per_s_fp32_median"] == 9e12  # peak_* by prefix
     # metric series: every step, by step then time, NaN kept; a run without the metric: []
