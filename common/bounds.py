@@ -3,11 +3,11 @@
 A value read back from a tracking store or an input file is untrusted (anyone can write a run to an
 unauthenticated server; a CSV can be edited). A figure beyond these bounds is not a measurement of
 any device this project can run on, so the readers leave it out with a line naming it:
-`analysis/screen.py` (every run analysis fetches) and `profiling/ncu_checks.py` (every kernel of an
+`analysis/screen.py` (every run analysis fetches) and `profiling/ncu/checks.py` (every kernel of an
 imported ncu file). One definition, used by both. Pure: constants only.
 
 The bounds are deliberately loose: a real measurement must never trip them, so each sits at least
-10x above the fastest figure of the vendor table (profiling.peak_datasheets; its fastest entries are
+10x above the fastest figure of the vendor table (roofline.datasheets; its fastest entries are
 989.5 TFLOP/s dense bf16 on H100/H200 and 4.8 TB/s DRAM on H200), which tests/test_screen.py checks
 against the table itself. They catch what is not a measurement at all: 1e300, inf as MLflow stores it
 (1.8e308), a unit read wrongly by a factor of 1e6.

@@ -1,4 +1,4 @@
-"""Imports that are not measurements (issue 25): profiling/ncu_checks.py and the bounded reader.
+"""Imports that are not measurements (issue 25): profiling/ncu/checks.py and the bounded reader.
 
 Each edits one line of the real L4 fixture (98 kernels, 6.94 FLOP/byte) the way a damaged or
 hand-made file would. On main every one of them imported FINISHED: `furlong` read as bytes
@@ -12,8 +12,8 @@ import mlflow
 import pytest
 
 from profiling import cli
-from profiling.ncu_names import is_relevant
-from profiling.ncu_parse import NcuParseError, read_ncu_csv
+from profiling.ncu.names import is_relevant
+from profiling.ncu.parse import NcuParseError, read_ncu_csv
 
 L4_CSV = "l4_resnet18_bs64_train_step_details_nvtx.csv"
 CONFIG = ["--model", "resnet18", "--batch", "64", "--image-size", "32", "--experiment", "prof"]

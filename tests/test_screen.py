@@ -12,7 +12,7 @@ import pytest
 
 from analysis import screen
 from common import bounds
-from profiling.peak_datasheets import BUILTIN
+from roofline.datasheets import BUILTIN
 
 
 # --------------------------------------------------------------------------- the rules, pure

@@ -1,10 +1,10 @@
 """Will the step fit? The activation memory of the requested batch, estimated before it is run.
 
 `--batch 1500` at 224 px on a CPU grew past 8 GB in 35 s before anything was said. The project's
-memory model (train/footprint.py, docs/complexity.md) says why: autograd saves activations in
+memory model (train/complexity/footprint.py, docs/complexity.md) says why: autograd saves activations in
 proportion to the batch. The benchmark already runs counted steps at batches 2 and 4 before the
 real batch (train.bench.count_work); `recorders` sees what autograd saves there
-(train/saved_tensors.py, the complexity command's recorder), and `check` extrapolates, as the memory
+(train/complexity/saved_tensors.py, the complexity command's recorder), and `check` extrapolates, as the memory
 model does, to the requested batch:
 
     needed(B) = activation_fixed + activation_per_sample * B
@@ -38,10 +38,7 @@ def enabled() -> bool:
 def recorders(model, sizes):
     """`around` for train.bench.count_steps: a SavedTensorRecorder per counted batch; returns
     (around, the recorders by batch)."""
-    try:  # issue 23 moves the complexity modules into train/complexity/
-        from train.complexity.saved_tensors import SavedTensorRecorder
-    except ImportError:
-        from train.saved_tensors import SavedTensorRecorder
+    from train.complexity.saved_tensors import SavedTensorRecorder
 
     made = {}
 
