@@ -392,6 +392,8 @@ def main(argv: list[str] | None = None) -> int:
     cfg = config_from_args(args)
     fetch.check_filter(cfg.filter)  # bad input ends here, before an analysis run exists
     check_store()
+    if cfg.experiments:  # a typo must not become an experiment holding a FAILED analysis run
+        fetch.experiment_ids(cfg.experiments)
     check_out_dir(cfg.out)
 
     if cfg.track:

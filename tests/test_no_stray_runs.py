@@ -63,6 +63,22 @@ def test_an_analysis_usage_error_leaves_no_run(tracking, tmp_path, capsys, label
     assert no_runs()
 
 
+@pytest.mark.parametrize("experiments", ["typo", "real,typo"])
+def test_analysis_of_an_experiment_that_does_not_exist_makes_none(
+    tracking, tmp_path, capsys, experiments
+):
+    """A typo in --experiment: main created the experiment (the analysis run's home) with a FAILED
+    analysis run in it, then said "no train runs match (typo)"; or, after a real one, left a FAILED
+    run there saying what was wrong with the command line."""
+    mlflow.tracking.MlflowClient().create_experiment("real")
+    assert app.cli(["--out", str(tmp_path / "o"), "--experiment", experiments]) == 2
+    line = last_error(capsys)
+    assert line.startswith("error: no experiment named 'typo' on this tracking server; existing: ")
+    assert "real" in line
+    assert sorted(e.name for e in mlflow.search_experiments()) == ["Default", "real"]
+    assert no_runs()
+
+
 def test_too_many_classes_says_so_before_a_run_exists(tracking, capsys):
     assert train_main([*TINY, "--num-classes", "100000000"]) == 2
     line = last_error(capsys)
