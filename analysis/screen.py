@@ -6,7 +6,8 @@ One such run used to end every later analysis of the store in a traceback. `runs
 FINISHED train, profile or peaks run holding a value that is not a measurement: non-finite,
 negative (or zero where only a positive figure means something), or beyond a physical bound
 (common.bounds), alone or against the time it was measured in (FLOPs per step over the step time
-faster than any device). Each run left out gets one line naming it, the key, the value and why;
+faster than any device), or a name param (model, precision, optimizer) that is not one printable
+line of at most 100 characters (a 5,000-character model name filled the notes). Each run left out gets one line naming it, the key, the value and why;
 the lines go to the report's "What is missing". `series()` does the same for per-step series, and
 `complexity()` for the rows of the complexity runs' `models.csv` artifacts.
 
@@ -83,6 +84,10 @@ RATIOS: tuple[tuple[str, str, float, str], ...] = (
 WHOLE_PARAMS = ("batch_size", "image_size", "world_size", "num_classes")
 """Params that are counts: where a run has one, it is a whole number >= 1."""
 
+NAME_PARAMS = ("model", "precision", "optimizer")
+"""Params that name what was measured (the point's label): one printable line of at most
+schema.MAX_LABEL_CHARS characters, as every name this project writes is."""
+
 KINDS = ("train", "profile", "peaks")
 """The run kinds whose numbers analysis uses (only their FINISHED runs are checked)."""
 
@@ -131,6 +136,22 @@ def _param_problem(text) -> str | None:
     return None
 
 
+def _name_problem(text) -> str | None:
+    if not isinstance(text, str):
+        return None  # absent (NaN)
+    if len(text) > schema.MAX_LABEL_CHARS:
+        return f"{len(text)} characters long, where a name is at most {schema.MAX_LABEL_CHARS}"
+    if not text.isprintable():
+        return "holds a character that is not printable (a line break, a control character)"
+    return None
+
+
+def _param_why(name: str, value) -> str | None:
+    if name in WHOLE_PARAMS:
+        return _param_problem(value)
+    return _name_problem(value) if name in NAME_PARAMS else None
+
+
 def run_problems(row: dict) -> list[str]:
     """Every reason one run (a runs-frame row) holds no measurement: `metrics.<key> = value: why`."""
     out = []  # a count against its time first: it names the figure that made a ratio absurd
@@ -145,8 +166,8 @@ def run_problems(row: dict) -> list[str]:
             why = problem(col[8:], value)
             if why:
                 out.append(f"{col[8:]} = {_show(value)}: {why}")
-        elif col.startswith("params.") and col[7:] in WHOLE_PARAMS:
-            why = _param_problem(value)
+        elif col.startswith("params."):
+            why = _param_why(col[7:], value)
             if why:
                 out.append(f"param {col[7:]} = {str(value)[:40]!r}: {why}")
     return out
@@ -179,9 +200,9 @@ def _suspects(frame: pd.DataFrame) -> pd.Series:
             low = (v <= rule.low) if rule.strict else (v < rule.low)
             out = ~np.isfinite(v) | (v.abs() >= 1.7e308) | low | (v > rule.high)
             bad |= present & out
-        elif col.startswith("params.") and col[7:] in WHOLE_PARAMS:
-            # few distinct values (batch sizes, image sizes): each checked once
-            refused = [v for v in pd.unique(frame[col]) if _param_problem(v)]
+        elif col.startswith("params.") and col[7:] in WHOLE_PARAMS + NAME_PARAMS:
+            # few distinct values (batch sizes, model names): each checked once
+            refused = [v for v in pd.unique(frame[col]) if _param_why(col[7:], v)]
             if refused:
                 bad |= frame[col].isin(refused)
     for count, time_key, high, _ in RATIOS:

@@ -91,6 +91,29 @@ def test_runs_leaves_out_only_finished_runs_of_the_kinds_analysis_computes_with(
     ]
 
 
+def test_a_name_param_that_is_no_name_leaves_its_run_out():
+    """A 5,000-character model name (a hand-made run) was drawn and printed whole in every note."""
+    frame = pd.DataFrame(
+        {
+            "run_id": ["a" * 32, "b" * 32, "c" * 32],
+            "status": ["FINISHED"] * 3,
+            "tags.run_kind": ["train"] * 3,
+            "metrics.throughput_samples_per_s": [100.0, 100.0, 100.0],
+            "params.model": ["resnet18", "x" * 5000, "resnet18"],
+            "params.precision": ["fp32", "fp32", "fp32\nfp16"],
+        }
+    )
+    kept, lines = screen.runs(frame)
+    assert list(kept["run_id"]) == ["a" * 32]
+    assert lines == [
+        f"left out train run bbbbbbbb: param model = {'x' * 40!r}: 5000 characters long, where a "
+        "name is at most 100; it is not a measurement (a damaged or hand-made run?)",
+        "left out train run cccccccc: param precision = 'fp32\\nfp16': holds a character that is "
+        "not printable (a line break, a control character); it is not a measurement (a damaged or "
+        "hand-made run?)",
+    ]
+
+
 def test_series_keeps_step_times_only():
     clean, lines = screen.series({"r" * 32: [0.1, -1.0, math.inf, 1.7976931348623157e308, 0.2]})
     assert clean == {"r" * 32: [0.1, 0.2]}
