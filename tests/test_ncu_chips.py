@@ -386,3 +386,37 @@ def test_extra_metric_names_are_checked_against_the_chip(db):
         == "GB202 has no metric lts__t_bytes.summ (nearest: lts__t_bytes.sum, lts__t_bytes.avg, lts__t_bytes.max, lts__t_bytes.min)"
     )
     assert len(problems) == 2
+
+
+# ---------------------------------------------------------------- packed FP32 (issue 22, item 1)
+PACKED_FP32_CHIPS = {"GB100", "GB102", "GB110", "GB112", "GR100"}
+PACKED = [op_counter(op) for op in ("fadd2", "fmul2", "ffma2")]
+
+
+@pytest.mark.parametrize("chip", all_chips())
+def test_packed_fp32_counters_are_asked_for_where_the_chip_has_them(chip):
+    """Chosen per chip from the database like every other counter: the five chips that have
+    them get fadd2/fmul2/ffma2 in both metric sets, no other chip does."""
+    for metric_set in ("roofline", "seed"):
+        plan = plan_metrics(metric_set, "auto", (), counters_for(chip))
+        asked = [n for n in PACKED if n in plan.metrics]
+        assert asked == (PACKED if chip in PACKED_FP32_CHIPS else []), (chip, metric_set)
+        assert not any("2_pred_on" in m for m in plan.missing)
+
+
+@needs_library
+@pytest.mark.parametrize("chip", sorted(PACKED_FP32_CHIPS))
+def test_scalar_fp32_counters_do_not_include_the_packed_ones(db, chip):
+    """Each packed counter is built from a raw counter of its own: ffma and ffma2 share no raw
+    dependency, so adding them counts no instruction twice (docs/profiling.md, "Packed FP32")."""
+    with db.chip(chip) as c:
+        for op in ("fadd", "fmul", "ffma"):
+            scalar = set(c.raw_dependencies(op_counter(op)))
+            packed = set(c.raw_dependencies(op_counter(f"{op}2")))
+            assert len(scalar) == len(packed) == 1 and not scalar & packed, (chip, op)
+    assert {ch for ch in db.chips if _has_packed(db, ch)} == PACKED_FP32_CHIPS
+
+
+def _has_packed(db, chip) -> bool:
+    with db.chip(chip) as c:
+        return all(c.has(n) for n in PACKED)

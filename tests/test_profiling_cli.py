@@ -927,6 +927,21 @@ def test_dry_run_lists_names_the_database_accepts_for_the_chip(
     assert mlflow.search_runs(experiment_names=["prof"], output_format="list") == []
 
 
+@pytest.mark.parametrize(
+    "cc, chip, packed", [("10.0", "GB100", True), ("10.3", "GB110", True), ("12.0", "GB202", False)]
+)
+def test_dry_run_asks_for_packed_fp32_where_the_chip_counts_it(tracking, capsys, cc, chip, packed):
+    """Issue 22's "done when": --compute-capability 10.0 --precision fp32 lists fadd2/fmul2/ffma2,
+    and every printed name passes NVIDIA's metric database."""
+    from profiling import nvperf
+
+    code, argv, metrics, err = dry_run(capsys, "--compute-capability", cc, "--precision", "fp32")
+    wanted = [op_counter(op) for op in ("fadd2", "fmul2", "ffma2")]
+    assert code == 0 and [n for n in wanted if n in metrics] == (wanted if packed else [])
+    with nvperf.open_database().chip(chip) as live:
+        assert [n for n in metrics if not live.has(n)] == []
+
+
 @pytest.mark.parametrize("cc, chip", [("8.7", "GA10B"), ("12.1", "GB20B")])
 def test_dry_run_on_a_chip_without_dram_counters_says_so_and_still_counts_flops(
     tracking, capsys, cc, chip
