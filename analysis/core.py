@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 import pandas as pd
 
-from analysis import join, scaling, tables
+from analysis import join, roofline, scaling, tables
 from analysis.roofline import Roof
 
 
@@ -79,7 +79,7 @@ def build(
             f"not on the roofline, e.g. {', '.join(missing['label'].head(3))}"
         )
     fallback = points[
-        points["precision"].isin(["fp16", "bf16"])
+        points["precision"].isin(roofline.TENSOR_PRECISIONS)
         & (points["ceiling_dtype"] == "fp32")
         & points["peak_flops_per_s"].notna()
     ]
@@ -93,7 +93,8 @@ def build(
         notes.append(
             f"{len(above)} point(s) lie above their roof (efficiency > 100%), e.g. "
             f"{', '.join((above['env_label'] + ': ' + above['label']).head(3))}: the ceiling is too low for them "
-            "(fp32 runs on TF32 tensor cores, a peaks run below the real peak) or the intensity is off "
+            "(fp32 runs on TF32 tensor cores: runs without tag fp32_math predate fp32 = IEEE FP32; "
+            "a peaks run below the real peak) or the intensity is off "
             "(a modeled intensity counts no cache reuse)"
         )
     n_measured = int((points["intensity_source"] == "measured").sum())

@@ -75,7 +75,11 @@ CONFIG_KEY_FIELDS = (
 DISTRIBUTED_KEY_FIELDS = ("world_size", "distributed", "zero_stage", "backend")
 NOT_DISTRIBUTED = "none"
 
-PRECISIONS = ("fp32", "fp16", "bf16")
+PRECISIONS = ("fp32", "fp16", "bf16", "tf32")
+"""fp32 = IEEE FP32 (TF32 off on CUDA), fp16/bf16 = autocast, tf32 = fp32 tensors with TF32
+tensor-core math (CUDA sm_80+). New values only ever append: fp32 keeps its config_key."""
+# CUDA runs: the fp32 math in force, read back from torch (ieee | tf32 | cudnn=…,matmul=…)
+TAG_FP32_MATH = "fp32_math"
 
 _KEY_RE = re.compile(r"^[/\w.\- ]*$")
 

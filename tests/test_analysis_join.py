@@ -417,6 +417,30 @@ def test_build_marks_missing_intensity_and_bf16_fallback():
     )  # 1e12 / (10 * 100e9)
 
 
+def test_tf32_points_meet_the_peaks_run_tf32_ceiling_and_say_when_there_is_none():
+    runs = pd.DataFrame(
+        [
+            train("a", "e", "A100", 32, "tf32", 100, achieved=50e12, intensity=100),
+            train("b", "f", "A100", 32, "tf32", 100, achieved=5e12, intensity=100),
+            peaks(
+                "p",
+                "e",
+                "A100",
+                1,
+                peak_flops_per_s_fp32=19e12,
+                peak_flops_per_s_tf32=140e12,
+                peak_dram_bytes_per_s=1.9e12,
+            ),
+            peaks("q", "f", "A100", 2, peak_flops_per_s_fp32=19e12, peak_dram_bytes_per_s=1.9e12),
+        ]
+    )
+    a = core.build(runs, None)
+    pts = a.points.set_index("env_label")
+    assert pts.loc["e", "ceiling_dtype"] == "tf32" and pts.loc["e", "peak_flops_per_s"] == 140e12
+    assert pts.loc["f", "ceiling_dtype"] == "fp32"
+    assert "f: no tf32 ceiling for A100; those points are held against the fp32 ceiling" in a.notes
+
+
 def test_variability_config_prefers_most_environments():
     runs = pd.DataFrame(
         [

@@ -143,7 +143,8 @@ def artifact_csv(run_id: str, path: str, tmp_path: Path) -> pd.DataFrame:
 
 
 def test_capture_end_to_end_with_standin_ncu(tracking, standin, ncu_dir, tmp_path, capsys):
-    argv_file = standin(ncu_dir / L4_CSV)
+    child_line = "profiled 2 step(s) of resnet18-b64-fp32-32px on NVIDIA L4 (fp32 math: ieee)"
+    argv_file = standin(ncu_dir / L4_CSV, stderr=child_line)  # what train's profile mode prints
     assert capture(tmp_path, "--profile-steps", "2") == 0
 
     # what ncu was asked to run
@@ -189,6 +190,7 @@ def test_capture_end_to_end_with_standin_ncu(tracking, standin, ncu_dir, tmp_pat
         and tags["driver_version"] == "555.42"
     )
     assert tags["ncu_source"] == "capture" and tags["ncu_tensor_counters"] == "ops"
+    assert tags[schema.TAG_FP32_MATH] == "ieee"  # read back by the profiled program
     p = run.data.params
     assert p["batch_size"] == "64" and p["device"] == "cuda" and p["profile_steps"] == "2"
     assert p["ncu_metric_set"] == "roofline" and p["ncu_replay_mode"] == "kernel"
@@ -205,7 +207,14 @@ def test_capture_end_to_end_with_standin_ncu(tracking, standin, ncu_dir, tmp_pat
     log_name = f"resnet18-b64-fp32-32px-{expected_key}.csv"
     assert arts == {
         f"ncu/{n}"
-        for n in (log_name, "top_kernels.csv", "kernels.csv", "phases.csv", "command.txt")
+        for n in (
+            log_name,
+            "top_kernels.csv",
+            "kernels.csv",
+            "phases.csv",
+            "command.txt",
+            "console.txt",  # the child's line
+        )
     }
     top = artifact_csv(run.info.run_id, "ncu/top_kernels.csv", tmp_path)
     # the fixture has 18 distinct kernel names (fewer than TOP_KERNELS), so every launch is in the table
@@ -664,7 +673,7 @@ def test_import_warns_and_tags_a_partial_precision(tracking, tmp_path, capsys):
     )
 
 
-@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+@pytest.mark.parametrize("precision", ["fp16", "bf16", "tf32"])
 def test_import_of_a_half_precision_config_without_tensor_counters_warns(
     tracking, ncu_dir, capsys, precision
 ):
@@ -939,6 +948,64 @@ def test_dry_run_asks_for_packed_fp32_where_the_chip_counts_it(tracking, capsys,
     wanted = [op_counter(op) for op in ("fadd2", "fmul2", "ffma2")]
     assert code == 0 and [n for n in wanted if n in metrics] == (wanted if packed else [])
     with nvperf.open_database().chip(chip) as live:
+        assert [n for n in metrics if not live.has(n)] == []
+
+
+BF16_ON_T4 = (
+    "Tesla T4 (sm_75) has no native bf16 (needs sm_80+; torch would emulate it, which is not what a "
+    "bf16 benchmark measures): use --precision fp16 or fp32"
+)
+"""The line `python -m train --precision bf16` prints on a T4 (tests/test_train.py)."""
+
+
+@pytest.mark.parametrize(
+    "precision, gpu_flags, line",
+    [
+        ("bf16", ["--device-name", "Tesla T4"], BF16_ON_T4),
+        ("bf16", ["--device-name", "Tesla T4", "--compute-capability", "7.5"], BF16_ON_T4),
+        (
+            "bf16",
+            ["--compute-capability", "7.5"],
+            "the GPU (sm_75) has no native bf16 (needs sm_80+; torch would emulate it, which is "
+            "not what a bf16 benchmark measures): use --precision fp16 or fp32",
+        ),
+        (
+            "tf32",
+            ["--compute-capability", "7.5"],
+            "the GPU (sm_75) has no TF32 tensor cores (needs sm_80+): use --precision fp32 (IEEE "
+            "FP32) or fp16",
+        ),
+    ],
+)
+def test_dry_run_refuses_a_precision_the_gpu_lacks_in_one_line(
+    tracking, capsys, precision, gpu_flags, line
+):
+    """Issue 22, item 4: refused before anything runs, with the line the run would print, and
+    nothing else (no note about the chip first)."""
+    code, _, _, err = dry_run(capsys, "--precision", precision, *gpu_flags)
+    assert code == 2 and err.strip().splitlines() == [f"error: {line}"]
+    assert mlflow.search_runs(experiment_names=["prof"], output_format="list") == []
+
+
+def test_a_capture_of_bf16_on_a_t4_ends_before_ncu_starts(tracking, standin, ncu_dir, tmp_path):
+    argv_file = standin(ncu_dir / L4_CSV)
+    probe = gpu(capability=(7, 5), name="Tesla T4")
+    assert capture(tmp_path, "--precision", "bf16", probe=probe) == 2
+    assert not argv_file.exists()  # ncu never started
+    run = only_run()
+    assert run.info.status == "FAILED" and run.data.tags[schema.TAG_ERROR] == BF16_ON_T4
+
+
+def test_dry_run_of_tf32_on_ampere_lists_the_tf32_tensor_counters(tracking, capsys):
+    """Issue 22's "done when": --precision tf32 with 8.0 lists TF32 tensor counters, every name
+    valid on GA100."""
+    from profiling import nvperf
+
+    code, argv, metrics, err = dry_run(capsys, "--compute-capability", "8.0", "--precision", "tf32")
+    assert code == 0 and "sm__ops_path_tensor_src_tf32_dst_fp32.sum" in metrics
+    child = argv[argv.index(sys.executable) :]
+    assert child[child.index("--precision") + 1] == "tf32"
+    with nvperf.open_database().chip("GA100") as live:
         assert [n for n in metrics if not live.has(n)] == []
 
 

@@ -396,9 +396,12 @@ def _profile(cfg: TrainConfig, steps: int, cudnn_benchmark: bool = True) -> int:
     device = preflight(cfg)
     if device.type != "cuda":
         raise UsageError(f"profile mode needs --device cuda, got {cfg.device}")
-    profile_steps(cfg, device, steps, cudnn_benchmark=cudnn_benchmark)
+    from train.device import fp32_math_note
+
+    fp32_math = profile_steps(cfg, device, steps, cudnn_benchmark=cudnn_benchmark)
     console.info(
         f"profiled {steps} step(s) of {cfg.run_name()} on {torch.cuda.get_device_name(device)}"
+        f" {fp32_math_note(fp32_math)}"
     )
     return 0
 

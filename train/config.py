@@ -32,7 +32,8 @@ class TrainConfig:
     batch_size: int = 16
     """samples per step."""
     precision: str = "fp32"
-    """fp32, or fp16/bf16 through torch.autocast (fp16 adds a GradScaler on CUDA)."""
+    """fp32 (IEEE FP32: TF32 off on CUDA), fp16/bf16 through torch.autocast (fp16 adds a GradScaler
+    on CUDA), or tf32 (fp32 tensors, convolutions and matmuls on TF32 tensor cores; CUDA sm_80+)."""
     device: str = "auto"
     """auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps."""
     warmup_iters: int = 5
@@ -263,7 +264,7 @@ def add_config_args(
         "--precision",
         default=d.precision,
         choices=schema.PRECISIONS,
-        help="fp32, or fp16/bf16 autocast",
+        help="fp32 (IEEE), fp16/bf16 autocast, or tf32 (TF32 tensor cores, CUDA sm_80+)",
     )
     flag("--device", default=d.device, help="auto | cpu | cuda | cuda:N | mps")
     flag("--warmup-iters", type=int, default=d.warmup_iters, help="untimed steps first")

@@ -115,6 +115,11 @@ class ChipChoice:
     """a line for the user when the choice is an assumption."""
 
 
+def chip_capability(chip: str | None) -> tuple[int, int] | None:
+    """The compute capability of `chip` (the first CC_CHIPS lists it under), None when unknown."""
+    return next((cc for cc, chips in CC_CHIPS.items() if chip in chips), None)
+
+
 def cc_text(capability: tuple[int, int] | None) -> str:
     return f"{capability[0]}.{capability[1]}" if capability else "unknown"
 
