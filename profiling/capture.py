@@ -72,8 +72,9 @@ def plan_capture(
     for what would fail there (a precision the GPU lacks, with the line `python -m train` would
     print; a tensor mode the chip cannot count, --metrics names it lacks, tensor instructions
     without a FLOPs factor). Prints the notes and warnings once."""
-    known = capability or chip_capability(resolve_chip(device_name, capability).chip)
-    refusal = cuda_precision_refusal(precision, device_name, known)
+    # a GPU given by name alone has its chip's capability (tensor counters, the precision check)
+    capability = capability or chip_capability(resolve_chip(device_name).chip)
+    refusal = cuda_precision_refusal(precision, device_name, capability)
     if refusal:
         raise UsageError(refusal)
     choice, counters = chip_for(device_name, capability)

@@ -951,6 +951,43 @@ def test_dry_run_asks_for_packed_fp32_where_the_chip_counts_it(tracking, capsys,
         assert [n for n in metrics if not live.has(n)] == []
 
 
+@pytest.mark.parametrize(
+    "flags", [["--device-name", "Tesla V100-SXM2-16GB"], ["--compute-capability", "7.0"]]
+)
+def test_dry_run_for_volta_says_in_one_line_which_ncu_profiles_it(tracking, capsys, flags):
+    code, argv, metrics, err = dry_run(capsys, *flags)
+    notes = [ln for ln in err.splitlines() if "Volta" in ln]
+    assert code == 0 and len(notes) == 1
+    assert notes[0].startswith("note: GV100 (Volta) is not in NVIDIA's metric database of ")
+    assert "ncu 2025.3.1 or older" in notes[0]
+    # Volta's tensor counter (instructions x 512), never the Ampere+ ops names
+    assert "sm__inst_executed_pipe_tensor.sum" in metrics
+    assert not any(n.startswith("sm__ops_path_tensor") for n in metrics)
+
+
+def test_the_dry_run_example_in_the_docs_is_what_the_dry_run_prints(
+    tracking, capsys, monkeypatch, tmp_path
+):
+    """docs/profiling.md shows a dry run's output under its `$ python -m profiling ...` line; it is
+    that command's stdout with the repository's path left out, the interpreter written `python`
+    and the --metrics value written `…` (the list follows as `#` lines). Issue 22: the example
+    lacked the --cache-control all that the dry run prints."""
+    doc = (Path(cli.__file__).resolve().parents[1] / "docs" / "profiling.md").read_text()
+    prompt = "$ python -m profiling "
+    start = doc.index(prompt)
+    block = doc[start : doc.index("```", start)].rstrip("\n").splitlines()
+    argv = shlex.split(block[0][len(prompt) :])
+    monkeypatch.setenv("PATH", str(tmp_path))  # no ncu: the command starts with `ncu`
+    assert cli.main(argv, probe=lambda *a, **k: pytest.fail("no probe")) == 0
+    root = str(Path(cli.__file__).resolve().parents[1]) + "/"
+    printed = capsys.readouterr().out.replace(sys.executable, "python").replace(root, "")
+    command, *listed = printed.splitlines()
+    parts = shlex.split(command)
+    parts[parts.index("--metrics") + 1] = "…"
+    assert "--cache-control" in parts
+    assert [" ".join(parts), *listed] == block[1:]
+
+
 BF16_ON_T4 = (
     "Tesla T4 (sm_75) has no native bf16 (needs sm_80+; torch would emulate it, which is not what a "
     "bf16 benchmark measures): use --precision fp16 or fp32"
