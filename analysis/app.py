@@ -19,7 +19,7 @@ from typing import Callable
 
 from analysis import core, fetch, figures, html, report, vendor
 from common import console, schema
-from common.cli import ArgumentParser, add_track_flags, cli_entry
+from common.cli import ArgumentParser, add_track_flags, cli_entry, str_bool
 from common.errors import BenchError, UsageError
 from common.server import display_uri
 
@@ -50,6 +50,9 @@ class AnalysisConfig:
     cache: str = "auto"
     """the local cache of fetched runs: auto (use and update it), refresh (forget this tracking
     server's cache and fetch everything), off (fetch everything, keep nothing); docs/analysis.md."""
+    use_incomplete_profiles: bool = False
+    """let a profile that missed a training phase (tag ncu_missing_phase: a forward-only capture)
+    give the measured intensity of its config's points; by default they keep the modeled one."""
 
     def __post_init__(self) -> None:
         if not str(self.out).strip():
@@ -155,6 +158,16 @@ def build_parser() -> argparse.ArgumentParser:
         "auto = use it and fetch only what changed, refresh = forget this server's cache and fetch "
         "everything, off = fetch everything, keep nothing (default: auto)",
     )
+    p.add_argument(
+        "--use-incomplete-profiles",
+        type=str_bool,
+        nargs="?",
+        const=True,
+        default=False,
+        help="use the intensity of profiles that missed a training phase (tag ncu_missing_phase, "
+        "e.g. a forward-only capture) for their configs' points (true/false; default false: "
+        "those points keep the modeled intensity)",
+    )
     return p
 
 
@@ -171,6 +184,7 @@ def config_from_args(args: argparse.Namespace) -> AnalysisConfig:
             variability_config=args.variability_config or "",
             jobs=args.jobs,
             cache=args.cache,
+            use_incomplete_profiles=args.use_incomplete_profiles,
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
@@ -200,7 +214,7 @@ def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> R
     timings["fetch_s"] = time.perf_counter() - t0
 
     t = time.perf_counter()
-    analysis = core.build(runs, vendor_lookup, complexity)
+    analysis = core.build(runs, vendor_lookup, complexity, cfg.use_incomplete_profiles)
     analysis.notes[:0] = fetch_notes
     timings["join_s"] = time.perf_counter() - t
     console.info(

@@ -40,9 +40,11 @@ def build(
     runs: pd.DataFrame,
     vendor_lookup: join.VendorLookup | None = None,
     complexity: list[dict] | None = None,
+    use_incomplete_profiles: bool = False,
 ) -> Analysis:
     """Join train, profile and peaks runs into roofline points; `complexity` are the models.csv
-    tables of complexity runs (fetch.fetch_complexity). Never raises on missing data: what is
+    tables of complexity runs (fetch.fetch_complexity); `use_incomplete_profiles` lets a profile
+    that missed a training phase give its intensity. Never raises on missing data: what is
     missing ends up in `notes` and as empty cells."""
     notes: list[str] = []
     status = join.text(runs, "status")
@@ -62,8 +64,8 @@ def build(
     train = join.train_runs(runs)
     notes += join.train_notes(train)
     points = join.aggregate_repeats(train)
-    profiles = join.profile_intensities(runs)
-    notes += join.profile_notes(runs)
+    profiles = join.profile_intensities(runs, use_incomplete_profiles)
+    notes += join.profile_notes(runs, use_incomplete_profiles)
     notes += tables.unplaced_notes(runs, points, profiles)
     points = join.attach_intensity(points, profiles)
     envs = sorted({(e, d) for e, d in zip(points["env_label"], points["device_name"])})

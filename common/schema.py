@@ -42,6 +42,9 @@ ENTRY_POINTS = {
 }
 # why a profile's ncu input looks cut short (an import with --allow-truncated): no intensity from it
 TAG_NCU_TRUNCATED = "ncu_truncated"
+# the training phase(s) a profile missed against the config's counted FLOPs (profiling.ncu_completeness):
+# its intensity stays off the training point unless analysis is asked (--use-incomplete-profiles)
+TAG_NCU_MISSING_PHASE = "ncu_missing_phase"
 
 # distributed train runs (docs/schema.md)
 TAG_BASE_CONFIG_KEY = "base_config_key"  # config_key of the same work per process in one process

@@ -23,12 +23,13 @@ from typing import Callable
 
 from common import console, schema
 from common.cli import ArgumentParser, cli_entry, optional
-from common.errors import UsageError
+from common.errors import UsageError, one_line
 from common.tracking import RunSession, dataset_input
 from profiling.capture import DEFAULT_OUT, capture, dry_run
 from profiling.chips.devices import parse_capability
 from profiling.gpu import GpuInfo, cuda_probe
 from profiling.import_path import check_import_file, import_report
+from profiling.ncu_completeness import CountCheck, check_against_count
 from profiling.ncu_command import (
     CACHE_CONTROLS,
     CLOCK_CONTROLS,
@@ -47,6 +48,7 @@ from profiling.ncu_summary import (
 from train.config import TrainConfig, add_config_args, config_from_args
 from train.data import dataset_fields, num_classes_for
 from train.models import check_model_name
+from train.phase_flops import PhaseFlops, config_phase_flops
 
 TOP_KERNELS = 25
 
@@ -259,10 +261,16 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo]) -> int:
         if gap:
             tags["ncu_tensor_undercount"], warning = gap
             warnings.append(warning)
+        counted, uncounted = _count_config(config)
+        check = check_against_count(summary, counted, opts.profile_steps, uncounted)
+        _mark_incomplete(tags, check)
+        count_line = check.warning(report.source)
+        if count_line:
+            warnings.append(count_line)
         for warning in warnings:
             console.warn(warning)
         session.set_tags({schema.TAG_DEVICE_NAME: device_name, **tags})
-        session.log_metrics(summary.mlflow_metrics())
+        session.log_metrics({**summary.mlflow_metrics(), **check.metrics()})
         session.log_text(
             "ncu/top_kernels.csv", top_kernels(summary, TOP_KERNELS).to_csv(index=False)
         )
@@ -277,11 +285,39 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo]) -> int:
         session.set_note(
             _summary_line(f"ncu profile of {config.config_label()} ({how})", summary, device_name)
             + (f"\nRoofline: {incomplete}" if incomplete else "")
+            + (f"\nRoofline: {count_line}" if count_line else "")
         )
         if "time_s" not in summary.measured:
             console.note("no gpu__time_duration.sum in the input: ncu_kernel_time_s not logged")
     console.result(_summary_line(f"profile run {session.run_id}", summary, device_name))
     return 0
+
+
+def _count_config(config: TrainConfig) -> tuple[PhaseFlops | None, str]:
+    """(the config's training FLOPs per phase, why not) from shapes alone (train.phase_flops)."""
+    console.info(f"counting the training FLOPs of {config.config_label()} (shapes only) ...")
+    try:
+        counted = config_phase_flops(
+            config.model,
+            config.batch_size,
+            config.image_size,
+            config.num_classes,
+            config.optimizer,
+        )
+    except Exception as exc:  # noqa: BLE001 - a model the meta device cannot run: say so, go on
+        return None, f"the config's FLOPs could not be counted ({one_line(exc)})"
+    return counted, ""
+
+
+def _mark_incomplete(tags: dict[str, str], check: CountCheck) -> None:
+    """The count check's tags; a profile that misses a phase is an incomplete one."""
+    tags.update(check.tags())
+    if check.incomplete:
+        lacking = [m for m in tags["ncu_roofline_missing"].split(",") if m != "none"]
+        tags["ncu_roofline"] = "incomplete"
+        tags["ncu_roofline_missing"] = ",".join(
+            lacking + [f"{p} phase" for p in check.missing_phases]
+        )
 
 
 def _env_label_tag(args: argparse.Namespace, config: TrainConfig, importing: bool) -> dict:

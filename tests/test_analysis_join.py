@@ -689,3 +689,29 @@ def test_html_from_a_label_is_escaped_in_the_report():
     assert "<img" not in md and "<b>" not in md
     assert md.count("&lt;img src=x onerror=alert(1)&gt;") >= 4  # query, note, tables, figure
     assert "&lt;b&gt;host&lt;/b&gt;" in md
+
+
+def test_a_profile_missing_a_phase_stays_off_the_training_point_unless_asked():
+    """Issue 22, item 3: a forward-only capture (tag ncu_missing_phase, set by python -m profiling
+    when a phase reads below a quarter of its counted FLOPs) would put a forward pass's intensity
+    (200 here) on the training point; by default the point keeps its modeled one and a note names
+    the profile; --use-incomplete-profiles uses it, and a note says so."""
+    t = train("t1", "l4", "NVIDIA L4", 64, "fp32", 700, achieved=1.5e13, intensity=60)
+    fwd = profile("p1", t["tags.config_key"], "NVIDIA L4", ncu_missing_phase="backward")
+    runs = pd.DataFrame([t, fwd])
+    a = core.build(runs)
+    assert a.points.iloc[0]["intensity_source"] == "modeled"
+    assert a.points.iloc[0]["intensity_flops_per_byte"] == 60
+    assert (
+        "1 profile run(s) missed a training phase (tag ncu_missing_phase: backward; e.g. p1): "
+        "their intensity is left off the training point (python -m analysis "
+        "--use-incomplete-profiles uses it)" in a.notes
+    )
+    used = core.build(runs, use_incomplete_profiles=True)
+    assert used.points.iloc[0]["intensity_source"] == "measured"
+    assert used.points.iloc[0]["intensity_flops_per_byte"] == 200
+    assert (
+        "1 profile run(s) missed a training phase (tag ncu_missing_phase: backward; e.g. p1): "
+        "their intensity is used, as --use-incomplete-profiles asks" in used.notes
+    )
+    assert join.profile_intensities(runs).empty
