@@ -820,6 +820,15 @@ def test_an_out_that_cannot_hold_the_report_is_one_line_before_fetching(
     assert len(mlflow.search_runs(search_all_experiments=True, output_format="list")) == before
 
 
+def log_tagged_profile(extra_tags: dict) -> None:
+    """A profile run of L4 b64 fp32 with `extra_tags`: 3e12 FLOPs over 1e10 DRAM bytes (300)."""
+    p = params(64, "fp32")
+    tags = {**env_tags("l4", L4), schema.TAG_CONFIG_KEY: schema.config_key(p), **extra_tags}
+    with RunSession("profile", experiment=EXP, tags=tags) as s:
+        s.log_params(p)
+        s.log_metrics({"ncu_flops_total": 3e12, "ncu_dram_bytes": 1e10})
+
+
 def test_a_truncated_profile_and_an_unplaced_one_read_from_the_store(tracking):
     """The ncu_truncated tag and the profile params reach the join through the fetch (which reads
     only analysis.join.READ_KEYS): the cut profile gives no intensity, the L4 profile of a config
@@ -827,11 +836,7 @@ def test_a_truncated_profile_and_an_unplaced_one_read_from_the_store(tracking):
     log_train(
         "l4", L4, 64, "fp32", thr=700, thr_sd=20, flops_step=1.5e12, median_s=0.1, intensity=60
     )
-    p = params(64, "fp32")
-    tags = {**env_tags("l4", L4), schema.TAG_CONFIG_KEY: schema.config_key(p)}
-    with RunSession("profile", experiment=EXP, tags={**tags, "ncu_truncated": "cut"}) as s:
-        s.log_params(p)
-        s.log_metrics({"ncu_flops_total": 3e12, "ncu_dram_bytes": 1e10})
+    log_tagged_profile({"ncu_truncated": "cut"})
     log_profile(L4, 32, "bf16", flops=3e12, dram_bytes=1.5e10)
     a = joined()
     assert a.points.iloc[0]["intensity_source"] == "modeled"
@@ -851,11 +856,7 @@ def test_a_profile_that_missed_a_phase_is_used_only_when_asked(tracking):
     log_train(
         "l4", L4, 64, "fp32", thr=700, thr_sd=20, flops_step=1.5e12, median_s=0.1, intensity=60
     )
-    p = params(64, "fp32")
-    tags = {**env_tags("l4", L4), schema.TAG_CONFIG_KEY: schema.config_key(p)}
-    with RunSession("profile", experiment=EXP, tags={**tags, "ncu_missing_phase": "backward"}) as s:
-        s.log_params(p)
-        s.log_metrics({"ncu_flops_total": 3e12, "ncu_dram_bytes": 1e10})
+    log_tagged_profile({"ncu_missing_phase": "backward"})
     point = joined().points.iloc[0]
     assert point["intensity_source"] == "modeled" and point["intensity_flops_per_byte"] == 60
     point = joined(["--use-incomplete-profiles"]).points.iloc[0]

@@ -222,37 +222,29 @@ def fake_cuda(monkeypatch, name: str, capability: tuple[int, int]) -> None:
 @pytest.mark.parametrize(
     "name,capability", [("Tesla T4", (7, 5)), ("Tesla V100-SXM2-16GB", (7, 0))]
 )
-def test_bf16_is_refused_on_gpus_that_only_emulate_it(
+def test_bf16_and_tf32_are_refused_on_gpus_before_sm80(
     tracking, capsys, monkeypatch, name, capability
 ):
     from train.device import check_precision
 
     fake_cuda(monkeypatch, name, capability)
     assert torch.cuda.is_bf16_supported()  # what the check asked before: emulation counts
-    code, line = error_of(capsys, arg("--device", "cuda") + ["--precision", "bf16"])
     sm = f"sm_{capability[0]}{capability[1]}"
-    assert code == 2 and line == (
-        f"error: {name} ({sm}) has no native bf16 (needs sm_80+; torch would emulate it, which is "
-        "not what a bf16 benchmark measures): use --precision fp16 or fp32"
-    )
+    for precision, why in (
+        (
+            "bf16",
+            "has no native bf16 (needs sm_80+; torch would emulate it, which is not what a bf16 "
+            "benchmark measures): use --precision fp16 or fp32",
+        ),
+        (
+            "tf32",
+            "has no TF32 tensor cores (needs sm_80+): use --precision fp32 (IEEE FP32) or fp16",
+        ),
+    ):
+        code, line = error_of(capsys, arg("--device", "cuda") + ["--precision", precision])
+        assert code == 2 and line == f"error: {name} ({sm}) {why}"
     assert runs() == []
     check_precision("fp16", torch.device("cuda", 0))  # fp16 stays accepted there
-
-
-@pytest.mark.parametrize(
-    "name,capability", [("Tesla T4", (7, 5)), ("Tesla V100-SXM2-16GB", (7, 0))]
-)
-def test_tf32_is_refused_on_gpus_without_tf32_tensor_cores(
-    tracking, capsys, monkeypatch, name, capability
-):
-    fake_cuda(monkeypatch, name, capability)
-    code, line = error_of(capsys, arg("--device", "cuda") + ["--precision", "tf32"])
-    sm = f"sm_{capability[0]}{capability[1]}"
-    assert code == 2 and line == (
-        f"error: {name} ({sm}) has no TF32 tensor cores (needs sm_80+): use --precision fp32 "
-        "(IEEE FP32) or fp16"
-    )
-    assert runs() == []
 
 
 def test_tf32_is_a_cuda_mode_and_refused_elsewhere(tracking, capsys):
