@@ -261,12 +261,8 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo]) -> int:
         if gap:
             tags["ncu_tensor_undercount"], warning = gap
             warnings.append(warning)
-        counted, uncounted = _count_config(config)
-        check = check_against_count(summary, counted, opts.profile_steps, uncounted)
-        _mark_incomplete(tags, check)
-        count_line = check.warning(report.source)
-        if count_line:
-            warnings.append(count_line)
+        check, count_line = _check_count(summary, config, opts.profile_steps, report.source, tags)
+        warnings += [count_line] if count_line else []
         for warning in warnings:
             console.warn(warning)
         session.set_tags({schema.TAG_DEVICE_NAME: device_name, **tags})
@@ -307,6 +303,17 @@ def _count_config(config: TrainConfig) -> tuple[PhaseFlops | None, str]:
     except Exception as exc:  # noqa: BLE001 - a model the meta device cannot run: say so, go on
         return None, f"the config's FLOPs could not be counted ({one_line(exc)})"
     return counted, ""
+
+
+def _check_count(
+    summary: NcuSummary, config: TrainConfig, profile_steps: int, source: str, tags: dict[str, str]
+) -> tuple[CountCheck, str | None]:
+    """The profile against the config's counted training FLOPs (profiling.ncu_completeness): the
+    check, with its tags added to `tags`, and its warning line (None when it matches)."""
+    counted, uncounted = _count_config(config)
+    check = check_against_count(summary, counted, profile_steps, uncounted)
+    _mark_incomplete(tags, check)
+    return check, check.warning(source)
 
 
 def _mark_incomplete(tags: dict[str, str], check: CountCheck) -> None:
