@@ -379,9 +379,9 @@ def test_volta_is_named_with_the_last_ncu_that_profiles_it(how):
     choice = resolve_chip(**how)
     assert choice.chip == "GV100" and counters_for("GV100") is None
     assert choice.note == (
-        "GV100 (Volta) is not in NVIDIA's metric database of ncu-report 2026.3.1: Nsight Compute "
-        "dropped Volta after 2025.3.1 (the newest ncu-report whose database has GV100/GV11B; "
-        "2026.2.0 has none), so capture with ncu 2025.3.1 or older (and a PyTorch build with "
+        "GV100 (Volta) is not in NVIDIA's metric database of ncu-report 2026.3.1: the newest "
+        "Nsight Compute known to profile it is 2025.3.1 (its ncu-report database has GV100/GV11B; "
+        "2026.2.0's has none), so capture with ncu 2025.3.1 or older (and a PyTorch build with "
         "sm_70 kernels); this project plans generic metric names there, unchecked, and counts "
         "tensor FLOPs as sm__inst_executed_pipe_tensor.sum x 512"
     )

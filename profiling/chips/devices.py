@@ -148,19 +148,21 @@ generic names, unchecked, and with VOLTA_NOTE."""
 LAST_VOLTA_NCU = "2025.3.1"
 """The newest ncu-report whose metric database still lists GV100/GV11B (checked: 2025.3.1 has
 them, 2026.2.0 and 2026.3.x do not); NVIDIA's current GPU support table says Volta: No."""
-VOLTA_TENSOR_INST_FLOPS = 512
-"""FLOPs per Volta tensor instruction (profiling.ncu_counting.TENSOR_INST_FLOPS[(7, 0)])."""
 
 
 def volta_note(chip: str) -> str:
     """The one line said whenever a plan or an import is for a Volta chip."""
+    from profiling.ncu_counting import tensor_inst_flops
+
+    cc = chip_capability(chip)
     return (
         f"{chip} (Volta) is not in NVIDIA's metric database of ncu-report {database_version()}: "
-        f"Nsight Compute dropped Volta after {LAST_VOLTA_NCU} (the newest ncu-report whose "
-        "database has GV100/GV11B; 2026.2.0 has none), so capture with ncu "
-        f"{LAST_VOLTA_NCU} or older (and a PyTorch build with sm_70 kernels); this project plans "
+        f"the newest Nsight Compute known to profile it is {LAST_VOLTA_NCU} (its ncu-report "
+        "database has GV100/GV11B; 2026.2.0's has none), so capture with ncu "
+        f"{LAST_VOLTA_NCU} or older (and a PyTorch build with sm_{cc[0]}{cc[1]} kernels); this "
+        "project plans "
         "generic metric names there, unchecked, and counts tensor FLOPs as "
-        f"sm__inst_executed_pipe_tensor.sum x {VOLTA_TENSOR_INST_FLOPS}"
+        f"sm__inst_executed_pipe_tensor.sum x {tensor_inst_flops(cc)}"
     )
 
 
