@@ -20,7 +20,7 @@ TAG_HOST = "host"
 TAG_CONFIG_KEY = "config_key"
 TAG_ERROR = "error"  # one-line reason on every FAILED run
 TAG_INTENSITY_SOURCE = "intensity_source"  # "measured" (ncu counters) or "modeled" (byte model)
-# `<host>:<pid>:<start s>` of the process that drives the run (common.tracking.process_tag): how a
+# `<host>:<pid>:<start s>` of the process that drives the run (common.runs.process_tag): how a
 # later command tells a run left RUNNING by a dead process from a live one
 TAG_PROCESS = "process"
 # on a run `python -m common.upload` created: the spool entry it came from (a second upload finds it)
@@ -42,7 +42,7 @@ ENTRY_POINTS = {
 }
 # why a profile's ncu input looks cut short (an import with --allow-truncated): no intensity from it
 TAG_NCU_TRUNCATED = "ncu_truncated"
-# the training phase(s) a profile missed against the config's counted FLOPs (profiling.ncu_completeness):
+# the training phase(s) a profile missed against the config's counted FLOPs (profiling.ncu.completeness):
 # its intensity stays off the training point unless analysis is asked (--use-incomplete-profiles)
 TAG_NCU_MISSING_PHASE = "ncu_missing_phase"
 
@@ -85,6 +85,16 @@ tensor-core math (CUDA sm_80+). New values only ever append: fp32 keeps its conf
 TAG_FP32_MATH = "fp32_math"
 
 _KEY_RE = re.compile(r"^[/\w.\- ]*$")
+
+
+# --- definitions (docs/schema.md, "Definitions") ---------------------------------------------------
+def rate_per_s(per_step, step_time_mean_s):
+    """Every rate of a train run: an amount counted per step (samples, training FLOPs) over the
+    MEAN step time (total measured time / measured steps: what the user pays for, stalls and pauses
+    included; the median and p95 describe variability only). `throughput_samples_per_s` =
+    rate_per_s(batch, mean), `achieved_flops_per_s` = rate_per_s(train_flops_per_step, mean).
+    Floats or pandas Series alike."""
+    return per_step / step_time_mean_s
 
 
 def config_key(config: Mapping[str, Any]) -> str:

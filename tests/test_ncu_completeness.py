@@ -10,15 +10,15 @@ import math
 
 import pytest
 
-from profiling.ncu_completeness import (
+from profiling.ncu.completeness import (
     PHASE_MIN_RATIO,
     TOTAL_MAX_RATIO,
     TOTAL_MIN_RATIO,
     check_against_count,
 )
-from profiling.ncu_names import is_relevant, op_counter
-from profiling.ncu_parse import NcuKernel, NcuReport, read_ncu_csv
-from profiling.ncu_summary import summarize
+from profiling.ncu.names import is_relevant, op_counter
+from profiling.ncu.parse import NcuKernel, NcuReport, read_ncu_csv
+from profiling.ncu.summary import summarize
 from train.phase_flops import PhaseFlops
 
 L4 = "l4_resnet18_bs64_train_step_details_nvtx.csv"

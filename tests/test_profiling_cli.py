@@ -20,13 +20,14 @@ import pandas as pd
 import pytest
 
 from common import schema
-from profiling import cli, import_path
-from profiling.capture import NO_GPU_MESSAGE, config_flags
-from profiling.gpu import GpuInfo, cuda_probe
-from profiling.ncu_counting import tensor_inst_caution
-from profiling.ncu_messages import NO_KERNELS_MESSAGE, PERM_MESSAGE
-from profiling.ncu_names import OPS, op_counter
-from train.config import TrainConfig
+from profiling import cli
+from profiling.ncu import import_path
+from profiling.ncu.capture import NO_GPU_MESSAGE
+from profiling.ncu.counting import tensor_inst_caution
+from profiling.ncu.gpu import GpuInfo, cuda_probe
+from profiling.ncu.messages import NO_KERNELS_MESSAGE, PERM_MESSAGE
+from profiling.ncu.names import OPS, op_counter
+from train.config import TrainConfig, config_flags
 
 MESSAGES = Path(__file__).resolve().parent / "data" / "ncu_messages"
 L4_CSV = "l4_resnet18_bs64_train_step_details_nvtx.csv"
@@ -959,7 +960,7 @@ def test_dry_run_lists_names_the_database_accepts_for_the_chip(
     tracking, monkeypatch, tmp_path, capsys, cc, chip
 ):
     """Issue 11's "done when": every name of the printed list exists on the chip of that capability."""
-    from profiling import nvperf
+    from profiling.ncu import nvperf
 
     monkeypatch.setenv("PATH", str(tmp_path))  # no ncu anywhere
     code, argv, metrics, err = dry_run(capsys, "--compute-capability", cc)
@@ -980,7 +981,7 @@ def test_dry_run_lists_names_the_database_accepts_for_the_chip(
 def test_dry_run_asks_for_packed_fp32_where_the_chip_counts_it(tracking, capsys, cc, chip, packed):
     """Issue 22's "done when": --compute-capability 10.0 --precision fp32 lists fadd2/fmul2/ffma2,
     and every printed name passes NVIDIA's metric database."""
-    from profiling import nvperf
+    from profiling.ncu import nvperf
 
     code, argv, metrics, err = dry_run(capsys, "--compute-capability", cc, "--precision", "fp32")
     wanted = [op_counter(op) for op in ("fadd2", "fmul2", "ffma2")]
@@ -1074,7 +1075,7 @@ def test_a_capture_of_bf16_on_a_t4_ends_before_ncu_starts(tracking, standin, ncu
 def test_dry_run_of_tf32_on_ampere_lists_the_tf32_tensor_counters(tracking, capsys):
     """Issue 22's "done when": --precision tf32 with 8.0 lists TF32 tensor counters, every name
     valid on GA100."""
-    from profiling import nvperf
+    from profiling.ncu import nvperf
 
     code, argv, metrics, err = dry_run(capsys, "--compute-capability", "8.0", "--precision", "tf32")
     assert code == 0 and "sm__ops_path_tensor_src_tf32_dst_fp32.sum" in metrics

@@ -1,6 +1,6 @@
 """A config's training FLOPs per phase (forward, backward, optimizer), counted from shapes alone.
 
-The count `python -m profiling` holds a captured profile against (profiling.ncu_completeness): one
+The count `python -m profiling` holds a captured profile against (profiling.ncu.completeness): one
 training step of the config's model, batch, image size, classes and optimizer, run through
 train.step.train_step (the step the benchmark and profile mode run) on PyTorch's meta device (no
 data, no arithmetic: shapes only, so any model and batch counts in about a second), under
