@@ -6,7 +6,9 @@ Two ways in:
   (profiling.capture, the command from profiling.ncu_command), parses ncu's CSV log and logs the
   run; ``--dry-run`` prints that command and its metric list instead;
 * ``--import FILE``: an ncu CSV (details or raw page) or a ``.ncu-rep`` report made elsewhere, logged
-  with the config given on the command line (works on any machine; profiling.import_path).
+  with the config given on the command line (works on any machine; profiling.import_path);
+* ``--breakdown``: not ncu at all: where the step's time goes per module and phase, on any device
+  (profiling/breakdown/cli.py, docs/breakdown.md).
 
 This module holds the flags, the config and the run both paths log (profiling.ncu_summary's
 metrics, tags and kernel tables). The CUDA check is injectable: ``main(argv, probe=...)`` takes a
@@ -192,7 +194,15 @@ def _options(args: argparse.Namespace) -> CaptureOptions:
 
 # ------------------------------------------------------------------------------------ main
 def main(argv: list[str] | None = None, *, probe: Callable[..., GpuInfo] | None = None) -> int:
-    """Entry point; `probe` replaces the CUDA check (tests)."""
+    """Entry point; `probe` replaces the CUDA check (tests). `--breakdown` runs the breakdown
+    instead (profiling/breakdown/cli.py)."""
+    import sys
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--breakdown" in argv:
+        from profiling.breakdown.cli import main as breakdown_main
+
+        return breakdown_main([a for a in argv if a != "--breakdown"])
     return cli_entry(lambda a: _main(a, probe or cuda_probe))(argv)
 
 

@@ -1,0 +1,328 @@
+"""`python -m profiling --breakdown <train config flags>`: where one training step's time goes.
+
+The edge of profiling/breakdown: flags, one MLflow run of kind `breakdown` with the train runs'
+params, `config_key` and `config_label` (analysis joins them), its metrics
+(`breakdown_step_s`, `breakdown_<part>_s`, `breakdown_<part>_fraction`, coverage), and the
+artifacts `layers.csv`, `breakdown.json`, `layer_roofline.png`, `step_parts.png` and
+`trace.json.gz`. docs/breakdown.md describes them and how to read them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import tempfile
+from pathlib import Path
+
+from common import console, fmt, schema
+from common.cli import ArgumentParser, cli_entry
+from common.errors import UsageError
+from profiling.breakdown import names
+from profiling.breakdown.table import COLUMNS
+
+DEFAULT_STEPS = 3
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from train.config import add_config_args
+
+    p = ArgumentParser(
+        prog="python -m profiling --breakdown",
+        description="Where one training step's time goes: warmup, then --iters recorded steps under "
+        "torch.profiler with one range per module; logs one MLflow `breakdown` run with a row per "
+        "module and phase (time, FLOPs, bytes, intensity, bound), the step's parts and a trace.",
+    )
+    add_config_args(p, distributed=False)
+    p.set_defaults(iters=DEFAULT_STEPS)
+    g = p.add_argument_group("breakdown")
+    g.add_argument(
+        "--trace-steps",
+        type=int,
+        default=1,
+        help="recorded steps kept in trace.json.gz (default 1; the table uses every recorded step)",
+    )
+    g.add_argument(
+        "--peaks-file",
+        default="",
+        help="vendor peaks to add or override (JSON/YAML, docs/peaks.md; default $ROOFLINE_PEAKS_FILE)",
+    )
+    g.add_argument("--experiment", default=None, help="MLflow experiment (default: MLflow's)")
+    g.add_argument("--no-progress", action="store_true", help="say nothing while it works")
+    return p
+
+
+def _config(args: argparse.Namespace):
+    from train.bench import preflight
+    from train.config import config_from_args
+
+    if str(args.iters).strip().lower() == "auto":
+        raise UsageError("--iters auto: a breakdown records a fixed number of steps (default 3)")
+    if args.trace_steps < 1:
+        raise UsageError(f"--trace-steps must be a positive integer, got {args.trace_steps}")
+    try:
+        cfg = config_from_args(args)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if cfg.compile:
+        raise UsageError(
+            "--compile: the breakdown times modules through forward hooks, which a compiled "
+            "model does not run per module; drop --compile"
+        )
+    device = preflight(cfg)
+    return cfg, device
+
+
+def main(argv: list[str] | None = None) -> int:
+    return cli_entry(_main)(argv)
+
+
+def _main(argv: list[str] | None) -> int:
+    from common.envinfo import environment_tags
+    from common.tracking import RunSession, dataset_input
+    from train.bench import run_header
+    from train.data import dataset_fields
+
+    args = build_parser().parse_args(argv)
+    cfg, device = _config(args)
+    params, tags = run_header(cfg, device)
+    session = RunSession(
+        "breakdown",
+        experiment=args.experiment,
+        run_name=f"{cfg.run_name()}-{device.type}-breakdown",
+        tags=environment_tags(str(device), cfg.env_label),
+    )
+    with console.quiet(args.no_progress), tempfile.TemporaryDirectory() as tmp, session:
+        session.log_params({**params, "trace_steps": args.trace_steps})
+        session.set_tags(tags)
+        session.log_metrics(cfg.config_metrics())
+        fields = dataset_fields(cfg.data, cfg.image_size, cfg.num_classes, cfg.seed)
+        session.log_input(dataset_input(**fields, context="breakdown"))
+        session.flush()
+        result = measure(cfg, device, args, session)
+        log_result(session, result, Path(tmp))
+    console.result(result["summary"])
+    console.result(view_text(result["table"], result["tree"]))
+    where = f"kept offline in {session.spool_path}" if session.offline else f"run {session.run_id}"
+    console.result(f"breakdown {where}: layers.csv, breakdown.json, trace.json.gz, figures")
+    return 0
+
+
+def measure(cfg, device, args, session) -> dict:
+    """Record, attribute, count and place on the roofline: everything the run logs, as data."""
+    from profiling.breakdown.attribute import attribute
+    from profiling.breakdown.record import record
+    from profiling.breakdown.roof import device_ceilings
+    from profiling.breakdown.table import ModuleTree, coverage, parts_metrics, rows
+    from profiling.breakdown.trace import bound_trace
+
+    if device.type == "mps":
+        console.warn(
+            "on MPS the profiler sees host time only: module times are launch costs, and the "
+            "device's work shows as the synchronisation at the end of each step (host_overhead)"
+        )
+    rec = record(cfg, device, int(cfg.iters), on_progress=console.info)
+    att = attribute(rec.events, rec.tracker.owner_of_seq, rec.time_source)
+    problem = rec.counts.check()
+    if problem:
+        console.warn(f"the module rows do not add up to the step's counted work: {problem}")
+    device_name = session.record.tags[schema.TAG_DEVICE_NAME]
+    ceilings = device_ceilings(
+        device_name,
+        cfg.env_label,
+        cfg.precision,
+        online=not session.offline,
+        peaks_file=args.peaks_file,
+    )
+    tree = ModuleTree(rec.tracker.root, list(rec.tracker.paths), rec.tracker.leaves)
+    step_s = rec.step_mean_s
+    table = rows(tree, att, rec.counts.flops, rec.counts.bytes, step_s, ceilings)
+    about = f"breakdown of {cfg.config_label()} on {device_name}"
+    trace_gz, trace_facts = bound_trace(
+        rec.trace_json, args.trace_steps, rec.tracker.owner_of_seq, about
+    )
+    parts_sum = sum(att.parts_s.values())
+    metrics = {
+        **parts_metrics(att.parts_s, step_s),
+        **coverage(table, step_s),
+        "breakdown_parts_sum_s": parts_sum,
+        "breakdown_parts_sum_fraction": parts_sum / step_s if step_s > 0 else math.nan,
+        "breakdown_train_flops_per_step": rec.counts.train_flops,
+        "breakdown_modeled_bytes_per_step": rec.counts.modeled_bytes,
+        "breakdown_recorded_steps": float(len(rec.step_wall_s)),
+        "breakdown_trace_steps": float(trace_facts["trace_steps"]),
+        "breakdown_trace_bytes": float(trace_facts["trace_bytes"]),
+        "breakdown_trace_gz_bytes": float(trace_facts["trace_gz_bytes"]),
+        "breakdown_count_s": rec.count_s,
+        "breakdown_warmup_s": rec.warmup_s,
+        "breakdown_record_s": rec.record_s,
+    }
+    return {
+        "cfg": cfg,
+        "device_name": device_name,
+        "table": table,
+        "tree": tree,
+        "att": att,
+        "rec": rec,
+        "ceilings": ceilings,
+        "metrics": metrics,
+        "trace_gz": trace_gz,
+        "summary": summary_line(cfg, device_name, table, tree, metrics, ceilings),
+        "about": about,
+        "counts_check": problem,
+    }
+
+
+def summary_line(cfg, device_name, table, tree, metrics, ceilings) -> str:
+    """`<config> on <device>: <ms>/step (mean of K); <top 3 modules with bound>`."""
+    from profiling.breakdown.table import row_phrase, top_rows
+
+    steps = int(metrics["breakdown_recorded_steps"])
+    tops = "; ".join(row_phrase(r) for r in top_rows(table, tree))
+    return (
+        f"{cfg.config_label()} on {device_name}: {fmt.num(metrics['breakdown_step_s'] * 1e3)} "
+        f"ms/step (mean of {steps} recorded); most time: {tops}"
+    )
+
+
+def description(result: dict) -> str:
+    """The run's description: the summary line, the parts, coverage, where the ceilings came from."""
+    m, c = result["metrics"], result["ceilings"]
+    parts = ", ".join(
+        f"{p} {fmt.pct(m[f'breakdown_{p}_fraction'])}"
+        for p in names.PARTS
+        if m.get(f"breakdown_{p}_s", 0) > 0
+    )
+    roof = f"Ceilings: {c.dtype}, {c.source}." if c.known else f"Bound unknown: {c.why}."
+    rec = result["rec"]
+    lines = [
+        result["summary"],
+        "",
+        f"Step parts: {parts} (they add up to {fmt.pct(m['breakdown_parts_sum_fraction'])} of "
+        "breakdown_step_s).",
+        f"Rows: {fmt.pct(m['breakdown_attributed_fraction'])} of the step named, "
+        f"{fmt.pct(m['breakdown_module_fraction'])} in the model's modules; "
+        f"{fmt.si(m['breakdown_flops_per_step'], 'FLOP')} counted per step, "
+        f"{fmt.si(m['breakdown_bytes_per_step'], 'B')} modeled.",
+        roof,
+        f"Times: {'kernel time on the device' if rec.time_source == 'device' else 'host time'}; "
+        f"trace.json.gz holds {int(m['breakdown_trace_steps'])} of "
+        f"{int(m['breakdown_recorded_steps'])} recorded steps.",
+    ]
+    if result["counts_check"]:
+        lines.append(f"Warning: {result['counts_check']}.")
+    return "\n".join(lines)
+
+
+def layers_csv(table: list[dict]) -> str:
+    import pandas as pd
+
+    return pd.DataFrame(table, columns=list(COLUMNS)).to_csv(index=False)
+
+
+def breakdown_json(result: dict) -> str:
+    """The run's record as JSON: config, device, ceilings, metrics, the default view, the top rows."""
+    from profiling.breakdown.table import top_rows
+
+    cfg, c = result["cfg"], result["ceilings"]
+    view = [r for r in result["table"] if r["view"]]
+    body = {
+        "config_label": cfg.config_label(),
+        "config_key": cfg.config_key(),
+        "device_name": result["device_name"],
+        "time_source": result["rec"].time_source,
+        "step_wall_s": result["rec"].step_wall_s,
+        "step_window_s": result["att"].step_window_s,
+        "metrics": result["metrics"],
+        "ceilings": {
+            "dtype": c.dtype,
+            "peak_flops_per_s": c.peak_flops_per_s,
+            "dram_bytes_per_s": c.dram_bytes_per_s,
+            "source": c.source,
+            "why_unknown": c.why,
+        },
+        "top": [
+            {k: r[k] for k in ("module", "phase", "share", "bound", "intensity_flops_per_byte")}
+            for r in top_rows(result["table"], result["tree"])
+        ],
+        "view": view,
+        "counts_check": result["counts_check"] or "ok",
+    }
+    return json.dumps(_finite(body), indent=1)
+
+
+def _finite(value):
+    """NaN and infinities as null (JSON has none)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def log_result(session, result: dict, tmp: Path) -> None:
+    """Metrics, description and artifacts of the run (figures: a failure is one warning)."""
+    from common.errors import one_line
+    from profiling.breakdown import figures
+
+    session.log_metrics(result["metrics"])
+    session.set_tags(
+        {"breakdown_roof": result["ceilings"].source or f"none: {result['ceilings'].why}"}
+    )
+    session.set_note(description(result))
+    session.log_text("layers.csv", layers_csv(result["table"]))
+    session.log_text("breakdown.json", breakdown_json(result))
+    trace = tmp / "trace.json.gz"
+    trace.write_bytes(result["trace_gz"])
+    session.log_file("trace.json.gz", trace)
+    rec = result["rec"]
+    what = "device kernels" if rec.time_source == "device" else "host time"
+    try:
+        for name, image in (
+            (
+                "layer_roofline.png",
+                figures.layer_roofline(result["table"], result["ceilings"], result["about"], what),
+            ),
+            (
+                "step_parts.png",
+                figures.parts_bar(
+                    result["att"].parts_s, result["metrics"]["breakdown_step_s"], result["about"]
+                ),
+            ),
+        ):
+            path = tmp / name
+            path.write_bytes(image)
+            session.log_file(name, path)
+    except Exception as exc:  # noqa: BLE001 - a figure never fails the measured run
+        console.warn(f"a breakdown figure was not drawn: {one_line(exc)[:300]}")
+
+
+def view_text(table: list[dict], tree) -> str:
+    """The default view as a fixed-width text table (what the command prints): its top level,
+    the leaf modules that take the most time, then the rows that are not modules."""
+    from profiling.breakdown.table import view_top
+
+    top = set(view_top(table, tree))
+    sections = (
+        ("top level", lambda r: r["module"] in top),
+        (
+            "leaf modules that take the most time",
+            lambda r: r["view"] and r["kind"] == "module" and r["module"] not in top,
+        ),
+        ("the rest of the step", lambda r: r["kind"] == "step"),
+    )
+    lines = [f"{'module':<30} {'phase':<9} {'share':>7} {'ms':>9} {'FLOP/B':>8}  bound"]
+    for title, chosen in sections:
+        lines.append(f"-- {title}")
+        for r in sorted(
+            (r for r in table if chosen(r) and r["time_s"] > 0), key=lambda r: -r["time_s"]
+        ):
+            ai = r["intensity_flops_per_byte"]
+            lines.append(
+                f"{r['module'][:30]:<30} {r['phase']:<9} {fmt.pct(r['share']):>7} "
+                f"{fmt.num(r['time_s'] * 1e3):>9} {fmt.num(ai) if math.isfinite(ai) else '':>8}  "
+                f"{r['bound']}"
+            )
+    return "\n".join(lines)
