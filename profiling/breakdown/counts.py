@@ -103,10 +103,30 @@ def extrapolate(a: RowCounts, b: RowCounts, batch_size: int) -> RowCounts:
     )
 
 
+def count_one(tracker, run_step, batch_size: int) -> RowCounts:
+    """FLOPs and bytes per (row, phase) of one call of `run_step()` (a training step whose
+    `StepParts.mark` is `tracker.mark`), next to the train run's own totals of the same call
+    (train.flops.count_step)."""
+    from train.flops import count_step
+
+    mode = _row_counter_class()(tracker)
+    ranges, tracker.ranges = tracker.ranges, False
+    try:
+        with mode:
+            total = count_step(run_step, batch_size)
+    finally:
+        tracker.ranges = ranges
+        tracker.clear()
+    return RowCounts(
+        batch_size, dict(mode.flops), dict(mode.bytes), total.train_flops, total.modeled_bytes
+    )
+
+
 def count_rows(prep, tracker) -> RowCounts:
     """FLOPs and bytes per (row, phase) of one training step of `prep` (train.bench.Prepared) at
-    its batch size, with `tracker` attached to its model. Runs the train run's counting
-    (train.bench.count_steps: one uncounted step, then counted steps at small batch sizes)."""
+    its batch size, with `tracker` attached to its model: the train run's counting
+    (train.bench.count_steps: one uncounted step, then counted steps at small batch sizes) with a
+    RowCounter held open around each counted step."""
     from train.bench import COUNT_BATCHES, count_steps
 
     batch = prep.cfg.batch_size

@@ -1,0 +1,448 @@
+"""The breakdown (profiling/breakdown, issue 20) against truths worked out by hand.
+
+* FLOPs per module and phase of a hand-made network (a convolution, a depthwise convolution, a
+  linear layer), each formula written out below;
+* the attribution of a synthetic event list (host time and device time) whose every row and part
+  is summed by hand in the comments;
+* the trace bound and the default view on made-up inputs;
+* resnet18 at 32 px, batch 2, through `python -m profiling --breakdown` next to a train run of the
+  same config: the rows the issue names, FLOPs equal to the train run's, the join key, the parts,
+  the trace that parses, the figures.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import math
+
+import mlflow
+import pandas as pd
+import pytest
+import torch
+import torch.nn as nn
+
+from common import schema
+from profiling.breakdown import names
+from profiling.breakdown.attribute import attribute
+from profiling.breakdown.events import KERNEL, MEMCPY, RUNTIME, Ev
+from profiling.breakdown.roof import Ceilings
+from profiling.breakdown.table import ModuleTree, rows, view_top
+from profiling.breakdown.trace import bound_trace
+
+# ------------------------------------------------------------------------------ hand-made FLOPs
+
+
+class Net(nn.Module):
+    """Input (2, 2, 4, 4): conv 2->4 3x3 pad 1, depthwise 4->4 3x3 pad 1 (groups 4), in-place
+    ReLU, flatten (64 features), linear 64->3."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(2, 4, 3, padding=1, bias=False)
+        self.dw = nn.Conv2d(4, 4, 3, padding=1, groups=4, bias=False)
+        self.relu = nn.ReLU(inplace=True)
+        self.fc = nn.Linear(64, 3)
+
+    def forward(self, x):
+        return self.fc(self.relu(self.dw(self.conv(x))).flatten(1))
+
+
+# 2 FLOPs per multiply-add; N = 2 samples, 4 x 4 outputs
+CONV_FWD = 2 * 2 * 16 * 4 * 2 * 9  # N x HW x C_out x C_in x k^2 = 4608
+CONV_BWD = CONV_FWD  # the images need no gradient: grad_weight only
+DW_FWD = 2 * 2 * 16 * 4 * 1 * 9  # C_in per group = 1: 2304
+DW_BWD = 2 * DW_FWD  # grad_input + grad_weight (torch 2.14.1's own formula: 2304 + 4 x 2304)
+FC_FWD = 2 * 2 * 64 * 3  # addmm: N x in x out = 768
+FC_BWD = 2 * FC_FWD  # grad_input mm + grad_weight mm
+
+
+def _step_parts(model, tracker):
+    from train.step import StepParts
+
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    return StepParts(model, opt, contextlib.nullcontext, mark=tracker.mark)
+
+
+def test_flops_per_module_and_phase_by_hand():
+    from profiling.breakdown.counts import count_one
+    from profiling.breakdown.hooks import Tracker
+    from train.step import train_step
+
+    torch.manual_seed(0)
+    model = Net()
+    x, y = torch.randn(2, 2, 4, 4), torch.tensor([0, 2])
+    with Tracker(model, "net") as tracker:
+        parts = _step_parts(model, tracker)
+        train_step(parts, x, y)  # the optimizer's state exists from here on, as in train runs
+        counts = count_one(tracker, lambda: train_step(parts, x, y), 2)
+    f = counts.flops
+    assert f[("conv", "forward")] == CONV_FWD and f[("conv", "backward")] == CONV_BWD
+    assert f[("dw", "forward")] == DW_FWD and f[("dw", "backward")] == DW_BWD
+    assert f[("fc", "forward")] == FC_FWD and f[("fc", "backward")] == FC_BWD
+    assert sum(f.values()) == counts.train_flops == 18432
+    assert counts.check() == ""
+    # the in-place ReLU's backward (threshold_backward) is the ReLU's, not the depthwise conv's:
+    # it reads grad (2x4x4x4 fp32 = 512 B) and the output (512 B), writes 512 B
+    assert counts.bytes[("relu", "backward")] == 3 * 512
+    # the optimizer touches every parameter: SGD with momentum reads and writes them
+    assert counts.bytes[("optimizer", "optimizer")] > 0
+    assert ("loss", "forward") in counts.bytes and ("loss", "backward") in counts.bytes
+
+
+def test_accumulate_grad_and_backward_nodes_go_to_their_module_under_the_profiler():
+    from torch.profiler import ProfilerActivity, profile
+
+    from profiling.breakdown.events import from_kineto
+    from profiling.breakdown.hooks import Tracker
+    from train.step import train_step
+
+    model = Net()
+    x, y = torch.randn(2, 2, 4, 4), torch.tensor([0, 2])
+    with Tracker(model, "net") as tracker:
+        parts = _step_parts(model, tracker)
+        train_step(parts, x, y)
+        tracker.clear()
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            with tracker.span(names.step_range(0)):
+                train_step(parts, x, y)
+    att = attribute(from_kineto(prof.profiler.kineto_results), tracker.owner_of_seq)
+    calls = att.calls
+    # backward nodes per module: conv: ConvolutionBackward0 + 1 AccumulateGrad; dw the same;
+    # relu: ReluBackward0; fc: AddmmBackward0, TBackward0 + 2 AccumulateGrads (weight, bias)
+    assert calls[("conv", "backward")] == 2 and calls[("dw", "backward")] == 2
+    assert calls[("relu", "backward")] == 1 and calls[("fc", "backward")] == 4
+    assert calls[("net", "backward")] == 1  # flatten's ViewBackward0 is the model's own
+    assert calls[("loss", "backward")] == 2  # NllLossBackward0, LogSoftmaxBackward0
+    assert all(calls[(m, "forward")] == 1 for m in ("net", "conv", "dw", "relu", "fc"))
+    assert att.self_s[("optimizer", "optimizer")] > 0
+
+
+# ------------------------------------------------------------------------------ synthetic events
+US = 1000  # events below are written in microseconds
+
+
+def ev(name, t0, t1, **kw) -> Ev:
+    return Ev(name, t0 * US, t1 * US, **kw)
+
+
+def one_step_events() -> list[Ev]:
+    """One step of a 3-module net, times in microseconds (see test_host_attribution)."""
+    ev_ = names.EVALUATE
+    return [
+        ev("step: 0", 0, 1000),
+        ev("phase: data", 0, 50),
+        ev("phase: train_step", 60, 990),
+        ev("Optimizer.zero_grad#SGD.zero_grad", 60, 70),
+        ev("phase: forward", 80, 400),
+        ev("module: net", 90, 350),
+        ev("module: conv", 100, 200),
+        ev("aten::conv2d", 110, 190, seq=10, corr=5),
+        ev("module: relu", 210, 250),
+        ev("aten::relu_", 215, 245, seq=11, corr=6),
+        ev("module: fc", 260, 340),
+        ev("aten::linear", 265, 335, seq=12, corr=7),
+        ev("aten::cross_entropy_loss", 360, 390, seq=13, corr=8),
+        ev("phase: backward", 410, 900),
+        ev(ev_ + "NllLossBackward0", 420, 440, seq=13, fwd_thread=1),
+        ev(ev_ + "AddmmBackward0", 450, 550, seq=12, fwd_thread=1),
+        ev("aten::mm", 460, 540, corr=9),
+        ev(ev_ + names.ACCUMULATE_GRAD, 555, 560),
+        ev(names.ACCUMULATE_GRAD, 556, 559),
+        ev("grad: fc", 557, 558),
+        ev(ev_ + "ReluBackward0", 570, 600, seq=11, fwd_thread=1),
+        ev(ev_ + "ConvolutionBackward0", 610, 850, seq=10, fwd_thread=1),
+        ev("aten::convolution_backward", 620, 840, corr=10),
+        ev("phase: optimizer", 910, 980),
+        ev("aten::add_", 920, 970, corr=11),
+    ]
+
+
+SEQ_OWNER = {10: "conv", 11: "relu", 12: "fc", 13: "loss"}
+
+
+def test_host_attribution_by_hand():
+    att = attribute(one_step_events(), SEQ_OWNER.get, "host")
+    s = {k: round(v * 1e6, 6) for k, v in att.self_s.items()}  # microseconds
+    assert s[("conv", "forward")] == 100 and s[("relu", "forward")] == 40
+    assert s[("fc", "forward")] == 80
+    assert s[("net", "forward")] == 260 - 220  # the model's own code between its children
+    assert s[("loss", "forward")] == 320 - 260  # forward phase outside the model
+    assert s[("loss", "backward")] == 20
+    assert s[("fc", "backward")] == 100 + 5  # AddmmBackward0 + its AccumulateGrad (grad: fc)
+    assert s[("relu", "backward")] == 30 and s[("conv", "backward")] == 240
+    assert s[("unattributed", "backward")] == 490 - (20 + 105 + 30 + 240)  # between nodes
+    assert s[("optimizer", "optimizer")] == 70 and s[("zero_grad", "other")] == 10
+    assert s[("data", "data")] == 50
+    assert s[("unattributed", "other")] == (1000 - 980) + (930 - 10 - 320 - 490 - 70)
+    assert sum(s.values()) == 1000
+    p = {k: round(v * 1e6, 6) for k, v in att.parts_s.items()}
+    assert p == {
+        "data_wait": 50,
+        "h2d_copy": 0,
+        "forward": 320,
+        "backward": 490,
+        "optimizer": 70 + 10,  # the optimizer step and zero_grad
+        "exposed_comm": 0,
+        "host_overhead": 1000 - 50 - 320 - 490 - 80,
+    }
+
+
+def test_backward_of_an_unknown_forward_thread_is_unattributed():
+    events = [
+        e
+        if e.seq < 0 or "evaluate" not in e.name
+        else Ev(e.name, e.start_ns, e.end_ns, seq=e.seq, fwd_thread=7)
+        for e in one_step_events()
+    ]
+    att = attribute(events, SEQ_OWNER.get, "host")
+    assert ("conv", "backward") not in att.self_s
+    assert att.self_s[("unattributed", "backward")] * 1e6 == pytest.approx(490 - 5)
+
+
+def test_device_attribution_by_hand():
+    """Kernels launched by the host ops of one_step_events (correlation ids), a host-to-device
+    copy during data, and an NCCL kernel half hidden behind the conv backward kernel."""
+    dev = [
+        ev("Memcpy HtoD (Pageable -> Device)", 10, 40, kind=MEMCPY, linked_corr=99),
+        ev("implicit_gemm", 120, 180, kind=KERNEL, linked_corr=5),  # conv forward
+        ev("relu_kernel", 220, 230, kind=KERNEL, linked_corr=6),
+        ev("gemm", 270, 330, kind=KERNEL, linked_corr=7),
+        ev("gemm_bwd", 470, 530, kind=KERNEL, linked_corr=9),  # AddmmBackward0's mm
+        ev("wgrad", 630, 830, kind=KERNEL, linked_corr=10),  # conv backward
+        ev("ncclDevKernel_AllReduce_Sum_f32", 800, 860, kind=KERNEL, linked_corr=12),
+        ev("sgd_kernel", 930, 960, kind=KERNEL, linked_corr=11),
+        ev("cudaLaunchKernel", 112, 118, kind=RUNTIME, linked_corr=5),  # host side: ignored
+    ]
+    att = attribute(one_step_events() + dev, SEQ_OWNER.get, "device")
+    s = {k: round(v * 1e6, 6) for k, v in att.self_s.items()}
+    assert s[("conv", "forward")] == 60 and s[("relu", "forward")] == 10
+    assert s[("fc", "forward")] == 60 and s[("fc", "backward")] == 60
+    assert s[("conv", "backward")] == 200 and s[("optimizer", "optimizer")] == 30
+    assert s[("unattributed", "other")] == 30 + 60  # the copy and NCCL: no host op launched them
+    busy = 30 + 60 + 10 + 60 + 60 + 200 + 30 + 30  # 800-830 overlaps the wgrad: NCCL adds 30
+    assert s[("device idle", "other")] == 1000 - busy
+    p = {k: round(v * 1e6, 6) for k, v in att.parts_s.items()}
+    assert p["h2d_copy"] == 30 and p["forward"] == 130 and p["backward"] == 260
+    assert p["optimizer"] == 30 and p["exposed_comm"] == 30  # 830-860: not behind compute
+    assert p["data_wait"] == 50 - 30  # the data phase, less the copy
+    assert sum(p.values()) == pytest.approx(1000)
+
+
+def test_no_step_range_is_a_clear_error():
+    with pytest.raises(ValueError, match="no `step: i` range"):
+        attribute([ev("aten::mm", 0, 10)], SEQ_OWNER.get)
+
+
+# ------------------------------------------------------------------------------ table and view
+def test_rows_add_up_and_bn_has_no_counted_flops():
+    att = attribute(one_step_events(), SEQ_OWNER.get, "host")
+    tree = ModuleTree("net", ["net", "conv", "relu", "fc"], {"conv", "relu", "fc"})
+    flops = {("conv", "forward"): 1e6, ("conv", "backward"): 2e6}
+    bytes_ = {("conv", "forward"): 1e4, ("relu", "forward"): 4e3, ("conv", "backward"): 2e4}
+    c = Ceilings(peak_flops_per_s=5e11, dram_bytes_per_s=1e10, source="vendor: test")  # ridge 50
+    table = rows(tree, att, flops, bytes_, 1000e-6, c)
+    by = {(r["module"], r["phase"]): r for r in table}
+    net = by[("net", "forward")]
+    assert net["time_s"] == pytest.approx(260e-6) and net["flops"] == 1e6
+    assert net["depth"] == 0 and net["kind"] == "model"
+    conv = by[("conv", "forward")]
+    assert conv["intensity_flops_per_byte"] == 100 and conv["bound"] == "compute-bound"
+    assert conv["roof_fraction"] == pytest.approx(1e10 / 5e11)  # achieved / peak
+    assert conv["achieved_flops_per_s"] == pytest.approx(1e6 / 100e-6)
+    relu = by[("relu", "forward")]
+    assert relu["intensity_flops_per_byte"] == 0 and relu["bound"] == "memory-bound"
+    assert by[("data", "data")]["bound"] == "n/a"
+    assert sum(r["self_time_s"] for r in table) == pytest.approx(1000e-6)
+    top = [r for r in table if r["kind"] in ("model", "step")]
+    assert sum(r["time_s"] for r in top) == pytest.approx(1000e-6)
+    unknown = rows(tree, att, flops, bytes_, 1000e-6, Ceilings(why="none"))
+    assert {r["bound"] for r in unknown if r["module"] == "conv"} == {"unknown"}
+
+
+def test_default_view_opens_a_container_holding_most_of_the_time():
+    """MobileNetV2-like: `features` holds 90 % of the time and is shown by its children; ResNet's
+    layer1 (one of several) stays whole."""
+    tree = ModuleTree(
+        "m",
+        ["m", "features", "features.0", "features.0.conv", "features.1", "classifier"],
+        {"features.0.conv", "features.1", "classifier"},
+    )
+    table = [
+        {"module": "m", "kind": "model", "time_s": 1.0},
+        {"module": "features", "kind": "module", "time_s": 0.9},
+        {"module": "features.0", "kind": "module", "time_s": 0.5},
+        {"module": "features.0.conv", "kind": "module", "time_s": 0.5},
+        {"module": "features.1", "kind": "module", "time_s": 0.4},
+        {"module": "classifier", "kind": "module", "time_s": 0.1},
+    ]
+    assert view_top(table, tree) == ["features.0", "features.1", "classifier"]
+    table[1]["time_s"] = 0.4  # no longer most of the model
+    assert view_top(table, tree) == ["features", "classifier"]
+
+
+# ------------------------------------------------------------------------------ trace
+def test_trace_is_bounded_and_names_backward_modules():
+    events = [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "python"}}]
+    for i in range(3):
+        t = 1000.0 * i
+        events += [
+            {"ph": "X", "name": f"step: {i}", "ts": t, "dur": 900.0, "pid": 1, "tid": 1},
+            {
+                "ph": "X",
+                "name": names.EVALUATE + "ConvolutionBackward0",
+                "ts": t + 10,
+                "dur": 5.0,
+                "pid": 1,
+                "tid": 1,
+                "args": {"Sequence number": 10},
+            },
+        ]
+    text = json.dumps({"traceEvents": events, "traceName": "/tmp/x.json"})
+    gz, facts = bound_trace(text, 1, SEQ_OWNER.get, "breakdown of test")
+    data = json.loads(gzip.decompress(gz))
+    assert facts["trace_steps"] == 1 and facts["recorded_steps"] == 3
+    assert data["breakdown"]["trace_steps"] == 1 and data["traceName"] == "breakdown of test"
+    kept = [e["name"] for e in data["traceEvents"] if e["ph"] == "X"]
+    assert kept == ["step: 0", names.EVALUATE + "ConvolutionBackward0"]
+    assert data["traceEvents"][-1]["args"]["module"] == "conv"
+    assert facts["trace_bytes"] == len(gzip.decompress(gz))
+
+
+# ------------------------------------------------------------------------------ end to end
+RESNET = ["--model", "resnet18", "--batch", "2", "--image-size", "32", "--device", "cpu"]
+
+
+@pytest.fixture(scope="module")
+def resnet_runs(tmp_path_factory, template_db):
+    """A train run and a breakdown run of resnet18 b2 32px in one store (one per test module)."""
+    import os
+    import shutil
+
+    from profiling.cli import main as profiling_main
+    from train.__main__ import main as train_main
+
+    folder = tmp_path_factory.mktemp("breakdown")
+    shutil.copyfile(template_db, folder / "mlflow.db")
+    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    old = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "ROOFLINE_SPOOL_DIR")}
+    os.environ.update(MLFLOW_TRACKING_URI=uri, ROOFLINE_SPOOL_DIR=str(folder / "spool"))
+    cwd = os.getcwd()
+    os.chdir(folder)
+    mlflow.set_tracking_uri(uri)
+    try:
+        assert (
+            train_main(
+                [
+                    *RESNET,
+                    "--warmup-iters",
+                    "0",
+                    "--iters",
+                    "1",
+                    "--no-progress",
+                    "--no-system-metrics",
+                ]
+            )
+            == 0
+        )
+        assert (
+            profiling_main(
+                ["--breakdown", *RESNET, "--warmup-iters", "1", "--iters", "2", "--no-progress"]
+            )
+            == 0
+        )
+        found = mlflow.search_runs(experiment_ids=["0"], output_format="list")
+        by_kind = {r.data.tags[schema.TAG_RUN_KIND]: r for r in found}
+        client = mlflow.tracking.MlflowClient()
+        art = folder / "art"
+        client.download_artifacts(by_kind["breakdown"].info.run_id, "", str(art))
+        yield by_kind, art
+    finally:
+        os.chdir(cwd)
+        mlflow.set_tracking_uri(None)
+        for k, v in old.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+
+
+def test_resnet18_rows_flops_and_join(resnet_runs):
+    by_kind, art = resnet_runs
+    train, bd = by_kind["train"], by_kind["breakdown"]
+    assert bd.info.status == "FINISHED"
+    assert bd.data.tags[schema.TAG_CONFIG_KEY] == train.data.tags[schema.TAG_CONFIG_KEY]
+    assert bd.data.tags[schema.TAG_CONFIG_LABEL] == train.data.tags[schema.TAG_CONFIG_LABEL]
+    assert bd.data.params["model"] == "resnet18" and bd.data.params["iters"] == "2"
+    layers = pd.read_csv(art / "layers.csv")
+    assert list(layers.columns[:8]) == [
+        "module",
+        "phase",
+        "kind",
+        "depth",
+        "leaf",
+        "view",
+        "calls",
+        "time_s",
+    ]
+    have = set(zip(layers.module, layers.phase))
+    for m in ("conv1", "bn1", "layer1", "layer2", "layer3", "layer4", "fc"):
+        assert {(m, "forward"), (m, "backward")} <= have, m
+    modules = layers[layers.kind != "module"]  # the model's rows hold every module's work
+    train_flops = train.data.metrics["train_flops_per_step"]
+    assert modules.flops.sum() == pytest.approx(train_flops, rel=1e-9)
+    assert bd.data.metrics["breakdown_flops_per_step"] == pytest.approx(train_flops, rel=1e-9)
+    row = layers.set_index(["module", "phase"])
+    # FlopCounterMode's ModuleTracker charges each downsample convolution its sibling's backward
+    # (29.4 MFLOP here); by sequence number it is its own: grad_input + grad_weight = 2 x forward
+    down = row.loc[("layer2.0.downsample.0", "backward"), "flops"]
+    assert down == 2 * row.loc[("layer2.0.downsample.0", "forward"), "flops"]
+    assert (
+        row.loc[("bn1", "forward"), "intensity_flops_per_byte"]
+        < row.loc[("conv1", "forward"), "intensity_flops_per_byte"]
+    )
+    assert set(layers.bytes_source) == {"modeled"} and set(layers.time_source) == {"host"}
+    # this CPU has no peaks run in the store and no vendor entry: bounds unknown, and why
+    assert set(layers[layers.kind == "module"].bound) == {"unknown"}
+    assert bd.data.tags["breakdown_roof"].startswith("none: no peaks run of")
+
+
+def test_resnet18_parts_trace_and_figures(resnet_runs):
+    by_kind, art = resnet_runs
+    m = by_kind["breakdown"].data.metrics
+    step = m["breakdown_step_s"]
+    parts = sum(m[f"breakdown_{p}_s"] for p in names.PARTS)
+    assert parts == pytest.approx(step, rel=0.03)
+    assert sum(m[f"breakdown_{p}_fraction"] for p in names.PARTS) == pytest.approx(1, abs=0.03)
+    assert m["breakdown_forward_s"] > 0 and m["breakdown_backward_s"] > 0
+    assert m["breakdown_rows_fraction"] == pytest.approx(1, abs=0.03)
+    assert 0.5 < m["breakdown_module_fraction"] <= m["breakdown_attributed_fraction"] <= 1.03
+    data = json.loads(gzip.decompress((art / "trace.json.gz").read_bytes()))
+    assert data["breakdown"]["trace_steps"] == 1 and data["breakdown"]["recorded_steps"] == 2
+    mods = {
+        e["name"] for e in data["traceEvents"] if str(e.get("name", "")).startswith(names.MODULE)
+    }
+    assert "module: layer4.1.conv2" in mods
+    assert m["breakdown_trace_bytes"] > 0 and m["breakdown_trace_steps"] == 1
+    body = json.loads((art / "breakdown.json").read_text())
+    assert body["counts_check"] == "ok" and len(body["top"]) == 3
+    assert len(body["step_wall_s"]) == 2 and math.isclose(sum(body["step_wall_s"]) / 2, step)
+    for png in ("layer_roofline.png", "step_parts.png"):
+        assert (art / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    note = by_kind["breakdown"].data.tags[schema.TAG_NOTE]
+    assert note.startswith("resnet18/b2/fp32/32px on ") and "most time: " in note
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--compile"], "--compile: the breakdown times modules through forward hooks"),
+        (["--iters", "auto"], "--iters auto: a breakdown records a fixed number of steps"),
+        (["--trace-steps", "0"], "--trace-steps must be a positive integer"),
+    ],
+)
+def test_bad_flags_are_one_line_and_create_no_run(tracking, capsys, flags, message):
+    from profiling.cli import main as profiling_main
+
+    assert profiling_main(["--breakdown", *RESNET, *flags]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert mlflow.search_runs(experiment_ids=["0"], output_format="list") == []
