@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from analysis import core, fetch, figures, html, report, vendor
+from analysis import breakdown, breakdown_plot, core, fetch, figures, html, report, vendor
+from analysis.fetch.breakdowns import fetch_breakdowns
 from common import console, schema
 from common.cli import ArgumentParser, add_track_flags, cli_entry
 from common.errors import BenchError, UsageError
@@ -194,6 +195,8 @@ def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> R
         )
     complexity, complexity_notes = fetch.fetch_complexity(query, source)
     fetch_notes += complexity_notes
+    breakdowns = breakdown.build(fetch_breakdowns(query, source, fetch_notes))
+    fetch_notes += breakdowns.notes
     cache_note = source.note()
     fetch_notes += [cache_note] if cache_note else []
 
@@ -225,10 +228,19 @@ def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> R
     timings["figures_s"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    files += report.write_tables(analysis, out_dir)
+    files += report.write_tables(analysis, out_dir) + breakdown.write_files(breakdowns, out_dir)
+    if not breakdowns.runs.empty:
+        png = breakdown_plot.parts_by_run(
+            breakdowns.runs, out_dir / "figures" / "breakdown_parts.png"
+        )
+        drawn["breakdown"] = [("Step parts per breakdown run", str(png.relative_to(out_dir)))]
+        files.append(png)
     generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     blocks = report.report_blocks(
         analysis, drawn, display_uri(), query.describe(), generated, var_title
+    )
+    blocks = breakdown.insert_section(
+        blocks, breakdown.section(breakdowns, next(iter(drawn.get("breakdown", [])), None))
     )
     md_path, html_path = out_dir / "report.md", out_dir / "report.html"
     md_path.write_text(report.markdown_text(blocks))
