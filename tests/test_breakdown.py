@@ -201,6 +201,25 @@ def test_backward_of_an_unknown_forward_thread_is_unattributed():
     assert att.self_s[("unattributed", "backward")] * 1e6 == pytest.approx(490 - 5)
 
 
+def test_host_attribution_of_a_data_parallel_step_by_hand():
+    """one_step_events on rank 0 of a DDP job: a bucket's all-reduce launched inside fc's
+    AccumulateGrad (c10d::allreduce_, 1 us) and running on gloo's thread until 890, while the main
+    thread, its nodes done at 850, waits in backward (850-890)."""
+    events = one_step_events() + [
+        ev("c10d::allreduce_", 558, 559),
+        ev("gloo:all_reduce", 560, 890, thread=2),
+    ]
+    att = attribute(events, SEQ_OWNER.get, "host")
+    s = {k: round(v * 1e6, 6) for k, v in att.self_s.items()}
+    assert s[("communication", "backward")] == 1 + 40
+    assert s[("fc", "backward")] == 105 - 1
+    assert s[("unattributed", "backward")] == 95 - 40
+    assert sum(s.values()) == 1000
+    p = {k: round(v * 1e6, 6) for k, v in att.parts_s.items()}
+    assert p["exposed_comm"] == 41 and p["backward"] == 490 - 41
+    assert sum(p.values()) == 1000
+
+
 def test_device_attribution_by_hand():
     """Kernels launched by the host ops of one_step_events (correlation ids), a host-to-device
     copy during data, and an NCCL kernel half hidden behind the conv backward kernel."""
@@ -261,25 +280,32 @@ def test_rows_add_up_and_bn_has_no_counted_flops():
     assert {r["bound"] for r in unknown if r["module"] == "conv"} == {"unknown"}
 
 
-def test_default_view_opens_a_container_holding_most_of_the_time():
-    """MobileNetV2-like: `features` holds 90 % of the time and is shown by its children; ResNet's
-    layer1 (one of several) stays whole."""
-    tree = ModuleTree(
+def test_default_view_opens_a_container_holding_most_of_the_modules():
+    """MobileNetV2-like: `features` holds 3 of the 4 leaf modules and is shown by its children;
+    ResNet-like: layer1 and layer2 hold 2 of 5 each and stay whole."""
+    mobile = ModuleTree(
         "m",
-        ["m", "features", "features.0", "features.0.conv", "features.1", "classifier"],
-        {"features.0.conv", "features.1", "classifier"},
+        [
+            "m",
+            "features",
+            "features.0",
+            "features.0.conv",
+            "features.0.bn",
+            "features.1",
+            "classifier",
+        ],
+        {"features.0.conv", "features.0.bn", "features.1", "classifier"},
     )
-    table = [
-        {"module": "m", "kind": "model", "time_s": 1.0},
-        {"module": "features", "kind": "module", "time_s": 0.9},
-        {"module": "features.0", "kind": "module", "time_s": 0.5},
-        {"module": "features.0.conv", "kind": "module", "time_s": 0.5},
-        {"module": "features.1", "kind": "module", "time_s": 0.4},
-        {"module": "classifier", "kind": "module", "time_s": 0.1},
-    ]
-    assert view_top(table, tree) == ["features.0", "features.1", "classifier"]
-    table[1]["time_s"] = 0.4  # no longer most of the model
-    assert view_top(table, tree) == ["features", "classifier"]
+    table = [{"module": p, "kind": "module", "time_s": 0.1} for p in mobile.paths]
+    assert view_top(table, mobile) == ["features.0", "features.1", "classifier"]
+    resnet = ModuleTree(
+        "r",
+        ["r", "layer1", "layer1.0", "layer1.1", "layer2", "layer2.0", "layer2.1", "fc"],
+        {"layer1.0", "layer1.1", "layer2.0", "layer2.1", "fc"},
+    )
+    table = [{"module": p, "kind": "module", "time_s": 0.1} for p in resnet.paths]
+    table[1]["time_s"] = 10.0  # however long layer1 takes
+    assert view_top(table, resnet) == ["layer1", "layer2", "fc"]
 
 
 # ------------------------------------------------------------------------------ trace
@@ -446,3 +472,34 @@ def test_bad_flags_are_one_line_and_create_no_run(tracking, capsys, flags, messa
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert mlflow.search_runs(experiment_ids=["0"], output_format="list") == []
+
+
+def test_ddp_breakdown_under_torchrun_logs_rank_0_with_its_communication(tracking, tmp_path):
+    """Two CPU processes (gloo): rank 0 logs one run; the wait for the last buckets' all-reduce
+    at the end of backward and the collectives' calls are the row `communication` and the part
+    exposed_comm."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    argv += ["-m", "profiling", "--breakdown", *RESNET, "--distributed", "ddp"]
+    argv += ["--warmup-iters", "1", "--iters", "1", "--no-progress"]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run,) = mlflow.search_runs(experiment_ids=["0"], output_format="list")
+    p, m = run.data.params, run.data.metrics
+    assert run.info.status == "FINISHED" and run.data.tags[schema.TAG_RUN_KIND] == "breakdown"
+    assert p["world_size"] == "2" and p["distributed"] == "ddp" and p["nodes"] == "1"
+    assert run.data.tags[schema.TAG_CONFIG_KEY] == schema.config_key(p)
+    assert m["breakdown_exposed_comm_s"] > 0
+    parts = sum(m[f"breakdown_{part}_s"] for part in names.PARTS)
+    assert parts == pytest.approx(m["breakdown_step_s"], rel=0.03)
+    path = mlflow.tracking.MlflowClient().download_artifacts(run.info.run_id, "layers.csv")
+    layers = pd.read_csv(path)
+    comm = layers[layers.module == "communication"]
+    assert len(comm) and comm.time_s.sum() > 0
+    assert " (rank 0 of 2): " in run.data.tags[schema.TAG_NOTE]

@@ -31,6 +31,7 @@ batch and `host_overhead` otherwise. Either way the parts add up to the step's r
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
@@ -40,7 +41,16 @@ from profiling.breakdown.events import CPU, MEMCPY, Ev
 from profiling.breakdown.hooks import phase_owner
 
 Key = tuple[str, str]  # (row, phase)
-COMM_MARKERS = ("c10d::", "gloo", "nccl", "allreduce", "all_reduce", "record_param_comms")
+# collectives and DDP's gradient-bucket machinery (`torch.distributed.ddp.reducer::...`)
+COMM_MARKERS = (
+    "c10d::",
+    "gloo",
+    "nccl",
+    "allreduce",
+    "all_reduce",
+    "record_param_comms",
+    "ddp.reducer",
+)
 _COMPUTE_PARTS = ("forward", "backward", "optimizer")
 _PART_OF_PHASE = {"forward": "forward", "backward": "backward", "optimizer": "optimizer"}
 
@@ -77,6 +87,7 @@ class _Tree:
     def __init__(self, events: Iterable[Ev]) -> None:
         self.ev: list[Ev] = [e for e in events if e.kind == CPU]
         self.parent: list[int] = [-1] * len(self.ev)
+        self.children: list[list[int]] = [[] for _ in self.ev]
         self.child_ns: list[int] = [0] * len(self.ev)
         by_thread: dict[int, list[int]] = defaultdict(list)
         for i, e in enumerate(self.ev):
@@ -91,6 +102,7 @@ class _Tree:
                 if stack:
                     p = stack[-1]
                     self.parent[i] = p
+                    self.children[p].append(i)
                     self.child_ns[p] += min(e.end_ns, self.ev[p].end_ns) - e.start_ns
                 stack.append(i)
         self.order = sorted(
@@ -99,6 +111,19 @@ class _Tree:
 
     def self_ns(self, i: int) -> int:
         return max(0, self.ev[i].duration_ns - self.child_ns[i])
+
+    def gaps(self, i: int) -> list[tuple[int, int]]:
+        """The parts of event i's interval that none of its children covers (its own time)."""
+        e = self.ev[i]
+        out, t = [], e.start_ns
+        for c in self.children[i]:  # in start order, not overlapping
+            a, b = self.ev[c].start_ns, min(self.ev[c].end_ns, e.end_ns)
+            if a > t:
+                out.append((t, a))
+            t = max(t, b)
+        if e.end_ns > t:
+            out.append((t, e.end_ns))
+        return out
 
     def ancestors(self, i: int):
         p = self.parent[i]
@@ -120,9 +145,12 @@ def _owners(tree: _Tree, owner_of_seq: Callable[[int], str | None], main_thread:
     for i in tree.order:  # parents before children
         e = tree.ev[i]
         own = _own(e, i, acc_owner, owner_of_seq, main_thread)
+        p = tree.parent[i]
+        context = owner[p] if p >= 0 else (names.UNATTRIBUTED, "other")
         if own is None:
-            p = tree.parent[i]
-            own = owner[p] if p >= 0 else (names.UNATTRIBUTED, "other")
+            own = context
+        elif own[1] == "":
+            own = (own[0], context[1])
         owner[i] = own
     return owner  # type: ignore[return-value]
 
@@ -141,6 +169,8 @@ def _own(e: Ev, i: int, acc_owner, owner_of_seq, main_thread) -> Key | None:
         return phase_owner(name[len(names.PHASE) :])
     if name.startswith(names.ZERO_GRAD_PREFIX):
         return names.ZERO_GRAD, "other"
+    if is_comm(name):
+        return names.COMM, ""  # the phase is the context's (see _owners)
     if name.startswith(names.STEP):
         return names.UNATTRIBUTED, "other"
     return None
@@ -206,16 +236,26 @@ def _count_calls(tree: _Tree, owner: list[Key], steps: set[int], out: Attributio
 
 
 def _host_times(tree: _Tree, owner: list[Key], steps: set[int], out: Attribution, n: int) -> None:
+    """Host clock: every event's own time to its owner; the end of a phase or step range after
+    its last child, while a collective runs on another thread (the main thread waits for it:
+    DDP's finalize_backward), to `communication`."""
+    main = tree.ev[next(iter(steps))].thread
+    comm = _merged((e.start_ns, e.end_ns) for e in tree.ev if e.thread != main and is_comm(e.name))
     self_ns: dict[Key, int] = defaultdict(int)
     parts_ns: dict[str, int] = defaultdict(int)
-    comm_top: set[int] = set()
+    comm_by_part: dict[str, int] = defaultdict(int)
     for i in tree.order:  # parents before children
         e = tree.ev[i]
-        s = _in_step(tree, i, steps)
-        if s < 0:
+        if _in_step(tree, i, steps) < 0:
             continue
-        self_ns[owner[i]] += tree.self_ns(i)
+        key, own = owner[i], tree.self_ns(i)
         name = e.name
+        if comm and (name.startswith(names.PHASE) or name.startswith(names.STEP)):
+            waited = _overlap(_trailing(tree, i), comm)
+            own -= waited
+            self_ns[(names.COMM, key[1])] += waited
+            comm_by_part[_part_of(tree, i)] += waited
+        self_ns[key] += own
         if name.startswith(names.PHASE):
             phase = name[len(names.PHASE) :]
             if phase in _PART_OF_PHASE:
@@ -224,24 +264,59 @@ def _host_times(tree: _Tree, owner: list[Key], steps: set[int], out: Attribution
                 parts_ns["data_wait"] += e.duration_ns
         elif name.startswith(names.ZERO_GRAD_PREFIX):
             parts_ns["optimizer"] += e.duration_ns
-        elif is_comm(name) and not any(a in comm_top for a in tree.ancestors(i)):
-            comm_top.add(i)
-            parts_ns["exposed_comm"] += e.duration_ns
-            enclosing = next(
-                (
-                    tree.ev[a].name[len(names.PHASE) :]
-                    for a in tree.ancestors(i)
-                    if tree.ev[a].name.startswith(names.PHASE)
-                ),
-                "",
-            )
-            part = _PART_OF_PHASE.get(enclosing, "data_wait" if enclosing == "data" else "")
-            if part:
-                parts_ns[part] -= e.duration_ns
+        elif key[0] == names.COMM and (
+            tree.parent[i] < 0 or owner[tree.parent[i]][0] != names.COMM
+        ):
+            comm_by_part[_part_of(tree, i)] += e.duration_ns  # a collective's own call
+    for part, ns in comm_by_part.items():
+        if part:
+            parts_ns[part] -= ns
+        parts_ns["exposed_comm"] += ns
     total = sum(tree.ev[s].duration_ns for s in steps)
     parts_ns["host_overhead"] = total - sum(parts_ns.values())
     out.self_s = {k: v / n / 1e9 for k, v in self_ns.items()}
     out.parts_s = {p: parts_ns.get(p, 0) / n / 1e9 for p in names.PARTS}
+
+
+def _trailing(tree: _Tree, i: int) -> list[tuple[int, int]]:
+    """The end of event i's interval after its last child: where a phase waits for what it
+    launched (DDP's finalize_backward waits there for the last buckets' all-reduce)."""
+    gaps = tree.gaps(i)
+    return gaps[-1:] if gaps and gaps[-1][1] == tree.ev[i].end_ns else []
+
+
+def _part_of(tree: _Tree, i: int) -> str:
+    """The part of the step event i lies in (its innermost phase range, i itself included);
+    '' outside every phase (host_overhead: the remainder)."""
+    for a in (i, *tree.ancestors(i)):
+        name = tree.ev[a].name
+        if name.startswith(names.PHASE):
+            phase = name[len(names.PHASE) :]
+            return _PART_OF_PHASE.get(phase, "data_wait" if phase == "data" else "")
+    return ""
+
+
+def _merged(spans) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        elif b > a:
+            out.append((a, b))
+    return out
+
+
+def _overlap(spans: list[tuple[int, int]], merged: list[tuple[int, int]]) -> int:
+    """Nanoseconds of `spans` (disjoint) inside the union `merged` (sorted, disjoint)."""
+    total = 0
+    for a, b in spans:
+        j = bisect.bisect_right(merged, (a, float("inf"))) - 1
+        j = max(j, 0)
+        while j < len(merged) and merged[j][0] < b:
+            lo, hi = max(a, merged[j][0]), min(b, merged[j][1])
+            total += max(0, hi - lo)
+            j += 1
+    return total
 
 
 def _device_times(

@@ -31,9 +31,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m profiling --breakdown",
         description="Where one training step's time goes: warmup, then --iters recorded steps under "
         "torch.profiler with one range per module; logs one MLflow `breakdown` run with a row per "
-        "module and phase (time, FLOPs, bytes, intensity, bound), the step's parts and a trace.",
+        "module and phase (time, FLOPs, bytes, intensity, bound), the step's parts and a trace. "
+        "Data parallel: torchrun --nproc-per-node N -m profiling --breakdown --distributed ddp ...",
     )
-    add_config_args(p, distributed=False)
+    add_config_args(p)
     p.set_defaults(iters=DEFAULT_STEPS)
     g = p.add_argument_group("breakdown")
     g.add_argument(
@@ -55,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _config(args: argparse.Namespace):
     from train.bench import preflight
     from train.config import config_from_args
+    from train.distributed.context import job_env
 
     if str(args.iters).strip().lower() == "auto":
         raise UsageError("--iters auto: a breakdown records a fixed number of steps (default 3)")
@@ -69,6 +71,14 @@ def _config(args: argparse.Namespace):
             "--compile: the breakdown times modules through forward hooks, which a compiled "
             "model does not run per module; drop --compile"
         )
+    world = job_env().world_size
+    if world > 1 and not cfg.is_distributed:
+        raise UsageError(
+            "this is one of several torchrun processes but no engine was given: add --distributed "
+            "ddp or --distributed deepspeed"
+        )
+    if cfg.is_distributed:
+        cfg.world_size = world
     device = preflight(cfg)
     return cfg, device
 
@@ -78,50 +88,117 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    from common.envinfo import environment_tags
-    from common.tracking import RunSession, dataset_input
-    from train.bench import run_header
-    from train.data import dataset_fields
-
     args = build_parser().parse_args(argv)
     cfg, device = _config(args)
-    params, tags = run_header(cfg, device)
-    session = RunSession(
+    if cfg.is_distributed:
+        return _distributed(cfg, device, args)
+    session = _session(cfg, device, args)
+    with console.quiet(args.no_progress), tempfile.TemporaryDirectory() as tmp, session:
+        _open(session, cfg, device, args)
+        rec = _record(cfg, device)
+        result = analyse(rec, cfg, args, session)
+        log_result(session, result, Path(tmp))
+    _say(result, session)
+    return 0
+
+
+def _session(cfg, device, args):
+    from common.envinfo import environment_tags
+    from common.tracking import RunSession
+
+    return RunSession(
         "breakdown",
         experiment=args.experiment,
         run_name=f"{cfg.run_name()}-{device.type}-breakdown",
         tags=environment_tags(str(device), cfg.env_label),
     )
-    with console.quiet(args.no_progress), tempfile.TemporaryDirectory() as tmp, session:
-        session.log_params({**params, "trace_steps": args.trace_steps})
-        session.set_tags(tags)
-        session.log_metrics(cfg.config_metrics())
-        fields = dataset_fields(cfg.data, cfg.image_size, cfg.num_classes, cfg.seed)
-        session.log_input(dataset_input(**fields, context="breakdown"))
-        session.flush()
-        result = measure(cfg, device, args, session)
-        log_result(session, result, Path(tmp))
+
+
+def _open(session, cfg, device, args) -> None:
+    """What the run holds before it measures: the train runs' params and tags, the data input."""
+    from common.tracking import dataset_input
+    from train.bench import run_header
+    from train.data import dataset_fields
+
+    params, tags = run_header(cfg, device)
+    session.log_params({**params, "trace_steps": args.trace_steps})
+    session.set_tags(tags)
+    session.log_metrics(cfg.config_metrics())
+    fields = dataset_fields(cfg.data, cfg.image_size, cfg.num_classes, cfg.seed)
+    session.log_input(dataset_input(**fields, context="breakdown"))
+    session.flush()
+
+
+def _say(result: dict, session) -> None:
     console.result(result["summary"])
     console.result(view_text(result["table"], result["tree"]))
     where = f"kept offline in {session.spool_path}" if session.offline else f"run {session.run_id}"
     console.result(f"breakdown {where}: layers.csv, breakdown.json, trace.json.gz, figures")
-    return 0
 
 
-def measure(cfg, device, args, session) -> dict:
-    """Record, attribute, count and place on the roofline: everything the run logs, as data."""
-    from profiling.breakdown.attribute import attribute
+def _record(cfg, device, **kw):
     from profiling.breakdown.record import record
-    from profiling.breakdown.roof import device_ceilings
-    from profiling.breakdown.table import ModuleTree, coverage, parts_metrics, rows
-    from profiling.breakdown.trace import bound_trace
 
     if device.type == "mps":
         console.warn(
             "on MPS the profiler sees host time only: module times are launch costs, and the "
             "device's work shows as the synchronisation at the end of each step (host_overhead)"
         )
-    rec = record(cfg, device, int(cfg.iters), on_progress=console.info)
+    return record(cfg, device, int(cfg.iters), on_progress=console.info, **kw)
+
+
+def _distributed(cfg, device, args) -> int:
+    """One rank of a torchrun job: every rank records the same steps of the engine-wrapped step;
+    rank 0 alone logs the run (its own rank's breakdown), and ends it FAILED naming the rank when
+    any rank fails (train.distributed.failures)."""
+    import os
+
+    from train.__main__ import ender
+    from train.distributed import context, engines
+    from train.distributed.failures import Guard
+
+    env = context.job_env()
+    if env.rank != 0:
+        os.environ.pop("MLFLOW_RUN_ID", None)  # only rank 0 touches the tracking store
+    with console.quiet(env.rank != 0 or args.no_progress):
+        ctx = context.start(cfg, device, env)
+        try:
+            with Guard(ctx) as guard:
+
+                def rec():
+                    return _record(
+                        cfg,
+                        ctx.device,
+                        wrap=lambda prep: engines.wrap(prep, cfg, ctx),
+                        barrier=ctx.barrier,
+                    )
+
+                if ctx.rank != 0:
+                    guard.blamed(rec)
+                    return 0
+                session = _session(cfg, ctx.device, args)
+                with tempfile.TemporaryDirectory() as tmp, guard.hold(ender(session)), session:
+                    _open(session, cfg, ctx.device, args)
+                    session.log_params({"nodes": ctx.nodes})
+                    with guard.released():
+                        recording = guard.blamed(rec)
+                    result = analyse(
+                        recording, cfg, args, session, rank=f"rank 0 of {ctx.world_size}"
+                    )
+                    log_result(session, result, Path(tmp))
+        finally:
+            ctx.close()
+    _say(result, session)
+    return 0
+
+
+def analyse(rec, cfg, args, session, rank: str = "") -> dict:
+    """Attribute, place on the roofline and describe a recording: everything the run logs."""
+    from profiling.breakdown.attribute import attribute
+    from profiling.breakdown.roof import device_ceilings
+    from profiling.breakdown.table import ModuleTree, coverage, parts_metrics, rows
+    from profiling.breakdown.trace import bound_trace
+
     att = attribute(rec.events, rec.tracker.owner_of_seq, rec.time_source)
     problem = rec.counts.check()
     if problem:
@@ -137,7 +214,7 @@ def measure(cfg, device, args, session) -> dict:
     tree = ModuleTree(rec.tracker.root, list(rec.tracker.paths), rec.tracker.leaves)
     step_s = rec.step_mean_s
     table = rows(tree, att, rec.counts.flops, rec.counts.bytes, step_s, ceilings)
-    about = f"breakdown of {cfg.config_label()} on {device_name}"
+    about = f"breakdown of {cfg.config_label()} on {device_name}" + (f" ({rank})" if rank else "")
     trace_gz, trace_facts = bound_trace(
         rec.trace_json, args.trace_steps, rec.tracker.owner_of_seq, about
     )
@@ -167,13 +244,15 @@ def measure(cfg, device, args, session) -> dict:
         "ceilings": ceilings,
         "metrics": metrics,
         "trace_gz": trace_gz,
-        "summary": summary_line(cfg, device_name, table, tree, metrics, ceilings),
+        "summary": summary_line(
+            cfg, device_name + (f" ({rank})" if rank else ""), table, tree, metrics
+        ),
         "about": about,
         "counts_check": problem,
     }
 
 
-def summary_line(cfg, device_name, table, tree, metrics, ceilings) -> str:
+def summary_line(cfg, device_name, table, tree, metrics) -> str:
     """`<config> on <device>: <ms>/step (mean of K); <top 3 modules with bound>`."""
     from profiling.breakdown.table import row_phrase, top_rows
 

@@ -21,9 +21,10 @@ LOSS = "loss"  # the loss function: forward ops outside the model, and their bac
 OPTIMIZER = "optimizer"  # the optimizer step
 ZERO_GRAD = "zero_grad"
 DATA = "data"  # fetching the next batch (DataLoader wait and host-to-device copies)
+COMM = "communication"  # collectives (DDP, DeepSpeed), their waits, DDP's bucket copies: exposed
 UNATTRIBUTED = "unattributed"  # what no module or named part owns
 IDLE = "device idle"  # CUDA: the device had nothing to run (host overhead, waits)
-SPECIAL_ROWS = (LOSS, OPTIMIZER, ZERO_GRAD, DATA, UNATTRIBUTED, IDLE)
+SPECIAL_ROWS = (LOSS, OPTIMIZER, ZERO_GRAD, DATA, COMM, UNATTRIBUTED, IDLE)
 
 # the phase column of a row
 PHASES = ("forward", "backward", "optimizer", "data", "other")

@@ -53,10 +53,16 @@ def record(
     *,
     nvtx: bool = False,
     on_progress: Callable[[str], None] | None = None,
+    wrap: Callable[[object], object] | None = None,
+    barrier: Callable[[], None] | None = None,
 ) -> Recording:
     """Prepare `cfg` on `device`, count FLOPs and bytes per row, warm up (`cfg.warmup_iters`), and
     record `steps` steps under torch.profiler. Raises BenchError on failures of the model (out of
-    memory says so). `on_progress(text)` is told what is happening (the CLI prints it)."""
+    memory says so). `on_progress(text)` is told what is happening (the CLI prints it).
+
+    A rank of a data-parallel job passes `wrap(prep)`, which puts the engine around the prepared
+    model after counting (train.distributed.engines.wrap: the counts are the work of one process,
+    as a distributed train run's), and `barrier()`, which every rank passes before recording."""
     from torch.profiler import ProfilerActivity, profile
 
     from train import device as dev
@@ -71,6 +77,8 @@ def record(
         t0 = time.perf_counter()
         counts = count_rows(prep, tracker)
         count_s = time.perf_counter() - t0
+        if wrap is not None:
+            wrap(prep)  # DDP keeps the model; DeepSpeed replaces prep.parts
         prep.parts.mark = tracker.mark
 
         def one_step(index: int) -> float:
@@ -89,6 +97,8 @@ def record(
             one_step(-1 - i)
         warmup_s = time.perf_counter() - t0
         tracker.clear()  # the recorded steps' nodes are all made after this
+        if barrier is not None:
+            barrier()  # every rank records the same steps together
         activities = [ProfilerActivity.CPU]
         if device.type == "cuda":
             activities.append(ProfilerActivity.CUDA)

@@ -45,7 +45,7 @@ COLUMNS = (
     "time_source",
 )
 VIEW_LEAVES = 10  # the default view's leaf modules that take the most time
-CONTAINER_SHARE = 0.5  # a top-level child holding more of the model's time is shown by its children
+CONTAINER_SHARE = 0.5  # a top-level child holding more of the leaf modules is shown by its children
 _PHASE_ORDER = {p: i for i, p in enumerate(names.PHASES)}
 
 
@@ -202,16 +202,19 @@ def _time_of(table: list[dict]) -> dict[str, float]:
 
 
 def view_top(table: list[dict], tree: ModuleTree) -> list[str]:
-    """The default view's top level: the model's children, each child holding more than half of
-    the model's time replaced by its own children (MobileNetV2's `features`)."""
+    """The default view's top level: the model's children, each child that holds more than half
+    of the model's leaf modules replaced by its own children (MobileNetV2's and VGG's `features`;
+    ResNet's layer1-4 hold a quarter each and stay whole). A structural rule: the same modules
+    at every batch size and on every device."""
     time_of = _time_of(table)
-    model_s = time_of.get(tree.root, 0.0)
+    n_leaves = len(tree.leaves)
     top: list[str] = []
     for child in tree.children(tree.root):
         if child not in time_of:
             continue
         grand = [g for g in tree.children(child) if g in time_of]
-        if grand and model_s > 0 and time_of[child] > CONTAINER_SHARE * model_s:
+        held = sum(1 for leaf in tree.leaves if names.is_inside(leaf, child, tree.root))
+        if grand and held > CONTAINER_SHARE * n_leaves:
             top.extend(grand)
         else:
             top.append(child)
