@@ -27,6 +27,8 @@ from common import console, schema
 from common.cli import ArgumentParser, cli_entry, optional
 from common.errors import UsageError
 from common.tracking import RunSession, dataset_input
+from profiling.breakdown.cli import log_ncu_layers
+from profiling.breakdown.ncu import has_module_ranges
 from profiling.capture import DEFAULT_OUT, capture, dry_run
 from profiling.chips.devices import parse_capability
 from profiling.gpu import GpuInfo, cuda_probe
@@ -112,6 +114,12 @@ def build_parser() -> argparse.ArgumentParser:
         "instructions on Volta), ops, inst (warns on sm_75-89, refused on sm_90+), none",
     )
     g.add_argument("--ncu", default="ncu", help="ncu executable (default: ncu on PATH)")
+    g.add_argument(
+        "--nvtx-modules",
+        action="store_true",
+        help="capture: one NVTX range per module call, and emit_nvtx's sequence numbers, so the "
+        "run also logs layers.csv with measured FLOPs and DRAM bytes per module (docs/breakdown.md)",
+    )
     g.add_argument("--out", default=str(DEFAULT_OUT), help="folder for the ncu CSV log")
     g.add_argument(
         "--import",
@@ -290,6 +298,8 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo]) -> int:
         )
         if "time_s" not in summary.measured:
             console.note("no gpu__time_duration.sum in the input: ncu_kernel_time_s not logged")
+        if has_module_ranges(report.kernels):  # --nvtx-modules: the breakdown's rows, measured
+            log_ncu_layers(session, report, summary, config, device_name)
     console.result(_summary_line(f"profile run {session.run_id}", summary, device_name))
     return 0
 

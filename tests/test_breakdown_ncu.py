@@ -152,38 +152,115 @@ def kernel(i, push_pop, phase="forward") -> NcuKernel:
     )
 
 
-def test_backward_kernels_follow_their_nodes_stashed_sequence_number():
-    """emit_nvtx names forward ops `<op>, seq = n` and backward nodes `<Node>, stashed seq = n`."""
+def test_backward_kernels_follow_their_nodes_sequence_number():
+    """emit_nvtx names forward ops `<op>, seq = n` and backward nodes `<Node>, seq = n` (torch
+    2.14; its docs write `stashed seq=n`: both forms are read)."""
+    conv = ["module: net", "module: conv", "aten::conv2d, seq = 10", "aten::convolution, seq = 10"]
     ks = [
-        kernel(
-            0,
-            [
-                "module: net",
-                "module: conv",
-                "aten::conv2d, seq = 10",
-                "aten::convolution, seq = 10",
-            ],
-        ),
+        kernel(0, conv),
         kernel(1, ["module: net", "module: fc", "aten::linear, seq = 12", "aten::addmm, seq = 13"]),
-        kernel(
-            2, ["ConvolutionBackward0, stashed seq = 10", "aten::convolution_backward"], "backward"
-        ),
-        kernel(3, ["AddmmBackward0, stashed seq = 13"], "backward"),
-        kernel(4, ["TBackward0, stashed seq = 12"], "backward"),
-        kernel(
-            5, ["ViewBackward0, stashed seq = 11"], "backward"
-        ),  # a view: no kernel of its own in forward
-        kernel(6, ["NllLossBackward0, stashed seq = 5"], "backward"),  # before any module's op
+        kernel(2, ["aten::cross_entropy_loss, seq = 14", "aten::nll_loss_nd, seq = 15"], "loss"),
+        kernel(3, ["ConvolutionBackward0, seq = 10", "aten::convolution_backward"], "backward"),
+        kernel(4, ["AddmmBackward0, stashed seq=13"], "backward"),
+        kernel(5, ["ViewBackward0, seq = 11"], "backward"),  # a view made no kernel in forward
+        kernel(6, ["NllLossBackward0, seq = 15"], "backward"),
+        kernel(7, ["CopyBackwards, seq = 3"], "backward"),  # before anything the capture saw
+        kernel(8, ["aten::add_"], "optimizer"),
     ]
     seqs = seq_map(ks)
-    assert seqs == {10: "conv", 12: "fc", 13: "fc"}
+    assert seqs == {10: "conv", 12: "fc", 13: "fc", 14: "loss", 15: "loss"}
     owners = [kernel_owner(k, seqs, sorted(seqs)) for k in ks]
     assert owners == [
         ("conv", "forward"),
         ("fc", "forward"),
+        ("loss", "forward"),
         ("conv", "backward"),
         ("fc", "backward"),
-        ("fc", "backward"),
-        ("conv", "backward"),  # nearest lower sequence number seen in a module: 10
+        ("conv", "backward"),  # the nearest lower number seen: 10
+        ("loss", "backward"),
         ("unattributed", "backward"),
+        ("optimizer", "optimizer"),
+    ]
+
+
+def test_import_of_the_standin_logs_layers_and_figures(tracking, ncu_dir, tmp_path):
+    import mlflow
+    import pandas as pd
+
+    from profiling.cli import main
+
+    path = tmp_path / "standin.csv"
+    build_standin(ncu_dir / L4_CSV, path)
+    argv = ["--model", "resnet18", "--batch", "64", "--image-size", "32", "--env-label", "lab"]
+    assert main([*argv, "--import", str(path), "--device-name", "NVIDIA L4"]) == 0
+    (run,) = mlflow.search_runs(experiment_ids=["0"], output_format="list")
+    assert run.data.tags["run_kind"] == "profile"
+    # modules with kernels of their own: the stem's 4, 6 per block (conv1, bn1, relu, conv2, bn2,
+    # the block's add) x 8 blocks, 2 per downsample x 3, avgpool and fc: 4 + 48 + 6 + 2
+    assert run.data.tags["breakdown_modules"] == "60 module rows from 98 kernels"
+    assert run.data.tags["breakdown_roof"].startswith("vendor: ")
+    client = mlflow.tracking.MlflowClient()
+    art = tmp_path / "art"
+    client.download_artifacts(run.info.run_id, "", str(art))
+    layers = pd.read_csv(art / "layers.csv")
+    conv1 = layers[(layers.module == "conv1") & (layers.phase == "forward")].iloc[0]
+    assert conv1.bytes_source == "measured" and conv1.bound in ("compute-bound", "memory-bound")
+    for png in ("layer_roofline.png", "kernel_roofline.png"):
+        assert (art / png).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_capture_with_nvtx_modules_runs_the_breakdown_program(capsys):
+    from profiling.cli import main
+
+    argv = ["--model", "resnet18", "--batch", "64", "--device-name", "NVIDIA L4", "--dry-run"]
+    assert main([*argv, "--nvtx-modules"]) == 0
+    command = capsys.readouterr().out.splitlines()[0]
+    assert " -m profiling.breakdown.nvtx_steps --model resnet18 " in command
+    assert command.endswith("--profile-steps 1")
+
+
+def test_nvtx_steps_push_module_ranges_and_emit_nvtx_around_the_marked_steps(monkeypatch):
+    """profile_steps on the CPU with the program's hooks; NVTX and emit_nvtx recorded, not run."""
+    import contextlib
+
+    import torch
+
+    from profiling.breakdown import nvtx_steps
+    from train.bench import profile_steps
+    from train.config import TrainConfig
+
+    log: list[str] = []
+    monkeypatch.setattr(torch.cuda.nvtx, "range_push", lambda name: log.append(f"push {name}"))
+    monkeypatch.setattr(torch.cuda.nvtx, "range_pop", lambda: log.append("pop"))
+
+    @contextlib.contextmanager
+    def emit_nvtx(record_shapes=False):
+        log.append("emit_nvtx on")
+        yield
+        log.append("emit_nvtx off")
+
+    monkeypatch.setattr(torch.autograd.profiler, "emit_nvtx", emit_nvtx)
+    cfg = TrainConfig(model="resnet18", batch_size=2, image_size=32, device="cpu", warmup_iters=1)
+    wrap, start, stop = nvtx_steps.hooks(
+        cfg, lambda: log.append("start"), lambda: log.append("stop")
+    )
+    profile_steps(
+        cfg,
+        torch.device("cpu"),
+        1,
+        profiler_start=start,
+        profiler_stop=stop,
+        mark=lambda _name: contextlib.nullcontext(),
+        wrap=wrap,
+    )
+    marked = log[log.index("start") : log.index("stop") + 1]
+    assert log.index("emit_nvtx on") < log.index("start") and log[-1] == "emit_nvtx off"
+    assert marked[1] == "push module: resnet18" and "push module: layer4.1.conv2" in marked
+    assert marked.count("pop") == sum(1 for x in marked if x.startswith("push"))
+    assert nvtx_steps.program(["py", "-m", "train", "--batch", "2"]) == [
+        "py",
+        "-m",
+        "profiling.breakdown.nvtx_steps",
+        "--batch",
+        "2",
     ]

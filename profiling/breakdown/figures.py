@@ -45,8 +45,11 @@ def _ok(x) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x) and x > 0
 
 
-def layer_roofline(table: list[dict], ceilings: Ceilings, title: str, time_what: str) -> bytes:
-    """See the module docstring. `time_what` says which clock the times are (host, kernels)."""
+def layer_roofline(
+    table: list[dict], ceilings: Ceilings, title: str, time_what: str, unit: str = "modules"
+) -> bytes:
+    """See the module docstring. `time_what` says which clock the times are (host, kernels);
+    `unit` what a point is (modules, kernels)."""
     from matplotlib.figure import Figure
 
     pts = [
@@ -82,7 +85,7 @@ def layer_roofline(table: list[dict], ceilings: Ceilings, title: str, time_what:
             alpha=0.55,
             edgecolors="k",
             linewidths=0.4,
-            label=f"{phase} ({len(mine)} modules)",
+            label=f"{phase} ({len(mine)} {unit})",
         )
     key_lines = []
     for i, r in enumerate(sorted(pts, key=lambda r: -r["time_s"])[:LABELS], 1):

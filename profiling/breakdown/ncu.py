@@ -3,13 +3,15 @@
 Profile mode with `--nvtx-modules` (train.bench.profile_steps) pushes one NVTX range per module
 call, named as the breakdown's profiler ranges (`module: layer4.1.conv2`), on the thread that runs
 forward, and wraps the steps in torch.autograd.profiler.emit_nvtx, which names every op's range
-`<op>, seq = <n>` in forward and every backward node's `<Node>, stashed seq = <n>`. Each kernel
+`<op>, seq = <n>` and every backward node's with the number of the forward op that made it. Each kernel
 row of such a capture is attributed to a module:
 
 * forward: the innermost `module: ...` range open on the launching thread;
-* backward (autograd's thread, where no module range is open): the node's `stashed seq = n`,
-  whose forward op `<op>, seq = n` ran inside a module range in the same capture; when that op
-  launched no kernel of its own (a view), the nearest lower sequence number seen in a module;
+* backward (autograd's thread, where no module range is open): the sequence number of the
+  node's range, the outermost on that thread (torch 2.14 writes `<Node>, seq = n`; its docs say
+  `stashed seq=n`: both are read), matched to the forward op `<op>, seq = n` that ran inside a
+  module range (or outside the model in forward: the loss) in the same capture; when that op
+  launched no kernel of its own (a view), the nearest lower sequence number seen;
 * otherwise by the kernel's phase (profiling.ncu_nvtx.kernel_phase): the loss, the optimizer, or
   `unattributed`.
 
@@ -31,8 +33,8 @@ from profiling.breakdown.attribute import Attribution, Key
 from profiling.breakdown.roof import Ceilings
 from profiling.breakdown.table import ModuleTree, rows
 
-_SEQ = re.compile(r"(?<!stashed )\bseq\s*=\s*(\d+)")
-_STASHED = re.compile(r"stashed seq\s*=\s*(\d+)")
+_SEQ = re.compile(r"\bseq\s*=\s*(\d+)")  # `<op>, seq = n`; torch's docs also write `stashed seq=n`
+_FORWARD_PHASES = ("forward", "loss")
 _PHASE_ROW = {
     "forward": (names.LOSS, "forward"),
     "loss": (names.LOSS, "forward"),
@@ -55,16 +57,17 @@ def _innermost_module(ranges: tuple[str, ...]) -> str | None:
 
 
 def seq_map(kernels) -> dict[int, str]:
-    """Forward sequence number -> the module whose range was innermost around the op."""
+    """Forward sequence number -> the module whose range was innermost around the op (the loss
+    for forward ops outside the model)."""
     out: dict[int, str] = {}
     for k in kernels:
+        if k.phase not in _FORWARD_PHASES and _innermost_module(k.nvtx_push_pop) is None:
+            continue
         stack = k.nvtx_push_pop
         for i, r in enumerate(stack):
             m = _SEQ.search(r)
-            if m:
-                module = _innermost_module(stack[:i])
-                if module is not None:
-                    out[int(m.group(1))] = module
+            if m and not r.startswith(names.MODULE):
+                out[int(m.group(1))] = _innermost_module(stack[:i]) or names.LOSS
     return out
 
 
@@ -73,14 +76,15 @@ def kernel_owner(k, seqs: dict[int, str], ordered: list[int]) -> Key:
     module = _innermost_module(k.nvtx_push_pop)
     if module is not None:
         return module, "forward"
-    for r in reversed(k.nvtx_push_pop):
-        m = _STASHED.search(r)
-        if m:
-            n = int(m.group(1))
-            if n in seqs:
-                return seqs[n], "backward"
-            i = bisect.bisect_right(ordered, n) - 1
-            return (seqs[ordered[i]] if i >= 0 else names.UNATTRIBUTED), "backward"
+    if k.phase == "backward":
+        for r in k.nvtx_push_pop:  # the node's range is the outermost on autograd's thread
+            m = _SEQ.search(r)
+            if m:
+                n = int(m.group(1))
+                if n in seqs:
+                    return seqs[n], "backward"
+                i = bisect.bisect_right(ordered, n) - 1
+                return (seqs[ordered[i]] if i >= 0 else names.UNATTRIBUTED), "backward"
     return _PHASE_ROW.get(k.phase or "", (names.UNATTRIBUTED, "other"))
 
 
