@@ -21,23 +21,13 @@ from typing import NamedTuple
 import pandas as pd
 
 from analysis.markdown import Table
+from common import schema
 from common.fmt import num, pct
 from profiling.breakdown.names import PARTS
 
-# fields a comparison pairs runs on (two runs that differ in exactly one of them, and agree on the rest)
-CONFIG_FIELDS = (
-    "model",
-    "batch_size",
-    "precision",
-    "image_size",
-    "channels_last",
-    "compile",
-    "optimizer",
-    "num_classes",
-    "world_size",
-    "distributed",
-    "zero_stage",
-)
+# fields a comparison pairs runs on (two runs that differ in exactly one of them, and agree on the
+# rest): the fields config_key hashes, the data-parallel ones included (absent: one process)
+CONFIG_FIELDS = schema.CONFIG_KEY_FIELDS + schema.DISTRIBUTED_KEY_FIELDS
 PART_SHORT = {
     "data_wait": "data",
     "h2d_copy": "H2D",
@@ -77,8 +67,8 @@ def _value(params: dict, name: str):
     v = params.get(name)
     if name == "world_size":
         return int(float(v)) if _finite_nonneg(v) else 1
-    if name in ("distributed",):
-        return str(v or "none").lower()
+    if name == "distributed":
+        return str(v or schema.NOT_DISTRIBUTED).lower()
     if name == "zero_stage":
         return int(float(v)) if _finite_nonneg(v) else 0
     if name in ("batch_size", "image_size", "num_classes"):
