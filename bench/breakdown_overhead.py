@@ -163,6 +163,38 @@ def resnet50_wall_s(extra: list[str]) -> tuple[float, int]:
         return time.perf_counter() - t0, done.returncode
 
 
+def report(o: dict[str, float], c: dict[str, float]) -> None:
+    """One model's figures, each next to its goal."""
+    rows = [
+        (
+            "overhead, thread CPU",
+            f"{o['cpu_ratio'] - 1:+.1%} (A/A control {o['cpu_aa'] - 1:+.1%})",
+            GOALS["overhead_thread_cpu"],
+        ),
+        (
+            "overhead, wall",
+            f"{o['wall_ratio'] - 1:+.1%} (A/A control {o['wall_aa'] - 1:+.1%})",
+            "(for reference)",
+        ),
+        ("step attributed (named rows)", f"{c['attributed']:.1%}", GOALS["attributed"]),
+        (
+            "step in modules (fwd + bwd)",
+            f"{c['to_modules']:.1%} (optimizer row {c['optimizer']:.1%})",
+            GOALS["to_modules"],
+        ),
+        ("rows' FLOPs / training FLOPs", f"{c['flops_ratio']:.6f}", GOALS["flops"]),
+        ("parts' sum / breakdown_step_s", f"{c['parts_ratio']:.4f}", GOALS["parts"]),
+        (
+            "trace per step",
+            f"{c['trace_mb']:.2f} MB ({c['trace_gz_mb']:.3f} MB gzipped)",
+            GOALS["trace"],
+        ),
+        ("step / breakdown wall", f"{c['step_s'] * 1e3:.0f} ms / {c['wall_s']:.0f} s", ""),
+    ]
+    for what, got, goal in rows:
+        print(f"  {what:<32} {got:<40} goal {goal}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         prog="python -m bench.breakdown_overhead",
@@ -195,39 +227,10 @@ def main() -> None:
             iters=args.steps,
             env_label="bench",
         )
-        o = paired_overhead(cfg, args.pairs)
-        c = coverage(cfg, args.steps)
         print(
             f"\n{model} b{args.batch} {args.image_size}px CPU ({args.pairs} pairs, {args.steps} recorded steps)"
         )
-        rows = [
-            (
-                "overhead, thread CPU",
-                f"{o['cpu_ratio'] - 1:+.1%} (A/A control {o['cpu_aa'] - 1:+.1%})",
-                GOALS["overhead_thread_cpu"],
-            ),
-            (
-                "overhead, wall",
-                f"{o['wall_ratio'] - 1:+.1%} (A/A control {o['wall_aa'] - 1:+.1%})",
-                "(for reference)",
-            ),
-            ("step attributed (named rows)", f"{c['attributed']:.1%}", GOALS["attributed"]),
-            (
-                "step in modules (fwd + bwd)",
-                f"{c['to_modules']:.1%} (optimizer row {c['optimizer']:.1%})",
-                GOALS["to_modules"],
-            ),
-            ("rows' FLOPs / training FLOPs", f"{c['flops_ratio']:.6f}", GOALS["flops"]),
-            ("parts' sum / breakdown_step_s", f"{c['parts_ratio']:.4f}", GOALS["parts"]),
-            (
-                "trace per step",
-                f"{c['trace_mb']:.2f} MB ({c['trace_gz_mb']:.3f} MB gzipped)",
-                GOALS["trace"],
-            ),
-            ("step / breakdown wall", f"{c['step_s'] * 1e3:.0f} ms / {c['wall_s']:.0f} s", ""),
-        ]
-        for what, got, goal in rows:
-            print(f"  {what:<32} {got:<40} goal {goal}")
+        report(paired_overhead(cfg, args.pairs), coverage(cfg, args.steps))
     if args.resnet50:
         wall, rc = resnet50_wall_s(args.resnet50_flags.split())
         print(

@@ -46,32 +46,42 @@ def _ok(x) -> bool:
 
 
 def layer_roofline(
-    table: list[dict], ceilings: Ceilings, title: str, time_what: str, unit: str = "modules"
+    table: list[dict],
+    ceilings: Ceilings,
+    title: str,
+    time_what: str,
+    unit: str = "modules",
+    bytes_what: str = "modeled byte",
 ) -> bytes:
     """See the module docstring. `time_what` says which clock the times are (host, kernels);
-    `unit` what a point is (modules, kernels)."""
+    `unit` what a point is (modules, kernels); `bytes_what` the bytes (modeled, DRAM measured)."""
     from matplotlib.figure import Figure
 
-    pts = [
-        r
-        for r in table
-        if r["kind"] == "module"
-        and r["leaf"]
-        and _ok(r["flops"])
-        and _ok(r["time_s"])
-        and _ok(r["intensity_flops_per_byte"])
-    ]
-    flat = sorted(
-        (
-            r
-            for r in table
-            if r["kind"] == "module" and r["leaf"] and not _ok(r["flops"]) and _ok(r["time_s"])
-        ),
-        key=lambda r: -r["time_s"],
-    )
+    leaves = [r for r in table if r["kind"] == "module" and r["leaf"] and _ok(r["time_s"])]
+    pts = [r for r in leaves if _ok(r["flops"]) and _ok(r["intensity_flops_per_byte"])]
+    flat = sorted((r for r in leaves if not _ok(r["flops"])), key=lambda r: -r["time_s"])
     fig = Figure(figsize=(10.0, 5.6), dpi=100)
     fig.subplots_adjust(left=0.09, right=0.74, top=0.87, bottom=0.2)
     ax = fig.add_subplot()
+    _scatter(ax, pts, unit)
+    _number(fig, ax, pts)
+    sub = _axes(ax, pts, ceilings)
+    ax.set_xlabel(f"arithmetic intensity (counted FLOP / {bytes_what})", fontsize=9)
+    ax.set_ylabel(f"achieved FLOP/s ({time_what})", fontsize=9)
+    ax.legend(fontsize=7, loc="lower right", markerscale=0.5)
+    fig.suptitle(title, fontsize=10)
+    ax.set_title(_wrap(f"point area: time; {sub}", 110), fontsize=8)
+    if flat:
+        _not_drawn(fig, flat)
+    return _png(fig)
+
+
+def _phase(r: dict) -> str:
+    return _SHORT.get(r["phase"], r["phase"])
+
+
+def _scatter(ax, pts: list[dict], unit: str) -> None:
+    """The points, one colour per phase, the area of each proportional to its time."""
     biggest = max((r["time_s"] for r in pts), default=1.0)
     for phase, color in PHASE_COLORS.items():
         mine = [r for r in pts if r["phase"] == phase]
@@ -87,6 +97,10 @@ def layer_roofline(
             linewidths=0.4,
             label=f"{phase} ({len(mine)} {unit})",
         )
+
+
+def _number(fig, ax, pts: list[dict]) -> None:
+    """Numbers on the LABELS biggest points, and a key naming them beside the axes."""
     key_lines = []
     for i, r in enumerate(sorted(pts, key=lambda r: -r["time_s"])[:LABELS], 1):
         ax.annotate(
@@ -97,9 +111,14 @@ def layer_roofline(
             ha="center",
             va="center",
         )
-        key_lines.append(f"{i:>2}  {r['module']} {_SHORT[r['phase']]} {fmt.pct(r['share'])}")
+        key_lines.append(f"{i:>2}  {r['module']} {_phase(r)} {fmt.pct(r['share'])}")
     if key_lines:
         fig.text(0.755, 0.85, "\n".join(key_lines), fontsize=7, va="top", family="monospace")
+
+
+def _axes(ax, pts: list[dict], ceilings: Ceilings) -> str:
+    """Log axes spanning the points and the ridge; the ceilings when known. Returns what the
+    subtitle says about them."""
     xs = [r["intensity_flops_per_byte"] for r in pts] or [1.0]
     ys = [r["achieved_flops_per_s"] for r in pts] or [1.0]
     x_lo, x_hi = min(xs) / 4, max(xs) * 4
@@ -115,31 +134,27 @@ def layer_roofline(
     ax.set_yscale("log")
     ax.set_xlim(x_lo, x_hi)
     ax.set_ylim(min(ys) / 5, top * 3)
-    ax.set_xlabel("arithmetic intensity (counted FLOP / modeled byte)", fontsize=9)
-    ax.set_ylabel(f"achieved FLOP/s ({time_what})", fontsize=9)
     ax.tick_params(labelsize=8)
     ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right", markerscale=0.5)
-    fig.suptitle(title, fontsize=10)
-    ax.set_title(_wrap(f"point area: time; {sub}", 110), fontsize=8)
-    if flat:
-        listed = ", ".join(
-            f"{r['module']} {_SHORT[r['phase']]} {fmt.pct(r['share'])}" for r in flat[:8]
-        )
-        more = f" and {len(flat) - 8} more" if len(flat) > 8 else ""
-        share = sum(r["share"] for r in flat if math.isfinite(r["share"]))
-        fig.text(
-            0.01,
-            0.02,
-            _wrap(
-                f"Not drawn, no counted FLOPs (elementwise work; {fmt.pct(share)} of the step): "
-                f"{listed}{more}",
-                150,
-            ),
-            fontsize=7,
-            va="bottom",
-        )
-    return _png(fig)
+    return sub
+
+
+def _not_drawn(fig, flat: list[dict]) -> None:
+    """The note listing the modules without counted FLOPs, with their shares of the step."""
+    listed = ", ".join(f"{r['module']} {_phase(r)} {fmt.pct(r['share'])}" for r in flat[:8])
+    more = f" and {len(flat) - 8} more" if len(flat) > 8 else ""
+    share = sum(r["share"] for r in flat if math.isfinite(r["share"]))
+    fig.text(
+        0.01,
+        0.02,
+        _wrap(
+            f"Not drawn, no counted FLOPs (elementwise work; {fmt.pct(share)} of the step): "
+            f"{listed}{more}",
+            150,
+        ),
+        fontsize=7,
+        va="bottom",
+    )
 
 
 def _draw_ceilings(ax, c: Ceilings, x_lo: float, x_hi: float) -> None:

@@ -51,7 +51,6 @@ def record(
     device,
     steps: int = 3,
     *,
-    nvtx: bool = False,
     on_progress: Callable[[str], None] | None = None,
     wrap: Callable[[object], object] | None = None,
     barrier: Callable[[], None] | None = None,
@@ -63,16 +62,12 @@ def record(
     A rank of a data-parallel job passes `wrap(prep)`, which puts the engine around the prepared
     model after counting (train.distributed.engines.wrap: the counts are the work of one process,
     as a distributed train run's), and `barrier()`, which every rank passes before recording."""
-    from torch.profiler import ProfilerActivity, profile
-
-    from train import device as dev
     from train.bench import prepare, runtime_errors
-    from train.step import train_step
 
     say = on_progress or (lambda _text: None)
     with runtime_errors(cfg, device):
         prep = prepare(cfg, device)
-        tracker = Tracker(prep.model, cfg.model, nvtx=nvtx).attach()
+        tracker = Tracker(prep.model, cfg.model).attach()
         say(f"counting FLOPs and bytes per module ({cfg.model} b{cfg.batch_size})")
         t0 = time.perf_counter()
         counts = count_rows(prep, tracker)
@@ -80,17 +75,7 @@ def record(
         if wrap is not None:
             wrap(prep)  # DDP keeps the model; DeepSpeed replaces prep.parts
         prep.parts.mark = tracker.mark
-
-        def one_step(index: int) -> float:
-            dev.synchronize(device)
-            start = time.perf_counter()
-            with tracker.span(names.step_range(index)):
-                with tracker.mark("data"):
-                    inputs, targets = prep.source.next()
-                train_step(prep.parts, inputs, targets)
-                dev.synchronize(device)
-            return time.perf_counter() - start
-
+        one_step = _stepper(prep, tracker, device)
         say(f"warming up: {cfg.warmup_iters} step(s)")
         t0 = time.perf_counter()
         for i in range(cfg.warmup_iters):
@@ -99,30 +84,54 @@ def record(
         tracker.clear()  # the recorded steps' nodes are all made after this
         if barrier is not None:
             barrier()  # every rank records the same steps together
-        activities = [ProfilerActivity.CPU]
-        if device.type == "cuda":
-            activities.append(ProfilerActivity.CUDA)
         say(f"recording {steps} step(s) under torch.profiler")
         t0 = time.perf_counter()
-        walls = []
-        with profile(activities=activities, record_shapes=True, with_stack=False) as prof:
-            for i in range(steps):
-                walls.append(one_step(i))
+        walls, prof = _profiled(one_step, steps, device)
         record_s = time.perf_counter() - t0
         tracker.detach()
-    events = from_kineto(prof.profiler.kineto_results)
-    trace_json = _chrome_trace(prof)
     return Recording(
-        events=events,
+        events=from_kineto(prof.profiler.kineto_results),
         step_wall_s=walls,
         counts=counts,
         tracker=tracker,
         time_source="device" if device.type == "cuda" else "host",
-        trace_json=trace_json,
+        trace_json=_chrome_trace(prof),
         warmup_s=warmup_s,
         count_s=count_s,
         record_s=record_s,
     )
+
+
+def _stepper(prep, tracker: Tracker, device) -> Callable[[int], float]:
+    """`one_step(i)`: fetch a batch and run the one train_step inside a `step: i` range, ended by
+    a device synchronisation; returns its seconds between two synchronised clock reads."""
+    from train import device as dev
+    from train.step import train_step
+
+    def one_step(index: int) -> float:
+        dev.synchronize(device)
+        start = time.perf_counter()
+        with tracker.span(names.step_range(index)):
+            with tracker.mark("data"):
+                inputs, targets = prep.source.next()
+            train_step(prep.parts, inputs, targets)
+            dev.synchronize(device)
+        return time.perf_counter() - start
+
+    return one_step
+
+
+def _profiled(one_step: Callable[[int], float], steps: int, device):
+    """`steps` steps under torch.profiler (CPU, and CUDA on a CUDA device; shapes on, stacks
+    off): (their seconds, the profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities, record_shapes=True, with_stack=False) as prof:
+        walls = [one_step(i) for i in range(steps)]
+    return walls, prof
 
 
 def _chrome_trace(prof) -> str:

@@ -65,6 +65,34 @@ class ModuleTree:
         return [p for p in self.paths if self.depth(p) == d and names.is_inside(p, path, self.root)]
 
 
+@dataclass
+class _Context:
+    """What every row is computed from."""
+
+    att: Attribution
+    flops: dict[Key, float]
+    bytes: dict[Key, float]
+    step_s: float
+    ceilings: Ceilings
+    bytes_source: str
+
+    def row(self, module: str, phase: str, kind: str, depth: int, leaf: bool, keys: list[Key]):
+        """The row of `module` in `phase`, summing the own rows `keys` (its subtree's)."""
+        return _row(
+            module,
+            phase,
+            kind=kind,
+            depth=depth,
+            leaf=leaf,
+            calls=self.att.calls.get((module, phase), 0.0),
+            time_s=sum(self.att.self_s.get(k, 0.0) for k in keys),
+            self_time_s=self.att.self_s.get((module, phase), 0.0),
+            flops=sum(self.flops.get(k, 0.0) for k in keys),
+            bytes_=sum(self.bytes.get(k, 0.0) for k in keys),
+            ctx=self,
+        )
+
+
 def rows(
     tree: ModuleTree,
     att: Attribution,
@@ -74,40 +102,24 @@ def rows(
     ceilings: Ceilings,
     bytes_source: str = "modeled",
 ) -> list[dict]:
-    """The rows of layers.csv, biggest time first within the model order (see the module doc).
-
-    `step_s` is breakdown_step_s (the recorded steps' mean wall time): `share` = time_s / step_s.
-    """
-    self_s = att.self_s
-    own_keys = set(self_s) | set(flops) | set(bytes_)
+    """The rows of layers.csv: every module (model order) in forward and backward, then the rows
+    that are not modules (see the module doc). `step_s` is breakdown_step_s (the recorded steps'
+    mean wall time): `share` = time_s / step_s."""
+    ctx = _Context(att, flops, bytes_, step_s, ceilings, bytes_source)
+    own_keys = set(att.self_s) | set(flops) | set(bytes_)
     subtree: dict[str, list[str]] = {p: [] for p in tree.paths}
     for p in tree.paths:
         for a in _ancestors(p, tree):
             subtree[a].append(p)
     out = []
     for path in tree.paths:
+        kind = "model" if path == tree.root else "module"
         for phase in ("forward", "backward"):
             members = [(m, phase) for m in subtree[path]]
-            if not any(k in own_keys for k in members):
-                continue
-            out.append(
-                _row(
-                    path,
-                    phase,
-                    "model" if path == tree.root else "module",
-                    tree.depth(path),
-                    path in tree.leaves,
-                    att.calls.get((path, phase), 0.0),
-                    sum(self_s.get(k, 0.0) for k in members),
-                    self_s.get((path, phase), 0.0),
-                    sum(flops.get(k, 0.0) for k in members),
-                    sum(bytes_.get(k, 0.0) for k in members),
-                    step_s,
-                    ceilings,
-                    bytes_source,
-                    att.time_source,
+            if any(k in own_keys for k in members):
+                out.append(
+                    ctx.row(path, phase, kind, tree.depth(path), path in tree.leaves, members)
                 )
-            )
     special = sorted(
         (k for k in own_keys if k[0] in names.SPECIAL_ROWS or k[0] not in subtree),
         key=lambda k: (
@@ -115,26 +127,7 @@ def rows(
             _PHASE_ORDER.get(k[1], 9),
         ),
     )
-    for key in special:
-        t = self_s.get(key, 0.0)
-        out.append(
-            _row(
-                key[0],
-                key[1],
-                "step",
-                -1,
-                False,
-                att.calls.get(key, 0.0),
-                t,
-                t,
-                flops.get(key, 0.0),
-                bytes_.get(key, 0.0),
-                step_s,
-                ceilings,
-                bytes_source,
-                att.time_source,
-            )
-        )
+    out += [ctx.row(key[0], key[1], "step", -1, False, [key]) for key in special]
     mark_view(out, tree)
     return out
 
@@ -149,25 +142,10 @@ def _ancestors(path: str, tree: ModuleTree) -> list[str]:
     return [path, *(h for h in holders if h in known), tree.root]
 
 
-def _row(
-    module,
-    phase,
-    kind,
-    depth,
-    leaf,
-    calls,
-    time_s,
-    self_time_s,
-    flops,
-    bytes_,
-    step_s,
-    ceilings,
-    bytes_source,
-    time_source,
-) -> dict:
+def _row(module, phase, *, kind, depth, leaf, calls, time_s, self_time_s, flops, bytes_, ctx):
     intensity = flops / bytes_ if bytes_ > 0 else math.nan
     achieved = flops / time_s if time_s > 0 else math.nan
-    counted = bytes_ > 0 or flops > 0
+    step_s, ceilings = ctx.step_s, ctx.ceilings
     return {
         "module": module,
         "phase": phase,
@@ -183,12 +161,12 @@ def _row(
         "bytes": bytes_,
         "intensity_flops_per_byte": intensity,
         "achieved_flops_per_s": achieved,
-        "bound": bound(intensity, ceilings) if counted and bytes_ > 0 else "n/a",
+        "bound": bound(intensity, ceilings) if bytes_ > 0 else "n/a",
         "roof_fraction": roof_fraction(achieved, intensity, ceilings)
         if flops > 0 and time_s > 0
         else math.nan,
-        "bytes_source": bytes_source,
-        "time_source": time_source,
+        "bytes_source": ctx.bytes_source,
+        "time_source": ctx.att.time_source,
     }
 
 
