@@ -100,6 +100,31 @@ def paired_overhead(cfg, pairs: int) -> dict[str, float]:
     }
 
 
+def range_costs(n: int = 20000) -> dict[str, float]:
+    """Microseconds of thread CPU time per profiler range opened and closed (no profiler running):
+    record_function's op pair (torch.ops.profiler) and _RecordFunctionFast, which the Tracker uses."""
+    import torch
+    from torch._C._profiler import _RecordFunctionFast
+
+    enter = torch.ops.profiler._record_function_enter_new
+    leave = torch.ops.profiler._record_function_exit._RecordFunction
+
+    def op_pair() -> None:
+        leave(enter("module: x", None))
+
+    def fast() -> None:
+        with _RecordFunctionFast("module: x"):
+            pass
+
+    out = {}
+    for name, fn in (("record_function ops", op_pair), ("_RecordFunctionFast", fast)):
+        c0 = time.thread_time()
+        for _ in range(n):
+            fn()
+        out[name] = (time.thread_time() - c0) / n * 1e6
+    return out
+
+
 def coverage(cfg, steps: int) -> dict[str, float]:
     """One breakdown of `cfg` (no MLflow): the shares, FLOPs, parts and trace size."""
     from profiling.breakdown.attribute import attribute
@@ -213,6 +238,11 @@ def main() -> None:
     args = ap.parse_args()
 
     from train.config import TrainConfig
+
+    costs = range_costs()
+    print(
+        "one profiler range (thread CPU): " + ", ".join(f"{k} {v:.2f} us" for k, v in costs.items())
+    )
 
     print(
         f"torch threads: {os.environ.get('OMP_NUM_THREADS', 'default')}; load average {os.getloadavg()}"
