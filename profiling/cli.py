@@ -27,7 +27,7 @@ from common import console, schema
 from common.cli import ArgumentParser, cli_entry, optional
 from common.errors import UsageError
 from common.tracking import RunSession, dataset_input
-from profiling.breakdown.cli import log_ncu_layers
+from profiling.breakdown.ncu_log import log_ncu_layers
 from profiling.breakdown.ncu import has_module_ranges
 from profiling.capture import DEFAULT_OUT, capture, dry_run
 from profiling.chips.devices import parse_capability

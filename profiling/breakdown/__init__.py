@@ -11,8 +11,11 @@ Pure core (no mlflow, no files, no plots):
 * `events`: `Ev`, a profiler event as plain data (from torch's kineto results, or made by a test);
 * `attribute`: events -> time per (module, phase) and the step's parts;
 * `counts`: FLOPs and modeled bytes per (module, phase), from one counted step;
-* `table`: the rows of `layers.csv`, the default view, the description.
+* `table`: the rows of `layers.csv`, the default view, the step's parts as metrics;
+* `text`: the summary line, the description, layers.csv, breakdown.json, the printed view;
+* `trace`: the bounded Chrome trace; `ncu`: rows from a capture with module NVTX ranges.
 
-Edges: `record` (runs the steps under the profiler), `trace` (the bounded Chrome trace), `roof` (the
-device's ceilings), `figures`, `ncu` (a capture with module NVTX ranges), `cli` (the MLflow run).
+Edges: `record` (runs the steps under the profiler), `roof` (the device's ceilings), `figures`,
+`cli` (the MLflow run), `ncu_log` (a profile run's rows), `nvtx_steps` (profile mode with module
+NVTX ranges, the program `python -m profiling --nvtx-modules` runs under ncu).
 """

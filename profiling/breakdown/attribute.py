@@ -70,10 +70,6 @@ class Attribution:
     calls: dict[Key, float] = field(default_factory=dict)
     """(row, phase) -> ranges or nodes per step (module calls forward, autograd nodes backward)"""
 
-    @property
-    def window_mean_s(self) -> float:
-        return sum(self.step_window_s) / len(self.step_window_s) if self.step_window_s else 0.0
-
 
 def is_comm(name: str) -> bool:
     low = name.lower()
