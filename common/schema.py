@@ -20,7 +20,7 @@ TAG_HOST = "host"
 TAG_CONFIG_KEY = "config_key"
 TAG_ERROR = "error"  # one-line reason on every FAILED run
 TAG_INTENSITY_SOURCE = "intensity_source"  # "measured" (ncu counters) or "modeled" (byte model)
-# `<host>:<pid>:<start s>` of the process that drives the run (common.tracking.process_tag): how a
+# `<host>:<pid>:<start s>` of the process that drives the run (common.runs.process_tag): how a
 # later command tells a run left RUNNING by a dead process from a live one
 TAG_PROCESS = "process"
 # on a run `python -m common.upload` created: the spool entry it came from (a second upload finds it)
@@ -79,6 +79,16 @@ NOT_DISTRIBUTED = "none"
 PRECISIONS = ("fp32", "fp16", "bf16")
 
 _KEY_RE = re.compile(r"^[/\w.\- ]*$")
+
+
+# --- definitions (docs/schema.md, "Definitions") ---------------------------------------------------
+def rate_per_s(per_step, step_time_mean_s):
+    """Every rate of a train run: an amount counted per step (samples, training FLOPs) over the
+    MEAN step time (total measured time / measured steps: what the user pays for, stalls and pauses
+    included; the median and p95 describe variability only). `throughput_samples_per_s` =
+    rate_per_s(batch, mean), `achieved_flops_per_s` = rate_per_s(train_flops_per_step, mean).
+    Floats or pandas Series alike."""
+    return per_step / step_time_mean_s
 
 
 def config_key(config: Mapping[str, Any]) -> str:

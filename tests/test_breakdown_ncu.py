@@ -31,8 +31,8 @@ import pytest
 
 from profiling.breakdown.ncu import has_module_ranges, kernel_owner, ncu_rows, seq_map
 from profiling.breakdown.roof import Ceilings
-from profiling.ncu_parse import NcuKernel, read_ncu_csv
-from profiling.ncu_summary import summarize
+from profiling.ncu.parse import NcuKernel, read_ncu_csv
+from profiling.ncu.summary import summarize
 
 L4_CSV = "l4_resnet18_bs64_train_step_details_nvtx.csv"
 PUSH_POP = "thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg"
@@ -226,7 +226,7 @@ def test_nvtx_steps_push_module_ranges_and_emit_nvtx_around_the_marked_steps(mon
     import torch
 
     from profiling.breakdown import nvtx_steps
-    from train.bench import profile_steps
+    from train.profile_mode import profile_steps
     from train.config import TrainConfig
 
     log: list[str] = []

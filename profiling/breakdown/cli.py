@@ -120,7 +120,7 @@ def _session(cfg, device, args):
 
 def _open(session, cfg, device, args) -> None:
     """What the run holds before it measures: the train runs' params and tags, the data input."""
-    from common.tracking import dataset_input
+    from common.record import dataset_input
     from train.bench import run_header
     from train.data import dataset_fields
 
@@ -157,7 +157,6 @@ def _distributed(cfg, device, args) -> int:
     any rank fails (train.distributed.failures)."""
     import os
 
-    from train.__main__ import ender
     from train.distributed import context, engines
     from train.distributed.failures import Guard
 
@@ -181,7 +180,7 @@ def _distributed(cfg, device, args) -> int:
                     guard.blamed(rec)
                     return 0
                 session = _session(cfg, ctx.device, args)
-                with tempfile.TemporaryDirectory() as tmp, guard.hold(ender(session)), session:
+                with tempfile.TemporaryDirectory() as tmp, guard.hold(session.end), session:
                     _open(session, cfg, ctx.device, args)
                     session.log_params({"nodes": ctx.nodes})
                     with guard.released():

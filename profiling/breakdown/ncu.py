@@ -1,6 +1,6 @@
 """An Nsight Compute capture with module NVTX ranges -> the breakdown's rows, measured.
 
-Profile mode with `--nvtx-modules` (train.bench.profile_steps) pushes one NVTX range per module
+Profile mode with `--nvtx-modules` (train.profile_mode.profile_steps) pushes one NVTX range per module
 call, named as the breakdown's profiler ranges (`module: layer4.1.conv2`), on the thread that runs
 forward, and wraps the steps in torch.autograd.profiler.emit_nvtx, which names every op's range
 `<op>, seq = <n>` and every backward node's with the number of the forward op that made it. Each kernel
@@ -12,7 +12,7 @@ row of such a capture is attributed to a module:
   `stashed seq=n`: both are read), matched to the forward op `<op>, seq = n` that ran inside a
   module range (or outside the model in forward: the loss) in the same capture; when that op
   launched no kernel of its own (a view), the nearest lower sequence number seen;
-* otherwise by the kernel's phase (profiling.ncu_nvtx.kernel_phase): the loss, the optimizer, or
+* otherwise by the kernel's phase (profiling.ncu.nvtx.kernel_phase): the loss, the optimizer, or
   `unattributed`.
 
 The rows then hold ncu's measured FLOPs and DRAM bytes (`bytes_source` = measured) and ncu's
@@ -112,7 +112,7 @@ def outermost_module(kernels) -> str:
 
 def ncu_rows(kernels, per_kernel: list[dict], ceilings: Ceilings) -> tuple[list[dict], list[Key]]:
     """layers.csv rows from a capture's kernels (NcuKernel list) and their measured quantities
-    (profiling.ncu_summary's kernel rows, same order: time_s, flops_total, dram_bytes). Returns
+    (profiling.ncu.summary's kernel rows, same order: time_s, flops_total, dram_bytes). Returns
     the rows and each kernel's (row, phase)."""
     seqs = seq_map(kernels)
     ordered = sorted(seqs)

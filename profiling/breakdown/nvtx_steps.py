@@ -1,7 +1,7 @@
 """`python -m profiling.breakdown.nvtx_steps <train flags> --profile-steps K`: profile mode with
 module NVTX ranges, the program `python -m profiling --nvtx-modules` runs under ncu.
 
-The train command's own profile mode (`train.bench.profile_steps`: warmup, then K marked steps of
+The train command's own profile mode (`train.profile_mode.profile_steps`: warmup, then K marked steps of
 the one `train_step` between cudaProfilerStart and Stop), with two additions that train does not
 need to know about: its `wrap` hook attaches a Tracker pushing one NVTX range per module call
 (`module: <path>`, profiling.breakdown.hooks), and its profiler start and stop open and close
@@ -61,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from train.__main__ import build_parser
-    from train.bench import check_profile_mode, preflight, profile_steps
+    from train.bench import preflight
+    from train.profile_mode import check_profile_mode, profile_steps
     from train.config import config_from_args
 
     args = build_parser().parse_args(argv)

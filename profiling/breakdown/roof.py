@@ -12,6 +12,9 @@ import math
 from dataclasses import dataclass, field
 
 from common.errors import one_line
+from roofline import run_plot, store, vendor
+from roofline.model import MEMORY_BOUND, ceiling_dtype, classify_bound, fraction_of_roof
+from roofline.model import is_finite_positive as _ok
 
 
 @dataclass
@@ -38,19 +41,13 @@ class Ceilings:
         return self.peak_flops_per_s / self.dram_bytes_per_s if self.known else math.nan
 
 
-def _ok(x) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x) and x > 0
-
-
 def bound(intensity_flops_per_byte: float, ceilings: Ceilings) -> str:
     """memory-bound | compute-bound (the roofline package's classification), `unknown` without
     ceilings."""
-    from analysis.roofline import classify_bound
-
     if not ceilings.known:
         return "unknown"
     if intensity_flops_per_byte == 0:  # no counted FLOPs: left of any ridge
-        return "memory-bound"
+        return MEMORY_BOUND
     return (
         classify_bound(
             intensity_flops_per_byte, ceilings.peak_flops_per_s, ceilings.dram_bytes_per_s
@@ -60,12 +57,11 @@ def bound(intensity_flops_per_byte: float, ceilings: Ceilings) -> str:
 
 
 def roof_fraction(achieved_flops_per_s: float, intensity: float, ceilings: Ceilings) -> float:
-    """Achieved / attainable FLOP/s at the row's intensity (the project's one efficiency)."""
-    from analysis.roofline import efficiency
-
+    """Achieved / attainable FLOP/s at the row's intensity (roofline.model.fraction_of_roof, the
+    project's one efficiency)."""
     if not ceilings.known:
         return math.nan
-    return efficiency(
+    return fraction_of_roof(
         achieved_flops_per_s, intensity, ceilings.peak_flops_per_s, ceilings.dram_bytes_per_s
     )
 
@@ -76,16 +72,9 @@ def device_ceilings(
     """The ceilings of `device_name` for a run of `precision` (see the module docstring); a
     failure to read them is a Ceilings with `why`, never an exception."""
     try:
-        from analysis import roofline, run_roofline
-        from analysis.vendor import load_vendor_lookup
-
-        peaks = None
-        if online:
-            from analysis.fetch.peaks import latest_peaks_row
-
-            peaks = latest_peaks_row(device_name, env_label)
-        roof = run_roofline.run_roof(
-            device_name, peaks, load_vendor_lookup(peaks_file)(device_name)
+        peaks = store.latest_peaks_row(device_name, env_label) if online else None
+        roof = run_plot.run_roof(
+            device_name, peaks, vendor.load_vendor_lookup(peaks_file)(device_name)
         )
     except Exception as exc:  # noqa: BLE001 - the breakdown stands without bounds
         return Ceilings(why=f"the ceilings could not be read: {one_line(exc)[:200]}")
@@ -94,7 +83,7 @@ def device_ceilings(
             why=f"no peaks run of {device_name} on this tracking server and no vendor entry for "
             "it: run `python -m profiling.peaks` on this machine for measured ceilings"
         )
-    dtype = roofline.ceiling_dtype(precision, {d for d, v in roof.flops_per_s.items() if _ok(v)})
+    dtype = ceiling_dtype(precision, {d for d, v in roof.flops_per_s.items() if _ok(v)})
     out = Ceilings(
         dtype=dtype,
         peak_flops_per_s=roof.peak(dtype),

@@ -41,7 +41,7 @@ class SweepState:
     """of those, known from the local ledger only"""
     earlier: dict[tuple[str, int], dict] = field(default_factory=dict)
     """(sweep_key, repeat) done -> its run: run_id (None while spooled), throughput_samples_per_s,
-    step_time_median_s (the ledger knows keys only)"""
+    step_time_mean_s (the ledger knows keys only)"""
     stale_running: list[str] = field(default_factory=list)
     """children left RUNNING by a process of this host from before runs carried a `process` tag
     (common.tracking.close_stale_runs ends the others)"""
@@ -111,7 +111,7 @@ def _earlier(run_id: str | None, metrics: dict) -> dict:
     return {
         "run_id": run_id,
         "throughput_samples_per_s": metrics.get("throughput_samples_per_s"),
-        "step_time_median_s": metrics.get("step_time_median_s"),
+        "step_time_mean_s": metrics.get("step_time_mean_s"),
     }
 
 
@@ -122,8 +122,8 @@ def _read_server(
     (and this machine's ledger); `state.reachable` becomes False if the server went away."""
     import mlflow
 
+    from common.runs import experiment_id_for
     from common.server import is_unreachable
-    from common.tracking import experiment_id_for
 
     try:
         exp_id = experiment_id_for(experiment)
@@ -300,8 +300,8 @@ def reconcile(spec: SweepSpec, env_label: str, experiment: str | None) -> SweepS
     (common.tracking.close_stale_runs, as every command does). Resuming a name with another matrix
     is refused (UsageError).
     """
+    from common.runs import close_stale_runs
     from common.server import server_reachable
-    from common.tracking import close_stale_runs
 
     reachable = server_reachable()
     if reachable:

@@ -1,0 +1,392 @@
+"""Read Nsight Compute CSV output into per-kernel records with SI values.
+
+Pure: no mlflow, no file writes (``read_ncu_csv`` only reads). Handles both CSV pages that
+``ncu --csv`` prints:
+
+* details (``--page details``, the default): one row per kernel and metric, columns
+  ``"ID","Process ID",...,"Metric Name","Metric Unit","Metric Value"``, optionally NVTX columns
+  after ``Host Name`` (``--nvtx``) and trailing rule columns (``Rule Name``, ...);
+* raw (``--page raw``): a header row, a units row, then one row per kernel with one column per
+  metric.
+
+Also: ``==PROF==``/``==WARNING==``/``==ERROR==`` lines and program output before (or between) the
+table rows, a UTF-8 BOM, CRLF line ends, thousands separators (``"134,221,568"``), ``n/a`` values,
+and unit prefixes scaled by 1000 (``Kbyte`` = 1,000 byte; ``usecond`` = 1e-6 s): values and units
+are read by profiling.ncu.units, NVTX cells and phases by profiling.ncu.nvtx, and a file of ncu's
+messages without a table gets its reason from profiling.ncu.messages.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable, Iterable
+
+from common.errors import BenchError
+from profiling.ncu.messages import messages_reason
+from profiling.ncu.names import DEVICE_NAME_METRIC
+from profiling.ncu.nvtx import kernel_phase, nvtx_ranges
+from profiling.ncu.units import parse_number, unit_scale
+
+# Identity columns of both pages (everything that is not a metric). NVTX columns are found by name.
+ID_COLUMNS = (
+    "ID",
+    "Process ID",
+    "Process Name",
+    "Host Name",
+    "Kernel Name",
+    "Kernel Time",
+    "Context",
+    "Stream",
+    "Block Size",
+    "Grid Size",
+    "Device",
+    "CC",
+    "Section Name",
+)
+DETAILS_COLUMNS = ("Metric Name", "Metric Unit", "Metric Value")
+
+_METRIC_NAME = re.compile(r"^[a-z0-9_]+__[A-Za-z0-9_.]+$")  # unit__counter[.rollup[.submetric]]
+
+
+class NcuParseError(BenchError):
+    """The input is not Nsight Compute CSV output (or not a table we can read)."""
+
+
+@dataclass
+class NcuKernel:
+    """One profiled result (a kernel launch; a range in range replay modes)."""
+
+    id: int
+    """ncu's result ID (the "ID" column)."""
+    name: str
+    """kernel name as ncu printed it (demangled by default)."""
+    attrs: dict[str, str] = field(default_factory=dict)
+    """identity columns: Process ID, Block Size, Grid Size, Device, CC, Stream, ..."""
+    nvtx_push_pop: tuple[str, ...] = ()
+    """names of the NVTX push/pop ranges open on the launching thread, outermost first."""
+    nvtx_start_end: tuple[str, ...] = ()
+    """names of the process-wide NVTX start/end ranges open at launch, in start order."""
+    metrics: dict[str, float] = field(default_factory=dict)
+    """metric name -> value in SI base units (bytes, seconds, counts); NaN where ncu said n/a."""
+    units: dict[str, str] = field(default_factory=dict)
+    """metric name -> base unit after scaling ("byte", "second", "inst", "inst/cycle", "%", "")."""
+    texts: dict[str, str] = field(default_factory=dict)
+    """metric name -> value, for metrics whose value is not a number (device name, cache config)."""
+
+    @property
+    def phase(self) -> str | None:
+        """The training phase the kernel ran in (profiling.ncu.nvtx.kernel_phase); None without
+        NVTX."""
+        return kernel_phase(self.nvtx_start_end, self.nvtx_push_pop)
+
+
+@dataclass
+class NcuReport:
+    """Everything read from one ncu output: kernels in file order plus what surrounded the table."""
+
+    kernels: list[NcuKernel]
+    page: str
+    """"details", "raw" or "ncu-rep"."""
+    messages: list[str] = field(default_factory=list)
+    """ncu's own lines (==PROF==, ==WARNING==, ==ERROR==), in order."""
+    program_lines: int = 0
+    """other non-table lines (program output) that were skipped."""
+    na: dict[str, int] = field(default_factory=dict)
+    """metric name -> number of kernels for which ncu reported n/a."""
+    has_nvtx: bool = False
+    """True when the table had NVTX columns (ncu --nvtx)."""
+    source: str = ""
+    """file name (or "<text>")."""
+    truncated: str = ""
+    """why the input looks cut short ("its last row stops mid-field ..."), or "" when it ends as
+    ncu ends a table (see truncation_reason)."""
+
+    @property
+    def device_name(self) -> str | None:
+        """GPU name when the output carries it (raw page with device attributes, .ncu-rep)."""
+        for k in self.kernels:
+            name = k.texts.get(DEVICE_NAME_METRIC)
+            if name:
+                return name
+        return None
+
+    def metric_names(self) -> set[str]:
+        names: set[str] = set()
+        for k in self.kernels:
+            names.update(k.metrics)
+        return names
+
+
+# ------------------------------------------------------------------------------------ CSV
+def read_ncu_csv(path: str | Path, keep: Callable[[str], bool] | None = None) -> NcuReport:
+    """Read an ncu CSV file (see parse_ncu_csv). Decodes UTF-8 with or without BOM."""
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise BenchError(f"cannot read {p}: {exc.strerror or exc}") from exc
+    text = data.decode("utf-8-sig", errors="replace")
+    return parse_ncu_csv(text, keep=keep, source=p.name)
+
+
+def parse_ncu_csv(
+    text: str, keep: Callable[[str], bool] | None = None, source: str = "<text>"
+) -> NcuReport:
+    """Parse the text ncu wrote with ``--csv`` (log file or captured stdout).
+
+    `keep(metric_name)` limits which metrics are stored (large raw exports have ~500 columns);
+    the device name is always kept. Raises NcuParseError when no ncu table is found, or when a
+    table header is followed by no readable result row.
+    """
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    messages: list[str] = []
+    program = 0
+    body: list[str] | None = None
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        s = line.lstrip("\ufeff").strip()
+        if s.startswith('"ID",') or s.startswith("ID,"):
+            body = lines[i:]
+            break
+        if s.startswith("=="):
+            messages.append(s)
+        elif s:
+            program += 1
+    if body is None:
+        raise NcuParseError(_no_table_reason(text, source, messages))
+
+    table: list[str] = []
+    for line in body:
+        s = line.strip()
+        if s.startswith("=="):
+            messages.append(s)
+        elif s:
+            table.append(line)
+    rows = csv.reader(table)
+    header = [h.strip().lstrip("\ufeff") for h in next(rows)]
+    report = NcuReport(kernels=[], page="", messages=messages, program_lines=program, source=source)
+    last_names: list[set[str]] = []
+    if all(c in header for c in DETAILS_COLUMNS):
+        last_names = _parse_details(header, rows, report, keep)
+        candidates = len(table) - 1
+    else:
+        units_row = _parse_raw(header, rows, report, keep)
+        candidates = len(table) - 1 - int(units_row)
+    if not report.kernels:
+        raise NcuParseError(_no_results_reason(source, messages, table, candidates))
+    ends = text.rstrip(" \t").endswith(("\n", "\r")) or lines[-1].strip().startswith("==")
+    report.truncated = truncation_reason(table, len(header), ends, last_names)
+    return report
+
+
+def refuse_truncated(report: NcuReport, allowed: bool) -> None:
+    """BenchError when `report` looks cut short, unless the user allowed it (--allow-truncated)."""
+    if report.truncated and not allowed:
+        raise BenchError(
+            f"{report.source} is truncated: {report.truncated}, so its totals would cover only part "
+            "of the profile; copy or export it again (a capture: run it again), or pass "
+            "--allow-truncated to log what it holds as an incomplete profile without a roofline point"
+        )
+
+
+def truncation_reason(
+    table: list[str], width: int, ends_with_line_end: bool, last_names: list[set[str]]
+) -> str:
+    """Why a table looks cut short, or "".
+
+    ncu writes no footer, so what closes a table is a whole last row: every field, the closing
+    quote of its last value (ncu quotes every value) and a line end, and, on the details page, a
+    last result with every metric the result before it has (ncu prints the same metrics for every
+    result of one run). A file cut at a byte (`head -c`, an interrupted copy, a full disk) fails
+    the first test, or, cut at a line end inside a result's rows, the second. A cut exactly between
+    two results cannot be seen. `table` holds the header and the lines under it; `last_names` the
+    metric names of the last two results of a details page, in file order.
+    """
+    last = table[-1].strip() if len(table) > 1 else ""
+    row = next(csv.reader([last]), []) if last else []
+    if row and row[0].strip().replace(",", "").isdigit() and len(row) < width:
+        return f"its last row has {len(row)} of the header's {width} fields"
+    quoted = table[0].lstrip().startswith('"')
+    unclosed = quoted and (not last.endswith('"') or last.count('"') % 2)
+    if last and not ends_with_line_end and (len(row) < width or unclosed):
+        return f"its last line stops inside a row ({last[-20:]!r}, no line end)"
+    if len(last_names) == 2 and last_names[1] < last_names[0]:
+        lacking = len(last_names[0] - last_names[1])
+        return (
+            f"its last result has {len(last_names[1])} of the {len(last_names[0])} metrics of the "
+            f"result before it ({lacking} missing)"
+        )
+    return ""
+
+
+def _no_results_reason(source: str, messages: list[str], table: list[str], candidates: int) -> str:
+    """Why a table with an ncu header gave no kernels. Never the launch-skip hint: a real ncu run
+    that profiles nothing prints no table at all ("No kernels were profiled", classified below)."""
+    reason = messages_reason(source, messages)
+    if reason:
+        return reason
+    export = (
+        "export it again on the profiling machine (`ncu --import report.ncu-rep --csv --page raw`)"
+    )
+    if candidates <= 0:
+        return (
+            f"{source} has an ncu table header but no result rows (a truncated export?): {export}"
+        )
+    first = next((ln.strip() for ln in table[1:] if ln.strip()), "")
+    return (
+        f"{source}: none of the {candidates} rows under its ncu table header could be read as a result "
+        f"(first: {first[:60]!r}): the file is damaged or not ncu CSV output; {export}"
+    )
+
+
+def _no_table_reason(text: str, source: str, messages: list[str]) -> str:
+    if '"Device","Kernel","Invocations"' in text or "NVPROF is profiling" in text:
+        return (
+            f"{source} is nvprof output, not Nsight Compute: nvprof metrics (flop_count_sp, ...) "
+            "do not exist on current GPUs; profile with `python -m profiling` or export with ncu --csv"
+        )
+    # ncu's console output or log without a table (e.g. saved from a failed run elsewhere): the
+    # same one-line reasons as a failed capture
+    reason = messages_reason(source, messages)
+    if reason:
+        return reason
+    return (
+        f'{source} is not Nsight Compute CSV output (no header row starting with "ID"): export with '
+        "`ncu --csv --page details` or `ncu --import report.ncu-rep --csv --page raw`, or pass the .ncu-rep"
+    )
+
+
+def _nvtx_columns(header: list[str]) -> tuple[int | None, int | None]:
+    pp = se = None
+    for i, h in enumerate(header):
+        low = h.lower()
+        if "push/pop_range" in low or (low.startswith("nvtx") and pp is None):
+            pp = i
+        elif "start/stop_range" in low or "start/end_range" in low:
+            se = i
+    return pp, se
+
+
+def _id_columns(header: list[str]) -> list[tuple[str, int]]:
+    return [(c, header.index(c)) for c in ID_COLUMNS if c in header]
+
+
+def _kernel_from_row(
+    row: list[str], idcols: list[tuple[str, int]], pp: int | None, se: int | None
+) -> NcuKernel:
+    attrs = {c: row[i].strip() for c, i in idcols}
+    try:
+        rid = int(attrs.get("ID", "").replace(",", ""))
+    except ValueError as exc:
+        raise NcuParseError(f"bad result ID {attrs.get('ID')!r}: not ncu CSV output") from exc
+    return NcuKernel(
+        id=rid,
+        name=attrs.pop("Kernel Name", ""),
+        attrs={k: v for k, v in attrs.items() if k != "ID"},
+        nvtx_push_pop=nvtx_ranges(row[pp]) if pp is not None else (),
+        nvtx_start_end=nvtx_ranges(row[se]) if se is not None else (),
+    )
+
+
+def _store(k: NcuKernel, name: str, unit: str, value: str, report: NcuReport) -> None:
+    try:
+        v = parse_number(value)
+    except ValueError:
+        k.texts[name] = value.strip()
+        return
+    if v is None:
+        return
+    scale, base = unit_scale(unit)
+    if math.isnan(v):
+        report.na[name] = report.na.get(name, 0) + 1
+    k.metrics[name] = v * scale
+    k.units[name] = base
+
+
+def _cached(keep: Callable[[str], bool] | None) -> Callable[[str], bool]:
+    """`keep` plus the device name, memoized per metric name (details pages repeat names per kernel)."""
+    if keep is None:
+        return lambda name: True
+    return lru_cache(maxsize=None)(lambda name: name == DEVICE_NAME_METRIC or bool(keep(name)))
+
+
+def _parse_details(
+    header: list[str], rows: Iterable[list[str]], report: NcuReport, keep
+) -> list[set[str]]:
+    """Fill `report` from a details page; the metric names of its last two results (every name,
+    kept or not), for truncation_reason."""
+    report.page = "details"
+    pp, se = _nvtx_columns(header)
+    report.has_nvtx = pp is not None or se is not None
+    i_id, i_pid = header.index("ID"), header.index("Process ID") if "Process ID" in header else None
+    i_name, i_unit, i_val = (header.index(c) for c in DETAILS_COLUMNS)
+    width = len(header)
+    idcols = _id_columns(header)
+    wanted = _cached(keep)
+    by_key: dict[tuple[str, str], NcuKernel] = {}
+    names: dict[tuple[str, str], set[str]] = {}
+    for row in rows:
+        if len(row) < i_val + 1 or len(row) > width or not row[i_id].strip():
+            report.program_lines += 1  # program output that happened to sit inside the table
+            continue
+        key = (row[i_pid] if i_pid is not None else "", row[i_id])
+        k = by_key.get(key)
+        if k is None:
+            try:
+                k = _kernel_from_row(row + [""] * (width - len(row)), idcols, pp, se)
+            except NcuParseError:
+                report.program_lines += 1
+                continue
+            by_key[key] = k
+            names[key] = set()
+            report.kernels.append(k)
+        name = row[i_name].strip()
+        if not name:  # a rule row (Rule Name/Description set, no metric)
+            continue
+        names[key].add(name)
+        if wanted(name):
+            _store(k, name, row[i_unit], row[i_val], report)
+    return list(names.values())[-2:]
+
+
+def _parse_raw(header: list[str], rows: Iterable[list[str]], report: NcuReport, keep) -> bool:
+    """Fill `report` from a raw page; True when the units row was seen."""
+    report.page = "raw"
+    if "Kernel Name" not in header:
+        raise NcuParseError(
+            f'{report.source} has an "ID" header but neither Metric Name/Value columns (details page) '
+            "nor Kernel Name (raw page): not Nsight Compute CSV output"
+        )
+    pp, se = _nvtx_columns(header)
+    report.has_nvtx = pp is not None or se is not None
+    metric_cols = [
+        (i, h)
+        for i, h in enumerate(header)
+        if _METRIC_NAME.match(h) and (keep is None or keep(h) or h == DEVICE_NAME_METRIC)
+    ]
+    width = len(header)
+    idcols = _id_columns(header)
+    units: list[str] | None = None
+    i_id = header.index("ID")
+    for row in rows:
+        if len(row) != width:
+            report.program_lines += 1
+            continue
+        if units is None and not row[i_id].strip():  # the units row follows the header
+            units = row
+            continue
+        try:
+            k = _kernel_from_row(row, idcols, pp, se)
+        except NcuParseError:
+            report.program_lines += 1
+            continue
+        for i, h in metric_cols:
+            _store(k, h, units[i] if units else "", row[i], report)
+        report.kernels.append(k)
+    return units is not None
