@@ -13,7 +13,8 @@ forward, else the loss, the optimizer or the step's glue). Per op:
 Why not FlopCounterMode.get_flop_counts() per module: its ModuleTracker charges backward work to
 every module in `parents`, which during backward holds residual siblings; on resnet18 (32 px,
 batch 2) its leaf modules add up to 519.5 MFLOP against a total of 434.6 MFLOP (each
-downsample convolution is charged its sibling conv2's backward: docs/breakdown.md).
+downsample convolution is charged the backward of its block's conv1 and conv2 as well:
+docs/breakdown.md; tests/test_breakdown.py checks it module by module).
 
 Counts are taken at the train run's two small batch sizes and extrapolated linearly per row, as
 the train run does (train/flops.py explains why that is exact).
