@@ -185,6 +185,57 @@ def test_flops_per_module_agree_with_flop_counter_mode_but_for_its_residual_sibl
     assert sum(f.values()) == counts.train_flops == sum(whole[p] for p in leaves) - extra
 
 
+class Residual(nn.Module):
+    """A residual block as ResNet's: body conv_a -> conv_b, a downsample on the skip path, added."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv_a = nn.Conv2d(2, 4, 3, padding=1, bias=False)
+        self.conv_b = nn.Conv2d(4, 4, 3, padding=1, bias=False)
+        self.down = nn.Conv2d(2, 4, 1, bias=False)
+        self.fc = nn.Linear(64, 3)
+
+    def forward(self, x):
+        return self.fc((self.conv_b(self.conv_a(x)) + self.down(x)).flatten(1))
+
+
+def test_backward_of_a_residual_block_goes_to_each_branch_under_the_profiler():
+    """Where ModuleTracker errs (the downsample beside a body during backward): each
+    ConvolutionBackward0 and AccumulateGrad is its own module's, the add's AddBackward0 and the
+    flatten's ViewBackward0 the model's; FLOPs likewise (below, by hand)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from profiling.breakdown.counts import count_one
+    from profiling.breakdown.events import from_kineto
+    from profiling.breakdown.hooks import Tracker
+    from train.step import train_step
+
+    torch.manual_seed(0)
+    model = Residual()
+    x, y = torch.randn(2, 2, 4, 4), torch.tensor([0, 2])
+    with Tracker(model, "res") as tracker:
+        parts = _step_parts(model, tracker)
+        train_step(parts, x, y)
+        counts = count_one(tracker, lambda: train_step(parts, x, y), 2)
+        tracker.clear()
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            with tracker.span(names.step_range(0)):
+                train_step(parts, x, y)
+    att = attribute(from_kineto(prof.profiler.kineto_results), tracker.owner_of_seq)
+    calls = att.calls
+    for conv in ("conv_a", "conv_b", "down"):  # ConvolutionBackward0 + its weight's AccumulateGrad
+        assert calls[(conv, "backward")] == 2, conv
+    assert calls[("fc", "backward")] == 4  # AddmmBackward0, TBackward0, 2 AccumulateGrads
+    assert calls[("res", "backward")] == 2  # AddBackward0 (the residual add), ViewBackward0
+    f = counts.flops
+    assert f[("down", "forward")] == 2 * 2 * 16 * 4 * 2 == 512
+    # the images need no gradient: the downsample's and conv_a's backward are grad_weight alone,
+    # nothing of the body's (FlopCounterMode's module tracker would add conv_a's and conv_b's)
+    assert f[("down", "backward")] == 512
+    assert f[("conv_a", "backward")] == f[("conv_a", "forward")] == 2 * 2 * 16 * 4 * 2 * 9
+    assert f[("conv_b", "backward")] == 2 * f[("conv_b", "forward")] == 2 * 2 * 2 * 16 * 4 * 4 * 9
+
+
 # ------------------------------------------------------------------------------ synthetic events
 US = 1000  # events below are written in microseconds
 
