@@ -213,8 +213,8 @@ def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> R
 
 
 def _fetch(query: fetch.Query, source: fetch.Source) -> tuple:
-    """(runs, complexity tables, breakdown runs, notes on what was read); UsageError when no
-    train run matches."""
+    """(runs, complexity tables, breakdown runs, notes on what was read); UsageError when no train
+    run matches."""
     runs, notes = fetch.fetch_runs(query, source)
     n_train = 0 if runs.empty else int((runs.get("tags.run_kind") == "train").sum())
     if n_train == 0:
@@ -224,8 +224,7 @@ def _fetch(query: fetch.Query, source: fetch.Source) -> tuple:
         )
     complexity, complexity_notes = fetch.fetch_complexity(query, source)
     notes += complexity_notes
-    breakdowns = breakdown.build(fetch_breakdowns(query, source, notes))
-    notes += breakdowns.notes
+    breakdowns = fetch_breakdowns(query, source, notes)
     cache_note = source.note()
     notes += [cache_note] if cache_note else []
     return runs, complexity, breakdowns, notes
@@ -254,21 +253,21 @@ def _write_report(
     drawn: dict,
     query: str,
     var_title: str,
-    breakdowns: breakdown.Breakdowns,
+    breakdowns: list[dict],
 ) -> list[Path]:
     """The table files, report.md and report.html (figures embedded, the breakdown section
     included) under `out_dir`."""
-    files = report.write_tables(analysis, out_dir) + breakdown.write_files(breakdowns, out_dir)
-    if not breakdowns.runs.empty:
-        png = breakdown_plot.parts_by_run(
-            breakdowns.runs, out_dir / "figures" / "breakdown_parts.png"
-        )
+    b = breakdown.build(breakdowns)
+    analysis.notes += b.notes
+    files = report.write_tables(analysis, out_dir) + breakdown.write_files(b, out_dir)
+    if not b.runs.empty:
+        png = breakdown_plot.parts_by_run(b.runs, out_dir / "figures" / "breakdown_parts.png")
         drawn["breakdown"] = [("Step parts per breakdown run", str(png.relative_to(out_dir)))]
         files.append(png)
     generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     blocks = report.report_blocks(analysis, drawn, display_uri(), query, generated, var_title)
     blocks = breakdown.insert_section(
-        blocks, breakdown.section(breakdowns, next(iter(drawn.get("breakdown", [])), None))
+        blocks, breakdown.section(b, next(iter(drawn.get("breakdown", [])), None))
     )
     md_path, html_path = out_dir / "report.md", out_dir / "report.html"
     md_path.write_text(report.markdown_text(blocks))
