@@ -65,6 +65,28 @@ def _step_parts(model, tracker):
     return StepParts(model, opt, contextlib.nullcontext, mark=tracker.mark)
 
 
+def _profiled_step(model, root: str, x, y):
+    """(attribution of one profiled training step of `model`, FLOPs and bytes per row of the same
+    step): an unprofiled step first (the optimizer's state exists from then on, as in train runs),
+    then one counted step and one step under the profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from profiling.breakdown.counts import count_one
+    from profiling.breakdown.events import from_kineto
+    from profiling.breakdown.hooks import Tracker
+    from train.step import train_step
+
+    with Tracker(model, root) as tracker:
+        parts = _step_parts(model, tracker)
+        train_step(parts, x, y)
+        counts = count_one(tracker, lambda: train_step(parts, x, y), x.shape[0])
+        tracker.clear()
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            with tracker.span(names.step_range(0)):
+                train_step(parts, x, y)
+    return attribute(from_kineto(prof.profiler.kineto_results), tracker.owner_of_seq), counts
+
+
 def test_flops_per_module_and_phase_by_hand():
     from profiling.breakdown.counts import count_one
     from profiling.breakdown.hooks import Tracker
@@ -92,22 +114,7 @@ def test_flops_per_module_and_phase_by_hand():
 
 
 def test_accumulate_grad_and_backward_nodes_go_to_their_module_under_the_profiler():
-    from torch.profiler import ProfilerActivity, profile
-
-    from profiling.breakdown.events import from_kineto
-    from profiling.breakdown.hooks import Tracker
-    from train.step import train_step
-
-    model = Net()
-    x, y = torch.randn(2, 2, 4, 4), torch.tensor([0, 2])
-    with Tracker(model, "net") as tracker:
-        parts = _step_parts(model, tracker)
-        train_step(parts, x, y)
-        tracker.clear()
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            with tracker.span(names.step_range(0)):
-                train_step(parts, x, y)
-    att = attribute(from_kineto(prof.profiler.kineto_results), tracker.owner_of_seq)
+    att, _ = _profiled_step(Net(), "net", torch.randn(2, 2, 4, 4), torch.tensor([0, 2]))
     calls = att.calls
     # backward nodes per module: conv: ConvolutionBackward0 + 1 AccumulateGrad; dw the same;
     # relu: ReluBackward0; fc: AddmmBackward0, TBackward0 + 2 AccumulateGrads (weight, bias)
@@ -203,25 +210,8 @@ def test_backward_of_a_residual_block_goes_to_each_branch_under_the_profiler():
     """Where ModuleTracker errs (the downsample beside a body during backward): each
     ConvolutionBackward0 and AccumulateGrad is its own module's, the add's AddBackward0 and the
     flatten's ViewBackward0 the model's; FLOPs likewise (below, by hand)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    from profiling.breakdown.counts import count_one
-    from profiling.breakdown.events import from_kineto
-    from profiling.breakdown.hooks import Tracker
-    from train.step import train_step
-
     torch.manual_seed(0)
-    model = Residual()
-    x, y = torch.randn(2, 2, 4, 4), torch.tensor([0, 2])
-    with Tracker(model, "res") as tracker:
-        parts = _step_parts(model, tracker)
-        train_step(parts, x, y)
-        counts = count_one(tracker, lambda: train_step(parts, x, y), 2)
-        tracker.clear()
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            with tracker.span(names.step_range(0)):
-                train_step(parts, x, y)
-    att = attribute(from_kineto(prof.profiler.kineto_results), tracker.owner_of_seq)
+    att, counts = _profiled_step(Residual(), "res", torch.randn(2, 2, 4, 4), torch.tensor([0, 2]))
     calls = att.calls
     for conv in ("conv_a", "conv_b", "down"):  # ConvolutionBackward0 + its weight's AccumulateGrad
         assert calls[(conv, "backward")] == 2, conv
