@@ -415,6 +415,60 @@ def test_default_view_opens_a_container_holding_most_of_the_modules():
     assert view_top(table, resnet) == ["layer1", "layer2", "fc"]
 
 
+def test_layer_roofline_draws_each_leaf_row_where_it_is_with_its_area_its_time(monkeypatch):
+    """The figure's points, read back from matplotlib: one per leaf row with counted FLOPs, at
+    (intensity, achieved FLOP/s), area = MAX_AREA_PT2 x its time over the longest, coloured by
+    phase, the biggest numbered first; a row without FLOPs is in the note, the ceiling drawn."""
+    from matplotlib.colors import to_rgba
+
+    from profiling.breakdown import figures
+
+    def row(module, phase, time_s, flops, bytes_):
+        return {
+            "module": module,
+            "phase": phase,
+            "kind": "module",
+            "leaf": True,
+            "time_s": time_s,
+            "share": time_s / 10e-3,
+            "flops": flops,
+            "intensity_flops_per_byte": flops / bytes_ if bytes_ else 0.0,
+            "achieved_flops_per_s": flops / time_s,
+        }
+
+    table = [
+        row("conv", "forward", 2e-3, 4e6, 1e5),  # 40 FLOP/B at 2 GFLOP/s
+        row("conv", "backward", 4e-3, 8e6, 4e5),  # 20 FLOP/B at 2 GFLOP/s: the longest
+        row("fc", "backward", 1e-3, 1e5, 1e5),  # 1 FLOP/B at 0.1 GFLOP/s
+        row("bn", "forward", 3e-3, 0.0, 2e5),  # no FLOPs: the note
+        {**row("net", "forward", 9e-3, 1e7, 1e6), "kind": "model", "leaf": False},
+    ]
+    figs = []
+    monkeypatch.setattr(figures, "_png", lambda fig: figs.append(fig) or b"")
+    c = Ceilings(peak_flops_per_s=1e10, dram_bytes_per_s=1e9, source="vendor: test")  # ridge 10
+    c.flops_per_s = {"fp32": 1e10}
+    figures.layer_roofline(table, c, "t", "host time")
+    (ax,) = figs[0].axes
+    drawn = {}
+    for coll in ax.collections:
+        color = tuple(coll.get_facecolor()[0][:3])
+        for (x, y), area in zip(coll.get_offsets(), coll.get_sizes()):
+            drawn[(round(float(x), 9), round(float(y), 3))] = (float(area), color)
+    blue, orange = to_rgba("tab:blue")[:3], to_rgba("tab:orange")[:3]
+    top = figures.MAX_AREA_PT2
+    assert drawn == {
+        (40.0, 2e9): (pytest.approx(top / 2), pytest.approx(blue)),
+        (20.0, 2e9): (pytest.approx(top), pytest.approx(orange)),
+        (1.0, 1e8): (pytest.approx(top / 4), pytest.approx(orange)),
+    }
+    labels = sorted((t.get_text(), t.xy) for t in ax.texts)
+    assert labels == [("1", (20.0, 2e9)), ("2", (40.0, 2e9)), ("3", (1.0, 1e8))]
+    notes = " ".join(t.get_text() for t in figs[0].texts)
+    assert "bn fwd 30.0%" in notes and "1  conv bwd 40.0%" in notes
+    (roof,) = ax.lines  # the fp32 roof: DRAM slope up to the ridge (10 FLOP/B), then flat
+    assert list(roof.get_xdata())[1] == 10 and list(roof.get_ydata())[1:] == [1e10, 1e10]
+
+
 # ------------------------------------------------------------------------------ trace
 def test_trace_is_bounded_and_names_backward_modules():
     events = [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "python"}}]
