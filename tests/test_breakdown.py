@@ -469,6 +469,32 @@ def test_layer_roofline_draws_each_leaf_row_where_it_is_with_its_area_its_time(m
     assert list(roof.get_xdata())[1] == 10 and list(roof.get_ydata())[1:] == [1e10, 1e10]
 
 
+def test_ceilings_measured_over_vendor_for_the_runs_dtype(tracking):
+    """profiling.breakdown.roof.device_ceilings through roofline/: the vendor table alone (NVIDIA
+    L4: fp32 30.3 TFLOP/s, bf16 121, DRAM 300 GB/s), then a peaks run of the device in the store
+    measuring DRAM only (200 GB/s): its bandwidth, the vendor's compute, each source named; a
+    device neither knows has no ceilings and says why."""
+    from profiling.breakdown.roof import bound, device_ceilings
+
+    vend = device_ceilings("NVIDIA L4", "lab", "bf16", online=True)
+    assert (vend.dtype, vend.peak_flops_per_s, vend.dram_bytes_per_s) == ("bf16", 121e12, 300e9)
+    assert vend.source.startswith("vendor: ") and vend.flops_per_s["fp32"] == 30.3e12
+    assert bound(403.0, vend) == "memory-bound" and bound(404.0, vend) == "compute-bound"
+    with mlflow.start_run(run_name="peaks"):
+        mlflow.set_tags({schema.TAG_RUN_KIND: "peaks", schema.TAG_DEVICE_NAME: "NVIDIA L4"})
+        mlflow.log_metric("peak_dram_bytes_per_s", 200e9)
+        peaks_id = mlflow.active_run().info.run_id
+    both = device_ceilings("NVIDIA L4", "lab", "fp32", online=True)
+    assert (both.dtype, both.peak_flops_per_s, both.dram_bytes_per_s) == ("fp32", 30.3e12, 200e9)
+    assert f"measured: peaks run {peaks_id[:8]}" in both.source and "vendor: " in both.source
+    assert both.ridge_flops_per_byte == pytest.approx(151.5)
+    offline = device_ceilings("NVIDIA L4", "lab", "fp32", online=False)  # no store: vendor only
+    assert offline.dram_bytes_per_s == 300e9
+    none = device_ceilings("Some CPU", "lab", "fp32", online=True)
+    assert not none.known and "python -m profiling.peaks" in none.why
+    assert bound(10.0, none) == "unknown"
+
+
 # ------------------------------------------------------------------------------ trace
 def test_trace_is_bounded_and_names_backward_modules():
     events = [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "python"}}]
