@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from analysis import core, fetch, figures, html, report, screen
+from analysis import breakdown, breakdown_plot, core, fetch, figures, html, report, screen
+from analysis.fetch.breakdowns import fetch_breakdowns
 from common import console, schema
-from common.cli import ArgumentParser, add_track_flags, cli_entry
+from common.cli import ArgumentParser, add_track_flags, cli_entry, str_bool
 from common.errors import BenchError, UsageError
 from common.server import display_uri
 from roofline import vendor
@@ -52,6 +53,9 @@ class AnalysisConfig:
     cache: str = "auto"
     """the local cache of fetched runs: auto (use and update it), refresh (forget this tracking
     server's cache and fetch everything), off (fetch everything, keep nothing); docs/analysis.md."""
+    use_incomplete_profiles: bool = False
+    """let a profile that missed a training phase (tag ncu_missing_phase: a forward-only capture)
+    give the measured intensity of its config's points; by default they keep the modeled one."""
 
     def __post_init__(self) -> None:
         if not str(self.out).strip():
@@ -137,6 +141,12 @@ def build_parser() -> argparse.ArgumentParser:
         "default $ROOFLINE_PEAKS_FILE)",
     )
     add_track_flags(p, "log outputs as artifacts of an `analysis` run (true/false; default true)")
+    _add_analysis_flags(p)
+    return p
+
+
+def _add_analysis_flags(p: argparse.ArgumentParser) -> None:
+    """How the analysis is drawn and fetched, and which profiles give an intensity."""
     p.add_argument(
         "--variability-config",
         default="",
@@ -157,7 +167,16 @@ def build_parser() -> argparse.ArgumentParser:
         "auto = use it and fetch only what changed, refresh = forget this server's cache and fetch "
         "everything, off = fetch everything, keep nothing (default: auto)",
     )
-    return p
+    p.add_argument(
+        "--use-incomplete-profiles",
+        type=str_bool,
+        nargs="?",
+        const=True,
+        default=False,
+        help="use the intensity of profiles that missed a training phase (tag ncu_missing_phase, "
+        "e.g. a forward-only capture) for their configs' points (true/false; default false: "
+        "those points keep the modeled intensity)",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> AnalysisConfig:
@@ -175,6 +194,7 @@ def config_from_args(args: argparse.Namespace) -> AnalysisConfig:
             variability_config=args.variability_config or "",
             jobs=args.jobs,
             cache=args.cache,
+            use_incomplete_profiles=args.use_incomplete_profiles,
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
@@ -189,11 +209,11 @@ def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> R
         vendor_lookup = vendor.load_vendor_lookup(cfg.peaks_file)
     query = cfg.query()
     source = fetch.Source(cfg.cache)
-    runs, complexity, fetch_notes = _fetch(query, source)
+    runs, complexity, breakdowns, fetch_notes = _fetch(query, source)
     timings["fetch_s"] = time.perf_counter() - t0
 
     t = time.perf_counter()
-    analysis = core.build(runs, vendor_lookup, complexity)
+    analysis = core.build(runs, vendor_lookup, complexity, cfg.use_incomplete_profiles)
     analysis.notes[:0] = fetch_notes
     timings["join_s"] = time.perf_counter() - t
     console.info(
@@ -209,14 +229,15 @@ def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> R
         timings["figures_s"] = time.perf_counter() - t
 
         t = time.perf_counter()
-        files += _write_report(analysis, out_dir, drawn, query.describe(), var_title)
+        files += _write_report(analysis, out_dir, drawn, query.describe(), var_title, breakdowns)
     timings["report_s"] = time.perf_counter() - t
     timings["total_s"] = time.perf_counter() - t0
     return Result(analysis, out_dir, files, timings, source)
 
 
 def _fetch(query: fetch.Query, source: fetch.Source) -> tuple:
-    """(runs, complexity tables, notes on what was read); UsageError when no train run matches."""
+    """(runs, complexity tables, breakdown runs, notes on what was read); UsageError when no train
+    run matches."""
     runs, notes = fetch.fetch_runs(query, source)
     n_train = 0 if runs.empty else int((runs.get("tags.run_kind") == "train").sum())
     if n_train == 0:
@@ -226,9 +247,10 @@ def _fetch(query: fetch.Query, source: fetch.Source) -> tuple:
         )
     complexity, complexity_notes = fetch.fetch_complexity(query, source)
     notes += complexity_notes
+    breakdowns = fetch_breakdowns(query, source, notes)
     cache_note = source.note()
     notes += [cache_note] if cache_note else []
-    return runs, complexity, notes
+    return runs, complexity, breakdowns, notes
 
 
 def _draw(
@@ -249,12 +271,27 @@ def _draw(
 
 
 def _write_report(
-    analysis: core.Analysis, out_dir: Path, drawn: dict, query: str, var_title: str
+    analysis: core.Analysis,
+    out_dir: Path,
+    drawn: dict,
+    query: str,
+    var_title: str,
+    breakdowns: list[dict],
 ) -> list[Path]:
-    """The table files, report.md and report.html (figures embedded) under `out_dir`."""
-    files = report.write_tables(analysis, out_dir)
+    """The table files, report.md and report.html (figures embedded, the breakdown section
+    included) under `out_dir`."""
+    b = breakdown.build(breakdowns)
+    analysis.notes += b.notes
+    files = report.write_tables(analysis, out_dir) + breakdown.write_files(b, out_dir)
+    if not b.runs.empty:
+        png = breakdown_plot.parts_by_run(b.runs, out_dir / "figures" / "breakdown_parts.png")
+        drawn["breakdown"] = [("Step parts per breakdown run", str(png.relative_to(out_dir)))]
+        files.append(png)
     generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     blocks = report.report_blocks(analysis, drawn, display_uri(), query, generated, var_title)
+    blocks = breakdown.insert_section(
+        blocks, breakdown.section(b, next(iter(drawn.get("breakdown", [])), None))
+    )
     md_path, html_path = out_dir / "report.md", out_dir / "report.html"
     md_path.write_text(report.markdown_text(blocks))
     images = {rel: (out_dir / rel).read_bytes() for section in drawn.values() for _, rel in section}
