@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from analysis import core, fetch, figures, html, report, vendor
+from analysis import core, fetch, figures, findings, html, report, vendor
 from common import console, schema
 from common.cli import ArgumentParser, add_track_flags, cli_entry
 from common.errors import BenchError, UsageError
@@ -50,6 +50,9 @@ class AnalysisConfig:
     cache: str = "auto"
     """the local cache of fetched runs: auto (use and update it), refresh (forget this tracking
     server's cache and fetch everything), off (fetch everything, keep nothing); docs/analysis.md."""
+    prices: str = ""
+    """CSV of USD per hour (columns match = env label or device name, usd_per_hour) over the
+    default price table (analysis/findings/prices.py; docs/analysis.md, "Cost and energy")."""
 
     def __post_init__(self) -> None:
         if not str(self.out).strip():
@@ -77,6 +80,7 @@ class Result:
     timings_s: dict[str, float]
     source: fetch.Source
     """what was read, and how (the cache's counts)."""
+    findings: findings.Findings | None = None
 
 
 def _split(values: list[str] | None) -> list[str]:
@@ -134,6 +138,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="JSON/YAML vendor entries adding to / overriding the vendor table (format: docs/peaks.md; "
         "default $ROOFLINE_PEAKS_FILE)",
     )
+    p.add_argument(
+        "--prices",
+        default="",
+        metavar="FILE",
+        help="CSV of USD per hour, columns match (env label or device name) and usd_per_hour, "
+        "over the default on-demand GPU prices (docs/analysis.md)",
+    )
     add_track_flags(p, "log outputs as artifacts of an `analysis` run (true/false; default true)")
     p.add_argument(
         "--variability-config",
@@ -171,6 +182,7 @@ def config_from_args(args: argparse.Namespace) -> AnalysisConfig:
             variability_config=args.variability_config or "",
             jobs=args.jobs,
             cache=args.cache,
+            prices=args.prices or "",
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
@@ -181,6 +193,7 @@ def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> R
     --peaks-file passed through (tests inject a stub instead)."""
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
+    prices = findings.read_prices(cfg.prices)
     if vendor_lookup == "auto":
         vendor_lookup = vendor.load_vendor_lookup(cfg.peaks_file)
     query = cfg.query()
@@ -225,10 +238,17 @@ def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> R
     timings["figures_s"] = time.perf_counter() - t
 
     t = time.perf_counter()
+    found = _findings(analysis, runs, prices, source, out_dir, files)
+    timings["findings_s"] = time.perf_counter() - t
+
+    t = time.perf_counter()
     files += report.write_tables(analysis, out_dir)
     generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     blocks = report.report_blocks(
         analysis, drawn, display_uri(), query.describe(), generated, var_title
+    )
+    blocks[report.first_section(blocks) : report.first_section(blocks)] = findings.report.blocks(
+        found
     )
     md_path, html_path = out_dir / "report.md", out_dir / "report.html"
     md_path.write_text(report.markdown_text(blocks))
@@ -237,7 +257,25 @@ def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> R
     files += [md_path, html_path]
     timings["report_s"] = time.perf_counter() - t
     timings["total_s"] = time.perf_counter() - t0
-    return Result(analysis, out_dir, files, timings, source)
+    return Result(analysis, out_dir, files, timings, source, found)
+
+
+def _findings(
+    analysis, runs, prices, source: fetch.Source, out_dir: Path, files: list
+) -> findings.Findings:
+    """The findings engine over the joined analysis, with the step-time series of variable runs and
+    the breakdown runs' layer tables; writes findings.json."""
+    import json
+
+    series = fetch.fetch_series(findings.series_wanted(analysis.train), source=source)
+    layers, notes = fetch.fetch_breakdown_layers(runs)
+    analysis.notes += notes
+    found = findings.build(analysis, runs, prices, layers, series)
+    path = out_dir / "findings.json"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(found.to_json(), indent=1, allow_nan=False) + "\n")
+    files.append(path)
+    return found
 
 
 def _variability(
@@ -328,6 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = config_from_args(args)
     fetch.check_filter(cfg.filter)  # bad input ends here, before an analysis run exists
     check_out_dir(cfg.out)
+    findings.read_prices(cfg.prices)
 
     if cfg.track:
         from common.tracking import RunSession
@@ -351,6 +390,7 @@ def main(argv: list[str] | None = None) -> int:
                     "peaks_file": cfg.peaks_file or "none",
                     "out": cfg.out,
                     "cache": cfg.cache,
+                    "prices": cfg.prices or "default table",
                 }
             )
             session.flush()
@@ -394,10 +434,12 @@ def run_name(cfg: AnalysisConfig) -> str:
 def run_note(cfg: AnalysisConfig, result: Result) -> str:
     """The analysis run's description: the summary line, then what it read and the environments."""
     envs = sorted({f"{env} ({dev})" for env, dev in result.analysis.roofs})
+    heads = findings.report.description_lines(result.findings) if result.findings else []
     return "\n".join(
         [
             summary_line(result),
             "",
+            *(["Headline findings:", *heads, ""] if heads else []),
             f"Read: experiments {', '.join(cfg.experiments) or 'all'}; env labels "
             f"{', '.join(cfg.env_labels) or 'all'}; filter {cfg.filter or 'none'}; at most "
             f"{cfg.max_runs} train runs.",

@@ -185,6 +185,11 @@ def report_blocks(
     return out
 
 
+def first_section(blocks: list[Block]) -> int:
+    """Index of the report's first section heading: a section inserted there comes first."""
+    return next((i for i, b in enumerate(blocks) if b[0] == "h2"), len(blocks))
+
+
 def report_markdown(*args, **kwargs) -> str:
     """report.md's text for report_blocks' arguments."""
     return markdown_text(report_blocks(*args, **kwargs))

@@ -1,0 +1,280 @@
+"""The findings engine: the joined points of an analysis (analysis/core.py) plus ceilings, breakdown
+runs, step-time series and prices in, one record per configuration and environment out, each with
+its bound, fraction of the roof, cost, energy and findings. Pure: no MLflow, no files, no plots."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from analysis import join
+from analysis.findings import anomalies, bound, moves, rules
+from analysis.findings import breakdown as bd
+from analysis.findings import cost as costs
+from analysis.findings.prices import PriceTable
+from analysis.findings.records import Finding
+from analysis.findings.values import Clean
+
+KNOB_FIELDS = [
+    "model",
+    "batch_size",
+    "precision",
+    "image_size",
+    "num_classes",
+    "channels_last",
+    "compile",
+    "optimizer",
+]
+TOPIC_ORDER = {"bound": 0, "anomaly": 1, "move": 2, "breakdown": 3, "cost": 4}
+
+
+@dataclass
+class Findings:
+    configs: list[dict] = field(default_factory=list)
+    """one record per (environment, device, config): knobs, bound, fraction of roof, cost, energy
+    and `findings` (Finding objects; `to_json` renders them)."""
+    notes: list[str] = field(default_factory=list)
+    """values left out (non-finite, negative) and inputs that could not be used."""
+
+    def headlines(self, n: int = 3) -> list[tuple[dict, Finding]]:
+        """The `n` weightiest anomaly/move findings over all configs, one per kind before a second
+        of any kind (ties: config order), then the first configs' bound findings."""
+        ranked = [
+            (f.weight, -i, c, f)
+            for i, c in enumerate(self.configs)
+            for f in c["findings"]
+            if f.topic in ("anomaly", "move") and f.weight > 0
+        ]
+        ranked.sort(key=lambda t: (t[0], t[1]), reverse=True)
+        seen: set[str] = set()  # a speed-up per knob counts as a kind of its own
+        kinds = [f"{f.kind}:{f.values.get('knob', '')}" for _, _, _, f in ranked]
+        first = [
+            (c, f) for (_, _, c, f), k in zip(ranked, kinds) if k not in seen and not seen.add(k)
+        ]
+        rest = [(c, f) for _, _, c, f in ranked if not any(f is g for _, g in first)]
+        out = (first + rest)[:n]
+        for c in self.configs:
+            if len(out) >= n:
+                break
+            out += [(c, f) for f in c["findings"] if f.kind == "bound"][:1]
+        return out[:n]
+
+    def to_json(self) -> dict:
+        configs = []
+        for c in self.configs:
+            rec = {k: v for k, v in c.items() if k != "findings"}
+            rec["findings"] = [f.to_json() for f in c["findings"]]
+            configs.append(_json_safe(rec))
+        return {"configs": configs, "notes": list(self.notes)}
+
+
+def _json_safe(v):
+    if isinstance(v, dict):
+        return {str(k): _json_safe(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_json_safe(x) for x in v]
+    if hasattr(v, "item") and not isinstance(v, (str, bytes)):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def series_wanted(train: pd.DataFrame, limit: int = 200) -> list[str]:
+    """Runs whose step-time series the bimodality test needs: those with a CV over rules.STEP_CV
+    (latest first, at most `limit`)."""
+    if train.empty:
+        return []
+    cv = train["step_time_std_s"] / train["step_time_mean_s"]
+    ok = cv.gt(rules.STEP_CV) & cv.lt(float("inf"))
+    return list(train.loc[ok].sort_values("start_time", ascending=False)["run_id"].head(limit))
+
+
+def build(
+    analysis,
+    runs: pd.DataFrame,
+    prices: PriceTable | None = None,
+    layers_csv: dict[str, str] | None = None,
+    series: dict[str, list[float]] | None = None,
+) -> Findings:
+    """Findings for every point of `analysis` (core.Analysis). `runs`: the fetched runs frame
+    (breakdown and profile runs are read from it); `layers_csv`: breakdown run id -> layers.csv
+    text; `series`: train run id -> step times (for the runs `series_wanted` names)."""
+    clean = Clean()
+    prices = prices or PriceTable()
+    points = analysis.points.reset_index(drop=True)
+    train = analysis.train
+    by_run = {r["run_id"]: r for r in train.to_dict("records")}
+    breakdowns = bd.latest(runs, layers_csv or {}, clean)
+    profiles = {r["run_id"]: r for r in join.of_kind(runs, "profile").to_dict("records")}
+
+    thr, step_s, frac = {}, {}, {}
+    for idx, p in points.iterrows():
+        where = f"{p['env_label']}: {p['label']}"
+        t = clean.value(p.get("throughput_mean_samples_per_s"), "samples/s", where, positive=True)
+        if t:
+            prs = train[train["run_id"].isin(p["run_ids"])]
+            thr[idx] = (t, costs.ci95_rel(prs, clean) if len(prs) else None, list(p["run_ids"]))
+        means = [
+            m
+            for rid in p["run_ids"]
+            if (
+                m := clean.value(
+                    by_run.get(rid, {}).get("step_time_mean_s"),
+                    "step_time_mean_s",
+                    f"train run {rid[:8]}",
+                    True,
+                )
+            )
+        ]
+        if means:
+            step_s[idx] = sum(means) / len(means)
+        f = clean.value(p.get("efficiency"), "fraction of roof", where, positive=True)
+        if f is not None:
+            frac[idx] = f
+    fits = bound.fixed_time_fits(points, step_s)
+    groups = {k: moves.index_by_all_but(points, k) for k in moves.KNOBS}
+    drops = anomalies.batch_drops(points, thr)
+    gaps = anomalies.peer_gaps(points, frac)
+
+    configs = []
+    for idx, p in points.iterrows():
+        p = p.to_dict()
+        key = (p["env_label"], p["device_name"], p["config_key"])
+        prs = train[train["run_id"].isin(p["run_ids"])]
+        rec = _record(
+            p, idx, prs, thr, step_s, frac, fits, breakdowns.get(key), analysis, prices, clean
+        )
+        fs: list[Finding] = rec["findings"]
+        fs += drops.get(idx, []) + ([gaps[idx]] if idx in gaps else [])
+        fs += moves.knob_moves(points, idx, groups, thr) + moves.worker_moves(prs, clean)
+        have = {str(x) for x in points.loc[_siblings(points, idx, "precision"), "precision"]}
+        measured = analysis.roofs.get((p["env_label"], p["device_name"]), {}).get("measured")
+        fs += moves.peak_ratio_moves(str(p["precision"]), rec["device_type"], measured, have)
+        b = breakdowns.get(key)
+        if b is not None:
+            workers = ",".join(sorted({w for w in prs.get("workers", []) if w}))
+            fs += moves.breakdown_moves(b, workers) + moves.breakdown_facts(b)
+        for r in prs.to_dict("records"):
+            fs += anomalies.run_anomalies(r, (series or {}).get(r["run_id"]), clean)
+        prof = anomalies.profile_disagreement(p, profiles.get(p.get("profile_run_id") or ""), clean)
+        fs += [prof] if prof else []
+        fs.sort(key=lambda f: (TOPIC_ORDER[f.topic], -f.weight))
+        configs.append(rec)
+    return Findings(configs, clean.notes)
+
+
+def _siblings(points: pd.DataFrame, idx: int, knob: str) -> list[int]:
+    keys = [k for k in moves.SAME if k != knob]
+    p = points.loc[idx]
+    mask = pd.Series(True, index=points.index)
+    for k in keys:
+        mask &= points[k].map(moves._norm) == moves._norm(p.get(k))
+    return list(points.index[mask])
+
+
+def _record(p, idx, prs, thr, step_s, frac, fits, b, analysis, prices, clean) -> dict:
+    """One config record without its cross-config findings: knobs, bound, roof, cost, energy.
+    Long because it is the record's field list, one field a line."""
+    device_type = next((t for t in prs.get("device_type", []) if t), "")
+    f = frac.get(idx)
+    kind, vals = bound.classify(p, b, fits.get(idx))
+    roof_side = {"compute-bound": "compute", "memory-bound": "memory"}.get(
+        str(p.get("bound") or "")
+    )
+    ceiling_kind = str(p.get("roof_source") or "none")
+    headroom = 1 / f if f else None
+    findings = [
+        Finding(
+            "bound",
+            "bound",
+            {
+                "bound": kind,
+                **vals,
+                "roof_side": roof_side,
+                "intensity_flops_per_byte": p.get("intensity_flops_per_byte"),
+                "intensity_source": p.get("intensity_source"),
+                "ridge_flops_per_byte": p.get("ridge_flops_per_byte"),
+                "fraction_of_roof": f,
+                "headroom_factor": headroom,
+                "achieved_flops_per_s": p.get("achieved_flops_per_s"),
+                "attainable_flops_per_s": p.get("attainable_flops_per_s"),
+                "ceiling_dtype": p.get("ceiling_dtype"),
+                "ceiling_kind": ceiling_kind,
+            },
+            list(p["run_ids"]),
+        )
+    ]
+    roof_vals = {
+        "fraction_of_roof": f,
+        "ceiling_kind": ceiling_kind,
+        "ceiling_dtype": p.get("ceiling_dtype"),
+    }
+    if f is not None and f > 1:
+        findings.append(
+            Finding("above_roof", "anomaly", roof_vals, list(p["run_ids"]), weight=1 + f)
+        )
+    elif f is not None and f < rules.FAR_BELOW_ROOF and kind in ("compute", "memory"):
+        findings.append(
+            Finding(
+                "roof_far", "bound", {**roof_vals, "headroom_factor": headroom}, list(p["run_ids"])
+            )
+        )
+    samples_per_s = thr.get(idx, (None,))[0]
+    cost_fields, cost_finding = costs.cost(
+        p["env_label"],
+        p["device_name"],
+        device_type,
+        clean.value(p.get("world_size"), "world_size", p["label"]) or 1,
+        samples_per_s,
+        thr.get(idx, (None, None))[1],
+        prices,
+    )
+    energy_fields, energy_finding = costs.energy(prs, clean)
+    findings += [x for x in (cost_finding, energy_finding) if x is not None]
+    roof = analysis.roofs.get((p["env_label"], p["device_name"]), {}).get("roof")
+    return {
+        **{k: _value(p.get(k)) for k in KNOB_FIELDS},
+        "env_label": p["env_label"],
+        "device_name": p["device_name"],
+        "device_type": device_type,
+        "engine": str(p.get("distributed") or "none"),
+        "world_size": _value(p.get("world_size")),
+        "zero_stage": _value(p.get("zero_stage")),
+        "config_key": p["config_key"],
+        "label": p["label"],
+        "run_ids": list(p["run_ids"]),
+        "throughput_samples_per_s": samples_per_s,
+        "step_time_mean_s": step_s.get(idx),
+        "bound": kind,
+        "roof_side": roof_side,
+        "fraction_of_roof": f,
+        "headroom_factor": headroom,
+        "ceiling": {
+            "dtype": p.get("ceiling_dtype"),
+            "kind": ceiling_kind,
+            "peak_flops_per_s": p.get("peak_flops_per_s"),
+            "dram_bytes_per_s": p.get("dram_bytes_per_s"),
+            "sources": dict(roof.sources) if roof is not None else {},
+        },
+        "intensity_flops_per_byte": p.get("intensity_flops_per_byte"),
+        "intensity_source": p.get("intensity_source"),
+        "achieved_flops_per_s": p.get("achieved_flops_per_s"),
+        "attainable_flops_per_s": p.get("attainable_flops_per_s"),
+        **cost_fields,
+        **energy_fields,
+        "findings": findings,
+    }
+
+
+def _value(v):
+    """A knob as JSON shows it: whole numbers as ints, 'true'/'false' as booleans."""
+    if isinstance(v, str) and v.lower() in ("true", "false"):
+        return v.lower() == "true"
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return v
+    return int(x) if math.isfinite(x) and x.is_integer() else (x if math.isfinite(x) else None)
