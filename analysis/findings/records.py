@@ -194,8 +194,8 @@ def _variability(v: dict) -> str:
 def _bimodal(v: dict) -> str:
     return (
         f"bimodal steps: {pct(v['slow_share'])} of the steps take {ms(v['slow_mean_s'])} against "
-        f"{ms(v['fast_mean_s'])} for the rest (Ashman's D {num(v['ashman_d'])}, run "
-        f"{short(v['run_id'])})."
+        f"{ms(v['fast_mean_s'])} for the rest (the step-time density dips to "
+        f"{pct(v['valley_depth'])} of the smaller peak between them, run {short(v['run_id'])})."
     )
 
 

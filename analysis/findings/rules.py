@@ -23,12 +23,11 @@ BATCH_DROP = 0.03
 of the two means apart where both are known (noise is not a drop)."""
 STEP_CV = 0.05
 """step-time variability: coefficient of variation (SD / mean) of a run's step times over 5 %."""
-BIMODAL_D = 2.0
-"""bimodal steps: the best split of the sorted step times into two groups has Ashman's D =
-sqrt(2)·|m1 - m2| / sqrt(s1² + s2²) above 2 (clean separation; Ashman, Bird & Zen, J. Bioinformatics
-Comp. Biol. 1994) ..."""
+BIMODAL_DIP = 0.5
+"""bimodal steps: the kernel density of a run's step times has a second peak, and the valley
+between the two is at most half the smaller peak ..."""
 BIMODAL_MIN_SHARE = 0.10
-"""... and each group holds at least 10 % of the steps (and 3 steps): one slow step is an outlier,
+"""... with at least 10 % of the steps (and 3 steps) on each side: one slow step is an outlier,
 not a mode."""
 THROTTLE_CLOCK = 0.98
 """clock throttling: the median SM clock under 98 % of the base (default application) clock ..."""
