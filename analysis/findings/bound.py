@@ -20,23 +20,10 @@ import pandas as pd
 
 from analysis.findings import rules
 from analysis.findings.breakdown import DATA_PARTS, HOST_PARTS, Breakdown
+from analysis.findings.moves import SAME
 from analysis.roofline import COMPUTE_BOUND, MEMORY_BOUND
 
-SERIES_KEYS = [
-    "env_label",
-    "device_name",
-    "model",
-    "precision",
-    "image_size",
-    "num_classes",
-    "channels_last",
-    "compile",
-    "optimizer",
-    "distributed",
-    "zero_stage",
-    "world_size",
-    "backend",
-]
+SERIES_KEYS = [k for k in SAME if k != "batch_size"]
 """a batch series: points equal in all of these, differing in batch size."""
 
 

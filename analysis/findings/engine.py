@@ -14,19 +14,11 @@ from analysis.findings import anomalies, bound, moves, rules
 from analysis.findings import breakdown as bd
 from analysis.findings import cost as costs
 from analysis.findings.prices import PriceTable
-from analysis.findings.records import Finding
+from analysis.findings.records import Finding, plain
 from analysis.findings.values import Clean
+from common import schema
 
-KNOB_FIELDS = [
-    "model",
-    "batch_size",
-    "precision",
-    "image_size",
-    "num_classes",
-    "channels_last",
-    "compile",
-    "optimizer",
-]
+KNOB_FIELDS = list(schema.CONFIG_KEY_FIELDS)
 TOPIC_ORDER = {"bound": 0, "anomaly": 1, "move": 2, "breakdown": 3, "cost": 4}
 
 
@@ -66,20 +58,8 @@ class Findings:
         for c in self.configs:
             rec = {k: v for k, v in c.items() if k != "findings"}
             rec["findings"] = [f.to_json() for f in c["findings"]]
-            configs.append(_json_safe(rec))
+            configs.append(plain(rec))
         return {"configs": configs, "notes": list(self.notes)}
-
-
-def _json_safe(v):
-    if isinstance(v, dict):
-        return {str(k): _json_safe(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_json_safe(x) for x in v]
-    if hasattr(v, "item") and not isinstance(v, (str, bytes)):
-        v = v.item()
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
 
 
 def series_wanted(train: pd.DataFrame, limit: int = 200) -> list[str]:

@@ -9,27 +9,14 @@ import math
 
 import pandas as pd
 
+from analysis.tables import SPEEDUP_KEYS
 from analysis.findings import breakdown as bd
 from analysis.findings.records import Finding
 from analysis.findings.values import Clean
 
 KNOBS = ("precision", "batch_size", "channels_last", "compile")
-SAME = [
-    "env_label",
-    "device_name",
-    "model",
-    "precision",
-    "batch_size",
-    "image_size",
-    "num_classes",
-    "channels_last",
-    "compile",
-    "optimizer",
-    "distributed",
-    "zero_stage",
-    "world_size",
-    "backend",
-]
+SAME = [*SPEEDUP_KEYS, "precision", "backend"]
+"""a point's identity: two points differ in one knob when all of these but that one are equal."""
 PRECISIONS = ("fp32", "fp16", "bf16")
 
 

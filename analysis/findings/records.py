@@ -30,17 +30,17 @@ class Finding:
             "kind": self.kind,
             "topic": self.topic,
             "sentence": self.sentence(),
-            "values": {k: _plain(v) for k, v in self.values.items()},
+            "values": {k: plain(v) for k, v in self.values.items()},
             "run_ids": list(self.run_ids),
         }
 
 
-def _plain(v):
+def plain(v):
     """JSON-safe: NaN/inf -> None, numpy scalars -> Python, containers recursively."""
     if isinstance(v, dict):
-        return {str(k): _plain(x) for k, x in v.items()}
+        return {str(k): plain(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
-        return [_plain(x) for x in v]
+        return [plain(x) for x in v]
     if hasattr(v, "item") and not isinstance(v, (str, bytes)):
         v = v.item()
     if isinstance(v, float) and not math.isfinite(v):
