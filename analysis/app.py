@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from analysis import core, fetch, figures, findings, html, report, vendor
+from analysis.fetch.breakdowns import fetch_breakdowns
 from common import console, schema
 from common.cli import ArgumentParser, add_track_flags, cli_entry
 from common.errors import BenchError, UsageError
@@ -207,6 +208,7 @@ def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> R
         )
     complexity, complexity_notes = fetch.fetch_complexity(query, source)
     fetch_notes += complexity_notes
+    fetched_breakdowns = fetch_breakdowns(query, source, fetch_notes)
     cache_note = source.note()
     fetch_notes += [cache_note] if cache_note else []
 
@@ -238,7 +240,7 @@ def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> R
     timings["figures_s"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    found = _findings(analysis, runs, prices, source, out_dir, files)
+    found = _findings(analysis, runs, prices, fetched_breakdowns, source, out_dir, files)
     timings["findings_s"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -261,16 +263,14 @@ def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> R
 
 
 def _findings(
-    analysis, runs, prices, source: fetch.Source, out_dir: Path, files: list
+    analysis, runs, prices, breakdowns: list[dict], source: fetch.Source, out_dir: Path, files: list
 ) -> findings.Findings:
     """The findings engine over the joined analysis, with the step-time series of variable runs and
-    the breakdown runs' layer tables; writes findings.json."""
+    the fetched breakdown runs; writes findings.json."""
     import json
 
     series = fetch.fetch_series(findings.series_wanted(analysis.train), source=source)
-    layers, notes = fetch.fetch_breakdown_layers(runs)
-    analysis.notes += notes
-    found = findings.build(analysis, runs, prices, layers, series)
+    found = findings.build(analysis, runs, prices, breakdowns, series)
     path = out_dir / "findings.json"
     out_dir.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(found.to_json(), indent=1, allow_nan=False) + "\n")

@@ -112,8 +112,7 @@ READ_KEYS = {
     ],
     "metrics": [*TRAIN_METRICS, *DIST_METRICS, *PROFILE_METRICS, *FINDINGS_METRICS],
 }
-# breakdown runs' metrics go by prefix too (breakdown_step_s, breakdown_<part>_s|_fraction)
-READ_PREFIXES = {"tags": [], "params": [], "metrics": ["peak_", "breakdown_"]}
+READ_PREFIXES = {"tags": [], "params": [], "metrics": ["peak_"]}
 
 VendorLookup = Callable[[str], Any]
 

@@ -93,27 +93,27 @@ def peaks(rid, env, dev, fp32, bf16=None, dram=100e9, start=0) -> dict:
     return row
 
 
-def breakdown_run(rid, env, dev, batch, precision, fractions: dict, step_s=1.0) -> dict:
-    row = {
-        "run_id": rid,
-        "status": "FINISHED",
-        "start_time": 5,
-        "tags.run_kind": "breakdown",
-        "tags.env_label": env,
-        "tags.device_name": dev,
-        "tags.config_key": schema.config_key(params(batch, precision)),
-        "metrics.breakdown_step_s": step_s,
-    }
+def breakdown_run(rid, env, dev, batch, precision, fractions: dict, step_s=1.0, layers="") -> dict:
+    """A breakdown run as analysis/fetch/breakdowns.py fetches it: breakdown.json and layers.csv."""
+    metrics = {"breakdown_step_s": step_s, "breakdown_parts_sum_fraction": 1.0}
     for part, f in fractions.items():
-        row[f"metrics.breakdown_{part}_fraction"] = f
-        row[f"metrics.breakdown_{part}_s"] = f * step_s
-    return row
+        metrics[f"breakdown_{part}_fraction"] = f
+        metrics[f"breakdown_{part}_s"] = f * step_s
+    return {
+        "run_id": rid,
+        "env_label": env,
+        "device_name": dev,
+        "config_key": schema.config_key(params(batch, precision)),
+        "params": params(batch, precision),
+        "summary": {"metrics": metrics},
+        "layers": layers,
+    }
 
 
-def analyse(rows, price_table=None, layers=None, series=None):
+def analyse(rows, price_table=None, breakdowns=None, series=None):
     runs = pd.DataFrame(rows)
     a = core.build(runs, None)
-    return a, build(a, runs, price_table, layers, series)
+    return a, build(a, runs, price_table, breakdowns, series)
 
 
 def config(found, label, env="box"):
@@ -201,28 +201,19 @@ def test_latency_bound_from_the_batch_series():
 
 
 def test_data_and_host_bound_from_a_breakdown_run():
-    rows = [
-        train("a", "box", CPU, 8, "fp32", 4.0),
-        peaks("p", "box", CPU, 1e12),
-        breakdown_run(
-            "bd1",
-            "box",
-            CPU,
-            8,
-            "fp32",
-            {"data_wait": 0.3, "h2d_copy": 0.05, "forward": 0.2, "backward": 0.45},
-        ),
-    ]
-    _, found = analyse(rows)
+    rows = [train("a", "box", CPU, 8, "fp32", 4.0), peaks("p", "box", CPU, 1e12)]
+    parts = {"data_wait": 0.3, "h2d_copy": 0.05, "forward": 0.2, "backward": 0.45}
+    _, found = analyse(rows, breakdowns=[breakdown_run("bd1", "box", CPU, 8, "fp32", parts)])
     c = config(found, "resnet18/b8/fp32")
     assert c["bound"] == "data" and one(c, "bound").values["data_share"] == pytest.approx(0.35)
     # the data wait more workers could remove: 35 % of the step, at most x1/0.65
     w = one(c, "data_wait")
     assert w.values["max_speedup"] == pytest.approx(1 / 0.65) and w.run_ids == ["bd1"]
     parts = one(c, "parts")
+    # the step's parts only (breakdown_parts_sum_fraction is not a part)
     assert list(parts.values["parts"]) == ["backward", "data_wait", "forward", "h2d_copy"]
-    rows[-1] = breakdown_run("bd1", "box", CPU, 8, "fp32", {"host_overhead": 0.4, "data_wait": 0.1})
-    _, found = analyse(rows)
+    host = breakdown_run("bd1", "box", CPU, 8, "fp32", {"host_overhead": 0.4, "data_wait": 0.1})
+    _, found = analyse(rows, breakdowns=[host])
     assert config(found, "resnet18/b8/fp32")["bound"] == "host"
 
 
@@ -304,20 +295,24 @@ def test_more_workers_within_a_config():
 
 
 def test_fusion_share_and_top_layers_from_layers_csv():
+    # the model row and a container (layer1: its time includes its children's) and the data row
+    # are not layers; only leaf module rows count
     layers = (
-        "module,phase,time_s,flops,bytes,intensity_flops_per_byte,bound,share\n"
-        "conv1,forward,0.5,1e9,1e7,100,compute-bound,0.5\n"
-        "bn1,forward,0.1,1e6,1e7,0.1,memory-bound,0.1\n"
-        "layer1.0.relu,backward,0.05,1e5,1e7,0.01,memory-bound,0.05\n"
-        "layer1.0.conv2,forward,0.1,1e8,1e8,1,memory-bound,0.1\n"
-        "fc,forward,inf,1e5,1e5,1,memory-bound,0.01\n"
+        "module,phase,kind,leaf,time_s,flops,bytes,intensity_flops_per_byte,bound,share\n"
+        "resnet18,forward,model,False,0.9,1e9,1e8,10,memory-bound,0.9\n"
+        "layer1,forward,module,False,0.25,1e8,1e8,1,memory-bound,0.25\n"
+        "data,data,step,False,0.3,0,0,,,0.3\n"
+        "conv1,forward,module,True,0.5,1e9,1e7,100,compute-bound,0.5\n"
+        "bn1,forward,module,True,0.1,1e6,1e7,0.1,memory-bound,0.1\n"
+        "layer1.0.relu,backward,module,True,0.05,1e5,1e7,0.01,memory-bound,0.05\n"
+        "layer1.0.conv2,forward,module,True,0.1,1e8,1e8,1,memory-bound,0.1\n"
+        "fc,forward,module,True,inf,1e5,1e5,1,memory-bound,0.01\n"
     )
-    rows = [
-        train("a", "box", CPU, 8, "fp32", 1.0),
-        peaks("p", "box", CPU, 1e12),
-        breakdown_run("bd1", "box", CPU, 8, "fp32", {"forward": 0.4, "backward": 0.5}),
-    ]
-    _, found = analyse(rows, layers={"bd1": layers})
+    rows = [train("a", "box", CPU, 8, "fp32", 1.0), peaks("p", "box", CPU, 1e12)]
+    bd = breakdown_run(
+        "bd1", "box", CPU, 8, "fp32", {"forward": 0.4, "backward": 0.5}, layers=layers
+    )
+    _, found = analyse(rows, breakdowns=[bd])
     c = config(found, "resnet18/b8/fp32")
     f = one(c, "fusion")  # bn1 + relu: 0.15 of the step (the conv is memory-bound but not fusable)
     assert f.values["share"] == pytest.approx(0.15) and f.values["layers"] == 2

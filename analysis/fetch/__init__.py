@@ -204,7 +204,7 @@ def fetch_runs(query: Query, source: Source | None = None) -> tuple[pd.DataFrame
                 f"stopped at --max-runs {query.max_runs} train runs (latest first); raise it to see older runs"
             )
             break
-    for other in ("profile", "peaks", "breakdown"):
+    for other in ("profile", "peaks"):
         df = source.search(ids, f"{kind} = '{other}'", query.max_runs)
         console.info(f"fetched {len(df)} {other} run(s)")
         if len(df) >= query.max_runs:
@@ -265,41 +265,6 @@ def fetch_complexity(query: Query, source: Source | None = None) -> tuple[list[d
             }
         )
     console.info(f"fetched {len(out)} complexity table(s)")
-    return out, notes
-
-
-BREAKDOWN_LAYERS = ("layers.csv", "breakdown/layers.csv")
-"""where a breakdown run keeps its per-layer table (the first that exists is read)."""
-
-
-def fetch_breakdown_layers(runs: pd.DataFrame, limit: int = 50) -> tuple[dict[str, str], list[str]]:
-    """The layers.csv text of the latest `limit` FINISHED breakdown runs among `runs` (one download
-    each). Returns ({run_id: text}, notes)."""
-    kind, status = f"tags.{schema.TAG_RUN_KIND}", "status"
-    if runs.empty or kind not in runs:
-        return {}, []
-    br = runs[(runs[kind] == "breakdown") & (runs[status] == "FINISHED")]
-    br = br.sort_values("start_time", ascending=False).head(limit)
-    out, missing = {}, []
-    for rid in br["run_id"]:
-        for path in BREAKDOWN_LAYERS:
-            try:
-                out[rid] = _download_text(rid, path)
-                break
-            except Exception:  # noqa: BLE001 - not there: try the next path
-                continue
-        else:
-            missing.append(str(rid)[:8])
-    notes = (
-        [
-            f"{len(missing)} breakdown run(s) have no readable {' or '.join(BREAKDOWN_LAYERS)} "
-            f"(e.g. {', '.join(missing[:3])}): their findings name no layers"
-        ]
-        if missing
-        else []
-    )
-    if out:
-        console.info(f"fetched {len(out)} breakdown layer table(s)")
     return out, notes
 
 

@@ -16,15 +16,16 @@ from analysis.findings.records import Finding
 from analysis.findings.values import Clean, finite
 
 
-def batch_drops(points: pd.DataFrame, thr: dict[int, tuple]) -> dict[int, list[Finding]]:
-    """Per point: a drop from the next smaller batch of its series to it (rules.BATCH_DROP)."""
+def batch_drops(points: list[dict], thr: dict[int, tuple]) -> dict[int, list[Finding]]:
+    """Per point (index into `points`): a drop from the next smaller batch of its series to it
+    (rules.BATCH_DROP)."""
     groups: dict[tuple, list[int]] = {}
-    for idx, p in points.iterrows():
+    for idx, p in enumerate(points):
         if idx in thr and pd.notna(p.get("batch_size")):
             groups.setdefault(series_key(p), []).append(idx)
     out: dict[int, list[Finding]] = {}
     for members in groups.values():
-        members.sort(key=lambda i: float(points.at[i, "batch_size"]))
+        members.sort(key=lambda i: float(points[i]["batch_size"]))
         for a, b in zip(members, members[1:]):
             (t_a, ci_a, runs_a), (t_b, ci_b, runs_b) = thr[a], thr[b]
             drop = 1 - t_b / t_a
@@ -36,8 +37,8 @@ def batch_drops(points: pd.DataFrame, thr: dict[int, tuple]) -> dict[int, list[F
                         "batch_drop",
                         "anomaly",
                         {
-                            "batch_small": float(points.at[a, "batch_size"]),
-                            "batch_large": float(points.at[b, "batch_size"]),
+                            "batch_small": float(points[a]["batch_size"]),
+                            "batch_large": float(points[b]["batch_size"]),
                             "throughput_small": t_a,
                             "throughput_large": t_b,
                             "drop": drop,
@@ -49,12 +50,12 @@ def batch_drops(points: pd.DataFrame, thr: dict[int, tuple]) -> dict[int, list[F
     return out
 
 
-def peer_gaps(points: pd.DataFrame, fraction: dict[int, float]) -> dict[int, Finding]:
+def peer_gaps(points: list[dict], fraction: dict[int, float]) -> dict[int, Finding]:
     """Per point: its fraction of the roof under rules.PEER_GAP x the best fraction another
     environment or device reaches on the same config_key."""
     out = {}
     by_key: dict[str, list[int]] = {}
-    for idx, p in points.iterrows():
+    for idx, p in enumerate(points):
         if idx in fraction and p.get("config_key"):
             by_key.setdefault(str(p["config_key"]), []).append(idx)
     for members in by_key.values():
@@ -68,11 +69,11 @@ def peer_gaps(points: pd.DataFrame, fraction: dict[int, float]) -> dict[int, Fin
                     "anomaly",
                     {
                         "fraction_of_roof": fraction[i],
-                        "peer_env": points.at[best, "env_label"],
-                        "peer_device": points.at[best, "device_name"],
+                        "peer_env": points[best]["env_label"],
+                        "peer_device": points[best]["device_name"],
                         "peer_fraction": fraction[best],
                     },
-                    list(points.at[i, "run_ids"]) + list(points.at[best, "run_ids"]),
+                    list(points[i]["run_ids"]) + list(points[best]["run_ids"]),
                     weight=1 + fraction[best] / max(fraction[i], 1e-9) / 10,
                 )
     return out
@@ -166,21 +167,24 @@ def run_anomalies(run: dict, series: list[float] | None, clean: Clean) -> list[F
     return out
 
 
+THROTTLE_KEYS = (
+    "sm_clock_median_hz",
+    "sm_clock_base_hz",
+    "temperature_max_c",
+    "temperature_slowdown_c",
+    "power_max_w",
+    "power_limit_w",
+    "throttled_sample_share",
+)
+
+
 def throttling(run: dict, clean: Clean) -> Finding | None:
     """Clock throttling from a run's NVML sample summaries (train/energy.py), or None."""
+    keys = [f"gpu_{k}" for k in THROTTLE_KEYS]
+    if all(not isinstance(run.get(k), (int, float)) or run[k] != run[k] for k in keys):
+        return None  # no NVML samples (not a CUDA run, or logged before runs kept them)
     where = f"train run {str(run['run_id'])[:8]}"
-    v = {
-        k: clean.value(run.get(f"gpu_{k}"), f"gpu_{k}", where)
-        for k in (
-            "sm_clock_median_hz",
-            "sm_clock_base_hz",
-            "temperature_max_c",
-            "temperature_slowdown_c",
-            "power_max_w",
-            "power_limit_w",
-            "throttled_sample_share",
-        )
-    }
+    v = {k: clean.value(run.get(f"gpu_{k}"), f"gpu_{k}", where) for k in THROTTLE_KEYS}
     hits = []
     if v["sm_clock_median_hz"] and v["sm_clock_base_hz"]:
         hits.append(v["sm_clock_median_hz"] < rules.THROTTLE_CLOCK * v["sm_clock_base_hz"])

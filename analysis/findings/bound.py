@@ -31,17 +31,17 @@ def series_key(p: dict) -> tuple:
     return tuple(str(p.get(k, "")).lower() for k in SERIES_KEYS)
 
 
-def fixed_time_fits(points: pd.DataFrame, step_s: dict[int, float]) -> dict[int, dict]:
+def fixed_time_fits(points: list[dict], step_s: dict[int, float]) -> dict[int, dict]:
     """Per point index with a batch series of >= 2 batch sizes: the straight line step time =
     fixed + per_sample x batch through the series (least squares), and the fixed share of this
     point's step, clipped to [0, 1]. `step_s`: point index -> mean step time (seconds)."""
     groups: dict[tuple, list[int]] = {}
-    for idx, p in points.iterrows():
+    for idx, p in enumerate(points):
         if idx in step_s and pd.notna(p.get("batch_size")):
             groups.setdefault(series_key(p), []).append(idx)
     out = {}
     for members in groups.values():
-        b = np.array([float(points.at[i, "batch_size"]) for i in members])
+        b = np.array([float(points[i]["batch_size"]) for i in members])
         t = np.array([step_s[i] for i in members])
         if len(set(b)) < 2:
             continue

@@ -1,7 +1,8 @@
-"""Breakdown runs (run_kind `breakdown`: where a config's step time goes) as the findings read them:
-the latest FINISHED one per (env_label, device_name, config_key), its parts (metrics
-`breakdown_step_s`, `breakdown_<part>_s`, `breakdown_<part>_fraction`) and its `layers.csv` rows
-(module, phase, time_s, flops, bytes, intensity_flops_per_byte, bound, share). Pure."""
+"""Breakdown runs (run_kind `breakdown`: where a config's step time goes, `python -m profiling
+--breakdown`) as the findings read them: the latest FINISHED one per (env_label, device_name,
+config_key) as analysis/fetch/breakdowns.py fetches it (the same list the report's breakdown
+section is built from), its parts (`breakdown_<part>_fraction` in breakdown.json's metrics) and
+its `layers.csv` rows (module, phase, kind, leaf, time_s, share, bound, ...). Pure."""
 
 from __future__ import annotations
 
@@ -11,10 +12,18 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from analysis import join
 from analysis.findings.values import Clean
-from common import schema
 
+PARTS = (
+    "data_wait",
+    "h2d_copy",
+    "forward",
+    "backward",
+    "optimizer",
+    "exposed_comm",
+    "host_overhead",
+)
+"""the step's parts (profiling.breakdown.names.PARTS on the breakdown branch)."""
 DATA_PARTS = ("data_wait", "h2d_copy")
 HOST_PARTS = ("host_overhead",)
 LAYER_COLUMNS = ("module", "phase", "time_s", "share", "bound")
@@ -34,44 +43,42 @@ class Breakdown:
     fractions: dict[str, float] = field(default_factory=dict)
     """part -> share of the step (0..1)."""
     layers: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """leaf module rows of layers.csv (modules without children: no time counted twice)."""
 
     def share(self, parts) -> float | None:
         known = [self.fractions[p] for p in parts if p in self.fractions]
         return sum(known) if known else None
 
 
-def latest(
-    runs: pd.DataFrame, layers_csv: dict[str, str], clean: Clean
-) -> dict[tuple[str, str, str], Breakdown]:
-    """(env_label, device_name, config_key) -> its latest FINISHED breakdown run."""
-    br = join.of_kind(runs, "breakdown")
-    if br.empty:
-        return {}
-    br = br.assign(_key=join._config_keys(br), _start=join._start(br)).sort_values("_start")
+def latest(fetched: list[dict], clean: Clean) -> dict[tuple[str, str, str], Breakdown]:
+    """(env_label, device_name, config_key) -> its breakdown, from fetch_breakdowns' list
+    ({run_id, env_label, device_name, config_key, summary: breakdown.json, layers: csv text})."""
     out = {}
-    for row in br.to_dict("records"):
-        if not row["_key"]:
+    for f in fetched or []:
+        if not f.get("config_key"):
             continue
-        env = str(row.get(f"tags.{schema.TAG_ENV_LABEL}") or "(no env_label)")
-        dev = str(row.get(f"tags.{schema.TAG_DEVICE_NAME}") or "(unknown device)")
-        out[(env, dev, row["_key"])] = _one(row, layers_csv.get(row["run_id"]), clean)
+        env = str(f.get("env_label") or "(no env_label)")
+        dev = str(f.get("device_name") or "(unknown device)")
+        out[(env, dev, str(f["config_key"]))] = _one(f, clean)
     return out
 
 
-def _one(row: dict, csv_text: str | None, clean: Clean) -> Breakdown:
-    rid = str(row["run_id"])
+def _one(f: dict, clean: Clean) -> Breakdown:
+    rid = str(f["run_id"])
     where = f"breakdown run {rid[:8]}"
-    b = Breakdown(rid, clean.value(row.get("metrics.breakdown_step_s"), "breakdown_step_s", where))
-    for key, v in row.items():
-        m = re.fullmatch(r"metrics\.breakdown_(\w+)_fraction", str(key))
-        if m:
-            f = clean.value(v, f"breakdown_{m.group(1)}_fraction", where)
-            if f is not None and f <= 1.0:
-                b.fractions[m.group(1)] = f
-            elif f is not None:
-                clean.say(f"{where}: breakdown_{m.group(1)}_fraction = {f} is over 1: left out")
-    if csv_text:
-        b.layers = parse_layers(csv_text, where, clean)
+    summary = f.get("summary") if isinstance(f.get("summary"), dict) else {}
+    metrics = summary.get("metrics") if isinstance(summary.get("metrics"), dict) else {}
+    b = Breakdown(rid, clean.value(metrics.get("breakdown_step_s"), "breakdown_step_s", where))
+    for part in PARTS:
+        v = clean.value(
+            metrics.get(f"breakdown_{part}_fraction"), f"breakdown_{part}_fraction", where
+        )
+        if v is not None and v <= 1.0:
+            b.fractions[part] = v
+        elif v is not None:
+            clean.say(f"{where}: breakdown_{part}_fraction = {v} is over 1: left out")
+    if f.get("layers"):
+        b.layers = parse_layers(str(f["layers"]), where, clean)
     return b
 
 
@@ -103,7 +110,12 @@ def parse_layers(text: str, where: str, clean: Clean) -> pd.DataFrame:
             f"{where}: {bad} layers.csv row(s) with a time or share that is not finite, negative "
             "or over 1: left out"
         )
-    return df.loc[ok, list(LAYER_COLUMNS)].reset_index(drop=True)
+    df = df.loc[ok]
+    if "kind" in df.columns:  # module rows only: not the model, not data/loss/optimizer rows
+        df = df[df["kind"].astype(str) == "module"]
+    if "leaf" in df.columns:  # a module's time includes its children's: leaves only
+        df = df[df["leaf"].astype(str).str.lower().isin(["true", "1"])]
+    return df[list(LAYER_COLUMNS)].reset_index(drop=True)
 
 
 def fusable_share(layers: pd.DataFrame) -> tuple[float, int]:

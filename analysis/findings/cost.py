@@ -10,8 +10,6 @@ process); 1 on a CPU, where every process shares the one priced machine.
 
 from __future__ import annotations
 
-import pandas as pd
-
 from analysis.findings.prices import IMAGENET_1K_TRAIN_IMAGES, PriceTable
 from analysis.findings.records import Finding
 from analysis.findings.values import Clean
@@ -23,16 +21,16 @@ NO_ENERGY = (
 )
 
 
-def ci95_rel(runs: pd.DataFrame, clean: Clean) -> float | None:
+def ci95_rel(runs: list[dict], clean: Clean) -> float | None:
     """Relative 95 % CI half-width of the config's mean step time (see the module docstring)."""
     if len(runs) == 1:
-        r = runs.iloc[0]
+        r = runs[0]
         return clean.value(
             r.get("step_time_ci95_rel"), "step_time_ci95_rel", f"train run {r['run_id'][:8]}"
         )
     means = [
         m
-        for r in runs.to_dict("records")
+        for r in runs
         if (
             m := clean.value(
                 r.get("step_time_mean_s"), "step_time_mean_s", f"train run {r['run_id'][:8]}", True
@@ -94,34 +92,32 @@ def cost(
     return fields, Finding("cost", "cost", values, [])
 
 
-def energy(runs: pd.DataFrame, clean: Clean) -> tuple[dict, Finding | None]:
-    """Mean energy per sample over the runs that measured it, or null with the note saying why."""
+def energy(runs: list[dict], clean: Clean) -> tuple[dict, Finding | None]:
+    """Mean energy per sample over the runs that measured it, or null with the note saying why
+    (the latest run's note)."""
+    runs = sorted(runs, key=lambda r: r.get("start_time") or 0)
     vals, sources = [], []
-    for r in runs.sort_values("start_time").to_dict("records"):
-        e = clean.value(
-            r.get("energy_j_per_sample"), "energy_j_per_sample", f"train run {r['run_id'][:8]}"
-        )
+    for r in runs:
+        where = f"train run {r['run_id'][:8]}"
+        e = clean.value(r.get("energy_j_per_sample"), "energy_j_per_sample", where)
         if e is not None:
             vals.append(e)
             sources.append(r.get("energy_source") or "")
+    notes = [n for r in runs if (n := r.get("energy_note"))]
     if vals:
         e = sum(vals) / len(vals)
         src = sources[-1] or "energy counter"
-        note = (
-            next((n for n in reversed(list(runs["energy_note"])) if n), "")
-            if "energy_note" in runs
-            else ""
-        )
-        fields = {"energy_j_per_sample": e, "energy_source": src, "energy_note": note or None}
-        return fields, Finding(
+        fields = {
+            "energy_j_per_sample": e,
+            "energy_source": src,
+            "energy_note": notes[-1] if notes else None,
+        }
+        finding = Finding(
             "energy",
             "cost",
             {"energy_j_per_sample": e, "energy_source": src, "runs": len(vals)},
             [],
         )
-    notes = [n for n in (runs["energy_note"] if "energy_note" in runs else []) if n]
-    return {
-        "energy_j_per_sample": None,
-        "energy_source": None,
-        "energy_note": notes[-1] if notes else NO_ENERGY,
-    }, None
+        return fields, finding
+    note = notes[-1] if notes else NO_ENERGY
+    return {"energy_j_per_sample": None, "energy_source": None, "energy_note": note}, None

@@ -19,6 +19,19 @@ from analysis.findings.values import Clean
 from common import schema
 
 KNOB_FIELDS = list(schema.CONFIG_KEY_FIELDS)
+RUN_COLUMNS = [
+    "run_id",
+    "start_time",
+    "device_type",
+    "throughput_samples_per_s",
+    "step_time_mean_s",
+    "step_time_std_s",
+    *join.FINDINGS_METRICS,
+    *join.FINDINGS_TAGS,
+    *join.FINDINGS_PARAMS,
+]
+"""the train runs' columns the findings read (one dict per run, made once)."""
+PROFILE_COLUMNS = ["run_id", "metrics.ncu_flops_total", "params.profile_steps"]
 TOPIC_ORDER = {"bound": 0, "anomaly": 1, "move": 2, "breakdown": 3, "cost": 4}
 
 
@@ -76,35 +89,39 @@ def build(
     analysis,
     runs: pd.DataFrame,
     prices: PriceTable | None = None,
-    layers_csv: dict[str, str] | None = None,
+    breakdowns: list[dict] | None = None,
     series: dict[str, list[float]] | None = None,
 ) -> Findings:
     """Findings for every point of `analysis` (core.Analysis). `runs`: the fetched runs frame
-    (breakdown and profile runs are read from it); `layers_csv`: breakdown run id -> layers.csv
-    text; `series`: train run id -> step times (for the runs `series_wanted` names)."""
+    (profile runs are read from it); `breakdowns`: analysis.fetch.breakdowns.fetch_breakdowns'
+    list (the latest breakdown run per env, device and config, with breakdown.json and layers.csv);
+    `series`: train run id -> step times (for the runs `series_wanted` names)."""
     clean = Clean()
     prices = prices or PriceTable()
-    points = analysis.points.reset_index(drop=True)
+    points = analysis.points.to_dict("records")
     train = analysis.train
-    by_run = {r["run_id"]: r for r in train.to_dict("records")}
-    breakdowns = bd.latest(runs, layers_csv or {}, clean)
-    profiles = {r["run_id"]: r for r in join.of_kind(runs, "profile").to_dict("records")}
+    cols = [c for c in RUN_COLUMNS if c in train.columns]
+    by_run = {r["run_id"]: r for r in train[cols].to_dict("records")}
+    by_config = bd.latest(breakdowns or [], clean)
+    pr = join.of_kind(runs, "profile")
+    pr = pr[[c for c in PROFILE_COLUMNS if c in pr.columns]]
+    profiles = {r["run_id"]: r for r in pr.to_dict("records")}
 
     thr, step_s, frac = {}, {}, {}
-    for idx, p in points.iterrows():
+    point_runs = [[by_run[r] for r in p["run_ids"] if r in by_run] for p in points]
+    for idx, (p, prs) in enumerate(zip(points, point_runs)):
         where = f"{p['env_label']}: {p['label']}"
         t = clean.value(p.get("throughput_mean_samples_per_s"), "samples/s", where, positive=True)
         if t:
-            prs = train[train["run_id"].isin(p["run_ids"])]
-            thr[idx] = (t, costs.ci95_rel(prs, clean) if len(prs) else None, list(p["run_ids"]))
+            thr[idx] = (t, costs.ci95_rel(prs, clean) if prs else None, list(p["run_ids"]))
         means = [
             m
-            for rid in p["run_ids"]
+            for r in prs
             if (
                 m := clean.value(
-                    by_run.get(rid, {}).get("step_time_mean_s"),
+                    r.get("step_time_mean_s"),
                     "step_time_mean_s",
-                    f"train run {rid[:8]}",
+                    f"train run {r['run_id'][:8]}",
                     True,
                 )
             )
@@ -120,24 +137,21 @@ def build(
     gaps = anomalies.peer_gaps(points, frac)
 
     configs = []
-    for idx, p in points.iterrows():
-        p = p.to_dict()
+    for idx, (p, prs) in enumerate(zip(points, point_runs)):
         key = (p["env_label"], p["device_name"], p["config_key"])
-        prs = train[train["run_id"].isin(p["run_ids"])]
-        rec = _record(
-            p, idx, prs, thr, step_s, frac, fits, breakdowns.get(key), analysis, prices, clean
-        )
+        b = by_config.get(key)
+        rec = _record(p, idx, prs, thr, step_s, frac, fits, b, analysis, prices, clean)
         fs: list[Finding] = rec["findings"]
         fs += drops.get(idx, []) + ([gaps[idx]] if idx in gaps else [])
         fs += moves.knob_moves(points, idx, groups, thr) + moves.worker_moves(prs, clean)
-        have = {str(x) for x in points.loc[_siblings(points, idx, "precision"), "precision"]}
+        same = tuple(moves._norm(p.get(k, "")) for k in moves.SAME if k != "precision")
+        have = {str(points[j]["precision"]) for j in groups["precision"].get(same, [])}
         measured = analysis.roofs.get((p["env_label"], p["device_name"]), {}).get("measured")
         fs += moves.peak_ratio_moves(str(p["precision"]), rec["device_type"], measured, have)
-        b = breakdowns.get(key)
         if b is not None:
-            workers = ",".join(sorted({w for w in prs.get("workers", []) if w}))
+            workers = ",".join(sorted({str(r.get("workers")) for r in prs if r.get("workers")}))
             fs += moves.breakdown_moves(b, workers) + moves.breakdown_facts(b)
-        for r in prs.to_dict("records"):
+        for r in prs:
             fs += anomalies.run_anomalies(r, (series or {}).get(r["run_id"]), clean)
         prof = anomalies.profile_disagreement(p, profiles.get(p.get("profile_run_id") or ""), clean)
         fs += [prof] if prof else []
@@ -146,19 +160,10 @@ def build(
     return Findings(configs, clean.notes)
 
 
-def _siblings(points: pd.DataFrame, idx: int, knob: str) -> list[int]:
-    keys = [k for k in moves.SAME if k != knob]
-    p = points.loc[idx]
-    mask = pd.Series(True, index=points.index)
-    for k in keys:
-        mask &= points[k].map(moves._norm) == moves._norm(p.get(k))
-    return list(points.index[mask])
-
-
 def _record(p, idx, prs, thr, step_s, frac, fits, b, analysis, prices, clean) -> dict:
     """One config record without its cross-config findings: knobs, bound, roof, cost, energy.
     Long because it is the record's field list, one field a line."""
-    device_type = next((t for t in prs.get("device_type", []) if t), "")
+    device_type = next((r["device_type"] for r in prs if r.get("device_type")), "")
     f = frac.get(idx)
     kind, vals = bound.classify(p, b, fits.get(idx))
     roof_side = {"compute-bound": "compute", "memory-bound": "memory"}.get(

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 
-import pandas as pd
 
 from analysis.tables import SPEEDUP_KEYS
 from analysis.findings import breakdown as bd
@@ -29,21 +28,21 @@ def _norm(v) -> str:
         return str(v).strip().lower()
 
 
-def index_by_all_but(points: pd.DataFrame, knob: str) -> dict[tuple, list[int]]:
+def index_by_all_but(points: list[dict], knob: str) -> dict[tuple, list[int]]:
     keys = [k for k in SAME if k != knob]
     out: dict[tuple, list[int]] = {}
-    for idx, p in points.iterrows():
+    for idx, p in enumerate(points):
         out.setdefault(tuple(_norm(p.get(k, "")) for k in keys), []).append(idx)
     return out
 
 
 def knob_moves(
-    points: pd.DataFrame, idx: int, groups: dict[str, dict], thr: dict[int, tuple]
+    points: list[dict], idx: int, groups: dict[str, dict], thr: dict[int, tuple]
 ) -> list[Finding]:
     """Measured one-knob speed-ups from point `idx` to its siblings (for the batch size, the
     fastest other batch only). `thr`: point index -> (samples/s, relative 95 % CI half-width of
     its mean step time or None, run ids)."""
-    p = points.loc[idx]
+    p = points[idx]
     out = []
     if idx not in thr:
         return out
@@ -51,15 +50,13 @@ def knob_moves(
     for knob in KNOBS:
         key = tuple(_norm(p.get(k, "")) for k in SAME if k != knob)
         sibs = [j for j in groups[knob].get(key, []) if j != idx and j in thr]
-        sibs = [j for j in sibs if _norm(points.at[j, knob]) != _norm(p.get(knob))]
+        sibs = [j for j in sibs if _norm(points[j][knob]) != _norm(p.get(knob))]
         if knob == "batch_size" and sibs:
             sibs = [max(sibs, key=lambda j: thr[j][0])]
         for j in sibs:
             t1, ci1, runs1 = thr[j]
             out.append(
-                speedup_finding(
-                    knob, p.get(knob), points.at[j, knob], t0, ci0, t1, ci1, runs0 + runs1
-                )
+                speedup_finding(knob, p.get(knob), points[j][knob], t0, ci0, t1, ci1, runs0 + runs1)
             )
     return out
 
@@ -94,23 +91,24 @@ def _show(v):
         return str(v)
 
 
-def worker_moves(runs: pd.DataFrame, clean: Clean) -> list[Finding]:
+def worker_moves(runs: list[dict], clean: Clean) -> list[Finding]:
     """Within one point's runs (workers is not part of config_key): each other `workers` value's
     mean samples/s over that of the fewest workers measured."""
-    if runs.empty or "workers" not in runs:
+    groups: dict[int, list[dict]] = {}
+    for r in runs:
+        where = f"train run {str(r['run_id'])[:8]}"
+        w = clean.value(r.get("workers") or None, "workers", where)
+        t = clean.value(r.get("throughput_samples_per_s"), "throughput_samples_per_s", where, True)
+        if w is not None and t:
+            groups.setdefault(int(w), []).append({"t": t, "id": r["run_id"]})
+    if len(groups) < 2:
         return []
-    r = runs.assign(_w=pd.to_numeric(runs["workers"], errors="coerce"))
-    r = r[r["_w"].notna() & r["throughput_samples_per_s"].gt(0)]
-    if r["_w"].nunique() < 2:
-        return []
-    g = r.groupby("_w")
-    means, ids = g["throughput_samples_per_s"].mean(), g["run_id"].apply(list)
-    base = means.index.min()
+    mean = {w: sum(x["t"] for x in g) / len(g) for w, g in groups.items()}
+    ids = {w: [x["id"] for x in g] for w, g in groups.items()}
+    base = min(groups)
     return [
-        speedup_finding(
-            "workers", int(base), int(w), means[base], None, means[w], None, ids[base] + ids[w]
-        )
-        for w in means.index
+        speedup_finding("workers", base, w, mean[base], None, mean[w], None, ids[base] + ids[w])
+        for w in sorted(groups)
         if w != base
     ]
 
