@@ -104,6 +104,7 @@ def whole(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The flags, one per AnalysisConfig field (long as that list)."""
     p = ArgumentParser(
         prog="python -m analysis",
         description="Rooflines, tables and a report from train/profile/peaks runs on the MLflow tracking "
@@ -190,11 +191,11 @@ def config_from_args(args: argparse.Namespace) -> AnalysisConfig:
 
 
 def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> Result:
-    """Fetch, join, draw and write. `vendor_lookup='auto'`: profiling.peak_table.find with
-    --peaks-file passed through (tests inject a stub instead)."""
+    """Fetch, join, draw, judge and write, one stage after the other (long: the stages' timings).
+    `vendor_lookup='auto'`: profiling.peak_table.find with --peaks-file passed through (tests
+    inject a stub instead)."""
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
-    prices = findings.read_prices(cfg.prices)
     if vendor_lookup == "auto":
         vendor_lookup = vendor.load_vendor_lookup(cfg.peaks_file)
     query = cfg.query()
@@ -239,9 +240,7 @@ def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> R
         files.append(path)
     timings["figures_s"] = time.perf_counter() - t
 
-    t = time.perf_counter()
-    found = _findings(analysis, runs, prices, fetched_breakdowns, source, out_dir, files)
-    timings["findings_s"] = time.perf_counter() - t
+    found = _findings(cfg, analysis, runs, fetched_breakdowns, source, out_dir, files, timings)
 
     t = time.perf_counter()
     files += report.write_tables(analysis, out_dir)
@@ -263,14 +262,16 @@ def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> R
 
 
 def _findings(
-    analysis, runs, prices, breakdowns: list[dict], source: fetch.Source, out_dir: Path, files: list
+    cfg, analysis, runs, breakdowns: list[dict], source, out_dir: Path, files: list, timings: dict
 ) -> findings.Findings:
     """The findings engine over the joined analysis, with the step-time series of variable runs and
     the fetched breakdown runs; writes findings.json."""
     import json
 
+    t = time.perf_counter()
     series = fetch.fetch_series(findings.series_wanted(analysis.train), source=source)
-    found = findings.build(analysis, runs, prices, breakdowns, series)
+    found = findings.build(analysis, runs, findings.read_prices(cfg.prices), breakdowns, series)
+    timings["findings_s"] = time.perf_counter() - t
     path = out_dir / "findings.json"
     out_dir.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(found.to_json(), indent=1, allow_nan=False) + "\n")

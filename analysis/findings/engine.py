@@ -92,7 +92,8 @@ def build(
     breakdowns: list[dict] | None = None,
     series: dict[str, list[float]] | None = None,
 ) -> Findings:
-    """Findings for every point of `analysis` (core.Analysis). `runs`: the fetched runs frame
+    """Findings for every point of `analysis` (core.Analysis); long: the engine's one pass
+    (per-point numbers, the cross-point rules, then each record's findings). `runs`: the runs frame
     (profile runs are read from it); `breakdowns`: analysis.fetch.breakdowns.fetch_breakdowns'
     list (the latest breakdown run per env, device and config, with breakdown.json and layers.csv);
     `series`: train run id -> step times (for the runs `series_wanted` names)."""
@@ -161,8 +162,8 @@ def build(
 
 
 def _record(p, idx, prs, thr, step_s, frac, fits, b, analysis, prices, clean) -> dict:
-    """One config record without its cross-config findings: knobs, bound, roof, cost, energy.
-    Long because it is the record's field list, one field a line."""
+    """One config record (knobs, bound, roof, cost, energy); long: the record's field list, one
+    field a line. Cross-config findings are added by `build`."""
     device_type = next((r["device_type"] for r in prs if r.get("device_type")), "")
     f = frac.get(idx)
     kind, vals = bound.classify(p, b, fits.get(idx))
