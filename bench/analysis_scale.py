@@ -190,10 +190,7 @@ def server_peak_rss(pid: int) -> int:
     return max(peaks, default=0)
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] == "child":
-        return child(argv[1:])
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         description=__doc__.splitlines()[0], prog="python -m bench.analysis_scale"
     )
@@ -204,85 +201,113 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--before", action="store_true", help="time the old fetch above 20,000 runs too"
     )
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "child":
+        return child(argv[1:])
+    args = build_parser().parse_args(argv)
     folder = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-analysis-"))
     folder.mkdir(parents=True, exist_ok=True)
-    db = folder / "mlflow.db"
-    uri = f"sqlite:///{db}"
+    uri = f"sqlite:///{folder / 'mlflow.db'}"
     env = dict(os.environ, MLFLOW_TRACKING_URI=uri, ROOFLINE_CACHE_DIR=str(folder / "cache"))
     env.pop("MLFLOW_RUN_ID", None)
     env.setdefault("DS_ACCELERATOR", "cpu")
-    pristine = folder / "pristine.db"  # the store before the night's work, for a rerun
-    if pristine.exists():
-        shutil.copyfile(pristine, db)
-        print(f"reusing the {args.runs}-run store in {folder}", flush=True)
-    else:
-        t = time.perf_counter()
-        specs = list(fleet_store.run_specs(args.runs))
-        specs[-1]["status"] = "RUNNING"  # finishes during the night
-        fleet_store.write_bulk(uri, str(folder / "artifacts"), specs)
-        shutil.copyfile(db, pristine)
-        print(
-            f"wrote {len(specs)} runs {fleet_store.counts(specs)} in "
-            f"{time.perf_counter() - t:.0f} s to {uri}",
-            flush=True,
-        )
-        del specs
+    pristine = fleet(folder, args.runs)
+    steps = Steps()
     flags = ["--no-track", "--experiment", fleet_store.EXPERIMENT, "--max-runs", str(args.runs)]
-    lines = []
-
-    def step(name: str, child_args: list[str], environ: dict = env) -> dict:
-        print(f"  {name} ...", flush=True)
-        r = measure(child_args, environ)
-        lines.append(f"{name:<9} {fmt(r)}")
-        return r
-
     if args.runs <= 20_000 or args.before:
-        step("before", ["before"])
-    step("first", ["analysis", *flags, "--out", str(folder / "first"), "--cache", "refresh"])
+        steps.run("before", ["before"], env)
+    steps.run(
+        "first", ["analysis", *flags, "--out", str(folder / "first"), "--cache", "refresh"], env
+    )
     night(uri)
-    step("repeat", ["analysis", *flags, "--out", str(folder / "repeat")])
-    step("off", ["analysis", *flags, "--out", str(folder / "off"), "--cache", "off"])
+    steps.run("repeat", ["analysis", *flags, "--out", str(folder / "repeat")], env)
+    steps.run("off", ["analysis", *flags, "--out", str(folder / "off"), "--cache", "off"], env)
     same = (folder / "repeat" / "summary.csv").read_text() == (
         folder / "off" / "summary.csv"
     ).read_text()
-    lines.append(f"repeat's summary.csv equal to --cache off's: {same}")
+    steps.lines.append(f"repeat's summary.csv equal to --cache off's: {same}")
     if args.server:
-        shutil.copyfile(pristine, db)
-        from tests.mlflow_server import MlflowServer
-
-        server = MlflowServer(uri, folder / "artifacts", workers=args.workers)
-        t = time.perf_counter()
-        server.start(timeout_s=600)
-        lines.append(
-            f"mlflow server (--workers {args.workers}) answered /health after "
-            f"{time.perf_counter() - t:.0f} s"
-        )
-        try:
-            senv = dict(env, MLFLOW_TRACKING_URI=server.url)
-            cap = str(min(args.runs, 10_000))
-            step("page x1", ["page", "1", cap], senv)
-            step("page x4", ["page", "4", cap], senv)
-            step(
-                "first",
-                ["analysis", *flags, "--out", str(folder / "s-first"), "--cache", "refresh"],
-                senv,
-            )
-            night(server.url)
-            step("repeat", ["analysis", *flags, "--out", str(folder / "s-repeat")], senv)
-            lines.append(f"server peak RSS {server_peak_rss(server.proc.pid) / 1e6:.0f} MB")
-        finally:
-            server.stop()
+        shutil.copyfile(pristine, folder / "mlflow.db")
+        behind_a_server(steps, folder, uri, env, flags, args)
     load = os.getloadavg()
     print(
         f"analysis of {args.runs} runs ({os.cpu_count()} CPUs, load average "
         f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f} at the end):"
     )
-    for line in lines:
+    for line in steps.lines:
         print("  " + line)
     if not args.keep:
         shutil.rmtree(folder, ignore_errors=True)
     return 0
+
+
+def fleet(folder: Path, n_runs: int) -> Path:
+    """The store mlflow.db in `folder`: the fleet's history, written once and kept as
+    pristine.db (the store before the night's work), which a rerun copies back. Returns that."""
+    db, pristine = folder / "mlflow.db", folder / "pristine.db"
+    if pristine.exists():
+        shutil.copyfile(pristine, db)
+        print(f"reusing the {n_runs}-run store in {folder}", flush=True)
+        return pristine
+    t = time.perf_counter()
+    specs = list(fleet_store.run_specs(n_runs))
+    specs[-1]["status"] = "RUNNING"  # finishes during the night
+    fleet_store.write_bulk(f"sqlite:///{db}", str(folder / "artifacts"), specs)
+    shutil.copyfile(db, pristine)
+    print(
+        f"wrote {len(specs)} runs {fleet_store.counts(specs)} in "
+        f"{time.perf_counter() - t:.0f} s to sqlite:///{db}",
+        flush=True,
+    )
+    return pristine
+
+
+class Steps:
+    """The measured child processes, one result line each, in order."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def run(self, name: str, child_args: list[str], env: dict) -> dict:
+        print(f"  {name} ...", flush=True)
+        r = measure(child_args, env)
+        self.lines.append(f"{name:<9} {fmt(r)}")
+        return r
+
+
+def behind_a_server(
+    steps: Steps, folder: Path, uri: str, env: dict, flags: list[str], args
+) -> None:
+    """The first analysis and the repeat against a real `mlflow server` on the store, after
+    paging one page at a time and four in flight."""
+    from tests.mlflow_server import MlflowServer
+
+    server = MlflowServer(uri, folder / "artifacts", workers=args.workers)
+    t = time.perf_counter()
+    server.start(timeout_s=600)
+    steps.lines.append(
+        f"mlflow server (--workers {args.workers}) answered /health after "
+        f"{time.perf_counter() - t:.0f} s"
+    )
+    try:
+        senv = dict(env, MLFLOW_TRACKING_URI=server.url)
+        cap = str(min(args.runs, 10_000))
+        steps.run("page x1", ["page", "1", cap], senv)
+        steps.run("page x4", ["page", "4", cap], senv)
+        steps.run(
+            "first",
+            ["analysis", *flags, "--out", str(folder / "s-first"), "--cache", "refresh"],
+            senv,
+        )
+        night(server.url)
+        steps.run("repeat", ["analysis", *flags, "--out", str(folder / "s-repeat")], senv)
+        steps.lines.append(f"server peak RSS {server_peak_rss(server.proc.pid) / 1e6:.0f} MB")
+    finally:
+        server.stop()
 
 
 if __name__ == "__main__":

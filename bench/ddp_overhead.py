@@ -57,22 +57,38 @@ def launch(args: argparse.Namespace) -> int:
         "-m",
         "bench.ddp_overhead",
         "--worker",
-        *sys.argv[1:],
+        # the worker's own flags, not sys.argv: torchrun refuses an abbreviation of its own flags
+        # anywhere on its command line (--nproc could be --nproc-per-node)
+        *("--model", args.model, "--batch", str(args.batch), "--image-size", str(args.image_size)),
+        *("--device", args.device, "--iters", str(args.iters), "--rounds", str(args.rounds)),
     ]
     return subprocess.run(argv).returncode
 
 
 def worker(args: argparse.Namespace) -> None:
-    import torch.nn.functional as F
-    from tqdm import tqdm
-
-    from bench.overhead import describe, harness_cost_s, pairs
+    from bench.overhead import harness_cost_s, pairs
     from train import device as dev
-    from train.bench import measure_steps, prepare, preflight
+    from train.timing import make_clock
+
+    cfg, ctx, prep = _start(args)
+    devnull = open(os.devnull, "w")
+    harness, bare = _loops(args, cfg, ctx, prep, devnull)
+    ratios = pairs(harness, bare, args.rounds)
+    control = pairs(bare, bare, args.rounds)
+    step_s = statistics.median(bare() for _ in range(3)) / args.iters
+    # the harness around a step that does nothing: its own per-step cost, free of the model's noise
+    noop_s = harness_cost_s(make_clock(lambda: dev.synchronize(ctx.device)), devnull)
+    ctx.close()
+    if ctx.rank == 0:
+        _report(args, cfg, ctx, ratios, control, step_s, noop_s)
+
+
+def _start(args: argparse.Namespace):
+    """This rank's config, job context and prepared DDP training, warmed up."""
+    from train.bench import prepare, preflight
     from train.config import TrainConfig
     from train.distributed import engines
     from train.distributed.context import job_env, start
-    from train.timing import make_clock
 
     env = job_env()
     cfg = TrainConfig(
@@ -89,11 +105,21 @@ def worker(args: argparse.Namespace) -> None:
     ctx = start(cfg, preflight(cfg), env)
     prep = prepare(cfg, ctx.device)
     engines.wrap(prep, cfg, ctx)
-    model, optimizer = prep.parts.model, prep.parts.optimizer
-    x, y = prep.source.next()  # synthetic: the resident batch the harness's steps use too
     for _ in range(5):  # warm up (DDP rebuilds its buckets after the first step)
         prep.step()
-    devnull = open(os.devnull, "w")
+    return cfg, ctx, prep
+
+
+def _loops(args: argparse.Namespace, cfg, ctx, prep, devnull):
+    """The two timed blocks, each returning its wall seconds: the harness's loop and a bare one."""
+    import torch.nn.functional as F
+    from tqdm import tqdm
+
+    from train import device as dev
+    from train.bench import measure_steps
+
+    model, optimizer = prep.parts.model, prep.parts.optimizer
+    x, y = prep.source.next()  # synthetic: the resident batch the harness's steps use too
 
     def harness() -> float:
         ctx.barrier()
@@ -116,24 +142,23 @@ def worker(args: argparse.Namespace) -> None:
         dev.synchronize(ctx.device)
         return time.perf_counter() - t0
 
-    ratios = pairs(harness, bare, args.rounds)
-    control = pairs(bare, bare, args.rounds)
-    step_s = statistics.median(bare() for _ in range(3)) / args.iters
-    # the harness around a step that does nothing: its own per-step cost, free of the model's noise
-    noop_s = harness_cost_s(make_clock(lambda: dev.synchronize(ctx.device)), devnull)
-    ctx.close()
-    if ctx.rank == 0:
-        print(
-            f"{cfg.model} b{cfg.batch_size} per process, {cfg.image_size}px, DDP on "
-            f"{ctx.world_size} x {ctx.device.type} ({ctx.backend}), {args.rounds} block pairs x "
-            f"{args.iters} steps, bare step {step_s * 1e3:.1f} ms:"
-        )
-        print(f"  harness/bare wall time: {describe(ratios)}; goal <= 1.02")
-        print(f"  bare/bare (A/A control): {describe(control)}")
-        print(
-            f"  harness cost per step (around a no-op step): {noop_s * 1e6:.1f} us = "
-            f"{noop_s / step_s:.5f} of a step -> expected ratio {1 + noop_s / step_s:.5f}"
-        )
+    return harness, bare
+
+
+def _report(args, cfg, ctx, ratios, control, step_s: float, noop_s: float) -> None:
+    from bench.overhead import describe
+
+    print(
+        f"{cfg.model} b{cfg.batch_size} per process, {cfg.image_size}px, DDP on "
+        f"{ctx.world_size} x {ctx.device.type} ({ctx.backend}), {args.rounds} block pairs x "
+        f"{args.iters} steps, bare step {step_s * 1e3:.1f} ms:"
+    )
+    print(f"  harness/bare wall time: {describe(ratios)}; goal <= 1.02")
+    print(f"  bare/bare (A/A control): {describe(control)}")
+    print(
+        f"  harness cost per step (around a no-op step): {noop_s * 1e6:.1f} us = "
+        f"{noop_s / step_s:.5f} of a step -> expected ratio {1 + noop_s / step_s:.5f}"
+    )
 
 
 def main(argv=None) -> int:

@@ -17,6 +17,7 @@ Two writers store the same specs:
 
 from __future__ import annotations
 
+import itertools
 import random
 import time
 import uuid
@@ -82,8 +83,6 @@ def _params(m: str, b: int, p: str, dtype: str, repeat: int | None = None) -> di
 
 def run_specs(n_runs: int, seed: int = 0) -> Iterator[dict]:
     """`n_runs` run descriptions {tags, params, metrics, series, status}, in logging order."""
-    from common.schema import config_key
-
     rng = random.Random(seed)
     gpu_configs = [
         (e, m, b, p)
@@ -98,22 +97,28 @@ def run_specs(n_runs: int, seed: int = 0) -> Iterator[dict]:
     n_train = n_runs - len(ENVS) - n_failed - n_profile
     if n_train <= 0:
         raise ValueError(f"n_runs must be at least {len(ENVS) + 1}, got {n_runs}")
-    configs = [(e, m, b, p) for e in ENVS for m in MODELS for b in BATCHES for p in PRECISIONS]
+    runs = itertools.chain(
+        _peaks_runs(),
+        _train_runs(n_train, rng),
+        _profile_runs(gpu_configs, n_profile, rng),  # after the train runs: they share `rng`
+        _failed_runs(n_failed),
+    )
+    for n, run in enumerate(runs, start=1):
+        yield {"name": f"{run['tags']['run_kind']}-{n}", **run}
 
-    n = 0
 
-    def spec(kind, tags, params, metrics, series=None, status="FINISHED"):
-        nonlocal n
-        n += 1
-        return {
-            "name": f"{kind}-{n}",
-            "tags": {"run_kind": kind, **tags},
-            "params": {k: str(v) for k, v in params.items()},
-            "metrics": {k: float(v) for k, v in metrics.items()},
-            "series": series or [],
-            "status": status,
-        }
+def _spec(kind, tags, params, metrics, series=None, status="FINISHED") -> dict:
+    return {
+        "tags": {"run_kind": kind, **tags},
+        "params": {k: str(v) for k, v in params.items()},
+        "metrics": {k: float(v) for k, v in metrics.items()},
+        "series": series or [],
+        "status": status,
+    }
 
+
+def _peaks_runs() -> Iterator[dict]:
+    """One peaks run per environment, at 80 to 90 % of its datasheet figures."""
     for env, dev, dtype, fp32, bf16, bw in ENVS:
         metrics = {
             "peak_flops_per_s_fp32": fp32 * 0.9,
@@ -121,8 +126,15 @@ def run_specs(n_runs: int, seed: int = 0) -> Iterator[dict]:
             "peak_flops_per_s_fp16": bf16 * 0.8,
             "peak_dram_bytes_per_s": bw * 0.85,
         }
-        yield spec("peaks", _env_tags(env, dev, dtype), {}, metrics)
+        yield _spec("peaks", _env_tags(env, dev, dtype), {}, metrics)
 
+
+def _train_runs(n_train: int, rng: random.Random) -> Iterator[dict]:
+    """`n_train` train runs over every config in turn, at 30 to 70 % of the roof at a made-up
+    intensity, with 5 % step-to-step noise."""
+    from common.schema import config_key
+
+    configs = [(e, m, b, p) for e in ENVS for m in MODELS for b in BATCHES for p in PRECISIONS]
     for i in range(n_train):
         (env, dev, dtype, fp32, bf16, bw), m, b, p = configs[i % len(configs)]
         params = _params(m, b, p, dtype, i // len(configs))
@@ -132,32 +144,44 @@ def run_specs(n_runs: int, seed: int = 0) -> Iterator[dict]:
         achieved = min(peak, intensity * bw) * rng.uniform(0.3, 0.7)
         med = flops_step / achieved
         steps = [med * rng.lognormvariate(0, 0.05) for _ in range(STEPS)]
-        mean = sum(steps) / STEPS
-        thr_i = [b / s for s in steps]
-        mu = sum(thr_i) / STEPS
-        sd = (sum((t - mu) ** 2 for t in thr_i) / (STEPS - 1)) ** 0.5
         tags = {"config_key": config_key(params), **_env_tags(env, dev, dtype)}
-        metrics = {
-            "step_time_median_s": sorted(steps)[STEPS // 2],
-            "step_time_mean_s": mean,
-            "step_time_std_s": mean * 0.05,
-            "step_time_p95_s": sorted(steps)[int(STEPS * 0.95) - 1],
-            "throughput_samples_per_s": b / mean,
-            "throughput_std_samples_per_s": sd,
-            "fwd_flops_per_sample": MODELS[m],
-            "fwd_macs_per_sample": MODELS[m] / 2,
-            "params": 11.7e6,
-            "train_flops_per_step": flops_step,
-            "achieved_flops_per_s": flops_step / sorted(steps)[STEPS // 2],
-            "modeled_bytes_per_step": flops_step / intensity,
-            "modeled_intensity_flops_per_byte": intensity,
-            "max_rss_bytes": 3e9,
-            "cpu_user_s": 10.0,
-            "cpu_sys_s": 1.0,
-            "wall_s": 20.0,
-            "device_peak_mem_bytes": 5e9,
-        }
-        yield spec("train", tags, params, metrics, steps)
+        metrics = _train_metrics(MODELS[m], b, steps, flops_step, intensity)
+        yield _spec("train", tags, params, metrics, steps)
+
+
+def _train_metrics(
+    fwd_flops: float, b: int, steps: list[float], flops_step: float, intensity: float
+) -> dict:
+    """The 18 metrics of a train run whose step times are `steps`."""
+    mean = sum(steps) / STEPS
+    thr_i = [b / s for s in steps]
+    mu = sum(thr_i) / STEPS
+    sd = (sum((t - mu) ** 2 for t in thr_i) / (STEPS - 1)) ** 0.5
+    return {
+        "step_time_median_s": sorted(steps)[STEPS // 2],
+        "step_time_mean_s": mean,
+        "step_time_std_s": mean * 0.05,
+        "step_time_p95_s": sorted(steps)[int(STEPS * 0.95) - 1],
+        "throughput_samples_per_s": b / mean,
+        "throughput_std_samples_per_s": sd,
+        "fwd_flops_per_sample": fwd_flops,
+        "fwd_macs_per_sample": fwd_flops / 2,
+        "params": 11.7e6,
+        "train_flops_per_step": flops_step,
+        "achieved_flops_per_s": flops_step / sorted(steps)[STEPS // 2],
+        "modeled_bytes_per_step": flops_step / intensity,
+        "modeled_intensity_flops_per_byte": intensity,
+        "max_rss_bytes": 3e9,
+        "cpu_user_s": 10.0,
+        "cpu_sys_s": 1.0,
+        "wall_s": 20.0,
+        "device_peak_mem_bytes": 5e9,
+    }
+
+
+def _profile_runs(gpu_configs: list, n_profile: int, rng: random.Random) -> Iterator[dict]:
+    """Profile runs for `n_profile` GPU configs drawn at random."""
+    from common.schema import config_key
 
     rng.shuffle(gpu_configs)
     for (env, dev, dtype, *_), m, b, p in gpu_configs[:n_profile]:
@@ -176,15 +200,18 @@ def run_specs(n_runs: int, seed: int = 0) -> Iterator[dict]:
             "ncu_intensity_dram_flops_per_byte": ai,
         }
         tags = {"config_key": config_key(params), **_env_tags(env, dev, dtype)}
-        yield spec("profile", tags, params, metrics)
+        yield _spec("profile", tags, params, metrics)
 
+
+def _failed_runs(n_failed: int) -> Iterator[dict]:
+    """FAILED train runs (out of memory), spread over the environments."""
     for k in range(n_failed):
         env, dev, dtype, *_ = ENVS[k % len(ENVS)]
         tags = {
             **_env_tags(env, dev, dtype),
             "error": "CUDA out of memory. Tried to allocate 8 GiB",
         }
-        yield spec("train", tags, _params("vgg16", 512, "fp32", dtype), {}, status="FAILED")
+        yield _spec("train", tags, _params("vgg16", 512, "fp32", dtype), {}, status="FAILED")
 
 
 def counts(specs: list[dict]) -> dict[str, int]:
@@ -237,51 +264,53 @@ def write_bulk(
     t0 = int(time.time() * 1000) - 60_000 * len(specs)
     with store.engine.begin() as conn:
         for lo in range(0, len(specs), chunk):
-            runs, tags, params, metrics, latest = [], [], [], [], []
+            tables = {
+                t: [] for t in (m.SqlRun, m.SqlTag, m.SqlParam, m.SqlMetric, m.SqlLatestMetric)
+            }
             for i, s in enumerate(specs[lo : lo + chunk], start=lo):
-                rid, start, name = uuid.uuid4().hex, t0 + 60_000 * i, s["name"]
-                runs.append(
-                    dict(
-                        run_uuid=rid,
-                        name=name,
-                        source_type="UNKNOWN",
-                        source_name="",
-                        entry_point_name="",
-                        user_id="bench",
-                        status=s["status"],
-                        start_time=start,
-                        end_time=None if s["status"] == "RUNNING" else start + 30_000,
-                        deleted_time=None,
-                        source_version="",
-                        lifecycle_stage="active",
-                        artifact_uri=f"{location}/{rid}/artifacts",
-                        experiment_id=int(exp_id),
-                    )
-                )
-                run_tags = {**s["tags"], "mlflow.runName": name, "mlflow.user": "bench"}
-                tags += [dict(key=k, value=v, run_uuid=rid) for k, v in run_tags.items()]
-                params += [dict(key=k, value=v, run_uuid=rid) for k, v in s["params"].items()]
-                rows = [(k, v, 0) for k, v in s["metrics"].items()]
-                rows += [("step_time_s", v, j) for j, v in enumerate(s["series"])]
-                metrics += [
-                    dict(key=k, value=v, timestamp=start, step=j, is_nan=False, run_uuid=rid)
-                    for k, v, j in rows
-                ]
-                last: dict[str, tuple] = {}
-                for k, v, j in rows:
-                    last[k] = (v, j)  # rows are in step order: the last one is the latest
-                latest += [
-                    dict(key=k, value=v, timestamp=start, step=j, is_nan=False, run_uuid=rid)
-                    for k, (v, j) in last.items()
-                ]
-            for table, rows in (
-                (m.SqlRun, runs),
-                (m.SqlTag, tags),
-                (m.SqlParam, params),
-                (m.SqlMetric, metrics),
-                (m.SqlLatestMetric, latest),
-            ):
+                rows = _run_rows(s, uuid.uuid4().hex, t0 + 60_000 * i, location, int(exp_id))
+                for table, new in zip(tables, rows):
+                    tables[table] += new
+            for table, rows in tables.items():
                 if rows:
                     conn.execute(sa.insert(table.__table__), rows)
     store.engine.dispose()
     return exp_id
+
+
+def _run_rows(s: dict, rid: str, start: int, location: str, exp_id: int) -> tuple[list, ...]:
+    """The rows of one run for MLflow's tables runs, tags, params, metrics and latest_metrics."""
+    name = s["name"]
+    run = dict(
+        run_uuid=rid,
+        name=name,
+        source_type="UNKNOWN",
+        source_name="",
+        entry_point_name="",
+        user_id="bench",
+        status=s["status"],
+        start_time=start,
+        end_time=None if s["status"] == "RUNNING" else start + 30_000,
+        deleted_time=None,
+        source_version="",
+        lifecycle_stage="active",
+        artifact_uri=f"{location}/{rid}/artifacts",
+        experiment_id=exp_id,
+    )
+    run_tags = {**s["tags"], "mlflow.runName": name, "mlflow.user": "bench"}
+    tags = [dict(key=k, value=v, run_uuid=rid) for k, v in run_tags.items()]
+    params = [dict(key=k, value=v, run_uuid=rid) for k, v in s["params"].items()]
+    rows = [(k, v, 0) for k, v in s["metrics"].items()]
+    rows += [("step_time_s", v, j) for j, v in enumerate(s["series"])]
+    metrics = [
+        dict(key=k, value=v, timestamp=start, step=j, is_nan=False, run_uuid=rid)
+        for k, v, j in rows
+    ]
+    last: dict[str, tuple] = {}
+    for k, v, j in rows:
+        last[k] = (v, j)  # rows are in step order: the last one is the latest
+    latest = [
+        dict(key=k, value=v, timestamp=start, step=j, is_nan=False, run_uuid=rid)
+        for k, (v, j) in last.items()
+    ]
+    return [run], tags, params, metrics, latest

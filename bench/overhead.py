@@ -25,7 +25,7 @@ import time
 os.environ.setdefault("DS_ACCELERATOR", "cpu")  # before anything imports deepspeed (train does)
 
 
-def main() -> None:
+def parse() -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         prog="python -m bench.overhead",
         description=__doc__,
@@ -37,15 +37,16 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--iters", type=int, default=5, help="steps per block")
     ap.add_argument("--rounds", type=int, default=40, help="pairs of blocks")
-    args = ap.parse_args()
+    return ap.parse_args()
 
-    from tqdm import tqdm
 
+def main() -> None:
     from train import device as dev
     from train.bench import prepare, preflight
     from train.config import TrainConfig
-    from train.timing import make_clock, measure
+    from train.timing import make_clock
 
+    args = parse()
     cfg = TrainConfig(
         model=args.model, batch_size=args.batch, image_size=args.image_size, device=args.device
     )
@@ -54,22 +55,10 @@ def main() -> None:
     for _ in range(5):  # warm up
         prep.step()
     clock = make_clock(lambda: dev.synchronize(device))
-
     devnull = open(os.devnull, "w")
 
     def harness() -> float:
-        bar = tqdm(total=args.iters, mininterval=0.5, leave=False, file=devnull)
-        t0 = time.perf_counter()
-        measure(
-            prep.step,
-            args.iters,
-            clock,
-            on_step=lambda i, dt: (bar.update(1), bar.set_postfix_str(f"{dt * 1e3:.1f} ms/step")),
-        )
-        dev.synchronize(device)
-        elapsed = time.perf_counter() - t0
-        bar.close()
-        return elapsed
+        return harness_s(prep.step, args.iters, clock, devnull, lambda: dev.synchronize(device))
 
     def bare() -> float:
         dev.synchronize(device)
@@ -96,9 +85,9 @@ def main() -> None:
     )
 
 
-def harness_cost_s(clock, out, n: int = 2000) -> float:
-    """Seconds per step of the harness's loop (train.timing.measure with the clock and the progress
-    update the CLI uses, rendering to `out`) around a step that does nothing."""
+def harness_s(step, n: int, clock, out, finish=lambda: None) -> float:
+    """Wall seconds of the harness's loop over `n` calls of `step`: train.timing.measure with the
+    clock and the progress update the CLI uses (rendering to `out`), then `finish()` (a sync)."""
     from tqdm import tqdm
 
     from train.timing import measure
@@ -106,14 +95,20 @@ def harness_cost_s(clock, out, n: int = 2000) -> float:
     bar = tqdm(total=n, mininterval=0.5, leave=False, file=out)
     t0 = time.perf_counter()
     measure(
-        lambda: None,
+        step,
         n,
         clock,
         on_step=lambda i, dt: (bar.update(1), bar.set_postfix_str(f"{dt * 1e3:.1f} ms/step")),
     )
-    cost = (time.perf_counter() - t0) / n
+    finish()
+    elapsed = time.perf_counter() - t0
     bar.close()
-    return cost
+    return elapsed
+
+
+def harness_cost_s(clock, out, n: int = 2000) -> float:
+    """Seconds per step of the harness's loop (harness_s) around a step that does nothing."""
+    return harness_s(lambda: None, n, clock, out) / n
 
 
 def pairs(a_fn, b_fn, rounds: int) -> list[float]:

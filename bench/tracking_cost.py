@@ -16,7 +16,7 @@ import tempfile
 import time
 
 
-def main() -> None:
+def parse() -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         prog="python -m bench.tracking_cost",
         description=__doc__,
@@ -26,8 +26,11 @@ def main() -> None:
     ap.add_argument(
         "--per-call-sample", type=int, default=200, help="steps logged one call each (extrapolated)"
     )
-    args = ap.parse_args()
+    return ap.parse_args()
 
+
+def main() -> None:
+    args = parse()
     import logging
 
     import mlflow
@@ -40,37 +43,8 @@ def main() -> None:
         mlflow.set_tracking_uri(f"sqlite:///{tmp}/bench.db")
         with RunSession("train", run_name="warm-up") as s:  # create tables outside the timing
             s.log_metrics({"x": 1.0})
-
-        from mlflow.entities import Metric
-
-        from train.bench import step_times_csv
-
-        with RunSession("train", run_name="ours") as s:
-            s.flush()
-            t0 = time.perf_counter()
-            s.log_series("step_time_s", values)
-            s.log_text("timing/step_times.csv", step_times_csv(values))
-            s.flush()
-            ours = time.perf_counter() - t0
-        client = mlflow.tracking.MlflowClient()
-        n_history = len(client.get_metric_history(s.run_id, "step_time_s"))
-        csv_rows = (
-            len(mlflow.artifacts.load_text(f"runs:/{s.run_id}/timing/step_times.csv").splitlines())
-            - 1
-        )
-
-        run_id = client.create_run("0").info.run_id
-        t0 = time.perf_counter()
-        client.log_batch(
-            run_id, metrics=[Metric("step_time_s", v, 0, i) for i, v in enumerate(values)]
-        )
-        every_row = time.perf_counter() - t0
-
-        run_id = client.create_run("0").info.run_id
-        t0 = time.perf_counter()
-        for i, v in enumerate(values[: args.per_call_sample]):
-            client.log_metric(run_id, "step_time_s", v, step=i)
-        per_call = (time.perf_counter() - t0) / args.per_call_sample
+        ours, n_history, csv_rows = ours_s(values)
+        every_row, per_call = mlflow_ways_s(values, args.per_call_sample)
         mlflow.set_tracking_uri(None)
 
     print(
@@ -84,6 +58,45 @@ def main() -> None:
         f"one log_metric call per step: {per_call * 1e3:.2f} ms each -> {per_call * args.steps:.1f} s "
         f"({per_call * args.steps / ours:.0f}x ours)"
     )
+
+
+def ours_s(values: list[float]) -> tuple[float, int, int]:
+    """Seconds python -m train's way takes to log `values`, and the points in the metric history
+    and rows in the CSV artifact that it wrote."""
+    import mlflow
+
+    from common.tracking import RunSession
+    from train.bench import step_times_csv
+
+    with RunSession("train", run_name="ours") as s:
+        s.flush()
+        t0 = time.perf_counter()
+        s.log_series("step_time_s", values)
+        s.log_text("timing/step_times.csv", step_times_csv(values))
+        s.flush()
+        ours = time.perf_counter() - t0
+    n_history = len(mlflow.tracking.MlflowClient().get_metric_history(s.run_id, "step_time_s"))
+    csv_text = mlflow.artifacts.load_text(f"runs:/{s.run_id}/timing/step_times.csv")
+    return ours, n_history, len(csv_text.splitlines()) - 1
+
+
+def mlflow_ways_s(values: list[float], per_call_sample: int) -> tuple[float, float]:
+    """Seconds to log every value as a metric row in one batched call, and seconds per
+    log_metric call (from the first `per_call_sample` values)."""
+    import mlflow
+    from mlflow.entities import Metric
+
+    client = mlflow.tracking.MlflowClient()
+    run_id = client.create_run("0").info.run_id
+    t0 = time.perf_counter()
+    client.log_batch(run_id, metrics=[Metric("step_time_s", v, 0, i) for i, v in enumerate(values)])
+    every_row = time.perf_counter() - t0
+
+    run_id = client.create_run("0").info.run_id
+    t0 = time.perf_counter()
+    for i, v in enumerate(values[:per_call_sample]):
+        client.log_metric(run_id, "step_time_s", v, step=i)
+    return every_row, (time.perf_counter() - t0) / per_call_sample
 
 
 if __name__ == "__main__":

@@ -113,7 +113,7 @@ def cli_entry(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | 
         except BenchError as err:
             console.error(one_line(err))
             if os.environ.get("MLFLOW_RUN_ID"):  # RunSession removes it when it takes the run over
-                from common.tracking import fail_pending_run
+                from common.runs import fail_pending_run
 
                 fail_pending_run(one_line(err))
             return err.exit_code

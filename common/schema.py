@@ -20,7 +20,7 @@ TAG_HOST = "host"
 TAG_CONFIG_KEY = "config_key"
 TAG_ERROR = "error"  # one-line reason on every FAILED run
 TAG_INTENSITY_SOURCE = "intensity_source"  # "measured" (ncu counters) or "modeled" (byte model)
-# `<host>:<pid>:<start s>` of the process that drives the run (common.tracking.process_tag): how a
+# `<host>:<pid>:<start s>` of the process that drives the run (common.runs.process_tag): how a
 # later command tells a run left RUNNING by a dead process from a live one
 TAG_PROCESS = "process"
 # on a run `python -m common.upload` created: the spool entry it came from (a second upload finds it)

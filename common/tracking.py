@@ -17,10 +17,10 @@ Every entry point (train, profile, peaks, analysis, sweep, complexity) records i
   (common/upload.py) sends spooled runs once the store works again, through the session's public
   `continue_run`, `create_run`, `send` and `terminate`.
 
-What a run holds is common/record.py's (re-exported here); the writes to runs no session holds and
-the ending of runs whose process died are common/runs.py's (re-exported too). Whether the server
-answers, and which one is in use, is common/server.py's. Only these modules (and analysis/fetch/,
-which reads) import mlflow. Over 400 lines because RunSession is one state machine (open, batch,
+What a run holds is common/record.py's; the writes to runs no session holds and the ending of runs
+whose process died are common/runs.py's. Whether the server answers, and which one is in use, is
+common/server.py's. Callers import each name from the module that defines it. Only these modules
+(and analysis/fetch/, which reads) import mlflow. Over 400 lines because RunSession is one state machine (open, batch,
 finish, fall back to the spool) whose methods share its state; the rest lives in the modules named.
 """
 
@@ -38,42 +38,16 @@ from typing import Any
 
 from common import console, schema, spool
 from common.errors import BenchError, Terminated, one_line
-
-# tracking_uri stays importable from here (common.tracking.tracking_uri) for callers that use it
-from common.server import (
-    check_reachable,
-    display_uri,
-    is_unreachable,
-    redact,
-    store_problem,
-    tracking_uri,  # noqa: F401 - re-exported
-)
-
-# re-exported: callers import the run's data and the run housekeeping from here too
-from common.record import (  # noqa: F401
-    MAX_SERIES_POINTS,
-    SYSTEM_SAMPLES,
+from common.record import (
     RunRecord,
     context_tags,
     dataset_entity,
-    dataset_input,
     param_str,
     series_stride,
     system_metrics_interval,
 )
-from common.runs import (  # noqa: F401
-    STALE_REASON,
-    close_stale_runs,
-    experiment_id_for,
-    fail_pending_run,
-    latest_finished_run,
-    mark_failed,
-    mlflow_client,
-    process_gone,
-    process_tag,
-    redirect_run,
-)
-
+from common.runs import close_stale_runs, experiment_id_for, mlflow_client, process_tag
+from common.server import check_reachable, display_uri, is_unreachable, redact, store_problem
 
 # Where a run goes when neither the store nor the spool folder can be written: a spool folder in the
 # working directory (python -m common.upload --spool-dir roofline-spool sends it).

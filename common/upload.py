@@ -12,15 +12,11 @@ from pathlib import Path
 from common import console, schema
 from common.cli import ArgumentParser, cli_entry
 from common.errors import BenchError, one_line
+from common.record import RunRecord
+from common.runs import close_stale_runs, experiment_id_for, mlflow_client
 from common.server import check_reachable, is_unreachable, redact, store_problem
 from common.spool import entry_lock, save_entry, spool_dir, spooled_runs
-from common.tracking import (
-    RunRecord,
-    RunSession,
-    close_stale_runs,
-    experiment_id_for,
-    mlflow_client,
-)
+from common.tracking import RunSession
 
 
 def upload_spooled(folder: Path | None = None, select=None) -> tuple[int, int]:
@@ -50,13 +46,7 @@ def upload_spooled(folder: Path | None = None, select=None) -> tuple[int, int]:
                 continue
             parent_local = entry.get("parent_local_id")
             parent_run = entry.get("parent_run_id") or run_ids.get(parent_local or "")
-            if (
-                parent_local
-                and not parent_run
-                and not entry.get("run_id")
-                and any(e["local_id"] == parent_local for e in every if Path(e["_path"]).exists())
-            ):
-                # its parent is still spooled: creating it now would orphan it
+            if _waits_for_parent(entry, parent_run, every):
                 if parent_local in elsewhere:
                     elsewhere.add(entry["local_id"])  # the upload sending the parent sends it
                 else:
@@ -72,19 +62,36 @@ def upload_spooled(folder: Path | None = None, select=None) -> tuple[int, int]:
                     f"spool entry {entry['_path']} could not be sent: {store_problem(exc)}"
                 ) from exc
             run_ids[entry["local_id"]] = run_id
-            # run.json goes first, while the lock is held: an upload that takes the lock later (on
-            # a .lock it recreated while rmtree ran) finds no entry instead of sending it again
-            Path(entry["_path"]).unlink(missing_ok=True)
-            shutil.rmtree(Path(entry["_path"]).parent, ignore_errors=True)
+            _remove(entry, run_id)
             sent += 1
-            rec = entry["record"]
-            console.info(f"uploaded {rec['run_kind']} run {rec.get('run_name') or ''} -> {run_id}")
     if waiting:
         console.info(f"{waiting} run(s) wait for their parent run to be uploaded first")
     if elsewhere:
         console.info(f"{len(elsewhere)} run(s) are being sent by another upload")
     left = sum(Path(e["_path"]).exists() and e["local_id"] not in elsewhere for e in entries)
     return sent, left
+
+
+def _waits_for_parent(entry: dict, parent_run: str | None, every: list[dict]) -> bool:
+    """Whether the entry's parent run is still spooled, not created: creating the entry's run now
+    would orphan it."""
+    parent_local = entry.get("parent_local_id")
+    return bool(
+        parent_local
+        and not parent_run
+        and not entry.get("run_id")
+        and any(e["local_id"] == parent_local for e in every if Path(e["_path"]).exists())
+    )
+
+
+def _remove(entry: dict, run_id: str) -> None:
+    """Delete a sent entry, and say so. run.json goes first, while the lock is held: an upload that
+    takes the lock later (on a .lock it recreated while rmtree ran) finds no entry instead of
+    sending it again."""
+    Path(entry["_path"]).unlink(missing_ok=True)
+    shutil.rmtree(Path(entry["_path"]).parent, ignore_errors=True)
+    rec = entry["record"]
+    console.info(f"uploaded {rec['run_kind']} run {rec.get('run_name') or ''} -> {run_id}")
 
 
 def _send(client, entry: dict, parent_run: str | None, every: list[dict]) -> str:

@@ -3,15 +3,16 @@
 Two ways in:
 
 * capture (needs an NVIDIA GPU and ncu): runs ``ncu ... python -m train <config> --profile-steps K``
-  (profiling.capture, the command from profiling.ncu_command), parses ncu's CSV log and logs the
+  (profiling.ncu.capture, the command from profiling.ncu.command), parses ncu's CSV log and logs the
   run; ``--dry-run`` prints that command and its metric list instead;
 * ``--import FILE``: an ncu CSV (details or raw page) or a ``.ncu-rep`` report made elsewhere, logged
-  with the config given on the command line (works on any machine; profiling.import_path).
+  with the config given on the command line (works on any machine; profiling.ncu.import_path).
 
-This module holds the flags, the config and the run both paths log (profiling.ncu_summary's
-metrics, tags and kernel tables). The CUDA check is injectable: ``main(argv, probe=...)`` takes a
-callable ``probe(device, env_label)`` returning profiling.gpu.GpuInfo; the default asks torch. Tests pass a stand-in probe and put a stand-in ``ncu`` on
-PATH, so the whole capture path runs without a GPU (docs/profiling.md, "Testing without a GPU").
+This module holds the flags, the config and the run both paths log (profiling.ncu.summary's metrics,
+tags and kernel tables). The CUDA check is injectable: ``main(argv, probe=...)`` takes a callable
+``probe(device, env_label)`` returning profiling.ncu.gpu.GpuInfo; the default asks torch. Tests pass
+a stand-in probe and put a stand-in ``ncu`` on PATH, so the whole capture path runs without a GPU
+(docs/profiling.md, "Testing without a GPU").
 """
 
 from __future__ import annotations
@@ -24,19 +25,20 @@ from typing import Callable
 from common import console, schema
 from common.cli import ArgumentParser, cli_entry, optional
 from common.errors import UsageError
-from common.tracking import RunSession, dataset_input
-from profiling.capture import DEFAULT_OUT, capture, dry_run
-from profiling.chips.devices import parse_capability
-from profiling.gpu import GpuInfo, cuda_probe
-from profiling.import_path import check_import_file, import_report
-from profiling.ncu_command import (
+from common.record import dataset_input
+from common.tracking import RunSession
+from profiling.ncu.capture import DEFAULT_OUT, capture, dry_run
+from profiling.ncu.chips.devices import parse_capability
+from profiling.ncu.command import (
     CACHE_CONTROLS,
     CLOCK_CONTROLS,
     REPLAY_MODES,
     CaptureOptions,
 )
-from profiling.ncu_plan import METRIC_SETS, TENSOR_MODES
-from profiling.ncu_summary import (
+from profiling.ncu.gpu import GpuInfo, cuda_probe
+from profiling.ncu.import_path import check_import_file, import_report
+from profiling.ncu.plan import METRIC_SETS, TENSOR_MODES
+from profiling.ncu.summary import (
     NcuSummary,
     require_counters,
     roofline_warning,
@@ -60,6 +62,8 @@ def _capability(text: str) -> tuple[int, int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The training config's flags (train.config), then the `profiling` group: how ncu runs, then
+    where the counters come from."""
     p = ArgumentParser(
         prog="python -m profiling",
         description="Nsight Compute counters of one training config (capture with ncu, or --import) "
@@ -67,6 +71,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_config_args(p, distributed=False)
     g = p.add_argument_group("profiling")
+    _add_ncu_flags(g)
+    _add_source_flags(g)
+    return p
+
+
+def _add_ncu_flags(g) -> None:
+    """What ncu measures and how: steps, metrics, replay, clocks, caches, kernels, tensor counters."""
     g.add_argument(
         "--profile-steps",
         type=int,
@@ -111,6 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--ncu", default="ncu", help="ncu executable (default: ncu on PATH)")
     g.add_argument("--out", default=str(DEFAULT_OUT), help="folder for the ncu CSV log")
+
+
+def _add_source_flags(g) -> None:
+    """Where the counters come from (--import, --dry-run), which GPU, and the MLflow experiment."""
     g.add_argument(
         "--import",
         dest="import_file",
@@ -149,7 +164,6 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--experiment", type=optional(), default=None, help="MLflow experiment (default: MLflow's)"
     )
-    return p
 
 
 def _config(args: argparse.Namespace) -> TrainConfig:
@@ -212,7 +226,30 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo]) -> int:
         check_import_file(args.import_file)
 
     run_name = f"{config.run_name()}-ncu"
-    tags = {
+    tags = _run_tags(args, config, importing)
+    with RunSession("profile", experiment=args.experiment, run_name=run_name, tags=tags) as session:
+        session.log_params(_run_params(args, config, opts, importing))
+        if not importing:  # an imported report's input data is whatever the profiled run used
+            fields = dataset_fields(config.data, config.image_size, config.num_classes, config.seed)
+            session.log_input(dataset_input(**fields, context="profile"))
+        session.flush()
+        if importing:
+            report, device_name, capability, counters = import_report(args, session)
+            cautioned: list[str] = []
+        else:
+            report, device_name, capability, counters, cautioned = capture(
+                args, config, opts, probe, session
+            )
+        summary = summarize(report, capability, counters)
+        require_counters(summary, report.source)
+        _log_summary(session, args, config, summary, device_name, report.source, cautioned)
+    console.result(_summary_line(f"profile run {session.run_id}", summary, device_name))
+    return 0
+
+
+def _run_tags(args: argparse.Namespace, config: TrainConfig, importing: bool) -> dict:
+    """The tags a profile run is created with: its config, machine, and where its counters came from."""
+    return {
         schema.TAG_CONFIG_KEY: config.config_key(),
         schema.TAG_CONFIG_LABEL: config.config_label(),
         **_env_label_tag(args, config, importing),
@@ -220,6 +257,12 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo]) -> int:
         schema.TAG_INTENSITY_SOURCE: "measured",
         "ncu_source": "import" if importing else "capture",
     }
+
+
+def _run_params(
+    args: argparse.Namespace, config: TrainConfig, opts: CaptureOptions, importing: bool
+) -> dict:
+    """The config's params, and the imported file's name or the options ncu ran with."""
     params = {**config.params(), "profile_steps": opts.profile_steps}
     if importing:
         params["ncu_import_file"] = Path(args.import_file).name
@@ -234,54 +277,49 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo]) -> int:
             ncu_launch_count=opts.launch_count if opts.launch_count is not None else "all",
             ncu_extra_metrics=",".join(opts.extra_metrics) or "none",
         )
+    return params
 
-    with RunSession("profile", experiment=args.experiment, run_name=run_name, tags=tags) as session:
-        session.log_params(params)
-        if not importing:  # an imported report's input data is whatever the profiled run used
-            fields = dataset_fields(config.data, config.image_size, config.num_classes, config.seed)
-            session.log_input(dataset_input(**fields, context="profile"))
-        session.flush()
-        if importing:
-            report, device_name, capability, counters = import_report(args, session)
-            cautioned: list[str] = []
-        else:
-            report, device_name, capability, counters, cautioned = capture(
-                args, config, opts, probe, session
-            )
-        summary = summarize(report, capability, counters)
-        require_counters(summary, report.source)
-        warnings, tags = list(summary.warnings), summary.mlflow_tags()
-        incomplete = roofline_warning(summary, report.source)
-        if incomplete:
-            warnings.append(incomplete)
-        warnings = [w for w in warnings if w not in cautioned]  # said before ncu ran
-        gap = tensor_flops_gap(summary, config.precision)
-        if gap:
-            tags["ncu_tensor_undercount"], warning = gap
-            warnings.append(warning)
-        for warning in warnings:
-            console.warn(warning)
-        session.set_tags({schema.TAG_DEVICE_NAME: device_name, **tags})
-        session.log_metrics(summary.mlflow_metrics())
-        session.log_text(
-            "ncu/top_kernels.csv", top_kernels(summary, TOP_KERNELS).to_csv(index=False)
+
+def _log_summary(
+    session: RunSession,
+    args: argparse.Namespace,
+    config: TrainConfig,
+    summary: NcuSummary,
+    device_name: str,
+    source: str,
+    cautioned: list[str],
+) -> None:
+    """Warn what the summary lacks (but what was said before ncu ran), then log its tags, metrics,
+    kernel tables and the run's description."""
+    importing = args.import_file is not None
+    warnings, tags = list(summary.warnings), summary.mlflow_tags()
+    incomplete = roofline_warning(summary, source)
+    if incomplete:
+        warnings.append(incomplete)
+    warnings = [w for w in warnings if w not in cautioned]  # said before ncu ran
+    gap = tensor_flops_gap(summary, config.precision)
+    if gap:
+        tags["ncu_tensor_undercount"], warning = gap
+        warnings.append(warning)
+    for warning in warnings:
+        console.warn(warning)
+    session.set_tags({schema.TAG_DEVICE_NAME: device_name, **tags})
+    session.log_metrics(summary.mlflow_metrics())
+    session.log_text("ncu/top_kernels.csv", top_kernels(summary, TOP_KERNELS).to_csv(index=False))
+    session.log_text("ncu/kernels.csv", summary.kernels.to_csv(index=False))
+    if summary.phases is not None:
+        session.log_text("ncu/phases.csv", summary.phases.to_csv(index_label="phase"))
+    elif not importing:
+        console.note(
+            "no NVTX phases in the ncu output (does train's profile mode mark forward/backward/optimizer?)"
         )
-        session.log_text("ncu/kernels.csv", summary.kernels.to_csv(index=False))
-        if summary.phases is not None:
-            session.log_text("ncu/phases.csv", summary.phases.to_csv(index_label="phase"))
-        elif not importing:
-            console.note(
-                "no NVTX phases in the ncu output (does train's profile mode mark forward/backward/optimizer?)"
-            )
-        how = f"imported from {Path(args.import_file).name}" if importing else "captured"
-        session.set_note(
-            _summary_line(f"ncu profile of {config.config_label()} ({how})", summary, device_name)
-            + (f"\nRoofline: {incomplete}" if incomplete else "")
-        )
-        if "time_s" not in summary.measured:
-            console.note("no gpu__time_duration.sum in the input: ncu_kernel_time_s not logged")
-    console.result(_summary_line(f"profile run {session.run_id}", summary, device_name))
-    return 0
+    how = f"imported from {Path(args.import_file).name}" if importing else "captured"
+    session.set_note(
+        _summary_line(f"ncu profile of {config.config_label()} ({how})", summary, device_name)
+        + (f"\nRoofline: {incomplete}" if incomplete else "")
+    )
+    if "time_s" not in summary.measured:
+        console.note("no gpu__time_duration.sum in the input: ncu_kernel_time_s not logged")
 
 
 def _env_label_tag(args: argparse.Namespace, config: TrainConfig, importing: bool) -> dict:

@@ -14,20 +14,19 @@ import sys
 
 import pytest
 
-from profiling import nvperf
-from profiling.chips.counters import (
+from profiling.ncu import nvperf
+from profiling.ncu.chips.counters import (
     TABLE_FILE,
-    TENSOR_PREFIX,
     check_metric_names,
     committed_table,
     counters_for,
     source_note,
 )
-from profiling.chips.devices import CC_CHIPS, parse_capability, resolve_chip
-from profiling.chips.table import build_table, table_text
-from profiling.ncu_counting import _tensor_ops
-from profiling.ncu_names import is_relevant, op_counter
-from profiling.ncu_plan import plan_metrics
+from profiling.ncu.chips.devices import CC_CHIPS, parse_capability, resolve_chip
+from profiling.ncu.chips.table import build_table, table_text
+from profiling.ncu.counting import _tensor_ops
+from profiling.ncu.names import TENSOR_PREFIX, is_relevant, op_counter
+from profiling.ncu.plan import plan_metrics
 
 needs_library = pytest.mark.skipif(
     sys.platform != "linux", reason="libnvperf_host.so ships in the Linux ncu-report wheel"
@@ -68,11 +67,11 @@ def test_the_database_lists_every_chip_from_turing_on(db):
 @needs_library
 def test_the_committed_table_is_what_the_database_says(db):
     """Regenerated from the installed library; the version stamp may differ, the facts may not
-    (after an ncu-report update that changes them: `python -m profiling.chips --write`)."""
+    (after an ncu-report update that changes them: `python -m profiling.ncu.chips --write`)."""
     fresh = build_table(db)
     committed = committed_table()
     assert fresh["chips"] == committed["chips"], (
-        "regenerate with `python -m profiling.chips --write`"
+        "regenerate with `python -m profiling.ncu.chips --write`"
     )
     assert committed["ncu_report"] == "2026.3.1" and committed["library"] == "libnvperf_host.so"
     if fresh["ncu_report"] == committed["ncu_report"]:

@@ -1,4 +1,4 @@
-"""profiling.ncu_command: the ncu argument list per option, option validation, ncu failures as one line."""
+"""profiling.ncu.command: the ncu argument list per option, option validation, ncu failures as one line."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from common.errors import BenchError
-from profiling.ncu_command import (
+from profiling.ncu.command import (
     CaptureOptions,
     check_replay_mode,
     ncu_argv,
@@ -16,7 +16,7 @@ from profiling.ncu_command import (
     run_ncu,
     train_argv,
 )
-from profiling.ncu_messages import NO_KERNELS_MESSAGE, PERM_MESSAGE, classify_ncu_output
+from profiling.ncu.messages import NO_KERNELS_MESSAGE, PERM_MESSAGE, classify_ncu_output
 
 MESSAGES = Path(__file__).resolve().parent / "data" / "ncu_messages"
 PROGRAM = ["/usr/bin/python3", "-m", "train", "--batch", "2", "--profile-steps", "1"]
@@ -303,7 +303,7 @@ def test_run_ncu_shows_and_keeps_stdout_and_stderr(tmp_path, capsys):
 
 
 def test_run_ncu_keeps_every_ncu_line_and_only_the_tail_of_the_rest(tmp_path, capsys):
-    from profiling.ncu_command import CONSOLE_TAIL_LINES
+    from profiling.ncu.command import CONSOLE_TAIL_LINES
 
     argv = _script(
         tmp_path,
@@ -326,3 +326,13 @@ def test_run_ncu_keeps_every_ncu_line_and_only_the_tail_of_the_rest(tmp_path, ca
 def test_run_ncu_that_cannot_start_says_how_to_install(tmp_path):
     with pytest.raises(BenchError, match="cannot start /nonexistent/ncu: .*install Nsight Compute"):
         run_ncu(["/nonexistent/ncu"], tmp_path / "log.csv")
+
+
+def test_ncu_runs_train_from_the_repository_root():
+    """capture runs ncu (and so `python -m train`) in the repository root, where train/ imports,
+    and writes its logs under out/profile there by default, wherever profiling/ncu/ sits."""
+    from profiling.ncu import capture
+    from tests.conftest import ROOT
+
+    assert capture.ROOT == ROOT and (capture.ROOT / "train" / "__main__.py").is_file()
+    assert capture.DEFAULT_OUT == ROOT / "out" / "profile"

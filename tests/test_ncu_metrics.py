@@ -1,4 +1,4 @@
-"""profiling.ncu_plan, ncu_counting, ncu_summary (+ .ncu-rep import): FLOPs, bytes, time and
+"""profiling.ncu: plan, counting, summary (+ .ncu-rep import): FLOPs, bytes, time and
 intensities against known truths."""
 
 from __future__ import annotations
@@ -11,18 +11,18 @@ import pytest
 
 from common.errors import BenchError
 from common.schema import check_key
-from profiling.ncu_counting import (
+from profiling.ncu.counting import (
     chip_id_from_report,
     device_from_report,
     kernel_quantities,
     tensor_inst_caution,
     tensor_inst_flops,
 )
-from profiling.ncu_names import is_relevant, op_counter
-from profiling.ncu_parse import NcuKernel, NcuReport, read_ncu_csv
-from profiling.ncu_plan import plan_metrics, tensor_counters_for
-from profiling.ncu_report_import import load_ncu_rep
-from profiling.ncu_summary import require_counters, roofline_warning, summarize, top_kernels
+from profiling.ncu.names import is_relevant, op_counter
+from profiling.ncu.parse import NcuKernel, NcuReport, read_ncu_csv
+from profiling.ncu.plan import plan_metrics, tensor_counters_for
+from profiling.ncu.report_import import load_ncu_rep
+from profiling.ncu.summary import require_counters, roofline_warning, summarize, top_kernels
 
 MESSAGES = Path(__file__).resolve().parent / "data" / "ncu_messages"
 REL = 1e-3  # the issue's +-0.1 %
@@ -69,9 +69,9 @@ def test_l4_fixture_truths(ncu_dir):
     ],
 )
 def test_fixture_truths_with_the_chip_s_counters(ncu_dir, fixture, chip, truths):
-    """The chip-aware rules (profiling.chips) give the same totals as the generic ones."""
-    from profiling.chips.counters import counters_for
-    from profiling.chips.devices import resolve_chip
+    """The chip-aware rules (profiling.ncu.chips) give the same totals as the generic ones."""
+    from profiling.ncu.chips.counters import counters_for
+    from profiling.ncu.chips.devices import resolve_chip
 
     path = ncu_dir / fixture
     report = (
@@ -164,7 +164,7 @@ def test_truncated_ncu_rep_is_called_truncated_not_empty(ncu_dir, tmp_path):
 
 
 def test_an_ncu_error_log_saved_as_ncu_rep_gets_the_capture_message(tmp_path):
-    from profiling.ncu_messages import PERM_MESSAGE
+    from profiling.ncu.messages import PERM_MESSAGE
 
     log = tmp_path / "report.ncu-rep"
     log.write_bytes((MESSAGES / "err_nvgpuctrperm.log").read_bytes())
@@ -703,7 +703,7 @@ class _Ctx:
 
 
 def test_ncu_rep_phases_come_from_the_known_name_not_the_range_order():
-    from profiling.ncu_report_import import _add_results
+    from profiling.ncu.report_import import _add_results
 
     def action(name, flops, state):
         return _Action(

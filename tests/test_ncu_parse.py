@@ -1,4 +1,4 @@
-"""profiling.ncu_parse: every recorded ncu output parses, with SI values and the quirks of each format."""
+"""profiling.ncu.parse: every recorded ncu output parses, with SI values and the quirks of each format."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from profiling.ncu_messages import NO_KERNELS_MESSAGE, PERM_MESSAGE, legacy_message
-from profiling.ncu_nvtx import nvtx_ranges
-from profiling.ncu_parse import NcuParseError, parse_ncu_csv, read_ncu_csv
-from profiling.ncu_units import parse_number, unit_scale
+from profiling.ncu.messages import NO_KERNELS_MESSAGE, PERM_MESSAGE, legacy_message
+from profiling.ncu.nvtx import nvtx_ranges
+from profiling.ncu.parse import NcuParseError, parse_ncu_csv, read_ncu_csv
+from profiling.ncu.units import parse_number, unit_scale
 
 MESSAGES = Path(__file__).resolve().parent / "data" / "ncu_messages"
 L4 = "l4_resnet18_bs64_train_step_details_nvtx.csv"
@@ -247,14 +247,14 @@ def test_a_log_of_ncu_messages_gets_the_same_reason_as_a_failed_capture(log, rea
 
 
 def test_the_classifier_is_pure_and_imports_no_capture_code():
-    """The parser and the classifier (ncu_messages, which the import path uses too) import no
+    """The parser and the classifier (profiling.ncu.messages, which the import path uses too) import no
     capture code and no mlflow."""
     import subprocess
     import sys
 
     code = (
-        "import sys, profiling.ncu_parse, profiling.ncu_messages as p; "
-        "bad = [m for m in ('mlflow', 'profiling.ncu_command', 'profiling.ncu_summary', 'profiling.cli') if m in sys.modules]; "
+        "import sys, profiling.ncu.parse, profiling.ncu.messages as p; "
+        "bad = [m for m in ('mlflow', 'profiling.ncu.command', 'profiling.ncu.summary', 'profiling.cli') if m in sys.modules]; "
         "assert not bad, bad; "
         "assert p.classify_ncu_output('==ERROR== ERR_NVGPUCTRPERM', 1) == p.PERM_MESSAGE"
     )
@@ -342,7 +342,7 @@ def test_phase_is_the_known_phase_name_whatever_the_range_order(push_pop, start_
 
 
 def test_phase_names_are_the_ones_train_marks():
-    from profiling.ncu_nvtx import PHASE_NAMES
+    from profiling.ncu.nvtx import PHASE_NAMES
     from train.step import PHASES
 
     assert PHASE_NAMES == tuple(p for p in PHASES if p != "train_step")

@@ -20,13 +20,14 @@ import pandas as pd
 import pytest
 
 from common import schema
-from profiling import cli, import_path
-from profiling.capture import NO_GPU_MESSAGE, config_flags
-from profiling.gpu import GpuInfo, cuda_probe
-from profiling.ncu_counting import tensor_inst_caution
-from profiling.ncu_messages import NO_KERNELS_MESSAGE, PERM_MESSAGE
-from profiling.ncu_names import OPS, op_counter
-from train.config import TrainConfig
+from profiling import cli
+from profiling.ncu import import_path
+from profiling.ncu.capture import NO_GPU_MESSAGE
+from profiling.ncu.counting import tensor_inst_caution
+from profiling.ncu.gpu import GpuInfo, cuda_probe
+from profiling.ncu.messages import NO_KERNELS_MESSAGE, PERM_MESSAGE
+from profiling.ncu.names import OPS, op_counter
+from train.config import TrainConfig, config_flags
 
 MESSAGES = Path(__file__).resolve().parent / "data" / "ncu_messages"
 L4_CSV = "l4_resnet18_bs64_train_step_details_nvtx.csv"
@@ -912,7 +913,7 @@ def test_dry_run_lists_names_the_database_accepts_for_the_chip(
     tracking, monkeypatch, tmp_path, capsys, cc, chip
 ):
     """Issue 11's "done when": every name of the printed list exists on the chip of that capability."""
-    from profiling import nvperf
+    from profiling.ncu import nvperf
 
     monkeypatch.setenv("PATH", str(tmp_path))  # no ncu anywhere
     code, argv, metrics, err = dry_run(capsys, "--compute-capability", cc)

@@ -12,7 +12,8 @@ from analysis.fetch.peaks import latest_peaks_row
 from analysis.join import short
 from analysis.roofline import Roof
 from common import schema
-from common.tracking import RunSession, dataset_input, system_metrics_interval
+from common.record import dataset_input, system_metrics_interval
+from common.tracking import RunSession
 from common.upload import upload_spooled
 from tests.helpers import TINY, make_cifar10, make_image_folder
 from train.config import TrainConfig

@@ -15,7 +15,9 @@ import mlflow
 import pytest
 
 from common import schema
-from common.tracking import STALE_REASON, RunRecord, RunSession, close_stale_runs, process_tag
+from common.record import RunRecord
+from common.runs import STALE_REASON, close_stale_runs, process_tag
+from common.tracking import RunSession
 from tests.conftest import ROOT
 from tests.helpers import TINY, dead_pid
 

@@ -86,7 +86,8 @@ def run(
     another rank fails (train.distributed.failures).
     """
     from common.envinfo import environment_tags
-    from common.tracking import RunSession, dataset_input
+    from common.record import dataset_input
+    from common.tracking import RunSession
     from train.bench import preflight, run_benchmark, run_header, run_note, step_times_csv
     from train.data import dataset_fields
     from train.distributed.failures import NoGuard
@@ -203,7 +204,7 @@ def compare_scaling(session, cfg: TrainConfig, result) -> None:
     then single-process; train.distributed.measure.baseline_keys). Tags say which run it was, or
     why there is none."""
     from common.errors import one_line
-    from common.tracking import latest_finished_run
+    from common.runs import latest_finished_run
     from train.distributed.measure import scaling_metrics, baseline_keys
 
     tags = session.record.tags

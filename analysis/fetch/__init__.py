@@ -22,8 +22,7 @@ import pandas as pd
 from analysis.fetch import cache, cached, rows
 from common import console, schema
 from common.errors import BenchError, UsageError, one_line
-from common.server import check_reachable
-from common.tracking import tracking_uri
+from common.server import check_reachable, tracking_uri
 
 
 @dataclass

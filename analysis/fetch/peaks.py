@@ -13,7 +13,7 @@ def latest_peaks_row(device_name: str, env_label: str, client=None) -> dict | No
     """The peaks run as an analysis row (`run_id`, `metrics.<key>`, `tags.<key>`), or None."""
     from mlflow.entities import ViewType
 
-    from common.tracking import mlflow_client
+    from common.runs import mlflow_client
 
     client = mlflow_client(client)
     exp_ids = [e.experiment_id for e in client.search_experiments(view_type=ViewType.ACTIVE_ONLY)]

@@ -27,12 +27,20 @@ from profiling.peaks.stream import STREAM_ELEMENT_BYTES, l2_copies_per_launch
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The measurement's flags, then the run's; defaults from PeaksConfig."""
     d = PeaksConfig(env_label="x")
     p = ArgumentParser(
         prog="python -m profiling.peaks",
         description="Measure the compute (GEMM per dtype) and DRAM (STREAM copy/triad) ceilings of "
         "a device and log them as an MLflow `peaks` run.",
     )
+    _add_measure_flags(p, d)
+    _add_run_flags(p)
+    return p
+
+
+def _add_measure_flags(p: argparse.ArgumentParser, d: PeaksConfig) -> None:
+    """What is measured and for how long; `d` gives the defaults."""
     p.add_argument(
         "--device", default=d.device, help="auto | cpu | cuda | cuda:N | mps (default: auto)"
     )
@@ -74,6 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds of measuring, split over the steps; a step stops sampling when its share is "
         f"spent (after {MIN_SAMPLES} samples); 0 = no budget (default: {d.time_budget_s:g})",
     )
+
+
+def _add_run_flags(p: argparse.ArgumentParser) -> None:
+    """Where the run goes: the environment's name, the experiment, vendor entries, tracking."""
     p.add_argument(
         "--env-label", default=None, help="name of this environment (default: host name)"
     )
@@ -88,7 +100,6 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"JSON/YAML vendor-peak entries to add or override (default: ${PEAKS_FILE_ENV})",
     )
     add_track_flags(p, "log a peaks run to MLflow (default: true)")
-    return p
 
 
 def config_from_args(args: argparse.Namespace) -> PeaksConfig:
@@ -276,35 +287,9 @@ def main(argv: list[str] | None = None) -> int:
     availability = dtype_availability(device_type, hw.capability, hw.bf16_supported, ratios)
     dtypes, skipped = select_dtypes(config.requested_dtypes(availability), availability)
     n = config.matrix_size_for(device_type)
-    if config.bandwidth_mib:
-        array_bytes = config.bandwidth_mib * sizing.MIB
-        warnings = sizing.check_sizes(array_bytes, n, dtypes, hw)
-    else:
-        array_bytes, cap_warning = sizing.dram_array_bytes(hw.llc_bytes, hw.free_bytes)
-        warnings = sizing.check_sizes(array_bytes, n, dtypes, hw, cache_warning=False)
-        warnings += [cap_warning] if cap_warning else []
-    l2_bytes = sizing.l2_array_bytes(hw.l2_bytes)
-    for warning in warnings:
-        console.warn(warning)
-    if skipped:
-        console.note("not measured: " + "; ".join(f"{d} ({why})" for d, why in skipped.items()))
-    if not l2_bytes:
-        console.note("L2 size unknown on this device: no L2 ceiling measured")
-
-    tags = envinfo.environment_tags(device, config.env_label)
-    tags["dtypes_measured"] = ",".join(dtypes)
-    tags["stream_counting"] = "STREAM: copy 2 arrays, triad 3 arrays"
-    if skipped:
-        tags["dtypes_skipped"] = "; ".join(f"{d}: {why}" for d, why in skipped.items())[:5000]
-    if device_type == "cpu":
-        import torch
-
-        tags["cpu_capability"] = str(torch.backends.cpu.get_cpu_capability())
-        tags["cpu_matrix_flags"] = facts.cpu_matrix_flags()
-    if hw.llc_bytes:
-        tags["llc_bytes"] = str(hw.llc_bytes)
-    if hw.l2_bytes:
-        tags["l2_bytes"] = str(hw.l2_bytes)
+    array_bytes, l2_bytes, warnings = _array_sizes(config, n, dtypes, hw)
+    _say_what_is_left_out(warnings, skipped, l2_bytes)
+    tags = _run_tags(device, config, dtypes, skipped, hw)
     phases.lap("environment")
     session = _session(config, device_type, tags) if config.track else _NoRun()
     with session as s:
@@ -324,29 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         phases.lap("tracking")
         result = _measure(device, dtypes, n, array_bytes, l2_bytes, config, skipped, ratios)
         phases.lap("measure")
-        if result.l2_withheld:
-            console.warn(result.l2_withheld)
-        for label, meas in result.headline().items():
-            if meas.bimodal:
-                console.note(f"{label} samples bimodal (best reported): {meas.spread_text()}")
-        v_params, v_tags, v_metrics = vendor_fields(vendor, result)
-        cuts = result.budget_cuts()
-        s.log_params(v_params)
-        s.set_tags(
-            {
-                **v_tags,
-                "peak_dram_kernel": result.dram_kernel,
-                **({"peak_l2_kernel": result.l2_kernel} if result.l2 else {}),
-                **({"peak_l2_withheld": result.l2_withheld} if result.l2_withheld else {}),
-                "time_budget_cut": ", ".join(f"{k} {t}/{a}" for k, (t, a) in cuts.items())
-                or "none",
-                "samples_bimodal": ", ".join(result.bimodal()) or "none",
-            }
-        )
-        s.log_metrics({**result.metrics(), **v_metrics, **phases.setup_metrics()})
-        s.log_text("peaks/samples.json", json.dumps(result.to_dict(), indent=1))
-        s.set_note(summary_line(device, name, result, vendor, config))
-        s.log_text("environment.txt", envinfo.environment_report())
+        _log_result(s, result, vendor, phases, summary_line(device, name, result, vendor, config))
     phases.lap("logging")
     console.note(phases.text())
     total_s = sum(phases.seconds.values())
@@ -354,6 +317,75 @@ def main(argv: list[str] | None = None) -> int:
         summary_line(device, name, result, vendor, config, _where(session, config), total_s)
     )
     return 0
+
+
+def _array_sizes(config: PeaksConfig, n: int, dtypes, hw) -> tuple[int, int, list[str]]:
+    """Bytes per DRAM STREAM array and per L2 array, and the warnings about those sizes."""
+    if config.bandwidth_mib:
+        array_bytes = config.bandwidth_mib * sizing.MIB
+        warnings = sizing.check_sizes(array_bytes, n, dtypes, hw)
+    else:
+        array_bytes, cap_warning = sizing.dram_array_bytes(hw.llc_bytes, hw.free_bytes)
+        warnings = sizing.check_sizes(array_bytes, n, dtypes, hw, cache_warning=False)
+        warnings += [cap_warning] if cap_warning else []
+    return array_bytes, sizing.l2_array_bytes(hw.l2_bytes), warnings
+
+
+def _say_what_is_left_out(warnings: list[str], skipped: dict[str, str], l2_bytes: int) -> None:
+    """Before measuring: the size warnings, the dtypes not measured and a missing L2 ceiling."""
+    for warning in warnings:
+        console.warn(warning)
+    if skipped:
+        console.note("not measured: " + "; ".join(f"{d} ({why})" for d, why in skipped.items()))
+    if not l2_bytes:
+        console.note("L2 size unknown on this device: no L2 ceiling measured")
+
+
+def _run_tags(device: str, config: PeaksConfig, dtypes, skipped: dict[str, str], hw) -> dict:
+    """The run's tags: the environment, the dtypes measured and skipped, the CPU's matrix
+    extensions, the cache sizes."""
+    tags = envinfo.environment_tags(device, config.env_label)
+    tags["dtypes_measured"] = ",".join(dtypes)
+    tags["stream_counting"] = "STREAM: copy 2 arrays, triad 3 arrays"
+    if skipped:
+        tags["dtypes_skipped"] = "; ".join(f"{d}: {why}" for d, why in skipped.items())[:5000]
+    if device.split(":")[0] == "cpu":
+        import torch
+
+        tags["cpu_capability"] = str(torch.backends.cpu.get_cpu_capability())
+        tags["cpu_matrix_flags"] = facts.cpu_matrix_flags()
+    if hw.llc_bytes:
+        tags["llc_bytes"] = str(hw.llc_bytes)
+    if hw.l2_bytes:
+        tags["l2_bytes"] = str(hw.l2_bytes)
+    return tags
+
+
+def _log_result(s, result: PeaksResult, vendor, phases: _Phases, note: str) -> None:
+    """Say what the samples showed, then log the ceilings beside the vendor's, the budget's cuts,
+    every sample (peaks/samples.json), the description `note` and the environment."""
+    if result.l2_withheld:
+        console.warn(result.l2_withheld)
+    for label, meas in result.headline().items():
+        if meas.bimodal:
+            console.note(f"{label} samples bimodal (best reported): {meas.spread_text()}")
+    v_params, v_tags, v_metrics = vendor_fields(vendor, result)
+    cuts = result.budget_cuts()
+    s.log_params(v_params)
+    s.set_tags(
+        {
+            **v_tags,
+            "peak_dram_kernel": result.dram_kernel,
+            **({"peak_l2_kernel": result.l2_kernel} if result.l2 else {}),
+            **({"peak_l2_withheld": result.l2_withheld} if result.l2_withheld else {}),
+            "time_budget_cut": ", ".join(f"{k} {t}/{a}" for k, (t, a) in cuts.items()) or "none",
+            "samples_bimodal": ", ".join(result.bimodal()) or "none",
+        }
+    )
+    s.log_metrics({**result.metrics(), **v_metrics, **phases.setup_metrics()})
+    s.log_text("peaks/samples.json", json.dumps(result.to_dict(), indent=1))
+    s.set_note(note)
+    s.log_text("environment.txt", envinfo.environment_report())
 
 
 if __name__ == "__main__":

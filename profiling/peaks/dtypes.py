@@ -51,40 +51,49 @@ def dtype_availability(
         raise ValueError(
             f"device_type must be one of {', '.join(DEVICE_TYPES)}, got {device_type!r}"
         )
-    opt_in_fp64 = DtypeStatus(
-        True, False, "fp64 is opt-in (slow on most devices): add it to --dtypes"
-    )
-    yes = DtypeStatus(True, True)
     if device_type == "cuda":
-        cap = tuple(capability) if capability else (0, 0)
-        cap_text = f"sm_{cap[0]}{cap[1]}" if capability else "unknown capability"
-        return {
-            "fp64": opt_in_fp64,
-            "fp32": yes,
-            "tf32": yes
-            if cap >= (8, 0)
-            else DtypeStatus(False, False, f"tf32 tensor cores need sm_80+ (this GPU: {cap_text})"),
-            "fp16": yes,
-            "bf16": yes
-            if bf16_supported
-            else DtypeStatus(
-                False, False, f"no native bf16 on this GPU ({cap_text}; needs sm_80+)"
-            ),
-        }
+        return _cuda_dtypes(capability, bf16_supported)
     if device_type == "mps":
-        return {
-            "fp64": DtypeStatus(False, False, "MPS has no float64"),
-            "fp32": yes,
-            "tf32": DtypeStatus(False, False, "tf32 is a CUDA tensor-core mode"),
-            "fp16": yes,
-            "bf16": yes
-            if bf16_supported
-            else DtypeStatus(False, False, "bf16 on MPS needs macOS 14 or newer"),
-        }
-    ratios = cpu_probe_ratios or {}
+        return _mps_dtypes(bf16_supported)
+    return _cpu_dtypes(cpu_probe_ratios or {})
+
+
+_YES = DtypeStatus(True, True)
+_OPT_IN_FP64 = DtypeStatus(True, False, "fp64 is opt-in (slow on most devices): add it to --dtypes")
+
+
+def _cuda_dtypes(capability: tuple[int, int] | None, bf16_supported: bool) -> dict:
+    cap = tuple(capability) if capability else (0, 0)
+    cap_text = f"sm_{cap[0]}{cap[1]}" if capability else "unknown capability"
+    return {
+        "fp64": _OPT_IN_FP64,
+        "fp32": _YES,
+        "tf32": _YES
+        if cap >= (8, 0)
+        else DtypeStatus(False, False, f"tf32 tensor cores need sm_80+ (this GPU: {cap_text})"),
+        "fp16": _YES,
+        "bf16": _YES
+        if bf16_supported
+        else DtypeStatus(False, False, f"no native bf16 on this GPU ({cap_text}; needs sm_80+)"),
+    }
+
+
+def _mps_dtypes(bf16_supported: bool) -> dict:
+    return {
+        "fp64": DtypeStatus(False, False, "MPS has no float64"),
+        "fp32": _YES,
+        "tf32": DtypeStatus(False, False, "tf32 is a CUDA tensor-core mode"),
+        "fp16": _YES,
+        "bf16": _YES
+        if bf16_supported
+        else DtypeStatus(False, False, "bf16 on MPS needs macOS 14 or newer"),
+    }
+
+
+def _cpu_dtypes(ratios: dict[str, float]) -> dict:
     out = {
-        "fp64": opt_in_fp64,
-        "fp32": yes,
+        "fp64": _OPT_IN_FP64,
+        "fp32": _YES,
         "tf32": DtypeStatus(
             False, False, "tf32 is a CUDA tensor-core mode (sm_80+), not available on CPU"
         ),
@@ -96,7 +105,7 @@ def dtype_availability(
                 True, False, f"{dtype} on CPU was not probed: add it to --dtypes to measure it"
             )
         elif ratio >= CPU_PROBE_MIN_RATIO:
-            out[dtype] = yes
+            out[dtype] = _YES
         else:
             out[dtype] = DtypeStatus(
                 True,

@@ -11,7 +11,7 @@ import time
 from typing import Callable, Sequence
 
 from profiling.peaks.gemm import measure_matmul
-from profiling.peaks.results import PeaksResult
+from profiling.peaks.results import PeaksResult, best_kernel
 from profiling.peaks.sampling import MIN_SAMPLE_S, Budget, Clock, Measurement, device_sync
 from profiling.peaks.stream import l2_copies_per_launch, measure_stream
 
@@ -66,7 +66,6 @@ def run_peaks(
 
     device_type = torch.device(device).type
     warm = DEFAULT_WARMUP_S[device_type] if warmup_s is None else warmup_s
-    sync = device_sync(device)
     steps = plan(dtypes, l2=l2_array_bytes > 0)
     budget = Budget(time_budget_s, [step_weight(s) for s in steps], clock)
     result = PeaksResult(
@@ -78,50 +77,57 @@ def run_peaks(
         cpu_probe_ratios=dict(cpu_probe_ratios or {}),
         time_budget_s=budget.total_s,
     )
-    timing = {"sync": sync, "clock": clock, "warmup_s": warm, "budget_end": budget.end}
-
-    def done(label: str, started: float, meas: Measurement) -> None:
-        _release(device_type)
-        result.step_s[label] = clock() - started
-        if on_step:
-            on_step(label, meas)
-
+    timing = {"sync": device_sync(device), "clock": clock, "warmup_s": warm}
+    step = _Steps(device, result, budget, timing, on_step)
     if l2_array_bytes > 0:
-        started = clock()
-        result.l2 = measure_stream(
+        result.l2 = step.stream(
+            "stream l2",
             l2_array_bytes,
             L2_REPEATS_FACTOR * bandwidth_repeats,
-            device,
-            deadline=budget.next_step(),
             min_sample_s=min(min_sample_s, L2_MIN_SAMPLE_S),
             copies_per_call=l2_copies_per_launch(l2_array_bytes, device_type),
-            **{**timing, "warmup_s": max(warm, L2_WARMUP_S)},
+            warmup_s=max(warm, L2_WARMUP_S),
         )
-        done("stream l2", started, result.l2[result.l2_kernel])
     for dtype in dtypes:
-        started = clock()
-        result.compute[dtype] = measure_matmul(
-            dtype,
-            matrix_size,
-            repeats,
-            device,
-            deadline=budget.next_step(),
-            min_sample_s=min_sample_s,
-            **timing,
-        )
-        done(f"gemm {dtype}", started, result.compute[dtype])
-    started = clock()
-    result.stream = measure_stream(
-        array_bytes,
-        bandwidth_repeats,
-        device,
-        deadline=budget.next_step(),
-        min_sample_s=min_sample_s,
-        **timing,
+        result.compute[dtype] = step.gemm(dtype, matrix_size, repeats, min_sample_s=min_sample_s)
+    result.stream = step.stream(
+        "stream dram", array_bytes, bandwidth_repeats, min_sample_s=min_sample_s
     )
-    done("stream dram", started, result.stream[result.dram_kernel])
     result.wall_s = clock() - budget.start
     return result
+
+
+class _Steps:
+    """The steps of one run_peaks: each gets the next share of the budget, is timed into
+    `result.step_s`, frees its memory and is reported to `on_step`."""
+
+    def __init__(self, device, result: PeaksResult, budget: Budget, timing: dict, on_step) -> None:
+        self.device, self.result, self.budget, self.on_step = device, result, budget, on_step
+        self.timing = {**timing, "budget_end": budget.end}
+
+    def gemm(self, dtype: str, n: int, repeats: int, **timing) -> Measurement:
+        """The GEMM ceiling of `dtype` (gemm.measure_matmul)."""
+        started = self.timing["clock"]()
+        meas = measure_matmul(dtype, n, repeats, self.device, **self._timing(timing))
+        self._done(f"gemm {dtype}", started, meas)
+        return meas
+
+    def stream(self, label: str, array_bytes: int, repeats: int, **timing) -> dict:
+        """STREAM's kernels on arrays of `array_bytes` (stream.measure_stream); `on_step` gets the
+        better kernel's measurement."""
+        started = self.timing["clock"]()
+        by_kernel = measure_stream(array_bytes, repeats, self.device, **self._timing(timing))
+        self._done(label, started, by_kernel[best_kernel(by_kernel)])
+        return by_kernel
+
+    def _timing(self, overrides: dict) -> dict:
+        return {**self.timing, "deadline": self.budget.next_step(), **overrides}
+
+    def _done(self, label: str, started: float, meas: Measurement) -> None:
+        _release(self.result.device_type)
+        self.result.step_s[label] = self.timing["clock"]() - started
+        if self.on_step:
+            self.on_step(label, meas)
 
 
 def _release(device_type: str) -> None:

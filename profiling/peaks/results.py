@@ -12,7 +12,7 @@ from profiling.peaks.sampling import Measurement
 from profiling.peaks.stream import STREAM_ELEMENT_BYTES, STREAM_KERNELS
 
 
-def _better(stream: dict[str, Measurement]) -> str:
+def best_kernel(stream: dict[str, Measurement]) -> str:
     """The STREAM kernel with the highest best sample (copy or triad)."""
     return max(stream, key=lambda k: stream[k].best)
 
@@ -37,11 +37,11 @@ class PeaksResult:
     @property
     def dram_kernel(self) -> str:
         """The DRAM STREAM kernel with the highest best sample (copy or triad)."""
-        return _better(self.stream)
+        return best_kernel(self.stream)
 
     @property
     def l2_kernel(self) -> str | None:
-        return _better(self.l2) if self.l2 else None
+        return best_kernel(self.l2) if self.l2 else None
 
     @property
     def l2_withheld(self) -> str | None:
@@ -100,7 +100,7 @@ class PeaksResult:
             for name, meas in stream.items():
                 m[f"peak_{level}_{name}_bytes_per_s"] = meas.best
             if stream and not (level == "l2" and self.l2_withheld):
-                ceiling(f"peak_{level}_bytes_per_s", stream[_better(stream)])
+                ceiling(f"peak_{level}_bytes_per_s", stream[best_kernel(stream)])
         for label, meas in self.measurements().items():
             m[f"samples_{label.replace(' ', '_')}"] = float(len(meas.samples_s))
         for dtype, ratio in self.cpu_probe_ratios.items():

@@ -205,32 +205,11 @@ def sample_kernels(
     calls it made count): on a shared CPU a descheduled thread can make a call 1000x slower, and a
     sample of thousands of such calls would otherwise blow any budget.
     """
-    calls: dict[str, int] = {}
-    cap_s: dict[str, float] = {}
-    warm: dict[str, list[float]] = {name: [] for name in kernels}
-    for name, (_unit, _work, fn) in kernels.items():
-        start = clock()
-        warm[name].append(timed(fn, 1, sync, clock))
-        while clock() - start < warmup_s:
-            warm[name].append(timed(fn, 1, sync, clock))
-        one = min(warm[name])
-        calls[name] = max(1, math.ceil(min_sample_s / one)) if one > 0 else 1
-        cap_s[name] = SAMPLE_CAP_FACTOR * max(min_sample_s, one)
-    samples: dict[str, list[float]] = {name: [] for name in kernels}
-    made: dict[str, list[int]] = {name: [] for name in kernels}
+    calls, cap_s, warm = _calibrate(kernels, sync, clock, warmup_s, min_sample_s)
     keep = min(min_samples, repeats)
-    round_s = 0.0
-    for i in range(repeats):
-        now = clock()
-        if i >= keep and now + round_s > deadline:
-            break
-        if i >= 1 and now + round_s > budget_end:
-            break
-        for name, (_unit, _work, fn) in kernels.items():
-            seconds, done = _timed_until(fn, calls[name], sync, clock, cap_s[name])
-            samples[name].append(seconds)
-            made[name].append(done)
-        round_s = clock() - now
+    samples, made = _sample_rounds(
+        kernels, calls, cap_s, repeats, sync, clock, keep, deadline, budget_end
+    )
     out = {}
     for name, (unit, work, _fn) in kernels.items():
         bad = [t for t in samples[name] if not t > 0]
@@ -248,3 +227,40 @@ def sample_kernels(
             warmup_s=warm[name],
         )
     return out
+
+
+def _calibrate(kernels, sync: Sync, clock: Clock, warmup_s: float, min_sample_s: float):
+    """Warm each kernel up; returns its calls per sample, the seconds a sample may run before it
+    is cut, and its warmup calls' seconds (see sample_kernels)."""
+    calls: dict[str, int] = {}
+    cap_s: dict[str, float] = {}
+    warm: dict[str, list[float]] = {name: [] for name in kernels}
+    for name, (_unit, _work, fn) in kernels.items():
+        start = clock()
+        warm[name].append(timed(fn, 1, sync, clock))
+        while clock() - start < warmup_s:
+            warm[name].append(timed(fn, 1, sync, clock))
+        one = min(warm[name])
+        calls[name] = max(1, math.ceil(min_sample_s / one)) if one > 0 else 1
+        cap_s[name] = SAMPLE_CAP_FACTOR * max(min_sample_s, one)
+    return calls, cap_s, warm
+
+
+def _sample_rounds(kernels, calls, cap_s, repeats, sync, clock, keep, deadline, budget_end):
+    """Up to `repeats` rounds of one sample per kernel, stopped by the deadline after `keep` rounds
+    and by the budget's end after one; returns each kernel's sample seconds and calls made."""
+    samples: dict[str, list[float]] = {name: [] for name in kernels}
+    made: dict[str, list[int]] = {name: [] for name in kernels}
+    round_s = 0.0
+    for i in range(repeats):
+        now = clock()
+        if i >= keep and now + round_s > deadline:
+            break
+        if i >= 1 and now + round_s > budget_end:
+            break
+        for name, (_unit, _work, fn) in kernels.items():
+            seconds, done = _timed_until(fn, calls[name], sync, clock, cap_s[name])
+            samples[name].append(seconds)
+            made[name].append(done)
+        round_s = clock() - now
+    return samples, made

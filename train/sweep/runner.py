@@ -138,7 +138,7 @@ def _say_resuming(plan: Plan, state: SweepState, n_done: int, n_todo: int) -> No
 def _point_mlflow_run_to_parent(plan: Plan, state: SweepState, tags: dict) -> None:
     """`mlflow run` made a new run for this invocation, but the sweep already has its parent: say
     so in that run (nested under the parent) instead of leaving it empty."""
-    from common.tracking import redirect_run
+    from common.runs import redirect_run
 
     env_run = os.environ.get("MLFLOW_RUN_ID")
     parent_id = state.parent_run_id

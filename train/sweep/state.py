@@ -122,8 +122,8 @@ def _read_server(
     (and this machine's ledger); `state.reachable` becomes False if the server went away."""
     import mlflow
 
+    from common.runs import experiment_id_for
     from common.server import is_unreachable
-    from common.tracking import experiment_id_for
 
     try:
         exp_id = experiment_id_for(experiment)
@@ -300,8 +300,8 @@ def reconcile(spec: SweepSpec, env_label: str, experiment: str | None) -> SweepS
     (common.tracking.close_stale_runs, as every command does). Resuming a name with another matrix
     is refused (UsageError).
     """
+    from common.runs import close_stale_runs
     from common.server import server_reachable
-    from common.tracking import close_stale_runs
 
     reachable = server_reachable()
     if reachable:

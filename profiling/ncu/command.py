@@ -1,6 +1,6 @@
 """The ncu command line (an argument list, never a shell string) and running it.
 
-`ncu_argv` and `train_argv` are pure (so is `classify_ncu_output`, in profiling.ncu_messages
+`ncu_argv` and `train_argv` are pure (so is `classify_ncu_output`, in profiling.ncu.messages
 so that the import path uses it too); `resolve_ncu`, `ncu_version` and
 `run_ncu` are the thin edge that touches the system. `run_ncu` tees ncu's console output to the
 terminal and keeps it, so a failure ncu prints only to the console is classified too. Flags used (Nsight Compute CLI, see
@@ -36,8 +36,8 @@ from typing import Callable
 
 from common import console
 from common.errors import BenchError
-from profiling.ncu_messages import LEGACY_NVPROF_METRICS
-from profiling.ncu_plan import METRIC_SETS, TENSOR_MODES
+from profiling.ncu.messages import LEGACY_NVPROF_METRICS
+from profiling.ncu.plan import METRIC_SETS, TENSOR_MODES
 
 REPLAY_MODES = ("kernel", "application", "range", "app-range")
 APPLICATION_REPLAY = ("application", "app-range")
@@ -60,7 +60,7 @@ class CaptureOptions:
     metric_set: str = "roofline"
     """roofline (FLOPs per precision, tensor work, DRAM/L2/L1 bytes, time) or seed (the course
     brief's quantities: fp32/fp16 FLOPs, DRAM and PCIe bytes), names chosen per chip
-    (ncu_plan.plan_metrics)."""
+    (profiling.ncu.plan.plan_metrics)."""
     extra_metrics: tuple[str, ...] = ()
     """more ncu metric names, appended to the set's --metrics list."""
     replay_mode: str = "kernel"
@@ -81,7 +81,7 @@ class CaptureOptions:
     tensor_counters: str = "auto"
     """auto (the chip's sm__ops_path_tensor_* counters where it has them, Turing on; instruction
     counts on Volta; none without tensor cores), ops, inst (sm__inst_executed_pipe_tensor.sum x the
-    FLOPs of one tensor instruction, ncu_counting.TENSOR_INST_FLOPS: warns on sm_75-89, refused on
+    FLOPs of one tensor instruction, counting.TENSOR_INST_FLOPS: warns on sm_75-89, refused on
     sm_90+) or none."""
     extra_ncu_args: tuple[str, ...] = field(default=())
     """further ncu arguments inserted before the program (advanced; e.g. ("--nvtx-push-pop-scope",

@@ -1,7 +1,7 @@
 """NVTX ranges in ncu's output -> the training phase each kernel ran in.
 
 `nvtx_ranges` reads one NVTX cell of ncu's CSV; `kernel_phase` picks the phase from a kernel's
-open ranges (profiling.ncu_parse.NcuKernel.phase). Pure.
+open ranges (profiling.ncu.parse.NcuKernel.phase). Pure.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ aggregate such as ``src_fp16`` on GH100 depends on the raw counters of its parts
 (``op_hgmma_src_fp16`` and ``op_hmma_src_fp16``); `ChipCounters.tensor_sum` picks counters whose
 raw dependencies are pairwise disjoint and together cover every floating-point tensor raw counter,
 so each tensor op is counted exactly once. The facts come from libnvperf_host.so when it loads
-(profiling.nvperf), else from the table generated from it and committed next to this module
-(ncu_chips.json, stamped with the ncu-report version that made it; `python -m profiling.chips
+(profiling.ncu.nvperf), else from the table generated from it and committed next to this module
+(ncu_chips.json, stamped with the ncu-report version that made it; `python -m profiling.ncu.chips
 --write` regenerates it, tests/test_ncu_chips.py checks it against the live database).
 `check_metric_names` checks user-given ``--metrics`` names against the live database.
 
@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from profiling import nvperf
-from profiling.ncu_names import (
+from profiling.ncu import nvperf
+from profiling.ncu.names import (
     CYCLES,
     DRAM_CHOICES,
     L1_CHOICES,

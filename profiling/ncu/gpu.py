@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from common import console
-from profiling.chips.counters import ChipCounters, counters_for, source_note
-from profiling.chips.devices import ChipChoice, resolve_chip
+from profiling.ncu.chips.counters import ChipCounters, counters_for, source_note
+from profiling.ncu.chips.devices import ChipChoice, resolve_chip
 
 
 @dataclass

@@ -1,12 +1,12 @@
 """Read an Nsight Compute report (.ncu-rep) with NVIDIA's `ncu_report` package (PyPI `ncu-report`).
 
 The package reads reports on any machine, GPU or not. The result has the same shape as a parsed
-CSV (profiling.ncu_parse.NcuReport), so profiling.ncu_summary aggregates both the same way.
+CSV (profiling.ncu.parse.NcuReport), so profiling.ncu.summary aggregates both the same way.
 
 Reports made with `ncu --set full` (or `--set detailed`/`roofline`) carry FLOP counts only as rates:
 ``smsp__sass_thread_inst_executed_op_<op>_pred_on.sum.per_cycle_elapsed``; the count is that rate
 times ``smsp__cycles_elapsed.avg``, which is how Nsight Compute's own roofline chart gets it. We copy
-the rates and the cycles here and let the counting multiply (profiling.ncu_counting._count).
+the rates and the cycles here and let the counting multiply (profiling.ncu.counting._count).
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Callable
 
 from common.errors import BenchError, one_line
-from profiling.ncu_counting import metrics_capability
-from profiling.ncu_messages import messages_reason
-from profiling.ncu_names import DEVICE_NAME_METRIC, is_relevant
-from profiling.ncu_parse import NcuKernel, NcuReport
-from profiling.ncu_units import unit_scale
+from profiling.ncu.counting import metrics_capability
+from profiling.ncu.messages import messages_reason
+from profiling.ncu.names import DEVICE_NAME_METRIC, is_relevant
+from profiling.ncu.parse import NcuKernel, NcuReport
+from profiling.ncu.units import unit_scale
 
 NCU_REP_SUFFIXES = (".ncu-rep", ".ncu-repz")
 

@@ -1,7 +1,8 @@
 """The per-chip tables: the committed counter table (ncu_chips.json) generated from NVIDIA's metric
 database, and the two Markdown tables of docs/profiling.md ("Chips") made from it.
 
-Pure: returns text; `python -m profiling.chips --write` (profiling.chips.__main__) writes the file.
+Pure: returns text; `python -m profiling.ncu.chips --write` (profiling.ncu.chips.__main__) writes
+the file.
 """
 
 from __future__ import annotations
@@ -9,11 +10,11 @@ from __future__ import annotations
 import json
 import re
 
-from profiling import nvperf
-from profiling.chips.counters import counters_for, database_facts
-from profiling.chips.devices import CC_CHIPS, cc_text, known_chips
-from profiling.ncu_names import TENSOR_PREFIX
-from profiling.ncu_plan import plan_metrics
+from profiling.ncu import nvperf
+from profiling.ncu.chips.counters import counters_for, database_facts
+from profiling.ncu.chips.devices import CC_CHIPS, cc_text, known_chips
+from profiling.ncu.names import TENSOR_PREFIX
+from profiling.ncu.plan import plan_metrics
 
 
 def build_table(db: "nvperf.MetricDatabase") -> dict:
@@ -24,7 +25,7 @@ def build_table(db: "nvperf.MetricDatabase") -> dict:
             present, tensor = database_facts(chip)
         chips[name] = {"counters": present, "tensor": tensor}
     return {
-        "generated_by": "python -m profiling.chips --write",
+        "generated_by": "python -m profiling.ncu.chips --write",
         "ncu_report": nvperf.ncu_report_version(),
         "library": nvperf.LIBRARY_NAME,
         "chips": chips,

@@ -17,7 +17,7 @@ which the library uses to tell versions apart; we pass the size of the struct as
 
 Loading is lazy and soft: `open_database()` returns None (and `load_error()` says why) when the
 library is missing or does not load (no wheel for the platform, another architecture, ...);
-callers then use the table committed from it (profiling.chips).
+callers then use the table committed from it (profiling.ncu.chips).
 """
 
 from __future__ import annotations

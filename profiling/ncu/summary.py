@@ -1,7 +1,7 @@
 """A profile's counters summed: per-kernel table, totals, NVTX phase shares, and the MLflow
 metrics and tags of a `profile` run (docs/profiling.md, docs/schema.md).
 
-`summarize` applies the counting rules (profiling.ncu_counting) to every kernel of a parsed report.
+`summarize` applies the counting rules (profiling.ncu.counting) to every kernel of a parsed report.
 Pure: no mlflow, no file writes (the dicts are logged by profiling.cli).
 """
 
@@ -15,15 +15,15 @@ import pandas as pd
 
 from common import schema
 from common.errors import BenchError
-from profiling.chips.counters import ChipCounters
-from profiling.ncu_counting import (
+from profiling.ncu.chips.counters import ChipCounters
+from profiling.ncu.counting import (
     HALF_LANES,
     device_from_report,
     kernel_quantities,
     tensor_inst_caution,
 )
-from profiling.ncu_names import PRECISIONS, TENSOR_INST, is_relevant
-from profiling.ncu_parse import NcuKernel, NcuReport
+from profiling.ncu.names import PRECISIONS, TENSOR_INST, is_relevant
+from profiling.ncu.parse import NcuKernel, NcuReport
 
 QUANTITIES = (
     "flops_fp64",
@@ -175,45 +175,16 @@ def summarize(
 
     `capability` (compute capability) chooses the FLOPs per tensor instruction; default: what
     the report says (device attributes or the CC column). `counters` (the chip's, from
-    profiling.chips) makes the tensor-core sum follow NVIDIA's raw dependencies. Raises BenchError when the report has
+    profiling.ncu.chips) makes the tensor-core sum follow NVIDIA's raw dependencies. Raises BenchError when the report has
     no kernels, or when ncu reported ``n/a`` for a counter that feeds a total (a total with holes
     would be silently wrong).
     """
     if capability is None:
         capability = device_from_report(report)[1]
-    if not report.kernels:
-        raise BenchError(
-            f"no kernels in {report.source or 'the ncu output'}: ncu profiled nothing "
-            "(check --launch-skip/--launch-count and that the program ran its CUDA work)"
-        )
-    bad = {n: c for n, c in report.na.items() if _used_metric(n)}
-    if bad:
-        worst = ", ".join(
-            f"{n} ({c} of {len(report.kernels)} kernels)" for n, c in sorted(bad.items())
-        )
-        raise BenchError(
-            f"ncu reported n/a for {worst}: this GPU, driver or ncu version cannot collect it; "
-            "profile without it (--tensor-counters none for tensor counters) or on a GPU that supports it"
-        )
-    rows, sources = [], {}
-    lacking: dict[str, dict[str, int]] = {}
-    for k in report.kernels:
-        q, src, gaps = kernel_quantities(k.metrics, capability, counters)
-        sources.update(src)
-        for quantity, absent in gaps.items():
-            lacking.setdefault(quantity, {}).setdefault(absent, 0)
-            lacking[quantity][absent] += 1
-        rows.append(_kernel_row(k, q))
-    df = pd.DataFrame.from_records(rows, columns=list(KERNEL_COLUMNS))
+    _refuse_unusable(report)
+    df, sources, lacking = _kernel_table(report, capability, counters)
     measured = [q for q in QUANTITIES if df[q].notna().any()]
-    totals: dict[str, float] = {}
-    for q in measured:
-        totals[q] = float(df[q].sum(skipna=True))
-    for extra in ("dram_read_bytes", "dram_write_bytes"):
-        if df[extra].notna().any():
-            totals[extra] = float(df[extra].sum(skipna=True))
-    if any(q.startswith("flops_") for q in measured):
-        totals["flops_total"] = float(df["flops_total"].sum(skipna=True))
+    totals = _totals(df, measured)
     phases = _phases(df, totals) if report.has_nvtx and df["phase"].notna().any() else None
     n = len(report.kernels)
     partial = {
@@ -237,6 +208,52 @@ def summarize(
         cautions=cautions,
         truncated=report.truncated,
     )
+
+
+def _refuse_unusable(report: NcuReport) -> None:
+    """BenchError for a report without kernels, or with n/a for a counter that feeds a total."""
+    if not report.kernels:
+        raise BenchError(
+            f"no kernels in {report.source or 'the ncu output'}: ncu profiled nothing "
+            "(check --launch-skip/--launch-count and that the program ran its CUDA work)"
+        )
+    bad = {n: c for n, c in report.na.items() if _used_metric(n)}
+    if bad:
+        worst = ", ".join(
+            f"{n} ({c} of {len(report.kernels)} kernels)" for n, c in sorted(bad.items())
+        )
+        raise BenchError(
+            f"ncu reported n/a for {worst}: this GPU, driver or ncu version cannot collect it; "
+            "profile without it (--tensor-counters none for tensor counters) or on a GPU that supports it"
+        )
+
+
+def _kernel_table(report: NcuReport, capability, counters: ChipCounters | None):
+    """(one row per kernel, the counters each quantity came from, quantity -> {what it lacks:
+    in how many kernels})."""
+    rows, sources = [], {}
+    lacking: dict[str, dict[str, int]] = {}
+    for k in report.kernels:
+        q, src, gaps = kernel_quantities(k.metrics, capability, counters)
+        sources.update(src)
+        for quantity, absent in gaps.items():
+            lacking.setdefault(quantity, {}).setdefault(absent, 0)
+            lacking[quantity][absent] += 1
+        rows.append(_kernel_row(k, q))
+    return pd.DataFrame.from_records(rows, columns=list(KERNEL_COLUMNS)), sources, lacking
+
+
+def _totals(df: pd.DataFrame, measured: list[str]) -> dict[str, float]:
+    """Sums over kernels of the measured quantities, DRAM read and write, and all FLOPs."""
+    totals: dict[str, float] = {}
+    for q in measured:
+        totals[q] = float(df[q].sum(skipna=True))
+    for extra in ("dram_read_bytes", "dram_write_bytes"):
+        if df[extra].notna().any():
+            totals[extra] = float(df[extra].sum(skipna=True))
+    if any(q.startswith("flops_") for q in measured):
+        totals["flops_total"] = float(df["flops_total"].sum(skipna=True))
+    return totals
 
 
 def _kernel_row(k: NcuKernel, q: dict[str, float]) -> dict:

@@ -1,7 +1,7 @@
 """How one kernel's counters become FLOPs, bytes and time.
 
-Input is one kernel's metrics of a parsed report (profiling.ncu_parse.NcuReport, or the same
-structure built from a .ncu-rep by profiling.ncu_report_import); `kernel_quantities` returns its
+Input is one kernel's metrics of a parsed report (profiling.ncu.parse.NcuReport, or the same
+structure built from a .ncu-rep by profiling.ncu.report_import); `kernel_quantities` returns its
 FLOPs per precision, tensor FLOPs, DRAM/L2/L1 bytes and time, the counters each came from and what
 a quantity counted incompletely lacks. Pure: no mlflow, no file writes.
 
@@ -17,7 +17,7 @@ Counting rules (see docs/profiling.md for sources):
   it over-counts by up to 2x when the compiler emits scalar half math (one useful lane).
 * Tensor cores: the chip's ``sm__ops_path_tensor_*`` counters count math operations directly (2
   per multiply-add), each op once: which counter covers which comes from NVIDIA's metric database
-  (profiling.chips), or from the names when the chip is not known. Where no ops counter exists
+  (profiling.ncu.chips), or from the names when the chip is not known. Where no ops counter exists
   (Volta), or with --tensor-counters inst, ``sm__inst_executed_pipe_tensor.sum`` times the FLOPs
   of one tensor instruction on that architecture (TENSOR_INST_FLOPS: 512 on sm_70, 2048 on sm_75,
   ...; cautioned on sm_75-89, none on sm_90+).
@@ -31,8 +31,8 @@ from __future__ import annotations
 import math
 import re
 
-from profiling.chips.counters import ChipCounters
-from profiling.ncu_names import (
+from profiling.ncu.chips.counters import ChipCounters
+from profiling.ncu.names import (
     CC_METRICS,
     CHIP_METRIC,
     CYCLES,
@@ -51,7 +51,7 @@ from profiling.ncu_names import (
     op_counter,
     parse_tensor_name,
 )
-from profiling.ncu_parse import NcuReport
+from profiling.ncu.parse import NcuReport
 
 HALF_LANES = 2
 """Lanes per half-precision SASS instruction (HFMA2 packs two fp16 FMAs). See module docstring."""
@@ -265,6 +265,14 @@ def kernel_quantities(
                 )
     ops = _tensor_ops(m, counters)
     q["flops_tensor"] = math.nan
+    _add_tensor_flops(q, src, gaps, ops, m, capability)
+    _add_bytes_and_time(q, src, m)
+    return q, src, gaps
+
+
+def _add_tensor_flops(q, src, gaps, ops, m: dict[str, float], capability) -> None:
+    """flops_tensor from the tensor ops counters (`ops`, _tensor_ops), else from the instruction
+    count times the factor of `capability`, else a gap."""
     if ops is not None:
         q["flops_tensor"], src["flops_tensor"] = ops
     else:
@@ -281,6 +289,11 @@ def kernel_quantities(
         elif inst is not None:
             q["flops_tensor"] = inst * factor
             src["flops_tensor"] = f"sm__inst_executed_pipe_tensor{rate}_x{factor}"
+
+
+def _add_bytes_and_time(q, src, m: dict[str, float]) -> None:
+    """DRAM bytes (read + write, else the total), L2 and L1 bytes (sectors where bytes do not
+    exist) and kernel time."""
     rd, wr = _first(m, DRAM_READ), _first(m, DRAM_WRITE)
     q["dram_read_bytes"] = rd if rd is not None else math.nan
     q["dram_write_bytes"] = wr if wr is not None else math.nan
@@ -301,7 +314,6 @@ def kernel_quantities(
     q["time_s"] = t if t is not None else math.nan
     if t is not None:
         src["time_s"] = TIME_METRIC
-    return q, src, gaps
 
 
 def metrics_capability(m: dict[str, float]) -> tuple[int, int] | None:

@@ -12,8 +12,8 @@ Pure: no mlflow, no file writes (``read_ncu_csv`` only reads). Handles both CSV 
 Also: ``==PROF==``/``==WARNING==``/``==ERROR==`` lines and program output before (or between) the
 table rows, a UTF-8 BOM, CRLF line ends, thousands separators (``"134,221,568"``), ``n/a`` values,
 and unit prefixes scaled by 1000 (``Kbyte`` = 1,000 byte; ``usecond`` = 1e-6 s): values and units
-are read by profiling.ncu_units, NVTX cells and phases by profiling.ncu_nvtx, and a file of ncu's
-messages without a table gets its reason from profiling.ncu_messages.
+are read by profiling.ncu.units, NVTX cells and phases by profiling.ncu.nvtx, and a file of ncu's
+messages without a table gets its reason from profiling.ncu.messages.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from common.errors import BenchError
-from profiling.ncu_messages import messages_reason
-from profiling.ncu_names import DEVICE_NAME_METRIC
-from profiling.ncu_nvtx import kernel_phase, nvtx_ranges
-from profiling.ncu_units import parse_number, unit_scale
+from profiling.ncu.messages import messages_reason
+from profiling.ncu.names import DEVICE_NAME_METRIC
+from profiling.ncu.nvtx import kernel_phase, nvtx_ranges
+from profiling.ncu.units import parse_number, unit_scale
 
 # Identity columns of both pages (everything that is not a metric). NVTX columns are found by name.
 ID_COLUMNS = (
@@ -80,7 +80,7 @@ class NcuKernel:
 
     @property
     def phase(self) -> str | None:
-        """The training phase the kernel ran in (profiling.ncu_nvtx.kernel_phase); None without
+        """The training phase the kernel ran in (profiling.ncu.nvtx.kernel_phase); None without
         NVTX."""
         return kernel_phase(self.nvtx_start_end, self.nvtx_push_pop)
 

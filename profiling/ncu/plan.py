@@ -1,6 +1,6 @@
 """Which counters to ask ncu for: the metric list of a metric set on one chip.
 
-`plan_metrics` chooses, for the chip profiling.chips.counters describes, the names that exist there
+`plan_metrics` chooses, for the chip profiling.ncu.chips.counters describes, the names that exist there
 (fallbacks where the preferred counter does not) and says what that chip cannot count. Pure: no
 mlflow, no file writes.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from common.errors import UsageError
-from profiling.chips.counters import ChipCounters
-from profiling.ncu_names import (
+from profiling.ncu.chips.counters import ChipCounters
+from profiling.ncu.names import (
     DRAM_READ,
     DRAM_WRITE,
     L1_CHOICES,
@@ -98,6 +98,19 @@ def plan_metrics(
             "current GPU has; fp32/fp16 FLOPs are counted from sm__sass_thread_inst_executed_op_"
             "{f,h}{add,mul,fma}_pred_on.sum instead"
         )
+    names += _bytes_and_time_names(metric_set, counters, has, where, plan)
+    for n in [*names, *extra]:
+        n = n.strip()
+        if n and n not in plan.metrics:
+            plan.metrics.append(n)
+    return plan
+
+
+def _bytes_and_time_names(
+    metric_set: str, counters, has, where: str, plan: MetricPlan
+) -> list[str]:
+    """The DRAM counters of a plan, then the roofline set's L2, L1 and time counters or the seed
+    set's PCIe counters (adds to plan.missing and plan.notes what the chip lacks)."""
     dram = counters.dram if counters else (DRAM_READ[0], DRAM_WRITE[0])
     if not dram:
         plan.missing.append("DRAM bytes")
@@ -106,7 +119,7 @@ def plan_metrics(
             "CPU): the profile counts FLOPs, L2/L1 bytes and kernel time, but no DRAM bytes and so "
             "no DRAM intensity"
         )
-    names += list(dram)
+    names = list(dram)
     if metric_set == "roofline":
         for choice, what in ((L2_CHOICES, "L2 bytes"), (L1_CHOICES, "L1 bytes")):
             found = counters.first(*((n,) for n in choice)) if counters else choice[:1]
@@ -125,11 +138,7 @@ def plan_metrics(
             plan.notes.append(
                 f"{where} has no pcie__read/write_bytes counters: the seed set goes without"
             )
-    for n in [*names, *extra]:
-        n = n.strip()
-        if n and n not in plan.metrics:
-            plan.metrics.append(n)
-    return plan
+    return names
 
 
 def _tensor_names(

@@ -1,4 +1,4 @@
-"""`python -m profiling.chips [--write]`: print the per-chip counter tables of docs/profiling.md,
+"""`python -m profiling.ncu.chips [--write]`: print the per-chip counter tables of docs/profiling.md,
 or regenerate the committed table (ncu_chips.json) from NVIDIA's metric database."""
 
 from __future__ import annotations
@@ -6,14 +6,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from profiling import nvperf
-from profiling.chips.counters import TABLE_FILE
-from profiling.chips.table import aggregates_markdown, build_table, markdown, table_text
+from profiling.ncu import nvperf
+from profiling.ncu.chips.counters import TABLE_FILE
+from profiling.ncu.chips.table import aggregates_markdown, build_table, markdown, table_text
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m profiling.chips",
+        prog="python -m profiling.ncu.chips",
         description="NVIDIA's metric database as this project uses it: regenerate the committed "
         "table, or print the per-chip counter table of docs/profiling.md",
     )

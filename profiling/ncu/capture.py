@@ -1,5 +1,5 @@
 """The capture path of `python -m profiling`: plan the metric list for the GPU, run
-``ncu ... python -m train <config> --profile-steps K`` (profiling.ncu_command) and parse its CSV
+``ncu ... python -m train <config> --profile-steps K`` (profiling.ncu.command) and parse its CSV
 log; and ``--dry-run``, which prints that plan and command without a GPU, ncu or MLflow run.
 """
 
@@ -15,10 +15,9 @@ from pathlib import Path
 from common import console, schema
 from common.errors import BenchError, UsageError
 from common.tracking import RunSession
-from profiling.chips.counters import ChipCounters, check_metric_names
-from profiling.chips.devices import ChipChoice, cc_text
-from profiling.gpu import chip_for, chip_tags
-from profiling.ncu_command import (
+from profiling.ncu.chips.counters import ChipCounters, check_metric_names
+from profiling.ncu.chips.devices import ChipChoice, cc_text
+from profiling.ncu.command import (
     APPLICATION_REPLAY,
     CaptureOptions,
     check_replay_mode,
@@ -28,26 +27,21 @@ from profiling.ncu_command import (
     run_ncu,
     train_argv,
 )
-from profiling.ncu_counting import inst_cautioned, tensor_inst_caution, tensor_inst_flops
-from profiling.ncu_messages import classify_ncu_output, legacy_message
-from profiling.ncu_names import is_relevant
-from profiling.ncu_parse import NcuReport, parse_ncu_csv, refuse_truncated
-from profiling.ncu_plan import MetricPlan, plan_metrics
-from train.config import TrainConfig
-from train.config import config_flags as train_config_flags
+from profiling.ncu.counting import inst_cautioned, tensor_inst_caution, tensor_inst_flops
+from profiling.ncu.gpu import chip_for, chip_tags
+from profiling.ncu.messages import classify_ncu_output, legacy_message
+from profiling.ncu.names import is_relevant
+from profiling.ncu.parse import NcuReport, parse_ncu_csv, refuse_truncated
+from profiling.ncu.plan import MetricPlan, plan_metrics
+from train.config import TrainConfig, config_flags
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = ROOT / "out" / "profile"
 """Where the ncu CSV logs go unless --out says otherwise."""
 NO_GPU_MESSAGE = (
     "profiling needs an NVIDIA GPU with CUDA (torch.cuda.is_available() is False here); counters "
     "measured on another machine can be logged with --import FILE (an ncu CSV or .ncu-rep), which works anywhere"
 )
-
-
-def config_flags(args: argparse.Namespace) -> list[str]:
-    """The training-config flags of `args` as `python -m train` takes them (from add_config_args)."""
-    return train_config_flags(args)
 
 
 @dataclass

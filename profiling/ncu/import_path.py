@@ -11,12 +11,12 @@ from pathlib import Path
 from common import console
 from common.errors import BenchError, UsageError
 from common.tracking import RunSession
-from profiling.chips.counters import ChipCounters
-from profiling.gpu import chip_for, chip_tags
-from profiling.ncu_counting import chip_id_from_report, device_from_report
-from profiling.ncu_names import is_relevant
-from profiling.ncu_parse import NcuReport, read_ncu_csv, refuse_truncated
-from profiling.ncu_report_import import is_ncu_rep, load_ncu_rep
+from profiling.ncu.chips.counters import ChipCounters
+from profiling.ncu.counting import chip_id_from_report, device_from_report
+from profiling.ncu.gpu import chip_for, chip_tags
+from profiling.ncu.names import is_relevant
+from profiling.ncu.parse import NcuReport, read_ncu_csv, refuse_truncated
+from profiling.ncu.report_import import is_ncu_rep, load_ncu_rep
 
 
 MAX_IMPORT_BYTES = 2 * 1024**3

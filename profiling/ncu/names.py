@@ -1,9 +1,9 @@
 """The Nsight Compute metric names this project reads, each written once, and the grammar of the
 tensor-core ops counter names.
 
-Used by the metric plans (profiling.ncu_plan), the counting rules (profiling.ncu_counting), the
-per-chip counter facts (profiling.chips.counters) and both readers (profiling.ncu_parse,
-profiling.ncu_report_import). Pure: constants and name rules, no project imports.
+Used by the metric plans (profiling.ncu.plan), the counting rules (profiling.ncu.counting), the
+per-chip counter facts (profiling.ncu.chips.counters) and both readers (profiling.ncu.parse,
+profiling.ncu.report_import). Pure: constants and name rules, no project imports.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from profiling import nvperf
-from profiling.chips.counters import committed_table
+from profiling.ncu import nvperf
+from profiling.ncu.chips.counters import committed_table
 
 CHIP_IDS = {
     0x162: "TU102",

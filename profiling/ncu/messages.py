@@ -2,7 +2,7 @@
 printed and its exit code.
 
 Pure: no mlflow, no file writes. The capture path (profiling.cli), the CSV parser
-(profiling.ncu_parse) and the .ncu-rep reader (profiling.ncu_report_import) all use it, so a log
+(profiling.ncu.parse) and the .ncu-rep reader (profiling.ncu.report_import) all use it, so a log
 saved from a failed run elsewhere gets the same reason as a failed capture here.
 """
 
@@ -47,7 +47,7 @@ def classify_ncu_output(text: str, returncode: int | None = 0) -> str | None:
 
     Checked in order: counter permission, unknown (incl. nvprof-era) metrics, the profiled program
     failing, no kernels profiled, any other ==ERROR== or non-zero exit. Pure: the capture path
-    (profiling.cli) and the import path (parse_ncu_csv, profiling.ncu_report_import) both use it.
+    (profiling.cli) and the import path (parse_ncu_csv, profiling.ncu.report_import) both use it.
     """
     text = text or ""
     if "ERR_NVGPUCTRPERM" in text:
