@@ -17,12 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from analysis import core, fetch, figures, findings, html, report, vendor
+from analysis import core, fetch, figures, findings, html, report
 from analysis.fetch.breakdowns import fetch_breakdowns
 from common import console, schema
 from common.cli import ArgumentParser, add_track_flags, cli_entry
 from common.errors import BenchError, UsageError
 from common.server import display_uri
+from roofline import vendor
 
 
 @dataclass
@@ -41,7 +42,7 @@ class AnalysisConfig:
     """at most this many train runs, latest first."""
     peaks_file: str = ""
     """JSON/YAML file of vendor entries that adds to / overrides the vendor table, passed through to
-    profiling.peak_table (format: docs/peaks.md; default $ROOFLINE_PEAKS_FILE)."""
+    roofline/vendor.py (format: docs/peaks.md; default $ROOFLINE_PEAKS_FILE)."""
     track: bool = True
     """log the outputs as artifacts of an `analysis` run."""
     variability_config: str = ""
@@ -64,9 +65,9 @@ class AnalysisConfig:
         if int(self.jobs) < 0:
             raise ValueError(f"jobs must be >= 0 (0 = automatic), got {self.jobs}")
         self.jobs = int(self.jobs)
-        if self.cache not in fetch.cached.MODES:
+        if self.cache not in fetch.cached_search.MODES:
             raise ValueError(
-                f"cache must be one of {', '.join(fetch.cached.MODES)}, got {self.cache!r}"
+                f"cache must be one of {', '.join(fetch.cached_search.MODES)}, got {self.cache!r}"
             )
 
     def query(self) -> fetch.Query:
@@ -162,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--cache",
-        choices=fetch.cached.MODES,
+        choices=fetch.cached_search.MODES,
         default="auto",
         help="local cache of fetched runs ($ROOFLINE_CACHE_DIR, default ~/.cache/roofline-bench): "
         "auto = use it and fetch only what changed, refresh = forget this server's cache and fetch "
@@ -191,28 +192,15 @@ def config_from_args(args: argparse.Namespace) -> AnalysisConfig:
 
 
 def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> Result:
-    """Fetch, join, draw, judge and write, one stage after the other (long: the stages' timings).
-    `vendor_lookup='auto'`: profiling.peak_table.find with --peaks-file passed through (tests
-    inject a stub instead)."""
+    """Fetch, join, draw, judge and write. `vendor_lookup='auto'`: roofline.vendor.find with
+    --peaks-file passed through (tests inject a stub instead)."""
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
     if vendor_lookup == "auto":
         vendor_lookup = vendor.load_vendor_lookup(cfg.peaks_file)
     query = cfg.query()
     source = fetch.Source(cfg.cache)
-    runs, fetch_notes = fetch.fetch_runs(query, source)
-    n_train = 0 if runs.empty else int((runs.get("tags.run_kind") == "train").sum())
-    if n_train == 0:
-        raise UsageError(
-            f"no train runs match ({query.describe()}) on {display_uri()}; "
-            "check the names with `mlflow ui` or loosen --filter/--env-label"
-        )
-    complexity, complexity_notes = fetch.fetch_complexity(query, source)
-    fetch_notes += complexity_notes
-    fetched_breakdowns = fetch_breakdowns(query, source, fetch_notes)
-    cache_note = source.note()
-    fetch_notes += [cache_note] if cache_note else []
-
+    runs, complexity, breakdowns, fetch_notes = _fetch(query, source)
     timings["fetch_s"] = time.perf_counter() - t0
 
     t = time.perf_counter()
@@ -227,8 +215,41 @@ def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> R
     t = time.perf_counter()
     out_dir = Path(cfg.out)
     variability, var_title = _variability(analysis, cfg, source, timings)
+    drawn, files = _draw(analysis, out_dir, variability, cfg.jobs or figures.default_jobs())
+    timings["figures_s"] = time.perf_counter() - t
+
+    found = _findings(cfg, analysis, runs, breakdowns, source, out_dir, files, timings)
+
+    t = time.perf_counter()
+    files += _write_report(analysis, out_dir, drawn, query.describe(), var_title, found)
+    timings["report_s"] = time.perf_counter() - t
+    timings["total_s"] = time.perf_counter() - t0
+    return Result(analysis, out_dir, files, timings, source, found)
+
+
+def _fetch(query: fetch.Query, source: fetch.Source) -> tuple:
+    """(runs, complexity tables, breakdown runs, notes on what was read); UsageError when no train
+    run matches."""
+    runs, notes = fetch.fetch_runs(query, source)
+    n_train = 0 if runs.empty else int((runs.get("tags.run_kind") == "train").sum())
+    if n_train == 0:
+        raise UsageError(
+            f"no train runs match ({query.describe()}) on {display_uri()}; "
+            "check the names with `mlflow ui` or loosen --filter/--env-label"
+        )
+    complexity, complexity_notes = fetch.fetch_complexity(query, source)
+    notes += complexity_notes
+    breakdowns = fetch_breakdowns(query, source, notes)
+    cache_note = source.note()
+    notes += [cache_note] if cache_note else []
+    return runs, complexity, breakdowns, notes
+
+
+def _draw(
+    analysis: core.Analysis, out_dir: Path, variability, n_jobs: int
+) -> tuple[dict[str, list[tuple[str, str]]], list[Path]]:
+    """Draw every figure under out_dir/figures: ({section: [(title, relative path)]}, files)."""
     jobs = figures.plan(analysis, out_dir / "figures", variability)
-    n_jobs = cfg.jobs or figures.default_jobs()
     console.info(
         f"drawing {len(jobs)} figures for {len(analysis.roofs)} environment(s)"
         + (f" in {n_jobs} processes" if n_jobs > 1 else "")
@@ -238,27 +259,24 @@ def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> R
     for section, title, path in figures.render(jobs, n_jobs):
         drawn.setdefault(section, []).append((title, str(path.relative_to(out_dir))))
         files.append(path)
-    timings["figures_s"] = time.perf_counter() - t
+    return drawn, files
 
-    found = _findings(cfg, analysis, runs, fetched_breakdowns, source, out_dir, files, timings)
 
-    t = time.perf_counter()
-    files += report.write_tables(analysis, out_dir)
+def _write_report(
+    analysis: core.Analysis, out_dir: Path, drawn: dict, query: str, var_title: str, found
+) -> list[Path]:
+    """The table files, report.md and report.html (figures embedded, the Findings section first)
+    under `out_dir`."""
+    files = report.write_tables(analysis, out_dir)
     generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    blocks = report.report_blocks(
-        analysis, drawn, display_uri(), query.describe(), generated, var_title
-    )
-    blocks[report.first_section(blocks) : report.first_section(blocks)] = findings.report.blocks(
-        found
-    )
+    blocks = report.report_blocks(analysis, drawn, display_uri(), query, generated, var_title)
+    first = report.first_section(blocks)
+    blocks[first:first] = findings.report.blocks(found)
     md_path, html_path = out_dir / "report.md", out_dir / "report.html"
     md_path.write_text(report.markdown_text(blocks))
     images = {rel: (out_dir / rel).read_bytes() for section in drawn.values() for _, rel in section}
     html_path.write_text(html.render(blocks, images), encoding="utf-8")
-    files += [md_path, html_path]
-    timings["report_s"] = time.perf_counter() - t
-    timings["total_s"] = time.perf_counter() - t0
-    return Result(analysis, out_dir, files, timings, source, found)
+    return files + [md_path, html_path]
 
 
 def _findings(

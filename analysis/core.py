@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from analysis import join, scaling, tables
-from analysis.roofline import Roof
+from roofline.model import Roof
 
 
 @dataclass
@@ -44,62 +44,14 @@ def build(
     """Join train, profile and peaks runs into roofline points; `complexity` are the models.csv
     tables of complexity runs (fetch.fetch_complexity). Never raises on missing data: what is
     missing ends up in `notes` and as empty cells."""
-    notes: list[str] = []
-    status = join.text(runs, "status")
-    kind = join.text(runs, "tags.run_kind")
-    counts = {
-        k: int(((kind == k) & (status == "FINISHED")).sum()) for k in ("train", "profile", "peaks")
-    }
-    running = int(
-        (
-            kind.isin(["train", "profile", "peaks"])
-            & ~status.isin(["FINISHED", "FAILED", "KILLED"])
-        ).sum()
-    )
-    if running:
-        notes.append(f"{running} run(s) not finished (RUNNING/SCHEDULED) ignored")
-
+    counts, notes = _run_counts(runs)
     train = join.train_runs(runs)
     notes += join.train_notes(train)
-    points = join.aggregate_repeats(train)
-    profiles = join.profile_intensities(runs)
-    notes += join.profile_notes(runs)
-    notes += tables.unplaced_notes(runs, points, profiles)
-    points = join.attach_intensity(points, profiles)
-    envs = sorted({(e, d) for e, d in zip(points["env_label"], points["device_name"])})
-    roofs, roof_notes = join.choose_roofs(envs, runs, vendor_lookup)
-    notes += roof_notes
-    points = join.evaluate(points, roofs)
-    points["label"] = [tables.point_label(r) for r in points.to_dict("records")]
-
-    missing = points[points["intensity_source"] == "missing"]
-    if len(missing):
-        notes.append(
-            f"{len(missing)} point(s) have no intensity (no profile run and no modeled intensity): "
-            f"not on the roofline, e.g. {', '.join(missing['label'].head(3))}"
-        )
-    fallback = points[
-        points["precision"].isin(["fp16", "bf16"])
-        & (points["ceiling_dtype"] == "fp32")
-        & points["peak_flops_per_s"].notna()
-    ]
-    for (env, dev), g in fallback.groupby(["env_label", "device_name"]):
-        notes.append(
-            f"{env}: no {'/'.join(sorted(set(g['precision'])))} ceiling for {dev}; "
-            "those points are held against the fp32 ceiling"
-        )
-    above = points[points["efficiency"] > 1.0]
-    if len(above):
-        notes.append(
-            f"{len(above)} point(s) lie above their roof (efficiency > 100%), e.g. "
-            f"{', '.join((above['env_label'] + ': ' + above['label']).head(3))}: the ceiling is too low for them "
-            "(fp32 runs on TF32 tensor cores, a peaks run below the real peak) or the intensity is off "
-            "(a modeled intensity counts no cache reuse)"
-        )
-    n_measured = int((points["intensity_source"] == "measured").sum())
+    points, roofs, point_notes = _roofline_points(runs, train, vendor_lookup)
+    notes += point_notes
     counts.update(
         points=len(points),
-        measured_points=n_measured,
+        measured_points=int((points["intensity_source"] == "measured").sum()),
         modeled_points=int((points["intensity_source"] == "modeled").sum()),
     )
     speedups, speedup_notes = tables.speedups(points)
@@ -126,6 +78,72 @@ def build(
         complexity=complexity_rows,
         scaling=scaled,
     )
+
+
+def _run_counts(runs: pd.DataFrame) -> tuple[dict[str, int], list[str]]:
+    """FINISHED runs per kind, and a note on the runs still running (left out)."""
+    status = join.text(runs, "status")
+    kind = join.text(runs, "tags.run_kind")
+    counts = {
+        k: int(((kind == k) & (status == "FINISHED")).sum()) for k in ("train", "profile", "peaks")
+    }
+    running = int(
+        (
+            kind.isin(["train", "profile", "peaks"])
+            & ~status.isin(["FINISHED", "FAILED", "KILLED"])
+        ).sum()
+    )
+    notes = [f"{running} run(s) not finished (RUNNING/SCHEDULED) ignored"] if running else []
+    return counts, notes
+
+
+def _roofline_points(
+    runs: pd.DataFrame, train: pd.DataFrame, vendor_lookup: join.VendorLookup | None
+) -> tuple[pd.DataFrame, dict, list[str]]:
+    """(points, roofs, notes): the train runs' repeats averaged, placed at their intensity under
+    their environment's roof, labelled."""
+    points = join.aggregate_repeats(train)
+    profiles = join.profile_intensities(runs)
+    notes = join.profile_notes(runs)
+    notes += tables.unplaced_notes(runs, points, profiles)
+    points = join.attach_intensity(points, profiles)
+    envs = sorted({(e, d) for e, d in zip(points["env_label"], points["device_name"])})
+    roofs, roof_notes = join.choose_roofs(envs, runs, vendor_lookup)
+    notes += roof_notes
+    points = join.evaluate(points, roofs)
+    points["label"] = [tables.point_label(r) for r in points.to_dict("records")]
+    return points, roofs, notes + _point_notes(points)
+
+
+def _point_notes(points: pd.DataFrame) -> list[str]:
+    """Points off the roofline, held against fp32 for want of their own ceiling, or above their
+    roof."""
+    notes = []
+    missing = points[points["intensity_source"] == "missing"]
+    if len(missing):
+        notes.append(
+            f"{len(missing)} point(s) have no intensity (no profile run and no modeled intensity): "
+            f"not on the roofline, e.g. {', '.join(missing['label'].head(3))}"
+        )
+    fallback = points[
+        points["precision"].isin(["fp16", "bf16"])
+        & (points["ceiling_dtype"] == "fp32")
+        & points["peak_flops_per_s"].notna()
+    ]
+    for (env, dev), g in fallback.groupby(["env_label", "device_name"]):
+        notes.append(
+            f"{env}: no {'/'.join(sorted(set(g['precision'])))} ceiling for {dev}; "
+            "those points are held against the fp32 ceiling"
+        )
+    above = points[points["efficiency"] > 1.0]
+    if len(above):
+        notes.append(
+            f"{len(above)} point(s) lie above their roof (efficiency > 100%), e.g. "
+            f"{', '.join((above['env_label'] + ': ' + above['label']).head(3))}: the ceiling is too low for them "
+            "(fp32 runs on TF32 tensor cores, a peaks run below the real peak) or the intensity is off "
+            "(a modeled intensity counts no cache reuse)"
+        )
+    return notes
 
 
 def variability_config(analysis: Analysis, wanted: str | None = None) -> str | None:

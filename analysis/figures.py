@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from analysis import plots, roofline_plot, scaling_plot
+from analysis import plots, scaling_plot
 from analysis.core import Analysis
 from common.fmt import slug
 
@@ -71,30 +71,7 @@ def plan(
             (pts, fig_dir / "throughput_vs_batch.png"),
         )
     )
-    jobs.append(
-        (
-            "roofline",
-            "Roofline, all environments",
-            roofline_plot.roofline_combined,
-            (pts, analysis.roofs, fig_dir / "roofline_all.png"),
-        )
-    )
-    envs = sorted(analysis.roofs)
-    used_slugs: set[str] = set()
-    for env, dev in envs:
-        name = slug(env) if len(envs) == len({e for e, _ in envs}) else slug(f"{env}_{dev}")
-        while name in used_slugs:
-            name += "_"
-        used_slugs.add(name)
-        sub = pts[(pts["env_label"] == env) & (pts["device_name"] == dev)]
-        jobs.append(
-            (
-                "roofline",
-                f"Roofline, {env} ({dev})",
-                roofline_plot.roofline_env,
-                (sub, env, dev, analysis.roofs[(env, dev)], fig_dir / f"roofline_{name}.png"),
-            )
-        )
+    jobs += _roofline_jobs(analysis, fig_dir)
     if variability is not None:
         label, by_env = variability
         jobs.append(
@@ -107,6 +84,37 @@ def plan(
                     f"Step-time variability across environments: {label}",
                     fig_dir / "step_time_variability.png",
                 ),
+            )
+        )
+    return jobs
+
+
+def _roofline_jobs(analysis: Analysis, fig_dir: Path) -> list[Job]:
+    """All environments on one roofline, then one per environment, each in a file named by a slug
+    of its env label (with the device when one label has several; never two files of one name)."""
+    pts = analysis.points
+    jobs: list[Job] = [
+        (
+            "roofline",
+            "Roofline, all environments",
+            plots.roofline_combined,
+            (pts, analysis.roofs, fig_dir / "roofline_all.png"),
+        )
+    ]
+    envs = sorted(analysis.roofs)
+    used_slugs: set[str] = set()
+    for env, dev in envs:
+        name = slug(env) if len(envs) == len({e for e, _ in envs}) else slug(f"{env}_{dev}")
+        while name in used_slugs:
+            name += "_"
+        used_slugs.add(name)
+        sub = pts[(pts["env_label"] == env) & (pts["device_name"] == dev)]
+        jobs.append(
+            (
+                "roofline",
+                f"Roofline, {env} ({dev})",
+                plots.roofline_env,
+                (sub, env, dev, analysis.roofs[(env, dev)], fig_dir / f"roofline_{name}.png"),
             )
         )
     return jobs

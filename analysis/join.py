@@ -17,8 +17,8 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import pandas as pd
 
-from analysis import roofline
-from analysis.roofline import Roof
+from roofline import ceilings
+from roofline.model import PointEval, Roof, evaluate_point
 from common import schema
 
 GROUP_KEYS = ["env_label", "device_name", "config_key"]
@@ -27,7 +27,6 @@ CONFIG_PARAMS = list(schema.CONFIG_KEY_FIELDS)
 TRAIN_METRICS = [
     "throughput_samples_per_s",
     "throughput_std_samples_per_s",
-    "step_time_median_s",
     "step_time_mean_s",
     "step_time_std_s",
     "train_flops_per_step",
@@ -49,7 +48,7 @@ ENV_TAGS = [
 # data-parallel runs (docs/distributed.md): the fields their config key adds, and what they measure
 DIST_PARAMS = [*schema.DISTRIBUTED_KEY_FIELDS, "nodes"]
 DIST_METRICS = [
-    "compute_only_step_time_median_s",
+    "compute_only_step_time_mean_s",
     "exposed_comm_time_s",
     "exposed_comm_time_share",
 ]
@@ -127,7 +126,8 @@ def col(df: pd.DataFrame, name: str, default: Any = np.nan) -> pd.Series:
     )
 
 
-def num(df: pd.DataFrame, name: str) -> pd.Series:
+def numeric(df: pd.DataFrame, name: str) -> pd.Series:
+    """Column `name` of `df` as floats; what is missing or not a number is NaN."""
     return pd.to_numeric(col(df, name), errors="coerce").astype(float)
 
 
@@ -198,7 +198,7 @@ def train_runs(runs: pd.DataFrame) -> pd.DataFrame:
     base = text(tr, f"tags.{schema.TAG_BASE_CONFIG_KEY}")
     out["base_config_key"] = base.where(base != "", out["config_key"])
     for m in [*TRAIN_METRICS, *DIST_METRICS, *FINDINGS_METRICS]:
-        out[m] = num(tr, f"metrics.{m}")
+        out[m] = numeric(tr, f"metrics.{m}")
     for t in FINDINGS_TAGS:
         out[t] = text(tr, f"tags.{t}")
     for p in FINDINGS_PARAMS:
@@ -211,7 +211,7 @@ def train_notes(train: pd.DataFrame) -> list[str]:
     notes = []
     consequence = {
         "throughput_samples_per_s": "no samples/s for them",
-        "achieved_flops_per_s": "derived as train_flops_per_step / step_time_median_s where possible, else no roofline point",
+        "achieved_flops_per_s": "derived as train_flops_per_step / step_time_mean_s where possible, else no roofline point",
         "modeled_intensity_flops_per_byte": "no intensity unless a profile run of the same config and device exists",
         "throughput_std_samples_per_s": "single runs among them have no SD",
     }
@@ -230,35 +230,39 @@ def train_notes(train: pd.DataFrame) -> list[str]:
     return notes
 
 
+POINT_COLUMNS = [
+    *GROUP_KEYS,
+    *[c for c in CONFIG_PARAMS if c not in GROUP_KEYS],
+    "n_runs",
+    "run_ids",
+    "throughput_mean_samples_per_s",
+    "throughput_sd_samples_per_s",
+    "throughput_sd_kind",
+    "achieved_flops_per_s",
+    "achieved_sd_flops_per_s",
+    "step_time_mean_s",
+    "train_flops_per_step",
+    "modeled_intensity_flops_per_byte",
+    *DIST_CARRIED,
+    *DIST_METRICS,
+]
+"""The columns of aggregate_repeats' rows, in order."""
+
+
 def aggregate_repeats(train: pd.DataFrame) -> pd.DataFrame:
     """One row per (env_label, device_name, config_key); a run without a config_key (no tag and
     incomplete params: nothing says which runs did the same work) is a row of its own.
 
     Several runs: samples/s = mean ± SD across runs (ddof=1). One run: its own within-run SD
     (throughput_std_samples_per_s). Achieved FLOP/s = mean over runs of each run's
-    train_flops_per_step / step_time_median_s (the logged achieved_flops_per_s, derived the same way
-    when a run lacks it).
+    train_flops_per_step / step_time_mean_s (the logged achieved_flops_per_s, derived the same way
+    when a run lacks it: common.schema.rate_per_s). Step times shown are means (docs/schema.md,
+    Definitions).
     """
-    cols = [
-        *GROUP_KEYS,
-        *[c for c in CONFIG_PARAMS if c not in GROUP_KEYS],
-        "n_runs",
-        "run_ids",
-        "throughput_mean_samples_per_s",
-        "throughput_sd_samples_per_s",
-        "throughput_sd_kind",
-        "achieved_flops_per_s",
-        "achieved_sd_flops_per_s",
-        "step_time_median_s",
-        "train_flops_per_step",
-        "modeled_intensity_flops_per_byte",
-        *DIST_CARRIED,
-        *DIST_METRICS,
-    ]
     if train.empty:
-        return pd.DataFrame(columns=cols)
+        return pd.DataFrame(columns=POINT_COLUMNS)
     t = train.sort_values("start_time", kind="stable").copy()
-    derived = t["train_flops_per_step"] / t["step_time_median_s"]
+    derived = schema.rate_per_s(t["train_flops_per_step"], t["step_time_mean_s"])
     t["achieved_flops_per_s"] = t["achieved_flops_per_s"].where(
         t["achieved_flops_per_s"].notna(), derived
     )
@@ -278,7 +282,7 @@ def aggregate_repeats(train: pd.DataFrame) -> pd.DataFrame:
             _within=("_within", "max"),
             achieved_flops_per_s=("achieved_flops_per_s", "mean"),
             achieved_sd_flops_per_s=("achieved_flops_per_s", "std"),
-            step_time_median_s=("step_time_median_s", "mean"),
+            step_time_mean_s=("step_time_mean_s", "mean"),
             train_flops_per_step=("train_flops_per_step", "mean"),
             modeled_intensity_flops_per_byte=("modeled_intensity_flops_per_byte", "mean"),
             **{p: (p, "last") for p in params},  # latest run's params (equal within a config_key)
@@ -287,6 +291,12 @@ def aggregate_repeats(train: pd.DataFrame) -> pd.DataFrame:
         )
         .reset_index()
     )
+    return _with_throughput_sd(agg)[POINT_COLUMNS]
+
+
+def _with_throughput_sd(agg: pd.DataFrame) -> pd.DataFrame:
+    """The samples/s SD of each point and its kind: across runs when two or more have a
+    throughput, else the one run's own within-run SD."""
     across = agg["_n_thr"] >= 2
     agg["throughput_sd_samples_per_s"] = np.where(across, agg["_sd_across"], agg["_within"]).astype(
         float
@@ -296,7 +306,7 @@ def aggregate_repeats(train: pd.DataFrame) -> pd.DataFrame:
         "across " + agg["_n_thr"].astype(str) + " runs",
         np.where((agg["_n_thr"] == 1) & agg["_within"].notna(), "within run", ""),
     )
-    return agg[cols]
+    return agg
 
 
 # ------------------------------------------------------------------------------- profile runs
@@ -321,14 +331,14 @@ def profile_intensities(runs: pd.DataFrame) -> pd.DataFrame:
     ]  # totals of part of a profile: no intensity
     if pr.empty:
         return pd.DataFrame(columns=cols)
-    flops = num(pr, "metrics.ncu_flops_total")
+    flops = numeric(pr, "metrics.ncu_flops_total")
 
     def ratio(byte_col: str) -> pd.Series:
-        b = num(pr, byte_col)
+        b = numeric(pr, byte_col)
         return (flops / b).where((b > 0) & (flops > 0))
 
     dram = ratio("metrics.ncu_dram_bytes")
-    dram = dram.where(dram.notna(), num(pr, "metrics.ncu_intensity_dram_flops_per_byte"))
+    dram = dram.where(dram.notna(), numeric(pr, "metrics.ncu_intensity_dram_flops_per_byte"))
     out = pd.DataFrame(
         {
             "config_key": _config_keys(pr),
@@ -351,8 +361,8 @@ def profile_notes(runs: pd.DataFrame) -> list[str]:
     pr = of_kind(runs, "profile")
     if pr.empty:
         return []
-    flops, dram = num(pr, "metrics.ncu_flops_total"), num(pr, "metrics.ncu_dram_bytes")
-    logged = num(pr, "metrics.ncu_intensity_dram_flops_per_byte")
+    flops, dram = numeric(pr, "metrics.ncu_flops_total"), numeric(pr, "metrics.ncu_dram_bytes")
+    logged = numeric(pr, "metrics.ncu_intensity_dram_flops_per_byte")
     unusable = pr[~(((flops > 0) & (dram > 0)) | (logged > 0))]
     notes = []
     cut = text(pr, f"tags.{schema.TAG_NCU_TRUNCATED}") != ""
@@ -406,22 +416,6 @@ def attach_intensity(points: pd.DataFrame, profiles: pd.DataFrame) -> pd.DataFra
 
 
 # ------------------------------------------------------------------------------- roofs
-def roof_from_peaks_row(row: dict, device: str) -> Roof:
-    roof = Roof(device)
-    src = f"measured: peaks run {short(row['run_id'])}"
-    for dtype in roofline.DTYPES:
-        v = pd.to_numeric(row.get(f"metrics.peak_flops_per_s_{dtype}"), errors="coerce")
-        if pd.notna(v) and v > 0:
-            roof.flops_per_s[dtype] = float(v)
-            roof.sources[f"flops:{dtype}"] = src
-    for level in roofline.LEVELS:
-        v = pd.to_numeric(row.get(f"metrics.peak_{level}_bytes_per_s"), errors="coerce")
-        if pd.notna(v) and v > 0:
-            roof.bytes_per_s[level] = float(v)
-            roof.sources[f"bytes:{level}"] = src
-    return roof
-
-
 def measured_roofs(
     runs: pd.DataFrame,
 ) -> tuple[dict[tuple[str, str], Roof], dict[str, tuple[str, Roof]]]:
@@ -436,32 +430,12 @@ def measured_roofs(
     for row in pk.to_dict("records"):
         env = str(row.get(f"tags.{schema.TAG_ENV_LABEL}") or "")
         dev = str(row.get(f"tags.{schema.TAG_DEVICE_NAME}") or "")
-        roof = roof_from_peaks_row(row, dev)
+        roof = ceilings.roof_from_peaks_row(row, dev)
         if roof.is_empty():  # no peak_* metric: nothing to draw
             continue
         by_env[(env, dev)] = roof  # later rows overwrite: latest wins
         by_dev[dev] = (env, roof)
     return by_env, by_dev
-
-
-def roof_from_vendor(entry: Any, device: str, label: str = "vendor") -> Roof | None:
-    """Roof from a VendorPeaks-like object (flops_per_s, dram_bytes_per_s, source; optional
-    l2_bytes_per_s / l1_bytes_per_s) or a dict with those keys."""
-    if entry is None:
-        return None
-    get = entry.get if isinstance(entry, dict) else (lambda k, d=None: getattr(entry, k, d))
-    roof = Roof(device)
-    src = f"{label}: {get('source', '') or 'no source given'}"
-    for dtype, v in (get("flops_per_s", {}) or {}).items():
-        if roofline._ok(v):
-            roof.flops_per_s[str(dtype)] = float(v)
-            roof.sources[f"flops:{dtype}"] = src
-    for level in roofline.LEVELS:
-        v = get(f"{level}_bytes_per_s", None)
-        if roofline._ok(v):
-            roof.bytes_per_s[level] = float(v)
-            roof.sources[f"bytes:{level}"] = src
-    return None if roof.is_empty() else roof
 
 
 def choose_roofs(
@@ -484,11 +458,10 @@ def choose_roofs(
                 f"{env}: no peaks run of its own; using the measured peaks of '{other_env}' (same device {dev})"
             )
         if dev not in vendor_cache:
-            vendor_cache[dev] = (
-                roof_from_vendor(vendor_lookup(dev), dev) if vendor_lookup is not None else None
-            )
+            entry = vendor_lookup(dev) if vendor_lookup is not None else None
+            vendor_cache[dev] = ceilings.roof_from_vendor(entry, dev)
         vendor = vendor_cache[dev]
-        roof = measured.merged_over(vendor) if measured is not None else vendor
+        roof = ceilings.measured_over_vendor(measured, vendor)
         if roof is None:
             notes.append(
                 f"no peaks for {dev} (env {env}): no peaks run and no vendor entry; efficiency and bound "
@@ -511,9 +484,7 @@ def evaluate(
             "l1": p.get("intensity_l1_flops_per_byte"),
         }
         intens = {k: float(v) for k, v in intens.items() if v is not None and pd.notna(v)}
-        ev = roofline.evaluate_point(p["precision"], p["achieved_flops_per_s"], intens, roof)
+        ev = evaluate_point(p["precision"], p["achieved_flops_per_s"], intens, roof)
         evals.append(ev.__dict__)
-    ev_df = pd.DataFrame(
-        evals, index=points.index, columns=list(roofline.PointEval.__dataclass_fields__)
-    )
+    ev_df = pd.DataFrame(evals, index=points.index, columns=list(PointEval.__dataclass_fields__))
     return pd.concat([points, ev_df], axis=1)

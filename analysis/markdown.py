@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from analysis.roofline import Roof
+from roofline.model import Roof
 from analysis.tables import engine_label
 from common.fmt import num, pct, si
 
@@ -37,7 +37,7 @@ SUMMARY_COLUMNS = [
     "throughput_sd_samples_per_s",
     "throughput_sd_kind",
     "achieved_flops_per_s",
-    "step_time_median_s",
+    "step_time_mean_s",
     "train_flops_per_step",
     "intensity_flops_per_byte",
     "intensity_source",
@@ -369,8 +369,8 @@ def scaling_table(sc: pd.DataFrame) -> Table:
             num(_f(r["ideal_samples_per_s"]), 4),
             pct(_f(r["scaling_efficiency"])),
             r["baseline"],
-            si(_f(r["step_time_median_s"]), "s"),
-            si(_f(r["compute_only_step_time_median_s"]), "s"),
+            si(_f(r["step_time_mean_s"]), "s"),
+            si(_f(r["compute_only_step_time_mean_s"]), "s"),
             si(_f(r["exposed_comm_time_s"]), "s"),
             pct(_f(r["exposed_comm_time_share"])),
         ]

@@ -1,13 +1,10 @@
-"""Figures as PNG files (matplotlib's Agg canvas; no pyplot, no global state): the shared
-helpers and styles, the per-environment batch-size panels and the step-time box plot. The
-rooflines are in analysis/roofline_plot.py, their label placement in analysis/labels.py.
+"""Figures as PNG files (matplotlib's Agg canvas; no pyplot, no global state): `save`, the
+per-environment batch-size panels, the step-time box plot, and the rooflines drawn by
+roofline/plot.py saved. Canvas, ticks and encodings (colour, marker, line style) are
+roofline/style.py's.
 
 Every figure function takes the DataFrames built by analysis/core.py and a path, draws one figure
-and returns the path. Encodings used throughout:
-  marker shape  = where the intensity came from: filled circle = measured (ncu counters),
-                  hollow triangle = modeled (byte model);
-  line style    = where each ceiling came from (Roof.sources): solid = measured peaks run,
-                  dashed = vendor / peaks file; L2 and L1 slopes have their own dash pattern.
+and returns the path.
 """
 
 from __future__ import annotations
@@ -21,56 +18,22 @@ import matplotlib
 matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.ticker import EngFormatter, FuncFormatter, NullFormatter  # noqa: E402
+from matplotlib.ticker import EngFormatter, NullFormatter  # noqa: E402
 
 from common.fmt import si  # noqa: E402
+from roofline import plot as roofline_plot  # noqa: E402
+from roofline.style import (  # noqa: E402
+    SOURCE_MARKER,
+    distinct_colors,
+    env_title,
+    log_ticks,
+    new_figure,
+)
 
 
 DPI = 110
-PRECISION_COLORS = {"fp32": "#1f77b4", "fp16": "#ff7f0e", "bf16": "#2ca02c"}
-DTYPE_COLORS = {
-    "fp64": "#7f7f7f",
-    "fp32": "#1f77b4",
-    "tf32": "#9467bd",
-    "fp16": "#ff7f0e",
-    "bf16": "#2ca02c",
-}
-LEVEL_STYLE = {"dram": "-", "l2": (0, (4, 1, 1, 1)), "l1": (0, (1, 1))}
-SOURCE_MARKER = {
-    "measured": dict(marker="o", fillstyle="full"),
-    "modeled": dict(marker="^", fillstyle="none"),
-}
-
-
-def new_figure(
-    width: float = 9.0,
-    height: float = 6.0,
-    nrows: int = 1,
-    ncols: int = 1,
-    *,
-    left: float = 1.0,
-    right: float = 0.25,
-    bottom: float = 0.7,
-    top: float = 0.6,
-    wspace: float = 0.25,
-    hspace: float = 0.45,
-):
-    """A figure with fixed margins in inches (a layout engine costs more than all the drawing)."""
-    fig = Figure(figsize=(width, height))
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(nrows, ncols, squeeze=False)
-    fig.subplots_adjust(
-        left=left / width,
-        right=1 - right / width,
-        bottom=bottom / height,
-        top=1 - top / height,
-        wspace=wspace,
-        hspace=hspace,
-    )
-    return fig, axes
 
 
 def save(fig: Figure, path: Path) -> Path:
@@ -78,11 +41,6 @@ def save(fig: Figure, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=DPI)
     return path
-
-
-def env_colors(envs: list[str]) -> dict[str, str]:
-    cmap = matplotlib.colormaps["tab10" if len(envs) <= 10 else "tab20"]
-    return {e: matplotlib.colors.to_hex(cmap(i % cmap.N)) for i, e in enumerate(envs)}
 
 
 def _series_label(row: pd.Series) -> str:
@@ -121,25 +79,6 @@ def _panels(
     return fig, flat[:n]
 
 
-def log_ticks(axis, fmt=lambda v: f"{v:g}") -> None:
-    """Log axis ticks as `fmt(v)` (plain 200, not 2 x 10^2); minor ticks at 2 and 5 labelled too."""
-    axis.set_major_formatter(FuncFormatter(lambda v, _: fmt(v)))
-
-    def minor(v, _):
-        mantissa = round(v / 10 ** math.floor(math.log10(v)), 6) if v > 0 else 0
-        return fmt(v) if mantissa in (2, 5) else ""
-
-    axis.set_minor_formatter(FuncFormatter(minor))
-
-
-def flops_label(v: float) -> str:
-    return si(v, "FLOP/s", 3)
-
-
-def env_title(env: str, device: str) -> str:
-    return f"{env} ({device})" if device and device not in env else env
-
-
 def right_legend(fig: Figure, handles: list, width_in: float) -> None:
     """One legend for the figure in its right margin of `width_in` inches, below the title."""
     width = fig.get_size_inches()[0]
@@ -172,8 +111,7 @@ def _per_env_lines(
     ]  # no batch: no x
     pts = pts.assign(series=[_series_label(r) for r in pts.to_dict("records")])
     names = sorted(set(pts["series"]))
-    cmap = matplotlib.colormaps["tab10" if len(names) <= 10 else "tab20"]
-    color_of = {n: matplotlib.colors.to_hex(cmap(i % cmap.N)) for i, n in enumerate(names)}
+    color_of = distinct_colors(names)
     legend_in = 2.6
     clipped = bool(yerr) and bool((pts[yerr].fillna(0) > pts[y]).any())
     title += "; lower bars cut at 0 where the spread exceeds the value" if clipped else ""
@@ -187,61 +125,70 @@ def _per_env_lines(
     for ax, (env, dev) in zip(axes, envs):
         sub = pts[(pts["env_label"] == env) & (pts["device_name"] == dev)].sort_values("batch_size")
         for series, g in sub.groupby("series", sort=True):
-            color = color_of[series]
-            if not marker_by_source:
-                err = None
-                if yerr:
-                    sd = g[yerr].fillna(0).to_numpy()
-                    err = np.vstack([np.minimum(sd, g[y].to_numpy()), sd])  # (below, above)
-                ax.errorbar(
-                    g["batch_size"],
-                    g[y],
-                    yerr=err,
-                    capsize=3,
-                    marker="o",
-                    ms=5,
-                    lw=1.4,
-                    color=color,
-                )
-                continue
-            # one line per intensity source: a measured and a modeled value are never joined
-            for source, gs in g.groupby("intensity_source", sort=True):
-                style = SOURCE_MARKER.get(source, SOURCE_MARKER["modeled"])
-                ax.plot(
-                    gs["batch_size"],
-                    gs[y],
-                    lw=1.4,
-                    ms=7,
-                    markeredgewidth=1.4,
-                    color=color,
-                    ls="-" if source == "measured" else "--",
-                    **style,
-                )
+            _draw_series(ax, g, y, yerr, color_of[series], marker_by_source)
         if hline is not None:
             ax.axhline(hline, color="gray", lw=1, ls="--")
-        batches = sorted(set(int(b) for b in sub["batch_size"].dropna()))
-        if not batches:
-            ax.text(
-                0.5,
-                0.5,
-                "no run with a batch_size param",
-                ha="center",
-                va="center",
-                transform=ax.transAxes,
-            )
-            ax.set_title(env_title(env, dev), fontsize=10)
-            continue
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(batches, [str(b) for b in batches])
-        if logy:
-            ax.set_yscale("log")
-            log_ticks(ax.yaxis)
-        ax.set_xlabel("batch size (samples per step)")
-        ax.set_ylabel(ylabel)
-        ax.set_title(env_title(env, dev), fontsize=10)
-        ax.grid(True, alpha=0.3)
+        _format_panel(ax, sub, env_title(env, dev), ylabel, logy)
+    handles = _series_handles(names, color_of, marker_by_source)
+    if handles:
+        right_legend(fig, handles, legend_in)
+    fig.suptitle(title, fontsize=12)
+    return fig
+
+
+def _draw_series(ax, g: pd.DataFrame, y: str, yerr: str | None, color: str, by_source: bool):
+    """One series of one panel: a line with error bars, or with `by_source` one line per intensity
+    source (a measured and a modeled value are never joined)."""
+    if not by_source:
+        err = None
+        if yerr:
+            sd = g[yerr].fillna(0).to_numpy()
+            err = np.vstack([np.minimum(sd, g[y].to_numpy()), sd])  # (below, above)
+        ax.errorbar(
+            g["batch_size"], g[y], yerr=err, capsize=3, marker="o", ms=5, lw=1.4, color=color
+        )
+        return
+    for source, gs in g.groupby("intensity_source", sort=True):
+        style = SOURCE_MARKER.get(source, SOURCE_MARKER["modeled"])
+        ax.plot(
+            gs["batch_size"],
+            gs[y],
+            lw=1.4,
+            ms=7,
+            markeredgewidth=1.4,
+            color=color,
+            ls="-" if source == "measured" else "--",
+            **style,
+        )
+
+
+def _format_panel(ax, sub: pd.DataFrame, title: str, ylabel: str, logy: bool) -> None:
+    """Batch sizes on a log2 x axis (or a note that the panel has none), labels, title, grid."""
+    batches = sorted(set(int(b) for b in sub["batch_size"].dropna()))
+    ax.set_title(title, fontsize=10)
+    if not batches:
+        ax.text(
+            0.5,
+            0.5,
+            "no run with a batch_size param",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+        )
+        return
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(batches, [str(b) for b in batches])
+    if logy:
+        ax.set_yscale("log")
+        log_ticks(ax.yaxis)
+    ax.set_xlabel("batch size (samples per step)")
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+
+
+def _series_handles(names: list[str], color_of: dict[str, str], by_source: bool) -> list:
     handles = [Line2D([], [], color=color_of[n], marker="o", ms=5, label=n) for n in names]
-    if marker_by_source:
+    if by_source:
         handles += [
             Line2D(
                 [], [], ls="-", color="black", label="measured (ncu)", **SOURCE_MARKER["measured"]
@@ -255,10 +202,7 @@ def _per_env_lines(
                 **SOURCE_MARKER["modeled"],
             ),
         ]
-    if handles:
-        right_legend(fig, handles, legend_in)
-    fig.suptitle(title, fontsize=12)
-    return fig
+    return handles
 
 
 def draw_throughput_vs_batch(points: pd.DataFrame) -> Figure:
@@ -346,3 +290,17 @@ def step_time_variability(
     ax.grid(True, axis="y", alpha=0.3)
     ax.set_title(title, fontsize=11)
     return save(fig, path)
+
+
+def roofline_env(
+    points: pd.DataFrame, env: str, device: str, roofset: dict, path: Path
+) -> tuple[Path, int]:
+    """roofline_<env>.png (roofline.plot.draw_roofline_env) and the number of points drawn."""
+    fig, n = roofline_plot.draw_roofline_env(points, env, device, roofset)
+    return save(fig, path), n
+
+
+def roofline_combined(points: pd.DataFrame, roofs: dict, path: Path) -> tuple[Path, int]:
+    """roofline_all.png (roofline.plot.draw_roofline_combined) and the number of points drawn."""
+    fig, n = roofline_plot.draw_roofline_combined(points, roofs)
+    return save(fig, path), n

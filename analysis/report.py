@@ -42,7 +42,7 @@ SCALING_INTRO = (
 METHOD = [
     (
         "**Achieved FLOP/s** comes from the train runs only (unperturbed timing): training FLOPs "
-        "per step (forward + backward + optimizer, counted at dispatch level) / median step time. "
+        "per step (forward + backward + optimizer, counted at dispatch level) / mean step time. "
         "Repeated runs of one environment and config are averaged."
     ),
     (
@@ -55,7 +55,7 @@ METHOD = [
     (
         "**Ceilings**: a measured peaks run of the same environment and device (else of another "
         "environment with the same device name) gives the roof; ceilings it lacks come from the "
-        "vendor table (profiling.peak_table, with the entries of --peaks-file). Measured ceilings "
+        "vendor table (roofline.vendor, with the entries of --peaks-file). Measured ceilings "
         "are drawn solid, vendor ones dashed. No ceiling: no bound and no efficiency (never a "
         "guessed number)."
     ),
@@ -78,8 +78,8 @@ METHOD = [
         "is world size × the baseline's samples/s, the baseline being the same engine at world "
         "size 1 when measured, else the single-process run of the same config; scaling efficiency "
         "= samples/s / ideal (weak scaling: the batch per process is fixed). Exposed communication "
-        "= median step time − median compute-only step time (the same steps without gradient "
-        "synchronisation, where the engine has such a step); its share is that over the median "
+        "= mean step time − mean compute-only step time (the same steps without gradient "
+        "synchronisation, where the engine has such a step); its share is that over the mean "
         "step time. Achieved FLOP/s on the roofline stay per process."
     ),
     (
@@ -106,8 +106,46 @@ def report_blocks(
 ) -> list[Block]:
     """The report as blocks (report.md and report.html render the same blocks): figures are
     relative paths (title, path) grouped by section key."""
+
+    def figs(key: str) -> list[Block]:
+        return [("figure", t, p) for t, p in figures.get(key, [])]
+
+    out = _opening(analysis, source, query, generated) + figs("roofline")
+    out += [
+        ("h2", "Summary"),
+        (
+            "p",
+            "Raw SI values, run ids and every roofline quantity: `summary.csv`, next to this "
+            "report (the analysis run's artifact `report/summary.csv`).",
+        ),
+        ("table", summary_table(analysis.points)),
+        ("h2", "Throughput vs batch size"),
+    ]
+    out += figs("throughput")
+    out += [("h2", "Step-time variability")]
+    out += [("p", variability_title)] if variability_title else []
+    out += figs("variability") or [("p", "No step_time_s series to plot.")]
+    out += [("h2", "Intensity vs batch size")] + figs("intensity")
+    out += _speedups(analysis, figs("speedup"))
+    if not analysis.scaling.empty:
+        out += [("h2", "Scaling with world size"), ("p", SCALING_INTRO)]
+        out += figs("scaling") + [("table", scaling_table(analysis.scaling))]
+    out += _complexity(analysis)
+    out += [("h2", "Failed runs")]
+    out += (
+        [("table", failed_table(analysis.failed))]
+        if not analysis.failed.empty
+        else [("p", "None.")]
+    )
+    out += [("h2", "Method"), ("list", METHOD)]
+    return out
+
+
+def _opening(analysis: Analysis, source: str, query: str, generated: str) -> list[Block]:
+    """Title, what was read, what is missing, the environments, their ceilings and the rooflines'
+    legend."""
     c = analysis.counts
-    out: list[Block] = [
+    return [
         ("h1", "Training performance and roofline report"),
         ("p", f"Generated {generated} from `{source}`; runs: {query}."),
         (
@@ -133,66 +171,34 @@ def report_blocks(
         ),
     ]
 
-    def figs(key: str) -> list[Block]:
-        return [("figure", t, p) for t, p in figures.get(key, [])]
 
-    out += figs("roofline")
-    out += [
-        ("h2", "Summary"),
-        (
-            "p",
-            "Raw SI values, run ids and every roofline quantity: `summary.csv`, next to this "
-            "report (the analysis run's artifact `report/summary.csv`).",
-        ),
-        ("table", summary_table(analysis.points)),
-        ("h2", "Throughput vs batch size"),
-    ]
-    out += figs("throughput")
-    out += [("h2", "Step-time variability")]
-    out += [("p", variability_title)] if variability_title else []
-    out += figs("variability") or [("p", "No step_time_s series to plot.")]
-    out += [("h2", "Intensity vs batch size")] + figs("intensity")
-    out += [("h2", "fp16/bf16 speed-up over fp32")]
+def _speedups(analysis: Analysis, figs: list[Block]) -> list[Block]:
+    out: list[Block] = [("h2", "fp16/bf16 speed-up over fp32")]
     if analysis.speedups.empty:
-        out += [
+        return out + [
             (
                 "p",
                 "No configuration has both an fp32 and an fp16/bf16 run in the same environment.",
             )
         ]
-    else:
-        out += figs("speedup") + [("table", speedups_table(analysis.speedups))]
-    if not analysis.scaling.empty:
-        out += [("h2", "Scaling with world size"), ("p", SCALING_INTRO)]
-        out += figs("scaling") + [("table", scaling_table(analysis.scaling))]
-    out += [("h2", "Model complexity")]
+    return out + figs + [("table", speedups_table(analysis.speedups))]
+
+
+def _complexity(analysis: Analysis) -> list[Block]:
+    out: list[Block] = [("h2", "Model complexity")]
     if analysis.complexity.empty:
-        out += [
+        return out + [
             (
                 "p",
                 "No `complexity` run in these experiments (`python -m train.complexity` logs one).",
             )
         ]
-    else:
-        out += [("p", COMPLEXITY_INTRO), ("table", complexity_table(analysis.complexity))]
-    out += [("h2", "Failed runs")]
-    out += (
-        [("table", failed_table(analysis.failed))]
-        if not analysis.failed.empty
-        else [("p", "None.")]
-    )
-    out += [("h2", "Method"), ("list", METHOD)]
-    return out
+    return out + [("p", COMPLEXITY_INTRO), ("table", complexity_table(analysis.complexity))]
 
 
 def first_section(blocks: list[Block]) -> int:
     """Index of the report's first section heading: a section inserted there comes first."""
     return next((i for i, b in enumerate(blocks) if b[0] == "h2"), len(blocks))
-
-
-def report_markdown(*args, **kwargs) -> str:
-    """report.md's text for report_blocks' arguments."""
-    return markdown_text(report_blocks(*args, **kwargs))
 
 
 def markdown_text(blocks: list[Block]) -> str:

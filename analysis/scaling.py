@@ -4,7 +4,7 @@ nothing here imports mlflow, reads files or plots.
 
 One series per environment, device, model, per-process batch, precision, options, engine, ZeRO
 stage and backend (SCALING_KEYS); its points differ only in world size. The baseline of a series
-is, as a distributed run chooses its own (train/__main__.py): its world-size-1 point (the same
+is, as a distributed run chooses its own (train/distributed/baseline.py): its world-size-1 point (the same
 engine in one process: scaling alone), else the single-process point of the same work per process
 (the point whose config_key is the series' base_config_key: scaling plus the engine's own cost).
 """
@@ -33,8 +33,8 @@ COLUMNS = [
     "baseline_samples_per_s",
     "ideal_samples_per_s",
     "scaling_efficiency",
-    "step_time_median_s",
-    "compute_only_step_time_median_s",
+    "step_time_mean_s",
+    "compute_only_step_time_mean_s",
     "exposed_comm_time_s",
     "exposed_comm_time_share",
     "config_key",

@@ -17,7 +17,7 @@ from common.errors import one_line
 
 # Metric histories keep at most this many points per series (every k-th step beyond it, with the
 # stride in the tag `<name>_stride`). MLflow's SQL store inserts ~0.2 ms of CPU per metric row, so
-# 10,000 rows cost ~2 s; callers keep the full series as an artifact (see train/__main__.py).
+# 10,000 rows cost ~2 s; callers keep the full series as an artifact (see train/run.py).
 MAX_SERIES_POINTS = 1000
 # System metrics aim at this many samples over the sampled phase (see system_metrics_interval).
 SYSTEM_SAMPLES = 30

@@ -183,7 +183,7 @@ def redirect_run(run_id: str, target_run_id: str, tags: dict[str, str], note: st
 def latest_finished_run(experiment_id: str, filter_string: str, client=None):
     """The newest FINISHED run of `experiment_id` matching `filter_string` (an MLflow search
     filter), or None: the one read a run makes of others (a distributed train run's world-size-1
-    baseline, train/__main__.py)."""
+    baseline, train/distributed/baseline.py)."""
     client = mlflow_client(client)
     runs = client.search_runs(
         [experiment_id],

@@ -80,6 +80,16 @@ PRECISIONS = ("fp32", "fp16", "bf16")
 _KEY_RE = re.compile(r"^[/\w.\- ]*$")
 
 
+# --- definitions (docs/schema.md, "Definitions") ---------------------------------------------------
+def rate_per_s(per_step, step_time_mean_s):
+    """Every rate of a train run: an amount counted per step (samples, training FLOPs) over the
+    MEAN step time (total measured time / measured steps: what the user pays for, stalls and pauses
+    included; the median and p95 describe variability only). `throughput_samples_per_s` =
+    rate_per_s(batch, mean), `achieved_flops_per_s` = rate_per_s(train_flops_per_step, mean).
+    Floats or pandas Series alike."""
+    return per_step / step_time_mean_s
+
+
 def config_key(config: Mapping[str, Any]) -> str:
     """Stable 16-hex-digit hash of the CONFIG_KEY_FIELDS of `config` (a dict of params), plus the
     DISTRIBUTED_KEY_FIELDS when `config` is a distributed run's (`is_distributed`).

@@ -183,6 +183,17 @@ class RunSession:
         """End this run FAILED with `reason` as its error, though the body raised nothing."""
         self._fail_reason = reason
 
+    def end(self, status: str, reason: str) -> None:
+        """End the run now, KILLED or FAILED with `reason`, from outside its `with` block: a watcher
+        thread whose process exits next while the main thread is blocked (a distributed run's
+        SIGTERM watcher, train.distributed.failures.Guard). A KILLED run says it was interrupted,
+        as an interrupt inside the block does."""
+        if status == "KILLED":
+            self.__exit__(KeyboardInterrupt, KeyboardInterrupt(reason), None)
+        else:
+            self.fail(reason)
+            self.__exit__(None, None, None)
+
     def __exit__(self, exc_type, exc, tb) -> bool:
         if exc is None and self._fail_reason:
             self.status, self.error = "FAILED", self._fail_reason

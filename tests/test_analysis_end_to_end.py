@@ -20,10 +20,10 @@ import mlflow
 import pandas as pd
 import pytest
 
-from analysis import app, core, fetch, plots, vendor
+from analysis import app, core, fetch, plots
 from common import schema
 from common.tracking import RunSession
-from profiling import peak_table
+from roofline import vendor
 
 EXP = "bench"
 L4 = "NVIDIA L4"
@@ -265,7 +265,7 @@ def analyse(tmp_path, argv=(), vendor_lookup=vendor_stub):
 
 def joined(argv=(), vendor_lookup=vendor_stub) -> core.Analysis:
     """Fetch and join only (no figures): for tests about numbers. vendor_lookup='auto': the real
-    lookup (profiling.peak_table) with --peaks-file passed through."""
+    lookup (roofline.vendor) with --peaks-file passed through."""
     cfg = app.config_from_args(app.build_parser().parse_args(["--no-track", *argv]))
     runs, _ = fetch.fetch_runs(cfg.query())
     if vendor_lookup == "auto":
@@ -549,13 +549,11 @@ def test_one_environment_gets_its_roofline_and_the_combined_one(tracking, tmp_pa
 def test_device_unknown_to_the_real_vendor_table_has_no_roof_and_the_report_says_so(
     tracking, tmp_path, monkeypatch
 ):
-    monkeypatch.delenv(peak_table.PEAKS_FILE_ENV, raising=False)
+    monkeypatch.delenv(vendor.PEAKS_FILE_ENV, raising=False)
     log_train(
         "laptop", CPU, 32, "fp32", thr=20, thr_sd=1, flops_step=0.8e12, median_s=1.6, intensity=50
     )
-    res = analyse(
-        tmp_path, vendor_lookup="auto"
-    )  # profiling.peak_table, which has no "Test CPU 9000"
+    res = analyse(tmp_path, vendor_lookup="auto")  # roofline.vendor, which has no "Test CPU 9000"
     p = res.analysis.points.iloc[0]
     assert (
         math.isnan(p["efficiency"])
@@ -572,7 +570,7 @@ def test_peaks_file_gives_the_roof(tracking, tmp_path):
     )
     pf = (
         tmp_path / "peaks.yaml"
-    )  # profiling.peak_table's format (docs/peaks.md): all four fields for a new device
+    )  # roofline.vendor's format (docs/peaks.md): all four fields for a new device
     pf.write_text(
         f'devices:\n  - device_name: "{CPU}"\n    flops_per_s: {{fp32: 1.0e+12}}\n'
         "    dram_bytes_per_s: 50e9\n    source: spec sheet\n"
@@ -633,7 +631,7 @@ def test_env_label_and_filter_select_train_runs(store):
 
 
 def test_cli_tracks_outputs_as_artifacts_of_an_analysis_run(store, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr("analysis.vendor.load_vendor_lookup", lambda *_: vendor_stub)
+    monkeypatch.setattr("roofline.vendor.load_vendor_lookup", lambda *_: vendor_stub)
     rc = app.cli(["--experiment", EXP, "--out", str(tmp_path / "o")])
     assert rc == 0
     summary = capsys.readouterr().out.strip().splitlines()
@@ -751,7 +749,7 @@ def test_analysis_over_http_against_a_real_mlflow_server(on_server, tmp_path, mo
         exp=exp,
     )
     log_complexity("l4", L4, [RESNET18], exp=exp)
-    monkeypatch.setattr("analysis.vendor.load_vendor_lookup", lambda *_: vendor_stub)
+    monkeypatch.setattr("roofline.vendor.load_vendor_lookup", lambda *_: vendor_stub)
     out = tmp_path / "report"
     assert app.main(["--experiment", exp, "--out", str(out), "--jobs", "1"]) == 0
 

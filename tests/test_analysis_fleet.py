@@ -20,7 +20,7 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
 from analysis import app, core, fetch, join
-from analysis.fetch import cache, cached, rows
+from analysis.fetch import cached_search, rows, segments
 from analysis.fetch.api import ApiReader, OVERLAP_MS
 from analysis.fetch.sql import SqlReader
 from bench import fleet_store
@@ -112,7 +112,7 @@ def check_reader_reads_what_mlflow_reads(reader, client):
         "a",
         tags={"env_label": "l4", "host": "h", "mlflow.note.content": "not read"},
         params={"model": "resnet18", "batch_size": 32, "lr": 0.1},
-        metrics={"throughput_samples_per_s": 10.0, "cpu_user_s": 3.0, "step_time_median_s": 0.5},
+        metrics={"throughput_samples_per_s": 10.0, "cpu_user_s": 3.0, "step_time_mean_s": 0.5},
         start=t0,
     )
     new_run(
@@ -150,7 +150,7 @@ def check_reader_reads_what_mlflow_reads(reader, client):
     first = next(r for r in got if r["run_id"] == a)
     assert "params.lr" not in first and "metrics.cpu_user_s" not in first  # not read
     assert "tags.mlflow.note.content" not in first
-    assert first["params.batch_size"] == "32" and first["metrics.step_time_median_s"] == 0.5
+    assert first["params.batch_size"] == "32" and first["metrics.step_time_mean_s"] == 0.5
     peaks = records(reader.search([exp], "tags.run_kind = 'peaks'", None))[0]
     assert peaks["metrics.peak_flops_per_s_fp32_median"] == 9e12  # peak_* by prefix
     # metric series: every step, by step then time, NaN kept; a run without the metric: []
@@ -208,10 +208,10 @@ def test_an_http_server_is_read_through_the_search_api_and_a_database_directly(t
 
 
 # ------------------------------------------------------------------------ the cache
-def cached_search(make_reader, exp, filter_string=TRAIN, cap=None, mode="auto"):
-    stats = cached.Stats()
+def search_through_cache(make_reader, exp, filter_string=TRAIN, cap=None, mode="auto"):
+    stats = cached_search.Stats()
     uri = mlflow.get_tracking_uri()
-    return cached.search(make_reader(), uri, [exp], filter_string, cap, mode, stats), stats
+    return cached_search.search(make_reader(), uri, [exp], filter_string, cap, mode, stats), stats
 
 
 def check_cache_follows_a_fleet(make_reader, kind):
@@ -227,7 +227,7 @@ def check_cache_follows_a_fleet(make_reader, kind):
     c = new_run(client, exp, "train", "c", start=old + 2)
     new_run(client, exp, "profile", "p", start=old + 3)
 
-    got, st = cached_search(make_reader, exp)
+    got, st = search_through_cache(make_reader, exp)
     assert records(got) == truth([exp], TRAIN) and len(got) == 3
     assert (st.filled, st.refreshed, st.fetched, st.from_cache) == (1, 0, 3, 0)
 
@@ -236,7 +236,7 @@ def check_cache_follows_a_fleet(make_reader, kind):
     client.set_terminated(b, "FINISHED", end_time=old + 5000)  # a clock far behind ours
     client.delete_run(c)
     d = new_run(client, exp, "train", "d")
-    got, st = cached_search(make_reader, exp)
+    got, st = search_through_cache(make_reader, exp)
     assert records(got) == truth([exp], TRAIN)
     assert set(got["run_id"]) == {a, b, d}
     assert got.set_index("run_id").loc[b, "metrics.throughput_samples_per_s"] == 42.0
@@ -246,32 +246,32 @@ def check_cache_follows_a_fleet(make_reader, kind):
 
     # a deleted run restored comes back
     client.restore_run(c)
-    got, st = cached_search(make_reader, exp)
+    got, st = search_through_cache(make_reader, exp)
     assert records(got) == truth([exp], TRAIN) and c in set(got["run_id"])
 
     # a run that no longer matches the filter's other clauses drops out when it changes status
     e = new_run(client, exp, "train", "e", status="RUNNING", tags={"env_label": "l4"})
     f = "tags.run_kind = 'train' AND tags.env_label = 'l4'"
-    got, _ = cached_search(make_reader, exp, f)
+    got, _ = search_through_cache(make_reader, exp, f)
     assert set(got["run_id"]) == {a, e}
     client.set_tag(e, "env_label", "moved")
     client.set_terminated(e, "FINISHED")
-    got, _ = cached_search(make_reader, exp, f)
+    got, _ = search_through_cache(make_reader, exp, f)
     assert records(got) == truth([exp], f) and set(got["run_id"]) == {a}
 
     # what the cache cannot see, pinned: a tag edited on a run that ended before the last refresh
     # (the search API refetches runs that ended within OVERLAP_MS, so use an old one there)
     g = new_run(client, exp, "train", "g", tags={"env_label": "l4"}, start=old)
-    cached_search(make_reader, exp)  # SQL: listed, fetched; API: too old for its windows
+    search_through_cache(make_reader, exp)  # SQL: listed, fetched; API: too old for its windows
     client.set_tag(g, "env_label", "edited")
-    got, _ = cached_search(make_reader, exp)
+    got, _ = search_through_cache(make_reader, exp)
     env = got.set_index("run_id")["tags.env_label"]
     if kind == "sql":
         assert env.loc[g] == "l4"  # blind spot on every backend: no change time for tags
     else:
         assert g not in env.index  # and on HTTP, a run stamped older than the overlap window
-    cache.clear(mlflow.get_tracking_uri())  # what --cache refresh does first
-    got, st = cached_search(make_reader, exp)
+    segments.clear(mlflow.get_tracking_uri())  # what --cache refresh does first
+    got, st = search_through_cache(make_reader, exp)
     assert records(got) == truth([exp], TRAIN) and st.filled == 1
     assert got.set_index("run_id").loc[g, "tags.env_label"] == "edited"
 
@@ -290,16 +290,18 @@ def test_a_capped_cache_is_filled_again_when_deletions_leave_it_short(tracking):
     exp = fresh_experiment(client)
     t0 = int(time.time() * 1000) - 10_000
     ids = [new_run(client, exp, "train", f"r{i}", start=t0 + i) for i in range(4)]
-    got, st = cached_search(sql_reader, exp, cap=2)
+    got, st = search_through_cache(sql_reader, exp, cap=2)
     assert list(got["run_id"]) == [ids[3], ids[2]] and st.fetched == 2
     r4 = new_run(client, exp, "train", "r4", start=t0 + 4)
-    got, st = cached_search(sql_reader, exp, cap=2)
+    got, st = search_through_cache(sql_reader, exp, cap=2)
     assert list(got["run_id"]) == [r4, ids[3]] and st.filled == 0  # refreshed, still serves
-    got, st = cached_search(sql_reader, exp, cap=3)  # more than it was filled with: fill again
+    got, st = search_through_cache(
+        sql_reader, exp, cap=3
+    )  # more than it was filled with: fill again
     assert records(got) == truth([exp], TRAIN, 3) and st.filled == 1
     client.delete_run(r4)
     client.delete_run(ids[3])
-    got, st = cached_search(sql_reader, exp, cap=3)  # 3 cached - 2 deleted < 3: fill again
+    got, st = search_through_cache(sql_reader, exp, cap=3)  # 3 cached - 2 deleted < 3: fill again
     assert records(got) == truth([exp], TRAIN, 3) and st.filled == 1
     assert list(got["run_id"]) == [ids[2], ids[1], ids[0]]
 
@@ -308,33 +310,35 @@ def test_segments_read_with_other_keys_or_format_are_not_used(tracking, monkeypa
     client = MlflowClient()
     exp = fresh_experiment(client)
     new_run(client, exp, "train", "a", params={"model": "m", "lr": 0.5})
-    cached_search(sql_reader, exp)
-    seg = cache.load(mlflow.get_tracking_uri(), exp, TRAIN)
+    search_through_cache(sql_reader, exp)
+    seg = segments.load(mlflow.get_tracking_uri(), exp, TRAIN)
     written = seg.path.stat().st_mtime_ns
     time.sleep(0.01)
-    _, st = cached_search(sql_reader, exp)
+    _, st = search_through_cache(sql_reader, exp)
     assert st.filled == 0 and st.refreshed == 1
-    again = cache.load(mlflow.get_tracking_uri(), exp, TRAIN)
+    again = segments.load(mlflow.get_tracking_uri(), exp, TRAIN)
     assert again.refreshed_ms > seg.refreshed_ms  # the JSON records the refresh,
     assert seg.path.stat().st_mtime_ns == written  # the runs, unchanged, are not written again
     monkeypatch.setitem(join.READ_KEYS, "params", [*join.READ_KEYS["params"], "lr"])
-    got, st = cached_search(sql_reader, exp)  # analysis reads lr now: the old segment lacks it
+    got, st = search_through_cache(
+        sql_reader, exp
+    )  # analysis reads lr now: the old segment lacks it
     assert st.filled == 1 and got.loc[0, "params.lr"] == "0.5"
-    monkeypatch.setattr(cache, "FORMAT", cache.FORMAT + 1)
-    assert cached_search(sql_reader, exp)[1].filled == 1
+    monkeypatch.setattr(segments, "FORMAT", segments.FORMAT + 1)
+    assert search_through_cache(sql_reader, exp)[1].filled == 1
 
 
 def test_cache_location_and_an_unwritable_cache(tracking, tmp_path, monkeypatch):
-    monkeypatch.delenv(cache.CACHE_ENV)
+    monkeypatch.delenv(segments.CACHE_ENV)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert cache.root() == tmp_path / "home" / ".cache" / "roofline-bench"
+    assert segments.root() == tmp_path / "home" / ".cache" / "roofline-bench"
     blocker = tmp_path / "file"
     blocker.write_text("")
-    monkeypatch.setenv(cache.CACHE_ENV, str(blocker))  # a file where the folder should be
+    monkeypatch.setenv(segments.CACHE_ENV, str(blocker))  # a file where the folder should be
     client = MlflowClient()
     exp = fresh_experiment(client)
     new_run(client, exp, "train", "a")
-    got, st = cached_search(sql_reader, exp)
+    got, st = search_through_cache(sql_reader, exp)
     assert len(got) == 1 and "NotADirectoryError" in st.unsaved
 
 
@@ -351,8 +355,8 @@ def test_cli_cache_modes_and_the_report_note(tracking, tmp_path, monkeypatch, ca
         params={"model": "resnet18", "batch_size": 8, "precision": "fp32"},
         metrics={"throughput_samples_per_s": 10.0, "achieved_flops_per_s": 1e12},
     )
-    monkeypatch.setattr("analysis.vendor.load_vendor_lookup", lambda *_: lambda _: None)
-    folder = cache.server_folder(tracking)
+    monkeypatch.setattr("roofline.vendor.load_vendor_lookup", lambda *_: lambda _: None)
+    folder = segments.server_folder(tracking)
     argv = ["--no-track", "--experiment", name, "--jobs", "1", "--out"]
     assert app.main([*argv, str(tmp_path / "off"), "--cache", "off"]) == 0
     assert not folder.exists()

@@ -1,18 +1,17 @@
-"""analysis.join / core / vendor / config validation on hand-made frames (mlflow.search_runs layout)."""
+"""analysis.join / core / roofline.vendor's lookup / config validation on hand-made frames (mlflow.search_runs layout)."""
 
 from __future__ import annotations
 
 import math
 import re
-import types
 
 import pandas as pd
 import pytest
 
-from analysis import app, core, fetch, join, markdown, plots, report, tables, vendor
+from analysis import app, core, fetch, join, markdown, plots, report, tables
 from common import schema
 from common.errors import UsageError
-from profiling import peak_table
+from roofline import ceilings, vendor
 
 
 def train(
@@ -27,7 +26,7 @@ def train(
     intensity=None,
     start=0,
     flops=None,
-    median=None,
+    mean=None,
     model="resnet18",
     num_classes=1000,
 ):
@@ -57,7 +56,7 @@ def train(
         ("achieved_flops_per_s", achieved),
         ("modeled_intensity_flops_per_byte", intensity),
         ("train_flops_per_step", flops),
-        ("step_time_median_s", median),
+        ("step_time_mean_s", mean),
     ):
         if val is not None:
             row[f"metrics.{key}"] = val
@@ -89,7 +88,8 @@ def test_repeats_mean_sd_across_runs_single_run_within():
 
 
 def test_missing_achieved_is_derived_and_missing_metrics_are_noted():
-    runs = pd.DataFrame([train("a", "e", "d", 32, "fp32", 100, flops=1e12, median=0.5)])
+    # derived over the MEAN step time, as train logs it (it was the median: docs/schema.md, Definitions)
+    runs = pd.DataFrame([train("a", "e", "d", 32, "fp32", 100, flops=1e12, mean=0.5)])
     t = join.train_runs(runs)
     pts = join.aggregate_repeats(t)
     assert pts.iloc[0]["achieved_flops_per_s"] == pytest.approx(2e12)  # 1e12 / 0.5 s
@@ -228,7 +228,7 @@ def test_vendor_entry_with_l2_l1_bandwidths_gives_those_ceilings():
         "l1_bytes_per_s": 5e12,
         "source": "file",
     }
-    roof = join.roof_from_vendor(entry, "GPU")
+    roof = ceilings.roof_from_vendor(entry, "GPU")
     assert (
         roof.bytes_per_s == {"dram": 250e9, "l2": 1e12, "l1": 5e12}
         and roof.sources["bytes:l2"] == "vendor: file"
@@ -447,7 +447,7 @@ def test_bad_peaks_file_is_one_line_before_any_run_is_read(tmp_path):
 
 
 def test_peaks_file_entry_is_found_by_the_real_table(tmp_path, monkeypatch):
-    monkeypatch.delenv(peak_table.PEAKS_FILE_ENV, raising=False)
+    monkeypatch.delenv(vendor.PEAKS_FILE_ENV, raising=False)
     f = tmp_path / "peaks.yaml"
     f.write_text(
         "devices:\n  - device_name: My CPU\n    aliases: [cpu0]\n    flops_per_s: {fp32: 30.3e12}\n"
@@ -464,25 +464,19 @@ def test_peaks_file_entry_is_found_by_the_real_table(tmp_path, monkeypatch):
     assert vendor.load_vendor_lookup("")("NVIDIA L4").device_name == "NVIDIA L4"
 
 
-def use_table(monkeypatch, module) -> None:
-    """Make analysis.vendor read `module` as its peak table."""
-    monkeypatch.setattr(vendor, "peak_table", module)
-
-
 def test_peaks_file_is_passed_through_to_the_peak_table(monkeypatch, tmp_path):
     calls = []
-    fake = types.ModuleType("profiling.peak_table")
-    fake.PEAKS_FILE_ENV = peak_table.PEAKS_FILE_ENV
-    fake.find = lambda device_name, overrides=None: (
-        calls.append((device_name, overrides)) or "entry"
+    monkeypatch.setattr(
+        vendor,
+        "find",
+        lambda device_name, overrides=None: calls.append((device_name, overrides)) or "entry",
     )
-    fake.load_overrides = lambda path: calls.append(("validated", path))
-    use_table(monkeypatch, fake)
-    monkeypatch.delenv(peak_table.PEAKS_FILE_ENV, raising=False)
+    monkeypatch.setattr(vendor, "load_overrides", lambda path: calls.append(("validated", path)))
+    monkeypatch.delenv(vendor.PEAKS_FILE_ENV, raising=False)
     lookup = vendor.load_vendor_lookup("my.json")
     assert lookup("NVIDIA L4") == "entry"
     assert calls == [("validated", "my.json"), ("NVIDIA L4", "my.json")]
-    monkeypatch.setenv(peak_table.PEAKS_FILE_ENV, "env.json")  # the variable when no flag is given
+    monkeypatch.setenv(vendor.PEAKS_FILE_ENV, "env.json")  # the variable when no flag is given
     calls.clear()
     vendor.load_vendor_lookup("")("T4")
     assert calls == [("validated", "env.json"), ("T4", "env.json")]
@@ -650,7 +644,7 @@ def test_profile_and_peaks_runs_that_place_nothing_are_listed_with_what_would_pl
     assert any(
         n.startswith("peaks run k1abcdef (NVIDIA L4, env l4box) gave no roof") for n in a.notes
     )
-    md = report.report_markdown(a, {}, "sqlite:///x.db", "all", "now")
+    md = report.markdown_text(report.report_blocks(a, {}, "sqlite:///x.db", "all", "now"))
     assert "placed no point" in md and "Nothing: every point" not in md
 
 
@@ -661,7 +655,9 @@ def test_html_from_a_label_is_escaped_in_the_report():
     t["tags.host"] = "<b>host</b>"
     a = core.build(pd.DataFrame([t, peaks("k1", bad, "Tesla T4", 2, peak_flops_per_s_fp32=3e13)]))
     figs = {"roofline": [(f"Roofline, {bad} (NVIDIA L4)", "figures/roofline_x.png")]}
-    md = report.report_markdown(a, figs, "sqlite:///x.db", f"env label(s) {bad}", "now")
+    md = report.markdown_text(
+        report.report_blocks(a, figs, "sqlite:///x.db", f"env label(s) {bad}", "now")
+    )
     assert "<img" not in md and "<b>" not in md
     assert md.count("&lt;img src=x onerror=alert(1)&gt;") >= 4  # query, note, tables, figure
     assert "&lt;b&gt;host&lt;/b&gt;" in md

@@ -14,7 +14,8 @@ import matplotlib.image as mpimg
 import pandas as pd
 import pytest
 
-from analysis import core, plots, roofline_plot
+from analysis import core, plots
+from roofline import plot as roofline_plot
 from tests.test_analysis_join import peaks, train
 
 GPU = "GPU"
@@ -192,7 +193,7 @@ def test_measured_and_modeled_points_differ_in_marker_and_fill_and_the_legend_sa
         mod = handles["intensity modeled\n(byte model, no counters)"]
         assert (meas.get_marker(), meas.get_fillstyle()) == ("o", "full")
         assert (mod.get_marker(), mod.get_fillstyle()) == ("^", "none")
-    path, n = roofline_plot.roofline_env(
+    path, n = plots.roofline_env(
         analysis.points, "gpu-box", GPU, analysis.roofs[("gpu-box", GPU)], tmp_path / "r.png"
     )
     assert n == 3 and mpimg.imread(path).shape[2] in (3, 4)
@@ -240,9 +241,9 @@ def test_batch_figures_keep_long_titles_inside_and_error_bars_above_zero():
 def test_roofline_and_variability_texts_stay_inside_the_figure(analysis, tmp_path, monkeypatch):
     drawn = []
     monkeypatch.setattr(plots, "save", lambda fig, path: drawn.append(fig) or path)
-    roofline_plot.roofline_combined(analysis.points, analysis.roofs, tmp_path / "a.png")
+    plots.roofline_combined(analysis.points, analysis.roofs, tmp_path / "a.png")
     env = next(iter(analysis.roofs))
-    roofline_plot.roofline_env(analysis.points, *env, analysis.roofs[env], tmp_path / "b.png")
+    plots.roofline_env(analysis.points, *env, analysis.roofs[env], tmp_path / "b.png")
     plots.step_time_variability(
         {("gpu-box", GPU): [0.1, 0.11, 0.12], ("laptop", "Test CPU 9000"): [1.0, 1.2]},
         "Step-time variability across environments: resnet18/b64/fp32/96px/10cls/cl/compiled",

@@ -19,11 +19,12 @@ from train.complexity.config import ComplexityConfig, parse_bytes
 from train.complexity.markdown import measured_batches_text
 from train.complexity.measure import preflight, rss_batches
 from train.complexity.tables import MODEL_COLUMNS, RSS_COLUMNS
-from train import footprint as fp
-from train import rss_step as rss
-from train import saved_tensors as st
+from train.complexity import footprint as fp
+from train.complexity import rss_step as rss
+from train.complexity import saved_tensors as st
 from train.config import TrainConfig
 from train.device import device_memory_bytes
+from train.models import build_model
 
 CPU = torch.device("cpu")
 
@@ -39,7 +40,8 @@ CPU = torch.device("cpu")
     ],
 )
 def test_parameter_counts_equal_torchvision_published(name, published):
-    model = fp.meta_model(name)  # meta device: shapes only, nothing allocated or initialised
+    with torch.device("meta"):  # shapes only, nothing allocated or initialised
+        model = build_model(name, 1000)
     assert next(model.parameters()).device.type == "meta"
     assert fp.count_params(model) == (published, 4 * published)  # fp32
 
@@ -53,6 +55,13 @@ def tiny_net(inplace: bool, bn: bool = False) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
+def saved_bytes(model, run, batch_size: int) -> st.SavedTensors:
+    """Run `run()` (a forward or a loss) and record what autograd saved, as footprint does."""
+    with st.SavedTensorRecorder(model, batch_size) as rec:
+        run()
+    return rec.result()
+
+
 @pytest.mark.parametrize("inplace", [False, True])
 def test_conv_relu_conv_saved_bytes_by_hand(inplace):
     # x: 2x3x8x8 fp32 = 1536 B, does not require grad. What autograd keeps for backward:
@@ -64,7 +73,7 @@ def test_conv_relu_conv_saved_bytes_by_hand(inplace):
     # A naive per-tensor sum would give 1536 + 432 + 2048 + 2048 + 1152 = 7216 B.
     torch.manual_seed(0)
     net, x = tiny_net(inplace), torch.randn(2, 3, 8, 8)
-    saved = st.saved_bytes(net, lambda: net(x).sum(), batch_size=2)
+    saved = saved_bytes(net, lambda: net(x).sum(), batch_size=2)
     assert saved.total_bytes == 1536 + 2048
     assert saved.by_module == {"0": 1536, "1": 2048}  # conv2 saved nothing new
     assert saved.weight_bytes == 4 * (4 * 3 * 9) + 4 * (
@@ -83,7 +92,7 @@ def test_batch_norm_saves_batch_independent_statistics_and_buffers_are_weights()
     totals = {}
     for n in (2, 4):
         x = torch.randn(n, 3, 8, 8)
-        saved = st.saved_bytes(net, lambda: net(x).sum(), batch_size=n)
+        saved = saved_bytes(net, lambda: net(x).sum(), batch_size=n)
         assert saved.by_module == {"0": n * 768, "1": n * 1024 + 32, "2": n * 1024}
         assert saved.weight_bytes == 432 + 1152 + 3 * 16
         totals[n] = saved.total_bytes
@@ -105,7 +114,7 @@ def test_cross_entropy_and_views_of_saved_storages():
         nn.Linear(512, 10),
     )
     x, y = torch.randn(2, 3, 8, 8), torch.tensor([1, 2])
-    saved = st.saved_bytes(net, lambda: F.cross_entropy(net(x), y), batch_size=2)
+    saved = saved_bytes(net, lambda: F.cross_entropy(net(x), y), batch_size=2)
     assert saved.by_module == {"0": 1536, "1": 2048, "4": 4096, st.LOSS_ROW: 80 + 16 + 4}
     assert saved.total_bytes == 7780
     assert saved.output_shapes["4"] == (2, 10)
@@ -278,7 +287,8 @@ RSS_TOLERANCE = (-0.45, 0.15)
 def _rss_check(c, batch: int) -> tuple[float, float]:
     """(predicted, measured) RSS growth of one first training step of `c` at `batch`, in bytes."""
     m = rss.measure_step_rss(c.model, batch, c.image_size, c.optimizer)
-    assert m.peak_source == "VmHWM reset before the step"  # not ru_maxrss: see train/rss_step.py
+    # not ru_maxrss: see train/complexity/rss_step.py
+    assert m.peak_source == "VmHWM reset before the step"
     predicted = fp.predicted_step_growth_bytes(c, batch)
     error = (predicted - m.growth_bytes) / m.growth_bytes
     assert RSS_TOLERANCE[0] <= error <= RSS_TOLERANCE[1], (

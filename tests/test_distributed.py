@@ -179,10 +179,14 @@ def test_per_step_slowest_rank_spread_and_exposed_communication():
     assert m["rank0/step_time_median_s"] == 2.0 and m["rank1/step_time_median_s"] == 2.0
     assert m["rank1/max_rss_bytes"] == 3e9 and m["rank0/device_peak_mem_bytes"] == 5.0
     assert m["cpu_user_s"] == 2.0 and m["cpu_sys_s"] == 1.0
-    # compute-only per step: max(1,1), max(1,1), max(1,2) -> median 1; synchronised median 2
+    # compute-only per step: max(1,1), max(1,1), max(1,2) -> median 1, mean 4/3; synchronised
+    # (slowest rank) 2, 2, 4 -> mean 8/3. Exposed communication is a difference of MEAN step times
+    # (it was of medians, 2 - 1, until the mean became the one statistic for step times shown and
+    # rates: docs/schema.md, Definitions): 8/3 - 4/3 = 4/3, a share of (4/3) / (8/3) = 0.5.
     assert m["compute_only_step_time_median_s"] == 1.0
     assert m["compute_only_step_time_mean_s"] == pytest.approx(4 / 3)
-    assert m["exposed_comm_time_s"] == 1.0 and m["exposed_comm_time_share"] == 0.5
+    assert m["exposed_comm_time_s"] == pytest.approx(4 / 3)
+    assert m["exposed_comm_time_share"] == pytest.approx(0.5)
     assert m["compute_only_throughput_samples_per_s"] == pytest.approx(4 / (4 / 3))
 
 
@@ -418,11 +422,12 @@ def test_ddp_job_logs_one_run_with_communication_cost_and_scaling(store):
 def check_exposed_communication(run) -> None:
     m = run.data.metrics
     assert m["compute_only_step_time_median_s"] > 0
+    # means, not medians (the one statistic for step times shown and rates: docs/schema.md)
     assert m["exposed_comm_time_s"] == pytest.approx(
-        m["step_time_median_s"] - m["compute_only_step_time_median_s"]
+        m["step_time_mean_s"] - m["compute_only_step_time_mean_s"]
     )
     assert m["exposed_comm_time_share"] == pytest.approx(
-        m["exposed_comm_time_s"] / m["step_time_median_s"]
+        m["exposed_comm_time_s"] / m["step_time_mean_s"]
     )
     history = mlflow.tracking.MlflowClient().get_metric_history(
         run.info.run_id, "compute_only_step_time_s"
@@ -466,7 +471,7 @@ def test_analysis_tables_the_two_jobs_against_the_single_process_run(store, tmp_
         assert row["baseline"] == "single-process run" and row["world_size"] == 2
         assert row["scaling_efficiency"] == pytest.approx(m["scaling_efficiency"])
         assert row["exposed_comm_time_share"] == pytest.approx(m["exposed_comm_time_share"])
-    text = report.report_markdown(analysis, {}, "store", EXPERIMENT, "now")
+    text = report.markdown_text(report.report_blocks(analysis, {}, "store", EXPERIMENT, "now"))
     assert "## Scaling with world size" in text and "| resnet18/b2/fp32/32px/zero2 | 2 |" in text
 
 
@@ -578,7 +583,8 @@ def test_profile_mode_runs_the_ddp_wrapped_step_between_profiler_start_and_stop(
     """What every rank of a profiled torchrun job runs (docs/profiling.md), as a one-process job."""
     import torch
 
-    from train.bench import preflight, profile_steps
+    from train.bench import preflight
+    from train.profile_mode import profile_steps
     from train.distributed import context, engines
 
     events, wrapped = [], []

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import NamedTuple
 
 from tests.conftest import ROOT
 
-PACKAGES = ("common", "train", "profiling", "analysis", "bench")
+PACKAGES = ("common", "roofline", "train", "profiling", "analysis", "bench")
 
 # Cycles allowed while a split is under way (none now: the peaks package split removed the last).
 KNOWN_CYCLES: set[frozenset[str]] = set()
@@ -30,25 +31,44 @@ def module_name(root: Path, path: Path) -> str:
     return ".".join(parts)
 
 
-def import_graph(root: Path, packages) -> dict[str, set[str]]:
-    """Project module -> the project modules it imports (anywhere in the file)."""
+class Import(NamedTuple):
+    """One import of a project module: where it is written and what it names."""
+
+    path: Path
+    line: int
+    module: str  # the importing module
+    target: str  # the project module imported
+
+
+def import_edges(root: Path, packages) -> list[Import]:
+    """Every import of a project module in the project's files, in file and line order."""
     files = {
         module_name(root, p): p for pkg in packages for p in sorted((root / pkg).rglob("*.py"))
     }
-    graph: dict[str, set[str]] = {}
+    edges: list[Import] = []
     for mod, path in files.items():
         is_package = path.name == "__init__.py"
-        deps: set[str] = set()
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
             if isinstance(node, ast.Import):
-                deps.update(_project_module(a.name, files) for a in node.names)
+                targets = [_project_module(a.name, files) for a in node.names]
             elif isinstance(node, ast.ImportFrom):
                 base = _absolute(node, mod, is_package)
-                for alias in node.names:
-                    sub = f"{base}.{alias.name}" if base else alias.name
-                    deps.add(sub if sub in files else _project_module(base, files))
-        deps.discard(None)
-        graph[mod] = deps
+                subs = [f"{base}.{a.name}" if base else a.name for a in node.names]
+                targets = [s if s in files else _project_module(base, files) for s in subs]
+            else:
+                continue
+            edges += [Import(path, node.lineno, mod, t) for t in dict.fromkeys(targets) if t]
+    edges.sort(key=lambda e: (str(e.path), e.line))
+    return edges
+
+
+def import_graph(root: Path, packages) -> dict[str, set[str]]:
+    """Project module -> the project modules it imports (anywhere in the file)."""
+    graph: dict[str, set[str]] = {
+        module_name(root, p): set() for pkg in packages for p in (root / pkg).rglob("*.py")
+    }
+    for edge in import_edges(root, packages):
+        graph[edge.module].add(edge.target)
     return graph
 
 

@@ -1,15 +1,43 @@
-"""`mlflow run .` with --env-manager local: the MLproject maps onto python -m train."""
+"""`mlflow run .` with --env-manager local: the MLproject maps onto python -m train, and its
+entry points pass every TrainConfig field with the dataclass's default."""
 
 from __future__ import annotations
 
+import importlib
 import os
+import shlex
 import subprocess
 import sys
+from dataclasses import asdict
 
 import mlflow
 import pytest
+import yaml
 
+from common.flags import flag_fields, flag_names
 from tests.conftest import ROOT
+from train.config import DISTRIBUTED_FIELDS, TrainConfig, config_from_args
+
+# The entry points that run a training config: the module whose parser reads their command.
+CONFIG_ENTRIES = {
+    "main": "train.__main__",
+    "distributed": "train.__main__",
+    "profile": "profiling.cli",
+    "sweep": "train.sweep.__main__",
+}
+# Fields an entry point leaves out on purpose.
+NOT_PASSED = {
+    "main": DISTRIBUTED_FIELDS,  # one process: the `distributed` entry point passes them
+    # profile mode runs warmup and --profile-steps marked steps: it measures no timed steps
+    "profile": (*DISTRIBUTED_FIELDS, "iters", "ci_target", "max_iters", "max_time_s"),
+    "distributed": ("ci_target", "max_iters", "max_time_s"),  # iters=auto is refused there
+    "sweep": ("model", "batch_size", "precision"),  # axes: --models, --batch-sizes, --precisions
+}
+# Defaults an entry point sets on purpose, unlike the dataclass's.
+OWN_DEFAULTS = {
+    "profile": {"device": "cuda"},  # ncu profiles CUDA kernels
+    "distributed": {"distributed": "ddp"},  # the point of the entry
+}
 
 
 def mlflow_run(
@@ -139,3 +167,72 @@ def test_mlflow_run_virtualenv_env_manager(tracking, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     run = mlflow.search_runs(experiment_names=["venv-test"], output_format="list")[0]
     assert run.info.status == "FINISHED" and run.data.metrics["throughput_samples_per_s"] > 0
+
+
+def entry_point(name: str) -> dict:
+    return yaml.safe_load((ROOT / "MLproject").read_text())["entry_points"][name]
+
+
+def parsed_defaults(name: str):
+    """The entry point's command with every parameter at its MLproject default (quoted as mlflow
+    quotes it), parsed by the parser of the command it runs."""
+    ep = entry_point(name)
+    values = {k: shlex.quote(str(v["default"])) for k, v in ep["parameters"].items()}
+    argv = shlex.split(ep["command"].format(**values))
+    if " -m train " in ep["command"]:  # torchrun's flags, then python -m train's
+        argv = argv[argv.index("train", argv.index("-m")) + 1 :]
+    else:
+        argv = argv[3:]  # python -m <module>
+    return importlib.import_module(CONFIG_ENTRIES[name]).build_parser().parse_args(argv)
+
+
+@pytest.mark.parametrize("name", sorted(CONFIG_ENTRIES))
+def test_every_config_field_is_a_parameter_of_the_entry_point(name):
+    """A TrainConfig field (with a flag) that an entry point does not pass, on purpose or not."""
+    ep = entry_point(name)
+    missing = []
+    for f in flag_fields(TrainConfig):
+        if f.name in NOT_PASSED[name]:
+            continue
+        flag = flag_names(f)[0]
+        param = flag[2:].replace("-", "_")
+        if param not in ep["parameters"] or f"{flag} {{{param}}}" not in ep["command"]:
+            missing.append(f"{f.name} (-P {param}, {flag} {{{param}}})")
+    assert not missing, f"MLproject entry {name} lacks: {', '.join(missing)}"
+
+
+@pytest.mark.parametrize("name", ["main", "distributed", "profile"])
+def test_entry_point_defaults_are_the_dataclass_defaults(name):
+    """`mlflow run -e <name>` without -P measures TrainConfig() (but for OWN_DEFAULTS)."""
+    got = asdict(config_from_args(parsed_defaults(name)))
+    want = {**asdict(TrainConfig()), **OWN_DEFAULTS.get(name, {})}
+    differ = {k: (got[k], want[k]) for k in want if got[k] != want[k]}
+    assert not differ, f"MLproject entry {name}: (given, dataclass) {differ}"
+
+
+def test_sweep_entry_point_defaults_give_no_config_flag():
+    """The sweep's empty parameters are "not given": the sweep file's base or TrainConfig decides."""
+    args = parsed_defaults("sweep")
+    given = {f.name: getattr(args, f.name) for f in flag_fields(TrainConfig)}
+    assert given == dict.fromkeys(given)
+
+
+def test_the_config_test_sees_a_wrong_default_and_a_missing_parameter(monkeypatch):
+    """The two tests above fail on an MLproject whose default differs or that lacks a field."""
+    text = (ROOT / "MLproject").read_text()
+    wrong = text.replace(
+        'lr: {type: string, default: "0.01"}', 'lr: {type: string, default: "0.1"}', 1
+    )
+    lacking = text.replace(" --seed {seed}", "", 1)
+    assert wrong != text and lacking != text
+    for changed, test, args in (
+        (wrong, test_entry_point_defaults_are_the_dataclass_defaults, ("main",)),
+        (lacking, test_every_config_field_is_a_parameter_of_the_entry_point, ("main",)),
+    ):
+        monkeypatch.setattr(
+            sys.modules[__name__],
+            "entry_point",
+            lambda n, t=changed: yaml.safe_load(t)["entry_points"][n],
+        )
+        with pytest.raises(AssertionError, match="MLproject entry main"):
+            test(*args)

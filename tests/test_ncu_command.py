@@ -114,10 +114,10 @@ def test_application_replay_runs_the_program_without_cudnn_autotuning(mode, extr
 
 @pytest.mark.parametrize("benchmark", [True, False])
 def test_profile_mode_without_cudnn_benchmark_leaves_the_autotuner_off(monkeypatch, benchmark):
-    """train.bench.profile_steps(cudnn_benchmark=False) (what --no-cudnn-benchmark passes)."""
+    """train.profile_mode.profile_steps(cudnn_benchmark=False) (what --no-cudnn-benchmark passes)."""
     import torch
 
-    from train.bench import profile_steps
+    from train.profile_mode import profile_steps
     from train.config import TrainConfig
 
     monkeypatch.setattr(torch.backends.cudnn, "benchmark", True)

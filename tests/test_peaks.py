@@ -379,7 +379,7 @@ def test_vendor_entry_is_logged_when_the_device_is_in_the_table(tmp_path, capsys
 
 
 def test_vendor_cache_bandwidths_are_compared_when_given():
-    from profiling.peak_table import VendorPeaks
+    from roofline.vendor import VendorPeaks
 
     r = results.PeaksResult("cuda", 64, 4000)
     r.compute["bf16"] = sampling.Measurement("bf16", "flops", 100.0, 1, [1.0])

@@ -7,10 +7,10 @@ import json
 
 import mlflow
 
-from analysis import run_roofline
-from analysis.fetch.peaks import latest_peaks_row
+from roofline import run_plot as run_roofline
+from roofline.store import latest_peaks_row
 from analysis.join import short
-from analysis.roofline import Roof
+from roofline.model import Roof
 from common import schema
 from common.record import dataset_input, system_metrics_interval
 from common.tracking import RunSession

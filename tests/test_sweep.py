@@ -275,6 +275,7 @@ def test_failure_while_preparing_is_a_failed_child_and_the_sweep_goes_on(trackin
     """Out of memory while allocating the batch (inside the run) and an unexpected error before the
     run opened: both become FAILED children with a one-line reason; the next configuration runs."""
     import train.bench as bench
+    import train.run
 
     real_open = bench.open_source
 
@@ -294,7 +295,7 @@ def test_failure_while_preparing_is_a_failed_child_and_the_sweep_goes_on(trackin
         return real_preflight(cfg)
 
     monkeypatch.setattr(bench, "open_source", open_source)
-    monkeypatch.setattr(bench, "preflight", preflight)
+    monkeypatch.setattr(train.run, "preflight", preflight)  # where the run calls it
     exp = "sweep-prep"
     out = run_sweep(
         spec(matrix={"model": ["resnet18"], "batch_size": [3, 5, 2]}, name="prep"),

@@ -35,6 +35,22 @@ def test_finished_run_has_params_metrics_series_and_text(tracking):
     assert [f.path for f in client.list_artifacts(s.run_id, "reports")] == ["reports/a.txt"]
 
 
+@pytest.mark.parametrize(
+    "status, error",
+    [("FAILED", "rank 1 on h failed: out of memory"), ("KILLED", "interrupted by the user")],
+)
+def test_end_from_outside_the_block_ends_the_run_once_with_the_reason(tracking, status, error):
+    """RunSession.end: how a distributed run's SIGTERM watcher ends the run while the main thread
+    is blocked inside the `with` block (the process exits right after)."""
+    s = RunSession("train", run_name="watched", experiment="e")
+    s.__enter__()
+    s.log_metrics({"config_batch_size": 2.0})
+    s.end(status, "rank 1 on h failed: out of memory")
+    run = mlflow.tracking.MlflowClient().get_run(s.run_id)
+    assert run.info.status == status and run.data.tags[schema.TAG_ERROR] == error
+    assert run.data.metrics["config_batch_size"] == 2.0  # what was recorded is kept
+
+
 def test_exception_ends_run_failed_with_last_line_as_error(tracking):
     with pytest.raises(RuntimeError):
         with RunSession("train", run_name="bad") as s:

@@ -299,7 +299,7 @@ def test_analysis_writes_no_credentials_into_its_report_or_its_cache(
     exp = f"leak-{os.getpid()}-{tmp_path.name}"
     log_train("l4", L4, 64, "fp32", thr=700, thr_sd=20, flops_step=1.5e12, median_s=0.1,
               intensity=60, exp=exp)  # fmt: skip
-    monkeypatch.setattr("analysis.vendor.load_vendor_lookup", lambda *_: vendor_stub)
+    monkeypatch.setattr("roofline.vendor.load_vendor_lookup", lambda *_: vendor_stub)
     out = tmp_path / "report"
     assert app.main(["--experiment", exp, "--out", str(out), "--jobs", "1"]) == 0
     written = {

@@ -99,8 +99,10 @@ def test_run_logs_the_schema(tracking, capsys):
         torchvision.models.resnet18(), torch.randn(2, 3, 32, 32)
     )
     assert m["train_flops_per_step"] == 3 * fwd - first_conv
+    # over the MEAN step time, as throughput (it divided by the median until the mean became the one
+    # statistic for rates: docs/schema.md, Definitions)
     assert m["achieved_flops_per_s"] == pytest.approx(
-        m["train_flops_per_step"] / m["step_time_median_s"]
+        m["train_flops_per_step"] / m["step_time_mean_s"]
     )
     assert m["fwd_macs_per_sample"] == pytest.approx(
         fwd / 2 / 2, rel=1e-3
@@ -357,7 +359,7 @@ def test_profile_mode_needs_cuda(tracking, capsys):
 @pytest.mark.parametrize("cuda", [False, True])
 def test_profile_mode_refuses_warmup_0(tracking, capsys, monkeypatch, cuda):
     """On any machine (the flag is wrong everywhere), before CUDA is touched; and in the core."""
-    from train.bench import profile_steps
+    from train.profile_mode import profile_steps
 
     if cuda:
         fake_cuda(monkeypatch, "NVIDIA L4", (8, 9))
@@ -375,7 +377,7 @@ def test_profile_mode_refuses_warmup_0(tracking, capsys, monkeypatch, cuda):
 
 
 def test_profile_steps_marks_phases_between_profiler_start_and_stop():
-    from train.bench import profile_steps
+    from train.profile_mode import profile_steps
     from train.step import PHASES
 
     events = []

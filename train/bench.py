@@ -1,12 +1,12 @@
 """The benchmark: prepare a config, count its work, warm up, measure, and summarise.
 
 A train run's record is plain data made here: `run_header` (params and tags, known before anything
-is measured) and `run_benchmark`'s `BenchResult` (tags, metrics, series and texts); `train.run`
-(train/__main__.py) only opens a `common.tracking.RunSession` and logs them. Profile mode (`profile_steps`) reuses the same preparation and the same
-`train_step`, wrapped in NVTX ranges and the CUDA profiler's start/stop. Over 400 lines because
-the single-process and the distributed benchmark (train/distributed/measure.py) share its steps
-(setup, warm_up, measure_steps, bench_result) and the summary line; the counting, timing and data
-code is in train/flops.py, train/timing.py and train/data.py.
+is measured) and `run_benchmark`'s `BenchResult` (tags, metrics, series and texts); `train.run.run`
+(train/run.py) only opens a `common.tracking.RunSession` and logs them. Profile mode
+(train/profile_mode.py) reuses the same preparation and the same `train_step`. The single-process
+and the distributed benchmark (train/distributed/measure.py) share its steps (setup, warm_up,
+measure_steps, bench_result); the counting, timing and data code is in train/flops.py,
+train/timing.py and train/data.py.
 """
 
 from __future__ import annotations
@@ -16,16 +16,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, ContextManager
 
-from common import fmt, schema
+from common import schema
 from common.envinfo import environment_report
-from common.errors import BenchError, UsageError, one_line
+from common.errors import BenchError, one_line
 from train import device as dev
 from train import energy
 from train import flops as fl
 from train.config import TrainConfig
 from train.data import BatchSource, check_data, open_source, synthetic_source
 from train.models import build_model, check_model_name
-from train.step import StepParts, make_optimizer, nvtx_range, train_step
+from train.step import StepParts, make_optimizer, train_step
 from train.timing import ci95_half_width_rel, make_clock, measure, measure_until, summarize
 
 COUNT_BATCHES = (
@@ -277,7 +277,7 @@ def run_benchmark(
     caller keeps them when the measurement is interrupted (SIGTERM, Ctrl-C) or fails mid-way.
     `on_measure(expected_s)` is called once warmup is over, just before the measured steps, with
     how long they are expected to last (the last warmup step's time x the steps; None without
-    warmup): train.run starts its system metrics there."""
+    warmup): train.run.run starts its system metrics there."""
     prep, counts, forward, count_s = setup(cfg, device)
     if cfg.compile:
         prep.parts.model = compile_model(prep.model)
@@ -314,7 +314,7 @@ def bench_result(
         params=float(forward.params),
         train_flops_per_step=counts.train_flops,
         train_flops_per_sample=counts.train_flops / cfg.batch_size,
-        achieved_flops_per_s=counts.train_flops / metrics["step_time_median_s"],
+        achieved_flops_per_s=schema.rate_per_s(counts.train_flops, metrics["step_time_mean_s"]),
         modeled_bytes_per_step=counts.modeled_bytes,
         modeled_intensity_flops_per_byte=counts.modeled_intensity_flops_per_byte,
         max_rss_bytes=dev.max_rss_bytes(),
@@ -345,97 +345,6 @@ def _expected_measure_s(cfg: TrainConfig, step_s: float | None) -> float | None:
     if cfg.iters == "auto":
         return min(cfg.max_time_s, cfg.max_iters * step_s)
     return cfg.iters * step_s
-
-
-def summary_line(cfg: TrainConfig, device_name: str, metrics: dict, n_steps: int) -> str:
-    """The one-line result of a train run, in readable units: what the command prints and the
-    first line of the run's description."""
-    m = metrics
-    rel = m.get("step_time_ci95_rel")
-    ci = f", mean ±{rel:.1%} at 95% confidence" if rel is not None else ""
-    ranks = f" x {cfg.world_size} processes ({cfg.distributed})" if cfg.is_distributed else ""
-    return (
-        f"{cfg.model} b{cfg.batch_size} {cfg.precision} {cfg.image_size}px on {device_name}{ranks}: "
-        f"{fmt.num(m['throughput_samples_per_s'])} samples/s, "
-        f"{fmt.num(m['step_time_median_s'] * 1e3)} ms/step (median of {n_steps}{ci}), "
-        f"{fmt.si(m['achieved_flops_per_s'], 'FLOP/s')} achieved{' per process' if ranks else ''}"
-    )
-
-
-def run_note(cfg: TrainConfig, device_name: str, result: "BenchResult", extra: str = "") -> str:
-    """The description of a train run (tag mlflow.note.content): the summary line, then the data,
-    the steps measured and the work counted, in plain text."""
-    m = result.metrics
-    lines = [
-        summary_line(cfg, device_name, m, len(result.step_times_s)),
-        "",
-        f"Configuration: {cfg.config_label()} ({cfg.optimizer}, lr {cfg.lr}, seed {cfg.seed}).",
-        f"Data: {result.tags.get('data_description', cfg.data)}.",
-        f"Measured {len(result.step_times_s)} steps after {cfg.warmup_iters} warmup "
-        f"(stop: {result.tags.get('measure_stop', 'fixed')}); "
-        f"{fmt.num(m['wall_s'])} s measuring.",
-        f"Work: {fmt.si(m['train_flops_per_step'], 'FLOP')} per training step (counted), "
-        f"{fmt.si(m['modeled_bytes_per_step'], 'B')} modeled memory traffic, "
-        f"{fmt.si(m['params'])} parameters.",
-    ]
-    if extra:
-        lines.append(extra)
-    return "\n".join(lines)
-
-
-def check_profile_mode(cfg: TrainConfig, steps: int) -> None:
-    """Profile mode's own flag rules (UsageError, one line)."""
-    if steps <= 0:
-        raise UsageError(f"--profile-steps must be a positive integer, got {steps}")
-    if cfg.warmup_iters < 1:
-        raise UsageError(
-            f"profile mode needs --warmup-iters >= 1 (got {cfg.warmup_iters}): otherwise the profiled "
-            "step holds cuDNN autotuning, first allocations and, with fp16, GradScaler's skipped "
-            "optimizer step"
-        )
-
-
-def profile_steps(
-    cfg: TrainConfig,
-    device,
-    steps: int,
-    profiler_start: Callable[[], None] | None = None,
-    profiler_stop: Callable[[], None] | None = None,
-    mark=nvtx_range,
-    cudnn_benchmark: bool = True,
-    wrap: Callable[[Prepared], object] | None = None,
-) -> None:
-    """Profile mode: warm up, then `steps` NVTX-marked steps between CUDA profiler start and stop.
-
-    Run under `ncu --profile-from-start off` (python -m profiling does that), only the marked
-    steps are captured. Start/stop are injectable so the sequence is testable without a GPU.
-    `cudnn_benchmark=False` keeps cuDNN's autotuner off, so every run of the program picks the
-    same kernels (ncu's application replay modes rerun it once per pass). `wrap(prep)` puts a
-    data-parallel engine around the prepared model (a torchrun job's ranks: train/distributed).
-    """
-    import torch
-
-    check_profile_mode(cfg, steps)
-    profiler_start = profiler_start or torch.cuda.profiler.start
-    profiler_stop = profiler_stop or torch.cuda.profiler.stop
-    with runtime_errors(cfg, device):
-        prep = prepare(cfg, device)
-        if not cudnn_benchmark:
-            torch.backends.cudnn.benchmark = False
-        if wrap is not None:
-            wrap(prep)
-        if cfg.compile:
-            prep.parts.model = compile_model(prep.parts.model)
-        for _ in range(cfg.warmup_iters):
-            prep.step()
-        batches = [prep.source.next() for _ in range(steps)]  # loading is not what ncu measures
-        dev.synchronize(device)
-        prep.parts.mark = mark
-        profiler_start()
-        for x, y in batches:
-            train_step(prep.parts, x, y)
-        dev.synchronize(device)
-        profiler_stop()
 
 
 def _runtime_error(exc: BaseException, cfg: TrainConfig, device) -> BenchError:

@@ -7,11 +7,10 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 
 from common import schema
-from common.cli import optional, str_bool
+from common.flags import add_field_flag, flag_fields, flag_values
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 OPTIMIZERS = ("sgd", "adam", "adamw")
-DOCUMENTED_MODELS = ("resnet18", "resnet34", "resnet50", "vgg16", "mobilenet_v2")
 # numeric configuration fields logged again as metrics `config_<field>` (TrainConfig.config_metrics)
 CONFIG_METRICS = ("batch_size", "image_size")
 ENGINES = (schema.NOT_DISTRIBUTED, "ddp", "deepspeed")
@@ -25,13 +24,16 @@ DISTRIBUTED_FIELDS = ("distributed", "zero_stage", "world_size", "backend", "col
 
 @dataclass
 class TrainConfig:
-    """One benchmark configuration. Field names are the MLflow param names (docs/schema.md)."""
+    """One benchmark configuration. Field names are the MLflow param names (docs/schema.md); each
+    field's docstring is its flag's help (add_config_args) and MLproject's entry points pass every
+    field (tests/test_mlproject.py holds them to the same names and defaults)."""
 
     model: str = "resnet18"
-    """torchvision classification model name (torchvision.models.list_models)."""
-    batch_size: int = 16
-    """samples per step."""
-    precision: str = "fp32"
+    """torchvision classification model name (torchvision.models.list_models), e.g. resnet18,
+    resnet34, resnet50, vgg16, mobilenet_v2."""
+    batch_size: int = field(default=16, metadata={"flags": ("--batch", "--batch-size")})
+    """samples per step (per process in a data-parallel run)."""
+    precision: str = field(default="fp32", metadata={"choices": schema.PRECISIONS})
     """fp32, or fp16/bf16 through torch.autocast (fp16 adds a GradScaler on CUDA)."""
     device: str = "auto"
     """auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps."""
@@ -40,6 +42,12 @@ class TrainConfig:
     iters: int | str = 20
     """measured steps, or "auto": measure until the 95 % confidence half-width of the mean step time
     is within ci_target of the mean (at least 10 steps), or max_iters / max_time_s is reached."""
+    ci_target: float = 0.02
+    """iters=auto: target 95 % CI half-width of the mean step time, relative to the mean."""
+    max_iters: int = 1000
+    """iters=auto: most measured steps."""
+    max_time_s: float = 300.0
+    """iters=auto: most seconds spent in measured steps."""
     image_size: int = 224
     """input height = width in pixels."""
     data: str = "synthetic"
@@ -57,26 +65,21 @@ class TrainConfig:
     """your name for this environment (default: host name); analysis groups by it."""
     lr: float = 0.01
     """learning rate."""
-    optimizer: str = "sgd"
+    optimizer: str = field(default="sgd", metadata={"choices": OPTIMIZERS})
     """sgd (momentum 0.9), adam (no weight decay) or adamw (weight decay 0.01)."""
     num_classes: int = 1000
     """classifier outputs (set from the data set's classes for folder/cifar10 data)."""
-    ci_target: float = 0.02
-    """iters=auto: target 95 % CI half-width of the mean step time, relative to the mean."""
-    max_iters: int = 1000
-    """iters=auto: most measured steps."""
-    max_time_s: float = 300.0
-    """iters=auto: most seconds spent in measured steps."""
-    distributed: str = schema.NOT_DISTRIBUTED
+    distributed: str = field(default=schema.NOT_DISTRIBUTED, metadata={"choices": ENGINES})
     """none (one process), or the data-parallel engine of a torchrun job: ddp (PyTorch
-    DistributedDataParallel) or deepspeed (DeepSpeed's engine, ZeRO stage zero_stage)."""
-    zero_stage: int = 0
+    DistributedDataParallel) or deepspeed (DeepSpeed's engine, ZeRO stage zero_stage); batch_size
+    is per process."""
+    zero_stage: int = field(default=0, metadata={"choices": ZERO_STAGES})
     """deepspeed: ZeRO stage 0 (plain data parallel), 1 (optimizer state partitioned), 2 (+
     gradients) or 3 (+ parameters). 0 for ddp."""
-    world_size: int = 1
+    world_size: int = field(default=1, metadata={"flags": ()})
     """processes of the job (torchrun's WORLD_SIZE: nodes x processes per node); batch_size is per
     process. Set from the environment under torchrun; a sweep axis (one torchrun job per child)."""
-    backend: str = "auto"
+    backend: str = field(default="auto", metadata={"choices": BACKENDS})
     """collective backend: auto (nccl on CUDA, gloo on CPU), nccl or gloo."""
     collective_timeout_s: float = 300.0
     """seconds a collective may wait for the other ranks before the job fails (a lost peer)."""
@@ -228,7 +231,8 @@ def check_choices(precision: str, device: str, optimizer: str) -> None:
 def add_config_args(
     parser: argparse.ArgumentParser, overrides: bool = False, distributed: bool = True
 ) -> None:
-    """The config flags shared by `python -m train`, `python -m profiling` and the sweep.
+    """The config flags shared by `python -m train`, `python -m profiling` and the sweep: one per
+    TrainConfig field (common.flags: help from the field's docstring, default from its default).
 
     `distributed=False` leaves out the data-parallel flags (profiling captures one process; a
     torchrun job's rank 0 is profiled as docs/profiling.md shows).
@@ -237,126 +241,22 @@ def add_config_args(
     command line override a sweep file's base, and an empty value ("" from an MLproject default)
     also counts as not given.
     """
-    d = TrainConfig(env_label="x")
-    g = parser.add_argument_group("configuration")
-
-    def flag(*names, default=None, type=None, choices=None, **kw):
-        if overrides:
-            default, type = None, optional(type)
-            choices = [*choices, None] if choices is not None else None
-        g.add_argument(*names, default=default, type=type, choices=choices, **kw)
-
-    flag(
-        "--model",
-        default=d.model,
-        help=f"torchvision classifier, e.g. {', '.join(DOCUMENTED_MODELS)}",
-    )
-    flag(
-        "--batch",
-        "--batch-size",
-        dest="batch_size",
-        type=int,
-        default=d.batch_size,
-        help="samples per step",
-    )
-    flag(
-        "--precision",
-        default=d.precision,
-        choices=schema.PRECISIONS,
-        help="fp32, or fp16/bf16 autocast",
-    )
-    flag("--device", default=d.device, help="auto | cpu | cuda | cuda:N | mps")
-    flag("--warmup-iters", type=int, default=d.warmup_iters, help="untimed steps first")
-    flag(
-        "--iters",
-        default=d.iters,
-        help="measured steps, or auto (until the 95%% CI of the mean is within --ci-target)",
-    )
-    flag(
-        "--ci-target",
-        type=float,
-        default=d.ci_target,
-        help="--iters auto: relative 95%% CI half-width goal",
-    )
-    flag("--max-iters", type=int, default=d.max_iters, help="--iters auto: cap on measured steps")
-    flag(
-        "--max-time-s",
-        type=float,
-        default=d.max_time_s,
-        help="--iters auto: cap on measuring seconds",
-    )
-    flag("--image-size", type=int, default=d.image_size, help="input height and width (pixels)")
-    flag("--data", default=d.data, help="synthetic | fake | PATH (ImageFolder) | cifar10:PATH")
-    flag("--workers", type=int, default=d.workers, help="DataLoader workers (fake/folder data)")
-    flag(
-        "--channels-last",
-        type=str_bool,
-        nargs="?",
-        const=True,
-        default=False,
-        help="channels_last memory format",
-    )
-    flag(
-        "--compile",
-        type=str_bool,
-        nargs="?",
-        const=True,
-        default=False,
-        help="torch.compile the model",
-    )
-    flag("--seed", type=int, default=d.seed)
-    flag("--env-label", default=None, help="name of this environment (default: host name)")
-    flag("--lr", type=float, default=d.lr, help="learning rate")
-    flag("--optimizer", default=d.optimizer, choices=OPTIMIZERS)
-    flag(
-        "--num-classes",
-        type=int,
-        default=d.num_classes,
-        help="classifier outputs for synthetic/fake data (folder and cifar10 data set it from the data)",
-    )
-    if not distributed:
-        return
-    g = parser.add_argument_group(
-        "data parallel (under torchrun: torchrun --nproc-per-node N -m train --distributed ddp ...)"
-    )
-    flag(
-        "--distributed",
-        default=d.distributed,
-        choices=ENGINES,
-        help="none (one process), ddp (PyTorch DDP) or deepspeed; --batch is per process",
-    )
-    flag(
-        "--zero-stage",
-        type=int,
-        default=d.zero_stage,
-        choices=ZERO_STAGES,
-        help="DeepSpeed ZeRO stage (--distributed deepspeed)",
-    )
-    flag("--backend", default=d.backend, choices=BACKENDS, help="auto: nccl on CUDA, gloo on CPU")
-    flag(
-        "--collective-timeout-s",
-        type=float,
-        default=d.collective_timeout_s,
-        help="a collective waiting longer for a rank fails the job (a lost or hung peer)",
-    )
+    groups = {False: parser.add_argument_group("configuration")}
+    if distributed:
+        groups[True] = parser.add_argument_group(
+            "data parallel (under torchrun: torchrun --nproc-per-node N -m train --distributed "
+            "ddp ...)"
+        )
+    for f in flag_fields(TrainConfig):
+        group = groups.get(f.name in DISTRIBUTED_FIELDS)
+        if group is not None:
+            add_field_flag(group, TrainConfig, f, overrides)
 
 
 def config_flags(values) -> list[str]:
     """The config flags (add_config_args) as `python -m train` takes them, from any object with
-    the flags' destinations as attributes (parsed args, a TrainConfig); None values are left out."""
-    ref = argparse.ArgumentParser(add_help=False)
-    add_config_args(ref)
-    flags: list[str] = []
-    for action in ref._actions:  # the flags add_config_args defines, whatever they are
-        if not action.option_strings:
-            continue
-        value = getattr(values, action.dest, None)
-        if value is None:
-            continue
-        if isinstance(value, bool):
-            value = "true" if value else "false"
-        flags += [action.option_strings[0], str(value)]
-    return flags
+    the fields as attributes (parsed args, a TrainConfig); None values are left out."""
+    return flag_values(TrainConfig, values)
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:

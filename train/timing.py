@@ -8,6 +8,8 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
+from common import schema
+
 
 def make_clock(synchronize: Callable[[], None]) -> Callable[[], float]:
     """A clock that waits for the device to finish queued work before reading perf_counter."""
@@ -92,7 +94,9 @@ def measure_until(
 
 
 def summarize(step_times_s: Sequence[float], batch_size: int) -> dict[str, float]:
-    """Summary statistics of measured step times (seconds) and the throughput they imply."""
+    """Summary statistics of measured step times (seconds) and the throughput they imply: the
+    rate from the mean step time (common.schema.rate_per_s); the median, min, p95 and SDs describe
+    variability only."""
     t = np.asarray(step_times_s, dtype=float)
     if t.size == 0 or not np.all(np.isfinite(t)) or np.any(t <= 0):
         raise ValueError("step times must be a non-empty sequence of positive finite seconds")
@@ -104,7 +108,7 @@ def summarize(step_times_s: Sequence[float], batch_size: int) -> dict[str, float
         "step_time_std_s": float(t.std(ddof=1)) if t.size > 1 else 0.0,
         "step_time_min_s": float(t.min()),
         "step_time_p95_s": float(np.percentile(t, 95)),
-        "throughput_samples_per_s": batch_size / mean,
+        "throughput_samples_per_s": schema.rate_per_s(batch_size, mean),
         "throughput_std_samples_per_s": float(per_step_throughput.std(ddof=1))
         if t.size > 1
         else 0.0,

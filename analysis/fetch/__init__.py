@@ -7,8 +7,8 @@
           tables and filter compiler (MLflow's search builds an ORM object per tag, param and metric);
 * api.py  anything else (an `mlflow server`): MLflow's search API, pages requested in parallel.
 
-and keeps what it read in a local cache (cache.py), brought up to date on every analysis
-(cached.py): see docs/analysis.md, "Fleet scale". Metric series (the readers' `series`) and the
+and keeps what it read in a local cache (segments.py), brought up to date on every analysis
+(cached_search.py): see docs/analysis.md, "Fleet scale". Metric series (the readers' `series`) and the
 complexity artifacts are read uncached, for the few runs that need them.
 """
 
@@ -19,7 +19,7 @@ from datetime import datetime
 
 import pandas as pd
 
-from analysis.fetch import cache, cached, rows
+from analysis.fetch import cached_search, rows, segments
 from common import console, schema
 from common.errors import BenchError, UsageError, one_line
 from common.server import check_reachable, tracking_uri
@@ -67,22 +67,22 @@ class Source:
         from analysis.fetch.api import ApiReader
         from analysis.fetch.sql import SqlReader
 
-        if cache_mode not in cached.MODES:
+        if cache_mode not in cached_search.MODES:
             raise UsageError(
-                f"--cache must be one of {', '.join(cached.MODES)}, got {cache_mode!r}"
+                f"--cache must be one of {', '.join(cached_search.MODES)}, got {cache_mode!r}"
             )
         self.uri = tracking_uri()
         self.mode = cache_mode
         self.jobs = jobs
         self.reader = SqlReader.for_current() or ApiReader(jobs)
-        self.stats = cached.Stats()
+        self.stats = cached_search.Stats()
         if cache_mode == "refresh":
-            cache.clear(self.uri)
+            segments.clear(self.uri)
 
     def search(self, experiment_ids: list[str], filter_string: str, cap: int) -> pd.DataFrame:
         """The runs `filter_string` matches, latest first, at most `cap` (rows.py layout)."""
         try:
-            return cached.search(
+            return cached_search.search(
                 self.reader, self.uri, experiment_ids, filter_string, cap, self.mode, self.stats
             )
         except BenchError:
@@ -121,7 +121,7 @@ class Source:
         )
         unsaved = f" (not written: {s.unsaved})" if s.unsaved else ""
         return (
-            f"runs read through the local cache {cache.server_folder(self.uri)}{unsaved} "
+            f"runs read through the local cache {segments.server_folder(self.uri)}{unsaved} "
             f"(filled {filled}): "
             f"{s.from_cache} from the cache, {s.fetched} fetched now. Runs started, ended, deleted "
             f"or restored since are picked up on every analysis; {blind}: `--cache refresh` reads "

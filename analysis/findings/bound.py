@@ -7,7 +7,7 @@
    of a least-squares line through (batch size, mean step time) over the points of its batch
    series (same environment, device and config but the batch size; at least two batch sizes);
 4. compute- or memory-bound: the side of the ridge its intensity is on, under the roof its fraction
-   of the roof is held against (analysis/roofline.py);
+   of the roof is held against (roofline/model.py);
 5. unknown: no ceiling and none of the above.
 """
 
@@ -21,7 +21,7 @@ import pandas as pd
 from analysis.findings import rules
 from analysis.findings.breakdown import DATA_PARTS, HOST_PARTS, Breakdown
 from analysis.findings.moves import SAME
-from analysis.roofline import COMPUTE_BOUND, MEMORY_BOUND
+from roofline.model import COMPUTE_BOUND, MEMORY_BOUND
 
 SERIES_KEYS = [k for k in SAME if k != "batch_size"]
 """a batch series: points equal in all of these, differing in batch size."""

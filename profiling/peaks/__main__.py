@@ -17,7 +17,7 @@ from common import console, envinfo, schema
 from common.fmt import si
 from common.cli import ArgumentParser, add_track_flags, cli_entry
 from common.errors import BenchError, UsageError
-from profiling.peak_table import DTYPES, PEAKS_FILE_ENV, find
+from roofline.vendor import DTYPES, PEAKS_FILE_ENV, find
 from profiling.peaks import facts, gemm, measure, sizing
 from profiling.peaks.config import PeaksConfig
 from profiling.peaks.dtypes import dtype_availability, select_dtypes

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from common import schema
-from profiling.peak_table import DTYPES
+from roofline.vendor import DTYPES
 from profiling.peaks.dtypes import DEVICE_TYPES, DtypeStatus
 
 DEFAULT_MATRIX_SIZE = {"cpu": 4096, "cuda": 8192, "mps": 4096}
@@ -41,7 +41,7 @@ class PeaksConfig:
     """MLflow experiment name (default: $MLFLOW_EXPERIMENT_NAME, else the default experiment)."""
     peaks_file: str | None = None
     """JSON/YAML file with vendor-peak entries to add or override (default: the file named by
-    $ROOFLINE_PEAKS_FILE, profiling.peak_table.PEAKS_FILE_ENV)."""
+    $ROOFLINE_PEAKS_FILE, roofline.vendor.PEAKS_FILE_ENV)."""
     track: bool = True
     """log a `peaks` run to MLflow (false: measure and print only)."""
 

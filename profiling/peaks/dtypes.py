@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from common.errors import UsageError
-from profiling.peak_table import DTYPES
+from roofline.vendor import DTYPES
 
 DEVICE_TYPES = ("cpu", "cuda", "mps")
 # CPU dtypes that join the defaults only when a probe shows them fast

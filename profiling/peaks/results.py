@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from common.fmt import si
-from profiling.peak_table import VendorPeaks
+from roofline.vendor import VendorPeaks
 from profiling.peaks.config import PeaksConfig
 from profiling.peaks.sampling import Measurement
 from profiling.peaks.stream import STREAM_ELEMENT_BYTES, STREAM_KERNELS

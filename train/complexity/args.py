@@ -74,6 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--env-label", default=None, help="name of this environment (default: host name)"
     )
+    _add_output_flags(p)
+    return p
+
+
+def _add_output_flags(p: argparse.ArgumentParser) -> None:
+    """Where the result goes: the MLflow experiment, --out files, the console."""
     p.add_argument(
         "--experiment",
         default=None,
@@ -86,7 +92,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-track", action="store_true", help="do not log an MLflow run (print, and write --out)"
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    return p
 
 
 def config_from_args(args: argparse.Namespace) -> ComplexityConfig:

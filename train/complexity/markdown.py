@@ -49,30 +49,37 @@ def markdown(result: ComplexityResult) -> str:
             )
         cells.append(str(c.max_batch_fit(result.device_memory_bytes)))
         lines.append("| " + " | ".join(cells) + " |")
-    rss = rss_rows(result)
-    if rss:
-        scope = (
-            f"auto: {', '.join(result.rss_models)} only, the model with the fewest training FLOPs per sample; "
-            "--validate-rss true checks every model"
-            if cfg.validate_rss == "auto"
-            else "every model"
-        )
-        lines += [
-            "",
-            f"RSS check (CPU, {scope}): growth of one real first training step in a fresh process vs the "
-            "prediction (gradients + optimizer state + activations; the weights exist before the step).",
-            "",
-            "| model | batch | measured MiB | predicted MiB | error |",
-            "|---|---:|---:|---:|---:|",
-        ]
-        for r in rss:
-            lines.append(
-                f"| {r['model']} | {r['batch_size']} | {r['measured_growth_bytes'] / 2**20:.1f} | "
-                f"{r['predicted_growth_bytes'] / 2**20:.1f} | {r['rel_error']:+.1%} |"
-            )
+    lines += _rss_lines(result)
     if result.rss_notes:
         lines += ["", "RSS check notes:", *(f"- {note}" for note in result.rss_notes)]
     return "\n".join(lines) + "\n"
+
+
+def _rss_lines(result: ComplexityResult) -> list[str]:
+    """The RSS check's table (none when nothing was checked)."""
+    rss = rss_rows(result)
+    if not rss:
+        return []
+    scope = (
+        f"auto: {', '.join(result.rss_models)} only, the model with the fewest training FLOPs per sample; "
+        "--validate-rss true checks every model"
+        if result.cfg.validate_rss == "auto"
+        else "every model"
+    )
+    lines = [
+        "",
+        f"RSS check (CPU, {scope}): growth of one real first training step in a fresh process vs the "
+        "prediction (gradients + optimizer state + activations; the weights exist before the step).",
+        "",
+        "| model | batch | measured MiB | predicted MiB | error |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for r in rss:
+        lines.append(
+            f"| {r['model']} | {r['batch_size']} | {r['measured_growth_bytes'] / 2**20:.1f} | "
+            f"{r['predicted_growth_bytes'] / 2**20:.1f} | {r['rel_error']:+.1%} |"
+        )
+    return lines
 
 
 def measured_batches_text(models) -> str:

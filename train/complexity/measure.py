@@ -1,4 +1,4 @@
-"""Measuring: preflight, every model through train/footprint.py, then the RSS check (CPU)."""
+"""Measuring: preflight, every model through train/complexity/footprint.py, then the RSS check (CPU)."""
 
 from __future__ import annotations
 
@@ -54,10 +54,7 @@ def measure(cfg: ComplexityConfig, device, progress: bool = True) -> ComplexityR
     from tqdm import tqdm
 
     from common import envinfo
-    from train.config import TrainConfig
     from train.device import device_memory_bytes
-    from train.footprint import analyze_model
-    from train.rss_step import measure_step_rss
 
     t0 = time.perf_counter()
     if cfg.device_memory_bytes is not None:
@@ -71,56 +68,64 @@ def measure(cfg: ComplexityConfig, device, progress: bool = True) -> ComplexityR
     try:
         for name in cfg.models:
             bar.set_description(f"complexity {name}")
-            tcfg = TrainConfig(
-                model=name,
-                image_size=cfg.image_size,
-                precision=cfg.precision,
-                device=str(device),
-                optimizer=cfg.optimizer,
-                num_classes=cfg.num_classes,
-                seed=cfg.seed,
-                data="synthetic",
-                env_label=cfg.env_label,
-            )
-            try:
-                result.models.append(analyze_model(tcfg, device))
-            except (BenchError, KeyboardInterrupt):
-                raise
-            except Exception as exc:  # noqa: BLE001 - first execution of the model: one line, not a dump
-                raise _runtime_error(exc, name, cfg, device) from exc
+            result.models.append(_model(cfg, name, device))
             bar.update(1)
         result.rss_models = [c.model for c in cfg.rss_check_models(result.models, device)]
-        bar.total += len(result.rss_models) * len(
-            cfg.rss_batch_sizes
-        )  # known once the models are measured
+        # known once the models are measured
+        bar.total += len(result.rss_models) * len(cfg.rss_batch_sizes)
         bar.refresh()
         for c in (c for c in result.models if c.model in result.rss_models):
-            sizes, notes = rss_batches(c, cfg.rss_batch_sizes)
-            result.rss_notes += notes
-            for b in sizes:
-                bar.set_description(f"RSS {c.model} b{b}")
-                try:
-                    result.rss.setdefault(c.model, []).append(
-                        measure_step_rss(
-                            c.model,
-                            b,
-                            cfg.image_size,
-                            cfg.optimizer,
-                            cfg.precision,
-                            cfg.num_classes,
-                        )
-                    )
-                except (
-                    BenchError
-                ) as exc:  # the analysis stands; the check says what it could not measure
-                    result.rss_notes.append(f"{c.model} batch {b} not checked: {one_line(exc)}")
-                bar.update(1)
-            if not result.rss.get(c.model):
-                result.rss.pop(c.model, None)
+            _rss_check(cfg, c, result, bar)
     finally:
         bar.close()
     result.wall_s = time.perf_counter() - t0
     return result
+
+
+def _model(cfg: ComplexityConfig, name: str, device):
+    """The ModelComplexity of model `name` (train/complexity/footprint.py)."""
+    from train.complexity.footprint import analyze_model
+    from train.config import TrainConfig
+
+    tcfg = TrainConfig(
+        model=name,
+        image_size=cfg.image_size,
+        precision=cfg.precision,
+        device=str(device),
+        optimizer=cfg.optimizer,
+        num_classes=cfg.num_classes,
+        seed=cfg.seed,
+        data="synthetic",
+        env_label=cfg.env_label,
+    )
+    try:
+        return analyze_model(tcfg, device)
+    except (BenchError, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # noqa: BLE001 - first execution of the model: one line, not a dump
+        raise _runtime_error(exc, name, cfg, device) from exc
+
+
+def _rss_check(cfg: ComplexityConfig, c, result: ComplexityResult, bar) -> None:
+    """The RSS growth of one real step of model `c` at each RSS batch size, into `result` (a probe
+    that fails is a note: the analysis stands; the check says what it could not measure)."""
+    from train.complexity.rss_step import measure_step_rss
+
+    sizes, notes = rss_batches(c, cfg.rss_batch_sizes)
+    result.rss_notes += notes
+    for b in sizes:
+        bar.set_description(f"RSS {c.model} b{b}")
+        try:
+            result.rss.setdefault(c.model, []).append(
+                measure_step_rss(
+                    c.model, b, cfg.image_size, cfg.optimizer, cfg.precision, cfg.num_classes
+                )
+            )
+        except BenchError as exc:
+            result.rss_notes.append(f"{c.model} batch {b} not checked: {one_line(exc)}")
+        bar.update(1)
+    if not result.rss.get(c.model):
+        result.rss.pop(c.model, None)
 
 
 def rss_batches(c, requested: list[int]) -> tuple[list[int], list[str]]:

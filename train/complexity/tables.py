@@ -120,7 +120,7 @@ def layer_rows(c) -> list[dict]:
 
 
 def rss_rows(result: ComplexityResult) -> list[dict]:
-    from train.footprint import predicted_step_growth_bytes
+    from train.complexity.footprint import predicted_step_growth_bytes
 
     by_name = {c.model: c for c in result.models}
     rows = []

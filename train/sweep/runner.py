@@ -57,15 +57,7 @@ def _run(
 
     spec = plan.spec
     state = reconcile(spec, plan.env_label, experiment)
-    # what earlier invocations finished: in the summary with their runs and numbers
-    outcomes = [
-        ChildOutcome(plan.label(cfg, r), cfg.config_key(), key, r, "SKIPPED")
-        for cfg, r, key in plan.runs
-        if (key, r) in state.done
-    ]
-    for o in outcomes:
-        for name, value in state.earlier.get((o.sweep_key, o.repeat), {}).items():
-            setattr(o, name, value)
+    outcomes = _done_before(plan, state)
     todo = [(cfg, r, key) for cfg, r, key in plan.runs if (key, r) not in state.done]
     if outcomes:
         _say_resuming(plan, state, len(outcomes), len(todo))
@@ -105,23 +97,36 @@ def _run(
                     on_child_done(outcome)
         finally:
             bar.close()
-            parent.log_metrics(parent_metrics(outcomes, len(plan.runs)))
-            order = {(key, r): i for i, (_, r, key) in enumerate(plan.runs)}
-            outcomes.sort(key=lambda o: order[(o.sweep_key, o.repeat)])
-            parent.log_text("sweep/summary.csv", summary_csv(outcomes))
-            parent.set_note(
-                parent_note(
-                    spec.name,
-                    plan.env_label,
-                    spec.matrix,
-                    spec.repeats,
-                    outcomes,
-                    time.perf_counter() - t0,
-                )
-            )
-            if all_failed(outcomes):
-                parent.fail(f"all {len(outcomes)} run(s) failed; first: {outcomes[0].error}")
+            _summarize(parent, plan, outcomes, time.perf_counter() - t0)
     return outcomes
+
+
+def _done_before(plan: Plan, state: SweepState) -> list[ChildOutcome]:
+    """What earlier invocations finished: SKIPPED outcomes with their runs and numbers."""
+    outcomes = [
+        ChildOutcome(plan.label(cfg, r), cfg.config_key(), key, r, "SKIPPED")
+        for cfg, r, key in plan.runs
+        if (key, r) in state.done
+    ]
+    for o in outcomes:
+        for name, value in state.earlier.get((o.sweep_key, o.repeat), {}).items():
+            setattr(o, name, value)
+    return outcomes
+
+
+def _summarize(parent, plan: Plan, outcomes: list[ChildOutcome], wall_s: float) -> None:
+    """The parent's counts, summary.csv and description (outcomes sorted into plan order); the
+    parent ends FAILED when every run failed."""
+    spec = plan.spec
+    parent.log_metrics(parent_metrics(outcomes, len(plan.runs)))
+    order = {(key, r): i for i, (_, r, key) in enumerate(plan.runs)}
+    outcomes.sort(key=lambda o: order[(o.sweep_key, o.repeat)])
+    parent.log_text("sweep/summary.csv", summary_csv(outcomes))
+    parent.set_note(
+        parent_note(spec.name, plan.env_label, spec.matrix, spec.repeats, outcomes, wall_s)
+    )
+    if all_failed(outcomes):
+        parent.fail(f"all {len(outcomes)} run(s) failed; first: {outcomes[0].error}")
 
 
 def _say_resuming(plan: Plan, state: SweepState, n_done: int, n_todo: int) -> None:
@@ -170,23 +175,22 @@ def _run_child(
     system_metrics: bool = True,
 ) -> ChildOutcome:
     """One child run. Any exception (not an interrupt) becomes a FAILED child with its one-line reason."""
-    from train.__main__ import run as run_train
+    from train.run import RunOptions, SweepChild, run as run_train
 
     label = plan.label(cfg, repeat)
     n_before = len(parent.children)
     extra_tags = {TAG_SWEEP_NAME: plan.spec.name, TAG_SWEEP_KEY: key}
+    child = SweepChild(
+        parent,
+        params={PARAM_REPEAT: repeat},
+        tags=extra_tags,
+        name_suffix=repeat_suffix(repeat),
+        note=f"Repeat {repeat} of sweep {plan.spec.name} ({plan.env_label}).",
+    )
     try:
         with console.quiet():
             session, result = run_train(
-                cfg,
-                experiment=experiment,
-                progress=False,
-                system_metrics=system_metrics,
-                parent=parent,
-                extra_params={PARAM_REPEAT: repeat},
-                extra_tags=extra_tags,
-                name_suffix=repeat_suffix(repeat),
-                note_extra=f"Repeat {repeat} of sweep {plan.spec.name} ({plan.env_label}).",
+                cfg, RunOptions(experiment, progress=False, system_metrics=system_metrics), child
             )
     except Exception as exc:  # noqa: BLE001 - isolation is the point; KeyboardInterrupt still stops the sweep
         reason = one_line(exc)
@@ -207,7 +211,7 @@ def _run_child(
         status,
         session.run_id,
         m["throughput_samples_per_s"],
-        m["step_time_median_s"],
+        m["step_time_mean_s"],
     )
 
 

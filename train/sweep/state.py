@@ -41,7 +41,7 @@ class SweepState:
     """of those, known from the local ledger only"""
     earlier: dict[tuple[str, int], dict] = field(default_factory=dict)
     """(sweep_key, repeat) done -> its run: run_id (None while spooled), throughput_samples_per_s,
-    step_time_median_s (the ledger knows keys only)"""
+    step_time_mean_s (the ledger knows keys only)"""
     stale_running: list[str] = field(default_factory=list)
     """children left RUNNING by a process of this host from before runs carried a `process` tag
     (common.tracking.close_stale_runs ends the others)"""
@@ -111,7 +111,7 @@ def _earlier(run_id: str | None, metrics: dict) -> dict:
     return {
         "run_id": run_id,
         "throughput_samples_per_s": metrics.get("throughput_samples_per_s"),
-        "step_time_median_s": metrics.get("step_time_median_s"),
+        "step_time_mean_s": metrics.get("step_time_mean_s"),
     }
 
 

@@ -24,7 +24,7 @@ class ChildOutcome:
     status: str  # one of STATUSES
     run_id: str | None = None
     throughput_samples_per_s: float | None = None
-    step_time_median_s: float | None = None
+    step_time_mean_s: float | None = None
     error: str | None = None
 
     @property
@@ -54,7 +54,7 @@ CSV_COLUMNS = (
     "repeat",
     "status",
     "throughput_samples_per_s",
-    "step_time_median_s",
+    "step_time_mean_s",
     "run_id",
     "config_key",
     "sweep_key",
@@ -75,7 +75,7 @@ def summary_table(outcomes: list[ChildOutcome]) -> str:
     lines = ["| configuration | repeat | status | samples/s | ms/step |", "|---|---|---|---|---|"]
     for o in outcomes:
         sps = f"{o.throughput_samples_per_s:.2f}" if o.throughput_samples_per_s else ""
-        ms = f"{o.step_time_median_s * 1e3:.1f}" if o.step_time_median_s else ""
+        ms = f"{o.step_time_mean_s * 1e3:.1f}" if o.step_time_mean_s else ""
         lines.append(f"| {o.configuration} | {o.repeat} | {o.status} | {sps} | {ms} |")
     return "\n".join(lines)
 

@@ -1,4 +1,4 @@
-"""profiling.peak_table: vendor ceilings per device name, tolerant matching, user overrides."""
+"""roofline.vendor: vendor ceilings per device name, tolerant matching, user overrides."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import math
 import pytest
 
 from common.errors import UsageError
-from profiling import peak_table as pt
-from profiling.peak_table import VendorPeaks, find, lookup
+from roofline import vendor as pt
+from roofline.datasheets import BUILTIN
+from roofline.vendor import VendorPeaks, find, lookup
 
 # Names exactly as torch.cuda.get_device_name() reports them -> canonical table entry.
 TORCH_NAMES = {
@@ -163,10 +164,10 @@ def test_every_entry_is_complete_and_consistent():
             assert e.flops_per_s["tf32"] == pytest.approx(e.flops_per_s["fp16"] / 2, rel=0.02), (
                 e.device_name
             )
-        # every entry must be found under its own name and its aliases
-        assert find(e.device_name) == e
-        for alias in pt.aliases(e.device_name):
-            assert find(alias) == e
+        assert find(e.device_name) == e  # every entry is found under its own name
+    for entry in BUILTIN:  # and under each of its aliases
+        for alias in entry.aliases:
+            assert find(alias) == entry.peaks, alias
 
 
 @pytest.mark.parametrize(
@@ -242,8 +243,8 @@ def test_override_file_adds_cache_bandwidths_and_keeps_them(tmp_path):
     assert "| My GPU | - | 10 | - | - | - | 500 | 3000 | 9000 |" in table
 
 
-def test_analysis_reads_the_cache_bandwidths():
-    from analysis.join import roof_from_vendor
+def test_a_roof_takes_the_cache_bandwidths_of_a_vendor_entry():
+    from roofline.ceilings import roof_from_vendor
 
     p = VendorPeaks(
         "X", {"fp32": 1e13}, 5e11, "https://x", l2_bytes_per_s=3e12, l1_bytes_per_s=9e12
@@ -361,7 +362,7 @@ def test_missing_override_file(tmp_path, monkeypatch):
 
 
 def test_table_cli_prints_a_lookup(capsys):
-    assert pt._main(["Tesla T4"]) == 0
+    assert pt.main(["Tesla T4"]) == 0
     out = capsys.readouterr().out
     assert "| Tesla T4 | - | 8.1 | - | 65 | - | 320 |" in out
 

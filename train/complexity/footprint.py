@@ -13,7 +13,7 @@ sample) and scaled linearly:
 * forward FLOPs/MACs: `train.flops.deepspeed_forward_profile`, with the per-module numbers read
   from the same DeepSpeed pass;
 * activations: every storage autograd saves during those counted steps, seen through
-  `torch.autograd.graph.saved_tensors_hooks` (train/saved_tensors.py), counted once per storage, attributed to the module
+  `torch.autograd.graph.saved_tensors_hooks` (train/complexity/saved_tensors.py), counted once per storage, attributed to the module
   whose forward first saved it. Storages of parameters and buffers are weights, not activations,
   and are left out. Bytes are affine in the batch: the slope is the per-sample activation memory,
   the intercept what is saved once per step (batch-norm batch statistics, the loss's total weight,
@@ -32,7 +32,7 @@ gradients before the forward pass, so gradients and all activations never coexis
 upper bound of the live tensors, not their exact peak.
 
 Pure measurement and arithmetic: no MLflow, no files. The check of this model against a real
-step's RSS growth is train/rss_step.py.
+step's RSS growth is train/complexity/rss_step.py.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from train import flops as fl
-from train.saved_tensors import (
+from train.complexity.saved_tensors import (
     LOSS_ROW,
     MODEL_ROW,
     SavedTensorRecorder,
@@ -78,16 +78,6 @@ def optimizer_state_bytes(optimizer) -> int:
         if isinstance(v, torch.Tensor)
     )
     return unique_bytes(tensors)
-
-
-def meta_model(name: str, num_classes: int = 1000):
-    """The torchvision model `name` built on the meta device: shapes and parameter counts, no memory."""
-    import torch
-
-    from train.models import build_model
-
-    with torch.device("meta"):
-        return build_model(name, num_classes)
 
 
 def _affine(points: dict[int, float]) -> tuple[float, float]:

@@ -1,13 +1,14 @@
 """Vendor peak FLOP/s and DRAM bandwidth per device, each entry with its datasheet source.
 
-`find(name)` and `lookup(name)` give the entry a device name resolves to (profiling.peak_names
+`find(name)` and `lookup(name)` give the entry a device name resolves to (roofline/names.py
 matches names as `torch.cuda.get_device_name()` reports them, tolerating variants) from the table
-of datasheet figures (profiling.peak_datasheets, which states the conventions every entry follows).
+of datasheet figures (roofline/datasheets.py, which states the conventions every entry follows).
 Users add or override entries without editing code with a JSON or YAML file named by
-`--peaks-file` or the environment variable ROOFLINE_PEAKS_FILE (`load_overrides`); the format is in
-docs/peaks.md. Which figures were cross-checked is listed there too.
+`--peaks-file` or the environment variable ROOFLINE_PEAKS_FILE (`load_overrides`,
+`load_vendor_lookup`); the format is in docs/peaks.md. Which figures were cross-checked is listed
+there too.
 
-`python -m profiling.peak_table [NAME]` prints the table (or the entry NAME resolves to).
+`python -m roofline.vendor [NAME]` prints the table (or the entry NAME resolves to).
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from common.cli import ArgumentParser
 from common.errors import UsageError
-from profiling.peak_datasheets import BUILTIN, DTYPES, Entry, VendorPeaks
-from profiling.peak_names import candidates, close_names, find_entry, name_key, normalize
+from roofline.datasheets import BUILTIN, Entry, VendorPeaks
+from roofline.model import DTYPES
+from roofline.names import candidates, close_names, find_entry, name_key, normalize
 
 PEAKS_FILE_ENV = "ROOFLINE_PEAKS_FILE"
 _ADD_HINT = (
@@ -52,6 +54,11 @@ def load_overrides(path: str | os.PathLike) -> list[Entry]:
     device needs the first four (the cache bandwidths stay optional).
     """
     p = Path(path).expanduser()
+    return [_user_entry(item, p, i) for i, item in enumerate(_file_items(p), 1)]
+
+
+def _file_items(p: Path) -> list:
+    """The entries a peaks file lists, parsed but not checked."""
     if not p.is_file():
         raise UsageError(
             f"peaks file {p} does not exist (set by --peaks-file or ${PEAKS_FILE_ENV})"
@@ -72,45 +79,47 @@ def load_overrides(path: str | os.PathLike) -> list[Entry]:
     items = data.get("devices") if isinstance(data, dict) else data
     if not isinstance(items, list):
         raise UsageError(f'peaks file {p}: expected {{"devices": [...]}} or a list of entries')
-    entries = []
-    for i, item in enumerate(items, 1):
-        where = f"peaks file {p}, entry {i}"
-        if not isinstance(item, dict):
-            raise UsageError(
-                f"{where}: expected a mapping with device_name, flops_per_s, dram_bytes_per_s, source"
-            )
-        unknown = sorted(set(item) - _ENTRY_FIELDS)
-        if unknown:
-            raise UsageError(
-                f"{where}: unknown field(s) {', '.join(unknown)} (allowed: {', '.join(sorted(_ENTRY_FIELDS))})"
-            )
-        name = item.get("device_name")
-        if not isinstance(name, str) or not name.strip():
-            raise UsageError(f"{where}: device_name is required")
-        aliases = item.get("aliases") or []
-        if isinstance(aliases, str):
-            aliases = [aliases]
-        base = find_entry(name, list(BUILTIN))
-        fields_ = {
-            "device_name": name,
-            "flops_per_s": item.get("flops_per_s", base.peaks.flops_per_s if base else None),
-            "dram_bytes_per_s": item.get(
-                "dram_bytes_per_s", base.peaks.dram_bytes_per_s if base else None
-            ),
-            "source": item.get("source", base.peaks.source if base else None),
-        }
-        missing = [k for k, v in fields_.items() if v is None]
-        if missing:
-            raise UsageError(f"{where} ({name}): new device needs {', '.join(missing)}")
-        for key in _OPTIONAL_FIELDS:
-            fields_[key] = item.get(key, getattr(base.peaks, key) if base else None)
-        try:
-            peaks = VendorPeaks(**fields_)
-        except ValueError as exc:
-            raise UsageError(f"{where} ({name}): {exc}") from None
-        extra = tuple(str(a) for a in aliases) + (base.names if base else ())
-        entries.append(Entry(peaks, tuple(dict.fromkeys(extra)), origin=str(p)))
-    return entries
+    return items
+
+
+def _user_entry(item, p: Path, i: int) -> Entry:
+    """Entry `i` of peaks file `p`, its missing fields taken from the built-in entry it names."""
+    where = f"peaks file {p}, entry {i}"
+    if not isinstance(item, dict):
+        raise UsageError(
+            f"{where}: expected a mapping with device_name, flops_per_s, dram_bytes_per_s, source"
+        )
+    unknown = sorted(set(item) - _ENTRY_FIELDS)
+    if unknown:
+        raise UsageError(
+            f"{where}: unknown field(s) {', '.join(unknown)} (allowed: {', '.join(sorted(_ENTRY_FIELDS))})"
+        )
+    name = item.get("device_name")
+    if not isinstance(name, str) or not name.strip():
+        raise UsageError(f"{where}: device_name is required")
+    aliases = item.get("aliases") or []
+    if isinstance(aliases, str):
+        aliases = [aliases]
+    base = find_entry(name, list(BUILTIN))
+    fields_ = {
+        "device_name": name,
+        "flops_per_s": item.get("flops_per_s", base.peaks.flops_per_s if base else None),
+        "dram_bytes_per_s": item.get(
+            "dram_bytes_per_s", base.peaks.dram_bytes_per_s if base else None
+        ),
+        "source": item.get("source", base.peaks.source if base else None),
+    }
+    missing = [k for k, v in fields_.items() if v is None]
+    if missing:
+        raise UsageError(f"{where} ({name}): new device needs {', '.join(missing)}")
+    for key in _OPTIONAL_FIELDS:
+        fields_[key] = item.get(key, getattr(base.peaks, key) if base else None)
+    try:
+        peaks = VendorPeaks(**fields_)
+    except ValueError as exc:
+        raise UsageError(f"{where} ({name}): {exc}") from None
+    extra = tuple(str(a) for a in aliases) + (base.names if base else ())
+    return Entry(peaks, tuple(dict.fromkeys(extra)), origin=str(p))
 
 
 def _table(overrides: str | os.PathLike | None) -> list[Entry]:
@@ -152,15 +161,23 @@ def lookup(device_name: str, overrides: str | os.PathLike | None = None) -> Vend
     raise UsageError(f"no vendor peaks for {device_name!r}: {hint}{_ADD_HINT}")
 
 
+def load_vendor_lookup(peaks_file: str = "") -> Callable[[str], VendorPeaks | None]:
+    """lookup(device_name) -> VendorPeaks | None with `peaks_file` (else $ROOFLINE_PEAKS_FILE)
+    passed through: analysis's --peaks-file and train's roofline.png read one file format with one
+    parser. A device the table does not know gives None (the report then says `no peaks for ...`).
+
+    A bad peaks file is a one-line UsageError here, before any run is read.
+    """
+    path = peaks_file or os.environ.get(PEAKS_FILE_ENV, "")
+    if not path:
+        return find
+    load_overrides(path)  # validate now: one line naming the bad entry
+    return lambda name: find(name, overrides=path)
+
+
 def known_devices(overrides: str | os.PathLike | None = None) -> list[VendorPeaks]:
     """Every entry (user entries first), for listing and for analysis."""
     return [e.peaks for e in _table(overrides)]
-
-
-def aliases(device_name: str, overrides: str | os.PathLike | None = None) -> tuple[str, ...]:
-    """The other names an entry answers to (exact matches besides the tolerant rules)."""
-    entry = find_entry(device_name, _table(overrides))
-    return entry.aliases if entry else ()
 
 
 # ------------------------------------------------------------------------------------- display
@@ -187,10 +204,8 @@ def format_table(entries: Iterable[VendorPeaks]) -> str:
     return "\n".join(rows)
 
 
-def _main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(
-        prog="python -m profiling.peak_table", description=__doc__.splitlines()[0]
-    )
+def main(argv: list[str] | None = None) -> int:
+    parser = ArgumentParser(prog="python -m roofline.vendor", description=__doc__.splitlines()[0])
     parser.add_argument(
         "name", nargs="?", help="device name to resolve (as torch.cuda.get_device_name reports it)"
     )
@@ -210,4 +225,4 @@ def _main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     from common.cli import cli_entry
 
-    sys.exit(cli_entry(_main)())
+    sys.exit(cli_entry(main)())

@@ -1,4 +1,4 @@
-"""analysis.roofline and analysis.fmt: pure maths against hand-computed values."""
+"""roofline.model and common.fmt: pure maths against hand-computed values."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from analysis import roofline as rl
+from roofline import model as rl
 from common.fmt import num, si, slug
-from analysis.roofline import Roof
+from roofline.model import Roof
 
 # a device with 20 TFLOP/s fp32, 80 TFLOP/s bf16 and 250 GB/s: ridge fp32 = 80, bf16 = 320 FLOP/byte
 P32, PBF, BW = 20e12, 80e12, 250e9
@@ -27,15 +27,15 @@ def test_ridge_and_bound():
     assert rl.classify_bound(100, PBF, BW) == rl.MEMORY_BOUND  # ridge 320
 
 
-def test_efficiency_against_attainable_at_own_intensity():
-    assert rl.efficiency(2e12, 10, P32, BW) == pytest.approx(0.8)  # 2e12 / 2.5e12
-    assert rl.efficiency(15e12, 200, P32, BW) == pytest.approx(0.75)  # 15e12 / 20e12
+def test_fraction_of_roof_against_attainable_at_own_intensity():
+    assert rl.fraction_of_roof(2e12, 10, P32, BW) == pytest.approx(0.8)  # 2e12 / 2.5e12
+    assert rl.fraction_of_roof(15e12, 200, P32, BW) == pytest.approx(0.75)  # 15e12 / 20e12
 
 
 @pytest.mark.parametrize("args", [(None, P32, BW), (10, math.nan, BW), (10, P32, 0), (-1, P32, BW)])
 def test_missing_inputs_give_nan_never_a_number(args):
     assert math.isnan(rl.attainable_flops_per_s(*args))
-    assert math.isnan(rl.efficiency(1e12, *args))
+    assert math.isnan(rl.fraction_of_roof(1e12, *args))
     assert rl.classify_bound(*args) == ""
 
 

@@ -1,5 +1,5 @@
 """Text placed on a figure so that labels overlap neither each other nor the points (used by the
-rooflines, analysis/roofline_plot.py)."""
+rooflines, roofline/plot.py)."""
 
 from __future__ import annotations
 

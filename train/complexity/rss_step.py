@@ -1,6 +1,6 @@
 """The RSS check of the memory model: resident-set growth of ONE training step on CPU.
 
-`measure_step_rss` (the parent, python -m train.complexity) runs `python -m train.rss_step` in a
+`measure_step_rss` (the parent, python -m train.complexity) runs `python -m train.complexity.rss_step` in a
 fresh subprocess per measurement; that program measures in its own process and prints one JSON
 line: the RSS before the step (model and optimizer built, nothing else) and the peak RSS during the
 step, which includes creating its input batch, the forward, backward and first optimizer step
@@ -27,7 +27,7 @@ from pathlib import Path
 from common import console
 from common.errors import BenchError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # ------------------------------------------------------------------ the parent: run the probe
@@ -48,11 +48,11 @@ class RssMeasurement:
 def probe_argv(
     model: str, batch_size: int, image_size: int, optimizer: str, precision: str, num_classes: int
 ) -> list[str]:
-    """The command that measures one step's RSS growth (train/rss_step.py)."""
+    """The command that measures one step's RSS growth (train/complexity/rss_step.py)."""
     return [
         sys.executable,
         "-m",
-        "train.rss_step",
+        "train.complexity.rss_step",
         "--model",
         model,
         "--batch",
@@ -174,7 +174,7 @@ def measure(
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m train.rss_step", description=__doc__.splitlines()[0]
+        prog="python -m train.complexity.rss_step", description=__doc__.splitlines()[0]
     )
     p.add_argument("--model", required=True)
     p.add_argument("--batch", type=int, required=True)

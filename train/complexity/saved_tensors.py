@@ -1,6 +1,6 @@
 """What autograd saves for backward during a step, recorded per storage and attributed to the module
 that saved it (`torch.autograd.graph.saved_tensors_hooks` plus forward hooks). Used by
-train/footprint.py for the activation part of the memory model.
+train/complexity/footprint.py for the activation part of the memory model.
 
 Pure measurement: no MLflow, no files.
 """
@@ -141,10 +141,3 @@ def _first_tensor_shape(output):
             if isinstance(o, torch.Tensor):
                 return tuple(o.shape)
     return None
-
-
-def saved_bytes(model, run, batch_size: int = 1) -> SavedTensors:
-    """Run `run()` (a forward, a loss or a whole training step) and record what autograd saved."""
-    with SavedTensorRecorder(model, batch_size) as rec:
-        run()
-    return rec.result()

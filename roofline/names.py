@@ -12,7 +12,7 @@ import difflib
 import re
 from dataclasses import dataclass, field
 
-from profiling.peak_datasheets import BUILTIN, Entry
+from roofline.datasheets import BUILTIN, Entry
 
 _DROP = {"nvidia", "geforce", "tesla", "gpu", "r", "tm", "corporation", "graphics"}
 _FORM = {

@@ -1,47 +1,44 @@
-"""The roofline figures: one per environment and all environments on one (PNG, matplotlib's Agg
-canvas). Styles and helpers come from analysis/plots.py, label placement from analysis/labels.py.
-Over 400 lines because both figures share every drawing step here (roofs, points, labels, axes,
-legend); the two builders at the end read best next to the steps they compose.
+"""The rooflines of an analysis: one per environment and all environments on one (matplotlib
+Figures on the Agg canvas; analysis/plots.py saves them as PNG). Canvas and encodings come from
+roofline/style.py, label placement from roofline/labels.py. The points are analysis's rows
+(`intensity_flops_per_byte`, `achieved_flops_per_s`, `intensity_source`, `ceiling_dtype`, ...:
+analysis/join.py), the roofs `Roof`s (roofline/ceilings.py). Over 400 lines because both figures
+share every drawing step here (roofs, points, labels, axes, legend); the two builders at the end
+read best next to the steps they compose.
 """
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from analysis import plots
-from analysis.labels import ABOVE_RIGHT_END, POINT, POINT_FONT, RIDGE, SLOPE, Labels
-from analysis.plots import (
+from roofline.labels import ABOVE_RIGHT_END, POINT, POINT_FONT, RIDGE, SLOPE, Labels
+from roofline.model import LEVELS, Roof
+from roofline.style import (
     DTYPE_COLORS,
     LEVEL_STYLE,
     PRECISION_COLORS,
     SOURCE_MARKER,
-    env_colors,
+    distinct_colors,
     env_title,
     flops_label,
     log_ticks,
     new_figure,
 )
-from analysis.roofline import LEVELS, Roof
 from common.fmt import si
 
 MAX_LABELS = 40  # point labels per roofline panel; beyond that the table carries them
 LEGEND_IN = 3.4  # inches right of a roofline's axes for its legend
 
 
-def source_kind(roof: Roof, key: str) -> str:
-    """'measured' or 'vendor': where ceiling `key` ('flops:fp32', 'bytes:dram') of `roof` came from."""
-    return "measured" if roof.sources.get(key, "").startswith("measured") else "vendor"
-
-
 def source_style(roof: Roof, key: str) -> str:
     """The line style of one ceiling: solid when a peaks run measured it, dashed otherwise."""
-    return "-" if source_kind(roof, key) == "measured" else "--"
+    return "-" if roof.source_kind(key) == "measured" else "--"
 
 
 def _who(tag: str, kind: str) -> str:
@@ -49,21 +46,27 @@ def _who(tag: str, kind: str) -> str:
     return kind if not tag else tag if kind in tag else f"{tag}; {kind}"
 
 
+@dataclass(frozen=True)
+class _Pen:
+    """How one roof is drawn: its colour (None: each ceiling in its dtype's), the tag its labels
+    carry, where labels go (None: no labels), the gid prefix, line width and opacity."""
+
+    color: str | None
+    tag: str
+    labels: Labels | None
+    gid: str = ""
+    lw: float = 1.6
+    alpha: float = 0.85
+
+
 def _draw_roof(
     ax,
     roof: Roof,
-    x_lo: float,
-    x_hi: float,
-    *,
+    x_span: tuple[float, float],
     dtypes: set[str] | None,
     ridge_dtypes: set[str],
-    color: str | None,
-    tag: str,
-    labels: Labels | None,
+    pen: _Pen,
     ridge_lines: bool = True,
-    gid: str = "",
-    lw: float = 1.6,
-    alpha: float = 0.85,
 ) -> None:
     """Bandwidth slopes (one per memory level), compute ceilings of `dtypes` (all when None; equal
     ones with the same source merged: vendor fp16 = bf16) and, for `ridge_dtypes`, the ridge point.
@@ -75,7 +78,19 @@ def _draw_roof(
     peaks = {
         d: v for d, v in roof.flops_per_s.items() if v and v > 0 and (dtypes is None or d in dtypes)
     }
-    top = max(peaks.values()) if peaks else None
+    _draw_slopes(ax, roof, x_span, max(peaks.values()) if peaks else None, pen)
+    groups: dict[tuple[float, str], list[str]] = {}
+    for dtype, peak in peaks.items():
+        groups.setdefault((peak, roof.source_kind(f"flops:{dtype}")), []).append(dtype)
+    for (peak, kind), dts in sorted(groups.items()):
+        dts = sorted(dts, key=lambda d: list(DTYPE_COLORS).index(d) if d in DTYPE_COLORS else 99)
+        ridge_here = bool(set(dts) & ridge_dtypes)
+        _draw_ceiling(ax, roof, peak, kind, dts, x_span, ridge_here, ridge_lines, pen)
+
+
+def _draw_slopes(ax, roof: Roof, x_span: tuple[float, float], top: float | None, pen: _Pen):
+    """One bandwidth slope per memory level, from the left edge up to the highest ceiling drawn."""
+    x_lo, x_hi = x_span
     for level in LEVELS:
         bw = roof.bytes_per_s.get(level)
         if not bw:
@@ -87,53 +102,53 @@ def _draw_roof(
         ax.plot(
             [x_lo, x_end],
             [bw * x_lo, bw * x_end],
-            color=color or "black",
+            color=pen.color or "black",
             ls=ls,
-            lw=lw,
-            alpha=alpha,
-            gid=f"{gid}{key}",
+            lw=pen.lw,
+            alpha=pen.alpha,
+            gid=f"{pen.gid}{key}",
         )
-        if labels is not None:
-            labels.place(
-                f"{level.upper()} {si(bw, 'B/s')} ({_who(tag, source_kind(roof, key))})",
+        if pen.labels is not None:
+            pen.labels.place(
+                f"{level.upper()} {si(bw, 'B/s')} ({_who(pen.tag, roof.source_kind(key))})",
                 (x_lo, bw * x_lo),
                 SLOPE,
-                color=color or "black",
+                color=pen.color or "black",
             )
+
+
+def _draw_ceiling(ax, roof, peak, kind, dts, x_span, ridge_here: bool, ridge_lines: bool, pen):
+    """One compute ceiling (the dtypes `dts` share it) from the DRAM ridge rightwards, labelled,
+    and its ridge: a dotted line, or with `ridge_lines` off a figure in the ceiling's label."""
+    x_lo, x_hi = x_span
     bw = roof.bytes_per_s.get("dram")
-    groups: dict[tuple[float, str], list[str]] = {}
-    for dtype, peak in peaks.items():
-        groups.setdefault((peak, source_kind(roof, f"flops:{dtype}")), []).append(dtype)
-    for (peak, kind), dts in sorted(groups.items()):
-        dts = sorted(dts, key=lambda d: list(DTYPE_COLORS).index(d) if d in DTYPE_COLORS else 99)
-        name = "/".join(dts)
-        c = color or DTYPE_COLORS.get(dts[0], "black")
-        x_start = peak / bw if bw else x_lo
-        ls = "-" if kind == "measured" else "--"
-        ax.plot(
-            [max(x_start, x_lo), x_hi],
-            [peak, peak],
-            color=c,
-            ls=ls,
-            lw=lw,
-            alpha=alpha,
-            gid=f"{gid}flops:{name}",
+    name = "/".join(dts)
+    c = pen.color or DTYPE_COLORS.get(dts[0], "black")
+    x_start = peak / bw if bw else x_lo
+    ax.plot(
+        [max(x_start, x_lo), x_hi],
+        [peak, peak],
+        color=c,
+        ls="-" if kind == "measured" else "--",
+        lw=pen.lw,
+        alpha=pen.alpha,
+        gid=f"{pen.gid}flops:{name}",
+    )
+    ridge = peak / bw if bw else math.nan
+    show_ridge = bool(bw) and ridge_here and x_lo < ridge < x_hi
+    if pen.labels is not None:
+        text = f"{name} {si(peak, 'FLOP/s')}" + (
+            f", ridge {ridge:.3g} FLOP/B" if show_ridge and not ridge_lines else ""
         )
-        ridge = peak / bw if bw else math.nan
-        show_ridge = bool(bw) and bool(set(dts) & ridge_dtypes) and x_lo < ridge < x_hi
-        if labels is not None:
-            text = f"{name} {si(peak, 'FLOP/s')}" + (
-                f", ridge {ridge:.3g} FLOP/B" if show_ridge and not ridge_lines else ""
+        pen.labels.place(
+            f"{text} ({_who(pen.tag, kind)})", (x_hi, peak), ABOVE_RIGHT_END, ha="right", color=c
+        )
+    if show_ridge and ridge_lines:
+        ax.axvline(ridge, color=c, ls=":", lw=1.0, alpha=0.7, gid=f"{pen.gid}ridge:{name}")
+        if pen.labels is not None:
+            pen.labels.place(
+                f"ridge {name}\n{ridge:.3g} FLOP/B", (ridge, peak), RIDGE, color=c, fontsize=7
             )
-            labels.place(
-                f"{text} ({_who(tag, kind)})", (x_hi, peak), ABOVE_RIGHT_END, ha="right", color=c
-            )
-        if show_ridge and ridge_lines:
-            ax.axvline(ridge, color=c, ls=":", lw=1.0, alpha=0.7, gid=f"{gid}ridge:{name}")
-            if labels is not None:
-                labels.place(
-                    f"ridge {name}\n{ridge:.3g} FLOP/B", (ridge, peak), RIDGE, color=c, fontsize=7
-                )
 
 
 def _x_range(points: pd.DataFrame, roofs: list[Roof], levels: bool = True) -> tuple[float, float]:
@@ -217,7 +232,7 @@ def _axes_roofline(ax, x_lo, x_hi, pts, roofs: list[Roof]) -> None:
             10 ** math.floor(math.log10(min(ys) / 1.5)), 10 ** math.ceil(math.log10(max(ys) * 1.5))
         )
     ax.set_xlabel("arithmetic intensity (FLOP per DRAM byte)")
-    ax.set_ylabel("achieved FLOP/s (training FLOPs / median step time)")
+    ax.set_ylabel("achieved FLOP/s (training FLOPs / mean step time)")
     log_ticks(ax.yaxis, flops_label)
     log_ticks(ax.xaxis)
     ax.grid(True, which="major", alpha=0.3)
@@ -295,56 +310,15 @@ def draw_roofline_env(
     fig, axes = new_figure(10 + LEGEND_IN, 6.5, left=1.3, right=LEGEND_IN, top=0.75)
     ax = axes[0][0]
     pts = _plotted(points)
-    measured, vendor = roofset.get("measured"), roofset.get("vendor")
-    roof = roofset["roof"]  # join.roofs: measured ceilings, the vendor table filling the others
-    roofs = [r for r in (roof, vendor) if r is not None]
+    roof = roofset["roof"]  # measured ceilings, the vendor table filling the others
+    roofs = [r for r in (roof, roofset.get("vendor")) if r is not None]
     x_lo, x_hi = _x_range(pts, roofs)
     _axes_roofline(ax, x_lo, x_hi, pts, roofs)
     labels = Labels(ax)
     labels.block(pts["intensity_flops_per_byte"], pts["achieved_flops_per_s"])
     used = set(pts["ceiling_dtype"].dropna()) if "ceiling_dtype" in pts else set()
     if roof is not None:
-        shown = used | {
-            d for d in roof.flops_per_s if source_kind(roof, f"flops:{d}") == "measured"
-        }
-        if not shown & set(roof.flops_per_s):
-            shown = set(roof.flops_per_s)
-        _draw_roof(
-            ax,
-            roof,
-            x_lo,
-            x_hi,
-            dtypes=shown,
-            ridge_dtypes=used,
-            color=None,
-            tag="",
-            labels=labels,
-            gid="roof|",
-        )
-        if measured is not None and vendor is not None:  # the vendor values a measured one replaced
-            replaced = Roof(vendor.device_name, sources=vendor.sources)
-            replaced.flops_per_s = {
-                d: v
-                for d, v in vendor.flops_per_s.items()
-                if d in shown and source_kind(roof, f"flops:{d}") == "measured"
-            }
-            if source_kind(roof, "bytes:dram") == "measured" and "dram" in vendor.bytes_per_s:
-                replaced.bytes_per_s = {"dram": vendor.bytes_per_s["dram"]}
-            if not replaced.is_empty():
-                _draw_roof(
-                    ax,
-                    replaced,
-                    x_lo,
-                    x_hi,
-                    dtypes=None,
-                    ridge_dtypes=set(),
-                    color=None,
-                    tag="vendor, not used",
-                    labels=labels,
-                    gid="vendor|",
-                    lw=1.0,
-                    alpha=0.5,
-                )
+        _draw_env_roof(ax, roofset, used, (x_lo, x_hi), labels)
     _draw_points(ax, pts, [PRECISION_COLORS.get(p, "black") for p in pts["precision"]], levels=True)
     if any(
         c in pts and pts[c].gt(0).any()
@@ -371,11 +345,28 @@ def draw_roofline_env(
     return fig, len(pts)
 
 
-def roofline_env(
-    points: pd.DataFrame, env: str, device: str, roofset: dict, path: Path
-) -> tuple[Path, int]:
-    fig, n = draw_roofline_env(points, env, device, roofset)
-    return plots.save(fig, path), n
+def _draw_env_roof(ax, roofset: dict, used: set[str], x_span, labels: Labels) -> None:
+    """An environment's roof for the dtypes its points use plus every measured one (all when none
+    of those has a ceiling), ridges of the dtypes in use; and, thinner, the vendor values a
+    measured ceiling replaced."""
+    roof, measured, vendor = roofset["roof"], roofset.get("measured"), roofset.get("vendor")
+    shown = used | {d for d in roof.flops_per_s if roof.source_kind(f"flops:{d}") == "measured"}
+    if not shown & set(roof.flops_per_s):
+        shown = set(roof.flops_per_s)
+    _draw_roof(ax, roof, x_span, shown, used, _Pen(None, "", labels, "roof|"))
+    if measured is None or vendor is None:
+        return
+    replaced = Roof(vendor.device_name, sources=vendor.sources)  # the vendor values not used
+    replaced.flops_per_s = {
+        d: v
+        for d, v in vendor.flops_per_s.items()
+        if d in shown and roof.source_kind(f"flops:{d}") == "measured"
+    }
+    if roof.source_kind("bytes:dram") == "measured" and "dram" in vendor.bytes_per_s:
+        replaced.bytes_per_s = {"dram": vendor.bytes_per_s["dram"]}
+    if not replaced.is_empty():
+        pen = _Pen(None, "vendor, not used", labels, "vendor|", lw=1.0, alpha=0.5)
+        _draw_roof(ax, replaced, x_span, None, set(), pen)
 
 
 def draw_roofline_combined(points: pd.DataFrame, roofs: dict) -> tuple[Figure, int]:
@@ -386,7 +377,7 @@ def draw_roofline_combined(points: pd.DataFrame, roofs: dict) -> tuple[Figure, i
     ax = axes[0][0]
     pts = _plotted(points)
     envs = sorted(roofs)
-    colors = env_colors([f"{e} | {d}" for e, d in envs])
+    colors = distinct_colors([f"{e} | {d}" for e, d in envs])
     all_roofs = [r["roof"] for r in roofs.values() if r.get("roof") is not None]
     x_lo, x_hi = _x_range(pts, all_roofs, levels=False)
     _axes_roofline(ax, x_lo, x_hi, pts, all_roofs)
@@ -400,19 +391,10 @@ def draw_roofline_combined(points: pd.DataFrame, roofs: dict) -> tuple[Figure, i
         used = set(sub["ceiling_dtype"].dropna()) or {"fp32"}
         dram = {"dram": roof.dram_bytes_per_s} if math.isfinite(roof.dram_bytes_per_s) else {}
         only = Roof(roof.device_name, dict(roof.flops_per_s), dram, roof.sources)
-        _draw_roof(
-            ax,
-            only,
-            x_lo,
-            x_hi,
-            dtypes=used,
-            ridge_dtypes=used,
-            color=colors[f"{env} | {dev}"],
-            tag=env,
-            labels=labels if len(envs) <= 6 else None,
-            ridge_lines=False,
-            gid=f"{env}|{dev}|",
+        pen = _Pen(
+            colors[f"{env} | {dev}"], env, labels if len(envs) <= 6 else None, f"{env}|{dev}|"
         )
+        _draw_roof(ax, only, (x_lo, x_hi), used, used, pen, ridge_lines=False)
     _draw_points(
         ax,
         pts,
@@ -430,8 +412,3 @@ def draw_roofline_combined(points: pd.DataFrame, roofs: dict) -> tuple[Figure, i
         title += f"\n{n_lab} of {len(pts)} points labelled (per-environment figures and summary.csv name them)"
     ax.set_title(title, fontsize=11)
     return fig, len(pts)
-
-
-def roofline_combined(points: pd.DataFrame, roofs: dict, path: Path) -> tuple[Path, int]:
-    fig, n = draw_roofline_combined(points, roofs)
-    return plots.save(fig, path), n

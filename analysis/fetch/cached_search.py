@@ -1,4 +1,4 @@
-"""A search answered from the local cache (analysis/fetch/cache.py), brought up to date first.
+"""A search answered from the local cache (analysis/fetch/segments.py), brought up to date first.
 
 `search(reader, uri, experiment_ids, filter, cap, mode, stats)` returns what `reader.search` would
 return for the same arguments: the runs `filter` matches in the experiments, latest first, at most
@@ -12,7 +12,7 @@ return for the same arguments: the runs `filter` matches in the experiments, lat
   every matching run (exact, cheap on a database); analysis/fetch/api.py asks the server for runs
   started or ended since the last refresh, runs that had not ended, and deleted runs.
 
-Mode "off" searches without the cache; "refresh" (cache.clear first, by the caller) fills anew.
+Mode "off" searches without the cache; "refresh" (segments.clear first, by the caller) fills anew.
 `stats` counts runs taken from the cache and fetched, for the report's note.
 """
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from analysis.fetch import cache, rows
+from analysis.fetch import rows, segments
 
 MODES = ("auto", "refresh", "off")
 
@@ -47,9 +47,9 @@ class Stats:
             self.oldest_fill_ms = filled_ms
 
 
-def _save(seg: cache.Segment, stats: Stats, runs_changed: bool = True) -> None:
+def _save(seg: segments.Segment, stats: Stats, runs_changed: bool = True) -> None:
     try:
-        cache.save(seg, runs_changed)
+        segments.save(seg, runs_changed)
     except OSError as exc:  # a read-only or full disk: analyse anyway, say so in the note
         stats.unsaved = f"{type(exc).__name__}: {exc}"
 
@@ -71,8 +71,8 @@ def search(
         out = reader.search(experiment_ids, filter_string, cap)
         stats.fetched += len(out)
         return out
-    segments = {e: cache.load(uri, e, filter_string) for e in experiment_ids}
-    usable = {e: s for e, s in segments.items() if s is not None and s.serves(cap)}
+    stored = {e: segments.load(uri, e, filter_string) for e in experiment_ids}
+    usable = {e: s for e, s in stored.items() if s is not None and s.serves(cap)}
     parts = []
     if usable:
         parts += _refresh(reader, list(usable.values()), filter_string, cap, stats)
@@ -82,7 +82,7 @@ def search(
         now = _now_ms()  # before the search: a run that ends during it is seen next time
         runs = reader.search([e], filter_string, cap)
         complete = cap is None or len(runs) < cap
-        seg = cache.Segment(
+        seg = segments.Segment(
             uri,
             e,
             filter_string,

@@ -1,4 +1,5 @@
-"""The latest peaks run of one device, for a train run's own roofline (analysis/run_roofline.py).
+"""The latest peaks run of one device, for a train run's own roofline (roofline/run_plot.py): the
+roofline package's only access to the tracking store.
 
 One search over every experiment of the tracking server: FINISHED `peaks` runs whose `device_name`
 is the run's, the one of the same `env_label` first, else the latest of any environment.

@@ -7,13 +7,16 @@ compute P (FLOP/s) and memory bandwidth B (byte/s) cannot exceed
     attainable(I) = min(I * B, P)
 
 The ridge point I* = P / B separates memory-bound (I < I*) from compute-bound (I >= I*) work.
-Efficiency is achieved / attainable(I): how close the run came to the roof *at its own intensity*.
+The project's one efficiency is `fraction_of_roof` = achieved / attainable(I): how close the run came
+to the roof *at its own intensity* (docs/schema.md); `evaluate_point` applies it to a device's `Roof`
+and says which ceilings (measured, vendor) it was held against.
 
 Hierarchical roofline (Yang, Kurth & Williams, "Hierarchical Roofline analysis for GPUs", CCPE 2020):
 the same achieved FLOP/s placed at one intensity per memory level (DRAM, L2, L1); each level with a
 bandwidth ceiling gives its own bound, and the lowest one is the limiter.
 
-Nothing here imports mlflow, reads files or plots.
+Nothing here imports mlflow, reads files or plots. `DTYPES` and `LEVELS` are the project's one list
+of compute dtypes and memory levels (the vendor table, the peaks runs and analysis use them).
 """
 
 from __future__ import annotations
@@ -22,12 +25,16 @@ import math
 from dataclasses import dataclass, field
 
 DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16")
+"""compute ceilings' dtypes (peak_flops_per_s_<dtype>)."""
 LEVELS = ("dram", "l2", "l1")
+"""memory levels with a bandwidth ceiling (peak_<level>_bytes_per_s)."""
 MEMORY_BOUND = "memory-bound"
 COMPUTE_BOUND = "compute-bound"
 
 
-def _ok(x: float | None) -> bool:
+def is_finite_positive(x: float | None) -> bool:
+    """A usable figure: a finite number above zero (None, NaN, inf, 0, negatives and non-numbers
+    are not); every ceiling, intensity and FLOP/s read from a run passes here before use."""
     return x is not None and isinstance(x, (int, float)) and math.isfinite(x) and x > 0
 
 
@@ -35,14 +42,14 @@ def attainable_flops_per_s(
     intensity_flops_per_byte: float, peak_flops_per_s: float, bytes_per_s: float
 ) -> float:
     """min(I x B, P); NaN when any input is missing or not positive."""
-    if not (_ok(intensity_flops_per_byte) and _ok(peak_flops_per_s) and _ok(bytes_per_s)):
+    if not all(map(is_finite_positive, (intensity_flops_per_byte, peak_flops_per_s, bytes_per_s))):
         return math.nan
     return min(intensity_flops_per_byte * bytes_per_s, peak_flops_per_s)
 
 
 def ridge_intensity(peak_flops_per_s: float, bytes_per_s: float) -> float:
     """P / B in FLOP/byte: the intensity where the bandwidth slope meets the compute ceiling."""
-    if not (_ok(peak_flops_per_s) and _ok(bytes_per_s)):
+    if not all(map(is_finite_positive, (peak_flops_per_s, bytes_per_s))):
         return math.nan
     return peak_flops_per_s / bytes_per_s
 
@@ -52,20 +59,21 @@ def classify_bound(
 ) -> str:
     """'memory-bound' left of the ridge, 'compute-bound' at or right of it, '' when unknown."""
     ridge = ridge_intensity(peak_flops_per_s, bytes_per_s)
-    if not (_ok(intensity_flops_per_byte) and math.isfinite(ridge)):
+    if not (is_finite_positive(intensity_flops_per_byte) and math.isfinite(ridge)):
         return ""
     return MEMORY_BOUND if intensity_flops_per_byte < ridge else COMPUTE_BOUND
 
 
-def efficiency(
+def fraction_of_roof(
     achieved_flops_per_s: float,
     intensity_flops_per_byte: float,
     peak_flops_per_s: float,
     bytes_per_s: float,
 ) -> float:
-    """achieved / attainable(I) as a fraction (1.0 = on the roof); NaN when unknown."""
+    """The efficiency: achieved / attainable(I) = achieved / min(I x B, P) as a fraction (1.0 = on
+    the roof); NaN when unknown. The only definition in the project (docs/schema.md)."""
     att = attainable_flops_per_s(intensity_flops_per_byte, peak_flops_per_s, bytes_per_s)
-    if not (math.isfinite(att) and _ok(achieved_flops_per_s)):
+    if not (math.isfinite(att) and is_finite_positive(achieved_flops_per_s)):
         return math.nan
     return achieved_flops_per_s / att
 
@@ -122,8 +130,14 @@ class Roof:
     def peak(self, dtype: str) -> float:
         return self.flops_per_s.get(dtype, math.nan)
 
+    def source_kind(self, key: str) -> str:
+        """'measured' or 'vendor': where ceiling `key` ('flops:fp32', 'bytes:dram') came from."""
+        return "measured" if self.sources.get(key, "").startswith("measured") else "vendor"
+
     def is_empty(self) -> bool:
-        return not any(_ok(v) for v in [*self.flops_per_s.values(), *self.bytes_per_s.values()])
+        return not any(
+            is_finite_positive(v) for v in [*self.flops_per_s.values(), *self.bytes_per_s.values()]
+        )
 
     def merged_over(self, fallback: "Roof | None") -> "Roof":
         """A roof taking every value from self where present, else from `fallback`."""
@@ -133,13 +147,13 @@ class Roof:
             )
         out = Roof(self.device_name)
         for dtype in sorted(set(self.flops_per_s) | set(fallback.flops_per_s)):
-            src = self if _ok(self.flops_per_s.get(dtype)) else fallback
-            if _ok(src.flops_per_s.get(dtype)):
+            src = self if is_finite_positive(self.flops_per_s.get(dtype)) else fallback
+            if is_finite_positive(src.flops_per_s.get(dtype)):
                 out.flops_per_s[dtype] = src.flops_per_s[dtype]
                 out.sources[f"flops:{dtype}"] = src.sources.get(f"flops:{dtype}", "")
         for level in sorted(set(self.bytes_per_s) | set(fallback.bytes_per_s)):
-            src = self if _ok(self.bytes_per_s.get(level)) else fallback
-            if _ok(src.bytes_per_s.get(level)):
+            src = self if is_finite_positive(self.bytes_per_s.get(level)) else fallback
+            if is_finite_positive(src.bytes_per_s.get(level)):
                 out.bytes_per_s[level] = src.bytes_per_s[level]
                 out.sources[f"bytes:{level}"] = src.sources.get(f"bytes:{level}", "")
         return out
@@ -147,7 +161,8 @@ class Roof:
 
 @dataclass
 class PointEval:
-    """A roofline point evaluated against a roof."""
+    """A roofline point evaluated against a roof: `efficiency` is `fraction_of_roof`, `roof_source`
+    says which ceilings it used ('measured', 'vendor' or 'measured+vendor')."""
 
     ceiling_dtype: str
     peak_flops_per_s: float
@@ -167,27 +182,29 @@ def evaluate_point(
     nan = math.nan
     if roof is None or roof.is_empty():
         return PointEval(ceiling_dtype(precision, set()), nan, nan, nan, nan, "", nan, "")
-    available = {d for d, v in roof.flops_per_s.items() if _ok(v)}
+    available = {d for d, v in roof.flops_per_s.items() if is_finite_positive(v)}
     dtype = ceiling_dtype(precision, available)
     peak, bw = roof.peak(dtype), roof.dram_bytes_per_s
     ai = intensity.get("dram", nan)
-    src_f = roof.sources.get(f"flops:{dtype}", "") if _ok(peak) else ""
-    src_b = roof.sources.get("bytes:dram", "") if _ok(bw) else ""
+    src_f = roof.sources.get(f"flops:{dtype}", "") if is_finite_positive(peak) else ""
+    src_b = roof.sources.get("bytes:dram", "") if is_finite_positive(bw) else ""
     kinds = sorted({s.split(":", 1)[0] for s in (src_f, src_b) if s})
     limiter = ""
     if any(
-        level != "dram" and _ok(intensity.get(level)) and _ok(roof.bytes_per_s.get(level))
+        level != "dram"
+        and is_finite_positive(intensity.get(level))
+        and is_finite_positive(roof.bytes_per_s.get(level))
         for level in LEVELS
     ):
         limiter, _ = hierarchical_limiter(intensity, roof.bytes_per_s, peak)
     return PointEval(
         ceiling_dtype=dtype,
-        peak_flops_per_s=peak if _ok(peak) else nan,
-        dram_bytes_per_s=bw if _ok(bw) else nan,
+        peak_flops_per_s=peak if is_finite_positive(peak) else nan,
+        dram_bytes_per_s=bw if is_finite_positive(bw) else nan,
         ridge_flops_per_byte=ridge_intensity(peak, bw),
         attainable_flops_per_s=attainable_flops_per_s(ai, peak, bw),
         bound=classify_bound(ai, peak, bw),
-        efficiency=efficiency(achieved_flops_per_s, ai, peak, bw),
+        efficiency=fraction_of_roof(achieved_flops_per_s, ai, peak, bw),
         roof_source="+".join(kinds),
         hier_limiter=limiter,
     )

@@ -15,7 +15,7 @@ reference a measured ceiling is compared with). Conventions, applied to every en
   Turing/Volta).
 
 `VendorPeaks` is the record (validated); `BUILTIN` the table. Lookup by name, user entries and the
-CLI are profiling.peak_table. This module is that table: as entries are added it may pass ~400
+CLI are roofline/vendor.py. This module is that table: as entries are added it may pass ~400
 lines, and stays one module (a table is read, not navigated).
 """
 
@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16")
+from roofline.model import DTYPES
 
 
 @dataclass(frozen=True)

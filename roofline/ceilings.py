@@ -1,0 +1,70 @@
+"""A device's `Roof` from where its ceilings come from: a measured peaks run, the vendor table.
+
+The rule (docs/analysis.md, "Ceilings"): each ceiling comes from the device's measured peaks run
+when it measured it, else from the vendor table (with the user's --peaks-file), and `Roof.sources`
+says which for every ceiling. Pure: a peaks run arrives as a row of analysis's runs layout
+(`run_id`, `metrics.<key>`; roofline/store.py reads one, analysis/fetch reads many), a vendor entry
+as roofline/vendor.py's VendorPeaks (or a dict with its fields).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from roofline.model import DTYPES, LEVELS, Roof, is_finite_positive
+
+
+def _number(value: Any) -> float:
+    """A metric value as a float (NaN when it is none)."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def roof_from_peaks_row(row: dict, device: str) -> Roof:
+    """The ceilings a peaks run measured (`metrics.peak_flops_per_s_<dtype>`,
+    `metrics.peak_<level>_bytes_per_s`), each sourced 'measured: peaks run <id>'; a value that is
+    not a finite positive number is left out."""
+    roof = Roof(device)
+    src = f"measured: peaks run {str(row['run_id'])[:8]}"
+    for dtype in DTYPES:
+        v = _number(row.get(f"metrics.peak_flops_per_s_{dtype}"))
+        if is_finite_positive(v):
+            roof.flops_per_s[dtype] = v
+            roof.sources[f"flops:{dtype}"] = src
+    for level in LEVELS:
+        v = _number(row.get(f"metrics.peak_{level}_bytes_per_s"))
+        if is_finite_positive(v):
+            roof.bytes_per_s[level] = v
+            roof.sources[f"bytes:{level}"] = src
+    return roof
+
+
+def roof_from_vendor(entry: Any, device: str, label: str = "vendor") -> Roof | None:
+    """Roof from a VendorPeaks-like object (flops_per_s, dram_bytes_per_s, source; optional
+    l2_bytes_per_s / l1_bytes_per_s) or a dict with those keys; None when it gives no ceiling."""
+    if entry is None:
+        return None
+    get = entry.get if isinstance(entry, dict) else (lambda k, d=None: getattr(entry, k, d))
+    roof = Roof(device)
+    src = f"{label}: {get('source', '') or 'no source given'}"
+    for dtype, v in (get("flops_per_s", {}) or {}).items():
+        if is_finite_positive(v):
+            roof.flops_per_s[str(dtype)] = float(v)
+            roof.sources[f"flops:{dtype}"] = src
+    for level in LEVELS:
+        v = get(f"{level}_bytes_per_s", None)
+        if is_finite_positive(v):
+            roof.bytes_per_s[level] = float(v)
+            roof.sources[f"bytes:{level}"] = src
+    return None if roof.is_empty() else roof
+
+
+def measured_over_vendor(measured: Roof | None, vendor: Roof | None) -> Roof | None:
+    """The roof a point is held against: every ceiling the peaks run measured, the vendor's for the
+    others; None when neither knows the device."""
+    if measured is None or measured.is_empty():
+        return vendor
+    return measured.merged_over(vendor)

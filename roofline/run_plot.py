@@ -1,0 +1,142 @@
+"""One train run's own roofline: a small PNG on the run's page that answers "how close to the roof?"
+without running the analysis (train/roofline_figure.py logs it as `roofline.png`).
+
+The ceilings are the latest peaks run of the device on the same server (roofline/store.py),
+each ceiling it lacks taken from the vendor table (roofline/vendor.py), as analysis does
+(roofline/ceilings.py). A
+train run has counted FLOPs but no measured DRAM bytes (those need an ncu profile): its point sits
+at the byte model's *modeled* intensity (hollow triangle, as in the analysis figures), and the
+achieved FLOP/s is also drawn as a horizontal line across the compute roofs, which holds whatever
+the true intensity is. Both are labelled so.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+
+from common.fmt import pct, si
+from roofline.ceilings import measured_over_vendor, roof_from_peaks_row, roof_from_vendor
+from roofline.model import Roof, ceiling_dtype, is_finite_positive, ridge_intensity
+from roofline.plot import source_style
+from roofline.style import DTYPE_COLORS, LEVEL_STYLE, SOURCE_MARKER, flops_label, log_ticks
+
+
+def run_roof(device_name: str, peaks_row: dict | None, vendor_entry) -> Roof | None:
+    """The ceilings for a run on `device_name`: the peaks run's where it measured them, else the
+    vendor entry's; None when neither knows the device."""
+    measured = roof_from_peaks_row(peaks_row, device_name) if peaks_row else None
+    return measured_over_vendor(measured, roof_from_vendor(vendor_entry, device_name))
+
+
+def draw(roof: Roof, precision: str, achieved_flops_per_s: float, intensity: float, title: str):
+    """The figure (a matplotlib Figure on the Agg canvas): the compute roof of the run's ceiling
+    dtype and fp32, the bandwidth slopes, the run's point at its modeled intensity and its achieved
+    FLOP/s as a line."""
+    from matplotlib.figure import Figure
+
+    dtype = ceiling_dtype(precision, set(roof.flops_per_s))
+    dtypes = [d for d in dict.fromkeys([dtype, "fp32"]) if is_finite_positive(roof.peak(d))]
+    fig = Figure(figsize=(6.4, 4.2), dpi=100)
+    fig.subplots_adjust(left=0.14, right=0.97, top=0.84, bottom=0.13)
+    ax = fig.add_subplot()
+    x_lo, x_hi = _x_span(roof, dtypes, intensity)
+    _draw_ceilings(ax, roof, dtypes, roof.peak(dtype), x_lo, x_hi)
+    _draw_run(ax, achieved_flops_per_s, intensity)
+    top = max([roof.peak(d) for d in dtypes] + [achieved_flops_per_s])
+    _axes(ax, (x_lo, x_hi), (min(achieved_flops_per_s, top) / 30, top * 3))
+    fig.suptitle(title, fontsize=10)
+    ax.set_title(_subtitle(roof, dtype, achieved_flops_per_s), fontsize=9)
+    ax.legend(fontsize=7, loc="lower right")
+    return fig
+
+
+def _x_span(roof: Roof, dtypes: list[str], intensity: float) -> tuple[float, float]:
+    """A decade either side of the run's intensity and every ridge."""
+    ridges = [
+        ridge_intensity(roof.peak(d), bw)
+        for d in dtypes
+        for bw in roof.bytes_per_s.values()
+        if is_finite_positive(bw)
+    ]
+    xs = [v for v in [intensity, *ridges] if is_finite_positive(v)] or [1.0]
+    return min(xs) / 10, max(xs) * 10
+
+
+def _draw_ceilings(ax, roof: Roof, dtypes: list[str], peak: float, x_lo: float, x_hi: float):
+    """The compute roofs of `dtypes` and each bandwidth slope up to `peak` (the run's dtype's),
+    each labelled with its value and source."""
+    for d in dtypes:
+        ax.hlines(
+            roof.peak(d),
+            x_lo,
+            x_hi,
+            color=DTYPE_COLORS.get(d, "k"),
+            linestyles=source_style(roof, f"flops:{d}"),
+            label=f"{d} peak {flops_label(roof.peak(d))} ({roof.source_kind(f'flops:{d}')})",
+        )
+    for level, bw in roof.bytes_per_s.items():
+        if not (is_finite_positive(bw) and is_finite_positive(peak)):
+            continue
+        ridge = ridge_intensity(peak, bw)
+        ax.plot(
+            [x_lo, ridge],
+            [x_lo * bw, peak],
+            color="0.35",
+            linestyle=LEVEL_STYLE.get(level, "-"),
+            label=f"{level.upper()} {si(bw, 'B/s')} ({roof.source_kind(f'bytes:{level}')})",
+        )
+
+
+def _draw_run(ax, achieved_flops_per_s: float, intensity: float) -> None:
+    """The run's achieved FLOP/s as a line, and its point at the modeled intensity."""
+    ax.axhline(
+        achieved_flops_per_s,
+        color="tab:red",
+        linestyle=":",
+        label=f"achieved {flops_label(achieved_flops_per_s)}",
+    )
+    if is_finite_positive(intensity):
+        ax.plot(
+            [intensity],
+            [achieved_flops_per_s],
+            color="tab:red",
+            markersize=9,
+            linestyle="none",
+            label=f"this run at modeled intensity {intensity:.3g} FLOP/B",
+            **SOURCE_MARKER["modeled"],
+        )
+
+
+def _axes(ax, x_lim: tuple[float, float], y_lim: tuple[float, float]) -> None:
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(*x_lim)
+    ax.set_ylim(*y_lim)
+    log_ticks(ax.xaxis)
+    ax.set_xlabel(
+        "arithmetic intensity (FLOP/byte; run's point: modeled, not measured)", fontsize=8
+    )
+    ax.set_ylabel("FLOP/s", fontsize=9)
+    ax.tick_params(labelsize=8)
+
+
+def _subtitle(roof: Roof, dtype: str, achieved_flops_per_s: float) -> str:
+    """'<x>% of the <dtype> peak': achieved over the compute peak alone, which is not the
+    project's efficiency (roofline.model.fraction_of_roof, held against min(peak, I x B)): the two
+    differ for a run left of the ridge (issue 24)."""
+    peak = roof.peak(dtype)
+    share = achieved_flops_per_s / peak if is_finite_positive(peak) else math.nan
+    return f"{pct(share)} of the {dtype} peak" if math.isfinite(share) else "no compute peak known"
+
+
+def png(
+    roof: Roof, precision: str, achieved_flops_per_s: float, intensity: float, title: str
+) -> bytes:
+    """`draw` as PNG bytes."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = draw(roof, precision, achieved_flops_per_s, intensity, title)
+    buf = io.BytesIO()
+    FigureCanvasAgg(fig).print_png(buf)
+    return buf.getvalue()

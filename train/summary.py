@@ -1,0 +1,86 @@
+"""The words of a train run: its summary line, its description and what the command prints.
+
+Every step time and rate shown is the mean's (docs/schema.md, "Definitions"): ms/step is
+`step_time_mean_s`, samples/s and FLOP/s are the logged rates made from it.
+"""
+
+from __future__ import annotations
+
+from common import console, fmt, schema
+from train.bench import BenchResult
+from train.config import TrainConfig
+
+
+def summary_line(cfg: TrainConfig, device_name: str, metrics: dict, n_steps: int) -> str:
+    """The one-line result of a train run, in readable units: what the command prints and the
+    first line of the run's description."""
+    m = metrics
+    rel = m.get("step_time_ci95_rel")
+    ci = f", ±{rel:.1%} at 95% confidence" if rel is not None else ""
+    ranks = f" x {cfg.world_size} processes ({cfg.distributed})" if cfg.is_distributed else ""
+    return (
+        f"{cfg.model} b{cfg.batch_size} {cfg.precision} {cfg.image_size}px on {device_name}{ranks}: "
+        f"{fmt.num(m['throughput_samples_per_s'])} samples/s, "
+        f"{fmt.num(m['step_time_mean_s'] * 1e3)} ms/step (mean of {n_steps}{ci}), "
+        f"{fmt.si(m['achieved_flops_per_s'], 'FLOP/s')} achieved{' per process' if ranks else ''}"
+    )
+
+
+def run_note(cfg: TrainConfig, device_name: str, result: BenchResult, extra: str = "") -> str:
+    """The description of a train run (tag mlflow.note.content): the summary line, then the data,
+    the steps measured and the work counted, in plain text."""
+    m = result.metrics
+    lines = [
+        summary_line(cfg, device_name, m, len(result.step_times_s)),
+        "",
+        f"Configuration: {cfg.config_label()} ({cfg.optimizer}, lr {cfg.lr}, seed {cfg.seed}).",
+        f"Data: {result.tags.get('data_description', cfg.data)}.",
+        f"Measured {len(result.step_times_s)} steps after {cfg.warmup_iters} warmup "
+        f"(stop: {result.tags.get('measure_stop', 'fixed')}); "
+        f"{fmt.num(m['wall_s'])} s measuring.",
+        f"Work: {fmt.si(m['train_flops_per_step'], 'FLOP')} per training step (counted), "
+        f"{fmt.si(m['modeled_bytes_per_step'], 'B')} modeled memory traffic, "
+        f"{fmt.si(m['params'])} parameters.",
+    ]
+    if extra:
+        lines.append(extra)
+    return "\n".join(lines)
+
+
+def scaling_text(cfg: TrainConfig, result: BenchResult) -> str:
+    """A distributed run's second line: batch per process and step, the step without gradient
+    synchronisation and the communication it exposes, and the scaling efficiency."""
+    m, tags = result.metrics, result.tags
+    parts = [f"batch {cfg.batch_size} per process, {cfg.batch_size * cfg.world_size} per step"]
+    if "compute_only_step_time_mean_s" in m:
+        parts.append(
+            f"without gradient sync {m['compute_only_step_time_mean_s'] * 1e3:.1f} ms/step, "
+            f"exposed communication {m['exposed_comm_time_s'] * 1e3:.1f} ms "
+            f"({m['exposed_comm_time_share']:.0%} of a step)"
+        )
+    else:
+        parts.append(f"compute-only time {tags.get('compute_only', 'not measured')}")
+    if "scaling_efficiency" in m:
+        parts.append(
+            f"scaling efficiency {m['scaling_efficiency']:.2f} against the {tags['scaling_baseline']} "
+            f"{tags['scaling_baseline_run_id']}"
+        )
+    else:
+        parts.append(f"scaling efficiency: {tags.get('scaling_baseline', 'none')}")
+    return "; ".join(parts)
+
+
+def say_result(cfg: TrainConfig, session, result: BenchResult) -> None:
+    """Print the summary line with where the run is, the scaling line of a distributed run, and how
+    to open the run in the UI."""
+    from common.server import ui_hint
+
+    where = f"kept offline in {session.spool_path}" if session.offline else f"run {session.run_id}"
+    device_name = session.record.tags[schema.TAG_DEVICE_NAME]
+    console.result(
+        f"{summary_line(cfg, device_name, result.metrics, len(result.step_times_s))}; {where}"
+    )
+    if cfg.is_distributed:
+        console.result(scaling_text(cfg, result))
+    if not session.offline:
+        console.result(ui_hint(session.run_id, session.experiment_id))
