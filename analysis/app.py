@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from analysis import core, fetch, figures, findings, html, report
+from analysis import core, fetch, figure_cache, figures, findings, html, report
 from analysis.fetch.breakdowns import fetch_breakdowns
+from analysis.findings.records import json_text
 from common import console, schema
 from common.cli import ArgumentParser, add_track_flags, cli_entry
 from common.errors import BenchError, UsageError
@@ -83,6 +84,8 @@ class Result:
     source: fetch.Source
     """what was read, and how (the cache's counts)."""
     findings: findings.Findings | None = None
+    drawn_figures: list[str] | None = None
+    """file names of the figures drawn (the others were copied from the figure cache)."""
 
 
 def _split(values: list[str] | None) -> list[str]:
@@ -215,7 +218,9 @@ def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> R
     t = time.perf_counter()
     out_dir = Path(cfg.out)
     variability, var_title = _variability(analysis, cfg, source, timings)
-    drawn, files = _draw(analysis, out_dir, variability, cfg.jobs or figures.default_jobs())
+    cache = figure_cache.FigureCache.for_mode(cfg.cache)
+    drawn, files = _draw(analysis, out_dir, variability, cfg.jobs or figures.default_jobs(), cache)
+    drawn_names = [p.name for p in (cache.drawn if cache is not None else files)]
     timings["figures_s"] = time.perf_counter() - t
 
     found = _findings(cfg, analysis, runs, breakdowns, source, out_dir, files, timings)
@@ -224,7 +229,7 @@ def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> R
     files += _write_report(analysis, out_dir, drawn, query.describe(), var_title, found)
     timings["report_s"] = time.perf_counter() - t
     timings["total_s"] = time.perf_counter() - t0
-    return Result(analysis, out_dir, files, timings, source, found)
+    return Result(analysis, out_dir, files, timings, source, found, drawn_names)
 
 
 def _fetch(query: fetch.Query, source: fetch.Source) -> tuple:
@@ -246,19 +251,22 @@ def _fetch(query: fetch.Query, source: fetch.Source) -> tuple:
 
 
 def _draw(
-    analysis: core.Analysis, out_dir: Path, variability, n_jobs: int
+    analysis: core.Analysis, out_dir: Path, variability, n_jobs: int, cache=None
 ) -> tuple[dict[str, list[tuple[str, str]]], list[Path]]:
-    """Draw every figure under out_dir/figures: ({section: [(title, relative path)]}, files)."""
+    """Draw every figure under out_dir/figures, copying from `cache` (figure_cache.FigureCache)
+    those whose inputs are unchanged: ({section: [(title, relative path)]}, files)."""
     jobs = figures.plan(analysis, out_dir / "figures", variability)
-    console.info(
-        f"drawing {len(jobs)} figures for {len(analysis.roofs)} environment(s)"
-        + (f" in {n_jobs} processes" if n_jobs > 1 else "")
-    )
     drawn: dict[str, list[tuple[str, str]]] = {}
     files: list[Path] = []
-    for section, title, path in figures.render(jobs, n_jobs):
+    for section, title, path in figures.render(jobs, n_jobs, cache):
         drawn.setdefault(section, []).append((title, str(path.relative_to(out_dir))))
         files.append(path)
+    n = len(cache.drawn) if cache is not None else len(jobs)
+    console.info(
+        f"drew {n} of {len(jobs)} figures for {len(analysis.roofs)} environment(s)"
+        + (f" in {min(n_jobs, n)} processes" if min(n_jobs, n) > 1 else "")
+        + (f"; {len(jobs) - n} unchanged, copied from {cache.folder}" if n < len(jobs) else "")
+    )
     return drawn, files
 
 
@@ -284,15 +292,13 @@ def _findings(
 ) -> findings.Findings:
     """The findings engine over the joined analysis, with the step-time series of variable runs and
     the fetched breakdown runs; writes findings.json."""
-    import json
-
     t = time.perf_counter()
     series = fetch.fetch_series(findings.series_wanted(analysis.train), source=source)
     found = findings.build(analysis, runs, findings.read_prices(cfg.prices), breakdowns, series)
     timings["findings_s"] = time.perf_counter() - t
     path = out_dir / "findings.json"
     out_dir.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(found.to_json(), indent=1, allow_nan=False) + "\n")
+    path.write_text(json_text(found.to_json()))
     files.append(path)
     return found
 

@@ -23,6 +23,7 @@ from analysis import app, core, fetch, join
 from analysis.fetch import cached_search, rows, segments
 from analysis.fetch.api import ApiReader, OVERLAP_MS
 from analysis.fetch.sql import SqlReader
+from analysis.fetch.sqlite import SqliteReader
 from bench import fleet_store
 
 TRAIN = "tags.run_kind = 'train'"
@@ -191,6 +192,7 @@ def test_when_mlflow_internals_change_the_search_api_takes_over(tracking, monkey
         raise TypeError("_get_sqlalchemy_filter_clauses() takes 2 positional arguments")
 
     monkeypatch.setattr(SqlReader, "search", changed)
+    monkeypatch.setattr(SqliteReader, "for_uri", classmethod(lambda cls, uri: None))  # sql.py's
     source = fetch.Source("off")
     assert source.reader.kind == "sql"
     got = source.search([exp], TRAIN, 10)
@@ -199,7 +201,9 @@ def test_when_mlflow_internals_change_the_search_api_takes_over(tracking, monkey
 
 
 def test_an_http_server_is_read_through_the_search_api_and_a_database_directly(tracking):
-    assert isinstance(fetch.Source("off").reader, SqlReader)
+    source = fetch.Source("off")
+    assert isinstance(source.reader, SqliteReader)  # the filters analysis writes: sqlite3
+    assert isinstance(source.full_reader(), SqlReader)  # others: MLflow's compiler
     mlflow.set_tracking_uri("http://127.0.0.1:9")  # nothing listens there; no request is made
     try:
         assert isinstance(fetch.Source("off").reader, ApiReader)

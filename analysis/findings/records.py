@@ -4,6 +4,7 @@ nowhere else, so every number a sentence names is one of the record's values."""
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Callable
@@ -46,6 +47,19 @@ def plain(v):
     if isinstance(v, float) and not math.isfinite(v):
         return None
     return v
+
+
+def json_text(doc: dict) -> str:
+    """findings.json's text: `doc`'s lists one item a line (json's C encoder writes each line; with
+    indent= json falls back to its pure-Python encoder, about 1 s over 10,000 runs here)."""
+    parts = []
+    for k, v in doc.items():
+        if isinstance(v, list) and v:
+            items = ",\n".join(json.dumps(x, allow_nan=False) for x in v)
+            parts.append(f"{json.dumps(k)}: [\n{items}\n]")
+        else:
+            parts.append(f"{json.dumps(k)}: {json.dumps(v, allow_nan=False)}")
+    return "{\n" + ",\n".join(parts) + "\n}\n"
 
 
 def short(run_id: str) -> str:
