@@ -178,10 +178,12 @@ THROTTLE_KEYS = (
 )
 
 
+_GPU_KEYS = [f"gpu_{k}" for k in THROTTLE_KEYS]
+
+
 def throttling(run: dict, clean: Clean) -> Finding | None:
     """Clock throttling from a run's NVML sample summaries (train/energy.py), or None."""
-    keys = [f"gpu_{k}" for k in THROTTLE_KEYS]
-    if all(not isinstance(run.get(k), (int, float)) or run[k] != run[k] for k in keys):
+    if all(not isinstance(v := run.get(k), (int, float)) or v != v for k in _GPU_KEYS):
         return None  # no NVML samples (not a CUDA run, or logged before runs kept them)
     where = f"train run {str(run['run_id'])[:8]}"
     v = {k: clean.value(run.get(f"gpu_{k}"), f"gpu_{k}", where) for k in THROTTLE_KEYS}
