@@ -103,7 +103,9 @@ def fresh_experiment(client) -> str:
 
 
 # ------------------------------------------------------------------------ readers
-def check_reader_reads_what_mlflow_reads(reader, client):
+def fleet_of_kinds(client) -> tuple[str, int, str]:
+    """(experiment, t0, run a) with a finished, a NaN-metric, a FAILED, a RUNNING train run, a
+    profile, a peaks and an analysis run, started at t0, t0 + 1, ..."""
     exp = fresh_experiment(client)
     t0 = int(time.time() * 1000) - 100_000
     a = new_run(
@@ -137,6 +139,11 @@ def check_reader_reads_what_mlflow_reads(reader, client):
         start=t0 + 5,
     )
     new_run(client, exp, "analysis", "x", start=t0 + 6)
+    return exp, t0, a
+
+
+def check_reader_reads_what_mlflow_reads(reader, client):
+    exp, t0, a = fleet_of_kinds(client)
     filters = [
         "",
         TRAIN,

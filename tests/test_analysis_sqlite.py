@@ -12,10 +12,10 @@ import os
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import mlflow
+from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
 from analysis import fetch
@@ -25,6 +25,7 @@ from analysis.fetch.sqlite import SqliteReader, parse_filter
 from tests.test_analysis_fleet import (
     TRAIN,
     check_cache_follows_a_fleet,
+    fleet_of_kinds,
     fresh_experiment,
     new_run,
     records,
@@ -71,27 +72,11 @@ def test_the_filters_it_compiles_and_those_it_leaves_to_mlflow():
 
 def test_it_reads_what_mlflow_reads(tracking):
     client = MlflowClient()
-    exp = fresh_experiment(client)
-    t0 = int(time.time() * 1000) - 100_000
-    a = new_run(
-        client,
-        exp,
-        "train",
-        "a",
-        tags={"env_label": "l4", "host": "h", "mlflow.note.content": "not read"},
-        params={"model": "resnet18", "batch_size": 32, "lr": 0.1},
-        metrics={"throughput_samples_per_s": 10.0, "cpu_user_s": 3.0, "step_time_mean_s": 0.5},
-        start=t0,
-    )
-    new_run(client, exp, "train", "nan", params={"model": "vgg16"},
-            metrics={"throughput_samples_per_s": float("nan")}, start=t0 + 1)  # fmt: skip
-    new_run(client, exp, "train", "failed", status="FAILED", tags={"error": "OOM"}, start=t0 + 2)
-    new_run(client, exp, "train", "running", status="RUNNING", start=t0 + 3)
-    new_run(client, exp, "peaks", "k", metrics={"peak_flops_per_s_fp32_median": 9e12}, start=t0 + 4)
-    gone = new_run(client, exp, "train", "deleted", start=t0 + 5)
+    exp, t0, a = fleet_of_kinds(client)
+    gone = new_run(client, exp, "train", "deleted", start=t0 + 7)
     client.delete_run(gone)
     other = fresh_experiment(client)
-    new_run(client, other, "train", "elsewhere", start=t0 + 6)
+    new_run(client, other, "train", "elsewhere", start=t0 + 8)
     reader = lite_reader()
     for f in [
         "",
@@ -111,7 +96,11 @@ def test_it_reads_what_mlflow_reads(tracking):
     assert first["params.batch_size"] == "32" and "params.lr" not in first
     assert gone not in {r["run_id"] for r in got}
     full = SqlReader.for_current()
-    assert reader.series([a], "step_time_s") == full.series([a], "step_time_s") == {a: []}
+    steps = [(0.3, 5, 2), (0.1, 1, 0), (float("nan"), 2, 1), (0.25, 9, 2)]
+    client.log_batch(a, metrics=[Metric("step_time_s", v, t0 + ts, i) for v, ts, i in steps])
+    got_series = reader.series([a, gone], "step_time_s")
+    assert [str(v) for v in got_series[a]] == ["0.1", "nan", "0.3", "0.25"]
+    assert got_series[gone] == [] and str(got_series) == str(full.series([a, gone], "step_time_s"))
     name = client.get_experiment(exp).name
     assert reader.lookup_experiments([name]) == [exp]
     assert reader.lookup_experiments([name, "no such experiment"]) is None
