@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from analysis import core, fetch, figure_cache, figures, findings, html, report
+from analysis import breakdown, core, fetch, figure_cache, figures, findings, html, report
 from analysis.fetch.breakdowns import fetch_breakdowns
 from analysis.findings.records import json_text
 from common import console, schema
-from common.cli import ArgumentParser, add_track_flags, cli_entry
+from common.cli import ArgumentParser, add_track_flags, cli_entry, str_bool
 from common.errors import BenchError, UsageError
 from common.server import display_uri
 from roofline import vendor
@@ -56,6 +56,9 @@ class AnalysisConfig:
     prices: str = ""
     """CSV of USD per hour (columns match = env label or device name, usd_per_hour) over the
     default price table (analysis/findings/prices.py; docs/analysis.md, "Cost and energy")."""
+    use_incomplete_profiles: bool = False
+    """let a profile that missed a training phase (tag ncu_missing_phase: a forward-only capture)
+    give the measured intensity of its config's points; by default they keep the modeled one."""
 
     def __post_init__(self) -> None:
         if not str(self.out).strip():
@@ -152,6 +155,12 @@ def build_parser() -> argparse.ArgumentParser:
         "over the default on-demand GPU prices (docs/analysis.md)",
     )
     add_track_flags(p, "log outputs as artifacts of an `analysis` run (true/false; default true)")
+    _add_analysis_flags(p)
+    return p
+
+
+def _add_analysis_flags(p: argparse.ArgumentParser) -> None:
+    """How the analysis is drawn and fetched, and which profiles give an intensity."""
     p.add_argument(
         "--variability-config",
         default="",
@@ -172,7 +181,16 @@ def build_parser() -> argparse.ArgumentParser:
         "auto = use it and fetch only what changed, refresh = forget this server's cache and fetch "
         "everything, off = fetch everything, keep nothing (default: auto)",
     )
-    return p
+    p.add_argument(
+        "--use-incomplete-profiles",
+        type=str_bool,
+        nargs="?",
+        const=True,
+        default=False,
+        help="use the intensity of profiles that missed a training phase (tag ncu_missing_phase, "
+        "e.g. a forward-only capture) for their configs' points (true/false; default false: "
+        "those points keep the modeled intensity)",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> AnalysisConfig:
@@ -189,6 +207,7 @@ def config_from_args(args: argparse.Namespace) -> AnalysisConfig:
             jobs=args.jobs,
             cache=args.cache,
             prices=args.prices or "",
+            use_incomplete_profiles=args.use_incomplete_profiles,
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
@@ -207,7 +226,7 @@ def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> R
     timings["fetch_s"] = time.perf_counter() - t0
 
     t = time.perf_counter()
-    analysis = core.build(runs, vendor_lookup, complexity)
+    analysis = core.build(runs, vendor_lookup, complexity, cfg.use_incomplete_profiles)
     analysis.notes[:0] = fetch_notes
     timings["join_s"] = time.perf_counter() - t
     console.info(
@@ -226,7 +245,7 @@ def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> R
     found = _findings(cfg, analysis, runs, breakdowns, source, out_dir, files, timings)
 
     t = time.perf_counter()
-    files += _write_report(analysis, out_dir, drawn, query.describe(), var_title, found)
+    files += _write_report(analysis, out_dir, drawn, query.describe(), var_title, breakdowns, found)
     timings["report_s"] = time.perf_counter() - t
     timings["total_s"] = time.perf_counter() - t0
     return Result(analysis, out_dir, files, timings, source, found, drawn_names)
@@ -271,13 +290,30 @@ def _draw(
 
 
 def _write_report(
-    analysis: core.Analysis, out_dir: Path, drawn: dict, query: str, var_title: str, found
+    analysis: core.Analysis,
+    out_dir: Path,
+    drawn: dict,
+    query: str,
+    var_title: str,
+    breakdowns: list[dict],
+    found,
 ) -> list[Path]:
-    """The table files, report.md and report.html (figures embedded, the Findings section first)
-    under `out_dir`."""
-    files = report.write_tables(analysis, out_dir)
+    """The table files, report.md and report.html (figures embedded, the Findings section first,
+    the breakdown section included) under `out_dir`."""
+    b = breakdown.build(breakdowns)
+    analysis.notes += b.notes
+    files = report.write_tables(analysis, out_dir) + breakdown.write_files(b, out_dir)
+    if not b.runs.empty:  # breakdown_plot imports matplotlib (through profiling.breakdown)
+        from analysis import breakdown_plot
+
+        png = breakdown_plot.parts_by_run(b.runs, out_dir / "figures" / "breakdown_parts.png")
+        drawn["breakdown"] = [("Step parts per breakdown run", str(png.relative_to(out_dir)))]
+        files.append(png)
     generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     blocks = report.report_blocks(analysis, drawn, display_uri(), query, generated, var_title)
+    blocks = breakdown.insert_section(
+        blocks, breakdown.section(b, next(iter(drawn.get("breakdown", [])), None))
+    )
     first = report.first_section(blocks)
     blocks[first:first] = findings.report.blocks(found)
     md_path, html_path = out_dir / "report.md", out_dir / "report.html"

@@ -39,15 +39,19 @@ ENTRY_POINTS = {
     "analysis": "analyze",
     "sweep": "sweep",
     "complexity": "complexity",
+    "breakdown": "breakdown",
 }
 # why a profile's ncu input looks cut short (an import with --allow-truncated): no intensity from it
 TAG_NCU_TRUNCATED = "ncu_truncated"
+# the training phase(s) a profile missed against the config's counted FLOPs (profiling.ncu.completeness):
+# its intensity stays off the training point unless analysis is asked (--use-incomplete-profiles)
+TAG_NCU_MISSING_PHASE = "ncu_missing_phase"
 
 # distributed train runs (docs/schema.md)
 TAG_BASE_CONFIG_KEY = "base_config_key"  # config_key of the same work per process in one process
 TAG_BATCH_SCOPE = "batch_size_scope"  # "per_process": batch_size is each process's batch
 
-RUN_KINDS = ("train", "profile", "peaks", "analysis", "sweep", "complexity")
+RUN_KINDS = ("train", "profile", "peaks", "analysis", "sweep", "complexity", "breakdown")
 
 # --- the measured configuration ----------------------------------------------------------------
 # Fields that change what the device computes. Two runs with equal values do the same work per
@@ -75,7 +79,11 @@ CONFIG_KEY_FIELDS = (
 DISTRIBUTED_KEY_FIELDS = ("world_size", "distributed", "zero_stage", "backend")
 NOT_DISTRIBUTED = "none"
 
-PRECISIONS = ("fp32", "fp16", "bf16")
+PRECISIONS = ("fp32", "fp16", "bf16", "tf32")
+"""fp32 = IEEE FP32 (TF32 off on CUDA), fp16/bf16 = autocast, tf32 = fp32 tensors with TF32
+tensor-core math (CUDA sm_80+). New values only ever append: fp32 keeps its config_key."""
+# CUDA runs: the fp32 math in force, read back from torch (ieee | tf32 | cudnn=…,matmul=…)
+TAG_FP32_MATH = "fp32_math"
 
 _KEY_RE = re.compile(r"^[/\w.\- ]*$")
 

@@ -6,7 +6,9 @@ Two ways in:
   (profiling.ncu.capture, the command from profiling.ncu.command), parses ncu's CSV log and logs the
   run; ``--dry-run`` prints that command and its metric list instead;
 * ``--import FILE``: an ncu CSV (details or raw page) or a ``.ncu-rep`` report made elsewhere, logged
-  with the config given on the command line (works on any machine; profiling.ncu.import_path).
+  with the config given on the command line (works on any machine; profiling.ncu.import_path);
+* ``--breakdown``: not ncu at all: where the step's time goes per module and phase, on any device
+  (profiling/breakdown/cli.py, docs/breakdown.md).
 
 This module holds the flags, the config and the run both paths log (profiling.ncu.summary's metrics,
 tags and kernel tables). The CUDA check is injectable: ``main(argv, probe=...)`` takes a callable
@@ -24,9 +26,11 @@ from typing import Callable
 
 from common import console, schema
 from common.cli import ArgumentParser, cli_entry, optional
-from common.errors import UsageError
+from common.errors import UsageError, one_line
 from common.record import dataset_input
 from common.tracking import RunSession
+from profiling.breakdown.ncu import has_module_ranges
+from profiling.breakdown.ncu_log import log_ncu_layers
 from profiling.ncu.capture import DEFAULT_OUT, capture, dry_run
 from profiling.ncu.chips.devices import parse_capability
 from profiling.ncu.command import (
@@ -35,6 +39,7 @@ from profiling.ncu.command import (
     REPLAY_MODES,
     CaptureOptions,
 )
+from profiling.ncu.completeness import CountCheck, check_against_count
 from profiling.ncu.gpu import GpuInfo, cuda_probe
 from profiling.ncu.import_path import check_import_file, import_report
 from profiling.ncu.plan import METRIC_SETS, TENSOR_MODES
@@ -49,6 +54,7 @@ from profiling.ncu.summary import (
 from train.config import TrainConfig, add_config_args, config_from_args
 from train.data import dataset_fields, num_classes_for
 from train.models import check_model_name
+from train.phase_flops import PhaseFlops, config_phase_flops
 
 TOP_KERNELS = 25
 
@@ -121,6 +127,12 @@ def _add_ncu_flags(g) -> None:
         "instructions on Volta), ops, inst (warns on sm_75-89, refused on sm_90+), none",
     )
     g.add_argument("--ncu", default="ncu", help="ncu executable (default: ncu on PATH)")
+    g.add_argument(
+        "--nvtx-modules",
+        action="store_true",
+        help="capture: one NVTX range per module call, and emit_nvtx's sequence numbers, so the "
+        "run also logs layers.csv with measured FLOPs and DRAM bytes per module (docs/breakdown.md)",
+    )
     g.add_argument("--out", default=str(DEFAULT_OUT), help="folder for the ncu CSV log")
 
 
@@ -206,7 +218,15 @@ def _options(args: argparse.Namespace) -> CaptureOptions:
 
 # ------------------------------------------------------------------------------------ main
 def main(argv: list[str] | None = None, *, probe: Callable[..., GpuInfo] | None = None) -> int:
-    """Entry point; `probe` replaces the CUDA check (tests)."""
+    """Entry point; `probe` replaces the CUDA check (tests). `--breakdown` runs the breakdown
+    instead (profiling/breakdown/cli.py)."""
+    import sys
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--breakdown" in argv:
+        from profiling.breakdown.cli import main as breakdown_main
+
+        return breakdown_main([a for a in argv if a != "--breakdown"])
     return cli_entry(lambda a: _main(a, probe or cuda_probe))(argv)
 
 
@@ -243,6 +263,8 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo]) -> int:
         summary = summarize(report, capability, counters)
         require_counters(summary, report.source)
         _log_summary(session, args, config, summary, device_name, report.source, cautioned)
+        if has_module_ranges(report.kernels):  # --nvtx-modules: the breakdown's rows, measured
+            log_ncu_layers(session, report, summary, config, device_name)
     console.result(_summary_line(f"profile run {session.run_id}", summary, device_name))
     return 0
 
@@ -290,7 +312,8 @@ def _log_summary(
     cautioned: list[str],
 ) -> None:
     """Warn what the summary lacks (but what was said before ncu ran), then log its tags, metrics,
-    kernel tables and the run's description."""
+    kernel tables and the run's description. The capture is held against the config's counted
+    training FLOPs first (a missed phase makes it incomplete)."""
     importing = args.import_file is not None
     warnings, tags = list(summary.warnings), summary.mlflow_tags()
     incomplete = roofline_warning(summary, source)
@@ -301,10 +324,12 @@ def _log_summary(
     if gap:
         tags["ncu_tensor_undercount"], warning = gap
         warnings.append(warning)
+    check, count_line = _check_count(summary, config, args.profile_steps, source, tags)
+    warnings += [count_line] if count_line else []
     for warning in warnings:
         console.warn(warning)
     session.set_tags({schema.TAG_DEVICE_NAME: device_name, **tags})
-    session.log_metrics(summary.mlflow_metrics())
+    session.log_metrics({**summary.mlflow_metrics(), **check.metrics()})
     session.log_text("ncu/top_kernels.csv", top_kernels(summary, TOP_KERNELS).to_csv(index=False))
     session.log_text("ncu/kernels.csv", summary.kernels.to_csv(index=False))
     if summary.phases is not None:
@@ -317,9 +342,48 @@ def _log_summary(
     session.set_note(
         _summary_line(f"ncu profile of {config.config_label()} ({how})", summary, device_name)
         + (f"\nRoofline: {incomplete}" if incomplete else "")
+        + (f"\nRoofline: {count_line}" if count_line else "")
     )
     if "time_s" not in summary.measured:
         console.note("no gpu__time_duration.sum in the input: ncu_kernel_time_s not logged")
+
+
+def _count_config(config: TrainConfig) -> tuple[PhaseFlops | None, str]:
+    """(the config's training FLOPs per phase, why not) from shapes alone (train.phase_flops)."""
+    console.info(f"counting the training FLOPs of {config.config_label()} (shapes only) ...")
+    try:
+        counted = config_phase_flops(
+            config.model,
+            config.batch_size,
+            config.image_size,
+            config.num_classes,
+            config.optimizer,
+        )
+    except Exception as exc:  # noqa: BLE001 - a model the meta device cannot run: say so, go on
+        return None, f"the config's FLOPs could not be counted ({one_line(exc)})"
+    return counted, ""
+
+
+def _check_count(
+    summary: NcuSummary, config: TrainConfig, profile_steps: int, source: str, tags: dict[str, str]
+) -> tuple[CountCheck, str | None]:
+    """The profile against the config's counted training FLOPs (profiling.ncu.completeness): the
+    check, with its tags added to `tags`, and its warning line (None when it matches)."""
+    counted, uncounted = _count_config(config)
+    check = check_against_count(summary, counted, profile_steps, uncounted)
+    _mark_incomplete(tags, check)
+    return check, check.warning(source)
+
+
+def _mark_incomplete(tags: dict[str, str], check: CountCheck) -> None:
+    """The count check's tags; a profile that misses a phase is an incomplete one."""
+    tags.update(check.tags())
+    if check.incomplete:
+        lacking = [m for m in tags["ncu_roofline_missing"].split(",") if m != "none"]
+        tags["ncu_roofline"] = "incomplete"
+        tags["ncu_roofline_missing"] = ",".join(
+            lacking + [f"{p} phase" for p in check.missing_phases]
+        )
 
 
 def _env_label_tag(args: argparse.Namespace, config: TrainConfig, importing: bool) -> dict:

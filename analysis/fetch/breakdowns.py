@@ -1,9 +1,9 @@
 """The breakdown runs analysis reads (`python -m profiling --breakdown`, docs/breakdown.md).
 
-One search for FINISHED `breakdown` runs in the query's experiments (and env labels), the latest
-per (env_label, device_name, config_key), and two small artifacts of each: `breakdown.json` (the
-step's parts) and `layers.csv` (the rows). Read uncached, like the complexity tables: there are
-few such runs.
+One search for FINISHED `breakdown` runs in the query's experiments (and env labels), through the
+run cache like every search, the latest per (env_label, device_name, config_key), and two small
+artifacts of each, read uncached like the complexity tables: `breakdown.json` (the step's parts)
+and `layers.csv` (the rows).
 """
 
 from __future__ import annotations
