@@ -13,17 +13,8 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from analysis.findings.values import Clean
+from profiling.breakdown.names import PARTS  # the step's parts
 
-PARTS = (
-    "data_wait",
-    "h2d_copy",
-    "forward",
-    "backward",
-    "optimizer",
-    "exposed_comm",
-    "host_overhead",
-)
-"""the step's parts (profiling.breakdown.names.PARTS on the breakdown branch)."""
 DATA_PARTS = ("data_wait", "h2d_copy")
 HOST_PARTS = ("host_overhead",)
 LAYER_COLUMNS = ("module", "phase", "time_s", "share", "bound")
