@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from analysis import breakdown, breakdown_plot, core, fetch, figures, html, report
+from analysis import breakdown, core, fetch, figure_cache, figures, findings, html, report
 from analysis.fetch.breakdowns import fetch_breakdowns
+from analysis.findings.records import json_text
 from common import console, schema
 from common.cli import ArgumentParser, add_track_flags, cli_entry, str_bool
 from common.errors import BenchError, UsageError
@@ -52,6 +53,9 @@ class AnalysisConfig:
     cache: str = "auto"
     """the local cache of fetched runs: auto (use and update it), refresh (forget this tracking
     server's cache and fetch everything), off (fetch everything, keep nothing); docs/analysis.md."""
+    prices: str = ""
+    """CSV of USD per hour (columns match = env label or device name, usd_per_hour) over the
+    default price table (analysis/findings/prices.py; docs/analysis.md, "Cost and energy")."""
     use_incomplete_profiles: bool = False
     """let a profile that missed a training phase (tag ncu_missing_phase: a forward-only capture)
     give the measured intensity of its config's points; by default they keep the modeled one."""
@@ -82,6 +86,9 @@ class Result:
     timings_s: dict[str, float]
     source: fetch.Source
     """what was read, and how (the cache's counts)."""
+    findings: findings.Findings | None = None
+    drawn_figures: list[str] | None = None
+    """file names of the figures drawn (the others were copied from the figure cache)."""
 
 
 def _split(values: list[str] | None) -> list[str]:
@@ -104,6 +111,7 @@ def whole(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The flags, one per AnalysisConfig field (long as that list)."""
     p = ArgumentParser(
         prog="python -m analysis",
         description="Rooflines, tables and a report from train/profile/peaks runs on the MLflow tracking "
@@ -138,6 +146,13 @@ def build_parser() -> argparse.ArgumentParser:
         default="",
         help="JSON/YAML vendor entries adding to / overriding the vendor table (format: docs/peaks.md; "
         "default $ROOFLINE_PEAKS_FILE)",
+    )
+    p.add_argument(
+        "--prices",
+        default="",
+        metavar="FILE",
+        help="CSV of USD per hour, columns match (env label or device name) and usd_per_hour, "
+        "over the default on-demand GPU prices (docs/analysis.md)",
     )
     add_track_flags(p, "log outputs as artifacts of an `analysis` run (true/false; default true)")
     _add_analysis_flags(p)
@@ -191,6 +206,7 @@ def config_from_args(args: argparse.Namespace) -> AnalysisConfig:
             variability_config=args.variability_config or "",
             jobs=args.jobs,
             cache=args.cache,
+            prices=args.prices or "",
             use_incomplete_profiles=args.use_incomplete_profiles,
         )
     except ValueError as exc:
@@ -198,7 +214,7 @@ def config_from_args(args: argparse.Namespace) -> AnalysisConfig:
 
 
 def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> Result:
-    """Fetch, join, draw and write. `vendor_lookup='auto'`: roofline.vendor.find with
+    """Fetch, join, draw, judge and write. `vendor_lookup='auto'`: roofline.vendor.find with
     --peaks-file passed through (tests inject a stub instead)."""
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
@@ -221,14 +237,18 @@ def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> R
     t = time.perf_counter()
     out_dir = Path(cfg.out)
     variability, var_title = _variability(analysis, cfg, source, timings)
-    drawn, files = _draw(analysis, out_dir, variability, cfg.jobs or figures.default_jobs())
+    cache = figure_cache.FigureCache.for_mode(cfg.cache)
+    drawn, files = _draw(analysis, out_dir, variability, cfg.jobs or figures.default_jobs(), cache)
+    drawn_names = [p.name for p in (cache.drawn if cache is not None else files)]
     timings["figures_s"] = time.perf_counter() - t
 
+    found = _findings(cfg, analysis, runs, breakdowns, source, out_dir, files, timings)
+
     t = time.perf_counter()
-    files += _write_report(analysis, out_dir, drawn, query.describe(), var_title, breakdowns)
+    files += _write_report(analysis, out_dir, drawn, query.describe(), var_title, breakdowns, found)
     timings["report_s"] = time.perf_counter() - t
     timings["total_s"] = time.perf_counter() - t0
-    return Result(analysis, out_dir, files, timings, source)
+    return Result(analysis, out_dir, files, timings, source, found, drawn_names)
 
 
 def _fetch(query: fetch.Query, source: fetch.Source) -> tuple:
@@ -250,19 +270,22 @@ def _fetch(query: fetch.Query, source: fetch.Source) -> tuple:
 
 
 def _draw(
-    analysis: core.Analysis, out_dir: Path, variability, n_jobs: int
+    analysis: core.Analysis, out_dir: Path, variability, n_jobs: int, cache=None
 ) -> tuple[dict[str, list[tuple[str, str]]], list[Path]]:
-    """Draw every figure under out_dir/figures: ({section: [(title, relative path)]}, files)."""
+    """Draw every figure under out_dir/figures, copying from `cache` (figure_cache.FigureCache)
+    those whose inputs are unchanged: ({section: [(title, relative path)]}, files)."""
     jobs = figures.plan(analysis, out_dir / "figures", variability)
-    console.info(
-        f"drawing {len(jobs)} figures for {len(analysis.roofs)} environment(s)"
-        + (f" in {n_jobs} processes" if n_jobs > 1 else "")
-    )
     drawn: dict[str, list[tuple[str, str]]] = {}
     files: list[Path] = []
-    for section, title, path in figures.render(jobs, n_jobs):
+    for section, title, path in figures.render(jobs, n_jobs, cache):
         drawn.setdefault(section, []).append((title, str(path.relative_to(out_dir))))
         files.append(path)
+    n = len(cache.drawn) if cache is not None else len(jobs)
+    console.info(
+        f"drew {n} of {len(jobs)} figures for {len(analysis.roofs)} environment(s)"
+        + (f" in {min(n_jobs, n)} processes" if min(n_jobs, n) > 1 else "")
+        + (f"; {len(jobs) - n} unchanged, copied from {cache.folder}" if n < len(jobs) else "")
+    )
     return drawn, files
 
 
@@ -273,13 +296,16 @@ def _write_report(
     query: str,
     var_title: str,
     breakdowns: list[dict],
+    found,
 ) -> list[Path]:
-    """The table files, report.md and report.html (figures embedded, the breakdown section
-    included) under `out_dir`."""
+    """The table files, report.md and report.html (figures embedded, the Findings section first,
+    the breakdown section included) under `out_dir`."""
     b = breakdown.build(breakdowns)
     analysis.notes += b.notes
     files = report.write_tables(analysis, out_dir) + breakdown.write_files(b, out_dir)
-    if not b.runs.empty:
+    if not b.runs.empty:  # breakdown_plot imports matplotlib (through profiling.breakdown)
+        from analysis import breakdown_plot
+
         png = breakdown_plot.parts_by_run(b.runs, out_dir / "figures" / "breakdown_parts.png")
         drawn["breakdown"] = [("Step parts per breakdown run", str(png.relative_to(out_dir)))]
         files.append(png)
@@ -288,11 +314,29 @@ def _write_report(
     blocks = breakdown.insert_section(
         blocks, breakdown.section(b, next(iter(drawn.get("breakdown", [])), None))
     )
+    first = report.first_section(blocks)
+    blocks[first:first] = findings.report.blocks(found)
     md_path, html_path = out_dir / "report.md", out_dir / "report.html"
     md_path.write_text(report.markdown_text(blocks))
     images = {rel: (out_dir / rel).read_bytes() for section in drawn.values() for _, rel in section}
     html_path.write_text(html.render(blocks, images), encoding="utf-8")
     return files + [md_path, html_path]
+
+
+def _findings(
+    cfg, analysis, runs, breakdowns: list[dict], source, out_dir: Path, files: list, timings: dict
+) -> findings.Findings:
+    """The findings engine over the joined analysis, with the step-time series of variable runs and
+    the fetched breakdown runs; writes findings.json."""
+    t = time.perf_counter()
+    series = fetch.fetch_series(findings.series_wanted(analysis.train), source=source)
+    found = findings.build(analysis, runs, findings.read_prices(cfg.prices), breakdowns, series)
+    timings["findings_s"] = time.perf_counter() - t
+    path = out_dir / "findings.json"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(json_text(found.to_json()))
+    files.append(path)
+    return found
 
 
 def _variability(
@@ -383,6 +427,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = config_from_args(args)
     fetch.check_filter(cfg.filter)  # bad input ends here, before an analysis run exists
     check_out_dir(cfg.out)
+    findings.read_prices(cfg.prices)
 
     if cfg.track:
         from common.tracking import RunSession
@@ -406,6 +451,7 @@ def main(argv: list[str] | None = None) -> int:
                     "peaks_file": cfg.peaks_file or "none",
                     "out": cfg.out,
                     "cache": cfg.cache,
+                    "prices": cfg.prices or "default table",
                 }
             )
             session.flush()
@@ -449,10 +495,12 @@ def run_name(cfg: AnalysisConfig) -> str:
 def run_note(cfg: AnalysisConfig, result: Result) -> str:
     """The analysis run's description: the summary line, then what it read and the environments."""
     envs = sorted({f"{env} ({dev})" for env, dev in result.analysis.roofs})
+    heads = findings.report.description_lines(result.findings) if result.findings else []
     return "\n".join(
         [
             summary_line(result),
             "",
+            *(["Headline findings:", *heads, ""] if heads else []),
             f"Read: experiments {', '.join(cfg.experiments) or 'all'}; env labels "
             f"{', '.join(cfg.env_labels) or 'all'}; filter {cfg.filter or 'none'}; at most "
             f"{cfg.max_runs} train runs.",

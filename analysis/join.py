@@ -57,6 +57,27 @@ DIST_CARRIED = [
     "base_config_key",
 ]  # on each point (distributed = "none": one process)
 
+# what analysis/findings reads from each train run besides (docs/analysis.md, "Findings"): the
+# step-time CI, energy (train/energy.py), device memory and the NVML samples' summaries
+FINDINGS_METRICS = [
+    "step_time_ci95_rel",
+    "measured_iters",
+    "energy_j_per_sample",
+    "device_peak_mem_bytes",
+    "device_mem_total_bytes",
+    "gpu_nvml_samples",
+    "gpu_sm_clock_min_hz",
+    "gpu_sm_clock_median_hz",
+    "gpu_sm_clock_base_hz",
+    "gpu_temperature_max_c",
+    "gpu_temperature_slowdown_c",
+    "gpu_power_max_w",
+    "gpu_power_limit_w",
+    "gpu_throttled_sample_share",
+]
+FINDINGS_TAGS = ["energy_source", "energy_note", "gpu_throttle_reasons"]
+FINDINGS_PARAMS = ["workers"]
+
 PROFILE_METRICS = [
     "ncu_flops_total",
     "ncu_dram_bytes",
@@ -79,9 +100,17 @@ READ_KEYS = {
         "mlflow.runName",
         "mlflow.parentRunId",
         *ENV_TAGS,
+        *FINDINGS_TAGS,
     ],
-    "params": [*CONFIG_PARAMS, *DIST_PARAMS, "repeat", "device_memory_source"],
-    "metrics": [*TRAIN_METRICS, *DIST_METRICS, *PROFILE_METRICS],
+    "params": [
+        *CONFIG_PARAMS,
+        *DIST_PARAMS,
+        *FINDINGS_PARAMS,
+        "repeat",
+        "device_memory_source",
+        "profile_steps",
+    ],
+    "metrics": [*TRAIN_METRICS, *DIST_METRICS, *PROFILE_METRICS, *FINDINGS_METRICS],
 }
 READ_PREFIXES = {"tags": [], "params": [], "metrics": ["peak_"]}
 
@@ -169,8 +198,12 @@ def train_runs(runs: pd.DataFrame) -> pd.DataFrame:
     out["backend"] = text(tr, "params.backend")
     base = text(tr, f"tags.{schema.TAG_BASE_CONFIG_KEY}")
     out["base_config_key"] = base.where(base != "", out["config_key"])
-    for m in [*TRAIN_METRICS, *DIST_METRICS]:
+    for m in [*TRAIN_METRICS, *DIST_METRICS, *FINDINGS_METRICS]:
         out[m] = numeric(tr, f"metrics.{m}")
+    for t in FINDINGS_TAGS:
+        out[t] = text(tr, f"tags.{t}")
+    for p in FINDINGS_PARAMS:
+        out[p] = text(tr, f"params.{p}")
     return out.reset_index(drop=True)
 
 

@@ -196,6 +196,11 @@ def _complexity(analysis: Analysis) -> list[Block]:
     return out + [("p", COMPLEXITY_INTRO), ("table", complexity_table(analysis.complexity))]
 
 
+def first_section(blocks: list[Block]) -> int:
+    """Index of the report's first section heading: a section inserted there comes first."""
+    return next((i for i, b in enumerate(blocks) if b[0] == "h2"), len(blocks))
+
+
 def markdown_text(blocks: list[Block]) -> str:
     """report.md: the blocks as Markdown. Figures are named by path, not embedded: MLflow's
     artifact view shows Markdown image links as text, and report.html has them embedded."""
