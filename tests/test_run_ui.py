@@ -45,6 +45,32 @@ def test_config_label_names_what_differs_and_numbers_are_metrics():
     assert cfg.config_metrics() == {"config_batch_size": 8.0, "config_image_size": 64.0}
 
 
+def test_name_and_label_carry_every_knob_that_changes_the_numbers_and_nothing_else():
+    """Issue 24 item 1: hand-written names of runs whose numbers differ."""
+    base = dict(model="resnet18", batch_size=2, image_size=32, env_label="x")
+    single = TrainConfig(**base)
+    ddp = TrainConfig(**base, distributed="ddp", world_size=2, backend="gloo")
+    assert single.run_name() == "resnet18-b2-fp32-32px"
+    assert ddp.run_name() == "resnet18-b2-fp32-32px-ddp-2proc-gloo"
+    assert ddp.config_label() == "resnet18/b2/fp32/32px/ddp/2proc/gloo"
+    assert single.config_label() != ddp.config_label()
+    bf16 = TrainConfig(**base, precision="bf16", channels_last=True, compile=True)
+    assert bf16.run_name() == "resnet18-b2-bf16-32px-channels_last-compile"
+    ds = TrainConfig(**base, distributed="deepspeed", zero_stage=2, world_size=4)
+    assert ds.config_label() == "resnet18/b2/fp32/32px/deepspeed-zero2/4proc"  # backend unresolved
+    fake = TrainConfig(**base, data="fake", workers=4)
+    assert fake.run_name() == "resnet18-b2-fp32-32px-fake-4workers"
+    assert (
+        TrainConfig(**base, data="/d/imagenette").config_label() == "resnet18/b2/fp32/32px/folder"
+    )
+    assert TrainConfig(**base, data="cifar10:/d/c").run_name() == "resnet18-b2-fp32-32px-cifar10"
+    # workers only matter when a loader runs; seed, iterations, lr and env label never enter
+    same = TrainConfig(
+        **{**base, "env_label": "y"}, workers=0, seed=3, iters=7, warmup_iters=2, lr=0.1
+    )
+    assert same.run_name() == single.run_name() and same.config_label() == single.config_label()
+
+
 def test_dataset_fields_of_each_source(tmp_path):
     syn = dataset_fields("synthetic", 32, 1000, 0)
     assert (syn["name"], syn["source_type"]) == ("synthetic-32px-1000cls", "code")
