@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import mlflow
+import pytest
 
 from roofline import run_plot as run_roofline
 from roofline.store import latest_peaks_row
@@ -141,7 +142,25 @@ def test_run_roofline_figure_says_how_close_to_the_roof():
     roof = Roof("CPU X", {"fp32": 1e11}, {"dram": 2e10}, {"flops:fp32": "measured: peaks run a"})
     fig = run_roofline.draw(roof, "fp32", 2.5e10, 8.0, "resnet18/b2/fp32/32px on CPU X")
     ax = fig.axes[0]
-    assert ax.get_title() == "25.0% of the fp32 peak"  # 2.5e10 / 1e11
+    # right of the ridge (1e11 / 2e10 = 5 FLOP/B) the roof is the peak: 2.5e10 / 1e11
+    assert (
+        ax.get_title()
+        == "compute-bound, 25.0% of roof at its modeled intensity (measured ceilings)"
+    )
+    # left of it the roof is I x B = 2 x 2e10: 1e10 / 4e10 = 25 %, where the flat peak says 10 %
+    low = run_roofline.draw(roof, "fp32", 1e10, 2.0, "t").axes[0].get_title()
+    assert low == "memory-bound, 25.0% of roof at its modeled intensity (measured ceilings)"
+    fig = run_roofline.run_figure(roof, "fp32", 1e10, 2.0, "t")
+    assert fig.tags == {"roofline_roof": "measured: peaks run a", "bound": "memory-bound"}
+    assert fig.metrics == {"fraction_of_roof": pytest.approx(0.25)}
+    assert fig.line == f"Roofline: {low}; see roofline.png."
+    no_bw = Roof("CPU X", {"fp32": 1e11}, {}, {"flops:fp32": "vendor: sheet"})
+    assert run_roofline.verdict(run_roofline.run_point(no_bw, "bf16", 1e10, 2.0)) == (
+        "no bound: no DRAM bandwidth known (vendor ceilings)"
+    )
+    note = "summary\n\nConfiguration: x"
+    assert run_roofline.with_line(note, "Roofline: a") == "summary\nRoofline: a\n\nConfiguration: x"
+    assert run_roofline.with_line("s\nRoofline: a\nc", "Roofline: b") == "s\nRoofline: b\nc"
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert "this run at modeled intensity 8 FLOP/B" in labels
     assert "achieved 25 GFLOP/s" in labels and any(lb.startswith("DRAM 20 GB/s") for lb in labels)
@@ -165,6 +184,15 @@ def test_train_run_logs_its_roofline_against_the_peaks_run(tracking):
         filter_string="tags.run_kind = 'train'", search_all_experiments=True, output_format="list"
     )
     assert run.data.tags["roofline_roof"] == f"measured: peaks run {short(peaks)}"
+    # issue 21 item 4: the description's second line carries the bound and the fraction of roof
+    m, t = run.data.metrics, run.data.tags
+    truth = m["achieved_flops_per_s"] / min(m["modeled_intensity_flops_per_byte"] * 2e10, 1e11)
+    assert m["fraction_of_roof"] == pytest.approx(truth)
+    assert t["bound"] == (
+        "memory-bound" if m["modeled_intensity_flops_per_byte"] < 5 else "compute-bound"
+    )
+    second = t[schema.TAG_NOTE].splitlines()[1]
+    assert second.startswith(f"Roofline: {t['bound']}, ") and "% of roof at its modeled" in second
     png = mlflow.artifacts.download_artifacts(f"runs:/{run.info.run_id}/roofline.png")
     with open(png, "rb") as fh:
         assert fh.read(8) == b"\x89PNG\r\n\x1a\n"

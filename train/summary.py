@@ -26,12 +26,16 @@ def summary_line(cfg: TrainConfig, device_name: str, metrics: dict, n_steps: int
     )
 
 
-def run_note(cfg: TrainConfig, device_name: str, result: BenchResult, extra: str = "") -> str:
-    """The description of a train run (tag mlflow.note.content): the summary line, then the data,
-    the steps measured and the work counted, in plain text."""
+def run_note(
+    cfg: TrainConfig, device_name: str, result: BenchResult, extra: str = "", roofline: str = ""
+) -> str:
+    """The description of a train run (tag mlflow.note.content): the summary line, its bound and
+    fraction of roof (`roofline`: train/roofline_figure.py's line), then the data, the steps
+    measured and the work counted, in plain text."""
     m = result.metrics
     lines = [
         summary_line(cfg, device_name, m, len(result.step_times_s)),
+        *([roofline] if roofline else []),
         "",
         f"Configuration: {cfg.config_label()} ({cfg.optimizer}, lr {cfg.lr}, seed {cfg.seed}).",
         f"Data: {result.tags.get('data_description', cfg.data)}.",
