@@ -314,6 +314,32 @@ def _log(session, cfg: AnalysisConfig, result: Result) -> None:
     )
 
 
+def _draw_run_rooflines(result: Result) -> None:
+    """roofline.png, bound and fraction of roof on the train runs read that were drawn against
+    other ceilings than analysis now holds them against, or none (analysis/run_rooflines.py)."""
+    from analysis import run_rooflines
+    from analysis.fetch import segments
+
+    keep = result.source.mode != "off"
+    folder = segments.server_folder(result.source.uri)
+    ledger = run_rooflines.load_ledger(folder) if keep else {}
+    a = result.analysis
+    todo, more = run_rooflines.plan(a.train, a.roofs, ledger)
+    if not todo:
+        return
+    console.info(f"drawing roofline.png for {len(todo)} train run(s) made before these ceilings")
+    done, notes = run_rooflines.apply(todo)
+    for note in notes:
+        console.warn(note)
+    unsaved = run_rooflines.save_ledger(folder, {**ledger, **done}) if keep and done else ""
+    if unsaved:
+        console.warn(
+            f"could not keep the list of redrawn runs ({unsaved}): the next analysis redoes them"
+        )
+    if more:
+        console.note(f"{more} more train run(s) get their roofline.png at the next analysis")
+
+
 def _raise_if_no_points(result: Result) -> None:
     if result.analysis.counts["points"] == 0:
         raise BenchError(
@@ -374,6 +400,7 @@ def main(argv: list[str] | None = None) -> int:
             session.flush()
             result = run(cfg)
             _log(session, cfg, result)
+            _draw_run_rooflines(result)
             session.set_note(run_note(cfg, result))
             _raise_if_no_points(result)
         where = f"; logged to run {session.run_id}" if session.run_id else ""

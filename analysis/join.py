@@ -75,6 +75,8 @@ READ_KEYS = {
         schema.TAG_ERROR,
         schema.TAG_NCU_TRUNCATED,
         schema.TAG_BASE_CONFIG_KEY,
+        schema.TAG_CONFIG_LABEL,
+        "roofline_roof",  # the ceilings of the run's roofline.png (analysis/run_rooflines.py)
         "mlflow.runName",
         "mlflow.parentRunId",
         *ENV_TAGS,
@@ -147,6 +149,8 @@ def train_runs(runs: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame(index=tr.index)
     out["run_id"] = text(tr, "run_id")
     out["run_name"] = text(tr, "tags.mlflow.runName")
+    out["config_label"] = text(tr, f"tags.{schema.TAG_CONFIG_LABEL}")
+    out["roofline_roof"] = text(tr, "tags.roofline_roof")
     out["start_time"] = _start(tr)
     out["env_label"] = text(tr, f"tags.{schema.TAG_ENV_LABEL}").replace("", "(no env_label)")
     out["device_name"] = text(tr, f"tags.{schema.TAG_DEVICE_NAME}").replace("", "(unknown device)")
