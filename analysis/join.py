@@ -32,6 +32,7 @@ TRAIN_METRICS = [
     "train_flops_per_step",
     "achieved_flops_per_s",
     "modeled_intensity_flops_per_byte",
+    "step_time_ci95_rel",  # flagged when wider than ±50 % (common.plausible)
 ]
 ENV_TAGS = [
     "device_type",

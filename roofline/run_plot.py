@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass, field
 
 from common.fmt import pct, si
+from common.plausible import roof_flag
 from roofline.ceilings import measured_over_vendor, roof_from_peaks_row, roof_from_vendor
 from roofline.model import (
     PointEval,
@@ -62,7 +63,9 @@ def run_figure(
         tags[TAG_BOUND] = ev.bound
     values = {METRIC_FRACTION: ev.efficiency} if math.isfinite(ev.efficiency) else {}
     image = png(roof, precision, achieved_flops_per_s, intensity, title)
-    return RunFigure(image, tags, values, f"{NOTE_PREFIX}{verdict(ev)}; see roofline.png.")
+    flag = roof_flag(ev.efficiency)
+    line = f"{NOTE_PREFIX}{verdict(ev)}; see roofline.png." + (f" Check: {flag}." if flag else "")
+    return RunFigure(image, tags, values, line)
 
 
 def with_line(note: str, line: str) -> str:

@@ -239,3 +239,84 @@ def test_run_that_fails_before_its_summary_is_described_by_its_error(tracking):
         pass
     tags = mlflow.tracking.MlflowClient().get_run(s.run_id).data.tags
     assert tags[schema.TAG_NOTE] == "FAILED: out of memory at batch 64"
+
+
+def _result(**metrics):
+    from train.bench import BenchResult
+
+    base = {
+        "throughput_samples_per_s": 16.0,
+        "step_time_mean_s": 0.125,
+        "achieved_flops_per_s": 1e10,
+        "wall_s": 1.0,
+        "train_flops_per_step": 1.25e9,
+        "modeled_bytes_per_step": 1e8,
+        "params": 1e7,
+    }
+    return BenchResult(metrics={**base, **metrics}, step_times_s=[0.125] * 8)
+
+
+def test_description_flags_a_wide_confidence_interval_and_superlinear_scaling():
+    """Issue 24 item 3: the same words as the report, right under the numbers they question."""
+    from train.summary import run_note
+
+    cfg = TrainConfig(model="resnet18", batch_size=2, image_size=32, env_label="x")
+    quiet = run_note(cfg, "CPU X", _result(step_time_ci95_rel=0.5), roofline="Roofline: r")
+    assert "Check:" not in quiet  # ±50 % is the limit, not over it
+    note = run_note(cfg, "CPU X", _result(step_time_ci95_rel=2.86), roofline="Roofline: r")
+    lines = note.splitlines()
+    assert "±286.0% at 95% confidence" in lines[0]
+    assert lines[1] == "Roofline: r"
+    assert lines[2].startswith("Check: the 95% confidence interval of the mean step time is ±286%")
+    ddp = TrainConfig(
+        model="resnet18",
+        batch_size=2,
+        image_size=32,
+        env_label="x",
+        distributed="ddp",
+        world_size=2,
+        backend="gloo",
+    )
+    res = _result(scaling_efficiency=1.684, scaling_baseline_n_runs=2.0)
+    res.tags.update(scaling_baseline="single-process run", scaling_baseline_run_id="abc")
+    text = run_note(ddp, "CPU X", res)
+    assert "Check: scaling efficiency 168% is over 100%" in text.splitlines()[1]
+    assert (
+        "scaling efficiency 168.4% against the mean samples/s of 2 single-process run(s), newest abc"
+        in text
+    )
+
+
+def test_scaling_baseline_is_the_mean_of_the_world_size_1_runs(tracking):
+    from types import SimpleNamespace
+
+    from train.distributed.baseline import compare_scaling
+
+    ddp = TrainConfig(
+        model="resnet18",
+        batch_size=2,
+        image_size=32,
+        env_label="box",
+        distributed="ddp",
+        world_size=2,
+        backend="gloo",
+    )
+    tags = {schema.TAG_ENV_LABEL: "box", schema.TAG_DEVICE_NAME: "CPU X"}
+    ids = []
+    for thr in (3.0, 5.0, float("nan")):  # the nan one is left out, never averaged in
+        t = {**tags, schema.TAG_CONFIG_KEY: ddp.single_process_key()}
+        with RunSession("train", experiment="scale", tags=t) as s:
+            s.log_metrics({"throughput_samples_per_s": thr})
+        ids.append(s.run_id)
+    session = SimpleNamespace(
+        offline=False,
+        experiment_id=mlflow.get_experiment_by_name("scale").experiment_id,
+        record=SimpleNamespace(tags=tags),
+    )
+    result = _result(throughput_samples_per_s=16.0)
+    compare_scaling(session, ddp, result)
+    assert result.metrics["scaling_baseline_throughput_samples_per_s"] == pytest.approx(4.0)
+    assert result.metrics["scaling_efficiency"] == pytest.approx(16.0 / (2 * 4.0))
+    assert result.metrics["scaling_baseline_n_runs"] == 2
+    assert result.tags["scaling_baseline"] == "single-process run"
+    assert result.tags["scaling_baseline_run_id"] == ids[1]  # the newest usable one

@@ -6,7 +6,7 @@ Every step time and rate shown is the mean's (docs/schema.md, "Definitions"): ms
 
 from __future__ import annotations
 
-from common import console, fmt, schema
+from common import console, fmt, plausible, schema
 from train.bench import BenchResult
 from train.config import TrainConfig
 
@@ -46,8 +46,14 @@ def run_note(
         f"{fmt.si(m['modeled_bytes_per_step'], 'B')} modeled memory traffic, "
         f"{fmt.si(m['params'])} parameters.",
     ]
+    if cfg.is_distributed:
+        lines.append(f"Data parallel: {scaling_text(cfg, result)}.")
     if extra:
         lines.append(extra)
+    flags = [plausible.ci_flag(m.get("step_time_ci95_rel"))]
+    flags.append(plausible.scaling_flag(m.get("scaling_efficiency")))
+    at = 2 if roofline else 1  # right under the numbers they question
+    lines[at:at] = [f"Check: {f}." for f in flags if f]
     return "\n".join(lines)
 
 
@@ -66,7 +72,8 @@ def scaling_text(cfg: TrainConfig, result: BenchResult) -> str:
         parts.append(f"compute-only time {tags.get('compute_only', 'not measured')}")
     if "scaling_efficiency" in m:
         parts.append(
-            f"scaling efficiency {m['scaling_efficiency']:.2f} against the {tags['scaling_baseline']} "
+            f"scaling efficiency {fmt.pct(m['scaling_efficiency'])} against the mean samples/s "
+            f"of {int(m.get('scaling_baseline_n_runs', 1))} {tags['scaling_baseline']}(s), newest "
             f"{tags['scaling_baseline_run_id']}"
         )
     else:
