@@ -201,6 +201,8 @@ def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> R
     t = time.perf_counter()
     out_dir = Path(cfg.out)
     variability, var_title = _variability(analysis, cfg, source, timings)
+    cache_note = source.note()  # housekeeping: after what the runs lack, never first
+    analysis.notes += [cache_note] if cache_note else []
     drawn, files = _draw(analysis, out_dir, variability, cfg.jobs or figures.default_jobs())
     timings["figures_s"] = time.perf_counter() - t
 
@@ -222,8 +224,6 @@ def _fetch(query: fetch.Query, source: fetch.Source) -> tuple:
         )
     complexity, complexity_notes = fetch.fetch_complexity(query, source)
     notes += complexity_notes
-    cache_note = source.note()
-    notes += [cache_note] if cache_note else []
     return runs, complexity, notes
 
 

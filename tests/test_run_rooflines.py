@@ -107,5 +107,11 @@ def test_train_run_made_before_the_peaks_run_gets_its_roofline_when_analysis_run
     with open(png, "rb") as fh:
         assert fh.read(8) == b"\x89PNG\r\n\x1a\n"
     # a second analysis finds nothing to redraw (the cached run still carries the old tag)
-    assert analyze(["--experiment", "early", "--out", str(tmp_path / "r2"), "--jobs", "1"]) == 0
-    assert "drawing roofline.png" not in capsys.readouterr().err
+    again = ["--experiment", "early", "--out", str(tmp_path / "r2"), "--jobs", "1"]
+    assert analyze([*again, "--variability-config", "nope"]) == 0
+    err = capsys.readouterr().err
+    assert "drawing roofline.png" not in err
+    # issue 24 item 5: the cache's housekeeping note comes after what the runs lack, not first
+    notes = [x for x in err.splitlines() if x.startswith("note: ")]
+    assert notes[0].startswith("note: --variability-config nope: no train run has that")
+    assert notes[-1].startswith("note: runs read through the local cache")
