@@ -1,16 +1,21 @@
 """The MLflow UI as a user sees it: headless Chromium (Playwright) against a real `mlflow server`
-holding runs made by the project's own commands (two train runs, a sweep of one config with two
-repeats, an analysis).
+holding a store like issue 24's, made by the project's own commands (train runs at b2 and b4, a
+bf16 channels-last run, a sweep of b2 with two repeats, a 2-process DDP run of b2, a complexity
+run, a peaks run logged after them, an analysis).
 
-Checks what issue 12 asked of the UI: the analysis report (report.html) renders in the artifact
-view with every figure loaded; a train run's page shows its description and its roofline figure;
-sweep children have distinct names. With ROOFLINE_SCREENSHOTS=1 it also saves the screenshots in
-docs/img/ (the run page, the compare view, the report).
+Checks issue 24's items 1-4: runs that measure differently have different names and labels; every
+train run made before the peaks run shows its roofline.png naming its bound once analysis has run;
+the data-parallel run's scaling is against the mean of its world-size-1 runs and the report names
+the fraction of roof and has an "Implausible values" section; the link `python -m train` prints
+opens on the train runs, fastest first. Also (issue 12) the report renders with every figure and
+a run page shows its description. With ROOFLINE_SCREENSHOTS=1 it saves the screenshots in
+docs/img/ (docs/ui.md shows them).
 
 Needs `playwright` (requirements-dev.txt) and a Chromium at $ROOFLINE_CHROMIUM (default
 /usr/bin/chromium; .ci/chromium.sh installs the Debian package); skipped with the reason when
-either is missing. Playwright's own browser download is never used. The MLflow UI polls the server
-and never reaches network idle: every step waits for the element it needs.
+either is missing (a CI box without them passes without these checks: marker `browser`).
+Playwright's own browser download is never used. The MLflow UI polls the server and never reaches
+network idle: every step waits for the element it needs.
 """
 
 from __future__ import annotations
