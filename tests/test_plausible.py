@@ -53,3 +53,32 @@ def test_report_flags_points_scaling_and_wide_intervals():
     many = pd.concat([train.iloc[:1]] * 12, ignore_index=True)
     capped = core.implausible(points.iloc[1:], pd.DataFrame(), many)
     assert len(capped) == core.MAX_FLAGS + 1 and capped[-1].startswith("... and 2 more")
+
+
+def test_a_point_that_averages_runs_of_different_data_sources_says_so():
+    """Names and labels carry the data source; points group by config_key (the work per step),
+    which does not: the report says when a point mixes sources (issue 24 item 1)."""
+    from analysis import join
+
+    runs = pd.DataFrame(
+        [
+            {
+                "run_id": f"r{i}",
+                "status": "FINISHED",
+                "start_time": i,
+                "tags.run_kind": "train",
+                "tags.env_label": "box",
+                "tags.device_name": "CPU X",
+                "tags.config_key": "k1" if i < 3 else "k2",
+                "params.data": data,
+            }
+            for i, data in enumerate(["synthetic", "/d/imagenette", "", "fake", "fake"])
+        ]
+    )
+    train = join.train_runs(runs)
+    assert list(train["data_kind"]) == ["synthetic", "folder", "synthetic", "fake", "fake"]
+    assert join.mixed_data_notes(train) == [
+        "box: config k1 averages runs of different data sources (folder, synthetic): a loader's "
+        "cost is in some of them; analyse one source at a time with --filter "
+        "\"params.data = 'synthetic'\""
+    ]

@@ -170,9 +170,7 @@ class TrainConfig:
     @property
     def data_kind(self) -> str:
         """synthetic | fake | folder | cifar10"""
-        if self.data in ("synthetic", "fake"):
-            return self.data
-        return "cifar10" if self.data.startswith("cifar10:") else "folder"
+        return data_kind(self.data)
 
     def params(self) -> dict:
         """MLflow params of this config (everything but env_label, which is a tag; the
@@ -236,6 +234,15 @@ class TrainConfig:
         """The numeric configuration values also logged as metrics, so that the UI sorts them as
         numbers (params are text: 16 < 4 < 64 < 8)."""
         return {f"config_{name}": float(getattr(self, name)) for name in CONFIG_METRICS}
+
+
+def data_kind(data: str) -> str:
+    """synthetic | fake | folder | cifar10 of a `data` value (a run's param; a run that logged
+    none had the default, synthetic)."""
+    data = str(data or "synthetic").strip()
+    if data in ("synthetic", "fake"):
+        return data
+    return "cifar10" if data.startswith("cifar10:") else "folder"
 
 
 def check_choices(precision: str, device: str, optimizer: str) -> None:
