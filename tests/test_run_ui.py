@@ -241,6 +241,19 @@ def test_run_that_fails_before_its_summary_is_described_by_its_error(tracking):
     assert tags[schema.TAG_NOTE] == "FAILED: out of memory at batch 64"
 
 
+def _ddp_config(env_label: str) -> TrainConfig:
+    """resnet18 b2 32px in a 2-process DDP job over gloo."""
+    return TrainConfig(
+        model="resnet18",
+        batch_size=2,
+        image_size=32,
+        env_label=env_label,
+        distributed="ddp",
+        world_size=2,
+        backend="gloo",
+    )
+
+
 def _result(**metrics):
     from train.bench import BenchResult
 
@@ -268,15 +281,7 @@ def test_description_flags_a_wide_confidence_interval_and_superlinear_scaling():
     assert "±286.0% at 95% confidence" in lines[0]
     assert lines[1] == "Roofline: r"
     assert lines[2].startswith("Check: the 95% confidence interval of the mean step time is ±286%")
-    ddp = TrainConfig(
-        model="resnet18",
-        batch_size=2,
-        image_size=32,
-        env_label="x",
-        distributed="ddp",
-        world_size=2,
-        backend="gloo",
-    )
+    ddp = _ddp_config("x")
     res = _result(scaling_efficiency=1.684, scaling_baseline_n_runs=2.0)
     res.tags.update(scaling_baseline="single-process run", scaling_baseline_run_id="abc")
     text = run_note(ddp, "CPU X", res)
@@ -292,15 +297,7 @@ def test_scaling_baseline_is_the_mean_of_the_world_size_1_runs(tracking):
 
     from train.distributed.baseline import compare_scaling
 
-    ddp = TrainConfig(
-        model="resnet18",
-        batch_size=2,
-        image_size=32,
-        env_label="box",
-        distributed="ddp",
-        world_size=2,
-        backend="gloo",
-    )
+    ddp = _ddp_config("box")
     tags = {schema.TAG_ENV_LABEL: "box", schema.TAG_DEVICE_NAME: "CPU X"}
     ids = []
     for thr in (3.0, 5.0, float("nan")):  # the nan one is left out, never averaged in
