@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from analysis import core, fetch, figures, html, report
+from analysis import breakdown, breakdown_plot, core, fetch, figures, html, report
+from analysis.fetch.breakdowns import fetch_breakdowns
 from common import console, schema
 from common.cli import ArgumentParser, add_track_flags, cli_entry
 from common.errors import BenchError, UsageError
@@ -186,7 +187,7 @@ def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> R
         vendor_lookup = vendor.load_vendor_lookup(cfg.peaks_file)
     query = cfg.query()
     source = fetch.Source(cfg.cache)
-    runs, complexity, fetch_notes = _fetch(query, source)
+    runs, complexity, breakdowns, fetch_notes = _fetch(query, source)
     timings["fetch_s"] = time.perf_counter() - t0
 
     t = time.perf_counter()
@@ -201,20 +202,22 @@ def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> R
     t = time.perf_counter()
     out_dir = Path(cfg.out)
     variability, var_title = _variability(analysis, cfg, source, timings)
-    cache_note = source.note()  # housekeeping: after what the runs lack, never first
-    analysis.notes += [cache_note] if cache_note else []
     drawn, files = _draw(analysis, out_dir, variability, cfg.jobs or figures.default_jobs())
     timings["figures_s"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    files += _write_report(analysis, out_dir, drawn, query.describe(), var_title)
+    # the cache's housekeeping note goes after what the runs lack, never first
+    files += _write_report(
+        analysis, out_dir, drawn, query.describe(), var_title, breakdowns, source.note()
+    )
     timings["report_s"] = time.perf_counter() - t
     timings["total_s"] = time.perf_counter() - t0
     return Result(analysis, out_dir, files, timings, source)
 
 
 def _fetch(query: fetch.Query, source: fetch.Source) -> tuple:
-    """(runs, complexity tables, notes on what was read); UsageError when no train run matches."""
+    """(runs, complexity tables, breakdown runs, notes on what was read); UsageError when no train
+    run matches."""
     runs, notes = fetch.fetch_runs(query, source)
     n_train = 0 if runs.empty else int((runs.get("tags.run_kind") == "train").sum())
     if n_train == 0:
@@ -224,7 +227,8 @@ def _fetch(query: fetch.Query, source: fetch.Source) -> tuple:
         )
     complexity, complexity_notes = fetch.fetch_complexity(query, source)
     notes += complexity_notes
-    return runs, complexity, notes
+    breakdowns = fetch_breakdowns(query, source, notes)
+    return runs, complexity, breakdowns, notes
 
 
 def _draw(
@@ -245,12 +249,28 @@ def _draw(
 
 
 def _write_report(
-    analysis: core.Analysis, out_dir: Path, drawn: dict, query: str, var_title: str
+    analysis: core.Analysis,
+    out_dir: Path,
+    drawn: dict,
+    query: str,
+    var_title: str,
+    breakdowns: list[dict],
+    last_note: str | None = None,
 ) -> list[Path]:
-    """The table files, report.md and report.html (figures embedded) under `out_dir`."""
-    files = report.write_tables(analysis, out_dir)
+    """The table files, report.md and report.html (figures embedded, the breakdown section
+    included) under `out_dir`; `last_note` ends "What is missing"."""
+    b = breakdown.build(breakdowns)
+    analysis.notes += b.notes + ([last_note] if last_note else [])
+    files = report.write_tables(analysis, out_dir) + breakdown.write_files(b, out_dir)
+    if not b.runs.empty:
+        png = breakdown_plot.parts_by_run(b.runs, out_dir / "figures" / "breakdown_parts.png")
+        drawn["breakdown"] = [("Step parts per breakdown run", str(png.relative_to(out_dir)))]
+        files.append(png)
     generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     blocks = report.report_blocks(analysis, drawn, display_uri(), query, generated, var_title)
+    blocks = breakdown.insert_section(
+        blocks, breakdown.section(b, next(iter(drawn.get("breakdown", [])), None))
+    )
     md_path, html_path = out_dir / "report.md", out_dir / "report.html"
     md_path.write_text(report.markdown_text(blocks))
     images = {rel: (out_dir / rel).read_bytes() for section in drawn.values() for _, rel in section}

@@ -39,6 +39,7 @@ ENTRY_POINTS = {
     "analysis": "analyze",
     "sweep": "sweep",
     "complexity": "complexity",
+    "breakdown": "breakdown",
 }
 # why a profile's ncu input looks cut short (an import with --allow-truncated): no intensity from it
 TAG_NCU_TRUNCATED = "ncu_truncated"
@@ -47,7 +48,7 @@ TAG_NCU_TRUNCATED = "ncu_truncated"
 TAG_BASE_CONFIG_KEY = "base_config_key"  # config_key of the same work per process in one process
 TAG_BATCH_SCOPE = "batch_size_scope"  # "per_process": batch_size is each process's batch
 
-RUN_KINDS = ("train", "profile", "peaks", "analysis", "sweep", "complexity")
+RUN_KINDS = ("train", "profile", "peaks", "analysis", "sweep", "complexity", "breakdown")
 
 # --- the measured configuration ----------------------------------------------------------------
 # Fields that change what the device computes. Two runs with equal values do the same work per

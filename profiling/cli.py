@@ -6,7 +6,9 @@ Two ways in:
   (profiling.ncu.capture, the command from profiling.ncu.command), parses ncu's CSV log and logs the
   run; ``--dry-run`` prints that command and its metric list instead;
 * ``--import FILE``: an ncu CSV (details or raw page) or a ``.ncu-rep`` report made elsewhere, logged
-  with the config given on the command line (works on any machine; profiling.ncu.import_path).
+  with the config given on the command line (works on any machine; profiling.ncu.import_path);
+* ``--breakdown``: not ncu at all: where the step's time goes per module and phase, on any device
+  (profiling/breakdown/cli.py, docs/breakdown.md).
 
 This module holds the flags, the config and the run both paths log (profiling.ncu.summary's metrics,
 tags and kernel tables). The CUDA check is injectable: ``main(argv, probe=...)`` takes a callable
@@ -27,6 +29,8 @@ from common.cli import ArgumentParser, cli_entry, optional
 from common.errors import UsageError
 from common.record import dataset_input
 from common.tracking import RunSession
+from profiling.breakdown.ncu import has_module_ranges
+from profiling.breakdown.ncu_log import log_ncu_layers
 from profiling.ncu.capture import DEFAULT_OUT, capture, dry_run
 from profiling.ncu.chips.devices import parse_capability
 from profiling.ncu.command import (
@@ -121,6 +125,12 @@ def _add_ncu_flags(g) -> None:
         "instructions on Volta), ops, inst (warns on sm_75-89, refused on sm_90+), none",
     )
     g.add_argument("--ncu", default="ncu", help="ncu executable (default: ncu on PATH)")
+    g.add_argument(
+        "--nvtx-modules",
+        action="store_true",
+        help="capture: one NVTX range per module call, and emit_nvtx's sequence numbers, so the "
+        "run also logs layers.csv with measured FLOPs and DRAM bytes per module (docs/breakdown.md)",
+    )
     g.add_argument("--out", default=str(DEFAULT_OUT), help="folder for the ncu CSV log")
 
 
@@ -206,7 +216,15 @@ def _options(args: argparse.Namespace) -> CaptureOptions:
 
 # ------------------------------------------------------------------------------------ main
 def main(argv: list[str] | None = None, *, probe: Callable[..., GpuInfo] | None = None) -> int:
-    """Entry point; `probe` replaces the CUDA check (tests)."""
+    """Entry point; `probe` replaces the CUDA check (tests). `--breakdown` runs the breakdown
+    instead (profiling/breakdown/cli.py)."""
+    import sys
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--breakdown" in argv:
+        from profiling.breakdown.cli import main as breakdown_main
+
+        return breakdown_main([a for a in argv if a != "--breakdown"])
     return cli_entry(lambda a: _main(a, probe or cuda_probe))(argv)
 
 
@@ -243,6 +261,8 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo]) -> int:
         summary = summarize(report, capability, counters)
         require_counters(summary, report.source)
         _log_summary(session, args, config, summary, device_name, report.source, cautioned)
+        if has_module_ranges(report.kernels):  # --nvtx-modules: the breakdown's rows, measured
+            log_ncu_layers(session, report, summary, config, device_name)
     console.result(_summary_line(f"profile run {session.run_id}", summary, device_name))
     return 0
 

@@ -118,6 +118,27 @@ def test_mlflow_run_profile_entry_imports_ncu_output(tracking, tmp_path, ncu_dir
     assert abs(run.data.metrics["ncu_intensity_dram_flops_per_byte"] - 6.94) < 0.007
 
 
+def test_mlflow_run_breakdown_entry(tracking, tmp_path):
+    done = mlflow_run(
+        tracking,
+        tmp_path,
+        "batch=2",
+        "image_size=32",
+        "iters=1",
+        "warmup_iters=0",
+        "device=cpu",
+        "num_classes=10",
+        "env_label=ci-box",
+        entry="breakdown",
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    (run,) = mlflow.search_runs(experiment_names=["mlproject-test"], output_format="list")
+    assert run.info.status == "FINISHED" and run.data.tags["run_kind"] == "breakdown"
+    assert run.data.params["batch"] == "2" and run.data.params["batch_size"] == "2"
+    assert run.data.tags["mlflow.project.entryPoint"] == "breakdown"
+    assert run.data.metrics["breakdown_step_s"] > 0 and "most time: " in done.stdout
+
+
 @pytest.mark.skipif(
     os.environ.get("ROOFLINE_TEST_VIRTUALENV") != "1",
     reason="builds a 6 GB venv from conda.yaml (minutes): set ROOFLINE_TEST_VIRTUALENV=1 (.ci/run does)",

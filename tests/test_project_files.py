@@ -43,6 +43,7 @@ def test_every_parameter_is_used_once_and_every_flag_exists():
         "complexity": "train.complexity.args",
         "analyze": "analysis.app",
         "distributed": "train.__main__",
+        "breakdown": "profiling.breakdown.cli",
     }
     for name, ep in entry_points().items():
         command = ep["command"]

@@ -128,10 +128,25 @@ def _tensor_bytes(t) -> int:
         return nbytes
 
 
-def _byte_counter_class():
+def op_bytes(func, args, kwargs, out) -> tuple[int, int] | None:
+    """(bytes read, bytes written) of one aten op in the byte model: its tensor inputs and its
+    tensor outputs; None for views and allocations, which move no data."""
     import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
+
+    if func.is_view or func.overloadpacket.__name__ in _NO_DATA_OPS:
+        return None
+    read = sum(
+        _tensor_bytes(a)
+        for a in tree_flatten((args, kwargs or {}))[0]
+        if isinstance(a, torch.Tensor)
+    )
+    written = sum(_tensor_bytes(o) for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor))
+    return read, written
+
+
+def _byte_counter_class():
+    from torch.utils._python_dispatch import TorchDispatchMode
 
     class ByteCounter(TorchDispatchMode):
         """Counts bytes read (tensor inputs) and written (tensor outputs) per aten op."""
@@ -144,17 +159,11 @@ def _byte_counter_class():
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
-            name = func.overloadpacket.__name__
-            if func.is_view or name in _NO_DATA_OPS:
+            moved = op_bytes(func, args, kwargs, out)
+            if moved is None:
                 return out
-            read = sum(
-                _tensor_bytes(a)
-                for a in tree_flatten((args, kwargs or {}))[0]
-                if isinstance(a, torch.Tensor)
-            )
-            written = sum(
-                _tensor_bytes(o) for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)
-            )
+            read, written = moved
+            name = func.overloadpacket.__name__
             self.read_bytes += read
             self.written_bytes += written
             self.by_op[name] = self.by_op.get(name, 0) + read + written

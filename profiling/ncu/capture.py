@@ -165,6 +165,10 @@ def ncu_command(
 ) -> list[str]:
     """The planned capture's ncu argument list, running this config's `python -m train`."""
     program = train_argv(sys.executable, config_flags(args), opts.profile_steps, opts.replay_mode)
+    if getattr(args, "nvtx_modules", False):  # the same profile mode with module NVTX ranges
+        from profiling.breakdown.nvtx_steps import program as nvtx_program
+
+        program = nvtx_program(program)
     return ncu_argv(ncu, log, planned.plan.metrics, opts, program)
 
 

@@ -1,0 +1,69 @@
+"""The breakdown runs analysis reads (`python -m profiling --breakdown`, docs/breakdown.md).
+
+One search for FINISHED `breakdown` runs in the query's experiments (and env labels), through the
+run cache like every search, the latest per (env_label, device_name, config_key), and two small
+artifacts of each, read uncached like the complexity tables: `breakdown.json` (the step's parts)
+and `layers.csv` (the rows).
+"""
+
+from __future__ import annotations
+
+import json
+
+from common import console, schema
+from common.errors import one_line
+
+SUMMARY = "breakdown.json"
+LAYERS = "layers.csv"
+
+
+def fetch_breakdowns(query, source=None, notes: list[str] | None = None) -> list[dict]:
+    """[{run_id, env_label, device_name, config_key, params: {...}, summary: dict, layers: csv
+    text}]. A run whose artifacts cannot be read is a line appended to `notes`, never an error."""
+    from analysis.fetch import Source, _download_text, experiment_ids
+
+    source = source or Source()
+    kind = f"tags.{schema.TAG_RUN_KIND}"
+    df = source.search(
+        experiment_ids(query.experiments),
+        f"{kind} = 'breakdown' AND attributes.status = 'FINISHED'",
+        query.max_runs,
+    )
+    notes = [] if notes is None else notes
+    if df.empty:
+        return []
+    cols = {
+        "env_label": f"tags.{schema.TAG_ENV_LABEL}",
+        "device_name": f"tags.{schema.TAG_DEVICE_NAME}",
+        "config_key": f"tags.{schema.TAG_CONFIG_KEY}",
+    }
+    for c in cols.values():
+        if c not in df:
+            df[c] = ""
+    df = df.fillna({c: "" for c in cols.values()})
+    if query.env_labels:
+        df = df[df[cols["env_label"]].isin(query.env_labels)]
+    latest = df.groupby(list(cols.values()), sort=True).head(1)  # the latest first
+    out = []
+    for r in latest.to_dict("records"):
+        try:
+            summary = json.loads(_download_text(r["run_id"], SUMMARY))
+            layers = _download_text(r["run_id"], LAYERS)
+        except Exception as exc:  # noqa: BLE001 - missing artifact, bad JSON, server error
+            notes.append(
+                f"breakdown run {r['run_id'][:8]} ({r[cols['env_label']] or 'no env_label'}) has "
+                f"no readable {SUMMARY} or {LAYERS} ({one_line(exc)[:160]}): not in the report"
+            )
+            continue
+        params = {k[len("params.") :]: v for k, v in r.items() if k.startswith("params.")}
+        out.append(
+            {
+                "run_id": r["run_id"],
+                **{name: str(r[c]) for name, c in cols.items()},
+                "params": params,
+                "summary": summary,
+                "layers": layers,
+            }
+        )
+    console.info(f"fetched {len(out)} breakdown run(s)")
+    return out

@@ -1,0 +1,292 @@
+"""`python -m profiling --breakdown <train config flags>`: where one training step's time goes.
+
+The edge of profiling/breakdown: flags, one MLflow run of kind `breakdown` with the train runs'
+params, `config_key` and `config_label` (analysis joins them), its metrics
+(`breakdown_step_s`, `breakdown_<part>_s`, `breakdown_<part>_fraction`, coverage), and the
+artifacts `layers.csv`, `breakdown.json`, `layer_roofline.png`, `step_parts.png` and
+`trace.json.gz`. docs/breakdown.md describes them and how to read them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import tempfile
+from pathlib import Path
+
+from common import console, schema
+from common.cli import ArgumentParser, cli_entry
+from common.errors import UsageError
+from profiling.breakdown.text import (
+    breakdown_json,
+    description,
+    layers_csv,
+    summary_line,
+    view_text,
+)
+
+DEFAULT_STEPS = 3
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from train.config import add_config_args
+
+    p = ArgumentParser(
+        prog="python -m profiling --breakdown",
+        description="Where one training step's time goes: warmup, then --iters recorded steps under "
+        "torch.profiler with one range per module; logs one MLflow `breakdown` run with a row per "
+        "module and phase (time, FLOPs, bytes, intensity, bound), the step's parts and a trace. "
+        "Data parallel: torchrun --nproc-per-node N -m profiling --breakdown --distributed ddp ...",
+    )
+    add_config_args(p)
+    p.set_defaults(iters=DEFAULT_STEPS)
+    g = p.add_argument_group("breakdown")
+    g.add_argument(
+        "--trace-steps",
+        type=int,
+        default=1,
+        help="recorded steps kept in trace.json.gz (default 1; the table uses every recorded step)",
+    )
+    g.add_argument(
+        "--peaks-file",
+        default="",
+        help="vendor peaks to add or override (JSON/YAML, docs/peaks.md; default $ROOFLINE_PEAKS_FILE)",
+    )
+    g.add_argument("--experiment", default=None, help="MLflow experiment (default: MLflow's)")
+    g.add_argument("--no-progress", action="store_true", help="say nothing while it works")
+    return p
+
+
+def _config(args: argparse.Namespace):
+    from train.bench import preflight
+    from train.config import config_from_args
+    from train.distributed.context import job_env
+
+    if str(args.iters).strip().lower() == "auto":
+        raise UsageError("--iters auto: a breakdown records a fixed number of steps (default 3)")
+    if args.trace_steps < 1:
+        raise UsageError(f"--trace-steps must be a positive integer, got {args.trace_steps}")
+    try:
+        cfg = config_from_args(args)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if cfg.compile:
+        raise UsageError(
+            "--compile: the breakdown times modules through forward hooks, which a compiled "
+            "model does not run per module; drop --compile"
+        )
+    world = job_env().world_size
+    if world > 1 and not cfg.is_distributed:
+        raise UsageError(
+            "this is one of several torchrun processes but no engine was given: add --distributed "
+            "ddp or --distributed deepspeed"
+        )
+    if cfg.is_distributed:
+        cfg.world_size = world
+    device = preflight(cfg)
+    return cfg, device
+
+
+def main(argv: list[str] | None = None) -> int:
+    return cli_entry(_main)(argv)
+
+
+def _main(argv: list[str] | None) -> int:
+    args = build_parser().parse_args(argv)
+    cfg, device = _config(args)
+    if cfg.is_distributed:
+        return _distributed(cfg, device, args)
+    session = _session(cfg, device, args)
+    with console.quiet(args.no_progress), tempfile.TemporaryDirectory() as tmp, session:
+        _open(session, cfg, device, args)
+        rec = _record(cfg, device)
+        result = analyse(rec, cfg, args, session)
+        log_result(session, result, Path(tmp))
+    _say(result, session)
+    return 0
+
+
+def _session(cfg, device, args):
+    from common.envinfo import environment_tags
+    from common.tracking import RunSession
+
+    return RunSession(
+        "breakdown",
+        experiment=args.experiment,
+        run_name=f"{cfg.run_name()}-{device.type}-breakdown",
+        tags=environment_tags(str(device), cfg.env_label),
+    )
+
+
+def _open(session, cfg, device, args) -> None:
+    """What the run holds before it measures: the train runs' params and tags, the data input."""
+    from common.record import dataset_input
+    from train.bench import run_header
+    from train.data import dataset_fields
+
+    params, tags = run_header(cfg, device)
+    session.log_params({**params, "trace_steps": args.trace_steps})
+    session.set_tags(tags)
+    session.log_metrics(cfg.config_metrics())
+    fields = dataset_fields(cfg.data, cfg.image_size, cfg.num_classes, cfg.seed)
+    session.log_input(dataset_input(**fields, context="breakdown"))
+    session.flush()
+
+
+def _say(result: dict, session) -> None:
+    console.result(result["summary"])
+    console.result(view_text(result["table"], result["tree"]))
+    where = f"kept offline in {session.spool_path}" if session.offline else f"run {session.run_id}"
+    console.result(f"breakdown {where}: layers.csv, breakdown.json, trace.json.gz, figures")
+
+
+def _record(cfg, device, **kw):
+    from profiling.breakdown.record import record
+
+    if device.type == "mps":
+        console.warn(
+            "on MPS the profiler sees host time only: module times are launch costs, and the "
+            "device's work shows as the synchronisation at the end of each step (host_overhead)"
+        )
+    return record(cfg, device, int(cfg.iters), on_progress=console.info, **kw)
+
+
+def _distributed(cfg, device, args) -> int:
+    """One rank of a torchrun job: every rank records the same steps of the engine-wrapped step;
+    rank 0 alone logs the run (its own rank's breakdown), and ends it FAILED naming the rank when
+    any rank fails (train.distributed.failures)."""
+    import os
+
+    from train.distributed import context, engines
+    from train.distributed.failures import Guard
+
+    env = context.job_env()
+    if env.rank != 0:
+        os.environ.pop("MLFLOW_RUN_ID", None)  # only rank 0 touches the tracking store
+    with console.quiet(env.rank != 0 or args.no_progress):
+        ctx = context.start(cfg, device, env)
+        try:
+            with Guard(ctx) as guard:
+
+                def rec():
+                    return _record(
+                        cfg,
+                        ctx.device,
+                        wrap=lambda prep: engines.wrap(prep, cfg, ctx),
+                        barrier=ctx.barrier,
+                    )
+
+                if ctx.rank != 0:
+                    guard.blamed(rec)
+                    return 0
+                session = _session(cfg, ctx.device, args)
+                with tempfile.TemporaryDirectory() as tmp, guard.hold(session.end), session:
+                    _open(session, cfg, ctx.device, args)
+                    session.log_params({"nodes": ctx.nodes})
+                    with guard.released():
+                        recording = guard.blamed(rec)
+                    result = analyse(
+                        recording, cfg, args, session, rank=f"rank 0 of {ctx.world_size}"
+                    )
+                    log_result(session, result, Path(tmp))
+        finally:
+            ctx.close()
+    _say(result, session)
+    return 0
+
+
+def analyse(rec, cfg, args, session, rank: str = "") -> dict:
+    """Attribute, place on the roofline and describe a recording: everything the run logs."""
+    from profiling.breakdown.attribute import attribute
+    from profiling.breakdown.roof import device_ceilings
+    from profiling.breakdown.table import ModuleTree, coverage, parts_metrics, rows
+    from profiling.breakdown.trace import bound_trace
+
+    att = attribute(rec.events, rec.tracker.owner_of_seq, rec.time_source)
+    problem = rec.counts.check()
+    if problem:
+        console.warn(f"the module rows do not add up to the step's counted work: {problem}")
+    device_name = session.record.tags[schema.TAG_DEVICE_NAME]
+    ceilings = device_ceilings(
+        device_name,
+        cfg.env_label,
+        cfg.precision,
+        online=not session.offline,
+        peaks_file=args.peaks_file,
+    )
+    tree = ModuleTree(rec.tracker.root, list(rec.tracker.paths), rec.tracker.leaves)
+    step_s = rec.step_mean_s
+    table = rows(tree, att, rec.counts.flops, rec.counts.bytes, step_s, ceilings)
+    about = f"breakdown of {cfg.config_label()} on {device_name}" + (f" ({rank})" if rank else "")
+    trace_gz, trace_facts = bound_trace(
+        rec.trace_json, args.trace_steps, rec.tracker.owner_of_seq, about
+    )
+    parts_sum = sum(att.parts_s.values())
+    metrics = {
+        **parts_metrics(att.parts_s, step_s),
+        **coverage(table, step_s),
+        "breakdown_parts_sum_s": parts_sum,
+        "breakdown_parts_sum_fraction": parts_sum / step_s if step_s > 0 else math.nan,
+        "breakdown_train_flops_per_step": rec.counts.train_flops,
+        "breakdown_modeled_bytes_per_step": rec.counts.modeled_bytes,
+        "breakdown_recorded_steps": float(len(rec.step_wall_s)),
+        "breakdown_trace_steps": float(trace_facts["trace_steps"]),
+        "breakdown_trace_bytes": float(trace_facts["trace_bytes"]),
+        "breakdown_trace_gz_bytes": float(trace_facts["trace_gz_bytes"]),
+        "breakdown_count_s": rec.count_s,
+        "breakdown_warmup_s": rec.warmup_s,
+        "breakdown_record_s": rec.record_s,
+    }
+    return {
+        "cfg": cfg,
+        "device_name": device_name,
+        "table": table,
+        "tree": tree,
+        "att": att,
+        "rec": rec,
+        "ceilings": ceilings,
+        "metrics": metrics,
+        "trace_gz": trace_gz,
+        "summary": summary_line(
+            cfg, device_name + (f" ({rank})" if rank else ""), table, tree, metrics
+        ),
+        "about": about,
+        "counts_check": problem,
+    }
+
+
+def log_result(session, result: dict, tmp: Path) -> None:
+    """Metrics, description and artifacts of the run (figures: a failure is one warning)."""
+    from common.errors import one_line
+    from profiling.breakdown import figures
+
+    session.log_metrics(result["metrics"])
+    session.set_tags(
+        {"breakdown_roof": result["ceilings"].source or f"none: {result['ceilings'].why}"}
+    )
+    session.set_note(description(result))
+    session.log_text("layers.csv", layers_csv(result["table"]))
+    session.log_text("breakdown.json", breakdown_json(result))
+    trace = tmp / "trace.json.gz"
+    trace.write_bytes(result["trace_gz"])
+    session.log_file("trace.json.gz", trace)
+    rec = result["rec"]
+    what = "device kernels" if rec.time_source == "device" else "host time"
+    try:
+        for name, image in (
+            (
+                "layer_roofline.png",
+                figures.layer_roofline(result["table"], result["ceilings"], result["about"], what),
+            ),
+            (
+                "step_parts.png",
+                figures.parts_bar(
+                    result["att"].parts_s, result["metrics"]["breakdown_step_s"], result["about"]
+                ),
+            ),
+        ):
+            path = tmp / name
+            path.write_bytes(image)
+            session.log_file(name, path)
+    except Exception as exc:  # noqa: BLE001 - a figure never fails the measured run
+        console.warn(f"a breakdown figure was not drawn: {one_line(exc)[:300]}")

@@ -1,0 +1,73 @@
+"""The names of the profiler ranges the breakdown writes (hooks) and reads (attribute, ncu).
+
+One range per module call, named by the module's full path (`module: layer4.1.conv2`; the model
+itself is named by the model, `module: resnet18`); one per phase of `train_step` (`phase: forward`,
+`phase: backward`, `phase: optimizer`, `phase: train_step`) and of the loop around it (`phase:
+data`); one per recorded step (`step: 3`); and inside every AccumulateGrad of a parameter, a marker
+naming the module that owns it (`grad: layer4.1.conv2`).
+
+Rows of the breakdown that are not modules have the fixed names below.
+"""
+
+from __future__ import annotations
+
+MODULE = "module: "
+PHASE = "phase: "
+GRAD = "grad: "
+STEP = "step: "
+
+# rows that are not modules
+LOSS = "loss"  # the loss function: forward ops outside the model, and their backward
+OPTIMIZER = "optimizer"  # the optimizer step
+ZERO_GRAD = "zero_grad"
+DATA = "data"  # fetching the next batch (DataLoader wait and host-to-device copies)
+COMM = "communication"  # collectives (DDP, DeepSpeed), their waits, DDP's bucket copies: exposed
+UNATTRIBUTED = "unattributed"  # what no module or named part owns
+IDLE = "device idle"  # CUDA: the device had nothing to run (host overhead, waits)
+SPECIAL_ROWS = (LOSS, OPTIMIZER, ZERO_GRAD, DATA, COMM, UNATTRIBUTED, IDLE)
+
+# the phase column of a row
+PHASES = ("forward", "backward", "optimizer", "data", "other")
+
+# the parts of the whole step (metrics breakdown_<part>_s), in the stacked bar's order
+PARTS = (
+    "data_wait",
+    "h2d_copy",
+    "forward",
+    "backward",
+    "optimizer",
+    "exposed_comm",
+    "host_overhead",
+)
+
+ZERO_GRAD_PREFIX = "Optimizer.zero_grad#"  # torch's own range around optimizer.zero_grad()
+EVALUATE = "autograd::engine::evaluate_function: "
+ACCUMULATE_GRAD = "torch::autograd::AccumulateGrad"
+# aten ops that copy a batch to the device inside `phase: data`
+COPY_OPS = ("aten::to", "aten::_to_copy", "aten::copy_")
+
+
+def module_range(path: str) -> str:
+    return MODULE + path
+
+
+def phase_range(phase: str) -> str:
+    return PHASE + phase
+
+
+def step_range(index: int) -> str:
+    return f"{STEP}{index}"
+
+
+def module_depth(path: str, root: str) -> int:
+    """0 for the model itself, 1 for its children (`layer1`), 2 for theirs (`layer1.0`)..."""
+    if path == root:
+        return 0
+    return path.count(".") + 1
+
+
+def is_inside(path: str, ancestor: str, root: str) -> bool:
+    """Whether module `path` is `ancestor` or one of its descendants (the model holds them all)."""
+    if ancestor == root or path == ancestor:
+        return path not in SPECIAL_ROWS
+    return path.startswith(ancestor + ".")

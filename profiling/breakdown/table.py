@@ -1,0 +1,262 @@
+"""The rows of `layers.csv`, the default view, the step's parts as metrics, the description.
+
+One row per module x phase at every depth (the model itself at depth 0, its children at 1, ...),
+plus the rows that are not modules (profiling.breakdown.names: loss, optimizer, zero_grad, data,
+unattributed per phase, and on CUDA the device's idle time). A module's `time_s`, `flops` and
+`bytes` include its children's; `self_time_s` is its own code's alone (a residual add in a
+block, the model's flatten). The self times of all rows add up to the recorded steps' time;
+so do the `time_s` of the model and the rows that are not modules.
+
+Columns (docs/schema.md, `breakdown` runs):
+module, phase, kind (model | module | step), depth, leaf, view, calls, time_s, self_time_s,
+share, flops, bytes, intensity_flops_per_byte, achieved_flops_per_s, bound, roof_fraction,
+bytes_source (modeled | measured), time_source (host | device | ncu).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+
+from common import fmt
+from profiling.breakdown import names
+from profiling.breakdown.attribute import Attribution, Key
+from profiling.breakdown.roof import Ceilings, bound, roof_fraction
+
+COLUMNS = (
+    "module",
+    "phase",
+    "kind",
+    "depth",
+    "leaf",
+    "view",
+    "calls",
+    "time_s",
+    "self_time_s",
+    "share",
+    "flops",
+    "bytes",
+    "intensity_flops_per_byte",
+    "achieved_flops_per_s",
+    "bound",
+    "roof_fraction",
+    "bytes_source",
+    "time_source",
+)
+VIEW_LEAVES = 10  # the default view's leaf modules that take the most time
+CONTAINER_SHARE = 0.5  # a top-level child holding more of the leaf modules is shown by its children
+_PHASE_ORDER = {p: i for i, p in enumerate(names.PHASES)}
+
+
+@dataclass
+class ModuleTree:
+    """The model's modules: full paths (the model itself is `root`) and which are leaves."""
+
+    root: str
+    paths: list[str]
+    leaves: set[str]
+
+    def depth(self, path: str) -> int:
+        return names.module_depth(path, self.root)
+
+    def children(self, path: str) -> list[str]:
+        d = self.depth(path) + 1
+        return [p for p in self.paths if self.depth(p) == d and names.is_inside(p, path, self.root)]
+
+
+@dataclass
+class _Context:
+    """What every row is computed from."""
+
+    att: Attribution
+    flops: dict[Key, float]
+    bytes: dict[Key, float]
+    step_s: float
+    ceilings: Ceilings
+    bytes_source: str
+
+    def row(self, module: str, phase: str, kind: str, depth: int, leaf: bool, keys: list[Key]):
+        """The row of `module` in `phase`, summing the own rows `keys` (its subtree's)."""
+        return _row(
+            module,
+            phase,
+            kind=kind,
+            depth=depth,
+            leaf=leaf,
+            calls=self.att.calls.get((module, phase), 0.0),
+            time_s=sum(self.att.self_s.get(k, 0.0) for k in keys),
+            self_time_s=self.att.self_s.get((module, phase), 0.0),
+            flops=sum(self.flops.get(k, 0.0) for k in keys),
+            bytes_=sum(self.bytes.get(k, 0.0) for k in keys),
+            ctx=self,
+        )
+
+
+def rows(
+    tree: ModuleTree,
+    att: Attribution,
+    flops: dict[Key, float],
+    bytes_: dict[Key, float],
+    step_s: float,
+    ceilings: Ceilings,
+    bytes_source: str = "modeled",
+) -> list[dict]:
+    """The rows of layers.csv: every module (model order) in forward and backward, then the rows
+    that are not modules (see the module doc). `step_s` is breakdown_step_s (the recorded steps'
+    mean wall time): `share` = time_s / step_s."""
+    ctx = _Context(att, flops, bytes_, step_s, ceilings, bytes_source)
+    own_keys = set(att.self_s) | set(flops) | set(bytes_)
+    subtree: dict[str, list[str]] = {p: [] for p in tree.paths}
+    for p in tree.paths:
+        for a in _ancestors(p, tree):
+            subtree[a].append(p)
+    out = []
+    for path in tree.paths:
+        kind = "model" if path == tree.root else "module"
+        for phase in ("forward", "backward"):
+            members = [(m, phase) for m in subtree[path]]
+            if any(k in own_keys for k in members):
+                out.append(
+                    ctx.row(path, phase, kind, tree.depth(path), path in tree.leaves, members)
+                )
+    special = sorted(
+        (k for k in own_keys if k[0] in names.SPECIAL_ROWS or k[0] not in subtree),
+        key=lambda k: (
+            names.SPECIAL_ROWS.index(k[0]) if k[0] in names.SPECIAL_ROWS else 99,
+            _PHASE_ORDER.get(k[1], 9),
+        ),
+    )
+    out += [ctx.row(key[0], key[1], "step", -1, False, [key]) for key in special]
+    mark_view(out, tree)
+    return out
+
+
+def _ancestors(path: str, tree: ModuleTree) -> list[str]:
+    """`path` and every module holding it, the model last."""
+    if path == tree.root:
+        return [path]
+    known = set(tree.paths)
+    parts = path.split(".")
+    holders = [".".join(parts[:n]) for n in range(len(parts) - 1, 0, -1)]
+    return [path, *(h for h in holders if h in known), tree.root]
+
+
+def _row(module, phase, *, kind, depth, leaf, calls, time_s, self_time_s, flops, bytes_, ctx):
+    intensity = flops / bytes_ if bytes_ > 0 else math.nan
+    achieved = flops / time_s if time_s > 0 else math.nan
+    step_s, ceilings = ctx.step_s, ctx.ceilings
+    return {
+        "module": module,
+        "phase": phase,
+        "kind": kind,
+        "depth": depth,
+        "leaf": leaf,
+        "view": False,
+        "calls": calls,
+        "time_s": time_s,
+        "self_time_s": self_time_s,
+        "share": time_s / step_s if step_s > 0 else math.nan,
+        "flops": flops,
+        "bytes": bytes_,
+        "intensity_flops_per_byte": intensity,
+        "achieved_flops_per_s": achieved,
+        "bound": bound(intensity, ceilings) if bytes_ > 0 else "n/a",
+        "roof_fraction": roof_fraction(achieved, intensity, ceilings)
+        if flops > 0 and time_s > 0
+        else math.nan,
+        "bytes_source": ctx.bytes_source,
+        "time_source": ctx.att.time_source,
+    }
+
+
+def _time_of(table: list[dict]) -> dict[str, float]:
+    """module -> forward + backward time"""
+    time_of: dict[str, float] = defaultdict(float)
+    for r in table:
+        if r["kind"] in ("model", "module"):
+            time_of[r["module"]] += r["time_s"]
+    return time_of
+
+
+def view_top(table: list[dict], tree: ModuleTree) -> list[str]:
+    """The default view's top level: the model's children, each child that holds more than half
+    of the model's leaf modules replaced by its own children (MobileNetV2's and VGG's `features`;
+    ResNet's layer1-4 hold a quarter each and stay whole). A structural rule: the same modules
+    at every batch size and on every device."""
+    time_of = _time_of(table)
+    n_leaves = len(tree.leaves)
+    top: list[str] = []
+    for child in tree.children(tree.root):
+        if child not in time_of:
+            continue
+        grand = [g for g in tree.children(child) if g in time_of]
+        held = sum(1 for leaf in tree.leaves if names.is_inside(leaf, child, tree.root))
+        if grand and held > CONTAINER_SHARE * n_leaves:
+            top.extend(grand)
+        else:
+            top.append(child)
+    return top
+
+
+def view_modules(table: list[dict], tree: ModuleTree) -> list[str]:
+    """The default view's modules: its top level (`view_top`), then the VIEW_LEAVES leaf modules
+    that take the most time (forward and backward together)."""
+    time_of = _time_of(table)
+    top = view_top(table, tree)
+    leaves = sorted(
+        (p for p in tree.leaves if p in time_of and p not in top), key=lambda p: -time_of[p]
+    )[:VIEW_LEAVES]
+    return top + leaves
+
+
+def mark_view(table: list[dict], tree: ModuleTree) -> None:
+    """Set `view` on the default view's rows (its modules, and the rows that are not modules)."""
+    chosen = set(view_modules(table, tree))
+    for r in table:
+        r["view"] = r["kind"] == "step" or r["module"] in chosen
+
+
+def parts_metrics(parts_s: dict[str, float], step_s: float) -> dict[str, float]:
+    """breakdown_step_s, breakdown_<part>_s and breakdown_<part>_fraction (of breakdown_step_s)."""
+    out = {"breakdown_step_s": step_s}
+    for part in names.PARTS:
+        v = parts_s.get(part, 0.0)
+        out[f"breakdown_{part}_s"] = v
+        out[f"breakdown_{part}_fraction"] = v / step_s if step_s > 0 else math.nan
+    return out
+
+
+def coverage(table: list[dict], step_s: float) -> dict[str, float]:
+    """Shares of breakdown_step_s: all rows, the named ones (not `unattributed`, not idle), the
+    modules'; and the rows' FLOPs and bytes."""
+    own = [r for r in table if r["kind"] != "module"]  # the model's rows hold every module's
+    total = sum(r["self_time_s"] for r in table)
+    named = sum(
+        r["self_time_s"] for r in table if r["module"] not in (names.UNATTRIBUTED, names.IDLE)
+    )
+    modules = sum(r["time_s"] for r in own if r["kind"] == "model")
+    return {
+        "breakdown_rows_fraction": total / step_s if step_s > 0 else math.nan,
+        "breakdown_attributed_fraction": named / step_s if step_s > 0 else math.nan,
+        "breakdown_module_fraction": modules / step_s if step_s > 0 else math.nan,
+        "breakdown_flops_per_step": sum(r["flops"] for r in own),
+        "breakdown_bytes_per_step": sum(r["bytes"] for r in own),
+    }
+
+
+def top_rows(table: list[dict], tree: ModuleTree, n: int = 3) -> list[dict]:
+    """The `n` rows of the default view's top level (its leaf additions left out) that take the
+    most time."""
+    top = set(view_top(table, tree))
+    return sorted((r for r in table if r["module"] in top), key=lambda r: -r["time_s"])[:n]
+
+
+def row_phrase(r: dict) -> str:
+    """`layer4 backward 21.0%, compute-bound at 52 FLOP/B` (`..., 52 FLOP/B, bound unknown`)."""
+    ai = r["intensity_flops_per_byte"]
+    where = f"{fmt.num(ai)} FLOP/B" if math.isfinite(ai) else "no bytes counted"
+    head = f"{r['module']} {r['phase']} {fmt.pct(r['share'])}"
+    if r["bound"] in ("unknown", "n/a"):
+        return f"{head}, {where}, bound unknown"
+    return f"{head}, {r['bound']} at {where}"
