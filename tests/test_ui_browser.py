@@ -335,9 +335,12 @@ def test_data_parallel_run_says_its_scaling_against_the_mean_baseline(ui_store, 
 def test_report_names_fraction_of_roof_and_has_an_implausible_values_section(ui_store, page):
     page.goto(run_url(ui_store, ui_store.analysis.info.run_id, "/artifacts/report/report.html"))
     frame = page.frame_locator("iframe.mlflow-html-iframe")
-    frame.get_by_role("heading", name="Implausible values").wait_for()
+    heading = frame.get_by_role("heading", name="Implausible values")
+    heading.wait_for()
     assert frame.get_by_role("columnheader", name="fraction of roof").count() == 1
     assert frame.get_by_role("columnheader", name="efficiency", exact=True).count() == 0
+    heading.scroll_into_view_if_needed()
+    screenshot(page, "analysis_report_flags.png")
 
 
 def test_train_run_made_before_the_peaks_run_shows_its_roofline_figure(ui_store, page):
