@@ -206,7 +206,14 @@ def test_capture_end_to_end_with_standin_ncu(tracking, standin, ncu_dir, tmp_pat
     log_name = f"resnet18-b64-fp32-32px-{expected_key}.csv"
     assert arts == {
         f"ncu/{n}"
-        for n in (log_name, "top_kernels.csv", "kernels.csv", "phases.csv", "command.txt")
+        for n in (
+            log_name,
+            "top_kernels.csv",
+            "top_kernels.txt",
+            "kernels.csv",
+            "phases.csv",
+            "command.txt",
+        )
     }
     top = artifact_csv(run.info.run_id, "ncu/top_kernels.csv", tmp_path)
     # the fixture has 18 distinct kernel names (fewer than TOP_KERNELS), so every launch is in the table
