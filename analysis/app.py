@@ -20,7 +20,7 @@ from typing import Callable
 from analysis import breakdown, breakdown_plot, core, fetch, figures, html, report
 from analysis.fetch.breakdowns import fetch_breakdowns
 from common import console, schema
-from common.cli import ArgumentParser, add_track_flags, cli_entry
+from common.cli import ArgumentParser, add_track_flags, cli_entry, str_bool
 from common.errors import BenchError, UsageError
 from common.server import display_uri
 from roofline import vendor
@@ -52,6 +52,9 @@ class AnalysisConfig:
     cache: str = "auto"
     """the local cache of fetched runs: auto (use and update it), refresh (forget this tracking
     server's cache and fetch everything), off (fetch everything, keep nothing); docs/analysis.md."""
+    use_incomplete_profiles: bool = False
+    """let a profile that missed a training phase (tag ncu_missing_phase: a forward-only capture)
+    give the measured intensity of its config's points; by default they keep the modeled one."""
 
     def __post_init__(self) -> None:
         if not str(self.out).strip():
@@ -137,6 +140,12 @@ def build_parser() -> argparse.ArgumentParser:
         "default $ROOFLINE_PEAKS_FILE)",
     )
     add_track_flags(p, "log outputs as artifacts of an `analysis` run (true/false; default true)")
+    _add_analysis_flags(p)
+    return p
+
+
+def _add_analysis_flags(p: argparse.ArgumentParser) -> None:
+    """How the analysis is drawn and fetched, and which profiles give an intensity."""
     p.add_argument(
         "--variability-config",
         default="",
@@ -157,7 +166,16 @@ def build_parser() -> argparse.ArgumentParser:
         "auto = use it and fetch only what changed, refresh = forget this server's cache and fetch "
         "everything, off = fetch everything, keep nothing (default: auto)",
     )
-    return p
+    p.add_argument(
+        "--use-incomplete-profiles",
+        type=str_bool,
+        nargs="?",
+        const=True,
+        default=False,
+        help="use the intensity of profiles that missed a training phase (tag ncu_missing_phase, "
+        "e.g. a forward-only capture) for their configs' points (true/false; default false: "
+        "those points keep the modeled intensity)",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> AnalysisConfig:
@@ -173,6 +191,7 @@ def config_from_args(args: argparse.Namespace) -> AnalysisConfig:
             variability_config=args.variability_config or "",
             jobs=args.jobs,
             cache=args.cache,
+            use_incomplete_profiles=args.use_incomplete_profiles,
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
@@ -191,7 +210,7 @@ def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> R
     timings["fetch_s"] = time.perf_counter() - t0
 
     t = time.perf_counter()
-    analysis = core.build(runs, vendor_lookup, complexity)
+    analysis = core.build(runs, vendor_lookup, complexity, cfg.use_incomplete_profiles)
     analysis.notes[:0] = fetch_notes
     timings["join_s"] = time.perf_counter() - t
     console.info(

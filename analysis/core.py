@@ -11,7 +11,7 @@ import pandas as pd
 
 from analysis import join, scaling, tables
 from common import plausible
-from roofline.model import Roof
+from roofline.model import TENSOR_PRECISIONS, Roof
 
 
 @dataclass
@@ -43,14 +43,18 @@ def build(
     runs: pd.DataFrame,
     vendor_lookup: join.VendorLookup | None = None,
     complexity: list[dict] | None = None,
+    use_incomplete_profiles: bool = False,
 ) -> Analysis:
     """Join train, profile and peaks runs into roofline points; `complexity` are the models.csv
-    tables of complexity runs (fetch.fetch_complexity). Never raises on missing data: what is
+    tables of complexity runs (fetch.fetch_complexity); `use_incomplete_profiles` lets a profile
+    that missed a training phase give its intensity. Never raises on missing data: what is
     missing ends up in `notes` and as empty cells."""
     counts, notes = _run_counts(runs)
     train = join.train_runs(runs)
     notes += join.train_notes(train)
-    points, roofs, point_notes = _roofline_points(runs, train, vendor_lookup)
+    points, roofs, point_notes = _roofline_points(
+        runs, train, vendor_lookup, use_incomplete_profiles
+    )
     notes += point_notes
     counts.update(
         points=len(points),
@@ -102,13 +106,17 @@ def _run_counts(runs: pd.DataFrame) -> tuple[dict[str, int], list[str]]:
 
 
 def _roofline_points(
-    runs: pd.DataFrame, train: pd.DataFrame, vendor_lookup: join.VendorLookup | None
+    runs: pd.DataFrame,
+    train: pd.DataFrame,
+    vendor_lookup: join.VendorLookup | None,
+    use_incomplete_profiles: bool = False,
 ) -> tuple[pd.DataFrame, dict, list[str]]:
     """(points, roofs, notes): the train runs' repeats averaged, placed at their intensity under
-    their environment's roof, labelled."""
+    their environment's roof, labelled; a profile that missed a training phase gives no intensity
+    unless `use_incomplete_profiles`."""
     points = join.aggregate_repeats(train)
-    profiles = join.profile_intensities(runs)
-    notes = join.profile_notes(runs)
+    profiles = join.profile_intensities(runs, use_incomplete_profiles)
+    notes = join.profile_notes(runs, use_incomplete_profiles)
     notes += tables.unplaced_notes(runs, points, profiles)
     points = join.attach_intensity(points, profiles)
     envs = sorted({(e, d) for e, d in zip(points["env_label"], points["device_name"])})
@@ -130,7 +138,7 @@ def _point_notes(points: pd.DataFrame) -> list[str]:
             f"not on the roofline, e.g. {', '.join(missing['label'].head(3))}"
         )
     fallback = points[
-        points["precision"].isin(["fp16", "bf16"])
+        points["precision"].isin(TENSOR_PRECISIONS)
         & (points["ceiling_dtype"] == "fp32")
         & points["peak_flops_per_s"].notna()
     ]

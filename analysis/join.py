@@ -76,6 +76,7 @@ READ_KEYS = {
         schema.TAG_CONFIG_KEY,
         schema.TAG_ERROR,
         schema.TAG_NCU_TRUNCATED,
+        schema.TAG_NCU_MISSING_PHASE,
         schema.TAG_BASE_CONFIG_KEY,
         schema.TAG_CONFIG_LABEL,
         "roofline_roof",  # the ceilings of the run's roofline.png (analysis/run_rooflines.py)
@@ -304,8 +305,9 @@ def _with_throughput_sd(agg: pd.DataFrame) -> pd.DataFrame:
 
 
 # ------------------------------------------------------------------------------- profile runs
-def profile_intensities(runs: pd.DataFrame) -> pd.DataFrame:
-    """Measured intensities per (config_key, device_name) from the latest FINISHED profile run.
+def profile_intensities(runs: pd.DataFrame, use_incomplete: bool = False) -> pd.DataFrame:
+    """Measured intensities per (config_key, device_name) from the latest FINISHED profile run;
+    a profile that missed a training phase (tag ncu_missing_phase) only with `use_incomplete`.
 
     DRAM intensity = ncu_flops_total / ncu_dram_bytes (the logged ncu_intensity_dram_flops_per_byte
     when ncu_flops_total or ncu_dram_bytes is absent); L2 and L1 likewise where their bytes exist.
@@ -323,6 +325,8 @@ def profile_intensities(runs: pd.DataFrame) -> pd.DataFrame:
     pr = pr[
         text(pr, f"tags.{schema.TAG_NCU_TRUNCATED}") == ""
     ]  # totals of part of a profile: no intensity
+    if not use_incomplete:  # a forward-only capture's intensity is not the training step's
+        pr = pr[text(pr, f"tags.{schema.TAG_NCU_MISSING_PHASE}") == ""]
     if pr.empty:
         return pd.DataFrame(columns=cols)
     flops = numeric(pr, "metrics.ncu_flops_total")
@@ -350,11 +354,12 @@ def profile_intensities(runs: pd.DataFrame) -> pd.DataFrame:
     return out[cols].reset_index(drop=True)
 
 
-def profile_notes(runs: pd.DataFrame) -> list[str]:
-    """Profile runs that cannot give an intensity, and why."""
+def profile_notes(runs: pd.DataFrame, use_incomplete: bool = False) -> list[str]:
+    """Profile runs that cannot give an intensity (or give one only as asked), and why."""
     pr = of_kind(runs, "profile")
     if pr.empty:
         return []
+    phase_notes = _missing_phase_notes(pr, use_incomplete)
     flops, dram = numeric(pr, "metrics.ncu_flops_total"), numeric(pr, "metrics.ncu_dram_bytes")
     logged = numeric(pr, "metrics.ncu_intensity_dram_flops_per_byte")
     unusable = pr[~(((flops > 0) & (dram > 0)) | (logged > 0))]
@@ -379,7 +384,26 @@ def profile_notes(runs: pd.DataFrame) -> list[str]:
             f"{len(no_key)} profile run(s) have no config_key: not joined "
             f"(e.g. {', '.join(short(r) for r in no_key['run_id'].head(3))})"
         )
-    return notes
+    return phase_notes + notes
+
+
+def _missing_phase_notes(pr: pd.DataFrame, use_incomplete: bool) -> list[str]:
+    """One note on the profile runs that missed a training phase (tag ncu_missing_phase)."""
+    missed = text(pr, f"tags.{schema.TAG_NCU_MISSING_PHASE}")
+    phased = pr[missed != ""]
+    if not len(phased):
+        return []
+    what = ", ".join(sorted(set(missed[missed != ""])))
+    return [
+        f"{len(phased)} profile run(s) missed a training phase (tag "
+        f"{schema.TAG_NCU_MISSING_PHASE}: {what}; e.g. "
+        f"{', '.join(short(r) for r in phased['run_id'].head(3))}): their intensity is "
+        + (
+            "used, as --use-incomplete-profiles asks"
+            if use_incomplete
+            else "left off the training point (python -m analysis --use-incomplete-profiles uses it)"
+        )
+    ]
 
 
 def attach_intensity(points: pd.DataFrame, profiles: pd.DataFrame) -> pd.DataFrame:

@@ -47,7 +47,8 @@ def roof_flag(fraction_of_roof) -> str:
         return ""
     return (
         f"{fraction_of_roof:.0%} of roof is over 100%: the ceiling is too low (a vendor figure, "
-        "fp32 convolutions running as TF32) or the intensity is (the modeled one counts bytes "
+        "a peaks run below the real peak, fp32 runs on TF32 tensor cores: runs without tag "
+        "fp32_math predate fp32 = IEEE FP32) or the intensity is (the modeled one counts bytes "
         "without cache reuse, so it is too low); measure the device with `python -m "
         "profiling.peaks`, the intensity with `python -m profiling`"
     )

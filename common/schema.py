@@ -43,6 +43,9 @@ ENTRY_POINTS = {
 }
 # why a profile's ncu input looks cut short (an import with --allow-truncated): no intensity from it
 TAG_NCU_TRUNCATED = "ncu_truncated"
+# the training phase(s) a profile missed against the config's counted FLOPs (profiling.ncu.completeness):
+# its intensity stays off the training point unless analysis is asked (--use-incomplete-profiles)
+TAG_NCU_MISSING_PHASE = "ncu_missing_phase"
 
 # distributed train runs (docs/schema.md)
 TAG_BASE_CONFIG_KEY = "base_config_key"  # config_key of the same work per process in one process
@@ -76,7 +79,11 @@ CONFIG_KEY_FIELDS = (
 DISTRIBUTED_KEY_FIELDS = ("world_size", "distributed", "zero_stage", "backend")
 NOT_DISTRIBUTED = "none"
 
-PRECISIONS = ("fp32", "fp16", "bf16")
+PRECISIONS = ("fp32", "fp16", "bf16", "tf32")
+"""fp32 = IEEE FP32 (TF32 off on CUDA), fp16/bf16 = autocast, tf32 = fp32 tensors with TF32
+tensor-core math (CUDA sm_80+). New values only ever append: fp32 keeps its config_key."""
+# CUDA runs: the fp32 math in force, read back from torch (ieee | tf32 | cudnn=…,matmul=…)
+TAG_FP32_MATH = "fp32_math"
 
 _KEY_RE = re.compile(r"^[/\w.\- ]*$")
 

@@ -26,7 +26,7 @@ from typing import Callable
 
 from common import console, schema
 from common.cli import ArgumentParser, cli_entry, optional
-from common.errors import UsageError
+from common.errors import UsageError, one_line
 from common.record import dataset_input
 from common.tracking import RunSession
 from profiling.breakdown.ncu import has_module_ranges
@@ -39,6 +39,7 @@ from profiling.ncu.command import (
     REPLAY_MODES,
     CaptureOptions,
 )
+from profiling.ncu.completeness import CountCheck, check_against_count
 from profiling.ncu.gpu import GpuInfo, cuda_probe
 from profiling.ncu.import_path import check_import_file, import_report
 from profiling.ncu.plan import METRIC_SETS, TENSOR_MODES
@@ -54,6 +55,7 @@ from profiling.ncu.summary import (
 from train.config import TrainConfig, add_config_args, config_from_args
 from train.data import dataset_fields, num_classes_for
 from train.models import check_model_name
+from train.phase_flops import PhaseFlops, config_phase_flops
 
 TOP_KERNELS = 25
 
@@ -311,7 +313,8 @@ def _log_summary(
     cautioned: list[str],
 ) -> None:
     """Warn what the summary lacks (but what was said before ncu ran), then log its tags, metrics,
-    kernel tables and the run's description."""
+    kernel tables and the run's description. The capture is held against the config's counted
+    training FLOPs first (a missed phase makes it incomplete)."""
     importing = args.import_file is not None
     warnings, tags = list(summary.warnings), summary.mlflow_tags()
     incomplete = roofline_warning(summary, source)
@@ -322,10 +325,12 @@ def _log_summary(
     if gap:
         tags["ncu_tensor_undercount"], warning = gap
         warnings.append(warning)
+    check, count_line = _check_count(summary, config, args.profile_steps, source, tags)
+    warnings += [count_line] if count_line else []
     for warning in warnings:
         console.warn(warning)
     session.set_tags({schema.TAG_DEVICE_NAME: device_name, **tags})
-    session.log_metrics(summary.mlflow_metrics())
+    session.log_metrics({**summary.mlflow_metrics(), **check.metrics()})
     top = top_kernels(summary, TOP_KERNELS)
     session.log_text("ncu/top_kernels.csv", top.to_csv(index=False))
     session.log_text("ncu/top_kernels.txt", top_kernels_text(top))  # whole names in the UI
@@ -340,9 +345,48 @@ def _log_summary(
     session.set_note(
         _summary_line(f"ncu profile of {config.config_label()} ({how})", summary, device_name)
         + (f"\nRoofline: {incomplete}" if incomplete else "")
+        + (f"\nRoofline: {count_line}" if count_line else "")
     )
     if "time_s" not in summary.measured:
         console.note("no gpu__time_duration.sum in the input: ncu_kernel_time_s not logged")
+
+
+def _count_config(config: TrainConfig) -> tuple[PhaseFlops | None, str]:
+    """(the config's training FLOPs per phase, why not) from shapes alone (train.phase_flops)."""
+    console.info(f"counting the training FLOPs of {config.config_label()} (shapes only) ...")
+    try:
+        counted = config_phase_flops(
+            config.model,
+            config.batch_size,
+            config.image_size,
+            config.num_classes,
+            config.optimizer,
+        )
+    except Exception as exc:  # noqa: BLE001 - a model the meta device cannot run: say so, go on
+        return None, f"the config's FLOPs could not be counted ({one_line(exc)})"
+    return counted, ""
+
+
+def _check_count(
+    summary: NcuSummary, config: TrainConfig, profile_steps: int, source: str, tags: dict[str, str]
+) -> tuple[CountCheck, str | None]:
+    """The profile against the config's counted training FLOPs (profiling.ncu.completeness): the
+    check, with its tags added to `tags`, and its warning line (None when it matches)."""
+    counted, uncounted = _count_config(config)
+    check = check_against_count(summary, counted, profile_steps, uncounted)
+    _mark_incomplete(tags, check)
+    return check, check.warning(source)
+
+
+def _mark_incomplete(tags: dict[str, str], check: CountCheck) -> None:
+    """The count check's tags; a profile that misses a phase is an incomplete one."""
+    tags.update(check.tags())
+    if check.incomplete:
+        lacking = [m for m in tags["ncu_roofline_missing"].split(",") if m != "none"]
+        tags["ncu_roofline"] = "incomplete"
+        tags["ncu_roofline_missing"] = ",".join(
+            lacking + [f"{p} phase" for p in check.missing_phases]
+        )
 
 
 def _env_label_tag(args: argparse.Namespace, config: TrainConfig, importing: bool) -> dict:

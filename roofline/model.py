@@ -96,16 +96,22 @@ def hierarchical_limiter(
     return best_level, best
 
 
+TENSOR_PRECISIONS = ("tf32", "fp16", "bf16")
+"""Run precisions held against a ceiling of their own dtype (tensor cores) when one is known; every
+other precision (fp32, unknown ones) meets the fp32 ceiling. The one place this mapping lives."""
+
+
 def ceiling_dtype(precision: str, available: set[str] | frozenset[str] | list[str]) -> str:
     """The compute ceiling a run of `precision` is held against.
 
-    fp32 runs -> the fp32 (CUDA-core / SIMD FP32) ceiling. fp16/bf16 runs use torch.autocast: the
-    matmuls and convolutions run in half precision on tensor cores (or AMX/AVX512-BF16 on CPUs), so
-    they are held against the fp16/bf16 ceiling when one is known, else against fp32 (the ceiling
-    actually reached by the ops autocast keeps in fp32). Unknown precisions fall back to fp32.
+    fp32 runs (IEEE FP32: TF32 off on CUDA) -> the fp32 (CUDA-core / SIMD FP32) ceiling. fp16/bf16
+    runs use torch.autocast: the matmuls and convolutions run in half precision on tensor cores (or
+    AMX/AVX512-BF16 on CPUs); tf32 runs put fp32 convolutions and matmuls on TF32 tensor cores. Each
+    is held against the ceiling of its own dtype when one is known, else against fp32 (the ceiling
+    actually reached by the ops that stay in fp32). Unknown precisions fall back to fp32.
     """
     precision = (precision or "").lower()
-    if precision in ("fp16", "bf16") and precision in available:
+    if precision in TENSOR_PRECISIONS and precision in available:
         return precision
     return "fp32"
 

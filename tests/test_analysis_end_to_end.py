@@ -270,7 +270,7 @@ def joined(argv=(), vendor_lookup=vendor_stub) -> core.Analysis:
     runs, _ = fetch.fetch_runs(cfg.query())
     if vendor_lookup == "auto":
         vendor_lookup = vendor.load_vendor_lookup(cfg.peaks_file)
-    return core.build(runs, vendor_lookup)
+    return core.build(runs, vendor_lookup, use_incomplete_profiles=cfg.use_incomplete_profiles)
 
 
 def row(points: pd.DataFrame, env: str, batch: int, precision: str) -> pd.Series:
@@ -818,6 +818,15 @@ def test_an_out_that_cannot_hold_the_report_is_one_line_before_fetching(
     assert len(mlflow.search_runs(search_all_experiments=True, output_format="list")) == before
 
 
+def log_tagged_profile(extra_tags: dict) -> None:
+    """A profile run of L4 b64 fp32 with `extra_tags`: 3e12 FLOPs over 1e10 DRAM bytes (300)."""
+    p = params(64, "fp32")
+    tags = {**env_tags("l4", L4), schema.TAG_CONFIG_KEY: schema.config_key(p), **extra_tags}
+    with RunSession("profile", experiment=EXP, tags=tags) as s:
+        s.log_params(p)
+        s.log_metrics({"ncu_flops_total": 3e12, "ncu_dram_bytes": 1e10})
+
+
 def test_a_truncated_profile_and_an_unplaced_one_read_from_the_store(tracking):
     """The ncu_truncated tag and the profile params reach the join through the fetch (which reads
     only analysis.join.READ_KEYS): the cut profile gives no intensity, the L4 profile of a config
@@ -825,11 +834,7 @@ def test_a_truncated_profile_and_an_unplaced_one_read_from_the_store(tracking):
     log_train(
         "l4", L4, 64, "fp32", thr=700, thr_sd=20, flops_step=1.5e12, median_s=0.1, intensity=60
     )
-    p = params(64, "fp32")
-    tags = {**env_tags("l4", L4), schema.TAG_CONFIG_KEY: schema.config_key(p)}
-    with RunSession("profile", experiment=EXP, tags={**tags, "ncu_truncated": "cut"}) as s:
-        s.log_params(p)
-        s.log_metrics({"ncu_flops_total": 3e12, "ncu_dram_bytes": 1e10})
+    log_tagged_profile({"ncu_truncated": "cut"})
     log_profile(L4, 32, "bf16", flops=3e12, dram_bytes=1.5e10)
     a = joined()
     assert a.points.iloc[0]["intensity_source"] == "modeled"
@@ -840,3 +845,20 @@ def test_a_truncated_profile_and_an_unplaced_one_read_from_the_store(tracking):
         "config on that device; time it there (python -m train --model resnet18 --batch 32 "
         "--precision bf16 --image-size 224 --num-classes 1000 --optimizer sgd --env-label l4)"
     ) in notes
+
+
+def test_a_profile_that_missed_a_phase_is_used_only_when_asked(tracking):
+    """Issue 22, item 3: the ncu_missing_phase tag of a forward-only capture reaches the join
+    through the fetch; its forward-pass intensity (300) stays off the b64 point unless
+    --use-incomplete-profiles asks."""
+    log_train(
+        "l4", L4, 64, "fp32", thr=700, thr_sd=20, flops_step=1.5e12, median_s=0.1, intensity=60
+    )
+    log_tagged_profile({"ncu_missing_phase": "backward"})
+    point = joined().points.iloc[0]
+    assert point["intensity_source"] == "modeled" and point["intensity_flops_per_byte"] == 60
+    point = joined(["--use-incomplete-profiles"]).points.iloc[0]
+    assert point["intensity_source"] == "measured" and point["intensity_flops_per_byte"] == 300
+    assert joined(["--use-incomplete-profiles", "false"]).points.iloc[0]["intensity_source"] == (
+        "modeled"
+    )

@@ -417,6 +417,30 @@ def test_build_marks_missing_intensity_and_bf16_fallback():
     )  # 1e12 / (10 * 100e9)
 
 
+def test_tf32_points_meet_the_peaks_run_tf32_ceiling_and_say_when_there_is_none():
+    runs = pd.DataFrame(
+        [
+            train("a", "e", "A100", 32, "tf32", 100, achieved=50e12, intensity=100),
+            train("b", "f", "A100", 32, "tf32", 100, achieved=5e12, intensity=100),
+            peaks(
+                "p",
+                "e",
+                "A100",
+                1,
+                peak_flops_per_s_fp32=19e12,
+                peak_flops_per_s_tf32=140e12,
+                peak_dram_bytes_per_s=1.9e12,
+            ),
+            peaks("q", "f", "A100", 2, peak_flops_per_s_fp32=19e12, peak_dram_bytes_per_s=1.9e12),
+        ]
+    )
+    a = core.build(runs, None)
+    pts = a.points.set_index("env_label")
+    assert pts.loc["e", "ceiling_dtype"] == "tf32" and pts.loc["e", "peak_flops_per_s"] == 140e12
+    assert pts.loc["f", "ceiling_dtype"] == "fp32"
+    assert "f: no tf32 ceiling for A100; those points are held against the fp32 ceiling" in a.notes
+
+
 def test_variability_config_prefers_most_environments():
     runs = pd.DataFrame(
         [
@@ -659,3 +683,29 @@ def test_html_from_a_label_is_escaped_in_the_report():
     assert "<img" not in md and "<b>" not in md
     assert md.count("&lt;img src=x onerror=alert(1)&gt;") >= 4  # query, note, tables, figure
     assert "&lt;b&gt;host&lt;/b&gt;" in md
+
+
+def test_a_profile_missing_a_phase_stays_off_the_training_point_unless_asked():
+    """Issue 22, item 3: a forward-only capture (tag ncu_missing_phase, set by python -m profiling
+    when a phase reads below a quarter of its counted FLOPs) would put a forward pass's intensity
+    (200 here) on the training point; by default the point keeps its modeled one and a note names
+    the profile; --use-incomplete-profiles uses it, and a note says so."""
+    t = train("t1", "l4", "NVIDIA L4", 64, "fp32", 700, achieved=1.5e13, intensity=60)
+    fwd = profile("p1", t["tags.config_key"], "NVIDIA L4", ncu_missing_phase="backward")
+    runs = pd.DataFrame([t, fwd])
+    a = core.build(runs)
+    assert a.points.iloc[0]["intensity_source"] == "modeled"
+    assert a.points.iloc[0]["intensity_flops_per_byte"] == 60
+    assert (
+        "1 profile run(s) missed a training phase (tag ncu_missing_phase: backward; e.g. p1): "
+        "their intensity is left off the training point (python -m analysis "
+        "--use-incomplete-profiles uses it)" in a.notes
+    )
+    used = core.build(runs, use_incomplete_profiles=True)
+    assert used.points.iloc[0]["intensity_source"] == "measured"
+    assert used.points.iloc[0]["intensity_flops_per_byte"] == 200
+    assert (
+        "1 profile run(s) missed a training phase (tag ncu_missing_phase: backward; e.g. p1): "
+        "their intensity is used, as --use-incomplete-profiles asks" in used.notes
+    )
+    assert join.profile_intensities(runs).empty

@@ -264,3 +264,22 @@ def test_nvtx_steps_push_module_ranges_and_emit_nvtx_around_the_marked_steps(mon
         "--batch",
         "2",
     ]
+
+
+def test_nvtx_steps_reports_the_fp32_math_as_train_s_profile_mode_does(monkeypatch, capsys):
+    """python -m profiling tags a capture with the fp32 math its child reported on the console
+    (issue 22, tag fp32_math): the --nvtx-modules child prints the note train's profile mode
+    prints, with what profile_steps read back from torch (a stand-in here: no CUDA)."""
+    import torch
+
+    import train.bench
+    import train.profile_mode
+    from profiling.breakdown import nvtx_steps
+    from train.device import fp32_math_reported
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(train.bench, "preflight", lambda cfg: torch.device("cpu"))
+    monkeypatch.setattr(train.profile_mode, "profile_steps", lambda *a, **k: "tf32")
+    argv = ["--model", "resnet18", "--batch", "2", "--image-size", "32", "--precision", "tf32"]
+    assert nvtx_steps.main([*argv, "--profile-steps", "1"]) == 0
+    assert fp32_math_reported(capsys.readouterr().err) == "tf32"

@@ -108,6 +108,20 @@ def test_config_errors_name_the_field(kwargs, message):
         TrainConfig(**{**TINY_CFG, **kwargs}, env_label="x")
 
 
+@pytest.mark.parametrize(
+    "precision, autocast",
+    [("fp32", None), ("tf32", None), ("fp16", "float16"), ("bf16", "bfloat16")],
+)
+def test_deepspeed_autocasts_only_the_half_precisions(precision, autocast):
+    """tf32 is fp32 tensors with TF32 math (set by train.device.set_fp32_math), not an autocast
+    dtype: DeepSpeed's config carries no torch_autocast for it (issue 22: it raised KeyError)."""
+    from train.distributed.engines import deepspeed_config
+
+    cfg = TrainConfig(precision=precision, distributed="deepspeed", env_label="x")
+    got = deepspeed_config(cfg).get("torch_autocast")
+    assert got == ({"enabled": True, "dtype": autocast} if autocast else None)
+
+
 def test_backend_follows_the_device():
     import torch
 

@@ -199,3 +199,39 @@ def test_deepspeed_profile_says_when_its_latencies_are_not_synchronised(monkeypa
         "DeepSpeed accelerator: cuda, chosen when DeepSpeed was first loaded in this process, "
         "not cpu: the latencies below are not synchronised with cpu."
     )
+
+
+# ---------------------------------------------------------------- per phase, from shapes alone
+def test_phase_flops_of_a_linear_classifier_by_hand():
+    """Forward: one matmul, 2·B·in·out. Backward: the weight gradient only (the input needs none),
+    again 2·B·in·out. Optimizer: 0 (no matmul). Issue 22, item 3's count."""
+    from train.phase_flops import count_phase_flops
+
+    b, d, k = 4, 3 * 8 * 8, 10
+    model = nn.Sequential(nn.Flatten(), nn.Linear(d, k))
+    x, y = torch.randn(b, 3, 8, 8), torch.randint(0, k, (b,))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    phases = count_phase_flops(model, x, y, opt)
+    assert (phases.forward, phases.backward, phases.optimizer) == (2 * b * d * k, 2 * b * d * k, 0)
+    assert phases.total == 4 * b * d * k
+
+
+@pytest.mark.parametrize(
+    "model, batch, size", [("resnet18", 2, 32), ("mobilenet_v2", 2, 64), ("resnet18", 3, 32)]
+)
+def test_phase_flops_on_the_meta_device_equal_the_cpu_count(model, batch, size):
+    """Shapes only (meta) gives what the real step on the CPU gives, grouped convolutions
+    (mobilenet_v2) included; the whole step equals the benchmark's count_step."""
+    from train.phase_flops import config_phase_flops
+
+    meta = config_phase_flops(model, batch, size, 10)
+    cpu = config_phase_flops(model, batch, size, 10, device="cpu")
+    assert meta == cpu and meta.optimizer == 0 and meta.backward > meta.forward > 0
+
+
+def test_resnet18_b64_32px_phase_split_is_the_l4_fixture_s_config():
+    """The count the L4 fixture (resnet18, batch 64, 32x32, 1000 classes) is held against."""
+    from train.phase_flops import config_phase_flops
+
+    phases = config_phase_flops("resnet18", 64, 32, 1000)
+    assert phases.forward == 4_803_002_368 and phases.backward == 9_297_723_392

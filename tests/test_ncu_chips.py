@@ -302,11 +302,88 @@ def test_the_raw_dependency_rule_is_named_in_the_source_tag():
         ("NVIDIA GB10", "GB20B"),
         ("GH100", "GH100"),
         ("ga102", "GA102"),
+        # issue 22, item 5: names torch reports today, chips as the PCI ID database
+        # (pciutils/pciids) pairs them with products
+        ("Tesla V100-SXM2-16GB", "GV100"),
+        ("Tesla V100-PCIE-32GB", "GV100"),
+        ("Tesla V100S-PCIE-32GB", "GV100"),
+        ("NVIDIA TITAN V", "GV100"),
+        ("Quadro GV100", "GV100"),
+        ("NVIDIA DGX Spark", "GB20B"),
+        ("NVIDIA GeForce RTX 3080 Ti Laptop GPU", "GA103"),
+        ("NVIDIA RTX A5500 Laptop GPU", "GA103"),
+        ("NVIDIA GeForce RTX 3080 Laptop GPU", "GA104"),
+        ("NVIDIA GeForce RTX 3070 Ti Laptop GPU", "GA104"),
+        ("NVIDIA GeForce RTX 3060 Laptop GPU", "GA106"),
+        ("NVIDIA GeForce RTX 3050 Ti Laptop GPU", "GA107"),
+        ("NVIDIA GeForce RTX 3080 Ti", "GA102"),
+        ("NVIDIA GeForce RTX 4090 Laptop GPU", "AD103"),
+        ("NVIDIA GeForce RTX 4080 Laptop GPU", "AD104"),
+        ("NVIDIA GeForce RTX 4070 Laptop GPU", "AD106"),
+        ("NVIDIA GeForce RTX 4060 Laptop GPU", "AD107"),
+        ("NVIDIA GeForce RTX 4050 Laptop GPU", "AD107"),
+        ("NVIDIA RTX 5000 Ada Generation Laptop GPU", "AD103"),
+        ("NVIDIA GeForce RTX 4070 SUPER", "AD104"),
+        ("NVIDIA GeForce RTX 4060 Ti", "AD106"),
+        ("NVIDIA RTX 6000 Ada Generation", "AD102"),
+        ("NVIDIA RTX 4000 Ada Generation", "AD104"),
+        ("NVIDIA RTX 2000 Ada Generation", "AD107"),
+        ("NVIDIA L20", "AD102"),
+        ("NVIDIA L40", "AD102"),
+        ("NVIDIA RTX A6000", "GA102"),
+        ("NVIDIA RTX A4000", "GA104"),
+        ("NVIDIA A800-SXM4-80GB", "GA100"),
+        ("NVIDIA H100 NVL", "GH100"),
+        ("NVIDIA H20", "GH100"),
+        ("NVIDIA H800", "GH100"),
+        ("NVIDIA GB200", "GB100"),
+        ("NVIDIA GB300", "GB110"),
+        ("NVIDIA Thor", "GB10B"),
+        ("NVIDIA GeForce RTX 5090 D", "GB202"),
+        ("NVIDIA GeForce RTX 5090 Laptop GPU", "GB203"),
+        ("NVIDIA GeForce RTX 5080 Laptop GPU", "GB203"),
+        ("NVIDIA GeForce RTX 5070 Ti Laptop GPU", "GB205"),
+        ("NVIDIA GeForce RTX 5070 Laptop GPU", "GB206"),
+        ("NVIDIA GeForce RTX 5060 Laptop GPU", "GB206"),
+        ("NVIDIA GeForce RTX 5050 Laptop GPU", "GB207"),
+        ("NVIDIA GeForce RTX 5060 Ti", "GB206"),
+        ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "GB202"),
+        ("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", "GB202"),
+        ("NVIDIA RTX PRO 5000 Blackwell", "GB202"),
+        ("NVIDIA RTX PRO 4000 Blackwell", "GB203"),
+        ("NVIDIA RTX PRO 5000 Blackwell Generation Laptop GPU", "GB203"),
+        ("NVIDIA RTX PRO 3000 Blackwell Generation Laptop GPU", "GB205"),
+        ("NVIDIA RTX PRO 2000 Blackwell", "GB206"),
+        ("NVIDIA RTX PRO 1000 Blackwell Generation Laptop GPU", "GB207"),
     ],
 )
 def test_device_names_map_to_their_chips(name, chip):
     choice = resolve_chip(name)
-    assert choice.chip == chip and choice.note is None
+    assert choice.chip == chip and choice.how in ("device name", "chip")
+    assert (choice.note is None) == (chip != "GV100")  # Volta: a note (below)
+
+
+def test_every_chip_a_device_name_maps_to_is_in_the_database_or_named_as_absent():
+    from profiling.ncu.chips.devices import DEVICE_PATTERNS, NOT_IN_DATABASE
+
+    assert {c for c, _ in DEVICE_PATTERNS} - set(all_chips()) == set(NOT_IN_DATABASE)
+
+
+@pytest.mark.parametrize(
+    "how", [{"device_name": "Tesla V100-SXM2-16GB"}, {"capability": (7, 0)}, {"chip_id": 0x140}]
+)
+def test_volta_is_named_with_the_last_ncu_that_profiles_it(how):
+    """GV100 is absent from the shipped database (ncu-report 2026.3.1): planning for Volta says,
+    in one line, which ncu release still profiles it and what this project does there."""
+    choice = resolve_chip(**how)
+    assert choice.chip == "GV100" and counters_for("GV100") is None
+    assert choice.note == (
+        "GV100 (Volta) is not in NVIDIA's metric database of ncu-report 2026.3.1: the newest "
+        "Nsight Compute known to profile it is 2025.3.1 (its ncu-report database has GV100/GV11B; "
+        "2026.2.0's has none), so capture with ncu 2025.3.1 or older (and a PyTorch build with "
+        "sm_70 kernels); this project plans generic metric names there, unchecked, and counts "
+        "tensor FLOPs as sm__inst_executed_pipe_tensor.sum x 512"
+    )
 
 
 @pytest.mark.parametrize(
@@ -355,7 +432,7 @@ def test_7_5_is_two_counter_sets_and_the_note_says_so():
 def test_report_chip_numbers_and_unknown_devices():
     assert resolve_chip(chip_id=356).chip == "TU104"  # the T4 fixture's device__attribute_chip
     assert resolve_chip(chip_id=416).chip == "GB100"  # the B200 fixture's
-    unknown = resolve_chip("Tesla V100-SXM2-16GB", (7, 0))
+    unknown = resolve_chip("Some Old GPU", (6, 1))
     assert unknown.chip is None and "metric names are not checked" in unknown.note
     guessed = resolve_chip("Some Future GPU", (9, 0))
     assert guessed.chip == "GH100" and "is not a GPU this project knows by name" in guessed.note
@@ -385,3 +462,37 @@ def test_extra_metric_names_are_checked_against_the_chip(db):
         == "GB202 has no metric lts__t_bytes.summ (nearest: lts__t_bytes.sum, lts__t_bytes.avg, lts__t_bytes.max, lts__t_bytes.min)"
     )
     assert len(problems) == 2
+
+
+# ---------------------------------------------------------------- packed FP32 (issue 22, item 1)
+PACKED_FP32_CHIPS = {"GB100", "GB102", "GB110", "GB112", "GR100"}
+PACKED = [op_counter(op) for op in ("fadd2", "fmul2", "ffma2")]
+
+
+@pytest.mark.parametrize("chip", all_chips())
+def test_packed_fp32_counters_are_asked_for_where_the_chip_has_them(chip):
+    """Chosen per chip from the database like every other counter: the five chips that have
+    them get fadd2/fmul2/ffma2 in both metric sets, no other chip does."""
+    for metric_set in ("roofline", "seed"):
+        plan = plan_metrics(metric_set, "auto", (), counters_for(chip))
+        asked = [n for n in PACKED if n in plan.metrics]
+        assert asked == (PACKED if chip in PACKED_FP32_CHIPS else []), (chip, metric_set)
+        assert not any("2_pred_on" in m for m in plan.missing)
+
+
+@needs_library
+@pytest.mark.parametrize("chip", sorted(PACKED_FP32_CHIPS))
+def test_scalar_fp32_counters_do_not_include_the_packed_ones(db, chip):
+    """Each packed counter is built from a raw counter of its own: ffma and ffma2 share no raw
+    dependency, so adding them counts no instruction twice (docs/profiling.md, "Packed FP32")."""
+    with db.chip(chip) as c:
+        for op in ("fadd", "fmul", "ffma"):
+            scalar = set(c.raw_dependencies(op_counter(op)))
+            packed = set(c.raw_dependencies(op_counter(f"{op}2")))
+            assert len(scalar) == len(packed) == 1 and not scalar & packed, (chip, op)
+    assert {ch for ch in db.chips if _has_packed(db, ch)} == PACKED_FP32_CHIPS
+
+
+def _has_packed(db, chip) -> bool:
+    with db.chip(chip) as c:
+        return all(c.has(n) for n in PACKED)

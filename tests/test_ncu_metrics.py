@@ -11,6 +11,7 @@ import pytest
 
 from common.errors import BenchError
 from common.schema import check_key
+from profiling.ncu.chips.counters import counters_for
 from profiling.ncu.counting import (
     chip_id_from_report,
     device_from_report,
@@ -767,3 +768,41 @@ def test_the_inst_caution_on_sm80_89_names_the_kernels_that_break_it(cap):
     assert "cuBLAS's *1688* kernels (HMMA.1688, 1024 FMA) make fp16/bf16 counts 2x high" in caution
     assert "tf32 kernels (HMMA.1684, 512 FMA) 4x" in caution
     assert "also counts DMMA (fp64) and IMMA (integer: no FLOPs) instructions" in caution
+
+
+# ---------------------------------------------------------------- packed FP32 (Blackwell datacenter, Rubin)
+def test_packed_fp32_instructions_count_two_lanes_each():
+    """A synthetic B200 kernel row with scalar and packed FP32 counters (issue 22, item 1):
+    fadd + fmul + 2 ffma + 2 fadd2 + 2 fmul2 + 4 ffma2 = 10 + 20 + 60 + 80 + 100 + 240 = 510."""
+    c = op_counter
+    row = {
+        c("fadd"): 10,
+        c("fmul"): 20,
+        c("ffma"): 30,
+        c("fadd2"): 40,
+        c("fmul2"): 50,
+        c("ffma2"): 60,
+        "dram__bytes_read.sum": 300,
+        "dram__bytes_write.sum": 210,
+    }
+    gb100 = counters_for("GB100")
+    q, src, gaps = kernel_quantities(row, (10, 0), gb100)
+    assert q["flops_fp32"] == 510 and gaps == {}
+    assert src["flops_fp32"] == "sass_thread_inst_executed (+ fadd2, fmul2, ffma2)"
+    s = summarize(_report(row), (10, 0), gb100)
+    assert s.totals["flops_fp32"] == 510 and s.intensity("dram") == 1.0
+    # the same row from a rate-only report (--set full): rate x elapsed cycles
+    rates = {f"{n}.per_cycle_elapsed": v / 10 for n, v in row.items() if "sass" in n}
+    q, _, _ = kernel_quantities({**rates, "sm__cycles_elapsed.avg": 10}, (10, 0), gb100)
+    assert q["flops_fp32"] == pytest.approx(510)
+
+
+def test_a_b200_report_without_the_packed_counters_is_a_lower_bound():
+    c = op_counter
+    row = {c("fadd"): 10, c("fmul"): 20, c("ffma"): 30}
+    q, _, gaps = kernel_quantities(row, (10, 0), counters_for("GB100"))
+    assert q["flops_fp32"] == 90
+    assert gaps == {"flops_fp32": "no fadd2, fmul2, ffma2 counters (GB100 has packed FP32)"}
+    # a chip without packed FP32 (and an unknown chip) lacks nothing
+    assert kernel_quantities(row, (9, 0), counters_for("GH100"))[2] == {}
+    assert kernel_quantities(row)[2] == {}

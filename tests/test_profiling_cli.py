@@ -143,8 +143,19 @@ def artifact_csv(run_id: str, path: str, tmp_path: Path) -> pd.DataFrame:
     return pd.read_csv(local)
 
 
+def warning_lines(err: str) -> list[str]:
+    """The `warning:` lines of stderr but the count check's, which these stand-in outputs trip
+    (they are not the config's step: tests/test_ncu_completeness.py and the L4 import test it)."""
+    return [
+        ln
+        for ln in err.splitlines()
+        if ln.startswith("warning:") and " looks incomplete: " not in ln
+    ]
+
+
 def test_capture_end_to_end_with_standin_ncu(tracking, standin, ncu_dir, tmp_path, capsys):
-    argv_file = standin(ncu_dir / L4_CSV)
+    child_line = "profiled 2 step(s) of resnet18-b64-fp32-32px on NVIDIA L4 (fp32 math: ieee)"
+    argv_file = standin(ncu_dir / L4_CSV, stderr=child_line)  # what train's profile mode prints
     assert capture(tmp_path, "--profile-steps", "2") == 0
 
     # what ncu was asked to run
@@ -190,6 +201,7 @@ def test_capture_end_to_end_with_standin_ncu(tracking, standin, ncu_dir, tmp_pat
         and tags["driver_version"] == "555.42"
     )
     assert tags["ncu_source"] == "capture" and tags["ncu_tensor_counters"] == "ops"
+    assert tags[schema.TAG_FP32_MATH] == "ieee"  # read back by the profiled program
     p = run.data.params
     assert p["batch_size"] == "64" and p["device"] == "cuda" and p["profile_steps"] == "2"
     assert p["ncu_metric_set"] == "roofline" and p["ncu_replay_mode"] == "kernel"
@@ -213,6 +225,7 @@ def test_capture_end_to_end_with_standin_ncu(tracking, standin, ncu_dir, tmp_pat
             "kernels.csv",
             "phases.csv",
             "command.txt",
+            "console.txt",  # the child's line
         )
     }
     top = artifact_csv(run.info.run_id, "ncu/top_kernels.csv", tmp_path)
@@ -293,8 +306,7 @@ def test_tensor_counters_inst_warns_on_sm80_plus(tracking, standin, ncu_dir, tmp
     assert "sm__inst_executed_pipe_tensor.sum" in metrics and not any(
         "ops_path" in m for m in metrics
     )
-    err = capsys.readouterr().err.splitlines()
-    assert [ln for ln in err if ln.startswith("warning:")] == [
+    assert warning_lines(capsys.readouterr().err) == [
         f"warning: --tensor-counters inst: {tensor_inst_caution((8, 6))}"
     ]
     tags = only_run().data.tags
@@ -318,7 +330,7 @@ def test_tensor_instruction_caution_is_printed_once(
     run = only_run()
     assert run.data.metrics["ncu_flops_tensor"] == 10 * factor
     caution = tensor_inst_caution(cap)
-    warnings = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("warning:")]
+    warnings = warning_lines(capsys.readouterr().err)
     assert (
         len(warnings) == 1
         and warnings[0].endswith(caution)
@@ -439,7 +451,7 @@ def test_no_cuda_fails_and_points_to_import(tracking, standin, ncu_dir, tmp_path
 
 
 # ---------------------------------------------------------------- --import
-def test_import_l4_csv_needs_no_gpu_and_no_ncu(tracking, ncu_dir, tmp_path, monkeypatch):
+def test_import_l4_csv_needs_no_gpu_and_no_ncu(tracking, ncu_dir, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PATH", str(tmp_path))
     boom = lambda *a, **k: pytest.fail("the import path must not probe CUDA")  # noqa: E731
     assert import_file(ncu_dir / L4_CSV, probe=boom) == 0
@@ -451,9 +463,38 @@ def test_import_l4_csv_needs_no_gpu_and_no_ncu(tracking, ncu_dir, tmp_path, monk
     )
     assert run.data.params["ncu_import_file"] == L4_CSV
     assert run.data.metrics["ncu_intensity_dram_flops_per_byte"] == pytest.approx(6.94, rel=1e-3)
-    assert run.data.tags["ncu_roofline"] == "complete" and run.data.tags["ncu_chip"] == "AD104"
+    assert run.data.tags["ncu_chip"] == "AD104"
     arts = {a.path for a in mlflow.tracking.MlflowClient().list_artifacts(run.info.run_id, "ncu")}
     assert f"ncu/{L4_CSV}" in arts and "ncu/top_kernels.csv" in arts
+
+
+def test_the_forward_only_l4_capture_is_imported_as_incomplete_naming_backward(
+    tracking, ncu_dir, capsys
+):
+    """Issue 22, item 3 ("done when"): the L4 fixture's backward phase has 1 kernel and 0 FLOPs;
+    held against resnet18 b64 32px's counted training FLOPs it is tagged incomplete, names the
+    missing phase and says so in one warning line."""
+    assert import_file(ncu_dir / L4_CSV) == 0
+    run = only_run()
+    tags, m = run.data.tags, run.data.metrics
+    assert run.info.status == "FINISHED"
+    assert tags["ncu_roofline"] == "incomplete" and tags["ncu_missing_phase"] == "backward"
+    assert tags["ncu_roofline_missing"] == "backward phase"
+    assert tags["ncu_count_check"] == "incomplete"
+    assert m["counted_train_flops_per_step"] == 14_100_725_760
+    assert m["counted_backward_flops_per_step"] == 9_297_723_392
+    assert m["ncu_phase_backward_flops_to_counted_ratio"] == 0.0
+    assert m["ncu_flops_to_counted_ratio"] == pytest.approx(0.3495, abs=1e-4)
+    # the measured intensity is still logged: analysis leaves it off unless asked
+    assert m["ncu_intensity_dram_flops_per_byte"] == pytest.approx(6.94, rel=1e-3)
+    warnings = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("warning:")]
+    assert warnings == [
+        f"warning: {L4_CSV} looks incomplete: 4.928e+09 FLOP per step captured against 1.41e+10 "
+        "counted for this config (0.35x; forward 1.01x, backward 0.00x), so the backward phase is "
+        "missing (tags ncu_roofline=incomplete, ncu_missing_phase); analysis keeps its intensity off "
+        "the training point unless asked (python -m analysis --use-incomplete-profiles)"
+    ]
+    assert "so the backward phase is missing" in tags[schema.TAG_NOTE]
 
 
 def test_profile_config_key_joins_the_train_run_of_the_same_folder_data(
@@ -672,7 +713,7 @@ def test_import_warns_and_tags_a_partial_precision(tracking, tmp_path, capsys):
     )
 
 
-@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+@pytest.mark.parametrize("precision", ["fp16", "bf16", "tf32"])
 def test_import_of_a_half_precision_config_without_tensor_counters_warns(
     tracking, ncu_dir, capsys, precision
 ):
@@ -682,8 +723,7 @@ def test_import_of_a_half_precision_config_without_tensor_counters_warns(
         run.info.status == "FINISHED"
         and run.data.tags["ncu_tensor_undercount"] == "no tensor-core counters"
     )
-    warnings = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("warning: ")]
-    assert warnings == [
+    assert warning_lines(capsys.readouterr().err) == [
         f"warning: --precision {precision} but the input has no tensor-core counters: its tensor-core work is "
         "missing from ncu_flops_total, which is undercounted (profile with the chip's sm__ops_path_tensor_* "
         "counters, Turing on, or sm__inst_executed_pipe_tensor.sum on Volta)"
@@ -712,7 +752,8 @@ def test_import_of_half_precision_with_zero_tensor_ops_and_of_fp32_without(
     mlflow.delete_experiment(mlflow.get_experiment_by_name("prof").experiment_id)
     assert cli.main([*CONFIG, *base[:-1], "prof2"]) == 0  # fp32: tensor cores are not expected
     run = mlflow.search_runs(experiment_names=["prof2"], output_format="list")[0]
-    assert "ncu_tensor_undercount" not in run.data.tags and "warning" not in capsys.readouterr().err
+    assert "ncu_tensor_undercount" not in run.data.tags
+    assert warning_lines(capsys.readouterr().err) == []
 
 
 # ---------------------------------------------------------------- bad input: exit 2, no run
@@ -933,6 +974,116 @@ def test_dry_run_lists_names_the_database_accepts_for_the_chip(
     assert any(n.startswith("sm__ops_path_tensor_") for n in metrics)
     assert any(n.startswith("dram__bytes") for n in metrics)
     assert mlflow.search_runs(experiment_names=["prof"], output_format="list") == []
+
+
+@pytest.mark.parametrize(
+    "cc, chip, packed", [("10.0", "GB100", True), ("10.3", "GB110", True), ("12.0", "GB202", False)]
+)
+def test_dry_run_asks_for_packed_fp32_where_the_chip_counts_it(tracking, capsys, cc, chip, packed):
+    """Issue 22's "done when": --compute-capability 10.0 --precision fp32 lists fadd2/fmul2/ffma2,
+    and every printed name passes NVIDIA's metric database."""
+    from profiling.ncu import nvperf
+
+    code, argv, metrics, err = dry_run(capsys, "--compute-capability", cc, "--precision", "fp32")
+    wanted = [op_counter(op) for op in ("fadd2", "fmul2", "ffma2")]
+    assert code == 0 and [n for n in wanted if n in metrics] == (wanted if packed else [])
+    with nvperf.open_database().chip(chip) as live:
+        assert [n for n in metrics if not live.has(n)] == []
+
+
+@pytest.mark.parametrize(
+    "flags", [["--device-name", "Tesla V100-SXM2-16GB"], ["--compute-capability", "7.0"]]
+)
+def test_dry_run_for_volta_says_in_one_line_which_ncu_profiles_it(tracking, capsys, flags):
+    code, argv, metrics, err = dry_run(capsys, *flags)
+    notes = [ln for ln in err.splitlines() if "Volta" in ln]
+    assert code == 0 and len(notes) == 1
+    assert notes[0].startswith("note: GV100 (Volta) is not in NVIDIA's metric database of ")
+    assert "ncu 2025.3.1 or older" in notes[0]
+    # Volta's tensor counter (instructions x 512), never the Ampere+ ops names
+    assert "sm__inst_executed_pipe_tensor.sum" in metrics
+    assert not any(n.startswith("sm__ops_path_tensor") for n in metrics)
+
+
+def test_the_dry_run_example_in_the_docs_is_what_the_dry_run_prints(
+    tracking, capsys, monkeypatch, tmp_path
+):
+    """docs/profiling.md shows a dry run's output under its `$ python -m profiling ...` line; it is
+    that command's stdout with the repository's path left out, the interpreter written `python`
+    and the --metrics value written `…` (the list follows as `#` lines). Issue 22: the example
+    lacked the --cache-control all that the dry run prints."""
+    doc = (Path(cli.__file__).resolve().parents[1] / "docs" / "profiling.md").read_text()
+    prompt = "$ python -m profiling "
+    start = doc.index(prompt)
+    block = doc[start : doc.index("```", start)].rstrip("\n").splitlines()
+    argv = shlex.split(block[0][len(prompt) :])
+    monkeypatch.setenv("PATH", str(tmp_path))  # no ncu: the command starts with `ncu`
+    assert cli.main(argv, probe=lambda *a, **k: pytest.fail("no probe")) == 0
+    root = str(Path(cli.__file__).resolve().parents[1]) + "/"
+    printed = capsys.readouterr().out.replace(sys.executable, "python").replace(root, "")
+    command, *listed = printed.splitlines()
+    parts = shlex.split(command)
+    parts[parts.index("--metrics") + 1] = "…"
+    assert "--cache-control" in parts
+    assert [" ".join(parts), *listed] == block[1:]
+
+
+BF16_ON_T4 = (
+    "Tesla T4 (sm_75) has no native bf16 (needs sm_80+; torch would emulate it, which is not what a "
+    "bf16 benchmark measures): use --precision fp16 or fp32"
+)
+"""The line `python -m train --precision bf16` prints on a T4 (tests/test_train.py)."""
+
+
+@pytest.mark.parametrize(
+    "precision, gpu_flags, line",
+    [
+        ("bf16", ["--device-name", "Tesla T4"], BF16_ON_T4),
+        ("bf16", ["--device-name", "Tesla T4", "--compute-capability", "7.5"], BF16_ON_T4),
+        (
+            "bf16",
+            ["--compute-capability", "7.5"],
+            "the GPU (sm_75) has no native bf16 (needs sm_80+; torch would emulate it, which is "
+            "not what a bf16 benchmark measures): use --precision fp16 or fp32",
+        ),
+        (
+            "tf32",
+            ["--compute-capability", "7.5"],
+            "the GPU (sm_75) has no TF32 tensor cores (needs sm_80+): use --precision fp32 (IEEE "
+            "FP32) or fp16",
+        ),
+    ],
+)
+def test_dry_run_refuses_a_precision_the_gpu_lacks_in_one_line(
+    tracking, capsys, precision, gpu_flags, line
+):
+    """Issue 22, item 4: refused before anything runs, with the line the run would print, and
+    nothing else (no note about the chip first)."""
+    code, _, _, err = dry_run(capsys, "--precision", precision, *gpu_flags)
+    assert code == 2 and err.strip().splitlines() == [f"error: {line}"]
+    assert mlflow.search_runs(experiment_names=["prof"], output_format="list") == []
+
+
+def test_a_capture_of_bf16_on_a_t4_ends_before_ncu_starts(tracking, standin, ncu_dir, tmp_path):
+    argv_file = standin(ncu_dir / L4_CSV)
+    probe = gpu(capability=(7, 5), name="Tesla T4")
+    assert capture(tmp_path, "--precision", "bf16", probe=probe) == 2
+    assert not argv_file.exists()  # ncu never started
+    run = only_run()
+    assert run.info.status == "FAILED" and run.data.tags[schema.TAG_ERROR] == BF16_ON_T4
+
+
+def test_dry_run_of_tf32_on_ampere_lists_the_tf32_tensor_counters(tracking, capsys):
+    """Issue 22's "done when": --precision tf32 with 8.0 lists TF32 tensor counters, every name
+    valid on GA100."""
+    from profiling.ncu import nvperf
+
+    code, argv, metrics, err = dry_run(capsys, "--compute-capability", "8.0", "--precision", "tf32")
+    assert code == 0 and "sm__ops_path_tensor_src_tf32_dst_fp32.sum" in metrics
+    child = argv[argv.index(sys.executable) :]
+    assert child[child.index("--precision") + 1] == "tf32"
+    with nvperf.open_database().chip("GA100") as live:
+        assert [n for n in metrics if not live.has(n)] == []
 
 
 @pytest.mark.parametrize("cc, chip", [("8.7", "GA10B"), ("12.1", "GB20B")])

@@ -46,6 +46,20 @@ def test_ceiling_dtype_choice():
     assert rl.ceiling_dtype("BF16", set()) == "fp32"
 
 
+def test_tf32_runs_are_held_against_the_tf32_tensor_roof():
+    """Issue 22, item 2: --precision tf32 meets the TF32 ceiling (vendor table or the peaks run's
+    peak_flops_per_s_tf32); fp32 (IEEE FP32 now) keeps the CUDA-core fp32 ceiling."""
+    assert rl.ceiling_dtype("tf32", {"fp32", "tf32", "fp16"}) == "tf32"
+    assert rl.ceiling_dtype("fp32", {"fp32", "tf32"}) == "fp32"
+    assert rl.ceiling_dtype("tf32", {"fp32"}) == "fp32"  # no tf32 figure: fall back, noted
+    roof = rl.Roof("NVIDIA A100-SXM4-80GB", {"fp32": 19.5e12, "tf32": 156e12}, {"dram": 2.039e12})
+    roof.sources = {"flops:tf32": "vendor: a100", "flops:fp32": "vendor: a100", "bytes:dram": "v"}
+    ev = rl.evaluate_point("tf32", 50e12, {"dram": 200.0}, roof)
+    assert ev.ceiling_dtype == "tf32" and ev.peak_flops_per_s == 156e12
+    assert ev.efficiency == pytest.approx(50e12 / 156e12)
+    assert rl.TENSOR_PRECISIONS == ("tf32", "fp16", "bf16")
+
+
 def test_hierarchical_limiter_picks_lowest_level_bound():
     # DRAM: 200 * 250e9 = 50e12 (> peak), L2: 10 * 1e12 = 10e12 -> L2 limits at 10e12
     level, att = rl.hierarchical_limiter({"dram": 200, "l2": 10}, {"dram": BW, "l2": 1e12}, P32)

@@ -378,3 +378,20 @@ def test_the_documented_example_file_loads(tmp_path):
     assert ada.device_name == "NVIDIA RTX 6000 Ada Generation" and ada.dram_bytes_per_s == 960e9
     laptop = lookup("NVIDIA GeForce RTX 4080 Laptop GPU", overrides=path)
     assert laptop.flops_per_s["fp16"] == 53.5e12 and laptop.dram_bytes_per_s == pytest.approx(432e9)
+
+
+def test_every_entry_from_ampere_on_has_a_dense_tf32_figure_and_none_before():
+    """--precision tf32 meets a TF32 tensor roof (issue 22, item 2): every built-in GPU from Ampere
+    on (sm_80+, by its chip) has a tf32 figure below its fp16 one (dense figures: TF32 runs at about
+    half the fp16 tensor rate or less); Volta and Turing have none (no TF32 tensor cores)."""
+    from profiling.ncu.chips.devices import chip_capability, resolve_chip
+    from roofline.datasheets import BUILTIN
+
+    for entry in BUILTIN:
+        p = entry.peaks
+        cap = chip_capability(resolve_chip(p.device_name).chip)
+        assert cap is not None, p.device_name
+        if cap >= (8, 0):
+            assert 0 < p.flops_per_s["tf32"] < p.flops_per_s["fp16"], p.device_name
+        else:
+            assert "tf32" not in p.flops_per_s, p.device_name

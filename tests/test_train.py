@@ -224,21 +224,91 @@ def fake_cuda(monkeypatch, name: str, capability: tuple[int, int]) -> None:
 @pytest.mark.parametrize(
     "name,capability", [("Tesla T4", (7, 5)), ("Tesla V100-SXM2-16GB", (7, 0))]
 )
-def test_bf16_is_refused_on_gpus_that_only_emulate_it(
+def test_bf16_and_tf32_are_refused_on_gpus_before_sm80(
     tracking, capsys, monkeypatch, name, capability
 ):
     from train.device import check_precision
 
     fake_cuda(monkeypatch, name, capability)
     assert torch.cuda.is_bf16_supported()  # what the check asked before: emulation counts
-    code, line = error_of(capsys, arg("--device", "cuda") + ["--precision", "bf16"])
     sm = f"sm_{capability[0]}{capability[1]}"
-    assert code == 2 and line == (
-        f"error: {name} ({sm}) has no native bf16 (needs sm_80+; torch would emulate it, which is "
-        "not what a bf16 benchmark measures): use --precision fp16 or fp32"
-    )
+    for precision, why in (
+        (
+            "bf16",
+            "has no native bf16 (needs sm_80+; torch would emulate it, which is not what a bf16 "
+            "benchmark measures): use --precision fp16 or fp32",
+        ),
+        (
+            "tf32",
+            "has no TF32 tensor cores (needs sm_80+): use --precision fp32 (IEEE FP32) or fp16",
+        ),
+    ):
+        code, line = error_of(capsys, arg("--device", "cuda") + ["--precision", precision])
+        assert code == 2 and line == f"error: {name} ({sm}) {why}"
     assert runs() == []
     check_precision("fp16", torch.device("cuda", 0))  # fp16 stays accepted there
+
+
+def test_tf32_is_a_cuda_mode_and_refused_elsewhere(tracking, capsys):
+    code, line = error_of(capsys, arg("--precision", "tf32"))
+    assert code == 2 and line == (
+        "error: --precision tf32 is TF32 tensor-core math on CUDA GPUs (sm_80+), not a mode of "
+        "cpu: use --precision fp32"
+    )
+    assert runs() == []
+
+
+@pytest.fixture
+def math_flags():
+    """Restores torch's fp32 math flags after a test that sets them."""
+    before = (torch.backends.cudnn.allow_tf32, torch.get_float32_matmul_precision())
+    yield
+    torch.backends.cudnn.allow_tf32 = before[0]
+    torch.set_float32_matmul_precision(before[1])
+
+
+def test_fp32_math_is_set_per_precision_and_read_back(math_flags):
+    """On CUDA, fp32 (and the fp32 ops autocast leaves) is IEEE FP32: TF32 off for cuDNN and
+    cuBLAS; tf32 turns it on for both. What is in force is read back from torch."""
+    from types import SimpleNamespace as NS
+
+    from train.device import fp32_math_in_force, set_fp32_math
+
+    cuda = NS(type="cuda")
+    torch.backends.cudnn.allow_tf32 = True  # torch's default: cuDNN convolutions on TF32
+    assert fp32_math_in_force() == "cudnn=tf32,matmul=ieee"
+    assert set_fp32_math("fp32", cuda) == "ieee"
+    assert torch.backends.cudnn.allow_tf32 is False
+    assert torch.get_float32_matmul_precision() == "highest"
+    assert set_fp32_math("tf32", cuda) == "tf32"
+    assert torch.backends.cudnn.allow_tf32 and torch.backends.cuda.matmul.allow_tf32
+    for half in ("fp16", "bf16"):
+        assert set_fp32_math(half, cuda) == "ieee"
+    assert set_fp32_math("fp32", torch.device("cpu")) is None  # not a CUDA run: no mode, no tag
+
+
+def test_profile_mode_reports_the_fp32_math_in_a_form_profiling_reads_back():
+    from train.device import fp32_math_note, fp32_math_reported
+
+    for mode in ("ieee", "tf32", "cudnn=tf32,matmul=ieee"):
+        line = f"profiled 1 step(s) of resnet18-b2-fp32-32px on NVIDIA A100 {fp32_math_note(mode)}"
+        assert fp32_math_reported(f"==PROF== done\n{line}\nbye") == mode
+    assert fp32_math_reported("no such line") is None
+
+
+def test_a_cuda_run_is_tagged_with_the_fp32_math_in_force(tracking, monkeypatch, math_flags):
+    """The tag is what set_fp32_math read back (a stand-in here: no CUDA on this machine); a CPU
+    run carries none."""
+    import train.device as dev
+
+    assert main(TINY) == 0
+    assert "fp32_math" not in only_run().data.tags
+    monkeypatch.setattr(
+        dev, "set_fp32_math", lambda precision, device: f"read back for {precision}"
+    )
+    assert main(TINY + ["--experiment", "cuda-like"]) == 0
+    run = mlflow.search_runs(experiment_names=["cuda-like"], output_format="list")[0]
+    assert run.data.tags["fp32_math"] == "read back for fp32"
 
 
 def test_bf16_is_accepted_on_gpus_with_native_bf16(monkeypatch):

@@ -40,6 +40,8 @@ class Prepared:
     model: object
     parts: StepParts
     source: BatchSource
+    fp32_math: str | None = None
+    """CUDA: the fp32 math in force (device.set_fp32_math), logged as tag fp32_math; None elsewhere."""
 
     def step(self) -> None:
         train_step(self.parts, *self.source.next())
@@ -108,6 +110,7 @@ def prepare(cfg: TrainConfig, device) -> Prepared:
     torch.manual_seed(cfg.seed)
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True  # as real training does; autotuning happens in warmup
+    fp32_math = dev.set_fp32_math(cfg.precision, device)
     source = open_source(cfg, device)
     if source.num_classes != cfg.num_classes:
         raise BenchError(
@@ -124,7 +127,7 @@ def prepare(cfg: TrainConfig, device) -> Prepared:
         dev.autocast_context(cfg.precision, device),
         dev.grad_scaler(cfg.precision, device),
     )
-    return Prepared(cfg, device, model, parts, source)
+    return Prepared(cfg, device, model, parts, source, fp32_math)
 
 
 def compile_model(model):
@@ -331,6 +334,8 @@ def bench_result(
         "environment.txt": environment_report(),
     }
     tags = {"data_description": prep.source.description, "measure_stop": measured.stop}
+    if prep.fp32_math:
+        tags[schema.TAG_FP32_MATH] = prep.fp32_math
     return BenchResult(metrics, times, texts, tags)
 
 

@@ -34,7 +34,8 @@ class TrainConfig:
     batch_size: int = field(default=16, metadata={"flags": ("--batch", "--batch-size")})
     """samples per step (per process in a data-parallel run)."""
     precision: str = field(default="fp32", metadata={"choices": schema.PRECISIONS})
-    """fp32, or fp16/bf16 through torch.autocast (fp16 adds a GradScaler on CUDA)."""
+    """fp32 (IEEE FP32: TF32 off on CUDA), fp16/bf16 through torch.autocast (fp16 adds a GradScaler
+    on CUDA), or tf32 (fp32 tensors, convolutions and matmuls on TF32 tensor cores; CUDA sm_80+)."""
     device: str = "auto"
     """auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps."""
     warmup_iters: int = 5

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import resource
 import sys
 
@@ -38,8 +39,32 @@ def resolve_device(name: str):
     return dev
 
 
+SM80_PRECISIONS = ("bf16", "tf32")
+"""Precisions a CUDA GPU computes natively from sm_80 (Ampere) on: bf16, and TF32 tensor-core math."""
+
+
+def cuda_precision_refusal(
+    precision: str, gpu_name: str | None, capability: tuple[int, int] | None
+) -> str | None:
+    """The one line a run of `precision` on a CUDA GPU of `capability` is refused with, None when
+    the GPU runs it (or its capability is not known). Pure: `python -m train` asks it with torch's
+    view of the GPU, `python -m profiling` (--dry-run, and before ncu starts) with the GPU it plans
+    for, so both print the same line."""
+    if precision not in SM80_PRECISIONS or capability is None or tuple(capability) >= (8, 0):
+        return None
+    gpu = f"{gpu_name or 'the GPU'} (sm_{capability[0]}{capability[1]})"
+    if precision == "bf16":
+        return (
+            f"{gpu} has no native bf16 (needs sm_80+; torch would emulate it, which is not what a "
+            "bf16 benchmark measures): use --precision fp16 or fp32"
+        )
+    return (
+        f"{gpu} has no TF32 tensor cores (needs sm_80+): use --precision fp32 (IEEE FP32) or fp16"
+    )
+
+
 def check_precision(precision: str, device) -> None:
-    """Raise UsageError when autocast at `precision` is not supported on `device`."""
+    """Raise UsageError when `precision` (autocast fp16/bf16, TF32 math) is not supported on `device`."""
     import torch
 
     if precision == "fp32":
@@ -48,13 +73,21 @@ def check_precision(precision: str, device) -> None:
         raise UsageError(
             "fp16 autocast is not supported for training on cpu: use --precision bf16 or fp32"
         )
-    if device.type == "cuda" and precision == "bf16" and not cuda_native_bf16(device):
-        major, minor = torch.cuda.get_device_capability(device)
+    if device.type != "cuda" and precision == "tf32":
         raise UsageError(
-            f"{torch.cuda.get_device_name(device)} (sm_{major}{minor}) has no native bf16 (needs "
-            "sm_80+; torch would emulate it, which is not what a bf16 benchmark measures): use "
-            "--precision fp16 or fp32"
+            "--precision tf32 is TF32 tensor-core math on CUDA GPUs (sm_80+), not a mode of "
+            f"{device.type}: use --precision fp32"
         )
+    if device.type == "cuda" and (
+        precision == "tf32" or (precision == "bf16" and not cuda_native_bf16(device))
+    ):
+        refusal = cuda_precision_refusal(
+            precision,
+            torch.cuda.get_device_name(device),
+            tuple(torch.cuda.get_device_capability(device)),
+        )
+        if refusal:
+            raise UsageError(refusal)
 
 
 def cuda_native_bf16(device) -> bool:
@@ -67,11 +100,54 @@ def cuda_native_bf16(device) -> bool:
         return bool(torch.cuda.is_bf16_supported(including_emulation=False))
 
 
-def autocast_context(precision: str, device):
-    """A zero-argument factory of the autocast context for `precision` (nullcontext for fp32)."""
+def set_fp32_math(precision: str, device) -> str | None:
+    """On CUDA, the math of fp32 convolutions and matmuls for `precision`: TF32 tensor cores for
+    tf32, IEEE FP32 (TF32 off for cuDNN and cuBLAS) for everything else, including the fp32 ops
+    autocast leaves under fp16/bf16. Returns the mode read back from torch (fp32_math_in_force);
+    None off CUDA (TF32 is a CUDA mode: nothing is set). The legacy flags are used, as
+    profiling.peaks does: mixing them with torch's newer fp32_precision API makes reads fail."""
+    if device.type != "cuda":
+        return None
     import torch
 
-    if precision == "fp32":
+    tf32 = precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.set_float32_matmul_precision("high" if tf32 else "highest")
+    return fp32_math_in_force()
+
+
+def fp32_math_in_force() -> str:
+    """What torch does with fp32 convolutions (cuDNN) and matmuls (cuBLAS) now: "ieee", "tf32", or
+    both named when they differ ("cudnn=tf32,matmul=ieee", torch's own default)."""
+    import torch
+
+    try:
+        conv = "tf32" if torch.backends.cudnn.allow_tf32 else "ieee"
+        matmul = "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee"
+    except RuntimeError:  # the flags were set through torch's newer API: read that one
+        conv = torch.backends.cudnn.conv.fp32_precision
+        matmul = torch.backends.cuda.matmul.fp32_precision
+    return conv if conv == matmul else f"cudnn={conv},matmul={matmul}"
+
+
+def fp32_math_note(mode: str | None) -> str:
+    """How profile mode reports the fp32 math in force on its console line (read back by
+    `python -m profiling` from ncu's console: fp32_math_reported)."""
+    return f"(fp32 math: {mode or 'unknown'})"
+
+
+def fp32_math_reported(console_text: str) -> str | None:
+    """The fp32 math a profile-mode child reported (fp32_math_note), None when it said none."""
+    found = re.findall(r"\(fp32 math: ([\w=,]+)\)", console_text or "")
+    return found[-1] if found else None
+
+
+def autocast_context(precision: str, device):
+    """A zero-argument factory of the autocast context for `precision` (nullcontext for fp32 and
+    tf32, which is fp32 tensors with TF32 math: set_fp32_math)."""
+    import torch
+
+    if precision in ("fp32", "tf32"):
         return contextlib.nullcontext
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[precision]
     return lambda: torch.autocast(device_type=device.type, dtype=dtype)

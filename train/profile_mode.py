@@ -37,9 +37,10 @@ def profile(cfg: TrainConfig, mode: ProfileMode) -> int:
     device = preflight(cfg)
     if device.type != "cuda":
         raise UsageError(f"profile mode needs --device cuda, got {cfg.device}")
-    profile_steps(cfg, device, mode.steps, cudnn_benchmark=mode.cudnn_benchmark)
+    fp32_math = profile_steps(cfg, device, mode.steps, cudnn_benchmark=mode.cudnn_benchmark)
     console.info(
         f"profiled {mode.steps} step(s) of {cfg.run_name()} on {torch.cuda.get_device_name(device)}"
+        f" {dev.fp32_math_note(fp32_math)}"
     )
     return 0
 
@@ -96,8 +97,9 @@ def profile_steps(
     mark=nvtx_range,
     cudnn_benchmark: bool = True,
     wrap: Callable[[Prepared], object] | None = None,
-) -> None:
-    """Profile mode: warm up, then `steps` NVTX-marked steps between CUDA profiler start and stop.
+) -> str | None:
+    """Profile mode: warm up, then `steps` NVTX-marked steps between CUDA profiler start and stop;
+    returns the fp32 math in force (device.set_fp32_math).
 
     Run under `ncu --profile-from-start off` (python -m profiling does that), only the marked
     steps are captured. Start/stop are injectable so the sequence is testable without a GPU.
@@ -128,3 +130,4 @@ def profile_steps(
             train_step(prep.parts, x, y)
         dev.synchronize(device)
         profiler_stop()
+    return prep.fp32_math

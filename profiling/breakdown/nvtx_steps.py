@@ -17,6 +17,7 @@ import contextlib
 import sys
 from typing import Callable
 
+from common import console
 from common.cli import cli_entry
 from common.errors import UsageError
 
@@ -62,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from train.__main__ import build_parser
     from train.bench import preflight
+    from train.device import fp32_math_note
     from train.profile_mode import check_profile_mode, profile_steps
     from train.config import config_from_args
 
@@ -79,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg.device = "cuda"
     device = preflight(cfg)
     wrap, start, stop = hooks(cfg, torch.cuda.profiler.start, torch.cuda.profiler.stop)
-    profile_steps(
+    fp32_math = profile_steps(
         cfg,
         device,
         args.profile_steps,
@@ -87,6 +89,11 @@ def main(argv: list[str] | None = None) -> int:
         profiler_stop=stop,
         cudnn_benchmark=not args.no_cudnn_benchmark,
         wrap=wrap,
+    )
+    # the line train's profile mode prints: python -m profiling reads the fp32 math back from it
+    console.info(
+        f"profiled {args.profile_steps} step(s) of {cfg.run_name()} with module ranges "
+        f"{fp32_math_note(fp32_math)}"
     )
     return 0
 

@@ -16,7 +16,7 @@ from common import console, schema
 from common.errors import BenchError, UsageError
 from common.tracking import RunSession
 from profiling.ncu.chips.counters import ChipCounters, check_metric_names
-from profiling.ncu.chips.devices import ChipChoice, cc_text
+from profiling.ncu.chips.devices import ChipChoice, cc_text, chip_capability, resolve_chip
 from profiling.ncu.command import (
     APPLICATION_REPLAY,
     CaptureOptions,
@@ -34,6 +34,7 @@ from profiling.ncu.names import is_relevant
 from profiling.ncu.parse import NcuReport, parse_ncu_csv, refuse_truncated
 from profiling.ncu.plan import MetricPlan, plan_metrics
 from train.config import TrainConfig, config_flags
+from train.device import cuda_precision_refusal, fp32_math_reported
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = ROOT / "out" / "profile"
@@ -56,11 +57,20 @@ class PlannedCapture:
 
 
 def plan_capture(
-    opts: CaptureOptions, device_name: str | None, capability: tuple[int, int] | None
+    opts: CaptureOptions,
+    device_name: str | None,
+    capability: tuple[int, int] | None,
+    precision: str = "fp32",
 ) -> PlannedCapture:
     """Chip, metric list and cautions of a capture on the given device; raises before ncu runs
-    for what would fail there (a tensor mode the chip cannot count, --metrics names it lacks,
-    tensor instructions without a FLOPs factor). Prints the notes and warnings once."""
+    for what would fail there (a precision the GPU lacks, with the line `python -m train` would
+    print; a tensor mode the chip cannot count, --metrics names it lacks, tensor instructions
+    without a FLOPs factor). Prints the notes and warnings once."""
+    # a GPU given by name alone has its chip's capability (tensor counters, the precision check)
+    capability = capability or chip_capability(resolve_chip(device_name).chip)
+    refusal = cuda_precision_refusal(precision, device_name, capability)
+    if refusal:
+        raise UsageError(refusal)
     choice, counters = chip_for(device_name, capability)
     if opts.legacy_metrics:
         raise UsageError(legacy_message(opts.legacy_metrics))
@@ -106,7 +116,7 @@ def capture(
     if not gpu.available:
         raise BenchError(NO_GPU_MESSAGE)
     ncu = resolve_ncu(args.ncu)
-    planned = plan_capture(opts, gpu.name, gpu.capability)
+    planned = plan_capture(opts, gpu.name, gpu.capability, config.precision)
     unchecked = check_replay_mode(ncu, opts.replay_mode)
     if unchecked:
         console.note(unchecked)
@@ -144,6 +154,10 @@ def capture(
         session.log_file(f"ncu/{log.name}", log)
     if ran.console.strip():
         session.log_text("ncu/console.txt", ran.console + "\n")
+    fp32_math = fp32_math_reported(ran.console)
+    session.set_tags(
+        {schema.TAG_FP32_MATH: fp32_math or "unknown (the profiled program did not report it)"}
+    )
     # ncu prints some failures only to the console (before or instead of the log file): classify both
     reason = classify_ncu_output("\n".join(t for t in (text, ran.console) if t.strip()), rc)
     if reason:
@@ -182,7 +196,7 @@ def dry_run(args: argparse.Namespace, config: TrainConfig, opts: CaptureOptions)
             "--dry-run needs the GPU to plan for: --device-name NAME (as torch reports it, or a chip "
             "name such as GH100) or --compute-capability X.Y"
         )
-    planned = plan_capture(opts, args.device_name, args.compute_capability)
+    planned = plan_capture(opts, args.device_name, args.compute_capability, config.precision)
     ncu = shutil.which(args.ncu) or args.ncu
     argv = ncu_command(ncu, log_file(args, config), planned, args, opts)
     plan, counters = planned.plan, planned.counters

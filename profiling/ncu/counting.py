@@ -11,6 +11,10 @@ Counting rules (see docs/profiling.md for sources):
   ``sm__sass_thread_inst_executed_op_{d,f,h}{add,mul,fma}_pred_on.sum`` (``smsp__`` counters
   and, in reports that only carry rates, ``<counter>.per_cycle_elapsed * smsp__cycles_elapsed.avg``
   are accepted too -- that is how Nsight Compute's own roofline chart gets counts).
+* Packed FP32 (GB100, GB102, GB110, GB112, GR100): ``fadd2``, ``fmul2`` and ``ffma2`` count
+  FADD2/FMUL2/FFMA2 thread instructions of two fp32 lanes each, apart from the scalar counters
+  (disjoint raw counters in NVIDIA's metric database), so fp32 FLOPs add 2 * (fadd2 + fmul2) +
+  4 * ffma2. A report of such a chip without them counts fp32 FLOPs only in part (a gap).
 * Half precision: every h-instruction is counted as a packed HFMA2/HADD2/HMUL2 doing HALF_LANES = 2
   lanes of work, so fp16 FLOPs = 2 * (hadd + hmul) + 4 * hfma. This is what current Nsight Compute
   versions use in their half-precision roofline (``..._hfma_pred_on_x4``, ``..._hadd_pred_on_x2``);
@@ -44,6 +48,8 @@ from profiling.ncu.names import (
     L2_BYTES,
     L2_SECTORS,
     OPS,
+    PACKED_LANES,
+    PACKED_OPS,
     PRECISIONS,
     TENSOR_INST,
     TENSOR_PREFIX,
@@ -256,12 +262,20 @@ def kernel_quantities(
                 total += OP_WEIGHT[op[1:]] * LANES[p] * c
             else:
                 absent.append(op)
-        q[f"flops_{p}"] = total if how else math.nan
+        packed, unpacked = _packed(m, p, counters) if how else (0.0, [])
+        q[f"flops_{p}"] = total + packed if how else math.nan
         if how:
             src[f"flops_{p}"] = "sass_thread_inst_executed" + ("" if how == "count" else f"_{how}")
+            if _any_packed(m, p):
+                src[f"flops_{p}"] += f" (+ {', '.join(PACKED_OPS[p])})"
             if absent:
                 gaps[f"flops_{p}"] = (
                     f"no {', '.join(absent)} counter{'s' if len(absent) > 1 else ''}"
+                )
+            elif unpacked:
+                gaps[f"flops_{p}"] = (
+                    f"no {', '.join(unpacked)} counter{'s' if len(unpacked) > 1 else ''} "
+                    f"({counters.chip} has packed FP32)"
                 )
     ops = _tensor_ops(m, counters)
     q["flops_tensor"] = math.nan
@@ -314,6 +328,25 @@ def _add_bytes_and_time(q, src, m: dict[str, float]) -> None:
     q["time_s"] = t if t is not None else math.nan
     if t is not None:
         src["time_s"] = TIME_METRIC
+
+
+def _packed(
+    m: dict[str, float], precision: str, counters: ChipCounters | None
+) -> tuple[float, list[str]]:
+    """(FLOPs of the packed instructions of `precision`, the packed ops the kernel lacks although
+    its chip has them). Each packed instruction is PACKED_LANES lanes of its scalar op."""
+    flops, lacking = 0.0, []
+    for op in PACKED_OPS.get(precision, ()):
+        c, _ = _count(m, op_counter(op))
+        if c is not None:
+            flops += OP_WEIGHT[op[1:-1]] * PACKED_LANES * c
+        elif counters is not None and counters.has(op_counter(op)):
+            lacking.append(op)
+    return flops, lacking
+
+
+def _any_packed(m: dict[str, float], precision: str) -> bool:
+    return any(_count(m, op_counter(op))[0] is not None for op in PACKED_OPS.get(precision, ()))
 
 
 def metrics_capability(m: dict[str, float]) -> tuple[int, int] | None:

@@ -25,6 +25,14 @@ def op_counter(op: str, unit: str = "sm") -> str:
 
 
 OP_COUNTERS = tuple(op_counter(op) for p in PRECISIONS for op in OPS[p])
+PACKED_OPS = {"fp32": ("fadd2", "fmul2", "ffma2")}
+"""Packed FP32 SASS instructions (FADD2/FMUL2/FFMA2: two fp32 lanes per thread instruction) that
+some chips count apart from the scalar ones: GB100, GB102, GB110, GB112 and GR100 in NVIDIA's
+metric database. Each is built from a raw counter of its own (``ffma`` does not include ``ffma2``),
+so they are added to the scalar counts; asked for only where the chip has them."""
+PACKED_LANES = 2
+"""fp32 lanes per packed instruction: fadd2 and fmul2 are 2 FLOPs per thread instruction, ffma2 4."""
+PACKED_OP_COUNTERS = tuple(op_counter(op) for p in PACKED_OPS for op in PACKED_OPS[p])
 TIME_METRIC = "gpu__time_duration.sum"
 DRAM_READ = ("dram__bytes_read.sum", "dram__bytes_op_read.sum")
 DRAM_WRITE = ("dram__bytes_write.sum", "dram__bytes_op_write.sum")
@@ -88,7 +96,8 @@ def is_float_tensor_counter(base: str) -> bool:
 
 
 _RELEVANT = re.compile(
-    r"^(sm|smsp)__sass_thread_inst_executed_op_[dfh](add|mul|fma)_pred_on\.sum(\.per_cycle_elapsed)?$"
+    r"^(sm|smsp)__sass_thread_inst_executed_op_([dfh](add|mul|fma)|f(add|mul|fma)2)_pred_on\.sum"
+    r"(\.per_cycle_elapsed)?$"
     r"|^(sm|smsp)__cycles_elapsed\.avg$"
     r"|^sm__ops_path_tensor_.*\.sum(\.per_cycle_elapsed)?$"
     r"|^(sm|smsp)__inst_executed_pipe_tensor\.sum(\.per_cycle_elapsed)?$"

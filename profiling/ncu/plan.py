@@ -17,6 +17,7 @@ from profiling.ncu.names import (
     L1_CHOICES,
     L2_CHOICES,
     OPS,
+    PACKED_OP_COUNTERS,
     PCIE,
     PRECISIONS,
     TENSOR_INST,
@@ -70,6 +71,7 @@ def plan_metrics(
     missing); L2 and L1 bytes (sectors where bytes do not exist); kernel time.
     seed: the course brief's quantities under names Nsight Compute has: fp32 and fp16 op counters
     for its ``flop_count_sp/hp`` (nvprof names that no current GPU has), DRAM bytes, PCIe bytes.
+    Both sets add the packed FP32 counters (fadd2/fmul2/ffma2) where the chip has them.
     Raises UsageError for a tensor mode the chip cannot count."""
     if metric_set not in METRIC_SETS:
         raise ValueError(f"metric_set must be one of {', '.join(METRIC_SETS)}, got {metric_set!r}")
@@ -88,11 +90,13 @@ def plan_metrics(
             plan.missing.append(f"{', '.join(lacking)}")
         return kept
 
+    # packed FP32 (fadd2/fmul2/ffma2) only where the chip has them: not a gap elsewhere
+    packed = [n for n in PACKED_OP_COUNTERS if counters is not None and counters.has(n)]
     if metric_set == "roofline":
-        names = ops([op_counter(op) for p in PRECISIONS for op in OPS[p]])
+        names = ops([op_counter(op) for p in PRECISIONS for op in OPS[p]]) + packed
         names += _tensor_names(tensor, counters, capability, plan)
     else:
-        names = ops([op_counter(op) for p in ("fp32", "fp16") for op in OPS[p]])
+        names = ops([op_counter(op) for p in ("fp32", "fp16") for op in OPS[p]]) + packed
         plan.notes.append(
             "seed set: the course brief's flop_count_sp/flop_count_hp are nvprof metric names no "
             "current GPU has; fp32/fp16 FLOPs are counted from sm__sass_thread_inst_executed_op_"

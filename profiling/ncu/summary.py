@@ -360,11 +360,15 @@ def roofline_warning(summary: NcuSummary, source: str) -> str | None:
     )
 
 
+TENSOR_CORE_WORK = {"fp16": "autocast", "bf16": "autocast", "tf32": "TF32 math"}
+"""Precisions whose convolutions and matmuls run on tensor cores, and what puts them there."""
+
+
 def tensor_flops_gap(summary: NcuSummary, precision: str) -> tuple[str, str] | None:
-    """(tag value, one-line warning) when a half-precision config has no tensor-core FLOPs in its
-    counters, else None. Under fp16/bf16 autocast the convolutions and matmuls run on tensor
+    """(tag value, one-line warning) when a tensor-core config (fp16/bf16 autocast, tf32) has no
+    tensor-core FLOPs in its counters, else None. There the convolutions and matmuls run on tensor
     cores, so without tensor counters ncu_flops_total leaves out most of the work."""
-    if precision not in ("fp16", "bf16"):
+    if precision not in TENSOR_CORE_WORK:
         return None
     if "flops_tensor" not in summary.measured:
         return (
@@ -377,6 +381,6 @@ def tensor_flops_gap(summary: NcuSummary, precision: str) -> tuple[str, str] | N
         return (
             "tensor-core counters read 0",
             f"--precision {precision} but the tensor-core counters read 0: no kernel used tensor cores, which "
-            "autocast should; check that the input was profiled with this config",
+            f"{TENSOR_CORE_WORK[precision]} should; check that the input was profiled with this config",
         )
     return None

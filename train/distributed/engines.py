@@ -165,7 +165,7 @@ def deepspeed_config(cfg: TrainConfig) -> dict:
         "steps_per_print": 2**31 - 1,
         "wall_clock_breakdown": False,
     }
-    if cfg.precision != "fp32":
+    if cfg.precision in ("fp16", "bf16"):  # tf32 is fp32 tensors with TF32 math, not autocast
         dtype = {"fp16": "float16", "bf16": "bfloat16"}[cfg.precision]
         config["torch_autocast"] = {"enabled": True, "dtype": dtype}
     return config

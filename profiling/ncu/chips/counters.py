@@ -30,6 +30,7 @@ from profiling.ncu.names import (
     L1_CHOICES,
     L2_CHOICES,
     OP_COUNTERS,
+    PACKED_OP_COUNTERS,
     PCIE,
     TENSOR_INST,
     TENSOR_PREFIX,
@@ -44,6 +45,7 @@ CANDIDATES = tuple(
     dict.fromkeys(
         [
             *OP_COUNTERS,
+            *PACKED_OP_COUNTERS,
             *(n for choice in DRAM_CHOICES for n in choice),
             *L2_CHOICES,
             *L1_CHOICES,

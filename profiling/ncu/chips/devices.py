@@ -16,9 +16,10 @@ import re
 from dataclasses import dataclass
 
 from profiling.ncu import nvperf
-from profiling.ncu.chips.counters import committed_table
+from profiling.ncu.chips.counters import committed_table, table_version
 
 CHIP_IDS = {
+    0x140: "GV100",
     0x162: "TU102",
     0x164: "TU104",
     0x166: "TU106",
@@ -51,6 +52,8 @@ GB100, nv1b2 = GB202, ...); the T4 fixture's 356 (0x164, TU104) and the B200 fix
 GR100) are found by name or compute capability instead."""
 
 CC_CHIPS: dict[tuple[int, int], tuple[str, ...]] = {
+    (7, 0): ("GV100",),
+    (7, 2): ("GV11B",),
     (7, 5): ("TU104", "TU102", "TU106", "TU116", "TU117"),
     (8, 0): ("GA100",),
     (8, 6): ("GA102", "GA103", "GA104", "GA106", "GA107"),
@@ -69,38 +72,103 @@ capability resolves to). 10.1/11.0 (Jetson Thor: sm_101 with CUDA 12, sm_110 wit
 GB10B, 10.3 (B300/GB300) -> GB110/GB112 and 12.1 (DGX Spark GB10) -> GB20B/GB20C are inferred
 (docs/profiling.md, "Chips"); GR100 has no capability here."""
 
+LAPTOP = r" (laptop|mobile|max-q)"
+"""How a laptop GPU's name goes on ("NVIDIA GeForce RTX 4090 Laptop GPU"): laptop parts of one
+product name are often another chip than the desktop part."""
+
 DEVICE_PATTERNS: tuple[tuple[str, str], ...] = (
+    ("GV100", r"\bv100s?\b|titan v\b|\bgv100\b|cmp 100-2[01]0"),
+    ("GV11B", r"\bxavier\b"),
+    # laptops first: their names begin like the desktop parts of other chips
+    ("TU104", rf"rtx 2080( super)?{LAPTOP}|rtx 2070 super{LAPTOP}|quadro rtx [45]000{LAPTOP}"),
+    ("TU106", rf"rtx 20[67]0{LAPTOP}|quadro rtx 3000"),
+    ("TU116", rf"gtx 1660 ti{LAPTOP}"),
+    ("TU117", rf"gtx 1650( ti)?{LAPTOP}|\bmx[45]50\b|\bt(500|550|600|1000|1200|2000){LAPTOP}"),
+    ("GA103", rf"rtx 3080 ti{LAPTOP}|rtx a5500{LAPTOP}"),
+    (
+        "GA104",
+        rf"rtx 3080{LAPTOP}|rtx 3070( ti)?{LAPTOP}|rtx a(3000|4000|4500|5000)( 12gb)?{LAPTOP}",
+    ),
+    ("GA106", rf"rtx 3060{LAPTOP}"),
+    (
+        "GA107",
+        rf"rtx 3050( ti| [468]gb)?{LAPTOP}|rtx 2050|\bmx570|rtx a(500|1000|2000)( [68]gb)?{LAPTOP}",
+    ),
+    ("AD103", rf"rtx 4090{LAPTOP}|rtx 5000 ada generation{LAPTOP}"),
+    ("AD104", rf"rtx 4080{LAPTOP}|rtx (3500|4000) ada generation{LAPTOP}"),
+    ("AD106", rf"rtx 4070{LAPTOP}|rtx 3000 ada generation{LAPTOP}"),
+    (
+        "AD107",
+        rf"rtx 40[56]0{LAPTOP}|rtx 3050 a{LAPTOP}|rtx (500|1000|2000) ada generation{LAPTOP}",
+    ),
+    ("GB203", rf"rtx 50[89]0{LAPTOP}|rtx pro [45]000 blackwell generation{LAPTOP}"),
+    ("GB205", rf"rtx 5070 ti{LAPTOP}|rtx pro 3000 blackwell generation{LAPTOP}"),
+    ("GB206", rf"rtx 50[67]0{LAPTOP}|rtx pro 2000 blackwell generation{LAPTOP}"),
+    ("GB207", rf"rtx 5050{LAPTOP}|rtx pro (500|1000) blackwell generation{LAPTOP}"),
+    # desktop and data-center parts
     ("TU102", r"rtx 2080 ti|titan rtx|quadro rtx [68]000"),
     ("TU104", r"\bt4\b|rtx 2080|rtx 2070 super|quadro rtx [45]000"),
     ("TU106", r"rtx 2070|rtx 2060"),
     ("TU116", r"gtx 1660|gtx 1650 super"),
-    ("TU117", r"gtx 1650|\bt(400|600|1000|1200)\b|quadro t(400|600|1000|1200|2000)\b"),
-    ("GA100", r"\ba100\b|\ba30\b|\ba800\b"),
-    ("GA102", r"rtx 3090|rtx 3080|\ba10g?\b|\ba40\b|rtx a(5000|5500|6000)\b"),
+    ("TU117", r"gtx 1650|gtx 1630|\bt(400|600|1000|1200)\b|quadro t(400|600|1000|1200|2000)\b"),
+    ("GA100", r"\ba100\b|\ba30\b|\ba800\b|\bax800\b"),
+    ("GA102", r"rtx 3090|rtx 3080|\ba10g?\b|\ba40\b|rtx a(4500|5000|5500|6000)\b"),
     ("GA104", r"rtx 3070|rtx 3060 ti|rtx a4000"),
-    ("GA107", r"\ba2\b|\ba16\b|rtx 3050 (laptop|mobile)"),
+    ("GA107", r"\ba2\b|\ba16\b|rtx a(400|1000)\b"),
     ("GA106", r"rtx 3060|rtx 3050|rtx a2000"),
     ("GA10B", r"\borin\b"),
     ("AD103", r"rtx 4080|rtx 4070 ti super"),
-    ("AD102", r"rtx 4090|\bl40s?\b|\bl20\b|rtx [56]000 ada"),
-    ("AD104", r"\bl4\b|rtx 4070|rtx 4[05]00 ada"),
+    ("AD102", r"rtx 4090|titan ada|\bl40s?\b|\bl20\b|rtx (5000|5880|6000) ada"),
+    ("AD104", r"\bl4\b|rtx 4070|rtx 4[05]00 ada|rtx 4000 sff ada"),
     ("AD106", r"rtx 4060 ti"),
-    ("AD107", r"rtx 4060|rtx 4050|rtx 2000 ada"),
-    ("GH100", r"\bg?h100\b|\bg?h200\b|\bh800\b|\bh20\b"),
+    ("AD107", r"rtx 4060|rtx 4050|rtx 2000e? ada"),
+    ("GH100", r"\bg?h100\b|\bg?h200\b|\bh800l?\b|\bh20\b"),
     ("GB110", r"\bg?b300\b"),
     ("GB100", r"\bg?b200\b|\bb100\b"),
     ("GB10B", r"\bthor\b"),
-    ("GB20B", r"\bgb10\b"),
-    ("GB202", r"rtx 5090|rtx pro 6000|rtx pro 5000"),
+    ("GB20B", r"\bgb10\b|dgx spark|rtx spark"),
+    ("GB202", r"rtx 5090|rtx pro 6000|rtx pro 5000|rtx 6000d"),
     ("GB203", r"rtx 5080|rtx 5070 ti|rtx pro 4[05]00"),
     ("GB205", r"rtx 5070"),
-    ("GB206", r"rtx 5060"),
-    ("GB207", r"rtx 5050"),
+    ("GB206", r"rtx 5060|rtx pro 2000"),
+    ("GB207", r"rtx 5050|rtx pro (500|1000)\b"),
 )
 """Device name (as torch reports it, lower-cased) -> chip, first match wins. Product-to-chip
-pairs are NVIDIA's published ones (datasheets); where one product name ships on two chips (some
-RTX 3060 on GA104, some GTX 1650 on TU106/TU116) the chips share their counter set (checked by
-tests), so the choice does not change a metric list."""
+pairs are the PCI ID database's (pciutils/pciids, which names the chip of every NVIDIA device id,
+e.g. 2460 = "GA103M [GeForce RTX 3080 Ti Laptop GPU]", 2b85 = "GB202 [GeForce RTX 5090]",
+2e12 = "GB20B [GB10]"); laptop parts (`LAPTOP`) come first, since "RTX 4090 Laptop GPU" is an
+AD103 and "RTX 3080 Ti Laptop GPU" a GA103, not the desktop parts' chips. Where one product
+name ships on two chips (some RTX 3060 on GA104, some GTX 1650 on TU106/TU116, some RTX 5060 on
+GB205) the chips share their counter set (checked by tests), so the choice does not change a
+metric list."""
+
+NOT_IN_DATABASE = ("GV100", "GV11B")
+"""Chips a device can be but NVIDIA's shipped metric database does not know (Volta): planned with
+generic names, unchecked, and with VOLTA_NOTE."""
+LAST_VOLTA_NCU = "2025.3.1"
+"""The newest ncu-report whose metric database still lists GV100/GV11B (checked: 2025.3.1 has
+them, 2026.2.0 and 2026.3.x do not); NVIDIA's current GPU support table says Volta: No."""
+
+
+def volta_note(chip: str) -> str:
+    """The one line said whenever a plan or an import is for a Volta chip."""
+    from profiling.ncu.counting import tensor_inst_flops
+
+    cc = chip_capability(chip)
+    return (
+        f"{chip} (Volta) is not in NVIDIA's metric database of ncu-report {database_version()}: "
+        f"the newest Nsight Compute known to profile it is {LAST_VOLTA_NCU} (its ncu-report "
+        "database has GV100/GV11B; 2026.2.0's has none), so capture with ncu "
+        f"{LAST_VOLTA_NCU} or older (and a PyTorch build with sm_{cc[0]}{cc[1]} kernels); this "
+        "project plans "
+        "generic metric names there, unchecked, and counts tensor FLOPs as "
+        f"sm__inst_executed_pipe_tensor.sum x {tensor_inst_flops(cc)}"
+    )
+
+
+def database_version() -> str:
+    """The ncu-report version of the metric database in use (the live one, else the table's)."""
+    return (nvperf.ncu_report_version() if nvperf.open_database() else None) or table_version()
 
 
 @dataclass(frozen=True)
@@ -108,11 +176,17 @@ class ChipChoice:
     """The chip a device resolved to, and how."""
 
     chip: str | None
-    """NVIDIA's chip name (a name of the metric database), None when unknown."""
+    """NVIDIA's chip name (a name of the metric database, or of NOT_IN_DATABASE), None when
+    unknown."""
     how: str
     """"chip", "chip id", "device name", "compute capability" or "unknown"."""
     note: str | None = None
     """a line for the user when the choice is an assumption."""
+
+
+def chip_capability(chip: str | None) -> tuple[int, int] | None:
+    """The compute capability of `chip` (the first CC_CHIPS lists it under), None when unknown."""
+    return next((cc for cc, chips in CC_CHIPS.items() if chip in chips), None)
 
 
 def cc_text(capability: tuple[int, int] | None) -> str:
@@ -140,7 +214,16 @@ def resolve_chip(
 ) -> ChipChoice:
     """The chip of a device given by any of: its name (torch's, or a chip name such as "GA102"),
     its compute capability, the chip number an ncu report carries. Most precise first: chip
-    name or number, then device name, then capability."""
+    name or number, then device name, then capability. A Volta chip comes with volta_note."""
+    choice = _resolve(device_name, capability, chip_id)
+    if choice.chip in NOT_IN_DATABASE:
+        return ChipChoice(choice.chip, choice.how, volta_note(choice.chip))
+    return choice
+
+
+def _resolve(
+    device_name: str | None, capability: tuple[int, int] | None, chip_id: int | None
+) -> ChipChoice:
     chips = known_chips()
     name = (device_name or "").strip()
     if name.upper() in chips:
