@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from analysis import breakdown, breakdown_plot, core, fetch, figures, html, report, screen
+from analysis import breakdown, core, fetch, figure_cache, figures, findings, html, report, screen
 from analysis.fetch.breakdowns import fetch_breakdowns
+from analysis.findings.records import json_text
 from common import console, schema
 from common.cli import ArgumentParser, add_track_flags, cli_entry, str_bool
 from common.errors import BenchError, UsageError
@@ -53,6 +54,9 @@ class AnalysisConfig:
     cache: str = "auto"
     """the local cache of fetched runs: auto (use and update it), refresh (forget this tracking
     server's cache and fetch everything), off (fetch everything, keep nothing); docs/analysis.md."""
+    prices: str = ""
+    """CSV of USD per hour (columns match = env label or device name, usd_per_hour) over the
+    default price table (analysis/findings/prices.py; docs/analysis.md, "Cost and energy")."""
     use_incomplete_profiles: bool = False
     """let a profile that missed a training phase (tag ncu_missing_phase: a forward-only capture)
     give the measured intensity of its config's points; by default they keep the modeled one."""
@@ -83,6 +87,9 @@ class Result:
     timings_s: dict[str, float]
     source: fetch.Source
     """what was read, and how (the cache's counts)."""
+    findings: findings.Findings | None = None
+    drawn_figures: list[str] | None = None
+    """file names of the figures drawn (the others were copied from the figure cache)."""
 
 
 def _split(values: list[str] | None) -> list[str]:
@@ -105,6 +112,7 @@ def whole(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The flags, one per AnalysisConfig field (long as that list)."""
     p = ArgumentParser(
         prog="python -m analysis",
         description="Rooflines, tables and a report from train/profile/peaks runs on the MLflow tracking "
@@ -139,6 +147,13 @@ def build_parser() -> argparse.ArgumentParser:
         default="",
         help="JSON/YAML vendor entries adding to / overriding the vendor table (format: docs/peaks.md; "
         "default $ROOFLINE_PEAKS_FILE)",
+    )
+    p.add_argument(
+        "--prices",
+        default="",
+        metavar="FILE",
+        help="CSV of USD per hour, columns match (env label or device name) and usd_per_hour, "
+        "over the default on-demand GPU prices (docs/analysis.md)",
     )
     add_track_flags(p, "log outputs as artifacts of an `analysis` run (true/false; default true)")
     _add_analysis_flags(p)
@@ -194,6 +209,7 @@ def config_from_args(args: argparse.Namespace) -> AnalysisConfig:
             variability_config=args.variability_config or "",
             jobs=args.jobs,
             cache=args.cache,
+            prices=args.prices or "",
             use_incomplete_profiles=args.use_incomplete_profiles,
         )
     except ValueError as exc:
@@ -201,7 +217,7 @@ def config_from_args(args: argparse.Namespace) -> AnalysisConfig:
 
 
 def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> Result:
-    """Fetch, join, draw and write. `vendor_lookup='auto'`: roofline.vendor.find with
+    """Fetch, join, draw, judge and write. `vendor_lookup='auto'`: roofline.vendor.find with
     --peaks-file passed through (tests inject a stub instead)."""
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
@@ -224,15 +240,25 @@ def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> R
     t = time.perf_counter()
     out_dir = Path(cfg.out)
     variability, var_title = _variability(analysis, cfg, source, timings)
+    cache = figure_cache.FigureCache.for_mode(cfg.cache)
     with writing(out_dir):
-        drawn, files = _draw(analysis, out_dir, variability, cfg.jobs or figures.default_jobs())
+        drawn, files = _draw(
+            analysis, out_dir, variability, cfg.jobs or figures.default_jobs(), cache
+        )
+        drawn_names = [p.name for p in (cache.drawn if cache is not None else files)]
         timings["figures_s"] = time.perf_counter() - t
 
+        screened = analysis.runs if analysis.runs is not None else runs  # the screen's leavings
+        found = _findings(cfg, analysis, screened, breakdowns, source, out_dir, files, timings)
+
         t = time.perf_counter()
-        files += _write_report(analysis, out_dir, drawn, query.describe(), var_title, breakdowns)
+        # the cache's housekeeping note goes after what the runs lack, never first
+        files += _write_report(
+            analysis, out_dir, drawn, query.describe(), var_title, breakdowns, found, source.note()
+        )
     timings["report_s"] = time.perf_counter() - t
     timings["total_s"] = time.perf_counter() - t0
-    return Result(analysis, out_dir, files, timings, source)
+    return Result(analysis, out_dir, files, timings, source, found, drawn_names)
 
 
 def _fetch(query: fetch.Query, source: fetch.Source) -> tuple:
@@ -248,25 +274,26 @@ def _fetch(query: fetch.Query, source: fetch.Source) -> tuple:
     complexity, complexity_notes = fetch.fetch_complexity(query, source)
     notes += complexity_notes
     breakdowns = fetch_breakdowns(query, source, notes)
-    cache_note = source.note()
-    notes += [cache_note] if cache_note else []
     return runs, complexity, breakdowns, notes
 
 
 def _draw(
-    analysis: core.Analysis, out_dir: Path, variability, n_jobs: int
+    analysis: core.Analysis, out_dir: Path, variability, n_jobs: int, cache=None
 ) -> tuple[dict[str, list[tuple[str, str]]], list[Path]]:
-    """Draw every figure under out_dir/figures: ({section: [(title, relative path)]}, files)."""
+    """Draw every figure under out_dir/figures, copying from `cache` (figure_cache.FigureCache)
+    those whose inputs are unchanged: ({section: [(title, relative path)]}, files)."""
     jobs = figures.plan(analysis, out_dir / "figures", variability)
-    console.info(
-        f"drawing {len(jobs)} figures for {len(analysis.roofs)} environment(s)"
-        + (f" in {n_jobs} processes" if n_jobs > 1 else "")
-    )
     drawn: dict[str, list[tuple[str, str]]] = {}
     files: list[Path] = []
-    for section, title, path in figures.render(jobs, n_jobs):
+    for section, title, path in figures.render(jobs, n_jobs, cache):
         drawn.setdefault(section, []).append((title, str(path.relative_to(out_dir))))
         files.append(path)
+    n = len(cache.drawn) if cache is not None else len(jobs)
+    console.info(
+        f"drew {n} of {len(jobs)} figures for {len(analysis.roofs)} environment(s)"
+        + (f" in {min(n_jobs, n)} processes" if min(n_jobs, n) > 1 else "")
+        + (f"; {len(jobs) - n} unchanged, copied from {cache.folder}" if n < len(jobs) else "")
+    )
     return drawn, files
 
 
@@ -277,13 +304,17 @@ def _write_report(
     query: str,
     var_title: str,
     breakdowns: list[dict],
+    found,
+    last_note: str | None = None,
 ) -> list[Path]:
-    """The table files, report.md and report.html (figures embedded, the breakdown section
-    included) under `out_dir`."""
+    """The table files, report.md and report.html (figures embedded, the Findings section first,
+    the breakdown section included) under `out_dir`; `last_note` ends "What is missing"."""
     b = breakdown.build(breakdowns)
-    analysis.notes += b.notes
+    analysis.notes += b.notes + ([last_note] if last_note else [])
     files = report.write_tables(analysis, out_dir) + breakdown.write_files(b, out_dir)
-    if not b.runs.empty:
+    if not b.runs.empty:  # breakdown_plot imports matplotlib (through profiling.breakdown)
+        from analysis import breakdown_plot
+
         png = breakdown_plot.parts_by_run(b.runs, out_dir / "figures" / "breakdown_parts.png")
         drawn["breakdown"] = [("Step parts per breakdown run", str(png.relative_to(out_dir)))]
         files.append(png)
@@ -292,11 +323,29 @@ def _write_report(
     blocks = breakdown.insert_section(
         blocks, breakdown.section(b, next(iter(drawn.get("breakdown", [])), None))
     )
+    first = report.first_section(blocks)
+    blocks[first:first] = findings.report.blocks(found)
     md_path, html_path = out_dir / "report.md", out_dir / "report.html"
     md_path.write_text(report.markdown_text(blocks))
     images = {rel: (out_dir / rel).read_bytes() for section in drawn.values() for _, rel in section}
     html_path.write_text(html.render(blocks, images), encoding="utf-8")
     return files + [md_path, html_path]
+
+
+def _findings(
+    cfg, analysis, runs, breakdowns: list[dict], source, out_dir: Path, files: list, timings: dict
+) -> findings.Findings:
+    """The findings engine over the joined analysis, with the step-time series of variable runs and
+    the fetched breakdown runs; writes findings.json."""
+    t = time.perf_counter()
+    series = fetch.fetch_series(findings.series_wanted(analysis.train), source=source)
+    found = findings.build(analysis, runs, findings.read_prices(cfg.prices), breakdowns, series)
+    timings["findings_s"] = time.perf_counter() - t
+    path = out_dir / "findings.json"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(json_text(found.to_json()))
+    files.append(path)
+    return found
 
 
 def _variability(
@@ -355,6 +404,32 @@ def _log(session, cfg: AnalysisConfig, result: Result) -> None:
             **{f"analysis_{k}": v for k, v in result.timings_s.items()},
         }
     )
+
+
+def _draw_run_rooflines(result: Result) -> None:
+    """roofline.png, bound and fraction of roof on the train runs read that were drawn against
+    other ceilings than analysis now holds them against, or none (analysis/run_rooflines.py)."""
+    from analysis import run_rooflines
+    from analysis.fetch import segments
+
+    keep = result.source.mode != "off"
+    folder = segments.server_folder(result.source.uri)
+    ledger = run_rooflines.load_ledger(folder) if keep else {}
+    a = result.analysis
+    todo, more = run_rooflines.plan(a.train, a.roofs, ledger)
+    if not todo:
+        return
+    console.info(f"drawing roofline.png for {len(todo)} train run(s) made before these ceilings")
+    done, notes = run_rooflines.apply(todo)
+    for note in notes:
+        console.warn(note)
+    unsaved = run_rooflines.save_ledger(folder, {**ledger, **done}) if keep and done else ""
+    if unsaved:
+        console.warn(
+            f"could not keep the list of redrawn runs ({unsaved}): the next analysis redoes them"
+        )
+    if more:
+        console.note(f"{more} more train run(s) get their roofline.png at the next analysis")
 
 
 def _raise_if_no_points(result: Result) -> None:
@@ -432,6 +507,7 @@ def main(argv: list[str] | None = None) -> int:
     if cfg.experiments:  # a typo must not become an experiment holding a FAILED analysis run
         fetch.experiment_ids(cfg.experiments)
     check_out_dir(cfg.out)
+    findings.read_prices(cfg.prices)
 
     if cfg.track:
         from common.tracking import RunSession
@@ -455,11 +531,13 @@ def main(argv: list[str] | None = None) -> int:
                     "peaks_file": cfg.peaks_file or "none",
                     "out": cfg.out,
                     "cache": cfg.cache,
+                    "prices": cfg.prices or "default table",
                 }
             )
             session.flush()
             result = run(cfg)
             _log(session, cfg, result)
+            _draw_run_rooflines(result)
             session.set_note(run_note(cfg, result))
             _raise_if_no_points(result)
         where = f"; logged to run {session.run_id}" if session.run_id else ""
@@ -498,10 +576,12 @@ def run_name(cfg: AnalysisConfig) -> str:
 def run_note(cfg: AnalysisConfig, result: Result) -> str:
     """The analysis run's description: the summary line, then what it read and the environments."""
     envs = sorted({f"{env} ({dev})" for env, dev in result.analysis.roofs})
+    heads = findings.report.description_lines(result.findings) if result.findings else []
     return "\n".join(
         [
             summary_line(result),
             "",
+            *(["Headline findings:", *heads, ""] if heads else []),
             f"Read: experiments {', '.join(cfg.experiments) or 'all'}; env labels "
             f"{', '.join(cfg.env_labels) or 'all'}; filter {cfg.filter or 'none'}; at most "
             f"{cfg.max_runs} train runs.",

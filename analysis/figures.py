@@ -1,23 +1,44 @@
 """Which figures an analysis draws, and drawing them side by side.
 
-`plan()` lists the figures of an Analysis as jobs (report section, title, figure function, its
-arguments); `render()` draws them, in forked processes when asked: each figure is independent and
-matplotlib's drawing holds the GIL, so processes are what runs them side by side.
+`plan()` lists the figures of an Analysis as jobs (report section, title, figure function named as
+"module.function" under analysis/, its arguments: only the rows and columns it draws, the output
+path last); `render()` draws them, in forked processes when asked: each figure is independent and
+matplotlib's drawing holds the GIL, so processes are what runs them side by side. With a
+FigureCache (analysis/figure_cache.py) a figure whose arguments are those of a figure drawn before
+is copied instead of drawn, and matplotlib is imported only when a figure is drawn.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from pathlib import Path
-from typing import Callable
 
-from analysis import plots, scaling_plot
+import pandas as pd
+
 from analysis.core import Analysis
+from analysis.figure_cache import FigureCache
 from common.fmt import slug
 
-Job = tuple[str, str, Callable, tuple]
-"""(report section, title, figure function, its arguments)."""
+Job = tuple[str, str, str, tuple]
+"""(report section, title, figure function as "module.function" under analysis/, its arguments:
+the output path last)."""
+PANEL_COLUMNS = ["env_label", "device_name", "batch_size", "label"]
+"""what the per-environment batch-size panels (plots._per_env_lines) read besides y and its error."""
+ROOFLINE_COLUMNS = [
+    "env_label",
+    "device_name",
+    "label",
+    "precision",
+    "ceiling_dtype",
+    "intensity_source",
+    "intensity_flops_per_byte",
+    "intensity_l2_flops_per_byte",
+    "intensity_l1_flops_per_byte",
+    "achieved_flops_per_s",
+]
+"""what roofline.plot reads of the points it draws."""
 SECTION_ORDER = {
     "roofline": 0,
     "throughput": 1,
@@ -35,15 +56,17 @@ def plan(
 ) -> list[Job]:
     """The figures of `analysis` under `fig_dir`; `variability` = (config label, step times per
     (env_label, device_name)) adds the step-time box plot."""
-    pts = analysis.points
     jobs: list[Job] = []
     if not analysis.speedups.empty:
         jobs.append(
             (
                 "speedup",
                 "fp16/bf16 speed-up over fp32",
-                plots.speedup_vs_batch,
-                (analysis.speedups, fig_dir / "speedup_vs_batch.png"),
+                "plots.speedup_vs_batch",
+                (
+                    panel_rows(analysis.speedups, "speedup", "speedup_sd"),
+                    fig_dir / "speedup_vs_batch.png",
+                ),
             )
         )
     if not analysis.scaling.empty:
@@ -51,26 +74,11 @@ def plan(
             (
                 "scaling",
                 "Data-parallel scaling",
-                scaling_plot.scaling_vs_world_size,
+                "scaling_plot.scaling_vs_world_size",
                 (analysis.scaling, fig_dir / "scaling_vs_world_size.png"),
             )
         )
-    jobs.append(
-        (
-            "intensity",
-            "Intensity vs batch size",
-            plots.intensity_vs_batch,
-            (pts, fig_dir / "intensity_vs_batch.png"),
-        )
-    )
-    jobs.append(
-        (
-            "throughput",
-            "Throughput vs batch size",
-            plots.throughput_vs_batch,
-            (pts, fig_dir / "throughput_vs_batch.png"),
-        )
-    )
+    jobs += _panel_jobs(analysis, fig_dir)
     jobs += _roofline_jobs(analysis, fig_dir)
     if variability is not None:
         label, by_env = variability
@@ -78,7 +86,7 @@ def plan(
             (
                 "variability",
                 f"Step-time variability: {label}",
-                plots.step_time_variability,
+                "plots.step_time_variability",
                 (
                     by_env,
                     f"Step-time variability across environments: {label}",
@@ -89,15 +97,36 @@ def plan(
     return jobs
 
 
+def _panel_jobs(analysis: Analysis, fig_dir: Path) -> list[Job]:
+    """Intensity and throughput against batch size, one panel per environment."""
+    pts = analysis.points
+    intensity = panel_rows(pts, "intensity_flops_per_byte", "intensity_source")
+    thr = panel_rows(pts, "throughput_mean_samples_per_s", "throughput_sd_samples_per_s")
+    return [
+        (
+            "intensity",
+            "Intensity vs batch size",
+            "plots.intensity_vs_batch",
+            (intensity, fig_dir / "intensity_vs_batch.png"),
+        ),
+        (
+            "throughput",
+            "Throughput vs batch size",
+            "plots.throughput_vs_batch",
+            (thr, fig_dir / "throughput_vs_batch.png"),
+        ),
+    ]
+
+
 def _roofline_jobs(analysis: Analysis, fig_dir: Path) -> list[Job]:
     """All environments on one roofline, then one per environment, each in a file named by a slug
     of its env label (with the device when one label has several; never two files of one name)."""
-    pts = analysis.points
+    pts = roofline_rows(analysis.points)
     jobs: list[Job] = [
         (
             "roofline",
             "Roofline, all environments",
-            plots.roofline_combined,
+            "plots.roofline_combined",
             (pts, analysis.roofs, fig_dir / "roofline_all.png"),
         )
     ]
@@ -113,11 +142,33 @@ def _roofline_jobs(analysis: Analysis, fig_dir: Path) -> list[Job]:
             (
                 "roofline",
                 f"Roofline, {env} ({dev})",
-                plots.roofline_env,
+                "plots.roofline_env",
                 (sub, env, dev, analysis.roofs[(env, dev)], fig_dir / f"roofline_{name}.png"),
             )
         )
     return jobs
+
+
+def panel_rows(frame: pd.DataFrame, y: str, extra: str) -> pd.DataFrame:
+    """What a batch-size panel figure draws of `frame`: the rows with a `y` and a batch size, in
+    order, plus one row per environment that has none (its panel says so), in the columns it reads
+    (PANEL_COLUMNS, `y`, `extra`). The figure is the one the whole frame gives."""
+    cols = [c for c in [*PANEL_COLUMNS, y, extra] if c in frame]
+    drawn = frame[y].notna() & pd.to_numeric(frame["batch_size"], errors="coerce").gt(0)
+    envs = frame[["env_label", "device_name"]].drop_duplicates()
+    seen = set(zip(frame.loc[drawn, "env_label"], frame.loc[drawn, "device_name"]))
+    empty = envs[[(e, d) not in seen for e, d in zip(envs["env_label"], envs["device_name"])]]
+    out = frame.loc[drawn, cols]
+    if not empty.empty:
+        out = pd.concat([out, empty.reindex(columns=cols)], ignore_index=True)
+    return out.reset_index(drop=True)
+
+
+def roofline_rows(points: pd.DataFrame) -> pd.DataFrame:
+    """What a roofline figure draws of `points`: the rows roofline.plot plots (positive intensity
+    and achieved FLOP/s), in order, in the columns it reads (ROOFLINE_COLUMNS)."""
+    drawn = points["intensity_flops_per_byte"].gt(0) & points["achieved_flops_per_s"].gt(0)
+    return points.loc[drawn, [c for c in ROOFLINE_COLUMNS if c in points]].reset_index(drop=True)
 
 
 def default_jobs() -> int:
@@ -125,22 +176,49 @@ def default_jobs() -> int:
     return min(4, os.cpu_count() or 1) if sys.platform.startswith("linux") else 1
 
 
+def function(name: str):
+    """The figure function named "module.function" under analysis/ (imports matplotlib)."""
+    module, _, attr = name.rpartition(".")
+    return getattr(importlib.import_module(f"analysis.{module}"), attr)
+
+
 def _draw(job: Job) -> Path:
-    out = job[2](*job[3])
+    out = function(job[2])(*job[3])
     return out[0] if isinstance(out, tuple) else out
 
 
-def render(jobs: list[Job], n_jobs: int) -> list[tuple[str, str, Path]]:
-    """Draw the jobs, in `n_jobs` forked processes when > 1; returns (section, title, path) in the
-    report's order (rooflines first)."""
-    if n_jobs <= 1 or len(jobs) <= 1:
-        paths = [_draw(j) for j in jobs]
-    else:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        ctx = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(max_workers=min(n_jobs, len(jobs)), mp_context=ctx) as pool:
-            paths = list(pool.map(_draw, jobs))
-    drawn = [(section, title, path) for (section, title, _, _), path in zip(jobs, paths)]
+def render(
+    jobs: list[Job], n_jobs: int, cache: FigureCache | None = None
+) -> list[tuple[str, str, Path]]:
+    """Draw the jobs, in `n_jobs` forked processes when > 1, copying from `cache` those drawn
+    before from the same arguments; returns (section, title, path) in the report's order
+    (rooflines first)."""
+    keys = [cache.key(j[2], j[3][:-1]) if cache else None for j in jobs]
+    paths: dict[int, Path] = {}
+    for i, (job, key) in enumerate(zip(jobs, keys)):
+        if cache is not None and cache.restore(key, Path(job[3][-1])):
+            paths[i] = Path(job[3][-1])
+    todo = [i for i in range(len(jobs)) if i not in paths]
+    for i, path in zip(todo, _draw_all([jobs[i] for i in todo], n_jobs)):
+        paths[i] = path
+        if cache is not None:
+            cache.keep(keys[i], path)
+    if cache is not None:
+        cache.prune()
+    drawn = [(section, title, paths[i]) for i, (section, title, _, _) in enumerate(jobs)]
     return sorted(drawn, key=lambda d: SECTION_ORDER[d[0]])
+
+
+def _draw_all(jobs: list[Job], n_jobs: int) -> list[Path]:
+    if not jobs:
+        return []
+    for name in {j[2] for j in jobs}:
+        function(name)  # imported once here, before the processes fork
+    if n_jobs <= 1 or len(jobs) <= 1:
+        return [_draw(j) for j in jobs]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    ctx = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(max_workers=min(n_jobs, len(jobs)), mp_context=ctx) as pool:
+        return list(pool.map(_draw, jobs))

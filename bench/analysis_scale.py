@@ -48,14 +48,10 @@ def child(argv: list[str]) -> int:
 
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     t0 = time.perf_counter()
-    import mlflow  # noqa: F401 - imported up front so that import time is reported on its own
-
-    import analysis.app  # noqa: F401
-    import analysis.fetch.api  # noqa: F401
-    import analysis.fetch.sql  # noqa: F401
-
-    if not os.environ["MLFLOW_TRACKING_URI"].startswith("http"):
-        import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+    if argv[0] == "analysis":  # what `python -m analysis` imports before it reads a run
+        import analysis.app  # noqa: F401
+    else:
+        import mlflow  # noqa: F401 - imported up front so that import time is reported on its own
     out: dict = {"import_s": time.perf_counter() - t0}
     t0 = time.perf_counter()
     if argv[0] == "analysis":
@@ -68,7 +64,10 @@ def child(argv: list[str]) -> int:
             points=res.analysis.counts["points"],
             from_cache=res.source.stats.from_cache,
             fetched=res.source.stats.fetched,
-            reader=res.source.reader.kind,
+            reader=type(res.source.reader).__name__,
+            drawn=len(res.drawn_figures or []),
+            figures=sum(p.suffix == ".png" for p in res.files),
+            imported=sorted(m for m in ("mlflow", "matplotlib") if m in sys.modules),
         )
     elif argv[0] == "before":
         import mlflow
@@ -168,6 +167,10 @@ def fmt(r: dict) -> str:
     parts.append("[" + ", ".join(f"{k[:-2]} {v:.2f}" for k, v in steps.items()) + "]")
     if "fetched" in r:
         parts.append(f"{r['from_cache']} runs from the cache, {r['fetched']} fetched")
+        parts.append(
+            f"drew {r['drawn']} of {r['figures']} figures; read with {r['reader']}; imported "
+            + (", ".join(r["imported"]) or "neither mlflow nor matplotlib")
+        )
     if "search_s" in r:
         parts.append(f"{r['runs']} runs in {r['search_s']:.1f} s")
     return "; ".join(parts)

@@ -23,6 +23,7 @@ from analysis import app, core, fetch, join
 from analysis.fetch import cached_search, rows, segments
 from analysis.fetch.api import ApiReader, OVERLAP_MS
 from analysis.fetch.sql import SqlReader
+from analysis.fetch.sqlite import SqliteReader
 from bench import fleet_store
 
 TRAIN = "tags.run_kind = 'train'"
@@ -102,7 +103,9 @@ def fresh_experiment(client) -> str:
 
 
 # ------------------------------------------------------------------------ readers
-def check_reader_reads_what_mlflow_reads(reader, client):
+def fleet_of_kinds(client) -> tuple[str, int, str]:
+    """(experiment, t0, run a) with a finished, a NaN-metric, a FAILED, a RUNNING train run, a
+    profile, a peaks and an analysis run, started at t0, t0 + 1, ..."""
     exp = fresh_experiment(client)
     t0 = int(time.time() * 1000) - 100_000
     a = new_run(
@@ -136,6 +139,11 @@ def check_reader_reads_what_mlflow_reads(reader, client):
         start=t0 + 5,
     )
     new_run(client, exp, "analysis", "x", start=t0 + 6)
+    return exp, t0, a
+
+
+def check_reader_reads_what_mlflow_reads(reader, client):
+    exp, t0, a = fleet_of_kinds(client)
     filters = [
         "",
         TRAIN,
@@ -191,6 +199,7 @@ def test_when_mlflow_internals_change_the_search_api_takes_over(tracking, monkey
         raise TypeError("_get_sqlalchemy_filter_clauses() takes 2 positional arguments")
 
     monkeypatch.setattr(SqlReader, "search", changed)
+    monkeypatch.setattr(SqliteReader, "for_uri", classmethod(lambda cls, uri: None))  # sql.py's
     source = fetch.Source("off")
     assert source.reader.kind == "sql"
     got = source.search([exp], TRAIN, 10)
@@ -199,7 +208,9 @@ def test_when_mlflow_internals_change_the_search_api_takes_over(tracking, monkey
 
 
 def test_an_http_server_is_read_through_the_search_api_and_a_database_directly(tracking):
-    assert isinstance(fetch.Source("off").reader, SqlReader)
+    source = fetch.Source("off")
+    assert isinstance(source.reader, SqliteReader)  # the filters analysis writes: sqlite3
+    assert isinstance(source.full_reader(), SqlReader)  # others: MLflow's compiler
     mlflow.set_tracking_uri("http://127.0.0.1:9")  # nothing listens there; no request is made
     try:
         assert isinstance(fetch.Source("off").reader, ApiReader)

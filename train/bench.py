@@ -20,6 +20,7 @@ from common import schema
 from common.envinfo import environment_report
 from common.errors import BenchError, one_line
 from train import device as dev
+from train import energy
 from train import flops as fl
 from train.config import TrainConfig
 from train.data import BatchSource, check_data, open_source, synthetic_source
@@ -297,8 +298,11 @@ def run_benchmark(
         last_warmup_s = warm_up(prep, cfg.warmup_iters, bar)
         if on_measure is not None:
             on_measure(_expected_measure_s(cfg, last_warmup_s))
-        measured = measure_steps(cfg, prep, bar, times=step_times)
-    return bench_result(cfg, prep, counts, forward, measured, count_s)
+        with energy.meter_for(device) as meter:  # energy and NVML samples (train/energy.py)
+            measured = measure_steps(cfg, prep, bar, times=step_times)
+    result = bench_result(cfg, prep, counts, forward, measured, count_s)
+    meter.add_to(result, len(measured.times) * cfg.batch_size)
+    return result
 
 
 def bench_result(

@@ -1,11 +1,14 @@
 """The part of analysis that reads MLflow: runs and metric series from MLFLOW_TRACKING_URI.
 
-`Source` reads runs with one of two readers, each returning only the keys analysis reads
+`Source` reads runs with one of three readers, each returning only the keys analysis reads
 (analysis/fetch/rows.py):
 
-* sql.py  a database URI (sqlite, PostgreSQL, MySQL): plain SELECTs through MLflow's own engine,
-          tables and filter compiler (MLflow's search builds an ORM object per tag, param and metric);
-* api.py  anything else (an `mlflow server`): MLflow's search API, pages requested in parallel.
+* sqlite.py  an sqlite file and the filters analysis writes itself: plain SELECTs with Python's
+             sqlite3, MLflow not imported (importing its SQL store costs ~3 s of CPU here);
+* sql.py     a database URI (sqlite, PostgreSQL, MySQL): plain SELECTs through MLflow's own engine,
+             tables and filter compiler (MLflow's search builds an ORM object per tag, param and
+             metric);
+* api.py     anything else (an `mlflow server`): MLflow's search API, pages requested in parallel.
 
 and keeps what it read in a local cache (segments.py), brought up to date on every analysis
 (cached_search.py): see docs/analysis.md, "Fleet scale". Metric series (the readers' `series`) and the
@@ -20,6 +23,7 @@ from datetime import datetime
 import pandas as pd
 
 from analysis.fetch import cached_search, rows, segments
+from analysis.fetch.sqlite import SqliteReader
 from common import console, schema
 from common.errors import BenchError, UsageError, one_line
 from common.server import check_reachable, tracking_uri
@@ -64,9 +68,6 @@ class Source:
     the cache, "refresh": forget it and fill it anew, "off": no cache) and what was read."""
 
     def __init__(self, cache_mode: str = "auto", jobs: int = FETCH_JOBS):
-        from analysis.fetch.api import ApiReader
-        from analysis.fetch.sql import SqlReader
-
         if cache_mode not in cached_search.MODES:
             raise UsageError(
                 f"--cache must be one of {', '.join(cached_search.MODES)}, got {cache_mode!r}"
@@ -74,27 +75,52 @@ class Source:
         self.uri = tracking_uri()
         self.mode = cache_mode
         self.jobs = jobs
-        self.reader = SqlReader.for_current() or ApiReader(jobs)
+        self.lite = SqliteReader.for_uri(self.uri)
+        """sqlite.py's reader (an sqlite store; MLflow not imported) for the filters it compiles."""
+        self._full = None
         self.stats = cached_search.Stats()
         if cache_mode == "refresh":
             segments.clear(self.uri)
 
+    @property
+    def reader(self):
+        """The reader of searches with analysis's own filters: sqlite.py's where it can, else
+        full_reader()."""
+        return self.lite or self.full_reader()
+
+    def full_reader(self):
+        """sql.py's reader (MLflow's store and filter compiler) for a database, else api.py's."""
+        if self._full is None:
+            from analysis.fetch.api import ApiReader
+            from analysis.fetch.sql import SqlReader
+
+            self._full = SqlReader.for_current() or ApiReader(self.jobs)
+        return self._full
+
     def search(self, experiment_ids: list[str], filter_string: str, cap: int) -> pd.DataFrame:
         """The runs `filter_string` matches, latest first, at most `cap` (rows.py layout)."""
+        lite = self.lite is not None and self.lite.understands(filter_string)
+        reader = self.lite if lite else self.full_reader()
         try:
             return cached_search.search(
-                self.reader, self.uri, experiment_ids, filter_string, cap, self.mode, self.stats
+                reader, self.uri, experiment_ids, filter_string, cap, self.mode, self.stats
             )
         except BenchError:
             raise
         except Exception as exc:  # noqa: BLE001 - connection errors, server-side rejections
             msg = one_line(exc)
-            if self.reader.kind == "sql" and not hasattr(exc, "error_code"):
+            if lite:  # MLflow's tables changed under sqlite.py: MLflow's own SQL store reads them
+                console.warn(
+                    f"reading {self.uri} with sqlite3 failed ({msg}); using MLflow's store"
+                )
+                self.lite = None
+                return self.search(experiment_ids, filter_string, cap)
+            if reader.kind == "sql" and not hasattr(exc, "error_code"):
                 # MLflow's internals changed under the SQL reader: MLflow's own search still works
                 from analysis.fetch.api import ApiReader
 
                 console.warn(f"reading {self.uri} directly failed ({msg}); using MLflow's search")
-                self.reader = ApiReader(self.jobs)
+                self._full = ApiReader(self.jobs)
                 return self.search(experiment_ids, filter_string, cap)
             if getattr(exc, "error_code", "") == "INVALID_PARAMETER_VALUE":
                 raise UsageError(f'MLflow rejected the search "{filter_string}": {msg}') from exc
@@ -145,6 +171,10 @@ def check_filter(filter_string: str) -> None:
 def experiment_ids(names: list[str]) -> list[str]:
     """IDs of the named experiments (all active experiments when `names` is empty); a name that
     does not exist is a UsageError."""
+    lite = SqliteReader.for_uri(tracking_uri())
+    ids = lite.lookup_experiments(names) if lite is not None else None
+    if ids is not None:
+        return ids
     from mlflow.tracking import MlflowClient
 
     try:

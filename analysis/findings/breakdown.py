@@ -1,0 +1,134 @@
+"""Breakdown runs (run_kind `breakdown`: where a config's step time goes, `python -m profiling
+--breakdown`) as the findings read them: the latest FINISHED one per (env_label, device_name,
+config_key) as analysis/fetch/breakdowns.py fetches it (the same list the report's breakdown
+section is built from), its parts (`breakdown_<part>_fraction` in breakdown.json's metrics) and
+its `layers.csv` rows (module, phase, kind, leaf, time_s, share, bound, ...). Pure."""
+
+from __future__ import annotations
+
+import io
+import re
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from analysis.findings.values import Clean
+from profiling.breakdown.names import PARTS  # the step's parts
+
+DATA_PARTS = ("data_wait", "h2d_copy")
+HOST_PARTS = ("host_overhead",)
+LAYER_COLUMNS = ("module", "phase", "time_s", "share", "bound")
+# normalisation and elementwise layers by module name or type (resnet's bn1, downsample.1 is a
+# BatchNorm too but is named by position: only names and types that say what they are count)
+FUSABLE = re.compile(
+    r"(^|[._])(bn\d*|\w*norm\w*|relu\d*|gelu|silu|swish|hardswish|sigmoid|tanh|dropout\d*|"
+    r"softmax|add|mul|act\d*)($|[._])|batchnorm|layernorm|groupnorm|relu|gelu|silu|dropout",
+    re.I,
+)
+
+
+@dataclass
+class Breakdown:
+    run_id: str
+    step_s: float | None
+    fractions: dict[str, float] = field(default_factory=dict)
+    """part -> share of the step (0..1)."""
+    layers: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """leaf module rows of layers.csv (modules without children: no time counted twice)."""
+
+    def share(self, parts) -> float | None:
+        known = [self.fractions[p] for p in parts if p in self.fractions]
+        return sum(known) if known else None
+
+
+def latest(fetched: list[dict], clean: Clean) -> dict[tuple[str, str, str], Breakdown]:
+    """(env_label, device_name, config_key) -> its breakdown, from fetch_breakdowns' list
+    ({run_id, env_label, device_name, config_key, summary: breakdown.json, layers: csv text})."""
+    out = {}
+    for f in fetched or []:
+        if not f.get("config_key"):
+            continue
+        env = str(f.get("env_label") or "(no env_label)")
+        dev = str(f.get("device_name") or "(unknown device)")
+        out[(env, dev, str(f["config_key"]))] = _one(f, clean)
+    return out
+
+
+def _one(f: dict, clean: Clean) -> Breakdown:
+    rid = str(f["run_id"])
+    where = f"breakdown run {rid[:8]}"
+    summary = f.get("summary") if isinstance(f.get("summary"), dict) else {}
+    metrics = summary.get("metrics") if isinstance(summary.get("metrics"), dict) else {}
+    b = Breakdown(rid, clean.value(metrics.get("breakdown_step_s"), "breakdown_step_s", where))
+    for part in PARTS:
+        v = clean.value(
+            metrics.get(f"breakdown_{part}_fraction"), f"breakdown_{part}_fraction", where
+        )
+        if v is not None and v <= 1.0:
+            b.fractions[part] = v
+        elif v is not None:
+            clean.say(f"{where}: breakdown_{part}_fraction = {v} is over 1: left out")
+    if f.get("layers"):
+        b.layers = parse_layers(str(f["layers"]), where, clean)
+    return b
+
+
+def parse_layers(text: str, where: str, clean: Clean) -> pd.DataFrame:
+    """layers.csv rows with a usable module, phase and time (time_s and share finite, not
+    negative); `share` derived from time_s when absent. Bad rows are dropped with one note."""
+    try:
+        df = pd.read_csv(io.StringIO(text))
+    except (ValueError, pd.errors.ParserError) as exc:
+        clean.say(f"{where}: layers.csv unreadable ({str(exc).splitlines()[0][:120]}): no layers")
+        return pd.DataFrame(columns=LAYER_COLUMNS)
+    missing = [c for c in ("module", "time_s") if c not in df.columns]
+    if missing:
+        clean.say(f"{where}: layers.csv lacks {', '.join(missing)}: no layers")
+        return pd.DataFrame(columns=LAYER_COLUMNS)
+    for c in ("phase", "bound"):
+        df[c] = df[c].fillna("").astype(str) if c in df.columns else ""
+    df["module"] = df["module"].fillna("").astype(str)
+    df["time_s"] = pd.to_numeric(df["time_s"], errors="coerce")
+    if "share" in df.columns:
+        df["share"] = pd.to_numeric(df["share"], errors="coerce")
+    else:
+        total = df["time_s"].where(df["time_s"] >= 0).sum()
+        df["share"] = df["time_s"] / total if total > 0 else float("nan")
+    ok = df["time_s"].between(0, float("inf"), inclusive="left") & df["share"].between(0, 1)
+    bad = int((~ok).sum())
+    if bad:
+        clean.say(
+            f"{where}: {bad} layers.csv row(s) with a time or share that is not finite, negative "
+            "or over 1: left out"
+        )
+    df = df.loc[ok]
+    if "kind" in df.columns:  # module rows only: not the model, not data/loss/optimizer rows
+        df = df[df["kind"].astype(str) == "module"]
+    if "leaf" in df.columns:  # a module's time includes its children's: leaves only
+        df = df[df["leaf"].astype(str).str.lower().isin(["true", "1"])]
+    return df[list(LAYER_COLUMNS)].reset_index(drop=True)
+
+
+def fusable_share(layers: pd.DataFrame) -> tuple[float, int]:
+    """Share of the step in memory-bound normalisation/elementwise layer rows, and how many rows."""
+    if layers.empty:
+        return 0.0, 0
+    mem = layers["bound"].str.lower().str.startswith("memory")
+    fus = layers["module"].map(lambda m: bool(FUSABLE.search(m)))
+    rows = layers[mem & fus]
+    return float(rows["share"].sum()), len(rows)
+
+
+def top_layers(layers: pd.DataFrame, n: int = 3) -> list[dict]:
+    if layers.empty:
+        return []
+    top = layers.sort_values("share", ascending=False).head(n)
+    return [
+        {
+            "module": r["module"],
+            "phase": r["phase"],
+            "share": float(r["share"]),
+            "bound": r["bound"],
+        }
+        for r in top.to_dict("records")
+    ]

@@ -1,0 +1,43 @@
+"""The thresholds the findings rules use: one place, each with why (docs/analysis.md, "Findings",
+writes the rules out with these numbers)."""
+
+from __future__ import annotations
+
+DATA_BOUND_SHARE = 0.25
+"""data-bound: a breakdown run of the config spends at least this share of its step waiting for
+data (data_wait + h2d_copy): a quarter of the step idle on input is the first thing to fix."""
+HOST_BOUND_SHARE = 0.25
+"""host-bound: a breakdown run spends at least this share of its step in host overhead (Python,
+dispatch, launches the device waits on)."""
+LATENCY_BOUND_SHARE = 0.5
+"""latency/launch-bound: at least half of the step is fixed per-step time, the intercept of a
+straight line through step time against batch size over the config's batch series (what does
+not grow with the work: launches, dispatch, synchronisation)."""
+FAR_BELOW_ROOF = 0.10
+"""a config under 10 % of its roof is not limited by that roof: a finding says so."""
+PEER_GAP = 0.5
+"""a device far below its peers: its fraction of the roof under half the best fraction another
+device reaches on the same config."""
+BATCH_DROP = 0.03
+"""throughput falling as batch grows: at least 3 % lower at the larger batch, and the 95 % intervals
+of the two means apart where both are known (noise is not a drop)."""
+STEP_CV = 0.05
+"""step-time variability: coefficient of variation (SD / mean) of a run's step times over 5 %."""
+BIMODAL_DIP = 0.5
+"""bimodal steps: the kernel density of a run's step times has a second peak, and the valley
+between the two is at most half the smaller peak ..."""
+BIMODAL_MIN_SHARE = 0.10
+"""... with at least 10 % of the steps (and 3 steps) on each side: one slow step is an outlier,
+not a mode."""
+THROTTLE_CLOCK = 0.98
+"""clock throttling: the median SM clock under 98 % of the base (default application) clock ..."""
+THROTTLE_POWER = 0.98
+"""... or the power draw at 98 % of the enforced power limit or more ..."""
+THROTTLE_TEMP_MARGIN_C = 2.0
+"""... or the temperature within 2 °C of the slowdown threshold, or NVML reporting a
+thermal/power clock-event reason in any sample."""
+MEMORY_NEAR_CAPACITY = 0.90
+"""device memory near capacity: the peak allocated at least 90 % of the device's total."""
+PROFILE_TRAIN_AGREE = (0.75, 1.33)
+"""profile and train runs agree when the profile's FLOPs per step (ncu_flops_total / profile_steps)
+are within this ratio of the train run's counted training FLOPs per step."""
