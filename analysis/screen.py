@@ -59,6 +59,7 @@ RULES: dict[str, Rule] = {
     "achieved_flops_per_s": _rate(bounds.MAX_FLOPS_PER_S, _FLOPS),
     "modeled_intensity_flops_per_byte": _rate(bounds.MAX_INTENSITY_FLOPS_PER_BYTE, _AI),
     "compute_only_step_time_median_s": _STEP,
+    "compute_only_step_time_mean_s": _STEP,
     # step time minus compute-only step time: noise makes it slightly negative at times
     "exposed_comm_time_s": _SIGNED_S,
     "exposed_comm_time_share": Rule(-1e6, False, 1e6, "a million times the step time"),
@@ -73,7 +74,7 @@ RULES: dict[str, Rule] = {
 """Per metric key. Peaks metrics go by prefix (`rule_for`)."""
 
 RATIOS: tuple[tuple[str, str, float, str], ...] = (
-    ("train_flops_per_step", "step_time_median_s", bounds.MAX_FLOPS_PER_S, _FLOPS),
+    ("train_flops_per_step", "step_time_mean_s", bounds.MAX_FLOPS_PER_S, _FLOPS),
     ("ncu_flops_total", "ncu_kernel_time_s", bounds.MAX_FLOPS_PER_S, _FLOPS),
     ("ncu_dram_bytes", "ncu_kernel_time_s", bounds.MAX_DRAM_BYTES_PER_S, _DRAM),
     ("ncu_l2_bytes", "ncu_kernel_time_s", bounds.MAX_CACHE_BYTES_PER_S, _CACHE),

@@ -70,6 +70,10 @@ def test_counts_faster_than_any_device_in_their_time():
     assert line.startswith("ncu_flops_total = 2e+300 in ncu_kernel_time_s = 0.00738")
     ok = {"metrics.ncu_flops_total": 1.2e11, "metrics.ncu_kernel_time_s": 7.376e-3}
     assert screen.run_problems(ok) == []
+    # a train run's FLOPs per step against its mean step time (the one step-time statistic)
+    train = {"metrics.train_flops_per_step": 1e30, "metrics.step_time_mean_s": 0.1}
+    (line,) = screen.run_problems(train)
+    assert line.startswith("train_flops_per_step = 1e+30 in step_time_mean_s = 0.1")
 
 
 def test_runs_leaves_out_only_finished_runs_of_the_kinds_analysis_computes_with():
