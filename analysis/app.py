@@ -225,18 +225,29 @@ def config_from_args(args: argparse.Namespace) -> AnalysisConfig:
 
 def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> Result:
     """Fetch, join, draw, judge and write. `vendor_lookup='auto'`: roofline.vendor.find with
-    --peaks-file passed through (tests inject a stub instead). The figure processes start first
-    (analysis/figure_pool.py): they import matplotlib while the runs are fetched."""
+    --peaks-file passed through (tests inject a stub instead). The figure processes
+    (analysis/figure_pool.py) import matplotlib while the runs are fetched or joined."""
+    n_jobs = cfg.jobs or figures.default_jobs()
+    pools: list = []
+
+    def start_pool():
+        pools.append(figure_pool.FigurePool.start(n_jobs))
+        return pools[-1]
+
     with figure_pool.quiet_gc():
-        pool = figure_pool.FigurePool.start(cfg.jobs or figures.default_jobs())
         try:
-            return _run(cfg, vendor_lookup, pool)
+            return _run(cfg, vendor_lookup, n_jobs, start_pool)
         finally:
-            if pool is not None:
-                pool.close()
+            for pool in pools:
+                if pool is not None:
+                    pool.close()
 
 
-def _run(cfg: AnalysisConfig, vendor_lookup, pool) -> Result:
+def _run(cfg: AnalysisConfig, vendor_lookup, n_jobs: int, start_pool) -> Result:
+    """run's body; `start_pool()` starts the figure processes: at once when every figure will be
+    drawn (--cache off or refresh), else once the fetch has read a new or changed run (with none,
+    the figures are most likely all in the figure cache: one that is not is drawn here)."""
+    pool = start_pool() if cfg.cache != "auto" else None
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
     if vendor_lookup == "auto":
@@ -245,6 +256,8 @@ def _run(cfg: AnalysisConfig, vendor_lookup, pool) -> Result:
     source = fetch.Source(cfg.cache)
     runs, complexity, breakdowns, fetch_notes = _fetch(query, source)
     timings["fetch_s"] = time.perf_counter() - t0
+    if pool is None and source.stats.fetched:
+        pool = start_pool()
 
     t = time.perf_counter()
     analysis = core.build(runs, vendor_lookup, complexity, cfg.use_incomplete_profiles)
@@ -259,7 +272,6 @@ def _run(cfg: AnalysisConfig, vendor_lookup, pool) -> Result:
     out_dir = Path(cfg.out)
     variability, var_title = _variability(analysis, cfg, source, timings)
     cache = figure_cache.FigureCache.for_mode(cfg.cache)
-    n_jobs = cfg.jobs or figures.default_jobs()
     jobs = figures.plan(analysis, out_dir / "figures", variability)
     pending = figures.Pending(jobs, n_jobs, cache, pool)
     timings["figures_s"] = time.perf_counter() - t

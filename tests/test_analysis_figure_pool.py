@@ -91,3 +91,47 @@ def test_quiet_gc_restores_the_collector():
         assert gc.get_freeze_count() >= frozen > 0
     finally:
         gc.unfreeze()
+
+
+def test_an_analysis_starts_the_pool_only_when_figures_will_likely_change(
+    tracking, tmp_path, monkeypatch
+):
+    """The first analysis (runs fetched) and --cache off start the figure processes and draw in
+    them; a repeat that fetched nothing starts none and copies every figure."""
+    from mlflow.tracking import MlflowClient
+
+    from analysis import app, figure_pool
+    from tests.test_analysis_fleet import fresh_experiment, new_run
+
+    client = MlflowClient()
+    exp = fresh_experiment(client)
+    for b, thr in ((8, 10.0), (16, 18.0)):
+        new_run(
+            client,
+            exp,
+            "train",
+            f"b{b}",
+            tags={"env_label": "l4", "device_name": "NVIDIA L4", "config_key": f"k{b}"},
+            params={"model": "resnet18", "batch_size": b, "precision": "fp32"},
+            metrics={"throughput_samples_per_s": thr, "achieved_flops_per_s": 1e12 * b,
+                     "modeled_intensity_flops_per_byte": 20.0 * b},
+        )  # fmt: skip
+    started, real = [], figure_pool.FigurePool.start
+    monkeypatch.setattr(
+        figure_pool.FigurePool, "start", lambda n: started.append(n) or real(n), raising=True
+    )
+    name = client.get_experiment(exp).name
+
+    def analyse(out: str, *flags: str):
+        argv = ["--no-track", "--experiment", name, "--jobs", "2", "--out", str(tmp_path / out)]
+        return app.run(app.config_from_args(app.build_parser().parse_args([*argv, *flags])))
+
+    first = analyse("first")
+    assert started == [2] and len(first.drawn_figures) >= 4
+    again = analyse("again")
+    assert started == [2] and again.drawn_figures == []
+    off = analyse("off", "--cache", "off")
+    assert started == [2, 2] and len(off.drawn_figures) == len(first.drawn_figures)
+    for png in (tmp_path / "first" / "figures").glob("*.png"):
+        for other in ("again", "off"):
+            assert (tmp_path / other / "figures" / png.name).read_bytes() == png.read_bytes()
