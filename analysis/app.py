@@ -286,7 +286,10 @@ def _run(cfg: AnalysisConfig, vendor_lookup, n_jobs: int, start_pool) -> Result:
     timings["figures_s"] += time.perf_counter() - t
 
     t = time.perf_counter()
-    files += _write_report(analysis, out_dir, drawn, query.describe(), var_title, breakdowns, found)
+    # the cache's housekeeping note goes after what the runs lack, never first
+    files += _write_report(
+        analysis, out_dir, drawn, query.describe(), var_title, breakdowns, found, source.note()
+    )
     timings["report_s"] = time.perf_counter() - t
     timings["total_s"] = time.perf_counter() - t0
     return Result(analysis, out_dir, files, timings, source, found, drawn_names)
@@ -305,8 +308,6 @@ def _fetch(query: fetch.Query, source: fetch.Source) -> tuple:
     complexity, complexity_notes = fetch.fetch_complexity(query, source)
     notes += complexity_notes
     breakdowns = fetch_breakdowns(query, source, notes)
-    cache_note = source.note()
-    notes += [cache_note] if cache_note else []
     return runs, complexity, breakdowns, notes
 
 
@@ -338,11 +339,12 @@ def _write_report(
     var_title: str,
     breakdowns: list[dict],
     found,
+    last_note: str | None = None,
 ) -> list[Path]:
     """The table files, report.md and report.html (figures embedded, the Findings section first,
-    the breakdown section included) under `out_dir`."""
+    the breakdown section included) under `out_dir`; `last_note` ends "What is missing"."""
     b = breakdown.build(breakdowns)
-    analysis.notes += b.notes
+    analysis.notes += b.notes + ([last_note] if last_note else [])
     files = report.write_tables(analysis, out_dir) + breakdown.write_files(b, out_dir)
     if not b.runs.empty:  # breakdown_plot imports matplotlib (through profiling.breakdown)
         from analysis import breakdown_plot
@@ -435,6 +437,32 @@ def _log(session, cfg: AnalysisConfig, result: Result) -> None:
     )
 
 
+def _draw_run_rooflines(result: Result) -> None:
+    """roofline.png, bound and fraction of roof on the train runs read that were drawn against
+    other ceilings than analysis now holds them against, or none (analysis/run_rooflines.py)."""
+    from analysis import run_rooflines
+    from analysis.fetch import segments
+
+    keep = result.source.mode != "off"
+    folder = segments.server_folder(result.source.uri)
+    ledger = run_rooflines.load_ledger(folder) if keep else {}
+    a = result.analysis
+    todo, more = run_rooflines.plan(a.train, a.roofs, ledger)
+    if not todo:
+        return
+    console.info(f"drawing roofline.png for {len(todo)} train run(s) made before these ceilings")
+    done, notes = run_rooflines.apply(todo)
+    for note in notes:
+        console.warn(note)
+    unsaved = run_rooflines.save_ledger(folder, {**ledger, **done}) if keep and done else ""
+    if unsaved:
+        console.warn(
+            f"could not keep the list of redrawn runs ({unsaved}): the next analysis redoes them"
+        )
+    if more:
+        console.note(f"{more} more train run(s) get their roofline.png at the next analysis")
+
+
 def _raise_if_no_points(result: Result) -> None:
     if result.analysis.counts["points"] == 0:
         raise BenchError(
@@ -497,6 +525,7 @@ def main(argv: list[str] | None = None) -> int:
             session.flush()
             result = run(cfg)
             _log(session, cfg, result)
+            _draw_run_rooflines(result)
             session.set_note(run_note(cfg, result))
             _raise_if_no_points(result)
         where = f"; logged to run {session.run_id}" if session.run_id else ""

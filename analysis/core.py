@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from analysis import join, scaling, tables
+from common import plausible
 from roofline.model import TENSOR_PRECISIONS, Roof
 
 
@@ -34,6 +35,8 @@ class Analysis:
     scaling: pd.DataFrame = field(default_factory=pd.DataFrame)
     """one row per data-parallel point: samples/s, ideal, scaling efficiency, exposed
     communication against world size (analysis/scaling.py)."""
+    flags: list[str] = field(default_factory=list)
+    """implausible values (common.plausible): a point above its roof, scaling over 100 %, a wide CI"""
 
 
 def build(
@@ -81,6 +84,7 @@ def build(
         counts=counts,
         complexity=complexity_rows,
         scaling=scaled,
+        flags=implausible(points, scaled, train),
     )
 
 
@@ -124,8 +128,8 @@ def _roofline_points(
 
 
 def _point_notes(points: pd.DataFrame) -> list[str]:
-    """Points off the roofline, held against fp32 for want of their own ceiling, or above their
-    roof."""
+    """Points off the roofline or held against fp32 for want of their own ceiling (a point above
+    its roof is a flag: `implausible`)."""
     notes = []
     missing = points[points["intensity_source"] == "missing"]
     if len(missing):
@@ -143,16 +147,45 @@ def _point_notes(points: pd.DataFrame) -> list[str]:
             f"{env}: no {'/'.join(sorted(set(g['precision'])))} ceiling for {dev}; "
             "those points are held against the fp32 ceiling"
         )
-    above = points[points["efficiency"] > 1.0]
-    if len(above):
-        notes.append(
-            f"{len(above)} point(s) lie above their roof (efficiency > 100%), e.g. "
-            f"{', '.join((above['env_label'] + ': ' + above['label']).head(3))}: the ceiling is too low for them "
-            "(fp32 runs on TF32 tensor cores: runs without tag fp32_math predate fp32 = IEEE FP32; "
-            "a peaks run below the real peak) or the intensity is off "
-            "(a modeled intensity counts no cache reuse)"
-        )
     return notes
+
+
+MAX_FLAGS = 10
+"""flag lines per kind in the report; the rest are counted"""
+
+
+def implausible(points: pd.DataFrame, scaling_rows: pd.DataFrame, train: pd.DataFrame) -> list[str]:
+    """One line per implausible value, in common.plausible's words (a train run's description
+    says the same): points above their roof, scaling efficiencies over 100 %, runs whose mean
+    step time has a 95 % confidence interval wider than ±50 %."""
+    out: list[str] = []
+    kinds = [
+        (points, "efficiency", plausible.roof_flag, lambda r: f"{r['env_label']}: {r['label']}"),
+        (
+            scaling_rows,
+            "scaling_efficiency",
+            plausible.scaling_flag,
+            lambda r: f"{r['env_label']}: {r['label']}",
+        ),
+        (
+            train,
+            "step_time_ci95_rel",
+            plausible.ci_flag,
+            lambda r: f"{r['env_label']}: train run {str(r['run_id'])[:8]} ({r['run_name']})",
+        ),
+    ]
+    for frame, column, flag, name in kinds:
+        if frame.empty or column not in frame:
+            continue
+        lines = [
+            f"{name(r)}: {flag(r[column])}" for r in frame.to_dict("records") if flag(r[column])
+        ]
+        out += lines[:MAX_FLAGS]
+        if len(lines) > MAX_FLAGS:
+            out.append(
+                f"... and {len(lines) - MAX_FLAGS} more like these (summary.csv, scaling.csv)"
+            )
+    return out
 
 
 def variability_config(analysis: Analysis, wanted: str | None = None) -> str | None:

@@ -17,7 +17,7 @@ from analysis.markdown import Table
 
 STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1.5em auto;
-       max-width: 1200px; padding: 0 1em; line-height: 1.45; color: #1a1a1a; }
+       max-width: 1800px; padding: 0 1em; line-height: 1.45; color: #1a1a1a; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 1.6em; border-bottom: 1px solid #ddd; }
 code { background: #f3f3f3; padding: 0 0.2em; border-radius: 3px; font-size: 0.92em; }
 .table { overflow-x: auto; }

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from roofline import ceilings
+from train.config import data_kind
 from roofline.model import PointEval, Roof, evaluate_point
 from common import schema
 
@@ -32,6 +33,7 @@ TRAIN_METRICS = [
     "train_flops_per_step",
     "achieved_flops_per_s",
     "modeled_intensity_flops_per_byte",
+    "step_time_ci95_rel",  # flagged when wider than ±50 % (common.plausible)
 ]
 ENV_TAGS = [
     "device_type",
@@ -97,6 +99,8 @@ READ_KEYS = {
         schema.TAG_NCU_TRUNCATED,
         schema.TAG_NCU_MISSING_PHASE,
         schema.TAG_BASE_CONFIG_KEY,
+        schema.TAG_CONFIG_LABEL,
+        "roofline_roof",  # the ceilings of the run's roofline.png (analysis/run_rooflines.py)
         "mlflow.runName",
         "mlflow.parentRunId",
         *ENV_TAGS,
@@ -109,6 +113,7 @@ READ_KEYS = {
         "repeat",
         "device_memory_source",
         "profile_steps",
+        "data",
     ],
     "metrics": [*TRAIN_METRICS, *DIST_METRICS, *PROFILE_METRICS, *FINDINGS_METRICS],
 }
@@ -177,6 +182,9 @@ def train_runs(runs: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame(index=tr.index)
     out["run_id"] = text(tr, "run_id")
     out["run_name"] = text(tr, "tags.mlflow.runName")
+    out["config_label"] = text(tr, f"tags.{schema.TAG_CONFIG_LABEL}")
+    out["data_kind"] = [data_kind(d) for d in text(tr, "params.data")]
+    out["roofline_roof"] = text(tr, "tags.roofline_roof")
     out["start_time"] = _start(tr)
     out["env_label"] = text(tr, f"tags.{schema.TAG_ENV_LABEL}").replace("", "(no env_label)")
     out["device_name"] = text(tr, f"tags.{schema.TAG_DEVICE_NAME}").replace("", "(unknown device)")
@@ -207,9 +215,29 @@ def train_runs(runs: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
-def train_notes(train: pd.DataFrame) -> list[str]:
-    """One line per missing metric saying how many runs lack it and what that costs."""
+def mixed_data_notes(train: pd.DataFrame) -> list[str]:
+    """A point averages the runs of one config_key (the same work per step), which leaves out the
+    data source; runs whose data sources differ (and so their names and config_labels) are said
+    to be averaged together, with how to keep them apart."""
+    keyed = train[train["config_key"] != ""]
+    if keyed.empty or "data_kind" not in keyed:
+        return []
+    kinds = keyed.groupby(["env_label", "device_name", "config_key"])["data_kind"].unique()
     notes = []
+    for (env, _, key), found in kinds.items():
+        if len(found) > 1:
+            notes.append(
+                f"{env}: config {key} averages runs of different data sources "
+                f"({', '.join(sorted(found))}): a loader's cost is in some of them; analyse one "
+                "source at a time with --filter \"params.data = 'synthetic'\""
+            )
+    return notes
+
+
+def train_notes(train: pd.DataFrame) -> list[str]:
+    """One line per missing metric saying how many runs lack it and what that costs, and one per
+    point that averages runs of different data sources."""
+    notes = mixed_data_notes(train)
     consequence = {
         "throughput_samples_per_s": "no samples/s for them",
         "achieved_flops_per_s": "derived as train_flops_per_step / step_time_mean_s where possible, else no roofline point",

@@ -126,7 +126,7 @@ def summary_table(points: pd.DataFrame) -> Table:
         "intensity source",
         "ceiling",
         "bound",
-        "efficiency",
+        "fraction of roof",
     ]
     rows = []
     for p in points.to_dict("records"):

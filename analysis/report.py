@@ -56,7 +56,7 @@ METHOD = [
         "**Ceilings**: a measured peaks run of the same environment and device (else of another "
         "environment with the same device name) gives the roof; ceilings it lacks come from the "
         "vendor table (roofline.vendor, with the entries of --peaks-file). Measured ceilings "
-        "are drawn solid, vendor ones dashed. No ceiling: no bound and no efficiency (never a "
+        "are drawn solid, vendor ones dashed. No ceiling: no bound and no fraction of roof (never a "
         "guessed number)."
     ),
     (
@@ -69,7 +69,7 @@ METHOD = [
     (
         "**Roofline**: attainable = min(intensity × DRAM bandwidth, peak); ridge = peak / "
         "bandwidth; a point left of the ridge is memory-bound, at or right of it compute-bound; "
-        "efficiency = achieved / attainable. With L2/L1 intensities and ceilings (hierarchical "
+        "fraction of roof = achieved / attainable (the one efficiency). With L2/L1 intensities and ceilings (hierarchical "
         "roofline) the lowest bound over the levels names the limiting level."
     ),
     (
@@ -155,6 +155,10 @@ def _opening(analysis: Analysis, source: str, query: str, generated: str) -> lis
             f"Points (environment × config): {c.get('points', 0)}, {c.get('measured_points', 0)} "
             f"with measured intensity, {c.get('modeled_points', 0)} with modeled intensity.",
         ),
+        ("h2", "Implausible values"),
+        ("list", list(analysis.flags))
+        if analysis.flags
+        else ("p", "None: no point above its roof, no scaling over 100%, no CI over ±50%."),
         ("h2", "What is missing"),
         ("list", list(analysis.notes))
         if analysis.notes

@@ -65,17 +65,17 @@ def environment_tags(device: str, env_label: str | None = None) -> dict[str, str
         schema.TAG_DEVICE_TYPE: dev.type,
         schema.TAG_HOST: schema.host_name(),
         "torch_version": torch.__version__,
-        "cuda_version": str(torch.version.cuda or "none"),
-        "cudnn_version": str(
-            torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else "none"
-        ),
-        "driver_version": str(info.nvidia_driver_version or "none"),
         "python_version": platform.python_version(),
         "os": str(info.os or platform.platform()),
         "cpu_model": cpu_model_name(),
         "torch_threads": str(torch.get_num_threads()),
     }
-    if dev.type == "cuda":
+    if dev.type == "cuda":  # the CUDA stack of the torch build: tagged where a run uses it
+        tags["cuda_version"] = str(torch.version.cuda or "none")
+        tags["cudnn_version"] = str(
+            torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else "none"
+        )
+        tags["driver_version"] = str(info.nvidia_driver_version or "none")
         props = torch.cuda.get_device_properties(dev)
         tags["cuda_capability"] = f"{props.major}.{props.minor}"
         tags["device_mem_bytes"] = str(props.total_memory)

@@ -180,6 +180,18 @@ def redirect_run(run_id: str, target_run_id: str, tags: dict[str, str], note: st
     mlflow_client().log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in all_tags.items()])
 
 
+def finished_runs(experiment_id: str, filter_string: str, most: int = 100, client=None) -> list:
+    """The FINISHED runs of `experiment_id` matching `filter_string`, newest first, at most
+    `most` (a distributed train run's world-size-1 baselines, train/distributed/baseline.py)."""
+    client = mlflow_client(client)
+    return client.search_runs(
+        [experiment_id],
+        filter_string=f"attributes.status = 'FINISHED' and {filter_string}",
+        max_results=most,
+        order_by=["attributes.start_time DESC"],
+    )
+
+
 def latest_finished_run(experiment_id: str, filter_string: str, client=None):
     """The newest FINISHED run of `experiment_id` matching `filter_string` (an MLflow search
     filter), or None: the one read a run makes of others (a distributed train run's world-size-1

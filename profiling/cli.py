@@ -50,6 +50,7 @@ from profiling.ncu.summary import (
     summarize,
     tensor_flops_gap,
     top_kernels,
+    top_kernels_text,
 )
 from train.config import TrainConfig, add_config_args, config_from_args
 from train.data import dataset_fields, num_classes_for
@@ -330,7 +331,9 @@ def _log_summary(
         console.warn(warning)
     session.set_tags({schema.TAG_DEVICE_NAME: device_name, **tags})
     session.log_metrics({**summary.mlflow_metrics(), **check.metrics()})
-    session.log_text("ncu/top_kernels.csv", top_kernels(summary, TOP_KERNELS).to_csv(index=False))
+    top = top_kernels(summary, TOP_KERNELS)
+    session.log_text("ncu/top_kernels.csv", top.to_csv(index=False))
+    session.log_text("ncu/top_kernels.txt", top_kernels_text(top))  # whole names in the UI
     session.log_text("ncu/kernels.csv", summary.kernels.to_csv(index=False))
     if summary.phases is not None:
         session.log_text("ncu/phases.csv", summary.phases.to_csv(index_label="phase"))

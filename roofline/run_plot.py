@@ -14,12 +14,68 @@ from __future__ import annotations
 
 import io
 import math
+from dataclasses import dataclass, field
 
 from common.fmt import pct, si
+from common.plausible import roof_flag
 from roofline.ceilings import measured_over_vendor, roof_from_peaks_row, roof_from_vendor
-from roofline.model import Roof, ceiling_dtype, is_finite_positive, ridge_intensity
+from roofline.model import (
+    PointEval,
+    Roof,
+    ceiling_dtype,
+    evaluate_point,
+    is_finite_positive,
+    ridge_intensity,
+)
 from roofline.plot import source_style
 from roofline.style import DTYPE_COLORS, LEVEL_STYLE, SOURCE_MARKER, flops_label, log_ticks
+
+
+TAG_ROOF = "roofline_roof"
+"""where the ceilings of a run's roofline.png came from, or why it has none"""
+TAG_BOUND = "bound"
+"""memory-bound | compute-bound at the run's modeled intensity (roofline.model.classify_bound)"""
+METRIC_FRACTION = "fraction_of_roof"
+"""achieved / attainable FLOP/s at the run's modeled intensity (roofline.model.fraction_of_roof)"""
+NOTE_PREFIX = "Roofline: "
+"""starts the line of a train run's description that gives its bound"""
+
+
+@dataclass
+class RunFigure:
+    """What a train run gets from its roofline: the figure, tags, metrics, a description line."""
+
+    png: bytes
+    tags: dict[str, str] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+    line: str = ""
+
+
+def run_figure(
+    roof: Roof, precision: str, achieved_flops_per_s: float, intensity: float, title: str
+) -> RunFigure:
+    """The figure of a run and its record: tag `roofline_roof` (the ceilings' sources), tag `bound`
+    and metric `fraction_of_roof` where known, and the description line, all from one PointEval
+    (the train run at train time and analysis for runs made before their ceilings alike)."""
+    ev = run_point(roof, precision, achieved_flops_per_s, intensity)
+    tags = {TAG_ROOF: "; ".join(sorted(set(roof.sources.values())))}
+    if ev.bound:
+        tags[TAG_BOUND] = ev.bound
+    values = {METRIC_FRACTION: ev.efficiency} if math.isfinite(ev.efficiency) else {}
+    image = png(roof, precision, achieved_flops_per_s, intensity, title)
+    flag = roof_flag(ev.efficiency)
+    line = f"{NOTE_PREFIX}{verdict(ev)}; see roofline.png." + (f" Check: {flag}." if flag else "")
+    return RunFigure(image, tags, values, line)
+
+
+def with_line(note: str, line: str) -> str:
+    """`note` with its 'Roofline: ' line replaced by `line`, or `line` put second (after the
+    summary line) when it has none."""
+    lines = (note or "").splitlines()
+    at = next((i for i, x in enumerate(lines) if x.startswith(NOTE_PREFIX)), None)
+    if at is None:
+        return "\n".join([*lines[:1], line, *lines[1:]])
+    return "\n".join([*lines[:at], line, *lines[at + 1 :]])
 
 
 def run_roof(device_name: str, peaks_row: dict | None, vendor_entry) -> Roof | None:
@@ -46,7 +102,7 @@ def draw(roof: Roof, precision: str, achieved_flops_per_s: float, intensity: flo
     top = max([roof.peak(d) for d in dtypes] + [achieved_flops_per_s])
     _axes(ax, (x_lo, x_hi), (min(achieved_flops_per_s, top) / 30, top * 3))
     fig.suptitle(title, fontsize=10)
-    ax.set_title(_subtitle(roof, dtype, achieved_flops_per_s), fontsize=9)
+    ax.set_title(verdict(run_point(roof, precision, achieved_flops_per_s, intensity)), fontsize=9)
     ax.legend(fontsize=7, loc="lower right")
     return fig
 
@@ -121,13 +177,26 @@ def _axes(ax, x_lim: tuple[float, float], y_lim: tuple[float, float]) -> None:
     ax.tick_params(labelsize=8)
 
 
-def _subtitle(roof: Roof, dtype: str, achieved_flops_per_s: float) -> str:
-    """'<x>% of the <dtype> peak': achieved over the compute peak alone, which is not the
-    project's efficiency (roofline.model.fraction_of_roof, held against min(peak, I x B)): the two
-    differ for a run left of the ridge (issue 24)."""
-    peak = roof.peak(dtype)
-    share = achieved_flops_per_s / peak if is_finite_positive(peak) else math.nan
-    return f"{pct(share)} of the {dtype} peak" if math.isfinite(share) else "no compute peak known"
+def run_point(
+    roof: Roof, precision: str, achieved_flops_per_s: float, intensity: float
+) -> PointEval:
+    """The run evaluated as analysis evaluates a point of modeled intensity (roofline.model
+    .evaluate_point): bound, fraction of roof at its intensity, and which ceilings."""
+    return evaluate_point(precision, achieved_flops_per_s, {"dram": intensity}, roof)
+
+
+def verdict(ev: PointEval) -> str:
+    """The bound and the project's one efficiency, worded the same on the figure and in the run's
+    description: 'memory-bound, 4.1% of roof at its modeled intensity (measured ceilings)'; what
+    is missing when there is no bound."""
+    where = f"{ev.roof_source} ceilings" if ev.roof_source else "no ceilings"
+    if not math.isfinite(ev.efficiency):
+        if not math.isfinite(ev.peak_flops_per_s):
+            return f"no bound: no {ev.ceiling_dtype} compute peak known ({where})"
+        if not math.isfinite(ev.dram_bytes_per_s):
+            return f"no bound: no DRAM bandwidth known ({where})"
+        return f"no bound: no usable intensity or achieved FLOP/s ({where})"
+    return f"{ev.bound}, {pct(ev.efficiency)} of roof at its modeled intensity ({where})"
 
 
 def png(

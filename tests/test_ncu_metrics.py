@@ -23,7 +23,13 @@ from profiling.ncu.names import is_relevant, op_counter
 from profiling.ncu.parse import NcuKernel, NcuReport, read_ncu_csv
 from profiling.ncu.plan import plan_metrics, tensor_counters_for
 from profiling.ncu.report_import import load_ncu_rep
-from profiling.ncu.summary import require_counters, roofline_warning, summarize, top_kernels
+from profiling.ncu.summary import (
+    require_counters,
+    roofline_warning,
+    summarize,
+    top_kernels,
+    top_kernels_text,
+)
 
 MESSAGES = Path(__file__).resolve().parent / "data" / "ncu_messages"
 REL = 1e-3  # the issue's +-0.1 %
@@ -531,6 +537,20 @@ def test_phase_shares_and_top_kernels_order():
     assert ph.loc["backward", "dram_bytes_share"] == 0.9
     top = top_kernels(s, 2)
     assert top["kernel"].tolist() == ["k2", "k1"] and top["time_share"].tolist() == [0.5, 0.375]
+    # the text table (issue 24: the UI's CSV view cuts kernel names), the whole name last; by hand:
+    # k2 first, 4 s of 8 (50 %), 60 FLOPs over 60 DRAM bytes (1 FLOP/B), one launch
+    lines = top_kernels_text(top).splitlines()
+    assert lines[0].split() == [
+        "time",
+        "share",
+        "time",
+        "ms",
+        "launches",
+        "GFLOP",
+        "FLOP/B",
+        "kernel",
+    ]
+    assert lines[1].split() == ["50.0%", "4000", "1", "6e-08", "1", "k2"]
 
 
 def test_na_in_a_counted_metric_is_an_error():

@@ -221,6 +221,7 @@ def test_capture_end_to_end_with_standin_ncu(tracking, standin, ncu_dir, tmp_pat
         for n in (
             log_name,
             "top_kernels.csv",
+            "top_kernels.txt",
             "kernels.csv",
             "phases.csv",
             "command.txt",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import mlflow
+import pytest
 
 from roofline import run_plot as run_roofline
 from roofline.store import latest_peaks_row
@@ -43,6 +44,32 @@ def test_config_label_names_what_differs_and_numbers_are_metrics():
     )
     assert other.config_label() == "resnet18/b8/bf16/64px/channels_last/adam/10cls"
     assert cfg.config_metrics() == {"config_batch_size": 8.0, "config_image_size": 64.0}
+
+
+def test_name_and_label_carry_every_knob_that_changes_the_numbers_and_nothing_else():
+    """Issue 24 item 1: hand-written names of runs whose numbers differ."""
+    base = dict(model="resnet18", batch_size=2, image_size=32, env_label="x")
+    single = TrainConfig(**base)
+    ddp = TrainConfig(**base, distributed="ddp", world_size=2, backend="gloo")
+    assert single.run_name() == "resnet18-b2-fp32-32px"
+    assert ddp.run_name() == "resnet18-b2-fp32-32px-ddp-2proc-gloo"
+    assert ddp.config_label() == "resnet18/b2/fp32/32px/ddp/2proc/gloo"
+    assert single.config_label() != ddp.config_label()
+    bf16 = TrainConfig(**base, precision="bf16", channels_last=True, compile=True)
+    assert bf16.run_name() == "resnet18-b2-bf16-32px-channels_last-compile"
+    ds = TrainConfig(**base, distributed="deepspeed", zero_stage=2, world_size=4)
+    assert ds.config_label() == "resnet18/b2/fp32/32px/deepspeed-zero2/4proc"  # backend unresolved
+    fake = TrainConfig(**base, data="fake", workers=4)
+    assert fake.run_name() == "resnet18-b2-fp32-32px-fake-4workers"
+    assert (
+        TrainConfig(**base, data="/d/imagenette").config_label() == "resnet18/b2/fp32/32px/folder"
+    )
+    assert TrainConfig(**base, data="cifar10:/d/c").run_name() == "resnet18-b2-fp32-32px-cifar10"
+    # workers only matter when a loader runs; seed, iterations, lr and env label never enter
+    same = TrainConfig(
+        **{**base, "env_label": "y"}, workers=0, seed=3, iters=7, warmup_iters=2, lr=0.1
+    )
+    assert same.run_name() == single.run_name() and same.config_label() == single.config_label()
 
 
 def test_dataset_fields_of_each_source(tmp_path):
@@ -115,7 +142,25 @@ def test_run_roofline_figure_says_how_close_to_the_roof():
     roof = Roof("CPU X", {"fp32": 1e11}, {"dram": 2e10}, {"flops:fp32": "measured: peaks run a"})
     fig = run_roofline.draw(roof, "fp32", 2.5e10, 8.0, "resnet18/b2/fp32/32px on CPU X")
     ax = fig.axes[0]
-    assert ax.get_title() == "25.0% of the fp32 peak"  # 2.5e10 / 1e11
+    # right of the ridge (1e11 / 2e10 = 5 FLOP/B) the roof is the peak: 2.5e10 / 1e11
+    assert (
+        ax.get_title()
+        == "compute-bound, 25.0% of roof at its modeled intensity (measured ceilings)"
+    )
+    # left of it the roof is I x B = 2 x 2e10: 1e10 / 4e10 = 25 %, where the flat peak says 10 %
+    low = run_roofline.draw(roof, "fp32", 1e10, 2.0, "t").axes[0].get_title()
+    assert low == "memory-bound, 25.0% of roof at its modeled intensity (measured ceilings)"
+    fig = run_roofline.run_figure(roof, "fp32", 1e10, 2.0, "t")
+    assert fig.tags == {"roofline_roof": "measured: peaks run a", "bound": "memory-bound"}
+    assert fig.metrics == {"fraction_of_roof": pytest.approx(0.25)}
+    assert fig.line == f"Roofline: {low}; see roofline.png."
+    no_bw = Roof("CPU X", {"fp32": 1e11}, {}, {"flops:fp32": "vendor: sheet"})
+    assert run_roofline.verdict(run_roofline.run_point(no_bw, "bf16", 1e10, 2.0)) == (
+        "no bound: no DRAM bandwidth known (vendor ceilings)"
+    )
+    note = "summary\n\nConfiguration: x"
+    assert run_roofline.with_line(note, "Roofline: a") == "summary\nRoofline: a\n\nConfiguration: x"
+    assert run_roofline.with_line("s\nRoofline: a\nc", "Roofline: b") == "s\nRoofline: b\nc"
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert "this run at modeled intensity 8 FLOP/B" in labels
     assert "achieved 25 GFLOP/s" in labels and any(lb.startswith("DRAM 20 GB/s") for lb in labels)
@@ -139,6 +184,15 @@ def test_train_run_logs_its_roofline_against_the_peaks_run(tracking):
         filter_string="tags.run_kind = 'train'", search_all_experiments=True, output_format="list"
     )
     assert run.data.tags["roofline_roof"] == f"measured: peaks run {short(peaks)}"
+    # issue 21 item 4: the description's second line carries the bound and the fraction of roof
+    m, t = run.data.metrics, run.data.tags
+    truth = m["achieved_flops_per_s"] / min(m["modeled_intensity_flops_per_byte"] * 2e10, 1e11)
+    assert m["fraction_of_roof"] == pytest.approx(truth)
+    assert t["bound"] == (
+        "memory-bound" if m["modeled_intensity_flops_per_byte"] < 5 else "compute-bound"
+    )
+    second = t[schema.TAG_NOTE].splitlines()[1]
+    assert second.startswith(f"Roofline: {t['bound']}, ") and "% of roof at its modeled" in second
     png = mlflow.artifacts.download_artifacts(f"runs:/{run.info.run_id}/roofline.png")
     with open(png, "rb") as fh:
         assert fh.read(8) == b"\x89PNG\r\n\x1a\n"
@@ -185,3 +239,94 @@ def test_run_that_fails_before_its_summary_is_described_by_its_error(tracking):
         pass
     tags = mlflow.tracking.MlflowClient().get_run(s.run_id).data.tags
     assert tags[schema.TAG_NOTE] == "FAILED: out of memory at batch 64"
+
+
+def _ddp_config(env_label: str) -> TrainConfig:
+    """resnet18 b2 32px in a 2-process DDP job over gloo."""
+    return TrainConfig(
+        model="resnet18",
+        batch_size=2,
+        image_size=32,
+        env_label=env_label,
+        distributed="ddp",
+        world_size=2,
+        backend="gloo",
+    )
+
+
+def _result(**metrics):
+    from train.bench import BenchResult
+
+    base = {
+        "throughput_samples_per_s": 16.0,
+        "step_time_mean_s": 0.125,
+        "achieved_flops_per_s": 1e10,
+        "wall_s": 1.0,
+        "train_flops_per_step": 1.25e9,
+        "modeled_bytes_per_step": 1e8,
+        "params": 1e7,
+    }
+    return BenchResult(metrics={**base, **metrics}, step_times_s=[0.125] * 8)
+
+
+def test_description_flags_a_wide_confidence_interval_and_superlinear_scaling():
+    """Issue 24 item 3: the same words as the report, right under the numbers they question."""
+    from train.summary import run_note
+
+    cfg = TrainConfig(model="resnet18", batch_size=2, image_size=32, env_label="x")
+    quiet = run_note(cfg, "CPU X", _result(step_time_ci95_rel=0.5), roofline="Roofline: r")
+    assert "Check:" not in quiet  # ±50 % is the limit, not over it
+    note = run_note(cfg, "CPU X", _result(step_time_ci95_rel=2.86), roofline="Roofline: r")
+    lines = note.splitlines()
+    assert "±286.0% at 95% confidence" in lines[0]
+    assert lines[1] == "Roofline: r"
+    assert lines[2].startswith("Check: the 95% confidence interval of the mean step time is ±286%")
+    ddp = _ddp_config("x")
+    res = _result(scaling_efficiency=1.684, scaling_baseline_n_runs=2.0)
+    res.tags.update(scaling_baseline="single-process run", scaling_baseline_run_id="abc")
+    text = run_note(ddp, "CPU X", res)
+    assert "Check: scaling efficiency 168% is over 100%" in text.splitlines()[1]
+    assert (
+        "scaling efficiency 168.4% against the mean samples/s of 2 single-process run(s), newest abc"
+        in text
+    )
+
+
+def test_scaling_baseline_is_the_mean_of_the_world_size_1_runs(tracking):
+    from types import SimpleNamespace
+
+    from train.distributed.baseline import compare_scaling
+
+    ddp = _ddp_config("box")
+    tags = {schema.TAG_ENV_LABEL: "box", schema.TAG_DEVICE_NAME: "CPU X"}
+    ids = []
+    for thr in (3.0, 5.0, float("nan")):  # the nan one is left out, never averaged in
+        t = {**tags, schema.TAG_CONFIG_KEY: ddp.single_process_key()}
+        with RunSession("train", experiment="scale", tags=t) as s:
+            s.log_metrics({"throughput_samples_per_s": thr})
+        ids.append(s.run_id)
+    session = SimpleNamespace(
+        offline=False,
+        experiment_id=mlflow.get_experiment_by_name("scale").experiment_id,
+        record=SimpleNamespace(tags=tags),
+    )
+    result = _result(throughput_samples_per_s=16.0)
+    compare_scaling(session, ddp, result)
+    assert result.metrics["scaling_baseline_throughput_samples_per_s"] == pytest.approx(4.0)
+    assert result.metrics["scaling_efficiency"] == pytest.approx(16.0 / (2 * 4.0))
+    assert result.metrics["scaling_baseline_n_runs"] == 2
+    assert result.tags["scaling_baseline"] == "single-process run"
+    assert result.tags["scaling_baseline_run_id"] == ids[1]  # the newest usable one
+
+
+def test_cpu_runs_carry_no_cuda_stack_tags_and_the_runs_view_link():
+    from common.envinfo import environment_tags
+    from common.server import runs_view_path
+
+    tags = environment_tags("cpu", "box")
+    assert not {"cuda_version", "cudnn_version", "driver_version"} & set(tags)  # item 5
+    assert tags["torch_version"] and tags[schema.TAG_DEVICE_TYPE] == "cpu"
+    assert runs_view_path("7") == (
+        "#/experiments/7/runs?searchFilter=tags.run_kind+%3D+%27train%27"
+        "&orderByKey=metrics.%60throughput_samples_per_s%60&orderByAsc=false"
+    )

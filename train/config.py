@@ -171,9 +171,7 @@ class TrainConfig:
     @property
     def data_kind(self) -> str:
         """synthetic | fake | folder | cifar10"""
-        if self.data in ("synthetic", "fake"):
-            return self.data
-        return "cifar10" if self.data.startswith("cifar10:") else "folder"
+        return data_kind(self.data)
 
     def params(self) -> dict:
         """MLflow params of this config (everything but env_label, which is a tag; the
@@ -195,25 +193,57 @@ class TrainConfig:
         distributed run's scaling is compared with (tag `base_config_key`)."""
         return schema.config_key({**asdict(self), "distributed": schema.NOT_DISTRIBUTED})
 
-    def run_name(self) -> str:
-        return f"{self.model}-b{self.batch_size}-{self.precision}-{self.image_size}px"
-
-    def config_label(self) -> str:
-        """The configuration for the UI's Group by (tag `config_label`): model/batch/precision/size,
-        then each other config_key field that is not its default, so that runs doing different work
-        get different labels: `resnet18/b8/fp32/64px`, `resnet18/b8/bf16/224px/channels_last/adam`."""
+    def identity(self) -> list[str]:
+        """The knobs that make this run's numbers differ, readable, in a fixed order: model,
+        b<batch>, precision, <size>px, then only what is not the default: channels_last, compile,
+        the optimizer (not sgd), <n>cls (not 1000), the data source (not synthetic; and
+        <n>workers when not 2), and for a data-parallel run the engine (deepspeed with its ZeRO
+        stage: deepspeed-zero2), <n>proc (world size) and the collective backend once resolved.
+        Not in it: what does not change a measured number (seed, iteration counts, lr, env label:
+        a tag of its own, device: the run name ends with it). run_name and config_label are it."""
         parts = [self.model, f"b{self.batch_size}", self.precision, f"{self.image_size}px"]
         parts += [name for name in ("channels_last", "compile") if getattr(self, name)]
         if self.optimizer != "sgd":
             parts.append(self.optimizer)
         if self.num_classes != 1000:
             parts.append(f"{self.num_classes}cls")
-        return "/".join(parts)
+        if self.data_kind != "synthetic":
+            parts.append(self.data_kind)
+            if self.workers != 2:
+                parts.append(f"{self.workers}workers")
+        if self.is_distributed:
+            engine = self.distributed
+            if engine == "deepspeed":
+                engine += f"-zero{self.zero_stage}"
+            parts += [engine, f"{self.world_size}proc"]
+            if self.backend != "auto":
+                parts.append(self.backend)
+        return parts
+
+    def run_name(self) -> str:
+        """`resnet18-b8-bf16-224px-channels_last`, `resnet18-b2-fp32-32px-ddp-2proc-gloo`:
+        identity() joined by '-' (the caller appends the device type and a repeat)."""
+        return "-".join(self.identity())
+
+    def config_label(self) -> str:
+        """The configuration for the UI's Group by (tag `config_label`): identity() joined by '/',
+        so that runs whose numbers differ get different labels: `resnet18/b8/fp32/64px`,
+        `resnet18/b8/bf16/224px/channels_last/adam`, `resnet18/b2/fp32/32px/ddp/2proc/gloo`."""
+        return "/".join(self.identity())
 
     def config_metrics(self) -> dict[str, float]:
         """The numeric configuration values also logged as metrics, so that the UI sorts them as
         numbers (params are text: 16 < 4 < 64 < 8)."""
         return {f"config_{name}": float(getattr(self, name)) for name in CONFIG_METRICS}
+
+
+def data_kind(data: str) -> str:
+    """synthetic | fake | folder | cifar10 of a `data` value (a run's param; a run that logged
+    none had the default, synthetic)."""
+    data = str(data or "synthetic").strip()
+    if data in ("synthetic", "fake"):
+        return data
+    return "cifar10" if data.startswith("cifar10:") else "folder"
 
 
 def check_choices(precision: str, device: str, optimizer: str) -> None:

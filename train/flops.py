@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import textwrap
 from dataclasses import dataclass, field
 from functools import lru_cache
 from math import prod
@@ -287,7 +288,7 @@ def deepspeed_forward_profile(model, inputs) -> ForwardProfile:
         prof.end_profile()
         model.train(was_training)
     header = profile_header(tuple(inputs.shape), str(inputs.device), wanted, in_use)
-    report = in_device_words(buf.getvalue(), inputs.device.type)
+    report = model_params_line(in_device_words(buf.getvalue(), inputs.device.type), int(params))
     return ForwardProfile(
         int(inputs.shape[0]), float(flops), float(macs), int(params), header + report
     )
@@ -308,7 +309,19 @@ def profile_header(shape: tuple, device: str, wanted: str, in_use: str) -> str:
             f"DeepSpeed accelerator: {in_use}, chosen when DeepSpeed was first loaded in this "
             f"process, not {wanted}: the latencies below are not synchronised with {device}."
         )
-    return "\n".join(lines) + "\n"
+    # wrapped: MLflow's text viewer does not wrap lines
+    return "\n".join(textwrap.fill(line, 100) for line in lines) + "\n"
+
+
+def model_params_line(report: str, params: int) -> str:
+    """DeepSpeed's 'params of model = params per GPU * mp_size' line reads 0 outside its engine
+    (no model-parallel size is known): give the count it printed a line above instead, saying so."""
+    out = []
+    for line in report.splitlines():
+        if line.startswith("params of model = ") and line.split(":")[-1].strip() == "0":
+            line = f"params of model: {params:,} (DeepSpeed prints 0 here outside its engine)"
+        out.append(line)
+    return "\n".join(out) + ("\n" if report.endswith("\n") else "")
 
 
 def in_device_words(report: str, device_type: str) -> str:

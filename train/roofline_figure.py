@@ -1,4 +1,5 @@
-"""`roofline.png` of a train run: the run's point against its device's ceilings."""
+"""`roofline.png` of a train run: the run's point against its device's ceilings, with its bound
+and fraction of roof as tags, a metric and a line of its description (roofline/run_plot.py)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,15 @@ from common.errors import one_line
 from train.config import TrainConfig
 
 
-def log_roofline(session, cfg: TrainConfig, device_name: str, metrics: dict, tmp: Path) -> None:
+def log_roofline(session, cfg: TrainConfig, device_name: str, metrics: dict, tmp: Path) -> str:
     """Log `roofline.png`: this run against its device's ceilings (the latest peaks run of the
-    device on this server, else the vendor table; roofline/run_plot.py). Tag `roofline_roof`
-    says where the ceilings came from (`measured: peaks run <id>`, `vendor: <source>`), or why
-    there is no figure. A failure here is one warning, never a failed run."""
+    device on this server, else the vendor table), tag `bound` and metric `fraction_of_roof`. Tag
+    `roofline_roof` says where the ceilings came from (`measured: peaks run <id>`, `vendor:
+    <source>`), or why there is no figure (a later `python -m analysis` draws it once the device
+    has ceilings). Returns the description's 'Roofline: ...' line. A failure here is one warning,
+    never a failed run."""
     try:
-        from roofline import run_plot as run_roofline
+        from roofline import run_plot
         from roofline.vendor import load_vendor_lookup
 
         peaks = None
@@ -23,13 +26,15 @@ def log_roofline(session, cfg: TrainConfig, device_name: str, metrics: dict, tmp
             from roofline.store import latest_peaks_row
 
             peaks = latest_peaks_row(device_name, cfg.env_label)
-        roof = run_roofline.run_roof(device_name, peaks, load_vendor_lookup()(device_name))
+        roof = run_plot.run_roof(device_name, peaks, load_vendor_lookup()(device_name))
         if roof is None:
-            session.set_tags(
-                {"roofline_roof": f"none: no peaks run or vendor entry for {device_name}"}
+            reason = f"none: no peaks run or vendor entry for {device_name}"
+            session.set_tags({run_plot.TAG_ROOF: reason})
+            return (
+                f"{run_plot.NOTE_PREFIX}no ceilings for {device_name} yet (`python -m "
+                "profiling.peaks` measures them; the next `python -m analysis` then draws it)."
             )
-            return
-        image = run_roofline.png(
+        figure = run_plot.run_figure(
             roof,
             cfg.precision,
             metrics["achieved_flops_per_s"],
@@ -37,8 +42,11 @@ def log_roofline(session, cfg: TrainConfig, device_name: str, metrics: dict, tmp
             f"{cfg.config_label()} on {device_name}",
         )
         path = tmp / "roofline.png"
-        path.write_bytes(image)
+        path.write_bytes(figure.png)
         session.log_file("roofline.png", path)
-        session.set_tags({"roofline_roof": "; ".join(sorted(set(roof.sources.values())))})
+        session.set_tags(figure.tags)
+        session.log_metrics(figure.metrics)
+        return figure.line
     except Exception as exc:  # noqa: BLE001 - a figure never fails the measured run
         console.warn(f"no roofline.png for this run: {one_line(exc)[:300]}")
+        return ""

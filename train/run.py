@@ -136,9 +136,9 @@ def log_result(
     session.log_params(result.params)
     session.set_tags(result.tags)
     device_name = session.record.tags[schema.TAG_DEVICE_NAME]
-    session.set_note(run_note(cfg, device_name, result, note_extra))
     session.log_metrics(result.metrics)
-    log_roofline(session, cfg, device_name, result.metrics, tmp)
+    roofline_line = log_roofline(session, cfg, device_name, result.metrics, tmp)
+    session.set_note(run_note(cfg, device_name, result, note_extra, roofline_line))
     for name, values in result.series.items():
         session.log_series(name, values)
     for path, text in result.texts.items():

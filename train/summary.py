@@ -6,7 +6,7 @@ Every step time and rate shown is the mean's (docs/schema.md, "Definitions"): ms
 
 from __future__ import annotations
 
-from common import console, fmt, schema
+from common import console, fmt, plausible, schema
 from train.bench import BenchResult
 from train.config import TrainConfig
 
@@ -26,12 +26,16 @@ def summary_line(cfg: TrainConfig, device_name: str, metrics: dict, n_steps: int
     )
 
 
-def run_note(cfg: TrainConfig, device_name: str, result: BenchResult, extra: str = "") -> str:
-    """The description of a train run (tag mlflow.note.content): the summary line, then the data,
-    the steps measured and the work counted, in plain text."""
+def run_note(
+    cfg: TrainConfig, device_name: str, result: BenchResult, extra: str = "", roofline: str = ""
+) -> str:
+    """The description of a train run (tag mlflow.note.content): the summary line, its bound and
+    fraction of roof (`roofline`: train/roofline_figure.py's line), then the data, the steps
+    measured and the work counted, in plain text."""
     m = result.metrics
     lines = [
         summary_line(cfg, device_name, m, len(result.step_times_s)),
+        *([roofline] if roofline else []),
         "",
         f"Configuration: {cfg.config_label()} ({cfg.optimizer}, lr {cfg.lr}, seed {cfg.seed}).",
         f"Data: {result.tags.get('data_description', cfg.data)}.",
@@ -42,8 +46,14 @@ def run_note(cfg: TrainConfig, device_name: str, result: BenchResult, extra: str
         f"{fmt.si(m['modeled_bytes_per_step'], 'B')} modeled memory traffic, "
         f"{fmt.si(m['params'])} parameters.",
     ]
+    if cfg.is_distributed:
+        lines.append(f"Data parallel: {scaling_text(cfg, result)}.")
     if extra:
         lines.append(extra)
+    flags = [plausible.ci_flag(m.get("step_time_ci95_rel"))]
+    flags.append(plausible.scaling_flag(m.get("scaling_efficiency")))
+    at = 2 if roofline else 1  # right under the numbers they question
+    lines[at:at] = [f"Check: {f}." for f in flags if f]
     return "\n".join(lines)
 
 
@@ -62,7 +72,8 @@ def scaling_text(cfg: TrainConfig, result: BenchResult) -> str:
         parts.append(f"compute-only time {tags.get('compute_only', 'not measured')}")
     if "scaling_efficiency" in m:
         parts.append(
-            f"scaling efficiency {m['scaling_efficiency']:.2f} against the {tags['scaling_baseline']} "
+            f"scaling efficiency {fmt.pct(m['scaling_efficiency'])} against the mean samples/s "
+            f"of {int(m.get('scaling_baseline_n_runs', 1))} {tags['scaling_baseline']}(s), newest "
             f"{tags['scaling_baseline_run_id']}"
         )
     else:
@@ -73,7 +84,7 @@ def scaling_text(cfg: TrainConfig, result: BenchResult) -> str:
 def say_result(cfg: TrainConfig, session, result: BenchResult) -> None:
     """Print the summary line with where the run is, the scaling line of a distributed run, and how
     to open the run in the UI."""
-    from common.server import ui_hint
+    from common.server import runs_view_hint, ui_hint
 
     where = f"kept offline in {session.spool_path}" if session.offline else f"run {session.run_id}"
     device_name = session.record.tags[schema.TAG_DEVICE_NAME]
@@ -84,3 +95,4 @@ def say_result(cfg: TrainConfig, session, result: BenchResult) -> None:
         console.result(scaling_text(cfg, result))
     if not session.offline:
         console.result(ui_hint(session.run_id, session.experiment_id))
+        console.result(runs_view_hint(session.experiment_id))

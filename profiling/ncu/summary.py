@@ -309,6 +309,27 @@ def top_kernels(summary: NcuSummary, n: int = 25) -> pd.DataFrame:
     return out.reset_index()
 
 
+def top_kernels_text(top: pd.DataFrame) -> str:
+    """`top_kernels` as a fixed-width text table, the full kernel name last on each line: the
+    UI's CSV view cuts names at its column width (issue 24), its text view keeps the whole line."""
+    head = (
+        f"{'time share':>10}  {'time ms':>9}  {'launches':>8}  {'GFLOP':>9}  {'FLOP/B':>8}  kernel"
+    )
+    lines = [head]
+    for r in top.to_dict("records"):
+        cells = [
+            f"{100 * r['time_share']:9.1f}%" if math.isfinite(r["time_share"]) else f"{'':>10}",
+            f"{1e3 * r['time_s']:9.4g}" if math.isfinite(r["time_s"]) else f"{'':>9}",
+            f"{int(r['launches']):8d}",
+            f"{r['flops_total'] / 1e9:9.4g}" if math.isfinite(r["flops_total"]) else f"{'':>9}",
+            f"{r['intensity_dram_flops_per_byte']:8.3g}"
+            if math.isfinite(r["intensity_dram_flops_per_byte"])
+            else f"{'':>8}",
+        ]
+        lines.append("  ".join([*cells, str(r["kernel"])]))
+    return "\n".join(lines) + "\n"
+
+
 def require_counters(summary: NcuSummary, source: str) -> None:
     """Raise BenchError when the input holds none of the quantities a profile run logs."""
     if summary.measured:

@@ -3,6 +3,8 @@ tracking server, and the scaling efficiency against it (train.distributed.measur
 
 from __future__ import annotations
 
+import math
+
 from common import schema
 from common.errors import one_line
 from train.config import TrainConfig
@@ -10,11 +12,12 @@ from train.distributed.measure import baseline_keys, scaling_metrics
 
 
 def compare_scaling(session, cfg: TrainConfig, result) -> None:
-    """Scaling efficiency of a distributed run against the newest FINISHED world-size-1 run of the
-    same work per process, same env label and device on the tracking server (same engine first,
-    then single-process; baseline_keys), into `result`. Tags say which run it was, or why there is
-    none."""
-    from common.runs import latest_finished_run
+    """Scaling efficiency of a distributed run against the mean samples/s of the FINISHED
+    world-size-1 runs of the same work per process, same env label and device on the tracking
+    server (same engine first, then single-process; baseline_keys), into `result`: the baseline
+    analysis uses too (the mean over a point's runs, docs/schema.md). Tags say which runs they
+    were, or why there is none."""
+    from common.runs import finished_runs
 
     tags = session.record.tags
     if session.offline or not session.experiment_id:
@@ -27,21 +30,29 @@ def compare_scaling(session, cfg: TrainConfig, result) -> None:
     )
     for which, key in baseline_keys(cfg):
         try:
-            run = latest_finished_run(
+            runs = finished_runs(
                 session.experiment_id, f"{same} and tags.{schema.TAG_CONFIG_KEY} = '{key}'"
             )
         except Exception as exc:  # noqa: BLE001 - the measurement stands without the comparison
             result.tags["scaling_baseline"] = f"none: cannot search the server ({one_line(exc)})"
             return
-        base = run.data.metrics.get("throughput_samples_per_s") if run is not None else None
-        if base:
+        runs = [r for r in runs if _usable(r.data.metrics.get("throughput_samples_per_s"))]
+        if runs:
+            base = sum(r.data.metrics["throughput_samples_per_s"] for r in runs) / len(runs)
             result.metrics.update(
                 scaling_metrics(result.metrics["throughput_samples_per_s"], cfg.world_size, base)
             )
+            result.metrics["scaling_baseline_n_runs"] = float(len(runs))
             result.tags["scaling_baseline"] = which
-            result.tags["scaling_baseline_run_id"] = run.info.run_id
+            result.tags["scaling_baseline_run_id"] = runs[0].info.run_id  # the newest
+            result.tags["scaling_baseline_run_ids"] = ",".join(r.info.run_id for r in runs[:20])
             return
     result.tags["scaling_baseline"] = (
         "none: no FINISHED world-size-1 run of this configuration (config_key "
         f"{cfg.single_process_key()}) on {tags[schema.TAG_ENV_LABEL]} in this experiment"
     )
+
+
+def _usable(value) -> bool:
+    """A samples/s read back from the server that can be a baseline: finite and above zero."""
+    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0

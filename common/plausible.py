@@ -1,0 +1,54 @@
+"""Flags on numbers that are measured but implausible (docs/schema.md, Definitions): a train run's
+description and the analysis report say the same words for the same value, and never hide it.
+
+Pure: no mlflow, no files. Each flag is one line naming the value, the threshold and what to do.
+"""
+
+from __future__ import annotations
+
+import math
+
+CI_WIDE_REL = 0.5
+"""a 95 % confidence half-width of the mean step time over ±50 % of the mean: the mean (and every
+rate made from it) is not a number to compare"""
+OVER_ONE = 1.0
+"""scaling efficiency and fraction of roof cannot exceed 1 when the baseline and ceilings are right"""
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def ci_flag(step_time_ci95_rel) -> str:
+    """'' or why a run's confidence interval is too wide to trust its mean."""
+    if not (_finite(step_time_ci95_rel) and step_time_ci95_rel > CI_WIDE_REL):
+        return ""
+    return (
+        f"the 95% confidence interval of the mean step time is ±{step_time_ci95_rel:.0%}, wider "
+        f"than ±{CI_WIDE_REL:.0%}: the mean is not reliable (measure more steps: --iters auto, "
+        "or a quieter machine)"
+    )
+
+
+def scaling_flag(scaling_efficiency) -> str:
+    """'' or why a scaling efficiency over 100 % is not a real speed-up."""
+    if not (_finite(scaling_efficiency) and scaling_efficiency > OVER_ONE):
+        return ""
+    return (
+        f"scaling efficiency {scaling_efficiency:.0%} is over 100%: the world-size-1 baseline ran "
+        "slower per process than this job (other load at the time, or one process contending "
+        "for the cores the job's processes share); measure both back to back"
+    )
+
+
+def roof_flag(fraction_of_roof) -> str:
+    """'' or why a point above its roof means a ceiling or an intensity is off."""
+    if not (_finite(fraction_of_roof) and fraction_of_roof > OVER_ONE):
+        return ""
+    return (
+        f"{fraction_of_roof:.0%} of roof is over 100%: the ceiling is too low (a vendor figure, "
+        "a peaks run below the real peak, fp32 runs on TF32 tensor cores: runs without tag "
+        "fp32_math predate fp32 = IEEE FP32) or the intensity is (the modeled one counts bytes "
+        "without cache reuse, so it is too low); measure the device with `python -m "
+        "profiling.peaks`, the intensity with `python -m profiling`"
+    )
