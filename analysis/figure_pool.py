@@ -1,17 +1,18 @@
-"""Figure processes started before the runs are fetched, and the garbage collector kept out of a
-short analysis' way.
+"""Figure processes started before the join, and the garbage collector kept out of a short
+analysis' way.
 
-`FigurePool` forks its processes at the start of an analysis (fork start method, Linux only):
-each imports matplotlib and the figure modules while the main process fetches and joins the
-runs, so that importing matplotlib (0.3-0.4 s of CPU here) is off the critical path; the figures
-whose inputs changed are then drawn in them while the main process builds the findings. Jobs
-(analysis/figures.py) travel to the processes pickled: their arguments are the few hundred rows a
-figure draws, not the runs. A figure drawn in a pool process is byte-identical to one drawn in the
-main process (tests/test_analysis_figure_pool.py).
+`FigurePool` forks one process (fork start method, Linux only) as soon as app.run knows figures
+will be drawn (docs/analysis.md, "Overlapping the figures with the rest"). It imports matplotlib
+and the figure modules while the main process joins the runs, so that the import (0.27 s of CPU
+here) is off the main process' path; given the jobs it draws them in up to `n` processes forked
+from itself (the import paid once) while the main process builds the findings. Jobs
+(analysis/figures.py) travel pickled: their arguments are the few hundred rows a figure draws,
+not the runs. A figure drawn there is byte-identical to one drawn in the main process
+(tests/test_analysis_figure_pool.py).
 
 `quiet_gc()`: an analysis makes a few million objects that live until it ends (the imported
-modules, the fetched rows); the collector's full passes over them took 0.3 s of a 2.8 s repeat
-here (bench/analysis_gc.py). Inside it the objects that exist are frozen (gc.freeze: never
+modules, the fetched rows); the collector's full passes over them took 0.29-0.48 s of a 10,000-run
+repeat here (docs/analysis.md). Inside it the objects that exist are frozen (gc.freeze: never
 scanned again; also what keeps forked processes from copying their pages) and young collections
 run ten times less often; both are restored on the way out (objects frozen before stay frozen).
 """

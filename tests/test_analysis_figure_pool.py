@@ -98,29 +98,14 @@ def test_an_analysis_starts_the_pool_only_when_figures_will_likely_change(
 ):
     """The first analysis (runs fetched) and --cache off start the figure processes and draw in
     them; a repeat that fetched nothing starts none and copies every figure."""
-    from mlflow.tracking import MlflowClient
-
     from analysis import app, figure_pool
-    from tests.test_analysis_fleet import fresh_experiment, new_run
+    from tests.test_analysis_sqlite import two_batch_sizes
 
-    client = MlflowClient()
-    exp = fresh_experiment(client)
-    for b, thr in ((8, 10.0), (16, 18.0)):
-        new_run(
-            client,
-            exp,
-            "train",
-            f"b{b}",
-            tags={"env_label": "l4", "device_name": "NVIDIA L4", "config_key": f"k{b}"},
-            params={"model": "resnet18", "batch_size": b, "precision": "fp32"},
-            metrics={"throughput_samples_per_s": thr, "achieved_flops_per_s": 1e12 * b,
-                     "modeled_intensity_flops_per_byte": 20.0 * b},
-        )  # fmt: skip
+    name = two_batch_sizes()
     started, real = [], figure_pool.FigurePool.start
     monkeypatch.setattr(
         figure_pool.FigurePool, "start", lambda n: started.append(n) or real(n), raising=True
     )
-    name = client.get_experiment(exp).name
 
     def analyse(out: str, *flags: str):
         argv = ["--no-track", "--experiment", name, "--jobs", "2", "--out", str(tmp_path / out)]
