@@ -228,26 +228,22 @@ def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> R
     --peaks-file passed through (tests inject a stub instead). The figure processes
     (analysis/figure_pool.py) import matplotlib while the runs are fetched or joined."""
     n_jobs = cfg.jobs or figures.default_jobs()
-    pools: list = []
-
-    def start_pool():
-        pools.append(figure_pool.FigurePool.start(n_jobs))
-        return pools[-1]
-
     with figure_pool.quiet_gc():
+        pool = figure_pool.FigurePool.start(n_jobs)  # forked while this process is small
         try:
-            return _run(cfg, vendor_lookup, n_jobs, start_pool)
+            return _run(cfg, vendor_lookup, n_jobs, pool)
         finally:
-            for pool in pools:
-                if pool is not None:
-                    pool.close()
+            if pool is not None:
+                pool.close()
 
 
-def _run(cfg: AnalysisConfig, vendor_lookup, n_jobs: int, start_pool) -> Result:
-    """run's body; `start_pool()` starts the figure processes: at once when every figure will be
-    drawn (--cache off or refresh), else once the fetch has read a new or changed run (with none,
-    the figures are most likely all in the figure cache: one that is not is drawn here)."""
-    pool = start_pool() if cfg.cache != "auto" else None
+def _run(cfg: AnalysisConfig, vendor_lookup, n_jobs: int, pool) -> Result:
+    """run's body; the figure process `pool` (figure_pool.FigurePool or None) is told to import
+    matplotlib at once when every figure will be drawn (--cache off or refresh), else once the
+    fetch has read a new or changed run (with none, the figures are most likely all in the figure
+    cache: one that is not is drawn by the pool all the same)."""
+    if pool is not None and cfg.cache != "auto":
+        pool.warm()
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
     if vendor_lookup == "auto":
@@ -256,8 +252,8 @@ def _run(cfg: AnalysisConfig, vendor_lookup, n_jobs: int, start_pool) -> Result:
     source = fetch.Source(cfg.cache)
     runs, complexity, breakdowns, fetch_notes = _fetch(query, source)
     timings["fetch_s"] = time.perf_counter() - t0
-    if pool is None and source.stats.fetched:
-        pool = start_pool()
+    if pool is not None and source.stats.fetched:
+        pool.warm()
 
     t = time.perf_counter()
     analysis = core.build(runs, vendor_lookup, complexity, cfg.use_incomplete_profiles)

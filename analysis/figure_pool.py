@@ -43,10 +43,12 @@ def _draw(job) -> str:
 
 
 def _serve(conn, n: int) -> None:
-    """The pool's first process: import the figure modules while a thread takes the jobs off the
-    pipe (so that the sender never waits on a full pipe), then draw them, in `n` processes forked
-    from this one when there are several (matplotlib is imported once, here), and send back
-    (True, paths) or (False, the error)."""
+    """The pool's first process: wait for "warm" (or the end: nothing to draw), then import the
+    figure modules while a thread takes the jobs off the pipe (so that the sender never waits on
+    a full pipe), then draw them, in `n` processes forked from this one when there are several
+    (matplotlib is imported once, here), and send back (True, paths) or (False, the error)."""
+    if _recv(conn) != "warm":
+        return
     box: list = []
     reader = threading.Thread(target=lambda: box.append(_recv(conn)), daemon=True)
     reader.start()
@@ -81,8 +83,9 @@ def _recv(conn):
 
 
 class FigurePool:
-    """A process forked now that imports the figure modules at once and, given the jobs, draws
-    them in up to `n` processes forked from itself."""
+    """A process forked now, while this one is small (the runs it fetches next are then its own
+    pages, never copied on write), that imports the figure modules when told to (`warm`) and,
+    given the jobs, draws them in up to `n` processes forked from itself."""
 
     def __init__(self, n: int) -> None:
         import multiprocessing
@@ -93,7 +96,7 @@ class FigurePool:
         self.proc = ctx.Process(target=_serve, args=(theirs, n), name="figure-pool")
         self.proc.start()
         theirs.close()
-        self.sent = self.done = False
+        self.warmed = self.sent = self.done = False
 
     @classmethod
     def start(cls, n_jobs: int) -> FigurePool | None:
@@ -103,11 +106,18 @@ class FigurePool:
             return None
         return cls(n_jobs)
 
+    def warm(self) -> None:
+        """Start importing the figure modules (figures will be drawn)."""
+        if not self.warmed:
+            self.warmed = True
+            self.conn.send("warm")
+
     def submit_all(self, jobs: list) -> Callable[[], list[str]]:
         """Draw figure `jobs` (once per pool); returns what waits for them and gives the paths
         written, in order (re-raising what a drawing raised)."""
         if self.sent:
             raise RuntimeError("a FigurePool draws one list of jobs")
+        self.warm()
         self.sent = True
         self.conn.send(jobs)
         return self._wait

@@ -93,19 +93,23 @@ def test_quiet_gc_restores_the_collector():
         gc.unfreeze()
 
 
-def test_an_analysis_starts_the_pool_only_when_figures_will_likely_change(
+def test_an_analysis_warms_the_pool_only_when_figures_will_likely_change(
     tracking, tmp_path, monkeypatch
 ):
-    """The first analysis (runs fetched) and --cache off start the figure processes and draw in
-    them; a repeat that fetched nothing starts none and copies every figure."""
+    """The first analysis (runs fetched) and --cache off have the figure process import
+    matplotlib and draw; a repeat that fetched nothing has it import nothing and copies every
+    figure."""
     from analysis import app, figure_pool
     from tests.test_analysis_sqlite import two_batch_sizes
 
     name = two_batch_sizes()
-    started, real = [], figure_pool.FigurePool.start
-    monkeypatch.setattr(
-        figure_pool.FigurePool, "start", lambda n: started.append(n) or real(n), raising=True
-    )
+    started, real = [], figure_pool.FigurePool.warm
+
+    def warm(pool):
+        started.append(pool.n) if not pool.warmed else None
+        real(pool)
+
+    monkeypatch.setattr(figure_pool.FigurePool, "warm", warm)
 
     def analyse(out: str, *flags: str):
         argv = ["--no-track", "--experiment", name, "--jobs", "2", "--out", str(tmp_path / out)]
