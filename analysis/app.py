@@ -10,6 +10,7 @@ modules named above.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import tempfile
 import time
@@ -27,6 +28,7 @@ from analysis import (
     findings,
     html,
     report,
+    screen,
 )
 from analysis.fetch.breakdowns import fetch_breakdowns
 from analysis.findings.records import json_text
@@ -205,6 +207,8 @@ def _add_analysis_flags(p: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> AnalysisConfig:
     try:
+        for label in _split(args.env_label):  # the one rule train, sweep and peaks apply
+            schema.check_label(label, "--env-label")
         return AnalysisConfig(
             experiments=_split(args.experiment),
             filter=args.filter or "",
@@ -268,24 +272,26 @@ def _run(cfg: AnalysisConfig, vendor_lookup, n_jobs: int, pool) -> Result:
     out_dir = Path(cfg.out)
     variability, var_title = _variability(analysis, cfg, source, timings)
     cache = figure_cache.FigureCache.for_mode(cfg.cache)
-    jobs = figures.plan(analysis, out_dir / "figures", variability)
-    pending = figures.Pending(jobs, n_jobs, cache, pool)
-    timings["figures_s"] = time.perf_counter() - t
+    with writing(out_dir):
+        jobs = figures.plan(analysis, out_dir / "figures", variability)
+        pending = figures.Pending(jobs, n_jobs, cache, pool)
+        timings["figures_s"] = time.perf_counter() - t
 
-    # the findings are built while the pool draws
-    found = _findings(cfg, analysis, runs, breakdowns, source, out_dir, timings)
+        # the findings are built while the pool draws
+        screened = analysis.runs if analysis.runs is not None else runs  # the screen's leavings
+        found = _findings(cfg, analysis, screened, breakdowns, source, out_dir, timings)
 
-    t = time.perf_counter()
-    drawn, files = _drawn(analysis, out_dir, pending, n_jobs)
-    drawn_names = [p.name for p in (cache.drawn if cache is not None else files)]
-    files.append(out_dir / "findings.json")
-    timings["figures_s"] += time.perf_counter() - t
+        t = time.perf_counter()
+        drawn, files = _drawn(analysis, out_dir, pending, n_jobs)
+        drawn_names = [p.name for p in (cache.drawn if cache is not None else files)]
+        files.append(out_dir / "findings.json")
+        timings["figures_s"] += time.perf_counter() - t
 
-    t = time.perf_counter()
-    # the cache's housekeeping note goes after what the runs lack, never first
-    files += _write_report(
-        analysis, out_dir, drawn, query.describe(), var_title, breakdowns, found, source.note()
-    )
+        t = time.perf_counter()
+        # the cache's housekeeping note goes after what the runs lack, never first
+        files += _write_report(
+            analysis, out_dir, drawn, query.describe(), var_title, breakdowns, found, source.note()
+        )
     timings["report_s"] = time.perf_counter() - t
     timings["total_s"] = time.perf_counter() - t0
     return Result(analysis, out_dir, files, timings, source, found, drawn_names)
@@ -391,7 +397,8 @@ def _variability(
         return None, ""
     vr = core.variability_runs(analysis, key)
     t = time.perf_counter()
-    series = fetch.fetch_series(list(vr["run_id"]), source=source)
+    series, dropped = screen.series(fetch.fetch_series(list(vr["run_id"]), source=source))
+    analysis.notes += dropped
     timings["series_fetch_s"] = time.perf_counter() - t
     by_env: dict[tuple[str, str], list[float]] = {}
     for r in vr.to_dict("records"):
@@ -423,6 +430,7 @@ def _log(session, cfg: AnalysisConfig, result: Result) -> None:
             "n_profile_runs": c["profile"],
             "n_peaks_runs": c["peaks"],
             "n_failed_runs": c["failed"],
+            "n_screened_runs": c["screened"],
             "n_points": c["points"],
             "n_measured_points": c["measured_points"],
             "n_modeled_points": c["modeled_points"],
@@ -467,6 +475,21 @@ def _raise_if_no_points(result: Result) -> None:
         )
 
 
+@contextlib.contextmanager
+def writing(out_dir: Path):
+    """An OSError while writing figures, tables or the report (a full disk, a quota, a folder
+    made read-only after the start) becomes one line naming the folder and the reason; the
+    analysis run then ends FAILED with it. Raised in a figure process too (the pool re-raises it)."""
+    try:
+        yield
+    except OSError as exc:
+        where = exc.filename or out_dir
+        raise BenchError(
+            f"cannot write the report into --out {out_dir}: {where}: "
+            f"{exc.strerror or type(exc).__name__}; free space there (or a quota) or pass another --out"
+        ) from None
+
+
 def check_out_dir(out: str) -> None:
     """UsageError unless `out` is a folder (made when missing) this process can write in: found
     before any run is fetched or created, not after."""
@@ -486,10 +509,38 @@ def check_out_dir(out: str) -> None:
         ) from None
 
 
+def check_store() -> None:
+    """Before an analysis run exists: a tracking URI that can never work (common.server.check_uri),
+    a sqlite file that does not exist (MLflow would create an empty store there, and the analysis
+    run would be its only run) and a server that does not answer (the run would be kept offline
+    for nothing) each end the command in one line."""
+    from common.server import check_reachable, tracking_uri
+
+    uri = tracking_uri()
+    if uri.startswith("sqlite:"):
+        from sqlalchemy.engine import make_url
+
+        path = make_url(uri).database
+        if path and path != ":memory:" and not Path(path).exists():
+            raise UsageError(
+                f"no tracking store at {path} ({display_uri()}): analysis reads runs and makes no "
+                "store; point MLFLOW_TRACKING_URI at the store the runs were logged to"
+            )
+    try:
+        check_reachable()
+    except ConnectionError as exc:
+        raise BenchError(
+            f"{exc}: start it, or point MLFLOW_TRACKING_URI at a store that works"
+        ) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     cfg = config_from_args(args)
     fetch.check_filter(cfg.filter)  # bad input ends here, before an analysis run exists
+    check_store()
+    if cfg.experiments:  # a typo must not become an experiment holding a FAILED analysis run
+        fetch.experiment_ids(cfg.experiments)
     check_out_dir(cfg.out)
     findings.read_prices(cfg.prices)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 import pandas as pd
 
-from analysis import join, scaling, tables
+from analysis import join, scaling, screen, tables
 from common import plausible
 from roofline.model import TENSOR_PRECISIONS, Roof
 
@@ -37,6 +37,8 @@ class Analysis:
     communication against world size (analysis/scaling.py)."""
     flags: list[str] = field(default_factory=list)
     """implausible values (common.plausible): a point above its roof, scaling over 100 %, a wide CI"""
+    runs: pd.DataFrame | None = None
+    """the fetched runs without those analysis/screen.py left out: what the findings read"""
 
 
 def build(
@@ -48,8 +50,12 @@ def build(
     """Join train, profile and peaks runs into roofline points; `complexity` are the models.csv
     tables of complexity runs (fetch.fetch_complexity); `use_incomplete_profiles` lets a profile
     that missed a training phase give its intensity. Never raises on missing data: what is
-    missing ends up in `notes` and as empty cells."""
-    counts, notes = _run_counts(runs)
+    missing ends up in `notes` and as empty cells. Runs holding a value that is not a measurement
+    are left out first (analysis/screen.py), each named in `notes`."""
+    runs, notes = screen.runs(runs)
+    n_screened = len(notes)
+    counts, running_notes = _run_counts(runs)
+    notes += running_notes
     train = join.train_runs(runs)
     notes += join.train_notes(train)
     points, roofs, point_notes = _roofline_points(
@@ -69,8 +75,11 @@ def build(
         complexity or [], set(points["model"])
     )
     notes += complexity_notes
+    complexity_rows, screened = screen.complexity(complexity_rows)
+    notes += screened
     failed = tables.failed_runs(runs, set(train["device_name"]) or None)
     counts["failed"] = len(failed)
+    counts["screened"] = n_screened
     return Analysis(
         points=points.sort_values(
             ["env_label", "device_name", "model", "precision", "batch_size"]
@@ -85,6 +94,7 @@ def build(
         complexity=complexity_rows,
         scaling=scaled,
         flags=implausible(points, scaled, train),
+        runs=runs,
     )
 
 

@@ -45,14 +45,27 @@ class Uncacheable(TypeError):
     """An argument digest() cannot describe by value."""
 
 
+def _pandas_bytes(obj) -> bytes:
+    """The row hashes of a DataFrame or Series. Object columns holding unhashable values (a
+    point's `run_ids` list) are hashed by each value's repr."""
+    try:
+        return pd.util.hash_pandas_object(obj, index=False).to_numpy().tobytes()
+    except TypeError:
+        if isinstance(obj, pd.Series):
+            obj = obj.map(repr) if obj.dtype == object else obj
+        else:
+            obj = obj.apply(lambda c: c.map(repr) if c.dtype == object else c)
+        return pd.util.hash_pandas_object(obj, index=False).to_numpy().tobytes()
+
+
 def _feed(h, obj) -> None:
     """Feed `obj` to hash `h` by value, its type included."""
     if isinstance(obj, pd.DataFrame):
         h.update(repr(("df", list(map(str, obj.columns)), list(map(str, obj.dtypes)))).encode())
-        h.update(pd.util.hash_pandas_object(obj, index=False).to_numpy().tobytes())
+        h.update(_pandas_bytes(obj))
     elif isinstance(obj, pd.Series):
         h.update(repr(("series", str(obj.name), str(obj.dtype))).encode())
-        h.update(pd.util.hash_pandas_object(obj, index=False).to_numpy().tobytes())
+        h.update(_pandas_bytes(obj))
     elif isinstance(obj, np.ndarray):
         h.update(repr(("array", str(obj.dtype), obj.shape)).encode())
         h.update(np.ascontiguousarray(obj).tobytes())

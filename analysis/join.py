@@ -86,6 +86,7 @@ PROFILE_METRICS = [
     "ncu_l2_bytes",
     "ncu_l1_bytes",
     "ncu_intensity_dram_flops_per_byte",
+    "ncu_kernel_time_s",  # read for analysis/screen.py: counts no GPU makes in that time
 ]
 # Every key analysis reads from a run, by prefix of its column: analysis/fetch reads and caches these
 # and no others. Peaks metrics go by name prefix (peak_flops_per_s_<dtype>, peak_<level>_bytes_per_s).

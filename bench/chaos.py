@@ -22,8 +22,19 @@ The goal is 0, 0, 0. Cases:
    sweep, started again on the same port and store; `python -m common.upload` must complete it.
 5. two uploads at once: an offline sweep spooled, then two `python -m common.upload` together.
 6. two sweeps at once: the same sweep started twice together: one runs, the other refuses.
+7. one sweep from two spool folders (issue 25): the same sweep started twice at once against one
+   `mlflow server`, each with its own ROOFLINE_SPOOL_DIR (as two machines sharing a server would):
+   the local lock cannot see the other, so the children are claimed in the store
+   (train/sweep/claims.py); each configuration must be measured once. Two invocations make two
+   parent runs, each summarising its own invocation: duplicated counts parents beyond that.
+8. uploads racing (issue 25): three rounds, each three spool entries of a new experiment (one
+   offline `python -m train` run and two copies of its entry under new local ids), then three
+   `python -m common.upload` at once: each sends one entry, and all three create the experiment's
+   first dataset at about the same moment (main: 1 try in 3 exited 1 with `UNIQUE constraint
+   failed: datasets...` and left a run RUNNING). Processes start too far apart to hit the race
+   every time; tests/test_upload_cases.py hits it with threads released together.
 
-Slow by nature (a dozen Python processes importing torch, two server starts): about 16 minutes
+Slow by nature (a dozen Python processes importing torch, three server starts): about 25 minutes
 on a shared 2-core machine. Prints one line per case and the totals; exits 1 unless all are 0.
 """
 
@@ -228,20 +239,26 @@ def case_kill9(tmp: Path) -> Outcome:
     return out
 
 
-def sweep_counts(store: Store, expected: int, out: Outcome) -> None:
-    """Lost / duplicated / RUNNING children of the store's one sweep (configuration x repeat)."""
+def sweep_counts(store: Store, expected: int, out: Outcome, invocations: int = 1) -> None:
+    """Lost / duplicated / RUNNING children of the store's sweep (configuration x repeat) in each
+    experiment holding one; `expected` children per experiment, `invocations` parents."""
     runs = store.runs()
     out.running += count_running(runs)
-    finished: dict[tuple[str, str], int] = {}
+    finished: dict[tuple[str, str, str], int] = {}
     for r in runs:
         if r.data.tags.get("run_kind") == "train" and r.info.status == "FINISHED":
-            key = (r.data.tags.get("sweep_key", ""), r.data.params.get("repeat", ""))
+            key = (
+                r.info.experiment_id,
+                r.data.tags.get("sweep_key", ""),
+                r.data.params.get("repeat", ""),
+            )
             finished[key] = finished.get(key, 0) + 1
-    out.lost += max(0, expected - len(finished))
+    experiments = {r.info.experiment_id for r in runs if r.data.tags.get("run_kind") == "sweep"}
+    out.lost += max(0, expected * len(experiments) - len(finished))
     out.duplicated += sum(n - 1 for n in finished.values())
     parents = [r for r in runs if r.data.tags.get("run_kind") == "sweep"]
     main = [p for p in parents if "sweep_resume_of" not in p.data.tags]
-    out.duplicated += max(0, len(main) - 1)
+    out.duplicated += max(0, len(main) - invocations * len(experiments))
     for p in main:
         out.notes.append(
             f"parent {p.info.status}"
@@ -331,6 +348,89 @@ def case_two_sweeps(tmp: Path) -> Outcome:
     return out
 
 
+def case_two_spool_folders(tmp: Path) -> Outcome:
+    out = Outcome("one sweep from two spool folders at once against one server")
+    folder = tmp / "two-folders"
+    folder.mkdir()
+    with served(folder) as server:
+        store = Store(folder, server.url)
+        store.runs()
+        procs = []
+        for name in ("spool-a", "spool-b"):
+            env = dict(store.env(), ROOFLINE_SPOOL_DIR=str(folder / name))
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "train.sweep", *SWEEP, "--name", "chaos-folders"],
+                    cwd=folder,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+            )
+        results = [p.communicate(timeout=900) for p in procs]
+        for p, (stdout, _) in zip(procs, results):
+            last = [ln for ln in stdout.splitlines() if ln.startswith("sweep chaos-folders:")]
+            out.notes.append(f"exit {p.returncode}: {last[0] if last else stdout[-160:]}")
+        sweep_counts(store, 3, out, invocations=2)
+    return out
+
+
+def three_entries(where: Path, experiment: str) -> list[int]:
+    """Three spool entries of one new experiment in `where`'s spool: one offline `python -m train`
+    run and two copies of its entry under new local ids (training three times costs minutes on a
+    loaded machine, and the upload, not the training, is under test). Returns the train's exit."""
+    import shutil
+    import uuid
+
+    offline = Store(where, "http://127.0.0.1:9")  # nothing listens on port 9
+    done = offline.run("train", *TEST_TINY, "--experiment", experiment)
+    (entry,) = [p.parent for p in offline.spool.glob("*/run.json")]
+    for _ in range(2):
+        copy = entry.with_name(uuid.uuid4().hex)
+        shutil.copytree(entry, copy)
+        run_json = copy / "run.json"
+        run_json.write_text(run_json.read_text().replace(entry.name, copy.name))
+    return [done.returncode]
+
+
+def case_upload_race(tmp: Path) -> Outcome:
+    out = Outcome(
+        "three rounds of three spooled train runs, then three python -m common.upload at once"
+    )
+    folder = tmp / "upload-race"
+    folder.mkdir()
+    rounds = [folder / f"round-{i}" for i in range(3)]  # each its own spool folder and experiment
+    for i, where in enumerate(rounds):
+        out.notes.append(f"offline train {i}: exit {three_entries(where, f'race-{i}')}")
+    with served(folder) as server:
+        exits = []
+        for where in rounds:
+            store = Store(where, server.url)
+            # three entries, three uploads: each sends one, and all three create the experiment's
+            # first dataset at once
+            procs = [store.start("common.upload") for _ in range(3)]
+            errors = [
+                p.communicate(timeout=900)[1].decode().strip().splitlines()[-1:] for p in procs
+            ]
+            exits.append([p.returncode for p in procs])
+            out.notes += [
+                f"{where.name}: {e[0][:200]}" for p, e in zip(procs, errors) if p.returncode
+            ]
+            left = store.run("common.upload")  # whatever one upload left for another, sent now
+            if left.returncode:
+                out.notes.append(f"a last upload of {where.name}: exit {left.returncode}")
+        out.notes.append(f"upload exits per round {exits}")
+        runs = [r for r in store.runs() if r.data.tags.get("run_kind") == "train"]
+        out.running = count_running(runs)
+        finished = [r for r in runs if r.info.status == "FINISHED"]
+        ids = [r.data.tags.get("spool_local_id") for r in finished]
+        out.lost = max(0, 9 - len(set(ids)))
+        out.duplicated = len(ids) - len(set(ids))
+        out.notes.append(f"{len(finished)} FINISHED train runs from {len(set(ids))} spool entries")
+    return out
+
+
 CASES = (
     case_signals,
     case_kill9,
@@ -338,6 +438,8 @@ CASES = (
     case_server_death,
     case_two_uploads,
     case_two_sweeps,
+    case_two_spool_folders,
+    case_upload_race,
 )
 
 

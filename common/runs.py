@@ -34,7 +34,18 @@ def experiment_id_for(name: str | None, create: bool = False, client=None) -> st
         exp = client.get_experiment_by_name(name)
         if exp is not None:
             return exp.experiment_id
-        return client.create_experiment(name) if create else None
+        if not create:
+            return None
+        try:
+            return client.create_experiment(name)
+        except Exception as exc:
+            # another process (a second upload, a sweep beside this one) created it in between
+            if getattr(exc, "error_code", "") != "RESOURCE_ALREADY_EXISTS":
+                raise
+            exp = client.get_experiment_by_name(name)
+            if exp is None:  # it exists but is deleted: MLflow's own message says so
+                raise
+            return exp.experiment_id
     return os.environ.get("MLFLOW_EXPERIMENT_ID") or "0"
 
 

@@ -7,9 +7,10 @@ the user or stored for display goes through `redact` (a tracking URI may hold a 
 from __future__ import annotations
 
 import re
+import urllib.parse
 
-from common.errors import one_line
 from common import schema
+from common.errors import UsageError, one_line
 
 _UNREACHABLE_MARKERS = (
     "Connection refused",
@@ -125,11 +126,44 @@ def is_unreachable(exc: BaseException) -> bool:
     return False
 
 
+TRACKING_SCHEMES = ("http", "https", "file", "sqlite", "postgresql", "mysql", "mssql", "databricks")
+"""The URI schemes MLflow keeps runs at (a database scheme may name a driver: postgresql+psycopg2)."""
+_EXAMPLES = "e.g. http://127.0.0.1:5000 (an mlflow server) or sqlite:///mlflow.db"
+
+
+def check_uri(uri: str | None = None) -> None:
+    """UsageError when the tracking URI can never work: not a URI (`http://[::1`), a scheme MLflow
+    keeps no runs at (`ftp://`), an http(s) URI without a host. Such a URI is a setting to fix, not
+    a server to wait for: runs are not kept offline "to send later" for it."""
+    uri = uri if uri is not None else tracking_uri()
+    shown = redact(uri)
+    try:
+        parts = urllib.parse.urlsplit(uri)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError as exc:
+        raise UsageError(
+            f"MLFLOW_TRACKING_URI {shown!r} is not a valid URI ({exc}): fix it, {_EXAMPLES}"
+        ) from None
+    scheme = parts.scheme.lower().split("+")[0]
+    if len(scheme) == 1 and re.match(r"^[a-zA-Z]:[\\/]", uri):
+        return  # a Windows path (C:\runs): a folder store
+    if scheme and scheme not in TRACKING_SCHEMES:
+        raise UsageError(
+            f"MLFLOW_TRACKING_URI {shown!r}: MLflow keeps no runs at {scheme}:// URIs; use "
+            "http(s)://HOST:PORT (an mlflow server), sqlite:///FILE, postgresql://, mysql://, "
+            f"mssql://, databricks or a folder, {_EXAMPLES}"
+        )
+    if scheme in ("http", "https") and not parts.hostname:
+        raise UsageError(f"MLFLOW_TRACKING_URI {shown!r} names no host: {_EXAMPLES}")
+
+
 def check_reachable(timeout_s: float = 5.0) -> None:
     """For an HTTP tracking server, one quick GET /health instead of MLflow's long retry schedule.
 
-    Raises ConnectionError when the server does not answer; other URIs are not checked.
+    Raises ConnectionError when the server does not answer (other URIs are not asked), UsageError
+    when the URI can never work (`check_uri`).
     """
+    check_uri()
     uri = tracking_uri()
     if not uri.startswith(("http://", "https://")):
         return

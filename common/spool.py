@@ -54,6 +54,17 @@ def spooled_runs(folder: Path | None = None, warn: bool = True) -> list[dict]:
     return entries
 
 
+def unreadable_entries(folder: Path | None = None) -> list[Path]:
+    """The run.json files in `folder` that cannot be read as spool entries (spooled_runs leaves
+    them out): what an upload must not count as sent."""
+    folder = folder or spool_dir()
+    return [
+        p
+        for p in sorted(folder.glob("*/run.json"))
+        if read_entry(p, warn=False) is None and p.exists()
+    ]
+
+
 _REQUIRED = {
     "local_id": str,
     "record": dict,

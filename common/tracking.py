@@ -119,6 +119,7 @@ class RunSession:
         self._written_params: set[str] = set()
         self._fail_reason: str | None = None
         self._stale_error = False
+        self._continued = False  # writing into a run the server had before: metrics deduplicated
         self._store_error = False  # offline because the store refused a write (not an outage)
 
     # ---------------------------------------------------------------- recording
@@ -235,6 +236,7 @@ class RunSession:
         run = client.get_run(run_id)
         self.run_id, self.experiment_id = run_id, run.info.experiment_id
         self._written_params = set(run.data.params)
+        self._continued = True
         # a resumed run (a sweep's parent) may carry the error of the attempt it resumes
         self._stale_error = schema.TAG_ERROR in run.data.tags
         client.set_tag(run_id, schema.TAG_PROCESS, process_tag())  # this process drives it now
@@ -268,6 +270,8 @@ class RunSession:
             )
             if stride > 1:
                 tags.append(RunTag(f"{name}_stride", str(stride)))
+        if metrics and self._continued:
+            metrics = _not_logged_yet(client, run_id, metrics)
         if params or tags or metrics:
             client.log_batch(run_id, metrics=metrics, params=params, tags=tags)
         self._written_params.update(p.key for p in params)
@@ -276,7 +280,7 @@ class RunSession:
         rec.metrics.clear()
         rec.series.clear()
         if rec.inputs:
-            client.log_inputs(run_id, datasets=[dataset_entity(d) for d in rec.inputs])
+            _log_inputs(client, run_id, [dataset_entity(d) for d in rec.inputs])
             rec.inputs.clear()
         for path, text in list(rec.texts.items()):
             client.log_text(run_id, text, path)
@@ -434,3 +438,33 @@ class RunSession:
             tracking_uri=display_uri(),
             folder=folder,
         )
+
+
+def _not_logged_yet(client, run_id: str, metrics: list) -> list:
+    """`metrics` without the points (key, step, value) the run's history already holds: a run
+    continued from a spool entry (or from a copy of one already sent) must not log its metrics
+    twice. One history request per key."""
+    have = set()
+    for key in {m.key for m in metrics}:
+        have.update((m.key, m.step, m.value) for m in client.get_metric_history(run_id, key))
+    return [m for m in metrics if (m.key, m.step, m.value) not in have]
+
+
+def _log_inputs(client, run_id: str, datasets: list, tries: int = 4) -> None:
+    """`client.log_inputs`, tried again when another writer created the same dataset at the same
+    moment: the store looks a dataset up, then inserts it, so two runs of one experiment logging the
+    same new dataset at once collide on its unique key (`UNIQUE constraint failed:
+    datasets.experiment_id, datasets.name, datasets.digest` on sqlite, `duplicate key value` on
+    PostgreSQL); tried again, the lookup finds the other writer's row."""
+    for attempt in range(tries):
+        try:
+            client.log_inputs(run_id, datasets=datasets)
+            return
+        except Exception as exc:  # noqa: BLE001 - only the duplicate-dataset race is retried
+            text = str(exc)
+            race = "UNIQUE constraint failed: datasets" in text or (
+                "duplicate key value" in text and "datasets" in text
+            )
+            if not race or attempt == tries - 1:
+                raise
+            time.sleep(0.2 * (attempt + 1))

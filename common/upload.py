@@ -15,7 +15,7 @@ from common.errors import BenchError, one_line
 from common.record import RunRecord
 from common.runs import close_stale_runs, experiment_id_for, mlflow_client
 from common.server import check_reachable, is_unreachable, redact, store_problem
-from common.spool import entry_lock, save_entry, spool_dir, spooled_runs
+from common.spool import entry_lock, save_entry, spool_dir, spooled_runs, unreadable_entries
 from common.tracking import RunSession
 
 
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     folder = Path(args.spool_dir) if args.spool_dir else spool_dir()
     entries = spooled_runs(folder)
-    if args.list or not entries:
+    if args.list:
         for e in entries:
             rec = e["record"]
             # a run id: the server has the run (created before the outage) and upload completes it in place
@@ -188,13 +188,33 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_reachable()  # a server that is down: seconds, not MLflow's minutes of retries
     except ConnectionError as exc:
+        if not entries and not unreadable_entries(folder):
+            console.result(f"0 spooled run(s) in {folder}; nothing to upload")
+            console.note(f"{exc}: runs left RUNNING by dead processes were not looked for")
+            return 0
         raise BenchError(
             f"{exc}: {len(entries)} run(s) stay in {folder}; run this command again when "
             "the server is back"
         ) from None
-    close_stale_runs()
-    sent, left = upload_spooled(folder)
-    console.result(f"uploaded {sent} run(s); {left} left in {folder}")
+    close_stale_runs()  # every upload, an empty spool too (docs/robustness.md)
+    sent, left = upload_spooled(folder) if entries else (0, 0)
+    # entries that cannot be read stay where they are: never counted as sent, nor as "0 left"
+    bad = unreadable_entries(folder)
+    console.result(
+        f"uploaded {sent} run(s); {left} left in {folder}"
+        + (
+            f"; {len(bad)} spool entr{'y' if len(bad) == 1 else 'ies'} cannot be read"
+            if bad
+            else ""
+        )
+    )
+    if bad:
+        raise BenchError(
+            f"{len(bad)} spool entr{'y' if len(bad) == 1 else 'ies'} cannot be read and "
+            f"{'was' if len(bad) == 1 else 'were'} not uploaded ({', '.join(map(str, bad[:3]))}"
+            f"{', ...' if len(bad) > 3 else ''}): look at {'it' if len(bad) == 1 else 'them'}, "
+            "then move them out of the spool folder"
+        )
     if left:
         raise BenchError(
             f"{left} run(s) could not be uploaded yet: run this command again when the server is back"

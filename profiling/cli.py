@@ -39,6 +39,7 @@ from profiling.ncu.command import (
     REPLAY_MODES,
     CaptureOptions,
 )
+from profiling.ncu.checks import check_rates, check_values
 from profiling.ncu.completeness import CountCheck, check_against_count
 from profiling.ncu.gpu import GpuInfo, cuda_probe
 from profiling.ncu.import_path import check_import_file, import_report
@@ -261,7 +262,9 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo]) -> int:
             report, device_name, capability, counters, cautioned = capture(
                 args, config, opts, probe, session
             )
+        check_values(report)  # units, signs, finiteness: before anything is summed
         summary = summarize(report, capability, counters)
+        check_rates(summary.kernels, report.source)  # no kernel faster than any GPU
         require_counters(summary, report.source)
         _log_summary(session, args, config, summary, device_name, report.source, cautioned)
         if has_module_ranges(report.kernels):  # --nvtx-modules: the breakdown's rows, measured

@@ -63,3 +63,12 @@ def dead_pid() -> int:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
     return proc.pid
+
+
+def use_uri(monkeypatch, uri: str) -> None:
+    """Point this test's MLflow client and subprocesses at `uri` (the `tracking` fixture resets
+    the client's URI after the test)."""
+    import mlflow
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    mlflow.set_tracking_uri(uri)

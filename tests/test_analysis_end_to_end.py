@@ -390,6 +390,7 @@ def test_outputs_tables_figures_and_report(store, tmp_path):
         "measured_points": 1,
         "modeled_points": 3,
         "failed": 1,
+        "screened": 0,
     }
 
 

@@ -137,3 +137,15 @@ def test_the_cache_keeps_the_most_recently_used_figures(tmp_path, cache):
         os.utime(p, (1000 + i, 1000 + i))
     cache.prune(keep=2)
     assert sorted(p.name for p in cache.folder.glob("*.png")) == ["3.png", "4.png"]
+
+
+def test_a_column_of_lists_has_a_digest_that_follows_its_values():
+    """A point's run_ids is a list per row: pandas cannot hash it (TypeError: unhashable type:
+    'list', which ended an analysis of a store with a sweep and a data-parallel run)."""
+    a = pd.DataFrame({"run_ids": [["r1", "r2"], ["r3"]], "x": [1.0, 2.0]})
+    same = pd.DataFrame({"run_ids": [["r1", "r2"], ["r3"]], "x": [1.0, 2.0]})
+    other = pd.DataFrame({"run_ids": [["r1", "r2"], ["r4"]], "x": [1.0, 2.0]})
+    assert digest("f", (a,)) is not None
+    assert digest("f", (a,)) == digest("f", (same,))
+    assert digest("f", (a,)) != digest("f", (other,))
+    assert digest("f", (a["run_ids"],)) != digest("f", (other["run_ids"],))

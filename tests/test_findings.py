@@ -632,19 +632,20 @@ def test_non_finite_and_negative_values_are_left_out_with_a_line():
         train("c", "box", CPU, 32, "fp32", 0.5),
         peaks("p", "box", CPU, 1e12),
     ]
-    rows[2]["metrics.throughput_samples_per_s"] = float("inf")  # the point's mean becomes inf
-    _, found = analyse(
+    rows[2]["metrics.throughput_samples_per_s"] = float("inf")  # a run that is no measurement
+    a, found = analyse(
         rows, prices.PriceTable(prices.parse_prices("match,usd_per_hour\nbox,1\n", "p"))
     )
     notes = "\n".join(found.notes)
     assert "train run a: step_time_ci95_rel = inf is not finite and not negative" in notes
     assert "train run a: energy_j_per_sample = -2.0 is not finite and not negative" in notes
-    assert "samples/s = inf is not positive" in notes
+    # run c never reaches the findings: analysis/screen.py leaves it out first, with its line
+    assert "left out train run c (env box): throughput_samples_per_s = inf: " in "\n".join(a.notes)
     assert "train run b: gpu_sm_clock_median_hz = -1.0" in notes
     c = config(found, "resnet18/b8/fp32")  # priced, without an interval; no energy
     assert c["usd_per_million_samples"] == pytest.approx(1 / 3600 / 16 * 1e6)
     assert c["usd_per_million_samples_ci95"] is None and c["energy_j_per_sample"] is None
-    assert config(found, "resnet18/b32/fp32")["usd_per_million_samples"] is None
+    assert "resnet18/b32/fp32" not in {c["label"] for c in found.configs}  # run c left out
     json.dumps(found.to_json(), allow_nan=False)  # nothing non-finite reaches findings.json
 
 

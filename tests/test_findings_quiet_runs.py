@@ -65,7 +65,7 @@ def test_findings_and_notes_are_the_same_with_and_without_it(monkeypatch):
     monkeypatch.setattr(anomalies, "quiet_runs", lambda train, series=None: set())
     _, slow = analyse(rows)
     assert json.dumps(fast.to_json(), sort_keys=True) == json.dumps(slow.to_json(), sort_keys=True)
-    assert fast.notes == slow.notes and len(fast.notes) >= 5
+    assert fast.notes == slow.notes and len(fast.notes) >= 3  # the screen takes some first
     kinds = {f["kind"] for c in fast.to_json()["configs"] for f in c["findings"]}
     assert {"variability", "memory_near_capacity"} <= kinds
 

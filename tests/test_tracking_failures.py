@@ -5,13 +5,11 @@ twice, and the user reads one line saying what to do, never a traceback."""
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import uuid
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import mlflow
@@ -159,9 +157,11 @@ def test_corrupt_spool_entry_is_skipped_with_a_line_naming_it_and_the_rest_is_se
         assert f"warning: skipped spool entry {path}: it cannot be read" in err
 
     come_back(monkeypatch, tracking)
-    assert upload_main([]) == 0
+    # the good one is sent; the unreadable ones stay, and the upload says so (exit 1)
+    assert upload_main([]) == 1
     out, err = capsys.readouterr()
-    assert "uploaded 1 run(s)" in out and "Traceback" not in err
+    assert "uploaded 1 run(s); 0 left" in out and "2 spool entries cannot be read" in out
+    assert "Traceback" not in err
     assert all(f"skipped spool entry {path}" in err for path in bad)
     (run,) = mlflow.search_runs(experiment_names=["exp-corrupt"], output_format="list")
     assert run.info.status == "FINISHED"
@@ -194,16 +194,6 @@ def test_corrupt_sqlite_store_is_one_line_saying_what_to_do(tmp_path, monkeypatc
     message = str(err.value)
     assert f"the tracking store {uri} is not a readable sqlite database" in message
     assert "sqlalche.me" not in message and "Traceback" not in capfd.readouterr().err
-
-
-@pytest.fixture
-def not_mlflow(tmp_path):
-    """An HTTP server that is not MLflow (python's http.server), on a free port."""
-    handler = lambda *a: http.server.SimpleHTTPRequestHandler(*a, directory=str(tmp_path))  # noqa: E731
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
 
 
 def test_http_service_that_is_not_mlflow_is_one_line(tracking, not_mlflow, monkeypatch):

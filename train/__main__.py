@@ -8,6 +8,7 @@ torchrun with `--distributed`, each process runs its rank's part (train/distribu
 from __future__ import annotations
 
 import argparse
+import os
 
 from common.cli import ArgumentParser, cli_entry
 from common.errors import UsageError
@@ -37,6 +38,12 @@ def build_parser() -> ArgumentParser:
         "--no-system-metrics", action="store_true", help="do not sample CPU/GPU/memory into the run"
     )
     out.add_argument(
+        "--no-memory-check",
+        action="store_true",
+        help="run a batch even when its activations, estimated from the counted steps, need more "
+        "memory than the device has free (default: refuse it in one line; docs/train.md)",
+    )
+    out.add_argument(
         "--result-file",
         default=None,
         help=argparse.SUPPRESS,  # a sweep's torchrun job: rank 0 writes its record here, logs no run
@@ -61,6 +68,8 @@ def build_parser() -> ArgumentParser:
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.no_memory_check:  # read by train/memory_check.py, here and in torchrun's ranks
+        os.environ["ROOFLINE_MEMORY_CHECK"] = "off"
     cfg = _config(args)
     options = RunOptions(args.experiment, not args.no_progress, not args.no_system_metrics)
     mode = (

@@ -100,6 +100,9 @@ def preflight(cfg: TrainConfig):
     classes = check_data(cfg.data)
     if classes is not None:
         cfg.num_classes = classes
+    from train.memory_check import check_weights
+
+    check_weights(cfg, device)  # a model that cannot fit, said before its run exists
     return device
 
 
@@ -174,11 +177,17 @@ def count_work(prep: Prepared) -> tuple[fl.StepCounts, fl.ForwardProfile]:
     """Training FLOPs and modeled bytes per step, and DeepSpeed's forward profile (untimed).
 
     Runs real steps at small batch sizes on the benchmark's device with the benchmark's model,
-    precision and memory format, before any compilation.
+    precision and memory format, before any compilation; refuses a batch whose activations would
+    not fit in the device's free memory (train/memory_check.py).
     """
+    from train import memory_check
+
     cfg = prep.cfg
     sizes = (cfg.batch_size,) if cfg.batch_size in COUNT_BATCHES else COUNT_BATCHES
-    counts, batches = count_steps(prep, sizes)
+    around, saved = memory_check.recorders(prep.model, sizes)
+    counts, batches = count_steps(prep, sizes, around if memory_check.enabled() else None)
+    # before the real batch runs: will its activations fit? (train/memory_check.py)
+    memory_check.check(cfg, prep.device, {b: r.result().total_bytes for b, r in saved.items()})
     step_counts = (
         counts[cfg.batch_size]
         if cfg.batch_size in counts

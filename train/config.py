@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from dataclasses import asdict, dataclass, field, fields
 
 from common import schema
@@ -253,8 +254,10 @@ def check_choices(precision: str, device: str, optimizer: str) -> None:
         raise ValueError(
             f"precision must be one of {', '.join(schema.PRECISIONS)}, got {precision!r}"
         )
-    if device not in DEVICES and not device.startswith("cuda:"):
-        raise ValueError(f"device must be one of {', '.join(DEVICES)} or cuda:N, got {device!r}")
+    if device not in DEVICES and not re.fullmatch(r"cuda:\d+", device):  # cuda:-1, cuda:abc: no
+        raise ValueError(
+            f"device must be one of {', '.join(DEVICES)} or cuda:N (N = 0, 1, ...), got {device!r}"
+        )
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
 

@@ -110,6 +110,9 @@ def check_data(data: str) -> int | None:
         raise UsageError(
             f"no class folders in {root}: expected {root}/<class>/<image>.jpg (ImageFolder layout)"
         )
+    from train.folder_links import check_links
+
+    check_links(root)  # a link loop would hang ImageFolder's listing (train/folder_links.py)
     return len(classes)
 
 

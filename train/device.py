@@ -21,7 +21,12 @@ def resolve_device(name: str):
         if torch.backends.mps.is_available():
             return torch.device("mps")
         return torch.device("cpu")
-    dev = torch.device(name)
+    try:
+        dev = torch.device(name)
+    except RuntimeError:  # "Invalid device string": cuda:-1, cuda:abc
+        raise UsageError(
+            f"{name} is not a device: use auto, cpu, cuda, cuda:N (N = 0, 1, ...) or mps"
+        ) from None
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             raise UsageError(

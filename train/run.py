@@ -55,6 +55,9 @@ class SweepChild:
     """ends the run name (`-r<repeat>`)"""
     note: str = ""
     """ends the run's description (which sweep it belongs to)"""
+    run_id: str | None = None
+    """a RUNNING run to measure in (the child a sweep claimed in the store,
+    train/sweep/claims.py) instead of a new one"""
 
 
 def run(
@@ -89,6 +92,7 @@ def run(
         tags=environment_tags(str(device), cfg.env_label),
         parent=child.parent,
         system_metrics=options.system_metrics,
+        run_id=child.run_id,
     )
     with tempfile.TemporaryDirectory() as tmp, guard.hold(session.end), session:
         session.log_params({**params, **child.params})

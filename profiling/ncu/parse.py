@@ -123,66 +123,156 @@ class NcuReport:
 
 
 # ------------------------------------------------------------------------------------ CSV
-def read_ncu_csv(path: str | Path, keep: Callable[[str], bool] | None = None) -> NcuReport:
-    """Read an ncu CSV file (see parse_ncu_csv). Decodes UTF-8 with or without BOM."""
+MAX_LINE_CHARS = 1 << 20
+"""The longest line read (characters). ncu's longest lines are raw-page rows of a `--set full`
+export (22,757 characters in tests/data/ncu/b200_decode_raw_page.csv, with hundreds of columns and a
+demangled template name); a longer line is no ncu output (a file of NUL bytes, a binary). Lines are
+read one at a time, so memory stays bounded by this, not by the file's size."""
+
+
+class _Lines:
+    """The lines of a text stream without their line ends, refusing one longer than `limit`
+    characters as soon as it is seen (without reading the rest of it). Remembers whether the input
+    ended with a line end and what its last non-blank line was, for truncation_reason."""
+
+    def __init__(self, chunks: Iterable[str], source: str, limit: int):
+        self.chunks, self.source, self.limit = chunks, source, limit
+        self.number = 0  # physical line number of the last line read (1-based)
+        self.ends = False
+        self.last = ""
+
+    def __iter__(self):
+        for chunk in self.chunks:
+            self.number += 1
+            if len(chunk.rstrip("\r\n")) > self.limit:
+                raise NcuParseError(
+                    f"{self.source}: line {self.number} is longer than {self.limit:,} characters "
+                    "(ncu's longest lines are tens of thousands): not Nsight Compute CSV output, "
+                    "or damaged (NUL bytes, a binary file); export it again"
+                )
+            body = chunk.rstrip(" \t")
+            if body:
+                self.ends = body.endswith(("\n", "\r"))
+            # splitlines, as the text was split before lines were streamed (\x0b, \x1c, ...)
+            for line in chunk.splitlines():
+                if line.strip():
+                    self.last = line
+                yield line
+
+
+def _read_chunks(fh, limit: int):
+    while True:
+        chunk = fh.readline(limit + 2)
+        if not chunk:
+            return
+        yield chunk
+
+
+def read_ncu_csv(
+    path: str | Path,
+    keep: Callable[[str], bool] | None = None,
+    max_line_chars: int = MAX_LINE_CHARS,
+) -> NcuReport:
+    """Read an ncu CSV file (see parse_ncu_csv) line by line, in memory bounded by the kept
+    metrics and `max_line_chars`. Decodes UTF-8 with or without BOM."""
     p = Path(path)
     try:
-        data = p.read_bytes()
+        with open(p, encoding="utf-8-sig", errors="replace", newline="") as fh:
+            lines = _Lines(_read_chunks(fh, max_line_chars), p.name, max_line_chars)
+            return _parse_lines(lines, keep, p.name)
     except OSError as exc:
         raise BenchError(f"cannot read {p}: {exc.strerror or exc}") from exc
-    text = data.decode("utf-8-sig", errors="replace")
-    return parse_ncu_csv(text, keep=keep, source=p.name)
 
 
 def parse_ncu_csv(
-    text: str, keep: Callable[[str], bool] | None = None, source: str = "<text>"
+    text: str,
+    keep: Callable[[str], bool] | None = None,
+    source: str = "<text>",
+    max_line_chars: int = MAX_LINE_CHARS,
 ) -> NcuReport:
     """Parse the text ncu wrote with ``--csv`` (log file or captured stdout).
 
     `keep(metric_name)` limits which metrics are stored (large raw exports have ~500 columns);
-    the device name is always kept. Raises NcuParseError when no ncu table is found, or when a
-    table header is followed by no readable result row.
+    the device name is always kept. Raises NcuParseError when no ncu table is found, when a table
+    header is followed by no readable result row, or when a line is longer than `max_line_chars`.
     """
     if text.startswith("\ufeff"):
         text = text[1:]
+    chunks = (m.group(0) for m in re.finditer(r"[^\n\r]*(?:\r\n|\n|\r)|[^\n\r]+$", text))
+    return _parse_lines(_Lines(chunks, source, max_line_chars), keep, source)
+
+
+def _parse_lines(lines: _Lines, keep: Callable[[str], bool] | None, source: str) -> NcuReport:
+    """The parser behind read_ncu_csv and parse_ncu_csv: one pass over `lines`."""
     messages: list[str] = []
     program = 0
-    body: list[str] | None = None
-    lines = text.splitlines()
-    for i, line in enumerate(lines):
+    nvprof = False
+    it = iter(lines)
+    header_line = None
+    for line in it:
         s = line.lstrip("\ufeff").strip()
         if s.startswith('"ID",') or s.startswith("ID,"):
-            body = lines[i:]
+            header_line = line
             break
+        nvprof = (
+            nvprof or '"Device","Kernel","Invocations"' in line or "NVPROF is profiling" in line
+        )
         if s.startswith("=="):
             messages.append(s)
         elif s:
             program += 1
-    if body is None:
-        raise NcuParseError(_no_table_reason(text, source, messages))
+    if header_line is None:
+        raise NcuParseError(_no_table_reason(nvprof, source, messages))
 
-    table: list[str] = []
-    for line in body:
-        s = line.strip()
-        if s.startswith("=="):
-            messages.append(s)
-        elif s:
-            table.append(line)
-    rows = csv.reader(table)
-    header = [h.strip().lstrip("\ufeff") for h in next(rows)]
-    report = NcuReport(kernels=[], page="", messages=messages, program_lines=program, source=source)
-    last_names: list[set[str]] = []
-    if all(c in header for c in DETAILS_COLUMNS):
-        last_names = _parse_details(header, rows, report, keep)
-        candidates = len(table) - 1
-    else:
-        units_row = _parse_raw(header, rows, report, keep)
-        candidates = len(table) - 1 - int(units_row)
+    seen = _TableLines(header_line, it, messages)
+    rows = csv.reader(seen)
+    try:
+        header = [h.strip().lstrip("\ufeff") for h in next(rows)]
+        report = NcuReport(
+            kernels=[], page="", messages=messages, program_lines=program, source=source
+        )
+        last_names: list[set[str]] = []
+        if all(c in header for c in DETAILS_COLUMNS):
+            last_names = _parse_details(header, rows, report, keep)
+            candidates = seen.count - 1
+        else:
+            units_row = _parse_raw(header, rows, report, keep)
+            candidates = seen.count - 1 - int(units_row)
+    except csv.Error as exc:  # a field over csv's limit (131,072 characters) on a shorter line
+        raise NcuParseError(
+            f"{source}: line {lines.number} cannot be read as CSV ({exc}): not Nsight Compute CSV "
+            "output, or damaged; export it again"
+        ) from None
     if not report.kernels:
-        raise NcuParseError(_no_results_reason(source, messages, table, candidates))
-    ends = text.rstrip(" \t").endswith(("\n", "\r")) or lines[-1].strip().startswith("==")
-    report.truncated = truncation_reason(table, len(header), ends, last_names)
+        raise NcuParseError(_no_results_reason(source, messages, seen.first, candidates))
+    ends = lines.ends or lines.last.strip().startswith("==")
+    report.truncated = truncation_reason(header_line, seen.last, len(header), ends, last_names)
     return report
+
+
+class _TableLines:
+    """The lines from the header on, as csv.reader reads them: ncu's `==` messages (which ncu may
+    print between rows) go to `messages`, blank lines are skipped; counts the table's lines and
+    keeps its first row under the header and its last line."""
+
+    def __init__(self, header: str, rest, messages: list[str]):
+        self.header, self.rest, self.messages = header, rest, messages
+        self.count = 0
+        self.first = ""
+        self.last = ""
+
+    def __iter__(self):
+        self.count = 1
+        yield self.header
+        for line in self.rest:
+            s = line.strip()
+            if s.startswith("=="):
+                self.messages.append(s)
+            elif s:
+                self.count += 1
+                self.first = self.first or s
+                self.last = line
+                yield line
 
 
 def refuse_truncated(report: NcuReport, allowed: bool) -> None:
@@ -196,7 +286,7 @@ def refuse_truncated(report: NcuReport, allowed: bool) -> None:
 
 
 def truncation_reason(
-    table: list[str], width: int, ends_with_line_end: bool, last_names: list[set[str]]
+    header: str, last_line: str, width: int, ends_with_line_end: bool, last_names: list[set[str]]
 ) -> str:
     """Why a table looks cut short, or "".
 
@@ -205,14 +295,15 @@ def truncation_reason(
     last result with every metric the result before it has (ncu prints the same metrics for every
     result of one run). A file cut at a byte (`head -c`, an interrupted copy, a full disk) fails
     the first test, or, cut at a line end inside a result's rows, the second. A cut exactly between
-    two results cannot be seen. `table` holds the header and the lines under it; `last_names` the
-    metric names of the last two results of a details page, in file order.
+    two results cannot be seen. `header` is the table's header line, `last_line` its last line
+    ("" when no row follows the header); `last_names` the metric names of the last two results of a
+    details page, in file order.
     """
-    last = table[-1].strip() if len(table) > 1 else ""
+    last = last_line.strip()
     row = next(csv.reader([last]), []) if last else []
     if row and row[0].strip().replace(",", "").isdigit() and len(row) < width:
         return f"its last row has {len(row)} of the header's {width} fields"
-    quoted = table[0].lstrip().startswith('"')
+    quoted = header.lstrip().startswith('"')
     unclosed = quoted and (not last.endswith('"') or last.count('"') % 2)
     if last and not ends_with_line_end and (len(row) < width or unclosed):
         return f"its last line stops inside a row ({last[-20:]!r}, no line end)"
@@ -225,7 +316,7 @@ def truncation_reason(
     return ""
 
 
-def _no_results_reason(source: str, messages: list[str], table: list[str], candidates: int) -> str:
+def _no_results_reason(source: str, messages: list[str], first: str, candidates: int) -> str:
     """Why a table with an ncu header gave no kernels. Never the launch-skip hint: a real ncu run
     that profiles nothing prints no table at all ("No kernels were profiled", classified below)."""
     reason = messages_reason(source, messages)
@@ -238,15 +329,14 @@ def _no_results_reason(source: str, messages: list[str], table: list[str], candi
         return (
             f"{source} has an ncu table header but no result rows (a truncated export?): {export}"
         )
-    first = next((ln.strip() for ln in table[1:] if ln.strip()), "")
     return (
         f"{source}: none of the {candidates} rows under its ncu table header could be read as a result "
         f"(first: {first[:60]!r}): the file is damaged or not ncu CSV output; {export}"
     )
 
 
-def _no_table_reason(text: str, source: str, messages: list[str]) -> str:
-    if '"Device","Kernel","Invocations"' in text or "NVPROF is profiling" in text:
+def _no_table_reason(nvprof: bool, source: str, messages: list[str]) -> str:
+    if nvprof:
         return (
             f"{source} is nvprof output, not Nsight Compute: nvprof metrics (flop_count_sp, ...) "
             "do not exist on current GPUs; profile with `python -m profiling` or export with ncu --csv"

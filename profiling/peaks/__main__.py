@@ -16,7 +16,7 @@ import time
 from common import console, envinfo, schema
 from common.fmt import si
 from common.cli import ArgumentParser, add_track_flags, cli_entry
-from common.errors import BenchError, UsageError
+from common.errors import BenchError, UsageError, one_line
 from roofline.vendor import DTYPES, PEAKS_FILE_ENV, find
 from profiling.peaks import facts, gemm, measure, sizing
 from profiling.peaks.config import PeaksConfig
@@ -212,6 +212,23 @@ def _measure(device, dtypes, n, array_bytes, l2_bytes, config, skipped, ratios) 
             ) from err
 
 
+def keep_partial(session, partial: PeaksResult | None) -> None:
+    """Log the ceilings measured before an interrupt or a failure on the run that ends KILLED or
+    FAILED (as train keeps the steps it measured): the metrics of the steps that ended, their
+    samples, and tag `peaks_partial` naming them. Analysis uses FINISHED peaks runs only, so these
+    are kept for reading, never drawn as ceilings."""
+    if partial is None or not partial.measurements():
+        return
+    try:
+        session.log_metrics(partial.metrics())
+        session.log_text("peaks/samples.json", json.dumps(partial.to_dict(), indent=1))
+        session.set_tags(
+            {"peaks_partial": "measured before it stopped: " + ", ".join(partial.step_s)}
+        )
+    except Exception as exc:  # noqa: BLE001 - never hide the interrupt or failure itself
+        console.warn(f"could not keep the ceilings measured so far ({one_line(exc)[:160]})")
+
+
 def _session(config: PeaksConfig, device_type: str, tags: dict):
     from common.tracking import RunSession
 
@@ -307,7 +324,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         s.flush()
         phases.lap("tracking")
-        result = _measure(device, dtypes, n, array_bytes, l2_bytes, config, skipped, ratios)
+        try:
+            result = _measure(device, dtypes, n, array_bytes, l2_bytes, config, skipped, ratios)
+        except BaseException as exc:  # interrupted (KILLED) or failed: keep what was measured
+            partial = getattr(
+                exc, "partial_peaks", None
+            )  # an out-of-memory BenchError: its cause's
+            keep_partial(s, partial or getattr(exc.__cause__, "partial_peaks", None))
+            raise
         phases.lap("measure")
         _log_result(s, result, vendor, phases, summary_line(device, name, result, vendor, config))
     phases.lap("logging")

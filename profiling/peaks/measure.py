@@ -7,6 +7,7 @@ whole budget is already gone. Allocation, first touch and warmup count against t
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Callable, Sequence
 
@@ -60,8 +61,7 @@ def run_peaks(
     DRAM-sized arrays, within `time_budget_s` (None or 0: no budget).
 
     `on_step(label, measurement)` is called after each step of plan(), in that order; for a STREAM
-    step the measurement is the better kernel's.
-    """
+    step the measurement is the better kernel's. An exception leaves with `partial_peaks` set."""
     import torch
 
     device_type = torch.device(device).type
@@ -79,22 +79,37 @@ def run_peaks(
     )
     timing = {"sync": device_sync(device), "clock": clock, "warmup_s": warm}
     step = _Steps(device, result, budget, timing, on_step)
-    if l2_array_bytes > 0:
-        result.l2 = step.stream(
-            "stream l2",
-            l2_array_bytes,
-            L2_REPEATS_FACTOR * bandwidth_repeats,
-            min_sample_s=min(min_sample_s, L2_MIN_SAMPLE_S),
-            copies_per_call=l2_copies_per_launch(l2_array_bytes, device_type),
-            warmup_s=max(warm, L2_WARMUP_S),
+    with _partial_on_error(result, clock, budget.start):
+        if l2_array_bytes > 0:
+            result.l2 = step.stream(
+                "stream l2",
+                l2_array_bytes,
+                L2_REPEATS_FACTOR * bandwidth_repeats,
+                min_sample_s=min(min_sample_s, L2_MIN_SAMPLE_S),
+                copies_per_call=l2_copies_per_launch(l2_array_bytes, device_type),
+                warmup_s=max(warm, L2_WARMUP_S),
+            )
+        for dtype in dtypes:
+            result.compute[dtype] = step.gemm(
+                dtype, matrix_size, repeats, min_sample_s=min_sample_s
+            )
+        result.stream = step.stream(
+            "stream dram", array_bytes, bandwidth_repeats, min_sample_s=min_sample_s
         )
-    for dtype in dtypes:
-        result.compute[dtype] = step.gemm(dtype, matrix_size, repeats, min_sample_s=min_sample_s)
-    result.stream = step.stream(
-        "stream dram", array_bytes, bandwidth_repeats, min_sample_s=min_sample_s
-    )
     result.wall_s = clock() - budget.start
     return result
+
+
+@contextlib.contextmanager
+def _partial_on_error(result: PeaksResult, clock: Clock, start: float):
+    """An exception (an interrupt included) leaves with `result`, what was measured so far, as its
+    `partial_peaks` attribute."""
+    try:
+        yield
+    except BaseException as exc:  # noqa: BLE001 - re-raised with the partial result attached
+        result.wall_s = clock() - start
+        exc.partial_peaks = result
+        raise
 
 
 class _Steps:

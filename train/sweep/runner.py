@@ -10,6 +10,7 @@ from typing import Callable
 from common import console, schema
 from common.errors import one_line
 from train.config import TrainConfig
+from train.sweep.claims import TAG_SWEEP_CHILD, Claim, child_tag, claim_child
 from train.sweep.spec import (
     PARAM_REPEAT,
     TAG_RESUME_OF,
@@ -87,7 +88,7 @@ def _run(
                 bar.set_description_str(plan.label(cfg, r))
                 outcome = _run_child(plan, cfg, r, key, experiment, parent, system_metrics)
                 outcomes.append(outcome)
-                if outcome.status == "FINISHED":
+                if outcome.status in ("FINISHED", "SKIPPED"):  # SKIPPED: finished elsewhere
                     state.done.add((key, r))
                     save_ledger(spec.name, plan.env_label, state)
                 bar.update(1)
@@ -97,6 +98,7 @@ def _run(
                     on_child_done(outcome)
         finally:
             bar.close()
+            _settle_elsewhere(outcomes, parent)
             _summarize(parent, plan, outcomes, time.perf_counter() - t0)
     return outcomes
 
@@ -179,13 +181,22 @@ def _run_child(
 
     label = plan.label(cfg, repeat)
     n_before = len(parent.children)
-    extra_tags = {TAG_SWEEP_NAME: plan.spec.name, TAG_SWEEP_KEY: key}
+    extra_tags = {
+        TAG_SWEEP_NAME: plan.spec.name,
+        TAG_SWEEP_KEY: key,
+        TAG_SWEEP_CHILD: child_tag(key, repeat),
+    }
+    claim = _claim(plan, cfg, repeat, key, parent)
+    if claim is not None and claim.status != "mine":
+        return _elsewhere(label, cfg, key, repeat, claim)
+    claimed = claim.run_id if claim is not None else None
     child = SweepChild(
         parent,
         params={PARAM_REPEAT: repeat},
         tags=extra_tags,
         name_suffix=repeat_suffix(repeat),
         note=f"Repeat {repeat} of sweep {plan.spec.name} ({plan.env_label}).",
+        run_id=claimed,
     )
     try:
         with console.quiet():
@@ -198,7 +209,7 @@ def _run_child(
         run_id = (
             recorded[0].run_id
             if recorded
-            else _record_failed_child(cfg, repeat, extra_tags, experiment, parent, reason)
+            else _record_failed_child(cfg, repeat, extra_tags, experiment, parent, reason, claimed)
         )
         return ChildOutcome(label, cfg.config_key(), key, repeat, "FAILED", run_id, error=reason)
     status = "OFFLINE" if session.offline else "FINISHED"
@@ -216,10 +227,16 @@ def _run_child(
 
 
 def _record_failed_child(
-    cfg: TrainConfig, repeat: int, extra_tags: dict, experiment, parent, reason: str
+    cfg: TrainConfig,
+    repeat: int,
+    extra_tags: dict,
+    experiment,
+    parent,
+    reason: str,
+    run_id: str | None = None,
 ) -> str | None:
     """A FAILED child for a failure that left no run behind (a configuration rejected before its run
-    opened: fp16 on CPU, a missing device, ...)."""
+    opened: fp16 on CPU, a missing device, ...), in the run the sweep claimed for it if any."""
     from common.tracking import RunSession
 
     session = RunSession(
@@ -227,6 +244,7 @@ def _record_failed_child(
         experiment=experiment,
         run_name=f"{cfg.run_name()}-{cfg.device}{repeat_suffix(repeat)}",
         parent=parent,
+        run_id=run_id,
         tags={
             schema.TAG_ENV_LABEL: cfg.env_label,
             schema.TAG_HOST: schema.host_name(),
@@ -244,6 +262,90 @@ def _record_failed_child(
     except Exception as exc:  # noqa: BLE001 - the outcome still says FAILED with the reason
         console.warn(f"could not record the failed run ({one_line(exc)[:200]})")
     return session.run_id
+
+
+def _claim(plan: Plan, cfg: TrainConfig, repeat: int, key: str, parent) -> Claim | None:
+    """Claim the child in the store (train/sweep/claims.py); None when offline, or when the store
+    could not be asked (then the child is measured unclaimed, with a warning)."""
+    from common.record import context_tags
+    from common.runs import mlflow_client
+    from common.server import is_unreachable
+
+    if parent.offline or not parent.run_id or not parent.experiment_id:
+        return None
+    tags = {
+        **context_tags("train"),
+        schema.TAG_RUN_KIND: "train",
+        schema.TAG_ENTRY_POINT: parent.record.tags.get(schema.TAG_ENTRY_POINT, "sweep"),
+        "mlflow.parentRunId": parent.run_id,
+    }
+    try:
+        return claim_child(
+            mlflow_client(),
+            parent.experiment_id,
+            plan.spec.name,
+            plan.env_label,
+            key,
+            repeat,
+            f"{cfg.run_name()}-{cfg.device}{repeat_suffix(repeat)}",
+            tags,
+        )
+    except Exception as exc:  # noqa: BLE001 - measuring unclaimed beats not measuring
+        if not is_unreachable(exc):
+            console.warn(
+                f"could not claim {plan.label(cfg, repeat)} in the store ({one_line(exc)[:160]}); "
+                "measuring it unclaimed"
+            )
+        return None
+
+
+def _elsewhere(label: str, cfg: TrainConfig, key: str, repeat: int, claim: Claim) -> ChildOutcome:
+    """The outcome of a child another invocation finished (SKIPPED, with its run's numbers) or
+    measures now (ELSEWHERE)."""
+    if claim.status == "finished":
+        from common.runs import mlflow_client
+
+        m = mlflow_client().get_run(claim.run_id).data.metrics
+        return ChildOutcome(
+            label,
+            cfg.config_key(),
+            key,
+            repeat,
+            "SKIPPED",
+            claim.run_id,
+            m.get("throughput_samples_per_s"),
+            m.get("step_time_mean_s"),
+        )
+    why = (
+        f"being measured by another invocation of this sweep (run {claim.run_id})"
+        if claim.run_id
+        else "other invocations of this sweep kept claiming it at the same moment"
+    )
+    return ChildOutcome(label, cfg.config_key(), key, repeat, "ELSEWHERE", claim.run_id, error=why)
+
+
+def _settle_elsewhere(outcomes: list[ChildOutcome], parent) -> None:
+    """Children another invocation was measuring when this one passed them: those FINISHED by now
+    become SKIPPED with that run's numbers, so the summary of the invocation that ends last covers
+    them. Never raises (a store gone now leaves them ELSEWHERE)."""
+    from common.runs import mlflow_client
+
+    pending = [o for o in outcomes if o.status == "ELSEWHERE" and o.run_id]
+    if not pending or parent.offline:
+        return
+    try:
+        client = mlflow_client()
+        for o in pending:
+            run = client.get_run(o.run_id)
+            if run.info.status == "FINISHED":
+                m = run.data.metrics
+                o.status, o.error = "SKIPPED", None
+                o.throughput_samples_per_s = m.get("throughput_samples_per_s")
+                o.step_time_mean_s = m.get("step_time_mean_s")
+    except Exception as exc:  # noqa: BLE001 - the summary then says ELSEWHERE, which was true
+        console.note(
+            f"could not look at the runs other invocations measured ({one_line(exc)[:120]})"
+        )
 
 
 def _bar(total: int, enabled: bool):

@@ -123,7 +123,7 @@ def _read_server(
     import mlflow
 
     from common.runs import experiment_id_for
-    from common.server import is_unreachable
+    from common.server import is_unreachable, store_problem
 
     try:
         exp_id = experiment_id_for(experiment)
@@ -142,7 +142,8 @@ def _read_server(
         )
     except Exception as exc:  # noqa: BLE001
         if not is_unreachable(exc):
-            raise
+            # not a store (an HTTP service that is not MLflow, a damaged sqlite file): one line
+            raise BenchError(f"cannot use {store_problem(exc)}") from None
         state.reachable = False
         return
     for run in runs:

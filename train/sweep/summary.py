@@ -9,10 +9,12 @@ from dataclasses import dataclass
 
 from common import fmt
 
-STATUSES = ("FINISHED", "FAILED", "SKIPPED", "OFFLINE")
+STATUSES = ("FINISHED", "FAILED", "SKIPPED", "OFFLINE", "ELSEWHERE")
 """FINISHED: measured now; FAILED: with its one-line reason; SKIPPED: finished by an earlier
-invocation of the sweep (resume; its run id and numbers are those of that run); OFFLINE: measured
-now and kept in the spool (the server was unreachable)."""
+invocation of the sweep, or by one running beside it (its run id and numbers are those of that
+run); OFFLINE: measured now and kept in the spool (the server was unreachable); ELSEWHERE: being
+measured by another invocation of the sweep running at the same time (another spool folder or
+machine: its run id), claimed in the store first (train/sweep/claims.py)."""
 
 
 @dataclass
@@ -85,7 +87,9 @@ def closing_lines(name: str, outcomes: list[ChildOutcome], wall_s: float) -> lis
     n = status_counts(outcomes)
     lines = [
         f"sweep {name}: {n['FINISHED']} finished, {n['SKIPPED']} skipped (done before), "
-        f"{n['FAILED']} failed, {n['OFFLINE']} kept offline, in {wall_s:.0f} s"
+        f"{n['FAILED']} failed, {n['OFFLINE']} kept offline"
+        + (f", {n['ELSEWHERE']} measured by another invocation" if n["ELSEWHERE"] else "")
+        + f", in {wall_s:.0f} s"
     ]
     lines += [f"  failed: {o.label}: {o.error}" for o in outcomes if o.status == "FAILED"]
     if n["OFFLINE"]:

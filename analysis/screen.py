@@ -1,0 +1,320 @@
+"""Every value analysis reads from the tracking store, checked once, where fetched runs enter.
+
+Anyone who can reach an unauthenticated tracking server can log a run, and a run's numbers can be
+absurd without malice (a hand-edited import, a unit read wrongly, MLflow storing `inf` as 1.8e308).
+One such run used to end every later analysis of the store in a traceback. `runs()` leaves out each
+FINISHED train, profile or peaks run holding a value that is not a measurement: non-finite,
+negative (or zero where only a positive figure means something), or beyond a physical bound
+(common.bounds), alone or against the time it was measured in (FLOPs per step over the step time
+faster than any device), or a name param (model, precision, optimizer) that is not one printable
+line of at most 100 characters (a 5,000-character model name filled the notes). Each run left out gets one line naming it, the key, the value and why;
+the lines go to the report's "What is missing". `series()` does the same for per-step series, and
+`complexity()` for the rows of the complexity runs' `models.csv` artifacts.
+
+Join, roofline, figures and tables see only what passed. Pure: no mlflow, no files, no plots.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from common import bounds, schema
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What a metric's value may be: finite, at least `low` (above it when `strict`), at most
+    `high`; `what` says what the bound is, for the line naming a value outside it."""
+
+    low: float = 0.0
+    strict: bool = False
+    high: float = math.inf
+    what: str = ""
+
+
+def _rate(high: float, what: str) -> Rule:
+    return Rule(0.0, True, high, what)
+
+
+_STEP = _rate(bounds.MAX_STEP_S, "a year per step")
+_SAMPLES = f"{bounds.MAX_SAMPLES_PER_S:.3g} samples/s, more than any device's memory can feed"
+_FLOPS = f"{bounds.MAX_FLOPS_PER_S:.0e} FLOP/s, faster than any device"
+_DRAM = f"{bounds.MAX_DRAM_BYTES_PER_S:.0e} byte/s of DRAM bandwidth, more than any device has"
+_CACHE = f"{bounds.MAX_CACHE_BYTES_PER_S:.0e} byte/s of cache bandwidth, more than any device has"
+_AI = f"{bounds.MAX_INTENSITY_FLOPS_PER_BYTE:.0e} FLOP/byte, denser than any computation a device can hold"
+_SIGNED_S = Rule(-bounds.MAX_STEP_S, False, bounds.MAX_STEP_S, "a year")
+
+RULES: dict[str, Rule] = {
+    # train runs
+    "throughput_samples_per_s": _rate(bounds.MAX_SAMPLES_PER_S, _SAMPLES),
+    "throughput_std_samples_per_s": Rule(high=bounds.MAX_SAMPLES_PER_S, what=_SAMPLES),
+    "step_time_median_s": _STEP,
+    "step_time_mean_s": _STEP,
+    "step_time_std_s": Rule(high=bounds.MAX_STEP_S, what="a year"),
+    "train_flops_per_step": Rule(),
+    "achieved_flops_per_s": _rate(bounds.MAX_FLOPS_PER_S, _FLOPS),
+    "modeled_intensity_flops_per_byte": _rate(bounds.MAX_INTENSITY_FLOPS_PER_BYTE, _AI),
+    "compute_only_step_time_median_s": _STEP,
+    "compute_only_step_time_mean_s": _STEP,
+    # step time minus compute-only step time: noise makes it slightly negative at times
+    "exposed_comm_time_s": _SIGNED_S,
+    "exposed_comm_time_share": Rule(-1e6, False, 1e6, "a million times the step time"),
+    # profile runs
+    "ncu_flops_total": Rule(),
+    "ncu_dram_bytes": Rule(),
+    "ncu_l2_bytes": Rule(),
+    "ncu_l1_bytes": Rule(),
+    "ncu_kernel_time_s": _STEP,
+    "ncu_intensity_dram_flops_per_byte": Rule(high=bounds.MAX_INTENSITY_FLOPS_PER_BYTE, what=_AI),
+}
+"""Per metric key. Peaks metrics go by prefix (`rule_for`)."""
+
+RATIOS: tuple[tuple[str, str, float, str], ...] = (
+    ("train_flops_per_step", "step_time_mean_s", bounds.MAX_FLOPS_PER_S, _FLOPS),
+    ("ncu_flops_total", "ncu_kernel_time_s", bounds.MAX_FLOPS_PER_S, _FLOPS),
+    ("ncu_dram_bytes", "ncu_kernel_time_s", bounds.MAX_DRAM_BYTES_PER_S, _DRAM),
+    ("ncu_l2_bytes", "ncu_kernel_time_s", bounds.MAX_CACHE_BYTES_PER_S, _CACHE),
+    ("ncu_l1_bytes", "ncu_kernel_time_s", bounds.MAX_CACHE_BYTES_PER_S, _CACHE),
+)
+"""(count, time it was measured in, highest rate, what): a count no device makes in that time."""
+
+WHOLE_PARAMS = ("batch_size", "image_size", "world_size", "num_classes")
+"""Params that are counts: where a run has one, it is a whole number >= 1."""
+
+NAME_PARAMS = ("model", "precision", "optimizer")
+"""Params that name what was measured (the point's label): one printable line of at most
+schema.MAX_LABEL_CHARS characters, as every name this project writes is."""
+
+KINDS = ("train", "profile", "peaks")
+"""The run kinds whose numbers analysis uses (only their FINISHED runs are checked)."""
+
+
+def rule_for(key: str) -> Rule | None:
+    """The rule of metric `key`, None for a key analysis does not read as a number."""
+    if key in RULES:
+        return RULES[key]
+    if key.startswith("peak_flops_per_s_"):
+        return _rate(bounds.MAX_FLOPS_PER_S, _FLOPS)
+    if key == "peak_dram_bytes_per_s":
+        return _rate(bounds.MAX_DRAM_BYTES_PER_S, _DRAM)
+    if key.startswith("peak_") and key.endswith("_bytes_per_s"):
+        return _rate(bounds.MAX_CACHE_BYTES_PER_S, _CACHE)
+    return None
+
+
+def problem(key: str, value: float) -> str | None:
+    """Why metric `key` = `value` is no measurement, or None when it may be one (or is absent)."""
+    rule = rule_for(key)
+    if rule is None or value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    v = float(value)
+    if not math.isfinite(v):
+        return "not a finite number"
+    if abs(v) >= 1.7e308:  # MLflow stores +-inf as +-1.7976931348623157e308
+        return "infinite (as MLflow stores inf)"
+    if v < rule.low or (rule.strict and v <= rule.low):
+        if rule.low == 0.0:
+            return "negative" if v < 0 else "zero, where only a positive figure is a measurement"
+        return f"below {rule.low:.3g}"
+    if v > rule.high:
+        return f"above {rule.what}"
+    return None
+
+
+def _param_problem(text) -> str | None:
+    if text is None or (isinstance(text, float) and math.isnan(text)) or str(text) == "":
+        return None
+    try:
+        v = float(str(text))
+    except ValueError:
+        return "not a number"
+    if not math.isfinite(v) or not v.is_integer() or v < 1 or v > 1e15:
+        return "not a whole number from 1 to 1e15"
+    return None
+
+
+def _name_problem(text) -> str | None:
+    if not isinstance(text, str):
+        return None  # absent (NaN)
+    if len(text) > schema.MAX_LABEL_CHARS:
+        return f"{len(text)} characters long, where a name is at most {schema.MAX_LABEL_CHARS}"
+    if not text.isprintable():
+        return "holds a character that is not printable (a line break, a control character)"
+    return None
+
+
+def _param_why(name: str, value) -> str | None:
+    if name in WHOLE_PARAMS:
+        return _param_problem(value)
+    return _name_problem(value) if name in NAME_PARAMS else None
+
+
+def run_problems(row: dict) -> list[str]:
+    """Every reason one run (a runs-frame row) holds no measurement: `metrics.<key> = value: why`."""
+    out = []  # a count against its time first: it names the figure that made a ratio absurd
+    for count, time_key, high, what in RATIOS:
+        c, t = _num(row.get(f"metrics.{count}")), _num(row.get(f"metrics.{time_key}"))
+        if c is not None and t is not None and t > 0 and c / t > high:
+            out.append(
+                f"{count} = {c:.3g} in {time_key} = {t:.3g}: {c / t:.3g} per second, above {what}"
+            )
+    for col, value in row.items():
+        if col.startswith("metrics."):
+            why = problem(col[8:], value)
+            if why:
+                out.append(f"{col[8:]} = {_show(value)}: {why}")
+        elif col.startswith("params."):
+            why = _param_why(col[7:], value)
+            if why:
+                out.append(f"param {col[7:]} = {str(value)[:40]!r}: {why}")
+    return out
+
+
+def _num(value) -> float | None:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) and abs(v) < 1.7e308 else None
+
+
+def _show(value) -> str:
+    v = float(value)
+    return f"{v:.6g}" if math.isfinite(v) else str(v)
+
+
+def _suspects(frame: pd.DataFrame) -> pd.Series:
+    """Rows with a value some rule refuses, found column by column (vectorised: a fleet's store
+    holds tens of thousands of runs); `run_problems` then says why, for those rows only."""
+    bad = pd.Series(False, index=frame.index)
+    for col in frame.columns:
+        if col.startswith("metrics."):
+            rule = rule_for(col[8:])
+            if rule is None:
+                continue
+            v = pd.to_numeric(frame[col], errors="coerce").astype(float)
+            present = v.notna()
+            low = (v <= rule.low) if rule.strict else (v < rule.low)
+            out = ~np.isfinite(v) | (v.abs() >= 1.7e308) | low | (v > rule.high)
+            bad |= present & out
+        elif col.startswith("params.") and col[7:] in WHOLE_PARAMS + NAME_PARAMS:
+            # few distinct values (batch sizes, model names): each checked once
+            refused = [v for v in pd.unique(frame[col]) if _param_why(col[7:], v)]
+            if refused:
+                bad |= frame[col].isin(refused)
+    for count, time_key, high, _ in RATIOS:
+        c, t = f"metrics.{count}", f"metrics.{time_key}"
+        if c in frame.columns and t in frame.columns:
+            cv, tv = frame[c].astype(float), frame[t].astype(float)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                bad |= (tv > 0) & np.isfinite(cv) & np.isfinite(tv) & (cv / tv > high)
+    return bad
+
+
+def runs(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """(the runs frame without the FINISHED train/profile/peaks runs that hold a value that is not a
+    measurement, one line per run left out). Other runs (FAILED, RUNNING, other kinds) pass as they
+    are: analysis lists them, it does not compute with their numbers."""
+    if frame.empty:
+        return frame, []
+    kind = frame.get(f"tags.{schema.TAG_RUN_KIND}", pd.Series("", index=frame.index))
+    status = frame.get("status", pd.Series("", index=frame.index))
+    checked = kind.isin(KINDS) & (status == "FINISHED")
+    cols = [c for c in frame.columns if c.startswith(("metrics.", "params."))]
+    suspects = checked & _suspects(frame[cols])
+    drop, lines = [], []
+    for idx, row in frame.loc[suspects, cols].iterrows():
+        found = run_problems(row.to_dict())
+        if not found:
+            continue
+        drop.append(idx)
+        r = frame.loc[idx]
+        env = r.get(f"tags.{schema.TAG_ENV_LABEL}")
+        who = ", ".join(
+            x
+            for x in (
+                f"env {env}" if isinstance(env, str) and env else "",
+                str(r.get("tags.mlflow.runName") or "")[:60],
+            )
+            if x
+        )
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        lines.append(
+            f"left out {kind[idx]} run {str(r['run_id'])[:8]}"
+            + (f" ({who})" if who else "")
+            + f": {found[0]}{more}; it is not a measurement (a damaged or hand-made run?)"
+        )
+    return frame.drop(index=drop), lines
+
+
+def series(values_by_run: dict[str, list[float]], key: str = "step_time_s"):
+    """(the per-step series without values that are not a step time, one line per run that had
+    some). A step time is finite, > 0 and at most common.bounds.MAX_STEP_S."""
+    clean, lines = {}, []
+    for run_id, values in values_by_run.items():
+        kept = [
+            v
+            for v in values
+            if isinstance(v, (int, float)) and 0 < v <= bounds.MAX_STEP_S and math.isfinite(v)
+        ]
+        if len(kept) < len(values):
+            bad = next(v for v in values if v not in kept)
+            lines.append(
+                f"left out {len(values) - len(kept)} of {len(values)} {key} values of run "
+                f"{str(run_id)[:8]} (e.g. {_show(bad)}): a step time is positive, finite and under a year"
+            )
+        clean[run_id] = kept
+    return clean, lines
+
+
+COMPLEXITY_BOUNDS: dict[str, tuple[float, bool]] = {
+    # column: (highest value, whole number); all finite and >= 0
+    "image_size": (1e6, True),
+    "num_classes": (1e12, True),
+    "params": (1e13, True),  # 10 T parameters: 40 TB of fp32 weights, beyond any device's memory
+    "fwd_flops_per_sample": (1e18, False),  # 1e18 FLOPs per sample: 100 s of a 10 EFLOP/s device
+    "fwd_macs_per_sample": (1e18, False),
+    "train_flops_per_sample": (1e18, False),
+    "activation_bytes_per_sample": (1e15, False),  # 1 PB per sample
+    "device_memory_bytes": (1e15, True),  # 1 PB: no device has that much memory
+    "max_batch_fit": (1e15, True),
+}
+"""What a `complexity/models.csv` cell may hold (docs/complexity.md: counts and bytes)."""
+
+
+def complexity(rows: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """(the complexity table without rows holding a value that is not a count or a size, one line
+    per row left out)."""
+    if rows.empty:
+        return rows, []
+    drop, lines = [], []
+    for idx, row in rows.iterrows():
+        for col, (high, whole) in COMPLEXITY_BOUNDS.items():
+            value = row.get(col)
+            if value is None or (isinstance(value, float) and math.isnan(value)):
+                continue
+            v = _num(value)
+            why = (
+                "not a finite number"
+                if v is None
+                else "negative"
+                if v < 0
+                else f"above {high:.0e}"
+                if v > high
+                else "not a whole number"
+                if whole and not float(v).is_integer()
+                else None
+            )
+            if why:
+                drop.append(idx)
+                lines.append(
+                    f"left out the complexity row of {str(row.get('model'))[:40]} "
+                    f"(env {row.get('env_label')}, run {str(row.get('run_id'))[:8]}): "
+                    f"{col} = {str(value)[:40]}: {why}"
+                )
+                break
+    return rows.drop(index=drop), lines

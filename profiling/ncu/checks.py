@@ -1,0 +1,121 @@
+"""What an ncu report must hold before its counters are summed into a profile run.
+
+A CSV can be edited, damaged or made by something other than Nsight Compute, and an imported one
+used to log whatever it said: negative DRAM bytes (-1.95e11), a negative kernel time (-9.5 ms), a
+unit nobody knows (`furlong`, read as bytes: intensity 48.1 for a true 6.94), a value of 1e300
+(intensity 2.8e291). `check_values` (before the counters are summed) and `check_rates` (each kernel's
+summed work) refuse, naming the kernel and the metric:
+
+* a unit that is not the one ncu writes for that counter (bytes in byte/Kbyte/Mbyte/..., times in
+  second/msecond/usecond/nsecond, instruction counts in inst, ...): a unit outside this vocabulary
+  cannot be scaled, and a known unit on the wrong counter means the columns are not what they say;
+* a negative or non-finite value (counters count up from zero; `n/a` is handled by the summary);
+* a kernel that would do more FLOPs, or move more bytes, in its measured time than any GPU can:
+  above common.bounds (10 EFLOP/s, 100 TB/s of DRAM, 10 PB/s of cache bandwidth; each at least 10x
+  the fastest figure of the vendor table, roofline.datasheets).
+
+Only the counters the summary reads are checked (profiling.ncu.names.is_relevant): a `--set full`
+export has hundreds of others, in units this project never reads. Pure: no mlflow, no files.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from common import bounds
+from common.errors import BenchError
+from profiling.ncu.names import TIME_METRIC, is_relevant
+from profiling.ncu.parse import NcuKernel, NcuReport
+
+COUNT_UNITS = ("inst", "op", "ops", "flop", "warp", "thread", "request", "transaction", "block")
+"""Units ncu writes for event counts (tensor ops counters among them)."""
+
+
+def expected_units(name: str) -> tuple[set[str], str]:
+    """(base units metric `name` may carry after ncu's prefixes are scaled away, what ncu writes)."""
+    if name == TIME_METRIC:
+        return {"second"}, "second, msecond, usecond or nsecond"
+    if name.endswith(".per_cycle_elapsed"):
+        return {f"{u}/cycle" for u in COUNT_UNITS}, "inst/cycle"
+    if "bytes" in name:
+        return {"byte"}, "byte, Kbyte, Mbyte, Gbyte or Tbyte"
+    if "sectors" in name:
+        return {"sector"}, "sector"
+    if "cycles_elapsed" in name:
+        return {"cycle"}, "cycle"
+    if "inst_executed" in name:
+        return {"inst"}, "inst"
+    return set(COUNT_UNITS), "a count (inst, op, ...)"
+
+
+def _checked(name: str) -> bool:
+    return is_relevant(name) and not name.startswith("device__")
+
+
+def _kernel(k: NcuKernel | dict, source: str) -> str:
+    kid, name = (k.id, k.name) if isinstance(k, NcuKernel) else (k["id"], k["kernel"])
+    short = name if len(name) <= 80 else name[:77] + "..."
+    return f"{source}: kernel {kid} ({short})"
+
+
+def _fix(source: str) -> str:
+    return (
+        "this is not what Nsight Compute writes (an edited or damaged file?): export the report "
+        f"again (`ncu --import report.ncu-rep --csv --page raw > {source}`) or import the .ncu-rep"
+    )
+
+
+def check_values(report: NcuReport) -> None:
+    """BenchError naming the first kernel and counter with a unit ncu does not write for it, or a
+    negative or non-finite value."""
+    src = report.source or "the ncu output"
+    for k in report.kernels:
+        for name, value in k.metrics.items():
+            if not _checked(name):
+                continue
+            unit = k.units.get(name, "")
+            allowed, written = expected_units(name)
+            if unit and unit not in allowed:
+                raise BenchError(
+                    f"{_kernel(k, src)}: metric {name} has unit {unit!r}, where ncu writes "
+                    f"{written}; {_fix(src)}"
+                )
+            if math.isnan(value):
+                continue  # n/a: the summary refuses it where it matters
+            if math.isinf(value) or value < 0:
+                what = "is not finite" if math.isinf(value) else "is negative"
+                raise BenchError(
+                    f"{_kernel(k, src)}: metric {name} = {value:g} {what}; a counter counts up "
+                    f"from 0 and a time is positive; {_fix(src)}"
+                )
+
+
+RATES = (
+    ("flops_total", "FLOPs", bounds.MAX_FLOPS_PER_S, "FLOP/s"),
+    ("dram_bytes", "DRAM bytes", bounds.MAX_DRAM_BYTES_PER_S, "byte/s of DRAM bandwidth"),
+    ("l2_bytes", "L2 bytes", bounds.MAX_CACHE_BYTES_PER_S, "byte/s of cache bandwidth"),
+    ("l1_bytes", "L1 bytes", bounds.MAX_CACHE_BYTES_PER_S, "byte/s of cache bandwidth"),
+)
+"""(kernel column, what it counts, highest rate any GPU reaches, unit): common/bounds.py."""
+
+
+def check_rates(kernels: pd.DataFrame, source: str) -> None:
+    """BenchError naming the first kernel (a row of NcuSummary.kernels) that does more work in its
+    measured time than any GPU can."""
+    if "time_s" not in kernels:
+        return
+    for row in kernels.to_dict("records"):
+        t = row.get("time_s")
+        if t is None or not (t > 0):
+            continue
+        for col, what, high, unit in RATES:
+            v = row.get(col)
+            if v is None or not math.isfinite(v) or v / t <= high:
+                continue
+            raise BenchError(
+                f"{_kernel(row, source or 'the ncu output')}: {v:.3g} {what} in {t * 1e6:.4g} us is "
+                f"{v / t:.3g} {unit}, above the {high:.0e} no GPU reaches (common/bounds.py: at "
+                f"least 10x the fastest figure of the vendor table); {_fix(source or 'report.csv')}"
+            )
