@@ -18,7 +18,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from analysis import breakdown, core, fetch, figure_cache, figures, findings, html, report, screen
+from analysis import (
+    breakdown,
+    core,
+    fetch,
+    figure_cache,
+    figure_pool,
+    figures,
+    findings,
+    html,
+    report,
+    screen,
+)
 from analysis.fetch.breakdowns import fetch_breakdowns
 from analysis.findings.records import json_text
 from common import console, schema
@@ -218,7 +229,25 @@ def config_from_args(args: argparse.Namespace) -> AnalysisConfig:
 
 def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> Result:
     """Fetch, join, draw, judge and write. `vendor_lookup='auto'`: roofline.vendor.find with
-    --peaks-file passed through (tests inject a stub instead)."""
+    --peaks-file passed through (tests inject a stub instead). The figure processes
+    (analysis/figure_pool.py) import matplotlib while the runs are fetched or joined."""
+    n_jobs = cfg.jobs or figures.default_jobs()
+    with figure_pool.quiet_gc():
+        pool = figure_pool.FigurePool.start(n_jobs)  # forked while this process is small
+        try:
+            return _run(cfg, vendor_lookup, n_jobs, pool)
+        finally:
+            if pool is not None:
+                pool.close()
+
+
+def _run(cfg: AnalysisConfig, vendor_lookup, n_jobs: int, pool) -> Result:
+    """run's body; the figure process `pool` (figure_pool.FigurePool or None) is told to import
+    matplotlib at once when every figure will be drawn (--cache off or refresh), else once the
+    fetch has read a new or changed run (with none, the figures are most likely all in the figure
+    cache: one that is not is drawn by the pool all the same)."""
+    if pool is not None and cfg.cache != "auto":
+        pool.warm()
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
     if vendor_lookup == "auto":
@@ -227,6 +256,8 @@ def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> R
     source = fetch.Source(cfg.cache)
     runs, complexity, breakdowns, fetch_notes = _fetch(query, source)
     timings["fetch_s"] = time.perf_counter() - t0
+    if pool is not None and source.stats.fetched:
+        pool.warm()
 
     t = time.perf_counter()
     analysis = core.build(runs, vendor_lookup, complexity, cfg.use_incomplete_profiles)
@@ -242,14 +273,19 @@ def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> R
     variability, var_title = _variability(analysis, cfg, source, timings)
     cache = figure_cache.FigureCache.for_mode(cfg.cache)
     with writing(out_dir):
-        drawn, files = _draw(
-            analysis, out_dir, variability, cfg.jobs or figures.default_jobs(), cache
-        )
-        drawn_names = [p.name for p in (cache.drawn if cache is not None else files)]
+        jobs = figures.plan(analysis, out_dir / "figures", variability)
+        pending = figures.Pending(jobs, n_jobs, cache, pool)
         timings["figures_s"] = time.perf_counter() - t
 
+        # the findings are built while the pool draws
         screened = analysis.runs if analysis.runs is not None else runs  # the screen's leavings
-        found = _findings(cfg, analysis, screened, breakdowns, source, out_dir, files, timings)
+        found = _findings(cfg, analysis, screened, breakdowns, source, out_dir, timings)
+
+        t = time.perf_counter()
+        drawn, files = _drawn(analysis, out_dir, pending, n_jobs)
+        drawn_names = [p.name for p in (cache.drawn if cache is not None else files)]
+        files.append(out_dir / "findings.json")
+        timings["figures_s"] += time.perf_counter() - t
 
         t = time.perf_counter()
         # the cache's housekeeping note goes after what the runs lack, never first
@@ -277,22 +313,22 @@ def _fetch(query: fetch.Query, source: fetch.Source) -> tuple:
     return runs, complexity, breakdowns, notes
 
 
-def _draw(
-    analysis: core.Analysis, out_dir: Path, variability, n_jobs: int, cache=None
+def _drawn(
+    analysis: core.Analysis, out_dir: Path, pending: figures.Pending, n_jobs: int
 ) -> tuple[dict[str, list[tuple[str, str]]], list[Path]]:
-    """Draw every figure under out_dir/figures, copying from `cache` (figure_cache.FigureCache)
-    those whose inputs are unchanged: ({section: [(title, relative path)]}, files)."""
-    jobs = figures.plan(analysis, out_dir / "figures", variability)
+    """Wait for every figure under out_dir/figures (figures.Pending: those whose inputs are
+    unchanged were copied from the figure cache): ({section: [(title, relative path)]}, files)."""
     drawn: dict[str, list[tuple[str, str]]] = {}
     files: list[Path] = []
-    for section, title, path in figures.render(jobs, n_jobs, cache):
+    for section, title, path in pending.finish():
         drawn.setdefault(section, []).append((title, str(path.relative_to(out_dir))))
         files.append(path)
-    n = len(cache.drawn) if cache is not None else len(jobs)
+    cache, n_all = pending.cache, len(pending.jobs)
+    n = len(pending.todo)
     console.info(
-        f"drew {n} of {len(jobs)} figures for {len(analysis.roofs)} environment(s)"
+        f"drew {n} of {n_all} figures for {len(analysis.roofs)} environment(s)"
         + (f" in {min(n_jobs, n)} processes" if min(n_jobs, n) > 1 else "")
-        + (f"; {len(jobs) - n} unchanged, copied from {cache.folder}" if n < len(jobs) else "")
+        + (f"; {n_all - n} unchanged, copied from {cache.folder}" if n < n_all else "")
     )
     return drawn, files
 
@@ -333,7 +369,7 @@ def _write_report(
 
 
 def _findings(
-    cfg, analysis, runs, breakdowns: list[dict], source, out_dir: Path, files: list, timings: dict
+    cfg, analysis, runs, breakdowns: list[dict], source, out_dir: Path, timings: dict
 ) -> findings.Findings:
     """The findings engine over the joined analysis, with the step-time series of variable runs and
     the fetched breakdown runs; writes findings.json."""
@@ -344,7 +380,6 @@ def _findings(
     path = out_dir / "findings.json"
     out_dir.mkdir(parents=True, exist_ok=True)
     path.write_text(json_text(found.to_json()))
-    files.append(path)
     return found
 
 

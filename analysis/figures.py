@@ -182,31 +182,52 @@ def function(name: str):
     return getattr(importlib.import_module(f"analysis.{module}"), attr)
 
 
-def _draw(job: Job) -> Path:
+def draw(job: Job) -> Path:
+    """Draw one figure job; the path written."""
     out = function(job[2])(*job[3])
     return out[0] if isinstance(out, tuple) else out
 
 
+class Pending:
+    """Figures being drawn: those restored from the cache, and what waits for those sent to a
+    figure_pool.FigurePool (or the jobs left to draw here). `finish()` waits for them."""
+
+    def __init__(self, jobs: list[Job], n_jobs: int, cache: FigureCache | None, pool) -> None:
+        self.jobs, self.n_jobs, self.cache = jobs, n_jobs, cache
+        self.keys = [cache.key(j[2], j[3][:-1]) if cache else None for j in jobs]
+        self.paths: dict[int, Path] = {}
+        for i, (job, key) in enumerate(zip(jobs, self.keys)):
+            if cache is not None and cache.restore(key, Path(job[3][-1])):
+                self.paths[i] = Path(job[3][-1])
+        self.todo = [i for i in range(len(jobs)) if i not in self.paths]
+        self.wait = pool.submit_all([jobs[i] for i in self.todo]) if pool and self.todo else None
+
+    def finish(self) -> list[tuple[str, str, Path]]:
+        """(section, title, path) of every job in the report's order (rooflines first), once
+        drawn; the cache keeps those drawn and is pruned."""
+        if self.wait is not None:
+            drawn = [Path(p) for p in self.wait()]
+        else:
+            drawn = _draw_all([self.jobs[i] for i in self.todo], self.n_jobs)
+        for i, path in zip(self.todo, drawn):
+            self.paths[i] = path
+            if self.cache is not None:
+                self.cache.keep(self.keys[i], path)
+        if self.cache is not None:
+            self.cache.prune()
+        out = [
+            (section, title, self.paths[i]) for i, (section, title, _, _) in enumerate(self.jobs)
+        ]
+        return sorted(out, key=lambda d: SECTION_ORDER[d[0]])
+
+
 def render(
-    jobs: list[Job], n_jobs: int, cache: FigureCache | None = None
+    jobs: list[Job], n_jobs: int, cache: FigureCache | None = None, pool=None
 ) -> list[tuple[str, str, Path]]:
-    """Draw the jobs, in `n_jobs` forked processes when > 1, copying from `cache` those drawn
-    before from the same arguments; returns (section, title, path) in the report's order
-    (rooflines first)."""
-    keys = [cache.key(j[2], j[3][:-1]) if cache else None for j in jobs]
-    paths: dict[int, Path] = {}
-    for i, (job, key) in enumerate(zip(jobs, keys)):
-        if cache is not None and cache.restore(key, Path(job[3][-1])):
-            paths[i] = Path(job[3][-1])
-    todo = [i for i in range(len(jobs)) if i not in paths]
-    for i, path in zip(todo, _draw_all([jobs[i] for i in todo], n_jobs)):
-        paths[i] = path
-        if cache is not None:
-            cache.keep(keys[i], path)
-    if cache is not None:
-        cache.prune()
-    drawn = [(section, title, paths[i]) for i, (section, title, _, _) in enumerate(jobs)]
-    return sorted(drawn, key=lambda d: SECTION_ORDER[d[0]])
+    """Draw the jobs, copying from `cache` those drawn before from the same arguments: in the
+    processes of `pool` (figure_pool.FigurePool) when given, else in `n_jobs` processes forked
+    now when > 1; returns (section, title, path) in the report's order (rooflines first)."""
+    return Pending(jobs, n_jobs, cache, pool).finish()
 
 
 def _draw_all(jobs: list[Job], n_jobs: int) -> list[Path]:
@@ -215,10 +236,10 @@ def _draw_all(jobs: list[Job], n_jobs: int) -> list[Path]:
     for name in {j[2] for j in jobs}:
         function(name)  # imported once here, before the processes fork
     if n_jobs <= 1 or len(jobs) <= 1:
-        return [_draw(j) for j in jobs]
+        return [draw(j) for j in jobs]
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     ctx = multiprocessing.get_context("fork")
     with ProcessPoolExecutor(max_workers=min(n_jobs, len(jobs)), mp_context=ctx) as pool:
-        return list(pool.map(_draw, jobs))
+        return list(pool.map(draw, jobs))

@@ -106,15 +106,15 @@ def peak_rss(pid: int | str = "self") -> int:
     return 0
 
 
-def measure(args: list[str], env: dict) -> dict:
-    """Run `python -m bench.analysis_scale child <args>`: its JSON result (with its own peak RSS)
-    plus wall and CPU seconds of that process (os.wait4 reaps it with its own usage, figure
-    processes included)."""
+def measure(args: list[str], env: dict, cwd: Path = ROOT) -> dict:
+    """Run `python -m bench.analysis_scale child <args>` in checkout `cwd`: its JSON result (with
+    its own peak RSS) plus wall and CPU seconds of that process (os.wait4 reaps it with its own
+    usage, figure processes included)."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         t = time.perf_counter()
         proc = subprocess.Popen(
             [sys.executable, "-m", "bench.analysis_scale", "child", *args],
-            cwd=ROOT,
+            cwd=cwd,
             env=env,
             stdout=out,
             stderr=err,

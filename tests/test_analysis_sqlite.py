@@ -146,9 +146,8 @@ def test_no_reader_for_a_file_that_is_not_an_mlflow_store(tmp_path):
     assert SqliteReader.for_uri(f"sqlite:///{other}") is None
 
 
-def test_an_analysis_from_the_cache_imports_neither_mlflow_nor_matplotlib(tracking, tmp_path):
-    """The first analysis fills the run and figure caches; the second, in a fresh process, reads
-    the store with sqlite3 and copies every figure: neither MLflow nor matplotlib is imported."""
+def two_batch_sizes() -> str:
+    """A new experiment with two train runs of one config at batch 8 and 16; its name."""
     client = MlflowClient()
     exp = fresh_experiment(client)
     for b, thr in ((8, 10.0), (16, 18.0)):
@@ -162,7 +161,13 @@ def test_an_analysis_from_the_cache_imports_neither_mlflow_nor_matplotlib(tracki
             metrics={"throughput_samples_per_s": thr, "achieved_flops_per_s": 1e12 * b,
                      "modeled_intensity_flops_per_byte": 20.0 * b},
         )  # fmt: skip
-    name = client.get_experiment(exp).name
+    return client.get_experiment(exp).name
+
+
+def test_an_analysis_from_the_cache_imports_neither_mlflow_nor_matplotlib(tracking, tmp_path):
+    """The first analysis fills the run and figure caches; the second, in a fresh process, reads
+    the store with sqlite3 and copies every figure: neither MLflow nor matplotlib is imported."""
+    name = two_batch_sizes()
     script = (
         "import sys\n"
         "from analysis import app\n"

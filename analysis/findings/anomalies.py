@@ -167,6 +167,41 @@ def run_anomalies(run: dict, series: list[float] | None, clean: Clean) -> list[F
     return out
 
 
+def quiet_runs(train: pd.DataFrame, series: dict | None = None) -> set:
+    """Run ids of `train` for which run_anomalies finds nothing and notes nothing, by whole
+    columns (calling it on each of 10,000 runs took 0.1 s here): every value it reads missing or
+    clean, a step-time CV within rules.STEP_CV, memory below rules.MEMORY_NEAR_CAPACITY, no NVML
+    sample, no step-time series. Conservative: a run it leaves out is judged one by one."""
+    if train.empty or "run_id" not in train:
+        return set()
+
+    def col(name: str) -> pd.Series:
+        return train[name] if name in train else pd.Series(np.nan, index=train.index)
+
+    def num(name: str) -> pd.Series:
+        return pd.to_numeric(col(name), errors="coerce").astype(float)
+
+    ok = pd.Series(True, index=train.index)
+    for name, positive in (
+        ("step_time_mean_s", True),
+        ("step_time_std_s", False),
+        ("measured_iters", False),
+        ("device_peak_mem_bytes", False),
+        ("device_mem_total_bytes", True),
+    ):
+        x = num(name)
+        good = np.isfinite(x) & (x.gt(0) if positive else x.ge(0))
+        ok &= col(name).isna() | good
+    for k in THROTTLE_KEYS:
+        ok &= col(f"gpu_{k}").isna()
+    mean, std = num("step_time_mean_s"), num("step_time_std_s")
+    ok &= ~(std / mean).gt(rules.STEP_CV)
+    peak, total = num("device_peak_mem_bytes"), num("device_mem_total_bytes")
+    ok &= ~(peak / total).ge(rules.MEMORY_NEAR_CAPACITY)
+    ids = set(train.loc[ok, "run_id"].tolist())
+    return ids - set(series or {})
+
+
 THROTTLE_KEYS = (
     "sm_clock_median_hz",
     "sm_clock_base_hz",

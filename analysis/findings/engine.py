@@ -144,6 +144,7 @@ def build(
     drops = anomalies.batch_drops(points, thr)
     gaps = anomalies.peer_gaps(points, frac)
 
+    quiet = anomalies.quiet_runs(train, series)
     configs = []
     for idx, (p, prs) in enumerate(zip(points, point_runs)):
         key = (p["env_label"], p["device_name"], p["config_key"])
@@ -160,7 +161,8 @@ def build(
             workers = ",".join(sorted({str(r.get("workers")) for r in prs if r.get("workers")}))
             fs += moves.breakdown_moves(b, workers) + moves.breakdown_facts(b)
         for r in prs:
-            fs += anomalies.run_anomalies(r, (series or {}).get(r["run_id"]), clean)
+            if r["run_id"] not in quiet:
+                fs += anomalies.run_anomalies(r, (series or {}).get(r["run_id"]), clean)
         prof = anomalies.profile_disagreement(p, profiles.get(p.get("profile_run_id") or ""), clean)
         fs += [prof] if prof else []
         fs.sort(key=lambda f: (TOPIC_ORDER[f.topic], -f.weight))
