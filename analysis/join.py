@@ -517,7 +517,7 @@ def choose_roofs(
         roof = ceilings.measured_over_vendor(measured, vendor)
         if roof is None:
             notes.append(
-                f"no peaks for {dev} (env {env}): no peaks run and no vendor entry; efficiency and bound "
+                f"no peaks for {dev} (env {env}): no peaks run and no vendor entry; fraction of roof and bound "
                 "left empty (run `python -m profiling.peaks` there, or add the device with --peaks-file)"
             )
         out[(env, dev)] = {"measured": measured, "vendor": vendor, "roof": roof}
