@@ -32,42 +32,58 @@ from analysis import (
 )
 from analysis.fetch.breakdowns import fetch_breakdowns
 from analysis.findings.records import json_text
-from common import console, schema
-from common.cli import ArgumentParser, add_track_flags, cli_entry, str_bool
+from common import console, flags, schema
+from common.cli import ArgumentParser, cli_entry
 from common.errors import BenchError, UsageError
 from common.server import display_uri
 from roofline import vendor
 
 
+def whole(text: str) -> int:
+    """An integer flag that also takes MLproject's float form ("500.0")."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not value.is_integer():
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
+    return int(value)
+
+
 @dataclass
 class AnalysisConfig:
-    """What to analyse and where to put the results."""
+    """What to analyse and where to put the results; each field is a flag (common.flags)."""
 
-    experiments: list[str] = field(default_factory=list)
-    """experiment names to read (empty: every experiment on the tracking server)."""
+    experiments: list[str] = field(
+        default_factory=list, metadata={"flags": ("--experiment",), "sep": ",", "metavar": "NAME"}
+    )
+    """experiment names to read, repeated or comma-separated (default: every experiment on the
+    tracking server)."""
     filter: str = ""
     """MLflow search filter for the train runs, e.g. "params.model = 'resnet18'"."""
-    env_labels: list[str] = field(default_factory=list)
-    """only these environments (env_label tags); empty: all."""
+    env_labels: list[str] = field(
+        default_factory=list, metadata={"flags": ("--env-label",), "sep": ",", "metavar": "LABEL"}
+    )
+    """only these environments (env_label tags), repeated or comma-separated (default: all)."""
     out: str = "analysis_report"
     """output folder for figures, tables, report.md and report.html."""
-    max_runs: int = 10000
+    max_runs: int = field(default=10000, metadata={"parse": whole})
     """at most this many train runs, latest first."""
-    peaks_file: str = ""
-    """JSON/YAML file of vendor entries that adds to / overrides the vendor table, passed through to
-    roofline/vendor.py (format: docs/peaks.md; default $ROOFLINE_PEAKS_FILE)."""
-    track: bool = True
-    """log the outputs as artifacts of an `analysis` run."""
-    variability_config: str = ""
-    """config_key for the step-time variability figure (empty: the config in the most environments)."""
-    jobs: int = 0
+    peaks_file: str = flags.peaks_file()
+    track: bool = flags.track()
+    variability_config: str = field(default="", metadata={"metavar": "CONFIG_KEY"})
+    """config_key for the step-time variability figure (default: the config run in the most
+    environments)."""
+    jobs: int = field(default=0, metadata={"parse": whole})
     """processes drawing figures (0: up to 4 on Linux, 1 elsewhere)."""
-    cache: str = "auto"
-    """the local cache of fetched runs: auto (use and update it), refresh (forget this tracking
-    server's cache and fetch everything), off (fetch everything, keep nothing); docs/analysis.md."""
-    prices: str = ""
+    cache: str = field(default="auto", metadata={"choices": fetch.cached_search.MODES})
+    """the local cache of fetched runs ($ROOFLINE_CACHE_DIR, default ~/.cache/roofline-bench):
+    auto = use it and fetch only what changed, refresh = forget this tracking server's cache and
+    fetch everything, off = fetch everything, keep nothing (docs/analysis.md)."""
+    prices: str = field(default="", metadata={"metavar": "FILE"})
     """CSV of USD per hour (columns match = env label or device name, usd_per_hour) over the
-    default price table (analysis/findings/prices.py; docs/analysis.md, "Cost and energy")."""
+    default on-demand GPU prices (analysis/findings/prices.py; docs/analysis.md, "Cost and
+    energy")."""
     use_incomplete_profiles: bool = False
     """let a profile that missed a training phase (tag ncu_missing_phase: a forward-only capture)
     give the measured intensity of its config's points; by default they keep the modeled one."""
@@ -81,10 +97,9 @@ class AnalysisConfig:
         if int(self.jobs) < 0:
             raise ValueError(f"jobs must be >= 0 (0 = automatic), got {self.jobs}")
         self.jobs = int(self.jobs)
-        if self.cache not in fetch.cached_search.MODES:
-            raise ValueError(
-                f"cache must be one of {', '.join(fetch.cached_search.MODES)}, got {self.cache!r}"
-            )
+        flags.check_choices(self)
+        for label in self.env_labels:  # the one rule train, sweep and peaks apply
+            schema.check_label(label, "--env-label")
 
     def query(self) -> fetch.Query:
         return fetch.Query(self.experiments, self.filter, self.env_labels, self.max_runs)
@@ -103,128 +118,18 @@ class Result:
     """file names of the figures drawn (the others were copied from the figure cache)."""
 
 
-def _split(values: list[str] | None) -> list[str]:
-    """Repeatable flags that also accept comma-separated lists (MLproject passes one string)."""
-    out: list[str] = []
-    for v in values or []:
-        out += [p.strip() for p in str(v).split(",") if p.strip()]
-    return out
-
-
-def whole(text: str) -> int:
-    """An integer flag that also takes MLproject's float form ("500.0")."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if not value.is_integer():
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
-    return int(value)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    """The flags, one per AnalysisConfig field (long as that list)."""
     p = ArgumentParser(
         prog="python -m analysis",
         description="Rooflines, tables and a report from train/profile/peaks runs on the MLflow tracking "
         "server (MLFLOW_TRACKING_URI, default sqlite:///mlflow.db).",
     )
-    p.add_argument(
-        "--experiment",
-        action="append",
-        metavar="NAME",
-        help="experiment name; repeat or comma-separate for several (default: all experiments)",
-    )
-    p.add_argument(
-        "--filter",
-        default="",
-        help="MLflow filter for train runs, e.g. \"params.model = 'resnet18'\"",
-    )
-    p.add_argument(
-        "--env-label",
-        action="append",
-        metavar="LABEL",
-        help="only this environment; repeat or comma-separate (default: all)",
-    )
-    p.add_argument("--out", default=AnalysisConfig.out, help="output folder (default: %(default)s)")
-    p.add_argument(
-        "--max-runs",
-        type=whole,
-        default=AnalysisConfig.max_runs,
-        help="at most this many train runs",
-    )
-    p.add_argument(
-        "--peaks-file",
-        default="",
-        help="JSON/YAML vendor entries adding to / overriding the vendor table (format: docs/peaks.md; "
-        "default $ROOFLINE_PEAKS_FILE)",
-    )
-    p.add_argument(
-        "--prices",
-        default="",
-        metavar="FILE",
-        help="CSV of USD per hour, columns match (env label or device name) and usd_per_hour, "
-        "over the default on-demand GPU prices (docs/analysis.md)",
-    )
-    add_track_flags(p, "log outputs as artifacts of an `analysis` run (true/false; default true)")
-    _add_analysis_flags(p)
+    flags.add_flags(p, AnalysisConfig)
     return p
 
 
-def _add_analysis_flags(p: argparse.ArgumentParser) -> None:
-    """How the analysis is drawn and fetched, and which profiles give an intensity."""
-    p.add_argument(
-        "--variability-config",
-        default="",
-        metavar="CONFIG_KEY",
-        help="config_key for the step-time variability figure (default: the most widely run config)",
-    )
-    p.add_argument(
-        "--jobs",
-        type=whole,
-        default=0,
-        help="processes drawing figures (default 0: up to 4 on Linux, 1 elsewhere)",
-    )
-    p.add_argument(
-        "--cache",
-        choices=fetch.cached_search.MODES,
-        default="auto",
-        help="local cache of fetched runs ($ROOFLINE_CACHE_DIR, default ~/.cache/roofline-bench): "
-        "auto = use it and fetch only what changed, refresh = forget this server's cache and fetch "
-        "everything, off = fetch everything, keep nothing (default: auto)",
-    )
-    p.add_argument(
-        "--use-incomplete-profiles",
-        type=str_bool,
-        nargs="?",
-        const=True,
-        default=False,
-        help="use the intensity of profiles that missed a training phase (tag ncu_missing_phase, "
-        "e.g. a forward-only capture) for their configs' points (true/false; default false: "
-        "those points keep the modeled intensity)",
-    )
-
-
 def config_from_args(args: argparse.Namespace) -> AnalysisConfig:
-    try:
-        for label in _split(args.env_label):  # the one rule train, sweep and peaks apply
-            schema.check_label(label, "--env-label")
-        return AnalysisConfig(
-            experiments=_split(args.experiment),
-            filter=args.filter or "",
-            env_labels=_split(args.env_label),
-            out=args.out,
-            max_runs=args.max_runs,
-            peaks_file=args.peaks_file or "",
-            track=args.track,
-            variability_config=args.variability_config or "",
-            jobs=args.jobs,
-            cache=args.cache,
-            prices=args.prices or "",
-            use_incomplete_profiles=args.use_incomplete_profiles,
-        )
-    except ValueError as exc:
-        raise UsageError(str(exc)) from exc
+    return flags.build(AnalysisConfig, args)
 
 
 def run(cfg: AnalysisConfig, vendor_lookup: Callable | None | str = "auto") -> Result:

@@ -27,7 +27,7 @@ from profiling.breakdown.names import PARTS
 
 # fields a comparison pairs runs on (two runs that differ in exactly one of them, and agree on the
 # rest): the fields config_key hashes, the data-parallel ones included (absent: one process)
-CONFIG_FIELDS = schema.CONFIG_KEY_FIELDS + schema.DISTRIBUTED_KEY_FIELDS
+CONFIG_FIELDS = schema.CONFIG_FIELDS
 PART_SHORT = {
     "data_wait": "data",
     "h2d_copy": "H2D",

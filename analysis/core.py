@@ -20,11 +20,11 @@ class Analysis:
 
     points: pd.DataFrame
     """one row per (env_label, device_name, config_key): samples/s mean ± SD, achieved FLOP/s,
-    intensity and its source, ceiling, bound, efficiency (raw SI values)."""
+    intensity and its source, ceiling, bound, fraction of roof (raw SI values)."""
     train: pd.DataFrame
     """one row per FINISHED train run."""
     roofs: dict[tuple[str, str], dict[str, Roof | None]]
-    """(env_label, device_name) -> {'measured', 'vendor', 'roof'} (roof = used for efficiency)."""
+    """(env_label, device_name) -> {'measured', 'vendor', 'roof'} (roof = used for the fraction of roof)."""
     environments: pd.DataFrame
     failed: pd.DataFrame
     speedups: pd.DataFrame
@@ -170,7 +170,12 @@ def implausible(points: pd.DataFrame, scaling_rows: pd.DataFrame, train: pd.Data
     step time has a 95 % confidence interval wider than ±50 %."""
     out: list[str] = []
     kinds = [
-        (points, "efficiency", plausible.roof_flag, lambda r: f"{r['env_label']}: {r['label']}"),
+        (
+            points,
+            "fraction_of_roof",
+            plausible.roof_flag,
+            lambda r: f"{r['env_label']}: {r['label']}",
+        ),
         (
             scaling_rows,
             "scaling_efficiency",

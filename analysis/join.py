@@ -22,7 +22,7 @@ from train.config import data_kind
 from roofline.model import PointEval, Roof, evaluate_point
 from common import schema
 
-GROUP_KEYS = ["env_label", "device_name", "config_key"]
+GROUP_KEYS = list(schema.POINT_KEYS)
 # the config params kept on a point: the fields config_key hashes (one list, so a new key field reaches the join)
 CONFIG_PARAMS = list(schema.CONFIG_KEY_FIELDS)
 TRAIN_METRICS = [
@@ -158,10 +158,9 @@ def _config_keys(runs: pd.DataFrame) -> pd.Series:
     keys = text(runs, f"tags.{schema.TAG_CONFIG_KEY}")
     missing = keys == ""
     if missing.any():
-        names = [*schema.CONFIG_KEY_FIELDS, *schema.DISTRIBUTED_KEY_FIELDS]
-        params = {f: col(runs, f"params.{f}") for f in names}
+        params = {f: col(runs, f"params.{f}") for f in schema.CONFIG_FIELDS}
         for idx in keys.index[missing]:
-            values = {f: params[f].loc[idx] for f in names}
+            values = {f: params[f].loc[idx] for f in schema.CONFIG_FIELDS}
             if not (isinstance(values["distributed"], str) and schema.is_distributed(values)):
                 values = {f: values[f] for f in schema.CONFIG_KEY_FIELDS}
             if all(isinstance(v, str) and v != "" for v in values.values()):
@@ -204,7 +203,7 @@ def train_runs(runs: pd.DataFrame) -> pd.DataFrame:
     out["distributed"] = text(tr, "params.distributed").str.lower().replace("", "none")
     for p, one in (("world_size", 1), ("zero_stage", 0), ("nodes", 1)):
         out[p] = pd.to_numeric(col(tr, f"params.{p}"), errors="coerce").fillna(one)
-    out["backend"] = text(tr, "params.backend")
+    out["backend"] = text(tr, "params.backend").mask(out["distributed"] == "none", "none")
     base = text(tr, f"tags.{schema.TAG_BASE_CONFIG_KEY}")
     out["base_config_key"] = base.where(base != "", out["config_key"])
     for m in [*TRAIN_METRICS, *DIST_METRICS, *FINDINGS_METRICS]:
@@ -497,7 +496,7 @@ def choose_roofs(
     vendor_lookup: VendorLookup | None,
 ) -> tuple[dict[tuple[str, str], dict[str, Roof | None]], list[str]]:
     """Per (env_label, device_name): {'measured', 'vendor', 'roof'} where 'roof' (used for
-    efficiency) takes each ceiling from the measured peaks run when it has it, else from the vendor
+    the fraction of roof) takes each ceiling from the measured peaks run when it has it, else from the vendor
     lookup (the peak table with the user's --peaks-file). Returns (roofs, notes)."""
     by_env, by_dev = measured_roofs(runs)
     out: dict[tuple[str, str], dict[str, Roof | None]] = {}
@@ -527,7 +526,7 @@ def choose_roofs(
 def evaluate(
     points: pd.DataFrame, roofs: dict[tuple[str, str], dict[str, Roof | None]]
 ) -> pd.DataFrame:
-    """Add ceiling_dtype, peak, bandwidth, ridge, attainable, bound, efficiency, roof_source."""
+    """Add ceiling_dtype, peak, bandwidth, ridge, attainable, bound, fraction_of_roof, roof_source."""
     evals = []
     for p in points.to_dict("records"):
         roof = roofs.get((p["env_label"], p["device_name"]), {}).get("roof")

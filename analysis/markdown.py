@@ -14,24 +14,13 @@ import pandas as pd
 
 from roofline.model import Roof
 from analysis.tables import engine_label
+from common import schema
 from common.fmt import num, pct, si
 
 SUMMARY_COLUMNS = [
-    "env_label",
-    "device_name",
-    "model",
-    "precision",
-    "batch_size",
-    "image_size",
-    "num_classes",
-    "channels_last",
-    "compile",
-    "optimizer",
-    "distributed",
-    "zero_stage",
-    "world_size",
-    "backend",
-    "config_key",
+    *schema.WHERE_KEYS,
+    *schema.CONFIG_FIELDS,
+    schema.TAG_CONFIG_KEY,
     "n_runs",
     "throughput_mean_samples_per_s",
     "throughput_sd_samples_per_s",
@@ -51,7 +40,7 @@ SUMMARY_COLUMNS = [
     "ridge_flops_per_byte",
     "attainable_flops_per_s",
     "bound",
-    "efficiency",
+    "fraction_of_roof",
     "roof_source",
     "hier_limiter",
     "run_ids",
@@ -162,7 +151,7 @@ def summary_table(points: pd.DataFrame) -> Table:
                 p["intensity_source"],
                 ceiling,
                 bound,
-                pct(_f(p.get("efficiency"))),
+                pct(_f(p.get("fraction_of_roof"))),
             ]
         )
     return Table(headers, rows)

@@ -14,10 +14,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.tables import SPEEDUP_KEYS, engine_label, point_label
+from analysis.tables import engine_label, point_label
+from common import schema
 
-# a series: every config field but the world size (the speed-ups' keys), with precision and backend
-SCALING_KEYS = [k for k in SPEEDUP_KEYS if k != "world_size"] + ["precision", "backend"]
+# a series: where it ran and every config field but the world size
+SCALING_KEYS = schema.comparison_keys("world_size")
 BASE_SAME_ENGINE = "same engine at world size 1"
 BASE_SINGLE = "single-process run"
 COLUMNS = [

@@ -16,20 +16,7 @@ from common import schema
 DEFAULT_NUM_CLASSES = 1000  # torchvision's ImageNet head; other values are named in labels
 
 # ------------------------------------------------------------------------------- speed-ups
-SPEEDUP_KEYS = [
-    "env_label",
-    "device_name",
-    "model",
-    "batch_size",
-    "image_size",
-    "num_classes",
-    "channels_last",
-    "compile",
-    "optimizer",
-    "distributed",  # a data-parallel point pairs only with the same engine, stage and world size
-    "zero_stage",
-    "world_size",
-]
+SPEEDUP_KEYS = schema.comparison_keys("precision")
 
 
 def speedups(points: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:

@@ -44,14 +44,6 @@ def str_bool(text: str | bool) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
-def add_track_flags(parser: argparse.ArgumentParser, help: str) -> None:
-    """`--track [true|false]` (default true; `help` says what it logs) and `--no-track`."""
-    parser.add_argument("--track", type=str_bool, nargs="?", const=True, default=True, help=help)
-    parser.add_argument(
-        "--no-track", dest="track", action="store_false", help="same as --track false"
-    )
-
-
 def optional(convert: Callable | None = None) -> Callable:
     """An argparse `type` that maps "" (and "none") to None, else `convert(text)`: MLproject
     passes an empty string for a parameter the user left unset."""

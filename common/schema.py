@@ -59,16 +59,17 @@ RUN_KINDS = ("train", "profile", "peaks", "analysis", "sweep", "complexity", "br
 # ncu) and the `train` runs of the same config (unperturbed timing) share `config_key`.
 # num_classes is in the key because the classifier head is part of the work (CIFAR-10 has 10).
 # Not in the key: device (joined separately via device_name/env_label), iteration counts, seed,
-# data source, loader workers, learning rate, env label.
+# data source, loader workers, learning rate, env label. The order is the report's column order
+# (the hash sorts the names: reordering them changes no key).
 CONFIG_KEY_FIELDS = (
     "model",
-    "batch_size",
     "precision",
+    "batch_size",
     "image_size",
+    "num_classes",
     "channels_last",
     "compile",
     "optimizer",
-    "num_classes",
 )
 
 # Fields that a data-parallel run (`python -m train --distributed ...` under torchrun) adds to the
@@ -76,8 +77,25 @@ CONFIG_KEY_FIELDS = (
 # (gradient synchronisation, partitioned optimizer state). They enter the key only when an engine
 # is given (`distributed` is not "none"), so a single-process run keeps the key it always had and
 # runs logged before distributed runs existed still join. docs/schema.md states the rule.
-DISTRIBUTED_KEY_FIELDS = ("world_size", "distributed", "zero_stage", "backend")
+DISTRIBUTED_KEY_FIELDS = ("distributed", "zero_stage", "world_size", "backend")
 NOT_DISTRIBUTED = "none"
+CONFIG_FIELDS = CONFIG_KEY_FIELDS + DISTRIBUTED_KEY_FIELDS
+"""Every field of a configuration's identity (a single-process run's distributed fields are
+"none", 0, 1 and "none": analysis/join.py fills them)."""
+
+# A roofline point: the runs of one configuration (config_key) in one environment on one device.
+WHERE_KEYS = (TAG_ENV_LABEL, TAG_DEVICE_NAME)
+POINT_KEYS = (*WHERE_KEYS, TAG_CONFIG_KEY)
+
+
+def comparison_keys(*but: str) -> list[str]:
+    """Where a point ran and every CONFIG_FIELDS field except `but`: two points equal in these
+    differ only in `but` (a speed-up compares precisions, a scaling series world sizes)."""
+    unknown = set(but) - set(CONFIG_FIELDS)
+    if unknown:
+        raise ValueError(f"not configuration fields: {', '.join(sorted(unknown))}")
+    return [*WHERE_KEYS, *(f for f in CONFIG_FIELDS if f not in but)]
+
 
 PRECISIONS = ("fp32", "fp16", "bf16", "tf32")
 """fp32 = IEEE FP32 (TF32 off on CUDA), fp16/bf16 = autocast, tf32 = fp32 tensors with TF32

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import argparse
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from common import console, schema
-from common.cli import ArgumentParser, cli_entry, optional
+from common import console, flags, schema
+from common.cli import ArgumentParser, cli_entry
 from common.errors import UsageError, one_line
 from common.record import dataset_input
 from common.tracking import RunSession
@@ -33,17 +34,11 @@ from profiling.breakdown.ncu import has_module_ranges
 from profiling.breakdown.ncu_log import log_ncu_layers
 from profiling.ncu.capture import DEFAULT_OUT, capture, dry_run
 from profiling.ncu.chips.devices import parse_capability
-from profiling.ncu.command import (
-    CACHE_CONTROLS,
-    CLOCK_CONTROLS,
-    REPLAY_MODES,
-    CaptureOptions,
-)
+from profiling.ncu.command import CaptureOptions
 from profiling.ncu.checks import check_rates, check_values
 from profiling.ncu.completeness import CountCheck, check_against_count
 from profiling.ncu.gpu import GpuInfo, cuda_probe
 from profiling.ncu.import_path import check_import_file, import_report
-from profiling.ncu.plan import METRIC_SETS, TENSOR_MODES
 from profiling.ncu.summary import (
     NcuSummary,
     require_counters,
@@ -69,6 +64,39 @@ def _capability(text: str) -> tuple[int, int]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+@dataclass
+class ProfileCommand:
+    """Where the counters come from (a capture, --import, --dry-run) and where they go; how ncu
+    captures is CaptureOptions, what it profiles TrainConfig."""
+
+    ncu: str = "ncu"
+    """the ncu executable: a name looked up on PATH, or a path."""
+    nvtx_modules: bool = field(default=False, metadata=flags.SWITCH)
+    """capture: one NVTX range per module call, and emit_nvtx's sequence numbers, so the run also
+    logs layers.csv with measured FLOPs and DRAM bytes per module (docs/breakdown.md)."""
+    out: str = str(DEFAULT_OUT)
+    """folder for the ncu CSV log."""
+    import_file: str | None = field(
+        default=None, metadata={"flags": ("--import",), "metavar": "FILE"}
+    )
+    """log an existing ncu CSV or .ncu-rep instead of capturing (works without a GPU)."""
+    allow_truncated: bool = field(default=False, metadata=flags.SWITCH)
+    """log an ncu CSV that looks cut short (a short or unfinished last row, a last result missing
+    metrics) as an incomplete profile without a roofline point, instead of failing."""
+    device_name: str | None = None
+    """GPU name as torch.cuda.get_device_name() reports it, e.g. "NVIDIA L4", or a chip name such
+    as GH100 (imports: read from the file when it carries it; --dry-run: the GPU to plan for)."""
+    compute_capability: tuple[int, int] | None = field(
+        default=None, metadata={"parse": _capability, "metavar": "X.Y"}
+    )
+    """compute capability of the GPU (--dry-run: the GPU to plan for; imports: when the file does
+    not carry it)."""
+    dry_run: bool = field(default=False, metadata=flags.SWITCH)
+    """print the exact ncu command (one shell-quoted line) and its metric list for --device-name or
+    --compute-capability, then exit: no GPU, no ncu, no MLflow run."""
+    experiment: str | None = flags.experiment()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The training config's flags (train.config), then the `profiling` group: how ncu runs, then
     where the counters come from."""
@@ -79,105 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_config_args(p, distributed=False)
     g = p.add_argument_group("profiling")
-    _add_ncu_flags(g)
-    _add_source_flags(g)
+    flags.add_flags(g, CaptureOptions)
+    flags.add_flags(g, ProfileCommand)
     return p
-
-
-def _add_ncu_flags(g) -> None:
-    """What ncu measures and how: steps, metrics, replay, clocks, caches, kernels, tensor counters."""
-    g.add_argument(
-        "--profile-steps",
-        type=int,
-        default=1,
-        help="training steps profiled after warmup (default 1)",
-    )
-    g.add_argument(
-        "--metric-set",
-        default="roofline",
-        choices=METRIC_SETS,
-        help="ncu metrics to collect",
-    )
-    g.add_argument("--metrics", default="", help="extra ncu metrics, comma separated")
-    g.add_argument(
-        "--replay-mode", default="kernel", choices=REPLAY_MODES, help="ncu --replay-mode"
-    )
-    g.add_argument(
-        "--clock-control", default="base", choices=CLOCK_CONTROLS, help="ncu --clock-control"
-    )
-    g.add_argument(
-        "--cache-control",
-        default="all",
-        choices=CACHE_CONTROLS,
-        help="ncu --cache-control: all (flush caches before every replay pass, ncu's default: cold-cache "
-        "DRAM bytes, intensity biased low) or none (keep what the previous pass left)",
-    )
-    g.add_argument(
-        "--launch-skip",
-        type=optional(int),
-        default=0,
-        help="ncu --launch-skip (kernels in the profiled region)",
-    )
-    g.add_argument(
-        "--launch-count", type=optional(int), default=None, help="ncu --launch-count (default: all)"
-    )
-    g.add_argument(
-        "--tensor-counters",
-        default="auto",
-        choices=TENSOR_MODES,
-        help="tensor-core counters: auto (the chip's sm__ops_path_tensor_* counters where it has them; "
-        "instructions on Volta), ops, inst (warns on sm_75-89, refused on sm_90+), none",
-    )
-    g.add_argument("--ncu", default="ncu", help="ncu executable (default: ncu on PATH)")
-    g.add_argument(
-        "--nvtx-modules",
-        action="store_true",
-        help="capture: one NVTX range per module call, and emit_nvtx's sequence numbers, so the "
-        "run also logs layers.csv with measured FLOPs and DRAM bytes per module (docs/breakdown.md)",
-    )
-    g.add_argument("--out", default=str(DEFAULT_OUT), help="folder for the ncu CSV log")
-
-
-def _add_source_flags(g) -> None:
-    """Where the counters come from (--import, --dry-run), which GPU, and the MLflow experiment."""
-    g.add_argument(
-        "--import",
-        dest="import_file",
-        type=optional(),
-        default=None,
-        metavar="FILE",
-        help="log an existing ncu CSV or .ncu-rep instead of capturing (works without a GPU)",
-    )
-    g.add_argument(
-        "--allow-truncated",
-        action="store_true",
-        help="log an ncu CSV that looks cut short (a short or unfinished last row, a last result "
-        "missing metrics) as an incomplete profile without a roofline point, instead of failing",
-    )
-    g.add_argument(
-        "--device-name",
-        type=optional(),
-        default=None,
-        help='GPU name as torch.cuda.get_device_name() reports it, e.g. "NVIDIA L4", or a chip name such '
-        "as GH100 (imports: read from the file when it carries it; --dry-run: the GPU to plan for)",
-    )
-    g.add_argument(
-        "--compute-capability",
-        type=optional(_capability),
-        default=None,
-        metavar="X.Y",
-        help="compute capability of the GPU (--dry-run: the GPU to plan for; imports: when the file "
-        "does not carry it)",
-    )
-    g.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="print the exact ncu command (one shell-quoted line) and its metric list for --device-name "
-        "or --compute-capability, then exit: no GPU, no ncu, no MLflow run",
-    )
-    g.add_argument(
-        "--experiment", type=optional(), default=None, help="MLflow experiment (default: MLflow's)"
-    )
 
 
 def _config(args: argparse.Namespace) -> TrainConfig:
@@ -190,32 +122,16 @@ def _config(args: argparse.Namespace) -> TrainConfig:
     # an unknown model is bad input (exit 2, no run), on the import path as on the capture path;
     # the canonical spelling keeps config_key equal to that of `python -m train` (its preflight does the same)
     args.model = check_model_name(args.model)
-    try:
-        config = config_from_args(args)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from exc
+    config = config_from_args(args)
     # the same num_classes as `python -m train` derives, so config_key joins with its timing runs
     config.num_classes = num_classes_for(config.data, config.num_classes)
     return config
 
 
 def _options(args: argparse.Namespace) -> CaptureOptions:
-    try:
-        return CaptureOptions(
-            profile_steps=args.profile_steps,
-            metric_set=args.metric_set,
-            extra_metrics=tuple(m for m in (args.metrics or "").split(",")),
-            replay_mode=args.replay_mode,
-            clock_control=args.clock_control,
-            cache_control=args.cache_control,
-            # Inductor's compile workers are child processes: ncu stays out of them
-            target_processes="application-only" if args.compile else "all",
-            launch_skip=args.launch_skip or 0,
-            launch_count=args.launch_count,
-            tensor_counters=args.tensor_counters,
-        )
-    except ValueError as exc:
-        raise UsageError(str(exc)) from exc
+    # Inductor's compile workers are child processes: ncu stays out of them
+    target = "application-only" if args.compile else "all"
+    return flags.build(CaptureOptions, args, target_processes=target)
 
 
 # ------------------------------------------------------------------------------------ main

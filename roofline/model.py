@@ -167,7 +167,7 @@ class Roof:
 
 @dataclass
 class PointEval:
-    """A roofline point evaluated against a roof: `efficiency` is `fraction_of_roof`, `roof_source`
+    """A roofline point evaluated against a roof: `fraction_of_roof` is the project's one efficiency, `roof_source`
     says which ceilings it used ('measured', 'vendor' or 'measured+vendor')."""
 
     ceiling_dtype: str
@@ -176,7 +176,7 @@ class PointEval:
     ridge_flops_per_byte: float
     attainable_flops_per_s: float
     bound: str
-    efficiency: float
+    fraction_of_roof: float
     roof_source: str
     hier_limiter: str = ""
 
@@ -210,7 +210,7 @@ def evaluate_point(
         ridge_flops_per_byte=ridge_intensity(peak, bw),
         attainable_flops_per_s=attainable_flops_per_s(ai, peak, bw),
         bound=classify_bound(ai, peak, bw),
-        efficiency=fraction_of_roof(achieved_flops_per_s, ai, peak, bw),
+        fraction_of_roof=fraction_of_roof(achieved_flops_per_s, ai, peak, bw),
         roof_source="+".join(kinds),
         hier_limiter=limiter,
     )

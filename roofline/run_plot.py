@@ -61,9 +61,9 @@ def run_figure(
     tags = {TAG_ROOF: "; ".join(sorted(set(roof.sources.values())))}
     if ev.bound:
         tags[TAG_BOUND] = ev.bound
-    values = {METRIC_FRACTION: ev.efficiency} if math.isfinite(ev.efficiency) else {}
+    values = {METRIC_FRACTION: ev.fraction_of_roof} if math.isfinite(ev.fraction_of_roof) else {}
     image = png(roof, precision, achieved_flops_per_s, intensity, title)
-    flag = roof_flag(ev.efficiency)
+    flag = roof_flag(ev.fraction_of_roof)
     line = f"{NOTE_PREFIX}{verdict(ev)}; see roofline.png." + (f" Check: {flag}." if flag else "")
     return RunFigure(image, tags, values, line)
 
@@ -190,13 +190,13 @@ def verdict(ev: PointEval) -> str:
     description: 'memory-bound, 4.1% of roof at its modeled intensity (measured ceilings)'; what
     is missing when there is no bound."""
     where = f"{ev.roof_source} ceilings" if ev.roof_source else "no ceilings"
-    if not math.isfinite(ev.efficiency):
+    if not math.isfinite(ev.fraction_of_roof):
         if not math.isfinite(ev.peak_flops_per_s):
             return f"no bound: no {ev.ceiling_dtype} compute peak known ({where})"
         if not math.isfinite(ev.dram_bytes_per_s):
             return f"no bound: no DRAM bandwidth known ({where})"
         return f"no bound: no usable intensity or achieved FLOP/s ({where})"
-    return f"{ev.bound}, {pct(ev.efficiency)} of roof at its modeled intensity ({where})"
+    return f"{ev.bound}, {pct(ev.fraction_of_roof)} of roof at its modeled intensity ({where})"
 
 
 def png(

@@ -300,7 +300,7 @@ def test_points_classification_and_efficiency_by_hand(store):
     assert a["ridge_flops_per_byte"] == pytest.approx(80)
     assert a["bound"] == "memory-bound"
     assert a["attainable_flops_per_s"] == pytest.approx(12.5e12)
-    assert a["efficiency"] == pytest.approx(1.1e13 / 12.5e12)
+    assert a["fraction_of_roof"] == pytest.approx(1.1e13 / 12.5e12)
     assert a["roof_source"] == "measured"
 
     b = row(pts, "l4", 64, "fp32")  # profiled: measured intensity 200 >= 80: compute-bound
@@ -309,16 +309,18 @@ def test_points_classification_and_efficiency_by_hand(store):
     )
     assert b["intensity_l2_flops_per_byte"] == pytest.approx(1000)
     assert b["throughput_sd_kind"] == "within run" and b["throughput_sd_samples_per_s"] == 20
-    assert b["bound"] == "compute-bound" and b["efficiency"] == pytest.approx(1.5e13 / 20e12)
+    assert b["bound"] == "compute-bound" and b["fraction_of_roof"] == pytest.approx(1.5e13 / 20e12)
 
     c = row(
         pts, "l4", 64, "bf16"
     )  # bf16 ceiling 80e12, ridge 320 > 100: memory-bound, attainable 25e12
     assert c["ceiling_dtype"] == "bf16" and c["ridge_flops_per_byte"] == pytest.approx(320)
-    assert c["bound"] == "memory-bound" and c["efficiency"] == pytest.approx(2e13 / 25e12)
+    assert c["bound"] == "memory-bound" and c["fraction_of_roof"] == pytest.approx(2e13 / 25e12)
 
     d = row(pts, "laptop", 32, "fp32")  # no peaks: no bound, no efficiency
-    assert d["bound"] == "" and math.isnan(d["efficiency"]) and math.isnan(d["peak_flops_per_s"])
+    assert (
+        d["bound"] == "" and math.isnan(d["fraction_of_roof"]) and math.isnan(d["peak_flops_per_s"])
+    )
 
     sp = res.speedups
     assert len(sp) == 1 and sp.iloc[0]["speedup"] == pytest.approx(2.0)
@@ -341,7 +343,7 @@ def test_outputs_tables_figures_and_report(store, tmp_path):
     assert b["achieved_flops_per_s"] == pytest.approx(1.5e13)  # raw SI, not rounded
     assert b["intensity_source"] == "measured" and b["bound"] == "compute-bound"
     lap = csv[csv["env_label"] == "laptop"].iloc[0]
-    assert pd.isna(lap["efficiency"]) and lap["intensity_source"] == "modeled"
+    assert pd.isna(lap["fraction_of_roof"]) and lap["intensity_source"] == "modeled"
 
     pngs = sorted(p.name for p in (out / "figures").glob("*.png"))
     assert pngs == [
@@ -497,7 +499,7 @@ def test_hierarchical_roofline_from_logged_runs_only(tracking, tmp_path, monkeyp
     assert (
         pt["bound"] == "compute-bound"
         and pt["hier_limiter"] == "l2"
-        and pt["efficiency"] == pytest.approx(0.4)
+        and pt["fraction_of_roof"] == pytest.approx(0.4)
     )
     csv = pd.read_csv(tmp_path / "out" / "summary.csv")
     assert csv.iloc[0]["hier_limiter"] == "l2" and csv.iloc[0][
@@ -534,7 +536,7 @@ def test_vendor_table_is_the_roof_without_a_peaks_run(tracking):
     p = joined().points.iloc[0]
     # vendor ridge 30.3e12 / 300e9 = 101 > 60: memory-bound, attainable 60 * 300e9 = 18e12
     assert p["roof_source"] == "vendor" and p["bound"] == "memory-bound"
-    assert p["efficiency"] == pytest.approx(1.5e13 / 18e12)
+    assert p["fraction_of_roof"] == pytest.approx(1.5e13 / 18e12)
 
 
 def test_one_environment_gets_its_roofline_and_the_combined_one(tracking, tmp_path):
@@ -557,7 +559,7 @@ def test_device_unknown_to_the_real_vendor_table_has_no_roof_and_the_report_says
     res = analyse(tmp_path, vendor_lookup="auto")  # roofline.vendor, which has no "Test CPU 9000"
     p = res.analysis.points.iloc[0]
     assert (
-        math.isnan(p["efficiency"])
+        math.isnan(p["fraction_of_roof"])
         and p["bound"] == ""
         and res.analysis.roofs[("laptop", CPU)]["roof"] is None
     )
@@ -581,7 +583,7 @@ def test_peaks_file_gives_the_roof(tracking, tmp_path):
     # ridge 1e12 / 50e9 = 20 <= 50: compute-bound; achieved 0.8e12 / 1.6 = 5e11 -> 50 %
     assert p["roof_source"] == "vendor" and p["bound"] == "compute-bound"
     assert a.roofs[("laptop", CPU)]["roof"].sources["flops:fp32"] == "vendor: spec sheet"
-    assert p["efficiency"] == pytest.approx(0.5)
+    assert p["fraction_of_roof"] == pytest.approx(0.5)
 
 
 def test_env_label_and_filter_select_train_runs(store):
@@ -760,10 +762,10 @@ def test_analysis_over_http_against_a_real_mlflow_server(on_server, tmp_path, mo
         csv.loc["fp32", "intensity_source"] == "measured"
         and csv.loc["fp32", "bound"] == "compute-bound"
     )
-    assert csv.loc["fp32", "efficiency"] == pytest.approx(0.75)
+    assert csv.loc["fp32", "fraction_of_roof"] == pytest.approx(0.75)
     # bf16: modeled 100 < ridge 80e12 / 250e9 = 320: memory-bound, 2e13 / (100 x 250e9) = 80 %
     assert csv.loc["bf16", "bound"] == "memory-bound" and csv.loc[
-        "bf16", "efficiency"
+        "bf16", "fraction_of_roof"
     ] == pytest.approx(0.8)
     md = (out / "report.md").read_text()
     assert RESNET18_ROW in md  # complexity/models.csv came through the artifact proxy

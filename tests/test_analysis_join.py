@@ -304,6 +304,38 @@ def test_num_classes_separates_points_speedup_pairs_labels_and_rows():
     )
 
 
+def _ddp(run_id, precision, thr, backend):
+    """A 2-process ddp train run of resnet18/b64 over `backend`, keyed as train keys it."""
+    row = train(run_id, "e", "d", 64, precision, thr, thr_sd=1)
+    dist = dict(distributed="ddp", zero_stage="0", world_size="2", backend=backend)
+    row.update({f"params.{k}": v for k, v in dist.items()})
+    params = {k[len("params.") :]: v for k, v in row.items() if k.startswith("params.")}
+    row["tags.config_key"] = schema.config_key(params)
+    return row
+
+
+def test_speedups_pair_only_points_of_the_same_backend():
+    """Every configuration field but the precision pairs a speed-up, the backend too: bf16 over
+    gloo is never divided by fp32 over nccl; single-process points still pair (backend "none")."""
+    runs = pd.DataFrame(
+        [
+            _ddp("a", "fp32", 100, "nccl"),
+            _ddp("b", "bf16", 300, "nccl"),
+            _ddp("c", "fp32", 50, "gloo"),
+            _ddp("f", "bf16", 60, "gloo"),
+            train("g", "e", "d", 64, "fp32", 10, thr_sd=1),
+            train("h", "e", "d", 64, "bf16", 40, thr_sd=1),
+        ]
+    )
+    sp, notes = tables.speedups(join.aggregate_repeats(join.train_runs(runs)))
+    got = {(r["backend"], r["distributed"]): r["speedup"] for r in sp.to_dict("records")}
+    assert notes == [] and got == {
+        ("nccl", "ddp"): pytest.approx(3.0),
+        ("gloo", "ddp"): pytest.approx(1.2),
+        ("none", "none"): pytest.approx(4.0),
+    }
+
+
 def test_runs_without_batch_size_get_no_speedup_and_a_note(tmp_path):
     rows = [
         train("a", "e", "d", 64, "fp32", 100, thr_sd=4),
@@ -412,7 +444,7 @@ def test_build_marks_missing_intensity_and_bf16_fallback():
     assert "1 point(s) have no intensity" in text and "resnet18/b64/bf16" in text
     assert "e: no bf16 ceiling for GPU; those points are held against the fp32 ceiling" in text
     b = a.points.set_index("batch_size").loc[32]
-    assert b["ceiling_dtype"] == "fp32" and b["efficiency"] == pytest.approx(
+    assert b["ceiling_dtype"] == "fp32" and b["fraction_of_roof"] == pytest.approx(
         1.0
     )  # 1e12 / (10 * 100e9)
 
@@ -565,7 +597,7 @@ def test_hierarchical_limiter_and_point_above_roof_are_reported():
     # DRAM: 400 FLOP/B * 100e9 = 40e12 -> capped at 20e12 (compute-bound, ridge 200);
     # L2: 4e12 / 4e11 = 10 FLOP/B * 1e12 = 10e12 < 20e12 -> L2 is the limiter
     assert p["intensity_flops_per_byte"] == 400 and p["bound"] == "compute-bound"
-    assert p["hier_limiter"] == "l2" and p["efficiency"] == pytest.approx(
+    assert p["hier_limiter"] == "l2" and p["fraction_of_roof"] == pytest.approx(
         0.6
     )  # 12e12 / 20e12 (DRAM roofline)
     text = " | ".join(a.notes)

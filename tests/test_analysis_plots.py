@@ -95,7 +95,7 @@ def test_combined_roofline_styles_each_ceiling_by_its_own_source(analysis):
 
 def test_env_roofline_draws_the_roof_efficiency_uses_with_its_ridges(analysis):
     pts = analysis.points
-    assert pts.set_index("precision").loc["bf16", "efficiency"] == pytest.approx(
+    assert pts.set_index("precision").loc["bf16", "fraction_of_roof"] == pytest.approx(
         20e12 / (100 * 250e9)
     )
     fig, n = roofline_plot.draw_roofline_env(pts, "gpu-box", GPU, analysis.roofs[("gpu-box", GPU)])

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from common import schema
 from train.complexity.__main__ import main
-from train.complexity.args import build_parser, config_from_args
+from train.complexity.__main__ import build_parser, config_from_args
 from train.complexity.config import ComplexityConfig, parse_bytes
 from train.complexity.markdown import measured_batches_text
 from train.complexity.measure import preflight, rss_batches

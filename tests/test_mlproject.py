@@ -14,6 +14,7 @@ import mlflow
 import pytest
 import yaml
 
+from common import flags
 from common.flags import flag_fields, flag_names
 from tests.conftest import ROOT
 from train.config import DISTRIBUTED_FIELDS, TrainConfig, config_from_args
@@ -194,7 +195,7 @@ def entry_point(name: str) -> dict:
     return yaml.safe_load((ROOT / "MLproject").read_text())["entry_points"][name]
 
 
-def parsed_defaults(name: str):
+def parsed_defaults(name: str, module: str | None = None):
     """The entry point's command with every parameter at its MLproject default (quoted as mlflow
     quotes it), parsed by the parser of the command it runs."""
     ep = entry_point(name)
@@ -203,8 +204,8 @@ def parsed_defaults(name: str):
     if " -m train " in ep["command"]:  # torchrun's flags, then python -m train's
         argv = argv[argv.index("train", argv.index("-m")) + 1 :]
     else:
-        argv = argv[3:]  # python -m <module>
-    return importlib.import_module(CONFIG_ENTRIES[name]).build_parser().parse_args(argv)
+        argv = [a for a in argv[3:] if a != "--breakdown"]  # python -m <module> [--breakdown]
+    return importlib.import_module(module or CONFIG_ENTRIES[name]).build_parser().parse_args(argv)
 
 
 @pytest.mark.parametrize("name", sorted(CONFIG_ENTRIES))
@@ -229,6 +230,27 @@ def test_entry_point_defaults_are_the_dataclass_defaults(name):
     want = {**asdict(TrainConfig()), **OWN_DEFAULTS.get(name, {})}
     differ = {k: (got[k], want[k]) for k in want if got[k] != want[k]}
     assert not differ, f"MLproject entry {name}: (given, dataclass) {differ}"
+
+
+# Every other entry point: the module whose parser reads its command, and the config it builds.
+OTHER_ENTRIES = {
+    "breakdown": ("profiling.breakdown.cli", "BreakdownCommand"),
+    "peaks": ("profiling.peaks.__main__", "PeaksConfig"),
+    "complexity": ("train.complexity.__main__", "ComplexityConfig"),
+    "analyze": ("analysis.app", "AnalysisConfig"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OTHER_ENTRIES))
+def test_other_entry_points_build_their_config_from_their_defaults(name):
+    """`mlflow run -e <name>` without -P parses and gives a valid config (for breakdown, also
+    TrainConfig() with its own number of steps)."""
+    module, cls = OTHER_ENTRIES[name]
+    args = parsed_defaults(name, module)
+    flags.build(getattr(importlib.import_module(module), cls), args)
+    if name == "breakdown":
+        got = asdict(config_from_args(args))
+        assert got == {**asdict(TrainConfig()), "iters": 3}
 
 
 def test_sweep_entry_point_defaults_give_no_config_flag():

@@ -26,8 +26,8 @@ def test_thresholds_are_strict_and_missing_values_pass_silently():
 def test_report_flags_points_scaling_and_wide_intervals():
     points = pd.DataFrame(
         [
-            {"env_label": "e", "label": "resnet18/b2/fp32", "efficiency": 1.2},
-            {"env_label": "e", "label": "resnet18/b4/fp32", "efficiency": 0.3},
+            {"env_label": "e", "label": "resnet18/b2/fp32", "fraction_of_roof": 1.2},
+            {"env_label": "e", "label": "resnet18/b4/fp32", "fraction_of_roof": 0.3},
         ]
     )
     scaling_rows = pd.DataFrame(

@@ -40,7 +40,7 @@ def test_every_parameter_is_used_once_and_every_flag_exists():
         "profile": "profiling.cli",
         "sweep": "train.sweep.__main__",
         "peaks": "profiling.peaks.__main__",
-        "complexity": "train.complexity.args",
+        "complexity": "train.complexity.__main__",
         "analyze": "analysis.app",
         "distributed": "train.__main__",
         "breakdown": "profiling.breakdown.cli",

@@ -56,7 +56,7 @@ def test_tf32_runs_are_held_against_the_tf32_tensor_roof():
     roof.sources = {"flops:tf32": "vendor: a100", "flops:fp32": "vendor: a100", "bytes:dram": "v"}
     ev = rl.evaluate_point("tf32", 50e12, {"dram": 200.0}, roof)
     assert ev.ceiling_dtype == "tf32" and ev.peak_flops_per_s == 156e12
-    assert ev.efficiency == pytest.approx(50e12 / 156e12)
+    assert ev.fraction_of_roof == pytest.approx(50e12 / 156e12)
     assert rl.TENSOR_PRECISIONS == ("tf32", "fp16", "bf16")
 
 
@@ -97,9 +97,9 @@ def test_evaluate_point_names_sources_and_survives_no_roof():
     ev = rl.evaluate_point("bf16", 20e12, {"dram": 100}, roof)
     # bf16 ceiling 121e12, ridge 484; attainable 100 * 250e9 = 25e12 -> 80 %
     assert ev.ceiling_dtype == "bf16" and ev.roof_source == "measured+vendor"
-    assert ev.bound == rl.MEMORY_BOUND and ev.efficiency == pytest.approx(0.8)
+    assert ev.bound == rl.MEMORY_BOUND and ev.fraction_of_roof == pytest.approx(0.8)
     none = rl.evaluate_point("fp32", 1e12, {"dram": 10}, None)
-    assert none.bound == "" and math.isnan(none.efficiency) and none.roof_source == ""
+    assert none.bound == "" and math.isnan(none.fraction_of_roof) and none.roof_source == ""
 
 
 def test_display_formatting():

@@ -37,6 +37,45 @@ def test_config_key_ignores_fields_outside_the_key():
     assert schema.config_key(base) == schema.config_key({**base, "iters": 10, "seed": 3})
 
 
+def test_config_key_values_are_those_stores_hold():
+    """Keys already in tracking stores: the hash sorts the field names, so the order the report
+    lists them in (CONFIG_KEY_FIELDS) changes none of them."""
+    cfg = dict(
+        model="resnet18",
+        batch_size=16,
+        precision="fp32",
+        image_size=224,
+        channels_last=False,
+        compile=False,
+        optimizer="sgd",
+        num_classes=1000,
+    )
+    assert schema.config_key(cfg) == "2f52cf5e32d71239"
+    ddp = dict(cfg, world_size=2, distributed="ddp", zero_stage=0, backend="gloo")
+    assert schema.config_key(ddp) == "89ebf42e1ceccc42"
+
+
+def test_comparison_keys_are_where_and_every_config_field_but_the_ones_compared():
+    assert schema.comparison_keys("precision") == [
+        "env_label",
+        "device_name",
+        "model",
+        "batch_size",
+        "image_size",
+        "num_classes",
+        "channels_last",
+        "compile",
+        "optimizer",
+        "distributed",
+        "zero_stage",
+        "world_size",
+        "backend",
+    ]
+    assert set(schema.comparison_keys()) == {"env_label", "device_name", *schema.CONFIG_FIELDS}
+    with pytest.raises(ValueError, match="not configuration fields: seed"):
+        schema.comparison_keys("seed")
+
+
 def test_sanitize_and_check_key():
     assert schema.sanitize_key("void k<float>(int*)") == "void k_float__int__"
     assert schema.check_key("ncu_dram_bytes") == "ncu_dram_bytes"

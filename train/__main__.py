@@ -7,17 +7,51 @@ torchrun with `--distributed`, each process runs its rank's part (train/distribu
 
 from __future__ import annotations
 
-import argparse
 import os
+from dataclasses import dataclass, field
 
+from common import flags
 from common.cli import ArgumentParser, cli_entry
 from common.errors import UsageError
-from train.config import TrainConfig, add_config_args, config_from_args
+from train.config import add_config_args, config_from_args
 from train.distributed.context import job_env
 from train.distributed.job import run_rank
+from train.memory_check import ENV as MEMORY_CHECK_ENV
 from train.profile_mode import ProfileMode, profile
 from train.run import RunOptions, run
 from train.summary import say_result
+
+
+@dataclass
+class TrainCommand:
+    """How `python -m train` records and shows a run, or profiles it (what it measures: TrainConfig)."""
+
+    experiment: str | None = flags.experiment()
+    no_progress: bool = flags.no_progress()
+    no_system_metrics: bool = field(default=False, metadata=flags.SWITCH)
+    """do not sample CPU/GPU/memory into the run."""
+    no_memory_check: bool = field(default=False, metadata=flags.SWITCH)
+    """run a batch even when its activations, estimated from the counted steps, need more memory
+    than the device has free (default: refuse it in one line; docs/train.md)."""
+    result_file: str | None = field(default=None, metadata={"hidden": True})
+    """a sweep's torchrun job: rank 0 writes its record here and logs no run."""
+    profile_steps: int = field(default=0, metadata={"metavar": "K"})
+    """profile mode (under ncu; see python -m profiling): K NVTX-marked steps between
+    cudaProfilerStart/Stop after warmup; logs no run."""
+    no_cudnn_benchmark: bool = field(default=False, metadata=flags.SWITCH)
+    """profile mode: keep cuDNN's autotuner off, so every run picks the same kernels (ncu's
+    application and app-range replay rerun the program once per pass)."""
+
+    def run_options(self) -> RunOptions:
+        return RunOptions(self.experiment, not self.no_progress, not self.no_system_metrics)
+
+    def profile_mode(self) -> ProfileMode | None:
+        """What --profile-steps asks for; None: a timed run."""
+        return (
+            ProfileMode(self.profile_steps, not self.no_cudnn_benchmark)
+            if self.profile_steps
+            else None
+        )
 
 
 def build_parser() -> ArgumentParser:
@@ -27,69 +61,26 @@ def build_parser() -> ArgumentParser:
         "(MLFLOW_TRACKING_URI; default sqlite:///mlflow.db).",
     )
     add_config_args(parser)
-    out = parser.add_argument_group("output")
-    out.add_argument(
-        "--experiment",
-        default=None,
-        help="MLflow experiment name (default: MLFLOW_EXPERIMENT_NAME or Default)",
-    )
-    out.add_argument("--no-progress", action="store_true", help="no progress bar")
-    out.add_argument(
-        "--no-system-metrics", action="store_true", help="do not sample CPU/GPU/memory into the run"
-    )
-    out.add_argument(
-        "--no-memory-check",
-        action="store_true",
-        help="run a batch even when its activations, estimated from the counted steps, need more "
-        "memory than the device has free (default: refuse it in one line; docs/train.md)",
-    )
-    out.add_argument(
-        "--result-file",
-        default=None,
-        help=argparse.SUPPRESS,  # a sweep's torchrun job: rank 0 writes its record here, logs no run
-    )
-    out.add_argument(
-        "--profile-steps",
-        type=int,
-        default=0,
-        metavar="K",
-        help="profile mode (under ncu; see python -m profiling): K NVTX-marked steps between "
-        "cudaProfilerStart/Stop after warmup; logs no run",
-    )
-    out.add_argument(
-        "--no-cudnn-benchmark",
-        action="store_true",
-        help="profile mode: keep cuDNN's autotuner off, so every run picks the same kernels (ncu's "
-        "application and app-range replay rerun the program once per pass)",
-    )
+    flags.add_flags(parser.add_argument_group("output"), TrainCommand)
     return parser
 
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.no_memory_check:  # read by train/memory_check.py, here and in torchrun's ranks
-        os.environ["ROOFLINE_MEMORY_CHECK"] = "off"
-    cfg = _config(args)
-    options = RunOptions(args.experiment, not args.no_progress, not args.no_system_metrics)
-    mode = (
-        ProfileMode(args.profile_steps, not args.no_cudnn_benchmark) if args.profile_steps else None
-    )
+    command = flags.build(TrainCommand, args)
+    if command.no_memory_check:  # read by train/memory_check.py, here and in torchrun's ranks
+        os.environ[MEMORY_CHECK_ENV] = "off"
+    cfg = config_from_args(args)
+    mode = command.profile_mode()
     if cfg.is_distributed:
-        return run_rank(cfg, options, mode, args.result_file)
+        return run_rank(cfg, command.run_options(), mode, command.result_file)
     _single_process()
     if mode:
         return profile(cfg, mode)
-    session, result = run(cfg, options)
+    session, result = run(cfg, command.run_options())
     say_result(cfg, session, result)
     return 0
-
-
-def _config(args: argparse.Namespace) -> TrainConfig:
-    try:
-        return config_from_args(args)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
 
 
 def _single_process() -> None:

@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 import math
 import re
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 
-from common import schema
-from common.flags import add_field_flag, flag_fields, flag_values
+from common import flags, schema
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 OPTIMIZERS = ("sgd", "adam", "adamw")
@@ -20,7 +19,7 @@ ZERO_STAGES = (0, 1, 2, 3)
 # The fields of a data-parallel run (docs/distributed.md). A single-process config leaves them at
 # their defaults and neither logs them as params nor hashes them into its keys, so its params,
 # config_key and sweep_key are what they were before distributed runs existed.
-DISTRIBUTED_FIELDS = ("distributed", "zero_stage", "world_size", "backend", "collective_timeout_s")
+DISTRIBUTED_FIELDS = (*schema.DISTRIBUTED_KEY_FIELDS, "collective_timeout_s")
 
 
 @dataclass
@@ -63,8 +62,7 @@ class TrainConfig:
     """torch.compile the model (compilation happens in warmup; needs warmup_iters >= 1)."""
     seed: int = 0
     """seed for weights, synthetic data and loader order."""
-    env_label: str = field(default_factory=schema.default_env_label)
-    """your name for this environment (default: host name); analysis groups by it."""
+    env_label: str = flags.env_label()
     lr: float = 0.01
     """learning rate."""
     optimizer: str = field(default="sgd", metadata={"choices": OPTIMIZERS})
@@ -275,26 +273,20 @@ def add_config_args(
     command line override a sweep file's base, and an empty value ("" from an MLproject default)
     also counts as not given.
     """
-    groups = {False: parser.add_argument_group("configuration")}
+    single = [f.name for f in flags.flag_fields(TrainConfig) if f.name not in DISTRIBUTED_FIELDS]
+    flags.add_flags(parser.add_argument_group("configuration"), TrainConfig, single, overrides)
     if distributed:
-        groups[True] = parser.add_argument_group(
-            "data parallel (under torchrun: torchrun --nproc-per-node N -m train --distributed "
-            "ddp ...)"
-        )
-    for f in flag_fields(TrainConfig):
-        group = groups.get(f.name in DISTRIBUTED_FIELDS)
-        if group is not None:
-            add_field_flag(group, TrainConfig, f, overrides)
+        title = "data parallel (under torchrun: torchrun --nproc-per-node N -m train --distributed ddp ...)"
+        group = parser.add_argument_group(title)
+        flags.add_flags(group, TrainConfig, DISTRIBUTED_FIELDS, overrides)
 
 
 def config_flags(values) -> list[str]:
     """The config flags (add_config_args) as `python -m train` takes them, from any object with
     the fields as attributes (parsed args, a TrainConfig); None values are left out."""
-    return flag_values(TrainConfig, values)
+    return flags.flag_values(TrainConfig, values)
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    """Build a TrainConfig from parsed flags; ValueError names the bad field."""
-    names = {f.name for f in fields(TrainConfig)}
-    kwargs = {k: v for k, v in vars(args).items() if k in names and v is not None}
-    return TrainConfig(**kwargs)
+    """A TrainConfig from parsed flags; UsageError names the bad field."""
+    return flags.build(TrainConfig, args)

@@ -20,10 +20,10 @@ import pandas as pd
 
 from analysis.findings import rules
 from analysis.findings.breakdown import DATA_PARTS, HOST_PARTS, Breakdown
-from analysis.findings.moves import SAME
+from common import schema
 from roofline.model import COMPUTE_BOUND, MEMORY_BOUND
 
-SERIES_KEYS = [k for k in SAME if k != "batch_size"]
+SERIES_KEYS = schema.comparison_keys("batch_size")
 """a batch series: points equal in all of these, differing in batch size."""
 
 

@@ -136,7 +136,7 @@ def build(
         ]
         if means:
             step_s[idx] = sum(means) / len(means)
-        f = clean.value(p.get("efficiency"), "fraction of roof", where, positive=True)
+        f = clean.value(p.get("fraction_of_roof"), "fraction of roof", where, positive=True)
         if f is not None:
             frac[idx] = f
     fits = bound.fixed_time_fits(points, step_s)

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import math
 
-
-from analysis.tables import SPEEDUP_KEYS
 from analysis.findings import breakdown as bd
 from analysis.findings.records import Finding
 from analysis.findings.values import Clean
+from common import schema
 
 KNOBS = ("precision", "batch_size", "channels_last", "compile")
-SAME = [*SPEEDUP_KEYS, "precision", "backend"]
+SAME = schema.comparison_keys()
 """a point's identity: two points differ in one knob when all of these but that one are equal."""
 PRECISIONS = ("fp32", "fp16", "bf16")
 

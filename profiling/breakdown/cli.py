@@ -12,9 +12,10 @@ from __future__ import annotations
 import argparse
 import math
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
-from common import console, schema
+from common import console, flags, schema
 from common.cli import ArgumentParser, cli_entry
 from common.errors import UsageError
 from profiling.breakdown.text import (
@@ -26,6 +27,21 @@ from profiling.breakdown.text import (
 )
 
 DEFAULT_STEPS = 3
+
+
+@dataclass
+class BreakdownCommand:
+    """What a breakdown keeps and where it logs (what it runs: TrainConfig, --iters recorded steps)."""
+
+    trace_steps: int = 1
+    """recorded steps kept in trace.json.gz (the table uses every recorded step)."""
+    peaks_file: str = flags.peaks_file()
+    experiment: str | None = flags.experiment()
+    no_progress: bool = flags.no_progress()
+
+    def __post_init__(self) -> None:
+        if self.trace_steps < 1:
+            raise ValueError(f"trace_steps must be a positive integer, got {self.trace_steps}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,20 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_config_args(p)
     p.set_defaults(iters=DEFAULT_STEPS)
-    g = p.add_argument_group("breakdown")
-    g.add_argument(
-        "--trace-steps",
-        type=int,
-        default=1,
-        help="recorded steps kept in trace.json.gz (default 1; the table uses every recorded step)",
-    )
-    g.add_argument(
-        "--peaks-file",
-        default="",
-        help="vendor peaks to add or override (JSON/YAML, docs/peaks.md; default $ROOFLINE_PEAKS_FILE)",
-    )
-    g.add_argument("--experiment", default=None, help="MLflow experiment (default: MLflow's)")
-    g.add_argument("--no-progress", action="store_true", help="say nothing while it works")
+    flags.add_flags(p.add_argument_group("breakdown"), BreakdownCommand)
     return p
 
 
@@ -64,12 +67,7 @@ def _config(args: argparse.Namespace):
 
     if str(args.iters).strip().lower() == "auto":
         raise UsageError("--iters auto: a breakdown records a fixed number of steps (default 3)")
-    if args.trace_steps < 1:
-        raise UsageError(f"--trace-steps must be a positive integer, got {args.trace_steps}")
-    try:
-        cfg = config_from_args(args)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    cfg = config_from_args(args)
     if cfg.compile:
         raise UsageError(
             "--compile: the breakdown times modules through forward hooks, which a compiled "
@@ -93,39 +91,40 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
+    command = flags.build(BreakdownCommand, args, as_flags=True)
     cfg, device = _config(args)
     if cfg.is_distributed:
-        return _distributed(cfg, device, args)
-    session = _session(cfg, device, args)
-    with console.quiet(args.no_progress), tempfile.TemporaryDirectory() as tmp, session:
-        _open(session, cfg, device, args)
+        return _distributed(cfg, device, command)
+    session = _session(cfg, device, command)
+    with console.quiet(command.no_progress), tempfile.TemporaryDirectory() as tmp, session:
+        _open(session, cfg, device, command)
         rec = _record(cfg, device)
-        result = analyse(rec, cfg, args, session)
+        result = analyse(rec, cfg, command, session)
         log_result(session, result, Path(tmp))
     _say(result, session)
     return 0
 
 
-def _session(cfg, device, args):
+def _session(cfg, device, command: BreakdownCommand):
     from common.envinfo import environment_tags
     from common.tracking import RunSession
 
     return RunSession(
         "breakdown",
-        experiment=args.experiment,
+        experiment=command.experiment,
         run_name=f"{cfg.run_name()}-{device.type}-breakdown",
         tags=environment_tags(str(device), cfg.env_label),
     )
 
 
-def _open(session, cfg, device, args) -> None:
+def _open(session, cfg, device, command: BreakdownCommand) -> None:
     """What the run holds before it measures: the train runs' params and tags, the data input."""
     from common.record import dataset_input
     from train.bench import run_header
     from train.data import dataset_fields
 
     params, tags = run_header(cfg, device)
-    session.log_params({**params, "trace_steps": args.trace_steps})
+    session.log_params({**params, "trace_steps": command.trace_steps})
     session.set_tags(tags)
     session.log_metrics(cfg.config_metrics())
     fields = dataset_fields(cfg.data, cfg.image_size, cfg.num_classes, cfg.seed)
@@ -151,7 +150,7 @@ def _record(cfg, device, **kw):
     return record(cfg, device, int(cfg.iters), on_progress=console.info, **kw)
 
 
-def _distributed(cfg, device, args) -> int:
+def _distributed(cfg, device, command: BreakdownCommand) -> int:
     """One rank of a torchrun job: every rank records the same steps of the engine-wrapped step;
     rank 0 alone logs the run (its own rank's breakdown), and ends it FAILED naming the rank when
     any rank fails (train.distributed.failures)."""
@@ -163,7 +162,7 @@ def _distributed(cfg, device, args) -> int:
     env = context.job_env()
     if env.rank != 0:
         os.environ.pop("MLFLOW_RUN_ID", None)  # only rank 0 touches the tracking store
-    with console.quiet(env.rank != 0 or args.no_progress):
+    with console.quiet(env.rank != 0 or command.no_progress):
         ctx = context.start(cfg, device, env)
         try:
             with Guard(ctx) as guard:
@@ -179,14 +178,14 @@ def _distributed(cfg, device, args) -> int:
                 if ctx.rank != 0:
                     guard.blamed(rec)
                     return 0
-                session = _session(cfg, ctx.device, args)
+                session = _session(cfg, ctx.device, command)
                 with tempfile.TemporaryDirectory() as tmp, guard.hold(session.end), session:
-                    _open(session, cfg, ctx.device, args)
+                    _open(session, cfg, ctx.device, command)
                     session.log_params({"nodes": ctx.nodes})
                     with guard.released():
                         recording = guard.blamed(rec)
                     result = analyse(
-                        recording, cfg, args, session, rank=f"rank 0 of {ctx.world_size}"
+                        recording, cfg, command, session, rank=f"rank 0 of {ctx.world_size}"
                     )
                     log_result(session, result, Path(tmp))
         finally:
@@ -195,7 +194,7 @@ def _distributed(cfg, device, args) -> int:
     return 0
 
 
-def analyse(rec, cfg, args, session, rank: str = "") -> dict:
+def analyse(rec, cfg, command: BreakdownCommand, session, rank: str = "") -> dict:
     """Attribute, place on the roofline and describe a recording: everything the run logs."""
     from profiling.breakdown.attribute import attribute
     from profiling.breakdown.roof import device_ceilings
@@ -212,14 +211,14 @@ def analyse(rec, cfg, args, session, rank: str = "") -> dict:
         cfg.env_label,
         cfg.precision,
         online=not session.offline,
-        peaks_file=args.peaks_file,
+        peaks_file=command.peaks_file,
     )
     tree = ModuleTree(rec.tracker.root, list(rec.tracker.paths), rec.tracker.leaves)
     step_s = rec.step_mean_s
     table = rows(tree, att, rec.counts.flops, rec.counts.bytes, step_s, ceilings)
     about = f"breakdown of {cfg.config_label()} on {device_name}" + (f" ({rank})" if rank else "")
     trace_gz, trace_facts = bound_trace(
-        rec.trace_json, args.trace_steps, rec.tracker.owner_of_seq, about
+        rec.trace_json, command.trace_steps, rec.tracker.owner_of_seq, about
     )
     parts_sum = sum(att.parts_s.values())
     metrics = {

@@ -68,10 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     from train.config import config_from_args
 
     args = build_parser().parse_args(argv)
-    try:
-        cfg = config_from_args(args)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    cfg = config_from_args(args)
     if cfg.is_distributed:
         raise UsageError("--nvtx-modules profiles one process: drop --distributed")
     check_profile_mode(cfg, args.profile_steps)

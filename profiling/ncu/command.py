@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from common import console
+from common import console, flags
+from common.cli import optional
 from common.errors import BenchError
 from profiling.ncu.messages import LEGACY_NVPROF_METRICS
 from profiling.ncu.plan import METRIC_SETS, TENSOR_MODES
@@ -56,34 +57,38 @@ class CaptureOptions:
     """How ncu captures the profile-mode training steps."""
 
     profile_steps: int = 1
-    """training steps measured between torch.cuda.profiler.start() and stop() (after warmup)."""
-    metric_set: str = "roofline"
+    """training steps profiled after warmup, between torch.cuda.profiler.start() and stop()."""
+    metric_set: str = field(default="roofline", metadata={"choices": METRIC_SETS})
     """roofline (FLOPs per precision, tensor work, DRAM/L2/L1 bytes, time) or seed (the course
     brief's quantities: fp32/fp16 FLOPs, DRAM and PCIe bytes), names chosen per chip
     (profiling.ncu.plan.plan_metrics)."""
-    extra_metrics: tuple[str, ...] = ()
-    """more ncu metric names, appended to the set's --metrics list."""
-    replay_mode: str = "kernel"
+    extra_metrics: tuple[str, ...] = field(
+        default=(), metadata={"flags": ("--metrics",), "sep": ",", "metavar": "METRIC"}
+    )
+    """more ncu metric names, comma separated, appended to the set's --metrics list."""
+    replay_mode: str = field(default="kernel", metadata={"choices": REPLAY_MODES})
     """ncu --replay-mode: kernel, application, range or app-range (range modes give one result per
     range, not per kernel)."""
-    clock_control: str = "base"
+    clock_control: str = field(default="base", metadata={"choices": CLOCK_CONTROLS})
     """ncu --clock-control: base (lock clocks to base, ncu's default) or none (leave clocks alone)."""
-    cache_control: str = "all"
+    cache_control: str = field(default="all", metadata={"choices": CACHE_CONTROLS})
     """ncu --cache-control: all (flush caches before every replay pass, ncu's default: DRAM bytes are
     cold-cache, measured intensity biased low) or none (keep what the previous pass left)."""
-    target_processes: str = "all"
+    target_processes: str = field(
+        default="all", metadata={"flags": (), "choices": TARGET_PROCESSES}
+    )
     """ncu --target-processes: all (the program and its children) or application-only (the program
     only; used with --compile, whose Inductor compile workers ncu must not be injected into)."""
-    launch_skip: int = 0
+    launch_skip: int = field(default=0, metadata={"parse": optional(int)})
     """ncu --launch-skip: profiled-region kernel launches to skip before profiling."""
     launch_count: int | None = None
-    """ncu --launch-count: profile at most this many launches (None: all)."""
-    tensor_counters: str = "auto"
+    """ncu --launch-count: profile at most this many launches (default: all)."""
+    tensor_counters: str = field(default="auto", metadata={"choices": TENSOR_MODES})
     """auto (the chip's sm__ops_path_tensor_* counters where it has them, Turing on; instruction
     counts on Volta; none without tensor cores), ops, inst (sm__inst_executed_pipe_tensor.sum x the
     FLOPs of one tensor instruction, counting.TENSOR_INST_FLOPS: warns on sm_75-89, refused on
     sm_90+) or none."""
-    extra_ncu_args: tuple[str, ...] = field(default=())
+    extra_ncu_args: tuple[str, ...] = field(default=(), metadata={"flags": ()})
     """further ncu arguments inserted before the program (advanced; e.g. ("--nvtx-push-pop-scope",
     "process"))."""
 
@@ -91,18 +96,7 @@ class CaptureOptions:
         self.extra_metrics = tuple(m.strip() for m in self.extra_metrics if m and m.strip())
         if int(self.profile_steps) < 1:
             raise ValueError(f"profile_steps must be >= 1, got {self.profile_steps}")
-        for name, choices in (
-            ("metric_set", METRIC_SETS),
-            ("replay_mode", REPLAY_MODES),
-            ("clock_control", CLOCK_CONTROLS),
-            ("cache_control", CACHE_CONTROLS),
-            ("target_processes", TARGET_PROCESSES),
-            ("tensor_counters", TENSOR_MODES),
-        ):
-            if getattr(self, name) not in choices:
-                raise ValueError(
-                    f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}"
-                )
+        flags.check_choices(self)
         if int(self.launch_skip) < 0:
             raise ValueError(f"launch_skip must be >= 0, got {self.launch_skip}")
         if self.launch_count is not None and int(self.launch_count) < 1:

@@ -13,118 +13,27 @@ import json
 import sys
 import time
 
-from common import console, envinfo, schema
+from common import console, envinfo, flags, schema
 from common.fmt import si
-from common.cli import ArgumentParser, add_track_flags, cli_entry
+from common.cli import ArgumentParser, cli_entry
 from common.errors import BenchError, UsageError, one_line
-from roofline.vendor import DTYPES, PEAKS_FILE_ENV, find
+from roofline.vendor import find
 from profiling.peaks import facts, gemm, measure, sizing
 from profiling.peaks.config import PeaksConfig
 from profiling.peaks.dtypes import dtype_availability, select_dtypes
 from profiling.peaks.results import PeaksResult, summary_line, vendor_fields
-from profiling.peaks.sampling import MIN_SAMPLES, Measurement
+from profiling.peaks.sampling import Measurement
 from profiling.peaks.stream import STREAM_ELEMENT_BYTES, l2_copies_per_launch
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The measurement's flags, then the run's; defaults from PeaksConfig."""
-    d = PeaksConfig(env_label="x")
     p = ArgumentParser(
         prog="python -m profiling.peaks",
         description="Measure the compute (GEMM per dtype) and DRAM (STREAM copy/triad) ceilings of "
         "a device and log them as an MLflow `peaks` run.",
     )
-    _add_measure_flags(p, d)
-    _add_run_flags(p)
+    flags.add_flags(p, PeaksConfig)
     return p
-
-
-def _add_measure_flags(p: argparse.ArgumentParser, d: PeaksConfig) -> None:
-    """What is measured and for how long; `d` gives the defaults."""
-    p.add_argument(
-        "--device", default=d.device, help="auto | cpu | cuda | cuda:N | mps (default: auto)"
-    )
-    p.add_argument(
-        "--dtypes",
-        default="auto",
-        help=f"comma-separated among {','.join(DTYPES)}; auto = what the device supports except "
-        "fp64; all = everything it can run (default: auto)",
-    )
-    p.add_argument(
-        "--matrix-size",
-        type=int,
-        default=d.matrix_size,
-        help="n of the n^3 matmuls; 0 = 4096 on cpu/mps, 8192 on cuda (default: 0)",
-    )
-    p.add_argument(
-        "--bandwidth-mib",
-        type=int,
-        default=d.bandwidth_mib,
-        help="MiB per DRAM STREAM array (3 arrays); 0 = max(512, 4x the last-level cache), capped "
-        "at half the available memory for the three (default: 0)",
-    )
-    p.add_argument(
-        "--repeats",
-        type=int,
-        default=d.repeats,
-        help="timed samples per dtype, at most (default: 5)",
-    )
-    p.add_argument(
-        "--bandwidth-repeats",
-        type=int,
-        default=d.bandwidth_repeats,
-        help="timed samples per STREAM kernel, DRAM and L2, at most (default: 10)",
-    )
-    p.add_argument(
-        "--time-budget-s",
-        type=float,
-        default=d.time_budget_s,
-        help="seconds of measuring, split over the steps; a step stops sampling when its share is "
-        f"spent (after {MIN_SAMPLES} samples); 0 = no budget (default: {d.time_budget_s:g})",
-    )
-
-
-def _add_run_flags(p: argparse.ArgumentParser) -> None:
-    """Where the run goes: the environment's name, the experiment, vendor entries, tracking."""
-    p.add_argument(
-        "--env-label", default=None, help="name of this environment (default: host name)"
-    )
-    p.add_argument(
-        "--experiment",
-        default=None,
-        help="MLflow experiment name (default: $MLFLOW_EXPERIMENT_NAME)",
-    )
-    p.add_argument(
-        "--peaks-file",
-        default=None,
-        help=f"JSON/YAML vendor-peak entries to add or override (default: ${PEAKS_FILE_ENV})",
-    )
-    add_track_flags(p, "log a peaks run to MLflow (default: true)")
-
-
-def config_from_args(args: argparse.Namespace) -> PeaksConfig:
-    dtypes_text = (args.dtypes or "auto").strip().lower()
-    dtypes = (
-        None
-        if dtypes_text == "auto"
-        else tuple(x for x in (t.strip() for t in dtypes_text.split(",")) if x)
-    )
-    try:
-        return PeaksConfig(
-            device=args.device,
-            dtypes=dtypes,
-            matrix_size=args.matrix_size,
-            bandwidth_mib=args.bandwidth_mib,
-            repeats=args.repeats,
-            bandwidth_repeats=args.bandwidth_repeats,
-            time_budget_s=args.time_budget_s,
-            env_label=args.env_label or "",
-            experiment=args.experiment or None,
-            peaks_file=args.peaks_file or None,
-            track=args.track,
-        )
-    except ValueError as err:
-        raise UsageError(str(err)) from None
 
 
 def resolve_device(requested: str) -> str:
@@ -288,13 +197,12 @@ def main(argv: list[str] | None = None) -> int:
     startup = _process_age_s() if argv is None else None  # only for `python -m profiling.peaks`
     if startup is not None:
         phases.seconds["startup"] = startup
-    args = build_parser().parse_args(argv)
-    config = config_from_args(args)
+    config = flags.build(PeaksConfig, build_parser().parse_args(argv))
     device = resolve_device(config.device)
     device_type = device.split(":")[0]
     name = envinfo.device_name(device)
     # a bad peaks file fails here, before measuring
-    vendor = find(name, overrides=config.peaks_file)
+    vendor = find(name, overrides=config.peaks_file or None)
     hw = facts.device_facts(device)
     phases.lap("device")
     ratios: dict[str, float] = {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from common import schema
+from common import flags, schema
 from roofline.vendor import DTYPES
 from profiling.peaks.dtypes import DEVICE_TYPES, DtypeStatus
 
@@ -14,15 +14,22 @@ DEFAULT_MATRIX_SIZE = {"cpu": 4096, "cuda": 8192, "mps": 4096}
 DEFAULT_TIME_BUDGET_S = 30.0
 
 
+def _dtypes(text: str) -> tuple[str, ...] | None:
+    """The --dtypes text: auto (None), all, or a comma-separated list."""
+    words = tuple(w for w in (t.strip() for t in str(text).lower().split(",")) if w)
+    return None if words in ((), ("auto",)) else words
+
+
 @dataclass
 class PeaksConfig:
-    """One ceilings measurement. Field names are the MLflow param names."""
+    """One ceilings measurement. Field names are the MLflow param names; each field is a flag of
+    `python -m profiling.peaks` (common.flags)."""
 
     device: str = "auto"
     """auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps."""
-    dtypes: tuple[str, ...] | None = None
-    """GEMM dtypes among fp64, fp32, tf32, fp16, bf16; None: the device's defaults (all it supports
-    except fp64); ("all",): every dtype the device can run."""
+    dtypes: tuple[str, ...] | None = field(default=None, metadata={"parse": _dtypes})
+    """GEMM dtypes, comma-separated among fp64, fp32, tf32, fp16, bf16; auto (default): what
+    the device supports except fp64; all: every dtype the device can run."""
     matrix_size: int = 0
     """n of the n x n x n matmuls; 0: 4096 on CPU and MPS, 8192 on CUDA."""
     bandwidth_mib: int = 0
@@ -34,16 +41,12 @@ class PeaksConfig:
     """timed samples per STREAM kernel (copy, triad; DRAM and L2), at most."""
     time_budget_s: float = DEFAULT_TIME_BUDGET_S
     """seconds of measuring, split over the steps; a step stops sampling when its share is spent
-    (after sampling.MIN_SAMPLES samples while any budget is left). 0: no budget, take every repeat."""
-    env_label: str = field(default_factory=schema.default_env_label)
-    """your name for this environment (default: host name); analysis groups by it."""
-    experiment: str | None = None
-    """MLflow experiment name (default: $MLFLOW_EXPERIMENT_NAME, else the default experiment)."""
-    peaks_file: str | None = None
-    """JSON/YAML file with vendor-peak entries to add or override (default: the file named by
-    $ROOFLINE_PEAKS_FILE, roofline.vendor.PEAKS_FILE_ENV)."""
-    track: bool = True
-    """log a `peaks` run to MLflow (false: measure and print only)."""
+    (after its first few samples, sampling.MIN_SAMPLES, while any budget is left). 0: no budget,
+    take every repeat."""
+    env_label: str = flags.env_label()
+    experiment: str | None = flags.experiment()
+    peaks_file: str = flags.peaks_file()
+    track: bool = flags.track()
 
     def __post_init__(self) -> None:
         self.device = str(self.device).strip().lower()

@@ -3,12 +3,13 @@ line (see the package docstring and docs/complexity.md)."""
 
 from __future__ import annotations
 
+import argparse
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
-from common import console, schema
-from common.cli import cli_entry
-from train.complexity.args import build_parser, config_from_args
+from common import console, flags, schema
+from common.cli import ArgumentParser, cli_entry
 from train.complexity.config import ComplexityConfig
 from train.complexity.markdown import markdown, summary_line
 from train.complexity.measure import ComplexityResult, measure, preflight
@@ -26,6 +27,33 @@ from train.complexity.tables import (
 )
 
 ARTIFACT_DIR = "complexity"
+
+
+@dataclass
+class ComplexityCommand:
+    """Where the result goes (what is analysed: ComplexityConfig)."""
+
+    experiment: str | None = flags.experiment()
+    out: str | None = None
+    """also write the tables (CSV, Markdown) into this folder."""
+    track: bool = flags.track()
+    no_progress: bool = flags.no_progress()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = ArgumentParser(
+        prog="python -m train.complexity",
+        description="Parameters, FLOPs, activation memory and predicted training memory per model "
+        "and batch size, measured at batch 1 and 2 and scaled linearly; logged as a `complexity` "
+        "MLflow run.",
+    )
+    flags.add_flags(p, ComplexityConfig)
+    flags.add_flags(p.add_argument_group("output"), ComplexityCommand)
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> ComplexityConfig:
+    return flags.build(ComplexityConfig, args, as_flags=True)
 
 
 def artifacts(result: ComplexityResult) -> dict[str, str]:
@@ -132,12 +160,13 @@ def run_note(cfg, result) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     cfg = config_from_args(args)
+    command = flags.build(ComplexityCommand, args)
     session, result = run(
         cfg,
-        experiment=args.experiment,
-        progress=not args.no_progress,
-        track=not args.no_track,
-        out_dir=args.out,
+        experiment=command.experiment,
+        progress=not command.no_progress,
+        track=command.track,
+        out_dir=command.out,
     )
     console.result(markdown(result))
     line = summary_line(result)

@@ -7,7 +7,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from common import schema
+from common import flags, schema
 from common.cli import str_bool
 from train.config import check_choices
 
@@ -18,10 +18,11 @@ DEFAULT_RSS_BATCH_SIZES = (2, 8)
 
 @dataclass
 class ComplexityConfig:
-    """What to analyse. Field names are the MLflow param names of a `complexity` run."""
+    """What to analyse. Field names are the MLflow param names of a `complexity` run; each field is
+    a flag of `python -m train.complexity` (common.flags)."""
 
     models: list[str] = field(default_factory=lambda: list(DEFAULT_MODELS))
-    """torchvision classifier names (torchvision.models.list_models)."""
+    """torchvision classifier names (torchvision.models.list_models), space or comma separated."""
     batch_sizes: list[int] = field(default_factory=lambda: list(DEFAULT_BATCH_SIZES))
     """batch sizes to predict memory, FLOPs and intensity for (positive integers)."""
     image_size: int = 224
@@ -36,7 +37,9 @@ class ComplexityConfig:
     """classifier outputs."""
     device_memory: str | None = None
     """memory to fit the batch into, e.g. 16GiB, 16GB, 512MiB (default: the measured device's)."""
-    validate_rss: bool | str = "auto"
+    validate_rss: bool | str = field(
+        default="auto", metadata={"nargs": "?", "const": "true", "metavar": "{auto,true,false}"}
+    )
     """compare the prediction with the RSS growth of one real step per --rss-batch-sizes (CPU only):
     auto = on the CPU, the model with the fewest training FLOPs per sample (the cheapest check), off
     elsewhere; true = every model (refused off the CPU); false = off."""
@@ -44,8 +47,7 @@ class ComplexityConfig:
     """batch sizes of the RSS check (one fresh process each; keep them small)."""
     seed: int = 0
     """seed for weights and synthetic data."""
-    env_label: str = field(default_factory=schema.default_env_label)
-    """your name for this environment (default: host name)."""
+    env_label: str = flags.env_label()
 
     def __post_init__(self) -> None:
         self.models = list(dict.fromkeys(str(m).strip() for m in self.models if str(m).strip()))

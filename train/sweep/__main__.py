@@ -3,95 +3,67 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 
-from common import console
-from common.cli import ArgumentParser, cli_entry, optional, split_words
+from common import console, flags
+from common.cli import ArgumentParser, cli_entry
 from common.errors import UsageError
 from train import sweep as package
 from train.config import add_config_args
 from train.sweep.spec import AXIS_ALIASES, CONFIG_FIELDS, SweepSpec, load_spec_file, plan_sweep
 
-AXIS_FLAGS = (
+AXES = (
     "models",
     "batch_sizes",
     "precisions",
     "image_sizes",
     "world_sizes",
-)  # AXIS_ALIASES names the axis
+)  # AXIS_ALIASES names each
+
+
+@dataclass
+class SweepCommand:
+    """The matrix a sweep runs and how (a configuration flag given on the command line overrides
+    the sweep file's base)."""
+
+    matrix: str | None = field(default=None, metadata={"metavar": "FILE"})
+    """YAML/JSON sweep file: {name, repeats, matrix: {axis: [...]}, base: {...}}."""
+    models: list[str] = field(default_factory=list)
+    """model axis, e.g. resnet18 resnet50."""
+    batch_sizes: list[int] = field(default_factory=list)
+    """batch axis, e.g. 16 32 64."""
+    precisions: list[str] = field(default_factory=list)
+    """precision axis, e.g. fp32 bf16."""
+    image_sizes: list[int] = field(default_factory=list)
+    """image size axis."""
+    world_sizes: list[int] = field(default_factory=list)
+    """processes per job, with --distributed ddp|deepspeed: one torchrun job per child, e.g. 1 2 4."""
+    repeats: int | None = None
+    """runs per configuration (default 1)."""
+    name: str | None = None
+    """sweep name (default: a hash of the matrix); the same name resumes."""
+    experiment: str | None = flags.experiment()
+    no_progress: bool = flags.no_progress()
+    dry_run: bool = field(default=False, metadata=flags.SWITCH)
+    """print the plan and what would be skipped; run nothing."""
 
 
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(
         prog="python -m train.sweep", description=package.__doc__.split("\n\n")[0]
     )
-    # Config flags given on the command line override the sweep file's base; unset ones stay None.
-    add_config_args(parser, overrides=True)
-    m = parser.add_argument_group("matrix")
-    m.add_argument(
-        "--matrix",
-        metavar="FILE",
-        type=optional(str),
-        help="YAML/JSON sweep file: {name, repeats, matrix: {axis: [...]}, base: {...}}",
-    )
-    m.add_argument(
-        "--models", nargs="+", type=_list_of(str), help="model axis, e.g. resnet18 resnet50"
-    )
-    m.add_argument("--batch-sizes", nargs="+", type=_list_of(int), help="batch axis, e.g. 16 32 64")
-    m.add_argument(
-        "--precisions", nargs="+", type=_list_of(str), help="precision axis, e.g. fp32 bf16"
-    )
-    m.add_argument("--image-sizes", nargs="+", type=_list_of(int), help="image size axis")
-    m.add_argument(
-        "--world-sizes",
-        nargs="+",
-        type=_list_of(int),
-        help="processes per job, with --distributed ddp|deepspeed: one torchrun job per child, e.g. 1 2 4",
-    )
-    m.add_argument(
-        "--repeats",
-        type=optional(int),
-        default=None,
-        help="runs per configuration (default 1)",
-    )
-    m.add_argument(
-        "--name",
-        type=optional(str),
-        default=None,
-        help="sweep name (default: a hash of the matrix); the same name resumes",
-    )
-    out = parser.add_argument_group("output")
-    out.add_argument(
-        "--experiment",
-        default=None,
-        type=optional(str),
-        help="MLflow experiment (default: MLFLOW_EXPERIMENT_NAME or Default)",
-    )
-    out.add_argument("--no-progress", action="store_true")
-    out.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="print the plan and what would be skipped; run nothing",
-    )
+    add_config_args(parser, overrides=True)  # unset ones stay None: the sweep file decides
+    flags.add_flags(parser.add_argument_group("matrix and output"), SweepCommand)
     return parser
 
 
-def _list_of(convert):
-    """One flag value holding a list ("resnet18 resnet50" or "16,32", as MLproject passes it)."""
-
-    def parse(text):
-        return [convert(v) for v in split_words(text)]
-
-    parse.__name__ = convert.__name__
-    return parse
-
-
-def spec_from_args(args) -> SweepSpec:
-    data = load_spec_file(args.matrix) if args.matrix else {"matrix": {}}
+def spec_from_args(args, command: SweepCommand | None = None) -> SweepSpec:
+    command = command or flags.build(SweepCommand, args)
+    data = load_spec_file(command.matrix) if command.matrix else {"matrix": {}}
     matrix = dict(data.get("matrix") or {})
-    for flag in AXIS_FLAGS:
-        values = [v for chunk in getattr(args, flag) or [] for v in chunk]
-        if values:
-            matrix[AXIS_ALIASES[flag]] = values
+    for axis in AXES:
+        if getattr(command, axis):
+            matrix[AXIS_ALIASES[axis]] = getattr(command, axis)
     base = dict(data.get("base") or {})
     for name in CONFIG_FIELDS:
         value = getattr(args, name, None)
@@ -106,10 +78,10 @@ def spec_from_args(args) -> SweepSpec:
             "nothing to sweep: give --models/--batch-sizes/--precisions/--image-sizes/--world-sizes "
             "or --matrix FILE"
         )
-    repeats = args.repeats if args.repeats is not None else data.get("repeats", 1)
+    repeats = command.repeats if command.repeats is not None else data.get("repeats", 1)
     try:
         return SweepSpec(
-            matrix=matrix, base=base, repeats=repeats, name=args.name or data.get("name")
+            matrix=matrix, base=base, repeats=repeats, name=command.name or data.get("name")
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
@@ -139,12 +111,13 @@ def main(argv: list[str] | None = None) -> int:
     from train.sweep.summary import all_failed, closing_lines, summary_table
 
     args = build_parser().parse_args(argv)
-    spec = spec_from_args(args)
-    if args.dry_run:
-        dry_run(spec, args.experiment)
+    command = flags.build(SweepCommand, args)
+    spec = spec_from_args(args, command)
+    if command.dry_run:
+        dry_run(spec, command.experiment)
         return 0
     t0 = time.perf_counter()
-    outcomes = run_sweep(spec, experiment=args.experiment, progress=not args.no_progress)
+    outcomes = run_sweep(spec, experiment=command.experiment, progress=not command.no_progress)
     console.result(summary_table(outcomes))
     for line in closing_lines(spec.name, outcomes, time.perf_counter() - t0):
         console.result(line)
