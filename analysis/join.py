@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from roofline import ceilings
+from train.timing import t_quantile_975
 from train.config import data_kind
 from roofline.model import PointEval, Roof, evaluate_point
 from common import schema
@@ -267,9 +268,14 @@ POINT_COLUMNS = [
     "throughput_mean_samples_per_s",
     "throughput_sd_samples_per_s",
     "throughput_sd_kind",
+    "throughput_min_run_samples_per_s",
+    "throughput_max_run_samples_per_s",
+    "throughput_spread_ratio",
     "achieved_flops_per_s",
     "achieved_sd_flops_per_s",
     "step_time_mean_s",
+    "step_time_ci95_rel",
+    "measured_steps",
     "train_flops_per_step",
     "modeled_intensity_flops_per_byte",
     *DIST_CARRIED,
@@ -278,41 +284,80 @@ POINT_COLUMNS = [
 """The columns of aggregate_repeats' rows, in order."""
 
 
+def run_rates(train: pd.DataFrame) -> pd.DataFrame:
+    """Per train run, the numbers a configuration pools (docs/schema.md, "Definitions"): its mean
+    step time (step_time_mean_s; batch x world size / throughput where only the rate was logged),
+    its measured steps (measured_iters; NaN when not logged), its samples per step (batch x world
+    size), its training FLOPs per step (train_flops_per_step, else achieved FLOP/s x step time) and
+    its own rate, samples per step / its mean step time."""
+    t = train.copy()
+    step = t["step_time_mean_s"].where(t["step_time_mean_s"].gt(0))
+    per_step = t["batch_size"] * t["world_size"]
+    per_step = per_step.where(per_step.gt(0), t["throughput_samples_per_s"] * step)
+    from_rate = (per_step / t["throughput_samples_per_s"]).where(
+        t["throughput_samples_per_s"].gt(0)
+    )
+    t["_step_s"] = step.where(step.notna(), from_rate)
+    t["_per_step"] = per_step
+    t["_steps"] = t["measured_iters"].where(t["measured_iters"].gt(0))
+    flops = t["train_flops_per_step"].where(t["train_flops_per_step"].gt(0))
+    t["_flops"] = flops.where(flops.notna(), t["achieved_flops_per_s"] * t["_step_s"])
+    rate = schema.rate_per_s(per_step, t["_step_s"])
+    # a run that logged its rate but neither a batch size nor a step time: the rate as logged
+    t["_rate"] = rate.where(
+        rate.notna(), t["throughput_samples_per_s"].where(t["throughput_samples_per_s"].gt(0))
+    )
+    return t
+
+
+def _pooled_weights(t: pd.DataFrame, group: list[str]) -> pd.Series:
+    """Each run's share of its configuration's measured steps: measured_iters over the group's
+    total; a run that logged no measured_iters counts as many steps as the group's runs that did
+    on average (every run alike when none did). Runs without a step time weigh 0."""
+    steps = t["_steps"].fillna(t.groupby(group)["_steps"].transform("mean")).fillna(1.0)
+    steps = steps.where(t["_step_s"].notna(), 0.0)
+    total = steps.groupby([t[g] for g in group]).transform("sum")
+    return (steps / total).where(total > 0, 0.0)
+
+
 def aggregate_repeats(train: pd.DataFrame) -> pd.DataFrame:
     """One row per (env_label, device_name, config_key); a run without a config_key (no tag and
     incomplete params: nothing says which runs did the same work) is a row of its own.
 
-    Several runs: samples/s = mean ± SD across runs (ddof=1). One run: its own within-run SD
-    (throughput_std_samples_per_s). Achieved FLOP/s = mean over runs of each run's
-    train_flops_per_step / step_time_mean_s (the logged achieved_flops_per_s, derived the same way
-    when a run lacks it: common.schema.rate_per_s). Step times shown are means (docs/schema.md,
-    Definitions).
+    The configuration's numbers (docs/schema.md, "Definitions"): its mean step time is the mean
+    over all measured steps of its runs (each run's mean weighted by its measured steps: the steps
+    are pooled, the per-run rates are never averaged); samples/s = batch x world size / that mean;
+    achieved FLOP/s = training FLOPs per step / that mean. A configuration of one run has exactly
+    its run's numbers. Its spread: the SD of its runs' own rates (one run: its within-run SD), the
+    lowest and highest run rate and their ratio, and the 95 % CI of its mean step time
+    (`step_time_ci95` below).
     """
     if train.empty:
         return pd.DataFrame(columns=POINT_COLUMNS)
-    t = train.sort_values("start_time", kind="stable").copy()
-    derived = schema.rate_per_s(t["train_flops_per_step"], t["step_time_mean_s"])
-    t["achieved_flops_per_s"] = t["achieved_flops_per_s"].where(
-        t["achieved_flops_per_s"].notna(), derived
-    )
-    # the within-run SD counts only for the run that has a throughput (used when it is the only one)
-    t["_within"] = t["throughput_std_samples_per_s"].where(t["throughput_samples_per_s"].notna())
+    t = run_rates(train.sort_values("start_time", kind="stable"))
+    t["_within"] = t["throughput_std_samples_per_s"].where(t["_rate"].notna())
     t["_group"] = t["config_key"].where(t["config_key"] != "", "~run " + t["run_id"])
+    group = ["env_label", "device_name", "_group"]
+    w = _pooled_weights(t, group)
+    t["_w_step"], t["_w_flops"] = w * t["_step_s"].fillna(0.0), w * t["_flops"]
     params = [c for c in CONFIG_PARAMS if c not in GROUP_KEYS]
     agg = (
-        t.groupby(["env_label", "device_name", "_group"], sort=True)
+        t.groupby(group, sort=True)
         .agg(
             config_key=("config_key", "last"),
             n_runs=("run_id", "size"),
             run_ids=("run_id", list),
-            _n_thr=("throughput_samples_per_s", "count"),
-            throughput_mean_samples_per_s=("throughput_samples_per_s", "mean"),
-            _sd_across=("throughput_samples_per_s", "std"),
+            _n_thr=("_rate", "count"),
+            _sd_across=("_rate", "std"),
             _within=("_within", "max"),
-            achieved_flops_per_s=("achieved_flops_per_s", "mean"),
+            throughput_min_run_samples_per_s=("_rate", "min"),
+            throughput_max_run_samples_per_s=("_rate", "max"),
+            _step=("_w_step", "sum"),
+            _flops=("_flops", "mean"),
+            _per_step=("_per_step", "last"),
+            _rate_only=("_rate", "mean"),
+            measured_steps=("_steps", "sum"),
             achieved_sd_flops_per_s=("achieved_flops_per_s", "std"),
-            step_time_mean_s=("step_time_mean_s", "mean"),
-            train_flops_per_step=("train_flops_per_step", "mean"),
             modeled_intensity_flops_per_byte=("modeled_intensity_flops_per_byte", "mean"),
             **{p: (p, "last") for p in params},  # latest run's params (equal within a config_key)
             **{p: (p, "last") for p in DIST_CARRIED},
@@ -320,12 +365,55 @@ def aggregate_repeats(train: pd.DataFrame) -> pd.DataFrame:
         )
         .reset_index()
     )
-    return _with_throughput_sd(agg)[POINT_COLUMNS]
+    agg = agg.join(step_time_ci95(t, group), on=group)
+    return _with_throughput_sd(_pooled(agg))[POINT_COLUMNS]
+
+
+def _pooled(agg: pd.DataFrame) -> pd.DataFrame:
+    """The configuration's rates from its pooled mean step time."""
+    step = agg["_step"].where(agg["_step"] > 0)
+    agg["step_time_mean_s"] = step
+    agg["train_flops_per_step"] = agg["_flops"]
+    thr = schema.rate_per_s(agg["_per_step"], step)
+    agg["throughput_mean_samples_per_s"] = thr.where(thr.notna(), agg["_rate_only"])
+    agg["achieved_flops_per_s"] = schema.rate_per_s(agg["_flops"], step)
+    agg["throughput_spread_ratio"] = (
+        agg["throughput_max_run_samples_per_s"] / agg["throughput_min_run_samples_per_s"]
+    )
+    agg["measured_steps"] = agg["measured_steps"].where(agg["measured_steps"] > 0)
+    return agg
+
+
+def step_time_ci95(t: pd.DataFrame, group: list[str]) -> pd.Series:
+    """Relative half-width of the 95 % CI of each configuration's mean step time: over its runs'
+    mean step times (Student t: the runs are the independent repeats) where two or more runs have
+    one, else the one run's logged step_time_ci95_rel (or t x SD / sqrt(steps) / mean when it
+    logged none)."""
+    one = t["step_time_ci95_rel"].where(t["step_time_ci95_rel"].ge(0))
+    t = t.assign(_ci1=one.where(one.notna(), _own_ci(t)), _sq=t["_step_s"] ** 2)
+    g = t.groupby(group, sort=True)
+    n, mean, sd = g["_step_s"].count(), g["_step_s"].mean(), g["_step_s"].std()
+    dof = (n - 1).clip(lower=1).astype(int)
+    q = pd.Series([t_quantile_975(int(d)) for d in dof], index=dof.index)
+    across = q * sd / np.sqrt(n) / mean
+    single = t.loc[t["_step_s"].notna()].groupby(group, sort=True)["_ci1"].max()
+    single = single.reindex(across.index)
+    return across.where(n >= 2, single).rename("step_time_ci95_rel")
+
+
+def _own_ci(t: pd.DataFrame) -> pd.Series:
+    """Each run's relative 95 % CI from its SD and steps (Student t), NaN when it lacks them."""
+    n, sd, m = t["measured_iters"], t["step_time_std_s"], t["_step_s"]
+    ok = n.ge(2) & sd.ge(0) & m.gt(0)
+    q = pd.Series(
+        [t_quantile_975(int(x)) if k else np.nan for x, k in zip(n - 1, ok)], index=t.index
+    )
+    return (q * sd / np.sqrt(n) / m).where(ok)
 
 
 def _with_throughput_sd(agg: pd.DataFrame) -> pd.DataFrame:
-    """The samples/s SD of each point and its kind: across runs when two or more have a
-    throughput, else the one run's own within-run SD."""
+    """The samples/s SD of each point and its kind: across runs (of their own rates) when two or
+    more have one, else the one run's own within-run SD."""
     across = agg["_n_thr"] >= 2
     agg["throughput_sd_samples_per_s"] = np.where(across, agg["_sd_across"], agg["_within"]).astype(
         float

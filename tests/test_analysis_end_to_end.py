@@ -93,7 +93,10 @@ def log_train(
                 "step_time_median_s": median_s,
                 "step_time_mean_s": batch / thr,
                 "step_time_std_s": 0.001,
-                "train_flops_per_step": flops_step,
+                # as train logs them: achieved = FLOPs per step / the MEAN step time (batch / thr);
+                # the FLOPs per step chosen so that achieved = flops_step / median_s, the figure the
+                # hand-computed values below start from
+                "train_flops_per_step": flops_step * (batch / thr) / median_s,
                 "achieved_flops_per_s": flops_step / median_s,
                 "modeled_intensity_flops_per_byte": intensity,
                 "modeled_bytes_per_step": flops_step / intensity,
@@ -288,19 +291,24 @@ def test_points_classification_and_efficiency_by_hand(store):
     pts = res.points
     assert len(pts) == 4
 
-    a = row(pts, "l4", 32, "fp32")  # repeats: mean ± SD across runs
+    a = row(pts, "l4", 32, "fp32")  # repeats: their steps pooled, the SD across runs
     assert a["n_runs"] == 2 and a["throughput_sd_kind"] == "across 2 runs"
-    assert a["throughput_mean_samples_per_s"] == pytest.approx(410)
+    # mean step time over both runs' steps (no measured_iters: alike): (32/400 + 32/420) / 2
+    step = (32 / 400 + 32 / 420) / 2
+    assert a["step_time_mean_s"] == pytest.approx(step)
+    assert a["throughput_mean_samples_per_s"] == pytest.approx(32 / step)
     assert a["throughput_sd_samples_per_s"] == pytest.approx(
         math.sqrt(200)
     )  # (10² + 10²) / (2 - 1)
-    assert a["achieved_flops_per_s"] == pytest.approx(1.1e13)
+    # FLOPs per step: 1e13 x 32/400 and 1.2e13 x 32/420 (achieved x each run's mean step time)
+    flops = (1e13 * 32 / 400 + 1.2e13 * 32 / 420) / 2
+    assert a["achieved_flops_per_s"] == pytest.approx(flops / step)
     assert a["intensity_source"] == "modeled" and a["intensity_flops_per_byte"] == 50
     # ridge fp32 = 20e12 / 250e9 = 80 FLOP/B > 50: memory-bound; attainable 50 * 250e9 = 12.5e12
     assert a["ridge_flops_per_byte"] == pytest.approx(80)
     assert a["bound"] == "memory-bound"
     assert a["attainable_flops_per_s"] == pytest.approx(12.5e12)
-    assert a["fraction_of_roof"] == pytest.approx(1.1e13 / 12.5e12)
+    assert a["fraction_of_roof"] == pytest.approx(flops / step / 12.5e12)
     assert a["roof_source"] == "measured"
 
     b = row(pts, "l4", 64, "fp32")  # profiled: measured intensity 200 >= 80: compute-bound
@@ -366,7 +374,7 @@ def test_outputs_tables_figures_and_report(store, tmp_path):
         in md
     )
     assert (
-        "| l4 | NVIDIA L4 | resnet18 | fp32 | 32 | 1000 | one process | 2 | 410 ± 14 | 11000 | 50 | modeled |"
+        "| l4 | NVIDIA L4 | resnet18 | fp32 | 32 | 1000 | one process | 2 | 409.8 ± 14 | 10980 | 50 | modeled |"
         in md
     )
     assert "CUDA out of memory" in md

@@ -499,6 +499,8 @@ def test_gpu_data_parallel_pays_per_device_and_default_prices_apply():
             "params.world_size": "4",
             "params.zero_stage": "0",
             "params.backend": "nccl",
+            # as a data-parallel run logs it: the global batch 8 x 4 over the step time
+            "metrics.throughput_samples_per_s": 8 * 4 / 0.08,
         }
     )
     rows[0]["tags.config_key"] = schema.config_key(
@@ -513,7 +515,7 @@ def test_gpu_data_parallel_pays_per_device_and_default_prices_apply():
     _, found = analyse(rows)
     c = found.configs[0]
     assert c["usd_per_hour"] == pytest.approx(4 * 0.7992) and "Modal" in c["price_source"]
-    assert c["usd_per_million_samples"] == pytest.approx(4 * 0.7992 / 3600 / 100 * 1e6)
+    assert c["usd_per_million_samples"] == pytest.approx(4 * 0.7992 / 3600 / 400 * 1e6)
 
 
 def test_no_price_is_said_not_guessed():
