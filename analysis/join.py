@@ -556,38 +556,110 @@ def attach_intensity(points: pd.DataFrame, profiles: pd.DataFrame) -> pd.DataFra
 
 
 # ------------------------------------------------------------------------------- roofs
+LOAD_QUIET_START = 0.5
+"""a peaks run is trusted when the 1-minute load average when it started measuring was at most
+this many times the machine's logical CPUs (other work was light) ..."""
+LOAD_QUIET_MAX = 1.5
+"""... and the highest load while it measured at most this many times the CPUs (a CPU peaks run
+itself loads every core, about 1 x the CPUs; more means other work competed with it)."""
+
+
+def peaks_load(row: dict) -> dict:
+    """A peaks run's record for the ceilings it gives: run id, start (epoch ms), the load average
+    it logged at the start and at most while measuring (profiling/peaks/load.py), the CPUs, and
+    `trust`: quiet | busy | not recorded (runs made before peaks runs logged their load)."""
+    m = {k: _float(row.get(f"metrics.{k}")) for k in LOAD_KEYS}
+    start, top, cpus = m["load_average_1m_start"], m["load_average_1m_max"], m["cpu_count"]
+    if not (np.isfinite(start) and np.isfinite(top) and cpus > 0):
+        trust = "not recorded"
+    elif start <= LOAD_QUIET_START * cpus and top <= LOAD_QUIET_MAX * cpus:
+        trust = "quiet"
+    else:
+        trust = "busy"
+    return {
+        "run_id": str(row["run_id"]),
+        "start_time": _float(row.get("_start")),
+        "env_label": str(row.get(f"tags.{schema.TAG_ENV_LABEL}") or ""),
+        **m,
+        "trust": trust,
+    }
+
+
+LOAD_KEYS = ("load_average_1m_start", "load_average_1m_max", "cpu_count")
+TRUST_ORDER = ("quiet", "not recorded", "busy")
+"""which peaks runs give a device's ceilings: the quiet ones when there are any, else those that
+recorded no load, else the busy ones; among them, each ceiling is the highest measured."""
+
+
+def _float(v) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return np.nan
+
+
+def highest(rows: list[dict], dev: str) -> Roof:
+    """Each ceiling the highest that the peaks runs `rows` measured, sourced to its run."""
+    out = Roof(dev)
+    for row in rows:
+        roof = ceilings.roof_from_peaks_row(row, dev)
+        for d, v in roof.flops_per_s.items():
+            if v > out.flops_per_s.get(d, 0.0):
+                out.flops_per_s[d], out.sources[f"flops:{d}"] = v, roof.sources[f"flops:{d}"]
+        for lv, v in roof.bytes_per_s.items():
+            if v > out.bytes_per_s.get(lv, 0.0):
+                out.bytes_per_s[lv], out.sources[f"bytes:{lv}"] = v, roof.sources[f"bytes:{lv}"]
+    return out
+
+
+def _trusted(rows: list[dict]) -> list[dict]:
+    """The rows of the most trusted kind present (TRUST_ORDER)."""
+    for kind in TRUST_ORDER:
+        chosen = [r for r in rows if r["_load"]["trust"] == kind]
+        if chosen:
+            return chosen
+    return []
+
+
 def measured_roofs(
     runs: pd.DataFrame,
-) -> tuple[dict[tuple[str, str], Roof], dict[str, tuple[str, Roof]]]:
-    """Roofs from FINISHED peaks runs: the latest per (env_label, device_name), and the latest per
-    device_name alone (with the env it came from) for environments that measured none."""
+) -> tuple[dict[tuple[str, str], Roof], dict[str, tuple[str, Roof]], dict[str, dict]]:
+    """Roofs from FINISHED peaks runs: per (env_label, device_name), and per device_name alone
+    (with the environments it came from) for environments that measured none; each ceiling the
+    highest of the most trusted runs (TRUST_ORDER). Also every peaks run's load record
+    (`peaks_load`) by its short run id, for the findings that name a ceiling's run."""
     pk = of_kind(runs, "peaks")
-    by_env: dict[tuple[str, str], Roof] = {}
-    by_dev: dict[str, tuple[str, Roof]] = {}
     if pk.empty:
-        return by_env, by_dev
+        return {}, {}, {}
     pk = pk.assign(_start=_start(pk)).sort_values("_start")
-    for row in pk.to_dict("records"):
-        env = str(row.get(f"tags.{schema.TAG_ENV_LABEL}") or "")
-        dev = str(row.get(f"tags.{schema.TAG_DEVICE_NAME}") or "")
-        roof = ceilings.roof_from_peaks_row(row, dev)
-        if roof.is_empty():  # no peak_* metric: nothing to draw
-            continue
-        by_env[(env, dev)] = roof  # later rows overwrite: latest wins
-        by_dev[dev] = (env, roof)
-    return by_env, by_dev
+    rows = [r for r in pk.to_dict("records") if not ceilings.roof_from_peaks_row(r, "").is_empty()]
+    for r in rows:
+        r["_load"] = peaks_load(r)
+    by_key: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        env = str(r.get(f"tags.{schema.TAG_ENV_LABEL}") or "")
+        by_key.setdefault((env, str(r.get(f"tags.{schema.TAG_DEVICE_NAME}") or "")), []).append(r)
+    by_env = {(e, d): highest(_trusted(rs), d) for (e, d), rs in by_key.items()}
+    by_dev: dict[str, tuple[str, Roof]] = {}
+    for dev in sorted({d for _, d in by_key}):
+        chosen = _trusted([r for (_, d), rs in by_key.items() if d == dev for r in rs])
+        envs = ", ".join(sorted({str(r.get(f"tags.{schema.TAG_ENV_LABEL}") or "") for r in chosen}))
+        by_dev[dev] = (envs, highest(chosen, dev))
+    return by_env, by_dev, {short(r["run_id"]): r["_load"] for r in rows}
 
 
 def choose_roofs(
     envs: Iterable[tuple[str, str]],
     runs: pd.DataFrame,
     vendor_lookup: VendorLookup | None,
-) -> tuple[dict[tuple[str, str], dict[str, Roof | None]], list[str]]:
-    """Per (env_label, device_name): {'measured', 'vendor', 'roof'} where 'roof' (used for
-    the fraction of roof) takes each ceiling from the measured peaks run when it has it, else from the vendor
-    lookup (the peak table with the user's --peaks-file). Returns (roofs, notes)."""
-    by_env, by_dev = measured_roofs(runs)
-    out: dict[tuple[str, str], dict[str, Roof | None]] = {}
+) -> tuple[dict[tuple[str, str], dict[str, Any]], list[str]]:
+    """Per (env_label, device_name): {'measured', 'vendor', 'roof', 'peaks_runs'} where 'roof'
+    (used for the fraction of roof) takes each ceiling from the measured peaks runs when they have
+    it (measured_roofs: the highest of the most trusted), else from the vendor lookup (the peak
+    table with the user's --peaks-file); 'peaks_runs': the load records of every peaks run (short
+    run id -> peaks_load). Returns (roofs, notes)."""
+    by_env, by_dev, loads = measured_roofs(runs)
+    out: dict[tuple[str, str], dict[str, Any]] = {}
     notes: list[str] = []
     vendor_cache: dict[str, Roof | None] = {}
     for env, dev in envs:
@@ -607,8 +679,27 @@ def choose_roofs(
                 f"no peaks for {dev} (env {env}): no peaks run and no vendor entry; fraction of roof and bound "
                 "left empty (run `python -m profiling.peaks` there, or add the device with --peaks-file)"
             )
-        out[(env, dev)] = {"measured": measured, "vendor": vendor, "roof": roof}
+        out[(env, dev)] = {
+            "measured": measured,
+            "vendor": vendor,
+            "roof": roof,
+            "peaks_runs": loads,
+        }
+    notes += busy_peaks_notes(loads)
     return out, notes
+
+
+def busy_peaks_notes(loads: dict[str, dict]) -> list[str]:
+    """One line per peaks run measured on a busy machine (its ceilings are used only where no quiet
+    or unrecorded run measured the device)."""
+    return [
+        f"peaks run {rid} ({r['env_label']}) measured while the machine was busy (1-minute load "
+        f"average {r['load_average_1m_start']:.2f} at the start, up to {r['load_average_1m_max']:.2f}"
+        f", on {r['cpu_count']:.0f} CPUs): its ceilings may be low; rerun `python -m profiling.peaks` "
+        "on a quiet machine"
+        for rid, r in loads.items()
+        if r["trust"] == "busy"
+    ]
 
 
 def evaluate(
