@@ -209,6 +209,8 @@ def train_runs(runs: pd.DataFrame) -> pd.DataFrame:
     out["base_config_key"] = base.where(base != "", out["config_key"])
     for m in [*TRAIN_METRICS, *DIST_METRICS, *FINDINGS_METRICS]:
         out[m] = numeric(tr, f"metrics.{m}")
+    ci = out["step_time_ci95_rel"]
+    out["step_time_ci95_rel"] = ci.where(ci.notna(), own_ci(out))
     for t in FINDINGS_TAGS:
         out[t] = text(tr, f"tags.{t}")
     for p in FINDINGS_PARAMS:
@@ -387,10 +389,8 @@ def _pooled(agg: pd.DataFrame) -> pd.DataFrame:
 def step_time_ci95(t: pd.DataFrame, group: list[str]) -> pd.Series:
     """Relative half-width of the 95 % CI of each configuration's mean step time: over its runs'
     mean step times (Student t: the runs are the independent repeats) where two or more runs have
-    one, else the one run's logged step_time_ci95_rel (or t x SD / sqrt(steps) / mean when it
-    logged none)."""
-    one = t["step_time_ci95_rel"].where(t["step_time_ci95_rel"].ge(0))
-    t = t.assign(_ci1=one.where(one.notna(), _own_ci(t)), _sq=t["_step_s"] ** 2)
+    one, else the one run's step_time_ci95_rel (train_runs: as logged, else own_ci)."""
+    t = t.assign(_ci1=t["step_time_ci95_rel"].where(t["step_time_ci95_rel"].ge(0)))
     g = t.groupby(group, sort=True)
     n, mean, sd = g["_step_s"].count(), g["_step_s"].mean(), g["_step_s"].std()
     dof = (n - 1).clip(lower=1).astype(int)
@@ -401,9 +401,10 @@ def step_time_ci95(t: pd.DataFrame, group: list[str]) -> pd.Series:
     return across.where(n >= 2, single).rename("step_time_ci95_rel")
 
 
-def _own_ci(t: pd.DataFrame) -> pd.Series:
-    """Each run's relative 95 % CI from its SD and steps (Student t), NaN when it lacks them."""
-    n, sd, m = t["measured_iters"], t["step_time_std_s"], t["_step_s"]
+def own_ci(t: pd.DataFrame) -> pd.Series:
+    """Each run's relative 95 % CI of its mean step time from its SD and steps (Student t), NaN
+    when it lacks them (for runs that logged no step_time_ci95_rel)."""
+    n, sd, m = t["measured_iters"], t["step_time_std_s"], t["step_time_mean_s"]
     ok = n.ge(2) & sd.ge(0) & m.gt(0)
     q = pd.Series(
         [t_quantile_975(int(x)) if k else np.nan for x, k in zip(n - 1, ok)], index=t.index

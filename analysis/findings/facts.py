@@ -33,8 +33,6 @@ class Facts:
     """mean step time over all measured steps of its runs."""
     step_ci_rel: float | None
     """relative half-width of the 95 % CI of step_s (over its runs; one run: its own)."""
-    run_rates: tuple[float, ...]
-    """each run's own samples/s, in run order."""
     fraction: float | None
     """fraction of roof at this point (may be over 1: then the ceiling is too low)."""
     breakdown: Breakdown | None = None
@@ -99,7 +97,6 @@ def build(analysis, breakdowns: dict, profiles: dict, clean: Clean) -> list[Fact
     for idx, p in enumerate(analysis.points.to_dict("records")):
         runs = tuple(by_run[r] for r in p["run_ids"] if r in by_run)
         where = f"{p['env_label']}: {p['label']}"
-        rates = tuple(x for r in runs if (x := run_rate(r, p)) is not None)
         f = Facts(
             idx=idx,
             point=p,
@@ -109,7 +106,6 @@ def build(analysis, breakdowns: dict, profiles: dict, clean: Clean) -> list[Fact
             ),
             step_s=clean.value(p.get("step_time_mean_s"), "step_time_mean_s", where, True),
             step_ci_rel=clean.value(p.get("step_time_ci95_rel"), "step_time_ci95_rel", where),
-            run_rates=rates,
             fraction=clean.value(p.get("fraction_of_roof"), "fraction of roof", where, True),
             breakdown=breakdowns.get((p["env_label"], p["device_name"], p["config_key"])),
             device_type=next((str(r["device_type"]) for r in runs if r.get("device_type")), ""),
@@ -153,20 +149,34 @@ def _num(v) -> float:
 
 def instability(f: Facts) -> str:
     """Why the runs of `f` disagree too much to judge it, or '': their samples/s spread over
-    rules.UNSTABLE_SPREAD (highest over lowest run), or its step-time CI wider than
-    rules.UNSTABLE_CI."""
+    rules.UNSTABLE_SPREAD (highest over lowest run of the same loader workers), or its step-time
+    CI wider than rules.UNSTABLE_CI (where its runs all used the same workers)."""
     why = []
-    if f.spread is not None and f.spread > rules.UNSTABLE_SPREAD:
+    lo, hi = _disagreement(f)
+    if hi / lo > rules.UNSTABLE_SPREAD:
         why.append(
-            f"its runs' samples/s range {min(f.run_rates):.4g}-{max(f.run_rates):.4g} "
-            f"(x{f.spread:.3g}, over x{rules.UNSTABLE_SPREAD:g})"
+            f"its runs' samples/s range {lo:.4g}-{hi:.4g} (×{hi / lo:.3g}, over "
+            f"×{rules.UNSTABLE_SPREAD:g})"
         )
-    if f.step_ci_rel is not None and f.step_ci_rel > rules.UNSTABLE_CI:
+    workers = {str(r.get("workers") or "") for r in f.runs}
+    if f.step_ci_rel is not None and f.step_ci_rel > rules.UNSTABLE_CI and len(workers) == 1:
         why.append(
             f"the 95% CI of its mean step time is ±{f.step_ci_rel:.0%} (over "
             f"±{rules.UNSTABLE_CI:.0%})"
         )
     return "; ".join(why)
+
+
+def _disagreement(f: Facts) -> tuple[float, float]:
+    """(lowest, highest) samples/s of the runs of `f` that used the same number of loader
+    workers, over the workers values (runs that differ in workers are a measured move,
+    moves.worker_moves, not noise); (1, 1) with fewer than two such runs."""
+    groups: dict[str, list[float]] = {}
+    for r in f.runs:
+        if (x := run_rate(r, f.point)) is not None:
+            groups.setdefault(str(r.get("workers") or ""), []).append(x)
+    pairs = [(min(g), max(g)) for g in groups.values() if len(g) >= 2]
+    return max(pairs, key=lambda p: p[1] / p[0]) if pairs else (1.0, 1.0)
 
 
 @dataclass

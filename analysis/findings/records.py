@@ -146,7 +146,7 @@ def _onoff(x) -> str:
 
 def _speedup(v: dict) -> str:
     ci = v.get("speedup_ci95")
-    ci = f" (95% CI ×{num(ci[0])}–{num(ci[1])}, on the log scale)" if ci else ""
+    ci = f" (95% CI ×{num(ci[0])}–{num(ci[1])})" if ci else ""
     return (
         f"{KNOB_TEXT[v['knob']](v['from'], v['to'])}: {times(v['speedup'])}{ci} samples/s "
         f"({num(v['throughput_to'])} vs {num(v['throughput_from'])} samples/s, measured)."
