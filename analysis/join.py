@@ -89,6 +89,8 @@ PROFILE_METRICS = [
     "ncu_intensity_dram_flops_per_byte",
     "ncu_kernel_time_s",  # read for analysis/screen.py: counts no GPU makes in that time
 ]
+PEAKS_LOAD_METRICS = ["load_average_1m_start", "load_average_1m_max", "cpu_count"]
+"""the machine's load while a peaks run measured (profiling/peaks/load.py): which ceilings to trust"""
 # Every key analysis reads from a run, by prefix of its column: analysis/fetch reads and caches these
 # and no others. Peaks metrics go by name prefix (peak_flops_per_s_<dtype>, peak_<level>_bytes_per_s).
 READ_KEYS = {
@@ -117,7 +119,13 @@ READ_KEYS = {
         "profile_steps",
         "data",
     ],
-    "metrics": [*TRAIN_METRICS, *DIST_METRICS, *PROFILE_METRICS, *FINDINGS_METRICS],
+    "metrics": [
+        *TRAIN_METRICS,
+        *DIST_METRICS,
+        *PROFILE_METRICS,
+        *FINDINGS_METRICS,
+        *PEAKS_LOAD_METRICS,
+    ],
 }
 READ_PREFIXES = {"tags": [], "params": [], "metrics": ["peak_"]}
 
@@ -569,7 +577,7 @@ def peaks_load(row: dict) -> dict:
     """A peaks run's record for the ceilings it gives: run id, start (epoch ms), the load average
     it logged at the start and at most while measuring (profiling/peaks/load.py), the CPUs, and
     `trust`: quiet | busy | not recorded (runs made before peaks runs logged their load)."""
-    m = {k: _float(row.get(f"metrics.{k}")) for k in LOAD_KEYS}
+    m = {k: _float(row.get(f"metrics.{k}")) for k in PEAKS_LOAD_METRICS}
     start, top, cpus = m["load_average_1m_start"], m["load_average_1m_max"], m["cpu_count"]
     if not (np.isfinite(start) and np.isfinite(top) and cpus > 0):
         trust = "not recorded"
@@ -586,7 +594,6 @@ def peaks_load(row: dict) -> dict:
     }
 
 
-LOAD_KEYS = ("load_average_1m_start", "load_average_1m_max", "cpu_count")
 TRUST_ORDER = ("quiet", "not recorded", "busy")
 """which peaks runs give a device's ceilings: the quiet ones when there are any, else those that
 recorded no load, else the busy ones; among them, each ceiling is the highest measured."""

@@ -370,11 +370,11 @@ def test_outputs_tables_figures_and_report(store, tmp_path):
     md = (out / "report.md").read_text()
     assert f"no peaks for {CPU}" in md
     assert (
-        "| l4 | NVIDIA L4 | resnet18 | fp32 | 64 | 1000 | one process | 1 | 700 ± 20 (within run) | 15000 | 200 | measured |"
+        "| l4 | NVIDIA L4 | resnet18 | fp32 | 64 | 1000 | one process | 1 | 700 ± 20 (within run) | 15 TFLOP/s | 200 | measured |"
         in md
     )
     assert (
-        "| l4 | NVIDIA L4 | resnet18 | fp32 | 32 | 1000 | one process | 2 | 409.8 ± 14 | 10980 | 50 | modeled |"
+        "| l4 | NVIDIA L4 | resnet18 | fp32 | 32 | 1000 | one process | 2 | 410 ± 14 | 11 TFLOP/s | 50 | modeled |"
         in md
     )
     assert "CUDA out of memory" in md
