@@ -15,15 +15,17 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
 
 import mlflow
 import pandas as pd
 import pytest
 
-from analysis import app
+from analysis import app, join
 from common import schema
 from common.tracking import RunSession
 from profiling.breakdown.names import PARTS
+from profiling.peaks import load
 from train.timing import t_quantile_975
 
 EXP = "noisy"
@@ -112,35 +114,34 @@ def log_breakdown(env: str, model: str, modules: list[str]) -> str:
     return s.run_id
 
 
-def noisy_store(env: str = "busy") -> dict:
-    """The noisy store (module docstring); returns {what: run ids}."""
-    ids = {"b2": [log_train(env, "resnet18", 2, "fp32", s) for s in (0.04, 2.7, 4.0)]}
-    for batch, step in ((4, 1.6), (8, 1.2), (16, 1.0)):  # slower at the smaller batch
+def store(env: str, b2: tuple, series: tuple, fast: tuple, peaks: tuple) -> dict:
+    """resnet18 b2 fp32 at the step times `b2`; b4, b8, b16 fp32 at `series`; resnet18 b4 bf16 and
+    mobilenet_v2 b4 fp32 at `fast`; a peaks run (fp32 ceiling, load at start, highest load);
+    breakdown runs of resnet18 b4 and mobilenet_v2 b4. Returns {what: run ids}."""
+    ids = {"b2": [log_train(env, "resnet18", 2, "fp32", s) for s in b2]}
+    for batch, step in zip((4, 8, 16), series):
         ids[f"b{batch}"] = [log_train(env, "resnet18", batch, "fp32", step)]
-    ids["bf16"] = [log_train(env, "resnet18", 4, "bf16", 1.2)]
-    ids["mobilenet"] = [log_train(env, "mobilenet_v2", 4, "fp32", 0.5)]
-    # measured while 3.6 runnable tasks competed for 2 CPUs: 2e10 FLOP/s, below b8's 2.7e10
-    ids["peaks"] = [log_peaks(env, 2e10, 3.6, 5.1)]
+    ids["bf16"] = [log_train(env, "resnet18", 4, "bf16", fast[0])]
+    ids["mobilenet"] = [log_train(env, "mobilenet_v2", 4, "fp32", fast[1])]
+    ids["peaks"] = [log_peaks(env, *peaks)]
     ids["breakdown"] = [
         log_breakdown(env, "resnet18", ["layer4.1.conv2", "fc"]),
         log_breakdown(env, "mobilenet_v2", ["features.7", "classifier.1"]),
     ]
     return ids
+
+
+def noisy_store(env: str = "busy") -> dict:
+    """The noisy store (module docstring): b2 at 0.04, 2.7 and 4 s (samples/s 50 to 0.5); the
+    series slower at the smaller batch; a peaks run measured while 3.6 runnable tasks competed
+    for 2 CPUs, 2e10 FLOP/s, below b8's 2.7e10."""
+    return store(env, (0.04, 2.7, 4.0), (1.6, 1.2, 1.0), (1.2, 0.5), (2e10, 3.6, 5.1))
 
 
 def quiet_store(env: str = "quiet") -> dict:
-    """The same configurations measured on a quiet machine."""
-    ids = {"b2": [log_train(env, "resnet18", 2, "fp32", s) for s in (0.60, 0.61, 0.62)]}
-    for batch, step in ((4, 0.8), (8, 1.2), (16, 2.0)):  # 0.4 s fixed + 0.1 s per sample
-        ids[f"b{batch}"] = [log_train(env, "resnet18", batch, "fp32", step)]
-    ids["bf16"] = [log_train(env, "resnet18", 4, "bf16", 0.5)]
-    ids["mobilenet"] = [log_train(env, "mobilenet_v2", 4, "fp32", 0.3)]
-    ids["peaks"] = [log_peaks(env, 2e11, 0.1, 2.1)]
-    ids["breakdown"] = [
-        log_breakdown(env, "resnet18", ["layer4.1.conv2", "fc"]),
-        log_breakdown(env, "mobilenet_v2", ["features.7", "classifier.1"]),
-    ]
-    return ids
+    """The same configurations measured on a quiet machine: repeats alike, the series 0.4 s fixed
+    + 0.1 s per sample, the peaks run at a load of 0.1."""
+    return store(env, (0.60, 0.61, 0.62), (0.8, 1.2, 2.0), (0.5, 0.3), (2e11, 0.1, 2.1))
 
 
 def findings_section(md: str) -> str:
@@ -245,3 +246,50 @@ def test_single_run_configurations_equal_their_run_pages(noisy):
         assert c["throughput_samples_per_s"] == m["throughput_samples_per_s"]
         if m["fraction_of_roof"] <= 1:  # above 1 the findings name the ceiling instead
             assert c["fraction_of_roof"] == m["fraction_of_roof"]
+
+
+def test_the_highest_ceiling_of_the_quietest_peaks_runs():
+    """join.measured_roofs: quiet runs first (load at the start <= 0.5 x CPUs, at most 1.5 x CPUs
+    while measuring), then runs that recorded no load, then busy ones; among them each ceiling
+    the highest, whatever run came last."""
+
+    def row(rid, start, fp32, dram, load=None):
+        r = {"run_id": rid, "status": "FINISHED", "start_time": start, "tags.run_kind": "peaks"}
+        r |= {"tags.env_label": "e", "tags.device_name": CPU, "metrics.peak_flops_per_s_fp32": fp32}
+        r["metrics.peak_dram_bytes_per_s"] = dram
+        if load:
+            r |= {"metrics.load_average_1m_start": load[0], "metrics.load_average_1m_max": load[1]}
+            r["metrics.cpu_count"] = 4.0
+        return r
+
+    rows = [
+        row("quietold", 1, 9e10, 10e9, (0.2, 4.5)),  # quiet: 0.2 <= 2, 4.5 <= 6
+        row("quietnew", 2, 8e10, 12e9, (1.0, 5.0)),
+        row("busy", 3, 20e10, 30e9, (3.0, 9.0)),  # higher, but measured beside other work
+        row("unknown", 4, 15e10, 20e9),
+    ]
+    roofs, notes = join.choose_roofs([("e", CPU)], pd.DataFrame(rows), None)
+    roof = roofs[("e", CPU)]["roof"]
+    assert roof.flops_per_s["fp32"] == 9e10 and roof.sources["flops:fp32"].endswith("quietold")
+    assert roof.bytes_per_s["dram"] == 12e9 and roof.sources["bytes:dram"].endswith("quietnew")
+    assert roofs[("e", CPU)]["peaks_runs"]["busy"]["trust"] == "busy"
+    assert any("peaks run busy (e) measured while the machine was busy" in n for n in notes)
+    # without quiet runs, the ones that recorded no load; without those, the busy ones
+    roofs, _ = join.choose_roofs([("e", CPU)], pd.DataFrame(rows[2:]), None)
+    assert roofs[("e", CPU)]["roof"].flops_per_s["fp32"] == 15e10
+    roofs, _ = join.choose_roofs([("e", CPU)], pd.DataFrame(rows[2:3]), None)
+    assert roofs[("e", CPU)]["roof"].flops_per_s["fp32"] == 20e10
+
+
+def test_load_sampler_records_the_load_while_measuring(monkeypatch):
+    seen = iter([0.5, 1.0, 3.0, 2.0] + [2.0] * 100)
+    monkeypatch.setattr(load, "load_1m", lambda: next(seen))
+    with load.LoadSampler(interval_s=0.01) as s:
+        time.sleep(0.1)
+    m = s.metrics()
+    assert m["load_average_1m_start"] == 0.5 and m["load_average_1m_max"] == 3.0
+    assert m["cpu_count"] >= 1
+    monkeypatch.setattr(load, "load_1m", lambda: None)  # no load average on this system
+    with load.LoadSampler(interval_s=0.01) as s:
+        pass
+    assert set(s.metrics()) == {"cpu_count"}
