@@ -693,20 +693,26 @@ def choose_roofs(
             "roof": roof,
             "peaks_runs": loads,
         }
-    notes += busy_peaks_notes(loads)
-    return out, notes
+    return out, notes + busy_peaks_notes(loads, out)
 
 
-def busy_peaks_notes(loads: dict[str, dict]) -> list[str]:
-    """One line per peaks run measured on a busy machine (its ceilings are used only where no quiet
-    or unrecorded run measured the device)."""
+def busy_peaks_notes(loads: dict[str, dict], roofs: dict) -> list[str]:
+    """One line per peaks run measured on a busy machine whose ceilings are in use (no quiet or
+    unrecorded run measured the device)."""
+    used = {
+        src.rsplit(" ", 1)[-1]
+        for r in roofs.values()
+        if r["roof"] is not None
+        for src in r["roof"].sources.values()
+        if src.startswith("measured")
+    }
     return [
         f"peaks run {rid} ({r['env_label']}) measured while the machine was busy (1-minute load "
         f"average {r['load_average_1m_start']:.2f} at the start, up to {r['load_average_1m_max']:.2f}"
-        f", on {r['cpu_count']:.0f} CPUs): its ceilings may be low; rerun `python -m profiling.peaks` "
-        "on a quiet machine"
+        f", on {r['cpu_count']:.0f} CPUs) and no quieter one measured the device: its ceilings may "
+        "be low; rerun `python -m profiling.peaks` on a quiet machine"
         for rid, r in loads.items()
-        if r["trust"] == "busy"
+        if r["trust"] == "busy" and rid in used
     ]
 
 

@@ -31,7 +31,7 @@ def batch_drop(f: Facts, peers: Peers) -> list[Finding]:
         return []
     a = max(smaller, key=_batch)
     ratio = f.throughput / a.throughput
-    ci = ratio_interval(ratio, a.step_ci_rel, f.step_ci_rel)
+    ci = ratio_interval(ratio, a.ratio_ci, f.ratio_ci)
     drop = 1 - ratio
     if drop < rules.BATCH_DROP or (ci is not None and ci[1] >= 1):
         return []

@@ -278,7 +278,7 @@ def _ceiling(roof, key: str) -> float | None:
 def _fields(f: facts.Facts, kind: str, ctx: Context) -> dict:
     """The record's fields (knobs, where, the one statistic, spread, bound and roof)."""
     p = f.point
-    frac = None if f.above_roof else f.fraction
+    frac = None if f.above_roof or f.unstable else f.fraction
     roof = ctx.analysis.roofs.get((f.env, f.device), {}).get("roof")
     return {
         **{k: _value(p.get(k)) for k in KNOB_FIELDS},

@@ -43,6 +43,19 @@ class Facts:
     device_type: str = ""
     profile: dict | None = None
     """its profile run's row (analysis/join.profile_intensities' run), or None."""
+    noise_rel: float = 0.0
+    """for a configuration of one run: how much repeats of other configurations on the same
+    environment and device disagree (the log of their largest highest-over-lowest run ratio), as
+    a floor under its own CI when it is compared (`ratio_ci`): one run's CI says nothing of how
+    runs differ."""
+
+    @property
+    def ratio_ci(self) -> float | None:
+        """The relative 95 % half-width its comparisons use: its step-time CI, with a one-run
+        configuration's raised to the machine's run-to-run noise (noise_rel)."""
+        if self.step_ci_rel is None:
+            return None
+        return max(self.step_ci_rel, self.noise_rel) if len(self.runs) == 1 else self.step_ci_rel
 
     @property
     def env(self) -> str:
@@ -112,7 +125,20 @@ def build(analysis, breakdowns: dict, profiles: dict, clean: Clean) -> list[Fact
             profile=profiles.get(p.get("profile_run_id") or ""),
         )
         out.append(replace(f, unstable=instability(f)))
-    return out
+    return with_noise(out)
+
+
+def with_noise(found: list[Facts]) -> list[Facts]:
+    """Each one-run configuration's noise_rel: the log of the largest run-to-run ratio among the
+    repeated configurations of its environment and device."""
+    worst: dict[tuple, float] = {}
+    for f in found:
+        lo, hi = _disagreement(f)
+        key = (f.env, f.device)
+        worst[key] = max(worst.get(key, 0.0), math.log(hi / lo))
+    return [
+        replace(f, noise_rel=worst[(f.env, f.device)]) if len(f.runs) == 1 else f for f in found
+    ]
 
 
 def _rows(train) -> list[dict]:

@@ -30,7 +30,7 @@ def knob_moves(f: Facts, peers: Peers, missing: list[str]) -> list[Finding]:
         if knob == "batch_size" and sibs:
             sibs = [max(sibs, key=lambda g: g.throughput)]
         for g in sibs:
-            side = (f.throughput, f.step_ci_rel, g.throughput, g.step_ci_rel)
+            side = (f.throughput, f.ratio_ci, g.throughput, g.ratio_ci)
             found = speedup(knob, f.point.get(knob), g.point.get(knob), side, f.run_ids + g.run_ids)
             out += _claimed(found, f"{f.env}: {f.label}", missing)
     return out
