@@ -251,7 +251,8 @@ def _write_report(
     """The table files, report.md and report.html (figures embedded, the Findings section first,
     the breakdown section included) under `out_dir`; `last_note` ends "What is missing"."""
     b = breakdown.build(breakdowns)
-    analysis.notes += b.notes + ([last_note] if last_note else [])
+    missing = list(found.missing) if found is not None else []  # findings the numbers cannot carry
+    analysis.notes += b.notes + missing + ([last_note] if last_note else [])
     files = report.write_tables(analysis, out_dir) + breakdown.write_files(b, out_dir)
     if not b.runs.empty:  # breakdown_plot imports matplotlib (through profiling.breakdown)
         from analysis import breakdown_plot

@@ -3,8 +3,9 @@
 From the latest `breakdown` run per environment and config (analysis/fetch/breakdowns.py): one
 row per run with its parts (profiling.breakdown.names.PARTS) as shares of its step, the joined
 `layers.csv` of every run (`breakdown_layers.csv` next to the report, for pandas users), and the
-pairs of runs of one environment that differ in exactly one configuration field (batch 8 vs 64,
-fp32 vs bf16, 1 vs 2 ranks, ...) side by side, with the module whose share moved most.
+pairs of runs of one environment, device and model that differ in exactly one configuration field
+(batch 8 vs 64, fp32 vs bf16, 1 vs 2 ranks, ...) side by side, with the module whose share moved
+most.
 
 Pure but for `write_files` (the edge that writes the two CSVs). Values read back are untrusted: a
 non-finite or negative step time or share is left out with a note naming the run.
@@ -144,11 +145,12 @@ def _phrase(t: dict) -> str:
 
 
 def shifts(runs: pd.DataFrame, layers: pd.DataFrame) -> pd.DataFrame:
-    """Pairs of runs of one environment and device that differ in exactly one config field."""
+    """Pairs of runs of one environment, device and model that differ in exactly one other config
+    field (two models' modules are not one another's: no shift is drawn between them)."""
     out = []
     if runs.empty:
         return pd.DataFrame()
-    for _, g in runs.groupby(["env_label", "device_name"], sort=True):
+    for _, g in runs.groupby(["env_label", "device_name", "model"], sort=True):
         recs = g.to_dict("records")
         for a, b in combinations(recs, 2):
             diff = [c for c in CONFIG_FIELDS if a[c] != b[c]]
@@ -292,7 +294,7 @@ def section(b: Breakdowns, figure: tuple[str, str] | None) -> list[tuple]:
         out += [
             (
                 "p",
-                "How the breakdown shifts between configurations: runs of one environment that "
+                "How the breakdown shifts between configurations: runs of one environment and model that "
                 "differ in one field, the smaller value (or fp32, or fewer ranks) first.",
             ),
             ("table", shifts_table(b.shifts)),

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from roofline import ceilings
+from train.timing import t_quantile_975
 from train.config import data_kind
 from roofline.model import PointEval, Roof, evaluate_point
 from common import schema
@@ -88,6 +89,8 @@ PROFILE_METRICS = [
     "ncu_intensity_dram_flops_per_byte",
     "ncu_kernel_time_s",  # read for analysis/screen.py: counts no GPU makes in that time
 ]
+PEAKS_LOAD_METRICS = ["load_average_1m_start", "load_average_1m_max", "cpu_count"]
+"""the machine's load while a peaks run measured (profiling/peaks/load.py): which ceilings to trust"""
 # Every key analysis reads from a run, by prefix of its column: analysis/fetch reads and caches these
 # and no others. Peaks metrics go by name prefix (peak_flops_per_s_<dtype>, peak_<level>_bytes_per_s).
 READ_KEYS = {
@@ -116,7 +119,13 @@ READ_KEYS = {
         "profile_steps",
         "data",
     ],
-    "metrics": [*TRAIN_METRICS, *DIST_METRICS, *PROFILE_METRICS, *FINDINGS_METRICS],
+    "metrics": [
+        *TRAIN_METRICS,
+        *DIST_METRICS,
+        *PROFILE_METRICS,
+        *FINDINGS_METRICS,
+        *PEAKS_LOAD_METRICS,
+    ],
 }
 READ_PREFIXES = {"tags": [], "params": [], "metrics": ["peak_"]}
 
@@ -208,6 +217,8 @@ def train_runs(runs: pd.DataFrame) -> pd.DataFrame:
     out["base_config_key"] = base.where(base != "", out["config_key"])
     for m in [*TRAIN_METRICS, *DIST_METRICS, *FINDINGS_METRICS]:
         out[m] = numeric(tr, f"metrics.{m}")
+    ci = out["step_time_ci95_rel"]
+    out["step_time_ci95_rel"] = ci.where(ci.notna(), own_ci(out))
     for t in FINDINGS_TAGS:
         out[t] = text(tr, f"tags.{t}")
     for p in FINDINGS_PARAMS:
@@ -267,9 +278,14 @@ POINT_COLUMNS = [
     "throughput_mean_samples_per_s",
     "throughput_sd_samples_per_s",
     "throughput_sd_kind",
+    "throughput_min_run_samples_per_s",
+    "throughput_max_run_samples_per_s",
+    "throughput_spread_ratio",
     "achieved_flops_per_s",
     "achieved_sd_flops_per_s",
     "step_time_mean_s",
+    "step_time_ci95_rel",
+    "measured_steps",
     "train_flops_per_step",
     "modeled_intensity_flops_per_byte",
     *DIST_CARRIED,
@@ -278,41 +294,80 @@ POINT_COLUMNS = [
 """The columns of aggregate_repeats' rows, in order."""
 
 
+def run_rates(train: pd.DataFrame) -> pd.DataFrame:
+    """Per train run, the numbers a configuration pools (docs/schema.md, "Definitions"): its mean
+    step time (step_time_mean_s; batch x world size / throughput where only the rate was logged),
+    its measured steps (measured_iters; NaN when not logged), its samples per step (batch x world
+    size), its training FLOPs per step (train_flops_per_step, else achieved FLOP/s x step time) and
+    its own rate, samples per step / its mean step time."""
+    t = train.copy()
+    step = t["step_time_mean_s"].where(t["step_time_mean_s"].gt(0))
+    per_step = t["batch_size"] * t["world_size"]
+    per_step = per_step.where(per_step.gt(0), t["throughput_samples_per_s"] * step)
+    from_rate = (per_step / t["throughput_samples_per_s"]).where(
+        t["throughput_samples_per_s"].gt(0)
+    )
+    t["_step_s"] = step.where(step.notna(), from_rate)
+    t["_per_step"] = per_step
+    t["_steps"] = t["measured_iters"].where(t["measured_iters"].gt(0))
+    flops = t["train_flops_per_step"].where(t["train_flops_per_step"].gt(0))
+    t["_flops"] = flops.where(flops.notna(), t["achieved_flops_per_s"] * t["_step_s"])
+    rate = schema.rate_per_s(per_step, t["_step_s"])
+    # a run that logged its rate but neither a batch size nor a step time: the rate as logged
+    t["_rate"] = rate.where(
+        rate.notna(), t["throughput_samples_per_s"].where(t["throughput_samples_per_s"].gt(0))
+    )
+    return t
+
+
+def _pooled_weights(t: pd.DataFrame, group: list[str]) -> pd.Series:
+    """Each run's share of its configuration's measured steps: measured_iters over the group's
+    total; a run that logged no measured_iters counts as many steps as the group's runs that did
+    on average (every run alike when none did). Runs without a step time weigh 0."""
+    steps = t["_steps"].fillna(t.groupby(group)["_steps"].transform("mean")).fillna(1.0)
+    steps = steps.where(t["_step_s"].notna(), 0.0)
+    total = steps.groupby([t[g] for g in group]).transform("sum")
+    return (steps / total).where(total > 0, 0.0)
+
+
 def aggregate_repeats(train: pd.DataFrame) -> pd.DataFrame:
     """One row per (env_label, device_name, config_key); a run without a config_key (no tag and
     incomplete params: nothing says which runs did the same work) is a row of its own.
 
-    Several runs: samples/s = mean ± SD across runs (ddof=1). One run: its own within-run SD
-    (throughput_std_samples_per_s). Achieved FLOP/s = mean over runs of each run's
-    train_flops_per_step / step_time_mean_s (the logged achieved_flops_per_s, derived the same way
-    when a run lacks it: common.schema.rate_per_s). Step times shown are means (docs/schema.md,
-    Definitions).
+    The configuration's numbers (docs/schema.md, "Definitions"): its mean step time is the mean
+    over all measured steps of its runs (each run's mean weighted by its measured steps: the steps
+    are pooled, the per-run rates are never averaged); samples/s = batch x world size / that mean;
+    achieved FLOP/s = training FLOPs per step / that mean. A configuration of one run has exactly
+    its run's numbers. Its spread: the SD of its runs' own rates (one run: its within-run SD), the
+    lowest and highest run rate and their ratio, and the 95 % CI of its mean step time
+    (`step_time_ci95` below).
     """
     if train.empty:
         return pd.DataFrame(columns=POINT_COLUMNS)
-    t = train.sort_values("start_time", kind="stable").copy()
-    derived = schema.rate_per_s(t["train_flops_per_step"], t["step_time_mean_s"])
-    t["achieved_flops_per_s"] = t["achieved_flops_per_s"].where(
-        t["achieved_flops_per_s"].notna(), derived
-    )
-    # the within-run SD counts only for the run that has a throughput (used when it is the only one)
-    t["_within"] = t["throughput_std_samples_per_s"].where(t["throughput_samples_per_s"].notna())
+    t = run_rates(train.sort_values("start_time", kind="stable"))
+    t["_within"] = t["throughput_std_samples_per_s"].where(t["_rate"].notna())
     t["_group"] = t["config_key"].where(t["config_key"] != "", "~run " + t["run_id"])
+    group = ["env_label", "device_name", "_group"]
+    w = _pooled_weights(t, group)
+    t["_w_step"], t["_w_flops"] = w * t["_step_s"].fillna(0.0), w * t["_flops"]
     params = [c for c in CONFIG_PARAMS if c not in GROUP_KEYS]
     agg = (
-        t.groupby(["env_label", "device_name", "_group"], sort=True)
+        t.groupby(group, sort=True)
         .agg(
             config_key=("config_key", "last"),
             n_runs=("run_id", "size"),
             run_ids=("run_id", list),
-            _n_thr=("throughput_samples_per_s", "count"),
-            throughput_mean_samples_per_s=("throughput_samples_per_s", "mean"),
-            _sd_across=("throughput_samples_per_s", "std"),
+            _n_thr=("_rate", "count"),
+            _sd_across=("_rate", "std"),
             _within=("_within", "max"),
-            achieved_flops_per_s=("achieved_flops_per_s", "mean"),
+            throughput_min_run_samples_per_s=("_rate", "min"),
+            throughput_max_run_samples_per_s=("_rate", "max"),
+            _step=("_w_step", "sum"),
+            _flops=("_flops", "mean"),
+            _per_step=("_per_step", "last"),
+            _rate_only=("_rate", "mean"),
+            measured_steps=("_steps", "sum"),
             achieved_sd_flops_per_s=("achieved_flops_per_s", "std"),
-            step_time_mean_s=("step_time_mean_s", "mean"),
-            train_flops_per_step=("train_flops_per_step", "mean"),
             modeled_intensity_flops_per_byte=("modeled_intensity_flops_per_byte", "mean"),
             **{p: (p, "last") for p in params},  # latest run's params (equal within a config_key)
             **{p: (p, "last") for p in DIST_CARRIED},
@@ -320,12 +375,54 @@ def aggregate_repeats(train: pd.DataFrame) -> pd.DataFrame:
         )
         .reset_index()
     )
-    return _with_throughput_sd(agg)[POINT_COLUMNS]
+    agg = agg.join(step_time_ci95(t, group), on=group)
+    return _with_throughput_sd(_pooled(agg))[POINT_COLUMNS]
+
+
+def _pooled(agg: pd.DataFrame) -> pd.DataFrame:
+    """The configuration's rates from its pooled mean step time."""
+    step = agg["_step"].where(agg["_step"] > 0)
+    agg["step_time_mean_s"] = step
+    agg["train_flops_per_step"] = agg["_flops"]
+    thr = schema.rate_per_s(agg["_per_step"], step)
+    agg["throughput_mean_samples_per_s"] = thr.where(thr.notna(), agg["_rate_only"])
+    agg["achieved_flops_per_s"] = schema.rate_per_s(agg["_flops"], step)
+    agg["throughput_spread_ratio"] = (
+        agg["throughput_max_run_samples_per_s"] / agg["throughput_min_run_samples_per_s"]
+    )
+    agg["measured_steps"] = agg["measured_steps"].where(agg["measured_steps"] > 0)
+    return agg
+
+
+def step_time_ci95(t: pd.DataFrame, group: list[str]) -> pd.Series:
+    """Relative half-width of the 95 % CI of each configuration's mean step time: over its runs'
+    mean step times (Student t: the runs are the independent repeats) where two or more runs have
+    one, else the one run's step_time_ci95_rel (train_runs: as logged, else own_ci)."""
+    t = t.assign(_ci1=t["step_time_ci95_rel"].where(t["step_time_ci95_rel"].ge(0)))
+    g = t.groupby(group, sort=True)
+    n, mean, sd = g["_step_s"].count(), g["_step_s"].mean(), g["_step_s"].std()
+    dof = (n - 1).clip(lower=1).astype(int)
+    q = pd.Series([t_quantile_975(int(d)) for d in dof], index=dof.index)
+    across = q * sd / np.sqrt(n) / mean
+    single = t.loc[t["_step_s"].notna()].groupby(group, sort=True)["_ci1"].max()
+    single = single.reindex(across.index)
+    return across.where(n >= 2, single).rename("step_time_ci95_rel")
+
+
+def own_ci(t: pd.DataFrame) -> pd.Series:
+    """Each run's relative 95 % CI of its mean step time from its SD and steps (Student t), NaN
+    when it lacks them (for runs that logged no step_time_ci95_rel)."""
+    n, sd, m = t["measured_iters"], t["step_time_std_s"], t["step_time_mean_s"]
+    ok = n.ge(2) & sd.ge(0) & m.gt(0)
+    q = pd.Series(
+        [t_quantile_975(int(x)) if k else np.nan for x, k in zip(n - 1, ok)], index=t.index
+    )
+    return (q * sd / np.sqrt(n) / m).where(ok)
 
 
 def _with_throughput_sd(agg: pd.DataFrame) -> pd.DataFrame:
-    """The samples/s SD of each point and its kind: across runs when two or more have a
-    throughput, else the one run's own within-run SD."""
+    """The samples/s SD of each point and its kind: across runs (of their own rates) when two or
+    more have one, else the one run's own within-run SD."""
     across = agg["_n_thr"] >= 2
     agg["throughput_sd_samples_per_s"] = np.where(across, agg["_sd_across"], agg["_within"]).astype(
         float
@@ -468,38 +565,109 @@ def attach_intensity(points: pd.DataFrame, profiles: pd.DataFrame) -> pd.DataFra
 
 
 # ------------------------------------------------------------------------------- roofs
+LOAD_QUIET_START = 0.5
+"""a peaks run is trusted when the 1-minute load average when it started measuring was at most
+this many times the machine's logical CPUs (other work was light) ..."""
+LOAD_QUIET_MAX = 1.5
+"""... and the highest load while it measured at most this many times the CPUs (a CPU peaks run
+itself loads every core, about 1 x the CPUs; more means other work competed with it)."""
+
+
+def peaks_load(row: dict) -> dict:
+    """A peaks run's record for the ceilings it gives: run id, start (epoch ms), the load average
+    it logged at the start and at most while measuring (profiling/peaks/load.py), the CPUs, and
+    `trust`: quiet | busy | not recorded (runs made before peaks runs logged their load)."""
+    m = {k: _float(row.get(f"metrics.{k}")) for k in PEAKS_LOAD_METRICS}
+    start, top, cpus = m["load_average_1m_start"], m["load_average_1m_max"], m["cpu_count"]
+    if not (np.isfinite(start) and np.isfinite(top) and cpus > 0):
+        trust = "not recorded"
+    elif start <= LOAD_QUIET_START * cpus and top <= LOAD_QUIET_MAX * cpus:
+        trust = "quiet"
+    else:
+        trust = "busy"
+    return {
+        "run_id": str(row["run_id"]),
+        "start_time": _float(row.get("_start")),
+        "env_label": str(row.get(f"tags.{schema.TAG_ENV_LABEL}") or ""),
+        **m,
+        "trust": trust,
+    }
+
+
+TRUST_ORDER = ("quiet", "not recorded", "busy")
+"""which peaks runs give a device's ceilings: the quiet ones when there are any, else those that
+recorded no load, else the busy ones; among them, each ceiling is the highest measured."""
+
+
+def _float(v) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return np.nan
+
+
+def highest(rows: list[dict], dev: str) -> Roof:
+    """Each ceiling the highest that the peaks runs `rows` measured, sourced to its run."""
+    out = Roof(dev)
+    for row in rows:
+        roof = ceilings.roof_from_peaks_row(row, dev)
+        for d, v in roof.flops_per_s.items():
+            if v > out.flops_per_s.get(d, 0.0):
+                out.flops_per_s[d], out.sources[f"flops:{d}"] = v, roof.sources[f"flops:{d}"]
+        for lv, v in roof.bytes_per_s.items():
+            if v > out.bytes_per_s.get(lv, 0.0):
+                out.bytes_per_s[lv], out.sources[f"bytes:{lv}"] = v, roof.sources[f"bytes:{lv}"]
+    return out
+
+
+def _trusted(rows: list[dict]) -> list[dict]:
+    """The rows of the most trusted kind present (TRUST_ORDER)."""
+    for kind in TRUST_ORDER:
+        chosen = [r for r in rows if r["_load"]["trust"] == kind]
+        if chosen:
+            return chosen
+    return []
+
+
 def measured_roofs(
     runs: pd.DataFrame,
-) -> tuple[dict[tuple[str, str], Roof], dict[str, tuple[str, Roof]]]:
-    """Roofs from FINISHED peaks runs: the latest per (env_label, device_name), and the latest per
-    device_name alone (with the env it came from) for environments that measured none."""
+) -> tuple[dict[tuple[str, str], Roof], dict[str, tuple[str, Roof]], dict[str, dict]]:
+    """Roofs from FINISHED peaks runs: per (env_label, device_name), and per device_name alone
+    (with the environments it came from) for environments that measured none; each ceiling the
+    highest of the most trusted runs (TRUST_ORDER). Also every peaks run's load record
+    (`peaks_load`) by its short run id, for the findings that name a ceiling's run."""
     pk = of_kind(runs, "peaks")
-    by_env: dict[tuple[str, str], Roof] = {}
-    by_dev: dict[str, tuple[str, Roof]] = {}
     if pk.empty:
-        return by_env, by_dev
+        return {}, {}, {}
     pk = pk.assign(_start=_start(pk)).sort_values("_start")
-    for row in pk.to_dict("records"):
-        env = str(row.get(f"tags.{schema.TAG_ENV_LABEL}") or "")
-        dev = str(row.get(f"tags.{schema.TAG_DEVICE_NAME}") or "")
-        roof = ceilings.roof_from_peaks_row(row, dev)
-        if roof.is_empty():  # no peak_* metric: nothing to draw
-            continue
-        by_env[(env, dev)] = roof  # later rows overwrite: latest wins
-        by_dev[dev] = (env, roof)
-    return by_env, by_dev
+    rows = [r for r in pk.to_dict("records") if not ceilings.roof_from_peaks_row(r, "").is_empty()]
+    for r in rows:
+        r["_load"] = peaks_load(r)
+    by_key: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        env = str(r.get(f"tags.{schema.TAG_ENV_LABEL}") or "")
+        by_key.setdefault((env, str(r.get(f"tags.{schema.TAG_DEVICE_NAME}") or "")), []).append(r)
+    by_env = {(e, d): highest(_trusted(rs), d) for (e, d), rs in by_key.items()}
+    by_dev: dict[str, tuple[str, Roof]] = {}
+    for dev in sorted({d for _, d in by_key}):
+        chosen = _trusted([r for (_, d), rs in by_key.items() if d == dev for r in rs])
+        envs = ", ".join(sorted({str(r.get(f"tags.{schema.TAG_ENV_LABEL}") or "") for r in chosen}))
+        by_dev[dev] = (envs, highest(chosen, dev))
+    return by_env, by_dev, {short(r["run_id"]): r["_load"] for r in rows}
 
 
 def choose_roofs(
     envs: Iterable[tuple[str, str]],
     runs: pd.DataFrame,
     vendor_lookup: VendorLookup | None,
-) -> tuple[dict[tuple[str, str], dict[str, Roof | None]], list[str]]:
-    """Per (env_label, device_name): {'measured', 'vendor', 'roof'} where 'roof' (used for
-    the fraction of roof) takes each ceiling from the measured peaks run when it has it, else from the vendor
-    lookup (the peak table with the user's --peaks-file). Returns (roofs, notes)."""
-    by_env, by_dev = measured_roofs(runs)
-    out: dict[tuple[str, str], dict[str, Roof | None]] = {}
+) -> tuple[dict[tuple[str, str], dict[str, Any]], list[str]]:
+    """Per (env_label, device_name): {'measured', 'vendor', 'roof', 'peaks_runs'} where 'roof'
+    (used for the fraction of roof) takes each ceiling from the measured peaks runs when they have
+    it (measured_roofs: the highest of the most trusted), else from the vendor lookup (the peak
+    table with the user's --peaks-file); 'peaks_runs': the load records of every peaks run (short
+    run id -> peaks_load). Returns (roofs, notes)."""
+    by_env, by_dev, loads = measured_roofs(runs)
+    out: dict[tuple[str, str], dict[str, Any]] = {}
     notes: list[str] = []
     vendor_cache: dict[str, Roof | None] = {}
     for env, dev in envs:
@@ -519,8 +687,33 @@ def choose_roofs(
                 f"no peaks for {dev} (env {env}): no peaks run and no vendor entry; fraction of roof and bound "
                 "left empty (run `python -m profiling.peaks` there, or add the device with --peaks-file)"
             )
-        out[(env, dev)] = {"measured": measured, "vendor": vendor, "roof": roof}
-    return out, notes
+        out[(env, dev)] = {
+            "measured": measured,
+            "vendor": vendor,
+            "roof": roof,
+            "peaks_runs": loads,
+        }
+    return out, notes + busy_peaks_notes(loads, out)
+
+
+def busy_peaks_notes(loads: dict[str, dict], roofs: dict) -> list[str]:
+    """One line per peaks run measured on a busy machine whose ceilings are in use (no quiet or
+    unrecorded run measured the device)."""
+    used = {
+        src.rsplit(" ", 1)[-1]
+        for r in roofs.values()
+        if r["roof"] is not None
+        for src in r["roof"].sources.values()
+        if src.startswith("measured")
+    }
+    return [
+        f"peaks run {rid} ({r['env_label']}) measured while the machine was busy (1-minute load "
+        f"average {r['load_average_1m_start']:.2f} at the start, up to {r['load_average_1m_max']:.2f}"
+        f", on {r['cpu_count']:.0f} CPUs) and no quieter one measured the device: its ceilings may "
+        "be low; rerun `python -m profiling.peaks` on a quiet machine"
+        for rid, r in loads.items()
+        if r["trust"] == "busy" and rid in used
+    ]
 
 
 def evaluate(

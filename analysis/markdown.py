@@ -25,8 +25,13 @@ SUMMARY_COLUMNS = [
     "throughput_mean_samples_per_s",
     "throughput_sd_samples_per_s",
     "throughput_sd_kind",
+    "throughput_min_run_samples_per_s",
+    "throughput_max_run_samples_per_s",
+    "throughput_spread_ratio",
     "achieved_flops_per_s",
     "step_time_mean_s",
+    "step_time_ci95_rel",
+    "measured_steps",
     "train_flops_per_step",
     "intensity_flops_per_byte",
     "intensity_source",
@@ -109,8 +114,8 @@ def summary_table(points: pd.DataFrame) -> Table:
         "classes",
         "engine",
         "runs",
-        "samples/s (mean ± SD)",
-        "achieved GFLOP/s",
+        "samples/s (± SD of runs)",
+        "achieved",
         "intensity (FLOP/B)",
         "intensity source",
         "ceiling",
@@ -120,7 +125,7 @@ def summary_table(points: pd.DataFrame) -> Table:
     rows = []
     for p in points.to_dict("records"):
         thr, sd = _f(p["throughput_mean_samples_per_s"]), _f(p["throughput_sd_samples_per_s"])
-        thr_txt = num(thr, 4)
+        thr_txt = num(thr)  # as the run's description writes it (train/summary.py)
         if math.isfinite(sd):
             thr_txt += f" ± {num(sd, 2)}" + (
                 " (within run)" if p["throughput_sd_kind"] == "within run" else ""
@@ -146,7 +151,7 @@ def summary_table(points: pd.DataFrame) -> Table:
                 engine_label(p) or "one process",
                 int(p["n_runs"]),
                 thr_txt,
-                num(ach / 1e9, 4) if math.isfinite(ach) else "",
+                si(ach, "FLOP/s") if math.isfinite(ach) else "",
                 num(_f(p["intensity_flops_per_byte"]), 3),
                 p["intensity_source"],
                 ceiling,

@@ -43,7 +43,10 @@ METHOD = [
     (
         "**Achieved FLOP/s** comes from the train runs only (unperturbed timing): training FLOPs "
         "per step (forward + backward + optimizer, counted at dispatch level) / mean step time. "
-        "Repeated runs of one environment and config are averaged."
+        "Repeated runs of one environment and config pool their steps: the configuration's mean "
+        "step time is the mean over all measured steps of its runs (docs/schema.md, "
+        '"Definitions"); its samples/s = batch × world size / that mean, its achieved FLOP/s = '
+        "FLOPs per step / that mean, and its bound and fraction of roof are evaluated there."
     ),
     (
         "**Intensity** is measured when a profile run of the same `config_key` exists on the same "
@@ -83,9 +86,11 @@ METHOD = [
         "step time. Achieved FLOP/s on the roofline stay per process."
     ),
     (
-        "**Samples/s ± SD**: several runs of one config in one environment -> mean ± SD across runs "
-        "(ddof = 1); one run -> its mean ± the SD over its measured steps (within run). Speed-up "
-        "SDs are propagated to first order from both SDs."
+        "**Samples/s ± SD**: the samples/s from the pooled mean step time ± the spread of the "
+        "runs: several runs of one config in one environment -> the SD of their own rates "
+        "(ddof = 1; `summary.csv` adds the lowest and highest run and their ratio); one run -> "
+        "the SD over its measured steps (within run). Speed-up SDs are propagated to first "
+        "order from both SDs."
     ),
 ]
 

@@ -73,17 +73,49 @@ def test_repeats_mean_sd_across_runs_single_run_within():
         ]
     )
     pts = join.aggregate_repeats(join.train_runs(runs)).set_index("batch_size")
-    assert pts.loc[32, "n_runs"] == 3 and pts.loc[
-        32, "throughput_mean_samples_per_s"
-    ] == pytest.approx(110)
+    # the steps are pooled (no measured_iters: each run alike): mean step = mean(32/100, 32/110,
+    # 32/120); samples/s = 32 / that = the harmonic mean of the run rates, never their mean (110)
+    step = (32 / 100 + 32 / 110 + 32 / 120) / 3
+    assert pts.loc[32, "n_runs"] == 3 and pts.loc[32, "step_time_mean_s"] == pytest.approx(step)
+    assert pts.loc[32, "throughput_mean_samples_per_s"] == pytest.approx(
+        3 / (1 / 100 + 1 / 110 + 1 / 120)
+    )
+    assert pts.loc[32, "throughput_mean_samples_per_s"] * step / 32 == pytest.approx(1, abs=1e-12)
     assert pts.loc[32, "throughput_sd_samples_per_s"] == pytest.approx(
         10
-    )  # SD of 100, 110, 120 (ddof 1)
+    )  # SD of 100, 110, 120 (ddof 1): the spread of the runs
     assert pts.loc[32, "throughput_sd_kind"] == "across 3 runs"
-    assert pts.loc[32, "achieved_flops_per_s"] == pytest.approx(2e12)
+    assert pts.loc[32, "throughput_min_run_samples_per_s"] == pytest.approx(100)
+    assert pts.loc[32, "throughput_spread_ratio"] == pytest.approx(1.2)
+    # FLOPs per step from achieved x step time (no train_flops_per_step logged), over the pooled step
+    flops = (1e12 * 32 / 100 + 2e12 * 32 / 110 + 3e12 * 32 / 120) / 3
+    assert pts.loc[32, "achieved_flops_per_s"] == pytest.approx(flops / step)
     assert (
         pts.loc[64, "throughput_sd_samples_per_s"] == 9
         and pts.loc[64, "throughput_sd_kind"] == "within run"
+    )
+    # one run: exactly its own numbers
+    assert pts.loc[64, "throughput_mean_samples_per_s"] == 200.0
+    assert pts.loc[64, "achieved_flops_per_s"] == 4e12
+
+
+def test_steps_are_pooled_by_measured_iters():
+    # 10 steps at 1 s and 30 steps at 3 s: 100 s over 40 steps = 2.5 s/step, 4 / 2.5 = 1.6
+    # samples/s, where the mean of the run rates (4, 1.33) would say 2.67
+    rows = [
+        train("a", "e", "d", 4, "fp32", 4.0, mean=1.0),
+        train("b", "e", "d", 4, "fp32", 4 / 3, mean=3.0),
+    ]
+    rows[0]["metrics.measured_iters"], rows[1]["metrics.measured_iters"] = 10, 30
+    rows[0]["metrics.train_flops_per_step"] = rows[1]["metrics.train_flops_per_step"] = 1e9
+    p = join.aggregate_repeats(join.train_runs(pd.DataFrame(rows))).iloc[0]
+    assert p["step_time_mean_s"] == pytest.approx(2.5) and p["measured_steps"] == 40
+    assert p["throughput_mean_samples_per_s"] == pytest.approx(1.6)
+    assert p["achieved_flops_per_s"] == pytest.approx(1e9 / 2.5)
+    assert p["throughput_spread_ratio"] == pytest.approx(3.0)
+    # the CI over the two runs' means (1 s, 3 s): t(1) x SD / sqrt(2) / mean(2 s)
+    assert p["step_time_ci95_rel"] == pytest.approx(
+        12.706 * math.sqrt(2) / math.sqrt(2) / 2, rel=1e-3
     )
 
 

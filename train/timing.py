@@ -81,7 +81,7 @@ def measure_until(
         if n >= 2:
             mean = total / n
             var = max(0.0, (total_sq - n * mean * mean) / (n - 1))
-            rel = _t_quantile_975(n - 1) * math.sqrt(var / n) / mean
+            rel = t_quantile_975(n - 1) * math.sqrt(var / n) / mean
         if on_step is not None:
             on_step(n - 1, dt, rel)
         if n >= min_iters and rel <= target_rel:
@@ -124,7 +124,7 @@ def ci95_half_width_rel(step_times_s: Sequence[float]) -> float:
     n = t.size
     if n < 2:
         return math.inf
-    q = _t_quantile_975(n - 1)
+    q = t_quantile_975(n - 1)
     return float(q * t.std(ddof=1) / math.sqrt(n) / t.mean())
 
 
@@ -163,5 +163,6 @@ _T975 = (
 )
 
 
-def _t_quantile_975(dof: int) -> float:
+def t_quantile_975(dof: int) -> float:
+    """The 97.5 % quantile of Student's t with `dof` degrees of freedom (table, then 1.96 + 2.4 / dof)."""
     return _T975[dof - 1] if dof <= len(_T975) else 1.960 + 2.4 / dof

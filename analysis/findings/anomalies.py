@@ -11,72 +11,68 @@ import numpy as np
 import pandas as pd
 
 from analysis.findings import rules
-from analysis.findings.bound import series_key
+from analysis.findings.facts import SERIES_KEYS, Facts, Peers
 from analysis.findings.records import Finding
-from analysis.findings.values import Clean, finite
+from analysis.findings.values import Clean, finite, ratio_interval
 
 
-def batch_drops(points: list[dict], thr: dict[int, tuple]) -> dict[int, list[Finding]]:
-    """Per point (index into `points`): a drop from the next smaller batch of its series to it
-    (rules.BATCH_DROP)."""
-    groups: dict[tuple, list[int]] = {}
-    for idx, p in enumerate(points):
-        if idx in thr and pd.notna(p.get("batch_size")):
-            groups.setdefault(series_key(p), []).append(idx)
-    out: dict[int, list[Finding]] = {}
-    for members in groups.values():
-        members.sort(key=lambda i: float(points[i]["batch_size"]))
-        for a, b in zip(members, members[1:]):
-            (t_a, ci_a, runs_a), (t_b, ci_b, runs_b) = thr[a], thr[b]
-            drop = 1 - t_b / t_a
-            # beyond noise: the two means' 95 % intervals do not overlap (where both are known)
-            apart = ci_a is None or ci_b is None or t_a * (1 - ci_a) > t_b * (1 + ci_b)
-            if drop >= rules.BATCH_DROP and apart:
-                out.setdefault(b, []).append(
-                    Finding(
-                        "batch_drop",
-                        "anomaly",
-                        {
-                            "batch_small": float(points[a]["batch_size"]),
-                            "batch_large": float(points[b]["batch_size"]),
-                            "throughput_small": t_a,
-                            "throughput_large": t_b,
-                            "drop": drop,
-                        },
-                        runs_a + runs_b,
-                        weight=1 + drop,
-                    )
-                )
-    return out
+def batch_drop(f: Facts, peers: Peers) -> list[Finding]:
+    """A drop from the next smaller batch of `f`'s series (stable points of the same place, model
+    and config) to `f` (rules.BATCH_DROP), claimed when the interval of the ratio of the two
+    samples/s lies below 1 (noise is not a drop)."""
+    if not f.throughput or f.unstable:
+        return []
+    smaller = [
+        g
+        for g in peers.like(f, SERIES_KEYS)
+        if g.throughput and not g.unstable and _batch(g) < _batch(f)
+    ]
+    if not smaller:
+        return []
+    a = max(smaller, key=_batch)
+    ratio = f.throughput / a.throughput
+    ci = ratio_interval(ratio, a.ratio_ci, f.ratio_ci)
+    drop = 1 - ratio
+    if drop < rules.BATCH_DROP or (ci is not None and ci[1] >= 1):
+        return []
+    values = {
+        "batch_small": _batch(a),
+        "batch_large": _batch(f),
+        "throughput_small": a.throughput,
+        "throughput_large": f.throughput,
+        "drop": drop,
+    }
+    return [Finding("batch_drop", "anomaly", values, a.run_ids + f.run_ids, weight=1 + drop)]
 
 
-def peer_gaps(points: list[dict], fraction: dict[int, float]) -> dict[int, Finding]:
-    """Per point: its fraction of the roof under rules.PEER_GAP x the best fraction another
-    environment or device reaches on the same config_key."""
-    out = {}
-    by_key: dict[str, list[int]] = {}
-    for idx, p in enumerate(points):
-        if idx in fraction and p.get("config_key"):
-            by_key.setdefault(str(p["config_key"]), []).append(idx)
-    for members in by_key.values():
-        if len(members) < 2:
-            continue
-        best = max(members, key=lambda i: fraction[i])
-        for i in members:
-            if i != best and fraction[i] < rules.PEER_GAP * fraction[best]:
-                out[i] = Finding(
-                    "peer_gap",
-                    "anomaly",
-                    {
-                        "fraction_of_roof": fraction[i],
-                        "peer_env": points[best]["env_label"],
-                        "peer_device": points[best]["device_name"],
-                        "peer_fraction": fraction[best],
-                    },
-                    list(points[i]["run_ids"]) + list(points[best]["run_ids"]),
-                    weight=1 + fraction[best] / max(fraction[i], 1e-9) / 10,
-                )
-    return out
+def _batch(f: Facts) -> float:
+    return float(f.point["batch_size"])
+
+
+def peer_gap(f: Facts, peers: Peers) -> list[Finding]:
+    """`f`'s fraction of the roof under rules.PEER_GAP x the best fraction another environment
+    reaches on the same config and the same device name (both stable, neither above its roof: a
+    ceiling that is too low says nothing about the point)."""
+    if f.fraction is None or f.unstable or f.above_roof:
+        return []
+    same = [
+        g
+        for g in peers.like(f, ["config_key", "device_name"])
+        if g.fraction is not None and not g.unstable and not g.above_roof
+    ]
+    if not same:
+        return []
+    best = max(same, key=lambda g: g.fraction)
+    if not f.fraction < rules.PEER_GAP * best.fraction:
+        return []
+    values = {
+        "fraction_of_roof": f.fraction,
+        "peer_env": best.env,
+        "peer_device": best.device,
+        "peer_fraction": best.fraction,
+    }
+    weight = 1 + best.fraction / max(f.fraction, 1e-9) / 10
+    return [Finding("peer_gap", "anomaly", values, f.run_ids + best.run_ids, weight=weight)]
 
 
 def bimodality(times) -> dict | None:

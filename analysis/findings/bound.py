@@ -4,8 +4,10 @@
 2. host-bound: its breakdown run spends >= HOST_BOUND_SHARE of the step in host overhead
    (1 and 2 both true: the larger share wins);
 3. latency/launch-bound: >= LATENCY_BOUND_SHARE of its step is fixed per-step time: the intercept
-   of a least-squares line through (batch size, mean step time) over the points of its batch
-   series (same environment, device and config but the batch size; at least two batch sizes);
+   of a least-squares line through (batch size, run mean step time) over the runs of the stable
+   points of its batch series (same environment, device, model and config but the batch size; at
+   least two batch sizes and FIT_MIN_RUNS runs), only where that line has a positive slope and an
+   intercept inside [0, the step time] whose 95 % CI excludes zero;
 4. compute- or memory-bound: the side of the ridge its intensity is on, under the roof its fraction
    of the roof is held against (roofline/model.py);
 5. unknown: no ceiling and none of the above.
@@ -16,51 +18,102 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pandas as pd
 
 from analysis.findings import rules
-from analysis.findings.breakdown import DATA_PARTS, HOST_PARTS, Breakdown
-from common import schema
+from analysis.findings.breakdown import DATA_PARTS, HOST_PARTS
+from analysis.findings.facts import SERIES_KEYS, Facts, run_step
 from roofline.model import COMPUTE_BOUND, MEMORY_BOUND
-
-SERIES_KEYS = schema.comparison_keys("batch_size")
-"""a batch series: points equal in all of these, differing in batch size."""
+from train.timing import t_quantile_975
 
 
-def series_key(p: dict) -> tuple:
-    return tuple(str(p.get(k, "")).lower() for k in SERIES_KEYS)
-
-
-def fixed_time_fits(points: list[dict], step_s: dict[int, float]) -> dict[int, dict]:
-    """Per point index with a batch series of >= 2 batch sizes: the straight line step time =
-    fixed + per_sample x batch through the series (least squares), and the fixed share of this
-    point's step, clipped to [0, 1]. `step_s`: point index -> mean step time (seconds)."""
-    groups: dict[tuple, list[int]] = {}
-    for idx, p in enumerate(points):
-        if idx in step_s and pd.notna(p.get("batch_size")):
-            groups.setdefault(series_key(p), []).append(idx)
-    out = {}
+def fixed_time_fits(facts: list[Facts]) -> tuple[dict[int, dict], list[str]]:
+    """Per point index: the fixed-time fit of its batch series where the fit holds, and one line
+    per series whose fit does not hold but would have named a latency bound (for "What is
+    missing"). The fit: least squares of each stable run's mean step time against its batch
+    (step = fixed + per_sample x batch) over the stable points of the series (same place, model
+    and config but the batch); it holds when its slope is positive and its intercept lies in
+    [0, each point's step time] with a 95 % CI (Student t, n - 2) above zero."""
+    groups: dict[tuple, list[Facts]] = {}
+    for f in facts:
+        if f.step_s and not f.unstable and math.isfinite(_batch(f)):
+            groups.setdefault(f.key(SERIES_KEYS), []).append(f)
+    fits, missing = {}, []
     for members in groups.values():
-        b = np.array([float(points[i]["batch_size"]) for i in members])
-        t = np.array([step_s[i] for i in members])
-        if len(set(b)) < 2:
+        xy = [(_batch(f), s) for f in members for r in f.runs if (s := run_step(r))]
+        if len({x for x, _ in xy}) < 2:
             continue
-        per_sample, fixed = np.polyfit(b, t, 1)
-        for i, bi, ti in zip(members, b, t):
-            out[i] = {
-                "fixed_step_s": float(fixed),
-                "per_sample_s": float(per_sample),
-                "fixed_share": float(min(1.0, max(0.0, fixed / ti))),
-                "step_time_s": float(ti),
-                "batches": sorted({int(x) for x in b}),
-            }
-    return out
+        line = _line(np.array(xy, dtype=float))
+        why = _unfit(line, len(xy), [f.step_s for f in members])
+        batches = sorted({int(x) for x, _ in xy})
+        if why is None:
+            for f in members:
+                fits[f.idx] = _fit_values(line, f.step_s, batches)
+        elif any(line["fixed"] / f.step_s >= rules.LATENCY_BOUND_SHARE for f in members):
+            missing.append(
+                f"{members[0].env}: {members[0].point.get('model')} batch series "
+                f"{', '.join(map(str, batches))}: no latency finding, {why}"
+            )
+    return fits, missing
 
 
-def classify(p: dict, breakdown: Breakdown | None, fit: dict | None) -> tuple[str, dict]:
+def _batch(f: Facts) -> float:
+    try:
+        return float(f.point.get("batch_size"))
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _line(xy: np.ndarray) -> dict:
+    """Least squares step = fixed + per_sample x batch, with the intercept's standard error."""
+    x, y = xy[:, 0], xy[:, 1]
+    per_sample, fixed = np.polyfit(x, y, 1)
+    n = len(x)
+    se = math.inf
+    if n > 2:
+        resid = y - (fixed + per_sample * x)
+        s2 = float(resid @ resid) / (n - 2)
+        sxx = float(((x - x.mean()) ** 2).sum())
+        se = math.sqrt(s2 * (1 / n + x.mean() ** 2 / sxx))
+    q = t_quantile_975(n - 2) if n > 2 else math.inf
+    return {"fixed": float(fixed), "per_sample": float(per_sample), "ci": q * se, "n": n}
+
+
+def _unfit(line: dict, n: int, steps: list[float]) -> str | None:
+    """Why the fixed-time model does not hold for `line`, or None when it does."""
+    if n < rules.FIT_MIN_RUNS:
+        return f"{n} runs are too few for a confidence interval of the fixed time (need {rules.FIT_MIN_RUNS})"
+    if line["per_sample"] <= 0:
+        return (
+            f"step time falls as the batch grows (slope {line['per_sample'] * 1e3:.3g} ms per "
+            "sample): the runs were disturbed, not the model; rerun the series on a quiet machine"
+        )
+    if not 0 <= line["fixed"] <= min(steps):
+        return f"its intercept ({line['fixed'] * 1e3:.3g} ms) lies outside [0, the step time]"
+    if line["fixed"] - line["ci"] <= 0:
+        return (
+            f"the 95% CI of its intercept ({line['fixed'] * 1e3:.3g} ± {line['ci'] * 1e3:.3g} ms) "
+            "includes zero; more runs per batch would narrow it"
+        )
+    return None
+
+
+def _fit_values(line: dict, step_s: float, batches: list[int]) -> dict:
+    return {
+        "fixed_step_s": line["fixed"],
+        "fixed_step_ci95_s": line["ci"],
+        "per_sample_s": line["per_sample"],
+        "fixed_share": line["fixed"] / step_s,
+        "step_time_s": step_s,
+        "batches": batches,
+        "fit_runs": line["n"],
+    }
+
+
+def classify(f: Facts) -> tuple[str, dict]:
     """(bound, the values it rests on): compute | memory | latency | data | host | unknown."""
-    if breakdown is not None:
-        data, host = breakdown.share(DATA_PARTS), breakdown.share(HOST_PARTS)
+    b, p = f.breakdown, f.point
+    if b is not None:
+        data, host = b.share(DATA_PARTS), b.share(HOST_PARTS)
         cands = []
         if data is not None and data >= rules.DATA_BOUND_SHARE:
             cands.append((data, "data", {"data_share": data}))
@@ -68,9 +121,9 @@ def classify(p: dict, breakdown: Breakdown | None, fit: dict | None) -> tuple[st
             cands.append((host, "host", {"host_share": host}))
         if cands:
             _, bound, vals = max(cands, key=lambda c: c[0])
-            return bound, {**vals, "breakdown_run": breakdown.run_id}
-    if fit is not None and fit["fixed_share"] >= rules.LATENCY_BOUND_SHARE:
-        return "latency", dict(fit)
+            return bound, {**vals, "breakdown_run": b.run_id}
+    if f.fit is not None and f.fit["fixed_share"] >= rules.LATENCY_BOUND_SHARE:
+        return "latency", dict(f.fit)
     side = {COMPUTE_BOUND: "compute", MEMORY_BOUND: "memory"}.get(str(p.get("bound") or ""))
     if side:
         return side, {}

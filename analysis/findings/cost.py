@@ -3,8 +3,9 @@
 USD per 1 M samples = usd_per_hour x devices / 3600 / samples_per_s x 1e6, and per ImageNet-1k
 epoch the same for 1,281,167 samples. samples/s derives from the mean step time (GUIDE decision:
 every rate from the mean), so the cost is proportional to the mean step time and carries its 95 %
-confidence interval: one run -> its `step_time_ci95_rel`; several runs -> the CI of the mean of
-their mean step times (Student t). `devices`: the data-parallel world size on GPUs (one GPU per
+confidence interval (the configuration's step_time_ci95_rel, analysis/join.py: one run -> its own;
+several runs -> over their mean step times, Student t), taken on the log scale so that it never
+goes below 0 (values.log_interval). `devices`: the data-parallel world size on GPUs (one GPU per
 process); 1 on a CPU, where every process shares the one priced machine.
 """
 
@@ -12,8 +13,7 @@ from __future__ import annotations
 
 from analysis.findings.prices import IMAGENET_1K_TRAIN_IMAGES, PriceTable
 from analysis.findings.records import Finding
-from analysis.findings.values import Clean
-from train.timing import ci95_half_width_rel
+from analysis.findings.values import Clean, log_interval
 
 NO_ENERGY = (
     "not measured: these train runs record no energy (logged before train runs measured it, or "
@@ -21,35 +21,17 @@ NO_ENERGY = (
 )
 
 
-def ci95_rel(runs: list[dict], clean: Clean) -> float | None:
-    """Relative 95 % CI half-width of the config's mean step time (see the module docstring)."""
-    if len(runs) == 1:
-        r = runs[0]
-        return clean.value(
-            r.get("step_time_ci95_rel"), "step_time_ci95_rel", f"train run {r['run_id'][:8]}"
-        )
-    means = [
-        m
-        for r in runs
-        if (
-            m := clean.value(
-                r.get("step_time_mean_s"), "step_time_mean_s", f"train run {r['run_id'][:8]}", True
-            )
-        )
-    ]
-    return ci95_half_width_rel(means) if len(means) >= 2 else None
-
-
 def cost(
     env: str,
     device: str,
     device_type: str,
     world_size: float,
-    samples_per_s: float | None,
-    ci_rel: float | None,
+    rate: tuple[float | None, float | None],
     prices: PriceTable,
 ) -> tuple[dict, Finding | None]:
-    """The cost fields of a config record, and its cost finding (None without a price)."""
+    """The cost fields of a config record, and its cost finding (None without a price); `rate`:
+    (samples/s, the relative 95 % half-width of its mean step time)."""
+    samples_per_s, ci_rel = rate
     price = prices.lookup(env, device)
     devices = int(world_size) if device_type == "cuda" and world_size and world_size > 1 else 1
     fields = {
@@ -78,8 +60,8 @@ def cost(
         usd_per_imagenet_epoch=epoch,
     )
     if ci_rel is not None:
-        fields["usd_per_million_samples_ci95"] = [million * (1 - ci_rel), million * (1 + ci_rel)]
-        fields["usd_per_imagenet_epoch_ci95"] = [epoch * (1 - ci_rel), epoch * (1 + ci_rel)]
+        fields["usd_per_million_samples_ci95"] = log_interval(million, ci_rel)
+        fields["usd_per_imagenet_epoch_ci95"] = log_interval(epoch, ci_rel)
     values = {
         "usd_per_hour": price.usd_per_hour,
         "devices": devices,

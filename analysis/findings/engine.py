@@ -5,32 +5,21 @@ its bound, fraction of the roof, cost, energy and findings. Pure: no MLflow, no 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
 from analysis import join
-from analysis.findings import anomalies, bound, moves, rules
+from analysis.findings import anomalies, bound, facts, moves, rules
 from analysis.findings import breakdown as bd
 from analysis.findings import cost as costs
 from analysis.findings.prices import PriceTable
 from analysis.findings.records import Finding, plain
 from analysis.findings.values import Clean
 from common import schema
+from roofline.model import MEMORY_BOUND
 
 KNOB_FIELDS = list(schema.CONFIG_KEY_FIELDS)
-RUN_COLUMNS = [
-    "run_id",
-    "start_time",
-    "device_type",
-    "throughput_samples_per_s",
-    "step_time_mean_s",
-    "step_time_std_s",
-    *join.FINDINGS_METRICS,
-    *join.FINDINGS_TAGS,
-    *join.FINDINGS_PARAMS,
-]
-"""the train runs' columns the findings read (one dict per run, made once)."""
 PROFILE_COLUMNS = ["run_id", "metrics.ncu_flops_total", "params.profile_steps"]
 TOPIC_ORDER = {"bound": 0, "anomaly": 1, "move": 2, "breakdown": 3, "cost": 4}
 
@@ -42,6 +31,10 @@ class Findings:
     and `findings` (Finding objects; `to_json` renders them)."""
     notes: list[str] = field(default_factory=list)
     """values left out (non-finite, negative) and inputs that could not be used."""
+    missing: list[str] = field(default_factory=list)
+    """findings the numbers cannot carry, one line each with why (the report's "What is
+    missing"): unstable configurations, fits that do not hold, speed-ups whose interval
+    includes 1."""
 
     def headlines(self, n: int = 3) -> list[tuple[dict, Finding]]:
         """The `n` weightiest anomaly/move findings over all configs, one per kind before a second
@@ -72,7 +65,7 @@ class Findings:
             rec = {k: v for k, v in c.items() if k != "findings"}
             rec["findings"] = [f.to_json() for f in c["findings"]]
             configs.append(plain(rec))
-        return {"configs": configs, "notes": list(self.notes)}
+        return {"configs": configs, "notes": list(self.notes), "missing": list(self.missing)}
 
 
 def records(frame: pd.DataFrame, cols: list[str]) -> list[dict]:
@@ -92,6 +85,20 @@ def series_wanted(train: pd.DataFrame, limit: int = 200) -> list[str]:
     return list(train.loc[ok].sort_values("start_time", ascending=False)["run_id"].head(limit))
 
 
+@dataclass
+class Context:
+    """What every configuration's rules share: the analysis, the peers, prices, step-time series,
+    the runs that need no per-run look, the notes and the "What is missing" lines."""
+
+    analysis: object
+    peers: facts.Peers
+    prices: PriceTable
+    series: dict
+    quiet: set
+    clean: Clean
+    missing: list[str]
+
+
 def build(
     analysis,
     runs: pd.DataFrame,
@@ -99,168 +106,209 @@ def build(
     breakdowns: list[dict] | None = None,
     series: dict[str, list[float]] | None = None,
 ) -> Findings:
-    """Findings for every point of `analysis` (core.Analysis); long: the engine's one pass
-    (per-point numbers, the cross-point rules, then each record's findings). `runs`: the runs frame
-    (profile runs are read from it); `breakdowns`: analysis.fetch.breakdowns.fetch_breakdowns'
-    list (the latest breakdown run per env, device and config, with breakdown.json and layers.csv);
-    `series`: train run id -> step times (for the runs `series_wanted` names)."""
+    """Findings for every point of `analysis` (core.Analysis): one record of facts per point
+    (facts.py), the guarded fixed-time fits of the batch series, then each point's rules against
+    its peers. `runs`: the runs frame (profile runs are read from it); `breakdowns`:
+    analysis.fetch.breakdowns.fetch_breakdowns' list; `series`: train run id -> step times (for the
+    runs `series_wanted` names)."""
     clean = Clean()
-    prices = prices or PriceTable()
-    points = analysis.points.to_dict("records")
-    train = analysis.train
-    cols = [c for c in RUN_COLUMNS if c in train.columns]
-    by_run = {r["run_id"]: r for r in records(train, cols)}
-    by_config = bd.latest(breakdowns or [], clean)
     pr = join.of_kind(runs, "profile")
     pr = pr[[c for c in PROFILE_COLUMNS if c in pr.columns]]
     profiles = {r["run_id"]: r for r in pr.to_dict("records")}
-
-    thr, step_s, frac = {}, {}, {}
-    point_runs = [[by_run[r] for r in p["run_ids"] if r in by_run] for p in points]
-    for idx, (p, prs) in enumerate(zip(points, point_runs)):
-        where = f"{p['env_label']}: {p['label']}"
-        t = clean.value(p.get("throughput_mean_samples_per_s"), "samples/s", where, positive=True)
-        if t:
-            thr[idx] = (t, costs.ci95_rel(prs, clean) if prs else None, list(p["run_ids"]))
-        means = [
-            m
-            for r in prs
-            if (
-                m := clean.value(
-                    r.get("step_time_mean_s"),
-                    "step_time_mean_s",
-                    f"train run {r['run_id'][:8]}",
-                    True,
-                )
-            )
-        ]
-        if means:
-            step_s[idx] = sum(means) / len(means)
-        f = clean.value(p.get("fraction_of_roof"), "fraction of roof", where, positive=True)
-        if f is not None:
-            frac[idx] = f
-    fits = bound.fixed_time_fits(points, step_s)
-    groups = {k: moves.index_by_all_but(points, k) for k in moves.KNOBS}
-    drops = anomalies.batch_drops(points, thr)
-    gaps = anomalies.peer_gaps(points, frac)
-
-    quiet = anomalies.quiet_runs(train, series)
-    configs = []
-    for idx, (p, prs) in enumerate(zip(points, point_runs)):
-        key = (p["env_label"], p["device_name"], p["config_key"])
-        b = by_config.get(key)
-        rec = _record(p, idx, prs, thr, step_s, frac, fits, b, analysis, prices, clean)
-        fs: list[Finding] = rec["findings"]
-        fs += drops.get(idx, []) + ([gaps[idx]] if idx in gaps else [])
-        fs += moves.knob_moves(points, idx, groups, thr) + moves.worker_moves(prs, clean)
-        same = tuple(moves._norm(p.get(k, "")) for k in moves.SAME if k != "precision")
-        have = {str(points[j]["precision"]) for j in groups["precision"].get(same, [])}
-        measured = analysis.roofs.get((p["env_label"], p["device_name"]), {}).get("measured")
-        fs += moves.peak_ratio_moves(str(p["precision"]), rec["device_type"], measured, have)
-        if b is not None:
-            workers = ",".join(sorted({str(r.get("workers")) for r in prs if r.get("workers")}))
-            fs += moves.breakdown_moves(b, workers) + moves.breakdown_facts(b)
-        for r in prs:
-            if r["run_id"] not in quiet:
-                fs += anomalies.run_anomalies(r, (series or {}).get(r["run_id"]), clean)
-        prof = anomalies.profile_disagreement(p, profiles.get(p.get("profile_run_id") or ""), clean)
-        fs += [prof] if prof else []
-        fs.sort(key=lambda f: (TOPIC_ORDER[f.topic], -f.weight))
-        configs.append(rec)
-    return Findings(configs, clean.notes)
-
-
-def _record(p, idx, prs, thr, step_s, frac, fits, b, analysis, prices, clean) -> dict:
-    """One config record (knobs, bound, roof, cost, energy); long: the record's field list, one
-    field a line. Cross-config findings are added by `build`."""
-    device_type = next((r["device_type"] for r in prs if r.get("device_type")), "")
-    f = frac.get(idx)
-    kind, vals = bound.classify(p, b, fits.get(idx))
-    roof_side = {"compute-bound": "compute", "memory-bound": "memory"}.get(
-        str(p.get("bound") or "")
+    found = facts.build(analysis, bd.latest(breakdowns or [], clean), profiles, clean)
+    fits, missing = bound.fixed_time_fits(found)
+    found = [replace(f, fit=fits.get(f.idx)) for f in found]
+    quiet = anomalies.quiet_runs(analysis.train, series)
+    ctx = Context(
+        analysis, facts.Peers(found), prices or PriceTable(), series or {}, quiet, clean, missing
     )
-    ceiling_kind = str(p.get("roof_source") or "none")
-    headroom = 1 / f if f else None
-    findings = [
-        Finding(
-            "bound",
-            "bound",
-            {
-                "bound": kind,
-                **vals,
-                "roof_side": roof_side,
-                "intensity_flops_per_byte": p.get("intensity_flops_per_byte"),
-                "intensity_source": p.get("intensity_source"),
-                "ridge_flops_per_byte": p.get("ridge_flops_per_byte"),
-                "fraction_of_roof": f,
-                "headroom_factor": headroom,
-                "achieved_flops_per_s": p.get("achieved_flops_per_s"),
-                "attainable_flops_per_s": p.get("attainable_flops_per_s"),
-                "ceiling_dtype": p.get("ceiling_dtype"),
-                "ceiling_kind": ceiling_kind,
-            },
-            list(p["run_ids"]),
-        )
-    ]
-    roof_vals = {
-        "fraction_of_roof": f,
-        "ceiling_kind": ceiling_kind,
-        "ceiling_dtype": p.get("ceiling_dtype"),
-    }
-    if f is not None and f > 1:
-        findings.append(
-            Finding("above_roof", "anomaly", roof_vals, list(p["run_ids"]), weight=1 + f)
-        )
-    elif f is not None and f < rules.FAR_BELOW_ROOF and kind in ("compute", "memory"):
-        findings.append(
-            Finding(
-                "roof_far", "bound", {**roof_vals, "headroom_factor": headroom}, list(p["run_ids"])
-            )
-        )
-    samples_per_s = thr.get(idx, (None,))[0]
+    configs = [config_record(f, ctx) for f in found]
+    return Findings(configs, clean.notes, missing)
+
+
+def config_record(f: facts.Facts, ctx: Context) -> dict:
+    """One configuration's record (knobs, bound, roof, cost, energy) and its findings."""
+    kind, fs = judged(f, ctx)
+    p = f.point
     cost_fields, cost_finding = costs.cost(
         p["env_label"],
         p["device_name"],
-        device_type,
-        clean.value(p.get("world_size"), "world_size", p["label"]) or 1,
-        samples_per_s,
-        thr.get(idx, (None, None))[1],
-        prices,
+        f.device_type,
+        ctx.clean.value(p.get("world_size"), "world_size", p["label"]) or 1,
+        (f.throughput, f.step_ci_rel),
+        ctx.prices,
     )
-    energy_fields, energy_finding = costs.energy(prs, clean)
-    findings += [x for x in (cost_finding, energy_finding) if x is not None]
-    roof = analysis.roofs.get((p["env_label"], p["device_name"]), {}).get("roof")
+    energy_fields, energy_finding = costs.energy(list(f.runs), ctx.clean)
+    fs += [x for x in (cost_finding, energy_finding) if x is not None]
+    fs.sort(key=lambda x: (TOPIC_ORDER[x.topic], -x.weight))
+    return {**_fields(f, kind, ctx), **cost_fields, **energy_fields, "findings": fs}
+
+
+def judged(f: facts.Facts, ctx: Context) -> tuple[str, list[Finding]]:
+    """(its bound, its findings but cost and energy): an unstable configuration gets only the
+    finding that names it and its breakdown's facts."""
+    b = f.breakdown
+    if f.unstable:
+        ctx.missing.append(
+            f"{f.env}: {f.label} is unstable ({f.unstable}): no bound, move or anomaly finding "
+            "drawn from it"
+        )
+        return "unstable", [unstable(f)] + (moves.breakdown_facts(b) if b is not None else [])
+    kind, fs = roof_findings(f, ctx)
+    peers = ctx.peers
+    fs += anomalies.batch_drop(f, peers) + anomalies.peer_gap(f, peers)
+    fs += moves.knob_moves(f, peers, ctx.missing) + moves.worker_moves(f, ctx.missing)
+    fs += _peak_ratios(f, ctx)
+    if b is not None:
+        workers = ",".join(sorted({str(r.get("workers")) for r in f.runs if r.get("workers")}))
+        fs += moves.breakdown_moves(b, workers) + moves.breakdown_facts(b)
+    for r in f.runs:
+        if r["run_id"] not in ctx.quiet:
+            fs += anomalies.run_anomalies(r, ctx.series.get(r["run_id"]), ctx.clean)
+    prof = anomalies.profile_disagreement(f.point, f.profile, ctx.clean)
+    return kind, fs + ([prof] if prof else [])
+
+
+def _peak_ratios(f: facts.Facts, ctx: Context) -> list[Finding]:
+    """The measured peak ratios for the precisions this config has no run of."""
+    keys = [k for k in schema.comparison_keys("precision")]
+    have = {str(g.point["precision"]) for g in ctx.peers.like(f, keys)}
+    measured = ctx.analysis.roofs.get((f.env, f.device), {}).get("measured")
+    precision = str(f.point["precision"])
+    return moves.peak_ratio_moves(precision, f.device_type, measured, have | {precision})
+
+
+def unstable(f: facts.Facts) -> Finding:
+    """The finding that names an unstable configuration, its runs and what to do."""
+    runs = [
+        {"run_id": r["run_id"], "run_name": str(r.get("run_name") or ""), "samples_per_s": x}
+        for r in f.runs
+        if (x := facts.run_rate(r, f.point)) is not None
+    ]
+    values = {
+        "why": f.unstable,
+        "runs": runs,
+        "spread": f.spread,
+        "step_time_ci95_rel": f.step_ci_rel,
+        "throughput_samples_per_s": f.throughput,
+    }
+    return Finding("unstable", "anomaly", values, f.run_ids, weight=1 + math.log(f.spread or 1))
+
+
+def roof_findings(f: facts.Facts, ctx: Context) -> tuple[str, list[Finding]]:
+    """(its bound, [the bound finding, and the ceiling-too-low or far-below-the-roof one])."""
+    p = f.point
+    kind, vals = bound.classify(f)
+    frac = None if f.above_roof else f.fraction
+    roof = {
+        "fraction_of_roof": frac,
+        "ceiling_kind": str(p.get("roof_source") or "none"),
+        "ceiling_dtype": p.get("ceiling_dtype"),
+    }
+    values = {
+        "bound": kind,
+        **vals,
+        **roof,
+        "roof_side": ROOF_SIDE.get(str(p.get("bound") or "")),
+        "ceiling_too_low": f.above_roof,
+        "headroom_factor": 1 / frac if frac else None,
+        **{k: p.get(k) for k in BOUND_POINT_KEYS},
+    }
+    out = [Finding("bound", "bound", values, f.run_ids)]
+    if f.above_roof:
+        out.append(ceiling_low(f, ctx.analysis.roofs.get((f.env, f.device), {})))
+    elif frac is not None and frac < rules.FAR_BELOW_ROOF and kind in ("compute", "memory"):
+        out.append(Finding("roof_far", "bound", {**roof, "headroom_factor": 1 / frac}, f.run_ids))
+    return kind, out
+
+
+ROOF_SIDE = {"compute-bound": "compute", "memory-bound": "memory"}
+BOUND_POINT_KEYS = (
+    "intensity_flops_per_byte",
+    "intensity_source",
+    "ridge_flops_per_byte",
+    "achieved_flops_per_s",
+    "attainable_flops_per_s",
+)
+
+
+def ceiling_low(f: facts.Facts, roofs: dict) -> Finding:
+    """A point above its roof: the ceiling it is held against is too low. Names that ceiling, the
+    peaks run that measured it (when, under what load) and the vendor figure."""
+    p = f.point
+    memory = str(p.get("bound") or "") == MEMORY_BOUND
+    key = "bytes:dram" if memory else f"flops:{p.get('ceiling_dtype')}"
+    roof, vendor = roofs.get("roof"), roofs.get("vendor")
+    source = roof.sources.get(key, "") if roof is not None else ""
+    run = source.rsplit(" ", 1)[-1] if source.startswith("measured") else ""
+    load = dict((roofs.get("peaks_runs") or {}).get(run) or {})
+    intensity = p.get("intensity_flops_per_byte")
+    values = {
+        "ceiling": key,
+        "ceiling_value": _ceiling(roof, key),
+        "ceiling_source": source,
+        "vendor_value": _ceiling(vendor, key),
+        "achieved": p.get("achieved_flops_per_s") / intensity
+        if memory
+        else p.get("achieved_flops_per_s"),
+        "unit": "B/s" if memory else "FLOP/s",
+        "peaks_run": run,
+        **{
+            k: load.get(k)
+            for k in (
+                "start_time",
+                "load_average_1m_start",
+                "load_average_1m_max",
+                "cpu_count",
+                "trust",
+            )
+        },
+    }
+    return Finding("ceiling_low", "anomaly", values, f.run_ids, weight=1 + f.fraction)
+
+
+def _ceiling(roof, key: str) -> float | None:
+    if roof is None:
+        return None
+    kind, name = key.split(":", 1)
+    v = (roof.bytes_per_s if kind == "bytes" else roof.flops_per_s).get(name)
+    return float(v) if v is not None and math.isfinite(v) else None
+
+
+def _fields(f: facts.Facts, kind: str, ctx: Context) -> dict:
+    """The record's fields (knobs, where, the one statistic, spread, bound and roof)."""
+    p = f.point
+    frac = None if f.above_roof or f.unstable else f.fraction
+    roof = ctx.analysis.roofs.get((f.env, f.device), {}).get("roof")
     return {
         **{k: _value(p.get(k)) for k in KNOB_FIELDS},
-        "env_label": p["env_label"],
-        "device_name": p["device_name"],
-        "device_type": device_type,
+        "env_label": f.env,
+        "device_name": f.device,
+        "device_type": f.device_type,
         "engine": str(p.get("distributed") or "none"),
         "world_size": _value(p.get("world_size")),
         "zero_stage": _value(p.get("zero_stage")),
         "config_key": p["config_key"],
-        "label": p["label"],
-        "run_ids": list(p["run_ids"]),
-        "throughput_samples_per_s": samples_per_s,
-        "step_time_mean_s": step_s.get(idx),
+        "label": f.label,
+        "run_ids": f.run_ids,
+        "throughput_samples_per_s": f.throughput,
+        "step_time_mean_s": f.step_s,
+        "step_time_ci95_rel": f.step_ci_rel,
+        "throughput_spread_ratio": f.spread,
+        "unstable": f.unstable or None,
         "bound": kind,
-        "roof_side": roof_side,
-        "fraction_of_roof": f,
-        "headroom_factor": headroom,
+        "roof_side": ROOF_SIDE.get(str(p.get("bound") or "")),
+        "fraction_of_roof": frac,
+        "headroom_factor": 1 / frac if frac else None,
         "ceiling": {
             "dtype": p.get("ceiling_dtype"),
-            "kind": ceiling_kind,
+            "kind": str(p.get("roof_source") or "none"),
+            "too_low": f.above_roof,
             "peak_flops_per_s": p.get("peak_flops_per_s"),
             "dram_bytes_per_s": p.get("dram_bytes_per_s"),
             "sources": dict(roof.sources) if roof is not None else {},
         },
-        "intensity_flops_per_byte": p.get("intensity_flops_per_byte"),
-        "intensity_source": p.get("intensity_source"),
-        "achieved_flops_per_s": p.get("achieved_flops_per_s"),
-        "attainable_flops_per_s": p.get("attainable_flops_per_s"),
-        **cost_fields,
-        **energy_fields,
-        "findings": findings,
+        **{k: p.get(k) for k in BOUND_POINT_KEYS},
     }
 
 

@@ -8,63 +8,40 @@ from __future__ import annotations
 import math
 
 from analysis.findings import breakdown as bd
-from analysis.findings.records import Finding
-from analysis.findings.values import Clean
+from analysis.findings.facts import Facts, Peers, run_step
+from analysis.findings.records import KNOB_TEXT, Finding
+from analysis.findings.values import excludes_one, finite, ratio_interval
 from common import schema
 
 KNOBS = ("precision", "batch_size", "channels_last", "compile")
-SAME = schema.comparison_keys()
-"""a point's identity: two points differ in one knob when all of these but that one are equal."""
 PRECISIONS = ("fp32", "fp16", "bf16")
 
 
-def _norm(v) -> str:
-    """A knob's value for comparing: numbers as numbers ('32' == '32.0'), text lower-case."""
-    try:
-        x = float(v)
-        return repr(x) if math.isfinite(x) else str(v)
-    except (TypeError, ValueError):
-        return str(v).strip().lower()
-
-
-def index_by_all_but(points: list[dict], knob: str) -> dict[tuple, list[int]]:
-    keys = [k for k in SAME if k != knob]
-    out: dict[tuple, list[int]] = {}
-    for idx, p in enumerate(points):
-        out.setdefault(tuple(_norm(p.get(k, "")) for k in keys), []).append(idx)
-    return out
-
-
-def knob_moves(
-    points: list[dict], idx: int, groups: dict[str, dict], thr: dict[int, tuple]
-) -> list[Finding]:
-    """Measured one-knob speed-ups from point `idx` to its siblings (for the batch size, the
-    fastest other batch only). `thr`: point index -> (samples/s, relative 95 % CI half-width of
-    its mean step time or None, run ids)."""
-    p = points[idx]
+def knob_moves(f: Facts, peers: Peers, missing: list[str]) -> list[Finding]:
+    """Measured one-knob speed-ups from `f` to its stable siblings (same place, model and config
+    but one knob; for the batch size, the fastest other batch only), each claimed only when its
+    95 % interval excludes 1 (else a line in `missing`)."""
     out = []
-    if idx not in thr:
+    if not f.throughput or f.unstable:
         return out
-    t0, ci0, runs0 = thr[idx]
     for knob in KNOBS:
-        key = tuple(_norm(p.get(k, "")) for k in SAME if k != knob)
-        sibs = [j for j in groups[knob].get(key, []) if j != idx and j in thr]
-        sibs = [j for j in sibs if _norm(points[j][knob]) != _norm(p.get(knob))]
+        sibs = [g for g in peers.like(f, schema.comparison_keys(knob)) if g.throughput]
+        sibs = [g for g in sibs if not g.unstable]
         if knob == "batch_size" and sibs:
-            sibs = [max(sibs, key=lambda j: thr[j][0])]
-        for j in sibs:
-            t1, ci1, runs1 = thr[j]
-            out.append(
-                speedup_finding(knob, p.get(knob), points[j][knob], t0, ci0, t1, ci1, runs0 + runs1)
-            )
+            sibs = [max(sibs, key=lambda g: g.throughput)]
+        for g in sibs:
+            side = (f.throughput, f.ratio_ci, g.throughput, g.ratio_ci)
+            found = speedup(knob, f.point.get(knob), g.point.get(knob), side, f.run_ids + g.run_ids)
+            out += _claimed(found, f"{f.env}: {f.label}", missing)
     return out
 
 
-def speedup_finding(knob, frm, to, t0, ci0, t1, ci1, run_ids) -> Finding:
-    """samples/s at `to` over samples/s at `frm`, with a 95 % interval from the two means'
-    relative CIs combined to first order (sqrt(ci0² + ci1²)) where both are known."""
+def speedup(knob, frm, to, side: tuple, run_ids) -> Finding:
+    """samples/s at `to` over samples/s at `frm`; side = (t0, ci0, t1, ci1): the two samples/s
+    and the relative 95 % half-widths of their mean step times; the interval on the log scale
+    (values.ratio_interval)."""
+    t0, ci0, t1, ci1 = side
     s = t1 / t0
-    ci = math.hypot(ci0, ci1) if ci0 is not None and ci1 is not None else None
     return Finding(
         "speedup",
         "move",
@@ -73,13 +50,33 @@ def speedup_finding(knob, frm, to, t0, ci0, t1, ci1, run_ids) -> Finding:
             "from": _show(frm),
             "to": _show(to),
             "speedup": s,
-            "speedup_ci95": [s * (1 - ci), s * (1 + ci)] if ci is not None else None,
+            "speedup_ci95": ratio_interval(s, ci0, ci1),
             "throughput_from": t0,
             "throughput_to": t1,
         },
         list(run_ids),
         weight=math.log(s) if s > 1 else 0.0,
     )
+
+
+def _claimed(found: Finding, where: str, missing: list[str]) -> list[Finding]:
+    """[found] when its interval excludes 1; else [] and, from the faster side only (one line a
+    pair), a line saying why no speed-up is claimed."""
+    v = found.values
+    if excludes_one(v["speedup_ci95"]):
+        return [found]
+    if v["speedup"] > 1:
+        ci = v["speedup_ci95"]
+        why = (
+            f"its 95% interval {ci[0]:.3g}-{ci[1]:.3g} includes 1"
+            if ci
+            else "no step-time CI to give it an interval"
+        )
+        missing.append(
+            f"{where}: {KNOB_TEXT[v['knob']](v['from'], v['to'])} measured ×{v['speedup']:.3g} "
+            f"but no speed-up is claimed: {why} (more runs or --iters auto would narrow it)"
+        )
+    return []
 
 
 def _show(v):
@@ -90,26 +87,36 @@ def _show(v):
         return str(v)
 
 
-def worker_moves(runs: list[dict], clean: Clean) -> list[Finding]:
-    """Within one point's runs (workers is not part of config_key): each other `workers` value's
-    mean samples/s over that of the fewest workers measured."""
+def worker_moves(f: Facts, missing: list[str]) -> list[Finding]:
+    """Within one stable point's runs (workers is not part of config_key): each other `workers`
+    value's samples/s (batch x world size / the pooled mean step time of its runs) over that of
+    the fewest workers measured, claimed when its interval excludes 1."""
     groups: dict[int, list[dict]] = {}
-    for r in runs:
-        where = f"train run {str(r['run_id'])[:8]}"
-        w = clean.value(r.get("workers") or None, "workers", where)
-        t = clean.value(r.get("throughput_samples_per_s"), "throughput_samples_per_s", where, True)
-        if w is not None and t:
-            groups.setdefault(int(w), []).append({"t": t, "id": r["run_id"]})
-    if len(groups) < 2:
+    for r in f.runs:
+        w = r.get("workers")
+        if run_step(r) and str(w or "").strip().isdigit():
+            groups.setdefault(int(str(w).strip()), []).append(r)
+    if len(groups) < 2 or f.unstable or not f.throughput:
         return []
-    mean = {w: sum(x["t"] for x in g) / len(g) for w, g in groups.items()}
-    ids = {w: [x["id"] for x in g] for w, g in groups.items()}
+    per_step = f.throughput * f.step_s
+    stats = {w: _pooled(g) for w, g in groups.items()}
     base = min(groups)
-    return [
-        speedup_finding("workers", base, w, mean[base], None, mean[w], None, ids[base] + ids[w])
-        for w in sorted(groups)
-        if w != base
-    ]
+    out = []
+    for w in sorted(groups)[1:]:
+        (m0, ci0), (m1, ci1) = stats[base], stats[w]
+        ids = [r["run_id"] for r in groups[base] + groups[w]]
+        found = speedup("workers", base, w, (per_step / m0, ci0, per_step / m1, ci1), ids)
+        out += _claimed(found, f"{f.env}: {f.label}", missing)
+    return out
+
+
+def _pooled(runs: list[dict]) -> tuple[float, float | None]:
+    """(mean step time over the runs' measured steps, the relative 95 % CI: the one run's own, or
+    the largest of several runs' own: a conservative stand-in for the CI of their pool)."""
+    n = [r.get("measured_iters") if finite(r.get("measured_iters")) else 1.0 for r in runs]
+    mean = sum(k * run_step(r) for k, r in zip(n, runs)) / sum(n)
+    cis = [r.get("step_time_ci95_rel") for r in runs]
+    return mean, max(cis) if all(finite(c) for c in cis) else None
 
 
 def peak_ratio_moves(precision: str, device_type: str, measured, have: set[str]) -> list[Finding]:

@@ -4,6 +4,7 @@ nowhere else, so every number a sentence names is one of the record's values."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 from dataclasses import dataclass, field
@@ -80,6 +81,8 @@ def _bound(v: dict) -> str:
     roof = (
         f"{pct(v['fraction_of_roof'])} of its {v['ceiling_kind']} {v['ceiling_dtype']} roof"
         if v.get("fraction_of_roof") is not None and math.isfinite(v["fraction_of_roof"])
+        else "no fraction of roof (its ceiling is below what it achieved: too low)"
+        if v.get("ceiling_too_low")
         else "no fraction of roof (no ceiling)"
     )
     head = (
@@ -89,18 +92,23 @@ def _bound(v: dict) -> str:
     )
     if b in ("compute", "memory"):
         side = "at or right of" if b == "compute" else "left of"
+        reach = (
+            f"it reaches {roof}"
+            if v.get("ceiling_too_low")
+            else f"it reaches {roof} ({si(v['achieved_flops_per_s'], 'FLOP/s')} of "
+            f"{si(v['attainable_flops_per_s'], 'FLOP/s')} attainable)"
+        )
         return (
             f"{b}-bound: at {num(v['intensity_flops_per_byte'])} FLOP/byte "
             f"({v['intensity_source']} intensity) it sits {side} the ridge "
-            f"({num(v['ridge_flops_per_byte'])} FLOP/byte); it reaches {roof} "
-            f"({si(v['achieved_flops_per_s'], 'FLOP/s')} of "
-            f"{si(v['attainable_flops_per_s'], 'FLOP/s')} attainable){head}."
+            f"({num(v['ridge_flops_per_byte'])} FLOP/byte); {reach}{head}."
         )
     if b == "latency":
         return (
             f"latency/launch-bound: {pct(v['fixed_share'])} of its {ms(v['step_time_s'])} step is "
-            f"fixed per-step time ({ms(v['fixed_step_s'])}, the intercept of step time against "
-            f"batch over batches {', '.join(str(int(b)) for b in v['batches'])}); {roof}{head}."
+            f"fixed per-step time ({ms(v['fixed_step_s'])} ± {ms(v['fixed_step_ci95_s'])} at 95%, "
+            f"the intercept of step time against batch over {v['fit_runs']} runs at batches "
+            f"{', '.join(str(int(b)) for b in v['batches'])}); {roof}{head}."
         )
     if b == "data":
         return (
@@ -138,7 +146,7 @@ def _onoff(x) -> str:
 
 def _speedup(v: dict) -> str:
     ci = v.get("speedup_ci95")
-    ci = f" (95% CI {num(ci[0])}–{num(ci[1])})" if ci else ""
+    ci = f" (95% CI ×{num(ci[0])}–{num(ci[1])})" if ci else ""
     return (
         f"{KNOB_TEXT[v['knob']](v['from'], v['to'])}: {times(v['speedup'])}{ci} samples/s "
         f"({num(v['throughput_to'])} vs {num(v['throughput_from'])} samples/s, measured)."
@@ -253,11 +261,49 @@ def _profile(v: dict) -> str:
     )
 
 
-def _above(v: dict) -> str:
+def _ceiling_low(v: dict) -> str:
+    unit = v["unit"]
+    what = "DRAM bandwidth" if unit == "B/s" else f"{v['ceiling'].split(':')[1]} compute"
+    if v.get("peaks_run"):
+        load = (
+            f", 1-minute load average {num(v['load_average_1m_start'])} at its start and up to "
+            f"{num(v['load_average_1m_max'])} on {int(v['cpu_count'])} CPUs ({v['trust']})"
+            if v.get("trust") in ("quiet", "busy")
+            else ", its load not recorded"
+        )
+        when = f" on {_date(v['start_time'])}" if v.get("start_time") is not None else ""
+        origin = f"measured by peaks run {v['peaks_run']}{when}{load}"
+    else:
+        origin = f"from {v['ceiling_source'] or 'the vendor table'}"
+    vendor = (
+        f"; the vendor figure is {si(v['vendor_value'], unit)}"
+        if v.get("vendor_value") is not None
+        else "; no vendor figure for this device"
+    )
     return (
-        f"above its roof: {pct(v['fraction_of_roof'])} of the {v['ceiling_kind']} "
-        f"{v['ceiling_dtype']} roof; that ceiling is too low for it (fp32 on TF32 tensor cores, "
-        "a peaks run below the real peak) or its modeled intensity counts no cache reuse."
+        f"its {what} ceiling is too low: it achieved {si(v['achieved'], unit)} where the ceiling "
+        f"says {si(v['ceiling_value'], unit)} ({origin}){vendor}. No fraction of roof is stated: "
+        "rerun `python -m profiling.peaks` on a quiet machine, or give the device's figure with "
+        "--peaks-file (fp32 on TF32 tensor cores, or cache reuse the modeled intensity ignores, "
+        "also lift a point over a true ceiling)."
+    )
+
+
+def _date(ms_since_epoch) -> str:
+    t = dt.datetime.fromtimestamp(float(ms_since_epoch) / 1e3, dt.timezone.utc)
+    return t.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _unstable(v: dict) -> str:
+    runs = ", ".join(
+        f"{short(r['run_id'])}{' (' + r['run_name'] + ')' if r['run_name'] else ''} "
+        f"{num(r['samples_per_s'])} samples/s"
+        for r in v["runs"]
+    )
+    return (
+        f"unstable: {v['why']}; runs {runs}. Its numbers say more about the machine than the "
+        "configuration: rerun it on a quiet machine with more iterations (--iters auto measures "
+        "until the mean is known to ±5%); no bound, move or anomaly is drawn from it."
     )
 
 
@@ -291,7 +337,8 @@ SENTENCES: dict[str, Callable[[dict], str]] = {
     "throttle": _throttle,
     "memory_near_capacity": _memory,
     "profile_disagrees": _profile,
-    "above_roof": _above,
+    "ceiling_low": _ceiling_low,
+    "unstable": _unstable,
     "cost": _cost,
     "energy": _energy,
 }

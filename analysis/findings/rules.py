@@ -3,6 +3,8 @@ writes the rules out with these numbers)."""
 
 from __future__ import annotations
 
+from common.plausible import CI_WIDE_REL
+
 DATA_BOUND_SHARE = 0.25
 """data-bound: a breakdown run of the config spends at least this share of its step waiting for
 data (data_wait + h2d_copy): a quarter of the step idle on input is the first thing to fix."""
@@ -12,7 +14,18 @@ dispatch, launches the device waits on)."""
 LATENCY_BOUND_SHARE = 0.5
 """latency/launch-bound: at least half of the step is fixed per-step time, the intercept of a
 straight line through step time against batch size over the config's batch series (what does
-not grow with the work: launches, dispatch, synchronisation)."""
+not grow with the work: launches, dispatch, synchronisation). Only from a fit the model holds
+for: a positive slope, an intercept inside [0, the step time] and its 95 % CI above zero
+(bound.fixed_time_fits)."""
+FIT_MIN_RUNS = 3
+"""a fixed-time fit needs at least this many runs (one more than the line's two parameters, for
+the intercept's confidence interval)."""
+UNSTABLE_SPREAD = 1.5
+"""a configuration is unstable when its fastest run is more than 1.5 x its slowest in samples/s:
+the machine, not the configuration, set its numbers; no bound, move or anomaly finding is drawn
+from it."""
+UNSTABLE_CI = CI_WIDE_REL
+"""... or when the 95 % CI of its mean step time is wider than ±50 % (common.plausible)."""
 FAR_BELOW_ROOF = 0.10
 """a config under 10 % of its roof is not limited by that roof: a finding says so."""
 PEER_GAP = 0.5

@@ -22,6 +22,7 @@ from profiling.peaks import facts, gemm, measure, sizing
 from profiling.peaks.config import PeaksConfig
 from profiling.peaks.dtypes import dtype_availability, select_dtypes
 from profiling.peaks.results import PeaksResult, summary_line, vendor_fields
+from profiling.peaks.load import LoadSampler
 from profiling.peaks.sampling import Measurement
 from profiling.peaks.stream import STREAM_ELEMENT_BYTES, l2_copies_per_launch
 
@@ -233,7 +234,8 @@ def main(argv: list[str] | None = None) -> int:
         s.flush()
         phases.lap("tracking")
         try:
-            result = _measure(device, dtypes, n, array_bytes, l2_bytes, config, skipped, ratios)
+            with LoadSampler() as load:
+                result = _measure(device, dtypes, n, array_bytes, l2_bytes, config, skipped, ratios)
         except BaseException as exc:  # interrupted (KILLED) or failed: keep what was measured
             partial = getattr(
                 exc, "partial_peaks", None
@@ -241,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
             keep_partial(s, partial or getattr(exc.__cause__, "partial_peaks", None))
             raise
         phases.lap("measure")
+        s.log_metrics(load.metrics())
         _log_result(s, result, vendor, phases, summary_line(device, name, result, vendor, config))
     phases.lap("logging")
     console.note(phases.text())

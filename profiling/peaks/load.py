@@ -1,0 +1,62 @@
+"""The machine's load while a peaks run measures: the 1-minute load average (os.getloadavg) when
+measuring starts and the highest seen while it runs, sampled every `interval_s` by a daemon thread,
+and the logical CPUs it compares with. Logged as metrics `load_average_1m_start`,
+`load_average_1m_max` and `cpu_count`; analysis trusts a peaks run measured under low load over
+one measured on a busy machine (roofline/ceilings.py `trusted`, docs/peaks.md)."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+
+def load_1m() -> float | None:
+    """The 1-minute load average, or None where the system has none (Windows)."""
+    try:
+        return float(os.getloadavg()[0])
+    except (AttributeError, OSError):
+        return None
+
+
+class LoadSampler:
+    """`with LoadSampler() as load: ...` then `load.metrics()`."""
+
+    def __init__(self, interval_s: float = 1.0) -> None:
+        self.interval_s = interval_s
+        self.start: float | None = None
+        self.max: float | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _sample(self) -> None:
+        v = load_1m()
+        if v is not None:
+            self.max = v if self.max is None else max(self.max, v)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._sample()
+
+    def __enter__(self) -> "LoadSampler":
+        self.start = load_1m()
+        self._sample()
+        self._thread = threading.Thread(target=self._loop, name="load-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2 * self.interval_s)
+        self._sample()
+
+    def metrics(self) -> dict[str, float]:
+        """load_average_1m_start, load_average_1m_max and cpu_count, where known."""
+        m: dict[str, float] = {}
+        if self.start is not None:
+            m["load_average_1m_start"] = self.start
+        if self.max is not None:
+            m["load_average_1m_max"] = self.max
+        if os.cpu_count():
+            m["cpu_count"] = float(os.cpu_count())
+        return m
