@@ -128,3 +128,35 @@ def test_breakdown_command_runs_without_activity_type(tracking, monkeypatch):
     assert run.data.tags[schema.TAG_RUN_KIND] == "breakdown"
     m = run.data.metrics
     assert m["breakdown_forward_s"] > 0 and m["breakdown_backward_s"] > 0
+
+
+def _torch_2_11_methods() -> set[str]:
+    """The methods of torch 2.11.0's _KinetoEvent, from its own type stub (tests/data/torch_2_11)."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).parent / "data" / "torch_2_11" / "kineto_event.pyi").read_text()
+    block = text.split("class _KinetoEvent:", 1)[1].split("\n\n", 1)[0]
+    return set(re.findall(r"def (\w+)\(", block))
+
+
+class _As211:
+    """A real kineto event that answers only what torch 2.11.0's _KinetoEvent has."""
+
+    def __init__(self, event, methods):
+        self._event, self._methods = event, methods
+
+    def __getattr__(self, name):
+        if name not in self._methods:
+            raise AttributeError(f"torch 2.11 _KinetoEvent has no {name}")
+        return getattr(self._event, name)
+
+
+def test_the_breakdown_reads_events_with_only_torch_2_11_methods():
+    methods = _torch_2_11_methods()
+    assert "activity_type" not in methods and {"device_type", "is_user_annotation"} <= methods
+    results = _profiled_results()
+    wrapped = type(
+        "Results", (), {"events": lambda self: [_As211(e, methods) for e in results.events()]}
+    )
+    assert from_kineto(wrapped()) == from_kineto(results)
