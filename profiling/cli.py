@@ -217,6 +217,7 @@ def _run_params(
             ncu_target_processes=opts.target_processes,
             ncu_launch_skip=opts.launch_skip,
             ncu_launch_count=opts.launch_count if opts.launch_count is not None else "all",
+            ncu_timeout_s=opts.timeout_s if opts.timeout_s is not None else "none",
             ncu_extra_metrics=",".join(opts.extra_metrics) or "none",
         )
     return params

@@ -25,6 +25,7 @@ from profiling.ncu.command import (
     ncu_version,
     resolve_ncu,
     run_ncu,
+    timeout_message,
     train_argv,
 )
 from profiling.ncu.counting import inst_cautioned, tensor_inst_caution, tensor_inst_flops
@@ -147,17 +148,11 @@ def capture(
         f"({opts.metric_set} metrics, {opts.profile_steps} step(s))"
     )
     console.info(f"  {shlex.join(argv)}")
-    ran = run_ncu(argv, log, cwd=ROOT)
+    ran = run_ncu(argv, log, cwd=ROOT, timeout_s=opts.timeout_s)
     rc = ran.returncode
-    text = log.read_text(encoding="utf-8-sig", errors="replace") if log.exists() else ""
-    if log.exists():
-        session.log_file(f"ncu/{log.name}", log)
-    if ran.console.strip():
-        session.log_text("ncu/console.txt", ran.console + "\n")
-    fp32_math = fp32_math_reported(ran.console)
-    session.set_tags(
-        {schema.TAG_FP32_MATH: fp32_math or "unknown (the profiled program did not report it)"}
-    )
+    text = _keep_evidence(session, log, ran)
+    if ran.timed_out:
+        raise BenchError(timeout_message(opts.timeout_s, ran.killed, log))
     # ncu prints some failures only to the console (before or instead of the log file): classify both
     reason = classify_ncu_output("\n".join(t for t in (text, ran.console) if t.strip()), rc)
     if reason:
@@ -167,6 +162,21 @@ def capture(
     report = parse_ncu_csv(text, keep=is_relevant, source=log.name)
     refuse_truncated(report, args.allow_truncated)
     return report, gpu.name or "unknown", gpu.capability, planned.counters, planned.cautions
+
+
+def _keep_evidence(session: RunSession, log: Path, ran) -> str:
+    """Log ncu's log file and console with the run, tag the fp32 math the program reported; the
+    log's text ("" when ncu wrote none)."""
+    text = log.read_text(encoding="utf-8-sig", errors="replace") if log.exists() else ""
+    if log.exists():
+        session.log_file(f"ncu/{log.name}", log)
+    if ran.console.strip():
+        session.log_text("ncu/console.txt", ran.console + "\n")
+    fp32_math = fp32_math_reported(ran.console)
+    session.set_tags(
+        {schema.TAG_FP32_MATH: fp32_math or "unknown (the profiled program did not report it)"}
+    )
+    return text
 
 
 def log_file(args: argparse.Namespace, config: TrainConfig) -> Path:

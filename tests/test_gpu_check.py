@@ -1,0 +1,186 @@
+"""The GPU check (bench/gpu_check.py, issue 34): its CPU form end to end, as CI runs it, and the
+parts a GPU day depends on: files after every step, a step past its limit, the deadline, the
+bundle's size cap, the capture's checks, the second call's sizing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from bench import gpu_check, gpu_check_steps
+from tests.conftest import ROOT
+
+
+def _files(out: Path) -> dict[str, Path]:
+    return {p.name: p for p in out.iterdir()}
+
+
+def test_the_cpu_rehearsal_runs_every_step_it_can_and_returns_at_most_8_files(tmp_path):
+    """`python -m bench.gpu_check --device cpu --tiny --out DIR`: exit 0, the files parse, the
+    NVIDIA-only steps are skipped naming why, the others ran and measured."""
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "ROOFLINE_"))}
+    argv = [sys.executable, "-m", "bench.gpu_check", "--device", "cpu", "--tiny"]
+    argv += ["--out", str(out), "--root", str(tmp_path / "root")]
+    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    files = _files(out)
+    assert len(files) <= 8 and {"log.txt", "ratios.json", "steps.json", "bundle.tar.gz"} <= set(
+        files
+    )
+    assert not [n for n in files if n.startswith(".")]  # no half-written file left behind
+    steps = {s["name"]: s for s in json.loads(files["steps.json"].read_text())["steps"]}
+    assert list(steps) == list(gpu_check.STEPS)
+    for name in ("capture", "energy"):
+        assert steps[name]["status"] == "skipped"
+        assert "needs an NVIDIA GPU" in steps[name]["reason"]
+    ran = [s for s in steps.values() if s["status"] != "skipped"]
+    assert {s["status"] for s in ran} == {"ok"}, ran
+    ratios = json.loads(files["ratios.json"].read_text())
+    assert all(isinstance(v, float) for v in ratios.values())
+    for name in (
+        "resnet18_b2_fp32",
+        "resnet18_b2_fp32_cl",
+        "resnet18_b2_bf16",
+        "resnet18_b2_bf16_cl",
+    ):
+        assert ratios[f"train_to_bare_{name}"] > 0
+    assert ratios["breakdown_flops_to_train_flops"] == pytest.approx(1, rel=1e-6)
+    log = files["log.txt"].read_text()
+    assert "capture            skipped" in log and "train_to_bare_resnet18_b2_fp32 = " in log
+    assert files["report.html"].read_text().lstrip().lower().startswith("<!doctype html")
+    with tarfile.open(files["bundle.tar.gz"]) as tar:
+        names = set(tar.getnames())
+    assert {"mlflow.db", "versions.txt", "logs/train.txt", "report/report.html"} <= names
+    assert any(n.startswith("mlruns/") for n in names)  # the artifacts are under the root too
+
+
+def _check(tmp_path, *flags) -> gpu_check.Check:
+    args = gpu_check.parse(["--out", str(tmp_path / "out"), "--root", str(tmp_path / "r"), *flags])
+    return gpu_check.Check(args)
+
+
+def test_a_step_past_its_limit_fails_and_the_next_steps_still_run(tmp_path, monkeypatch):
+    """versions imports torch (seconds): with a 0.5 s limit it is stopped; the files are written
+    after it, and the setup step after it runs."""
+    monkeypatch.setitem(gpu_check.LIMITS_S, "versions", 0.5)
+    check = _check(tmp_path, "--device", "cpu", "--only", "versions,setup")
+    assert check.run(["versions", "setup"]) == 1
+    steps = json.loads((tmp_path / "out" / "steps.json").read_text())["steps"]
+    assert steps[0]["name"] == "versions" and steps[0]["status"] == "failed"
+    assert steps[0]["reason"].startswith("ran past its 0.5 s limit")
+    assert steps[1]["name"] == "setup" and steps[1]["status"] == "ok"
+    assert "versions           failed" in (tmp_path / "out" / "log.txt").read_text()
+
+
+def test_steps_the_deadline_leaves_no_time_for_are_not_run(tmp_path):
+    check = _check(tmp_path, "--device", "cpu", "--deadline-s", "20")
+    assert check.run(["peaks", "train"]) == 1
+    steps = json.loads((tmp_path / "out" / "steps.json").read_text())["steps"]
+    assert [s["status"] for s in steps] == ["not run", "not run"]
+    assert steps[0]["reason"] == "the deadline (20 s) left 5 s"
+    assert len(_files(tmp_path / "out")) <= 8
+
+
+def test_capture_steps_without_ncu_are_skipped_on_cuda_and_cpu(tmp_path, monkeypatch):
+    check = _check(tmp_path, "--device", "cuda")
+    check.ncu = None
+    assert check.skip_reason("capture").startswith("ncu not found (PATH, /usr/local/cuda*/bin/ncu")
+    assert check.skip_reason("energy") is None and check.skip_reason("train") is None
+    check = _check(tmp_path, "--device", "cpu")
+    assert check.skip_reason("energy") == (
+        "NVML energy needs an NVIDIA GPU; this check runs on --device cpu"
+    )
+
+
+def test_the_bundle_leaves_out_the_largest_files_to_fit(tmp_path, monkeypatch):
+    root = tmp_path / "root"
+    (root / "logs").mkdir(parents=True)
+    (root / "logs" / "small.txt").write_text("kept\n")
+    (root / "big.bin").write_bytes(os.urandom(300_000))
+    (root / "site").mkdir()
+    (root / "site" / "wheel.py").write_text("installed wheels never travel back\n")
+    monkeypatch.setattr(gpu_check, "BUNDLE_MAX_BYTES", 100_000)
+    data = gpu_check.bundle(root)
+    assert len(data) <= 100_000
+    path = tmp_path / "b.tar.gz"
+    path.write_bytes(data)
+    with tarfile.open(path) as tar:
+        assert set(tar.getnames()) == {"logs/small.txt", "LEFT_OUT.txt"}
+        left = tar.extractfile("LEFT_OUT.txt").read().decode()
+    assert left == "big.bin (300000 bytes)\n"
+
+
+def test_only_unknown_step_is_refused():
+    with pytest.raises(SystemExit, match="unknown step"):
+        gpu_check.step_names("capture-resnet51")
+    assert gpu_check.step_names("capture-resnet50") == ["setup", "capture-resnet50"]
+    assert gpu_check.step_names("versions") == ["versions"]
+
+
+def test_ratios_read_back_keep_only_finite_numbers():
+    got = gpu_check.finite({"a": 1.5, "b": float("nan"), "c": "2", "d": True, "e": 3})
+    assert got == {"a": 1.5, "e": 3.0}
+
+
+def _run(metrics: dict, tags: dict | None = None):
+    return SimpleNamespace(
+        data=SimpleNamespace(metrics=metrics, tags=tags or {"ncu_missing": "none"})
+    )
+
+
+GOOD = {
+    "ncu_kernels": 120.0,
+    "ncu_flops_to_counted_ratio": 1.03,
+    "ncu_phase_forward_kernels": 40.0,
+    "ncu_phase_backward_kernels": 70.0,
+    "ncu_phase_forward_flops_to_counted_ratio": 1.01,
+    "ncu_phase_backward_flops_to_counted_ratio": 1.04,
+}
+
+
+def test_a_good_capture_passes_and_gives_kernels_per_second(tmp_path):
+    result = gpu_check_steps.Result(tmp_path, "capture")
+    gpu_check_steps.check_capture(_run(GOOD), 60.0, result, "capture")
+    assert result.problems == []
+    assert result.facts["capture_kernels_per_s"] == 2.0
+    assert result.ratios == {
+        "capture_flops_to_counted": 1.03,
+        "capture_forward_flops_to_counted": 1.01,
+        "capture_backward_flops_to_counted": 1.04,
+    }
+
+
+@pytest.mark.parametrize(
+    "change, tags, problem",
+    [
+        ({"ncu_flops_to_counted_ratio": 0.90}, None, "captured FLOPs per step / counted = 0.9"),
+        ({"ncu_phase_backward_kernels": 0.0}, None, "no backward kernels in the capture"),
+        ({}, {"ncu_missing": "dram bytes"}, "counters missing: dram bytes"),
+    ],
+)
+def test_a_capture_off_by_more_than_5_percent_or_without_backward_fails(
+    tmp_path, change, tags, problem
+):
+    result = gpu_check_steps.Result(tmp_path, "capture")
+    gpu_check_steps.check_capture(_run({**GOOD, **change}, tags), 60.0, result, "capture")
+    assert any(p.startswith(problem) for p in result.problems), result.problems
+
+
+def test_the_second_call_reads_kernels_per_second_from_the_first(tmp_path):
+    steps = {
+        "steps": [
+            {"name": "capture", "facts": {"capture_kernels_per_s": 2.5, "capture_kernels": 300}}
+        ]
+    }
+    (tmp_path / "steps.json").write_text(json.dumps(steps))
+    assert gpu_check_steps.prior_kernels_per_s(str(tmp_path)) == 2.5
+    assert gpu_check_steps.prior_kernels(str(tmp_path), 1.0) == 300
+    assert gpu_check_steps.prior_kernels_per_s(str(tmp_path / "missing")) is None
