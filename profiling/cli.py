@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from common import console, flags, schema
+from common import console, flags, fmt, schema
 from common.cli import ArgumentParser, cli_entry
 from common.errors import UsageError, one_line
 from common.record import dataset_input
@@ -251,9 +251,9 @@ def _log_summary(
     session.set_tags({schema.TAG_DEVICE_NAME: device_name, **tags})
     session.log_metrics({**summary.mlflow_metrics(), **check.metrics()})
     top = top_kernels(summary, TOP_KERNELS)
-    session.log_text("ncu/top_kernels.csv", top.to_csv(index=False))
+    session.log_text("ncu/top_kernels.csv", fmt.csv_frame(top).to_csv(index=False))
     session.log_text("ncu/top_kernels.txt", top_kernels_text(top))  # whole names in the UI
-    session.log_text("ncu/kernels.csv", summary.kernels.to_csv(index=False))
+    session.log_text("ncu/kernels.csv", fmt.csv_frame(summary.kernels).to_csv(index=False))
     if summary.phases is not None:
         session.log_text("ncu/phases.csv", summary.phases.to_csv(index_label="phase"))
     elif not importing:
