@@ -97,16 +97,21 @@ KINDS = ("train", "profile", "peaks")
 """The run kinds whose numbers analysis uses (only their FINISHED runs are checked)."""
 
 
+def _peak(high: float, what: str) -> Rule:
+    """A peak (ceiling) rate: from bounds.MIN_RATE_PER_S (a ridge point stays finite) to `high`."""
+    return Rule(bounds.MIN_RATE_PER_S, False, high, what)
+
+
 def rule_for(key: str) -> Rule | None:
     """The rule of metric `key`, None for a key analysis does not read as a number."""
     if key in RULES:
         return RULES[key]
     if key.startswith("peak_flops_per_s_"):
-        return _rate(bounds.MAX_FLOPS_PER_S, _FLOPS)
+        return _peak(bounds.MAX_FLOPS_PER_S, _FLOPS)
     if key == "peak_dram_bytes_per_s":
-        return _rate(bounds.MAX_DRAM_BYTES_PER_S, _DRAM)
+        return _peak(bounds.MAX_DRAM_BYTES_PER_S, _DRAM)
     if key.startswith("peak_") and key.endswith("_bytes_per_s"):
-        return _rate(bounds.MAX_CACHE_BYTES_PER_S, _CACHE)
+        return _peak(bounds.MAX_CACHE_BYTES_PER_S, _CACHE)
     return None
 
 
