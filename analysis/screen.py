@@ -344,3 +344,18 @@ def complexity(rows: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
                 )
                 break
     return rows.drop(index=drop), lines
+
+
+# --- prices (issue 32): a --prices row is a user value like any other -------------------------
+MAX_USD_PER_HOUR = 1e5
+"""USD per device-hour: 100,000 is ~1,000x an 8-GPU machine's on-demand price; above it (1e308)
+a cost per million samples or per epoch leaves float range or means nothing."""
+
+
+def price_problem(usd: float) -> str | None:
+    """Why `usd` is no price per device-hour, or None when it may be one."""
+    if not math.isfinite(usd) or usd <= 0:
+        return "is not a positive number of US dollars per hour"
+    if usd > MAX_USD_PER_HOUR:
+        return f"is above {MAX_USD_PER_HOUR:,.0f} US dollars per device-hour (a typo?)"
+    return None
