@@ -38,3 +38,14 @@ def test_a_peaks_file_with_1e_minus_300_is_refused_in_one_line(tmp_path):
     )
     path.write_text(json.dumps([dict(entry, dram_bytes_per_s=3e11)]))
     assert vendor.load_overrides(path)[0].peaks.dram_bytes_per_s == 3e11
+
+
+def test_a_peaks_file_that_is_a_device_is_not_called_missing(tmp_path):
+    """main: `--peaks-file /dev/zero` said "does not exist" (and a FIFO would never end)."""
+    with pytest.raises(UsageError) as err:
+        vendor.load_overrides("/dev/zero")
+    assert str(err.value) == (
+        "peaks file /dev/zero is not a file (a folder, device or pipe): give a JSON/YAML file"
+    )
+    with pytest.raises(UsageError, match="does not exist"):
+        vendor.load_overrides(tmp_path / "nope.json")
