@@ -150,7 +150,8 @@ class Source:
             f"runs read through the local cache {segments.server_folder(self.uri)}{unsaved} "
             f"(filled {filled}): "
             f"{s.from_cache} from the cache, {s.fetched} fetched now. Runs started, ended, deleted "
-            f"or restored since are picked up on every analysis; {blind}: `--cache refresh` reads "
+            f"or restored since{' (or with metrics logged since)' if self.reader.kind == 'sql' else ''} "
+            f"are picked up on every analysis; {blind}: `--cache refresh` reads "
             "everything again"
         )
 
