@@ -208,14 +208,18 @@ def _fetch(query: fetch.Query, source: fetch.Source) -> tuple:
     runs, notes = fetch.fetch_runs(query, source)
     n_train = 0 if runs.empty else int((runs.get("tags.run_kind") == "train").sum())
     if n_train == 0:
-        raise UsageError(
-            f"no train runs match ({query.describe()}) on {display_uri()}; "
-            "check the names with `mlflow ui` or loosen --filter/--env-label"
-        )
+        raise UsageError(no_match(query))
     complexity, complexity_notes = fetch.fetch_complexity(query, source)
     notes += complexity_notes
     breakdowns = fetch_breakdowns(query, source, notes)
     return runs, complexity, breakdowns, notes
+
+
+def no_match(query: fetch.Query) -> str:
+    return (
+        f"no train runs match ({query.describe()}) on {display_uri()}; "
+        "check the names with `mlflow ui` or loosen --filter/--env-label"
+    )
 
 
 def _drawn(
@@ -448,6 +452,10 @@ def main(argv: list[str] | None = None) -> int:
         fetch.experiment_ids(cfg.experiments)
     check_out_dir(cfg.out)
     findings.read_prices(cfg.prices)
+    if cfg.peaks_file:  # a missing or bad file: one line, before any run (main: a FAILED run)
+        vendor.load_overrides(cfg.peaks_file)
+    if cfg.track and not fetch.any_train_run(cfg.query()):
+        raise UsageError(no_match(cfg.query()))  # main: a FAILED analysis run saying so
 
     if cfg.track:
         from common.tracking import RunSession
