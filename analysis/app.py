@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import os
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -416,6 +417,28 @@ def check_out_dir(out: str) -> None:
             f"--out {out}: cannot write there ({exc.strerror or type(exc).__name__}): pass a "
             "folder you can write to"
         ) from None
+    link = planted_link(path)
+    if link is not None:
+        raise UsageError(
+            f"--out {out} holds a link {link} -> {os.readlink(link)}: analysis writes only its own "
+            "files there and never through a link (it would overwrite the link's target); remove "
+            "the link or pass another --out"
+        )
+
+
+def planted_link(out: Path, limit: int = 100_000) -> Path | None:
+    """The first symbolic link inside `out` (not following links; at most `limit` entries looked
+    at). Analysis makes none: one there was put by someone else, and writing report files through
+    it overwrote the file it points to (issue 32)."""
+    seen = 0
+    for folder, dirs, files in os.walk(out):
+        for name in sorted(dirs + files):
+            if os.path.islink(os.path.join(folder, name)):
+                return Path(folder) / name
+        seen += len(dirs) + len(files)
+        if seen > limit:
+            break
+    return None
 
 
 def check_store() -> None:

@@ -48,3 +48,22 @@ def test_a_sqlite_file_that_is_not_mlflow_gets_no_tables(
         "MLflow store or a new file"
     )
     assert _tables(db) == {"customers"}
+
+
+@pytest.mark.parametrize("name", ["summary.csv", "figures"])
+def test_out_with_a_planted_link_is_refused_and_its_target_kept(tracking, tmp_path, capsys, name):
+    """main: `--out` followed a planted link (out/summary.csv -> a file of the user's) and
+    overwrote its target."""
+    out, target = tmp_path / "o", tmp_path / "precious.txt"
+    out.mkdir()
+    target.write_text("keep me\n")
+    (out / name).symlink_to(target)
+    assert app.cli(["--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == (
+        f"error: --out {out} holds a link {out / name} -> {target}: analysis writes only its own "
+        "files there and never through a link (it would overwrite the link's target); remove the "
+        "link or pass another --out"
+    )
+    assert target.read_text() == "keep me\n"
