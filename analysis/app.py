@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import os
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -208,14 +209,18 @@ def _fetch(query: fetch.Query, source: fetch.Source) -> tuple:
     runs, notes = fetch.fetch_runs(query, source)
     n_train = 0 if runs.empty else int((runs.get("tags.run_kind") == "train").sum())
     if n_train == 0:
-        raise UsageError(
-            f"no train runs match ({query.describe()}) on {display_uri()}; "
-            "check the names with `mlflow ui` or loosen --filter/--env-label"
-        )
+        raise UsageError(no_match(query))
     complexity, complexity_notes = fetch.fetch_complexity(query, source)
     notes += complexity_notes
     breakdowns = fetch_breakdowns(query, source, notes)
     return runs, complexity, breakdowns, notes
+
+
+def no_match(query: fetch.Query) -> str:
+    return (
+        f"no train runs match ({query.describe()}) on {display_uri()}; "
+        "check the names with `mlflow ui` or loosen --filter/--env-label"
+    )
 
 
 def _drawn(
@@ -413,6 +418,28 @@ def check_out_dir(out: str) -> None:
             f"--out {out}: cannot write there ({exc.strerror or type(exc).__name__}): pass a "
             "folder you can write to"
         ) from None
+    link = planted_link(path)
+    if link is not None:
+        raise UsageError(
+            f"--out {out} holds a link {link} -> {os.readlink(link)}: analysis writes only its own "
+            "files there and never through a link (it would overwrite the link's target); remove "
+            "the link or pass another --out"
+        )
+
+
+def planted_link(out: Path, limit: int = 100_000) -> Path | None:
+    """The first symbolic link inside `out` (not following links; at most `limit` entries looked
+    at). Analysis makes none: one there was put by someone else, and writing report files through
+    it overwrote the file it points to (issue 32)."""
+    seen = 0
+    for folder, dirs, files in os.walk(out):
+        for name in sorted(dirs + files):
+            if os.path.islink(os.path.join(folder, name)):
+                return Path(folder) / name
+        seen += len(dirs) + len(files)
+        if seen > limit:
+            break
+    return None
 
 
 def check_store() -> None:
@@ -449,6 +476,10 @@ def main(argv: list[str] | None = None) -> int:
         fetch.experiment_ids(cfg.experiments)
     check_out_dir(cfg.out)
     findings.read_prices(cfg.prices)
+    if cfg.peaks_file:  # a missing or bad file: one line, before any run (main: a FAILED run)
+        vendor.load_overrides(cfg.peaks_file)
+    if cfg.track and not fetch.any_train_run(cfg.query()):
+        raise UsageError(no_match(cfg.query()))  # main: a FAILED analysis run saying so
 
     if cfg.track:
         from common.tracking import RunSession

@@ -19,6 +19,8 @@ def parts_by_run(runs: pd.DataFrame, path: Path) -> Path:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
+    from roofline.style import plain_text
+
     runs = runs.sort_values(["env_label", "config_label"]).head(MAX_BARS).reset_index(drop=True)
     n = len(runs)
     height = 1.3 + 0.32 * n  # inches: the legend above, the axis label below, a row per bar
@@ -56,5 +58,6 @@ def parts_by_run(runs: pd.DataFrame, path: Path) -> Path:
         fontsize=7, ncol=len(PARTS), loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False
     )
     path.parent.mkdir(parents=True, exist_ok=True)
+    plain_text(fig)
     FigureCanvasAgg(fig).print_png(str(path))
     return path

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import multiprocessing
+import signal
 import sys
 import threading
 from collections.abc import Callable
@@ -39,6 +40,7 @@ def _serve(conn, n: int) -> None:
     figure modules while a thread takes the jobs off the pipe (so that the sender never waits on
     a full pipe), then draw them, in `n` processes forked from this one when there are several
     (matplotlib is imported once, here), and send back (True, paths) or (False, the error)."""
+    _quiet_signals()
     if _recv(conn) != "warm":
         return
     box: list = []
@@ -62,6 +64,17 @@ def _serve(conn, n: int) -> None:
             conn.send((False, exc))
         except Exception:  # noqa: BLE001 - an error that does not pickle: its text
             conn.send((False, RuntimeError(f"{type(exc).__name__}: {exc}")))
+
+
+def _quiet_signals() -> None:
+    """The forked process inherits the analysis' handlers, which turn SIGTERM and SIGHUP into an
+    exception (common.cli): `close` (SIGTERM) then printed a 20-60 line "Process figure-pool:
+    Traceback ... terminated by SIGTERM". Here they end it quietly; Ctrl-C (sent to the whole
+    terminal's process group) is the analysis' to handle, which then stops this process."""
+    for name in ("SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _recv(conn):

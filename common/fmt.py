@@ -55,3 +55,29 @@ def slug(text: str) -> str:
         digest = hashlib.sha256(str(text).encode()).hexdigest()[:8]
         out = f"{out[: SLUG_MAX_CHARS - 9]}-{digest}"
     return out
+
+
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+"""What makes a spreadsheet read a CSV cell as a formula (OWASP, "CSV injection")."""
+
+
+def csv_cell(value):
+    """`value` as a spreadsheet takes it literally: text that starts with a formula prefix and is
+    not a number gets a leading `'` (an env label or module name `=HYPERLINK(...)` stays text).
+    Numbers, and text that is a number (`-1.5`), are unchanged."""
+    if not isinstance(value, str) or not value.startswith(FORMULA_PREFIXES):
+        return value
+    try:
+        float(value)
+    except ValueError:
+        return "'" + value
+    return value
+
+
+def csv_frame(frame):
+    """A copy of DataFrame `frame` whose text cells are `csv_cell`'s (write it with to_csv)."""
+    out = frame.copy()
+    for col in out.columns:
+        if out[col].dtype.kind not in "biufcmM":  # text (object or string dtype)
+            out[col] = out[col].map(csv_cell)
+    return out

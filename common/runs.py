@@ -148,9 +148,13 @@ def _all_experiment_ids(client) -> list[str]:
 
 
 def _spooled_ids() -> set[str]:
-    """Run ids and local ids of the local spool's entries (runs that upload will complete)."""
+    """Run ids and local ids of the entries of every spool folder this machine used (runs that
+    upload will complete)."""
     out = set()
-    for entry in spool.spooled_runs(warn=False):
+    entries = [
+        e for folder in spool.known_folders() for e in spool.spooled_runs(folder, warn=False)
+    ]
+    for entry in entries:
         out.add(entry["local_id"])
         if entry.get("run_id"):
             out.add(entry["run_id"])

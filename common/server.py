@@ -6,7 +6,9 @@ the user or stored for display goes through `redact` (a tracking URI may hold a 
 
 from __future__ import annotations
 
+import os
 import re
+import sqlite3
 import urllib.parse
 
 from common import schema
@@ -155,6 +157,37 @@ def check_uri(uri: str | None = None) -> None:
         )
     if scheme in ("http", "https") and not parts.hostname:
         raise UsageError(f"MLFLOW_TRACKING_URI {shown!r} names no host: {_EXAMPLES}")
+    if scheme == "sqlite":
+        check_sqlite_is_mlflow(uri)
+
+
+MLFLOW_TABLES = ("alembic_version", "experiments", "runs")
+"""Tables every MLflow sqlite store has: a database with other tables and not these is someone
+else's (MLflow would add its 66 tables to it)."""
+
+
+def check_sqlite_is_mlflow(uri: str) -> None:
+    """UsageError when `sqlite:///FILE` names an sqlite database that holds tables but not MLflow's
+    (issue 32: analysis and upload created MLflow's tables inside it). A missing or empty file (a
+    new store) and a file that is not sqlite (common.server.store_problem says so) pass."""
+    path = uri[len("sqlite:///") :].split("?")[0]
+    if not path or path == ":memory:" or not os.path.isfile(path) or os.path.getsize(path) == 0:
+        return
+    try:
+        con = sqlite3.connect(f"file:{urllib.parse.quote(path)}?mode=ro", uri=True)
+        try:
+            names = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return
+    if names and not set(MLFLOW_TABLES) <= names:
+        shown = ", ".join(sorted(names)[:5]) + (", ..." if len(names) > 5 else "")
+        raise UsageError(
+            f"MLFLOW_TRACKING_URI {redact(uri)!r} is an sqlite database that is not an MLflow store "
+            f"(its tables: {shown}); nothing was written to it: point MLFLOW_TRACKING_URI at an "
+            "MLflow store or a new file"
+        )
 
 
 def check_reachable(timeout_s: float = 5.0) -> None:

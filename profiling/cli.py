@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from common import console, flags, schema
+from common import console, flags, fmt, schema
 from common.cli import ArgumentParser, cli_entry
-from common.errors import UsageError, one_line
+from common.errors import BenchError, UsageError, one_line
 from common.record import dataset_input
 from common.tracking import RunSession
 from profiling.breakdown.ncu import has_module_ranges
@@ -160,8 +160,7 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo]) -> int:
         )
     if args.dry_run:
         return dry_run(args, config, opts)
-    if importing:
-        check_import_file(args.import_file)
+    imported = _imported(args) if importing else None
 
     run_name = f"{config.run_name()}-ncu"
     tags = _run_tags(args, config, importing)
@@ -171,22 +170,43 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo]) -> int:
             fields = dataset_fields(config.data, config.image_size, config.num_classes, config.seed)
             session.log_input(dataset_input(**fields, context="profile"))
         session.flush()
-        if importing:
-            report, device_name, capability, counters = import_report(args, session)
+        if imported:
+            report, device_name, summary, extra = imported
+            session.log_file(f"ncu/{Path(args.import_file).name}", Path(args.import_file))
+            session.set_tags(extra)
             cautioned: list[str] = []
         else:
             report, device_name, capability, counters, cautioned = capture(
                 args, config, opts, probe, session
             )
-        check_values(report)  # units, signs, finiteness: before anything is summed
-        summary = summarize(report, capability, counters)
-        check_rates(summary.kernels, report.source)  # no kernel faster than any GPU
-        require_counters(summary, report.source)
+            summary = _checked_summary(report, capability, counters)
         _log_summary(session, args, config, summary, device_name, report.source, cautioned)
         if has_module_ranges(report.kernels):  # --nvtx-modules: the breakdown's rows, measured
             log_ncu_layers(session, report, summary, config, device_name)
     console.result(_summary_line(f"profile run {session.run_id}", summary, device_name))
     return 0
+
+
+def _checked_summary(report, capability, counters) -> NcuSummary:
+    check_values(report)  # units, signs, finiteness: before anything is summed
+    summary = summarize(report, capability, counters)
+    check_rates(summary.kernels, report.source)  # no kernel faster than any GPU
+    require_counters(summary, report.source)
+    return summary
+
+
+def _imported(args: argparse.Namespace) -> tuple:
+    """(report, device name, summary, the run's tags) of `--import FILE`, read and checked before
+    any run exists: a file refused is bad input (exit 2) and leaves no run (main: a FAILED profile
+    run, exit 1)."""
+    check_import_file(args.import_file)
+    try:
+        report, device_name, capability, counters, extra = import_report(args)
+        return report, device_name, _checked_summary(report, capability, counters), extra
+    except UsageError:
+        raise
+    except BenchError as err:
+        raise UsageError(one_line(err)) from None
 
 
 def _run_tags(args: argparse.Namespace, config: TrainConfig, importing: bool) -> dict:
@@ -252,9 +272,9 @@ def _log_summary(
     session.set_tags({schema.TAG_DEVICE_NAME: device_name, **tags})
     session.log_metrics({**summary.mlflow_metrics(), **check.metrics()})
     top = top_kernels(summary, TOP_KERNELS)
-    session.log_text("ncu/top_kernels.csv", top.to_csv(index=False))
+    session.log_text("ncu/top_kernels.csv", fmt.csv_frame(top).to_csv(index=False))
     session.log_text("ncu/top_kernels.txt", top_kernels_text(top))  # whole names in the UI
-    session.log_text("ncu/kernels.csv", summary.kernels.to_csv(index=False))
+    session.log_text("ncu/kernels.csv", fmt.csv_frame(summary.kernels).to_csv(index=False))
     if summary.phases is not None:
         session.log_text("ncu/phases.csv", summary.phases.to_csv(index_label="phase"))
     elif not importing:

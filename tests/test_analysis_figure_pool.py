@@ -134,3 +134,24 @@ def test_an_analysis_warms_the_pool_only_when_figures_will_likely_change(
     for png in (tmp_path / "first" / "figures").glob("*.png"):
         for other in ("again", "off"):
             assert (tmp_path / other / "figures" / png.name).read_bytes() == png.read_bytes()
+
+
+@pytest.mark.parametrize("sent", [False, True])
+def test_a_pool_stopped_under_the_cli_signal_handlers_prints_no_traceback(capfd, sent):
+    """Issue 32: the forked pool inherited common.cli's SIGTERM handler, so `close` (SIGTERM) made
+    it print "Process figure-pool: Traceback ... terminated by SIGTERM" after every repeat analysis
+    whose figures were all unchanged, and after an interrupt."""
+    import time
+
+    from common.cli import stop_signals_interrupt
+
+    with stop_signals_interrupt():
+        pool = FigurePool.start(2)
+        pool.warm()
+        if sent:
+            pool.submit_all([("roofline", "t", "plots.roofline_combined", ("x", {}, "/no/x.png"))])
+        time.sleep(1.5)  # the pool is importing matplotlib or drawing when it is stopped
+        pool.close()
+    err = capfd.readouterr().err
+    assert pool.proc.exitcode is not None
+    assert "Traceback" not in err and "terminated by" not in err, err

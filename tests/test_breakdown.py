@@ -649,6 +649,9 @@ def test_resnet18_parts_trace_and_figures(resnet_runs):
     [
         (["--compile"], "--compile: the breakdown times modules through forward hooks"),
         (["--iters", "auto"], "--iters auto: a breakdown records a fixed number of steps"),
+        # issue 32: main said "iters must be a positive integer or auto", then refused auto
+        (["--iters", "0"], "error: --iters 0: a breakdown records a whole number of steps, 1 or"),
+        (["--iters", "abc"], "error: --iters abc: a breakdown records a whole number of steps"),
         (["--trace-steps", "0"], "--trace-steps must be a positive integer"),
     ],
 )

@@ -132,6 +132,16 @@ def metrics_asked(argv_file) -> list[str]:
     return flag_value(ncu_argv_of(argv_file), "--metrics").split(",")
 
 
+def refused_without_a_run(err: str, message: str) -> str:
+    """An import refused as bad input (issue 32: main left a FAILED profile run, exit 1): no run,
+    the last line of stderr `err` starts with `error: message`; returns that line."""
+    assert "Traceback" not in err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith(f"error: {message}"), line
+    assert mlflow.search_runs(search_all_experiments=True, output_format="list") == []
+    return line
+
+
 def only_run(experiment="prof"):
     runs = mlflow.search_runs(experiment_names=[experiment], output_format="list")
     assert len(runs) == 1
@@ -543,11 +553,10 @@ def test_import_ncu_rep_reads_the_device_name(tracking, ncu_dir):
         (L4_CSV, [], f"{L4_CSV} does not name its GPU: pass --device-name"),
     ],
 )
-def test_import_failures_end_failed(tracking, ncu_dir, file, extra, message):
+def test_import_failures_are_refused_without_a_run(tracking, ncu_dir, capsys, file, extra, message):
     path = file if isinstance(file, Path) else ncu_dir / file
-    assert cli.main(["--import", str(path), *extra, "--experiment", "prof"]) == 1
-    run = only_run()
-    assert run.info.status == "FAILED" and run.data.tags["error"].startswith(message)
+    assert cli.main(["--import", str(path), *extra, "--experiment", "prof"]) == 2
+    refused_without_a_run(capsys.readouterr().err, message)
 
 
 @pytest.mark.parametrize(
@@ -594,19 +603,18 @@ def half_of(src: Path, dest: Path) -> Path:
     return dest
 
 
-def test_a_truncated_import_fails_instead_of_logging_wrong_totals(tracking, ncu_dir, tmp_path):
+def test_a_truncated_import_fails_instead_of_logging_wrong_totals(
+    tracking, ncu_dir, tmp_path, capsys
+):
     """Before: exit 0, FINISHED, 49 kernels at 44.4 FLOP/byte (the whole file: 98 at 6.94)."""
     cut = half_of(ncu_dir / L4_CSV, tmp_path / "cut.csv")
-    assert import_file(cut) == 1
-    run = only_run()
-    assert (
-        run.info.status == "FAILED" and "ncu_intensity_dram_flops_per_byte" not in run.data.metrics
-    )
-    assert run.data.tags["error"].startswith(
+    assert import_file(cut) == 2
+    line = refused_without_a_run(
+        capsys.readouterr().err,
         "cut.csv is truncated: its last row has 15 of the header's 17 fields, so its totals would "
-        "cover only part of the profile; copy or export it again"
+        "cover only part of the profile; copy or export it again",
     )
-    assert "--allow-truncated" in run.data.tags["error"]
+    assert "--allow-truncated" in line
 
 
 def test_allow_truncated_logs_an_incomplete_profile_without_intensities(
@@ -635,26 +643,24 @@ def test_a_truncated_capture_log_fails(tracking, standin, ncu_dir, tmp_path):
     )
 
 
-def test_an_import_without_any_roofline_counter_is_refused(tracking, tmp_path):
+def test_an_import_without_any_roofline_counter_is_refused(tracking, tmp_path, capsys):
     f = details_csv(
         tmp_path / "occupancy.csv", [{"sm__warps_active.avg.pct_of_peak_sustained_active": 50}]
     )
-    assert import_file(f) == 1
-    run = only_run()
-    assert run.info.status == "FAILED"
-    assert run.data.tags["error"].startswith("occupancy.csv has none of the roofline counters")
+    assert import_file(f) == 2
+    refused_without_a_run(
+        capsys.readouterr().err, "occupancy.csv has none of the roofline counters"
+    )
 
 
 def test_import_of_a_corrupt_ncu_rep_says_it_is_unreadable(tracking, tmp_path, capsys):
     bad = tmp_path / "garbage.ncu-rep"
     bad.write_bytes(bytes((i * 7919 + 13) % 251 for i in range(2000)))
-    assert cli.main([*CONFIG, "--import", str(bad), "--experiment", "prof"]) == 1
-    run = only_run()
-    assert run.info.status == "FAILED"
-    assert run.data.tags["error"].startswith(
-        "garbage.ncu-rep is not a readable Nsight Compute report"
+    assert cli.main([*CONFIG, "--import", str(bad), "--experiment", "prof"]) == 2
+    line = refused_without_a_run(
+        capsys.readouterr().err, "garbage.ncu-rep is not a readable Nsight Compute report"
     )
-    assert "launch-skip" not in capsys.readouterr().err
+    assert "launch-skip" not in line
 
 
 @pytest.mark.parametrize(
@@ -666,14 +672,10 @@ def test_import_of_a_corrupt_ncu_rep_says_it_is_unreadable(tracking, tmp_path, c
     ],
 )
 def test_import_of_an_ncu_error_log_gets_the_capture_message(tracking, capsys, log, message):
-    assert import_file(MESSAGES / log) == 1
-    run = only_run()
-    assert run.info.status == "FAILED"
-    assert run.data.tags["error"].startswith(
-        f"{log} holds ncu's messages but no counter table: {message}"
-    )
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1] == f"error: {run.data.tags['error']}" and not any("warning" in e for e in err)
+    assert import_file(MESSAGES / log) == 2
+    err = capsys.readouterr().err
+    assert not any("warning" in e for e in err.splitlines())
+    refused_without_a_run(err, f"{log} holds ncu's messages but no counter table: {message}")
 
 
 def details_csv(path: Path, kernels: list[dict[str, float]], cc: str = "8.9") -> Path:
@@ -1151,17 +1153,15 @@ def test_an_import_carries_the_profiled_machines_env_label_or_none(
     assert sorted(r.data.tags.get("env_label", "") for r in runs) == ["", "lab-l4"]
 
 
-def test_an_import_stores_only_what_parsed_as_ncu_output(tracking, tmp_path):
-    """Issue 15: /etc/passwd became ncu/passwd of a FAILED run (a 200 MB garbage file, 200 MB)."""
+def test_an_import_stores_only_what_parsed_as_ncu_output(tracking, tmp_path, capsys):
+    """Issue 15: /etc/passwd became ncu/passwd of a FAILED run (a 200 MB garbage file, 200 MB);
+    issue 32: it makes no run at all (exit 2)."""
     junk = tmp_path / "passwd"
     junk.write_text("root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1::/usr/sbin:/bin/sh\n")
-    assert import_file(junk) == 1
-    run = only_run()
-    assert (
-        run.info.status == "FAILED" and "is not Nsight Compute CSV output" in run.data.tags["error"]
+    assert import_file(junk) == 2
+    assert "is not Nsight Compute CSV output" in refused_without_a_run(
+        capsys.readouterr().err, "passwd"
     )
-    client = mlflow.tracking.MlflowClient()
-    assert [a.path for a in client.list_artifacts(run.info.run_id, "ncu")] == []
 
 
 def test_an_import_of_a_folder_or_an_oversized_file_is_refused_before_a_run(

@@ -7,7 +7,9 @@ training; the synthetic source keeps one batch resident so the step measures com
 
 from __future__ import annotations
 
+import os
 import pickle
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -149,6 +151,19 @@ def checked_image_loader(path: str):
         ) from None
 
 
+def is_image_file(path: str) -> bool:
+    """ImageFolder's own test (an image extension), on a regular file only: a FIFO named `x.png`
+    made the loader wait for a writer forever (issue 32); a device or socket is no image either."""
+    from torchvision.datasets.folder import IMG_EXTENSIONS
+
+    if not path.lower().endswith(IMG_EXTENSIONS):
+        return False
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False  # a dangling link: as ImageFolder's listing, no image
+
+
 def _train_transform(image_size: int):
     from torchvision import transforms as T
 
@@ -168,7 +183,10 @@ def image_folder(path: str, image_size: int):
     root = image_folder_root(path)
     try:
         ds = ImageFolder(
-            str(root), transform=_train_transform(image_size), loader=checked_image_loader
+            str(root),
+            transform=_train_transform(image_size),
+            loader=checked_image_loader,
+            is_valid_file=is_image_file,
         )
     except FileNotFoundError as exc:
         raise UsageError(

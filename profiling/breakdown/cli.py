@@ -66,8 +66,14 @@ def _config(args: argparse.Namespace):
     from train.config import config_from_args
     from train.distributed.context import job_env
 
-    if str(args.iters).strip().lower() == "auto":
+    iters = str(args.iters).strip().lower()
+    if iters == "auto":
         raise UsageError("--iters auto: a breakdown records a fixed number of steps (default 3)")
+    if not iters.isdigit() or int(iters) < 1:  # train's message offers auto, which this refuses
+        raise UsageError(
+            f"--iters {args.iters}: a breakdown records a whole number of steps, 1 or more "
+            f"(default {DEFAULT_STEPS})"
+        )
     cfg = config_from_args(args)
     if cfg.compile:
         raise UsageError(

@@ -36,7 +36,10 @@ MAX_AREA_PT2 = 1500.0  # the largest point's marker area
 def _png(fig) -> bytes:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
+    from roofline.style import plain_text
+
     buf = io.BytesIO()
+    plain_text(fig)
     FigureCanvasAgg(fig).print_png(buf)
     return buf.getvalue()
 

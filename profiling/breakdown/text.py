@@ -82,7 +82,7 @@ def description(result: BreakdownResult) -> str:
 def layers_csv(table: list[dict]) -> str:
     import pandas as pd
 
-    return pd.DataFrame(table, columns=list(COLUMNS)).to_csv(index=False)
+    return fmt.csv_frame(pd.DataFrame(table, columns=list(COLUMNS))).to_csv(index=False)
 
 
 def breakdown_json(result: BreakdownResult) -> str:

@@ -10,7 +10,6 @@ from pathlib import Path
 
 from common import console
 from common.errors import BenchError, UsageError
-from common.tracking import RunSession
 from profiling.ncu.chips.counters import ChipCounters
 from profiling.ncu.counting import chip_id_from_report, device_from_report
 from profiling.ncu.gpu import chip_for, chip_tags
@@ -44,9 +43,10 @@ def check_import_file(name: str) -> None:
 
 
 def import_report(
-    args: argparse.Namespace, session: RunSession
-) -> tuple[NcuReport, str, tuple[int, int] | None, ChipCounters | None]:
-    """(report, device name, compute capability, chip counters) of ``--import FILE``; the GPU is
+    args: argparse.Namespace,
+) -> tuple[NcuReport, str, tuple[int, int] | None, ChipCounters | None, dict]:
+    """(report, device name, compute capability, chip counters, the run's tags) of ``--import
+    FILE``, read before any run exists (a refused file makes none: profiling/cli.py); the GPU is
     the file's unless --device-name says otherwise (a note when they differ)."""
     path = Path(args.import_file)
     console.info(f"importing {path} ...")
@@ -54,7 +54,6 @@ def import_report(
         report = load_ncu_rep(path)
     else:
         report = read_ncu_csv(path, keep=is_relevant)
-    session.log_file(f"ncu/{path.name}", path)  # only what parsed as ncu output is stored
     refuse_truncated(report, args.allow_truncated)
     name, cap = device_from_report(report)
     cap = cap or args.compute_capability
@@ -72,5 +71,4 @@ def import_report(
     extra = {"ncu_import_file": path.name, "ncu_page": report.page, **chip_tags(choice, counters)}
     if cap:
         extra["cuda_capability"] = f"{cap[0]}.{cap[1]}"
-    session.set_tags(extra)
-    return report, device_name, cap, counters
+    return report, device_name, cap, counters, extra

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 
-from common import schema
+from common import fmt, schema
 from train.complexity.measure import ComplexityResult
 
 MODEL_ATTRS = (
@@ -158,7 +158,7 @@ def _csv_value(v):
         return "true" if v else "false"
     if isinstance(v, float) and v.is_integer():
         return int(v)
-    return v
+    return fmt.csv_cell(v)
 
 
 def metrics(result: ComplexityResult) -> dict[str, float]:
