@@ -185,7 +185,8 @@ def summarize(
     df, sources, lacking = _kernel_table(report, capability, counters)
     measured = [q for q in QUANTITIES if df[q].notna().any()]
     totals = _totals(df, measured)
-    phases = _phases(df, totals) if report.has_nvtx and df["phase"].notna().any() else None
+    labelled = report.has_nvtx or any(k.phase_label for k in report.kernels)
+    phases = _phases(df, totals) if labelled and df["phase"].notna().any() else None
     n = len(report.kernels)
     partial = {
         quantity: "; ".join(f"{why} in {c} of {n} kernels" for why, c in by.items())
