@@ -41,6 +41,7 @@ from profiling.ncu.counting import TIME_FROM_CYCLES
 from profiling.ncu.gpu import GpuInfo, cuda_probe
 from profiling.ncu.capture_set import ImportOptions
 from profiling.ncu.hierarchy import TableOptions
+from profiling.ncu.hierarchy_log import log_hierarchy
 from profiling.ncu.import_path import check_import_file, import_paths, import_report
 from profiling.ncu.summary import (
     NcuSummary,
@@ -282,10 +283,14 @@ def _log_summary(
             "no NVTX phases in the ncu output (does train's profile mode mark forward/backward/optimizer?)"
         )
     how = f"imported from {source}" if importing else "captured"
+    phases = ", ".join(sorted({p for p in summary.kernels["phase"].dropna()})) or "all kernels"
+    title = f"Hierarchical roofline: {config.config_label()} on {device_name}, {phases}\n({how})"
+    levels = log_hierarchy(session, summary, device_name, config.env_label, args.table_opts, title)
     session.set_note(
         _summary_line(f"ncu profile of {config.config_label()} ({how})", summary, device_name)
         + (f"\nRoofline: {incomplete}" if incomplete else "")
         + (f"\nRoofline: {count_line}" if count_line else "")
+        + (f"\n{levels}" if levels else "")
     )
     if "time_s" not in summary.measured:
         console.note(

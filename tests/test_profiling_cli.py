@@ -226,6 +226,9 @@ def test_capture_end_to_end_with_standin_ncu(tracking, standin, ncu_dir, tmp_pat
             "phases.csv",
             "command.txt",
             "console.txt",  # the child's line
+            "kernels_by_name.csv",  # the hierarchical roofline (issue 29)
+            "phase_levels.csv",
+            "hierarchical_roofline.png",
         )
     }
     top = artifact_csv(run.info.run_id, "ncu/top_kernels.csv", tmp_path)
@@ -466,6 +469,7 @@ def test_import_l4_csv_needs_no_gpu_and_no_ncu(tracking, ncu_dir, tmp_path, monk
     assert run.data.tags["ncu_chip"] == "AD104"
     arts = {a.path for a in mlflow.tracking.MlflowClient().list_artifacts(run.info.run_id, "ncu")}
     assert f"ncu/{L4_CSV}" in arts and "ncu/top_kernels.csv" in arts
+    assert {"ncu/kernels_by_name.csv", "ncu/hierarchical_roofline.png"} <= arts
 
 
 def test_the_forward_only_l4_capture_is_imported_as_incomplete_naming_backward(

@@ -233,6 +233,14 @@ def combine(files: list[SetFile], source: str) -> NcuReport:
         na=na,
         has_nvtx=any(r.has_nvtx for r in reports),
         source=source,
+        truncated=next(
+            (
+                f"{f.path.name}: {f.report.truncated}" if len(files) > 1 else f.report.truncated
+                for f in files
+                if f.report.truncated
+            ),
+            "",
+        ),
     )
 
 

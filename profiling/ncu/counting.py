@@ -296,8 +296,11 @@ def _add_tensor_flops(q, src, gaps, ops, m: dict[str, float], capability) -> Non
         inst, how = _count(m, TENSOR_INST[0])
         factor = tensor_inst_flops(capability)
         rate = "" if how == "count" else f"_{how}"
-        if inst is not None and inst == 0:  # no tensor work: no factor needed
-            q["flops_tensor"], src["flops_tensor"] = 0.0, f"sm__inst_executed_pipe_tensor{rate}"
+        if inst is not None and inst == 0:  # no tensor work: no factor needed (named if known,
+            # so that a profile's source tag does not depend on whether its last kernel used them)
+            named = f"_x{factor}" if factor is not None else ""
+            q["flops_tensor"] = 0.0
+            src["flops_tensor"] = f"sm__inst_executed_pipe_tensor{rate}{named}"
         elif inst is not None and factor is None:
             cc = f"sm_{capability[0]}{capability[1]}" if capability else "an unknown GPU"
             gaps["flops_tensor"] = (

@@ -72,7 +72,8 @@ def _sum(g, col: str) -> pd.Series:
 
 
 def kernels_by_name(kernels: pd.DataFrame) -> pd.DataFrame:
-    """One row per (phase, kernel name) of a summary's kernel table, heaviest time first: count,
+    """One row per (phase, kernel name) of a summary's kernel table, phases in their order,
+    heaviest time first within each: count,
     summed time, FLOPs (CUDA-core = fp64 + fp32 + fp16, tensor), bytes per level, intensity per
     level, FLOP/s and the share of its phase's time."""
     df = kernels.assign(
@@ -94,7 +95,10 @@ def kernels_by_name(kernels: pd.DataFrame) -> pd.DataFrame:
             out[f"{level}_bytes"] > 0
         )
     out["flops_per_s"] = out["flops"] / out["time_s"].where(out["time_s"] > 0)
-    return out.sort_values(["phase", "time_s"], ascending=[True, False], na_position="last")
+    order = {p: i for i, p in enumerate(pd.unique(out["phase"]))}  # phases as captured
+    out["_order"] = out["phase"].map(order)
+    out = out.sort_values(["_order", "time_s"], ascending=[True, False], na_position="last")
+    return out.drop(columns="_order").reset_index(drop=True)
 
 
 def ceiling_of(row: dict) -> str:

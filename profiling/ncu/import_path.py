@@ -50,10 +50,7 @@ def import_report(
     for f in files:  # only what parsed as ncu output is stored
         session.log_file(f"ncu/{f.path.name}", f.path)
     name_of_set = set_name(paths, files)
-    report = combine(files, name_of_set) if len(files) > 1 else files[0].report
-    if len(files) == 1 and files[0].phase not in (None, "step"):
-        for k in report.kernels:
-            k.phase_label = files[0].phase
+    report = combine(files, name_of_set)
     name, cap = device_from_report(report)
     cap = cap or args.compute_capability
     device_name = args.device_name or name
