@@ -14,7 +14,7 @@ from common.errors import BenchError, UsageError
 from profiling.ncu.capture_set import combine, phases_of, read_files
 from profiling.ncu.chips.devices import chip_capability, resolve_chip
 from profiling.ncu.counting import TIME_FROM_CYCLES, kernel_time, tensor_inst_flops
-from profiling.ncu.hierarchy import TableOptions, convention_table, kernels_by_name
+from profiling.ncu.hierarchy import TableOptions, convention_table, kernels_by_name, phase_levels
 from profiling.ncu.parse import read_ncu_csv
 from profiling.ncu.summary import summarize
 from tests.conftest import NCU_FIXTURES
@@ -170,3 +170,166 @@ def test_the_project_convention_counts_half_instructions_twice(deepcam_table):
     assert lanes["gflop_per_s_si"].tolist() == pytest.approx(
         (deepcam_table["flops_per_s"] / 1e9).tolist(), nan_ok=True
     )
+
+
+# ---------------------------------------------------------------- the profile run
+NERSC_V100 = {
+    "devices": [
+        {
+            "device_name": "Tesla V100-SXM2-16GB",
+            "flops_per_s": {"fp32": 14.0 * 1024**4, "fp16": 96.9 * 1024**4},
+            "dram_bytes_per_s": 828.76 * 1024**3,
+            "l2_bytes_per_s": 2996.77 * 1024**3,
+            "l1_bytes_per_s": 54000 * 1024**3,
+            "source": "NERSC's measured V100 ceilings (SOURCES.md), binary giga made SI",
+        }
+    ]
+}
+
+
+def _artifact(run_id: str, path: str, tmp_path):
+    import mlflow
+
+    return mlflow.tracking.MlflowClient().download_artifacts(run_id, path, str(tmp_path / "dl"))
+
+
+def test_the_deepcam_set_imports_as_one_backward_profile_of_a_named_workload(
+    tracking, ncu_dir, tmp_path, capsys
+):
+    import json
+
+    import mlflow
+
+    from profiling import cli
+
+    peaks = tmp_path / "v100.json"
+    peaks.write_text(json.dumps(NERSC_V100))
+    argv = ["--import", str(ncu_dir / DEEPCAM), "--workload", "deepcam", "--phase", "backward"]
+    argv += ["--device-name", "Tesla V100-SXM2-16GB", "--batch", "2", "--precision", "fp16"]
+    argv += ["--optimizer", "adam", "--half-convention", "instruction", "--units-convention"]
+    argv += ["binary", "--peaks-file", str(peaks), "--env-label", "cori", "--experiment", "prof"]
+    assert cli.main(argv) == 0
+    err = capsys.readouterr().err
+    assert "count check skipped: --workload deepcam is not a torchvision model" in err
+    assert f"kernel time from {TIME_FROM_CYCLES} of each launch" in err
+    (run,) = mlflow.search_runs(experiment_names=["prof"], output_format="list")
+    tags, params, m = run.data.tags, run.data.params, run.data.metrics
+    assert params["model"] == "deepcam" and params["workload"] == "deepcam"
+    assert params["ncu_phase"] == "backward"
+    assert tags["ncu_count_check"].startswith(
+        "not checked: --workload deepcam is not a torchvision"
+    )
+    assert tags["cuda_capability"] == "7.0" and tags["ncu_chip"] == "GV100"
+    assert tags["ncu_source_time_s"] == TIME_FROM_CYCLES
+    assert tags["ncu_source_flops_tensor"] == "sm__inst_executed_pipe_tensor_x512"
+    assert m["ncu_kernels"] == LAUNCHES and m["ncu_phase_backward_kernels"] == LAUNCHES
+    table = pd.read_csv(_artifact(run.info.run_id, "ncu/kernels_by_name.csv", tmp_path))
+    need = ["kernel_name", "count", "time_s", "cuda_core_flops", "tensor_flops", "dram_bytes"]
+    assert set(need + ["l2_bytes", "l1_bytes", "bound"]) <= set(table.columns)
+    assert len(table) == 71 and table["count"].sum() == LAUNCHES
+    assert table["tensor_flops"].sum() == m["ncu_flops_tensor"]
+    assert table["dram_bytes"].sum() == m["ncu_dram_bytes"]
+    asked = "ncu/kernels_by_name_half-instruction_giga-binary.csv"
+    theirs = _authors(ncu_dir).set_index("Kernel Name")
+    ours = pd.read_csv(_artifact(run.info.run_id, asked, tmp_path)).set_index("kernel_name")
+    assert ours.loc[theirs.index, "cuda_core_flops"].tolist() == theirs["CC FLOPs"].tolist()
+    assert ours.loc[theirs.index, "gflop_per_s_binary"].fillna(0).tolist() == pytest.approx(
+        theirs["GFLOP/s"].tolist(), rel=1e-2
+    )
+    png = _artifact(run.info.run_id, "ncu/hierarchical_roofline.png", tmp_path)
+    assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    levels = pd.read_csv(_artifact(run.info.run_id, "ncu/phase_levels.csv", tmp_path))
+    assert levels["phase"].tolist() == ["backward"]
+    assert levels["intensity_dram_flops_per_byte"][0] == pytest.approx(
+        m["ncu_intensity_dram_flops_per_byte"]
+    )
+    assert (
+        "Hierarchy (time-weighted intensity, FLOP/byte): backward: DRAM"
+        in tags["mlflow.note.content"]
+    )
+    _the_analysis_report_shows_it(run, tmp_path)
+
+
+def _the_analysis_report_shows_it(profile, tmp_path) -> None:
+    """`python -m analysis` (with one train run of the experiment, which it needs) draws the
+    profile's hierarchical roofline under the V100's vendor ceilings and lists its kernels."""
+    from analysis import app
+    from tests.test_analysis_end_to_end import log_train
+
+    log_train("cori", "Tesla V100-SXM2-16GB", 2, "fp16", thr=20.0, thr_sd=0.1, flops_step=1e12,
+              median_s=0.1, intensity=50.0, exp="prof")  # fmt: skip
+    out = tmp_path / "out"
+    cfg = app.config_from_args(
+        app.build_parser().parse_args(["--no-track", "--out", str(out), "--experiment", "prof"])
+    )
+    app.run(cfg)
+    text = (out / "report.md").read_text()
+    assert "## Hierarchical roofline (profile runs)" in text
+    png = out / "figures" / f"hierarchical_{profile.info.run_id[:12]}.png"
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    assert f"profile run `{profile.info.run_id[:8]}`" in text
+    assert "| void dgrad2d_grouped_direct_kernel" in text
+    assert "time-weighted AI DRAM" in text
+
+
+# ---------------------------------------------------------------- one file of all metrics, phases
+L4_CSV = "l4_resnet18_bs64_train_step_details_nvtx.csv"
+
+
+def test_the_l4_file_gives_todays_dram_totals_and_no_l2_or_l1_it_did_not_measure(ncu_dir):
+    """SOURCES.md: 98 kernels, DRAM read + write = 7.099e8 bytes, 4.928e9 fp32 FLOPs. The file
+    holds no lts__t_bytes or l1tex__t_bytes (its capture did not ask for them): those levels are
+    absent (NaN), never zero."""
+    (f,) = read_files([str(ncu_dir / L4_CSV)], [None])
+    summary = summarize(f.report)
+    table = kernels_by_name(summary.kernels)
+    assert len(summary.kernels) == 98 == table["count"].sum()
+    assert table["dram_bytes"].sum() == pytest.approx(7.099e8, rel=1e-3)
+    assert table["dram_bytes"].sum() == summary.totals["dram_bytes"]
+    assert table["flops"].sum() == pytest.approx(4.928e9, rel=1e-3)
+    for level in ("l2", "l1"):
+        assert table[f"{level}_bytes"].isna().all() and f"{level}_bytes" not in summary.totals
+    levels = phase_levels(table).set_index("phase")
+    assert levels.loc["step", "flops"] == pytest.approx(4.928e9, rel=1e-3)  # its NVTX phases summed
+    assert levels["time_weighted_intensity_dram_flops_per_byte"].notna().any()
+    assert levels["time_weighted_intensity_l2_flops_per_byte"].isna().all()
+
+
+def _split_by_id(source, folder, bounds) -> list[str]:
+    """The details-page file `source` cut at launch IDs `bounds` into files whose IDs start at 0
+    (as separate captures number them), without their NVTX columns' phases."""
+    import csv
+
+    text = source.read_text().splitlines()
+    rows = list(csv.reader(text))
+    header, body = rows[0], rows[1:]
+    paths = []
+    for i, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+        path = folder / f"part{i}.csv"
+        with path.open("w", newline="") as fh:
+            out = csv.writer(fh, quoting=csv.QUOTE_ALL)
+            out.writerow(header)
+            for r in body:
+                if lo <= int(r[0]) < hi:
+                    out.writerow([str(int(r[0]) - lo), *r[1:4], "", "", *r[6:]])
+        paths.append(str(path))
+    return paths
+
+
+def test_three_phases_captured_apart_add_up_to_a_step(ncu_dir, tmp_path):
+    paths = _split_by_id(ncu_dir / L4_CSV, tmp_path, [0, 40, 70, 98])
+    phases = ("forward", "backward", "optimizer")
+    alone = [summarize(combine(read_files([p], [ph]), p)) for p, ph in zip(paths, phases)]
+    step = summarize(combine(read_files(paths, phases_of(paths, phases)), "set"))
+    assert len(step.kernels) == 98  # launch IDs restart per file: no launch merged across phases
+    assert [s.phases.index.tolist() for s in alone] == [[ph] for ph in phases]
+    for q in ("flops_total", "time_s", "dram_bytes"):
+        assert step.totals[q] == pytest.approx(sum(s.totals[q] for s in alone), rel=1e-12)
+    assert list(step.phases.index) == list(phases)
+    for s, ph in zip(alone, phases):
+        assert step.phases.loc[ph, "flops_total"] == pytest.approx(s.totals["flops_total"])
+        assert step.phases.loc[ph, "time_s"] == pytest.approx(s.totals["time_s"])
+    levels = phase_levels(kernels_by_name(step.kernels)).set_index("phase")
+    assert list(levels.index) == [*phases, "step"]
+    for col in ("flops", "time_s", "dram_bytes", "launches"):
+        assert levels.loc["step", col] == pytest.approx(levels.loc[list(phases), col].sum())
