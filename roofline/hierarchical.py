@@ -149,7 +149,9 @@ def _label(ax, pts: pd.DataFrame) -> None:
         x = min((v for v in xs if is_finite_positive(v)), default=math.nan)
         if not math.isfinite(x):
             continue
-        share = f" {100 * row['time_s'] / total:.0f}%" if total > 0 else ""
+        frac = row.get("time_share", math.nan)  # of its phase, as in the table
+        frac = frac if is_finite_positive(frac) else (row["time_s"] / total if total > 0 else 0)
+        share = f" {100 * frac:.0f}%" if frac else ""
         labels.place(
             short_name(row["kernel_name"]) + share,
             (x, row["flops_per_s"]),

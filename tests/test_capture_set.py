@@ -333,3 +333,31 @@ def test_three_phases_captured_apart_add_up_to_a_step(ncu_dir, tmp_path):
     assert list(levels.index) == [*phases, "step"]
     for col in ("flops", "time_s", "dram_bytes", "launches"):
         assert levels.loc["step", col] == pytest.approx(levels.loc[list(phases), col].sum())
+
+
+# ---------------------------------------------------------------- half precision
+def test_no_chip_of_nvidias_metric_database_tells_packed_from_scalar_half_instructions():
+    """Why half FLOPs follow a convention (docs/profiling.md, "Half precision"): on every chip of
+    the database, the only per-op half counters are hadd, hmul and hfma, one raw counter each
+    (HADD2/HMUL2/HFMA2 and their scalar forms together), unlike GB100's fp32 ffma2, which has a
+    raw counter of its own. A database that splits them makes this test fail: count exactly then."""
+    import re
+
+    from profiling.ncu import nvperf
+
+    db = nvperf.open_database()
+    if db is None:
+        pytest.skip(f"NVIDIA's metric database does not load here: {nvperf.load_error()}")
+    half = re.compile(r"^(sm|smsp)__sass_thread_inst_executed_op_h[a-z0-9]*_pred_on$")
+    for chip in db.chips:
+        with db.chip(chip) as c:
+            ops = {n.split("_op_")[1] for n in c.base_names("counter") if half.match(n)}
+            assert ops == {"hadd_pred_on", "hmul_pred_on", "hfma_pred_on"}, chip
+            deps = [c.raw_dependencies(f"sm__sass_thread_inst_executed_op_{op}.sum") for op in ops]
+            assert all(len(d) == 1 for d in deps), chip
+    with db.chip("GB100") as c:
+        ffma, ffma2 = (
+            c.raw_dependencies(f"sm__sass_thread_inst_executed_op_{op}_pred_on.sum")
+            for op in ("ffma", "ffma2")
+        )
+        assert len(ffma2) == 1 and set(ffma2).isdisjoint(ffma)
