@@ -2,7 +2,9 @@
 each (environment, device, configuration) that logged `ncu/kernels_by_name.csv`, its kernels drawn
 at DRAM, L2 and L1 intensity under the ceilings analysis holds that environment to (the measured
 peaks run over the vendor table, as for every other figure; the vendor table alone for a profile
-with no train run), its heaviest kernel names and its per-phase time-weighted intensities.
+with no train run), its heaviest kernel names with the ceiling that bounds each under that roof
+(recomputed here: the run's own table used the ceilings known when it was logged), and its
+per-phase time-weighted intensities.
 
 `collect` is the edge (reads the artifacts, draws the PNGs); `section` is pure (items -> report
 blocks, analysis/report.py's Block).
@@ -21,6 +23,7 @@ from analysis.markdown import Table
 from common import schema
 from common.errors import one_line
 from common.fmt import si
+from profiling.ncu.hierarchy import add_bounds
 from roofline.ceilings import roof_from_vendor
 from roofline.model import LEVELS
 
@@ -79,6 +82,7 @@ def collect(runs, roofs: dict, vendor_lookup, folder: Path, notes: list[str]) ->
         roof = (roofs.get((env, dev)) or {}).get("roof")
         if roof is None and vendor_lookup is not None:
             roof = roof_from_vendor(vendor_lookup(dev), dev)
+        table = add_bounds(table.drop(columns=["bound", "compute_ceiling"], errors="ignore"), roof)
         label = r.get(f"tags.{schema.TAG_CONFIG_LABEL}") or r["run_id"][:8]
         title = f"Hierarchical roofline: {label} on {dev} ({env or 'no env_label'})"
         folder.mkdir(parents=True, exist_ok=True)
