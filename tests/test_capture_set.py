@@ -361,3 +361,34 @@ def test_no_chip_of_nvidias_metric_database_tells_packed_from_scalar_half_instru
             for op in ("ffma", "ffma2")
         )
         assert len(ffma2) == 1 and set(ffma2).isdisjoint(ffma)
+
+
+def test_a_metric_in_two_files_keeps_the_first_value_and_says_so(ncu_dir, tmp_path, capsys):
+    def double_launch_3(text):
+        lines = text.splitlines(keepends=True)
+        i = next(n for n, ln in enumerate(lines) if ln.startswith('"3",'))
+        cells = lines[i].rstrip("\r\n").split('","')
+        cells[-1] = str(2 * int(cells[-1].rstrip('"'))) + '"'
+        lines[i] = '","'.join(cells) + "\n"
+        return "".join(lines)
+
+    src = ncu_dir / DEEPCAM / "out.dram__bytes.sum.gz"
+    shutil.copy(src, tmp_path / "a.gz")
+    text = gzip.decompress(src.read_bytes()).decode()
+    (tmp_path / "b.csv").write_text(double_launch_3(text))
+    paths = [str(tmp_path / "a.gz"), str(tmp_path / "b.csv")]
+    report = combine(read_files(paths, [None, None]), "set")
+    first = read_ncu_csv(src).kernels[3].metrics["dram__bytes.sum"]
+    assert report.kernels[3].metrics["dram__bytes.sum"] == first
+    assert "note: 1 launches of the set have another dram__bytes.sum in a later file: kept the " \
+        "value of a.gz" in capsys.readouterr().err  # fmt: skip
+
+
+def test_a_cut_gzip_file_is_one_line_naming_it(ncu_dir, tmp_path):
+    data = (ncu_dir / DEEPCAM / "out.dram__bytes.sum.gz").read_bytes()
+    cut = tmp_path / "cut.gz"
+    cut.write_bytes(data[: len(data) // 2])
+    with pytest.raises(
+        BenchError, match=r"^cannot read cut.gz: a damaged or cut gzip file .*copy it again$"
+    ):
+        read_ncu_csv(cut)
