@@ -6,8 +6,9 @@ with no train run), its heaviest kernel names with the ceiling that bounds each 
 (recomputed here: the run's own table used the ceilings known when it was logged), and its
 per-phase time-weighted intensities.
 
-`collect` is the edge (reads the artifacts, draws the PNGs); `section` is pure (items -> report
-blocks, analysis/report.py's Block).
+`collect` is the edge (reads the artifacts, draws the PNGs; it imports matplotlib only when it
+draws, so an analysis without such profiles stays free of it, tests/test_analysis_sqlite.py);
+`section` is pure (items -> report blocks, analysis/report.py's Block).
 """
 
 from __future__ import annotations
@@ -65,7 +66,6 @@ def collect(runs, roofs: dict, vendor_lookup, folder: Path, notes: list[str]) ->
     """[{run_id, label, device, title, path, table, phases}] of the profile runs whose tables can
     be read, each figure drawn into `folder`; a run whose table cannot be read is one note."""
     from analysis.fetch import _download_text
-    from roofline.hierarchical import hierarchical_png
 
     items = []
     for r in _latest_profiles(runs).to_dict("records"):
@@ -85,6 +85,8 @@ def collect(runs, roofs: dict, vendor_lookup, folder: Path, notes: list[str]) ->
         table = add_bounds(table.drop(columns=["bound", "compute_ceiling"], errors="ignore"), roof)
         label = r.get(f"tags.{schema.TAG_CONFIG_LABEL}") or r["run_id"][:8]
         title = f"Hierarchical roofline: {label} on {dev} ({env or 'no env_label'})"
+        from roofline.hierarchical import hierarchical_png  # matplotlib: only when drawing
+
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"hierarchical_{r['run_id'][:12]}.png"
         path.write_bytes(hierarchical_png(table, roof, title))
