@@ -392,3 +392,14 @@ def test_a_cut_gzip_file_is_one_line_naming_it(ncu_dir, tmp_path):
         BenchError, match=r"^cannot read cut.gz: a damaged or cut gzip file .*copy it again$"
     ):
         read_ncu_csv(cut)
+
+
+def test_each_launch_has_its_intensity_at_every_level(deepcam, deepcam_table):
+    """kernels.csv (one row per launch) carries the three intensities too: a name launched once
+    has its launch's."""
+    kernels = summarize(deepcam[1], (7, 0)).kernels
+    once = deepcam_table[deepcam_table["count"] == 1].iloc[0]
+    launch = kernels[kernels["kernel"] == once["kernel_name"]].iloc[0]
+    for level in ("dram", "l2", "l1"):
+        col = f"intensity_{level}_flops_per_byte"
+        assert launch[col] == pytest.approx(once[col]) and launch[col] > 0
