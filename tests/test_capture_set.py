@@ -403,3 +403,27 @@ def test_each_launch_has_its_intensity_at_every_level(deepcam, deepcam_table):
     for level in ("dram", "l2", "l1"):
         col = f"intensity_{level}_flops_per_byte"
         assert launch[col] == pytest.approx(once[col]) and launch[col] > 0
+
+
+def test_raw_pages_split_by_metric_merge_back(ncu_dir, tmp_path):
+    """The raw page (header, units row, a row per kernel) cut into two files of different metric
+    columns, as one ncu process per metric group would write them: merged, each launch has the
+    metrics of both, as in the whole file."""
+    import csv
+
+    src = ncu_dir / "b200_decode_raw_page.csv"
+    rows = [r for r in csv.reader(src.read_text().splitlines()) if r and not r[0].startswith("==")]
+    ident = rows[0].index("CC") + 1  # identity columns end with CC
+    half = ident + (len(rows[0]) - ident) // 2
+    paths = []
+    for i, cols in enumerate((range(ident, half), range(half, len(rows[0])))):
+        path = tmp_path / f"part{i}.csv"
+        with path.open("w", newline="") as fh:
+            csv.writer(fh, quoting=csv.QUOTE_ALL).writerows(
+                [r[:ident] + [r[c] for c in cols] for r in rows]
+            )
+        paths.append(str(path))
+    merged = combine(read_files(paths, [None, None]), "set")
+    whole = read_files([str(src)], [None])[0].report
+    assert merged.page == "raw" and len(merged.kernels) == len(whole.kernels) > 1
+    assert [k.metrics for k in merged.kernels] == [k.metrics for k in whole.kernels]
