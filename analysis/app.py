@@ -27,6 +27,7 @@ from analysis import (
     figure_pool,
     figures,
     findings,
+    hierarchy,
     html,
     report,
     screen,
@@ -195,9 +196,13 @@ def _run(cfg: AnalysisConfig, vendor_lookup, n_jobs: int, pool) -> Result:
 
         t = time.perf_counter()
         # the cache's housekeeping note goes after what the runs lack, never first
-        files += _write_report(
-            analysis, out_dir, drawn, query.describe(), var_title, breakdowns, found, source.note()
+        hier = hierarchy.collect(
+            screened, analysis.roofs, vendor_lookup, out_dir / "figures", analysis.notes
         )
+        files += _write_report(
+            analysis, out_dir, drawn, query.describe(), var_title, breakdowns, found, source.note(),
+            hier,
+        )  # fmt: skip
     timings["report_s"] = time.perf_counter() - t
     timings["total_s"] = time.perf_counter() - t0
     return Result(analysis, out_dir, files, timings, source, found, drawn_names)
@@ -252,6 +257,7 @@ def _write_report(
     breakdowns: list[dict],
     found,
     last_note: str | None = None,
+    hierarchies: list[dict] = (),
 ) -> list[Path]:
     """The table files, report.md and report.html (figures embedded, the Findings section first,
     the breakdown section included) under `out_dir`; `last_note` ends "What is missing"."""
@@ -270,6 +276,11 @@ def _write_report(
     blocks = breakdown.insert_section(
         blocks, breakdown.section(b, next(iter(drawn.get("breakdown", [])), None))
     )
+    blocks = breakdown.insert_section(
+        blocks, hierarchy.section(hierarchies, out_dir), before="Failed runs"
+    )
+    drawn["hierarchical"] = [(h["title"], str(h["path"].relative_to(out_dir))) for h in hierarchies]
+    files += [h["path"] for h in hierarchies]
     first = report.first_section(blocks)
     blocks[first:first] = findings.report.blocks(found)
     md_path, html_path = out_dir / "report.md", out_dir / "report.html"

@@ -15,6 +15,8 @@ from common.cli import ArgumentParser
 from common.errors import UsageError
 from profiling.breakdown.cli import BreakdownCommand
 from profiling.cli import ProfileCommand
+from profiling.ncu.capture_set import ImportOptions
+from profiling.ncu.hierarchy import TableOptions
 from profiling.cli import main as profiling_main
 from profiling.ncu.command import CaptureOptions
 from profiling.peaks.__main__ import main as peaks_main
@@ -36,12 +38,24 @@ ENTRY_POINTS = {
     "profiling": (
         profiling_main,
         [],
-        [(TrainConfig, ONE_PROCESS), (CaptureOptions, None), (ProfileCommand, None)],
+        [
+            (TrainConfig, ONE_PROCESS),
+            (CaptureOptions, None),
+            (ProfileCommand, None),
+            (ImportOptions, None),
+            (TableOptions, None),
+        ],
     ),
     "profiling --import": (
         profiling_main,
         ["--import", "profile.csv"],
-        [(TrainConfig, ONE_PROCESS), (CaptureOptions, None), (ProfileCommand, None)],
+        [
+            (TrainConfig, ONE_PROCESS),
+            (CaptureOptions, None),
+            (ProfileCommand, None),
+            (ImportOptions, None),
+            (TableOptions, None),
+        ],
     ),
     "profiling --breakdown": (
         profiling_main,

@@ -236,6 +236,9 @@ def test_capture_end_to_end_with_standin_ncu(tracking, standin, ncu_dir, tmp_pat
             "phases.csv",
             "command.txt",
             "console.txt",  # the child's line
+            "kernels_by_name.csv",  # the hierarchical roofline (issue 29)
+            "phase_levels.csv",
+            "hierarchical_roofline.png",
         )
     }
     top = artifact_csv(run.info.run_id, "ncu/top_kernels.csv", tmp_path)
@@ -476,6 +479,7 @@ def test_import_l4_csv_needs_no_gpu_and_no_ncu(tracking, ncu_dir, tmp_path, monk
     assert run.data.tags["ncu_chip"] == "AD104"
     arts = {a.path for a in mlflow.tracking.MlflowClient().list_artifacts(run.info.run_id, "ncu")}
     assert f"ncu/{L4_CSV}" in arts and "ncu/top_kernels.csv" in arts
+    assert {"ncu/kernels_by_name.csv", "ncu/hierarchical_roofline.png"} <= arts
 
 
 def test_the_forward_only_l4_capture_is_imported_as_incomplete_naming_backward(
@@ -766,7 +770,16 @@ def test_import_of_half_precision_with_zero_tensor_ops_and_of_fp32_without(
         (["--batch", "0"], "batch_size must be a positive integer"),
         (["--profile-steps", "0"], "profile_steps must be >= 1"),
         (["--launch-count", "0"], "launch_count must be >= 1"),
-        (["--import", "/nonexistent.csv"], "--import /nonexistent.csv: no such file"),
+        (["--import", "/nonexistent.csv"], "--import /nonexistent.csv: no such file or folder"),
+        (
+            ["--import", "a.csv", "b.csv", "--phase", "forward", "backward", "optimizer"],
+            "--phase gives 3 phases for 2 --import paths",
+        ),
+        (["--phase", "backward"], "--workload and --phase describe imported files"),
+        (
+            ["--import", "a.csv", "--phase", "sideways"],
+            "--phase must be among forward, backward, optimizer, step",
+        ),
     ],
 )
 def test_bad_input_is_a_usage_error_without_a_run(tracking, capsys, args, message):
@@ -807,7 +820,7 @@ def test_mlproject_style_empty_strings_mean_unset():
         ["--import", "", "--launch-count", "", "--device-name", "", "--experiment", ""]
     )
     assert (
-        args.import_file is None
+        import_path.import_paths(args) == []
         and args.launch_count is None
         and args.device_name is None
         and args.experiment is None
@@ -1164,13 +1177,13 @@ def test_an_import_stores_only_what_parsed_as_ncu_output(tracking, tmp_path, cap
     )
 
 
-def test_an_import_of_a_folder_or_an_oversized_file_is_refused_before_a_run(
+def test_an_import_of_an_empty_folder_or_an_oversized_file_is_refused_before_a_run(
     tracking, ncu_dir, tmp_path, capsys, monkeypatch
 ):
-    assert import_file(tmp_path) == 2
-    assert f"--import {tmp_path} is a folder: pass the ncu CSV or .ncu-rep file itself" in (
-        capsys.readouterr().err
-    )
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert import_file(empty) == 2
+    assert f"--import {empty}: an empty folder (no file in it to read)" in capsys.readouterr().err
     monkeypatch.setattr(import_path, "MAX_IMPORT_BYTES", 1024**3 // 10)  # 0.1 GiB
     big = tmp_path / "big.csv"
     with big.open("wb") as f:

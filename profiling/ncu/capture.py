@@ -199,7 +199,7 @@ def ncu_command(
 def dry_run(args: argparse.Namespace, config: TrainConfig, opts: CaptureOptions) -> int:
     """Print the capture's ncu command (one shell-quoted line) and, as shell comments, the chip
     and the metric list: what a capture on that GPU would run. No GPU, no ncu, no MLflow run."""
-    if args.import_file is not None:
+    if any(args.import_file or ()):
         raise UsageError("--dry-run plans a capture: it does not go with --import")
     if not args.device_name and args.compute_capability is None:
         raise UsageError(
