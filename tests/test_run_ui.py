@@ -321,12 +321,16 @@ def test_scaling_baseline_is_the_mean_of_the_world_size_1_runs(tracking):
 
 def test_cpu_runs_carry_no_cuda_stack_tags_and_the_runs_view_link():
     from common.envinfo import environment_tags
-    from common.server import runs_view_path
+    from common.ui import runs_view_path
 
     tags = environment_tags("cpu", "box")
     assert not {"cuda_version", "cudnn_version", "driver_version"} & set(tags)  # item 5
     assert tags["torch_version"] and tags[schema.TAG_DEVICE_TYPE] == "cpu"
     assert runs_view_path("7") == (
+        "#/experiments/7/runs?viewStateShareKey=train-fastest&workflowType=machine_learning"
+    )
+    assert runs_view_path("7", saved_view=False) == (
         "#/experiments/7/runs?searchFilter=tags.run_kind+%3D+%27train%27"
-        "&orderByKey=metrics.%60throughput_samples_per_s%60&orderByAsc=false"
+        "&orderByKey=metrics.%60throughput_samples_per_s%60&workflowType=machine_learning"
+        "&orderByAsc=false"
     )

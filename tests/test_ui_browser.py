@@ -279,9 +279,9 @@ def test_runs_that_measure_differently_have_different_names_in_the_compare_view(
 
 
 def test_runs_view_the_commands_link_to_opens_fastest_first(ui_store, page):
-    """Item 4: the link `python -m train` prints (common.server.runs_view_path) lists the train
+    """Item 4: the link `python -m train` prints (common.ui.runs_view_path) lists the train
     runs only (no complexity or peaks run beside them), sorted by samples/s, fastest first."""
-    from common.server import runs_view_path
+    from common.ui import runs_view_path
 
     page.goto(f"{ui_store.url}/{runs_view_path(ui_store.experiment_id)}")
     fastest = sorted(

@@ -84,7 +84,7 @@ def scaling_text(cfg: TrainConfig, result: BenchResult) -> str:
 def say_result(cfg: TrainConfig, session, result: BenchResult) -> None:
     """Print the summary line with where the run is, the scaling line of a distributed run, and how
     to open the run in the UI."""
-    from common.server import runs_view_hint, ui_hint
+    from common.ui import runs_view_hint, ui_hint
 
     where = f"kept offline in {session.spool_path}" if session.offline else f"run {session.run_id}"
     device_name = session.record.tags[schema.TAG_DEVICE_NAME]

@@ -1,0 +1,74 @@
+"""What a new user's browser opens on (issue 31): every experiment the project writes to is marked
+as model development and holds the view the printed link opens; a store that refuses the marks
+costs one line and the link falls back to what a URL can say. The browser side is
+tests/test_ui_browser.py."""
+
+from __future__ import annotations
+
+import json
+
+import mlflow
+import pytest
+
+from common import ui
+from common.tracking import RunSession
+
+
+def _experiment_tags(name: str) -> dict:
+    return dict(mlflow.MlflowClient().get_experiment_by_name(name).tags)
+
+
+def test_a_run_marks_its_experiment_and_gives_it_the_saved_view(tracking):
+    with RunSession("train", experiment="fresh", run_name="b2-fp32-32px-resnet18-cpu") as s:
+        s.log_metrics({"throughput_samples_per_s": 10.0})
+    tags = _experiment_tags("fresh")
+    assert tags["mlflow.experimentKind"] == "custom_model_development"
+    view = json.loads(tags["mlflow.sharedViewState.train-fastest"])
+    assert view["searchFilter"] == "tags.run_kind = 'train'"
+    assert (
+        view["orderByKey"] == "metrics.`throughput_samples_per_s`" and view["orderByAsc"] is False
+    )
+    assert view["selectedColumns"][0] == "metrics.`throughput_samples_per_s`"
+    assert "metrics.`fraction_of_roof_pct`" in view["selectedColumns"]
+    assert view["columnOrder"][0] == "attributes.`Run Name`"
+    assert view["columnWidths"]["attributes.`Run Name`"] >= 250  # whole names, not 22 characters
+    link = ui.runs_view_hint(s.experiment_id)
+    assert link.endswith(
+        f"#/experiments/{s.experiment_id}/runs?viewStateShareKey=train-fastest&workflowType=machine_learning"
+    )
+
+
+@pytest.mark.parametrize(
+    "before, after",
+    [
+        ("genai_development", "genai_development"),  # a user's choice stays
+        ("genai_development_inferred", "custom_model_development"),  # the UI's guess does not
+        ("no_inferred_type", "custom_model_development"),
+    ],
+)
+def test_a_kind_a_user_chose_is_kept_and_a_guess_replaced(tracking, before, after):
+    client = mlflow.MlflowClient()
+    eid = client.create_experiment("mine", tags={"mlflow.experimentKind": before})
+    with RunSession("train", experiment="mine"):
+        pass
+    assert _experiment_tags("mine")["mlflow.experimentKind"] == after
+    assert ui.experiment_tags(client.get_experiment(eid).tags) == {}  # nothing left to write
+
+
+def test_a_store_that_refuses_the_marks_keeps_the_run_and_the_link_falls_back(
+    tracking, monkeypatch, capsys
+):
+    def refuse(self, *args, **kwargs):
+        raise PermissionError("experiment tags are read-only here")
+
+    monkeypatch.setattr(mlflow.MlflowClient, "set_experiment_tag", refuse)
+    with RunSession("train", experiment="locked") as s:
+        s.log_metrics({"throughput_samples_per_s": 10.0})
+    run = mlflow.MlflowClient().get_run(s.run_id)
+    assert run.info.status == "FINISHED" and run.data.metrics["throughput_samples_per_s"] == 10.0
+    err = capsys.readouterr().err
+    assert err.count("keeps MLflow's default view (") == 1, err
+    assert "Traceback" not in err
+    link = ui.runs_view_hint(s.experiment_id)
+    assert "viewStateShareKey" not in link
+    assert "searchFilter=tags.run_kind+%3D+%27train%27" in link and "orderByAsc=false" in link
