@@ -1,5 +1,6 @@
 """What a person's browser shows first: the mark that makes MLflow's UI open an experiment on its
-runs table, the saved view the printed link opens, the link itself, and the one run name.
+runs table, the saved view the printed link opens, the link itself, and `run_name`, which names
+every run of the project.
 
 MLflow 3.17's UI (read from its JavaScript bundle; docs/ui.md):
 - the experiment tag `mlflow.experimentKind` chooses the experiment's first page: without it (or
@@ -18,6 +19,7 @@ store that refuses them costs a line, never the run (the link then falls back to
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from urllib.parse import urlencode
 
 from common import console, schema
@@ -125,3 +127,16 @@ def ui_hint(run_id: str | None, experiment_id: str | None) -> str:
     if uri.startswith(("http://", "https://")):
         return f"see {uri.rstrip('/')}/{path}"
     return f"see it with `mlflow ui --backend-store-uri {uri}`, then http://127.0.0.1:5000/{path}"
+
+
+def run_name(
+    identity: Sequence[str], device: str | None = None, repeat: int | None = None, kind: str = ""
+) -> str:
+    """The one way a run is named: `kind` (none for a train run), the knobs that tell
+    configurations apart (`identity`, those that differ most often first), the device, `r<repeat>`
+    for a sweep's repeats, joined by '-': `b2-fp32-32px-resnet18-cpu`,
+    `ddp-2proc-b2-fp32-32px-resnet18-gloo-cpu`, `breakdown-b2-fp32-32px-resnet18-cpu`,
+    `b2-fp32-32px-resnet18-cpu-r0`. The UI cuts names at about 22 characters (runs table, Group
+    by): runs of different kinds or configurations differ within the first 20."""
+    parts = [kind, *identity, device or "", f"r{repeat}" if repeat is not None else ""]
+    return "-".join(p for p in parts if p)

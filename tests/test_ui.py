@@ -72,3 +72,40 @@ def test_a_store_that_refuses_the_marks_keeps_the_run_and_the_link_falls_back(
     link = ui.runs_view_hint(s.experiment_id)
     assert "viewStateShareKey" not in link
     assert "searchFilter=tags.run_kind+%3D+%27train%27" in link and "orderByAsc=false" in link
+
+
+def test_names_of_different_configurations_and_kinds_differ_in_their_first_20_characters():
+    """Item 2: the UI cuts names (runs table, Group by) at about 22 characters; every pair of runs
+    of different kinds or configurations below differs before that, and so do their labels."""
+    from train.config import TrainConfig
+
+    base = dict(model="resnet18", batch_size=2, image_size=32, env_label="x")
+    configs = [
+        TrainConfig(**base),
+        TrainConfig(**{**base, "batch_size": 4}),
+        TrainConfig(**{**base, "batch_size": 128}),
+        TrainConfig(**base, precision="bf16"),
+        TrainConfig(**base, precision="bf16", channels_last=True),
+        TrainConfig(**base, channels_last=True),
+        TrainConfig(**base, compile=True),
+        TrainConfig(**{**base, "image_size": 224}),
+        TrainConfig(**{**base, "model": "mobilenet_v3_large"}),
+        TrainConfig(**{**base, "model": "mobilenet_v3_large"}, channels_last=True),
+        TrainConfig(**base, distributed="ddp", world_size=2, backend="gloo"),
+        TrainConfig(**base, distributed="ddp", world_size=4, backend="gloo"),
+        TrainConfig(**base, distributed="deepspeed", world_size=2, zero_stage=2),
+        TrainConfig(**base, distributed="deepspeed", world_size=2, zero_stage=3),
+    ]
+    names = [c.run_name("cuda") for c in configs]
+    names += [configs[0].run_name("cuda", kind="breakdown"), configs[0].run_name(kind="ncu")]
+    labels = [c.config_label() for c in configs]
+    for group in (names, labels):
+        heads = [n[:20] for n in group]
+        same = [(a, b) for i, a in enumerate(group) for b in group[i + 1 :] if a[:20] == b[:20]]
+        assert len(set(heads)) == len(group), same
+    # the sweep's repeats keep the configuration's name and end with the repeat
+    assert configs[0].run_name("cpu", 1) == "b2-fp32-32px-resnet18-cpu-r1"
+    assert (
+        ui.run_name(["resnet18", "32px"], "cpu", kind="complexity")
+        == "complexity-resnet18-32px-cpu"
+    )

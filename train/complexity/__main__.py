@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from common import console, flags, schema
+from common import console, flags, schema, ui
 from common.cli import ArgumentParser, cli_entry
 from train.complexity.config import ComplexityConfig
 from train.complexity.markdown import markdown, summary_line
@@ -143,7 +143,7 @@ def run_name(cfg, device_type: str, most: int = 3) -> str:
     models = "+".join(cfg.models[:most])
     if len(cfg.models) > most:
         models += f"+{len(cfg.models) - most}more"
-    return f"complexity-{models}-{cfg.image_size}px-{device_type}"
+    return ui.run_name([models, f"{cfg.image_size}px"], device_type, kind="complexity")
 
 
 def run_note(cfg, result) -> str:
