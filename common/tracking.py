@@ -48,7 +48,7 @@ from common.record import (
 )
 from common.runs import close_stale_runs, experiment_id_for, mlflow_client, process_tag
 from common.server import check_reachable, display_uri, is_unreachable, redact, store_problem
-from common.ui import mark_experiment
+from common.ui import mark_experiment, with_percents
 
 # Where a run goes when neither the store nor the spool folder can be written: a spool folder in the
 # working directory (python -m common.upload --spool-dir roofline-spool sends it).
@@ -134,7 +134,10 @@ class RunSession:
 
     def log_metrics(self, metrics: dict[str, float]) -> None:
         self._add(
-            RunRecord(self.record.run_kind, metrics={k: float(v) for k, v in metrics.items()})
+            RunRecord(
+                self.record.run_kind,
+                metrics=with_percents({k: float(v) for k, v in metrics.items()}),
+            )
         )
 
     def log_series(self, name: str, values: list[float]) -> None:

@@ -19,6 +19,7 @@ store that refuses them costs a line, never the run (the link then falls back to
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from urllib.parse import urlencode
 
@@ -47,6 +48,9 @@ RUNS_VIEW_COLUMNS = {
 }
 """the columns (MLflow's column ids) the view shows after the run name, and their widths in px"""
 RUN_NAME_WIDTH_PX = 300
+
+PERCENT_OF = ("fraction_of_roof", "scaling_efficiency")
+"""fractions the pages print as percentages: each is logged with `<name>_pct` beside it"""
 
 _marked: dict[str, bool] = {}  # "<tracking uri> <experiment id>" -> whether the tags are there
 
@@ -140,3 +144,14 @@ def run_name(
     by): runs of different kinds or configurations differ within the first 20."""
     parts = [kind, *identity, device or "", f"r{repeat}" if repeat is not None else ""]
     return "-".join(p for p in parts if p)
+
+
+def with_percents(metrics: dict[str, float]) -> dict[str, float]:
+    """`metrics` and, beside each finite fraction of PERCENT_OF, `<name>_pct`: 100 x it rounded to
+    0.1, as pages print it (the runs table shows a metric's every digit: 71.6, not 0.71571...)."""
+    pct = {
+        f"{k}_pct": round(100 * metrics[k], 1)
+        for k in PERCENT_OF
+        if k in metrics and math.isfinite(metrics[k])
+    }
+    return {**metrics, **pct}

@@ -109,3 +109,19 @@ def test_names_of_different_configurations_and_kinds_differ_in_their_first_20_ch
         ui.run_name(["resnet18", "32px"], "cpu", kind="complexity")
         == "complexity-resnet18-32px-cpu"
     )
+
+
+def test_fractions_the_pages_print_as_percentages_are_logged_beside_them(tracking):
+    """Item 3: 0.7157... shows as 71.6 in the runs table, as the pages say it; a non-finite
+    fraction gets no percentage."""
+    assert ui.with_percents({"fraction_of_roof": 0.715712, "x": 2.0}) == {
+        "fraction_of_roof": 0.715712,
+        "x": 2.0,
+        "fraction_of_roof_pct": 71.6,
+    }
+    assert ui.with_percents({"scaling_efficiency": float("nan")}).keys() == {"scaling_efficiency"}
+    with RunSession("train", experiment="pct") as s:
+        s.log_metrics({"fraction_of_roof": 0.0104, "scaling_efficiency": 1.23456})
+    m = mlflow.MlflowClient().get_run(s.run_id).data.metrics
+    assert m["fraction_of_roof_pct"] == 1.0 and m["scaling_efficiency_pct"] == 123.5
+    assert m["fraction_of_roof"] == 0.0104  # the fraction itself as measured
