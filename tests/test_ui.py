@@ -125,3 +125,23 @@ def test_fractions_the_pages_print_as_percentages_are_logged_beside_them(trackin
     m = mlflow.MlflowClient().get_run(s.run_id).data.metrics
     assert m["fraction_of_roof_pct"] == 1.0 and m["scaling_efficiency_pct"] == 123.5
     assert m["fraction_of_roof"] == 0.0104  # the fraction itself as measured
+
+
+def test_a_wide_report_table_is_shown_as_numbered_parts_that_fit_the_artifact_viewer():
+    """Item 4: the summary's 15 columns (1191 px at MLflow's ~950 px viewer) become two parts of
+    at most 11 columns, each row numbered in both; a narrow table stays as it is. The widths in a
+    browser: tests/test_ui_browser.py."""
+    from analysis import html
+    from analysis.markdown import Table
+
+    wide = Table([f"h{i}" for i in range(15)], [[f"r{r}c{i}" for i in range(15)] for r in range(3)])
+    parts = html.table_parts(wide)
+    assert [t.headers for t in parts] == [
+        ["#", *(f"h{i}" for i in range(8))],
+        ["#", *(f"h{i}" for i in range(8, 15))],
+    ]
+    assert parts[1].rows[2] == [3, *(f"r2c{i}" for i in range(8, 15))]
+    page = html.table_html(wide)
+    assert page.count("<table>") == 2 and "<td>r2c14</td>" in page and "Continued" in page
+    narrow = Table(["a", "b"], [[1, 2]])
+    assert html.table_parts(narrow) == [narrow] and "Continued" not in html.table_html(narrow)
