@@ -23,7 +23,7 @@ import math
 from collections.abc import Sequence
 from urllib.parse import urlencode
 
-from common import console, schema
+from common import console, fmt, schema
 from common.errors import one_line
 from common.server import display_uri, redact
 
@@ -148,9 +148,9 @@ def run_name(
 
 def with_percents(metrics: dict[str, float]) -> dict[str, float]:
     """`metrics` and, beside each finite fraction of PERCENT_OF, `<name>_pct`: 100 x it rounded to
-    0.1, as pages print it (the runs table shows a metric's every digit: 71.6, not 0.71571...)."""
+    0.1, as pages print it (common.fmt.pct) (the runs table shows a metric's every digit: 71.6, not 0.71571...)."""
     pct = {
-        f"{k}_pct": round(100 * metrics[k], 1)
+        f"{k}_pct": float(fmt.pct(metrics[k]).rstrip("%"))  # exactly the page's number
         for k in PERCENT_OF
         if k in metrics and math.isfinite(metrics[k])
     }
