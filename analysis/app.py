@@ -34,7 +34,7 @@ from analysis import (
 )
 from analysis.fetch.breakdowns import fetch_breakdowns
 from analysis.findings.records import json_text
-from common import console, flags, schema
+from common import console, flags, schema, ui
 from common.cli import ArgumentParser, cli_entry
 from common.errors import BenchError, UsageError
 from common.server import display_uri
@@ -550,10 +550,9 @@ def summary_line(result: Result) -> str:
 
 def run_name(cfg: AnalysisConfig) -> str:
     """`analysis-<experiments>[-<env labels>][-filtered]`: what the analysis read."""
-    name = "analysis-" + ("+".join(cfg.experiments) or "all")
-    if cfg.env_labels:
-        name += "-" + "+".join(cfg.env_labels)
-    return name + ("-filtered" if cfg.filter else "")
+    envs = "+".join(cfg.env_labels)
+    parts = ["+".join(cfg.experiments) or "all", envs, "filtered" if cfg.filter else ""]
+    return ui.run_name([p for p in parts if p], kind="analysis")
 
 
 def run_note(cfg: AnalysisConfig, result: Result) -> str:

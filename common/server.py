@@ -11,7 +11,6 @@ import re
 import sqlite3
 import urllib.parse
 
-from common import schema
 from common.errors import UsageError, one_line
 
 _UNREACHABLE_MARKERS = (
@@ -215,39 +214,3 @@ def server_reachable() -> bool:
     except ConnectionError:
         return False
     return True
-
-
-RUNS_VIEW_SORT = "throughput_samples_per_s"
-"""the metric the runs view a command links to is sorted by, fastest first"""
-
-
-def runs_view_path(experiment_id: str, run_kind: str = "train") -> str:
-    """The UI path of an experiment's runs of one kind, sorted by throughput, fastest first: what
-    MLflow 3.17's experiment page reads from its URL (searchFilter, orderByKey, orderByAsc; the
-    columns shown are the user's, kept in the browser, docs/ui.md)."""
-    from urllib.parse import urlencode
-
-    query = {
-        "searchFilter": f"tags.{schema.TAG_RUN_KIND} = '{run_kind}'",
-        "orderByKey": f"metrics.`{RUNS_VIEW_SORT}`",
-        "orderByAsc": "false",
-    }
-    return f"#/experiments/{experiment_id}/runs?{urlencode(query)}"
-
-
-def runs_view_hint(experiment_id: str | None) -> str:
-    """Where to see every train run of the experiment, fastest first ('' without an experiment)."""
-    if not experiment_id:
-        return ""
-    uri = display_uri()
-    base = uri.rstrip("/") if uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"
-    return f"train runs fastest first: {base}/{runs_view_path(experiment_id)}"
-
-
-def ui_hint(run_id: str | None, experiment_id: str | None) -> str:
-    """How to look at a run: the UI command for a local store, the URL for a server."""
-    uri = display_uri()
-    path = f"#/experiments/{experiment_id}/runs/{run_id}" if run_id else ""
-    if uri.startswith(("http://", "https://")):
-        return f"see {uri.rstrip('/')}/{path}"
-    return f"see it with `mlflow ui --backend-store-uri {uri}`, then http://127.0.0.1:5000/{path}"

@@ -48,6 +48,7 @@ from common.record import (
 )
 from common.runs import close_stale_runs, experiment_id_for, mlflow_client, process_tag
 from common.server import check_reachable, display_uri, is_unreachable, redact, store_problem
+from common.ui import mark_experiment, with_percents
 
 # Where a run goes when neither the store nor the spool folder can be written: a spool folder in the
 # working directory (python -m common.upload --spool-dir roofline-spool sends it).
@@ -57,7 +58,7 @@ RESCUE_DIR = "roofline-spool"
 # the session reports the error itself, in one line.
 logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 # MLflow prints "View run <name> at: <tracking URI>/#/..." when a run on a server ends, user name and
-# password included; the commands print their own hint, redacted (common.server.ui_hint).
+# password included; the commands print their own hint, redacted (common.ui.ui_hint).
 os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
 
 
@@ -133,7 +134,10 @@ class RunSession:
 
     def log_metrics(self, metrics: dict[str, float]) -> None:
         self._add(
-            RunRecord(self.record.run_kind, metrics={k: float(v) for k, v in metrics.items()})
+            RunRecord(
+                self.record.run_kind,
+                metrics=with_percents({k: float(v) for k, v in metrics.items()}),
+            )
         )
 
     def log_series(self, name: str, values: list[float]) -> None:
@@ -240,6 +244,7 @@ class RunSession:
         # a resumed run (a sweep's parent) may carry the error of the attempt it resumes
         self._stale_error = schema.TAG_ERROR in run.data.tags
         client.set_tag(run_id, schema.TAG_PROCESS, process_tag())  # this process drives it now
+        mark_experiment(client, self.experiment_id)
 
     def create_run(self, experiment_id: str, parent_run_id: str | None, client) -> None:
         """Create this session's run in `experiment_id` through `client`, named and tagged as
@@ -251,6 +256,7 @@ class RunSession:
         self._client = client
         run = client.create_run(experiment_id, run_name=self.record.run_name, tags=tags)
         self.run_id, self.experiment_id = run.info.run_id, experiment_id
+        mark_experiment(client, experiment_id)
 
     def send(self, rec: RunRecord) -> None:
         """Send `rec` to the run, removing each part from it as soon as the server has it: if a call

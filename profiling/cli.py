@@ -180,7 +180,7 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo]) -> int:
         return dry_run(args, config, opts)
     imported = _imported(args) if importing else None
 
-    run_name = f"{config.run_name()}-ncu"
+    run_name = config.run_name(kind="ncu")
     tags = _run_tags(args, config, importing)
     with RunSession("profile", experiment=args.experiment, run_name=run_name, tags=tags) as session:
         session.log_params(_run_params(args, config, opts, importing))

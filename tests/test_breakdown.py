@@ -641,7 +641,7 @@ def test_resnet18_parts_trace_and_figures(resnet_runs):
     for png in ("layer_roofline.png", "step_parts.png"):
         assert (art / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     note = by_kind["breakdown"].data.tags[schema.TAG_NOTE]
-    assert note.startswith("resnet18/b2/fp32/32px on ") and "most time: " in note
+    assert note.startswith("b2/fp32/32px/resnet18 on ") and "most time: " in note
 
 
 @pytest.mark.parametrize(

@@ -200,8 +200,8 @@ def test_capture_end_to_end_with_standin_ncu(tracking, standin, ncu_dir, tmp_pat
     ).config_key()
     tags = run.data.tags
     assert tags[schema.TAG_RUN_KIND] == "profile" and tags[schema.TAG_CONFIG_KEY] == expected_key
-    assert tags[schema.TAG_CONFIG_LABEL] == "resnet18/b64/fp32/32px"
-    assert tags[schema.TAG_NOTE].startswith("ncu profile of resnet18/b64/fp32/32px (captured) (")
+    assert tags[schema.TAG_CONFIG_LABEL] == "b64/fp32/32px/resnet18"
+    assert tags[schema.TAG_NOTE].startswith("ncu profile of b64/fp32/32px/resnet18 (captured) (")
     assert tags[schema.TAG_DEVICE_NAME] == "NVIDIA L4" and tags[schema.TAG_DEVICE_TYPE] == "cuda"
     assert (
         tags[schema.TAG_ENV_LABEL] == "lab-l4" and tags[schema.TAG_INTENSITY_SOURCE] == "measured"
@@ -225,7 +225,7 @@ def test_capture_end_to_end_with_standin_ncu(tracking, standin, ncu_dir, tmp_pat
 
     client = mlflow.tracking.MlflowClient()
     arts = {a.path for a in client.list_artifacts(run.info.run_id, "ncu")}
-    log_name = f"resnet18-b64-fp32-32px-{expected_key}.csv"
+    log_name = f"b64-fp32-32px-resnet18-{expected_key}.csv"
     assert arts == {
         f"ncu/{n}"
         for n in (

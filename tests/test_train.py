@@ -145,8 +145,8 @@ def test_run_logs_the_schema(tracking, capsys):
     assert first == out.splitlines()[0].rsplit("; run ", 1)[0]  # the printed summary line
     assert first.startswith(f"resnet18 b2 fp32 32px on {t[schema.TAG_DEVICE_NAME]}: ")
     assert "Measured 3 steps after 1 warmup (stop: fixed)" in note and "synthetic" in note
-    assert t[schema.TAG_CONFIG_LABEL] == "resnet18/b2/fp32/32px"
-    assert t["mlflow.runName"] == "resnet18-b2-fp32-32px-cpu"
+    assert t[schema.TAG_CONFIG_LABEL] == "b2/fp32/32px/resnet18"
+    assert t["mlflow.runName"] == "b2-fp32-32px-resnet18-cpu"
     assert m["config_batch_size"] == 2.0 and m["config_image_size"] == 32.0
     assert t["mlflow.user"] and t["mlflow.source.type"] == "LOCAL" and t["mlflow.source.name"]
     assert t[schema.TAG_ENTRY_POINT] == "main"

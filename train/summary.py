@@ -7,7 +7,7 @@ Every step time and rate shown is the mean's (docs/schema.md, "Definitions"): ms
 from __future__ import annotations
 
 from common import console, fmt, plausible, schema
-from common.server import runs_view_hint, ui_hint
+from common.ui import runs_view_hint, ui_hint
 from train.bench import BenchResult
 from train.config import TrainConfig
 

@@ -119,7 +119,7 @@ def _session(cfg, device, command: BreakdownCommand):
     return RunSession(
         "breakdown",
         experiment=command.experiment,
-        run_name=f"{cfg.run_name()}-{device.type}-breakdown",
+        run_name=cfg.run_name(device.type, kind="breakdown"),
         tags=environment_tags(str(device), cfg.env_label),
     )
 

@@ -13,7 +13,7 @@ import json
 import sys
 import time
 
-from common import console, envinfo, flags, schema
+from common import console, envinfo, flags, schema, ui
 from common.fmt import si
 from common.cli import ArgumentParser, cli_entry
 from common.errors import BenchError, UsageError, one_line
@@ -145,7 +145,7 @@ def _session(config: PeaksConfig, device_type: str, tags: dict):
     return RunSession(
         "peaks",
         experiment=config.experiment,
-        run_name=f"peaks-{device_type}-{config.env_label}",
+        run_name=ui.run_name([device_type, config.env_label], kind="peaks"),
         tags={**tags, schema.TAG_ENV_LABEL: config.env_label},
     )
 

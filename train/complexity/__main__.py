@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from common import console, flags, schema
+from common import console, flags, schema, ui
 from common.cli import ArgumentParser, cli_entry
 from common.envinfo import environment_report, environment_tags
 from common.tracking import RunSession
@@ -143,7 +143,7 @@ def run_name(cfg, device_type: str, most: int = 3) -> str:
     models = "+".join(cfg.models[:most])
     if len(cfg.models) > most:
         models += f"+{len(cfg.models) - most}more"
-    return f"complexity-{models}-{cfg.image_size}px-{device_type}"
+    return ui.run_name([models, f"{cfg.image_size}px"], device_type, kind="complexity")
 
 
 def run_note(cfg, result) -> str:
@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     console.result(line)
     if session is not None and not session.offline:
-        from common.server import ui_hint
+        from common.ui import ui_hint
 
         console.result(ui_hint(session.run_id, session.experiment_id))
     return 0

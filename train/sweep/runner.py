@@ -163,12 +163,6 @@ def _point_mlflow_run_to_parent(plan: Plan, state: SweepState, tags: dict) -> No
     )
 
 
-def repeat_suffix(repeat: int) -> str:
-    """What ends a sweep child's run name: `-r<repeat>` (the `repeat` param, from 0), so that the
-    repeats of one configuration have distinct names."""
-    return f"-r{repeat}"
-
-
 def _run_child(
     plan: Plan,
     cfg: TrainConfig,
@@ -194,7 +188,7 @@ def _run_child(
         parent,
         params={PARAM_REPEAT: repeat},
         tags=extra_tags,
-        name_suffix=repeat_suffix(repeat),
+        repeat=repeat,
         note=f"Repeat {repeat} of sweep {plan.spec.name} ({plan.env_label}).",
         run_id=claimed,
     )
@@ -240,7 +234,7 @@ def _record_failed_child(
     session = RunSession(
         "train",
         experiment=experiment,
-        run_name=f"{cfg.run_name()}-{cfg.device}{repeat_suffix(repeat)}",
+        run_name=cfg.run_name(cfg.device, repeat),
         parent=parent,
         run_id=run_id,
         tags={
@@ -281,7 +275,7 @@ def _claim(plan: Plan, cfg: TrainConfig, repeat: int, key: str, parent) -> Claim
             plan.env_label,
             key,
             repeat,
-            f"{cfg.run_name()}-{cfg.device}{repeat_suffix(repeat)}",
+            cfg.run_name(cfg.device, repeat),
             tags,
         )
     except Exception as exc:  # noqa: BLE001 - measuring unclaimed beats not measuring
