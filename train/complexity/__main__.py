@@ -178,9 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     console.result(line)
     if session is not None and not session.offline:
-        from common.ui import ui_hint
-
-        console.result(ui_hint(session.run_id, session.experiment_id))
+        console.result(ui.ui_hint(session.run_id, session.experiment_id))
     return 0
 
 
