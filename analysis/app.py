@@ -1,10 +1,9 @@
 """`python -m analysis`: runs on the tracking server -> figures, tables, report.md and report.html.
 
-argparse -> AnalysisConfig -> fetch (analysis/fetch.py) -> build (analysis/core.py, pure) -> figures
-(analysis/plots.py) -> tables and report (analysis/report.py, analysis/html.py) -> artifacts of an
-`analysis` run. Over 400 lines because the command's edges (flags, the out-folder check, the run's
-name, description and artifacts) sit next to the one `run` they frame; every computation is in the
-modules named above.
+argparse -> AnalysisConfig -> fetch (analysis/fetch/) -> build (analysis/core.py, pure) -> figures
+(analysis/figures.py) -> tables and report (analysis/report.py, analysis/html.py) -> artifacts of an
+`analysis` run. Here: the command's edges (flags, the out-folder check, the run's name,
+description and artifacts) around the one `run`; every computation is in the modules named.
 """
 
 from __future__ import annotations

@@ -75,8 +75,8 @@ CONFIG_KEY_FIELDS = (
 # Fields that a data-parallel run (`python -m train --distributed ...` under torchrun) adds to the
 # key: its world size, engine, ZeRO stage and collective backend change what each step does
 # (gradient synchronisation, partitioned optimizer state). They enter the key only when an engine
-# is given (`distributed` is not "none"), so a single-process run keeps the key it always had and
-# runs logged before distributed runs existed still join. docs/schema.md states the rule.
+# is given (`distributed` is not "none"), so a single-process run's key is the same whether or not
+# its run logged them (runs without these params join). docs/schema.md states the rule.
 DISTRIBUTED_KEY_FIELDS = ("distributed", "zero_stage", "world_size", "backend")
 NOT_DISTRIBUTED = "none"
 CONFIG_FIELDS = CONFIG_KEY_FIELDS + DISTRIBUTED_KEY_FIELDS
@@ -133,7 +133,7 @@ def config_key(config: Mapping[str, Any]) -> str:
 
 def is_distributed(config: Mapping[str, Any]) -> bool:
     """Whether `config` (a TrainConfig dict or a run's params) is a data-parallel run's: one with an
-    engine (`distributed` = ddp | deepspeed). Runs logged before the field existed have none."""
+    engine (`distributed` = ddp | deepspeed). A run without the param is not."""
     value = config.get("distributed")
     return value is not None and str(value).strip().lower() not in ("", NOT_DISTRIBUTED)
 

@@ -20,8 +20,8 @@ Every entry point (train, profile, peaks, analysis, sweep, complexity) records i
 What a run holds is common/record.py's; the writes to runs no session holds and the ending of runs
 whose process died are common/runs.py's. Whether the server answers, and which one is in use, is
 common/server.py's. Callers import each name from the module that defines it. Only these modules
-(and analysis/fetch/, which reads) import mlflow. Over 400 lines because RunSession is one state machine (open, batch,
-finish, fall back to the spool) whose methods share its state; the rest lives in the modules named.
+(and analysis/fetch/, which reads) import mlflow. RunSession is one state machine (open, batch,
+finish, fall back to the spool) whose methods share its state.
 """
 
 from __future__ import annotations
