@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -33,9 +34,9 @@ from common.tracking import RunSession
 from profiling.breakdown.ncu import has_module_ranges
 from profiling.breakdown.ncu_log import log_ncu_layers
 from profiling.ncu.capture import DEFAULT_OUT, capture, dry_run
+from profiling.ncu.checks import check_rates, check_values
 from profiling.ncu.chips.devices import parse_capability
 from profiling.ncu.command import CaptureOptions
-from profiling.ncu.checks import check_rates, check_values
 from profiling.ncu.completeness import CountCheck, check_against_count
 from profiling.ncu.gpu import GpuInfo, cuda_probe
 from profiling.ncu.import_path import check_import_file, import_report
@@ -138,8 +139,6 @@ def _options(args: argparse.Namespace) -> CaptureOptions:
 def main(argv: list[str] | None = None, *, probe: Callable[..., GpuInfo] | None = None) -> int:
     """Entry point; `probe` replaces the CUDA check (tests). `--breakdown` runs the breakdown
     instead (profiling/breakdown/cli.py)."""
-    import sys
-
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--breakdown" in argv:
         from profiling.breakdown.cli import main as breakdown_main

@@ -18,7 +18,6 @@ from profiling.ncu.names import is_relevant
 from profiling.ncu.parse import NcuReport, read_ncu_csv, refuse_truncated
 from profiling.ncu.report_import import is_ncu_rep, load_ncu_rep
 
-
 MAX_IMPORT_BYTES = 2 * 1024**3
 """the largest file --import reads (read whole, then stored as an artifact): ncu's CSV of a whole
 profiled training step is megabytes, a --set full export of thousands of kernels hundreds."""
