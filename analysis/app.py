@@ -29,12 +29,13 @@ from analysis import (
     report,
     screen,
 )
+from analysis.fetch import segments
 from analysis.fetch.breakdowns import fetch_breakdowns
 from analysis.findings.records import json_text
 from common import console, flags, schema
 from common.cli import ArgumentParser, cli_entry
 from common.errors import BenchError, UsageError
-from common.server import display_uri
+from common.server import check_reachable, display_uri, tracking_uri
 from roofline import vendor
 
 
@@ -349,7 +350,6 @@ def _draw_run_rooflines(result: Result) -> None:
     """roofline.png, bound and fraction of roof on the train runs read that were drawn against
     other ceilings than analysis now holds them against, or none (analysis/run_rooflines.py)."""
     from analysis import run_rooflines
-    from analysis.fetch import segments
 
     keep = result.source.mode != "off"
     folder = segments.server_folder(result.source.uri)
@@ -418,8 +418,6 @@ def check_store() -> None:
     a sqlite file that does not exist (MLflow would create an empty store there, and the analysis
     run would be its only run) and a server that does not answer (the run would be kept offline
     for nothing) each end the command in one line."""
-    from common.server import check_reachable, tracking_uri
-
     uri = tracking_uri()
     if uri.startswith("sqlite:"):
         from sqlalchemy.engine import make_url

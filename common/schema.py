@@ -11,6 +11,8 @@ import re
 import socket
 from typing import Any, Mapping
 
+from common.errors import UsageError
+
 # --- tags --------------------------------------------------------------------------------------
 TAG_RUN_KIND = "run_kind"
 TAG_ENV_LABEL = "env_label"
@@ -230,8 +232,6 @@ def check_label(text: str, what: str) -> str:
 def filter_literal(value: str, what: str = "value") -> str:
     """`value` as a string literal of an MLflow search filter, which has no escape for quotes:
     single quotes, else double quotes; a value holding both cannot be searched for (UsageError)."""
-    from common.errors import UsageError
-
     if "'" not in value:
         return f"'{value}'"
     if '"' not in value:

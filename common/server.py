@@ -6,7 +6,9 @@ the user or stored for display goes through `redact` (a tracking URI may hold a 
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 import urllib.parse
 
 from common import schema
@@ -29,9 +31,6 @@ def tracking_uri() -> str:
     """The tracking URI in use (MLFLOW_TRACKING_URI, mlflow.set_tracking_uri, or the default).
     While MLflow is not imported (so nothing has called set_tracking_uri) a set MLFLOW_TRACKING_URI
     is the answer, as MLflow would give it, without importing MLflow (about 2 s of CPU here)."""
-    import os
-    import sys
-
     if "mlflow" not in sys.modules and os.environ.get("MLFLOW_TRACKING_URI"):
         return os.environ["MLFLOW_TRACKING_URI"]
     import mlflow
@@ -192,14 +191,12 @@ def runs_view_path(experiment_id: str, run_kind: str = "train") -> str:
     """The UI path of an experiment's runs of one kind, sorted by throughput, fastest first: what
     MLflow 3.17's experiment page reads from its URL (searchFilter, orderByKey, orderByAsc; the
     columns shown are the user's, kept in the browser, docs/ui.md)."""
-    from urllib.parse import urlencode
-
     query = {
         "searchFilter": f"tags.{schema.TAG_RUN_KIND} = '{run_kind}'",
         "orderByKey": f"metrics.`{RUNS_VIEW_SORT}`",
         "orderByAsc": "false",
     }
-    return f"#/experiments/{experiment_id}/runs?{urlencode(query)}"
+    return f"#/experiments/{experiment_id}/runs?{urllib.parse.urlencode(query)}"
 
 
 def runs_view_hint(experiment_id: str | None) -> str:
