@@ -29,13 +29,13 @@ from analysis import (
     report,
     screen,
 )
-from analysis.fetch import segments
 from analysis.fetch.breakdowns import fetch_breakdowns
 from analysis.findings.records import json_text
 from common import console, flags, schema
 from common.cli import ArgumentParser, cli_entry
 from common.errors import BenchError, UsageError
 from common.server import check_reachable, display_uri, tracking_uri
+from common.tracking import RunSession
 from roofline import vendor
 
 
@@ -352,7 +352,7 @@ def _draw_run_rooflines(result: Result) -> None:
     from analysis import run_rooflines
 
     keep = result.source.mode != "off"
-    folder = segments.server_folder(result.source.uri)
+    folder = fetch.segments.server_folder(result.source.uri)
     ledger = run_rooflines.load_ledger(folder) if keep else {}
     a = result.analysis
     todo, more = run_rooflines.plan(a.train, a.roofs, ledger)
@@ -447,8 +447,6 @@ def main(argv: list[str] | None = None) -> int:
     findings.read_prices(cfg.prices)
 
     if cfg.track:
-        from common.tracking import RunSession
-
         tags = {
             schema.TAG_HOST: schema.host_name(),
             schema.TAG_ENV_LABEL: schema.default_env_label(),

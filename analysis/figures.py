@@ -214,7 +214,7 @@ class Pending:
         if self.wait is not None:
             drawn = [Path(p) for p in self.wait()]
         else:
-            drawn = _draw_all([self.jobs[i] for i in self.todo], self.n_jobs)
+            drawn = draw_all([self.jobs[i] for i in self.todo], self.n_jobs)
         for i, path in zip(self.todo, drawn):
             self.paths[i] = path
             if self.cache is not None:
@@ -234,7 +234,9 @@ def render(
     return Pending(jobs, n_jobs, cache, pool).finish()
 
 
-def _draw_all(jobs: list[FigureJob], n_jobs: int) -> list[Path]:
+def draw_all(jobs: list[FigureJob], n_jobs: int) -> list[Path]:
+    """Draw `jobs`, in `n_jobs` processes forked now when > 1 (the drawing modules imported
+    first, once); the paths written, in order."""
     if not jobs:
         return []
     import_drawing()  # once here, before the processes fork

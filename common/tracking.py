@@ -30,6 +30,7 @@ import json
 import logging
 import os
 import shutil
+import tempfile
 import time
 import uuid
 from dataclasses import asdict
@@ -290,8 +291,6 @@ class RunSession:
             if os.path.basename(local) == name:
                 client.log_artifact(run_id, local, art_dir or None)
             else:  # rename on the way in
-                import tempfile
-
                 with tempfile.TemporaryDirectory() as tmp:
                     shutil.copyfile(local, os.path.join(tmp, name))
                     client.log_artifact(run_id, os.path.join(tmp, name), art_dir or None)

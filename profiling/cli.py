@@ -31,6 +31,7 @@ from common.cli import ArgumentParser, cli_entry
 from common.errors import UsageError, one_line
 from common.record import dataset_input
 from common.tracking import RunSession
+from profiling.breakdown.cli import main as breakdown_main
 from profiling.breakdown.ncu import has_module_ranges
 from profiling.breakdown.ncu_log import log_ncu_layers
 from profiling.ncu.capture import DEFAULT_OUT, capture, dry_run
@@ -141,8 +142,6 @@ def main(argv: list[str] | None = None, *, probe: Callable[..., GpuInfo] | None 
     instead (profiling/breakdown/cli.py)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--breakdown" in argv:
-        from profiling.breakdown.cli import main as breakdown_main
-
         return breakdown_main([a for a in argv if a != "--breakdown"])
     return cli_entry(lambda a: _main(a, probe or cuda_probe))(argv)
 

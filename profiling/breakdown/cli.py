@@ -40,7 +40,6 @@ from train.bench import preflight, run_header
 from train.config import add_config_args, config_from_args
 from train.data import dataset_fields
 from train.distributed import context, engines
-from train.distributed.context import job_env
 from train.distributed.failures import Guard
 
 DEFAULT_STEPS = 3
@@ -84,7 +83,7 @@ def _config(args: argparse.Namespace):
             "--compile: the breakdown times modules through forward hooks, which a compiled "
             "model does not run per module; drop --compile"
         )
-    world = job_env().world_size
+    world = context.job_env().world_size
     if world > 1 and not cfg.is_distributed:
         raise UsageError(
             "this is one of several torchrun processes but no engine was given: add --distributed "

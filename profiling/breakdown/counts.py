@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from profiling.breakdown.attribute import Key
 from train.bench import COUNT_BATCHES, count_steps
-from train.flops import count_step, flop_counter_mode, op_bytes
+from train.flops import flop_counter_mode, op_bytes
 
 
 def _row_counter_class():
@@ -101,23 +101,6 @@ def extrapolate(a: RowCounts, b: RowCounts, batch_size: int) -> RowCounts:
         rows(a.bytes, b.bytes),
         line(a.train_flops, b.train_flops),
         line(a.modeled_bytes, b.modeled_bytes),
-    )
-
-
-def count_one(tracker, run_step, batch_size: int) -> RowCounts:
-    """FLOPs and bytes per (row, phase) of one call of `run_step()` (a training step whose
-    `StepParts.mark` is `tracker.mark`), next to the train run's own totals of the same call
-    (train.flops.count_step)."""
-    mode = _row_counter_class()(tracker)
-    ranges, tracker.ranges = tracker.ranges, False
-    try:
-        with mode:
-            total = count_step(run_step, batch_size)
-    finally:
-        tracker.ranges = ranges
-        tracker.clear()
-    return RowCounts(
-        batch_size, dict(mode.flops), dict(mode.bytes), total.train_flops, total.modeled_bytes
     )
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from common import console, flags, schema
 from common.cli import ArgumentParser, cli_entry
 from common.envinfo import environment_report, environment_tags
+from common.server import ui_hint
 from common.tracking import RunSession
 from train.complexity.config import ComplexityConfig
 from train.complexity.markdown import markdown, summary_line
@@ -178,8 +179,6 @@ def main(argv: list[str] | None = None) -> int:
         )
     console.result(line)
     if session is not None and not session.offline:
-        from common.server import ui_hint
-
         console.result(ui_hint(session.run_id, session.experiment_id))
     return 0
 
