@@ -331,14 +331,8 @@ def _log(session, cfg: AnalysisConfig, result: Result) -> None:
     c = result.analysis.counts
     session.log_metrics(
         {
-            "n_train_runs": c["train"],
-            "n_profile_runs": c["profile"],
-            "n_peaks_runs": c["peaks"],
-            "n_failed_runs": c["failed"],
-            "n_screened_runs": c["screened"],
-            "n_points": c["points"],
-            "n_measured_points": c["measured_points"],
-            "n_modeled_points": c["modeled_points"],
+            **{f"n_{k}_runs": c[k] for k in ("train", "profile", "peaks", "failed", "screened")},
+            **{f"n_{k}": c[k] for k in ("points", "measured_points", "modeled_points")},
             "n_cached_runs": result.source.stats.from_cache,
             "n_fetched_runs": result.source.stats.fetched,
             **{f"analysis_{k}": v for k, v in result.timings_s.items()},
