@@ -1,10 +1,9 @@
 """`python -m analysis`: runs on the tracking server -> figures, tables, report.md and report.html.
 
-argparse -> AnalysisConfig -> fetch (analysis/fetch.py) -> build (analysis/core.py, pure) -> figures
-(analysis/plots.py) -> tables and report (analysis/report.py, analysis/html.py) -> artifacts of an
-`analysis` run. Over 400 lines because the command's edges (flags, the out-folder check, the run's
-name, description and artifacts) sit next to the one `run` they frame; every computation is in the
-modules named above.
+argparse -> AnalysisConfig -> fetch (analysis/fetch/) -> build (analysis/core.py, pure) -> figures
+(analysis/figures.py) -> tables and report (analysis/report.py, analysis/html.py) -> artifacts of an
+`analysis` run. Here: the command's edges (flags, the out-folder check, the run's name,
+description and artifacts) around the one `run`; every computation is in the modules named.
 """
 
 from __future__ import annotations
@@ -37,7 +36,8 @@ from analysis.findings.records import json_text
 from common import console, flags, schema, ui
 from common.cli import ArgumentParser, cli_entry
 from common.errors import BenchError, UsageError
-from common.server import display_uri
+from common.server import check_reachable, display_uri, tracking_uri
+from common.tracking import RunSession
 from roofline import vendor
 
 
@@ -348,14 +348,8 @@ def _log(session, cfg: AnalysisConfig, result: Result) -> None:
     c = result.analysis.counts
     session.log_metrics(
         {
-            "n_train_runs": c["train"],
-            "n_profile_runs": c["profile"],
-            "n_peaks_runs": c["peaks"],
-            "n_failed_runs": c["failed"],
-            "n_screened_runs": c["screened"],
-            "n_points": c["points"],
-            "n_measured_points": c["measured_points"],
-            "n_modeled_points": c["modeled_points"],
+            **{f"n_{k}_runs": c[k] for k in ("train", "profile", "peaks", "failed", "screened")},
+            **{f"n_{k}": c[k] for k in ("points", "measured_points", "modeled_points")},
             "n_cached_runs": result.source.stats.from_cache,
             "n_fetched_runs": result.source.stats.fetched,
             **{f"analysis_{k}": v for k, v in result.timings_s.items()},
@@ -367,10 +361,9 @@ def _draw_run_rooflines(result: Result) -> None:
     """roofline.png, bound and fraction of roof on the train runs read that were drawn against
     other ceilings than analysis now holds them against, or none (analysis/run_rooflines.py)."""
     from analysis import run_rooflines
-    from analysis.fetch import segments
 
     keep = result.source.mode != "off"
-    folder = segments.server_folder(result.source.uri)
+    folder = fetch.segments.server_folder(result.source.uri)
     ledger = run_rooflines.load_ledger(folder) if keep else {}
     a = result.analysis
     todo, more = run_rooflines.plan(a.train, a.roofs, ledger)
@@ -458,8 +451,6 @@ def check_store() -> None:
     a sqlite file that does not exist (MLflow would create an empty store there, and the analysis
     run would be its only run) and a server that does not answer (the run would be kept offline
     for nothing) each end the command in one line."""
-    from common.server import check_reachable, tracking_uri
-
     uri = tracking_uri()
     if uri.startswith("sqlite:"):
         from sqlalchemy.engine import make_url
@@ -493,8 +484,6 @@ def main(argv: list[str] | None = None) -> int:
         raise UsageError(no_match(cfg.query()))  # main: a FAILED analysis run saying so
 
     if cfg.track:
-        from common.tracking import RunSession
-
         tags = {
             schema.TAG_HOST: schema.host_name(),
             schema.TAG_ENV_LABEL: schema.default_env_label(),

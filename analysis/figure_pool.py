@@ -26,13 +26,8 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 
-from analysis.figures import FigureJob, import_drawing
-
-
-def _draw(job: FigureJob) -> str:
-    return str(job.run())
+from analysis.figures import FigureJob, draw_all, import_drawing
 
 
 def _serve(conn, n: int) -> None:
@@ -52,13 +47,7 @@ def _serve(conn, n: int) -> None:
     if jobs is None:
         return
     try:
-        if n <= 1 or len(jobs) <= 1:
-            out = [_draw(j) for j in jobs]
-        else:
-            ctx = multiprocessing.get_context("fork")
-            with ProcessPoolExecutor(max_workers=min(n, len(jobs)), mp_context=ctx) as pool:
-                out = list(pool.map(_draw, jobs))
-        conn.send((True, out))
+        conn.send((True, [str(p) for p in draw_all(jobs, n)]))
     except Exception as exc:  # noqa: BLE001 - sent to the analysis, which raises it
         try:
             conn.send((False, exc))

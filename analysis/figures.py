@@ -55,14 +55,8 @@ ROOFLINE_COLUMNS = [
     "achieved_flops_per_s",
 ]
 """what roofline.plot reads of the points it draws."""
-SECTION_ORDER = {
-    "roofline": 0,
-    "throughput": 1,
-    "variability": 2,
-    "intensity": 3,
-    "speedup": 4,
-    "scaling": 5,
-}
+SECTION_ORDER = ("roofline", "throughput", "variability", "intensity", "speedup", "scaling")
+"""the report's order of the figure sections."""
 
 
 def plan(
@@ -76,62 +70,35 @@ def plan(
     if not analysis.speedups.empty:
         rows = panel_rows(analysis.speedups, "speedup", "speedup_sd")
         jobs.append(
-            FigureJob(
-                "speedup",
-                "fp16/bf16 speed-up over fp32",
-                speedup_vs_batch,
-                (rows,),
-                fig_dir / "speedup_vs_batch.png",
-            )
+            _named(fig_dir, "speedup", "fp16/bf16 speed-up over fp32", speedup_vs_batch, rows)
         )
     if not analysis.scaling.empty:
         jobs.append(
-            FigureJob(
-                "scaling",
-                "Data-parallel scaling",
-                scaling_vs_world_size,
-                (analysis.scaling,),
-                fig_dir / "scaling_vs_world_size.png",
+            _named(
+                fig_dir, "scaling", "Data-parallel scaling", scaling_vs_world_size, analysis.scaling
             )
         )
-    jobs += _panel_jobs(analysis, fig_dir)
+    pts = analysis.points
+    intensity = panel_rows(pts, "intensity_flops_per_byte", "intensity_source")
+    thr = panel_rows(pts, "throughput_mean_samples_per_s", "throughput_sd_samples_per_s")
+    jobs.append(
+        _named(fig_dir, "intensity", "Intensity vs batch size", intensity_vs_batch, intensity)
+    )
+    jobs.append(_named(fig_dir, "throughput", "Throughput vs batch size", throughput_vs_batch, thr))
     jobs += _roofline_jobs(analysis, fig_dir)
     if variability is not None:
         label, by_env = variability
-        title = f"Step-time variability across environments: {label}"
+        long_title = f"Step-time variability across environments: {label}"
+        short = f"Step-time variability: {label}"
         jobs.append(
-            FigureJob(
-                "variability",
-                f"Step-time variability: {label}",
-                step_time_variability,
-                (by_env, title),
-                fig_dir / "step_time_variability.png",
-            )
+            _named(fig_dir, "variability", short, step_time_variability, by_env, long_title)
         )
     return jobs
 
 
-def _panel_jobs(analysis: Analysis, fig_dir: Path) -> list[FigureJob]:
-    """Intensity and throughput against batch size, one panel per environment."""
-    pts = analysis.points
-    intensity = panel_rows(pts, "intensity_flops_per_byte", "intensity_source")
-    thr = panel_rows(pts, "throughput_mean_samples_per_s", "throughput_sd_samples_per_s")
-    return [
-        FigureJob(
-            "intensity",
-            "Intensity vs batch size",
-            intensity_vs_batch,
-            (intensity,),
-            fig_dir / "intensity_vs_batch.png",
-        ),
-        FigureJob(
-            "throughput",
-            "Throughput vs batch size",
-            throughput_vs_batch,
-            (thr,),
-            fig_dir / "throughput_vs_batch.png",
-        ),
-    ]
+def _named(fig_dir: Path, section: str, title: str, draw: Callable[..., Path], *args) -> FigureJob:
+    """The job of a figure whose file is named after its drawing function."""
+    return FigureJob(section, title, draw, args, fig_dir / f"{draw.__name__}.png")
 
 
 def _roofline_jobs(analysis: Analysis, fig_dir: Path) -> list[FigureJob]:
@@ -214,7 +181,7 @@ class Pending:
         if self.wait is not None:
             drawn = [Path(p) for p in self.wait()]
         else:
-            drawn = _draw_all([self.jobs[i] for i in self.todo], self.n_jobs)
+            drawn = draw_all([self.jobs[i] for i in self.todo], self.n_jobs)
         for i, path in zip(self.todo, drawn):
             self.paths[i] = path
             if self.cache is not None:
@@ -222,7 +189,7 @@ class Pending:
         if self.cache is not None:
             self.cache.prune()
         out = [(job.section, job.title, self.paths[i]) for i, job in enumerate(self.jobs)]
-        return sorted(out, key=lambda d: SECTION_ORDER[d[0]])
+        return sorted(out, key=lambda d: SECTION_ORDER.index(d[0]))
 
 
 def render(
@@ -234,7 +201,9 @@ def render(
     return Pending(jobs, n_jobs, cache, pool).finish()
 
 
-def _draw_all(jobs: list[FigureJob], n_jobs: int) -> list[Path]:
+def draw_all(jobs: list[FigureJob], n_jobs: int) -> list[Path]:
+    """Draw `jobs`, in `n_jobs` processes forked now when > 1 (the drawing modules imported
+    first, once); the paths written, in order."""
     if not jobs:
         return []
     import_drawing()  # once here, before the processes fork

@@ -30,6 +30,8 @@ from pathlib import Path
 import pandas as pd
 
 from common.ui import with_percents
+from common.errors import one_line
+from common.runs import mlflow_client
 from roofline import run_plot
 from roofline.model import Roof, is_finite_positive
 
@@ -87,9 +89,6 @@ def _achieved(row: dict) -> float:
 def apply(todo: list[Redraw], client=None) -> tuple[dict[str, str], list[str]]:
     """Draw and log each run's figure, tags, metric and description line: ({run id: sources}
     done, one note per run that could not be updated). Never raises for one run."""
-    from common.errors import one_line
-    from common.runs import mlflow_client
-
     client = mlflow_client(client)
     done: dict[str, str] = {}
     notes: list[str] = []

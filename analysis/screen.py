@@ -2,7 +2,7 @@
 
 Anyone who can reach an unauthenticated tracking server can log a run, and a run's numbers can be
 absurd without malice (a hand-edited import, a unit read wrongly, MLflow storing `inf` as 1.8e308).
-One such run used to end every later analysis of the store in a traceback. `runs()` leaves out each
+One such run would end every later analysis of the store in a traceback. `runs()` leaves out each
 FINISHED train, profile or peaks run holding a value that is not a measurement: non-finite,
 negative (or zero where only a positive figure means something), or beyond a physical bound
 (common.bounds), alone or against the time it was measured in (FLOPs per step over the step time

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 
 _PREFIXES = [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")]
@@ -47,8 +48,6 @@ def slug(text: str) -> str:
     characters; a longer one is cut and ends with a hash of the whole text, so that two long labels
     with the same beginning still get different names (runs recorded before labels were bounded may
     have labels of any length)."""
-    import hashlib
-
     out = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(text))
     out = out.strip("_.") or "env"
     if len(out) > SLUG_MAX_CHARS:

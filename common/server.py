@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import sqlite3
+import sys
 import urllib.parse
 
 from common.errors import UsageError, one_line
@@ -30,9 +31,6 @@ def tracking_uri() -> str:
     """The tracking URI in use (MLFLOW_TRACKING_URI, mlflow.set_tracking_uri, or the default).
     While MLflow is not imported (so nothing has called set_tracking_uri) a set MLFLOW_TRACKING_URI
     is the answer, as MLflow would give it, without importing MLflow (about 2 s of CPU here)."""
-    import os
-    import sys
-
     if "mlflow" not in sys.modules and os.environ.get("MLFLOW_TRACKING_URI"):
         return os.environ["MLFLOW_TRACKING_URI"]
     import mlflow

@@ -20,8 +20,8 @@ Every entry point (train, profile, peaks, analysis, sweep, complexity) records i
 What a run holds is common/record.py's; the writes to runs no session holds and the ending of runs
 whose process died are common/runs.py's. Whether the server answers, and which one is in use, is
 common/server.py's. Callers import each name from the module that defines it. Only these modules
-(and analysis/fetch/, which reads) import mlflow. Over 400 lines because RunSession is one state machine (open, batch,
-finish, fall back to the spool) whose methods share its state; the rest lives in the modules named.
+(and analysis/fetch/, which reads) import mlflow. RunSession is one state machine (open, batch,
+finish, fall back to the spool) whose methods share its state.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import json
 import logging
 import os
 import shutil
+import tempfile
 import time
 import uuid
 from dataclasses import asdict
@@ -296,8 +297,6 @@ class RunSession:
             if os.path.basename(local) == name:
                 client.log_artifact(run_id, local, art_dir or None)
             else:  # rename on the way in
-                import tempfile
-
                 with tempfile.TemporaryDirectory() as tmp:
                     shutil.copyfile(local, os.path.join(tmp, name))
                     client.log_artifact(run_id, os.path.join(tmp, name), art_dir or None)

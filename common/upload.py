@@ -98,8 +98,8 @@ def _send(client, entry: dict, parent_run: str | None, every: list[dict]) -> str
     """Create (or find, or continue) the entry's run on the server and send what it lacks; the entry
     on disk keeps what is still unsent if a call fails. Returns the run id."""
     rec = RunRecord(**entry["record"])
-    # Entries written before "unsent" existed hold only the unsent part in "record": that
-    # format shipped (main at stop 8, before commit 8146611), so such entries may be on disk.
+    # An entry without "unsent" (an earlier spool format, which may still be on disk) holds
+    # only the unsent part, in "record".
     unsent = rec if entry.get("unsent") is None else RunRecord(**entry["unsent"])
     session = RunSession(
         rec.run_kind,

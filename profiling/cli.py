@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -30,12 +31,13 @@ from common.cli import ArgumentParser, cli_entry, optional
 from common.errors import BenchError, UsageError, one_line
 from common.record import dataset_input
 from common.tracking import RunSession
+from profiling.breakdown.cli import main as breakdown_main
 from profiling.breakdown.ncu import has_module_ranges
 from profiling.breakdown.ncu_log import log_ncu_layers
 from profiling.ncu.capture import DEFAULT_OUT, capture, dry_run
+from profiling.ncu.checks import check_rates, check_values
 from profiling.ncu.chips.devices import parse_capability
 from profiling.ncu.command import CaptureOptions
-from profiling.ncu.checks import check_rates, check_values
 from profiling.ncu.completeness import CountCheck, check_against_count
 from profiling.ncu.counting import TIME_FROM_CYCLES
 from profiling.ncu.gpu import GpuInfo, cuda_probe
@@ -156,12 +158,8 @@ def _options(args: argparse.Namespace) -> CaptureOptions:
 def main(argv: list[str] | None = None, *, probe: Callable[..., GpuInfo] | None = None) -> int:
     """Entry point; `probe` replaces the CUDA check (tests). `--breakdown` runs the breakdown
     instead (profiling/breakdown/cli.py)."""
-    import sys
-
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--breakdown" in argv:
-        from profiling.breakdown.cli import main as breakdown_main
-
         return breakdown_main([a for a in argv if a != "--breakdown"])
     return cli_entry(lambda a: _main(a, probe or cuda_probe))(argv)
 

@@ -65,13 +65,32 @@ def _step_parts(model, tracker):
     return StepParts(model, opt, contextlib.nullcontext, mark=tracker.mark)
 
 
+def count_one(tracker, run_step, batch_size: int):
+    """FLOPs and bytes per (row, phase) of one call of `run_step()` (a training step whose
+    `StepParts.mark` is `tracker.mark`), next to the train run's own totals of the same call
+    (train.flops.count_step): the row counter the breakdown holds open around a counted step."""
+    from profiling.breakdown.counts import RowCounts, _row_counter_class
+    from train.flops import count_step
+
+    mode = _row_counter_class()(tracker)
+    ranges, tracker.ranges = tracker.ranges, False
+    try:
+        with mode:
+            total = count_step(run_step, batch_size)
+    finally:
+        tracker.ranges = ranges
+        tracker.clear()
+    return RowCounts(
+        batch_size, dict(mode.flops), dict(mode.bytes), total.train_flops, total.modeled_bytes
+    )
+
+
 def _profiled_step(model, root: str, x, y):
     """(attribution of one profiled training step of `model`, FLOPs and bytes per row of the same
     step): an unprofiled step first (the optimizer's state exists from then on, as in train runs),
     then one counted step and one step under the profiler."""
     from torch.profiler import ProfilerActivity, profile
 
-    from profiling.breakdown.counts import count_one
     from profiling.breakdown.events import from_kineto
     from profiling.breakdown.hooks import Tracker
     from train.step import train_step
@@ -88,7 +107,6 @@ def _profiled_step(model, root: str, x, y):
 
 
 def test_flops_per_module_and_phase_by_hand():
-    from profiling.breakdown.counts import count_one
     from profiling.breakdown.hooks import Tracker
     from train.step import train_step
 
@@ -150,7 +168,6 @@ def test_flops_per_module_agree_with_flop_counter_mode_but_for_its_residual_sibl
       conv2 (ModuleTracker's parents hold the residual sibling during backward; hooks.py)."""
     import torchvision
 
-    from profiling.breakdown.counts import count_one
     from profiling.breakdown.hooks import Tracker
     from train.step import train_step
 

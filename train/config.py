@@ -19,7 +19,7 @@ BACKENDS = ("auto", "nccl", "gloo")
 ZERO_STAGES = (0, 1, 2, 3)
 # The fields of a data-parallel run (docs/distributed.md). A single-process config leaves them at
 # their defaults and neither logs them as params nor hashes them into its keys, so its params,
-# config_key and sweep_key are what they were before distributed runs existed.
+# config_key and sweep_key do not depend on them.
 DISTRIBUTED_FIELDS = (*schema.DISTRIBUTED_KEY_FIELDS, "collective_timeout_s")
 _FLAG_TOKENS = (("channels_last", "cl"), ("compile", "compiled"))
 """the boolean knobs a name shows, and how (as analysis labels them)"""

@@ -350,46 +350,20 @@ def open_source(cfg, device) -> BatchSource:
         from torchvision.datasets import FakeData
 
         steps = cfg.warmup_iters + (cfg.max_iters if cfg.iters == "auto" else cfg.iters)
-        n = cfg.batch_size * min(
-            steps, 64
-        )  # at most 64 distinct batches; the loader cycles over epochs
         ds = FakeData(
-            size=n,
+            size=cfg.batch_size * min(steps, 64),  # at most 64 batches; the loader cycles
             image_size=(3, cfg.image_size, cfg.image_size),
             num_classes=cfg.num_classes,
             transform=T.Compose([T.ToTensor(), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)]),
             random_offset=cfg.seed,
         )
-        return loader_source(
-            ds,
-            cfg.num_classes,
-            cfg.batch_size,
-            cfg.workers,
-            device,
-            cfg.channels_last,
-            cfg.seed,
-            "FakeData",
-        )
-    if kind == "cifar10":
-        ds = Cifar10Folder(cfg.data.split(":", 1)[1], cfg.image_size)
-        return loader_source(
-            ds,
-            10,
-            cfg.batch_size,
-            cfg.workers,
-            device,
-            cfg.channels_last,
-            cfg.seed,
-            f"CIFAR-10 at {cfg.data[8:]}",
-        )
-    ds, n_classes = image_folder(cfg.data, cfg.image_size)
+        n_classes, what = cfg.num_classes, "FakeData"
+    elif kind == "cifar10":
+        ds, n_classes = Cifar10Folder(cfg.data.split(":", 1)[1], cfg.image_size), 10
+        what = f"CIFAR-10 at {cfg.data[8:]}"
+    else:
+        ds, n_classes = image_folder(cfg.data, cfg.image_size)
+        what = f"ImageFolder {image_folder_root(cfg.data)}"
     return loader_source(
-        ds,
-        n_classes,
-        cfg.batch_size,
-        cfg.workers,
-        device,
-        cfg.channels_last,
-        cfg.seed,
-        f"ImageFolder {image_folder_root(cfg.data)}",
+        ds, n_classes, cfg.batch_size, cfg.workers, device, cfg.channels_last, cfg.seed, what
     )

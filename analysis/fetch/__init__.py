@@ -17,6 +17,8 @@ complexity artifacts are read uncached, for the few runs that need them.
 
 from __future__ import annotations
 
+import os
+import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -327,9 +329,6 @@ def fetch_complexity(query: Query, source: Source | None = None) -> tuple[list[d
 
 def _download_text(run_id: str, path: str) -> str:
     """One small artifact as text (without MLflow's progress bar on stderr)."""
-    import os
-    import tempfile
-
     import mlflow
 
     bar = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"

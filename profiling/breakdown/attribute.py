@@ -51,7 +51,6 @@ COMM_MARKERS = (
     "record_param_comms",
     "ddp.reducer",
 )
-_COMPUTE_PARTS = ("forward", "backward", "optimizer")
 _PART_OF_PHASE = {"forward": "forward", "backward": "backward", "optimizer": "optimizer"}
 
 

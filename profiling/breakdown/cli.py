@@ -11,13 +11,22 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from common import console, flags, schema
 from common.cli import ArgumentParser, cli_entry
-from common.errors import UsageError
+from common.envinfo import environment_tags
+from common.errors import UsageError, one_line
+from common.record import dataset_input
+from common.tracking import RunSession
+from profiling.breakdown import figures
+from profiling.breakdown.attribute import attribute
+from profiling.breakdown.record import record
+from profiling.breakdown.roof import device_ceilings
+from profiling.breakdown.table import ModuleTree, coverage, parts_metrics, rows
 from profiling.breakdown.text import (
     BreakdownResult,
     breakdown_json,
@@ -26,6 +35,12 @@ from profiling.breakdown.text import (
     summary_line,
     view_text,
 )
+from profiling.breakdown.trace import bound_trace
+from train.bench import preflight, run_header
+from train.config import add_config_args, config_from_args
+from train.data import dataset_fields
+from train.distributed import context, engines
+from train.distributed.failures import Guard
 
 DEFAULT_STEPS = 3
 
@@ -46,8 +61,6 @@ class BreakdownCommand:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from train.config import add_config_args
-
     p = ArgumentParser(
         prog="python -m profiling --breakdown",
         description="Where one training step's time goes: warmup, then --iters recorded steps under "
@@ -62,10 +75,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _config(args: argparse.Namespace):
-    from train.bench import preflight
-    from train.config import config_from_args
-    from train.distributed.context import job_env
-
     iters = str(args.iters).strip().lower()
     if iters == "auto":
         raise UsageError("--iters auto: a breakdown records a fixed number of steps (default 3)")
@@ -80,7 +89,7 @@ def _config(args: argparse.Namespace):
             "--compile: the breakdown times modules through forward hooks, which a compiled "
             "model does not run per module; drop --compile"
         )
-    world = job_env().world_size
+    world = context.job_env().world_size
     if world > 1 and not cfg.is_distributed:
         raise UsageError(
             "this is one of several torchrun processes but no engine was given: add --distributed "
@@ -113,9 +122,6 @@ def _main(argv: list[str] | None) -> int:
 
 
 def _session(cfg, device, command: BreakdownCommand):
-    from common.envinfo import environment_tags
-    from common.tracking import RunSession
-
     return RunSession(
         "breakdown",
         experiment=command.experiment,
@@ -126,10 +132,6 @@ def _session(cfg, device, command: BreakdownCommand):
 
 def _open(session, cfg, device, command: BreakdownCommand) -> None:
     """What the run holds before it measures: the train runs' params and tags, the data input."""
-    from common.record import dataset_input
-    from train.bench import run_header
-    from train.data import dataset_fields
-
     params, tags = run_header(cfg, device)
     session.log_params({**params, "trace_steps": command.trace_steps})
     session.set_tags(tags)
@@ -147,8 +149,6 @@ def _say(result: BreakdownResult, session) -> None:
 
 
 def _record(cfg, device, **kw):
-    from profiling.breakdown.record import record
-
     if device.type == "mps":
         console.warn(
             "on MPS the profiler sees host time only: module times are launch costs, and the "
@@ -161,11 +161,6 @@ def _distributed(cfg, device, command: BreakdownCommand) -> int:
     """One rank of a torchrun job: every rank records the same steps of the engine-wrapped step;
     rank 0 alone logs the run (its own rank's breakdown), and ends it FAILED naming the rank when
     any rank fails (train.distributed.failures)."""
-    import os
-
-    from train.distributed import context, engines
-    from train.distributed.failures import Guard
-
     env = context.job_env()
     if env.rank != 0:
         os.environ.pop("MLFLOW_RUN_ID", None)  # only rank 0 touches the tracking store
@@ -203,11 +198,6 @@ def _distributed(cfg, device, command: BreakdownCommand) -> int:
 
 def analyse(rec, cfg, command: BreakdownCommand, session, rank: str = "") -> BreakdownResult:
     """Attribute, place on the roofline and describe a recording: everything the run logs."""
-    from profiling.breakdown.attribute import attribute
-    from profiling.breakdown.roof import device_ceilings
-    from profiling.breakdown.table import ModuleTree, coverage, parts_metrics, rows
-    from profiling.breakdown.trace import bound_trace
-
     att = attribute(rec.events, rec.tracker.owner_of_seq, rec.time_source)
     problem = rec.counts.check()
     if problem:
@@ -262,9 +252,6 @@ def analyse(rec, cfg, command: BreakdownCommand, session, rank: str = "") -> Bre
 
 def log_result(session, result: BreakdownResult, tmp: Path) -> None:
     """Metrics, description and artifacts of the run (figures: a failure is one warning)."""
-    from common.errors import one_line
-    from profiling.breakdown import figures
-
     c = result.ceilings
     session.log_metrics(result.metrics)
     session.set_tags({"breakdown_roof": c.source or f"none: {c.why}"})

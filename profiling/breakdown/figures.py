@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import math
+import textwrap
 
 from common import fmt
 from profiling.breakdown import names
@@ -215,6 +216,4 @@ def parts_bar(parts_s: dict[str, float], step_s: float, title: str) -> bytes:
 
 
 def _wrap(text: str, width: int) -> str:
-    import textwrap
-
     return "\n".join(textwrap.wrap(text, width))

@@ -43,8 +43,6 @@ PARTS = (
 ZERO_GRAD_PREFIX = "Optimizer.zero_grad#"  # torch's own range around optimizer.zero_grad()
 EVALUATE = "autograd::engine::evaluate_function: "
 ACCUMULATE_GRAD = "torch::autograd::AccumulateGrad"
-# aten ops that copy a batch to the device inside `phase: data`
-COPY_OPS = ("aten::to", "aten::_to_copy", "aten::copy_")
 
 
 def module_range(path: str) -> str:

@@ -23,6 +23,9 @@ from profiling.breakdown import names
 from profiling.breakdown.counts import RowCounts, count_rows
 from profiling.breakdown.events import Ev, from_kineto
 from profiling.breakdown.hooks import Tracker
+from train import device as dev
+from train.bench import prepare, runtime_errors
+from train.step import train_step
 
 
 @dataclass
@@ -62,8 +65,6 @@ def record(
     A rank of a data-parallel job passes `wrap(prep)`, which puts the engine around the prepared
     model after counting (train.distributed.engines.wrap: the counts are the work of one process,
     as a distributed train run's), and `barrier()`, which every rank passes before recording."""
-    from train.bench import prepare, runtime_errors
-
     say = on_progress or (lambda _text: None)
     with runtime_errors(cfg, device):
         prep = prepare(cfg, device)
@@ -105,8 +106,6 @@ def record(
 def _stepper(prep, tracker: Tracker, device) -> Callable[[int], float]:
     """`one_step(i)`: fetch a batch and run the one train_step inside a `step: i` range, ended by
     a device synchronisation; returns its seconds between two synchronised clock reads."""
-    from train import device as dev
-    from train.step import train_step
 
     def one_step(index: int) -> float:
         dev.synchronize(device)

@@ -12,7 +12,7 @@ from profiling.breakdown import names
 from profiling.breakdown.attribute import Attribution
 from profiling.breakdown.record import Recording
 from profiling.breakdown.roof import Ceilings
-from profiling.breakdown.table import COLUMNS, ModuleTree
+from profiling.breakdown.table import COLUMNS, ModuleTree, row_phrase, top_rows, view_top
 from train.config import TrainConfig
 
 
@@ -41,8 +41,6 @@ class BreakdownResult:
 
 def summary_line(cfg, device_name, table, tree, metrics) -> str:
     """`<config> on <device>: <ms>/step (mean of K); <top 3 modules with bound>`."""
-    from profiling.breakdown.table import row_phrase, top_rows
-
     steps = int(metrics["breakdown_recorded_steps"])
     tops = "; ".join(row_phrase(r) for r in top_rows(table, tree))
     return (
@@ -87,8 +85,6 @@ def layers_csv(table: list[dict]) -> str:
 
 def breakdown_json(result: BreakdownResult) -> str:
     """The run's record as JSON: config, device, ceilings, metrics, the default view, the top rows."""
-    from profiling.breakdown.table import top_rows
-
     cfg, c = result.cfg, result.ceilings
     view = [r for r in result.table if r["view"]]
     body = {
@@ -130,8 +126,6 @@ def _finite(value):
 def view_text(table: list[dict], tree) -> str:
     """The default view as a fixed-width text table (what the command prints): its top level,
     the leaf modules that take the most time, then the rows that are not modules."""
-    from profiling.breakdown.table import view_top
-
     top = set(view_top(table, tree))
     sections = (
         ("top level", lambda r: r["module"] in top),

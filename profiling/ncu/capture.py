@@ -15,6 +15,7 @@ from pathlib import Path
 from common import console, schema
 from common.errors import BenchError, UsageError
 from common.tracking import RunSession
+from profiling.breakdown.nvtx_steps import program as nvtx_program
 from profiling.ncu.chips.counters import ChipCounters, check_metric_names
 from profiling.ncu.chips.devices import ChipChoice, cc_text, chip_capability, resolve_chip
 from profiling.ncu.command import (
@@ -190,8 +191,6 @@ def ncu_command(
     """The planned capture's ncu argument list, running this config's `python -m train`."""
     program = train_argv(sys.executable, config_flags(args), opts.profile_steps, opts.replay_mode)
     if getattr(args, "nvtx_modules", False):  # the same profile mode with module NVTX ranges
-        from profiling.breakdown.nvtx_steps import program as nvtx_program
-
         program = nvtx_program(program)
     return ncu_argv(ncu, log, planned.plan.metrics, opts, program)
 

@@ -1,7 +1,7 @@
 """What an ncu report must hold before its counters are summed into a profile run.
 
 A CSV can be edited, damaged or made by something other than Nsight Compute, and an imported one
-used to log whatever it said: negative DRAM bytes (-1.95e11), a negative kernel time (-9.5 ms), a
+can say anything: negative DRAM bytes (-1.95e11), a negative kernel time (-9.5 ms), a
 unit nobody knows (`furlong`, read as bytes: intensity 48.1 for a true 6.94), a value of 1e300
 (intensity 2.8e291). `check_values` (before the counters are summed) and `check_rates` (each kernel's
 summed work) refuse, naming the kernel and the metric:

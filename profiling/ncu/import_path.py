@@ -18,7 +18,6 @@ from profiling.ncu.counting import chip_id_from_report, device_from_report
 from profiling.ncu.gpu import chip_for, chip_tags
 from profiling.ncu.parse import NcuReport
 
-
 MAX_IMPORT_BYTES = 2 * 1024**3
 """the largest file --import reads (read whole, then stored as an artifact): ncu's CSV of a whole
 profiled training step is megabytes, a --set full export of thousands of kernels hundreds."""

@@ -82,7 +82,7 @@ def measure(cfg: ComplexityConfig, device, progress: bool = True) -> ComplexityR
 
 def _model(cfg: ComplexityConfig, name: str, device):
     """The ModelComplexity of model `name` (train/complexity/footprint.py)."""
-    from train.complexity.footprint import analyze_model
+    from train.complexity.footprint import analyze_model  # imports numpy: not on --help
 
     tcfg = TrainConfig(
         model=name,
@@ -106,7 +106,7 @@ def _model(cfg: ComplexityConfig, name: str, device):
 def _rss_check(cfg: ComplexityConfig, c, result: ComplexityResult, bar) -> None:
     """The RSS growth of one real step of model `c` at each RSS batch size, into `result` (a probe
     that fails is a note: the analysis stands; the check says what it could not measure)."""
-    from train.complexity.rss_step import measure_step_rss
+    from train.complexity.rss_step import measure_step_rss  # imports numpy: not on --help
 
     sizes, notes = rss_batches(c, cfg.rss_batch_sizes)
     result.rss_notes += notes

@@ -14,14 +14,6 @@ from train.sweep.spec import AXIS_ALIASES, CONFIG_FIELDS, SweepSpec, load_spec_f
 from train.sweep.state import check_same_spec, existing_state
 from train.sweep.summary import all_failed, closing_lines, summary_table
 
-AXES = (
-    "models",
-    "batch_sizes",
-    "precisions",
-    "image_sizes",
-    "world_sizes",
-)  # AXIS_ALIASES names each
-
 
 @dataclass
 class SweepCommand:
@@ -63,9 +55,9 @@ def spec_from_args(args, command: SweepCommand | None = None) -> SweepSpec:
     command = command or flags.build(SweepCommand, args)
     data = load_spec_file(command.matrix) if command.matrix else {"matrix": {}}
     matrix = dict(data.get("matrix") or {})
-    for axis in AXES:
-        if getattr(command, axis):
-            matrix[AXIS_ALIASES[axis]] = getattr(command, axis)
+    for axis, name in AXIS_ALIASES.items():  # the SweepCommand fields that are axes
+        if getattr(command, axis, None):
+            matrix[name] = getattr(command, axis)
     base = dict(data.get("base") or {})
     for name in CONFIG_FIELDS:
         value = getattr(args, name, None)

@@ -291,8 +291,6 @@ def _elsewhere(label: str, cfg: TrainConfig, key: str, repeat: int, claim: Claim
     """The outcome of a child another invocation finished (SKIPPED, with its run's numbers) or
     measures now (ELSEWHERE)."""
     if claim.status == "finished":
-        from common.runs import mlflow_client
-
         m = mlflow_client().get_run(claim.run_id).data.metrics
         return ChildOutcome(
             label,

@@ -145,7 +145,7 @@ def sweep_key(cfg: TrainConfig) -> str:
     can differ only there (`data: [synthetic, fake]`), so resume needs this finer key.
     """
     # cfg.params(): every field but env_label, and the data-parallel fields only for a distributed
-    # configuration (so a single-process configuration keeps the key it had before they existed)
+    # configuration (a single-process configuration's key does not depend on them)
     return schema.stable_hash(
         cfg.params(), lower_strings=False
     )  # case kept: data paths are case-sensitive

@@ -1,7 +1,7 @@
 """What a sweep already did: reconciliation of the tracking server, the offline spool and this
 machine's ledger, for one sweep name on one env label (docs/sweep.md, "Resume" and "Server
-unreachable"). Reads the server with mlflow.search_runs (a sweep must know what is done: the one
-MLflow read outside analysis/fetch.py), the spool and the ledger; writes the ledger.
+unreachable"). Reads the server (common.runs.all_runs: a sweep must know what is done), the spool
+and the ledger; writes the ledger.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Iterator
 from common import console, schema
 from common.errors import BenchError, UsageError, one_line
 from common.locks import holder, locked
-from common.runs import close_stale_runs, experiment_id_for
+from common.runs import all_runs, close_stale_runs, experiment_id_for
 from common.server import (
     is_unreachable,
     same_tracking_uri,
@@ -125,8 +125,6 @@ def _read_server(
 ) -> None:
     """The sweep's parent, FINISHED children and children left RUNNING on the server, into `state`
     (and this machine's ledger); `state.reachable` becomes False if the server went away."""
-    import mlflow
-
     try:
         exp_id = experiment_id_for(experiment)
         if exp_id is None:
@@ -135,13 +133,7 @@ def _read_server(
             f"tags.{TAG_SWEEP_NAME} = {schema.filter_literal(name, 'sweep name')} and "
             f"tags.{schema.TAG_ENV_LABEL} = {schema.filter_literal(env_label, 'env label')}"
         )
-        runs = mlflow.search_runs(
-            experiment_ids=[exp_id],
-            filter_string=filt,
-            output_format="list",
-            max_results=50_000,
-            order_by=["attributes.start_time ASC"],
-        )
+        runs = all_runs(exp_id, filt, ["attributes.start_time ASC"])
     except Exception as exc:  # noqa: BLE001
         if not is_unreachable(exc):
             # not a store (an HTTP service that is not MLflow, a damaged sqlite file): one line
