@@ -250,7 +250,8 @@ class Check:
 
     def child(self, name: str, limit: float) -> tuple[int, bool]:
         """Run `--child name` with a time limit; (exit code, ran past the limit)."""
-        argv = [sys.executable, "-m", "bench.gpu_check", "--child", name, "--root", str(self.root)]
+        argv = [sys.executable, "-m", "bench.gpu_check_steps", "--child", name]
+        argv += ["--root", str(self.root)]
         argv += ["--device", self.args.device, "--limit-s", f"{limit:.0f}"]
         argv += ["--tiny"] if self.args.tiny else []
         if self.args.kernels_per_s:
@@ -285,6 +286,7 @@ class Check:
                 {"imports": have},
             )
         argv = [sys.executable, "-m", "pip", "install", "--no-index", "--no-deps", "--quiet"]
+        argv += ["--no-compile"]  # byte-compiling 48 packages takes longer than importing a few
         argv += ["--target", str(self.site), *map(str, wheels)]
         try:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=limit)
@@ -497,10 +499,6 @@ def step_names(only: str | None) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    if args.child:
-        from bench import gpu_check_steps
-
-        return gpu_check_steps.run_child(args)
     if not args.out:
         print("error: --out DIR is required", file=sys.stderr)
         return 2

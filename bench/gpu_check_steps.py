@@ -1,5 +1,5 @@
-"""The steps of the GPU check (bench/gpu_check.py), each run as `python -m bench.gpu_check --child
-NAME --root ROOT --device D [--tiny]` in a process of its own, with the project importable and the
+"""The steps of the GPU check (bench/gpu_check.py), each run as `python -m bench.gpu_check_steps
+--child NAME --root ROOT --device D [--tiny]` in a process of its own, with the project importable and the
 tracking store under ROOT. Each writes ROOT/results/NAME.json: {"status": ok | failed, "reason",
 "ratios": {name: number}, "facts": {name: value}}, rewritten as it goes (the train matrix after
 every config), so a step stopped at its time limit still leaves what it measured.
@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.gpu_check import CAPTURE_TOLERANCE, EXPERIMENT, find_ncu, sizes
+from bench.gpu_check import CAPTURE_TOLERANCE, EXPERIMENT, find_ncu, parse, sizes
 
 
 class Result:
@@ -322,7 +322,7 @@ def capture(args, root: Path, result: Result, model, batch, precision, prefix: s
         "--timeout-s",
         str(timeout),
     ]
-    argv += ["--out", str(root / "ncu"), "--experiment", EXPERIMENT, "--no-progress"]
+    argv += ["--out", str(root / "ncu"), "--experiment", EXPERIMENT]
     t0 = time.monotonic()
     rc = quiet_main(profiling_main, argv)
     wall = time.monotonic() - t0
@@ -344,13 +344,15 @@ def check_capture(run, wall: float, result: Result, prefix: str) -> None:
     for key in ("ncu_missing", "ncu_count_check", "ncu_roofline", "ncu_version", "ncu_chip"):
         result.facts[f"{prefix}_{key}"] = t.get(key, "")
     if t.get("ncu_missing", "none") not in ("", "none"):
-        result.problems.append(f"counters missing: {t['ncu_missing']}")
+        result.problems.append(f"quantities without counters in the capture: {t['ncu_missing']}")
     ratio = m.get("ncu_flops_to_counted_ratio")
     if ratio is not None:
         result.ratios[f"{prefix}_flops_to_counted"] = ratio
     if ratio is None or abs(ratio - 1) > CAPTURE_TOLERANCE:
         result.problems.append(
-            f"captured FLOPs per step / counted = {ratio}: not within {CAPTURE_TOLERANCE:.0%}"
+            f"captured FLOPs per step / counted = {ratio:.4g}: not within {CAPTURE_TOLERANCE:.0%}"
+            if ratio is not None
+            else "no captured-to-counted FLOPs ratio (ncu_flops_to_counted_ratio)"
         )
     for phase in ("forward", "backward"):
         share = m.get(f"ncu_phase_{phase}_flops_to_counted_ratio")
@@ -439,5 +441,5 @@ STEP_FUNCTIONS = {
     "capture-resnet50": step_capture_resnet50,
 }
 
-if __name__ == "__main__":  # pragma: no cover - run through bench.gpu_check --child
-    sys.exit(1)
+if __name__ == "__main__":
+    sys.exit(run_child(parse(sys.argv[1:])))

@@ -163,7 +163,11 @@ def test_a_good_capture_passes_and_gives_kernels_per_second(tmp_path):
     [
         ({"ncu_flops_to_counted_ratio": 0.90}, None, "captured FLOPs per step / counted = 0.9"),
         ({"ncu_phase_backward_kernels": 0.0}, None, "no backward kernels in the capture"),
-        ({}, {"ncu_missing": "dram bytes"}, "counters missing: dram bytes"),
+        (
+            {},
+            {"ncu_missing": "dram_bytes"},
+            "quantities without counters in the capture: dram_bytes",
+        ),
     ],
 )
 def test_a_capture_off_by_more_than_5_percent_or_without_backward_fails(
@@ -184,3 +188,79 @@ def test_the_second_call_reads_kernels_per_second_from_the_first(tmp_path):
     assert gpu_check_steps.prior_kernels_per_s(str(tmp_path)) == 2.5
     assert gpu_check_steps.prior_kernels(str(tmp_path), 1.0) == 300
     assert gpu_check_steps.prior_kernels_per_s(str(tmp_path / "missing")) is None
+
+
+# ------------------------------------------------------------------ the GPU-only steps' plumbing
+def _gpu_args(**kw):
+    return SimpleNamespace(
+        tiny=False, device="cuda", limit_s=150, kernels_per_s=None, prior=None, **kw
+    )
+
+
+@pytest.fixture
+def standin_capture(tracking, tmp_path, monkeypatch):
+    """The capture step on a stand-in GPU (an L4) with the stand-in ncu of test_profiling_cli."""
+    from profiling import cli
+    from profiling.ncu.gpu import GpuInfo
+    from tests.test_profiling_cli import STANDIN
+
+    (tmp_path / "bin").mkdir()
+    exe = tmp_path / "bin" / "ncu"
+    exe.write_text(STANDIN.format(python=sys.executable))
+    exe.chmod(0o755)
+    monkeypatch.setenv("GPU_CHECK_NCU", str(exe))
+    monkeypatch.setenv("STANDIN_ARGV", str(tmp_path / "argv.json"))
+    info = GpuInfo(True, "NVIDIA L4", (8, 9), {"driver_version": "555.42"})
+    monkeypatch.setattr(cli, "cuda_probe", lambda device, env_label=None: info)
+    (tmp_path / "results").mkdir()
+
+    def run(output: Path | None, rc: int = 0, stderr: str = "") -> gpu_check_steps.Result:
+        monkeypatch.setenv("STANDIN_OUTPUT", str(output or ""))
+        monkeypatch.setenv("STANDIN_RC", str(rc))
+        monkeypatch.setenv("STANDIN_STDERR", stderr)
+        result = gpu_check_steps.Result(tmp_path, "capture")
+        gpu_check_steps.step_capture(_gpu_args(), tmp_path, result)
+        return result
+
+    return run
+
+
+def test_the_capture_step_runs_ncu_as_planned_and_fails_with_its_reason(standin_capture, tmp_path):
+    from profiling.ncu.messages import PERM_MESSAGE
+
+    perm = (ROOT / "tests" / "data" / "ncu_messages" / "err_nvgpuctrperm.log").read_text()
+    result = standin_capture(None, rc=1, stderr=perm.splitlines()[1])
+    assert result.problems == [f"python -m profiling exited 1: {PERM_MESSAGE}"]
+    argv = json.loads((tmp_path / "argv.json").read_text())
+    child = argv[argv.index("--nvtx") :]
+    assert "--timeout-s" not in argv  # a profiling flag, not an ncu one
+    program = argv[argv.index(sys.executable) :]
+    assert program[:3] == [sys.executable, "-m", "profiling.breakdown.nvtx_steps"]
+    flags = dict(zip(program[3::2], program[4::2]))
+    assert flags["--model"] == "resnet18" and flags["--precision"] == "bf16" and child
+
+
+def test_a_partial_capture_of_another_config_fails_the_checks(standin_capture, ncu_dir):
+    """The recorded L4 capture (resnet18 b64, part of a step, fp32 and DRAM counters only) is far
+    from the counted training FLOPs of resnet18 b32 bf16, and lacks counters the plan asks for."""
+    result = standin_capture(ncu_dir / "l4_resnet18_bs64_train_step_details_nvtx.csv")
+    assert result.facts["capture_kernels"] > 0 and result.facts["capture_kernels_per_s"] > 0
+    assert result.facts["capture_ncu_version"] == "Version 0.0.0.0 (stand-in for tests)"
+    assert result.problems[0] == (
+        "quantities without counters in the capture: flops_fp64,flops_fp16,flops_tensor,l2_bytes,l1_bytes"
+    )
+    assert result.problems[1].startswith("captured FLOPs per step / counted = 0.0144")
+    assert result.problems[1].endswith(": not within 5%")
+
+
+def test_the_energy_steps_flags_make_a_valid_train_config():
+    from train.__main__ import build_parser
+    from train.config import config_from_args
+
+    s = gpu_check.sizes(False, "cuda")
+    model, batch, precision, seconds = s["energy"]
+    argv = gpu_check_steps.config_argv(s, model, batch, precision, False, "cuda")
+    argv = argv[: argv.index("--iters")] + ["--iters", "auto", "--ci-target", "1e-9"]
+    argv += ["--max-iters", "1000000", "--max-time-s", str(seconds)]
+    cfg = config_from_args(build_parser().parse_args(argv))
+    assert cfg.model == "resnet50" and cfg.batch_size == 256 and cfg.max_time_s == 12.0
