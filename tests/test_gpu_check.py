@@ -28,7 +28,7 @@ def test_the_cpu_rehearsal_runs_every_step_it_can_and_returns_at_most_8_files(tm
     out = tmp_path / "out"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "ROOFLINE_"))}
     argv = [sys.executable, "-m", "bench.gpu_check", "--device", "cpu", "--tiny"]
-    argv += ["--out", str(out), "--root", str(tmp_path / "root")]
+    argv += ["--out", str(out), "--root", str(tmp_path / "root"), "--deadline-s", "900"]
     done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     files = _files(out)
