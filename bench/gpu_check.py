@@ -165,6 +165,8 @@ class Check:
         self.site = self.root / "site"
         for sub in ("logs", "results", "ncu", "cache", "spool", "mpl"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
+        for stale in (self.root / "results").glob("*.json"):  # a root used before: its results
+            stale.unlink()
         self.out.mkdir(parents=True, exist_ok=True)
 
     def left_s(self) -> float:
@@ -273,6 +275,9 @@ class Check:
             except subprocess.TimeoutExpired:
                 stop_group(proc, STOP_GRACE_S)
                 return proc.returncode if proc.returncode is not None else -9, True
+            except KeyboardInterrupt:  # Ctrl-C or SIGTERM here: the step's group too
+                stop_group(proc, STOP_GRACE_S)
+                raise
 
     def setup(self, limit: float) -> tuple[str, str, dict]:
         """mlflow importable as it is, or after installing .device-wheels/ into ROOT/site."""
@@ -507,12 +512,17 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --deadline-s must be > 0", file=sys.stderr)
         return 2
     check = Check(args)
+    signal.signal(signal.SIGTERM, _interrupt)  # `timeout` and job runners send SIGTERM
     try:
         return check.run(step_names(args.only))
     except KeyboardInterrupt:
-        check.steps.append(record("interrupted", "failed", "Ctrl-C", 0.0))
+        check.steps.append(record("interrupted", "failed", "Ctrl-C or SIGTERM", 0.0))
         check.write()
         return 130
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

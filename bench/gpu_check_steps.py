@@ -273,7 +273,14 @@ def step_capture_resnet50(args, root: Path, result: Result) -> None:
         # their batch norms, forward and backward); each kernel replays about as often
         estimate = 2.7 * prior_kernels(args.prior, 600 / 2.7) / kps
         result.facts["estimated_capture_s"] = round(estimate, 1)
+        result.facts["capture_timeout_s"] = max(5, int(args.limit_s) - 40)
         print(f"estimated capture: {estimate:.0f} s at {kps:.2f} kernels/s", flush=True)
+        if estimate > args.limit_s - 40:
+            print(
+                f"warning: the estimate is over this call's {args.limit_s - 40:.0f} s for ncu: "
+                "it will be stopped there with what it has (give --deadline-s up to 590)",
+                flush=True,
+            )
     capture(args, root, result, model, batch, precision, "capture_resnet50")
 
 

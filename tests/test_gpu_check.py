@@ -264,3 +264,28 @@ def test_the_energy_steps_flags_make_a_valid_train_config():
     argv += ["--max-iters", "1000000", "--max-time-s", str(seconds)]
     cfg = config_from_args(build_parser().parse_args(argv))
     assert cfg.model == "resnet50" and cfg.batch_size == 256 and cfg.max_time_s == 12.0
+
+
+def test_sigterm_stops_the_running_step_and_still_writes_the_files(tmp_path):
+    """A job runner's `timeout` sends SIGTERM: the step's process group is stopped, steps.json
+    says so, exit 130."""
+    import signal
+    import time
+
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "bench.gpu_check", "--device", "cpu", "--only", "versions"]
+    argv += ["--out", str(out), "--root", str(tmp_path / "root")]
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "root" / "logs" / "versions.txt").exists():
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 130
+    steps = json.loads((out / "steps.json").read_text())["steps"]
+    assert steps[-1] == {
+        "name": "interrupted",
+        "status": "failed",
+        "reason": "Ctrl-C or SIGTERM",
+        "seconds": 0.0,
+    }
