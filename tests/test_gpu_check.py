@@ -289,3 +289,55 @@ def test_sigterm_stops_the_running_step_and_still_writes_the_files(tmp_path):
         "reason": "Ctrl-C or SIGTERM",
         "seconds": 0.0,
     }
+
+
+def _wheel(folder: Path, name: str, version: str) -> Path:
+    """A minimal pure-Python wheel of one module `name` (what pip needs: WHEEL, METADATA, RECORD)."""
+    import zipfile
+
+    path = folder / f"{name}-{version}-py3-none-any.whl"
+    info = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}.py": f"__version__ = '{version}'\n",
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    files[f"{info}/RECORD"] = "".join(f"{f},,\n" for f in [*files, f"{info}/RECORD"])
+    with zipfile.ZipFile(path, "w") as z:
+        for f, text in files.items():
+            z.writestr(f, text)
+    return path
+
+
+def test_setup_installs_the_carried_wheels_when_mlflow_is_missing(tmp_path, monkeypatch):
+    """The GPU machine has no mlflow: setup installs .device-wheels/*.whl into ROOT/site with pip
+    (no index, no deps) and the steps then find them on PYTHONPATH."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    _wheel(wheels, "gpucheck_carried", "1.2.3")
+    monkeypatch.setattr(gpu_check, "WHEELS", wheels)
+    monkeypatch.setattr(gpu_check, "IMPORTS", (("gpucheck_carried", "gpucheck_carried"),))
+    check = _check(tmp_path, "--device", "cpu")
+    real = check.imports
+    # as on the GPU machine: mlflow not found before the install; then what the children find
+    calls = []
+
+    def imports(limit):
+        calls.append(limit)
+        return {} if len(calls) == 1 else {**real(limit), "mlflow": "3.17.2"}
+
+    monkeypatch.setattr(check, "imports", imports)
+    status, reason, facts = check.setup(60)
+    assert (status, reason) == ("ok", f"installed 1 wheels into {tmp_path / 'r' / 'site'}")
+    assert (tmp_path / "r" / "site" / "gpucheck_carried.py").is_file()
+    assert facts["imports"]["gpucheck_carried"] == "1.2.3"  # found through PYTHONPATH=ROOT/site
+
+
+def test_setup_without_mlflow_or_wheels_fails_saying_what_to_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(gpu_check, "WHEELS", tmp_path / "none")
+    check = _check(tmp_path, "--device", "cpu")
+    monkeypatch.setattr(check, "imports", lambda limit: {})
+    status, reason, _ = check.setup(60)
+    assert status == "failed" and reason.startswith(
+        "mlflow is not importable and .device-wheels/ has no wheels: run `make device-wheels`"
+    )
