@@ -350,6 +350,9 @@ def check_capture(run, wall: float, result: Result, prefix: str) -> None:
     result.facts[f"{prefix}_kernels_per_s"] = round(kernels / wall, 3) if wall > 0 else 0
     for key in ("ncu_missing", "ncu_count_check", "ncu_roofline", "ncu_version", "ncu_chip"):
         result.facts[f"{prefix}_{key}"] = t.get(key, "")
+    for key in ("ncu_dram_bytes", "ncu_intensity_dram_flops_per_byte", "ncu_flops_per_step"):
+        if key in m:  # to judge by eye: DRAM bytes and intensity plausible for the config
+            result.facts[f"{prefix}_{key}"] = m[key]
     if t.get("ncu_missing", "none") not in ("", "none"):
         result.problems.append(f"quantities without counters in the capture: {t['ncu_missing']}")
     ratio = m.get("ncu_flops_to_counted_ratio")
