@@ -191,6 +191,8 @@ class Check:
             "PYTHONUNBUFFERED": "1",
             "GPU_CHECK_NCU": self.ncu or "",
         }
+        for name in ("MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID"):
+            env.pop(name, None)  # inside `mlflow run`: the steps make runs of their own
         if self.args.device == "cpu":
             env.setdefault("DS_ACCELERATOR", "cpu")
             env["CUDA_VISIBLE_DEVICES"] = env.get("CUDA_VISIBLE_DEVICES", "")
@@ -299,6 +301,9 @@ class Check:
         except subprocess.TimeoutExpired:
             return "failed", f"pip install of {len(wheels)} wheels ran past {limit:.0f} s", {}
         (self.root / "logs" / "setup.txt").write_text(done.stdout + done.stderr)
+        if "No module named pip" in done.stderr:  # a Python without pip: a wheel is a zip
+            unzip_wheels(wheels, self.site)
+            done = subprocess.CompletedProcess(argv, 0, "", "")
         have = self.imports(limit)
         facts = {"wheels": len(wheels), "imports": have}
         if done.returncode != 0 or not have.get("mlflow"):
@@ -355,6 +360,28 @@ class Check:
             if (self.root / src).is_file():
                 put(self.out / name, (self.root / src).read_bytes())
         put(self.out / "bundle.tar.gz", bundle(self.root))
+
+
+def unzip_wheels(wheels: list[Path], site: Path) -> None:
+    """Install wheels as pip --target would, without pip: unzip each into `site`, the files of
+    its <name>.data/purelib and platlib folders moved to the top (scripts and headers left out)."""
+    import zipfile
+
+    for wheel in wheels:
+        with zipfile.ZipFile(wheel) as z:
+            for member in z.infolist():
+                parts = member.filename.split("/")
+                if parts[0].endswith(".data"):
+                    if len(parts) < 3 or parts[1] not in ("purelib", "platlib"):
+                        continue
+                    parts = parts[2:]
+                target = site.joinpath(*parts)
+                if member.is_dir():
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(z.read(member))
+                if member.external_attr >> 16 & 0o111:  # executables stay executable
+                    target.chmod(0o755)
 
 
 def record(name: str, status: str, reason: str, seconds: float, **extra) -> dict:

@@ -341,3 +341,30 @@ def test_setup_without_mlflow_or_wheels_fails_saying_what_to_run(tmp_path, monke
     assert status == "failed" and reason.startswith(
         "mlflow is not importable and .device-wheels/ has no wheels: run `make device-wheels`"
     )
+
+
+def test_without_pip_the_wheels_are_unzipped_as_pip_would(tmp_path):
+    """Every carried wheel unzipped: its modules at the top of site, the .data scripts left out
+    (ninja's wheel has them), importable from there."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    whl = _wheel(wheels, "gpucheck_zip", "0.1")
+    import zipfile
+
+    with zipfile.ZipFile(whl, "a") as z:
+        z.writestr("gpucheck_zip-0.1.data/purelib/gpucheck_zip_extra.py", "X = 1\n")
+        z.writestr("gpucheck_zip-0.1.data/scripts/tool", "#!/bin/sh\n")
+    site = tmp_path / "site"
+    gpu_check.unzip_wheels([whl], site)
+    found = sorted(str(p.relative_to(site)) for p in site.rglob("*") if p.is_file())
+    assert found == [
+        "gpucheck_zip-0.1.dist-info/METADATA",
+        "gpucheck_zip-0.1.dist-info/RECORD",
+        "gpucheck_zip-0.1.dist-info/WHEEL",
+        "gpucheck_zip.py",
+        "gpucheck_zip_extra.py",
+    ]
+    code = "import gpucheck_zip, gpucheck_zip_extra; print(gpucheck_zip.__version__)"
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.stdout == "0.1\n"
