@@ -191,7 +191,20 @@ def step_train(args, root: Path, result: Result) -> None:
         result.facts[f"bare_samples_per_s_{name}"] = round(bare, 3)
         result.ratios[f"train_to_bare_{name}"] = ours / bare
         result.save()
+        release_memory()
     gains(throughput, s["model"], result)
+
+
+def release_memory() -> None:
+    """Give the cached device memory of the config just run back, so the next train run's memory
+    check (free memory) sees the whole GPU, as a fresh process would."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def config_argv(s: dict, model: str, batch: int, precision: str, cl: bool, device: str) -> list:
