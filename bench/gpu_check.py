@@ -53,14 +53,14 @@ EXPERIMENT = "gpu-check"
 STEPS = ("versions", "setup", "peaks", "capture", "train", "energy", "breakdown", "analysis")
 SECOND_CALL = ("capture-resnet50",)
 LIMITS_S = {
-    "versions": 60,
-    "setup": 120,
-    "peaks": 60,
-    "capture": 150,
-    "train": 240,
-    "energy": 60,
-    "breakdown": 90,
-    "analysis": 120,
+    "versions": 45,
+    "setup": 90,
+    "peaks": 45,
+    "capture": 120,
+    "train": 180,
+    "energy": 45,
+    "breakdown": 60,
+    "analysis": 60,
     "capture-resnet50": 540,
 }
 """Each step's own time limit in seconds (cut to what the deadline leaves)."""
@@ -165,6 +165,8 @@ class Check:
         self.site = self.root / "site"
         for sub in ("logs", "results", "ncu", "cache", "spool", "mpl"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
+        for stale in (self.root / "results").glob("*.json"):  # a root used before: its results
+            stale.unlink()
         self.out.mkdir(parents=True, exist_ok=True)
 
     def left_s(self) -> float:
@@ -189,6 +191,8 @@ class Check:
             "PYTHONUNBUFFERED": "1",
             "GPU_CHECK_NCU": self.ncu or "",
         }
+        for name in ("MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID"):
+            env.pop(name, None)  # inside `mlflow run`: the steps make runs of their own
         if self.args.device == "cpu":
             env.setdefault("DS_ACCELERATOR", "cpu")
             env["CUDA_VISIBLE_DEVICES"] = env.get("CUDA_VISIBLE_DEVICES", "")
@@ -224,7 +228,8 @@ class Check:
         if left < MIN_STEP_S:
             why = f"the deadline ({self.args.deadline_s:g} s) left {max(left, 0):.0f} s"
             return record(name, "not run", why, 0.0)
-        limit = min(LIMITS_S[name], left)
+        # --tiny runs on shared CPUs (CI, a laptop): twice the time; the deadline still holds
+        limit = min(LIMITS_S[name] * (2 if self.args.tiny else 1), left)
         print(f"gpu check: {name} (limit {limit:.0f} s) ...", flush=True)
         if name == "setup":
             status, reason, facts = self.setup(limit)
@@ -250,7 +255,8 @@ class Check:
 
     def child(self, name: str, limit: float) -> tuple[int, bool]:
         """Run `--child name` with a time limit; (exit code, ran past the limit)."""
-        argv = [sys.executable, "-m", "bench.gpu_check", "--child", name, "--root", str(self.root)]
+        argv = [sys.executable, "-m", "bench.gpu_check_steps", "--child", name]
+        argv += ["--root", str(self.root)]
         argv += ["--device", self.args.device, "--limit-s", f"{limit:.0f}"]
         argv += ["--tiny"] if self.args.tiny else []
         if self.args.kernels_per_s:
@@ -271,6 +277,9 @@ class Check:
             except subprocess.TimeoutExpired:
                 stop_group(proc, STOP_GRACE_S)
                 return proc.returncode if proc.returncode is not None else -9, True
+            except KeyboardInterrupt:  # Ctrl-C or SIGTERM here: the step's group too
+                stop_group(proc, STOP_GRACE_S)
+                raise
 
     def setup(self, limit: float) -> tuple[str, str, dict]:
         """mlflow importable as it is, or after installing .device-wheels/ into ROOT/site."""
@@ -285,12 +294,16 @@ class Check:
                 {"imports": have},
             )
         argv = [sys.executable, "-m", "pip", "install", "--no-index", "--no-deps", "--quiet"]
+        argv += ["--no-compile"]  # byte-compiling 48 packages takes longer than importing a few
         argv += ["--target", str(self.site), *map(str, wheels)]
         try:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=limit)
         except subprocess.TimeoutExpired:
             return "failed", f"pip install of {len(wheels)} wheels ran past {limit:.0f} s", {}
         (self.root / "logs" / "setup.txt").write_text(done.stdout + done.stderr)
+        if "No module named pip" in done.stderr:  # a Python without pip: a wheel is a zip
+            unzip_wheels(wheels, self.site)
+            done = subprocess.CompletedProcess(argv, 0, "", "")
         have = self.imports(limit)
         facts = {"wheels": len(wheels), "imports": have}
         if done.returncode != 0 or not have.get("mlflow"):
@@ -347,6 +360,28 @@ class Check:
             if (self.root / src).is_file():
                 put(self.out / name, (self.root / src).read_bytes())
         put(self.out / "bundle.tar.gz", bundle(self.root))
+
+
+def unzip_wheels(wheels: list[Path], site: Path) -> None:
+    """Install wheels as pip --target would, without pip: unzip each into `site`, the files of
+    its <name>.data/purelib and platlib folders moved to the top (scripts and headers left out)."""
+    import zipfile
+
+    for wheel in wheels:
+        with zipfile.ZipFile(wheel) as z:
+            for member in z.infolist():
+                parts = member.filename.split("/")
+                if parts[0].endswith(".data"):
+                    if len(parts) < 3 or parts[1] not in ("purelib", "platlib"):
+                        continue
+                    parts = parts[2:]
+                target = site.joinpath(*parts)
+                if member.is_dir():
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(z.read(member))
+                if member.external_attr >> 16 & 0o111:  # executables stay executable
+                    target.chmod(0o755)
 
 
 def record(name: str, status: str, reason: str, seconds: float, **extra) -> dict:
@@ -497,10 +532,6 @@ def step_names(only: str | None) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    if args.child:
-        from bench import gpu_check_steps
-
-        return gpu_check_steps.run_child(args)
     if not args.out:
         print("error: --out DIR is required", file=sys.stderr)
         return 2
@@ -508,12 +539,17 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --deadline-s must be > 0", file=sys.stderr)
         return 2
     check = Check(args)
+    signal.signal(signal.SIGTERM, _interrupt)  # `timeout` and job runners send SIGTERM
     try:
         return check.run(step_names(args.only))
     except KeyboardInterrupt:
-        check.steps.append(record("interrupted", "failed", "Ctrl-C", 0.0))
+        check.steps.append(record("interrupted", "failed", "Ctrl-C or SIGTERM", 0.0))
         check.write()
         return 130
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

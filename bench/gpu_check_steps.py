@@ -1,5 +1,5 @@
-"""The steps of the GPU check (bench/gpu_check.py), each run as `python -m bench.gpu_check --child
-NAME --root ROOT --device D [--tiny]` in a process of its own, with the project importable and the
+"""The steps of the GPU check (bench/gpu_check.py), each run as `python -m bench.gpu_check_steps
+--child NAME --root ROOT --device D [--tiny]` in a process of its own, with the project importable and the
 tracking store under ROOT. Each writes ROOT/results/NAME.json: {"status": ok | failed, "reason",
 "ratios": {name: number}, "facts": {name: value}}, rewritten as it goes (the train matrix after
 every config), so a step stopped at its time limit still leaves what it measured.
@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.gpu_check import CAPTURE_TOLERANCE, EXPERIMENT, find_ncu, sizes
+from bench.gpu_check import CAPTURE_TOLERANCE, EXPERIMENT, find_ncu, parse, sizes
 
 
 class Result:
@@ -191,7 +191,20 @@ def step_train(args, root: Path, result: Result) -> None:
         result.facts[f"bare_samples_per_s_{name}"] = round(bare, 3)
         result.ratios[f"train_to_bare_{name}"] = ours / bare
         result.save()
+        release_memory()
     gains(throughput, s["model"], result)
+
+
+def release_memory() -> None:
+    """Give the cached device memory of the config just run back, so the next train run's memory
+    check (free memory) sees the whole GPU, as a fresh process would."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def config_argv(s: dict, model: str, batch: int, precision: str, cl: bool, device: str) -> list:
@@ -273,7 +286,14 @@ def step_capture_resnet50(args, root: Path, result: Result) -> None:
         # their batch norms, forward and backward); each kernel replays about as often
         estimate = 2.7 * prior_kernels(args.prior, 600 / 2.7) / kps
         result.facts["estimated_capture_s"] = round(estimate, 1)
+        result.facts["capture_timeout_s"] = max(5, int(args.limit_s) - 40)
         print(f"estimated capture: {estimate:.0f} s at {kps:.2f} kernels/s", flush=True)
+        if estimate > args.limit_s - 40:
+            print(
+                f"warning: the estimate is over this call's {args.limit_s - 40:.0f} s for ncu: "
+                "it will be stopped there with what it has (give --deadline-s up to 590)",
+                flush=True,
+            )
     capture(args, root, result, model, batch, precision, "capture_resnet50")
 
 
@@ -322,7 +342,7 @@ def capture(args, root: Path, result: Result, model, batch, precision, prefix: s
         "--timeout-s",
         str(timeout),
     ]
-    argv += ["--out", str(root / "ncu"), "--experiment", EXPERIMENT, "--no-progress"]
+    argv += ["--out", str(root / "ncu"), "--experiment", EXPERIMENT]
     t0 = time.monotonic()
     rc = quiet_main(profiling_main, argv)
     wall = time.monotonic() - t0
@@ -343,14 +363,19 @@ def check_capture(run, wall: float, result: Result, prefix: str) -> None:
     result.facts[f"{prefix}_kernels_per_s"] = round(kernels / wall, 3) if wall > 0 else 0
     for key in ("ncu_missing", "ncu_count_check", "ncu_roofline", "ncu_version", "ncu_chip"):
         result.facts[f"{prefix}_{key}"] = t.get(key, "")
+    for key in ("ncu_dram_bytes", "ncu_intensity_dram_flops_per_byte", "ncu_flops_per_step"):
+        if key in m:  # to judge by eye: DRAM bytes and intensity plausible for the config
+            result.facts[f"{prefix}_{key}"] = m[key]
     if t.get("ncu_missing", "none") not in ("", "none"):
-        result.problems.append(f"counters missing: {t['ncu_missing']}")
+        result.problems.append(f"quantities without counters in the capture: {t['ncu_missing']}")
     ratio = m.get("ncu_flops_to_counted_ratio")
     if ratio is not None:
         result.ratios[f"{prefix}_flops_to_counted"] = ratio
     if ratio is None or abs(ratio - 1) > CAPTURE_TOLERANCE:
         result.problems.append(
-            f"captured FLOPs per step / counted = {ratio}: not within {CAPTURE_TOLERANCE:.0%}"
+            f"captured FLOPs per step / counted = {ratio:.4g}: not within {CAPTURE_TOLERANCE:.0%}"
+            if ratio is not None
+            else "no captured-to-counted FLOPs ratio (ncu_flops_to_counted_ratio)"
         )
     for phase in ("forward", "backward"):
         share = m.get(f"ncu_phase_{phase}_flops_to_counted_ratio")
@@ -439,5 +464,5 @@ STEP_FUNCTIONS = {
     "capture-resnet50": step_capture_resnet50,
 }
 
-if __name__ == "__main__":  # pragma: no cover - run through bench.gpu_check --child
-    sys.exit(1)
+if __name__ == "__main__":
+    sys.exit(run_child(parse(sys.argv[1:])))

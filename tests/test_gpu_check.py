@@ -28,7 +28,7 @@ def test_the_cpu_rehearsal_runs_every_step_it_can_and_returns_at_most_8_files(tm
     out = tmp_path / "out"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "ROOFLINE_"))}
     argv = [sys.executable, "-m", "bench.gpu_check", "--device", "cpu", "--tiny"]
-    argv += ["--out", str(out), "--root", str(tmp_path / "root")]
+    argv += ["--out", str(out), "--root", str(tmp_path / "root"), "--deadline-s", "900"]
     done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     files = _files(out)
@@ -163,7 +163,11 @@ def test_a_good_capture_passes_and_gives_kernels_per_second(tmp_path):
     [
         ({"ncu_flops_to_counted_ratio": 0.90}, None, "captured FLOPs per step / counted = 0.9"),
         ({"ncu_phase_backward_kernels": 0.0}, None, "no backward kernels in the capture"),
-        ({}, {"ncu_missing": "dram bytes"}, "counters missing: dram bytes"),
+        (
+            {},
+            {"ncu_missing": "dram_bytes"},
+            "quantities without counters in the capture: dram_bytes",
+        ),
     ],
 )
 def test_a_capture_off_by_more_than_5_percent_or_without_backward_fails(
@@ -184,3 +188,183 @@ def test_the_second_call_reads_kernels_per_second_from_the_first(tmp_path):
     assert gpu_check_steps.prior_kernels_per_s(str(tmp_path)) == 2.5
     assert gpu_check_steps.prior_kernels(str(tmp_path), 1.0) == 300
     assert gpu_check_steps.prior_kernels_per_s(str(tmp_path / "missing")) is None
+
+
+# ------------------------------------------------------------------ the GPU-only steps' plumbing
+def _gpu_args(**kw):
+    return SimpleNamespace(
+        tiny=False, device="cuda", limit_s=150, kernels_per_s=None, prior=None, **kw
+    )
+
+
+@pytest.fixture
+def standin_capture(tracking, tmp_path, monkeypatch):
+    """The capture step on a stand-in GPU (an L4) with the stand-in ncu of test_profiling_cli."""
+    from profiling import cli
+    from profiling.ncu.gpu import GpuInfo
+    from tests.test_profiling_cli import STANDIN
+
+    (tmp_path / "bin").mkdir()
+    exe = tmp_path / "bin" / "ncu"
+    exe.write_text(STANDIN.format(python=sys.executable))
+    exe.chmod(0o755)
+    monkeypatch.setenv("GPU_CHECK_NCU", str(exe))
+    monkeypatch.setenv("STANDIN_ARGV", str(tmp_path / "argv.json"))
+    info = GpuInfo(True, "NVIDIA L4", (8, 9), {"driver_version": "555.42"})
+    monkeypatch.setattr(cli, "cuda_probe", lambda device, env_label=None: info)
+    (tmp_path / "results").mkdir()
+
+    def run(output: Path | None, rc: int = 0, stderr: str = "") -> gpu_check_steps.Result:
+        monkeypatch.setenv("STANDIN_OUTPUT", str(output or ""))
+        monkeypatch.setenv("STANDIN_RC", str(rc))
+        monkeypatch.setenv("STANDIN_STDERR", stderr)
+        result = gpu_check_steps.Result(tmp_path, "capture")
+        gpu_check_steps.step_capture(_gpu_args(), tmp_path, result)
+        return result
+
+    return run
+
+
+def test_the_capture_step_runs_ncu_as_planned_and_fails_with_its_reason(standin_capture, tmp_path):
+    from profiling.ncu.messages import PERM_MESSAGE
+
+    perm = (ROOT / "tests" / "data" / "ncu_messages" / "err_nvgpuctrperm.log").read_text()
+    result = standin_capture(None, rc=1, stderr=perm.splitlines()[1])
+    assert result.problems == [f"python -m profiling exited 1: {PERM_MESSAGE}"]
+    argv = json.loads((tmp_path / "argv.json").read_text())
+    child = argv[argv.index("--nvtx") :]
+    assert "--timeout-s" not in argv  # a profiling flag, not an ncu one
+    program = argv[argv.index(sys.executable) :]
+    assert program[:3] == [sys.executable, "-m", "profiling.breakdown.nvtx_steps"]
+    flags = dict(zip(program[3::2], program[4::2]))
+    assert flags["--model"] == "resnet18" and flags["--precision"] == "bf16" and child
+
+
+def test_a_partial_capture_of_another_config_fails_the_checks(standin_capture, ncu_dir):
+    """The recorded L4 capture (resnet18 b64, part of a step, fp32 and DRAM counters only) is far
+    from the counted training FLOPs of resnet18 b32 bf16, and lacks counters the plan asks for."""
+    result = standin_capture(ncu_dir / "l4_resnet18_bs64_train_step_details_nvtx.csv")
+    assert result.facts["capture_kernels"] > 0 and result.facts["capture_kernels_per_s"] > 0
+    assert result.facts["capture_ncu_version"] == "Version 0.0.0.0 (stand-in for tests)"
+    assert result.problems[0] == (
+        "quantities without counters in the capture: flops_fp64,flops_fp16,flops_tensor,l2_bytes,l1_bytes"
+    )
+    assert result.problems[1].startswith("captured FLOPs per step / counted = 0.0144")
+    assert result.problems[1].endswith(": not within 5%")
+
+
+def test_the_energy_steps_flags_make_a_valid_train_config():
+    from train.__main__ import build_parser
+    from train.config import config_from_args
+
+    s = gpu_check.sizes(False, "cuda")
+    model, batch, precision, seconds = s["energy"]
+    argv = gpu_check_steps.config_argv(s, model, batch, precision, False, "cuda")
+    argv = argv[: argv.index("--iters")] + ["--iters", "auto", "--ci-target", "1e-9"]
+    argv += ["--max-iters", "1000000", "--max-time-s", str(seconds)]
+    cfg = config_from_args(build_parser().parse_args(argv))
+    assert cfg.model == "resnet50" and cfg.batch_size == 256 and cfg.max_time_s == 12.0
+
+
+def test_sigterm_stops_the_running_step_and_still_writes_the_files(tmp_path):
+    """A job runner's `timeout` sends SIGTERM: the step's process group is stopped, steps.json
+    says so, exit 130."""
+    import signal
+    import time
+
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "bench.gpu_check", "--device", "cpu", "--only", "versions"]
+    argv += ["--out", str(out), "--root", str(tmp_path / "root")]
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "root" / "logs" / "versions.txt").exists():
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 130
+    steps = json.loads((out / "steps.json").read_text())["steps"]
+    assert steps[-1] == {
+        "name": "interrupted",
+        "status": "failed",
+        "reason": "Ctrl-C or SIGTERM",
+        "seconds": 0.0,
+    }
+
+
+def _wheel(folder: Path, name: str, version: str) -> Path:
+    """A minimal pure-Python wheel of one module `name` (what pip needs: WHEEL, METADATA, RECORD)."""
+    import zipfile
+
+    path = folder / f"{name}-{version}-py3-none-any.whl"
+    info = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}.py": f"__version__ = '{version}'\n",
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    files[f"{info}/RECORD"] = "".join(f"{f},,\n" for f in [*files, f"{info}/RECORD"])
+    with zipfile.ZipFile(path, "w") as z:
+        for f, text in files.items():
+            z.writestr(f, text)
+    return path
+
+
+def test_setup_installs_the_carried_wheels_when_mlflow_is_missing(tmp_path, monkeypatch):
+    """The GPU machine has no mlflow: setup installs .device-wheels/*.whl into ROOT/site with pip
+    (no index, no deps) and the steps then find them on PYTHONPATH."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    _wheel(wheels, "gpucheck_carried", "1.2.3")
+    monkeypatch.setattr(gpu_check, "WHEELS", wheels)
+    monkeypatch.setattr(gpu_check, "IMPORTS", (("gpucheck_carried", "gpucheck_carried"),))
+    check = _check(tmp_path, "--device", "cpu")
+    real = check.imports
+    # as on the GPU machine: mlflow not found before the install; then what the children find
+    calls = []
+
+    def imports(limit):
+        calls.append(limit)
+        return {} if len(calls) == 1 else {**real(limit), "mlflow": "3.17.2"}
+
+    monkeypatch.setattr(check, "imports", imports)
+    status, reason, facts = check.setup(60)
+    assert (status, reason) == ("ok", f"installed 1 wheels into {tmp_path / 'r' / 'site'}")
+    assert (tmp_path / "r" / "site" / "gpucheck_carried.py").is_file()
+    assert facts["imports"]["gpucheck_carried"] == "1.2.3"  # found through PYTHONPATH=ROOT/site
+
+
+def test_setup_without_mlflow_or_wheels_fails_saying_what_to_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(gpu_check, "WHEELS", tmp_path / "none")
+    check = _check(tmp_path, "--device", "cpu")
+    monkeypatch.setattr(check, "imports", lambda limit: {})
+    status, reason, _ = check.setup(60)
+    assert status == "failed" and reason.startswith(
+        "mlflow is not importable and .device-wheels/ has no wheels: run `make device-wheels`"
+    )
+
+
+def test_without_pip_the_wheels_are_unzipped_as_pip_would(tmp_path):
+    """Every carried wheel unzipped: its modules at the top of site, the .data scripts left out
+    (ninja's wheel has them), importable from there."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    whl = _wheel(wheels, "gpucheck_zip", "0.1")
+    import zipfile
+
+    with zipfile.ZipFile(whl, "a") as z:
+        z.writestr("gpucheck_zip-0.1.data/purelib/gpucheck_zip_extra.py", "X = 1\n")
+        z.writestr("gpucheck_zip-0.1.data/scripts/tool", "#!/bin/sh\n")
+    site = tmp_path / "site"
+    gpu_check.unzip_wheels([whl], site)
+    found = sorted(str(p.relative_to(site)) for p in site.rglob("*") if p.is_file())
+    assert found == [
+        "gpucheck_zip-0.1.dist-info/METADATA",
+        "gpucheck_zip-0.1.dist-info/RECORD",
+        "gpucheck_zip-0.1.dist-info/WHEEL",
+        "gpucheck_zip.py",
+        "gpucheck_zip_extra.py",
+    ]
+    code = "import gpucheck_zip, gpucheck_zip_extra; print(gpucheck_zip.__version__)"
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.stdout == "0.1\n"

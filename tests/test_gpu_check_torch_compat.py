@@ -116,10 +116,46 @@ def test_host_op_named_like_cuda_but_lowercase_is_an_op():
     assert _kind_without_activity_type(_Fake("cudnn_convolution")) == CPU
 
 
+def _without_sequence_numbers(monkeypatch) -> None:
+    """A torch without the private autograd calls the Tracker prefers."""
+    monkeypatch.delattr(torch._C._autograd, "_get_sequence_nr")
+    monkeypatch.delattr(torch._C, "_current_autograd_node")
+
+
+def test_without_sequence_numbers_backward_work_is_unattributed_not_lost(monkeypatch):
+    """Counting pass: forward rows as before; every backward FLOP in (unattributed, backward);
+    the total unchanged. No sequence number has an owner."""
+    from profiling.breakdown.counts import count_one
+    from profiling.breakdown.hooks import Tracker
+    from train.step import StepParts, train_step
+
+    def counted():
+        torch.manual_seed(0)
+        model = _Net()
+        x, y = torch.randn(2, 2, 4, 4), torch.tensor([0, 2])
+        with Tracker(model, "net") as tracker:
+            opt = torch.optim.SGD(model.parameters(), lr=0.01)
+            parts = StepParts(model, opt, contextlib.nullcontext, mark=tracker.mark)
+            train_step(parts, x, y)
+            return count_one(tracker, lambda: train_step(parts, x, y), 2), tracker
+
+    with_seq, _ = counted()
+    _without_sequence_numbers(monkeypatch)
+    without, tracker = counted()
+    assert without.train_flops == with_seq.train_flops > 0
+    forward = {k: v for k, v in with_seq.flops.items() if k[1] == "forward"}
+    assert {k: v for k, v in without.flops.items() if k[1] == "forward"} == forward
+    backward = {k for k, v in without.flops.items() if k[1] == "backward" and v}
+    assert backward == {(names.UNATTRIBUTED, "backward")}
+    assert tracker.owner_of_seq(0) is None and tracker.owner_of_seq(10**6) is None
+
+
 def test_breakdown_command_runs_without_activity_type(tracking, monkeypatch):
+    """... and without the sequence numbers: all three private calls absent."""
     from profiling.cli import main as profiling_main
 
     monkeypatch.delattr(_KinetoEvent, "activity_type")
+    _without_sequence_numbers(monkeypatch)
     argv = ["--breakdown", "--model", "resnet18", "--batch", "2", "--image-size", "32"]
     argv += ["--device", "cpu", "--num-classes", "10", "--warmup-iters", "1", "--iters", "1"]
     assert profiling_main([*argv, "--no-progress"]) == 0

@@ -57,7 +57,8 @@ class Tracker:
         self.grad_markers = grad_markers
         self.stack: list[str] = []
         self.phase: str | None = None
-        self._seq: Callable[[], int] = torch._C._autograd._get_sequence_nr
+        # private, in torch 2.11 to 2.14; without it no backward work has a module (owner_of_seq)
+        self._seq: Callable[[], int] | None = getattr(torch._C._autograd, "_get_sequence_nr", None)
         self._starts: list[int] = []
         self._owners: list[str | None] = []
         self._handles: list = []
@@ -137,8 +138,9 @@ class Tracker:
         owner = (
             self.stack[-1] if self.stack else (_FORWARD_BASE if self.phase == "forward" else None)
         )
-        self._starts.append(self._seq())
-        self._owners.append(owner)
+        if self._seq is not None:
+            self._starts.append(self._seq())
+            self._owners.append(owner)
 
     def _enter(self, path: str) -> None:
         self.stack.append(path)
@@ -188,7 +190,8 @@ class Tracker:
         else the innermost module (forward), the loss, the optimizer or the step's glue."""
         import torch
 
-        node = torch._C._current_autograd_node()
+        # private, in torch 2.11 to 2.14; without it backward work is the phase's, unattributed
+        node = getattr(torch._C, "_current_autograd_node", lambda: None)()
         if node is not None:
             var = getattr(node, "variable", None)
             if var is not None:
