@@ -38,7 +38,8 @@ def test_a_sqlite_file_that_is_not_mlflow_gets_no_tables(
     use_uri(monkeypatch, f"sqlite:///{db}")
     if command == "analysis":
         code = app.cli(["--out", str(tmp_path / "o")])
-    else:
+    else:  # an existing spool folder: a missing one is refused first (its own test)
+        (tmp_path / "spool").mkdir()
         code = upload.main(["--spool-dir", str(tmp_path / "spool")])
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
