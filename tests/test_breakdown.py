@@ -65,26 +65,32 @@ def _step_parts(model, tracker):
     return StepParts(model, opt, contextlib.nullcontext, mark=tracker.mark)
 
 
-def _profiled_step(model, root: str, x, y):
+def _profiled_step(model, root: str, x, y, lean: bool = False):
     """(attribution of one profiled training step of `model`, FLOPs and bytes per row of the same
     step): an unprofiled step first (the optimizer's state exists from then on, as in train runs),
-    then one counted step and one step under the profiler."""
+    then one counted step and one step under the profiler: torch.profiler recording every op, or
+    (`lean`) the breakdown's CPU profiler recording user scopes and backward nodes alone."""
     from torch.profiler import ProfilerActivity, profile
 
     from profiling.breakdown.counts import count_one
     from profiling.breakdown.events import from_kineto
     from profiling.breakdown.hooks import Tracker
+    from profiling.breakdown.record import kineto_results, lean_profile
     from train.step import train_step
 
-    with Tracker(model, root) as tracker:
+    with Tracker(model, root, user_scope=lean) as tracker:
         parts = _step_parts(model, tracker)
         train_step(parts, x, y)
         counts = count_one(tracker, lambda: train_step(parts, x, y), x.shape[0])
         tracker.clear()
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
+        prof = lean_profile() if lean else profile(activities=[ProfilerActivity.CPU])
+        with prof:
             with tracker.span(names.step_range(0)):
                 train_step(parts, x, y)
-    return attribute(from_kineto(prof.profiler.kineto_results), tracker.owner_of_seq), counts
+    events = from_kineto(kineto_results(prof))
+    if lean:  # no aten op was recorded: ranges and backward nodes alone
+        assert events and not any(e.name.startswith("aten::") for e in events)
+    return attribute(events, tracker.owner_of_seq), counts
 
 
 def test_flops_per_module_and_phase_by_hand():
@@ -113,8 +119,9 @@ def test_flops_per_module_and_phase_by_hand():
     assert ("loss", "forward") in counts.bytes and ("loss", "backward") in counts.bytes
 
 
-def test_accumulate_grad_and_backward_nodes_go_to_their_module_under_the_profiler():
-    att, _ = _profiled_step(Net(), "net", torch.randn(2, 2, 4, 4), torch.tensor([0, 2]))
+@pytest.mark.parametrize("lean", [False, True], ids=["every-op", "lean"])
+def test_accumulate_grad_and_backward_nodes_go_to_their_module_under_the_profiler(lean):
+    att, _ = _profiled_step(Net(), "net", torch.randn(2, 2, 4, 4), torch.tensor([0, 2]), lean)
     calls = att.calls
     # backward nodes per module: conv: ConvolutionBackward0 + 1 AccumulateGrad; dw the same;
     # relu: ReluBackward0; fc: AddmmBackward0, TBackward0 + 2 AccumulateGrads (weight, bias)
@@ -206,12 +213,14 @@ class Residual(nn.Module):
         return self.fc((self.conv_b(self.conv_a(x)) + self.down(x)).flatten(1))
 
 
-def test_backward_of_a_residual_block_goes_to_each_branch_under_the_profiler():
+@pytest.mark.parametrize("lean", [False, True], ids=["every-op", "lean"])
+def test_backward_of_a_residual_block_goes_to_each_branch_under_the_profiler(lean):
     """Where ModuleTracker errs (the downsample beside a body during backward): each
     ConvolutionBackward0 and AccumulateGrad is its own module's, the add's AddBackward0 and the
     flatten's ViewBackward0 the model's; FLOPs likewise (below, by hand)."""
     torch.manual_seed(0)
-    att, counts = _profiled_step(Residual(), "res", torch.randn(2, 2, 4, 4), torch.tensor([0, 2]))
+    x, y = torch.randn(2, 2, 4, 4), torch.tensor([0, 2])
+    att, counts = _profiled_step(Residual(), "res", x, y, lean)
     calls = att.calls
     for conv in ("conv_a", "conv_b", "down"):  # ConvolutionBackward0 + its weight's AccumulateGrad
         assert calls[(conv, "backward")] == 2, conv

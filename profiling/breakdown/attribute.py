@@ -4,9 +4,11 @@ Every host event gets an owner, the innermost of its own range and its ancestors
 that names one:
 
 * `module: <path>` -> that module, phase forward;
-* `autograd::engine::evaluate_function: <Node>` -> the module that made the node (its sequence
-  number through `owner_of_seq`, the Tracker's map), phase backward; an AccumulateGrad -> the
-  module named by the `grad: <path>` marker inside it (the parameter's owner);
+* a backward node (`autograd::engine::evaluate_function: <Node>`, or `<Node>` itself when the
+  profiler recorded user scopes and backward nodes alone: `is_node`) -> the module that made the
+  node (its sequence number through `owner_of_seq`, the Tracker's map), phase backward; an
+  AccumulateGrad -> the module named by the `grad: <path>` marker inside it (the parameter's
+  owner);
 * `phase: forward` -> the loss (forward work outside the model); `phase: optimizer` -> optimizer;
   `phase: data` -> data; `Optimizer.zero_grad#...` -> zero_grad; anything else ->
   `unattributed` (backward-engine work between nodes, the step's glue).
@@ -76,6 +78,18 @@ def is_comm(name: str) -> bool:
     return any(m in low for m in COMM_MARKERS)
 
 
+def is_node(e: Ev) -> bool:
+    """Whether a host event is a backward node: the engine's `evaluate_function: <Node>` range, or
+    the node's own (`<Node>`, carrying its sequence number and forward thread; the only one a
+    profiler recording user scopes and backward nodes sees), or an AccumulateGrad."""
+    name = e.name
+    return (
+        name.startswith(names.EVALUATE)
+        or name == names.ACCUMULATE_GRAD
+        or (e.seq >= 0 and e.fwd_thread != 0)
+    )
+
+
 # ------------------------------------------------------------------------------ nesting
 class _Tree:
     """Host events of every thread with their parents (per-thread nesting by time)."""
@@ -133,10 +147,10 @@ def _owners(tree: _Tree, owner_of_seq: Callable[[int], str | None], main_thread:
     acc_owner: dict[int, str] = {}
     for i, e in enumerate(tree.ev):
         if e.name.startswith(names.GRAD):
-            for a in tree.ancestors(i):
-                if tree.ev[a].name.startswith(names.EVALUATE):
-                    acc_owner[a] = e.name[len(names.GRAD) :]
+            for a in tree.ancestors(i):  # the AccumulateGrad node (and the engine's range on it)
+                if not (is_node(tree.ev[a]) and names.ACCUMULATE_GRAD in tree.ev[a].name):
                     break
+                acc_owner[a] = e.name[len(names.GRAD) :]
     owner: list[Key | None] = [None] * len(tree.ev)
     for i in tree.order:  # parents before children
         e = tree.ev[i]
@@ -155,7 +169,7 @@ def _own(e: Ev, i: int, acc_owner, owner_of_seq, main_thread) -> Key | None:
     name = e.name
     if name.startswith(names.MODULE):
         return name[len(names.MODULE) :], "forward"
-    if name.startswith(names.EVALUATE):
+    if is_node(e):
         if names.ACCUMULATE_GRAD in name:
             return acc_owner.get(i, names.UNATTRIBUTED), "backward"
         if e.seq >= 0 and e.fwd_thread in (0, main_thread):
@@ -224,9 +238,11 @@ def attribute(
 def _count_calls(tree: _Tree, owner: list[Key], steps: set[int], out: Attribution, n: int) -> None:
     calls: dict[Key, float] = defaultdict(float)
     for i, e in enumerate(tree.ev):
-        if (e.name.startswith(names.MODULE) or e.name.startswith(names.EVALUATE)) and _in_step(
-            tree, i, steps
-        ) >= 0:
+        p = tree.parent[i]
+        counted = e.name.startswith(names.MODULE) or (
+            is_node(e) and not (p >= 0 and is_node(tree.ev[p]))  # a node once, not its range too
+        )
+        if counted and _in_step(tree, i, steps) >= 0:
             calls[owner[i]] += 1 / n
     out.calls = dict(calls)
 

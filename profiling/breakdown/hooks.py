@@ -1,15 +1,16 @@
 """`Tracker`: which module, and which phase of the step, the work belongs to.
 
-Attached to a model, it registers on every module (the model included) a forward pre-hook and a
-forward hook that open and close one profiler range named by the module's full path
-(profiling.breakdown.names), and, on every parameter, a post-accumulate-grad hook that drops a
-`grad: <owner>` marker inside the AccumulateGrad that just ran. `tracker.mark` is the step's
+Attached to a model, it runs every module's forward (the model's included) inside one profiler
+range named by the module's full path (profiling.breakdown.names; the module's `forward` replaced
+by a wrapper until `detach()`, cheaper than a pair of forward hooks), and registers on every
+parameter a post-accumulate-grad hook that drops a `grad: <owner>` marker inside the
+AccumulateGrad that just ran. `tracker.mark` is the step's
 `StepParts.mark`: it opens `phase: <name>` ranges around the phases of the one `train_step`.
 
 Backward work is tied to modules by autograd's sequence numbers: every autograd node created in
 forward takes the thread's next sequence number, and its backward (the profiler's
 `autograd::engine::evaluate_function: <Node>` range, or `torch._C._current_autograd_node()` while it
-runs) carries it. At every hook and mark the tracker notes the next sequence number and the
+runs) carries it. At every module entry and exit and every mark the tracker notes the next sequence number and the
 innermost module (or the loss, between the model's output and `backward`), so `owner_of_seq(n)`
 is the module that was innermost when node n was made. An in-place ReLU's node is made inside the
 ReLU, so its backward is the ReLU's; torch's `ModuleTracker.parents`, which holds residual
@@ -17,7 +18,8 @@ siblings during backward (FlopCounterMode charges ResNet's downsample convolutio
 siblings' backward: docs/breakdown.md), is not used.
 
 With `nvtx=True` the same ranges are also NVTX push/pop ranges (profile mode under ncu:
-`--nvtx-modules`). Hooks are removed by `detach()` (or leaving the `with` block).
+`--nvtx-modules`). `detach()` (or leaving the `with` block) restores the modules and removes
+the hooks.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ class Tracker:
 
     `root` names the model itself (the model's name, e.g. "resnet18"). `ranges`: open profiler
     ranges (False for a counting pass, which only needs the owners); `nvtx`: NVTX ranges too;
-    `grad_markers`: the AccumulateGrad markers.
+    `grad_markers`: the AccumulateGrad markers; `user_scope`: ranges a profiler that records
+    user scopes alone sees (`range_pair`).
     """
 
     def __init__(
@@ -47,10 +50,12 @@ class Tracker:
         ranges: bool = True,
         nvtx: bool = False,
         grad_markers: bool = True,
+        user_scope: bool = False,
     ) -> None:
         import torch
 
         self.model = model
+        self._open_range, self._close_range = range_pair(user_scope)
         self.root = root
         self.ranges = ranges
         self.nvtx = nvtx
@@ -61,7 +66,6 @@ class Tracker:
         self._starts: list[int] = []
         self._owners: list[str | None] = []
         self._handles: list = []
-        self._open: list = []
         self.paths: dict[str, object] = {}
         """module path (the model itself: `root`) -> module"""
         self.leaves: set[str] = set()
@@ -79,14 +83,7 @@ class Tracker:
     # ------------------------------------------------------------------ attach / detach
     def attach(self) -> "Tracker":
         for name, module in self.paths.items():
-            self._handles.append(
-                module.register_forward_pre_hook(lambda _m, _i, n=name: self._enter(n))
-            )
-            self._handles.append(
-                module.register_forward_hook(
-                    lambda _m, _i, _o, n=name: self._exit(), always_call=True
-                )
-            )
+            self._handles.append(_Unwrap(module, self._wrapped(name, module.forward)))
         if self.grad_markers:
             for param in self.model.parameters():
                 if param.requires_grad:
@@ -97,6 +94,29 @@ class Tracker:
                         )
                     )
         return self
+
+    def _wrapped(self, name: str, forward: Callable) -> Callable:
+        """`forward` inside the module's range: the module innermost while it runs (an instance
+        attribute, which nn.Module's call runs as it would the class's forward; forward hooks
+        would add torch's hook dispatch, about 1.2 us of thread CPU per call here:
+        docs/breakdown.md, Measures)."""
+        label = names.module_range(name)
+        stack, starts, owners, seq = self.stack, self._starts, self._owners, self._seq
+        push, pop, note = self._push, self._pop, self._note
+
+        def run_in_range(*args, **kwargs):
+            stack.append(name)
+            starts.append(seq())
+            owners.append(name)
+            handle = push(label)
+            try:
+                return forward(*args, **kwargs)
+            finally:
+                pop(handle)
+                stack.pop()
+                note()
+
+        return run_in_range
 
     def detach(self) -> None:
         for handle in self._handles:
@@ -110,27 +130,24 @@ class Tracker:
         self.detach()
 
     # ------------------------------------------------------------------ ranges
-    def _push(self, label: str) -> None:
-        if self.ranges:
-            rf = _range(label)
-            rf.__enter__()
-            self._open.append(rf)
+    def _push(self, label: str):
+        """Open a range (profiler, NVTX or both); returns what `_pop` closes."""
         if self.nvtx:
             import torch
 
             torch.cuda.nvtx.range_push(label)
+        return self._open_range(label) if self.ranges else None
 
-    def _pop(self) -> None:
+    def _pop(self, handle) -> None:
+        if handle is not None:
+            self._close_range(handle)
         if self.nvtx:
             import torch
 
             torch.cuda.nvtx.range_pop()
-        if self.ranges and self._open:
-            self._open.pop().__exit__(None, None, None)
 
     def _marker(self, label: str) -> None:
-        self._push(label)
-        self._pop()
+        self._pop(self._push(label))
 
     def _note(self) -> None:
         """The next sequence number now belongs to the innermost module (or the phase's base)."""
@@ -140,17 +157,6 @@ class Tracker:
         self._starts.append(self._seq())
         self._owners.append(owner)
 
-    def _enter(self, path: str) -> None:
-        self.stack.append(path)
-        self._note()
-        self._push(names.module_range(path))
-
-    def _exit(self) -> None:
-        self._pop()
-        if self.stack:
-            self.stack.pop()
-        self._note()
-
     @contextlib.contextmanager
     def mark(self, phase: str) -> Iterator[None]:
         """`StepParts.mark`: a `phase: <phase>` range; "forward" makes work outside the model the
@@ -158,22 +164,22 @@ class Tracker:
         outer = self.phase
         self.phase = phase
         self._note()
-        self._push(names.phase_range(phase))
+        handle = self._push(names.phase_range(phase))
         try:
             yield
         finally:
-            self._pop()
+            self._pop(handle)
             self.phase = outer
             self._note()
 
     @contextlib.contextmanager
     def span(self, label: str) -> Iterator[None]:
         """A range of the loop around the step (`step: i`, `phase: data`)."""
-        self._push(label)
+        handle = self._push(label)
         try:
             yield
         finally:
-            self._pop()
+            self._pop(handle)
 
     # ------------------------------------------------------------------ owners
     def owner_of_seq(self, seq: int) -> str | None:
@@ -204,28 +210,56 @@ class Tracker:
         self._owners.clear()
 
 
-def _range_class():
-    """torch's cheapest profiler range: `_RecordFunctionFast` (0.25 us per enter and exit here,
-    against 12 us for record_function's op pair: bench/breakdown_overhead.py's range_costs), else
-    `torch.autograd.profiler.record_function`."""
-    try:
-        from torch._C._profiler import _RecordFunctionFast
+def range_pair(user_scope: bool = False) -> tuple[Callable[[str], object], Callable]:
+    """(open(label) -> handle, close(handle)): torch's cheapest profiler range of the scope asked.
 
-        return _RecordFunctionFast
-    except ImportError:  # another torch: the public range
+    * `user_scope=False`: `_RecordFunctionFast` (0.2-0.3 us per enter and exit here, against 9-12
+      us for record_function's op pair: bench/breakdown_overhead.py's range_costs), an op-scope
+      range: a profiler that records ops records it;
+    * `user_scope=True`: the user-scope pair behind record_function without its dispatcher ops
+      (`_record_function_with_args_enter`, about 1 us), which a profiler recording user scopes and
+      backward nodes alone (record.py's host recording) still sees.
+
+    Either falls back to `torch.autograd.profiler.record_function` (user scope) on a torch
+    without them."""
+    import torch
+
+    auto = getattr(torch._C, "_autograd", None)
+    enter = getattr(auto, "_record_function_with_args_enter", None)
+    leave = getattr(auto, "_record_function_with_args_exit", None)
+    if user_scope and enter is not None and leave is not None:
+        return enter, leave
+    fast = None if user_scope else getattr(torch._C._profiler, "_RecordFunctionFast", None)
+    if fast is None:
         from torch.autograd.profiler import record_function
 
-        return record_function
+        fast = record_function
+
+    def open_(label: str):
+        rf = fast(label)
+        rf.__enter__()
+        return rf
+
+    def close(rf) -> None:
+        rf.__exit__(None, None, None)
+
+    return open_, close
 
 
-_range_cls = None
+class _Unwrap:
+    """Puts a module's own forward back (`remove()`, as a hook handle does)."""
 
+    def __init__(self, module, wrapped: Callable) -> None:
+        self.module = module
+        self.had = "forward" in vars(module)
+        self.before = vars(module).get("forward")
+        module.forward = wrapped
 
-def _range(label: str):
-    global _range_cls
-    if _range_cls is None:
-        _range_cls = _range_class()
-    return _range_cls(label)
+    def remove(self) -> None:
+        if self.had:
+            self.module.forward = self.before
+        else:
+            vars(self.module).pop("forward", None)
 
 
 def phase_owner(phase: str | None) -> tuple[str, str]:

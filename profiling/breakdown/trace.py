@@ -3,7 +3,8 @@
 It opens in ui.perfetto.dev (and chrome://tracing). Bounded: only the events of the first
 `keep_steps` `step: i` ranges stay (and the metadata events naming processes and threads); the
 top-level key `breakdown` says how many steps it holds out of how many were recorded. Backward
-nodes (`autograd::engine::evaluate_function: ...`) get an argument `module`: the module whose
+nodes (`autograd::engine::evaluate_function: ...`, or the node's own event, which carries a
+forward thread) get an argument `module`: the module whose
 forward made them (hooks.Tracker.owner_of_seq), so the trace shows backward per module as the
 table does.
 """
@@ -46,7 +47,9 @@ def bound_trace(
             continue
         name = str(e.get("name", ""))
         args = e.get("args")
-        if name.startswith(names.EVALUATE) and isinstance(args, dict):
+        if isinstance(args, dict) and (
+            name.startswith(names.EVALUATE) or args.get("Fwd thread id")
+        ):
             seq = args.get("Sequence number")
             if isinstance(seq, int) and seq >= 0:
                 args["module"] = owner_of_seq(seq) or names.UNATTRIBUTED
