@@ -21,25 +21,17 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import importlib
+import multiprocessing
 import sys
 import threading
-from typing import Callable
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 
-FIGURE_MODULES = ("analysis.plots", "analysis.scaling_plot")
-"""the modules whose functions figures.plan names (all that import matplotlib for a figure)."""
-
-
-def _warm() -> None:
-    """Import the figure modules (matplotlib with them)."""
-    for name in FIGURE_MODULES:
-        importlib.import_module(name)
+from analysis.figures import FigureJob, import_drawing
 
 
-def _draw(job) -> str:
-    from analysis import figures
-
-    return str(figures.draw(job))
+def _draw(job: FigureJob) -> str:
+    return str(job.run())
 
 
 def _serve(conn, n: int) -> None:
@@ -52,7 +44,7 @@ def _serve(conn, n: int) -> None:
     box: list = []
     reader = threading.Thread(target=lambda: box.append(_recv(conn)), daemon=True)
     reader.start()
-    _warm()
+    import_drawing()
     reader.join()
     jobs = box[0]
     if jobs is None:
@@ -61,9 +53,6 @@ def _serve(conn, n: int) -> None:
         if n <= 1 or len(jobs) <= 1:
             out = [_draw(j) for j in jobs]
         else:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
-
             ctx = multiprocessing.get_context("fork")
             with ProcessPoolExecutor(max_workers=min(n, len(jobs)), mp_context=ctx) as pool:
                 out = list(pool.map(_draw, jobs))
@@ -88,8 +77,6 @@ class FigurePool:
     given the jobs, draws them in up to `n` processes forked from itself."""
 
     def __init__(self, n: int) -> None:
-        import multiprocessing
-
         self.n = n
         ctx = multiprocessing.get_context("fork")
         self.conn, theirs = ctx.Pipe()
@@ -112,7 +99,7 @@ class FigurePool:
             self.warmed = True
             self.conn.send("warm")
 
-    def submit_all(self, jobs: list) -> Callable[[], list[str]]:
+    def submit_all(self, jobs: list[FigureJob]) -> Callable[[], list[str]]:
         """Draw figure `jobs` (once per pool); returns what waits for them and gives the paths
         written, in order (re-raising what a drawing raised)."""
         if self.sent:

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import gc
 import sys
+from pathlib import Path
 
 import pytest
 
 from analysis import core, figures
 from analysis.figure_cache import FigureCache
 from analysis.figure_pool import FigurePool, quiet_gc
+from analysis.figures import FigureJob
 from tests.test_analysis_figure_cache import FIGS, runs, vendor
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork pools: Linux")
@@ -49,7 +51,9 @@ def test_pool_with_a_cache_draws_only_the_changed_figures_and_keeps_them(tmp_pat
 
 
 def test_a_figure_that_fails_in_the_pool_raises_its_error_here(tmp_path):
-    bad = ("roofline", "broken", "plots.roofline_combined", ("not a frame", {}, tmp_path / "x.png"))
+    bad = FigureJob(
+        "roofline", "broken", figures.roofline_combined, ("not a frame", {}), tmp_path / "x.png"
+    )
     with pytest.raises(Exception) as here:
         figures.render([bad], 1)
     pool = FigurePool.start(2)
@@ -68,7 +72,13 @@ def test_a_pool_given_nothing_or_left_waiting_stops_at_once():
     idle.close()
     assert idle.proc.exitcode is not None
     busy = FigurePool.start(2)
-    busy.submit_all([("roofline", "t", "plots.roofline_combined", ("x", {}, "/nonexistent/x.png"))])
+    busy.submit_all(
+        [
+            FigureJob(
+                "roofline", "t", figures.roofline_combined, ("x", {}), Path("/nonexistent/x.png")
+            )
+        ]
+    )
     busy.close()  # the analysis failed before waiting: no figure wanted
     assert busy.proc.exitcode is not None
 

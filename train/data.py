@@ -15,6 +15,8 @@ from typing import Callable
 import numpy as np
 
 from common.errors import BenchError, UsageError
+from common.schema import stable_hash
+from train.folder_links import check_links
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -38,8 +40,6 @@ def dataset_fields(data: str, image_size: int, num_classes: int, seed: int) -> d
     name, a 16-hex-digit digest, and where it comes from. Folders are `local` with their resolved
     path (the digest hashes the path, not the images); synthetic and fake data are `code`: made by
     this program from the image size, classes and seed, which the digest hashes."""
-    from common.schema import stable_hash
-
     if data in ("synthetic", "fake"):
         made = {"generator": data, "image_size": image_size, "num_classes": num_classes}
         return {
@@ -110,7 +110,6 @@ def check_data(data: str) -> int | None:
         raise UsageError(
             f"no class folders in {root}: expected {root}/<class>/<image>.jpg (ImageFolder layout)"
         )
-    from train.folder_links import check_links
 
     check_links(root)  # a link loop would hang ImageFolder's listing (train/folder_links.py)
     return len(classes)

@@ -19,6 +19,7 @@ from common import console, flags, schema
 from common.cli import ArgumentParser, cli_entry
 from common.errors import UsageError
 from profiling.breakdown.text import (
+    BreakdownResult,
     breakdown_json,
     description,
     layers_csv,
@@ -132,9 +133,9 @@ def _open(session, cfg, device, command: BreakdownCommand) -> None:
     session.flush()
 
 
-def _say(result: dict, session) -> None:
-    console.result(result["summary"])
-    console.result(view_text(result["table"], result["tree"]))
+def _say(result: BreakdownResult, session) -> None:
+    console.result(result.summary)
+    console.result(view_text(result.table, result.tree))
     where = f"kept offline in {session.spool_path}" if session.offline else f"run {session.run_id}"
     console.result(f"breakdown {where}: layers.csv, breakdown.json, trace.json.gz, figures")
 
@@ -194,7 +195,7 @@ def _distributed(cfg, device, command: BreakdownCommand) -> int:
     return 0
 
 
-def analyse(rec, cfg, command: BreakdownCommand, session, rank: str = "") -> dict:
+def analyse(rec, cfg, command: BreakdownCommand, session, rank: str = "") -> BreakdownResult:
     """Attribute, place on the roofline and describe a recording: everything the run logs."""
     from profiling.breakdown.attribute import attribute
     from profiling.breakdown.roof import device_ceilings
@@ -236,51 +237,48 @@ def analyse(rec, cfg, command: BreakdownCommand, session, rank: str = "") -> dic
         "breakdown_warmup_s": rec.warmup_s,
         "breakdown_record_s": rec.record_s,
     }
-    return {
-        "cfg": cfg,
-        "device_name": device_name,
-        "table": table,
-        "tree": tree,
-        "att": att,
-        "rec": rec,
-        "ceilings": ceilings,
-        "metrics": metrics,
-        "trace_gz": trace_gz,
-        "summary": summary_line(
-            cfg, device_name + (f" ({rank})" if rank else ""), table, tree, metrics
-        ),
-        "about": about,
-        "counts_check": problem,
-    }
+    summary = summary_line(cfg, device_name + (f" ({rank})" if rank else ""), table, tree, metrics)
+    return BreakdownResult(
+        cfg,
+        device_name,
+        rec,
+        att,
+        tree,
+        table,
+        ceilings,
+        metrics,
+        trace_gz,
+        summary,
+        about,
+        problem,
+    )
 
 
-def log_result(session, result: dict, tmp: Path) -> None:
+def log_result(session, result: BreakdownResult, tmp: Path) -> None:
     """Metrics, description and artifacts of the run (figures: a failure is one warning)."""
     from common.errors import one_line
     from profiling.breakdown import figures
 
-    session.log_metrics(result["metrics"])
-    session.set_tags(
-        {"breakdown_roof": result["ceilings"].source or f"none: {result['ceilings'].why}"}
-    )
+    c = result.ceilings
+    session.log_metrics(result.metrics)
+    session.set_tags({"breakdown_roof": c.source or f"none: {c.why}"})
     session.set_note(description(result))
-    session.log_text("layers.csv", layers_csv(result["table"]))
+    session.log_text("layers.csv", layers_csv(result.table))
     session.log_text("breakdown.json", breakdown_json(result))
     trace = tmp / "trace.json.gz"
-    trace.write_bytes(result["trace_gz"])
+    trace.write_bytes(result.trace_gz)
     session.log_file("trace.json.gz", trace)
-    rec = result["rec"]
-    what = "device kernels" if rec.time_source == "device" else "host time"
+    what = "device kernels" if result.rec.time_source == "device" else "host time"
     try:
         for name, image in (
             (
                 "layer_roofline.png",
-                figures.layer_roofline(result["table"], result["ceilings"], result["about"], what),
+                figures.layer_roofline(result.table, c, result.about, what),
             ),
             (
                 "step_parts.png",
                 figures.parts_bar(
-                    result["att"].parts_s, result["metrics"]["breakdown_step_s"], result["about"]
+                    result.att.parts_s, result.metrics["breakdown_step_s"], result.about
                 ),
             ),
         ):

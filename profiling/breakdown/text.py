@@ -5,10 +5,38 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 
 from common import fmt
 from profiling.breakdown import names
-from profiling.breakdown.table import COLUMNS
+from profiling.breakdown.attribute import Attribution
+from profiling.breakdown.record import Recording
+from profiling.breakdown.roof import Ceilings
+from profiling.breakdown.table import COLUMNS, ModuleTree
+from train.config import TrainConfig
+
+
+@dataclass(frozen=True)
+class BreakdownResult:
+    """A recording attributed, placed on the roofline and described: everything the run logs
+    (profiling/breakdown/cli.py: analyse makes it, log_result logs it)."""
+
+    cfg: TrainConfig
+    device_name: str
+    rec: Recording
+    att: Attribution
+    tree: ModuleTree
+    table: list[dict]
+    """one row per module and phase (table.COLUMNS)."""
+    ceilings: Ceilings
+    metrics: dict[str, float]
+    trace_gz: bytes
+    summary: str
+    """the summary line (summary_line)."""
+    about: str
+    """what the figures are titled: the config, the device (and the rank)."""
+    counts_check: str
+    """why the module rows do not add up to the step's counted work; empty when they do."""
 
 
 def summary_line(cfg, device_name, table, tree, metrics) -> str:
@@ -23,18 +51,17 @@ def summary_line(cfg, device_name, table, tree, metrics) -> str:
     )
 
 
-def description(result: dict) -> str:
+def description(result: BreakdownResult) -> str:
     """The run's description: the summary line, the parts, coverage, where the ceilings came from."""
-    m, c = result["metrics"], result["ceilings"]
+    m, c = result.metrics, result.ceilings
     parts = ", ".join(
         f"{p} {fmt.pct(m[f'breakdown_{p}_fraction'])}"
         for p in names.PARTS
         if m.get(f"breakdown_{p}_s", 0) > 0
     )
     roof = f"Ceilings: {c.dtype}, {c.source}." if c.known else f"Bound unknown: {c.why}."
-    rec = result["rec"]
     lines = [
-        result["summary"],
+        result.summary,
         "",
         f"Step parts: {parts} (they add up to {fmt.pct(m['breakdown_parts_sum_fraction'])} of "
         "breakdown_step_s).",
@@ -43,12 +70,12 @@ def description(result: dict) -> str:
         f"{fmt.si(m['breakdown_flops_per_step'], 'FLOP')} counted per step, "
         f"{fmt.si(m['breakdown_bytes_per_step'], 'B')} modeled.",
         roof,
-        f"Times: {'kernel time on the device' if rec.time_source == 'device' else 'host time'}; "
+        f"Times: {'kernel time on the device' if result.rec.time_source == 'device' else 'host time'}; "
         f"trace.json.gz holds {int(m['breakdown_trace_steps'])} of "
         f"{int(m['breakdown_recorded_steps'])} recorded steps.",
     ]
-    if result["counts_check"]:
-        lines.append(f"Warning: {result['counts_check']}.")
+    if result.counts_check:
+        lines.append(f"Warning: {result.counts_check}.")
     return "\n".join(lines)
 
 
@@ -58,20 +85,20 @@ def layers_csv(table: list[dict]) -> str:
     return pd.DataFrame(table, columns=list(COLUMNS)).to_csv(index=False)
 
 
-def breakdown_json(result: dict) -> str:
+def breakdown_json(result: BreakdownResult) -> str:
     """The run's record as JSON: config, device, ceilings, metrics, the default view, the top rows."""
     from profiling.breakdown.table import top_rows
 
-    cfg, c = result["cfg"], result["ceilings"]
-    view = [r for r in result["table"] if r["view"]]
+    cfg, c = result.cfg, result.ceilings
+    view = [r for r in result.table if r["view"]]
     body = {
         "config_label": cfg.config_label(),
         "config_key": cfg.config_key(),
-        "device_name": result["device_name"],
-        "time_source": result["rec"].time_source,
-        "step_wall_s": result["rec"].step_wall_s,
-        "step_window_s": result["att"].step_window_s,
-        "metrics": result["metrics"],
+        "device_name": result.device_name,
+        "time_source": result.rec.time_source,
+        "step_wall_s": result.rec.step_wall_s,
+        "step_window_s": result.att.step_window_s,
+        "metrics": result.metrics,
         "ceilings": {
             "dtype": c.dtype,
             "peak_flops_per_s": c.peak_flops_per_s,
@@ -81,10 +108,10 @@ def breakdown_json(result: dict) -> str:
         },
         "top": [
             {k: r[k] for k in ("module", "phase", "share", "bound", "intensity_flops_per_byte")}
-            for r in top_rows(result["table"], result["tree"])
+            for r in top_rows(result.table, result.tree)
         ],
         "view": view,
-        "counts_check": result["counts_check"] or "ok",
+        "counts_check": result.counts_check or "ok",
     }
     return json.dumps(_finite(body), indent=1)
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from common import console, flags, schema
 from common.cli import ArgumentParser, cli_entry
+from common.envinfo import environment_report, environment_tags
+from common.tracking import RunSession
 from train.complexity.config import ComplexityConfig
 from train.complexity.markdown import markdown, summary_line
 from train.complexity.measure import ComplexityResult, measure, preflight
@@ -94,8 +96,6 @@ def run(
         result = measure(cfg, device, progress)
         _write_out(out_dir, artifacts(result))
         return None, result
-    from common.envinfo import environment_report, environment_tags
-    from common.tracking import RunSession
 
     session = RunSession(
         "complexity",

@@ -120,7 +120,9 @@ def layer_rows(c) -> list[dict]:
 
 
 def rss_rows(result: ComplexityResult) -> list[dict]:
-    from train.complexity.footprint import predicted_step_growth_bytes
+    from train.complexity.footprint import (
+        predicted_step_growth_bytes,
+    )  # imports numpy: not on --help
 
     by_name = {c.model: c for c in result.models}
     rows = []
