@@ -75,7 +75,7 @@ def paired_overhead(cfg, pairs: int) -> dict[str, float]:
     lean = device.type == "cpu"  # what record() does for one process on the CPU
 
     def recorded() -> tuple[float, float]:
-        tracker = Tracker(prep.model, cfg.model, user_scope=lean).attach()
+        tracker = Tracker(prep.model, cfg.model, user_scope=lean, cpu_clock=lean).attach()
         prep.parts.mark = tracker.mark
         try:
             with profiler_for(device, lean):

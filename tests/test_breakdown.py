@@ -78,7 +78,7 @@ def _profiled_step(model, root: str, x, y, lean: bool = False):
     from profiling.breakdown.record import kineto_results, lean_profile
     from train.step import train_step
 
-    with Tracker(model, root, user_scope=lean) as tracker:
+    with Tracker(model, root, user_scope=lean, cpu_clock=lean) as tracker:
         parts = _step_parts(model, tracker)
         train_step(parts, x, y)
         counts = count_one(tracker, lambda: train_step(parts, x, y), x.shape[0])
@@ -88,9 +88,13 @@ def _profiled_step(model, root: str, x, y, lean: bool = False):
             with tracker.span(names.step_range(0)):
                 train_step(parts, x, y)
     events = from_kineto(kineto_results(prof))
-    if lean:  # no aten op was recorded: ranges and backward nodes alone
+    att = attribute(events, tracker.owner_of_seq)
+    if lean:  # no aten op was recorded: ranges and backward nodes alone, and the CPU clock
         assert events and not any(e.name.startswith("aten::") for e in events)
-    return attribute(events, tracker.owner_of_seq), counts
+        assert att.share_clock == "thread_cpu"
+        assert sum(att.cpu_self_s.values()) == pytest.approx(att.step_cpu_s[0])
+        assert 0 < att.step_cpu_s[0] <= att.step_window_s[0]
+    return att, counts
 
 
 def test_flops_per_module_and_phase_by_hand():
@@ -303,6 +307,42 @@ def test_host_attribution_by_hand():
         "exposed_comm": 0,
         "host_overhead": 1000 - 50 - 320 - 490 - 80,
     }
+
+
+def test_cpu_clock_is_linear_between_markers_and_never_faster_than_wall():
+    from profiling.breakdown.attribute import cpu_clock
+
+    # wall 0..100 us: CPU 0..100 (running); 100..300: CPU +50 (preempted 150 of 200);
+    # 300..310: CPU +20 (a read late by 10 us: capped at the stretch's 10 us of wall)
+    at = cpu_clock([(0, 1000), (100, 1100), (300, 1150), (310, 1170)])
+    assert at(0) == 0 and at(50) == 50 and at(100) == 100
+    assert at(200) == pytest.approx(125)  # half of the preempted stretch: half of its 50
+    assert at(300) == 150 and at(310) == 160  # capped
+    assert at(320) == 170 and at(-10) == -10  # slope 1 outside the markers
+    assert cpu_clock([(0, 5)]) is None
+
+
+def test_shares_by_the_cpu_clock_leave_out_preemption():
+    """one_step_events with CPU clock markers at 0, 200 and 1000 us: the thread was preempted for
+    100 us inside conv's forward (100-200: CPU advanced 100 us over the first 200 us of wall, half
+    of it in 100-200), and ran the rest."""
+    cpu = names.CPU_CLOCK
+    markers = [ev(cpu + "0", 0, 0), ev(cpu + "100000", 200, 200), ev(cpu + "900000", 1000, 1000)]
+    att = attribute(one_step_events() + markers, SEQ_OWNER.get, "host")
+    assert att.share_clock == "thread_cpu"
+    c = {k: round(v * 1e6, 6) for k, v in att.cpu_self_s.items()}
+    assert att.step_cpu_s == [pytest.approx(900e-6)]  # 100 of the first 200 us, then 800
+    assert c[("conv", "forward")] == 50  # 100 us of wall at half speed
+    assert c[("relu", "forward")] == 40 and c[("data", "data")] == 25  # 50 us at half speed
+    assert sum(c.values()) == pytest.approx(900)
+    tree = ModuleTree("net", ["net", "conv", "relu", "fc"], {"conv", "relu", "fc"})
+    table = rows(tree, att, {}, {}, 1e-3, Ceilings())
+    share = {(r["module"], r["phase"]): r["share"] for r in table}
+    assert share[("conv", "forward")] == pytest.approx(50 / 900)  # wall would say 100 / 1000
+    assert sum(r["share"] for r in table if r["kind"] != "module") == pytest.approx(1)
+    plain = rows(tree, attribute(one_step_events(), SEQ_OWNER.get), {}, {}, 1e-3, Ceilings())
+    assert {(r["module"], r["phase"]): r["share"] for r in plain}[("conv", "forward")] == 0.1
+    assert all(math.isnan(r["cpu_time_s"]) for r in plain)
 
 
 def test_backward_of_an_unknown_forward_thread_is_unattributed():

@@ -17,7 +17,9 @@ Time comes from one of two clocks (`time_source`):
 
 * "host" (CPU training): the main thread's timeline inside each `step: i` range, cut into
   exclusive pieces: an event's own time is its duration less its children's, charged to its
-  owner. The pieces of a step add up to the step's range exactly.
+  owner. The pieces of a step add up to the step's range exactly. Where the Tracker left
+  `cpu: <ns>` markers (one process on the CPU), the same pieces are also timed by the main
+  thread's CPU clock (`cpu_clock`), which a preempted thread does not advance: `cpu_self_s`.
 * "device" (CUDA training): each kernel, copy and memset is charged to the owner of the CPU op
   that launched it (correlation ids); the rest of the step's range, when the device ran nothing,
   is the row `device idle`.
@@ -71,6 +73,16 @@ class Attribution:
     """each recorded step's `step: i` range, seconds"""
     calls: dict[Key, float] = field(default_factory=dict)
     """(row, phase) -> ranges or nodes per step (module calls forward, autograd nodes backward)"""
+    cpu_self_s: dict[Key, float] = field(default_factory=dict)
+    """host, with CPU clock markers: (row, phase) -> its own time by the main thread's CPU clock
+    (`cpu_clock`); empty without markers"""
+    step_cpu_s: list[float] = field(default_factory=list)
+    """each recorded step's range by the main thread's CPU clock (empty without markers)"""
+
+    @property
+    def share_clock(self) -> str:
+        """The clock the rows' shares use: `thread_cpu` when the CPU clock was read, else `wall`."""
+        return "thread_cpu" if self.cpu_self_s and sum(self.step_cpu_s) > 0 else "wall"
 
 
 def is_comm(name: str) -> bool:
@@ -236,15 +248,15 @@ def attribute(
 
 
 def _count_calls(tree: _Tree, owner: list[Key], steps: set[int], out: Attribution, n: int) -> None:
-    calls: dict[Key, float] = defaultdict(float)
+    calls: dict[Key, int] = defaultdict(int)  # counted whole, divided once: 2.0, not 1.9999...
     for i, e in enumerate(tree.ev):
         p = tree.parent[i]
         counted = e.name.startswith(names.MODULE) or (
             is_node(e) and not (p >= 0 and is_node(tree.ev[p]))  # a node once, not its range too
         )
         if counted and _in_step(tree, i, steps) >= 0:
-            calls[owner[i]] += 1 / n
-    out.calls = dict(calls)
+            calls[owner[i]] += 1
+    out.calls = {k: c / n for k, c in calls.items()}
 
 
 def _host_times(tree: _Tree, owner: list[Key], steps: set[int], out: Attribution, n: int) -> None:
@@ -288,6 +300,54 @@ def _host_times(tree: _Tree, owner: list[Key], steps: set[int], out: Attribution
     parts_ns["host_overhead"] = total - sum(parts_ns.values())
     out.self_s = {k: v / n / 1e9 for k, v in self_ns.items()}
     out.parts_s = {p: parts_ns.get(p, 0) / n / 1e9 for p in names.PARTS}
+    _cpu_times(tree, owner, steps, out, n)
+
+
+def cpu_clock(points: list[tuple[int, int]]) -> Callable[[int], float] | None:
+    """The main thread's CPU clock at any wall instant, from markers (wall ns, CPU ns): linear
+    between two markers, each stretch's CPU time at most its wall time (the clock is read just
+    before its marker opens); slope 1 before the first and after the last. None with fewer than
+    two markers. Preemption between two markers is spread over that stretch evenly."""
+    pts = sorted(points)
+    if len(pts) < 2:
+        return None
+    walls = [w for w, _ in pts]
+    acc = [0.0]
+    for (w0, c0), (w1, c1) in zip(pts, pts[1:]):
+        acc.append(acc[-1] + min(max(0, c1 - c0), w1 - w0))
+
+    def at(t: int) -> float:
+        j = bisect.bisect_right(walls, t) - 1
+        if j < 0:
+            return t - walls[0]
+        if j >= len(walls) - 1:
+            return acc[-1] + (t - walls[-1])
+        w0, w1 = walls[j], walls[j + 1]
+        return acc[j] + (t - w0) * (acc[j + 1] - acc[j]) / (w1 - w0) if w1 > w0 else acc[j]
+
+    return at
+
+
+def _cpu_times(tree: _Tree, owner: list[Key], steps: set[int], out: Attribution, n: int) -> None:
+    """Every event's own stretches by the main thread's CPU clock (`cpu: <ns>` markers), charged
+    to its owner as `_host_times` charges wall time; nothing without markers."""
+    main = tree.ev[next(iter(steps))].thread
+    at = cpu_clock(
+        [
+            (e.start_ns, int(e.name[len(names.CPU_CLOCK) :]))
+            for e in tree.ev
+            if e.thread == main and e.name.startswith(names.CPU_CLOCK)
+        ]
+    )
+    if at is None:
+        return
+    cpu_ns: dict[Key, float] = defaultdict(float)
+    for i in tree.order:
+        if tree.ev[i].thread == main and _in_step(tree, i, steps) >= 0:
+            cpu_ns[owner[i]] += sum(at(b) - at(a) for a, b in tree.gaps(i))
+    out.cpu_self_s = {k: v / n / 1e9 for k, v in cpu_ns.items()}
+    ordered = sorted(steps, key=lambda i: tree.ev[i].start_ns)
+    out.step_cpu_s = [(at(tree.ev[i].end_ns) - at(tree.ev[i].start_ns)) / 1e9 for i in ordered]
 
 
 def _trailing(tree: _Tree, i: int) -> list[tuple[int, int]]:

@@ -26,11 +26,19 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import time
 from typing import Callable, Iterator
 
 from profiling.breakdown import names
 
 _FORWARD_BASE = names.LOSS  # work in the forward phase outside the model: the loss
+TICK_NS = 1_000_000  # the CPU clock's markers: at most about one per millisecond of wall time
+_wall_ns = time.perf_counter_ns
+_cpu_ns = time.thread_time_ns
+
+
+def _nothing() -> None:
+    pass
 
 
 class Tracker:
@@ -39,7 +47,8 @@ class Tracker:
     `root` names the model itself (the model's name, e.g. "resnet18"). `ranges`: open profiler
     ranges (False for a counting pass, which only needs the owners); `nvtx`: NVTX ranges too;
     `grad_markers`: the AccumulateGrad markers; `user_scope`: ranges a profiler that records
-    user scopes alone sees (`range_pair`).
+    user scopes alone sees (`range_pair`); `cpu_clock`: `cpu: <ns>` markers of the thread's CPU
+    clock (`tick`).
     """
 
     def __init__(
@@ -51,10 +60,13 @@ class Tracker:
         nvtx: bool = False,
         grad_markers: bool = True,
         user_scope: bool = False,
+        cpu_clock: bool = False,
     ) -> None:
         import torch
 
         self.model = model
+        self.cpu_clock = cpu_clock and ranges
+        self._last_tick_ns = 0
         self._open_range, self._close_range = range_pair(user_scope)
         self.root = root
         self.ranges = ranges
@@ -90,7 +102,7 @@ class Tracker:
                     owner = self.param_owner[id(param)]
                     self._handles.append(
                         param.register_post_accumulate_grad_hook(
-                            lambda _p, o=owner: self._marker(names.GRAD + o)
+                            lambda _p, o=owner: self._grad_marker(o)
                         )
                     )
         return self
@@ -103,11 +115,13 @@ class Tracker:
         label = names.module_range(name)
         stack, starts, owners, seq = self.stack, self._starts, self._owners, self._seq
         push, pop, note = self._push, self._pop, self._note
+        tick = self._tick if self.cpu_clock else _nothing
 
         def run_in_range(*args, **kwargs):
             stack.append(name)
             starts.append(seq())
             owners.append(name)
+            tick()
             handle = push(label)
             try:
                 return forward(*args, **kwargs)
@@ -115,8 +129,18 @@ class Tracker:
                 pop(handle)
                 stack.pop()
                 note()
+                tick()
 
         return run_in_range
+
+    def _tick(self, every_ns: int = TICK_NS) -> None:
+        """A `cpu: <ns>` marker (the thread's CPU clock, read here) when `every_ns` of wall time
+        have passed since the last one: reading the clock costs 2.7 us of thread CPU here (a
+        system call), so it is read about once a millisecond, not at every module call."""
+        now = _wall_ns()
+        if now - self._last_tick_ns >= every_ns:
+            self._last_tick_ns = now
+            self._marker(names.CPU_CLOCK + str(_cpu_ns()))
 
     def detach(self) -> None:
         for handle in self._handles:
@@ -149,6 +173,11 @@ class Tracker:
     def _marker(self, label: str) -> None:
         self._pop(self._push(label))
 
+    def _grad_marker(self, owner: str) -> None:
+        if self.cpu_clock:
+            self._tick()
+        self._marker(names.GRAD + owner)
+
     def _note(self) -> None:
         """The next sequence number now belongs to the innermost module (or the phase's base)."""
         owner = (
@@ -164,22 +193,31 @@ class Tracker:
         outer = self.phase
         self.phase = phase
         self._note()
+        self._edge()
         handle = self._push(names.phase_range(phase))
         try:
             yield
         finally:
             self._pop(handle)
+            self._edge()
             self.phase = outer
             self._note()
 
     @contextlib.contextmanager
     def span(self, label: str) -> Iterator[None]:
         """A range of the loop around the step (`step: i`, `phase: data`)."""
+        self._edge()
         handle = self._push(label)
         try:
             yield
         finally:
             self._pop(handle)
+            self._edge()
+
+    def _edge(self) -> None:
+        """The CPU clock at a phase's or step's edge, always (a few per step)."""
+        if self.cpu_clock:
+            self._tick(0)
 
     # ------------------------------------------------------------------ owners
     def owner_of_seq(self, seq: int) -> str | None:

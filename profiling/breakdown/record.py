@@ -70,7 +70,7 @@ def record(
     with runtime_errors(cfg, device):
         prep = prepare(cfg, device)
         lean = device.type == "cpu" and wrap is None
-        tracker = Tracker(prep.model, cfg.model, user_scope=lean).attach()
+        tracker = Tracker(prep.model, cfg.model, user_scope=lean, cpu_clock=lean).attach()
         say(f"counting FLOPs and bytes per module ({cfg.model} b{cfg.batch_size})")
         t0 = time.perf_counter()
         counts = count_rows(prep, tracker)

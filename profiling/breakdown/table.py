@@ -9,7 +9,8 @@ so do the `time_s` of the model and the rows that are not modules.
 
 Columns (docs/schema.md, `breakdown` runs):
 module, phase, kind (model | module | step), depth, leaf, view, calls, time_s, self_time_s,
-share, flops, bytes, intensity_flops_per_byte, achieved_flops_per_s, bound, roof_fraction,
+cpu_time_s (host with the CPU clock: time_s by the main thread's CPU clock), share (by the clock
+Attribution.share_clock names), flops, bytes, intensity_flops_per_byte, achieved_flops_per_s, bound, roof_fraction,
 bytes_source (modeled | measured), time_source (host | device | ncu).
 """
 
@@ -34,6 +35,7 @@ COLUMNS = (
     "calls",
     "time_s",
     "self_time_s",
+    "cpu_time_s",
     "share",
     "flops",
     "bytes",
@@ -78,6 +80,7 @@ class _Context:
 
     def row(self, module: str, phase: str, kind: str, depth: int, leaf: bool, keys: list[Key]):
         """The row of `module` in `phase`, summing the own rows `keys` (its subtree's)."""
+        cpu = self.att.cpu_self_s
         return _row(
             module,
             phase,
@@ -87,6 +90,7 @@ class _Context:
             calls=self.att.calls.get((module, phase), 0.0),
             time_s=sum(self.att.self_s.get(k, 0.0) for k in keys),
             self_time_s=self.att.self_s.get((module, phase), 0.0),
+            cpu_time_s=sum(cpu.get(k, 0.0) for k in keys) if cpu else math.nan,
             flops=sum(self.flops.get(k, 0.0) for k in keys),
             bytes_=sum(self.bytes.get(k, 0.0) for k in keys),
             ctx=self,
@@ -142,10 +146,21 @@ def _ancestors(path: str, tree: ModuleTree) -> list[str]:
     return [path, *(h for h in holders if h in known), tree.root]
 
 
-def _row(module, phase, *, kind, depth, leaf, calls, time_s, self_time_s, flops, bytes_, ctx):
+def _share(time_s: float, cpu_time_s: float, ctx: _Context) -> float:
+    """The row's share of the step by the clock the attribution names (Attribution.share_clock):
+    its CPU time over the steps' mean CPU time, or its wall time over breakdown_step_s."""
+    att = ctx.att
+    if att.share_clock == "thread_cpu":
+        return cpu_time_s / (sum(att.step_cpu_s) / len(att.step_cpu_s))
+    return time_s / ctx.step_s if ctx.step_s > 0 else math.nan
+
+
+def _row(
+    module, phase, *, kind, depth, leaf, calls, time_s, self_time_s, cpu_time_s, flops, bytes_, ctx
+):
     intensity = flops / bytes_ if bytes_ > 0 else math.nan
     achieved = flops / time_s if time_s > 0 else math.nan
-    step_s, ceilings = ctx.step_s, ctx.ceilings
+    ceilings = ctx.ceilings
     return {
         "module": module,
         "phase": phase,
@@ -156,7 +171,8 @@ def _row(module, phase, *, kind, depth, leaf, calls, time_s, self_time_s, flops,
         "calls": calls,
         "time_s": time_s,
         "self_time_s": self_time_s,
-        "share": time_s / step_s if step_s > 0 else math.nan,
+        "cpu_time_s": cpu_time_s,
+        "share": _share(time_s, cpu_time_s, ctx),
         "flops": flops,
         "bytes": bytes_,
         "intensity_flops_per_byte": intensity,
