@@ -60,3 +60,47 @@ def test_verdicts_need_the_aa_control_inside_its_goal():
     assert met["non-optimizer time in modules"] is True
     got = {what: got for what, got, _goal, _met in rows}
     assert got["overhead, thread CPU"] == "+4.0% (A/A control +1.0%)"
+
+
+def test_load_bench_median_shares_and_largest_shift():
+    from bench.breakdown_load import largest_shift, median_shares, summarise
+
+    runs = [
+        {("layer1", "forward"): 0.10, ("layer1", "backward"): 0.20},
+        {("layer1", "forward"): 0.14, ("layer1", "backward"): 0.22},
+        {("layer1", "forward"): 0.11},  # a row missing from a run counts 0
+    ]
+    med = median_shares(runs)
+    assert med[("layer1", "forward")] == pytest.approx(0.11)
+    assert med[("layer1", "backward")] == pytest.approx(0.20)
+    key, pts = largest_shift(med, {("layer1", "forward"): 0.12, ("layer1", "backward"): 0.23})
+    assert key == ("layer1", "backward") and pts == pytest.approx(3.0)
+    assert largest_shift({}, {}) == (None, 0.0)
+    alone = [
+        {"share": {("a", "forward"): 0.5}, "wall": {("a", "forward"): 0.5}},
+        {"share": {("a", "forward"): 0.51}, "wall": {("a", "forward"): 0.45}},
+    ]
+    beside = [
+        {"share": {("a", "forward"): 0.52}, "wall": {("a", "forward"): 0.40}},
+        {"share": {("a", "forward"): 0.52}, "wall": {("a", "forward"): 0.40}},
+    ]
+    out = {clock: pts for clock, _row, pts in summarise(alone, beside)}
+    assert out["share"] == pytest.approx(1.5)  # median alone 0.505 against 0.52
+    assert out["wall"] == pytest.approx(7.5)  # 0.475 against 0.40
+    assert out["share control"] == pytest.approx(1.0) and out["wall control"] == pytest.approx(5)
+
+
+def test_load_bench_top_shares_by_clock():
+    from bench.breakdown_load import top_shares
+    from profiling.breakdown.table import ModuleTree
+
+    tree = ModuleTree("net", ["net", "a", "b"], {"a", "b"})
+    table = [
+        {"module": "net", "phase": "forward", "kind": "model", "time_s": 0.6, "share": 0.5},
+        {"module": "a", "phase": "forward", "kind": "module", "time_s": 0.4, "share": 0.25},
+        {"module": "b", "phase": "forward", "kind": "module", "time_s": 0.2, "share": 0.25},
+        {"module": "optimizer", "phase": "optimizer", "kind": "step", "time_s": 0.2, "share": 0.5},
+    ]
+    assert top_shares(table, tree, "share") == {("a", "forward"): 0.25, ("b", "forward"): 0.25}
+    wall = top_shares(table, tree, "wall")  # of the step's 0.8 s
+    assert wall == {("a", "forward"): pytest.approx(0.5), ("b", "forward"): pytest.approx(0.25)}
