@@ -545,12 +545,13 @@ def test_ceilings_measured_over_vendor_for_the_runs_dtype(tracking):
 
 
 # ------------------------------------------------------------------------------ trace
-def test_trace_is_bounded_and_names_backward_modules():
+def test_trace_is_bounded_keeps_the_median_step_and_names_backward_modules():
     events = [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "python"}}]
+    durations = (900.0, 400.0, 500.0)  # median 500 us: step 2 (step 0, the first, is slowest)
     for i in range(3):
         t = 1000.0 * i
         events += [
-            {"ph": "X", "name": f"step: {i}", "ts": t, "dur": 900.0, "pid": 1, "tid": 1},
+            {"ph": "X", "name": f"step: {i}", "ts": t, "dur": durations[i], "pid": 1, "tid": 1},
             {
                 "ph": "X",
                 "name": names.EVALUATE + "ConvolutionBackward0",
@@ -566,10 +567,99 @@ def test_trace_is_bounded_and_names_backward_modules():
     data = json.loads(gzip.decompress(gz))
     assert facts["trace_steps"] == 1 and facts["recorded_steps"] == 3
     assert data["breakdown"]["trace_steps"] == 1 and data["traceName"] == "breakdown of test"
+    assert facts["kept"] == ["2"] and facts["kept_ms"] == [0.5] and facts["median_ms"] == 0.5
+    assert "recorded step 2 of 3 (0.5 ms" in data["breakdown"]["note"]
     kept = [e["name"] for e in data["traceEvents"] if e["ph"] == "X"]
-    assert kept == ["step: 0", names.EVALUATE + "ConvolutionBackward0"]
+    assert kept == ["step: 2", names.EVALUATE + "ConvolutionBackward0"]
     assert data["traceEvents"][-1]["args"]["module"] == "conv"
     assert facts["trace_bytes"] == len(gzip.decompress(gz))
+
+
+def test_typical_window_of_steps():
+    from profiling.breakdown.trace import typical_window
+
+    assert typical_window([3156.0, 480.0, 3464.0], 1) == (0, 3156.0)  # issue 33's three steps
+    assert typical_window([900.0, 400.0, 500.0, 520.0], 2) == (2, 510.0)  # 500 and 520
+    assert typical_window([5.0], 3) == (0, 5.0)
+
+
+def test_calls_per_step_are_whole_numbers_over_three_steps():
+    shift = 2000  # us: three copies of one step
+    events = [
+        Ev(
+            e.name,
+            e.start_ns + k * shift * US,
+            e.end_ns + k * shift * US,
+            seq=e.seq,
+            fwd_thread=e.fwd_thread,
+            corr=e.corr,
+        )
+        for k in range(3)
+        for e in one_step_events()
+    ]
+    att = attribute(events, SEQ_OWNER.get, "host")
+    assert att.steps == 3
+    assert att.calls[("fc", "backward")] == 2.0  # AddmmBackward0 + its AccumulateGrad
+    assert repr(att.calls[("fc", "backward")]) == "2.0"  # 6 / 3, not six thirds summed
+
+
+def _answer_table(optimizer_share: float) -> tuple[list[dict], ModuleTree]:
+    """A resnet-like table: two stages of leaves, and the optimizer row with `optimizer_share`."""
+    tree = ModuleTree(
+        "net",
+        ["net", "layer1", "layer1.conv", "layer1.bn", "layer2", "layer2.conv", "layer2.bn"],
+        {"layer1.conv", "layer1.bn", "layer2.conv", "layer2.bn"},
+    )
+
+    def row(module, phase, kind, leaf, share, ai, bound, frac=0.5):
+        return {
+            "module": module,
+            "phase": phase,
+            "kind": kind,
+            "leaf": leaf,
+            "share": share,
+            "time_s": share,
+            "intensity_flops_per_byte": ai,
+            "bound": bound,
+            "roof_fraction": frac,
+            "depth": 1,
+            "view": True,
+        }
+
+    table = [
+        row("layer1", "backward", "module", False, 0.30, 40.0, "compute-bound"),
+        row("layer2", "backward", "module", False, 0.25, 30.0, "compute-bound"),
+        row("layer1.conv", "backward", "module", True, 0.20, 40.0, "compute-bound", 0.1),
+        row("layer2.conv", "backward", "module", True, 0.25, 30.0, "compute-bound", 0.8),
+        row("layer1.bn", "backward", "module", True, 0.10, 0.0, "memory-bound"),
+        row("optimizer", "optimizer", "step", False, optimizer_share, 0.0, "memory-bound"),
+        row("unattributed", "other", "step", False, 0.5, math.nan, "n/a"),
+    ]
+    return table, tree
+
+
+def test_summary_names_the_largest_leaves_and_the_optimizer_first_then_stages():
+    from types import SimpleNamespace
+
+    from profiling.breakdown.text import summary_line, view_text
+
+    cfg = SimpleNamespace(config_label=lambda: "net/b4")
+    metrics = {"breakdown_recorded_steps": 3.0, "breakdown_step_s": 2.37}
+    table, tree = _answer_table(0.177)
+    line = summary_line(cfg, "cpu", table, tree, metrics)
+    assert line.startswith("net/b4 on cpu: 2370 ms/step (mean of 3 recorded); largest: ")
+    largest, stages = line.split("largest: ")[1].split(" Stage totals: ")
+    names_in_order = [part.split(" ")[0] for part in largest.split("; ")]
+    assert names_in_order == ["layer2.conv", "layer1.conv", "optimizer"]  # unattributed is not one
+    assert "optimizer 17.7%, memory-bound at 0 FLOP/B (a foreach or fused optimizer" in largest
+    assert "layer1.conv backward 20.0%, compute-bound at 40 FLOP/B (at 10.0% of its roof" in line
+    assert "layer2.conv backward 25.0%, compute-bound at 30 FLOP/B (near its compute roof" in line
+    assert stages == "layer1 backward 30.0%, layer2 backward 25.0%."
+    small, _ = _answer_table(0.05)  # not among the three largest: not named
+    assert "optimizer" not in summary_line(cfg, "cpu", small, tree, metrics)
+    printed = view_text(table, tree).splitlines()
+    assert printed[1].startswith("-- largest rows") and printed[2].startswith("layer2.conv ")
+    assert "fusing it with its neighbours" in next(p for p in printed if p.startswith("layer1.bn"))
 
 
 # ------------------------------------------------------------------------------ end to end
@@ -690,7 +780,15 @@ def test_resnet18_parts_trace_and_figures(resnet_runs):
     for png in ("layer_roofline.png", "step_parts.png"):
         assert (art / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     note = by_kind["breakdown"].data.tags[schema.TAG_NOTE]
-    assert note.startswith("resnet18/b2/fp32/32px on ") and "most time: " in note
+    assert note.startswith("resnet18/b2/fp32/32px on ") and "largest: " in note
+    assert "Stage totals: " in note and "ui.perfetto.dev" in note
+    kept = data["breakdown"]["kept"][0]
+    assert f"trace.json.gz holds recorded step {kept} of 2 (" in note
+    assert "shares by the main thread's CPU clock" in note  # one CPU process: the CPU clock
+    assert body["share_clock"] == "thread_cpu"
+    layers = pd.read_csv(art / "layers.csv")
+    assert (layers.calls == layers.calls.round()).all()  # whole numbers: 2.0, not 1.99999...
+    assert (layers.cpu_time_s <= layers.time_s * 1.001 + 1e-6).all()
 
 
 @pytest.mark.parametrize(

@@ -268,11 +268,57 @@ def top_rows(table: list[dict], tree: ModuleTree, n: int = 3) -> list[dict]:
     return sorted((r for r in table if r["module"] in top), key=lambda r: -r["time_s"])[:n]
 
 
+_NOT_ACTIONABLE = (names.UNATTRIBUTED, names.IDLE)
+_STEP_MOVES = {
+    names.OPTIMIZER: "a foreach or fused optimizer, or a larger batch: its cost does not grow "
+    "with the batch",
+    names.ZERO_GRAD: "set_to_none (torch's default) or fewer parameter tensors",
+    names.LOSS: "a fused loss; small unless the classes are many",
+    names.DATA: "more loader workers, pinned memory, data prepared ahead",
+    names.COMM: "larger gradient buckets, overlap with backward, a faster interconnect",
+}
+LOW_ROOF = 0.3  # under this fraction of its roof, a compute-bound row's kernel is the lever
+
+
+def answer_rows(table: list[dict], n: int = 3) -> list[dict]:
+    """The `n` rows a user acts on that take the most of the step: leaf modules (the operations
+    that run) and the step's own rows (optimizer, loss, data, communication), by share."""
+    mine = [
+        r
+        for r in table
+        if (r["kind"] == "module" and r["leaf"])
+        or (r["kind"] == "step" and r["module"] not in _NOT_ACTIONABLE)
+    ]
+    return sorted(mine, key=lambda r: -_num(r["share"]))[:n]
+
+
+def move_hint(r: dict) -> str:
+    """A few words on what would move this row's time, from what it is, its bound and intensity."""
+    if r["kind"] == "step":
+        return _STEP_MOVES.get(r["module"], "")
+    if r["bound"] == "unknown":
+        return "no ceilings to say: run `python -m profiling.peaks` on this machine"
+    ai = r["intensity_flops_per_byte"]
+    if not (isinstance(ai, float) and ai > 0):
+        return "elementwise work (no counted FLOPs): fusing it with its neighbours"
+    if r["bound"] == "memory-bound":
+        return "more reuse per byte: a larger batch, channels_last, fusion"
+    frac = r.get("roof_fraction", math.nan)
+    if isinstance(frac, float) and math.isfinite(frac) and frac < LOW_ROOF:
+        return f"at {fmt.pct(frac)} of its roof: a faster kernel (channels_last, bf16, another algorithm)"
+    return "near its compute roof: lower precision (bf16) or less work"
+
+
+def _num(x) -> float:
+    return x if isinstance(x, (int, float)) and math.isfinite(x) else 0.0
+
+
 def row_phrase(r: dict) -> str:
     """`layer4 backward 21.0%, compute-bound at 52 FLOP/B` (`..., 52 FLOP/B, bound unknown`)."""
     ai = r["intensity_flops_per_byte"]
     where = f"{fmt.num(ai)} FLOP/B" if math.isfinite(ai) else "no bytes counted"
-    head = f"{r['module']} {r['phase']} {fmt.pct(r['share'])}"
+    phase = "" if r["phase"] == r["module"] else f" {r['phase']}"  # `optimizer`, not twice
+    head = f"{r['module']}{phase} {fmt.pct(r['share'])}"
     if r["bound"] in ("unknown", "n/a"):
         return f"{head}, {where}, bound unknown"
     return f"{head}, {r['bound']} at {where}"
