@@ -15,11 +15,13 @@ cost lands in the step it measures (`lean_profile`; docs/breakdown.md, Measures)
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 from profiling.breakdown import names
 from profiling.breakdown.counts import RowCounts, count_rows
@@ -98,7 +100,7 @@ def record(
         counts=counts,
         tracker=tracker,
         time_source="device" if device.type == "cuda" else "host",
-        trace_json=_chrome_trace(prof),
+        trace_json=_chrome_trace(prof, quiet=device.type == "cpu"),
         warmup_s=warmup_s,
         count_s=count_s,
         record_s=record_s,
@@ -125,10 +127,39 @@ def _stepper(prep, tracker: Tracker, device) -> Callable[[int], float]:
 
 
 def _profiled(one_step: Callable[[int], float], steps: int, device, lean: bool = False):
-    """`steps` steps under the profiler (`profiler_for`): (their seconds, the profiler)."""
-    with profiler_for(device, lean) as prof:
+    """`steps` steps under the profiler (`profiler_for`): (their seconds, the profiler). On the
+    CPU, what kineto prints to the process's stderr while it starts and stops (`USDT: ...
+    profiler_start`, `ERROR: ... gpuGetDeviceCount failed with code 35`: no GPU, as expected)
+    is dropped; the steps themselves run with stderr as it is."""
+    prof = profiler_for(device, lean)
+    quiet = device.type == "cpu"
+    with native_stderr_muted(quiet):
+        prof.__enter__()
+    try:
         walls = [one_step(i) for i in range(steps)]
+    finally:
+        with native_stderr_muted(quiet):
+            prof.__exit__(None, None, None)
+            kineto_results(prof)  # parsed here, where kineto prints about the devices
     return walls, prof
+
+
+@contextlib.contextmanager
+def native_stderr_muted(on: bool = True) -> Iterator[None]:
+    """File descriptor 2 pointed at /dev/null inside the block (native code's prints; Python's
+    exceptions still propagate and print after it)."""
+    if not on:
+        yield
+        return
+    sys.stderr.flush()
+    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
 
 
 def profiler_for(device, lean: bool):
@@ -180,12 +211,13 @@ def kineto_results(prof):
     return inner.kineto_results if inner is not None else prof.kineto_results
 
 
-def _chrome_trace(prof) -> str:
+def _chrome_trace(prof, quiet: bool = False) -> str:
     """torch.profiler's Chrome trace as text (it only writes to a path)."""
     fd, path = tempfile.mkstemp(suffix=".json", prefix="breakdown-trace-")
     os.close(fd)
     try:
-        prof.export_chrome_trace(path)
+        with native_stderr_muted(quiet):
+            prof.export_chrome_trace(path)
         with open(path, encoding="utf-8") as f:
             return f.read()
     finally:

@@ -56,8 +56,8 @@ def summary_line(cfg, device_name, table, tree, metrics) -> str:
         f"{r['module']} {r['phase']} {fmt.pct(r['share'])}" for r in top_rows(table, tree)
     )
     return (
-        f"{cfg.config_label()} on {device_name}: {fmt.num(metrics['breakdown_step_s'] * 1e3)} "
-        f"ms/step (mean of {steps} recorded); largest: {largest}. Stage totals: {stages}."
+        f"{cfg.config_label()} on {device_name}: {fmt.duration(metrics['breakdown_step_s'])}"
+        f"/step (mean of {steps} recorded); largest: {largest}. Stage totals: {stages}."
     )
 
 
