@@ -153,7 +153,10 @@ def coverage(cfg, steps: int) -> dict[str, float]:
     table = rows(tree, att, rec.counts.flops, rec.counts.bytes, rec.step_mean_s, Ceilings())
     cov = shares(table, rec.step_mean_s)
     gz, facts = bound_trace(rec.trace_json, 1, rec.tracker.owner_of_seq)
-    optimizer = sum(r["share"] for r in table if r["module"] in (names.OPTIMIZER, names.ZERO_GRAD))
+    optimizer = (  # by the wall clock, as breakdown_module_fraction
+        sum(r["time_s"] for r in table if r["module"] in (names.OPTIMIZER, names.ZERO_GRAD))
+        / rec.step_mean_s
+    )
     return {
         "attributed": cov["breakdown_attributed_fraction"],
         "to_modules": cov["breakdown_module_fraction"] / (1 - optimizer),

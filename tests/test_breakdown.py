@@ -137,6 +137,44 @@ def test_accumulate_grad_and_backward_nodes_go_to_their_module_under_the_profile
     assert att.self_s[("optimizer", "optimizer")] > 0
 
 
+def test_one_ownership_rule():
+    """owners.backward_owner: an AccumulateGrad its parameter's module, a node the module that made
+    it (the greatest start at or below its number), anything else unattributed."""
+    from profiling.breakdown.owners import SeqOwners, backward_owner
+
+    seqs = SeqOwners([(10, "conv"), (12, "fc"), (14, None)])
+    assert [seqs(n) for n in (9, 10, 11, 12, 13, 14)] == [None, "conv", "conv", "fc", "fc", None]
+    assert backward_owner(seq=11, owner_of_seq=seqs) == "conv"
+    assert backward_owner(seq=14, owner_of_seq=seqs) == "unattributed"
+    assert backward_owner(accumulate_grad=True, param_owner="fc", seq=11) == "fc"
+    assert backward_owner(accumulate_grad=True) == "unattributed"
+    assert backward_owner() == "unattributed"
+
+
+def test_accumulate_grad_nvtx_ranges_name_each_parameters_module(monkeypatch):
+    """Under NVTX (profile mode for ncu) the Tracker wraps every AccumulateGrad in a `grad: <owner>`
+    range, the owner by the same rule as the host markers: conv's and dw's weights, fc's weight
+    and bias."""
+    from profiling.breakdown.hooks import Tracker
+
+    log: list[str] = []
+    monkeypatch.setattr(torch.cuda.nvtx, "range_push", lambda label: log.append(label))
+    monkeypatch.setattr(torch.cuda.nvtx, "range_pop", lambda: log.append("pop"))
+    model = Net()
+    with Tracker(model, "net", ranges=False, nvtx=True, grad_markers=False):
+        log.clear()
+        model(torch.randn(2, 2, 4, 4)).sum().backward()
+        model(torch.randn(2, 2, 4, 4)).sum().backward()  # the held nodes serve every step
+    grads = [(a, b) for a, b in zip(log, log[1:]) if a.startswith(names.GRAD)]
+    assert sorted(a for a, _ in grads) == sorted(
+        ["grad: conv", "grad: dw", "grad: fc"] * 2 + ["grad: fc"] * 2
+    )
+    assert all(b == "pop" for _, b in grads)  # nothing of another owner opens inside
+    log.clear()
+    model(torch.randn(2, 2, 4, 4)).sum().backward()  # detached: no range
+    assert log == []
+
+
 def _flop_counter_totals(fn) -> dict[str, float]:
     """FlopCounterMode.get_flop_counts() of `fn()` (the project's registry), per module path
     ('ResNet.layer1.0.conv1' -> 'layer1.0.conv1'), summed over the ops."""

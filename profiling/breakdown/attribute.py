@@ -1,7 +1,7 @@
 """Profiler events -> time per (module, phase) row and the step's parts. Pure: no torch needed.
 
 Every host event gets an owner, the innermost of its own range and its ancestors' on its thread
-that names one:
+that names one (backward work by the one rule, profiling.breakdown.owners):
 
 * `module: <path>` -> that module, phase forward;
 * a backward node (`autograd::engine::evaluate_function: <Node>`, or `<Node>` itself when the
@@ -43,6 +43,7 @@ from typing import Callable, Iterable
 from profiling.breakdown import names
 from profiling.breakdown.events import CPU, MEMCPY, Ev
 from profiling.breakdown.hooks import phase_owner
+from profiling.breakdown.owners import backward_owner
 
 Key = tuple[str, str]  # (row, phase)
 # collectives and DDP's gradient-bucket machinery (`torch.distributed.ddp.reducer::...`)
@@ -181,12 +182,14 @@ def _own(e: Ev, i: int, acc_owner, owner_of_seq, main_thread) -> Key | None:
     name = e.name
     if name.startswith(names.MODULE):
         return name[len(names.MODULE) :], "forward"
-    if is_node(e):
-        if names.ACCUMULATE_GRAD in name:
-            return acc_owner.get(i, names.UNATTRIBUTED), "backward"
-        if e.seq >= 0 and e.fwd_thread in (0, main_thread):
-            return owner_of_seq(e.seq) or names.UNATTRIBUTED, "backward"
-        return names.UNATTRIBUTED, "backward"
+    if is_node(e):  # a node made on another thread than the step's has no known owner
+        known = e.fwd_thread in (0, main_thread)
+        return backward_owner(
+            seq=e.seq if known else -1,
+            accumulate_grad=names.ACCUMULATE_GRAD in name,
+            param_owner=acc_owner.get(i),
+            owner_of_seq=owner_of_seq,
+        ), "backward"
     if name.startswith(names.PHASE):
         return phase_owner(name[len(names.PHASE) :])
     if name.startswith(names.ZERO_GRAD_PREFIX):

@@ -7,7 +7,8 @@ parameter a post-accumulate-grad hook that drops a `grad: <owner>` marker inside
 AccumulateGrad that just ran. `tracker.mark` is the step's
 `StepParts.mark`: it opens `phase: <name>` ranges around the phases of the one `train_step`.
 
-Backward work is tied to modules by autograd's sequence numbers: every autograd node created in
+Backward work is tied to modules by the one rule of profiling.breakdown.owners, through
+autograd's sequence numbers: every autograd node created in
 forward takes the thread's next sequence number, and its backward (the profiler's
 `autograd::engine::evaluate_function: <Node>` range, or `torch._C._current_autograd_node()` while it
 runs) carries it. At every module entry and exit and every mark the tracker notes the next sequence number and the
@@ -24,12 +25,12 @@ the hooks.
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import time
 from typing import Callable, Iterator
 
 from profiling.breakdown import names
+from profiling.breakdown.owners import SeqOwners, backward_owner
 
 _FORWARD_BASE = names.LOSS  # work in the forward phase outside the model: the loss
 TICK_NS = 1_000_000  # the CPU clock's markers: at most about one per millisecond of wall time
@@ -75,9 +76,10 @@ class Tracker:
         self.stack: list[str] = []
         self.phase: str | None = None
         self._seq: Callable[[], int] = torch._C._autograd._get_sequence_nr
-        self._starts: list[int] = []
-        self._owners: list[str | None] = []
+        self.seq_owners = SeqOwners()
+        """sequence number -> the module that made the node (owners.SeqOwners)"""
         self._handles: list = []
+        self._nodes: list = []  # AccumulateGrad nodes held while their NVTX hooks are on
         self.paths: dict[str, object] = {}
         """module path (the model itself: `root`) -> module"""
         self.leaves: set[str] = set()
@@ -96,6 +98,8 @@ class Tracker:
     def attach(self) -> "Tracker":
         for name, module in self.paths.items():
             self._handles.append(_Unwrap(module, self._wrapped(name, module.forward)))
+        if self.nvtx:
+            self._grad_ranges()
         if self.grad_markers:
             for param in self.model.parameters():
                 if param.requires_grad:
@@ -107,13 +111,31 @@ class Tracker:
                     )
         return self
 
+    def _grad_ranges(self) -> None:
+        """NVTX only: a `grad: <owner>` range around every parameter's AccumulateGrad node, so
+        that its kernels (which a profiler marker dropped after it cannot hold) are its module's
+        (ncu.kernel_owner). The nodes are held: autograd makes a new one when none is."""
+        import torch
+
+        for param in self.model.parameters():
+            if not param.requires_grad:
+                continue
+            node = param.view_as(param).grad_fn.next_functions[0][0]
+            label = names.GRAD + self.param_owner[id(param)]
+            self._nodes.append(node)
+            self._handles.append(
+                node.register_prehook(lambda _g, lb=label: torch.cuda.nvtx.range_push(lb))
+            )
+            self._handles.append(node.register_hook(lambda _i, _o: torch.cuda.nvtx.range_pop()))
+
     def _wrapped(self, name: str, forward: Callable) -> Callable:
         """`forward` inside the module's range: the module innermost while it runs (an instance
         attribute, which nn.Module's call runs as it would the class's forward; forward hooks
         would add torch's hook dispatch, about 1.2 us of thread CPU per call here:
         docs/breakdown.md, Measures)."""
         label = names.module_range(name)
-        stack, starts, owners, seq = self.stack, self._starts, self._owners, self._seq
+        stack, starts, owners = self.stack, self.seq_owners.starts, self.seq_owners.owners
+        seq = self._seq
         push, pop, note = self._push, self._pop, self._note
         tick = self._tick if self.cpu_clock else _nothing
 
@@ -146,6 +168,7 @@ class Tracker:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+        self._nodes.clear()
 
     def __enter__(self) -> "Tracker":
         return self.attach()
@@ -183,8 +206,7 @@ class Tracker:
         owner = (
             self.stack[-1] if self.stack else (_FORWARD_BASE if self.phase == "forward" else None)
         )
-        self._starts.append(self._seq())
-        self._owners.append(owner)
+        self.seq_owners.note(self._seq(), owner)
 
     @contextlib.contextmanager
     def mark(self, phase: str) -> Iterator[None]:
@@ -223,29 +245,30 @@ class Tracker:
     def owner_of_seq(self, seq: int) -> str | None:
         """The module (or `loss`) that was innermost when the autograd node numbered `seq` was
         made on the thread that ran forward; None when it was made outside the model and loss."""
-        i = bisect.bisect_right(self._starts, seq) - 1
-        return self._owners[i] if i >= 0 else None
+        return self.seq_owners(seq)
 
     def current(self) -> tuple[str, str]:
         """(owner, phase) of the op running now, for a counting pass (profiling.breakdown.counts):
-        inside backward, the running autograd node's module (AccumulateGrad: its parameter's);
-        else the innermost module (forward), the loss, the optimizer or the step's glue."""
+        inside backward, the running autograd node's owner (owners.backward_owner); else the
+        innermost module (forward), the loss, the optimizer or the step's glue."""
         import torch
 
         node = torch._C._current_autograd_node()
         if node is not None:
-            var = getattr(node, "variable", None)
-            if var is not None:
-                return self.param_owner.get(id(var), names.UNATTRIBUTED), "backward"
-            return self.owner_of_seq(node._sequence_nr()) or names.UNATTRIBUTED, "backward"
+            var = getattr(node, "variable", None)  # an AccumulateGrad's parameter
+            return backward_owner(
+                seq=-1 if var is not None else node._sequence_nr(),
+                accumulate_grad=var is not None,
+                param_owner=self.param_owner.get(id(var)) if var is not None else None,
+                owner_of_seq=self.seq_owners,
+            ), "backward"
         if self.stack:
             return self.stack[-1], "forward"
         return phase_owner(self.phase)
 
     def clear(self) -> None:
         """Forget the sequence-number map (between steps; numbers keep growing)."""
-        self._starts.clear()
-        self._owners.clear()
+        self.seq_owners.clear()
 
 
 def range_pair(user_scope: bool = False) -> tuple[Callable[[str], object], Callable]:
