@@ -552,8 +552,14 @@ def test_layer_roofline_draws_each_leaf_row_where_it_is_with_its_area_its_time(m
     assert labels == [("1", (20.0, 2e9)), ("2", (40.0, 2e9)), ("3", (1.0, 1e8))]
     notes = " ".join(t.get_text() for t in figs[0].texts)
     assert "bn fwd 30.0%" in notes and "1  conv bwd 40.0%" in notes
-    (roof,) = ax.lines  # the fp32 roof: DRAM slope up to the ridge (10 FLOP/B), then flat
-    assert list(roof.get_xdata())[1] == 10 and list(roof.get_ydata())[1:] == [1e10, 1e10]
+    # the roofline package's drawer (roofline.plot.draw_ceilings): the DRAM slope up to the
+    # fp32 roof at the ridge (10 FLOP/B), the roof from there, the ridge dotted
+    lines = {line.get_gid(): line for line in ax.lines}
+    assert set(lines) == {"bytes:dram", "flops:fp32", "ridge:fp32"}
+    slope, roof = lines["bytes:dram"], lines["flops:fp32"]
+    assert list(slope.get_xdata())[1] == pytest.approx(10) and list(slope.get_ydata())[1] == 1e10
+    assert list(roof.get_xdata())[0] == 10 and list(roof.get_ydata()) == [1e10, 1e10]
+    assert roof.get_linestyle() == "--"  # a vendor ceiling: dashed, as in the analysis's figures
 
 
 def test_times_in_s_or_ms_by_magnitude(monkeypatch):

@@ -200,20 +200,26 @@ def _not_drawn(fig, flat: list[dict]) -> None:
 
 
 def _draw_ceilings(ax, c: Ceilings, x_lo: float, x_hi: float) -> None:
-    dtypes = [c.dtype] + [d for d in ("fp32",) if d != c.dtype and _ok(c.flops_per_s.get(d))]
-    for d in dtypes:
-        peak = c.flops_per_s.get(d, c.peak_flops_per_s if d == c.dtype else math.nan)
-        if not _ok(peak):
-            continue
-        ridge = peak / c.dram_bytes_per_s
-        ax.plot(
-            [x_lo, ridge, x_hi],
-            [x_lo * c.dram_bytes_per_s, peak, peak],
-            color="k" if d == c.dtype else "0.5",
-            linestyle="-" if d == c.dtype else "--",
-            linewidth=1.2,
-            label=f"{d} roof {fmt.si(peak, 'FLOP/s')}, DRAM {fmt.si(c.dram_bytes_per_s, 'B/s')}",
+    """The run dtype's ceiling and fp32's (where it differs), the DRAM slope and the ridge, by
+    the roofline package's drawer (roofline.plot.draw_ceilings: solid measured, dashed vendor),
+    and one legend entry naming them."""
+    from matplotlib.lines import Line2D
+
+    from roofline.plot import draw_ceilings
+
+    roof = c.as_roof()
+    dtypes = {c.dtype} | ({"fp32"} if _ok(roof.peak("fp32")) else set())
+    draw_ceilings(ax, roof, (x_lo, x_hi), dtypes, c.dtype)
+    peaks = ", ".join(f"{d} {fmt.si(roof.peak(d), 'FLOP/s')}" for d in sorted(dtypes))
+    handle = Line2D([], [], color="k", lw=1.2)
+    ax.add_artist(
+        ax.legend(
+            [handle],
+            [f"roof: {peaks}; DRAM {fmt.si(c.dram_bytes_per_s, 'B/s')}"],
+            fontsize=7,
+            loc="upper left",
         )
+    )
 
 
 def parts_bar(parts_s: dict[str, float], step_s: float, title: str) -> bytes:
