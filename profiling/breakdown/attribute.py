@@ -282,6 +282,11 @@ def _host_times(tree: _Tree, owner: list[Key], steps: set[int], out: Attribution
             own -= waited
             self_ns[(names.COMM, key[1])] += waited
             comm_by_part[_part_of(tree, i)] += waited
+        if name == _BACKWARD:  # the engine's work after a node is the node's
+            for k, a, b in _gap_owners(tree, i, owner):
+                if k != key:
+                    self_ns[k] += b - a
+                    own -= b - a
         self_ns[key] += own
         if name.startswith(names.PHASE):
             phase = name[len(names.PHASE) :]
@@ -347,10 +352,33 @@ def _cpu_times(tree: _Tree, owner: list[Key], steps: set[int], out: Attribution,
     cpu_ns: dict[Key, float] = defaultdict(float)
     for i in tree.order:
         if tree.ev[i].thread == main and _in_step(tree, i, steps) >= 0:
-            cpu_ns[owner[i]] += sum(at(b) - at(a) for a, b in tree.gaps(i))
+            for k, a, b in _gap_owners(tree, i, owner):
+                cpu_ns[k] += at(b) - at(a)
     out.cpu_self_s = {k: v / n / 1e9 for k, v in cpu_ns.items()}
     ordered = sorted(steps, key=lambda i: tree.ev[i].start_ns)
     out.step_cpu_s = [(at(tree.ev[i].end_ns) - at(tree.ev[i].start_ns)) / 1e9 for i in ordered]
+
+
+_BACKWARD = names.phase_range("backward")
+
+
+def _gap_owners(tree: _Tree, i: int, owner: list[Key]) -> list[tuple[Key, int, int]]:
+    """Event i's own stretches, each with its owner: i's, except inside `phase: backward`, where
+    a stretch right after a backward node (before the phase's last one) is that node's owner's:
+    the engine validating the node's outputs and adding them into the next nodes' inputs, work
+    its `evaluate_function` range holds when the profiler records it (and a profiler recording
+    backward nodes alone does not)."""
+    gaps = tree.gaps(i)
+    if tree.ev[i].name != _BACKWARD:
+        return [(owner[i], a, b) for a, b in gaps]
+    ends = {tree.ev[c].end_ns: c for c in tree.children[i]}
+    out = []
+    for n, (a, b) in enumerate(gaps):
+        c = ends.get(a)
+        last = n == len(gaps) - 1 and b == tree.ev[i].end_ns
+        mine = c is not None and not last and is_node(tree.ev[c])
+        out.append((owner[c] if mine else owner[i], a, b))
+    return out
 
 
 def _trailing(tree: _Tree, i: int) -> list[tuple[int, int]]:
