@@ -1,9 +1,11 @@
 """The breakdown's measures (issue 20), side by side in one run, each next to its goal.
 
-* overhead: plain training steps against breakdown steps (module hooks attached, torch.profiler
-  recording with shapes), in one process, in pairs (A B, B A, ...), each step timed by the main
-  thread's CPU time (time.thread_time) and by wall time; the median over pairs of B/A, and an A/A
-  control (plain vs plain, same schedule) that shows the noise floor of the comparison. Separate
+* overhead: plain training steps against breakdown steps (the Tracker's module ranges and the
+  profiler the command uses: on the CPU the lean one), in one process, in pairs (A B, B A, ...),
+  each step timed by the main thread's CPU time (time.thread_time) and by wall time; the median
+  over pairs of B/A, and an A/A control (plain vs plain, same schedule) that shows the noise
+  floor of the comparison. B is the second step of a profiler session (as a recording's later
+  steps); the session's first step, whose profiler buffers are new, is shown beside it. Separate
   processes on a shared machine swing +-40 %: only paired steps in one process say anything.
 * coverage: one breakdown of the config (the command's own code: record, attribute, rows): the
   share of breakdown_step_s that the named rows hold (all but `unattributed`), the share the
@@ -20,6 +22,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import subprocess
@@ -74,13 +77,17 @@ def paired_overhead(cfg, pairs: int) -> dict[str, float]:
 
     lean = device.type == "cpu"  # what record() does for one process on the CPU
 
-    def recorded() -> tuple[float, float]:
+    def recorded() -> list[tuple[float, float]]:
+        """Two recorded steps in one profiler session: the first (cold: the session's buffers
+        are new) and the second (warm: as the later steps of a recording)."""
         tracker = Tracker(prep.model, cfg.model, user_scope=lean, cpu_clock=lean).attach()
         prep.parts.mark = tracker.mark
+        out = []
         try:
             with profiler_for(device, lean):
-                with tracker.span(names.step_range(0)):
-                    out = timed(lambda: train_step(prep.parts, *batch))
+                for i in range(2):
+                    with tracker.span(names.step_range(i)):
+                        out.append(timed(lambda: train_step(prep.parts, *batch)))
         finally:
             tracker.detach()
             prep.parts.mark = no_marks
@@ -94,7 +101,9 @@ def paired_overhead(cfg, pairs: int) -> dict[str, float]:
         else:
             b, a = recorded(), plain()
         samples.append((a, b, plain(), plain()))
-    return pair_ratios(samples)
+    warm = pair_ratios([(a, b[1], x, y) for a, b, x, y in samples])
+    cold = pair_ratios([(a, b[0], x, y) for a, b, x, y in samples])
+    return {**warm, "cpu_ratio_cold": cold["cpu_ratio"], "wall_ratio_cold": cold["wall_ratio"]}
 
 
 def pair_ratios(samples) -> dict[str, float]:
@@ -219,6 +228,13 @@ def verdicts(o: dict[str, float], c: dict[str, float], overhead_max: float) -> l
             "overhead, wall",
             f"{o['wall_ratio'] - 1:+.1%} (A/A control {o['wall_aa'] - 1:+.1%})",
             "(for reference)",
+            None,
+        ),
+        (
+            "  a session's first step",
+            f"{o.get('cpu_ratio_cold', math.nan) - 1:+.1%} thread CPU, "
+            f"{o.get('wall_ratio_cold', math.nan) - 1:+.1%} wall",
+            "(for reference: the lines above are its second step)",
             None,
         ),
         (
