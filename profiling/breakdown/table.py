@@ -262,10 +262,10 @@ def coverage(table: list[dict], step_s: float) -> dict[str, float]:
 
 
 def top_rows(table: list[dict], tree: ModuleTree, n: int = 3) -> list[dict]:
-    """The `n` rows of the default view's top level (its leaf additions left out) that take the
-    most time."""
+    """The `n` rows of the default view's top level (its leaf additions left out) with the
+    largest shares."""
     top = set(view_top(table, tree))
-    return sorted((r for r in table if r["module"] in top), key=lambda r: -r["time_s"])[:n]
+    return sorted((r for r in table if r["module"] in top), key=lambda r: -_num(r["share"]))[:n]
 
 
 _NOT_ACTIONABLE = (names.UNATTRIBUTED, names.IDLE)
@@ -296,11 +296,11 @@ def move_hint(r: dict) -> str:
     """A few words on what would move this row's time, from what it is, its bound and intensity."""
     if r["kind"] == "step":
         return _STEP_MOVES.get(r["module"], "")
-    if r["bound"] == "unknown":
-        return "no ceilings to say: run `python -m profiling.peaks` on this machine"
     ai = r["intensity_flops_per_byte"]
     if not (isinstance(ai, float) and ai > 0):
         return "elementwise work (no counted FLOPs): fusing it with its neighbours"
+    if r["bound"] == "unknown":
+        return "bound unknown without ceilings: `python -m profiling.peaks` measures them"
     if r["bound"] == "memory-bound":
         return "more reuse per byte: a larger batch, channels_last, fusion"
     frac = r.get("roof_fraction", math.nan)

@@ -182,6 +182,7 @@ def view_text(table: list[dict], tree) -> str:
         ),
     )
     lines = [f"{'module':<30} {'phase':<9} {'share':>7} {'ms':>9} {'FLOP/B':>8}  bound"]
+    said: set[str] = set()  # a hint said once; the rows after it that share it say so
     for title, chosen, hints in sections:
         lines.append(f"-- {title}")
         for r in chosen:
@@ -192,9 +193,14 @@ def view_text(table: list[dict], tree) -> str:
                 f"{r['bound']}"
             )
             hint = move_hint(r) if hints else ""
+            if hint and hint in said:
+                hint = "as above"
+            said.add(hint)
             lines.append(f"{line}: {hint}" if hint else line)
     return "\n".join(lines)
 
 
 def _by_time(rows) -> list[dict]:
-    return sorted((r for r in rows if r["time_s"] > 0), key=lambda r: -r["time_s"])
+    """Rows with time, largest share first (the share is what the table shows)."""
+    share = lambda r: r["share"] if math.isfinite(r["share"]) else 0.0  # noqa: E731
+    return sorted((r for r in rows if r["time_s"] > 0), key=lambda r: -share(r))
