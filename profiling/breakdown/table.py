@@ -300,7 +300,7 @@ def move_hint(r: dict) -> str:
     if not (isinstance(ai, float) and ai > 0):
         return "elementwise work (no counted FLOPs): fusing it with its neighbours"
     if r["bound"] == "unknown":
-        return "bound unknown without ceilings: `python -m profiling.peaks` measures them"
+        return "`python -m profiling.peaks` measures the ceilings that say"
     if r["bound"] == "memory-bound":
         return "more reuse per byte: a larger batch, channels_last, fusion"
     frac = r.get("roof_fraction", math.nan)

@@ -48,10 +48,12 @@ def summary_line(cfg, device_name, table, tree, metrics) -> str:
     from profiling.breakdown.table import answer_rows, move_hint, row_phrase, top_rows
 
     steps = int(metrics["breakdown_recorded_steps"])
-    largest = "; ".join(
-        f"{row_phrase(r)}" + (f" ({hint})" if (hint := move_hint(r)) else "")
-        for r in answer_rows(table)
-    )
+    phrases, said = [], set()
+    for r in answer_rows(table):
+        hint = move_hint(r)
+        phrases.append(row_phrase(r) + (f" ({hint})" if hint and hint not in said else ""))
+        said.add(hint)  # a hint said once
+    largest = "; ".join(phrases)
     stages = ", ".join(
         f"{r['module']} {r['phase']} {fmt.pct(r['share'])}" for r in top_rows(table, tree)
     )
