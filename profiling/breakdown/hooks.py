@@ -120,7 +120,12 @@ class Tracker:
         for param in self.model.parameters():
             if not param.requires_grad:
                 continue
-            node = param.view_as(param).grad_fn.next_functions[0][0]
+            try:
+                node = param.view_as(param).grad_fn.next_functions[0][0]
+            except (AttributeError, IndexError, RuntimeError):  # no accumulator to reach: its
+                continue  # kernels stay unattributed backward, as before the ranges
+            if node is None:
+                continue
             label = names.GRAD + self.param_owner[id(param)]
             self._nodes.append(node)
             self._handles.append(
