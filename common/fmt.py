@@ -34,6 +34,16 @@ def num(value: float | None, digits: int = 3) -> str:
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
+def duration(seconds: float | None) -> str:
+    """A time in s or ms chosen by its magnitude, never in exponent notation: 2.37 -> '2.37 s',
+    0.412 -> '412 ms', 0.00005 -> '0.05 ms'."""
+    if seconds is None or not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
+        return ""
+    if abs(seconds) >= 1:
+        return f"{num(seconds)} s"
+    return f"{num(seconds * 1e3)} ms"
+
+
 def pct(value: float | None) -> str:
     if value is None or not isinstance(value, (int, float)) or not math.isfinite(value):
         return ""

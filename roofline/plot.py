@@ -87,6 +87,15 @@ def _draw_roof(
         _draw_ceiling(ax, roof, peak, kind, dts, x_span, ridge_here, ridge_lines, pen)
 
 
+def draw_ceilings(
+    ax, roof: Roof, x_span: tuple[float, float], dtypes: set[str], ridge_dtype: str
+) -> None:
+    """The ceilings of `roof` for `dtypes` and its DRAM slope (and the others' it has), unlabelled,
+    each styled by its source, the ridge of `ridge_dtype` dotted: the drawer the analysis's
+    rooflines use, for a figure that labels its lines in its own legend (the breakdown's)."""
+    _draw_roof(ax, roof, x_span, dtypes, {ridge_dtype}, _Pen(color=None, tag="", labels=None))
+
+
 def _draw_slopes(ax, roof: Roof, x_span: tuple[float, float], top: float | None, pen: _Pen):
     """One bandwidth slope per memory level, from the left edge up to the highest ceiling drawn."""
     x_lo, x_hi = x_span

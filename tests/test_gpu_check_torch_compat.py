@@ -125,7 +125,7 @@ def _without_sequence_numbers(monkeypatch) -> None:
 def test_without_sequence_numbers_backward_work_is_unattributed_not_lost(monkeypatch):
     """Counting pass: forward rows as before; every backward FLOP in (unattributed, backward);
     the total unchanged. No sequence number has an owner."""
-    from profiling.breakdown.counts import count_one
+    from tests.test_breakdown import count_one
     from profiling.breakdown.hooks import Tracker
     from train.step import StepParts, train_step
 

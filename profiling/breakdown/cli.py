@@ -247,6 +247,7 @@ def analyse(rec, cfg, command: BreakdownCommand, session, rank: str = "") -> Bre
         summary,
         about,
         problem,
+        trace_facts,
     )
 
 
