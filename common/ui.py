@@ -1,16 +1,19 @@
-"""What a person's browser shows first: the mark that makes MLflow's UI open an experiment on its
-runs table, the saved view the printed link opens, the link itself, and `run_name`, which names
-every run of the project.
+"""What a person's browser shows first: the links the commands print (the model-training view, the
+saved view of the train runs), the experiment marks behind them, and `run_name`, which names every
+run of the project.
 
 MLflow 3.17's UI (read from its JavaScript bundle; docs/ui.md):
-- the experiment tag `mlflow.experimentKind` chooses the experiment's first page: without it (or
-  with `genai_development`) a fresh browser opens the GenAI Overview; `custom_model_development`
-  opens the runs table in the "Model training" view.
+- `workflowType=machine_learning` in the URL shows the "Model training" side bar and pages; without
+  it the browser's last choice, and in a fresh browser GenAI (an experiment's own page then opens
+  its GenAI Overview). Every link the project prints carries it.
+- the experiment tag `mlflow.experimentKind` (`custom_model_development`) is the experiment's kind
+  as the UI's kind selector shows and sets it; the open-source 3.17.2 build derives the kind it acts
+  on from workflowType instead (its `Z0()` flag is hard-wired on), so the tag alone does not change
+  what a fresh browser opens there. The project writes it all the same (issue 31).
 - the runs page reads `viewStateShareKey=<key>` from its URL and takes the view kept in the
   experiment tag `mlflow.sharedViewState.<key>` (JSON): the search facets (filter, sort) and the
   table's state (visible columns, their order and widths, Group by). A URL alone carries only the
   filter and the sort; the columns otherwise live in the browser's local storage.
-- `workflowType=machine_learning` in the URL shows the "Model training" side bar.
 
 Marking writes two experiment tags, once per process and experiment, only when they differ; a
 store that refuses them costs a line, never the run (the link then falls back to filter and sort).
@@ -41,16 +44,21 @@ RUNS_VIEW_SORT = "throughput_samples_per_s"
 """the metric the runs view a command links to is sorted by, fastest first"""
 RUN_NAME_COLUMN = "attributes.`Run Name`"
 RUNS_VIEW_COLUMNS = {
-    f"metrics.`{RUNS_VIEW_SORT}`": 130,
-    "metrics.`step_time_mean_s`": 110,
-    "metrics.`fraction_of_roof_pct`": 100,
-    "tags.`bound`": 120,
+    f"metrics.`{RUNS_VIEW_SORT}`": 120,
+    "metrics.`step_time_mean_s`": 100,
+    "metrics.`fraction_of_roof_pct`": 90,
+    "tags.`bound`": 110,
 }
 """the columns (MLflow's column ids) the view shows after the run name, and their widths in px"""
 RUN_NAME_WIDTH_PX = 300
 
 PERCENT_OF = ("fraction_of_roof", "scaling_efficiency")
 """fractions the pages print as percentages: each is logged with `<name>_pct` beside it"""
+
+WORKFLOW_ML = "machine_learning"
+ML_VIEW = f"workflowType={WORKFLOW_ML}"
+"""what every link the project prints ends with: MLflow 3.17.2 chooses the side bar and an
+experiment's first page from it (or from the browser's last choice; a fresh browser: GenAI)"""
 
 _marked: dict[str, bool] = {}  # "<tracking uri> <experiment id>" -> whether the tags are there
 
@@ -100,7 +108,7 @@ def runs_view_path(experiment_id: str, saved_view: bool = True) -> str:
     """The UI path of an experiment's train runs, fastest first, with the project's columns when
     the experiment holds the saved view (`saved_view`), else with only the filter and the sort a
     URL can carry (the experiment page ignores the saved view when the URL has either)."""
-    query = {"workflowType": "machine_learning"}
+    query = {"workflowType": WORKFLOW_ML}
     if saved_view:
         query = {"viewStateShareKey": VIEW_KEY, **query}
     else:
@@ -127,7 +135,7 @@ def server_base() -> str:
 def ui_hint(run_id: str | None, experiment_id: str | None) -> str:
     """How to look at a run: the UI command for a local store, the URL for a server."""
     uri = display_uri()
-    path = f"#/experiments/{experiment_id}/runs/{run_id}" if run_id else ""
+    path = f"#/experiments/{experiment_id}/runs/{run_id}?{ML_VIEW}" if run_id else ""
     if uri.startswith(("http://", "https://")):
         return f"see {uri.rstrip('/')}/{path}"
     return f"see it with `mlflow ui --backend-store-uri {uri}`, then http://127.0.0.1:5000/{path}"

@@ -252,7 +252,9 @@ def test_credentials_in_the_tracking_uri_are_never_printed_or_stored(tracking, m
 
     secret = "http://alice:s3cr3t-pw@127.0.0.1:9"
     go_offline(monkeypatch, secret)
-    assert ui_hint("r1", "0") == "see http://***@127.0.0.1:9/#/experiments/0/runs/r1"
+    assert ui_hint("r1", "0") == (
+        "see http://***@127.0.0.1:9/#/experiments/0/runs/r1?workflowType=machine_learning"
+    )
     with RunSession("train", run_name="leak", experiment="exp-leak") as s:
         record_a_run(s)
         s.fail(f"could not reach {secret}/api")  # an error naming the URI
