@@ -214,8 +214,8 @@ def _fetch(query: fetch.Query, source: fetch.Source) -> tuple:
         )
     complexity, complexity_notes = fetch.fetch_complexity(query, source)
     notes += complexity_notes
-    breakdowns = fetch_breakdowns(query, source, notes)
-    return runs, complexity, breakdowns, notes
+    breakdowns, screened = screen.breakdowns(fetch_breakdowns(query, source, notes))
+    return runs, complexity, breakdowns, notes + screened
 
 
 def _drawn(

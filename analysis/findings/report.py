@@ -94,8 +94,6 @@ def blocks(findings: Findings) -> list[tuple]:
         out += [
             ("p", "Energy per sample where no run measured it: " + "; ".join(energy_notes) + ".")
         ]
-    if findings.notes:
-        out += [("p", "Values left out of the findings:"), ("list", list(findings.notes))]
     return out
 
 
