@@ -114,7 +114,7 @@ def summary_table(points: pd.DataFrame) -> Table:
         "classes",
         "engine",
         "runs",
-        "samples/s (± SD of runs)",
+        "samples/s (runs' range)",
         "achieved",
         "intensity (FLOP/B)",
         "intensity source",
@@ -126,7 +126,13 @@ def summary_table(points: pd.DataFrame) -> Table:
     for p in points.to_dict("records"):
         thr, sd = _f(p["throughput_mean_samples_per_s"]), _f(p["throughput_sd_samples_per_s"])
         thr_txt = num(thr)  # as the run's description writes it (train/summary.py)
-        if math.isfinite(sd):
+        lo, hi = (
+            _f(p.get("throughput_min_run_samples_per_s")),
+            _f(p.get("throughput_max_run_samples_per_s")),
+        )
+        if p["throughput_sd_kind"] != "within run" and math.isfinite(lo) and hi > lo:
+            thr_txt += f" (runs {num(lo)}–{num(hi)})"  # the spread shown, not averaged away
+        elif math.isfinite(sd):
             thr_txt += f" ± {num(sd, 2)}" + (
                 " (within run)" if p["throughput_sd_kind"] == "within run" else ""
             )
