@@ -291,6 +291,8 @@ def _fields(f: facts.Facts, kind: str, ctx: Context) -> dict:
         "step_time_mean_s": f.step_s,
         "step_time_ci95_rel": f.step_ci_rel,
         "throughput_spread_ratio": f.spread,
+        "throughput_min_run_samples_per_s": p.get("throughput_min_run_samples_per_s"),
+        "throughput_max_run_samples_per_s": p.get("throughput_max_run_samples_per_s"),
         "unstable": f.unstable or None,
         "bound": kind,
         "roof_side": ROOF_SIDE.get(str(p.get("bound") or "")),
