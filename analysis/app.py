@@ -1,10 +1,9 @@
 """`python -m analysis`: runs on the tracking server -> figures, tables, report.md and report.html.
 
-argparse -> AnalysisConfig -> fetch (analysis/fetch.py) -> build (analysis/core.py, pure) -> figures
-(analysis/plots.py) -> tables and report (analysis/report.py, analysis/html.py) -> artifacts of an
-`analysis` run. Over 400 lines because the command's edges (flags, the out-folder check, the run's
-name, description and artifacts) sit next to the one `run` they frame; every computation is in the
-modules named above.
+argparse -> AnalysisConfig -> fetch (analysis/fetch/) -> build (analysis/core.py, pure) -> figures
+(analysis/figures.py) -> tables and report (analysis/report.py, analysis/html.py) -> artifacts of an
+`analysis` run. Here: the command's edges (flags, the out-folder check, the run's name,
+description and artifacts) around the one `run`; every computation is in the modules named.
 """
 
 from __future__ import annotations
@@ -12,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import os
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -26,16 +26,18 @@ from analysis import (
     figure_pool,
     figures,
     findings,
+    hierarchy,
     html,
     report,
     screen,
 )
 from analysis.fetch.breakdowns import fetch_breakdowns
 from analysis.findings.records import json_text
-from common import console, flags, schema
+from common import console, flags, schema, ui
 from common.cli import ArgumentParser, cli_entry
 from common.errors import BenchError, UsageError
-from common.server import display_uri
+from common.server import check_reachable, display_uri, tracking_uri
+from common.tracking import RunSession
 from roofline import vendor
 
 
@@ -194,9 +196,13 @@ def _run(cfg: AnalysisConfig, vendor_lookup, n_jobs: int, pool) -> Result:
 
         t = time.perf_counter()
         # the cache's housekeeping note goes after what the runs lack, never first
-        files += _write_report(
-            analysis, out_dir, drawn, query.describe(), var_title, breakdowns, found, source.note()
+        hier = hierarchy.collect(
+            screened, analysis.roofs, vendor_lookup, out_dir / "figures", analysis.notes
         )
+        files += _write_report(
+            analysis, out_dir, drawn, query.describe(), var_title, breakdowns, found, source.note(),
+            hier,
+        )  # fmt: skip
     timings["report_s"] = time.perf_counter() - t
     timings["total_s"] = time.perf_counter() - t0
     return Result(analysis, out_dir, files, timings, source, found, drawn_names)
@@ -208,14 +214,18 @@ def _fetch(query: fetch.Query, source: fetch.Source) -> tuple:
     runs, notes = fetch.fetch_runs(query, source)
     n_train = 0 if runs.empty else int((runs.get("tags.run_kind") == "train").sum())
     if n_train == 0:
-        raise UsageError(
-            f"no train runs match ({query.describe()}) on {display_uri()}; "
-            "check the names with `mlflow ui` or loosen --filter/--env-label"
-        )
+        raise UsageError(no_match(query))
     complexity, complexity_notes = fetch.fetch_complexity(query, source)
     notes += complexity_notes
     breakdowns, screened = screen.breakdowns(fetch_breakdowns(query, source, notes))
     return runs, complexity, breakdowns, notes + screened
+
+
+def no_match(query: fetch.Query) -> str:
+    return (
+        f"no train runs match ({query.describe()}) on {display_uri()}; "
+        "check the names with `mlflow ui` or loosen --filter/--env-label"
+    )
 
 
 def _drawn(
@@ -247,6 +257,7 @@ def _write_report(
     breakdowns: list[dict],
     found,
     last_note: str | None = None,
+    hierarchies: list[dict] = (),
 ) -> list[Path]:
     """The table files, report.md and report.html (figures embedded, the Findings section first,
     the breakdown section included) under `out_dir`; `last_note` ends "What is missing"."""
@@ -265,6 +276,11 @@ def _write_report(
     blocks = breakdown.insert_section(
         blocks, breakdown.section(b, next(iter(drawn.get("breakdown", [])), None))
     )
+    blocks = breakdown.insert_section(
+        blocks, hierarchy.section(hierarchies, out_dir), before="Failed runs"
+    )
+    drawn["hierarchical"] = [(h["title"], str(h["path"].relative_to(out_dir))) for h in hierarchies]
+    files += [h["path"] for h in hierarchies]
     first = report.first_section(blocks)
     blocks[first:first] = findings.report.blocks(found)
     md_path, html_path = out_dir / "report.md", out_dir / "report.html"
@@ -332,14 +348,8 @@ def _log(session, cfg: AnalysisConfig, result: Result) -> None:
     c = result.analysis.counts
     session.log_metrics(
         {
-            "n_train_runs": c["train"],
-            "n_profile_runs": c["profile"],
-            "n_peaks_runs": c["peaks"],
-            "n_failed_runs": c["failed"],
-            "n_screened_runs": c["screened"],
-            "n_points": c["points"],
-            "n_measured_points": c["measured_points"],
-            "n_modeled_points": c["modeled_points"],
+            **{f"n_{k}_runs": c[k] for k in ("train", "profile", "peaks", "failed", "screened")},
+            **{f"n_{k}": c[k] for k in ("points", "measured_points", "modeled_points")},
             "n_cached_runs": result.source.stats.from_cache,
             "n_fetched_runs": result.source.stats.fetched,
             **{f"analysis_{k}": v for k, v in result.timings_s.items()},
@@ -351,10 +361,9 @@ def _draw_run_rooflines(result: Result) -> None:
     """roofline.png, bound and fraction of roof on the train runs read that were drawn against
     other ceilings than analysis now holds them against, or none (analysis/run_rooflines.py)."""
     from analysis import run_rooflines
-    from analysis.fetch import segments
 
     keep = result.source.mode != "off"
-    folder = segments.server_folder(result.source.uri)
+    folder = fetch.segments.server_folder(result.source.uri)
     ledger = run_rooflines.load_ledger(folder) if keep else {}
     a = result.analysis
     todo, more = run_rooflines.plan(a.train, a.roofs, ledger)
@@ -413,6 +422,28 @@ def check_out_dir(out: str) -> None:
             f"--out {out}: cannot write there ({exc.strerror or type(exc).__name__}): pass a "
             "folder you can write to"
         ) from None
+    link = planted_link(path)
+    if link is not None:
+        raise UsageError(
+            f"--out {out} holds a link {link} -> {os.readlink(link)}: analysis writes only its own "
+            "files there and never through a link (it would overwrite the link's target); remove "
+            "the link or pass another --out"
+        )
+
+
+def planted_link(out: Path, limit: int = 100_000) -> Path | None:
+    """The first symbolic link inside `out` (not following links; at most `limit` entries looked
+    at). Analysis makes none: one there was put by someone else, and writing report files through
+    it overwrote the file it points to (issue 32)."""
+    seen = 0
+    for folder, dirs, files in os.walk(out):
+        for name in sorted(dirs + files):
+            if os.path.islink(os.path.join(folder, name)):
+                return Path(folder) / name
+        seen += len(dirs) + len(files)
+        if seen > limit:
+            break
+    return None
 
 
 def check_store() -> None:
@@ -420,8 +451,6 @@ def check_store() -> None:
     a sqlite file that does not exist (MLflow would create an empty store there, and the analysis
     run would be its only run) and a server that does not answer (the run would be kept offline
     for nothing) each end the command in one line."""
-    from common.server import check_reachable, tracking_uri
-
     uri = tracking_uri()
     if uri.startswith("sqlite:"):
         from sqlalchemy.engine import make_url
@@ -449,10 +478,12 @@ def main(argv: list[str] | None = None) -> int:
         fetch.experiment_ids(cfg.experiments)
     check_out_dir(cfg.out)
     findings.read_prices(cfg.prices)
+    if cfg.peaks_file:  # a missing or bad file: one line, before any run (main: a FAILED run)
+        vendor.load_overrides(cfg.peaks_file)
+    if cfg.track and not fetch.any_train_run(cfg.query()):
+        raise UsageError(no_match(cfg.query()))  # main: a FAILED analysis run saying so
 
     if cfg.track:
-        from common.tracking import RunSession
-
         tags = {
             schema.TAG_HOST: schema.host_name(),
             schema.TAG_ENV_LABEL: schema.default_env_label(),
@@ -508,10 +539,9 @@ def summary_line(result: Result) -> str:
 
 def run_name(cfg: AnalysisConfig) -> str:
     """`analysis-<experiments>[-<env labels>][-filtered]`: what the analysis read."""
-    name = "analysis-" + ("+".join(cfg.experiments) or "all")
-    if cfg.env_labels:
-        name += "-" + "+".join(cfg.env_labels)
-    return name + ("-filtered" if cfg.filter else "")
+    envs = "+".join(cfg.env_labels)
+    parts = ["+".join(cfg.experiments) or "all", envs, "filtered" if cfg.filter else ""]
+    return ui.run_name([p for p in parts if p], kind="analysis")
 
 
 def run_note(cfg: AnalysisConfig, result: Result) -> str:

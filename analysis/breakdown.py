@@ -24,7 +24,7 @@ import pandas as pd
 
 from analysis.markdown import Table
 from common import schema
-from common.fmt import num, pct
+from common.fmt import csv_frame, num, pct
 from profiling.breakdown.names import PARTS
 
 # fields a comparison pairs runs on (two runs that differ in exactly one of them, and agree on the
@@ -304,9 +304,9 @@ def write_files(b: Breakdowns, out_dir: Path) -> list[Path]:
         return []
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / "breakdown_runs.csv", out_dir / "breakdown_layers.csv"]
-    b.runs.to_csv(paths[0], index=False)
-    b.layers.to_csv(paths[1], index=False)
+    csv_frame(b.runs).to_csv(paths[0], index=False)
+    csv_frame(b.layers).to_csv(paths[1], index=False)
     if not b.shifts.empty:
         paths.append(out_dir / "breakdown_shifts.csv")
-        b.shifts.to_csv(paths[2], index=False)
+        csv_frame(b.shifts).to_csv(paths[2], index=False)
     return paths

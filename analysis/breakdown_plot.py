@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from common import fmt
 from profiling.breakdown.figures import PART_COLORS
 from profiling.breakdown.names import PARTS
 
@@ -14,10 +15,12 @@ MAX_BARS = 40  # the latest runs beyond this are in the table, not the figure
 
 
 def parts_by_run(runs: pd.DataFrame, path: Path) -> Path:
-    """Horizontal bars (environment and config on the left, ms/step on the right), each split
+    """Horizontal bars (environment and config on the left, the step's time on the right, in s or ms), each split
     into the step's parts as shares of the step. Writes `path` (PNG) and returns it."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+
+    from roofline.style import plain_text
 
     runs = runs.sort_values(["env_label", "config_label"]).head(MAX_BARS).reset_index(drop=True)
     n = len(runs)
@@ -44,7 +47,7 @@ def parts_by_run(runs: pd.DataFrame, path: Path) -> Path:
         ax.text(
             1.01,
             yi,
-            f"{t * 1e3:.3g} ms",
+            fmt.duration(t),
             va="center",
             fontsize=7,
             transform=ax.get_yaxis_transform(),
@@ -56,5 +59,6 @@ def parts_by_run(runs: pd.DataFrame, path: Path) -> Path:
         fontsize=7, ncol=len(PARTS), loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False
     )
     path.parent.mkdir(parents=True, exist_ok=True)
+    plain_text(fig)
     FigureCanvasAgg(fig).print_png(str(path))
     return path

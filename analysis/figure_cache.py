@@ -17,6 +17,8 @@ import dataclasses
 import hashlib
 import os
 import shutil
+import struct
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -117,6 +119,31 @@ def digest(function: str, args: tuple, code: str = "") -> str | None:
     return h.hexdigest()
 
 
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def whole_png(data: bytes) -> bool:
+    """Whether `data` is a whole PNG file: the signature, then chunks whose CRCs match, ending with
+    IEND at the end of the data. A figure cut to 100 bytes was copied into reports as "unchanged"
+    until `--cache refresh`."""
+    if not data.startswith(_PNG_SIGNATURE):
+        return False
+    pos = len(_PNG_SIGNATURE)
+    while pos + 12 <= len(data):
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        end = pos + 12 + length
+        kind_and_body = data[pos + 4 : end - 4]
+        if (
+            end > len(data)
+            or zlib.crc32(kind_and_body) != struct.unpack(">I", data[end - 4 : end])[0]
+        ):
+            return False
+        if kind_and_body[:4] == b"IEND":
+            return end == len(data)
+        pos = end
+    return False
+
+
 class FigureCache:
     """The folder of kept figures, and what one analysis took from it and put in it."""
 
@@ -145,8 +172,12 @@ class FigureCache:
             return False
         kept = self.folder / f"{key}.png"
         try:
+            data = kept.read_bytes() if kept.is_file() else b""
+            if not whole_png(data):  # cut, emptied or overwritten: drawn again (issue 32)
+                kept.unlink(missing_ok=True)
+                return False
             path.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(kept, path)
+            path.write_bytes(data)
             os.utime(kept)  # recently used: kept longest
         except OSError:
             return False

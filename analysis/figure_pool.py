@@ -21,25 +21,13 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import importlib
+import multiprocessing
+import signal
 import sys
 import threading
-from typing import Callable
+from collections.abc import Callable
 
-FIGURE_MODULES = ("analysis.plots", "analysis.scaling_plot")
-"""the modules whose functions figures.plan names (all that import matplotlib for a figure)."""
-
-
-def _warm() -> None:
-    """Import the figure modules (matplotlib with them)."""
-    for name in FIGURE_MODULES:
-        importlib.import_module(name)
-
-
-def _draw(job) -> str:
-    from analysis import figures
-
-    return str(figures.draw(job))
+from analysis.figures import FigureJob, draw_all, import_drawing
 
 
 def _serve(conn, n: int) -> None:
@@ -47,32 +35,35 @@ def _serve(conn, n: int) -> None:
     figure modules while a thread takes the jobs off the pipe (so that the sender never waits on
     a full pipe), then draw them, in `n` processes forked from this one when there are several
     (matplotlib is imported once, here), and send back (True, paths) or (False, the error)."""
+    _quiet_signals()
     if _recv(conn) != "warm":
         return
     box: list = []
     reader = threading.Thread(target=lambda: box.append(_recv(conn)), daemon=True)
     reader.start()
-    _warm()
+    import_drawing()
     reader.join()
     jobs = box[0]
     if jobs is None:
         return
     try:
-        if n <= 1 or len(jobs) <= 1:
-            out = [_draw(j) for j in jobs]
-        else:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
-
-            ctx = multiprocessing.get_context("fork")
-            with ProcessPoolExecutor(max_workers=min(n, len(jobs)), mp_context=ctx) as pool:
-                out = list(pool.map(_draw, jobs))
-        conn.send((True, out))
+        conn.send((True, [str(p) for p in draw_all(jobs, n)]))
     except Exception as exc:  # noqa: BLE001 - sent to the analysis, which raises it
         try:
             conn.send((False, exc))
         except Exception:  # noqa: BLE001 - an error that does not pickle: its text
             conn.send((False, RuntimeError(f"{type(exc).__name__}: {exc}")))
+
+
+def _quiet_signals() -> None:
+    """The forked process inherits the analysis' handlers, which turn SIGTERM and SIGHUP into an
+    exception (common.cli): `close` (SIGTERM) then printed a 20-60 line "Process figure-pool:
+    Traceback ... terminated by SIGTERM". Here they end it quietly; Ctrl-C (sent to the whole
+    terminal's process group) is the analysis' to handle, which then stops this process."""
+    for name in ("SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _recv(conn):
@@ -88,8 +79,6 @@ class FigurePool:
     given the jobs, draws them in up to `n` processes forked from itself."""
 
     def __init__(self, n: int) -> None:
-        import multiprocessing
-
         self.n = n
         ctx = multiprocessing.get_context("fork")
         self.conn, theirs = ctx.Pipe()
@@ -112,7 +101,7 @@ class FigurePool:
             self.warmed = True
             self.conn.send("warm")
 
-    def submit_all(self, jobs: list) -> Callable[[], list[str]]:
+    def submit_all(self, jobs: list[FigureJob]) -> Callable[[], list[str]]:
         """Draw figure `jobs` (once per pool); returns what waits for them and gives the paths
         written, in order (re-raising what a drawing raised)."""
         if self.sent:

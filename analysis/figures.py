@@ -1,18 +1,21 @@
 """Which figures an analysis draws, and drawing them side by side.
 
-`plan()` lists the figures of an Analysis as jobs (report section, title, figure function named as
-"module.function" under analysis/, its arguments: only the rows and columns it draws, the output
-path last); `render()` draws them, in forked processes when asked: each figure is independent and
-matplotlib's drawing holds the GIL, so processes are what runs them side by side. With a
-FigureCache (analysis/figure_cache.py) a figure whose arguments are those of a figure drawn before
-is copied instead of drawn, and matplotlib is imported only when a figure is drawn.
+`plan()` lists the figures of an Analysis as FigureJobs (report section, title, the drawing
+function, its arguments: only the rows and columns it draws, the output path); `render()` draws
+them, in forked processes when asked: each figure is independent and matplotlib's drawing holds
+the GIL, so processes are what runs them side by side. With a FigureCache
+(analysis/figure_cache.py) a figure whose arguments are those of a figure drawn before is copied
+instead of drawn, and matplotlib is imported only when a figure is drawn.
 """
 
 from __future__ import annotations
 
-import importlib
+import multiprocessing
 import os
 import sys
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -21,9 +24,22 @@ from analysis.core import Analysis
 from analysis.figure_cache import FigureCache
 from common.fmt import slug
 
-Job = tuple[str, str, str, tuple]
-"""(report section, title, figure function as "module.function" under analysis/, its arguments:
-the output path last)."""
+
+@dataclass(frozen=True)
+class FigureJob:
+    """One figure of the report: its section and title; `draw(*args, out)` writes it to `out`."""
+
+    section: str
+    title: str
+    draw: Callable[..., Path]
+    args: tuple
+    out: Path
+
+    def run(self) -> Path:
+        """Draw the figure; the path written."""
+        return self.draw(*self.args, self.out)
+
+
 PANEL_COLUMNS = ["env_label", "device_name", "batch_size", "label"]
 """what the per-environment batch-size panels (plots._per_env_lines) read besides y and its error."""
 ROOFLINE_COLUMNS = [
@@ -39,95 +55,63 @@ ROOFLINE_COLUMNS = [
     "achieved_flops_per_s",
 ]
 """what roofline.plot reads of the points it draws."""
-SECTION_ORDER = {
-    "roofline": 0,
-    "throughput": 1,
-    "variability": 2,
-    "intensity": 3,
-    "speedup": 4,
-    "scaling": 5,
-}
+SECTION_ORDER = ("roofline", "throughput", "variability", "intensity", "speedup", "scaling")
+"""the report's order of the figure sections."""
 
 
 def plan(
     analysis: Analysis,
     fig_dir: Path,
     variability: tuple[str, dict[tuple[str, str], list[float]]] | None = None,
-) -> list[Job]:
+) -> list[FigureJob]:
     """The figures of `analysis` under `fig_dir`; `variability` = (config label, step times per
     (env_label, device_name)) adds the step-time box plot."""
-    jobs: list[Job] = []
+    jobs: list[FigureJob] = []
     if not analysis.speedups.empty:
+        rows = panel_rows(analysis.speedups, "speedup", "speedup_sd")
         jobs.append(
-            (
-                "speedup",
-                "fp16/bf16 speed-up over fp32",
-                "plots.speedup_vs_batch",
-                (
-                    panel_rows(analysis.speedups, "speedup", "speedup_sd"),
-                    fig_dir / "speedup_vs_batch.png",
-                ),
-            )
+            _named(fig_dir, "speedup", "fp16/bf16 speed-up over fp32", speedup_vs_batch, rows)
         )
     if not analysis.scaling.empty:
         jobs.append(
-            (
-                "scaling",
-                "Data-parallel scaling",
-                "scaling_plot.scaling_vs_world_size",
-                (analysis.scaling, fig_dir / "scaling_vs_world_size.png"),
+            _named(
+                fig_dir, "scaling", "Data-parallel scaling", scaling_vs_world_size, analysis.scaling
             )
         )
-    jobs += _panel_jobs(analysis, fig_dir)
+    pts = analysis.points
+    intensity = panel_rows(pts, "intensity_flops_per_byte", "intensity_source")
+    thr = panel_rows(pts, "throughput_mean_samples_per_s", "throughput_sd_samples_per_s")
+    jobs.append(
+        _named(fig_dir, "intensity", "Intensity vs batch size", intensity_vs_batch, intensity)
+    )
+    jobs.append(_named(fig_dir, "throughput", "Throughput vs batch size", throughput_vs_batch, thr))
     jobs += _roofline_jobs(analysis, fig_dir)
     if variability is not None:
         label, by_env = variability
+        long_title = f"Step-time variability across environments: {label}"
+        short = f"Step-time variability: {label}"
         jobs.append(
-            (
-                "variability",
-                f"Step-time variability: {label}",
-                "plots.step_time_variability",
-                (
-                    by_env,
-                    f"Step-time variability across environments: {label}",
-                    fig_dir / "step_time_variability.png",
-                ),
-            )
+            _named(fig_dir, "variability", short, step_time_variability, by_env, long_title)
         )
     return jobs
 
 
-def _panel_jobs(analysis: Analysis, fig_dir: Path) -> list[Job]:
-    """Intensity and throughput against batch size, one panel per environment."""
-    pts = analysis.points
-    intensity = panel_rows(pts, "intensity_flops_per_byte", "intensity_source")
-    thr = panel_rows(pts, "throughput_mean_samples_per_s", "throughput_sd_samples_per_s")
-    return [
-        (
-            "intensity",
-            "Intensity vs batch size",
-            "plots.intensity_vs_batch",
-            (intensity, fig_dir / "intensity_vs_batch.png"),
-        ),
-        (
-            "throughput",
-            "Throughput vs batch size",
-            "plots.throughput_vs_batch",
-            (thr, fig_dir / "throughput_vs_batch.png"),
-        ),
-    ]
+def _named(fig_dir: Path, section: str, title: str, draw: Callable[..., Path], *args) -> FigureJob:
+    """The job of a figure whose file is named after its drawing function."""
+    return FigureJob(section, title, draw, args, fig_dir / f"{draw.__name__}.png")
 
 
-def _roofline_jobs(analysis: Analysis, fig_dir: Path) -> list[Job]:
+def _roofline_jobs(analysis: Analysis, fig_dir: Path) -> list[FigureJob]:
     """All environments on one roofline, then one per environment, each in a file named by a slug
     of its env label (with the device when one label has several; never two files of one name)."""
     pts = roofline_rows(analysis.points)
-    jobs: list[Job] = [
-        (
+    jobs = [
+        FigureJob(
             "roofline",
             "Roofline, all environments",
-            "plots.roofline_combined",
-            (pts, analysis.roofs, fig_dir / "roofline_all.png"),
+            roofline_combined,
+            (pts, analysis.roofs),
+            fig_dir / "roofline_all.png",
         )
     ]
     envs = sorted(analysis.roofs)
@@ -139,11 +123,12 @@ def _roofline_jobs(analysis: Analysis, fig_dir: Path) -> list[Job]:
         used_slugs.add(name)
         sub = pts[(pts["env_label"] == env) & (pts["device_name"] == dev)]
         jobs.append(
-            (
+            FigureJob(
                 "roofline",
                 f"Roofline, {env} ({dev})",
-                "plots.roofline_env",
-                (sub, env, dev, analysis.roofs[(env, dev)], fig_dir / f"roofline_{name}.png"),
+                roofline_env,
+                (sub, env, dev, analysis.roofs[(env, dev)]),
+                fig_dir / f"roofline_{name}.png",
             )
         )
     return jobs
@@ -176,29 +161,17 @@ def default_jobs() -> int:
     return min(4, os.cpu_count() or 1) if sys.platform.startswith("linux") else 1
 
 
-def function(name: str):
-    """The figure function named "module.function" under analysis/ (imports matplotlib)."""
-    module, _, attr = name.rpartition(".")
-    return getattr(importlib.import_module(f"analysis.{module}"), attr)
-
-
-def draw(job: Job) -> Path:
-    """Draw one figure job; the path written."""
-    out = function(job[2])(*job[3])
-    return out[0] if isinstance(out, tuple) else out
-
-
 class Pending:
     """Figures being drawn: those restored from the cache, and what waits for those sent to a
     figure_pool.FigurePool (or the jobs left to draw here). `finish()` waits for them."""
 
-    def __init__(self, jobs: list[Job], n_jobs: int, cache: FigureCache | None, pool) -> None:
+    def __init__(self, jobs: list[FigureJob], n_jobs: int, cache: FigureCache | None, pool) -> None:
         self.jobs, self.n_jobs, self.cache = jobs, n_jobs, cache
-        self.keys = [cache.key(j[2], j[3][:-1]) if cache else None for j in jobs]
+        self.keys = [cache.key(j.draw.__qualname__, j.args) if cache else None for j in jobs]
         self.paths: dict[int, Path] = {}
         for i, (job, key) in enumerate(zip(jobs, self.keys)):
-            if cache is not None and cache.restore(key, Path(job[3][-1])):
-                self.paths[i] = Path(job[3][-1])
+            if cache is not None and cache.restore(key, Path(job.out)):
+                self.paths[i] = Path(job.out)
         self.todo = [i for i in range(len(jobs)) if i not in self.paths]
         self.wait = pool.submit_all([jobs[i] for i in self.todo]) if pool and self.todo else None
 
@@ -208,21 +181,19 @@ class Pending:
         if self.wait is not None:
             drawn = [Path(p) for p in self.wait()]
         else:
-            drawn = _draw_all([self.jobs[i] for i in self.todo], self.n_jobs)
+            drawn = draw_all([self.jobs[i] for i in self.todo], self.n_jobs)
         for i, path in zip(self.todo, drawn):
             self.paths[i] = path
             if self.cache is not None:
                 self.cache.keep(self.keys[i], path)
         if self.cache is not None:
             self.cache.prune()
-        out = [
-            (section, title, self.paths[i]) for i, (section, title, _, _) in enumerate(self.jobs)
-        ]
-        return sorted(out, key=lambda d: SECTION_ORDER[d[0]])
+        out = [(job.section, job.title, self.paths[i]) for i, job in enumerate(self.jobs)]
+        return sorted(out, key=lambda d: SECTION_ORDER.index(d[0]))
 
 
 def render(
-    jobs: list[Job], n_jobs: int, cache: FigureCache | None = None, pool=None
+    jobs: list[FigureJob], n_jobs: int, cache: FigureCache | None = None, pool=None
 ) -> list[tuple[str, str, Path]]:
     """Draw the jobs, copying from `cache` those drawn before from the same arguments: in the
     processes of `pool` (figure_pool.FigurePool) when given, else in `n_jobs` processes forked
@@ -230,16 +201,64 @@ def render(
     return Pending(jobs, n_jobs, cache, pool).finish()
 
 
-def _draw_all(jobs: list[Job], n_jobs: int) -> list[Path]:
+def draw_all(jobs: list[FigureJob], n_jobs: int) -> list[Path]:
+    """Draw `jobs`, in `n_jobs` processes forked now when > 1 (the drawing modules imported
+    first, once); the paths written, in order."""
     if not jobs:
         return []
-    for name in {j[2] for j in jobs}:
-        function(name)  # imported once here, before the processes fork
+    import_drawing()  # once here, before the processes fork
     if n_jobs <= 1 or len(jobs) <= 1:
-        return [draw(j) for j in jobs]
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
+        return [j.run() for j in jobs]
     ctx = multiprocessing.get_context("fork")
     with ProcessPoolExecutor(max_workers=min(n_jobs, len(jobs)), mp_context=ctx) as pool:
-        return list(pool.map(draw, jobs))
+        return list(pool.map(FigureJob.run, jobs))
+
+
+# ------------------------------------------------------------------ the drawing functions
+# Each imports its module when a figure is drawn: analysis.plots imports matplotlib (0.4-0.6 s,
+# `python -X importtime -c "import analysis.plots"`), which a process drawing nothing does without.
+def import_drawing() -> None:
+    """Import the modules that draw (matplotlib with them)."""
+    from analysis import plots, scaling_plot  # noqa: F401
+
+
+def speedup_vs_batch(rows: pd.DataFrame, out: Path) -> Path:
+    from analysis import plots
+
+    return plots.speedup_vs_batch(rows, out)
+
+
+def scaling_vs_world_size(rows: pd.DataFrame, out: Path) -> Path:
+    from analysis import scaling_plot
+
+    return scaling_plot.scaling_vs_world_size(rows, out)
+
+
+def intensity_vs_batch(rows: pd.DataFrame, out: Path) -> Path:
+    from analysis import plots
+
+    return plots.intensity_vs_batch(rows, out)
+
+
+def throughput_vs_batch(rows: pd.DataFrame, out: Path) -> Path:
+    from analysis import plots
+
+    return plots.throughput_vs_batch(rows, out)
+
+
+def step_time_variability(series: dict, title: str, out: Path) -> Path:
+    from analysis import plots
+
+    return plots.step_time_variability(series, title, out)
+
+
+def roofline_combined(points: pd.DataFrame, roofs: dict, out: Path) -> Path:
+    from analysis import plots
+
+    return plots.roofline_combined(points, roofs, out)[0]
+
+
+def roofline_env(points: pd.DataFrame, env: str, device: str, roofset: dict, out: Path) -> Path:
+    from analysis import plots
+
+    return plots.roofline_env(points, env, device, roofset, out)[0]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import html
+import math
 import re
 
 from analysis.markdown import Table
@@ -21,9 +22,12 @@ body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1.
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 1.6em; border-bottom: 1px solid #ddd; }
 code { background: #f3f3f3; padding: 0 0.2em; border-radius: 3px; font-size: 0.92em; }
 .table { overflow-x: auto; }
-table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0; }
-th, td { border: 1px solid #ccc; padding: 0.2em 0.5em; text-align: left; vertical-align: top; }
-th { background: #f3f3f3; }
+table { border-collapse: collapse; font-size: 0.8em; margin: 0.5em 0; }
+th, td { border: 1px solid #ccc; padding: 0.15em 0.35em; text-align: left; vertical-align: top;
+         overflow-wrap: break-word; }
+th { background: #f3f3f3; font-weight: 600; }
+td { font-variant-numeric: tabular-nums; }
+p.continued { font-size: 0.85em; color: #444; margin: 0.2em 0; }
 figure { margin: 1em 0; }
 figure img { max-width: 100%; height: auto; }
 figcaption { font-size: 0.9em; color: #444; }
@@ -40,13 +44,46 @@ def inline(text: str) -> str:
     return _BOLD.sub(r"<strong>\1</strong>", out)
 
 
-def table_html(table: Table) -> str:
+MAX_COLUMNS = 11
+"""a table of more columns is shown as parts of at most this many, the row number `#` first in
+each: MLflow's artifact viewer is about 950 px wide, and a 15-column table is not (1191 px)"""
+
+
+def table_parts(table: Table, most: int = MAX_COLUMNS) -> list[Table]:
+    """`table` as it is when it has at most `most` columns, else split into parts of about equal
+    width in columns (at most `most`, `#` included), each row numbered in every part."""
+    n = len(table.headers)
+    if n <= most:
+        return [table]
+    size = math.ceil(n / math.ceil(n / (most - 1)))
+    parts = []
+    for start in range(0, n, size):
+        cols = range(start, min(n, start + size))
+        parts.append(
+            Table(
+                ["#", *(table.headers[c] for c in cols)],
+                [[i, *(row[c] for c in cols)] for i, row in enumerate(table.rows, 1)],
+            )
+        )
+    return parts
+
+
+def _one_table(table: Table) -> str:
     head = "".join(f"<th>{html.escape(str(h))}</th>" for h in table.headers)
     body = "".join(
         "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>"
         for row in table.rows
     )
     return f'<div class="table"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+
+
+def table_html(table: Table) -> str:
+    """The table, in parts that fit the artifact viewer when it is wide (`table_parts`)."""
+    parts = table_parts(table)
+    if len(parts) == 1:
+        return _one_table(parts[0])
+    more = '<p class="continued">Continued: the same rows, by <code>#</code>.</p>'
+    return more.join(_one_table(t) for t in parts)
 
 
 def figure_html(title: str, path: str, png: bytes | None) -> str:

@@ -229,37 +229,27 @@ def roofs_table(roofs: dict[tuple[str, str], dict[str, Roof | None]]) -> Table:
     return Table(headers, rows)
 
 
+ENVIRONMENT_COLUMNS = {
+    "environment": "env_label",
+    "device": "device_name",
+    "type": "device_type",
+    "host": "host",
+    "torch": "torch_version",
+    "CUDA": "cuda_version",
+    "cuDNN": "cudnn_version",
+    "driver": "driver_version",
+    "Python": "python_version",
+    "OS": "os",
+}
+"""the environments table's columns: header -> the column of Analysis.environments."""
+
+
 def environments_table(envs: pd.DataFrame) -> Table:
-    headers = [
-        "environment",
-        "device",
-        "type",
-        "host",
-        "torch",
-        "CUDA",
-        "cuDNN",
-        "driver",
-        "Python",
-        "OS",
-        "train runs",
-    ]
     rows = [
-        [
-            e["env_label"],
-            e["device_name"],
-            e["device_type"],
-            e["host"],
-            e["torch_version"],
-            e["cuda_version"],
-            e["cudnn_version"],
-            e["driver_version"],
-            e["python_version"],
-            e["os"],
-            int(e["n_train_runs"]),
-        ]
+        [e[c] for c in ENVIRONMENT_COLUMNS.values()] + [int(e["n_train_runs"])]
         for e in envs.to_dict("records")
     ]
-    return Table(headers, rows)
+    return Table([*ENVIRONMENT_COLUMNS, "train runs"], rows)
 
 
 def speedups_table(sp: pd.DataFrame) -> Table:

@@ -30,6 +30,7 @@ from roofline.style import (  # noqa: E402
     env_title,
     log_ticks,
     new_figure,
+    plain_text,
 )
 
 
@@ -39,6 +40,7 @@ DPI = 110
 def save(fig: Figure, path: Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    plain_text(fig)
     fig.savefig(path, dpi=DPI)
     return path
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from analysis.core import Analysis
 from analysis.scaling import scaling_csv
+from common.fmt import csv_frame
 from analysis.markdown import (
     complexity_table,
     environments_table,
@@ -235,24 +236,24 @@ def markdown_text(blocks: list[Block]) -> str:
 def write_tables(analysis: Analysis, out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     csv = out_dir / "summary.csv"
-    summary_frame(analysis.points).to_csv(csv, index=False)
+    csv_frame(summary_frame(analysis.points)).to_csv(csv, index=False)
     md = out_dir / "summary.md"
     md.write_text(md_table(summary_table(analysis.points)) + "\n")
     paths = [csv, md]
     if not analysis.speedups.empty:
         sp = out_dir / "speedups.csv"
-        analysis.speedups.to_csv(sp, index=False)
+        csv_frame(analysis.speedups).to_csv(sp, index=False)
         paths.append(sp)
     if not analysis.complexity.empty:
         cx = out_dir / "complexity.csv"
-        analysis.complexity.to_csv(cx, index=False)
+        csv_frame(analysis.complexity).to_csv(cx, index=False)
         paths.append(cx)
     if not analysis.scaling.empty:
         sc = out_dir / "scaling.csv"
-        scaling_csv(analysis.scaling).to_csv(sc, index=False)
+        csv_frame(scaling_csv(analysis.scaling)).to_csv(sc, index=False)
         paths.append(sc)
     if not analysis.failed.empty:
         fl = out_dir / "failed_runs.csv"
-        analysis.failed.to_csv(fl, index=False)
+        csv_frame(analysis.failed).to_csv(fl, index=False)
         paths.append(fl)
     return paths

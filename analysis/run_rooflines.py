@@ -29,6 +29,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from common.ui import with_percents
+from common.errors import one_line
+from common.runs import mlflow_client
 from roofline import run_plot
 from roofline.model import Roof, is_finite_positive
 
@@ -86,9 +89,6 @@ def _achieved(row: dict) -> float:
 def apply(todo: list[Redraw], client=None) -> tuple[dict[str, str], list[str]]:
     """Draw and log each run's figure, tags, metric and description line: ({run id: sources}
     done, one note per run that could not be updated). Never raises for one run."""
-    from common.errors import one_line
-    from common.runs import mlflow_client
-
     client = mlflow_client(client)
     done: dict[str, str] = {}
     notes: list[str] = []
@@ -119,7 +119,7 @@ def _redraw(client, item: Redraw, tmp: Path) -> None:
     client.log_artifact(item.run_id, str(folder / "roofline.png"))
     if run_plot.TAG_BOUND in tags and run_plot.TAG_BOUND not in figure.tags:
         client.delete_tag(item.run_id, run_plot.TAG_BOUND)  # drawn before, no bandwidth now
-    for key, value in figure.metrics.items():
+    for key, value in with_percents(figure.metrics).items():
         client.log_metric(item.run_id, key, value)
     note = run_plot.with_line(tags.get("mlflow.note.content", ""), figure.line)
     for key, value in {**figure.tags, "mlflow.note.content": note}.items():

@@ -2,7 +2,7 @@
 
 Anyone who can reach an unauthenticated tracking server can log a run, and a run's numbers can be
 absurd without malice (a hand-edited import, a unit read wrongly, MLflow storing `inf` as 1.8e308).
-One such run used to end every later analysis of the store in a traceback. `runs()` leaves out each
+One such run would end every later analysis of the store in a traceback. `runs()` leaves out each
 FINISHED train, profile or peaks run holding a value that is not a measurement: non-finite,
 negative (or zero where only a positive figure means something), or beyond a physical bound
 (common.bounds), alone or against the time it was measured in (FLOPs per step over the step time
@@ -90,8 +90,17 @@ NAME_PARAMS = ("model", "precision", "optimizer")
 """Params that name what was measured (the point's label): one printable line of at most
 schema.MAX_LABEL_CHARS characters, as every name this project writes is."""
 
+NAME_TAGS = (schema.TAG_ENV_LABEL, schema.TAG_DEVICE_NAME)
+"""Tags that name where it was measured, bounded as NAME_PARAMS (issue 32: a 10,000-character env
+label appeared whole 9 times in report.md; one with a line break forged console lines)."""
+
 KINDS = ("train", "profile", "peaks")
 """The run kinds whose numbers analysis uses (only their FINISHED runs are checked)."""
+
+
+def _peak(high: float, what: str) -> Rule:
+    """A peak (ceiling) rate: from bounds.MIN_RATE_PER_S (a ridge point stays finite) to `high`."""
+    return Rule(bounds.MIN_RATE_PER_S, False, high, what)
 
 
 def rule_for(key: str) -> Rule | None:
@@ -99,11 +108,11 @@ def rule_for(key: str) -> Rule | None:
     if key in RULES:
         return RULES[key]
     if key.startswith("peak_flops_per_s_"):
-        return _rate(bounds.MAX_FLOPS_PER_S, _FLOPS)
+        return _peak(bounds.MAX_FLOPS_PER_S, _FLOPS)
     if key == "peak_dram_bytes_per_s":
-        return _rate(bounds.MAX_DRAM_BYTES_PER_S, _DRAM)
+        return _peak(bounds.MAX_DRAM_BYTES_PER_S, _DRAM)
     if key.startswith("peak_") and key.endswith("_bytes_per_s"):
-        return _rate(bounds.MAX_CACHE_BYTES_PER_S, _CACHE)
+        return _peak(bounds.MAX_CACHE_BYTES_PER_S, _CACHE)
     return None
 
 
@@ -172,6 +181,10 @@ def run_problems(row: dict) -> list[str]:
             why = _param_why(col[7:], value)
             if why:
                 out.append(f"param {col[7:]} = {str(value)[:40]!r}: {why}")
+        elif col.startswith("tags.") and col[5:] in NAME_TAGS:
+            why = _name_problem(value)
+            if why:
+                out.append(f"tag {col[5:]} = {str(value)[:40]!r}: {why}")
     return out
 
 
@@ -207,6 +220,10 @@ def _suspects(frame: pd.DataFrame) -> pd.Series:
             refused = [v for v in pd.unique(frame[col]) if _param_why(col[7:], v)]
             if refused:
                 bad |= frame[col].isin(refused)
+        elif col.startswith("tags.") and col[5:] in NAME_TAGS:
+            refused = [v for v in pd.unique(frame[col]) if _name_problem(v)]
+            if refused:
+                bad |= frame[col].isin(refused)
     for count, time_key, high, _ in RATIOS:
         c, t = f"metrics.{count}", f"metrics.{time_key}"
         if c in frame.columns and t in frame.columns:
@@ -225,7 +242,7 @@ def runs(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     kind = frame.get(f"tags.{schema.TAG_RUN_KIND}", pd.Series("", index=frame.index))
     status = frame.get("status", pd.Series("", index=frame.index))
     checked = kind.isin(KINDS) & (status == "FINISHED")
-    cols = [c for c in frame.columns if c.startswith(("metrics.", "params."))]
+    cols = [c for c in frame.columns if c.startswith(("metrics.", "params.")) or _name_tag(c)]
     suspects = checked & _suspects(frame[cols])
     drop, lines = [], []
     for idx, row in frame.loc[suspects, cols].iterrows():
@@ -238,8 +255,8 @@ def runs(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
         who = ", ".join(
             x
             for x in (
-                f"env {env}" if isinstance(env, str) and env else "",
-                str(r.get("tags.mlflow.runName") or "")[:60],
+                f"env {_shown(env)}" if isinstance(env, str) and env else "",
+                _shown(str(r.get("tags.mlflow.runName") or "")),
             )
             if x
         )
@@ -250,6 +267,15 @@ def runs(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
             + f": {found[0]}{more}; it is not a measurement (a damaged or hand-made run?)"
         )
     return frame.drop(index=drop), lines
+
+
+def _name_tag(col: str) -> bool:
+    return col.startswith("tags.") and col[5:] in NAME_TAGS
+
+
+def _shown(text: str) -> str:
+    """A name as one line says it: itself, or its first 40 characters quoted when it is no name."""
+    return f"{text[:40]!r}" if _name_problem(text) else text
 
 
 def series(values_by_run: dict[str, list[float]], key: str = "step_time_s"):
@@ -448,3 +474,18 @@ def _layers_text(text: str, who: str) -> tuple[str, list[str]]:
         return text, []
     note = f"{who}: {int((~ok).sum())} layers.csv row(s) with a time or share that is not finite, negative or a share over 1: left out"
     return df[ok].to_csv(index=False), [note]
+
+
+# --- prices (issue 32): a --prices row is a user value like any other -------------------------
+MAX_USD_PER_HOUR = 1e5
+"""USD per device-hour: 100,000 is ~1,000x an 8-GPU machine's on-demand price; above it (1e308)
+a cost per million samples or per epoch leaves float range or means nothing."""
+
+
+def price_problem(usd: float) -> str | None:
+    """Why `usd` is no price per device-hour, or None when it may be one."""
+    if not math.isfinite(usd) or usd <= 0:
+        return "is not a positive number of US dollars per hour"
+    if usd > MAX_USD_PER_HOUR:
+        return f"is above {MAX_USD_PER_HOUR:,.0f} US dollars per device-hour (a typo?)"
+    return None

@@ -5,6 +5,7 @@ point labels they all use, and the profile and peaks runs that place nothing. No
 
 from __future__ import annotations
 
+import io
 from typing import Iterable
 
 import numpy as np
@@ -92,8 +93,6 @@ def complexity_table(entries: list[dict], models: Iterable[str]) -> tuple[pd.Dat
     """Rows of the `complexity/models.csv` tables (one entry per environment: run_id, env_label,
     device_name, device_memory_source, csv text) for the `models` of the analysed runs, or for every
     model when none of them was measured. Returns (table, notes)."""
-    import io
-
     cols = ["env_label", "device_name", *COMPLEXITY_COLUMNS, "device_memory_source", "run_id"]
     frames, notes = [], []
     for e in entries:

@@ -1,9 +1,11 @@
 """The breakdown's measures (issue 20), side by side in one run, each next to its goal.
 
-* overhead: plain training steps against breakdown steps (module hooks attached, torch.profiler
-  recording with shapes), in one process, in pairs (A B, B A, ...), each step timed by the main
-  thread's CPU time (time.thread_time) and by wall time; the median over pairs of B/A, and an A/A
-  control (plain vs plain, same schedule) that shows the noise floor of the comparison. Separate
+* overhead: plain training steps against breakdown steps (the Tracker's module ranges and the
+  profiler the command uses: on the CPU the lean one), in one process, in pairs (A B, B A, ...),
+  each step timed by the main thread's CPU time (time.thread_time) and by wall time; the median
+  over pairs of B/A, and an A/A control (plain vs plain, same schedule) that shows the noise
+  floor of the comparison. B is the second step of a profiler session (as a recording's later
+  steps); the session's first step, whose profiler buffers are new, is shown beside it. Separate
   processes on a shared machine swing +-40 %: only paired steps in one process say anything.
 * coverage: one breakdown of the config (the command's own code: record, attribute, rows): the
   share of breakdown_step_s that the named rows hold (all but `unattributed`), the share the
@@ -20,6 +22,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import subprocess
@@ -30,23 +33,28 @@ import time
 os.environ.setdefault("DS_ACCELERATOR", "cpu")  # before anything imports deepspeed (train does)
 
 GOALS = {
-    "overhead_thread_cpu": "<= 5 % (median of paired steps)",
-    "attributed": ">= 98 %",
-    "to_modules": ">= 95 %",
-    "flops": "within 1 %",
-    "parts": "within 3 %",
-    "trace": "<= 1 MB per resnet18 step before gzip",
-    "resnet50": "< 180 s",
+    "attributed": 0.98,  # of the step, named rows
+    "to_modules": 0.95,  # of the step less the optimizer's rows, in the model's modules
+    "aa": 0.02,  # the A/A control's distance from 1: the comparison's noise floor
+    "flops": 0.01,
+    "parts": 0.03,
+    "trace_mb": 1.0,  # per resnet18 step before gzip
+    "resnet50_s": 180.0,
 }
+
+
+def overhead_goal(batch: int, image_size: int) -> float:
+    """The overhead the issue allows (thread CPU, paired steps): 2 % from batch 8 at 112 px up,
+    5 % below (batch 4 at 64 px): a smaller step has the same per-call costs in less time."""
+    return 0.02 if batch >= 8 and image_size >= 112 else 0.05
 
 
 def paired_overhead(cfg, pairs: int) -> dict[str, float]:
     """Median over pairs of breakdown-step / plain-step, by thread CPU time and by wall time, and
     the A/A control's median ratio (plain / plain) for both."""
-    from torch.profiler import ProfilerActivity, profile
-
     from profiling.breakdown import names
     from profiling.breakdown.hooks import Tracker
+    from profiling.breakdown.record import profiler_for
     from train import device as dev
     from train.bench import prepare, preflight
     from train.step import no_marks, train_step
@@ -67,57 +75,68 @@ def paired_overhead(cfg, pairs: int) -> dict[str, float]:
     def plain() -> tuple[float, float]:
         return timed(lambda: train_step(prep.parts, *batch))
 
-    def recorded() -> tuple[float, float]:
-        tracker = Tracker(prep.model, cfg.model).attach()
+    lean = device.type == "cpu"  # what record() does for one process on the CPU
+
+    def recorded() -> list[tuple[float, float]]:
+        """Two recorded steps in one profiler session: the first (cold: the session's buffers
+        are new) and the second (warm: as the later steps of a recording)."""
+        tracker = Tracker(prep.model, cfg.model, user_scope=lean, cpu_clock=lean).attach()
         prep.parts.mark = tracker.mark
+        out = []
         try:
-            with profile(activities=[ProfilerActivity.CPU], record_shapes=True):
-                with tracker.span(names.step_range(0)):
-                    out = timed(lambda: train_step(prep.parts, *batch))
+            with profiler_for(device, lean):
+                for i in range(2):
+                    with tracker.span(names.step_range(i)):
+                        out.append(timed(lambda: train_step(prep.parts, *batch)))
         finally:
             tracker.detach()
             prep.parts.mark = no_marks
         return out
 
     recorded()  # the profiler's first start is slow: not in a pair
-    cpu, wall, cpu_aa, wall_aa = [], [], [], []
-    for i in range(pairs):
-        first_plain = i % 2 == 0
-        a = plain() if first_plain else None
-        b = recorded()
-        a = a or plain()
-        cpu.append(b[0] / a[0])
-        wall.append(b[1] / a[1])
-        x, y = plain(), plain()
-        cpu_aa.append(y[0] / x[0])
-        wall_aa.append(y[1] / x[1])
+    samples = []
+    for i in range(pairs):  # the order alternates: A B, B A, ... and A A' likewise
+        if i % 2 == 0:
+            a, b = plain(), recorded()
+        else:
+            b, a = recorded(), plain()
+        samples.append((a, b, plain(), plain()))
+    warm = pair_ratios([(a, b[1], x, y) for a, b, x, y in samples])
+    cold = pair_ratios([(a, b[0], x, y) for a, b, x, y in samples])
+    return {**warm, "cpu_ratio_cold": cold["cpu_ratio"], "wall_ratio_cold": cold["wall_ratio"]}
+
+
+def pair_ratios(samples) -> dict[str, float]:
+    """Medians over pairs of B/A (breakdown over plain) and of A'/A (the A/A control), each by
+    thread CPU time and by wall time. `samples`: per pair ((cpu, wall) of A, of B, of A, of A')."""
     med = statistics.median
     return {
-        "cpu_ratio": med(cpu),
-        "wall_ratio": med(wall),
-        "cpu_aa": med(cpu_aa),
-        "wall_aa": med(wall_aa),
+        "cpu_ratio": med(b[0] / a[0] for a, b, _x, _y in samples),
+        "wall_ratio": med(b[1] / a[1] for a, b, _x, _y in samples),
+        "cpu_aa": med(y[0] / x[0] for _a, _b, x, y in samples),
+        "wall_aa": med(y[1] / x[1] for _a, _b, x, y in samples),
     }
 
 
 def range_costs(n: int = 20000) -> dict[str, float]:
     """Microseconds of thread CPU time per profiler range opened and closed (no profiler running):
-    record_function's op pair (torch.ops.profiler) and _RecordFunctionFast, which the Tracker uses."""
+    record_function's op pair (torch.ops.profiler), and the Tracker's two (hooks.range_pair):
+    _RecordFunctionFast (op scope) and the user-scope pair the CPU's lean profiler records."""
     import torch
-    from torch._C._profiler import _RecordFunctionFast
+
+    from profiling.breakdown.hooks import range_pair
 
     enter = torch.ops.profiler._record_function_enter_new
     leave = torch.ops.profiler._record_function_exit._RecordFunction
-
-    def op_pair() -> None:
-        leave(enter("module: x", None))
-
-    def fast() -> None:
-        with _RecordFunctionFast("module: x"):
-            pass
-
+    fast_open, fast_close = range_pair(user_scope=False)
+    user_open, user_close = range_pair(user_scope=True)
+    kinds = (
+        ("record_function ops", lambda: leave(enter("module: x", None))),
+        ("_RecordFunctionFast", lambda: fast_close(fast_open("module: x"))),
+        ("user-scope pair", lambda: user_close(user_open("module: x"))),
+    )
     out = {}
-    for name, fn in (("record_function ops", op_pair), ("_RecordFunctionFast", fast)):
+    for name, fn in kinds:
         c0 = time.thread_time()
         for _ in range(n):
             fn()
@@ -127,6 +146,7 @@ def range_costs(n: int = 20000) -> dict[str, float]:
 
 def coverage(cfg, steps: int) -> dict[str, float]:
     """One breakdown of `cfg` (no MLflow): the shares, FLOPs, parts and trace size."""
+    from profiling.breakdown import names
     from profiling.breakdown.attribute import attribute
     from profiling.breakdown.record import record
     from profiling.breakdown.roof import Ceilings
@@ -142,11 +162,14 @@ def coverage(cfg, steps: int) -> dict[str, float]:
     table = rows(tree, att, rec.counts.flops, rec.counts.bytes, rec.step_mean_s, Ceilings())
     cov = shares(table, rec.step_mean_s)
     gz, facts = bound_trace(rec.trace_json, 1, rec.tracker.owner_of_seq)
+    optimizer = (  # by the wall clock, as breakdown_module_fraction
+        sum(r["time_s"] for r in table if r["module"] in (names.OPTIMIZER, names.ZERO_GRAD))
+        / rec.step_mean_s
+    )
     return {
         "attributed": cov["breakdown_attributed_fraction"],
-        "to_modules": cov["breakdown_module_fraction"],
-        "optimizer": sum(r["time_s"] for r in table if r["module"] == "optimizer")
-        / rec.step_mean_s,
+        "to_modules": cov["breakdown_module_fraction"] / (1 - optimizer),
+        "optimizer": optimizer,
         "flops_ratio": cov["breakdown_flops_per_step"] / rec.counts.train_flops,
         "parts_ratio": sum(att.parts_s.values()) / rec.step_mean_s,
         "trace_mb": facts["trace_bytes"] / 1e6,
@@ -188,36 +211,75 @@ def resnet50_wall_s(extra: list[str]) -> tuple[float, int]:
         return time.perf_counter() - t0, done.returncode
 
 
-def report(o: dict[str, float], c: dict[str, float]) -> None:
-    """One model's figures, each next to its goal."""
-    rows = [
+def verdicts(o: dict[str, float], c: dict[str, float], overhead_max: float) -> list[tuple]:
+    """(measure, value, goal, met) for one model: `o` from paired_overhead, `c` from coverage.
+    The overhead counts as met only when the A/A control is inside its goal too (else the
+    comparison cannot tell the overhead from the noise)."""
+    aa_ok = abs(o["cpu_aa"] - 1) <= GOALS["aa"]
+    over = o["cpu_ratio"] - 1
+    return [
         (
             "overhead, thread CPU",
-            f"{o['cpu_ratio'] - 1:+.1%} (A/A control {o['cpu_aa'] - 1:+.1%})",
-            GOALS["overhead_thread_cpu"],
+            f"{over:+.1%} (A/A control {o['cpu_aa'] - 1:+.1%})",
+            f"<= {overhead_max:.0%}, A/A within {GOALS['aa']:.0%}",
+            over <= overhead_max and aa_ok,
         ),
         (
             "overhead, wall",
             f"{o['wall_ratio'] - 1:+.1%} (A/A control {o['wall_aa'] - 1:+.1%})",
             "(for reference)",
+            None,
         ),
-        ("step attributed (named rows)", f"{c['attributed']:.1%}", GOALS["attributed"]),
         (
-            "step in modules (fwd + bwd)",
-            f"{c['to_modules']:.1%} (optimizer row {c['optimizer']:.1%})",
-            GOALS["to_modules"],
+            "  a session's first step",
+            f"{o.get('cpu_ratio_cold', math.nan) - 1:+.1%} thread CPU, "
+            f"{o.get('wall_ratio_cold', math.nan) - 1:+.1%} wall",
+            "(for reference: the lines above are its second step)",
+            None,
         ),
-        ("rows' FLOPs / training FLOPs", f"{c['flops_ratio']:.6f}", GOALS["flops"]),
-        ("parts' sum / breakdown_step_s", f"{c['parts_ratio']:.4f}", GOALS["parts"]),
+        (
+            "step attributed (named rows)",
+            f"{c['attributed']:.1%}",
+            f">= {GOALS['attributed']:.0%}",
+            c["attributed"] >= GOALS["attributed"],
+        ),
+        (
+            "non-optimizer time in modules",
+            f"{c['to_modules']:.1%} (optimizer rows {c['optimizer']:.1%} of the step)",
+            f">= {GOALS['to_modules']:.0%}",
+            c["to_modules"] >= GOALS["to_modules"],
+        ),
+        (
+            "rows' FLOPs / training FLOPs",
+            f"{c['flops_ratio']:.6f}",
+            f"within {GOALS['flops']:.0%}",
+            abs(c["flops_ratio"] - 1) <= GOALS["flops"],
+        ),
+        (
+            "parts' sum / breakdown_step_s",
+            f"{c['parts_ratio']:.4f}",
+            f"within {GOALS['parts']:.0%}",
+            abs(c["parts_ratio"] - 1) <= GOALS["parts"],
+        ),
         (
             "trace per step",
             f"{c['trace_mb']:.2f} MB ({c['trace_gz_mb']:.3f} MB gzipped)",
-            GOALS["trace"],
+            f"<= {GOALS['trace_mb']:g} MB (resnet18)",
+            None,
         ),
-        ("step / breakdown wall", f"{c['step_s'] * 1e3:.0f} ms / {c['wall_s']:.0f} s", ""),
+        ("step / breakdown wall", f"{c['step_s'] * 1e3:.0f} ms / {c['wall_s']:.0f} s", "", None),
     ]
-    for what, got, goal in rows:
-        print(f"  {what:<32} {got:<40} goal {goal}")
+
+
+def report(rows: list[tuple]) -> None:
+    """One model's figures, each next to its goal and whether it is met."""
+    for what, got, goal, met in rows:
+        mark = "" if met is None else ("  met" if met else "  NOT MET")
+        print(f"  {what:<32} {got:<44} goal {goal}{mark}")
+
+
+def _load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 def main() -> None:
@@ -230,6 +292,13 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--image-size", type=int, default=112)
     ap.add_argument("--pairs", type=int, default=12, help="pairs of plain and breakdown steps")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads (0: torch's default); one by default because on a loaded "
+        "machine waiting threads spin and the main thread's CPU time counts the spinning",
+    )
     ap.add_argument("--steps", type=int, default=3, help="recorded steps of the coverage run")
     ap.add_argument(
         "--resnet50", action="store_true", help="also time the resnet50 b64 224 px command"
@@ -244,9 +313,11 @@ def main() -> None:
         "one profiler range (thread CPU): " + ", ".join(f"{k} {v:.2f} us" for k, v in costs.items())
     )
 
-    print(
-        f"torch threads: {os.environ.get('OMP_NUM_THREADS', 'default')}; load average {os.getloadavg()}"
-    )
+    import torch
+
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    print(f"torch threads: {torch.get_num_threads()}; load average {_load()}")
     for model in args.models.split(","):
         cfg = TrainConfig(
             model=model,
@@ -260,11 +331,14 @@ def main() -> None:
         print(
             f"\n{model} b{args.batch} {args.image_size}px CPU ({args.pairs} pairs, {args.steps} recorded steps)"
         )
-        report(paired_overhead(cfg, args.pairs), coverage(cfg, args.steps))
+        o = paired_overhead(cfg, args.pairs)
+        report(verdicts(o, coverage(cfg, args.steps), overhead_goal(args.batch, args.image_size)))
+        print(f"  load average after: {_load()}")
     if args.resnet50:
         wall, rc = resnet50_wall_s(args.resnet50_flags.split())
         print(
-            f"\nresnet50 b64 224px breakdown command: {wall:.0f} s (exit {rc}); goal {GOALS['resnet50']}"
+            f"\nresnet50 b64 224px breakdown command: {wall:.0f} s (exit {rc}); "
+            f"goal < {GOALS['resnet50_s']:.0f} s"
         )
 
 

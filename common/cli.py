@@ -13,6 +13,7 @@ from typing import Callable, Iterator
 
 from common import console
 from common.errors import BenchError, Terminated, UsageError, one_line
+from common.runs import fail_pending_run
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -105,8 +106,6 @@ def cli_entry(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | 
         except BenchError as err:
             console.error(one_line(err))
             if os.environ.get("MLFLOW_RUN_ID"):  # RunSession removes it when it takes the run over
-                from common.runs import fail_pending_run
-
                 fail_pending_run(one_line(err))
             return err.exit_code
         except Terminated as exc:

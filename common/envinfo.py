@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import platform
+import subprocess
 from functools import lru_cache
 
 from common import schema
@@ -18,8 +19,6 @@ def cpu_model_name() -> str:
     except OSError:
         pass
     if platform.system() == "Darwin":
-        import subprocess
-
         try:
             out = subprocess.run(
                 ["sysctl", "-n", "machdep.cpu.brand_string"],

@@ -98,19 +98,6 @@ def flag_fields(cls: type, names=None) -> list[Field]:
     return [f for f in fields(cls) if flag_names(f) and (names is None or f.name in names)]
 
 
-def help_flags(cls: type, names=None) -> set[str]:
-    """Every option string the fields of `cls` (those in `names`) put in --help."""
-    return {
-        name
-        for f in flag_fields(cls, names)
-        if not f.metadata.get("hidden")
-        for name in (
-            *flag_names(f),
-            *([f.metadata["negation"]] if "negation" in f.metadata else []),
-        )
-    }
-
-
 def _kind(cls: type, f: Field) -> tuple[object, bool]:
     """(the annotation without None, whether None is allowed) of field `f`."""
     hint = typing.get_type_hints(cls)[f.name]

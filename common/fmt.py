@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 
 _PREFIXES = [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")]
@@ -33,6 +34,16 @@ def num(value: float | None, digits: int = 3) -> str:
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
+def duration(seconds: float | None) -> str:
+    """A time in s or ms chosen by its magnitude, never in exponent notation: 2.37 -> '2.37 s',
+    0.412 -> '412 ms', 0.00005 -> '0.05 ms'."""
+    if seconds is None or not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
+        return ""
+    if abs(seconds) >= 1:
+        return f"{num(seconds)} s"
+    return f"{num(seconds * 1e3)} ms"
+
+
 def pct(value: float | None) -> str:
     if value is None or not isinstance(value, (int, float)) or not math.isfinite(value):
         return ""
@@ -47,11 +58,35 @@ def slug(text: str) -> str:
     characters; a longer one is cut and ends with a hash of the whole text, so that two long labels
     with the same beginning still get different names (runs recorded before labels were bounded may
     have labels of any length)."""
-    import hashlib
-
     out = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(text))
     out = out.strip("_.") or "env"
     if len(out) > SLUG_MAX_CHARS:
         digest = hashlib.sha256(str(text).encode()).hexdigest()[:8]
         out = f"{out[: SLUG_MAX_CHARS - 9]}-{digest}"
+    return out
+
+
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+"""What makes a spreadsheet read a CSV cell as a formula (OWASP, "CSV injection")."""
+
+
+def csv_cell(value):
+    """`value` as a spreadsheet takes it literally: text that starts with a formula prefix and is
+    not a number gets a leading `'` (an env label or module name `=HYPERLINK(...)` stays text).
+    Numbers, and text that is a number (`-1.5`), are unchanged."""
+    if not isinstance(value, str) or not value.startswith(FORMULA_PREFIXES):
+        return value
+    try:
+        float(value)
+    except ValueError:
+        return "'" + value
+    return value
+
+
+def csv_frame(frame):
+    """A copy of DataFrame `frame` whose text cells are `csv_cell`'s (write it with to_csv)."""
+    out = frame.copy()
+    for col in out.columns:
+        if out[col].dtype.kind not in "biufcmM":  # text (object or string dtype)
+            out[col] = out[col].map(csv_cell)
     return out

@@ -15,6 +15,8 @@ import os
 from pathlib import Path
 from typing import Iterator
 
+from common import console
+
 try:
     import fcntl
 except ImportError:  # Windows
@@ -30,8 +32,6 @@ def locked(path: str | os.PathLike, *, wait: bool = False) -> Iterator[bool]:
     does not exist or cannot be written). The holder's pid is written into the file (`holder`).
     """
     if fcntl is None:
-        from common import console
-
         console.note(f"no file locks on this system: {path} is not protected from a second process")
         yield True
         return

@@ -2,8 +2,8 @@
 
 `mark_failed`, `fail_pending_run` and `redirect_run` end or point runs that `mlflow run` created or a
 killed process left; `process_tag` / `process_gone` / `close_stale_runs` find runs left RUNNING by a
-process of this host that is gone (`kill -9`) and end them FAILED; `latest_finished_run` is the one
-read a run makes of others. The session itself is common/tracking.py's.
+process of this host that is gone (`kill -9`) and end them FAILED; `latest_finished_run` and
+`finished_runs` are the reads a run makes of others, `all_runs` what a resumed sweep reads. The session itself is common/tracking.py's.
 """
 
 from __future__ import annotations
@@ -148,9 +148,13 @@ def _all_experiment_ids(client) -> list[str]:
 
 
 def _spooled_ids() -> set[str]:
-    """Run ids and local ids of the local spool's entries (runs that upload will complete)."""
+    """Run ids and local ids of the entries of every spool folder this machine used (runs that
+    upload will complete)."""
     out = set()
-    for entry in spool.spooled_runs(warn=False):
+    entries = [
+        e for folder in spool.known_folders() for e in spool.spooled_runs(folder, warn=False)
+    ]
+    for entry in entries:
         out.add(entry["local_id"])
         if entry.get("run_id"):
             out.add(entry["run_id"])
@@ -200,6 +204,20 @@ def finished_runs(experiment_id: str, filter_string: str, most: int = 100, clien
         filter_string=f"attributes.status = 'FINISHED' and {filter_string}",
         max_results=most,
         order_by=["attributes.start_time DESC"],
+    )
+
+
+def all_runs(experiment_id: str, filter_string: str, order_by: list[str]) -> list:
+    """Every run of `experiment_id` matching `filter_string`, in `order_by` order
+    (mlflow.search_runs pages through them; what a resumed sweep has done, train/sweep/state.py)."""
+    import mlflow
+
+    return mlflow.search_runs(
+        experiment_ids=[experiment_id],
+        filter_string=filter_string,
+        output_format="list",
+        max_results=50_000,
+        order_by=order_by,
     )
 
 

@@ -11,6 +11,8 @@ import re
 import socket
 from typing import Any, Mapping
 
+from common.errors import UsageError
+
 # --- tags --------------------------------------------------------------------------------------
 TAG_RUN_KIND = "run_kind"
 TAG_ENV_LABEL = "env_label"
@@ -75,8 +77,8 @@ CONFIG_KEY_FIELDS = (
 # Fields that a data-parallel run (`python -m train --distributed ...` under torchrun) adds to the
 # key: its world size, engine, ZeRO stage and collective backend change what each step does
 # (gradient synchronisation, partitioned optimizer state). They enter the key only when an engine
-# is given (`distributed` is not "none"), so a single-process run keeps the key it always had and
-# runs logged before distributed runs existed still join. docs/schema.md states the rule.
+# is given (`distributed` is not "none"), so a single-process run's key is the same whether or not
+# its run logged them (runs without these params join). docs/schema.md states the rule.
 DISTRIBUTED_KEY_FIELDS = ("distributed", "zero_stage", "world_size", "backend")
 NOT_DISTRIBUTED = "none"
 CONFIG_FIELDS = CONFIG_KEY_FIELDS + DISTRIBUTED_KEY_FIELDS
@@ -133,7 +135,7 @@ def config_key(config: Mapping[str, Any]) -> str:
 
 def is_distributed(config: Mapping[str, Any]) -> bool:
     """Whether `config` (a TrainConfig dict or a run's params) is a data-parallel run's: one with an
-    engine (`distributed` = ddp | deepspeed). Runs logged before the field existed have none."""
+    engine (`distributed` = ddp | deepspeed). A run without the param is not."""
     value = config.get("distributed")
     return value is not None and str(value).strip().lower() not in ("", NOT_DISTRIBUTED)
 
@@ -230,8 +232,6 @@ def check_label(text: str, what: str) -> str:
 def filter_literal(value: str, what: str = "value") -> str:
     """`value` as a string literal of an MLflow search filter, which has no escape for quotes:
     single quotes, else double quotes; a value holding both cannot be searched for (UsageError)."""
-    from common.errors import UsageError
-
     if "'" not in value:
         return f"'{value}'"
     if '"' not in value:

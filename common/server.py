@@ -6,10 +6,12 @@ the user or stored for display goes through `redact` (a tracking URI may hold a 
 
 from __future__ import annotations
 
+import os
 import re
+import sqlite3
+import sys
 import urllib.parse
 
-from common import schema
 from common.errors import UsageError, one_line
 
 _UNREACHABLE_MARKERS = (
@@ -29,9 +31,6 @@ def tracking_uri() -> str:
     """The tracking URI in use (MLFLOW_TRACKING_URI, mlflow.set_tracking_uri, or the default).
     While MLflow is not imported (so nothing has called set_tracking_uri) a set MLFLOW_TRACKING_URI
     is the answer, as MLflow would give it, without importing MLflow (about 2 s of CPU here)."""
-    import os
-    import sys
-
     if "mlflow" not in sys.modules and os.environ.get("MLFLOW_TRACKING_URI"):
         return os.environ["MLFLOW_TRACKING_URI"]
     import mlflow
@@ -155,6 +154,37 @@ def check_uri(uri: str | None = None) -> None:
         )
     if scheme in ("http", "https") and not parts.hostname:
         raise UsageError(f"MLFLOW_TRACKING_URI {shown!r} names no host: {_EXAMPLES}")
+    if scheme == "sqlite":
+        check_sqlite_is_mlflow(uri)
+
+
+MLFLOW_TABLES = ("alembic_version", "experiments", "runs")
+"""Tables every MLflow sqlite store has: a database with other tables and not these is someone
+else's (MLflow would add its 66 tables to it)."""
+
+
+def check_sqlite_is_mlflow(uri: str) -> None:
+    """UsageError when `sqlite:///FILE` names an sqlite database that holds tables but not MLflow's
+    (issue 32: analysis and upload created MLflow's tables inside it). A missing or empty file (a
+    new store) and a file that is not sqlite (common.server.store_problem says so) pass."""
+    path = uri[len("sqlite:///") :].split("?")[0]
+    if not path or path == ":memory:" or not os.path.isfile(path) or os.path.getsize(path) == 0:
+        return
+    try:
+        con = sqlite3.connect(f"file:{urllib.parse.quote(path)}?mode=ro", uri=True)
+        try:
+            names = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return
+    if names and not set(MLFLOW_TABLES) <= names:
+        shown = ", ".join(sorted(names)[:5]) + (", ..." if len(names) > 5 else "")
+        raise UsageError(
+            f"MLFLOW_TRACKING_URI {redact(uri)!r} is an sqlite database that is not an MLflow store "
+            f"(its tables: {shown}); nothing was written to it: point MLFLOW_TRACKING_URI at an "
+            "MLflow store or a new file"
+        )
 
 
 def check_reachable(timeout_s: float = 5.0) -> None:
@@ -182,39 +212,3 @@ def server_reachable() -> bool:
     except ConnectionError:
         return False
     return True
-
-
-RUNS_VIEW_SORT = "throughput_samples_per_s"
-"""the metric the runs view a command links to is sorted by, fastest first"""
-
-
-def runs_view_path(experiment_id: str, run_kind: str = "train") -> str:
-    """The UI path of an experiment's runs of one kind, sorted by throughput, fastest first: what
-    MLflow 3.17's experiment page reads from its URL (searchFilter, orderByKey, orderByAsc; the
-    columns shown are the user's, kept in the browser, docs/ui.md)."""
-    from urllib.parse import urlencode
-
-    query = {
-        "searchFilter": f"tags.{schema.TAG_RUN_KIND} = '{run_kind}'",
-        "orderByKey": f"metrics.`{RUNS_VIEW_SORT}`",
-        "orderByAsc": "false",
-    }
-    return f"#/experiments/{experiment_id}/runs?{urlencode(query)}"
-
-
-def runs_view_hint(experiment_id: str | None) -> str:
-    """Where to see every train run of the experiment, fastest first ('' without an experiment)."""
-    if not experiment_id:
-        return ""
-    uri = display_uri()
-    base = uri.rstrip("/") if uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"
-    return f"train runs fastest first: {base}/{runs_view_path(experiment_id)}"
-
-
-def ui_hint(run_id: str | None, experiment_id: str | None) -> str:
-    """How to look at a run: the UI command for a local store, the URL for a server."""
-    uri = display_uri()
-    path = f"#/experiments/{experiment_id}/runs/{run_id}" if run_id else ""
-    if uri.startswith(("http://", "https://")):
-        return f"see {uri.rstrip('/')}/{path}"
-    return f"see it with `mlflow ui --backend-store-uri {uri}`, then http://127.0.0.1:5000/{path}"

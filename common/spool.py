@@ -40,6 +40,51 @@ def spool_dir() -> Path:
     return Path(os.environ.get(SPOOL_ENV) or Path.home() / ".cache" / "roofline-bench" / "spool")
 
 
+def folders_file() -> Path:
+    """The list of spool folders used on this machine besides the default (one path a line), in
+    the cache folder ($ROOFLINE_CACHE_DIR, default ~/.cache/roofline-bench): it does not move with
+    $ROOFLINE_SPOOL_DIR."""
+    cache = os.environ.get("ROOFLINE_CACHE_DIR") or Path.home() / ".cache" / "roofline-bench"
+    return Path(cache) / "spool-folders.txt"
+
+
+MAX_FOLDERS = 100
+"""spool folders remembered (the latest used)."""
+
+
+def remember_folder(folder: Path) -> None:
+    """Note `folder` (a spool folder other than the default) in `folders_file`, so that every later
+    command knows the runs spooled there will be completed: an upload from the default folder
+    marked such a run FAILED ("process is gone") while its entry was safe there (issue 32). Never
+    raises: a home that cannot be written only loses the note."""
+    folder = folder.resolve()
+    if folder == spool_dir().resolve():
+        return
+    try:
+        known = [f for f in _listed_folders() if f != folder] + [folder]
+        path = folders_file()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text("".join(f"{f}\n" for f in known[-MAX_FOLDERS:]))
+        tmp.replace(path)
+    except OSError:
+        pass
+
+
+def _listed_folders() -> list[Path]:
+    try:
+        text = folders_file().read_text()
+    except (OSError, UnicodeDecodeError):
+        return []
+    return [Path(line) for line in text.splitlines()[-MAX_FOLDERS:] if line.strip()]
+
+
+def known_folders() -> list[Path]:
+    """The default spool folder and every other one this machine spooled into that still exists."""
+    default = spool_dir()
+    return [default] + [f for f in _listed_folders() if f != default.resolve() and f.is_dir()]
+
+
 def spooled_runs(folder: Path | None = None, warn: bool = True) -> list[dict]:
     """Spooled runs, parents before their children, oldest first. Each entry's `_path` is its
     run.json (not stored in the file). Unreadable entries are left out, each with a warning naming
@@ -142,8 +187,10 @@ def write_entry(
     (a resumed sweep's parent) keeps its `created_s`, its place in the upload order. `folder`: the
     spool folder to write into (default `spool_dir()`).
     """
-    folder = (folder or spool_dir()) / local_id
+    root = folder or spool_dir()
+    folder = root / local_id
     (folder / "files").mkdir(parents=True, exist_ok=True)
+    remember_folder(root)
     files = {}
     for i, (art, local) in enumerate(record["files"].items()):
         dest = folder / "files" / f"{i}_{os.path.basename(local)}"

@@ -20,8 +20,8 @@ Every entry point (train, profile, peaks, analysis, sweep, complexity) records i
 What a run holds is common/record.py's; the writes to runs no session holds and the ending of runs
 whose process died are common/runs.py's. Whether the server answers, and which one is in use, is
 common/server.py's. Callers import each name from the module that defines it. Only these modules
-(and analysis/fetch/, which reads) import mlflow. Over 400 lines because RunSession is one state machine (open, batch,
-finish, fall back to the spool) whose methods share its state; the rest lives in the modules named.
+(and analysis/fetch/, which reads) import mlflow. RunSession is one state machine (open, batch,
+finish, fall back to the spool) whose methods share its state.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import json
 import logging
 import os
 import shutil
+import tempfile
 import time
 import uuid
 from dataclasses import asdict
@@ -48,6 +49,7 @@ from common.record import (
 )
 from common.runs import close_stale_runs, experiment_id_for, mlflow_client, process_tag
 from common.server import check_reachable, display_uri, is_unreachable, redact, store_problem
+from common.ui import mark_experiment, with_percents
 
 # Where a run goes when neither the store nor the spool folder can be written: a spool folder in the
 # working directory (python -m common.upload --spool-dir roofline-spool sends it).
@@ -57,7 +59,7 @@ RESCUE_DIR = "roofline-spool"
 # the session reports the error itself, in one line.
 logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 # MLflow prints "View run <name> at: <tracking URI>/#/..." when a run on a server ends, user name and
-# password included; the commands print their own hint, redacted (common.server.ui_hint).
+# password included; the commands print their own hint, redacted (common.ui.ui_hint).
 os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
 
 
@@ -133,7 +135,10 @@ class RunSession:
 
     def log_metrics(self, metrics: dict[str, float]) -> None:
         self._add(
-            RunRecord(self.record.run_kind, metrics={k: float(v) for k, v in metrics.items()})
+            RunRecord(
+                self.record.run_kind,
+                metrics=with_percents({k: float(v) for k, v in metrics.items()}),
+            )
         )
 
     def log_series(self, name: str, values: list[float]) -> None:
@@ -240,6 +245,7 @@ class RunSession:
         # a resumed run (a sweep's parent) may carry the error of the attempt it resumes
         self._stale_error = schema.TAG_ERROR in run.data.tags
         client.set_tag(run_id, schema.TAG_PROCESS, process_tag())  # this process drives it now
+        mark_experiment(client, self.experiment_id)
 
     def create_run(self, experiment_id: str, parent_run_id: str | None, client) -> None:
         """Create this session's run in `experiment_id` through `client`, named and tagged as
@@ -251,6 +257,7 @@ class RunSession:
         self._client = client
         run = client.create_run(experiment_id, run_name=self.record.run_name, tags=tags)
         self.run_id, self.experiment_id = run.info.run_id, experiment_id
+        mark_experiment(client, experiment_id)
 
     def send(self, rec: RunRecord) -> None:
         """Send `rec` to the run, removing each part from it as soon as the server has it: if a call
@@ -290,8 +297,6 @@ class RunSession:
             if os.path.basename(local) == name:
                 client.log_artifact(run_id, local, art_dir or None)
             else:  # rename on the way in
-                import tempfile
-
                 with tempfile.TemporaryDirectory() as tmp:
                     shutil.copyfile(local, os.path.join(tmp, name))
                     client.log_artifact(run_id, os.path.join(tmp, name), art_dir or None)

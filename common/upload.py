@@ -11,7 +11,7 @@ from pathlib import Path
 
 from common import console, schema
 from common.cli import ArgumentParser, cli_entry
-from common.errors import BenchError, one_line
+from common.errors import BenchError, UsageError, one_line
 from common.record import RunRecord
 from common.runs import close_stale_runs, experiment_id_for, mlflow_client
 from common.server import check_reachable, is_unreachable, redact, store_problem
@@ -98,8 +98,8 @@ def _send(client, entry: dict, parent_run: str | None, every: list[dict]) -> str
     """Create (or find, or continue) the entry's run on the server and send what it lacks; the entry
     on disk keeps what is still unsent if a call fails. Returns the run id."""
     rec = RunRecord(**entry["record"])
-    # Entries written before "unsent" existed hold only the unsent part in "record": that
-    # format shipped (main at stop 8, before commit 8146611), so such entries may be on disk.
+    # An entry without "unsent" (an earlier spool format, which may still be on disk) holds
+    # only the unsent part, in "record".
     unsent = rec if entry.get("unsent") is None else RunRecord(**entry["unsent"])
     session = RunSession(
         rec.run_kind,
@@ -174,6 +174,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="only list the spooled runs")
     args = parser.parse_args(argv)
     folder = Path(args.spool_dir) if args.spool_dir else spool_dir()
+    if args.spool_dir and not folder.is_dir():  # a typo: main uploaded 0 runs and exited 0
+        raise UsageError(
+            f"--spool-dir {args.spool_dir} is not a folder: give the folder a command spooled "
+            f"into (default {spool_dir()}; see `python -m common.upload --list`)"
+        )
     entries = spooled_runs(folder)
     if args.list:
         for e in entries:

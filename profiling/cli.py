@@ -21,24 +21,30 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from common import console, flags, schema
-from common.cli import ArgumentParser, cli_entry
-from common.errors import UsageError, one_line
+from common import console, flags, fmt, schema
+from common.cli import ArgumentParser, cli_entry, optional
+from common.errors import BenchError, UsageError, one_line
 from common.record import dataset_input
 from common.tracking import RunSession
+from profiling.breakdown.cli import main as breakdown_main
 from profiling.breakdown.ncu import has_module_ranges
 from profiling.breakdown.ncu_log import log_ncu_layers
 from profiling.ncu.capture import DEFAULT_OUT, capture, dry_run
+from profiling.ncu.checks import check_rates, check_values
 from profiling.ncu.chips.devices import parse_capability
 from profiling.ncu.command import CaptureOptions
-from profiling.ncu.checks import check_rates, check_values
 from profiling.ncu.completeness import CountCheck, check_against_count
+from profiling.ncu.counting import TIME_FROM_CYCLES
 from profiling.ncu.gpu import GpuInfo, cuda_probe
-from profiling.ncu.import_path import check_import_file, import_report
+from profiling.ncu.capture_set import ImportOptions
+from profiling.ncu.hierarchy import TableOptions
+from profiling.ncu.hierarchy_log import log_hierarchy
+from profiling.ncu.import_path import check_import_file, import_paths, import_report
 from profiling.ncu.summary import (
     NcuSummary,
     require_counters,
@@ -76,10 +82,13 @@ class ProfileCommand:
     logs layers.csv with measured FLOPs and DRAM bytes per module (docs/breakdown.md)."""
     out: str = str(DEFAULT_OUT)
     """folder for the ncu CSV log."""
-    import_file: str | None = field(
-        default=None, metadata={"flags": ("--import",), "metavar": "FILE"}
+    import_file: tuple[str, ...] = field(
+        default=(),
+        metadata={"flags": ("--import",), "metavar": "PATH", "nargs": "+", "parse": optional(str)},
     )
-    """log an existing ncu CSV or .ncu-rep instead of capturing (works without a GPU)."""
+    """log existing ncu output instead of capturing (works without a GPU): ncu CSVs (gzipped or
+    not), .ncu-rep reports or folders of them, one capture set merged launch by launch
+    (profiling.ncu.capture_set; --phase says which phase each holds)."""
     allow_truncated: bool = field(default=False, metadata=flags.SWITCH)
     """log an ncu CSV that looks cut short (a short or unfinished last row, a last result missing
     metrics) as an incomplete profile without a roofline point, instead of failing."""
@@ -109,19 +118,30 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("profiling")
     flags.add_flags(g, CaptureOptions)
     flags.add_flags(g, ProfileCommand)
+    flags.add_flags(p.add_argument_group("imported capture sets"), ImportOptions)
+    flags.add_flags(p.add_argument_group("hierarchical roofline tables"), TableOptions)
     return p
 
 
 def _config(args: argparse.Namespace) -> TrainConfig:
+    args.import_opts = flags.build(ImportOptions, args, as_flags=True)
+    args.phase = args.import_opts.phase
+    args.table_opts = flags.build(TableOptions, args, as_flags=True)
     if args.device == "auto":
         args.device = "cuda"
     if not str(args.device).startswith("cuda"):
         raise UsageError(
             f"profiling measures CUDA kernels: --device must be cuda or cuda:N, got {args.device!r}"
         )
+    workload = args.import_opts.workload
+    if (workload or args.phase) and not import_paths(args):
+        raise UsageError(
+            "--workload and --phase describe imported files: they go with --import PATH (a capture "
+            "runs python -m train on a torchvision --model and marks its phases itself)"
+        )
     # an unknown model is bad input (exit 2, no run), on the import path as on the capture path;
     # the canonical spelling keeps config_key equal to that of `python -m train` (its preflight does the same)
-    args.model = check_model_name(args.model)
+    args.model = workload or check_model_name(args.model)
     config = config_from_args(args)
     # the same num_classes as `python -m train` derives, so config_key joins with its timing runs
     config.num_classes = num_classes_for(config.data, config.num_classes)
@@ -138,12 +158,8 @@ def _options(args: argparse.Namespace) -> CaptureOptions:
 def main(argv: list[str] | None = None, *, probe: Callable[..., GpuInfo] | None = None) -> int:
     """Entry point; `probe` replaces the CUDA check (tests). `--breakdown` runs the breakdown
     instead (profiling/breakdown/cli.py)."""
-    import sys
-
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--breakdown" in argv:
-        from profiling.breakdown.cli import main as breakdown_main
-
         return breakdown_main([a for a in argv if a != "--breakdown"])
     return cli_entry(lambda a: _main(a, probe or cuda_probe))(argv)
 
@@ -152,7 +168,7 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo]) -> int:
     args = build_parser().parse_args(argv)
     config = _config(args)
     opts = _options(args)
-    importing = args.import_file is not None
+    importing = bool(import_paths(args))
     if not importing and config.warmup_iters < 1:
         raise UsageError(
             "--warmup-iters 0: the profiled step would hold cuDNN autotuning, first allocations and, "
@@ -160,10 +176,9 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo]) -> int:
         )
     if args.dry_run:
         return dry_run(args, config, opts)
-    if importing:
-        check_import_file(args.import_file)
+    imported = _imported(args) if importing else None
 
-    run_name = f"{config.run_name()}-ncu"
+    run_name = config.run_name(kind="ncu")
     tags = _run_tags(args, config, importing)
     with RunSession("profile", experiment=args.experiment, run_name=run_name, tags=tags) as session:
         session.log_params(_run_params(args, config, opts, importing))
@@ -171,22 +186,43 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo]) -> int:
             fields = dataset_fields(config.data, config.image_size, config.num_classes, config.seed)
             session.log_input(dataset_input(**fields, context="profile"))
         session.flush()
-        if importing:
-            report, device_name, capability, counters = import_report(args, session)
+        if imported:
+            report, device_name, summary, extra, files = imported
+            for path in files:  # only what parsed as ncu output is stored
+                session.log_file(f"ncu/{path.name}", path)
+            session.set_tags(extra)
             cautioned: list[str] = []
         else:
             report, device_name, capability, counters, cautioned = capture(
                 args, config, opts, probe, session
             )
-        check_values(report)  # units, signs, finiteness: before anything is summed
-        summary = summarize(report, capability, counters)
-        check_rates(summary.kernels, report.source)  # no kernel faster than any GPU
-        require_counters(summary, report.source)
+            summary = _checked_summary(report, capability, counters)
         _log_summary(session, args, config, summary, device_name, report.source, cautioned)
         if has_module_ranges(report.kernels):  # --nvtx-modules: the breakdown's rows, measured
             log_ncu_layers(session, report, summary, config, device_name)
     console.result(_summary_line(f"profile run {session.run_id}", summary, device_name))
     return 0
+
+
+def _checked_summary(report, capability, counters) -> NcuSummary:
+    check_values(report)  # units, signs, finiteness: before anything is summed
+    summary = summarize(report, capability, counters)
+    check_rates(summary.kernels, report.source)  # no kernel faster than any GPU
+    require_counters(summary, report.source)
+    return summary
+
+
+def _imported(args: argparse.Namespace) -> tuple:
+    """(report, device name, summary, the run's tags, its files) of `--import PATH ...`, read and
+    checked before any run exists: a file refused is bad input (exit 2) and leaves no run."""
+    check_import_file(args)
+    try:
+        report, device_name, capability, counters, extra, files = import_report(args)
+        return report, device_name, _checked_summary(report, capability, counters), extra, files
+    except UsageError:
+        raise
+    except BenchError as err:
+        raise UsageError(one_line(err)) from None
 
 
 def _run_tags(args: argparse.Namespace, config: TrainConfig, importing: bool) -> dict:
@@ -207,7 +243,11 @@ def _run_params(
     """The config's params, and the imported file's name or the options ncu ran with."""
     params = {**config.params(), "profile_steps": opts.profile_steps}
     if importing:
-        params["ncu_import_file"] = Path(args.import_file).name
+        params["ncu_import_file"] = ", ".join(Path(p).name for p in import_paths(args))[:500]
+        if args.import_opts.workload:
+            params["workload"] = args.import_opts.workload
+        if args.phase:
+            params["ncu_phase"] = ",".join(args.phase)
     else:
         params.update(
             ncu_metric_set=opts.metric_set,
@@ -217,6 +257,7 @@ def _run_params(
             ncu_target_processes=opts.target_processes,
             ncu_launch_skip=opts.launch_skip,
             ncu_launch_count=opts.launch_count if opts.launch_count is not None else "all",
+            ncu_timeout_s=opts.timeout_s if opts.timeout_s is not None else "none",
             ncu_extra_metrics=",".join(opts.extra_metrics) or "none",
         )
     return params
@@ -234,7 +275,7 @@ def _log_summary(
     """Warn what the summary lacks (but what was said before ncu ran), then log its tags, metrics,
     kernel tables and the run's description. The capture is held against the config's counted
     training FLOPs first (a missed phase makes it incomplete)."""
-    importing = args.import_file is not None
+    importing = bool(import_paths(args))
     warnings, tags = list(summary.warnings), summary.mlflow_tags()
     incomplete = roofline_warning(summary, source)
     if incomplete:
@@ -244,30 +285,42 @@ def _log_summary(
     if gap:
         tags["ncu_tensor_undercount"], warning = gap
         warnings.append(warning)
-    check, count_line = _check_count(summary, config, args.profile_steps, source, tags)
+    check, count_line = _check_count(summary, config, args, source, tags)
     warnings += [count_line] if count_line else []
     for warning in warnings:
         console.warn(warning)
     session.set_tags({schema.TAG_DEVICE_NAME: device_name, **tags})
     session.log_metrics({**summary.mlflow_metrics(), **check.metrics()})
     top = top_kernels(summary, TOP_KERNELS)
-    session.log_text("ncu/top_kernels.csv", top.to_csv(index=False))
+    session.log_text("ncu/top_kernels.csv", fmt.csv_frame(top).to_csv(index=False))
     session.log_text("ncu/top_kernels.txt", top_kernels_text(top))  # whole names in the UI
-    session.log_text("ncu/kernels.csv", summary.kernels.to_csv(index=False))
+    session.log_text("ncu/kernels.csv", fmt.csv_frame(summary.kernels).to_csv(index=False))
     if summary.phases is not None:
         session.log_text("ncu/phases.csv", summary.phases.to_csv(index_label="phase"))
     elif not importing:
         console.note(
             "no NVTX phases in the ncu output (does train's profile mode mark forward/backward/optimizer?)"
         )
-    how = f"imported from {Path(args.import_file).name}" if importing else "captured"
+    how = f"imported from {source}" if importing else "captured"
+    phases = ", ".join(sorted({p for p in summary.kernels["phase"].dropna()})) or "all kernels"
+    title = f"Hierarchical roofline: {config.config_label()} on {device_name}, {phases}\n({how})"
+    levels = log_hierarchy(session, summary, device_name, config.env_label, args.table_opts, title)
     session.set_note(
         _summary_line(f"ncu profile of {config.config_label()} ({how})", summary, device_name)
         + (f"\nRoofline: {incomplete}" if incomplete else "")
         + (f"\nRoofline: {count_line}" if count_line else "")
+        + (f"\n{levels}" if levels else "")
     )
     if "time_s" not in summary.measured:
-        console.note("no gpu__time_duration.sum in the input: ncu_kernel_time_s not logged")
+        console.note(
+            "no gpu__time_duration.sum (nor sm__cycles_elapsed.avg with its .per_second) in the "
+            "input: ncu_kernel_time_s not logged"
+        )
+    elif summary.sources.get("time_s") == TIME_FROM_CYCLES:
+        console.note(
+            f"kernel time from {TIME_FROM_CYCLES} of each launch (the input has no "
+            "gpu__time_duration.sum)"
+        )
 
 
 def _count_config(config: TrainConfig) -> tuple[PhaseFlops | None, str]:
@@ -287,14 +340,32 @@ def _count_config(config: TrainConfig) -> tuple[PhaseFlops | None, str]:
 
 
 def _check_count(
-    summary: NcuSummary, config: TrainConfig, profile_steps: int, source: str, tags: dict[str, str]
+    summary: NcuSummary,
+    config: TrainConfig,
+    args: argparse.Namespace,
+    source: str,
+    tags: dict[str, str],
 ) -> tuple[CountCheck, str | None]:
     """The profile against the config's counted training FLOPs (profiling.ncu.completeness): the
-    check, with its tags added to `tags`, and its warning line (None when it matches)."""
-    counted, uncounted = _count_config(config)
-    check = check_against_count(summary, counted, profile_steps, uncounted)
+    check, with its tags added to `tags`, and its warning line (None when it matches). A
+    --workload is no torchvision model: not checked, and said so."""
+    workload = args.import_opts.workload if importing_of(args) else None
+    if workload:
+        why = (
+            f"--workload {workload} is not a torchvision model, so its training FLOPs cannot be "
+            "counted to check the capture against"
+        )
+        console.note(f"{source}: count check skipped: {why}")
+        counted, uncounted = None, why
+    else:
+        counted, uncounted = _count_config(config)
+    check = check_against_count(summary, counted, args.profile_steps, uncounted)
     _mark_incomplete(tags, check)
     return check, check.warning(source)
+
+
+def importing_of(args: argparse.Namespace) -> bool:
+    return bool(import_paths(args))
 
 
 def _mark_incomplete(tags: dict[str, str], check: CountCheck) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from common import bounds
 from roofline.model import DTYPES, LEVELS, Roof, is_finite_positive
 
 
@@ -26,17 +27,17 @@ def _number(value: Any) -> float:
 def roof_from_peaks_row(row: dict, device: str) -> Roof:
     """The ceilings a peaks run measured (`metrics.peak_flops_per_s_<dtype>`,
     `metrics.peak_<level>_bytes_per_s`), each sourced 'measured: peaks run <id>'; a value that is
-    not a finite positive number is left out."""
+    no device's peak (outside common.bounds: 1e-300 made the ridge point infinite) is left out."""
     roof = Roof(device)
     src = f"measured: peaks run {str(row['run_id'])[:8]}"
     for dtype in DTYPES:
         v = _number(row.get(f"metrics.peak_flops_per_s_{dtype}"))
-        if is_finite_positive(v):
+        if bounds.MIN_RATE_PER_S <= v <= bounds.MAX_FLOPS_PER_S:
             roof.flops_per_s[dtype] = v
             roof.sources[f"flops:{dtype}"] = src
     for level in LEVELS:
         v = _number(row.get(f"metrics.peak_{level}_bytes_per_s"))
-        if is_finite_positive(v):
+        if bounds.MIN_RATE_PER_S <= v <= bounds.MAX_CACHE_BYTES_PER_S:
             roof.bytes_per_s[level] = v
             roof.sources[f"bytes:{level}"] = src
     return roof

@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from common import bounds
 from roofline.model import DTYPES
 
 
@@ -54,20 +55,23 @@ class VendorPeaks:
         for dtype, value in self.flops_per_s.items():
             if dtype not in DTYPES:
                 raise ValueError(f"flops_per_s: unknown dtype {dtype!r} (use {', '.join(DTYPES)})")
-            flops[dtype] = _positive(value, f"flops_per_s[{dtype}]")
+            flops[dtype] = _positive(value, f"flops_per_s[{dtype}]", bounds.MAX_FLOPS_PER_S)
         object.__setattr__(self, "flops_per_s", flops)
         object.__setattr__(
-            self, "dram_bytes_per_s", _positive(self.dram_bytes_per_s, "dram_bytes_per_s")
+            self,
+            "dram_bytes_per_s",
+            _positive(self.dram_bytes_per_s, "dram_bytes_per_s", bounds.MAX_DRAM_BYTES_PER_S),
         )
         for name in ("l2_bytes_per_s", "l1_bytes_per_s"):
             if getattr(self, name) is not None:
-                object.__setattr__(self, name, _positive(getattr(self, name), name))
+                high = bounds.MAX_CACHE_BYTES_PER_S
+                object.__setattr__(self, name, _positive(getattr(self, name), name, high))
         if not isinstance(self.source, str) or not self.source.strip():
             raise ValueError("source must name the datasheet (URL) the numbers come from")
         object.__setattr__(self, "device_name", self.device_name.strip())
 
 
-def _positive(value: Any, name: str) -> float:
+def _positive(value: Any, name: str, high: float) -> float:
     if isinstance(value, bool):
         raise ValueError(f"{name} must be a positive number, got {value!r}")
     try:
@@ -76,6 +80,11 @@ def _positive(value: Any, name: str) -> float:
         raise ValueError(f"{name} must be a positive number, got {value!r}") from None
     if not math.isfinite(number) or number <= 0:
         raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    if not bounds.MIN_RATE_PER_S <= number <= high:  # a ridge point out of float range
+        raise ValueError(
+            f"{name} = {number:.3g} is not a device's peak: use a value from "
+            f"{bounds.MIN_RATE_PER_S:.0e} to {high:.0e}"
+        )
     return number
 
 

@@ -2,9 +2,8 @@
 Figures on the Agg canvas; analysis/plots.py saves them as PNG). Canvas and encodings come from
 roofline/style.py, label placement from roofline/labels.py. The points are analysis's rows
 (`intensity_flops_per_byte`, `achieved_flops_per_s`, `intensity_source`, `ceiling_dtype`, ...:
-analysis/join.py), the roofs `Roof`s (roofline/ceilings.py). Over 400 lines because both figures
-share every drawing step here (roofs, points, labels, axes, legend); the two builders at the end
-read best next to the steps they compose.
+analysis/join.py), the roofs `Roof`s (roofline/ceilings.py). Both figures share every drawing
+step here (roofs, points, labels, axes, legend); the two builders are at the end.
 """
 
 from __future__ import annotations
@@ -86,6 +85,15 @@ def _draw_roof(
         dts = sorted(dts, key=lambda d: list(DTYPE_COLORS).index(d) if d in DTYPE_COLORS else 99)
         ridge_here = bool(set(dts) & ridge_dtypes)
         _draw_ceiling(ax, roof, peak, kind, dts, x_span, ridge_here, ridge_lines, pen)
+
+
+def draw_ceilings(
+    ax, roof: Roof, x_span: tuple[float, float], dtypes: set[str], ridge_dtype: str
+) -> None:
+    """The ceilings of `roof` for `dtypes` and its DRAM slope (and the others' it has), unlabelled,
+    each styled by its source, the ridge of `ridge_dtype` dotted: the drawer the analysis's
+    rooflines use, for a figure that labels its lines in its own legend (the breakdown's)."""
+    _draw_roof(ax, roof, x_span, dtypes, {ridge_dtype}, _Pen(color=None, tag="", labels=None))
 
 
 def _draw_slopes(ax, roof: Roof, x_span: tuple[float, float], top: float | None, pen: _Pen):

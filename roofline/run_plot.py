@@ -28,7 +28,14 @@ from roofline.model import (
     ridge_intensity,
 )
 from roofline.plot import source_style
-from roofline.style import DTYPE_COLORS, LEVEL_STYLE, SOURCE_MARKER, flops_label, log_ticks
+from roofline.style import (
+    DTYPE_COLORS,
+    LEVEL_STYLE,
+    SOURCE_MARKER,
+    flops_label,
+    log_ticks,
+    plain_text,
+)
 
 
 TAG_ROOF = "roofline_roof"
@@ -207,5 +214,6 @@ def png(
 
     fig = draw(roof, precision, achieved_flops_per_s, intensity, title)
     buf = io.BytesIO()
+    plain_text(fig)
     FigureCanvasAgg(fig).print_png(buf)
     return buf.getvalue()

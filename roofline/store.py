@@ -8,13 +8,12 @@ is the run's, the one of the same `env_label` first, else the latest of any envi
 from __future__ import annotations
 
 from common import schema
+from common.runs import mlflow_client
 
 
 def latest_peaks_row(device_name: str, env_label: str, client=None) -> dict | None:
     """The peaks run as an analysis row (`run_id`, `metrics.<key>`, `tags.<key>`), or None."""
     from mlflow.entities import ViewType
-
-    from common.runs import mlflow_client
 
     client = mlflow_client(client)
     exp_ids = [e.experiment_id for e in client.search_experiments(view_type=ViewType.ACTIVE_ONLY)]

@@ -18,6 +18,7 @@ import math
 import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.text import Text
 from matplotlib.ticker import FuncFormatter
 
 from common.fmt import si
@@ -35,6 +36,16 @@ SOURCE_MARKER = {
     "measured": dict(marker="o", fillstyle="full"),
     "modeled": dict(marker="^", fillstyle="none"),
 }
+
+
+def plain_text(fig) -> None:
+    """Draw every text of `fig` as written. Titles, legends and notes carry user text (env labels,
+    model and module names) and matplotlib parses `$...$` in any text as mathtext: an env label
+    `$\\foo{$` ended every analysis in `ParseFatalException: Unknown symbol`. The project's own
+    text uses no mathtext; tick labels, set when the figure is drawn, keep it. Call before saving."""
+    for text in fig.findobj(Text):
+        if "$" in text.get_text():
+            text.set_parse_math(False)
 
 
 def new_figure(

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from common.cli import ArgumentParser
-from common.errors import UsageError
+from common.errors import UsageError, one_line
 from roofline.datasheets import BUILTIN, Entry, VendorPeaks
 from roofline.model import DTYPES
 from roofline.names import candidates, close_names, find_entry, name_key, normalize
@@ -45,6 +45,10 @@ _ENTRY_FIELDS = {
 _OPTIONAL_FIELDS = ("l2_bytes_per_s", "l1_bytes_per_s")
 
 
+MAX_PEAKS_FILE_CHARS = 2**20
+"""The longest peaks file read (1 Mi characters; the built-in table is ~20 kB)."""
+
+
 def load_overrides(path: str | os.PathLike) -> list[Entry]:
     """Entries from a user file (JSON, or YAML for .yaml/.yml). Raises UsageError naming the problem.
 
@@ -59,11 +63,21 @@ def load_overrides(path: str | os.PathLike) -> list[Entry]:
 
 def _file_items(p: Path) -> list:
     """The entries a peaks file lists, parsed but not checked."""
-    if not p.is_file():
+    if not p.exists():
         raise UsageError(
             f"peaks file {p} does not exist (set by --peaks-file or ${PEAKS_FILE_ENV})"
         )
-    text = p.read_text(encoding="utf-8-sig")
+    if not p.is_file():  # /dev/zero "did not exist"; reading it would never end
+        raise UsageError(
+            f"peaks file {p} is not a file (a folder, device or pipe): give a JSON/YAML file"
+        )
+    try:
+        with p.open(encoding="utf-8-sig") as fh:
+            text = fh.read(MAX_PEAKS_FILE_CHARS + 1)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"peaks file {p} cannot be read: {one_line(exc)}") from None
+    if len(text) > MAX_PEAKS_FILE_CHARS:
+        raise UsageError(f"peaks file {p} is larger than 1 MiB: a peaks file lists a few devices")
     try:
         if p.suffix.lower() in (".yaml", ".yml"):
             import yaml

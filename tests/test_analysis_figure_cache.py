@@ -149,3 +149,23 @@ def test_a_column_of_lists_has_a_digest_that_follows_its_values():
     assert digest("f", (a,)) == digest("f", (same,))
     assert digest("f", (a,)) != digest("f", (other,))
     assert digest("f", (a["run_ids"],)) != digest("f", (other["run_ids"],))
+
+
+def test_a_cut_or_replaced_kept_figure_is_drawn_again(tmp_path, cache):
+    """Issue 32: a kept PNG cut to 100 bytes was "unchanged, copied" into every report (and logged
+    as an artifact) until `--cache refresh`."""
+    from analysis.figure_cache import whole_png
+
+    first = draw(tmp_path, "first", runs(), cache)
+    kept = sorted(cache.folder.glob("*.png"))
+    kept[0].write_bytes(kept[0].read_bytes()[:100])  # cut
+    body = bytearray(kept[1].read_bytes())
+    body[200] ^= 0xFF  # one byte flipped inside a chunk
+    kept[1].write_bytes(bytes(body))
+    kept[2].unlink()
+    kept[2].mkdir()  # not a file at all
+    again = FigureCache(cache.folder)
+    assert draw(tmp_path, "again", runs(), again) == first
+    assert len(again.drawn) == 3 and len(again.reused) == 3  # the folder one is drawn too
+    assert all(whole_png(v) for v in first.values())
+    assert not whole_png(b"") and not whole_png(first["roofline_a.png"][:-1])

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import gc
 import sys
+from pathlib import Path
 
 import pytest
 
 from analysis import core, figures
 from analysis.figure_cache import FigureCache
 from analysis.figure_pool import FigurePool, quiet_gc
+from analysis.figures import FigureJob
 from tests.test_analysis_figure_cache import FIGS, runs, vendor
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork pools: Linux")
@@ -49,7 +51,9 @@ def test_pool_with_a_cache_draws_only_the_changed_figures_and_keeps_them(tmp_pat
 
 
 def test_a_figure_that_fails_in_the_pool_raises_its_error_here(tmp_path):
-    bad = ("roofline", "broken", "plots.roofline_combined", ("not a frame", {}, tmp_path / "x.png"))
+    bad = FigureJob(
+        "roofline", "broken", figures.roofline_combined, ("not a frame", {}), tmp_path / "x.png"
+    )
     with pytest.raises(Exception) as here:
         figures.render([bad], 1)
     pool = FigurePool.start(2)
@@ -68,7 +72,13 @@ def test_a_pool_given_nothing_or_left_waiting_stops_at_once():
     idle.close()
     assert idle.proc.exitcode is not None
     busy = FigurePool.start(2)
-    busy.submit_all([("roofline", "t", "plots.roofline_combined", ("x", {}, "/nonexistent/x.png"))])
+    busy.submit_all(
+        [
+            FigureJob(
+                "roofline", "t", figures.roofline_combined, ("x", {}), Path("/nonexistent/x.png")
+            )
+        ]
+    )
     busy.close()  # the analysis failed before waiting: no figure wanted
     assert busy.proc.exitcode is not None
 
@@ -100,8 +110,12 @@ def test_an_analysis_warms_the_pool_only_when_figures_will_likely_change(
     matplotlib and draw; a repeat that fetched nothing has it import nothing and copies every
     figure."""
     from analysis import app, figure_pool
+    from analysis.fetch import sql
     from tests.test_analysis_sqlite import two_batch_sizes
 
+    # runs whose latest metric is younger than the overlap are fetched again on every repeat (a
+    # metric logged after a run ended is seen): with none, the repeat fetches nothing
+    monkeypatch.setattr(sql, "METRICS_OVERLAP_MS", 0)
     name = two_batch_sizes()
     started, real = [], figure_pool.FigurePool.warm
 
@@ -124,3 +138,24 @@ def test_an_analysis_warms_the_pool_only_when_figures_will_likely_change(
     for png in (tmp_path / "first" / "figures").glob("*.png"):
         for other in ("again", "off"):
             assert (tmp_path / other / "figures" / png.name).read_bytes() == png.read_bytes()
+
+
+@pytest.mark.parametrize("sent", [False, True])
+def test_a_pool_stopped_under_the_cli_signal_handlers_prints_no_traceback(capfd, sent):
+    """Issue 32: the forked pool inherited common.cli's SIGTERM handler, so `close` (SIGTERM) made
+    it print "Process figure-pool: Traceback ... terminated by SIGTERM" after every repeat analysis
+    whose figures were all unchanged, and after an interrupt."""
+    import time
+
+    from common.cli import stop_signals_interrupt
+
+    with stop_signals_interrupt():
+        pool = FigurePool.start(2)
+        pool.warm()
+        if sent:
+            pool.submit_all([("roofline", "t", "plots.roofline_combined", ("x", {}, "/no/x.png"))])
+        time.sleep(1.5)  # the pool is importing matplotlib or drawing when it is stopped
+        pool.close()
+    err = capfd.readouterr().err
+    assert pool.proc.exitcode is not None
+    assert "Traceback" not in err and "terminated by" not in err, err

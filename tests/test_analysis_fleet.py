@@ -365,6 +365,7 @@ def test_cli_cache_modes_and_the_report_note(tracking, tmp_path, monkeypatch, ca
         tags={"env_label": "l4", "device_name": "NVIDIA L4", "config_key": "k"},
         params={"model": "resnet18", "batch_size": 8, "precision": "fp32"},
         metrics={"throughput_samples_per_s": 10.0, "achieved_flops_per_s": 1e12},
+        start=int(time.time() * 1000) - 3 * OVERLAP_MS,  # its metrics older than the refresh window
     )
     monkeypatch.setattr("roofline.vendor.load_vendor_lookup", lambda *_: lambda _: None)
     folder = segments.server_folder(tracking)
@@ -440,3 +441,26 @@ def test_reading_only_the_keys_analysis_reads_changes_no_result(tracking, tmp_pa
     p2, c2, n2 = summary(mine)
     pd.testing.assert_frame_equal(p1, p2)
     assert c1 == c2 and n1 == n2 and c1["points"] > 50 and c1["measured_points"] > 0
+
+
+@pytest.mark.parametrize("reader", ["sql", "lite"])
+def test_a_metric_logged_after_its_run_ended_is_seen_by_cache_auto(tracking, reader):
+    """Issue 32: `log_metric` on a FINISHED run changes neither its status nor its end time, and
+    `--cache auto` kept the old value (a poisoned value then also slipped past the screen); only
+    `--cache refresh` saw it. The refresh now also fetches runs with a latest metric stamped since
+    the last refresh (less the overlap)."""
+    from tests.test_analysis_sqlite import lite_reader
+
+    make = sql_reader if reader == "sql" else lite_reader
+    client = MlflowClient()
+    exp = fresh_experiment(client)
+    old = int(time.time() * 1000) - 3 * OVERLAP_MS
+    a = new_run(client, exp, "train", "a", metrics={"throughput_samples_per_s": 10.0}, start=old)
+    b = new_run(client, exp, "train", "b", metrics={"throughput_samples_per_s": 20.0}, start=old)
+    search_through_cache(make, exp)
+    client.log_metric(a, "throughput_samples_per_s", 1e300)  # after the run ended
+    got, st = search_through_cache(make, exp)
+    assert got.set_index("run_id").loc[a, "metrics.throughput_samples_per_s"] == 1e300
+    assert records(got) == truth([exp], TRAIN)
+    assert (st.filled, st.refreshed, st.fetched, st.from_cache) == (0, 1, 1, 1)  # b from the cache
+    assert b in set(got["run_id"])

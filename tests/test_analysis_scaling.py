@@ -125,7 +125,7 @@ def test_points_keep_engines_apart_and_single_process_runs_unchanged(analysis):
 
 def test_report_table_csv_and_figure(analysis, tmp_path):
     jobs = figures.plan(analysis, tmp_path / "figures")
-    (job,) = [j for j in jobs if j[0] == "scaling"]
+    (job,) = [j for j in jobs if j.section == "scaling"]
     (section, title, path), *_ = figures.render([job], 1)
     assert path.name == "scaling_vs_world_size.png" and path.stat().st_size > 10_000
     text = report.markdown_text(
@@ -149,7 +149,7 @@ def test_no_distributed_runs_no_section():
     assert "Scaling with world size" not in report.markdown_text(
         report.report_blocks(a, {}, "s", "q", "now")
     )
-    assert not [j for j in figures.plan(a, Path("/nonexistent")) if j[0] == "scaling"]
+    assert not [j for j in figures.plan(a, Path("/nonexistent")) if j.section == "scaling"]
 
 
 def test_the_analysis_reads_the_distributed_keys():

@@ -30,6 +30,7 @@ import math
 import pytest
 
 from profiling.breakdown.ncu import has_module_ranges, kernel_owner, ncu_rows, seq_map
+from profiling.breakdown.owners import SeqOwners
 from profiling.breakdown.roof import Ceilings
 from profiling.ncu.parse import NcuKernel, read_ncu_csv
 from profiling.ncu.summary import summarize
@@ -166,10 +167,11 @@ def test_backward_kernels_follow_their_nodes_sequence_number():
         kernel(6, ["NllLossBackward0, seq = 15"], "backward"),
         kernel(7, ["CopyBackwards, seq = 3"], "backward"),  # before anything the capture saw
         kernel(8, ["aten::add_"], "optimizer"),
+        kernel(9, ["torch::autograd::AccumulateGrad", "grad: fc", "aten::add_"], "backward"),
     ]
     seqs = seq_map(ks)
     assert seqs == {10: "conv", 12: "fc", 13: "fc", 14: "loss", 15: "loss"}
-    owners = [kernel_owner(k, seqs, sorted(seqs)) for k in ks]
+    owners = [kernel_owner(k, SeqOwners(seqs.items())) for k in ks]
     assert owners == [
         ("conv", "forward"),
         ("fc", "forward"),
@@ -180,6 +182,7 @@ def test_backward_kernels_follow_their_nodes_sequence_number():
         ("loss", "backward"),
         ("unattributed", "backward"),
         ("optimizer", "optimizer"),
+        ("fc", "backward"),  # an AccumulateGrad: its parameter's module (owners.backward_owner)
     ]
 
 

@@ -15,6 +15,8 @@ from common.cli import ArgumentParser
 from common.errors import UsageError
 from profiling.breakdown.cli import BreakdownCommand
 from profiling.cli import ProfileCommand
+from profiling.ncu.capture_set import ImportOptions
+from profiling.ncu.hierarchy import TableOptions
 from profiling.cli import main as profiling_main
 from profiling.ncu.command import CaptureOptions
 from profiling.peaks.__main__ import main as peaks_main
@@ -36,12 +38,24 @@ ENTRY_POINTS = {
     "profiling": (
         profiling_main,
         [],
-        [(TrainConfig, ONE_PROCESS), (CaptureOptions, None), (ProfileCommand, None)],
+        [
+            (TrainConfig, ONE_PROCESS),
+            (CaptureOptions, None),
+            (ProfileCommand, None),
+            (ImportOptions, None),
+            (TableOptions, None),
+        ],
     ),
     "profiling --import": (
         profiling_main,
         ["--import", "profile.csv"],
-        [(TrainConfig, ONE_PROCESS), (CaptureOptions, None), (ProfileCommand, None)],
+        [
+            (TrainConfig, ONE_PROCESS),
+            (CaptureOptions, None),
+            (ProfileCommand, None),
+            (ImportOptions, None),
+            (TableOptions, None),
+        ],
     ),
     "profiling --breakdown": (
         profiling_main,
@@ -69,6 +83,19 @@ def listed_flags(help_text: str) -> set[str]:
     return found
 
 
+def help_flags(cls: type, names=None) -> set[str]:
+    """Every option string the fields of `cls` (those in `names`) put in --help."""
+    return {
+        name
+        for f in flags.flag_fields(cls, names)
+        if not f.metadata.get("hidden")
+        for name in (
+            *flags.flag_names(f),
+            *([f.metadata["negation"]] if "negation" in f.metadata else []),
+        )
+    }
+
+
 def help_of(main, argv, capsys) -> str:
     with pytest.raises(SystemExit) as done:
         main([*argv, "--help"])
@@ -80,7 +107,7 @@ def help_of(main, argv, capsys) -> str:
 def test_help_lists_exactly_the_config_fields(name, capsys):
     main, argv, configs = ENTRY_POINTS[name]
     text = help_of(main, argv, capsys)
-    want = {"-h", "--help"}.union(*(flags.help_flags(cls, names) for cls, names in configs))
+    want = {"-h", "--help"}.union(*(help_flags(cls, names) for cls, names in configs))
     got = listed_flags(text)
     assert got == want, f"{name}: not from a field {got - want}, field not listed {want - got}"
     shown = re.sub(r"\s+", "", text)  # argparse wraps lines, after hyphens too
@@ -99,14 +126,14 @@ def test_a_flag_written_by_hand_is_found(capsys):
     with pytest.raises(SystemExit):
         parser.parse_args(["--help"])
     got = listed_flags(capsys.readouterr().out)
-    assert got - {"-h", "--help"} - flags.help_flags(PeaksConfig) == {"--by-hand"}
+    assert got - {"-h", "--help"} - help_flags(PeaksConfig) == {"--by-hand"}
 
 
 def test_hidden_field_is_a_flag_left_out_of_help():
     from train.__main__ import build_parser
 
     assert build_parser().parse_args(["--result-file", "r.json"]).result_file == "r.json"
-    assert "--result-file" not in flags.help_flags(TrainCommand)
+    assert "--result-file" not in help_flags(TrainCommand)
 
 
 def _parse(value: str) -> tuple[int, int]:

@@ -71,3 +71,16 @@ def test_train_on_a_link_loop_exits_2_at_once(tracking, tmp_path):
         .startswith(f"error: {root / 'train' / 'cat' / 'up'} links back to")
     )
     assert mlflow.search_runs(search_all_experiments=True, output_format="list") == []
+
+
+def test_a_fifo_named_like_an_image_is_not_listed(tmp_path):
+    """Issue 32: a FIFO named `*.png` in an ImageFolder hung train forever (the loader opened it
+    and waited for a writer). Only regular files are images."""
+    from train.data import image_folder
+
+    root = make_image_folder(tmp_path / "imgs", per_class=2)
+    os.mkfifo(root / "train" / "cat" / "pipe.png")
+    ds, n_classes = image_folder(str(root), 16)
+    assert n_classes == 2 and len(ds) == 4
+    assert not [p for p, _ in ds.samples if p.endswith("pipe.png")]
+    assert ds[0][0].shape == (3, 16, 16)

@@ -108,3 +108,28 @@ def test_a_tracking_uri_that_can_never_work_is_said_and_nothing_is_spooled(
     line = last_error(capsys)
     assert line.startswith(says) and "model registry" not in line.lower()
     assert spooled_runs() == []
+
+
+@pytest.mark.parametrize(
+    "argv,says",
+    [
+        (
+            ["--peaks-file", "/nonexistent/peaks.json"],
+            "error: peaks file /nonexistent/peaks.json does not exist",
+        ),
+        (
+            ["--env-label", "no-such-box"],
+            "error: no train runs match (all experiments; env label(s) no-such-box)",
+        ),
+        (
+            ["--filter", "params.model = 'nope'"],
+            "error: no train runs match (all experiments; filter",
+        ),
+    ],
+)
+def test_an_analysis_that_can_find_nothing_leaves_no_run(tracking, tmp_path, capsys, argv, says):
+    """Issue 32: a missing --peaks-file, an env label or a filter matching nothing each left a FAILED
+    analysis run (while `--experiment typo` did not)."""
+    assert app.cli([*argv, "--out", str(tmp_path / "o")]) == 2
+    assert last_error(capsys).startswith(says)
+    assert no_runs()

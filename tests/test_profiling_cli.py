@@ -132,6 +132,16 @@ def metrics_asked(argv_file) -> list[str]:
     return flag_value(ncu_argv_of(argv_file), "--metrics").split(",")
 
 
+def refused_without_a_run(err: str, message: str) -> str:
+    """An import refused as bad input (issue 32: main left a FAILED profile run, exit 1): no run,
+    the last line of stderr `err` starts with `error: message`; returns that line."""
+    assert "Traceback" not in err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith(f"error: {message}"), line
+    assert mlflow.search_runs(search_all_experiments=True, output_format="list") == []
+    return line
+
+
 def only_run(experiment="prof"):
     runs = mlflow.search_runs(experiment_names=[experiment], output_format="list")
     assert len(runs) == 1
@@ -190,8 +200,8 @@ def test_capture_end_to_end_with_standin_ncu(tracking, standin, ncu_dir, tmp_pat
     ).config_key()
     tags = run.data.tags
     assert tags[schema.TAG_RUN_KIND] == "profile" and tags[schema.TAG_CONFIG_KEY] == expected_key
-    assert tags[schema.TAG_CONFIG_LABEL] == "resnet18/b64/fp32/32px"
-    assert tags[schema.TAG_NOTE].startswith("ncu profile of resnet18/b64/fp32/32px (captured) (")
+    assert tags[schema.TAG_CONFIG_LABEL] == "b64/fp32/32px/resnet18"
+    assert tags[schema.TAG_NOTE].startswith("ncu profile of b64/fp32/32px/resnet18 (captured) (")
     assert tags[schema.TAG_DEVICE_NAME] == "NVIDIA L4" and tags[schema.TAG_DEVICE_TYPE] == "cuda"
     assert (
         tags[schema.TAG_ENV_LABEL] == "lab-l4" and tags[schema.TAG_INTENSITY_SOURCE] == "measured"
@@ -215,7 +225,7 @@ def test_capture_end_to_end_with_standin_ncu(tracking, standin, ncu_dir, tmp_pat
 
     client = mlflow.tracking.MlflowClient()
     arts = {a.path for a in client.list_artifacts(run.info.run_id, "ncu")}
-    log_name = f"resnet18-b64-fp32-32px-{expected_key}.csv"
+    log_name = f"b64-fp32-32px-resnet18-{expected_key}.csv"
     assert arts == {
         f"ncu/{n}"
         for n in (
@@ -226,6 +236,9 @@ def test_capture_end_to_end_with_standin_ncu(tracking, standin, ncu_dir, tmp_pat
             "phases.csv",
             "command.txt",
             "console.txt",  # the child's line
+            "kernels_by_name.csv",  # the hierarchical roofline (issue 29)
+            "phase_levels.csv",
+            "hierarchical_roofline.png",
         )
     }
     top = artifact_csv(run.info.run_id, "ncu/top_kernels.csv", tmp_path)
@@ -466,6 +479,7 @@ def test_import_l4_csv_needs_no_gpu_and_no_ncu(tracking, ncu_dir, tmp_path, monk
     assert run.data.tags["ncu_chip"] == "AD104"
     arts = {a.path for a in mlflow.tracking.MlflowClient().list_artifacts(run.info.run_id, "ncu")}
     assert f"ncu/{L4_CSV}" in arts and "ncu/top_kernels.csv" in arts
+    assert {"ncu/kernels_by_name.csv", "ncu/hierarchical_roofline.png"} <= arts
 
 
 def test_the_forward_only_l4_capture_is_imported_as_incomplete_naming_backward(
@@ -543,11 +557,10 @@ def test_import_ncu_rep_reads_the_device_name(tracking, ncu_dir):
         (L4_CSV, [], f"{L4_CSV} does not name its GPU: pass --device-name"),
     ],
 )
-def test_import_failures_end_failed(tracking, ncu_dir, file, extra, message):
+def test_import_failures_are_refused_without_a_run(tracking, ncu_dir, capsys, file, extra, message):
     path = file if isinstance(file, Path) else ncu_dir / file
-    assert cli.main(["--import", str(path), *extra, "--experiment", "prof"]) == 1
-    run = only_run()
-    assert run.info.status == "FAILED" and run.data.tags["error"].startswith(message)
+    assert cli.main(["--import", str(path), *extra, "--experiment", "prof"]) == 2
+    refused_without_a_run(capsys.readouterr().err, message)
 
 
 @pytest.mark.parametrize(
@@ -594,19 +607,18 @@ def half_of(src: Path, dest: Path) -> Path:
     return dest
 
 
-def test_a_truncated_import_fails_instead_of_logging_wrong_totals(tracking, ncu_dir, tmp_path):
+def test_a_truncated_import_fails_instead_of_logging_wrong_totals(
+    tracking, ncu_dir, tmp_path, capsys
+):
     """Before: exit 0, FINISHED, 49 kernels at 44.4 FLOP/byte (the whole file: 98 at 6.94)."""
     cut = half_of(ncu_dir / L4_CSV, tmp_path / "cut.csv")
-    assert import_file(cut) == 1
-    run = only_run()
-    assert (
-        run.info.status == "FAILED" and "ncu_intensity_dram_flops_per_byte" not in run.data.metrics
-    )
-    assert run.data.tags["error"].startswith(
+    assert import_file(cut) == 2
+    line = refused_without_a_run(
+        capsys.readouterr().err,
         "cut.csv is truncated: its last row has 15 of the header's 17 fields, so its totals would "
-        "cover only part of the profile; copy or export it again"
+        "cover only part of the profile; copy or export it again",
     )
-    assert "--allow-truncated" in run.data.tags["error"]
+    assert "--allow-truncated" in line
 
 
 def test_allow_truncated_logs_an_incomplete_profile_without_intensities(
@@ -635,26 +647,24 @@ def test_a_truncated_capture_log_fails(tracking, standin, ncu_dir, tmp_path):
     )
 
 
-def test_an_import_without_any_roofline_counter_is_refused(tracking, tmp_path):
+def test_an_import_without_any_roofline_counter_is_refused(tracking, tmp_path, capsys):
     f = details_csv(
         tmp_path / "occupancy.csv", [{"sm__warps_active.avg.pct_of_peak_sustained_active": 50}]
     )
-    assert import_file(f) == 1
-    run = only_run()
-    assert run.info.status == "FAILED"
-    assert run.data.tags["error"].startswith("occupancy.csv has none of the roofline counters")
+    assert import_file(f) == 2
+    refused_without_a_run(
+        capsys.readouterr().err, "occupancy.csv has none of the roofline counters"
+    )
 
 
 def test_import_of_a_corrupt_ncu_rep_says_it_is_unreadable(tracking, tmp_path, capsys):
     bad = tmp_path / "garbage.ncu-rep"
     bad.write_bytes(bytes((i * 7919 + 13) % 251 for i in range(2000)))
-    assert cli.main([*CONFIG, "--import", str(bad), "--experiment", "prof"]) == 1
-    run = only_run()
-    assert run.info.status == "FAILED"
-    assert run.data.tags["error"].startswith(
-        "garbage.ncu-rep is not a readable Nsight Compute report"
+    assert cli.main([*CONFIG, "--import", str(bad), "--experiment", "prof"]) == 2
+    line = refused_without_a_run(
+        capsys.readouterr().err, "garbage.ncu-rep is not a readable Nsight Compute report"
     )
-    assert "launch-skip" not in capsys.readouterr().err
+    assert "launch-skip" not in line
 
 
 @pytest.mark.parametrize(
@@ -666,14 +676,10 @@ def test_import_of_a_corrupt_ncu_rep_says_it_is_unreadable(tracking, tmp_path, c
     ],
 )
 def test_import_of_an_ncu_error_log_gets_the_capture_message(tracking, capsys, log, message):
-    assert import_file(MESSAGES / log) == 1
-    run = only_run()
-    assert run.info.status == "FAILED"
-    assert run.data.tags["error"].startswith(
-        f"{log} holds ncu's messages but no counter table: {message}"
-    )
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1] == f"error: {run.data.tags['error']}" and not any("warning" in e for e in err)
+    assert import_file(MESSAGES / log) == 2
+    err = capsys.readouterr().err
+    assert not any("warning" in e for e in err.splitlines())
+    refused_without_a_run(err, f"{log} holds ncu's messages but no counter table: {message}")
 
 
 def details_csv(path: Path, kernels: list[dict[str, float]], cc: str = "8.9") -> Path:
@@ -764,7 +770,16 @@ def test_import_of_half_precision_with_zero_tensor_ops_and_of_fp32_without(
         (["--batch", "0"], "batch_size must be a positive integer"),
         (["--profile-steps", "0"], "profile_steps must be >= 1"),
         (["--launch-count", "0"], "launch_count must be >= 1"),
-        (["--import", "/nonexistent.csv"], "--import /nonexistent.csv: no such file"),
+        (["--import", "/nonexistent.csv"], "--import /nonexistent.csv: no such file or folder"),
+        (
+            ["--import", "a.csv", "b.csv", "--phase", "forward", "backward", "optimizer"],
+            "--phase gives 3 phases for 2 --import paths",
+        ),
+        (["--phase", "backward"], "--workload and --phase describe imported files"),
+        (
+            ["--import", "a.csv", "--phase", "sideways"],
+            "--phase must be among forward, backward, optimizer, step",
+        ),
     ],
 )
 def test_bad_input_is_a_usage_error_without_a_run(tracking, capsys, args, message):
@@ -805,7 +820,7 @@ def test_mlproject_style_empty_strings_mean_unset():
         ["--import", "", "--launch-count", "", "--device-name", "", "--experiment", ""]
     )
     assert (
-        args.import_file is None
+        import_path.import_paths(args) == []
         and args.launch_count is None
         and args.device_name is None
         and args.experiment is None
@@ -1151,26 +1166,24 @@ def test_an_import_carries_the_profiled_machines_env_label_or_none(
     assert sorted(r.data.tags.get("env_label", "") for r in runs) == ["", "lab-l4"]
 
 
-def test_an_import_stores_only_what_parsed_as_ncu_output(tracking, tmp_path):
-    """Issue 15: /etc/passwd became ncu/passwd of a FAILED run (a 200 MB garbage file, 200 MB)."""
+def test_an_import_stores_only_what_parsed_as_ncu_output(tracking, tmp_path, capsys):
+    """Issue 15: /etc/passwd became ncu/passwd of a FAILED run (a 200 MB garbage file, 200 MB);
+    issue 32: it makes no run at all (exit 2)."""
     junk = tmp_path / "passwd"
     junk.write_text("root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1::/usr/sbin:/bin/sh\n")
-    assert import_file(junk) == 1
-    run = only_run()
-    assert (
-        run.info.status == "FAILED" and "is not Nsight Compute CSV output" in run.data.tags["error"]
+    assert import_file(junk) == 2
+    assert "is not Nsight Compute CSV output" in refused_without_a_run(
+        capsys.readouterr().err, "passwd"
     )
-    client = mlflow.tracking.MlflowClient()
-    assert [a.path for a in client.list_artifacts(run.info.run_id, "ncu")] == []
 
 
-def test_an_import_of_a_folder_or_an_oversized_file_is_refused_before_a_run(
+def test_an_import_of_an_empty_folder_or_an_oversized_file_is_refused_before_a_run(
     tracking, ncu_dir, tmp_path, capsys, monkeypatch
 ):
-    assert import_file(tmp_path) == 2
-    assert f"--import {tmp_path} is a folder: pass the ncu CSV or .ncu-rep file itself" in (
-        capsys.readouterr().err
-    )
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert import_file(empty) == 2
+    assert f"--import {empty}: an empty folder (no file in it to read)" in capsys.readouterr().err
     monkeypatch.setattr(import_path, "MAX_IMPORT_BYTES", 1024**3 // 10)  # 0.1 GiB
     big = tmp_path / "big.csv"
     with big.open("wb") as f:

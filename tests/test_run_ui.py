@@ -31,7 +31,7 @@ def test_system_metrics_interval_fits_the_expected_length():
 
 def test_config_label_names_what_differs_and_numbers_are_metrics():
     cfg = TrainConfig(model="resnet18", batch_size=8, image_size=64, env_label="x")
-    assert cfg.config_label() == "resnet18/b8/fp32/64px"
+    assert cfg.config_label() == "b8/fp32/64px/resnet18"
     other = TrainConfig(
         model="resnet18",
         batch_size=8,
@@ -42,7 +42,7 @@ def test_config_label_names_what_differs_and_numbers_are_metrics():
         num_classes=10,
         env_label="x",
     )
-    assert other.config_label() == "resnet18/b8/bf16/64px/channels_last/adam/10cls"
+    assert other.config_label() == "b8/bf16/cl/64px/resnet18/adam/10cls"
     assert cfg.config_metrics() == {"config_batch_size": 8.0, "config_image_size": 64.0}
 
 
@@ -51,20 +51,20 @@ def test_name_and_label_carry_every_knob_that_changes_the_numbers_and_nothing_el
     base = dict(model="resnet18", batch_size=2, image_size=32, env_label="x")
     single = TrainConfig(**base)
     ddp = TrainConfig(**base, distributed="ddp", world_size=2, backend="gloo")
-    assert single.run_name() == "resnet18-b2-fp32-32px"
-    assert ddp.run_name() == "resnet18-b2-fp32-32px-ddp-2proc-gloo"
-    assert ddp.config_label() == "resnet18/b2/fp32/32px/ddp/2proc/gloo"
+    assert single.run_name() == "b2-fp32-32px-resnet18"
+    assert ddp.run_name() == "ddp-2proc-b2-fp32-32px-resnet18-gloo"
+    assert ddp.config_label() == "ddp/2proc/b2/fp32/32px/resnet18/gloo"
     assert single.config_label() != ddp.config_label()
     bf16 = TrainConfig(**base, precision="bf16", channels_last=True, compile=True)
-    assert bf16.run_name() == "resnet18-b2-bf16-32px-channels_last-compile"
+    assert bf16.run_name() == "b2-bf16-cl-compiled-32px-resnet18"
     ds = TrainConfig(**base, distributed="deepspeed", zero_stage=2, world_size=4)
-    assert ds.config_label() == "resnet18/b2/fp32/32px/deepspeed-zero2/4proc"  # backend unresolved
+    assert ds.config_label() == "zero2/4proc/b2/fp32/32px/resnet18"  # backend unresolved
     fake = TrainConfig(**base, data="fake", workers=4)
-    assert fake.run_name() == "resnet18-b2-fp32-32px-fake-4workers"
+    assert fake.run_name() == "b2-fp32-32px-resnet18-fake-4workers"
     assert (
-        TrainConfig(**base, data="/d/imagenette").config_label() == "resnet18/b2/fp32/32px/folder"
+        TrainConfig(**base, data="/d/imagenette").config_label() == "b2/fp32/32px/resnet18/folder"
     )
-    assert TrainConfig(**base, data="cifar10:/d/c").run_name() == "resnet18-b2-fp32-32px-cifar10"
+    assert TrainConfig(**base, data="cifar10:/d/c").run_name() == "b2-fp32-32px-resnet18-cifar10"
     # workers only matter when a loader runs; seed, iterations, lr and env label never enter
     same = TrainConfig(
         **{**base, "env_label": "y"}, workers=0, seed=3, iters=7, warmup_iters=2, lr=0.1
@@ -222,10 +222,10 @@ def test_sweep_repeats_have_distinct_names_and_one_config_label(tracking):
         experiment_names=["rep"], filter_string="tags.run_kind = 'train'", output_format="list"
     )
     assert sorted(c.info.run_name for c in children) == [
-        "resnet18-b2-fp32-32px-cpu-r0",
-        "resnet18-b2-fp32-32px-cpu-r1",
+        "b2-fp32-32px-resnet18-cpu-r0",
+        "b2-fp32-32px-resnet18-cpu-r1",
     ]
-    assert {c.data.tags[schema.TAG_CONFIG_LABEL] for c in children} == {"resnet18/b2/fp32/32px"}
+    assert {c.data.tags[schema.TAG_CONFIG_LABEL] for c in children} == {"b2/fp32/32px/resnet18"}
     assert {c.data.tags[schema.TAG_ENTRY_POINT] for c in children} == {"sweep"}
 
 
@@ -321,12 +321,16 @@ def test_scaling_baseline_is_the_mean_of_the_world_size_1_runs(tracking):
 
 def test_cpu_runs_carry_no_cuda_stack_tags_and_the_runs_view_link():
     from common.envinfo import environment_tags
-    from common.server import runs_view_path
+    from common.ui import runs_view_path
 
     tags = environment_tags("cpu", "box")
     assert not {"cuda_version", "cudnn_version", "driver_version"} & set(tags)  # item 5
     assert tags["torch_version"] and tags[schema.TAG_DEVICE_TYPE] == "cpu"
     assert runs_view_path("7") == (
+        "#/experiments/7/runs?viewStateShareKey=train-fastest&workflowType=machine_learning"
+    )
+    assert runs_view_path("7", saved_view=False) == (
         "#/experiments/7/runs?searchFilter=tags.run_kind+%3D+%27train%27"
-        "&orderByKey=metrics.%60throughput_samples_per_s%60&orderByAsc=false"
+        "&orderByKey=metrics.%60throughput_samples_per_s%60&workflowType=machine_learning"
+        "&orderByAsc=false"
     )

@@ -140,3 +140,27 @@ def test_complexity_rows_that_are_not_counts_are_left_out():
         "left out the complexity row of resnet18 (env e, run rrrrrrrr): "
         "fwd_flops_per_sample = -5.0: negative"
     ]
+
+
+def test_an_env_label_that_is_no_name_leaves_its_run_out():
+    """Issue 32: a 10,000-character env label appeared whole 9 times in report.md, and one with a
+    line break forged console lines; the env label is screened as the model param is."""
+    frame = pd.DataFrame(
+        {
+            "run_id": ["a" * 32, "b" * 32, "c" * 32],
+            "status": ["FINISHED"] * 3,
+            "tags.run_kind": ["train", "peaks", "train"],
+            "tags.env_label": ["box", "y" * 10_000, "box\nerror: forged"],
+            "metrics.throughput_samples_per_s": [100.0, 100.0, 100.0],
+        }
+    )
+    kept, lines = screen.runs(frame)
+    assert list(kept["run_id"]) == ["a" * 32]
+    assert lines == [
+        f"left out peaks run bbbbbbbb (env {'y' * 40!r}): tag env_label = {'y' * 40!r}: 10000 "
+        "characters long, where a name is at most 100; it is not a measurement (a damaged or "
+        "hand-made run?)",
+        "left out train run cccccccc (env 'box\\nerror: forged'): tag env_label = 'box\\nerror: "
+        "forged': holds a character that is not printable (a line break, a control character); it "
+        "is not a measurement (a damaged or hand-made run?)",
+    ]

@@ -140,3 +140,30 @@ def test_stale_run_that_the_spool_will_complete_is_left_to_upload(tracking):
     )
     assert close_stale_runs() == []
     assert client.get_run(run_id).info.status == "RUNNING"
+
+
+def test_a_run_spooled_into_another_folder_is_left_to_upload_too(tracking, tmp_path, monkeypatch):
+    """Issue 32: a run spooled to a folder other than the default (ROOFLINE_SPOOL_DIR, or the
+    ./roofline-spool fallback) was marked FAILED ("process is gone") by the next upload from the
+    default folder while its entry was safe there. Every folder spooled into is remembered."""
+    from common.spool import write_entry
+
+    client = mlflow.tracking.MlflowClient()
+    tag = f"{schema.host_name()}:{dead_pid()}:0.00"
+    run_id = client.create_run("0", tags={schema.TAG_PROCESS: tag}).info.run_id
+    other = tmp_path / "elsewhere"
+    write_entry(
+        "cut",
+        record=asdict(RunRecord("train", run_name="cut")),
+        unsent=None,
+        run_id=run_id,
+        experiment_id="0",
+        experiment=None,
+        parent_local_id=None,
+        parent_run_id=None,
+        status="FINISHED",
+        tracking_uri=tracking,
+        folder=other,
+    )
+    assert close_stale_runs() == []  # the default folder (tracking's) holds nothing
+    assert client.get_run(run_id).info.status == "RUNNING"

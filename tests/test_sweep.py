@@ -246,9 +246,9 @@ def test_failure_isolation_and_resume(tracking, capsys):
     assert by_status["FINISHED"].data.params["repeat"] == "0"
     assert by_status["FINISHED"].data.tags[TAG_SWEEP_NAME] == "iso"
     # what the UI shows: names with the repeat, descriptions saying what happened
-    assert by_status["FINISHED"].info.run_name == "resnet18-b2-fp32-32px-cpu-r0"
-    assert failed.info.run_name == "resnet18-b2-fp16-32px-cpu-r0"
-    assert failed.data.tags[schema.TAG_CONFIG_LABEL] == "resnet18/b2/fp16/32px"
+    assert by_status["FINISHED"].info.run_name == "b2-fp32-32px-resnet18-cpu-r0"
+    assert failed.info.run_name == "b2-fp16-32px-resnet18-cpu-r0"
+    assert failed.data.tags[schema.TAG_CONFIG_LABEL] == "b2/fp16/32px/resnet18"
     assert failed.data.tags[schema.TAG_NOTE].startswith("FAILED before measuring: fp16 autocast")
     assert (
         by_status["FINISHED"].data.tags[schema.TAG_NOTE].endswith("Repeat 0 of sweep iso (box-a).")

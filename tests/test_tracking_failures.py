@@ -248,7 +248,7 @@ def test_analysis_against_a_server_that_is_down_fails_on_the_health_check(
 
 # ------------------------------------------------------------------ credentials
 def test_credentials_in_the_tracking_uri_are_never_printed_or_stored(tracking, monkeypatch, capsys):
-    from common.server import ui_hint
+    from common.ui import ui_hint
 
     secret = "http://alice:s3cr3t-pw@127.0.0.1:9"
     go_offline(monkeypatch, secret)

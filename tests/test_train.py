@@ -80,7 +80,7 @@ def test_run_logs_the_schema(tracking, capsys):
     assert (
         t[schema.TAG_ENV_LABEL]
         and t[schema.TAG_DEVICE_NAME]
-        and t["torch_version"].startswith("2.14.1")
+        and t["torch_version"] == torch.__version__  # the running torch, whichever it is
     )
     assert t[schema.TAG_INTENSITY_SOURCE] == "modeled"
 
@@ -145,8 +145,8 @@ def test_run_logs_the_schema(tracking, capsys):
     assert first == out.splitlines()[0].rsplit("; run ", 1)[0]  # the printed summary line
     assert first.startswith(f"resnet18 b2 fp32 32px on {t[schema.TAG_DEVICE_NAME]}: ")
     assert "Measured 3 steps after 1 warmup (stop: fixed)" in note and "synthetic" in note
-    assert t[schema.TAG_CONFIG_LABEL] == "resnet18/b2/fp32/32px"
-    assert t["mlflow.runName"] == "resnet18-b2-fp32-32px-cpu"
+    assert t[schema.TAG_CONFIG_LABEL] == "b2/fp32/32px/resnet18"
+    assert t["mlflow.runName"] == "b2-fp32-32px-resnet18-cpu"
     assert m["config_batch_size"] == 2.0 and m["config_image_size"] == 32.0
     assert t["mlflow.user"] and t["mlflow.source.type"] == "LOCAL" and t["mlflow.source.name"]
     assert t[schema.TAG_ENTRY_POINT] == "main"
@@ -490,7 +490,8 @@ def test_profile_steps_marks_phases_between_profiler_start_and_stop():
 def test_iters_auto_logs_how_it_stopped(tracking):
     """A cap below the 10-step minimum stops at the cap; a loose target converges, at the first step
     (from the 10th) whose 95 % CI half-width is within it, recomputed here from every step time."""
-    from scipy import stats
+    # scipy is a dev requirement; the GPU machine has none: skip there, with the reason
+    stats = pytest.importorskip("scipy.stats", reason="scipy is not installed (t quantiles)")
 
     assert (
         main(

@@ -256,12 +256,12 @@ def test_runs_that_measure_differently_have_different_names_in_the_compare_view(
     (ddp,) = ui_store.ddp
     single = next(r for r in ui_store.standalone if r.data.params["batch_size"] == "2")
     assert single.data.params["precision"] == "fp32"
-    assert single.info.run_name == "resnet18-b2-fp32-32px-cpu"
-    assert ddp.info.run_name == "resnet18-b2-fp32-32px-ddp-2proc-gloo-cpu"
-    assert ddp.data.tags["config_label"] == "resnet18/b2/fp32/32px/ddp/2proc/gloo"
-    assert single.data.tags["config_label"] == "resnet18/b2/fp32/32px"
+    assert single.info.run_name == "b2-fp32-32px-resnet18-cpu"
+    assert ddp.info.run_name == "ddp-2proc-b2-fp32-32px-resnet18-gloo-cpu"
+    assert ddp.data.tags["config_label"] == "ddp/2proc/b2/fp32/32px/resnet18/gloo"
+    assert single.data.tags["config_label"] == "b2/fp32/32px/resnet18"
     names = {r.info.run_name for r in ui_store.standalone}
-    assert "resnet18-b2-bf16-32px-channels_last-cpu" in names
+    assert "b2-bf16-cl-32px-resnet18-cpu" in names
     runs = ui_store.standalone + ui_store.children + ui_store.ddp
     q = urllib.parse.urlencode(
         {
@@ -279,9 +279,9 @@ def test_runs_that_measure_differently_have_different_names_in_the_compare_view(
 
 
 def test_runs_view_the_commands_link_to_opens_fastest_first(ui_store, page):
-    """Item 4: the link `python -m train` prints (common.server.runs_view_path) lists the train
+    """Item 4: the link `python -m train` prints (common.ui.runs_view_path) lists the train
     runs only (no complexity or peaks run beside them), sorted by samples/s, fastest first."""
-    from common.server import runs_view_path
+    from common.ui import runs_view_path
 
     page.goto(f"{ui_store.url}/{runs_view_path(ui_store.experiment_id)}")
     fastest = sorted(

@@ -205,3 +205,15 @@ def test_an_experiment_another_process_created_in_between_is_used(tracking, monk
     client.get_experiment_by_name = not_yet
     exp_id = experiment_id_for("born-twice", create=True, client=client)
     assert exp_id == real("born-twice").experiment_id and len(calls) == 2
+
+
+def test_a_mistyped_spool_dir_is_an_error_not_zero_runs(tracking, tmp_path, capsys):
+    """Issue 32: `--spool-dir` naming no folder uploaded 0 runs and exited 0."""
+    from common import upload
+
+    assert upload.main(["--spool-dir", str(tmp_path / "sppol")]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith(
+        f"error: --spool-dir {tmp_path / 'sppol'} is not a folder: give the folder a command "
+        "spooled into"
+    )

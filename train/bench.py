@@ -20,7 +20,7 @@ from common import schema
 from common.envinfo import environment_report
 from common.errors import BenchError, one_line
 from train import device as dev
-from train import energy
+from train import energy, memory_check
 from train import flops as fl
 from train.config import TrainConfig
 from train.data import BatchSource, check_data, open_source, synthetic_source
@@ -100,9 +100,8 @@ def preflight(cfg: TrainConfig):
     classes = check_data(cfg.data)
     if classes is not None:
         cfg.num_classes = classes
-    from train.memory_check import check_weights
 
-    check_weights(cfg, device)  # a model that cannot fit, said before its run exists
+    memory_check.check_weights(cfg, device)  # a model that cannot fit, said before its run exists
     return device
 
 
@@ -180,8 +179,6 @@ def count_work(prep: Prepared) -> tuple[fl.StepCounts, fl.ForwardProfile]:
     precision and memory format, before any compilation; refuses a batch whose activations would
     not fit in the device's free memory (train/memory_check.py).
     """
-    from train import memory_check
-
     cfg = prep.cfg
     sizes = (cfg.batch_size,) if cfg.batch_size in COUNT_BATCHES else COUNT_BATCHES
     around, saved = memory_check.recorders(prep.model, sizes)

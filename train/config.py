@@ -8,6 +8,7 @@ import re
 from dataclasses import asdict, dataclass, field
 
 from common import flags, schema
+from common.ui import run_name
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 OPTIMIZERS = ("sgd", "adam", "adamw")
@@ -18,8 +19,10 @@ BACKENDS = ("auto", "nccl", "gloo")
 ZERO_STAGES = (0, 1, 2, 3)
 # The fields of a data-parallel run (docs/distributed.md). A single-process config leaves them at
 # their defaults and neither logs them as params nor hashes them into its keys, so its params,
-# config_key and sweep_key are what they were before distributed runs existed.
+# config_key and sweep_key do not depend on them.
 DISTRIBUTED_FIELDS = (*schema.DISTRIBUTED_KEY_FIELDS, "collective_timeout_s")
+_FLAG_TOKENS = (("channels_last", "cl"), ("compile", "compiled"))
+"""the boolean knobs a name shows, and how (as analysis labels them)"""
 
 
 @dataclass
@@ -193,15 +196,23 @@ class TrainConfig:
         return schema.config_key({**asdict(self), "distributed": schema.NOT_DISTRIBUTED})
 
     def identity(self) -> list[str]:
-        """The knobs that make this run's numbers differ, readable, in a fixed order: model,
-        b<batch>, precision, <size>px, then only what is not the default: channels_last, compile,
-        the optimizer (not sgd), <n>cls (not 1000), the data source (not synthetic; and
-        <n>workers when not 2), and for a data-parallel run the engine (deepspeed with its ZeRO
-        stage: deepspeed-zero2), <n>proc (world size) and the collective backend once resolved.
-        Not in it: what does not change a measured number (seed, iteration counts, lr, env label:
-        a tag of its own, device: the run name ends with it). run_name and config_label are it."""
-        parts = [self.model, f"b{self.batch_size}", self.precision, f"{self.image_size}px"]
-        parts += [name for name in ("channels_last", "compile") if getattr(self, name)]
+        """The knobs that make this run's numbers differ, readable, those that differ most often
+        first (the UI cuts names at about 22 characters): for a data-parallel run the engine (ddp,
+        or zero<stage> for DeepSpeed) and <n>proc (world size); b<batch>, precision, cl
+        (channels_last) and compiled when set, <size>px, model; then only what is not the default:
+        the optimizer (not sgd), <n>cls (not 1000), the data source (not synthetic; and <n>workers
+        when not 2), and a data-parallel run's collective backend once resolved. Not in it: what
+        does not change a measured number (seed, iteration counts, lr, env label: a tag of its
+        own, device: the run name ends with it). run_name and config_label are it."""
+        parts = []
+        if self.is_distributed:
+            engine = self.distributed
+            if engine == "deepspeed":
+                engine = f"zero{self.zero_stage}"
+            parts += [engine, f"{self.world_size}proc"]
+        parts += [f"b{self.batch_size}", self.precision]
+        parts += [tok for name, tok in _FLAG_TOKENS if getattr(self, name)]
+        parts += [f"{self.image_size}px", self.model]
         if self.optimizer != "sgd":
             parts.append(self.optimizer)
         if self.num_classes != 1000:
@@ -210,24 +221,19 @@ class TrainConfig:
             parts.append(self.data_kind)
             if self.workers != 2:
                 parts.append(f"{self.workers}workers")
-        if self.is_distributed:
-            engine = self.distributed
-            if engine == "deepspeed":
-                engine += f"-zero{self.zero_stage}"
-            parts += [engine, f"{self.world_size}proc"]
-            if self.backend != "auto":
-                parts.append(self.backend)
+        if self.is_distributed and self.backend != "auto":
+            parts.append(self.backend)
         return parts
 
-    def run_name(self) -> str:
-        """`resnet18-b8-bf16-224px-channels_last`, `resnet18-b2-fp32-32px-ddp-2proc-gloo`:
-        identity() joined by '-' (the caller appends the device type and a repeat)."""
-        return "-".join(self.identity())
+    def run_name(self, device: str | None = None, repeat: int | None = None, kind: str = "") -> str:
+        """`b8-bf16-cl-224px-resnet18`, `ddp-2proc-b2-fp32-32px-resnet18-gloo-cpu`: identity()
+        named by common.ui.run_name, with the device, a sweep's repeat and a kind when given."""
+        return run_name(self.identity(), device, repeat, kind)
 
     def config_label(self) -> str:
         """The configuration for the UI's Group by (tag `config_label`): identity() joined by '/',
-        so that runs whose numbers differ get different labels: `resnet18/b8/fp32/64px`,
-        `resnet18/b8/bf16/224px/channels_last/adam`, `resnet18/b2/fp32/32px/ddp/2proc/gloo`."""
+        so that runs whose numbers differ get different labels, early: `b8/fp32/64px/resnet18`,
+        `b8/bf16/cl/224px/resnet18/adam`, `ddp/2proc/b2/fp32/32px/resnet18/gloo`."""
         return "/".join(self.identity())
 
     def config_metrics(self) -> dict[str, float]:

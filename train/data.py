@@ -7,7 +7,9 @@ training; the synthetic source keeps one batch resident so the step measures com
 
 from __future__ import annotations
 
+import os
 import pickle
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -15,6 +17,8 @@ from typing import Callable
 import numpy as np
 
 from common.errors import BenchError, UsageError
+from common.schema import stable_hash
+from train.folder_links import check_links
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -38,8 +42,6 @@ def dataset_fields(data: str, image_size: int, num_classes: int, seed: int) -> d
     name, a 16-hex-digit digest, and where it comes from. Folders are `local` with their resolved
     path (the digest hashes the path, not the images); synthetic and fake data are `code`: made by
     this program from the image size, classes and seed, which the digest hashes."""
-    from common.schema import stable_hash
-
     if data in ("synthetic", "fake"):
         made = {"generator": data, "image_size": image_size, "num_classes": num_classes}
         return {
@@ -110,7 +112,6 @@ def check_data(data: str) -> int | None:
         raise UsageError(
             f"no class folders in {root}: expected {root}/<class>/<image>.jpg (ImageFolder layout)"
         )
-    from train.folder_links import check_links
 
     check_links(root)  # a link loop would hang ImageFolder's listing (train/folder_links.py)
     return len(classes)
@@ -150,6 +151,19 @@ def checked_image_loader(path: str):
         ) from None
 
 
+def is_image_file(path: str) -> bool:
+    """ImageFolder's own test (an image extension), on a regular file only: a FIFO named `x.png`
+    made the loader wait for a writer forever (issue 32); a device or socket is no image either."""
+    from torchvision.datasets.folder import IMG_EXTENSIONS
+
+    if not path.lower().endswith(IMG_EXTENSIONS):
+        return False
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False  # a dangling link: as ImageFolder's listing, no image
+
+
 def _train_transform(image_size: int):
     from torchvision import transforms as T
 
@@ -169,7 +183,10 @@ def image_folder(path: str, image_size: int):
     root = image_folder_root(path)
     try:
         ds = ImageFolder(
-            str(root), transform=_train_transform(image_size), loader=checked_image_loader
+            str(root),
+            transform=_train_transform(image_size),
+            loader=checked_image_loader,
+            is_valid_file=is_image_file,
         )
     except FileNotFoundError as exc:
         raise UsageError(
@@ -333,46 +350,20 @@ def open_source(cfg, device) -> BatchSource:
         from torchvision.datasets import FakeData
 
         steps = cfg.warmup_iters + (cfg.max_iters if cfg.iters == "auto" else cfg.iters)
-        n = cfg.batch_size * min(
-            steps, 64
-        )  # at most 64 distinct batches; the loader cycles over epochs
         ds = FakeData(
-            size=n,
+            size=cfg.batch_size * min(steps, 64),  # at most 64 batches; the loader cycles
             image_size=(3, cfg.image_size, cfg.image_size),
             num_classes=cfg.num_classes,
             transform=T.Compose([T.ToTensor(), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)]),
             random_offset=cfg.seed,
         )
-        return loader_source(
-            ds,
-            cfg.num_classes,
-            cfg.batch_size,
-            cfg.workers,
-            device,
-            cfg.channels_last,
-            cfg.seed,
-            "FakeData",
-        )
-    if kind == "cifar10":
-        ds = Cifar10Folder(cfg.data.split(":", 1)[1], cfg.image_size)
-        return loader_source(
-            ds,
-            10,
-            cfg.batch_size,
-            cfg.workers,
-            device,
-            cfg.channels_last,
-            cfg.seed,
-            f"CIFAR-10 at {cfg.data[8:]}",
-        )
-    ds, n_classes = image_folder(cfg.data, cfg.image_size)
+        n_classes, what = cfg.num_classes, "FakeData"
+    elif kind == "cifar10":
+        ds, n_classes = Cifar10Folder(cfg.data.split(":", 1)[1], cfg.image_size), 10
+        what = f"CIFAR-10 at {cfg.data[8:]}"
+    else:
+        ds, n_classes = image_folder(cfg.data, cfg.image_size)
+        what = f"ImageFolder {image_folder_root(cfg.data)}"
     return loader_source(
-        ds,
-        n_classes,
-        cfg.batch_size,
-        cfg.workers,
-        device,
-        cfg.channels_last,
-        cfg.seed,
-        f"ImageFolder {image_folder_root(cfg.data)}",
+        ds, n_classes, cfg.batch_size, cfg.workers, device, cfg.channels_last, cfg.seed, what
     )

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import textwrap
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -263,8 +264,6 @@ def deepspeed_forward_profile(model, inputs) -> ForwardProfile:
     starts with what was profiled: the batch and the device. The model is left in training mode
     afterwards, as it was.
     """
-    import os
-
     wanted = deepspeed_accelerator(inputs.device)
     os.environ["DS_ACCELERATOR"] = wanted
     import torch

@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import os
 
-from common.errors import BenchError
+from common.errors import BenchError, UsageError
 from common.fmt import si
+from train.complexity.saved_tensors import SavedTensorRecorder
+from train.models import build_model
 
 ENV = "ROOFLINE_MEMORY_CHECK"
 
@@ -38,8 +40,6 @@ def enabled() -> bool:
 def recorders(model, sizes):
     """`around` for train.bench.count_steps: a SavedTensorRecorder per counted batch; returns
     (around, the recorders by batch)."""
-    from train.complexity.saved_tensors import SavedTensorRecorder
-
     made = {}
 
     def around(b: int):
@@ -100,8 +100,6 @@ def _param_bytes(model_name: str, num_classes: int) -> tuple[int, int]:
     """(parameters, their bytes) of the model built on the meta device: nothing is allocated."""
     import torch
 
-    from train.models import build_model
-
     with torch.device("meta"):
         model = build_model(model_name, num_classes)
     params = list(model.parameters())
@@ -112,8 +110,6 @@ def check_weights(cfg, device, available: tuple[int | None, str] | None = None) 
     """Before the run exists: UsageError when the model's weights, gradients and optimizer state
     alone need more memory than the device has free (`--num-classes 100000000` makes resnet18's
     classifier 51 G parameters); main said "use a smaller --batch" after trying."""
-    from common.errors import UsageError
-
     if not enabled():
         return
     free, what = available if available is not None else available_bytes(device)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import warnings
 
 from common.errors import UsageError
 
@@ -32,8 +33,6 @@ def check_model_name(name: str) -> str:
 
 def build_model(name: str, num_classes: int):
     """A randomly initialised torchvision classifier (no weights are downloaded)."""
-    import warnings
-
     import torchvision
 
     name = check_model_name(name)

@@ -16,6 +16,10 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
+from train.flops import flop_counter_mode
+from train.models import build_model
+from train.step import StepParts, make_optimizer, train_step
+
 
 @dataclass(frozen=True)
 class PhaseFlops:
@@ -40,9 +44,6 @@ class PhaseFlops:
 
 def count_phase_flops(model, inputs, targets, optimizer) -> PhaseFlops:
     """FLOPs per phase of one train_step of `model` on (`inputs`, `targets`) with `optimizer`."""
-    from train.flops import flop_counter_mode
-    from train.step import StepParts, train_step
-
     counts = {"forward": 0.0, "backward": 0.0, "optimizer": 0.0}
 
     @contextlib.contextmanager
@@ -69,9 +70,6 @@ def config_phase_flops(
     """FLOPs per phase of one training step of this configuration, counted on `device` (meta:
     shapes only; "cpu" runs the real step, for checking)."""
     import torch
-
-    from train.models import build_model
-    from train.step import make_optimizer
 
     with torch.device(device):
         torch.manual_seed(0)

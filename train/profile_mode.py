@@ -12,6 +12,7 @@ from common.errors import UsageError
 from train import device as dev
 from train.bench import Prepared, compile_model, preflight, prepare, runtime_errors
 from train.config import TrainConfig
+from train.distributed import engines
 from train.step import nvtx_range, train_step
 
 
@@ -49,8 +50,6 @@ def profile_ranks(cfg: TrainConfig, mode: ProfileMode, ctx, guard) -> int:
     """Profile mode on every rank of a torchrun job: the same warmup and K marked steps of the
     engine-wrapped step on each rank (they synchronise gradients with each other), so that ncu
     wrapping rank 0 alone captures a real data-parallel step (docs/profiling.md)."""
-    from train.distributed import engines
-
     guard.blamed(
         lambda: profile_steps(
             cfg,

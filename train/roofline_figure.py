@@ -18,7 +18,7 @@ def log_roofline(session, cfg: TrainConfig, device_name: str, metrics: dict, tmp
     has ceilings). Returns the description's 'Roofline: ...' line. A failure here is one warning,
     never a failed run."""
     try:
-        from roofline import run_plot
+        from roofline import run_plot  # matplotlib, imported when a run draws its figure
         from roofline.vendor import load_vendor_lookup
 
         peaks = None

@@ -51,8 +51,8 @@ class SweepChild:
     """the sweep's parent run (None: not a sweep's child)"""
     params: dict = field(default_factory=dict)
     tags: dict = field(default_factory=dict)
-    name_suffix: str = ""
-    """ends the run name (`-r<repeat>`)"""
+    repeat: int | None = None
+    """the sweep's repeat: the run name ends with `-r<repeat>`"""
     note: str = ""
     """ends the run's description (which sweep it belongs to)"""
     run_id: str | None = None
@@ -88,7 +88,7 @@ def run(
     session = RunSession(
         "train",
         experiment=options.experiment,
-        run_name=f"{cfg.run_name()}-{device.type}{child.name_suffix}",
+        run_name=cfg.run_name(device.type, child.repeat),
         tags=environment_tags(str(device), cfg.env_label),
         parent=child.parent,
         system_metrics=options.system_metrics,

@@ -7,6 +7,7 @@ Every step time and rate shown is the mean's (docs/schema.md, "Definitions"): ms
 from __future__ import annotations
 
 from common import console, fmt, plausible, schema
+from common.ui import runs_view_hint, ui_hint
 from train.bench import BenchResult
 from train.config import TrainConfig
 
@@ -84,8 +85,6 @@ def scaling_text(cfg: TrainConfig, result: BenchResult) -> str:
 def say_result(cfg: TrainConfig, session, result: BenchResult) -> None:
     """Print the summary line with where the run is, the scaling line of a distributed run, and how
     to open the run in the UI."""
-    from common.server import runs_view_hint, ui_hint
-
     where = f"kept offline in {session.spool_path}" if session.offline else f"run {session.run_id}"
     device_name = session.record.tags[schema.TAG_DEVICE_NAME]
     console.result(

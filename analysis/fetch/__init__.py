@@ -17,6 +17,8 @@ complexity artifacts are read uncached, for the few runs that need them.
 
 from __future__ import annotations
 
+import os
+import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -150,7 +152,8 @@ class Source:
             f"runs read through the local cache {segments.server_folder(self.uri)}{unsaved} "
             f"(filled {filled}): "
             f"{s.from_cache} from the cache, {s.fetched} fetched now. Runs started, ended, deleted "
-            f"or restored since are picked up on every analysis; {blind}: `--cache refresh` reads "
+            f"or restored since{' (or with metrics logged since)' if self.reader.kind == 'sql' else ''} "
+            f"are picked up on every analysis; {blind}: `--cache refresh` reads "
             "everything again"
         )
 
@@ -166,6 +169,40 @@ def check_filter(filter_string: str) -> None:
         SearchUtils.parse_search_filter(filter_string)
     except MlflowException as exc:
         raise UsageError(f'MLflow rejected the filter "{filter_string}": {exc.message}') from exc
+
+
+def train_filters(query: Query) -> list[tuple[str | None, str]]:
+    """(env label or None, the MLflow filter of its train runs), one per --env-label."""
+    base = [f"tags.{schema.TAG_RUN_KIND} = 'train'"] + ([query.filter] if query.filter else [])
+    return [
+        (
+            label,
+            " AND ".join(
+                base
+                + (
+                    [f"tags.{schema.TAG_ENV_LABEL} = {schema.filter_literal(label, 'env label')}"]
+                    if label
+                    else []
+                )
+            ),
+        )
+        for label in query.env_labels or [None]
+    ]
+
+
+def any_train_run(query: Query) -> bool:
+    """Whether any train run matches `query` (one search of at most one run per env label): asked
+    before an analysis run is created, so that a label or filter matching nothing leaves no FAILED
+    analysis run behind (issue 32)."""
+    from mlflow.tracking import MlflowClient
+
+    ids = experiment_ids(query.experiments)
+    client = MlflowClient()
+    for _, train_filter in train_filters(query):
+        for lo in range(0, len(ids), 100):
+            if client.search_runs(ids[lo : lo + 100], train_filter, max_results=1):
+                return True
+    return False
 
 
 def experiment_ids(names: list[str]) -> list[str]:
@@ -214,17 +251,10 @@ def fetch_runs(query: Query, source: Source | None = None) -> tuple[pd.DataFrame
     check_filter(query.filter)
     ids = experiment_ids(query.experiments)
     kind = f"tags.{schema.TAG_RUN_KIND}"
-    base = [f"{kind} = 'train'"] + ([query.filter] if query.filter else [])
-    labels = query.env_labels or [None]
     frames = []
     remaining = query.max_runs
-    for label in labels:
-        clauses = base + (
-            [f"tags.{schema.TAG_ENV_LABEL} = {schema.filter_literal(label, 'env label')}"]
-            if label
-            else []
-        )
-        df = source.search(ids, " AND ".join(clauses), query.max_runs).head(remaining)
+    for label, train_filter in train_filters(query):
+        df = source.search(ids, train_filter, query.max_runs).head(remaining)
         console.info(f"fetched {len(df)} train run(s)" + (f" for env {label}" if label else ""))
         frames.append(df)
         remaining -= len(df)
@@ -299,9 +329,6 @@ def fetch_complexity(query: Query, source: Source | None = None) -> tuple[list[d
 
 def _download_text(run_id: str, path: str) -> str:
     """One small artifact as text (without MLflow's progress bar on stderr)."""
-    import os
-    import tempfile
-
     import mlflow
 
     bar = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"

@@ -15,6 +15,7 @@ with the tokens for their offsets; any other token means paging one after the ot
 
 from __future__ import annotations
 
+import base64
 from concurrent.futures import ThreadPoolExecutor
 
 import pandas as pd
@@ -233,8 +234,6 @@ def _json_record(run: dict) -> tuple:
 
 
 def _decoded(token) -> str:
-    import base64
-
     try:
         return base64.b64decode(token).decode("utf-8")
     except (ValueError, TypeError):

@@ -188,9 +188,30 @@ class SqlReader:
                 for r in session.connection().execute(listing).all()
                 if rows.within(r[1], r[3], start_from)
             ]
-            changed = [r for r in info if state.get(r[0]) != (r[2], _ms(r[4]))]
+            touched = self._metrics_since(session, metrics_window(known))
+            changed = [r for r in info if state.get(r[0]) != (r[2], _ms(r[4])) or r[0] in touched]
             gone = set(state) - {r[0] for r in info}
             return self._values(session, changed), gone, set()
+
+    def _metrics_since(self, session, since_ms: int) -> set[str]:
+        """Ids of the runs with a latest metric stamped at or after `since_ms`: a metric logged
+        (or overwritten) after its run ended changes neither status nor end time, and `--cache
+        auto` kept the old value (issue 32). One pass over latest_metrics (a row per run and key)."""
+        import sqlalchemy as sa
+
+        lm = self.m.SqlLatestMetric
+        stmt = sa.select(lm.run_uuid).where(lm.timestamp >= int(since_ms)).distinct()
+        return {r[0] for r in session.connection().execute(stmt)}
+
+
+METRICS_OVERLAP_MS = 15 * 60 * 1000
+"""How far before the last refresh a metric's timestamp is looked at (the logging machine's clock
+may lag this one's; as api.OVERLAP_MS)."""
+
+
+def metrics_window(known: rows.Known) -> int:
+    """The earliest metric timestamp (ms) a refresh looks at: the last refresh less the overlap."""
+    return int(known.since_ms - METRICS_OVERLAP_MS)
 
 
 def _ms(value) -> int | None:

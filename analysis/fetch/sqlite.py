@@ -27,7 +27,10 @@ import pandas as pd
 
 from analysis import join
 from analysis.fetch import rows
-from analysis.fetch.sql import _ms
+from analysis.fetch.sql import _ms, metrics_window
+
+METRICS_SINCE = "SELECT DISTINCT run_uuid FROM latest_metrics WHERE timestamp >= ?"
+"""Runs with a latest metric stamped since a time (sql.py's `_metrics_since`)."""
 
 TABLES = {"experiments", "runs", "tags", "params", "latest_metrics", "metrics"}
 CHUNK = 500  # ids per IN (...) list: under sqlite's limit on bound parameters (999 before 3.32)
@@ -226,7 +229,8 @@ class SqliteReader:
         )
         listed = self._listing(experiment_ids, filter_string, start_from=lowest, ordered=False)
         info = [r for r in listed if rows.within(r[1], r[3], known.start_from)]
-        changed = [r for r in info if state.get(r[0]) != (r[2], _ms(r[4]))]
+        touched = {r[0] for r in self.con.execute(METRICS_SINCE, (metrics_window(known),))}
+        changed = [r for r in info if state.get(r[0]) != (r[2], _ms(r[4])) or r[0] in touched]
         gone = set(state) - {r[0] for r in info}
         return self._values(changed), gone, set()
 

@@ -1,12 +1,14 @@
 """Profiler events -> time per (module, phase) row and the step's parts. Pure: no torch needed.
 
 Every host event gets an owner, the innermost of its own range and its ancestors' on its thread
-that names one:
+that names one (backward work by the one rule, profiling.breakdown.owners):
 
 * `module: <path>` -> that module, phase forward;
-* `autograd::engine::evaluate_function: <Node>` -> the module that made the node (its sequence
-  number through `owner_of_seq`, the Tracker's map), phase backward; an AccumulateGrad -> the
-  module named by the `grad: <path>` marker inside it (the parameter's owner);
+* a backward node (`autograd::engine::evaluate_function: <Node>`, or `<Node>` itself when the
+  profiler recorded user scopes and backward nodes alone: `is_node`) -> the module that made the
+  node (its sequence number through `owner_of_seq`, the Tracker's map), phase backward; an
+  AccumulateGrad -> the module named by the `grad: <path>` marker inside it (the parameter's
+  owner);
 * `phase: forward` -> the loss (forward work outside the model); `phase: optimizer` -> optimizer;
   `phase: data` -> data; `Optimizer.zero_grad#...` -> zero_grad; anything else ->
   `unattributed` (backward-engine work between nodes, the step's glue).
@@ -15,7 +17,9 @@ Time comes from one of two clocks (`time_source`):
 
 * "host" (CPU training): the main thread's timeline inside each `step: i` range, cut into
   exclusive pieces: an event's own time is its duration less its children's, charged to its
-  owner. The pieces of a step add up to the step's range exactly.
+  owner. The pieces of a step add up to the step's range exactly. Where the Tracker left
+  `cpu: <ns>` markers (one process on the CPU), the same pieces are also timed by the main
+  thread's CPU clock (`cpu_clock`), which a preempted thread does not advance: `cpu_self_s`.
 * "device" (CUDA training): each kernel, copy and memset is charged to the owner of the CPU op
   that launched it (correlation ids); the rest of the step's range, when the device ran nothing,
   is the row `device idle`.
@@ -39,6 +43,7 @@ from typing import Callable, Iterable
 from profiling.breakdown import names
 from profiling.breakdown.events import CPU, MEMCPY, Ev
 from profiling.breakdown.hooks import phase_owner
+from profiling.breakdown.owners import backward_owner
 
 Key = tuple[str, str]  # (row, phase)
 # collectives and DDP's gradient-bucket machinery (`torch.distributed.ddp.reducer::...`)
@@ -51,7 +56,6 @@ COMM_MARKERS = (
     "record_param_comms",
     "ddp.reducer",
 )
-_COMPUTE_PARTS = ("forward", "backward", "optimizer")
 _PART_OF_PHASE = {"forward": "forward", "backward": "backward", "optimizer": "optimizer"}
 
 
@@ -69,11 +73,33 @@ class Attribution:
     """each recorded step's `step: i` range, seconds"""
     calls: dict[Key, float] = field(default_factory=dict)
     """(row, phase) -> ranges or nodes per step (module calls forward, autograd nodes backward)"""
+    cpu_self_s: dict[Key, float] = field(default_factory=dict)
+    """host, with CPU clock markers: (row, phase) -> its own time by the main thread's CPU clock
+    (`cpu_clock`); empty without markers"""
+    step_cpu_s: list[float] = field(default_factory=list)
+    """each recorded step's range by the main thread's CPU clock (empty without markers)"""
+
+    @property
+    def share_clock(self) -> str:
+        """The clock the rows' shares use: `thread_cpu` when the CPU clock was read, else `wall`."""
+        return "thread_cpu" if self.cpu_self_s and sum(self.step_cpu_s) > 0 else "wall"
 
 
 def is_comm(name: str) -> bool:
     low = name.lower()
     return any(m in low for m in COMM_MARKERS)
+
+
+def is_node(e: Ev) -> bool:
+    """Whether a host event is a backward node: the engine's `evaluate_function: <Node>` range, or
+    the node's own (`<Node>`, carrying its sequence number and forward thread; the only one a
+    profiler recording user scopes and backward nodes sees), or an AccumulateGrad."""
+    name = e.name
+    return (
+        name.startswith(names.EVALUATE)
+        or name == names.ACCUMULATE_GRAD
+        or (e.seq >= 0 and e.fwd_thread != 0)
+    )
 
 
 # ------------------------------------------------------------------------------ nesting
@@ -133,10 +159,10 @@ def _owners(tree: _Tree, owner_of_seq: Callable[[int], str | None], main_thread:
     acc_owner: dict[int, str] = {}
     for i, e in enumerate(tree.ev):
         if e.name.startswith(names.GRAD):
-            for a in tree.ancestors(i):
-                if tree.ev[a].name.startswith(names.EVALUATE):
-                    acc_owner[a] = e.name[len(names.GRAD) :]
+            for a in tree.ancestors(i):  # the AccumulateGrad node (and the engine's range on it)
+                if not (is_node(tree.ev[a]) and names.ACCUMULATE_GRAD in tree.ev[a].name):
                     break
+                acc_owner[a] = e.name[len(names.GRAD) :]
     owner: list[Key | None] = [None] * len(tree.ev)
     for i in tree.order:  # parents before children
         e = tree.ev[i]
@@ -155,12 +181,14 @@ def _own(e: Ev, i: int, acc_owner, owner_of_seq, main_thread) -> Key | None:
     name = e.name
     if name.startswith(names.MODULE):
         return name[len(names.MODULE) :], "forward"
-    if name.startswith(names.EVALUATE):
-        if names.ACCUMULATE_GRAD in name:
-            return acc_owner.get(i, names.UNATTRIBUTED), "backward"
-        if e.seq >= 0 and e.fwd_thread in (0, main_thread):
-            return owner_of_seq(e.seq) or names.UNATTRIBUTED, "backward"
-        return names.UNATTRIBUTED, "backward"
+    if is_node(e):  # a node made on another thread than the step's has no known owner
+        known = e.fwd_thread in (0, main_thread)
+        return backward_owner(
+            seq=e.seq if known else -1,
+            accumulate_grad=names.ACCUMULATE_GRAD in name,
+            param_owner=acc_owner.get(i),
+            owner_of_seq=owner_of_seq,
+        ), "backward"
     if name.startswith(names.PHASE):
         return phase_owner(name[len(names.PHASE) :])
     if name.startswith(names.ZERO_GRAD_PREFIX):
@@ -222,13 +250,15 @@ def attribute(
 
 
 def _count_calls(tree: _Tree, owner: list[Key], steps: set[int], out: Attribution, n: int) -> None:
-    calls: dict[Key, float] = defaultdict(float)
+    calls: dict[Key, int] = defaultdict(int)  # counted whole, divided once: 2.0, not 1.9999...
     for i, e in enumerate(tree.ev):
-        if (e.name.startswith(names.MODULE) or e.name.startswith(names.EVALUATE)) and _in_step(
-            tree, i, steps
-        ) >= 0:
-            calls[owner[i]] += 1 / n
-    out.calls = dict(calls)
+        p = tree.parent[i]
+        counted = e.name.startswith(names.MODULE) or (
+            is_node(e) and not (p >= 0 and is_node(tree.ev[p]))  # a node once, not its range too
+        )
+        if counted and _in_step(tree, i, steps) >= 0:
+            calls[owner[i]] += 1
+    out.calls = {k: c / n for k, c in calls.items()}
 
 
 def _host_times(tree: _Tree, owner: list[Key], steps: set[int], out: Attribution, n: int) -> None:
@@ -251,6 +281,11 @@ def _host_times(tree: _Tree, owner: list[Key], steps: set[int], out: Attribution
             own -= waited
             self_ns[(names.COMM, key[1])] += waited
             comm_by_part[_part_of(tree, i)] += waited
+        if name == _BACKWARD:  # the engine's work after a node is the node's
+            for k, a, b in _gap_owners(tree, i, owner):
+                if k != key:
+                    self_ns[k] += b - a
+                    own -= b - a
         self_ns[key] += own
         if name.startswith(names.PHASE):
             phase = name[len(names.PHASE) :]
@@ -272,6 +307,77 @@ def _host_times(tree: _Tree, owner: list[Key], steps: set[int], out: Attribution
     parts_ns["host_overhead"] = total - sum(parts_ns.values())
     out.self_s = {k: v / n / 1e9 for k, v in self_ns.items()}
     out.parts_s = {p: parts_ns.get(p, 0) / n / 1e9 for p in names.PARTS}
+    _cpu_times(tree, owner, steps, out, n)
+
+
+def cpu_clock(points: list[tuple[int, int]]) -> Callable[[int], float] | None:
+    """The main thread's CPU clock at any wall instant, from markers (wall ns, CPU ns): linear
+    between two markers, each stretch's CPU time at most its wall time (the clock is read just
+    before its marker opens); slope 1 before the first and after the last. None with fewer than
+    two markers. Preemption between two markers is spread over that stretch evenly."""
+    pts = sorted(points)
+    if len(pts) < 2:
+        return None
+    walls = [w for w, _ in pts]
+    acc = [0.0]
+    for (w0, c0), (w1, c1) in zip(pts, pts[1:]):
+        acc.append(acc[-1] + min(max(0, c1 - c0), w1 - w0))
+
+    def at(t: int) -> float:
+        j = bisect.bisect_right(walls, t) - 1
+        if j < 0:
+            return t - walls[0]
+        if j >= len(walls) - 1:
+            return acc[-1] + (t - walls[-1])
+        w0, w1 = walls[j], walls[j + 1]
+        return acc[j] + (t - w0) * (acc[j + 1] - acc[j]) / (w1 - w0) if w1 > w0 else acc[j]
+
+    return at
+
+
+def _cpu_times(tree: _Tree, owner: list[Key], steps: set[int], out: Attribution, n: int) -> None:
+    """Every event's own stretches by the main thread's CPU clock (`cpu: <ns>` markers), charged
+    to its owner as `_host_times` charges wall time; nothing without markers."""
+    main = tree.ev[next(iter(steps))].thread
+    at = cpu_clock(
+        [
+            (e.start_ns, int(e.name[len(names.CPU_CLOCK) :]))
+            for e in tree.ev
+            if e.thread == main and e.name.startswith(names.CPU_CLOCK)
+        ]
+    )
+    if at is None:
+        return
+    cpu_ns: dict[Key, float] = defaultdict(float)
+    for i in tree.order:
+        if tree.ev[i].thread == main and _in_step(tree, i, steps) >= 0:
+            for k, a, b in _gap_owners(tree, i, owner):
+                cpu_ns[k] += at(b) - at(a)
+    out.cpu_self_s = {k: v / n / 1e9 for k, v in cpu_ns.items()}
+    ordered = sorted(steps, key=lambda i: tree.ev[i].start_ns)
+    out.step_cpu_s = [(at(tree.ev[i].end_ns) - at(tree.ev[i].start_ns)) / 1e9 for i in ordered]
+
+
+_BACKWARD = names.phase_range("backward")
+
+
+def _gap_owners(tree: _Tree, i: int, owner: list[Key]) -> list[tuple[Key, int, int]]:
+    """Event i's own stretches, each with its owner: i's, except inside `phase: backward`, where
+    a stretch right after a backward node (before the phase's last one) is that node's owner's:
+    the engine validating the node's outputs and adding them into the next nodes' inputs, work
+    its `evaluate_function` range holds when the profiler records it (and a profiler recording
+    backward nodes alone does not)."""
+    gaps = tree.gaps(i)
+    if tree.ev[i].name != _BACKWARD:
+        return [(owner[i], a, b) for a, b in gaps]
+    ends = {tree.ev[c].end_ns: c for c in tree.children[i]}
+    out = []
+    for n, (a, b) in enumerate(gaps):
+        c = ends.get(a)
+        last = n == len(gaps) - 1 and b == tree.ev[i].end_ns
+        mine = c is not None and not last and is_node(tree.ev[c])
+        out.append((owner[c] if mine else owner[i], a, b))
+    return out
 
 
 def _trailing(tree: _Tree, i: int) -> list[tuple[int, int]]:

@@ -11,20 +11,36 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from common import console, flags, schema
 from common.cli import ArgumentParser, cli_entry
-from common.errors import UsageError
+from common.envinfo import environment_tags
+from common.errors import UsageError, one_line
+from common.record import dataset_input
+from common.tracking import RunSession
+from profiling.breakdown import figures
+from profiling.breakdown.attribute import attribute
+from profiling.breakdown.record import record
+from profiling.breakdown.roof import device_ceilings
+from profiling.breakdown.table import ModuleTree, coverage, parts_metrics, rows
 from profiling.breakdown.text import (
+    BreakdownResult,
     breakdown_json,
     description,
     layers_csv,
     summary_line,
     view_text,
 )
+from profiling.breakdown.trace import bound_trace
+from train.bench import preflight, run_header
+from train.config import add_config_args, config_from_args
+from train.data import dataset_fields
+from train.distributed import context, engines
+from train.distributed.failures import Guard
 
 DEFAULT_STEPS = 3
 
@@ -45,8 +61,6 @@ class BreakdownCommand:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from train.config import add_config_args
-
     p = ArgumentParser(
         prog="python -m profiling --breakdown",
         description="Where one training step's time goes: warmup, then --iters recorded steps under "
@@ -61,19 +75,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _config(args: argparse.Namespace):
-    from train.bench import preflight
-    from train.config import config_from_args
-    from train.distributed.context import job_env
-
-    if str(args.iters).strip().lower() == "auto":
+    iters = str(args.iters).strip().lower()
+    if iters == "auto":
         raise UsageError("--iters auto: a breakdown records a fixed number of steps (default 3)")
+    if not iters.isdigit() or int(iters) < 1:  # train's message offers auto, which this refuses
+        raise UsageError(
+            f"--iters {args.iters}: a breakdown records a whole number of steps, 1 or more "
+            f"(default {DEFAULT_STEPS})"
+        )
     cfg = config_from_args(args)
     if cfg.compile:
         raise UsageError(
             "--compile: the breakdown times modules through forward hooks, which a compiled "
             "model does not run per module; drop --compile"
         )
-    world = job_env().world_size
+    world = context.job_env().world_size
     if world > 1 and not cfg.is_distributed:
         raise UsageError(
             "this is one of several torchrun processes but no engine was given: add --distributed "
@@ -106,23 +122,16 @@ def _main(argv: list[str] | None) -> int:
 
 
 def _session(cfg, device, command: BreakdownCommand):
-    from common.envinfo import environment_tags
-    from common.tracking import RunSession
-
     return RunSession(
         "breakdown",
         experiment=command.experiment,
-        run_name=f"{cfg.run_name()}-{device.type}-breakdown",
+        run_name=cfg.run_name(device.type, kind="breakdown"),
         tags=environment_tags(str(device), cfg.env_label),
     )
 
 
 def _open(session, cfg, device, command: BreakdownCommand) -> None:
     """What the run holds before it measures: the train runs' params and tags, the data input."""
-    from common.record import dataset_input
-    from train.bench import run_header
-    from train.data import dataset_fields
-
     params, tags = run_header(cfg, device)
     session.log_params({**params, "trace_steps": command.trace_steps})
     session.set_tags(tags)
@@ -132,16 +141,14 @@ def _open(session, cfg, device, command: BreakdownCommand) -> None:
     session.flush()
 
 
-def _say(result: dict, session) -> None:
-    console.result(result["summary"])
-    console.result(view_text(result["table"], result["tree"]))
+def _say(result: BreakdownResult, session) -> None:
+    console.result(result.summary)
+    console.result(view_text(result.table, result.tree))
     where = f"kept offline in {session.spool_path}" if session.offline else f"run {session.run_id}"
     console.result(f"breakdown {where}: layers.csv, breakdown.json, trace.json.gz, figures")
 
 
 def _record(cfg, device, **kw):
-    from profiling.breakdown.record import record
-
     if device.type == "mps":
         console.warn(
             "on MPS the profiler sees host time only: module times are launch costs, and the "
@@ -154,11 +161,6 @@ def _distributed(cfg, device, command: BreakdownCommand) -> int:
     """One rank of a torchrun job: every rank records the same steps of the engine-wrapped step;
     rank 0 alone logs the run (its own rank's breakdown), and ends it FAILED naming the rank when
     any rank fails (train.distributed.failures)."""
-    import os
-
-    from train.distributed import context, engines
-    from train.distributed.failures import Guard
-
     env = context.job_env()
     if env.rank != 0:
         os.environ.pop("MLFLOW_RUN_ID", None)  # only rank 0 touches the tracking store
@@ -194,13 +196,8 @@ def _distributed(cfg, device, command: BreakdownCommand) -> int:
     return 0
 
 
-def analyse(rec, cfg, command: BreakdownCommand, session, rank: str = "") -> dict:
+def analyse(rec, cfg, command: BreakdownCommand, session, rank: str = "") -> BreakdownResult:
     """Attribute, place on the roofline and describe a recording: everything the run logs."""
-    from profiling.breakdown.attribute import attribute
-    from profiling.breakdown.roof import device_ceilings
-    from profiling.breakdown.table import ModuleTree, coverage, parts_metrics, rows
-    from profiling.breakdown.trace import bound_trace
-
     att = attribute(rec.events, rec.tracker.owner_of_seq, rec.time_source)
     problem = rec.counts.check()
     if problem:
@@ -236,51 +233,46 @@ def analyse(rec, cfg, command: BreakdownCommand, session, rank: str = "") -> dic
         "breakdown_warmup_s": rec.warmup_s,
         "breakdown_record_s": rec.record_s,
     }
-    return {
-        "cfg": cfg,
-        "device_name": device_name,
-        "table": table,
-        "tree": tree,
-        "att": att,
-        "rec": rec,
-        "ceilings": ceilings,
-        "metrics": metrics,
-        "trace_gz": trace_gz,
-        "summary": summary_line(
-            cfg, device_name + (f" ({rank})" if rank else ""), table, tree, metrics
-        ),
-        "about": about,
-        "counts_check": problem,
-    }
-
-
-def log_result(session, result: dict, tmp: Path) -> None:
-    """Metrics, description and artifacts of the run (figures: a failure is one warning)."""
-    from common.errors import one_line
-    from profiling.breakdown import figures
-
-    session.log_metrics(result["metrics"])
-    session.set_tags(
-        {"breakdown_roof": result["ceilings"].source or f"none: {result['ceilings'].why}"}
+    summary = summary_line(cfg, device_name + (f" ({rank})" if rank else ""), table, tree, metrics)
+    return BreakdownResult(
+        cfg,
+        device_name,
+        rec,
+        att,
+        tree,
+        table,
+        ceilings,
+        metrics,
+        trace_gz,
+        summary,
+        about,
+        problem,
+        trace_facts,
     )
+
+
+def log_result(session, result: BreakdownResult, tmp: Path) -> None:
+    """Metrics, description and artifacts of the run (figures: a failure is one warning)."""
+    c = result.ceilings
+    session.log_metrics(result.metrics)
+    session.set_tags({"breakdown_roof": c.source or f"none: {c.why}"})
     session.set_note(description(result))
-    session.log_text("layers.csv", layers_csv(result["table"]))
+    session.log_text("layers.csv", layers_csv(result.table))
     session.log_text("breakdown.json", breakdown_json(result))
     trace = tmp / "trace.json.gz"
-    trace.write_bytes(result["trace_gz"])
+    trace.write_bytes(result.trace_gz)
     session.log_file("trace.json.gz", trace)
-    rec = result["rec"]
-    what = "device kernels" if rec.time_source == "device" else "host time"
+    what = "device kernels" if result.rec.time_source == "device" else "host time"
     try:
         for name, image in (
             (
                 "layer_roofline.png",
-                figures.layer_roofline(result["table"], result["ceilings"], result["about"], what),
+                figures.layer_roofline(result.table, c, result.about, what),
             ),
             (
                 "step_parts.png",
                 figures.parts_bar(
-                    result["att"].parts_s, result["metrics"]["breakdown_step_s"], result["about"]
+                    result.att.parts_s, result.metrics["breakdown_step_s"], result.about
                 ),
             ),
         ):

@@ -26,12 +26,12 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from profiling.breakdown.attribute import Key
+from train.bench import COUNT_BATCHES, count_steps
+from train.flops import flop_counter_mode, op_bytes
 
 
 def _row_counter_class():
     from torch.utils._python_dispatch import TorchDispatchMode
-
-    from train.flops import flop_counter_mode, op_bytes
 
     registry = flop_counter_mode().flop_registry
 
@@ -104,32 +104,11 @@ def extrapolate(a: RowCounts, b: RowCounts, batch_size: int) -> RowCounts:
     )
 
 
-def count_one(tracker, run_step, batch_size: int) -> RowCounts:
-    """FLOPs and bytes per (row, phase) of one call of `run_step()` (a training step whose
-    `StepParts.mark` is `tracker.mark`), next to the train run's own totals of the same call
-    (train.flops.count_step)."""
-    from train.flops import count_step
-
-    mode = _row_counter_class()(tracker)
-    ranges, tracker.ranges = tracker.ranges, False
-    try:
-        with mode:
-            total = count_step(run_step, batch_size)
-    finally:
-        tracker.ranges = ranges
-        tracker.clear()
-    return RowCounts(
-        batch_size, dict(mode.flops), dict(mode.bytes), total.train_flops, total.modeled_bytes
-    )
-
-
 def count_rows(prep, tracker) -> RowCounts:
     """FLOPs and bytes per (row, phase) of one training step of `prep` (train.bench.Prepared) at
     its batch size, with `tracker` attached to its model: the train run's counting
     (train.bench.count_steps: one uncounted step, then counted steps at small batch sizes) with a
     RowCounter held open around each counted step."""
-    from train.bench import COUNT_BATCHES, count_steps
-
     batch = prep.cfg.batch_size
     sizes = (batch,) if batch in COUNT_BATCHES else COUNT_BATCHES
     cls = _row_counter_class()

@@ -65,6 +65,58 @@ def _kind(activity: str) -> str | None:
     return None
 
 
+# Device-side events that are neither work nor copies: kineto's CUDA_SYNC activities.
+_SYNC_NAMES = ("Stream Sync", "Event Sync", "Context Sync", "Stream Wait Event", "Device Sync")
+_RUNTIME_PREFIXES = ("cuda", "cu", "hip", "xpu", "mtia")
+
+
+def _kind_without_activity_type(e) -> str | None:
+    """The kind of a kineto event on a torch whose `_KinetoEvent` has no `activity_type()` (a
+    private method: torch 2.11 lacks it), from what every such event has: `device_type()`
+    (torch.autograd.DeviceType), `is_user_annotation()`, the name and the linked correlation id.
+
+    Host events: a runtime or driver call is the one that names a launched correlation id (or is
+    called cudaXxx / cuXxx); anything else is an op or a range. Device events: copies and sets are
+    named "Memcpy ..." / "Memset ...", device copies of annotations and syncs are left out, the
+    rest are kernels.
+    """
+    on_host = str(e.device_type()).rsplit(".", 1)[-1] == "CPU"
+    name = e.name()
+    if on_host:
+        if e.is_user_annotation():
+            return CPU
+        linked = int(e.linked_correlation_id()) if hasattr(e, "linked_correlation_id") else 0
+        if linked or _looks_like_runtime(name):
+            return RUNTIME
+        return CPU
+    if e.is_user_annotation() or name.startswith(_SYNC_NAMES):
+        return None
+    lowered = name.lower()
+    if lowered.startswith("memcpy"):
+        return MEMCPY
+    if lowered.startswith("memset"):
+        return MEMSET
+    return KERNEL
+
+
+def _looks_like_runtime(name: str) -> bool:
+    """cudaLaunchKernel, cuLaunchKernelEx, hipMemcpyAsync: a prefix then a capital letter."""
+    for prefix in _RUNTIME_PREFIXES:
+        rest = name[len(prefix) :]
+        if name.startswith(prefix) and rest[:1].isupper():
+            return True
+    return False
+
+
+def event_kind(e) -> str | None:
+    """The kind of one `_KinetoEvent` (None: not read), by `activity_type()` where this torch has
+    it, else by `_kind_without_activity_type`."""
+    activity_type = getattr(e, "activity_type", None)
+    if activity_type is None:
+        return _kind_without_activity_type(e)
+    return _kind(str(activity_type() or ""))
+
+
 def from_kineto(results) -> list[Ev]:
     """The events of `torch.profiler.profile(...).profiler.kineto_results`, in trace order.
 
@@ -73,7 +125,7 @@ def from_kineto(results) -> list[Ev]:
     """
     out = []
     for e in results.events():
-        kind = _kind(str(e.activity_type() or ""))
+        kind = event_kind(e)
         if kind is None:
             continue
         if kind == CPU and (e.is_async() or e.start_thread_id() != e.end_thread_id()):

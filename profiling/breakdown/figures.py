@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import math
+import textwrap
 
 from common import fmt
 from profiling.breakdown import names
@@ -36,7 +37,10 @@ MAX_AREA_PT2 = 1500.0  # the largest point's marker area
 def _png(fig) -> bytes:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
+    from roofline.style import plain_text
+
     buf = io.BytesIO()
+    plain_text(fig)
     FigureCanvasAgg(fig).print_png(buf)
     return buf.getvalue()
 
@@ -64,8 +68,8 @@ def layer_roofline(
     fig.subplots_adjust(left=0.09, right=0.74, top=0.87, bottom=0.2)
     ax = fig.add_subplot()
     _scatter(ax, pts, unit)
-    _number(fig, ax, pts)
     sub = _axes(ax, pts, ceilings)
+    _number(fig, ax, pts)
     ax.set_xlabel(f"arithmetic intensity (counted FLOP / {bytes_what})", fontsize=9)
     ax.set_ylabel(f"achieved FLOP/s ({time_what})", fontsize=9)
     ax.legend(fontsize=7, loc="lower right", markerscale=0.5)
@@ -100,20 +104,62 @@ def _scatter(ax, pts: list[dict], unit: str) -> None:
 
 
 def _number(fig, ax, pts: list[dict]) -> None:
-    """Numbers on the LABELS biggest points, and a key naming them beside the axes."""
+    """Numbers beside the LABELS biggest points, placed so that no two overlap (`label_offsets`;
+    the axes' limits must be set), and a key naming them beside the axes: the rest of the points
+    are named by the legend's phases and the key alone."""
+    top = sorted(pts, key=lambda r: -r["time_s"])[:LABELS]
+    at = [
+        tuple(ax.transData.transform((r["intensity_flops_per_byte"], r["achieved_flops_per_s"])))
+        for r in top
+    ]
+    dpi_scale = fig.dpi / 72.0  # display pixels per point
     key_lines = []
-    for i, r in enumerate(sorted(pts, key=lambda r: -r["time_s"])[:LABELS], 1):
+    for i, (r, (dx, dy)) in enumerate(zip(top, label_offsets(at, LABEL_PX)), 1):
         ax.annotate(
             str(i),
             (r["intensity_flops_per_byte"], r["achieved_flops_per_s"]),
+            xytext=(dx / dpi_scale, dy / dpi_scale),
+            textcoords="offset points",
             fontsize=7,
             fontweight="bold",
             ha="center",
             va="center",
+            arrowprops={"arrowstyle": "-", "lw": 0.4, "color": "0.3"} if (dx or dy) else None,
         )
         key_lines.append(f"{i:>2}  {r['module']} {_phase(r)} {fmt.pct(r['share'])}")
     if key_lines:
         fig.text(0.755, 0.85, "\n".join(key_lines), fontsize=7, va="top", family="monospace")
+
+
+LABEL_PX = 14.0  # a number label's box, display pixels (two digits at 7 pt, 100 dpi, with room)
+_RINGS = (0.0, 1.5, 3.0, 4.5)  # label distances tried, in boxes, each at 8 directions
+
+
+def label_offsets(points: list[tuple[float, float]], box: float) -> list[tuple[float, float]]:
+    """Display-pixel offsets from each point to its label, in order, so that no label's `box`
+    square overlaps an earlier one's: on the point when free, else the first free place on rings
+    of 8 directions further out (the last ring's first place when all are taken)."""
+    placed: list[tuple[float, float]] = []
+    out = []
+    for x, y in points:
+        choice = None
+        for ring in _RINGS:
+            for k in range(1 if ring == 0 else 8):
+                angle = math.pi / 4 * k + math.pi / 8
+                dx, dy = ring * box * math.cos(angle), ring * box * math.sin(angle)
+                if all(abs(x + dx - px) >= box or abs(y + dy - py) >= box for px, py in placed):
+                    choice = (dx, dy)
+                    break
+            if choice is not None:
+                break
+        if choice is None:
+            choice = (
+                _RINGS[-1] * box * math.cos(math.pi / 8),
+                _RINGS[-1] * box * math.sin(math.pi / 8),
+            )
+        placed.append((x + choice[0], y + choice[1]))
+        out.append(choice)
+    return out
 
 
 def _axes(ax, pts: list[dict], ceilings: Ceilings) -> str:
@@ -158,20 +204,26 @@ def _not_drawn(fig, flat: list[dict]) -> None:
 
 
 def _draw_ceilings(ax, c: Ceilings, x_lo: float, x_hi: float) -> None:
-    dtypes = [c.dtype] + [d for d in ("fp32",) if d != c.dtype and _ok(c.flops_per_s.get(d))]
-    for d in dtypes:
-        peak = c.flops_per_s.get(d, c.peak_flops_per_s if d == c.dtype else math.nan)
-        if not _ok(peak):
-            continue
-        ridge = peak / c.dram_bytes_per_s
-        ax.plot(
-            [x_lo, ridge, x_hi],
-            [x_lo * c.dram_bytes_per_s, peak, peak],
-            color="k" if d == c.dtype else "0.5",
-            linestyle="-" if d == c.dtype else "--",
-            linewidth=1.2,
-            label=f"{d} roof {fmt.si(peak, 'FLOP/s')}, DRAM {fmt.si(c.dram_bytes_per_s, 'B/s')}",
+    """The run dtype's ceiling and fp32's (where it differs), the DRAM slope and the ridge, by
+    the roofline package's drawer (roofline.plot.draw_ceilings: solid measured, dashed vendor),
+    and one legend entry naming them."""
+    from matplotlib.lines import Line2D
+
+    from roofline.plot import draw_ceilings
+
+    roof = c.as_roof()
+    dtypes = {c.dtype} | ({"fp32"} if _ok(roof.peak("fp32")) else set())
+    draw_ceilings(ax, roof, (x_lo, x_hi), dtypes, c.dtype)
+    peaks = ", ".join(f"{d} {fmt.si(roof.peak(d), 'FLOP/s')}" for d in sorted(dtypes))
+    handle = Line2D([], [], color="k", lw=1.2)
+    ax.add_artist(
+        ax.legend(
+            [handle],
+            [f"roof: {peaks}; DRAM {fmt.si(c.dram_bytes_per_s, 'B/s')}"],
+            fontsize=7,
+            loc="upper left",
         )
+    )
 
 
 def parts_bar(parts_s: dict[str, float], step_s: float, title: str) -> bytes:
@@ -193,7 +245,7 @@ def parts_bar(parts_s: dict[str, float], step_s: float, title: str) -> bytes:
             left=left,
             color=PART_COLORS[part],
             edgecolor="white",
-            label=f"{part} {fmt.num(v * 1e3)} ms ({fmt.pct(frac)})",
+            label=f"{part} {fmt.duration(v)} ({fmt.pct(frac)})",
         )
         if frac >= 0.06:
             ax.text(
@@ -203,7 +255,7 @@ def parts_bar(parts_s: dict[str, float], step_s: float, title: str) -> bytes:
     ax.set_xlim(0, max(1.0, left))
     ax.set_yticks([])
     ax.set_xlabel(
-        f"share of the step ({fmt.num(step_s * 1e3)} ms, mean of the recorded steps)", fontsize=8
+        f"share of the step ({fmt.duration(step_s)}, mean of the recorded steps)", fontsize=8
     )
     ax.tick_params(labelsize=7)
     ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.5), ncol=3, frameon=False)
@@ -212,6 +264,4 @@ def parts_bar(parts_s: dict[str, float], step_s: float, title: str) -> bytes:
 
 
 def _wrap(text: str, width: int) -> str:
-    import textwrap
-
     return "\n".join(textwrap.wrap(text, width))

@@ -4,7 +4,8 @@ One range per module call, named by the module's full path (`module: layer4.1.co
 itself is named by the model, `module: resnet18`); one per phase of `train_step` (`phase: forward`,
 `phase: backward`, `phase: optimizer`, `phase: train_step`) and of the loop around it (`phase:
 data`); one per recorded step (`step: 3`); and inside every AccumulateGrad of a parameter, a marker
-naming the module that owns it (`grad: layer4.1.conv2`).
+naming the module that owns it (`grad: layer4.1.conv2`); on the CPU, about once a millisecond
+and at every phase's and step's edge, a marker holding the thread's CPU clock (`cpu: 81234567`).
 
 Rows of the breakdown that are not modules have the fixed names below.
 """
@@ -15,6 +16,7 @@ MODULE = "module: "
 PHASE = "phase: "
 GRAD = "grad: "
 STEP = "step: "
+CPU_CLOCK = "cpu: "  # the thread's CPU clock in ns at this instant (hooks.Tracker's cpu_clock)
 
 # rows that are not modules
 LOSS = "loss"  # the loss function: forward ops outside the model, and their backward
@@ -43,8 +45,6 @@ PARTS = (
 ZERO_GRAD_PREFIX = "Optimizer.zero_grad#"  # torch's own range around optimizer.zero_grad()
 EVALUATE = "autograd::engine::evaluate_function: "
 ACCUMULATE_GRAD = "torch::autograd::AccumulateGrad"
-# aten ops that copy a batch to the device inside `phase: data`
-COPY_OPS = ("aten::to", "aten::_to_copy", "aten::copy_")
 
 
 def module_range(path: str) -> str:

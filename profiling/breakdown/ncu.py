@@ -7,6 +7,8 @@ forward, and wraps the steps in torch.autograd.profiler.emit_nvtx, which names e
 row of such a capture is attributed to a module:
 
 * forward: the innermost `module: ...` range open on the launching thread;
+* backward, an AccumulateGrad: the module owning its parameter, from the `grad: <owner>` range the
+  Tracker opens around every parameter's AccumulateGrad under NVTX;
 * backward (autograd's thread, where no module range is open): the sequence number of the
   node's range, the outermost on that thread (torch 2.14 writes `<Node>, seq = n`; its docs say
   `stashed seq=n`: both are read), matched to the forward op `<op>, seq = n` that ran inside a
@@ -23,13 +25,13 @@ Pure: kernels in, rows out.
 
 from __future__ import annotations
 
-import bisect
 import math
 import re
 from collections import defaultdict
 
 from profiling.breakdown import names
 from profiling.breakdown.attribute import Attribution, Key
+from profiling.breakdown.owners import SeqOwners, backward_owner
 from profiling.breakdown.roof import Ceilings
 from profiling.breakdown.table import ModuleTree, rows
 
@@ -71,20 +73,21 @@ def seq_map(kernels) -> dict[int, str]:
     return out
 
 
-def kernel_owner(k, seqs: dict[int, str], ordered: list[int]) -> Key:
-    """(row, phase) of one kernel (see the module docstring)."""
+def kernel_owner(k, seqs: SeqOwners) -> Key:
+    """(row, phase) of one kernel (see the module docstring; backward by owners.backward_owner)."""
     module = _innermost_module(k.nvtx_push_pop)
     if module is not None:
         return module, "forward"
     if k.phase == "backward":
+        for r in k.nvtx_push_pop:  # an AccumulateGrad inside the Tracker's `grad: <owner>`
+            if r.startswith(names.GRAD):
+                return backward_owner(accumulate_grad=True, param_owner=r[len(names.GRAD) :]), (
+                    "backward"
+                )
         for r in k.nvtx_push_pop:  # the node's range is the outermost on autograd's thread
             m = _SEQ.search(r)
             if m:
-                n = int(m.group(1))
-                if n in seqs:
-                    return seqs[n], "backward"
-                i = bisect.bisect_right(ordered, n) - 1
-                return (seqs[ordered[i]] if i >= 0 else names.UNATTRIBUTED), "backward"
+                return backward_owner(seq=int(m.group(1)), owner_of_seq=seqs), "backward"
     return _PHASE_ROW.get(k.phase or "", (names.UNATTRIBUTED, "other"))
 
 
@@ -114,9 +117,8 @@ def ncu_rows(kernels, per_kernel: list[dict], ceilings: Ceilings) -> tuple[list[
     """layers.csv rows from a capture's kernels (NcuKernel list) and their measured quantities
     (profiling.ncu.summary's kernel rows, same order: time_s, flops_total, dram_bytes). Returns
     the rows and each kernel's (row, phase)."""
-    seqs = seq_map(kernels)
-    ordered = sorted(seqs)
-    owners = [kernel_owner(k, seqs, ordered) for k in kernels]
+    seqs = SeqOwners(seq_map(kernels).items())
+    owners = [kernel_owner(k, seqs) for k in kernels]
     self_s: dict[Key, float] = defaultdict(float)
     calls: dict[Key, float] = defaultdict(float)
     flops: dict[Key, float] = defaultdict(float)

@@ -4,11 +4,16 @@ them)."""
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import tempfile
 from pathlib import Path
 
 from common import console
-from profiling.breakdown import names
+from common.errors import one_line
+from profiling.breakdown import figures, names
+from profiling.breakdown.ncu import kernel_points, ncu_rows
+from profiling.breakdown.roof import device_ceilings
 from profiling.breakdown.text import layers_csv
 
 
@@ -17,11 +22,6 @@ def log_ncu_layers(session, report, summary, cfg, device_name: str) -> None:
     FLOPs and DRAM bytes per module and phase, `layer_roofline.png` (a point per module) and
     `kernel_roofline.png` (a point per kernel, area its time), against the device's ceilings.
     A failure here is one warning: the profile run stands without them."""
-    from common.errors import one_line
-    from profiling.breakdown import figures
-    from profiling.breakdown.ncu import kernel_points, ncu_rows
-    from profiling.breakdown.roof import device_ceilings
-
     try:
         ceilings = device_ceilings(
             device_name, cfg.env_label, cfg.precision, online=not session.offline
@@ -59,9 +59,6 @@ def log_ncu_layers(session, report, summary, cfg, device_name: str) -> None:
 
 def _scratch() -> Path:
     """A folder for figures the session sends when it flushes or ends (removed at exit)."""
-    import atexit
-    import shutil
-
     tmp = Path(tempfile.mkdtemp(prefix="breakdown-"))
     atexit.register(shutil.rmtree, tmp, True)
     return tmp

@@ -20,6 +20,10 @@ from typing import Callable
 from common import console
 from common.cli import cli_entry
 from common.errors import UsageError
+from profiling.breakdown.hooks import Tracker
+from train import bench, profile_mode
+from train.config import config_from_args
+from train.device import fp32_math_note
 
 MODULE = "profiling.breakdown.nvtx_steps"
 
@@ -38,8 +42,6 @@ def hooks(cfg, start: Callable[[], None], stop: Callable[[], None]):
     """(wrap, profiler_start, profiler_stop) for train's profile_steps: module ranges from the
     first step, emit_nvtx around the marked ones."""
     import torch
-
-    from profiling.breakdown.hooks import Tracker
 
     stack = contextlib.ExitStack()
 
@@ -61,24 +63,20 @@ def hooks(cfg, start: Callable[[], None], stop: Callable[[], None]):
 def main(argv: list[str] | None = None) -> int:
     import torch
 
-    from train.__main__ import build_parser
-    from train.bench import preflight
-    from train.device import fp32_math_note
-    from train.profile_mode import check_profile_mode, profile_steps
-    from train.config import config_from_args
+    from train.__main__ import build_parser  # the script of python -m train: imported when run
 
     args = build_parser().parse_args(argv)
     cfg = config_from_args(args)
     if cfg.is_distributed:
         raise UsageError("--nvtx-modules profiles one process: drop --distributed")
-    check_profile_mode(cfg, args.profile_steps)
+    profile_mode.check_profile_mode(cfg, args.profile_steps)
     if not torch.cuda.is_available():
         raise UsageError("module NVTX ranges are for ncu on an NVIDIA GPU (CUDA is not available)")
     if cfg.device == "auto":
         cfg.device = "cuda"
-    device = preflight(cfg)
+    device = bench.preflight(cfg)
     wrap, start, stop = hooks(cfg, torch.cuda.profiler.start, torch.cuda.profiler.stop)
-    fp32_math = profile_steps(
+    fp32_math = profile_mode.profile_steps(
         cfg,
         device,
         args.profile_steps,

@@ -6,23 +6,30 @@ The step is the project's one `train.step.train_step`, on the train run's own pr
 synchronisation, timed by perf_counter between two synchronised clock reads as the train run
 times its steps. The Tracker's module ranges and phase marks are on from the first warmup step.
 
-The profiler records CPU activity, and CUDA activity on a CUDA device, with shapes on and
-Python stacks off (stacks name modules `Conv2d_0`, cover forward only and grow the trace 78 %:
-issue 20).
+On a CUDA device, or in a data-parallel job, the profiler records CPU and CUDA activity with
+shapes on and Python stacks off (stacks name modules `Conv2d_0`, cover forward only and grow the
+trace 78 %: issue 20). One process on the CPU records only what host attribution reads, user
+scopes (the Tracker's ranges, the optimizer's) and backward nodes: no aten op, whose recording
+cost lands in the step it measures (`lean_profile`; docs/breakdown.md, Measures).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 from profiling.breakdown import names
 from profiling.breakdown.counts import RowCounts, count_rows
 from profiling.breakdown.events import Ev, from_kineto
 from profiling.breakdown.hooks import Tracker
+from train import device as dev
+from train.bench import prepare, runtime_errors
+from train.step import train_step
 
 
 @dataclass
@@ -62,12 +69,11 @@ def record(
     A rank of a data-parallel job passes `wrap(prep)`, which puts the engine around the prepared
     model after counting (train.distributed.engines.wrap: the counts are the work of one process,
     as a distributed train run's), and `barrier()`, which every rank passes before recording."""
-    from train.bench import prepare, runtime_errors
-
     say = on_progress or (lambda _text: None)
     with runtime_errors(cfg, device):
         prep = prepare(cfg, device)
-        tracker = Tracker(prep.model, cfg.model).attach()
+        lean = device.type == "cpu" and wrap is None
+        tracker = Tracker(prep.model, cfg.model, user_scope=lean, cpu_clock=lean).attach()
         say(f"counting FLOPs and bytes per module ({cfg.model} b{cfg.batch_size})")
         t0 = time.perf_counter()
         counts = count_rows(prep, tracker)
@@ -86,16 +92,16 @@ def record(
             barrier()  # every rank records the same steps together
         say(f"recording {steps} step(s) under torch.profiler")
         t0 = time.perf_counter()
-        walls, prof = _profiled(one_step, steps, device)
+        walls, prof = _profiled(one_step, steps, device, lean)
         record_s = time.perf_counter() - t0
         tracker.detach()
     return Recording(
-        events=from_kineto(prof.profiler.kineto_results),
+        events=from_kineto(kineto_results(prof)),
         step_wall_s=walls,
         counts=counts,
         tracker=tracker,
         time_source="device" if device.type == "cuda" else "host",
-        trace_json=_chrome_trace(prof),
+        trace_json=_chrome_trace(prof, quiet=device.type == "cpu"),
         warmup_s=warmup_s,
         count_s=count_s,
         record_s=record_s,
@@ -105,8 +111,6 @@ def record(
 def _stepper(prep, tracker: Tracker, device) -> Callable[[int], float]:
     """`one_step(i)`: fetch a batch and run the one train_step inside a `step: i` range, ended by
     a device synchronisation; returns its seconds between two synchronised clock reads."""
-    from train import device as dev
-    from train.step import train_step
 
     def one_step(index: int) -> float:
         dev.synchronize(device)
@@ -121,25 +125,98 @@ def _stepper(prep, tracker: Tracker, device) -> Callable[[int], float]:
     return one_step
 
 
-def _profiled(one_step: Callable[[int], float], steps: int, device):
-    """`steps` steps under torch.profiler (CPU, and CUDA on a CUDA device; shapes on, stacks
-    off): (their seconds, the profiler)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    activities = [ProfilerActivity.CPU]
-    if device.type == "cuda":
-        activities.append(ProfilerActivity.CUDA)
-    with profile(activities=activities, record_shapes=True, with_stack=False) as prof:
+def _profiled(one_step: Callable[[int], float], steps: int, device, lean: bool = False):
+    """`steps` steps under the profiler (`profiler_for`): (their seconds, the profiler). On the
+    CPU, what kineto prints to the process's stderr while it starts and stops (`USDT: ...
+    profiler_start`, `ERROR: ... gpuGetDeviceCount failed with code 35`: no GPU, as expected)
+    is dropped; the steps themselves run with stderr as it is."""
+    prof = profiler_for(device, lean)
+    quiet = device.type == "cpu"
+    with native_stderr_muted(quiet):
+        prof.__enter__()
+    try:
         walls = [one_step(i) for i in range(steps)]
+    finally:
+        with native_stderr_muted(quiet):
+            prof.__exit__(None, None, None)
+            kineto_results(prof)  # parsed here, where kineto prints about the devices
     return walls, prof
 
 
-def _chrome_trace(prof) -> str:
+@contextlib.contextmanager
+def native_stderr_muted(on: bool = True) -> Iterator[None]:
+    """File descriptor 2 pointed at /dev/null inside the block (native code's prints; Python's
+    exceptions still propagate and print after it)."""
+    if not on:
+        yield
+        return
+    sys.stderr.flush()
+    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
+
+
+def profiler_for(device, lean: bool):
+    """The breakdown's profiler: `lean` (one process on the CPU) records user scopes and backward
+    nodes alone (`lean_profile`); else torch.profiler with CPU activity, and CUDA's on a CUDA
+    device, shapes on, stacks off. Read its events with `kineto_results`."""
+    from torch.profiler import ProfilerActivity, profile
+
+    prof = lean_profile() if lean else None
+    if prof is not None:
+        return prof
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    return profile(activities=activities, record_shapes=True, with_stack=False)
+
+
+def lean_profile():
+    """A CPU profiler that records user scopes (the Tracker's ranges, the optimizer's) and
+    backward nodes (their sequence numbers), not every aten op: host attribution needs nothing
+    else (an op's time is its range's), and each recorded op costs thread CPU time in the step
+    (bench/breakdown_overhead.py). None on a torch whose profiler takes no scopes."""
+    import torch
+    from torch.autograd import profiler as ap
+
+    enable = getattr(torch.autograd, "_enable_profiler", None)
+    scope = getattr(torch._C._profiler, "RecordScope", None)
+    if enable is None or scope is None or not hasattr(ap.profile, "_start_trace"):
+        return None
+    scopes = {scope.USER_SCOPE, scope.BACKWARD_FUNCTION}
+
+    class LeanProfile(ap.profile):
+        def _start_trace(self):
+            self.entered = True
+            try:
+                config = self.config(create_trace_id=False)
+            except TypeError:  # an older torch: the whole profiler
+                return super()._start_trace()
+            getattr(ap, "_run_on_profiler_start", lambda: None)()
+            enable(config, self.kineto_activities, scopes)
+            self.profiling_start_time_ns = time.perf_counter_ns()
+
+    return LeanProfile(use_kineto=True, record_shapes=False)
+
+
+def kineto_results(prof):
+    """The kineto results of torch.profiler.profile or of torch.autograd.profiler.profile."""
+    inner = getattr(prof, "profiler", None)
+    return inner.kineto_results if inner is not None else prof.kineto_results
+
+
+def _chrome_trace(prof, quiet: bool = False) -> str:
     """torch.profiler's Chrome trace as text (it only writes to a path)."""
     fd, path = tempfile.mkstemp(suffix=".json", prefix="breakdown-trace-")
     os.close(fd)
     try:
-        prof.export_chrome_trace(path)
+        with native_stderr_muted(quiet):
+            prof.export_chrome_trace(path)
         with open(path, encoding="utf-8") as f:
             return f.read()
     finally:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from common.errors import one_line
 from roofline import run_plot, store, vendor
-from roofline.model import MEMORY_BOUND, ceiling_dtype, classify_bound, fraction_of_roof
+from roofline.model import MEMORY_BOUND, Roof, ceiling_dtype, classify_bound, fraction_of_roof
 from roofline.model import is_finite_positive as _ok
 
 
@@ -39,6 +39,19 @@ class Ceilings:
     @property
     def ridge_flops_per_byte(self) -> float:
         return self.peak_flops_per_s / self.dram_bytes_per_s if self.known else math.nan
+
+    roof: Roof | None = None
+    """the roofline package's roof these ceilings were read from (None: made here, `as_roof`)"""
+
+    def as_roof(self) -> Roof:
+        """The ceilings as the roofline package's one roof type (what its drawer draws)."""
+        if self.roof is not None:
+            return self.roof
+        flops = dict(self.flops_per_s) or {self.dtype: self.peak_flops_per_s}
+        sources = {f"flops:{d}": self.source for d in flops}
+        return Roof(
+            "", flops, {"dram": self.dram_bytes_per_s}, {**sources, "bytes:dram": self.source}
+        )
 
 
 def bound(intensity_flops_per_byte: float, ceilings: Ceilings) -> str:
@@ -89,6 +102,7 @@ def device_ceilings(
         peak_flops_per_s=roof.peak(dtype),
         dram_bytes_per_s=roof.dram_bytes_per_s,
         flops_per_s={d: v for d, v in roof.flops_per_s.items() if _ok(v)},
+        roof=roof,
     )
     keys = (f"flops:{dtype}", "bytes:dram")
     out.source = "; ".join(sorted({roof.sources[k] for k in keys if roof.sources.get(k)}))

@@ -9,7 +9,8 @@ so do the `time_s` of the model and the rows that are not modules.
 
 Columns (docs/schema.md, `breakdown` runs):
 module, phase, kind (model | module | step), depth, leaf, view, calls, time_s, self_time_s,
-share, flops, bytes, intensity_flops_per_byte, achieved_flops_per_s, bound, roof_fraction,
+cpu_time_s (host with the CPU clock: time_s by the main thread's CPU clock), share (by the clock
+Attribution.share_clock names), flops, bytes, intensity_flops_per_byte, achieved_flops_per_s, bound, roof_fraction,
 bytes_source (modeled | measured), time_source (host | device | ncu).
 """
 
@@ -34,6 +35,7 @@ COLUMNS = (
     "calls",
     "time_s",
     "self_time_s",
+    "cpu_time_s",
     "share",
     "flops",
     "bytes",
@@ -78,6 +80,7 @@ class _Context:
 
     def row(self, module: str, phase: str, kind: str, depth: int, leaf: bool, keys: list[Key]):
         """The row of `module` in `phase`, summing the own rows `keys` (its subtree's)."""
+        cpu = self.att.cpu_self_s
         return _row(
             module,
             phase,
@@ -87,6 +90,7 @@ class _Context:
             calls=self.att.calls.get((module, phase), 0.0),
             time_s=sum(self.att.self_s.get(k, 0.0) for k in keys),
             self_time_s=self.att.self_s.get((module, phase), 0.0),
+            cpu_time_s=sum(cpu.get(k, 0.0) for k in keys) if cpu else math.nan,
             flops=sum(self.flops.get(k, 0.0) for k in keys),
             bytes_=sum(self.bytes.get(k, 0.0) for k in keys),
             ctx=self,
@@ -142,10 +146,21 @@ def _ancestors(path: str, tree: ModuleTree) -> list[str]:
     return [path, *(h for h in holders if h in known), tree.root]
 
 
-def _row(module, phase, *, kind, depth, leaf, calls, time_s, self_time_s, flops, bytes_, ctx):
+def _share(time_s: float, cpu_time_s: float, ctx: _Context) -> float:
+    """The row's share of the step by the clock the attribution names (Attribution.share_clock):
+    its CPU time over the steps' mean CPU time, or its wall time over breakdown_step_s."""
+    att = ctx.att
+    if att.share_clock == "thread_cpu":
+        return cpu_time_s / (sum(att.step_cpu_s) / len(att.step_cpu_s))
+    return time_s / ctx.step_s if ctx.step_s > 0 else math.nan
+
+
+def _row(
+    module, phase, *, kind, depth, leaf, calls, time_s, self_time_s, cpu_time_s, flops, bytes_, ctx
+):
     intensity = flops / bytes_ if bytes_ > 0 else math.nan
     achieved = flops / time_s if time_s > 0 else math.nan
-    step_s, ceilings = ctx.step_s, ctx.ceilings
+    ceilings = ctx.ceilings
     return {
         "module": module,
         "phase": phase,
@@ -156,7 +171,8 @@ def _row(module, phase, *, kind, depth, leaf, calls, time_s, self_time_s, flops,
         "calls": calls,
         "time_s": time_s,
         "self_time_s": self_time_s,
-        "share": time_s / step_s if step_s > 0 else math.nan,
+        "cpu_time_s": cpu_time_s,
+        "share": _share(time_s, cpu_time_s, ctx),
         "flops": flops,
         "bytes": bytes_,
         "intensity_flops_per_byte": intensity,
@@ -246,17 +262,63 @@ def coverage(table: list[dict], step_s: float) -> dict[str, float]:
 
 
 def top_rows(table: list[dict], tree: ModuleTree, n: int = 3) -> list[dict]:
-    """The `n` rows of the default view's top level (its leaf additions left out) that take the
-    most time."""
+    """The `n` rows of the default view's top level (its leaf additions left out) with the
+    largest shares."""
     top = set(view_top(table, tree))
-    return sorted((r for r in table if r["module"] in top), key=lambda r: -r["time_s"])[:n]
+    return sorted((r for r in table if r["module"] in top), key=lambda r: -_num(r["share"]))[:n]
+
+
+_NOT_ACTIONABLE = (names.UNATTRIBUTED, names.IDLE)
+_STEP_MOVES = {
+    names.OPTIMIZER: "a foreach or fused optimizer, or a larger batch: its cost does not grow "
+    "with the batch",
+    names.ZERO_GRAD: "set_to_none (torch's default) or fewer parameter tensors",
+    names.LOSS: "a fused loss; small unless the classes are many",
+    names.DATA: "more loader workers, pinned memory, data prepared ahead",
+    names.COMM: "larger gradient buckets, overlap with backward, a faster interconnect",
+}
+LOW_ROOF = 0.3  # under this fraction of its roof, a compute-bound row's kernel is the lever
+
+
+def answer_rows(table: list[dict], n: int = 3) -> list[dict]:
+    """The `n` rows a user acts on that take the most of the step: leaf modules (the operations
+    that run) and the step's own rows (optimizer, loss, data, communication), by share."""
+    mine = [
+        r
+        for r in table
+        if (r["kind"] == "module" and r["leaf"])
+        or (r["kind"] == "step" and r["module"] not in _NOT_ACTIONABLE)
+    ]
+    return sorted(mine, key=lambda r: -_num(r["share"]))[:n]
+
+
+def move_hint(r: dict) -> str:
+    """A few words on what would move this row's time, from what it is, its bound and intensity."""
+    if r["kind"] == "step":
+        return _STEP_MOVES.get(r["module"], "")
+    ai = r["intensity_flops_per_byte"]
+    if not (isinstance(ai, float) and ai > 0):
+        return "elementwise work (no counted FLOPs): fusing it with its neighbours"
+    if r["bound"] == "unknown":
+        return "`python -m profiling.peaks` measures the ceilings that say"
+    if r["bound"] == "memory-bound":
+        return "more reuse per byte: a larger batch, channels_last, fusion"
+    frac = r.get("roof_fraction", math.nan)
+    if isinstance(frac, float) and math.isfinite(frac) and frac < LOW_ROOF:
+        return f"at {fmt.pct(frac)} of its roof: a faster kernel (channels_last, bf16, another algorithm)"
+    return "near its compute roof: lower precision (bf16) or less work"
+
+
+def _num(x) -> float:
+    return x if isinstance(x, (int, float)) and math.isfinite(x) else 0.0
 
 
 def row_phrase(r: dict) -> str:
     """`layer4 backward 21.0%, compute-bound at 52 FLOP/B` (`..., 52 FLOP/B, bound unknown`)."""
     ai = r["intensity_flops_per_byte"]
     where = f"{fmt.num(ai)} FLOP/B" if math.isfinite(ai) else "no bytes counted"
-    head = f"{r['module']} {r['phase']} {fmt.pct(r['share'])}"
+    phase = "" if r["phase"] == r["module"] else f" {r['phase']}"  # `optimizer`, not twice
+    head = f"{r['module']}{phase} {fmt.pct(r['share'])}"
     if r["bound"] in ("unknown", "n/a"):
         return f"{head}, {where}, bound unknown"
     return f"{head}, {r['bound']} at {where}"

@@ -5,36 +5,82 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 
 from common import fmt
 from profiling.breakdown import names
-from profiling.breakdown.table import COLUMNS
+from profiling.breakdown.attribute import Attribution
+from profiling.breakdown.record import Recording
+from profiling.breakdown.roof import Ceilings
+from profiling.breakdown.table import (
+    COLUMNS,
+    VIEW_LEAVES,
+    ModuleTree,
+    answer_rows,
+    move_hint,
+    row_phrase,
+    top_rows,
+    view_top,
+)
+from profiling.breakdown.trace import kept_phrase
+from train.config import TrainConfig
+
+
+@dataclass(frozen=True)
+class BreakdownResult:
+    """A recording attributed, placed on the roofline and described: everything the run logs
+    (profiling/breakdown/cli.py: analyse makes it, log_result logs it)."""
+
+    cfg: TrainConfig
+    device_name: str
+    rec: Recording
+    att: Attribution
+    tree: ModuleTree
+    table: list[dict]
+    """one row per module and phase (table.COLUMNS)."""
+    ceilings: Ceilings
+    metrics: dict[str, float]
+    trace_gz: bytes
+    summary: str
+    """the summary line (summary_line)."""
+    about: str
+    """what the figures are titled: the config, the device (and the rank)."""
+    counts_check: str
+    """why the module rows do not add up to the step's counted work; empty when they do."""
+    trace: dict
+    """which recorded steps trace.json.gz holds (trace.bound_trace's facts)."""
 
 
 def summary_line(cfg, device_name, table, tree, metrics) -> str:
-    """`<config> on <device>: <ms>/step (mean of K); <top 3 modules with bound>`."""
-    from profiling.breakdown.table import row_phrase, top_rows
-
+    """`<config> on <device>: <ms>/step (mean of K); largest: <the 3 rows a user acts on, each
+    with its share, bound, intensity and what would move it>. Stage totals: <the top level's 3>`."""
     steps = int(metrics["breakdown_recorded_steps"])
-    tops = "; ".join(row_phrase(r) for r in top_rows(table, tree))
+    phrases, said = [], set()
+    for r in answer_rows(table):
+        hint = move_hint(r)
+        phrases.append(row_phrase(r) + (f" ({hint})" if hint and hint not in said else ""))
+        said.add(hint)  # a hint said once
+    largest = "; ".join(phrases)
+    stages = ", ".join(
+        f"{r['module']} {r['phase']} {fmt.pct(r['share'])}" for r in top_rows(table, tree)
+    )
     return (
-        f"{cfg.config_label()} on {device_name}: {fmt.num(metrics['breakdown_step_s'] * 1e3)} "
-        f"ms/step (mean of {steps} recorded); most time: {tops}"
+        f"{cfg.config_label()} on {device_name}: {fmt.duration(metrics['breakdown_step_s'])}"
+        f"/step (mean of {steps} recorded); largest: {largest}. Stage totals: {stages}."
     )
 
 
-def description(result: dict) -> str:
+def description(result: BreakdownResult) -> str:
     """The run's description: the summary line, the parts, coverage, where the ceilings came from."""
-    m, c = result["metrics"], result["ceilings"]
+    m, c = result.metrics, result.ceilings
     parts = ", ".join(
         f"{p} {fmt.pct(m[f'breakdown_{p}_fraction'])}"
         for p in names.PARTS
         if m.get(f"breakdown_{p}_s", 0) > 0
     )
     roof = f"Ceilings: {c.dtype}, {c.source}." if c.known else f"Bound unknown: {c.why}."
-    rec = result["rec"]
     lines = [
-        result["summary"],
+        result.summary,
         "",
         f"Step parts: {parts} (they add up to {fmt.pct(m['breakdown_parts_sum_fraction'])} of "
         "breakdown_step_s).",
@@ -43,35 +89,47 @@ def description(result: dict) -> str:
         f"{fmt.si(m['breakdown_flops_per_step'], 'FLOP')} counted per step, "
         f"{fmt.si(m['breakdown_bytes_per_step'], 'B')} modeled.",
         roof,
-        f"Times: {'kernel time on the device' if rec.time_source == 'device' else 'host time'}; "
-        f"trace.json.gz holds {int(m['breakdown_trace_steps'])} of "
-        f"{int(m['breakdown_recorded_steps'])} recorded steps.",
+        f"Times: {_clock_phrase(result)}.",
+        f"Trace: trace.json.gz holds {kept_phrase(result.trace)}. Open it at "
+        "https://ui.perfetto.dev (Open trace file; the .gz as it is) or chrome://tracing; "
+        "modules are the `module: <path>` ranges, backward nodes carry their module as an "
+        "argument.",
     ]
-    if result["counts_check"]:
-        lines.append(f"Warning: {result['counts_check']}.")
+    if result.counts_check:
+        lines.append(f"Warning: {result.counts_check}.")
     return "\n".join(lines)
+
+
+def _clock_phrase(result: BreakdownResult) -> str:
+    """Which clock the times and the shares are."""
+    if result.rec.time_source == "device":
+        return "kernel time on the device; shares of breakdown_step_s"
+    if result.att.share_clock == "thread_cpu":
+        return (
+            "host wall time (time_s); shares by the main thread's CPU clock (cpu_time_s), which "
+            "does not count time the thread was preempted: steady on a busy machine"
+        )
+    return "host wall time; shares of breakdown_step_s"
 
 
 def layers_csv(table: list[dict]) -> str:
     import pandas as pd
 
-    return pd.DataFrame(table, columns=list(COLUMNS)).to_csv(index=False)
+    return fmt.csv_frame(pd.DataFrame(table, columns=list(COLUMNS))).to_csv(index=False)
 
 
-def breakdown_json(result: dict) -> str:
+def breakdown_json(result: BreakdownResult) -> str:
     """The run's record as JSON: config, device, ceilings, metrics, the default view, the top rows."""
-    from profiling.breakdown.table import top_rows
-
-    cfg, c = result["cfg"], result["ceilings"]
-    view = [r for r in result["table"] if r["view"]]
+    cfg, c = result.cfg, result.ceilings
+    view = [r for r in result.table if r["view"]]
     body = {
         "config_label": cfg.config_label(),
         "config_key": cfg.config_key(),
-        "device_name": result["device_name"],
-        "time_source": result["rec"].time_source,
-        "step_wall_s": result["rec"].step_wall_s,
-        "step_window_s": result["att"].step_window_s,
-        "metrics": result["metrics"],
+        "device_name": result.device_name,
+        "time_source": result.rec.time_source,
+        "step_wall_s": result.rec.step_wall_s,
+        "step_window_s": result.att.step_window_s,
+        "metrics": result.metrics,
         "ceilings": {
             "dtype": c.dtype,
             "peak_flops_per_s": c.peak_flops_per_s,
@@ -80,11 +138,23 @@ def breakdown_json(result: dict) -> str:
             "why_unknown": c.why,
         },
         "top": [
-            {k: r[k] for k in ("module", "phase", "share", "bound", "intensity_flops_per_byte")}
-            for r in top_rows(result["table"], result["tree"])
+            {
+                **{
+                    k: r[k]
+                    for k in ("module", "phase", "share", "bound", "intensity_flops_per_byte")
+                },
+                "move": move_hint(r),
+            }
+            for r in answer_rows(result.table)
         ],
+        "stages": [
+            {k: r[k] for k in ("module", "phase", "share", "bound", "intensity_flops_per_byte")}
+            for r in top_rows(result.table, result.tree)
+        ],
+        "share_clock": result.att.share_clock,
+        "trace": {k: v for k, v in result.trace.items() if k in ("kept", "kept_ms", "median_ms")},
         "view": view,
-        "counts_check": result["counts_check"] or "ok",
+        "counts_check": result.counts_check or "ok",
     }
     return json.dumps(_finite(body), indent=1)
 
@@ -101,29 +171,41 @@ def _finite(value):
 
 
 def view_text(table: list[dict], tree) -> str:
-    """The default view as a fixed-width text table (what the command prints): its top level,
-    the leaf modules that take the most time, then the rows that are not modules."""
-    from profiling.breakdown.table import view_top
-
+    """What the command prints, the answer first: the rows a user acts on that take the most
+    time (leaf modules and the step's own rows, with what would move each), then the top level
+    (stage totals), then the rest of the step's own rows."""
+    largest = answer_rows(table, VIEW_LEAVES)
+    shown = {id(r) for r in largest}
     top = set(view_top(table, tree))
     sections = (
-        ("top level", lambda r: r["module"] in top),
+        ("largest rows: leaf modules and the step's own rows", largest, True),
+        ("stage totals (top level)", _by_time(r for r in table if r["module"] in top), False),
         (
-            "leaf modules that take the most time",
-            lambda r: r["view"] and r["kind"] == "module" and r["module"] not in top,
+            "the rest of the step",
+            _by_time(r for r in table if r["kind"] == "step" and id(r) not in shown),
+            False,
         ),
-        ("the rest of the step", lambda r: r["kind"] == "step"),
     )
     lines = [f"{'module':<30} {'phase':<9} {'share':>7} {'ms':>9} {'FLOP/B':>8}  bound"]
-    for title, chosen in sections:
+    said: set[str] = set()  # a hint said once; the rows after it that share it say so
+    for title, chosen, hints in sections:
         lines.append(f"-- {title}")
-        for r in sorted(
-            (r for r in table if chosen(r) and r["time_s"] > 0), key=lambda r: -r["time_s"]
-        ):
+        for r in chosen:
             ai = r["intensity_flops_per_byte"]
-            lines.append(
+            line = (
                 f"{r['module'][:30]:<30} {r['phase']:<9} {fmt.pct(r['share']):>7} "
                 f"{fmt.num(r['time_s'] * 1e3):>9} {fmt.num(ai) if math.isfinite(ai) else '':>8}  "
                 f"{r['bound']}"
             )
+            hint = move_hint(r) if hints else ""
+            if hint and hint in said:
+                hint = "as above"
+            said.add(hint)
+            lines.append(f"{line}: {hint}" if hint else line)
     return "\n".join(lines)
+
+
+def _by_time(rows) -> list[dict]:
+    """Rows with time, largest share first (the share is what the table shows)."""
+    share = lambda r: r["share"] if math.isfinite(r["share"]) else 0.0  # noqa: E731
+    return sorted((r for r in rows if r["time_s"] > 0), key=lambda r: -share(r))

@@ -15,6 +15,7 @@ from pathlib import Path
 from common import console, schema
 from common.errors import BenchError, UsageError
 from common.tracking import RunSession
+from profiling.breakdown.nvtx_steps import program as nvtx_program
 from profiling.ncu.chips.counters import ChipCounters, check_metric_names
 from profiling.ncu.chips.devices import ChipChoice, cc_text, chip_capability, resolve_chip
 from profiling.ncu.command import (
@@ -25,6 +26,7 @@ from profiling.ncu.command import (
     ncu_version,
     resolve_ncu,
     run_ncu,
+    timeout_message,
     train_argv,
 )
 from profiling.ncu.counting import inst_cautioned, tensor_inst_caution, tensor_inst_flops
@@ -147,17 +149,11 @@ def capture(
         f"({opts.metric_set} metrics, {opts.profile_steps} step(s))"
     )
     console.info(f"  {shlex.join(argv)}")
-    ran = run_ncu(argv, log, cwd=ROOT)
+    ran = run_ncu(argv, log, cwd=ROOT, timeout_s=opts.timeout_s)
     rc = ran.returncode
-    text = log.read_text(encoding="utf-8-sig", errors="replace") if log.exists() else ""
-    if log.exists():
-        session.log_file(f"ncu/{log.name}", log)
-    if ran.console.strip():
-        session.log_text("ncu/console.txt", ran.console + "\n")
-    fp32_math = fp32_math_reported(ran.console)
-    session.set_tags(
-        {schema.TAG_FP32_MATH: fp32_math or "unknown (the profiled program did not report it)"}
-    )
+    text = _keep_evidence(session, log, ran)
+    if ran.timed_out:
+        raise BenchError(timeout_message(opts.timeout_s, ran.killed, log))
     # ncu prints some failures only to the console (before or instead of the log file): classify both
     reason = classify_ncu_output("\n".join(t for t in (text, ran.console) if t.strip()), rc)
     if reason:
@@ -167,6 +163,21 @@ def capture(
     report = parse_ncu_csv(text, keep=is_relevant, source=log.name)
     refuse_truncated(report, args.allow_truncated)
     return report, gpu.name or "unknown", gpu.capability, planned.counters, planned.cautions
+
+
+def _keep_evidence(session: RunSession, log: Path, ran) -> str:
+    """Log ncu's log file and console with the run, tag the fp32 math the program reported; the
+    log's text ("" when ncu wrote none)."""
+    text = log.read_text(encoding="utf-8-sig", errors="replace") if log.exists() else ""
+    if log.exists():
+        session.log_file(f"ncu/{log.name}", log)
+    if ran.console.strip():
+        session.log_text("ncu/console.txt", ran.console + "\n")
+    fp32_math = fp32_math_reported(ran.console)
+    session.set_tags(
+        {schema.TAG_FP32_MATH: fp32_math or "unknown (the profiled program did not report it)"}
+    )
+    return text
 
 
 def log_file(args: argparse.Namespace, config: TrainConfig) -> Path:
@@ -180,8 +191,6 @@ def ncu_command(
     """The planned capture's ncu argument list, running this config's `python -m train`."""
     program = train_argv(sys.executable, config_flags(args), opts.profile_steps, opts.replay_mode)
     if getattr(args, "nvtx_modules", False):  # the same profile mode with module NVTX ranges
-        from profiling.breakdown.nvtx_steps import program as nvtx_program
-
         program = nvtx_program(program)
     return ncu_argv(ncu, log, planned.plan.metrics, opts, program)
 
@@ -189,7 +198,7 @@ def ncu_command(
 def dry_run(args: argparse.Namespace, config: TrainConfig, opts: CaptureOptions) -> int:
     """Print the capture's ncu command (one shell-quoted line) and, as shell comments, the chip
     and the metric list: what a capture on that GPU would run. No GPU, no ncu, no MLflow run."""
-    if args.import_file is not None:
+    if any(args.import_file or ()):
         raise UsageError("--dry-run plans a capture: it does not go with --import")
     if not args.device_name and args.compute_capability is None:
         raise UsageError(

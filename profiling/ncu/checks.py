@@ -1,7 +1,7 @@
 """What an ncu report must hold before its counters are summed into a profile run.
 
 A CSV can be edited, damaged or made by something other than Nsight Compute, and an imported one
-used to log whatever it said: negative DRAM bytes (-1.95e11), a negative kernel time (-9.5 ms), a
+can say anything: negative DRAM bytes (-1.95e11), a negative kernel time (-9.5 ms), a
 unit nobody knows (`furlong`, read as bytes: intensity 48.1 for a true 6.94), a value of 1e300
 (intensity 2.8e291). `check_values` (before the counters are summed) and `check_rates` (each kernel's
 summed work) refuse, naming the kernel and the metric:
@@ -26,7 +26,7 @@ import pandas as pd
 
 from common import bounds
 from common.errors import BenchError
-from profiling.ncu.names import TIME_METRIC, is_relevant
+from profiling.ncu.names import CYCLE_RATE, TIME_METRIC, is_relevant
 from profiling.ncu.parse import NcuKernel, NcuReport
 
 COUNT_UNITS = ("inst", "op", "ops", "flop", "warp", "thread", "request", "transaction", "block")
@@ -37,6 +37,8 @@ def expected_units(name: str) -> tuple[set[str], str]:
     """(base units metric `name` may carry after ncu's prefixes are scaled away, what ncu writes)."""
     if name == TIME_METRIC:
         return {"second"}, "second, msecond, usecond or nsecond"
+    if name == CYCLE_RATE:
+        return {"cycle/second", "hz"}, "cycle/second, cycle/nsecond, hz, Mhz or Ghz"
     if name.endswith(".per_cycle_elapsed"):
         return {f"{u}/cycle" for u in COUNT_UNITS}, "inst/cycle"
     if "bytes" in name:

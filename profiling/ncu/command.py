@@ -25,6 +25,7 @@ import codecs
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -83,6 +84,10 @@ class CaptureOptions:
     """ncu --launch-skip: profiled-region kernel launches to skip before profiling."""
     launch_count: int | None = None
     """ncu --launch-count: profile at most this many launches (default: all)."""
+    timeout_s: float | None = None
+    """stop ncu after this many seconds: SIGINT first (as Ctrl-C: ncu ends the program and writes
+    what it has measured), SIGKILL if it is still there 30 s later; the run is FAILED with that
+    reason and the partial log kept (default: no limit)."""
     tensor_counters: str = field(default="auto", metadata={"choices": TENSOR_MODES})
     """auto (the chip's sm__ops_path_tensor_* counters where it has them, Turing on; instruction
     counts on Volta; none without tensor cores), ops, inst (sm__inst_executed_pipe_tensor.sum x the
@@ -99,6 +104,8 @@ class CaptureOptions:
         flags.check_choices(self)
         if int(self.launch_skip) < 0:
             raise ValueError(f"launch_skip must be >= 0, got {self.launch_skip}")
+        if self.timeout_s is not None and not float(self.timeout_s) > 0:
+            raise ValueError(f"timeout_s must be > 0 (or unset), got {self.timeout_s}")
         if self.launch_count is not None and int(self.launch_count) < 1:
             raise ValueError(f"launch_count must be >= 1 (or unset), got {self.launch_count}")
         bad = [
@@ -245,6 +252,10 @@ class NcuRun:
 
     returncode: int
     console: str = ""
+    timed_out: bool = False
+    """ncu ran past its time limit and was stopped (SIGINT, then SIGKILL if needed)."""
+    killed: bool = False
+    """ncu did not end within STOP_GRACE_S of the SIGINT and was killed (SIGKILL)."""
     """stdout and stderr of ncu and the profiled program, as the user saw them: every ncu line
     (``==PROF==``, ``==WARNING==``, ``==ERROR==``; the first CONSOLE_NCU_LINES) and the last
     CONSOLE_TAIL_LINES other lines, in arrival order (within a stream exact; between stdout
@@ -302,15 +313,25 @@ def _tee(pipe, stream_name: str, buffer: _ConsoleBuffer) -> None:
     pipe.close()
 
 
+STOP_GRACE_S = 30.0
+"""Seconds ncu gets after SIGINT to write what it has before SIGKILL."""
+
+
 def run_ncu(
     argv: list[str],
     log_file: str | os.PathLike,
     cwd: str | os.PathLike | None = None,
     poll_s: float = 15.0,
+    timeout_s: float | None = None,
+    grace_s: float = STOP_GRACE_S,
 ) -> NcuRun:
     """Run ncu, tee its console output (and the profiled program's) to this terminal while keeping
     it for classification (ncu prints some errors only there, not to --log-file); print a progress
     line every `poll_s` seconds; return the exit code and the kept console text.
+
+    Past `timeout_s` seconds (None: no limit) ncu and the program it runs (one process group) get
+    SIGINT, as from Ctrl-C, so ncu writes what it has; SIGKILL after `grace_s` more. The same on
+    Ctrl-C here, which then goes on as KeyboardInterrupt.
 
     PYTHONUNBUFFERED=1 is set for the child so the training program's lines still arrive as they
     are printed, now that its stdout is a pipe.
@@ -319,7 +340,12 @@ def run_ncu(
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     try:
         proc = subprocess.Popen(
-            argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            argv,
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # its own process group: the stop reaches the program too
         )
     except OSError as exc:
         raise BenchError(f"cannot start {argv[0]}: {exc.strerror or exc}: {INSTALL_HINT}") from exc
@@ -331,22 +357,57 @@ def run_ncu(
     for t in tees:
         t.start()
     try:
-        while True:
-            try:
-                rc = proc.wait(timeout=poll_s)
-                break
-            except subprocess.TimeoutExpired:
-                size = os.path.getsize(log_file) if os.path.exists(log_file) else 0
-                console.info(
-                    f"  ncu running: {time.monotonic() - t0:.0f} s, log {size / 1e3:.0f} kB"
-                )
+        rc, timed_out = _wait(proc, t0, log_file, poll_s, timeout_s)
+        killed = False
+        if timed_out:
+            killed = stop_process_group(proc, grace_s)
+            rc = proc.returncode if proc.returncode is not None else -9
     except KeyboardInterrupt:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process_group(proc, grace_s)
         raise
     for t in tees:  # a leftover grandchild may hold the pipe open: do not wait for it forever
         t.join(timeout=10)
-    return NcuRun(rc, buffer.text())
+    return NcuRun(rc, buffer.text(), timed_out=timed_out, killed=killed)
+
+
+def _wait(proc, t0: float, log_file, poll_s: float, timeout_s: float | None):
+    """(exit code, False) once `proc` ends, printing a progress line every `poll_s`; (None, True)
+    when `timeout_s` seconds since `t0` pass first."""
+    while True:
+        left = None if timeout_s is None else timeout_s - (time.monotonic() - t0)
+        if left is not None and left <= 0:
+            return None, True
+        try:
+            wait_s = poll_s if left is None else max(0.01, min(poll_s, left))
+            return proc.wait(timeout=wait_s), False
+        except subprocess.TimeoutExpired:
+            size = os.path.getsize(log_file) if os.path.exists(log_file) else 0
+            console.info(f"  ncu running: {time.monotonic() - t0:.0f} s, log {size / 1e3:.0f} kB")
+
+
+def stop_process_group(proc: subprocess.Popen, grace_s: float) -> bool:
+    """SIGINT to `proc`'s process group (it leads one: start_new_session), SIGKILL to the group
+    if `proc` has not ended `grace_s` seconds later; True when it had to be killed."""
+    for sig, wait_s in ((signal.SIGINT, grace_s), (signal.SIGKILL, 30.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.wait(timeout=wait_s)
+            return sig == signal.SIGKILL
+        except subprocess.TimeoutExpired:
+            continue
+    return True
+
+
+def timeout_message(
+    timeout_s: float, killed: bool, log: str | os.PathLike, grace_s: float = STOP_GRACE_S
+) -> str:
+    """The one line a profile run that ran past --timeout-s fails with."""
+    how = f"SIGINT, then SIGKILL {grace_s:g} s later" if killed else "SIGINT"
+    return (
+        f"ncu ran past --timeout-s {timeout_s:g} s and was stopped ({how}); what it wrote is kept "
+        f"with the run as ncu/{Path(log).name}: raise --timeout-s, or profile fewer kernels "
+        "(--launch-count, a smaller --batch or --profile-steps 1)"
+    )

@@ -27,7 +27,8 @@ Counting rules (see docs/profiling.md for sources):
   ...; cautioned on sm_75-89, none on sm_90+).
 * DRAM bytes = ``dram__bytes_read.sum + dram__bytes_write.sum`` (``dram__bytes_op_*`` on GB20x,
   ``dram__bytes.sum`` alone), L2 = ``lts__t_bytes.sum`` (or 32-byte ``lts__t_sectors.sum``),
-  L1 = ``l1tex__t_bytes.sum`` (or ``l1tex__t_sectors.sum``); kernel time = ``gpu__time_duration.sum``.
+  L1 = ``l1tex__t_bytes.sum`` (or ``l1tex__t_sectors.sum``); kernel time = ``gpu__time_duration.sum``,
+  else ``sm__cycles_elapsed.avg / sm__cycles_elapsed.avg.per_second`` (kernel_time).
 """
 
 from __future__ import annotations
@@ -39,7 +40,9 @@ from profiling.ncu.chips.counters import ChipCounters
 from profiling.ncu.names import (
     CC_METRICS,
     CHIP_METRIC,
+    CYCLE_RATE,
     CYCLES,
+    CYCLES_ELAPSED,
     DRAM_READ,
     DRAM_TOTAL,
     DRAM_WRITE,
@@ -293,8 +296,11 @@ def _add_tensor_flops(q, src, gaps, ops, m: dict[str, float], capability) -> Non
         inst, how = _count(m, TENSOR_INST[0])
         factor = tensor_inst_flops(capability)
         rate = "" if how == "count" else f"_{how}"
-        if inst is not None and inst == 0:  # no tensor work: no factor needed
-            q["flops_tensor"], src["flops_tensor"] = 0.0, f"sm__inst_executed_pipe_tensor{rate}"
+        if inst is not None and inst == 0:  # no tensor work: no factor needed (named if known,
+            # so that a profile's source tag does not depend on whether its last kernel used them)
+            named = f"_x{factor}" if factor is not None else ""
+            q["flops_tensor"] = 0.0
+            src["flops_tensor"] = f"sm__inst_executed_pipe_tensor{rate}{named}"
         elif inst is not None and factor is None:
             cc = f"sm_{capability[0]}{capability[1]}" if capability else "an unknown GPU"
             gaps["flops_tensor"] = (
@@ -324,10 +330,26 @@ def _add_bytes_and_time(q, src, m: dict[str, float]) -> None:
             q[key], src[key] = m[ns] * SECTOR_BYTES, f"{ns}_x{SECTOR_BYTES}"
         else:
             q[key] = math.nan
+    q["time_s"], how = kernel_time(m)
+    if how:
+        src["time_s"] = how
+
+
+TIME_FROM_CYCLES = f"{CYCLES_ELAPSED} / {CYCLE_RATE}"
+
+
+def kernel_time(m: dict[str, float]) -> tuple[float, str]:
+    """(kernel seconds, the counters they came from): gpu__time_duration.sum where the kernel has
+    it, else its elapsed SM cycles over its SM clock rate (both of the same launch); (NaN, "")
+    without either. The cycle form is what NERSC's DeepCAM tables use (their files have no
+    gpu__time_duration); a zero or negative rate gives no time."""
     t = m.get(TIME_METRIC)
-    q["time_s"] = t if t is not None else math.nan
     if t is not None:
-        src["time_s"] = TIME_METRIC
+        return t, TIME_METRIC
+    cycles, rate = m.get(CYCLES_ELAPSED), m.get(CYCLE_RATE)
+    if cycles is not None and rate is not None and rate > 0:
+        return cycles / rate, TIME_FROM_CYCLES
+    return math.nan, ""
 
 
 def _packed(

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from common import console
+from common.envinfo import environment_tags
 from profiling.ncu.chips.counters import ChipCounters, counters_for, source_note
 from profiling.ncu.chips.devices import ChipChoice, resolve_chip
 
@@ -34,7 +35,6 @@ def cuda_probe(device: str, env_label: str | None = None) -> GpuInfo:
 
     if not torch.cuda.is_available():
         return GpuInfo(False)
-    from common.envinfo import environment_tags
 
     dev = torch.device(device)
     index = dev.index if dev.index is not None else 0

@@ -1,6 +1,7 @@
-"""The ``--import FILE`` path of `python -m profiling`: an ncu CSV (details or raw page) or a
-``.ncu-rep`` report made elsewhere -> the parsed report, the GPU it names and that GPU's chip,
-with the file and the chip logged to the run. Works on any machine (no GPU, no ncu).
+"""The ``--import PATH ...`` path of `python -m profiling`: ncu CSVs (details or raw page, gzipped
+or not), ``.ncu-rep`` reports or folders of them made elsewhere -> one parsed report (a capture
+set, profiling.ncu.capture_set), the GPU it names and that GPU's chip, with the files and the chip
+logged to the run. Works on any machine (no GPU, no ncu).
 """
 
 from __future__ import annotations
@@ -9,68 +10,66 @@ import argparse
 from pathlib import Path
 
 from common import console
-from common.errors import BenchError, UsageError
-from common.tracking import RunSession
+from common.errors import BenchError
+from profiling.ncu.capture_set import check_import_paths, combine, phases_of, read_files, set_name
 from profiling.ncu.chips.counters import ChipCounters
+from profiling.ncu.chips.devices import chip_capability
 from profiling.ncu.counting import chip_id_from_report, device_from_report
 from profiling.ncu.gpu import chip_for, chip_tags
-from profiling.ncu.names import is_relevant
-from profiling.ncu.parse import NcuReport, read_ncu_csv, refuse_truncated
-from profiling.ncu.report_import import is_ncu_rep, load_ncu_rep
-
+from profiling.ncu.parse import NcuReport
 
 MAX_IMPORT_BYTES = 2 * 1024**3
 """the largest file --import reads (read whole, then stored as an artifact): ncu's CSV of a whole
 profiled training step is megabytes, a --set full export of thousands of kernels hundreds."""
 
 
-def check_import_file(name: str) -> None:
-    """UsageError, before any run exists, when `name` is no file --import could read."""
-    path = Path(name)
-    if path.is_dir():
-        raise UsageError(
-            f"--import {name} is a folder: pass the ncu CSV or .ncu-rep file itself "
-            f"(e.g. {name.rstrip('/')}/report.csv)"
-        )
-    if not path.is_file():
-        raise UsageError(f"--import {name}: no such file")
-    size = path.stat().st_size
-    if size > MAX_IMPORT_BYTES:
-        raise UsageError(
-            f"--import {name} is {size / 1024**3:.3g} GiB, more than the {MAX_IMPORT_BYTES / 1024**3:.3g}"
-            " GiB an ncu CSV or .ncu-rep of a profiled training step holds: export only the "
-            "profiled step (ncu --launch-skip/--launch-count, --metrics) or check that it is the right file"
-        )
+def import_paths(args: argparse.Namespace) -> list[str]:
+    """The PATHs of --import (none: [], also for MLproject's empty value)."""
+    return [p for p in (args.import_file or []) if p]
+
+
+def check_import_file(args: argparse.Namespace) -> None:
+    """UsageError, before any run exists, when a PATH of --import is nothing --import could read
+    or the --phase labels do not fit the paths."""
+    paths = import_paths(args)
+    phases_of(paths, args.phase)
+    check_import_paths(paths, MAX_IMPORT_BYTES)
 
 
 def import_report(
-    args: argparse.Namespace, session: RunSession
-) -> tuple[NcuReport, str, tuple[int, int] | None, ChipCounters | None]:
-    """(report, device name, compute capability, chip counters) of ``--import FILE``; the GPU is
-    the file's unless --device-name says otherwise (a note when they differ)."""
-    path = Path(args.import_file)
-    console.info(f"importing {path} ...")
-    if is_ncu_rep(path):
-        report = load_ncu_rep(path)
-    else:
-        report = read_ncu_csv(path, keep=is_relevant)
-    session.log_file(f"ncu/{path.name}", path)  # only what parsed as ncu output is stored
-    refuse_truncated(report, args.allow_truncated)
+    args: argparse.Namespace,
+) -> tuple[NcuReport, str, tuple[int, int] | None, ChipCounters | None, dict, list[Path]]:
+    """(report, device name, compute capability, chip counters, the run's tags, the files that
+    parsed as ncu output) of ``--import PATH ...``: every file read and merged
+    (profiling.ncu.capture_set) before any run exists (profiling/cli.py); the GPU is the
+    files' unless --device-name says otherwise (a note when they differ), the capability the
+    files', else --compute-capability, else the chip's."""
+    paths = import_paths(args)
+    console.info(f"importing {' '.join(paths)} ...")
+    files = read_files(paths, phases_of(paths, args.phase), args.allow_truncated)
+    name_of_set = set_name(paths, files)
+    report = combine(files, name_of_set)
     name, cap = device_from_report(report)
     cap = cap or args.compute_capability
     device_name = args.device_name or name
     if not device_name:
         raise BenchError(
-            f"{path.name} does not name its GPU: pass --device-name as torch.cuda.get_device_name() "
+            f"{name_of_set} does not name its GPU: pass --device-name as torch.cuda.get_device_name() "
             'reports it on the profiled machine, e.g. --device-name "NVIDIA L4"'
         )
     if args.device_name and name and args.device_name != name:
         console.note(
-            f"{path.name} says the GPU is {name!r}; logging --device-name {args.device_name!r}"
+            f"{name_of_set} says the GPU is {name!r}; logging --device-name {args.device_name!r}"
         )
     choice, counters = chip_for(device_name, cap, chip_id_from_report(report))
-    extra = {"ncu_import_file": path.name, "ncu_page": report.page, **chip_tags(choice, counters)}
+    if cap is None and chip_capability(choice.chip):
+        cap = chip_capability(choice.chip)
+        console.note(f"{device_name!r} is a {choice.chip}: compute capability {cap[0]}.{cap[1]}")
+    extra = {
+        "ncu_import_file": name_of_set[:250],
+        "ncu_page": report.page,
+        **chip_tags(choice, counters),
+    }
     if cap:
         extra["cuda_capability"] = f"{cap[0]}.{cap[1]}"
-    session.set_tags(extra)
-    return report, device_name, cap, counters
+    return report, device_name, cap, counters, extra, [f.path for f in files]

@@ -34,6 +34,10 @@ PACKED_LANES = 2
 """fp32 lanes per packed instruction: fadd2 and fmul2 are 2 FLOPs per thread instruction, ffma2 4."""
 PACKED_OP_COUNTERS = tuple(op_counter(op) for p in PACKED_OPS for op in PACKED_OPS[p])
 TIME_METRIC = "gpu__time_duration.sum"
+CYCLES_ELAPSED = "sm__cycles_elapsed.avg"
+CYCLE_RATE = "sm__cycles_elapsed.avg.per_second"
+"""Kernel time where gpu__time_duration.sum is absent (NERSC's DeepCAM captures): elapsed SM cycles
+over the SM clock rate of the same launch."""
 DRAM_READ = ("dram__bytes_read.sum", "dram__bytes_op_read.sum")
 DRAM_WRITE = ("dram__bytes_write.sum", "dram__bytes_op_write.sum")
 DRAM_TOTAL = "dram__bytes.sum"
@@ -98,7 +102,7 @@ def is_float_tensor_counter(base: str) -> bool:
 _RELEVANT = re.compile(
     r"^(sm|smsp)__sass_thread_inst_executed_op_([dfh](add|mul|fma)|f(add|mul|fma)2)_pred_on\.sum"
     r"(\.per_cycle_elapsed)?$"
-    r"|^(sm|smsp)__cycles_elapsed\.avg$"
+    r"|^(sm|smsp)__cycles_elapsed\.avg$|^sm__cycles_elapsed\.avg\.per_second$"
     r"|^sm__ops_path_tensor_.*\.sum(\.per_cycle_elapsed)?$"
     r"|^(sm|smsp)__inst_executed_pipe_tensor\.sum(\.per_cycle_elapsed)?$"
     r"|^dram__bytes(_op)?_(read|write)\.sum$|^dram__bytes\.sum$"

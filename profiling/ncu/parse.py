@@ -19,8 +19,10 @@ messages without a table gets its reason from profiling.ncu.messages.
 from __future__ import annotations
 
 import csv
+import gzip
 import math
 import re
+import zlib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -77,11 +79,15 @@ class NcuKernel:
     """metric name -> base unit after scaling ("byte", "second", "inst", "inst/cycle", "%", "")."""
     texts: dict[str, str] = field(default_factory=dict)
     """metric name -> value, for metrics whose value is not a number (device name, cache config)."""
+    phase_label: str | None = None
+    """the phase the user said the kernel's file holds (--phase), which wins over NVTX."""
 
     @property
     def phase(self) -> str | None:
-        """The training phase the kernel ran in (profiling.ncu.nvtx.kernel_phase); None without
-        NVTX."""
+        """The training phase the kernel ran in: its --phase label, else from NVTX
+        (profiling.ncu.nvtx.kernel_phase); None without either."""
+        if self.phase_label:
+            return self.phase_label
         return kernel_phase(self.nvtx_start_end, self.nvtx_push_pop)
 
 
@@ -174,14 +180,32 @@ def read_ncu_csv(
     max_line_chars: int = MAX_LINE_CHARS,
 ) -> NcuReport:
     """Read an ncu CSV file (see parse_ncu_csv) line by line, in memory bounded by the kept
-    metrics and `max_line_chars`. Decodes UTF-8 with or without BOM."""
+    metrics and `max_line_chars`. Decodes UTF-8 with or without BOM; a gzipped file (its first
+    bytes say so, whatever its name) is read through gzip."""
     p = Path(path)
+    opener = gzip.open if is_gzip(p) else open
     try:
-        with open(p, encoding="utf-8-sig", errors="replace", newline="") as fh:
+        with opener(p, "rt", encoding="utf-8-sig", errors="replace", newline="") as fh:
             lines = _Lines(_read_chunks(fh, max_line_chars), p.name, max_line_chars)
             return _parse_lines(lines, keep, p.name)
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise BenchError(
+            f"cannot read {p.name}: a damaged or cut gzip file ({exc}); copy it again"
+        ) from exc
     except OSError as exc:
         raise BenchError(f"cannot read {p}: {exc.strerror or exc}") from exc
+
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def is_gzip(path: str | Path) -> bool:
+    """True when the file starts with gzip's magic bytes."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(2) == GZIP_MAGIC
+    except OSError:
+        return False
 
 
 def parse_ncu_csv(

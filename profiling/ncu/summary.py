@@ -154,6 +154,8 @@ KERNEL_COLUMNS = (
     "l2_bytes",
     "l1_bytes",
     "intensity_dram_flops_per_byte",
+    "intensity_l2_flops_per_byte",
+    "intensity_l1_flops_per_byte",
 )
 
 
@@ -185,7 +187,8 @@ def summarize(
     df, sources, lacking = _kernel_table(report, capability, counters)
     measured = [q for q in QUANTITIES if df[q].notna().any()]
     totals = _totals(df, measured)
-    phases = _phases(df, totals) if report.has_nvtx and df["phase"].notna().any() else None
+    labelled = report.has_nvtx or any(k.phase_label for k in report.kernels)
+    phases = _phases(df, totals) if labelled and df["phase"].notna().any() else None
     n = len(report.kernels)
     partial = {
         quantity: "; ".join(f"{why} in {c} of {n} kernels" for why, c in by.items())
@@ -260,7 +263,6 @@ def _kernel_row(k: NcuKernel, q: dict[str, float]) -> dict:
     flops = [q[f"flops_{p}"] for p in (*PRECISIONS, "tensor")]
     have = [f for f in flops if not math.isnan(f)]
     total = sum(have) if have else math.nan
-    dram = q["dram_bytes"]
     return {
         "id": k.id,
         "kernel": k.name,
@@ -269,10 +271,16 @@ def _kernel_row(k: NcuKernel, q: dict[str, float]) -> dict:
         "grid": k.attrs.get("Grid Size", ""),
         **{key: q[key] for key in q},
         "flops_total": total,
-        "intensity_dram_flops_per_byte": total / dram
-        if dram and not math.isnan(dram) and dram > 0
-        else math.nan,
+        **{
+            f"intensity_{level}_flops_per_byte": _per_byte(total, q[f"{level}_bytes"])
+            for level in ("dram", "l2", "l1")
+        },
     }
+
+
+def _per_byte(flops: float, nbytes: float) -> float:
+    """FLOPs per byte; NaN where the bytes are not measured or not positive."""
+    return flops / nbytes if nbytes and not math.isnan(nbytes) and nbytes > 0 else math.nan
 
 
 def _grouped(g, count: str) -> pd.DataFrame:

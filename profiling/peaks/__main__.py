@@ -13,11 +13,11 @@ import json
 import sys
 import time
 
-from common import console, envinfo, flags, schema
+from common import console, envinfo, flags, schema, ui
 from common.fmt import si
 from common.cli import ArgumentParser, cli_entry
 from common.errors import BenchError, UsageError, one_line
-from roofline.vendor import find
+from common.tracking import RunSession
 from profiling.peaks import facts, gemm, measure, sizing
 from profiling.peaks.config import PeaksConfig
 from profiling.peaks.dtypes import dtype_availability, select_dtypes
@@ -25,6 +25,9 @@ from profiling.peaks.results import PeaksResult, summary_line, vendor_fields
 from profiling.peaks.load import LoadSampler
 from profiling.peaks.sampling import Measurement
 from profiling.peaks.stream import STREAM_ELEMENT_BYTES, l2_copies_per_launch
+from roofline.vendor import find
+from train.device import is_out_of_memory
+from train.device import resolve_device as resolve
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,8 +42,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def resolve_device(requested: str) -> str:
     """train.device.resolve_device, its one-line refusal prefixed with the flag."""
-    from train.device import resolve_device as resolve
-
     try:
         return str(resolve(requested))
     except UsageError as err:
@@ -77,8 +78,6 @@ def _where(session, config: PeaksConfig) -> str:
 
 def _measure(device, dtypes, n, array_bytes, l2_bytes, config, skipped, ratios) -> PeaksResult:
     from tqdm import tqdm
-
-    from train.device import is_out_of_memory
 
     steps = measure.plan(dtypes, l2=l2_bytes > 0)
     with tqdm(
@@ -140,12 +139,10 @@ def keep_partial(session, partial: PeaksResult | None) -> None:
 
 
 def _session(config: PeaksConfig, device_type: str, tags: dict):
-    from common.tracking import RunSession
-
     return RunSession(
         "peaks",
         experiment=config.experiment,
-        run_name=f"peaks-{device_type}-{config.env_label}",
+        run_name=ui.run_name([device_type, config.env_label], kind="peaks"),
         tags={**tags, schema.TAG_ENV_LABEL: config.env_label},
     )
 

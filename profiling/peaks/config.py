@@ -6,8 +6,8 @@ import math
 from dataclasses import dataclass, field
 
 from common import flags, schema
-from roofline.vendor import DTYPES
 from profiling.peaks.dtypes import DEVICE_TYPES, DtypeStatus
+from roofline.vendor import DTYPES
 
 DEFAULT_MATRIX_SIZE = {"cpu": 4096, "cuda": 8192, "mps": 4096}
 # measuring time of a default run; see docs/peaks.md for the whole command

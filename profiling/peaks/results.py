@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from common.fmt import si
-from roofline.vendor import VendorPeaks
 from profiling.peaks.config import PeaksConfig
 from profiling.peaks.sampling import Measurement
 from profiling.peaks.stream import STREAM_ELEMENT_BYTES, STREAM_KERNELS
+from roofline.vendor import VendorPeaks
 
 
 def best_kernel(stream: dict[str, Measurement]) -> str:

@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from train.device import synchronize
+
 MIN_SAMPLE_S = 0.05  # fast calls are batched so one timed sample lasts at least this long
 # a sample stops issuing calls after 10x its expected length (a descheduled thread)
 SAMPLE_CAP_FACTOR = 10
@@ -117,8 +119,6 @@ class Measurement:
 def device_sync(device: str) -> Sync:
     """A function that waits for all queued work on `device` (no-op on CPU)."""
     import torch
-
-    from train.device import synchronize
 
     dev = torch.device(device)
     return lambda: synchronize(dev)

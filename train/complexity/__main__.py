@@ -8,8 +8,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from common import console, flags, schema
+from common import console, flags, schema, ui
 from common.cli import ArgumentParser, cli_entry
+from common.envinfo import environment_report, environment_tags
+from common.tracking import RunSession
 from train.complexity.config import ComplexityConfig
 from train.complexity.markdown import markdown, summary_line
 from train.complexity.measure import ComplexityResult, measure, preflight
@@ -94,8 +96,6 @@ def run(
         result = measure(cfg, device, progress)
         _write_out(out_dir, artifacts(result))
         return None, result
-    from common.envinfo import environment_report, environment_tags
-    from common.tracking import RunSession
 
     session = RunSession(
         "complexity",
@@ -143,7 +143,7 @@ def run_name(cfg, device_type: str, most: int = 3) -> str:
     models = "+".join(cfg.models[:most])
     if len(cfg.models) > most:
         models += f"+{len(cfg.models) - most}more"
-    return f"complexity-{models}-{cfg.image_size}px-{device_type}"
+    return ui.run_name([models, f"{cfg.image_size}px"], device_type, kind="complexity")
 
 
 def run_note(cfg, result) -> str:
@@ -178,9 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     console.result(line)
     if session is not None and not session.offline:
-        from common.server import ui_hint
-
-        console.result(ui_hint(session.run_id, session.experiment_id))
+        console.result(ui.ui_hint(session.run_id, session.experiment_id))
     return 0
 
 

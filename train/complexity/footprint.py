@@ -41,6 +41,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from train import flops as fl
+from train.bench import COUNT_BATCHES, count_steps, prepare
 from train.complexity.saved_tensors import (
     LOSS_ROW,
     MODEL_ROW,
@@ -261,8 +262,6 @@ def analyze_model(cfg, device, measure_batches: tuple[int, int] | None = None) -
     batch, so the extrapolated numbers are the same). A model whose batch norm sees one value per
     channel at batch 1 (a 1x1 feature map, e.g. ResNets below 64 px) is measured at 2 and 4 instead.
     """
-    from train.bench import COUNT_BATCHES, count_steps, prepare
-
     candidates = [tuple(measure_batches)] if measure_batches else [MEASURE_BATCHES, COUNT_BATCHES]
     for sizes in candidates:
         if len(set(sizes)) != 2 or min(sizes) < 1:

@@ -5,8 +5,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from common import envinfo
 from common.errors import BenchError, UsageError, one_line
+from train import device as dev
 from train.complexity.config import ComplexityConfig
+from train.config import TrainConfig
+from train.models import check_model_name
 
 
 @dataclass
@@ -31,9 +35,6 @@ class ComplexityResult:
 
 def preflight(cfg: ComplexityConfig):
     """Cheap checks before any run is created: model names, device, precision, RSS on CPU only."""
-    from train import device as dev
-    from train.models import check_model_name
-
     cfg.models = list(dict.fromkeys(check_model_name(m) for m in cfg.models))
     device = dev.resolve_device(cfg.device)
     dev.check_precision(cfg.precision, device)
@@ -53,14 +54,11 @@ def measure(cfg: ComplexityConfig, device, progress: bool = True) -> ComplexityR
     """
     from tqdm import tqdm
 
-    from common import envinfo
-    from train.device import device_memory_bytes
-
     t0 = time.perf_counter()
     if cfg.device_memory_bytes is not None:
         mem, source = cfg.device_memory_bytes, f"--device-memory {cfg.device_memory}"
     else:
-        mem, source = device_memory_bytes(device)
+        mem, source = dev.device_memory_bytes(device)
     result = ComplexityResult(cfg, str(device), envinfo.device_name(str(device)), mem, source, [])
     bar = tqdm(
         total=len(cfg.models), desc="complexity", unit="step", disable=not progress, leave=False
@@ -84,8 +82,7 @@ def measure(cfg: ComplexityConfig, device, progress: bool = True) -> ComplexityR
 
 def _model(cfg: ComplexityConfig, name: str, device):
     """The ModelComplexity of model `name` (train/complexity/footprint.py)."""
-    from train.complexity.footprint import analyze_model
-    from train.config import TrainConfig
+    from train.complexity.footprint import analyze_model  # imports numpy: not on --help
 
     tcfg = TrainConfig(
         model=name,
@@ -109,7 +106,7 @@ def _model(cfg: ComplexityConfig, name: str, device):
 def _rss_check(cfg: ComplexityConfig, c, result: ComplexityResult, bar) -> None:
     """The RSS growth of one real step of model `c` at each RSS batch size, into `result` (a probe
     that fails is a note: the analysis stands; the check says what it could not measure)."""
-    from train.complexity.rss_step import measure_step_rss
+    from train.complexity.rss_step import measure_step_rss  # imports numpy: not on --help
 
     sizes, notes = rss_batches(c, cfg.rss_batch_sizes)
     result.rss_notes += notes
@@ -151,8 +148,6 @@ def rss_batches(c, requested: list[int]) -> tuple[list[int], list[str]]:
 
 
 def _runtime_error(exc: BaseException, name: str, cfg: ComplexityConfig, device) -> BenchError:
-    from train import device as dev
-
     if dev.is_out_of_memory(exc):
         return BenchError(
             f"out of memory measuring {name} at batch 1-4, {cfg.image_size}px on {device.type}: "

@@ -26,6 +26,10 @@ from pathlib import Path
 
 from common import console
 from common.errors import BenchError
+from train import device as dev
+from train.data import synthetic_source
+from train.models import build_model
+from train.step import StepParts, make_optimizer, train_step
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -139,11 +143,6 @@ def measure(
     num_classes: int,
 ) -> dict:
     import torch
-
-    from train import device as dev
-    from train.data import synthetic_source
-    from train.models import build_model
-    from train.step import StepParts, make_optimizer, train_step
 
     device = torch.device("cpu")
     torch.manual_seed(0)

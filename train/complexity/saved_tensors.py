@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import chain
 
+from train.step import logits_of
+
 LOSS_ROW = "(loss)"  # saved tensors packed outside the model's forward (cross-entropy)
 MODEL_ROW = "(model)"  # work done in the top-level module's own forward (e.g. torch.flatten)
 
@@ -130,8 +132,6 @@ class SavedTensorRecorder:
 
 def _first_tensor_shape(output):
     import torch
-
-    from train.step import logits_of
 
     output = logits_of(output)
     if isinstance(output, torch.Tensor):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 
-from common import schema
+from common import fmt, schema
 from train.complexity.measure import ComplexityResult
 
 MODEL_ATTRS = (
@@ -120,7 +120,9 @@ def layer_rows(c) -> list[dict]:
 
 
 def rss_rows(result: ComplexityResult) -> list[dict]:
-    from train.complexity.footprint import predicted_step_growth_bytes
+    from train.complexity.footprint import (
+        predicted_step_growth_bytes,
+    )  # imports numpy: not on --help
 
     by_name = {c.model: c for c in result.models}
     rows = []
@@ -156,7 +158,7 @@ def _csv_value(v):
         return "true" if v else "false"
     if isinstance(v, float) and v.is_integer():
         return int(v)
-    return v
+    return fmt.csv_cell(v)
 
 
 def metrics(result: ComplexityResult) -> dict[str, float]:

@@ -7,6 +7,7 @@ import math
 
 from common import schema
 from common.errors import one_line
+from common.runs import finished_runs
 from train.config import TrainConfig
 from train.distributed.measure import baseline_keys, scaling_metrics
 
@@ -17,8 +18,6 @@ def compare_scaling(session, cfg: TrainConfig, result) -> None:
     server (same engine first, then single-process; baseline_keys), into `result`: the baseline
     analysis uses too (the mean over a point's runs, docs/schema.md). Tags say which runs they
     were, or why there is none."""
-    from common.runs import finished_runs
-
     tags = session.record.tags
     if session.offline or not session.experiment_id:
         result.tags["scaling_baseline"] = "none: the tracking server was unreachable"

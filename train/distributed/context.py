@@ -8,6 +8,7 @@ the configuration's collective timeout, for DDP and DeepSpeed alike (DeepSpeed a
 
 from __future__ import annotations
 
+import atexit
 import os
 import socket
 from dataclasses import dataclass, field
@@ -115,10 +116,29 @@ class DistContext:
             dist.barrier()
 
     def close(self) -> None:
-        import torch.distributed as dist
+        """Destroy the process groups while the interpreter is whole (`release_groups`)."""
+        release_groups()
 
-        if dist.is_initialized():
-            dist.destroy_process_group()
+
+def release_groups() -> None:
+    """Destroy every process group and drop every reference to one, then collect: the groups'
+    objects must die while the interpreter is whole. One that died during interpreter shutdown
+    (DeepSpeed keeps its groups in module globals and its engine in reference cycles) had gloo
+    worker threads take the GIL as they freed their last work; a thread that asks for the GIL while
+    Python finalizes is ended with a forced unwind, which C++ turns into `terminate called without
+    an active exception` (exit -6) after the rank's work was done: the flaky abort of issue 32.
+    Also run at exit (registered by `start`), when the engine, out of scope, is collectable."""
+    import gc
+    import sys
+
+    import torch.distributed as dist
+
+    ds = sys.modules.get("deepspeed.comm.comm")
+    if ds is not None and getattr(ds, "cdb", None) is not None and dist.is_initialized():
+        ds.destroy_process_group()  # torch's, then DeepSpeed's own references to the groups
+    elif dist.is_initialized():
+        dist.destroy_process_group()
+    gc.collect()
 
 
 def check_device_flag(cfg: TrainConfig, env: JobEnv) -> None:
@@ -159,6 +179,8 @@ def start(cfg: TrainConfig, device, env: JobEnv) -> DistContext:
             f"cannot create the {cfg.backend} process group (rank {env.rank} of {env.world_size}): "
             f"{one_line(exc)}"
         ) from exc
+    atexit.unregister(release_groups)  # once per process
+    atexit.register(release_groups)  # runs before interpreter shutdown; harmless after close()
     ctx = DistContext(env, cfg.backend, device)
     ctx.ranks = ctx.gather(RankInfo(env.rank, socket.gethostname(), os.getpid(), str(device)))
     return ctx

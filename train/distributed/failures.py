@@ -27,6 +27,7 @@ import json
 import os
 import re
 import signal
+import socket
 import threading
 import time
 from contextlib import contextmanager, nullcontext
@@ -155,8 +156,6 @@ class Board:
 
 def pid_gone(info, host: str | None = None) -> bool | None:
     """Whether the process of a rank (context.RankInfo) has ended: known only on this host."""
-    import socket
-
     if info.host != (host or socket.gethostname()):
         return None
     try:

@@ -23,12 +23,12 @@ from train.bench import (
     Measured,
     bench_result,
     compile_model,
+    measure_steps,
     progress_bar,
     runtime_errors,
     setup,
     step_times_csv,
     warm_up,
-    measure_steps,
 )
 from train.config import TrainConfig
 from train.distributed import engines

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from common import schema
+from common.runs import STALE_REASON, mark_failed, process_gone, process_tag
 from train.sweep.spec import TAG_SWEEP_KEY, TAG_SWEEP_NAME
 
 TAG_SWEEP_CHILD = "sweep_child"
@@ -68,8 +69,6 @@ def claim_child(
     """Claim the child (`sweep_key`, `repeat`) of sweep `sweep_name` on `env_label` in
     `experiment_id` through `client` (an MlflowClient). `tags` are the new run's creation tags
     (parent, run kind, entry point, ...), to which the sweep's tags and TAG_SWEEP_CHILD are added."""
-    from common.runs import process_tag
-
     child = child_tag(sweep_key, repeat)
     filt = (
         f"tags.{TAG_SWEEP_NAME} = {schema.filter_literal(sweep_name, 'sweep name')} and "
@@ -103,8 +102,6 @@ def claim_child(
 def _holder(client, experiment_id: str, filt: str, mine: str | None) -> Claim | None:
     """The claim on the child other than `mine`: a FINISHED run first, else a RUNNING run of a live
     process (a RUNNING one of a dead process of this host is ended FAILED here), else None."""
-    from common.runs import STALE_REASON, mark_failed, process_gone
-
     runs = [
         r
         for r in client.search_runs([experiment_id], filt, max_results=100)

@@ -9,7 +9,13 @@ from typing import Callable
 
 from common import console, schema
 from common.errors import one_line
+from common.record import context_tags
+from common.runs import mlflow_client, redirect_run
+from common.server import is_unreachable
+from common.tracking import RunSession
 from train.config import TrainConfig
+from train.run import RunOptions, SweepChild
+from train.run import run as run_train
 from train.sweep.claims import TAG_SWEEP_CHILD, Claim, child_tag, claim_child
 from train.sweep.spec import (
     PARAM_REPEAT,
@@ -54,8 +60,6 @@ def run_sweep(
 def _run(
     plan: Plan, experiment, progress: bool, system_metrics: bool, on_child_done
 ) -> list[ChildOutcome]:
-    from common.tracking import RunSession
-
     spec = plan.spec
     state = reconcile(spec, plan.env_label, experiment)
     outcomes = _done_before(plan, state)
@@ -145,8 +149,6 @@ def _say_resuming(plan: Plan, state: SweepState, n_done: int, n_todo: int) -> No
 def _point_mlflow_run_to_parent(plan: Plan, state: SweepState, tags: dict) -> None:
     """`mlflow run` made a new run for this invocation, but the sweep already has its parent: say
     so in that run (nested under the parent) instead of leaving it empty."""
-    from common.runs import redirect_run
-
     env_run = os.environ.get("MLFLOW_RUN_ID")
     parent_id = state.parent_run_id
     if not (env_run and state.reachable and parent_id and env_run != parent_id):
@@ -161,12 +163,6 @@ def _point_mlflow_run_to_parent(plan: Plan, state: SweepState, tags: dict) -> No
     )
 
 
-def repeat_suffix(repeat: int) -> str:
-    """What ends a sweep child's run name: `-r<repeat>` (the `repeat` param, from 0), so that the
-    repeats of one configuration have distinct names."""
-    return f"-r{repeat}"
-
-
 def _run_child(
     plan: Plan,
     cfg: TrainConfig,
@@ -177,8 +173,6 @@ def _run_child(
     system_metrics: bool = True,
 ) -> ChildOutcome:
     """One child run. Any exception (not an interrupt) becomes a FAILED child with its one-line reason."""
-    from train.run import RunOptions, SweepChild, run as run_train
-
     label = plan.label(cfg, repeat)
     n_before = len(parent.children)
     extra_tags = {
@@ -194,7 +188,7 @@ def _run_child(
         parent,
         params={PARAM_REPEAT: repeat},
         tags=extra_tags,
-        name_suffix=repeat_suffix(repeat),
+        repeat=repeat,
         note=f"Repeat {repeat} of sweep {plan.spec.name} ({plan.env_label}).",
         run_id=claimed,
     )
@@ -237,12 +231,10 @@ def _record_failed_child(
 ) -> str | None:
     """A FAILED child for a failure that left no run behind (a configuration rejected before its run
     opened: fp16 on CPU, a missing device, ...), in the run the sweep claimed for it if any."""
-    from common.tracking import RunSession
-
     session = RunSession(
         "train",
         experiment=experiment,
-        run_name=f"{cfg.run_name()}-{cfg.device}{repeat_suffix(repeat)}",
+        run_name=cfg.run_name(cfg.device, repeat),
         parent=parent,
         run_id=run_id,
         tags={
@@ -267,10 +259,6 @@ def _record_failed_child(
 def _claim(plan: Plan, cfg: TrainConfig, repeat: int, key: str, parent) -> Claim | None:
     """Claim the child in the store (train/sweep/claims.py); None when offline, or when the store
     could not be asked (then the child is measured unclaimed, with a warning)."""
-    from common.record import context_tags
-    from common.runs import mlflow_client
-    from common.server import is_unreachable
-
     if parent.offline or not parent.run_id or not parent.experiment_id:
         return None
     tags = {
@@ -287,7 +275,7 @@ def _claim(plan: Plan, cfg: TrainConfig, repeat: int, key: str, parent) -> Claim
             plan.env_label,
             key,
             repeat,
-            f"{cfg.run_name()}-{cfg.device}{repeat_suffix(repeat)}",
+            cfg.run_name(cfg.device, repeat),
             tags,
         )
     except Exception as exc:  # noqa: BLE001 - measuring unclaimed beats not measuring
@@ -303,8 +291,6 @@ def _elsewhere(label: str, cfg: TrainConfig, key: str, repeat: int, claim: Claim
     """The outcome of a child another invocation finished (SKIPPED, with its run's numbers) or
     measures now (ELSEWHERE)."""
     if claim.status == "finished":
-        from common.runs import mlflow_client
-
         m = mlflow_client().get_run(claim.run_id).data.metrics
         return ChildOutcome(
             label,
@@ -328,8 +314,6 @@ def _settle_elsewhere(outcomes: list[ChildOutcome], parent) -> None:
     """Children another invocation was measuring when this one passed them: those FINISHED by now
     become SKIPPED with that run's numbers, so the summary of the invocation that ends last covers
     them. Never raises (a store gone now leaves them ELSEWHERE)."""
-    from common.runs import mlflow_client
-
     pending = [o for o in outcomes if o.status == "ELSEWHERE" and o.run_id]
     if not pending or parent.offline:
         return

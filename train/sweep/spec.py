@@ -14,6 +14,7 @@ from pathlib import Path
 from common import schema
 from common.errors import UsageError, one_line
 from train.config import TrainConfig
+from train.models import check_model_name
 
 TAG_SWEEP_NAME = "sweep_name"
 TAG_SWEEP_KEY = "sweep_key"  # which (configuration) of the sweep a child measured: see sweep_key()
@@ -144,7 +145,7 @@ def sweep_key(cfg: TrainConfig) -> str:
     can differ only there (`data: [synthetic, fake]`), so resume needs this finer key.
     """
     # cfg.params(): every field but env_label, and the data-parallel fields only for a distributed
-    # configuration (so a single-process configuration keeps the key it had before they existed)
+    # configuration (a single-process configuration's key does not depend on them)
     return schema.stable_hash(
         cfg.params(), lower_strings=False
     )  # case kept: data paths are case-sensitive
@@ -153,8 +154,6 @@ def sweep_key(cfg: TrainConfig) -> str:
 def check_models(spec: SweepSpec) -> None:
     """Every model name of the sweep exists (UsageError with close names otherwise); names are
     replaced by torchvision's spelling so that equal models get equal keys."""
-    from train.models import check_model_name
-
     if "model" in spec.matrix:
         spec.matrix["model"] = unique(
             check_model_name(str(m).strip()) for m in spec.matrix["model"]

@@ -1,7 +1,7 @@
 """What a sweep already did: reconciliation of the tracking server, the offline spool and this
 machine's ledger, for one sweep name on one env label (docs/sweep.md, "Resume" and "Server
-unreachable"). Reads the server with mlflow.search_runs (a sweep must know what is done: the one
-MLflow read outside analysis/fetch.py), the spool and the ledger; writes the ledger.
+unreachable"). Reads the server (common.runs.all_runs: a sweep must know what is done), the spool
+and the ledger; writes the ledger.
 """
 
 from __future__ import annotations
@@ -15,6 +15,17 @@ from typing import Iterator
 
 from common import console, schema
 from common.errors import BenchError, UsageError, one_line
+from common.locks import holder, locked
+from common.runs import all_runs, close_stale_runs, experiment_id_for
+from common.server import (
+    is_unreachable,
+    same_tracking_uri,
+    server_reachable,
+    store_problem,
+    tracking_uri,
+)
+from common.spool import spool_dir, spooled_runs
+from common.upload import upload_spooled
 from train.sweep.spec import (
     PARAM_REPEAT,
     TAG_RESUME_OF,
@@ -50,8 +61,6 @@ class SweepState:
 
 def _is_mine(entry: dict, name: str, env_label: str) -> bool:
     """A spool entry of this sweep on this env label, meant for the tracking server in use."""
-    from common.server import same_tracking_uri
-
     tags = entry["record"]["tags"]
     return (
         tags.get(TAG_SWEEP_NAME) == name
@@ -65,8 +74,6 @@ def existing_state(
 ) -> SweepState:
     """Done runs, the parent and stale children of the sweep, from the spool and (if it answers its
     quick /health check) the server. `reachable=False` skips the server without asking it."""
-    from common.server import server_reachable
-
     schema.filter_literal(env_label, "env label")  # a label no filter can hold: one line, now
     state = SweepState(reachable=server_reachable() if reachable is None else reachable)
     spooled_ids = _read_spool(name, env_label, state)
@@ -83,8 +90,6 @@ def existing_state(
 def _read_spool(name: str, env_label: str, state: SweepState) -> set[str]:
     """The sweep's parent and FINISHED children kept offline, into `state`. Returns the server run
     ids of spooled entries (runs the server has, which upload will complete)."""
-    from common.spool import spooled_runs
-
     spooled_ids = set()
     for entry in spooled_runs():
         if not _is_mine(entry, name, env_label):
@@ -120,11 +125,6 @@ def _read_server(
 ) -> None:
     """The sweep's parent, FINISHED children and children left RUNNING on the server, into `state`
     (and this machine's ledger); `state.reachable` becomes False if the server went away."""
-    import mlflow
-
-    from common.runs import experiment_id_for
-    from common.server import is_unreachable, store_problem
-
     try:
         exp_id = experiment_id_for(experiment)
         if exp_id is None:
@@ -133,13 +133,7 @@ def _read_server(
             f"tags.{TAG_SWEEP_NAME} = {schema.filter_literal(name, 'sweep name')} and "
             f"tags.{schema.TAG_ENV_LABEL} = {schema.filter_literal(env_label, 'env label')}"
         )
-        runs = mlflow.search_runs(
-            experiment_ids=[exp_id],
-            filter_string=filt,
-            output_format="list",
-            max_results=50_000,
-            order_by=["attributes.start_time ASC"],
-        )
+        runs = all_runs(exp_id, filt, ["attributes.start_time ASC"])
     except Exception as exc:  # noqa: BLE001
         if not is_unreachable(exc):
             # not a store (an HTTP service that is not MLflow, a damaged sqlite file): one line
@@ -174,9 +168,6 @@ def _read_server(
 def _ledger_path(name: str, env_label: str) -> Path:
     """This machine's record of the sweep's runs FINISHED on the server (consulted only while the
     server is unreachable, so that an offline resume does not redo them). Next to the spool."""
-    from common.server import tracking_uri
-    from common.spool import spool_dir
-
     ident = json.dumps([tracking_uri().rstrip("/"), name, env_label])
     return spool_dir() / "sweeps" / f"{hashlib.sha256(ident.encode()).hexdigest()[:16]}.json"
 
@@ -248,8 +239,6 @@ def sweep_lock(name: str, env_label: str) -> Iterator[None]:
     second invocation of the same sweep while one runs would run every configuration twice, so it
     is refused in one line. A spool folder that cannot be written leaves the sweep unlocked, with a
     warning."""
-    from common.locks import holder, locked
-
     path = _ledger_path(name, env_label).with_suffix(".lock")
     with contextlib.ExitStack() as stack:
         try:
@@ -273,9 +262,6 @@ def sweep_lock(name: str, env_label: str) -> Iterator[None]:
 def upload_own_spool(name: str, env_label: str) -> bool:
     """Send this sweep's spooled runs (kept offline by an earlier attempt) before resuming, so that the
     server alone says what is done. Returns whether the server is still reachable."""
-    from common.server import is_unreachable, server_reachable
-    from common.upload import upload_spooled
-
     try:
         with console.quiet():
             sent, left = upload_spooled(select=lambda e: _is_mine(e, name, env_label))
@@ -301,9 +287,6 @@ def reconcile(spec: SweepSpec, env_label: str, experiment: str | None) -> SweepS
     (common.tracking.close_stale_runs, as every command does). Resuming a name with another matrix
     is refused (UsageError).
     """
-    from common.runs import close_stale_runs
-    from common.server import server_reachable
-
     reachable = server_reachable()
     if reachable:
         reachable = upload_own_spool(spec.name, env_label)

@@ -69,7 +69,7 @@ def summary_csv(outcomes: list[ChildOutcome]) -> str:
     w = csv.writer(buf)
     w.writerow(CSV_COLUMNS)
     for o in outcomes:
-        w.writerow([getattr(o, c) for c in CSV_COLUMNS])
+        w.writerow([fmt.csv_cell(getattr(o, c)) for c in CSV_COLUMNS])
     return buf.getvalue()
 
 

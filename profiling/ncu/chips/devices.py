@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from profiling.ncu import nvperf
 from profiling.ncu.chips.counters import committed_table, table_version
+from profiling.ncu.counting import tensor_inst_flops
 
 CHIP_IDS = {
     0x140: "GV100",
@@ -152,8 +153,6 @@ them, 2026.2.0 and 2026.3.x do not); NVIDIA's current GPU support table says Vol
 
 def volta_note(chip: str) -> str:
     """The one line said whenever a plan or an import is for a Volta chip."""
-    from profiling.ncu.counting import tensor_inst_flops
-
     cc = chip_capability(chip)
     return (
         f"{chip} (Volta) is not in NVIDIA's metric database of ncu-report {database_version()}: "
