@@ -217,8 +217,8 @@ def _fetch(query: fetch.Query, source: fetch.Source) -> tuple:
         raise UsageError(no_match(query))
     complexity, complexity_notes = fetch.fetch_complexity(query, source)
     notes += complexity_notes
-    breakdowns = fetch_breakdowns(query, source, notes)
-    return runs, complexity, breakdowns, notes
+    breakdowns, screened = screen.breakdowns(fetch_breakdowns(query, source, notes))
+    return runs, complexity, breakdowns, notes + screened
 
 
 def no_match(query: fetch.Query) -> str:

@@ -7,8 +7,9 @@ pairs of runs of one environment, device and model that differ in exactly one co
 (batch 8 vs 64, fp32 vs bf16, 1 vs 2 ranks, ...) side by side, with the module whose share moved
 most.
 
-Pure but for `write_files` (the edge that writes the two CSVs). Values read back are untrusted: a
-non-finite or negative step time or share is left out with a note naming the run.
+Pure but for `write_files` (the edge that writes the two CSVs). Values read back are untrusted:
+analysis/screen.py `breakdowns` has left out, with a line naming the run, a step time or share
+that is not a measurement before they come here.
 """
 
 from __future__ import annotations
@@ -81,14 +82,9 @@ def build(fetched: list[dict]) -> Breakdowns:
     """Runs, joined layers and shifts from fetch_breakdowns' list (see the module docstring)."""
     notes: list[str] = []
     run_rows, frames = [], []
-    for f in fetched:
-        who = f"breakdown run {f['run_id'][:8]} ({f.get('env_label') or 'no env_label'})"
+    for f in fetched:  # as analysis/screen.py `breakdowns` passed them: measurements only
         s = f.get("summary") or {}
         m = s.get("metrics") or {}
-        step = m.get("breakdown_step_s")
-        if not (_finite_nonneg(step) and float(step) > 0):
-            notes.append(f"{who}: breakdown_step_s {step!r} is not a positive number: left out")
-            continue
         row = {
             "run_id": f["run_id"],
             "env_label": f.get("env_label", ""),
@@ -96,15 +92,14 @@ def build(fetched: list[dict]) -> Breakdowns:
             "config_key": f.get("config_key", ""),
             "config_label": str(s.get("config_label") or f.get("config_key", "")),
             **{c: _value(f.get("params") or {}, c) for c in CONFIG_FIELDS},
-            "step_s": float(step),
+            "step_s": float(m["breakdown_step_s"]),
             "top": "; ".join(_phrase(t) for t in s.get("top") or [] if isinstance(t, dict)),
         }
         for p in PARTS:
             v = m.get(f"breakdown_{p}_fraction", 0.0)
-            row[f"{p}_fraction"] = float(v) if _finite_nonneg(v) else math.nan
-            if not _finite_nonneg(v):
-                notes.append(f"{who}: breakdown_{p}_fraction {v!r} is not a share: left blank")
+            row[f"{p}_fraction"] = float(v) if v is not None else math.nan
         run_rows.append(row)
+        who = f"breakdown run {f['run_id'][:8]} ({f.get('env_label') or 'no env_label'})"
         layers, bad = _layers(f.get("layers") or "", who)
         notes += bad
         if layers is not None:
@@ -120,22 +115,14 @@ def build(fetched: list[dict]) -> Breakdowns:
 
 
 def _layers(text: str, who: str) -> tuple[pd.DataFrame | None, list[str]]:
-    try:
-        df = pd.read_csv(io.StringIO(text))
-    except Exception as exc:  # noqa: BLE001 - a truncated or foreign file
-        return None, [f"{who}: layers.csv does not parse ({type(exc).__name__}): left out"]
+    """A layers.csv that analysis/screen.py passed (rows with a bad time or share already out)."""
+    if not text:
+        return None, []
+    df = pd.read_csv(io.StringIO(text))
     need = {"module", "phase", "time_s", "share"}
     if not need <= set(df.columns):
         return None, [f"{who}: layers.csv lacks {', '.join(sorted(need - set(df.columns)))}"]
-    t = pd.to_numeric(df["time_s"], errors="coerce")
-    sh = pd.to_numeric(df["share"], errors="coerce")
-    ok = t.notna() & (t >= 0) & sh.notna() & (sh >= 0) & (t < float("inf"))
-    notes = []
-    if (~ok).any():
-        notes.append(
-            f"{who}: {int((~ok).sum())} layers.csv row(s) with a bad time or share left out"
-        )
-    return df[ok].reset_index(drop=True), notes
+    return df, []
 
 
 def _phrase(t: dict) -> str:

@@ -54,6 +54,8 @@ def build(
     are left out first (analysis/screen.py), each named in `notes`."""
     runs, notes = screen.runs(runs)
     n_screened = len(notes)
+    runs, value_notes = screen.values(runs)  # a bad value of a key that leaves its run in
+    notes += value_notes
     counts, running_notes = _run_counts(runs)
     notes += running_notes
     train = join.train_runs(runs)

@@ -104,6 +104,24 @@ def summary_frame(points: pd.DataFrame) -> pd.DataFrame:
     return df[SUMMARY_COLUMNS]
 
 
+def _samples_text(p: dict) -> str:
+    """A point's samples/s as the run's description writes it (train/summary.py), then its runs'
+    range (the spread shown, not averaged away) or, for one run, ± its within-run SD."""
+    thr, sd = _f(p["throughput_mean_samples_per_s"]), _f(p["throughput_sd_samples_per_s"])
+    thr_txt = num(thr)  # as the run's description writes it (train/summary.py)
+    lo, hi = (
+        _f(p.get("throughput_min_run_samples_per_s")),
+        _f(p.get("throughput_max_run_samples_per_s")),
+    )
+    if p["throughput_sd_kind"] != "within run" and math.isfinite(lo) and hi > lo:
+        thr_txt += f" (runs {num(lo)}–{num(hi)})"  # the spread shown, not averaged away
+    elif math.isfinite(sd):
+        thr_txt += f" ± {num(sd, 2)}" + (
+            " (within run)" if p["throughput_sd_kind"] == "within run" else ""
+        )
+    return thr_txt
+
+
 def summary_table(points: pd.DataFrame) -> Table:
     headers = [
         "environment",
@@ -114,7 +132,7 @@ def summary_table(points: pd.DataFrame) -> Table:
         "classes",
         "engine",
         "runs",
-        "samples/s (± SD of runs)",
+        "samples/s (runs' range)",
         "achieved",
         "intensity (FLOP/B)",
         "intensity source",
@@ -124,12 +142,7 @@ def summary_table(points: pd.DataFrame) -> Table:
     ]
     rows = []
     for p in points.to_dict("records"):
-        thr, sd = _f(p["throughput_mean_samples_per_s"]), _f(p["throughput_sd_samples_per_s"])
-        thr_txt = num(thr)  # as the run's description writes it (train/summary.py)
-        if math.isfinite(sd):
-            thr_txt += f" ± {num(sd, 2)}" + (
-                " (within run)" if p["throughput_sd_kind"] == "within run" else ""
-            )
+        thr_txt = _samples_text(p)
         ach = _f(p["achieved_flops_per_s"])
         peak = _f(p.get("peak_flops_per_s"))
         ceiling = (

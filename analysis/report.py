@@ -87,11 +87,11 @@ METHOD = [
         "step time. Achieved FLOP/s on the roofline stay per process."
     ),
     (
-        "**Samples/s ± SD**: the samples/s from the pooled mean step time ± the spread of the "
-        "runs: several runs of one config in one environment -> the SD of their own rates "
-        "(ddof = 1; `summary.csv` adds the lowest and highest run and their ratio); one run -> "
-        "the SD over its measured steps (within run). Speed-up SDs are propagated to first "
-        "order from both SDs."
+        "**Samples/s and its spread**: the samples/s from the pooled mean step time, then the "
+        "spread of the runs: several runs of one config in one environment -> the lowest and "
+        "highest run's own rate (`summary.csv` adds their ratio and the SD of the runs' rates, "
+        "ddof = 1); one run -> ± the SD over its measured steps (within run). Speed-up SDs in "
+        "the fp16/bf16 table are propagated to first order from both SDs."
     ),
 ]
 

@@ -16,6 +16,7 @@ Join, roofline, figures and tables see only what passed. Pure: no mlflow, no fil
 
 from __future__ import annotations
 
+import io
 import math
 from dataclasses import dataclass
 
@@ -344,6 +345,135 @@ def complexity(rows: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
                 )
                 break
     return rows.drop(index=drop), lines
+
+
+# --------------------------------------------------------------------------- values left out alone
+VALUE_RULES: dict[str, Rule] = {
+    # what the findings read besides (analysis/join.py FINDINGS_METRICS); a bad one says nothing
+    # about the run's step times and rates, so the run stays and only the value is left out
+    "step_time_ci95_rel": Rule(),
+    "measured_iters": Rule(),
+    "energy_j_per_sample": Rule(),
+    "device_peak_mem_bytes": Rule(),
+    "device_mem_total_bytes": Rule(0.0, True),
+    "gpu_nvml_samples": Rule(),
+    "gpu_sm_clock_min_hz": Rule(),
+    "gpu_sm_clock_median_hz": Rule(),
+    "gpu_sm_clock_base_hz": Rule(),
+    "gpu_temperature_max_c": Rule(-273.15, False, 1e4, "10,000 °C"),
+    "gpu_temperature_slowdown_c": Rule(-273.15, False, 1e4, "10,000 °C"),
+    "gpu_power_max_w": Rule(),
+    "gpu_power_limit_w": Rule(),
+    "gpu_throttled_sample_share": Rule(0.0, False, 1.0, "1 (a share)"),
+    # the load a peaks run measured under (profiling/peaks/load.py): which ceilings to trust
+    "load_average_1m_start": Rule(),
+    "load_average_1m_max": Rule(),
+    "cpu_count": Rule(0.0, True),
+}
+"""Per metric key whose bad value is left out on its own: the run is kept (the one value gate
+decides per key: a key of RULES leaves its run out, a key here only its value), the value blanked
+(NaN) with a line naming the run, the key and why. The findings then read plain numbers."""
+
+
+def _why(rule: Rule, value) -> str | None:
+    """Why `value` breaks `rule`, or None (also when it is absent)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return "not a number"
+    if not math.isfinite(v) or abs(v) >= 1.7e308:
+        return "not a finite number"
+    if v < rule.low or (rule.strict and v <= rule.low):
+        return "negative" if v < 0 else f"not above {rule.low:g}"
+    return f"above {rule.what}" if v > rule.high else None
+
+
+def values(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """(the runs frame with each VALUE_RULES value that is not a measurement blanked, one line per
+    value left out) for the FINISHED runs of the kinds analysis computes with."""
+    if frame.empty:
+        return frame, []
+    kind = frame.get(f"tags.{schema.TAG_RUN_KIND}", pd.Series("", index=frame.index))
+    checked = kind.isin(KINDS) & (
+        frame.get("status", pd.Series("", index=frame.index)) == "FINISHED"
+    )
+    out, lines = frame, []
+    for key, rule in VALUE_RULES.items():
+        col = f"metrics.{key}"
+        if col not in frame.columns:
+            continue
+        v = pd.to_numeric(frame[col], errors="coerce").astype(float)
+        low = (v <= rule.low) if rule.strict else (v < rule.low)
+        bad = checked & v.notna() & (~np.isfinite(v) | (v.abs() >= 1.7e308) | low | (v > rule.high))
+        if not bad.any():
+            continue
+        out = out.copy() if out is frame else out
+        for idx in frame.index[bad]:
+            rid = str(frame.at[idx, "run_id"])[:8]
+            lines.append(
+                f"left out {key} = {_show(frame.at[idx, col])} of {kind[idx]} run {rid}: "
+                f"{_why(rule, frame.at[idx, col])}; the run's other numbers are kept"
+            )
+        out.loc[bad, col] = np.nan
+    return out, lines
+
+
+PART_FRACTION = Rule(0.0, False, 1.0, "1 (a share of the step)")
+
+
+def breakdowns(fetched: list[dict]) -> tuple[list[dict], list[str]]:
+    """(the breakdown runs as analysis/fetch/breakdowns.py fetched them, each with what is not a
+    measurement taken out, one line per thing left out): a run whose `breakdown_step_s` is not a
+    positive step time is left out; a part's share outside [0, 1] is left out alone (None); the
+    rows of its layers.csv with a time or share that is not finite, negative or a share over 1 are
+    left out (the text rewritten without them; an unreadable file is dropped)."""
+    kept, lines = [], []
+    for f in fetched or []:
+        who = f"breakdown run {str(f.get('run_id'))[:8]} ({f.get('env_label') or 'no env_label'})"
+        summary = f.get("summary") if isinstance(f.get("summary"), dict) else {}
+        metrics = dict(summary.get("metrics") if isinstance(summary.get("metrics"), dict) else {})
+        why = _why(_STEP, metrics.get("breakdown_step_s")) or (
+            "missing" if metrics.get("breakdown_step_s") is None else None
+        )
+        if why:
+            lines.append(
+                f"{who}: breakdown_step_s {metrics.get('breakdown_step_s')!r} is not a positive "
+                f"step time ({why}): left out"
+            )
+            continue
+        for key in [k for k in metrics if k.startswith("breakdown_") and k.endswith("_fraction")]:
+            if (bad := _why(PART_FRACTION, metrics[key])) is not None:
+                lines.append(f"{who}: {key} {metrics[key]!r} is {bad}: left blank")
+                metrics[key] = None
+        layers, more = _layers_text(f.get("layers") or "", who)
+        lines += more
+        kept.append({**f, "summary": {**summary, "metrics": metrics}, "layers": layers})
+    return kept, lines
+
+
+def _layers_text(text: str, who: str) -> tuple[str, list[str]]:
+    """layers.csv without its rows whose time_s or share is not finite, negative, or (share) over
+    1; '' when it does not parse or lacks those columns."""
+    if not text:
+        return "", []
+    try:
+        df = pd.read_csv(io.StringIO(text))
+    except Exception as exc:  # noqa: BLE001 - a truncated or foreign file
+        return "", [f"{who}: layers.csv does not parse ({type(exc).__name__}): left out"]
+    need = {"module", "time_s", "share"}
+    if not need <= set(df.columns):
+        return "", [
+            f"{who}: layers.csv lacks {', '.join(sorted(need - set(df.columns)))}: left out"
+        ]
+    t = pd.to_numeric(df["time_s"], errors="coerce")
+    sh = pd.to_numeric(df["share"], errors="coerce")
+    ok = t.between(0, bounds.MAX_STEP_S) & sh.between(0, 1)
+    if ok.all():
+        return text, []
+    note = f"{who}: {int((~ok).sum())} layers.csv row(s) with a time or share that is not finite, negative or a share over 1: left out"
+    return df[ok].to_csv(index=False), [note]
 
 
 # --- prices (issue 32): a --prices row is a user value like any other -------------------------

@@ -14,7 +14,7 @@ import math
 import pandas as pd
 import pytest
 
-from analysis import breakdown
+from analysis import breakdown, screen
 from common import schema
 from common.tracking import RunSession
 from profiling.breakdown.names import PARTS
@@ -123,7 +123,8 @@ def test_a_run_with_a_bad_step_time_is_left_out_with_a_note(store, tmp_path):  #
     )
     res = analyse(tmp_path)
     assert any(
-        "breakdown_step_s None is not a positive number: left out" in n for n in res.analysis.notes
+        "breakdown_step_s None is not a positive step time (missing): left out" in n
+        for n in res.analysis.notes
     )
     md = (tmp_path / "out" / "report.md").read_text()
     assert "## Where the step's time goes\n\nNo `breakdown` run" in md
@@ -143,8 +144,9 @@ def test_build_leaves_out_bad_layer_rows_and_blank_shares():
             "layers": "module,phase,time_s,share\nconv1,forward,0.01,0.1\nfc,forward,inf,0.1\nbn1,forward,-1,0.1\n",
         }
     ]
+    fetched, lines = screen.breakdowns(fetched)  # the one value gate, as app does
     b = breakdown.build(fetched)
     assert len(b.runs) == 1 and math.isnan(b.runs.iloc[0]["forward_fraction"])
     assert list(b.layers["module"]) == ["conv1"]
-    assert any("breakdown_forward_fraction -0.5 is not a share" in n for n in b.notes)
-    assert any("2 layers.csv row(s) with a bad time or share left out" in n for n in b.notes)
+    assert any("breakdown_forward_fraction -0.5 is negative: left blank" in n for n in lines)
+    assert any("2 layers.csv row(s) with a time or share that is not finite" in n for n in lines)

@@ -374,7 +374,7 @@ def test_outputs_tables_figures_and_report(store, tmp_path):
         in md
     )
     assert (
-        "| l4 | NVIDIA L4 | resnet18 | fp32 | 32 | 1000 | one process | 2 | 410 ± 14 | 11 TFLOP/s | 50 | modeled |"
+        "| l4 | NVIDIA L4 | resnet18 | fp32 | 32 | 1000 | one process | 2 | 410 (runs 400–420) | 11 TFLOP/s | 50 | modeled |"
         in md
     )
     assert "CUDA out of memory" in md

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import core, report
+from analysis import core, report, screen
 from analysis.findings import anomalies, build, prices, records
 from analysis.findings import report as freport
 from common import schema
@@ -111,8 +111,12 @@ def breakdown_run(rid, env, dev, batch, precision, fractions: dict, step_s=1.0, 
 
 
 def analyse(rows, price_table=None, breakdowns=None, series=None):
+    """core.build and the findings, the breakdown runs through analysis/screen.py as app does
+    (its lines join the analysis' notes)."""
     runs = pd.DataFrame(rows)
     a = core.build(runs, None)
+    breakdowns, lines = screen.breakdowns(breakdowns or [])
+    a.notes += lines
     return a, build(a, runs, price_table, breakdowns, series)
 
 
@@ -348,7 +352,7 @@ def test_fusion_share_and_top_layers_from_layers_csv():
     bd = breakdown_run(
         "bd1", "box", CPU, 8, "fp32", {"forward": 0.4, "backward": 0.5}, layers=layers
     )
-    _, found = analyse(rows, breakdowns=[bd])
+    a, found = analyse(rows, breakdowns=[bd])
     c = config(found, "resnet18/b8/fp32")
     f = one(c, "fusion")  # bn1 + relu: 0.15 of the step (the conv is memory-bound but not fusable)
     assert f.values["share"] == pytest.approx(0.15) and f.values["layers"] == 2
@@ -356,7 +360,7 @@ def test_fusion_share_and_top_layers_from_layers_csv():
     top = one(c, "top_layers").values["layers"]
     assert [r["module"] for r in top] == ["conv1", "bn1", "layer1.0.conv2"]
     assert top[0]["bound"] == "compute-bound"
-    assert any("1 layers.csv row(s) with a time or share" in n for n in found.notes)
+    assert any("1 layers.csv row(s) with a time or share" in n for n in a.notes)
 
 
 # ------------------------------------------------------------------------------ anomalies
@@ -679,15 +683,24 @@ def test_non_finite_and_negative_values_are_left_out_with_a_line():
     a, found = analyse(
         rows, prices.PriceTable(prices.parse_prices("match,usd_per_hour\nbox,1\n", "p"))
     )
-    notes = "\n".join(found.notes)
-    assert "box: resnet18/b8/fp32: step_time_ci95_rel = inf is not finite and not negative" in notes
-    assert "train run a: energy_j_per_sample = -2.0 is not finite and not negative" in notes
-    # run c never reaches the findings: analysis/screen.py leaves it out first, with its line
-    assert "left out train run c (env box): throughput_samples_per_s = inf: " in "\n".join(a.notes)
-    assert "train run b: gpu_sm_clock_median_hz = -1.0" in notes
-    c = config(found, "resnet18/b8/fp32")  # priced, without an interval; no energy
+    # analysis/screen.py is the one gate: these keys leave their run in and only the value out,
+    # with a line; the findings read plain numbers
+    notes = "\n".join(a.notes)
+    kept = "; the run's other numbers are kept"
+    assert f"left out step_time_ci95_rel = inf of train run a: not a finite number{kept}" in notes
+    assert f"left out energy_j_per_sample = -2 of train run a: negative{kept}" in notes
+    assert "left out device_mem_total_bytes = inf of train run a" in notes
+    assert f"left out gpu_sm_clock_median_hz = -1 of train run b: negative{kept}" in notes
+    # run c never reaches the findings: a bad rate leaves the whole run out, with its line
+    assert "left out train run c (env box): throughput_samples_per_s = inf: " in notes
+    c = config(found, "resnet18/b8/fp32")  # priced; no energy
     assert c["usd_per_million_samples"] == pytest.approx(1 / 3600 / 16 * 1e6)
-    assert c["usd_per_million_samples_ci95"] is None and c["energy_j_per_sample"] is None
+    # its CI is left out, so it comes from its SD (1 % over 20 steps, Student t): t19 x 0.01 / sqrt(20)
+    rel = 2.093 * 0.01 / math.sqrt(20)
+    assert c["usd_per_million_samples_ci95"] == pytest.approx(
+        [1 / 3600 / 16 * 1e6 * math.exp(-rel), 1 / 3600 / 16 * 1e6 * math.exp(rel)], rel=1e-3
+    )
+    assert c["energy_j_per_sample"] is None
     assert "resnet18/b32/fp32" not in {c["label"] for c in found.configs}  # run c left out
     json.dumps(found.to_json(), allow_nan=False)  # nothing non-finite reaches findings.json
 

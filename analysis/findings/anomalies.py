@@ -13,7 +13,7 @@ import pandas as pd
 from analysis.findings import rules
 from analysis.findings.facts import SERIES_KEYS, Facts, Peers
 from analysis.findings.records import Finding
-from analysis.findings.values import Clean, finite, ratio_interval
+from analysis.findings.values import finite, num, ratio_interval
 
 
 def batch_drop(f: Facts, peers: Peers) -> list[Finding]:
@@ -118,13 +118,13 @@ def bimodality(times) -> dict | None:
     return best
 
 
-def run_anomalies(run: dict, series: list[float] | None, clean: Clean) -> list[Finding]:
+def run_anomalies(run: dict, series: list[float] | None) -> list[Finding]:
     """Variability, bimodal steps, throttling and memory near capacity of one train run."""
-    rid, where = run["run_id"], f"train run {str(run['run_id'])[:8]}"
+    rid = run["run_id"]
     out = []
-    mean = clean.value(run.get("step_time_mean_s"), "step_time_mean_s", where, positive=True)
-    std = clean.value(run.get("step_time_std_s"), "step_time_std_s", where)
-    steps = clean.value(run.get("measured_iters"), "measured_iters", where)
+    mean = num(run.get("step_time_mean_s"), positive=True)
+    std = num(run.get("step_time_std_s"))
+    steps = num(run.get("measured_iters"))
     if mean and std is not None and std / mean > rules.STEP_CV:
         out.append(
             Finding(
@@ -145,11 +145,11 @@ def run_anomalies(run: dict, series: list[float] | None, clean: Clean) -> list[F
         bi = bimodality(series)
         if bi:
             out.append(Finding("bimodal", "anomaly", {**bi, "run_id": rid}, [rid], weight=1.5))
-    th = throttling(run, clean)
+    th = throttling(run)
     if th:
         out.append(th)
-    peak = clean.value(run.get("device_peak_mem_bytes"), "device_peak_mem_bytes", where)
-    total = clean.value(run.get("device_mem_total_bytes"), "device_mem_total_bytes", where, True)
+    peak = num(run.get("device_peak_mem_bytes"))
+    total = num(run.get("device_mem_total_bytes"), positive=True)
     if peak is not None and total and peak / total >= rules.MEMORY_NEAR_CAPACITY:
         out.append(
             Finding(
@@ -212,12 +212,11 @@ THROTTLE_KEYS = (
 _GPU_KEYS = [f"gpu_{k}" for k in THROTTLE_KEYS]
 
 
-def throttling(run: dict, clean: Clean) -> Finding | None:
+def throttling(run: dict) -> Finding | None:
     """Clock throttling from a run's NVML sample summaries (train/energy.py), or None."""
     if all(not isinstance(v := run.get(k), (int, float)) or v != v for k in _GPU_KEYS):
         return None  # no NVML samples (not a CUDA run, or logged before runs kept them)
-    where = f"train run {str(run['run_id'])[:8]}"
-    v = {k: clean.value(run.get(f"gpu_{k}"), f"gpu_{k}", where) for k in THROTTLE_KEYS}
+    v = {k: num(run.get(f"gpu_{k}")) for k in THROTTLE_KEYS}
     hits = []
     if v["sm_clock_median_hz"] and v["sm_clock_base_hz"]:
         hits.append(v["sm_clock_median_hz"] < rules.THROTTLE_CLOCK * v["sm_clock_base_hz"])
@@ -245,16 +244,13 @@ def throttling(run: dict, clean: Clean) -> Finding | None:
     return Finding("throttle", "anomaly", vals, [run["run_id"]], weight=2.0)
 
 
-def profile_disagreement(p: dict, profile: dict | None, clean: Clean) -> Finding | None:
+def profile_disagreement(p: dict, profile: dict | None) -> Finding | None:
     """The profile run's FLOPs per step against the train runs' counted training FLOPs per step."""
     if not profile:
         return None
-    where = f"profile run {str(profile['run_id'])[:8]}"
-    flops = clean.value(profile.get("metrics.ncu_flops_total"), "ncu_flops_total", where, True)
-    steps = clean.value(profile.get("params.profile_steps"), "profile_steps", where, True)
-    train = clean.value(
-        p.get("train_flops_per_step"), "train_flops_per_step", f"{p['label']}", True
-    )
+    flops = num(profile.get("metrics.ncu_flops_total"), positive=True)
+    steps = num(profile.get("params.profile_steps"), positive=True)
+    train = num(p.get("train_flops_per_step"), positive=True)
     if not (flops and steps and train):
         return None
     per_step = flops / steps

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from analysis.findings.values import Clean
+from analysis.findings.values import num
 from profiling.breakdown.names import PARTS  # the step's parts
 
 DATA_PARTS = ("data_wait", "h2d_copy")
@@ -41,49 +41,41 @@ class Breakdown:
         return sum(known) if known else None
 
 
-def latest(fetched: list[dict], clean: Clean) -> dict[tuple[str, str, str], Breakdown]:
+def latest(fetched: list[dict]) -> dict[tuple[str, str, str], Breakdown]:
     """(env_label, device_name, config_key) -> its breakdown, from fetch_breakdowns' list
-    ({run_id, env_label, device_name, config_key, summary: breakdown.json, layers: csv text})."""
+    ({run_id, env_label, device_name, config_key, summary: breakdown.json, layers: csv text}) as
+    analysis/screen.py `breakdowns` passed it."""
     out = {}
     for f in fetched or []:
         if not f.get("config_key"):
             continue
         env = str(f.get("env_label") or "(no env_label)")
         dev = str(f.get("device_name") or "(unknown device)")
-        out[(env, dev, str(f["config_key"]))] = _one(f, clean)
+        out[(env, dev, str(f["config_key"]))] = _one(f)
     return out
 
 
-def _one(f: dict, clean: Clean) -> Breakdown:
-    rid = str(f["run_id"])
-    where = f"breakdown run {rid[:8]}"
+def _one(f: dict) -> Breakdown:
     summary = f.get("summary") if isinstance(f.get("summary"), dict) else {}
     metrics = summary.get("metrics") if isinstance(summary.get("metrics"), dict) else {}
-    b = Breakdown(rid, clean.value(metrics.get("breakdown_step_s"), "breakdown_step_s", where))
+    b = Breakdown(str(f["run_id"]), num(metrics.get("breakdown_step_s"), positive=True))
     for part in PARTS:
-        v = clean.value(
-            metrics.get(f"breakdown_{part}_fraction"), f"breakdown_{part}_fraction", where
-        )
-        if v is not None and v <= 1.0:
+        v = num(metrics.get(f"breakdown_{part}_fraction"))
+        if v is not None:
             b.fractions[part] = v
-        elif v is not None:
-            clean.say(f"{where}: breakdown_{part}_fraction = {v} is over 1: left out")
     if f.get("layers"):
-        b.layers = parse_layers(str(f["layers"]), where, clean)
+        b.layers = parse_layers(str(f["layers"]))
     return b
 
 
-def parse_layers(text: str, where: str, clean: Clean) -> pd.DataFrame:
-    """layers.csv rows with a usable module, phase and time (time_s and share finite, not
-    negative); `share` derived from time_s when absent. Bad rows are dropped with one note."""
+def parse_layers(text: str) -> pd.DataFrame:
+    """The leaf module rows of a layers.csv that analysis/screen.py passed (its rows' times and
+    shares are measurements); `share` derived from time_s when absent."""
     try:
         df = pd.read_csv(io.StringIO(text))
-    except (ValueError, pd.errors.ParserError) as exc:
-        clean.say(f"{where}: layers.csv unreadable ({str(exc).splitlines()[0][:120]}): no layers")
+    except (ValueError, pd.errors.ParserError):
         return pd.DataFrame(columns=LAYER_COLUMNS)
-    missing = [c for c in ("module", "time_s") if c not in df.columns]
-    if missing:
-        clean.say(f"{where}: layers.csv lacks {', '.join(missing)}: no layers")
+    if not {"module", "time_s"} <= set(df.columns):
         return pd.DataFrame(columns=LAYER_COLUMNS)
     for c in ("phase", "bound"):
         df[c] = df[c].fillna("").astype(str) if c in df.columns else ""
@@ -92,16 +84,8 @@ def parse_layers(text: str, where: str, clean: Clean) -> pd.DataFrame:
     if "share" in df.columns:
         df["share"] = pd.to_numeric(df["share"], errors="coerce")
     else:
-        total = df["time_s"].where(df["time_s"] >= 0).sum()
+        total = df["time_s"].sum()
         df["share"] = df["time_s"] / total if total > 0 else float("nan")
-    ok = df["time_s"].between(0, float("inf"), inclusive="left") & df["share"].between(0, 1)
-    bad = int((~ok).sum())
-    if bad:
-        clean.say(
-            f"{where}: {bad} layers.csv row(s) with a time or share that is not finite, negative "
-            "or over 1: left out"
-        )
-    df = df.loc[ok]
     if "kind" in df.columns:  # module rows only: not the model, not data/loss/optimizer rows
         df = df[df["kind"].astype(str) == "module"]
     if "leaf" in df.columns:  # a module's time includes its children's: leaves only

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from analysis.findings.prices import IMAGENET_1K_TRAIN_IMAGES, PriceTable
 from analysis.findings.records import Finding
-from analysis.findings.values import Clean, log_interval
+from analysis.findings.values import log_interval, num
 
 NO_ENERGY = (
     "not measured: these train runs record no energy (logged before train runs measured it, or "
@@ -74,14 +74,13 @@ def cost(
     return fields, Finding("cost", "cost", values, [])
 
 
-def energy(runs: list[dict], clean: Clean) -> tuple[dict, Finding | None]:
+def energy(runs: list[dict]) -> tuple[dict, Finding | None]:
     """Mean energy per sample over the runs that measured it, or null with the note saying why
     (the latest run's note)."""
     runs = sorted(runs, key=lambda r: r.get("start_time") or 0)
     vals, sources = [], []
     for r in runs:
-        where = f"train run {r['run_id'][:8]}"
-        e = clean.value(r.get("energy_j_per_sample"), "energy_j_per_sample", where)
+        e = num(r.get("energy_j_per_sample"))
         if e is not None:
             vals.append(e)
             sources.append(r.get("energy_source") or "")

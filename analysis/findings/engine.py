@@ -15,7 +15,7 @@ from analysis.findings import breakdown as bd
 from analysis.findings import cost as costs
 from analysis.findings.prices import PriceTable
 from analysis.findings.records import Finding, plain
-from analysis.findings.values import Clean
+from analysis.findings.values import num
 from common import schema
 from roofline.model import MEMORY_BOUND
 
@@ -29,8 +29,6 @@ class Findings:
     configs: list[dict] = field(default_factory=list)
     """one record per (environment, device, config): knobs, bound, fraction of roof, cost, energy
     and `findings` (Finding objects; `to_json` renders them)."""
-    notes: list[str] = field(default_factory=list)
-    """values left out (non-finite, negative) and inputs that could not be used."""
     missing: list[str] = field(default_factory=list)
     """findings the numbers cannot carry, one line each with why (the report's "What is
     missing"): unstable configurations, fits that do not hold, speed-ups whose interval
@@ -65,7 +63,7 @@ class Findings:
             rec = {k: v for k, v in c.items() if k != "findings"}
             rec["findings"] = [f.to_json() for f in c["findings"]]
             configs.append(plain(rec))
-        return {"configs": configs, "notes": list(self.notes), "missing": list(self.missing)}
+        return {"configs": configs, "missing": list(self.missing)}
 
 
 def records(frame: pd.DataFrame, cols: list[str]) -> list[dict]:
@@ -88,14 +86,13 @@ def series_wanted(train: pd.DataFrame, limit: int = 200) -> list[str]:
 @dataclass
 class Context:
     """What every configuration's rules share: the analysis, the peers, prices, step-time series,
-    the runs that need no per-run look, the notes and the "What is missing" lines."""
+    the runs that need no per-run look and the "What is missing" lines."""
 
     analysis: object
     peers: facts.Peers
     prices: PriceTable
     series: dict
     quiet: set
-    clean: Clean
     missing: list[str]
 
 
@@ -111,19 +108,18 @@ def build(
     its peers. `runs`: the runs frame (profile runs are read from it); `breakdowns`:
     analysis.fetch.breakdowns.fetch_breakdowns' list; `series`: train run id -> step times (for the
     runs `series_wanted` names)."""
-    clean = Clean()
     pr = join.of_kind(runs, "profile")
     pr = pr[[c for c in PROFILE_COLUMNS if c in pr.columns]]
     profiles = {r["run_id"]: r for r in pr.to_dict("records")}
-    found = facts.build(analysis, bd.latest(breakdowns or [], clean), profiles, clean)
+    found = facts.build(analysis, bd.latest(breakdowns or []), profiles)
     fits, missing = bound.fixed_time_fits(found)
     found = [replace(f, fit=fits.get(f.idx)) for f in found]
     quiet = anomalies.quiet_runs(analysis.train, series)
     ctx = Context(
-        analysis, facts.Peers(found), prices or PriceTable(), series or {}, quiet, clean, missing
+        analysis, facts.Peers(found), prices or PriceTable(), series or {}, quiet, missing
     )
     configs = [config_record(f, ctx) for f in found]
-    return Findings(configs, clean.notes, missing)
+    return Findings(configs, missing)
 
 
 def config_record(f: facts.Facts, ctx: Context) -> dict:
@@ -134,11 +130,11 @@ def config_record(f: facts.Facts, ctx: Context) -> dict:
         p["env_label"],
         p["device_name"],
         f.device_type,
-        ctx.clean.value(p.get("world_size"), "world_size", p["label"]) or 1,
+        num(p.get("world_size"), positive=True) or 1,
         (f.throughput, f.step_ci_rel),
         ctx.prices,
     )
-    energy_fields, energy_finding = costs.energy(list(f.runs), ctx.clean)
+    energy_fields, energy_finding = costs.energy(list(f.runs))
     fs += [x for x in (cost_finding, energy_finding) if x is not None]
     fs.sort(key=lambda x: (TOPIC_ORDER[x.topic], -x.weight))
     return {**_fields(f, kind, ctx), **cost_fields, **energy_fields, "findings": fs}
@@ -164,8 +160,8 @@ def judged(f: facts.Facts, ctx: Context) -> tuple[str, list[Finding]]:
         fs += moves.breakdown_moves(b, workers) + moves.breakdown_facts(b)
     for r in f.runs:
         if r["run_id"] not in ctx.quiet:
-            fs += anomalies.run_anomalies(r, ctx.series.get(r["run_id"]), ctx.clean)
-    prof = anomalies.profile_disagreement(f.point, f.profile, ctx.clean)
+            fs += anomalies.run_anomalies(r, ctx.series.get(r["run_id"]))
+    prof = anomalies.profile_disagreement(f.point, f.profile)
     return kind, fs + ([prof] if prof else [])
 
 
@@ -295,6 +291,8 @@ def _fields(f: facts.Facts, kind: str, ctx: Context) -> dict:
         "step_time_mean_s": f.step_s,
         "step_time_ci95_rel": f.step_ci_rel,
         "throughput_spread_ratio": f.spread,
+        "throughput_min_run_samples_per_s": p.get("throughput_min_run_samples_per_s"),
+        "throughput_max_run_samples_per_s": p.get("throughput_max_run_samples_per_s"),
         "unstable": f.unstable or None,
         "bound": kind,
         "roof_side": ROOF_SIDE.get(str(p.get("bound") or "")),

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 
 from analysis.findings import rules
 from analysis.findings.breakdown import Breakdown
-from analysis.findings.values import Clean, finite
+from analysis.findings.values import finite, num
 from common import schema
 
 SERIES_KEYS = schema.comparison_keys("batch_size")
@@ -102,24 +102,21 @@ def norm(v) -> str:
         return str(v).strip().lower()
 
 
-def build(analysis, breakdowns: dict, profiles: dict, clean: Clean) -> list[Facts]:
+def build(analysis, breakdowns: dict, profiles: dict) -> list[Facts]:
     """The facts of every point of `analysis` (core.Analysis); `breakdowns`: (env, device,
     config_key) -> Breakdown; `profiles`: profile run id -> its row."""
     by_run = {r["run_id"]: r for r in _rows(analysis.train)}
     out = []
     for idx, p in enumerate(analysis.points.to_dict("records")):
         runs = tuple(by_run[r] for r in p["run_ids"] if r in by_run)
-        where = f"{p['env_label']}: {p['label']}"
         f = Facts(
             idx=idx,
             point=p,
             runs=runs,
-            throughput=clean.value(
-                p.get("throughput_mean_samples_per_s"), "samples/s", where, True
-            ),
-            step_s=clean.value(p.get("step_time_mean_s"), "step_time_mean_s", where, True),
-            step_ci_rel=clean.value(p.get("step_time_ci95_rel"), "step_time_ci95_rel", where),
-            fraction=clean.value(p.get("fraction_of_roof"), "fraction of roof", where, True),
+            throughput=num(p.get("throughput_mean_samples_per_s"), positive=True),
+            step_s=num(p.get("step_time_mean_s"), positive=True),
+            step_ci_rel=num(p.get("step_time_ci95_rel")),
+            fraction=num(p.get("fraction_of_roof"), positive=True),
             breakdown=breakdowns.get((p["env_label"], p["device_name"], p["config_key"])),
             device_type=next((str(r["device_type"]) for r in runs if r.get("device_type")), ""),
             profile=profiles.get(p.get("profile_run_id") or ""),

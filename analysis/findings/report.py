@@ -27,6 +27,7 @@ def configs_table(findings: Findings) -> Table:
         "env",
         "device",
         "config",
+        "samples/s (runs' range)",
         "bound",
         "fraction of roof",
         "headroom",
@@ -46,6 +47,7 @@ def configs_table(findings: Findings) -> Table:
                 c["env_label"],
                 c["device_name"],
                 c["label"],
+                _samples(c),
                 c["bound"],
                 pct(c.get("fraction_of_roof")),
                 f"×{num(c['headroom_factor'])}" if c.get("headroom_factor") else "",
@@ -56,6 +58,14 @@ def configs_table(findings: Findings) -> Table:
             ]
         )
     return Table(headers, rows)
+
+
+def _samples(c: dict) -> str:
+    """The configuration's samples/s (from its pooled mean step time) and, where its runs
+    disagree, the lowest and highest run's."""
+    text = num(c.get("throughput_samples_per_s"))
+    lo, hi = c.get("throughput_min_run_samples_per_s"), c.get("throughput_max_run_samples_per_s")
+    return f"{text} ({num(lo)}–{num(hi)})" if text and lo and hi and hi > lo else text
 
 
 def blocks(findings: Findings) -> list[tuple]:
@@ -94,8 +104,6 @@ def blocks(findings: Findings) -> list[tuple]:
         out += [
             ("p", "Energy per sample where no run measured it: " + "; ".join(energy_notes) + ".")
         ]
-    if findings.notes:
-        out += [("p", "Values left out of the findings:"), ("list", list(findings.notes))]
     return out
 
 
