@@ -381,17 +381,19 @@ def test_vendor_entry_is_logged_when_the_device_is_in_the_table(tmp_path, capsys
 def test_vendor_cache_bandwidths_are_compared_when_given():
     from roofline.vendor import VendorPeaks
 
+    # rates a device can have (VendorPeaks refuses a peak below 1e6 per second)
+
     r = results.PeaksResult("cuda", 64, 4000)
-    r.compute["bf16"] = sampling.Measurement("bf16", "flops", 100.0, 1, [1.0])
-    r.stream["copy"] = sampling.Measurement("copy", "bytes", 50.0, 1, [1.0])
-    r.l2["triad"] = sampling.Measurement("triad", "bytes", 300.0, 1, [1.0])
+    r.compute["bf16"] = sampling.Measurement("bf16", "flops", 100e9, 1, [1.0])
+    r.stream["copy"] = sampling.Measurement("copy", "bytes", 50e9, 1, [1.0])
+    r.l2["triad"] = sampling.Measurement("triad", "bytes", 300e9, 1, [1.0])
     vendor = VendorPeaks(
-        "X", {"bf16": 400.0}, 100.0, "https://x", l2_bytes_per_s=600.0, l1_bytes_per_s=900.0
+        "X", {"bf16": 400e9}, 100e9, "https://x", l2_bytes_per_s=600e9, l1_bytes_per_s=900e9
     )
     params, tags, metrics = results.vendor_fields(vendor, r)
     assert (
-        params["vendor_peak_l2_bytes_per_s"] == 600.0
-        and params["vendor_peak_l1_bytes_per_s"] == 900.0
+        params["vendor_peak_l2_bytes_per_s"] == 600e9
+        and params["vendor_peak_l1_bytes_per_s"] == 900e9
     )
     assert metrics == {
         "fraction_of_vendor_flops_bf16": 0.25,
