@@ -68,7 +68,7 @@ def plan(
     (env_label, device_name)) adds the step-time box plot."""
     jobs: list[FigureJob] = []
     if not analysis.speedups.empty:
-        rows = panel_rows(analysis.speedups, "speedup", "speedup_sd")
+        rows = panel_rows(analysis.speedups, "speedup", "speedup_ci95_low", "speedup_ci95_high")
         jobs.append(
             _named(fig_dir, "speedup", "fp16/bf16 speed-up over fp32", speedup_vs_batch, rows)
         )
@@ -134,11 +134,11 @@ def _roofline_jobs(analysis: Analysis, fig_dir: Path) -> list[FigureJob]:
     return jobs
 
 
-def panel_rows(frame: pd.DataFrame, y: str, extra: str) -> pd.DataFrame:
+def panel_rows(frame: pd.DataFrame, y: str, *extra: str) -> pd.DataFrame:
     """What a batch-size panel figure draws of `frame`: the rows with a `y` and a batch size, in
     order, plus one row per environment that has none (its panel says so), in the columns it reads
     (PANEL_COLUMNS, `y`, `extra`). The figure is the one the whole frame gives."""
-    cols = [c for c in [*PANEL_COLUMNS, y, extra] if c in frame]
+    cols = [c for c in [*PANEL_COLUMNS, y, *extra] if c in frame]
     drawn = frame[y].notna() & pd.to_numeric(frame["batch_size"], errors="coerce").gt(0)
     envs = frame[["env_label", "device_name"]].drop_duplicates()
     seen = set(zip(frame.loc[drawn, "env_label"], frame.loc[drawn, "device_name"]))

@@ -17,7 +17,8 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import pandas as pd
 
-from roofline import ceilings
+from roofline import ceilings, trust
+from roofline.trust import PEAKS_LOAD_METRICS, highest
 from train.timing import t_quantile_975
 from train.config import data_kind
 from roofline.model import PointEval, Roof, evaluate_point
@@ -89,8 +90,6 @@ PROFILE_METRICS = [
     "ncu_intensity_dram_flops_per_byte",
     "ncu_kernel_time_s",  # read for analysis/screen.py: counts no GPU makes in that time
 ]
-PEAKS_LOAD_METRICS = ["load_average_1m_start", "load_average_1m_max", "cpu_count"]
-"""the machine's load while a peaks run measured (profiling/peaks/load.py): which ceilings to trust"""
 # Every key analysis reads from a run, by prefix of its column: analysis/fetch reads and caches these
 # and no others. Peaks metrics go by name prefix (peak_flops_per_s_<dtype>, peak_<level>_bytes_per_s).
 READ_KEYS = {
@@ -565,38 +564,17 @@ def attach_intensity(points: pd.DataFrame, profiles: pd.DataFrame) -> pd.DataFra
 
 
 # ------------------------------------------------------------------------------- roofs
-LOAD_QUIET_START = 0.5
-"""a peaks run is trusted when the 1-minute load average when it started measuring was at most
-this many times the machine's logical CPUs (other work was light) ..."""
-LOAD_QUIET_MAX = 1.5
-"""... and the highest load while it measured at most this many times the CPUs (a CPU peaks run
-itself loads every core, about 1 x the CPUs; more means other work competed with it)."""
-
-
 def peaks_load(row: dict) -> dict:
     """A peaks run's record for the ceilings it gives: run id, start (epoch ms), the load average
     it logged at the start and at most while measuring (profiling/peaks/load.py), the CPUs, and
-    `trust`: quiet | busy | not recorded (runs made before peaks runs logged their load)."""
-    m = {k: _float(row.get(f"metrics.{k}")) for k in PEAKS_LOAD_METRICS}
-    start, top, cpus = m["load_average_1m_start"], m["load_average_1m_max"], m["cpu_count"]
-    if not (np.isfinite(start) and np.isfinite(top) and cpus > 0):
-        trust = "not recorded"
-    elif start <= LOAD_QUIET_START * cpus and top <= LOAD_QUIET_MAX * cpus:
-        trust = "quiet"
-    else:
-        trust = "busy"
+    `trust`: quiet | busy | not recorded (roofline/trust.py, the rule a run's own roofline uses)."""
     return {
         "run_id": str(row["run_id"]),
         "start_time": _float(row.get("_start")),
         "env_label": str(row.get(f"tags.{schema.TAG_ENV_LABEL}") or ""),
-        **m,
-        "trust": trust,
+        **trust.load_metrics(row),
+        "trust": trust.row_trust(row),
     }
-
-
-TRUST_ORDER = ("quiet", "not recorded", "busy")
-"""which peaks runs give a device's ceilings: the quiet ones when there are any, else those that
-recorded no load, else the busy ones; among them, each ceiling is the highest measured."""
 
 
 def _float(v) -> float:
@@ -606,27 +584,9 @@ def _float(v) -> float:
         return np.nan
 
 
-def highest(rows: list[dict], dev: str) -> Roof:
-    """Each ceiling the highest that the peaks runs `rows` measured, sourced to its run."""
-    out = Roof(dev)
-    for row in rows:
-        roof = ceilings.roof_from_peaks_row(row, dev)
-        for d, v in roof.flops_per_s.items():
-            if v > out.flops_per_s.get(d, 0.0):
-                out.flops_per_s[d], out.sources[f"flops:{d}"] = v, roof.sources[f"flops:{d}"]
-        for lv, v in roof.bytes_per_s.items():
-            if v > out.bytes_per_s.get(lv, 0.0):
-                out.bytes_per_s[lv], out.sources[f"bytes:{lv}"] = v, roof.sources[f"bytes:{lv}"]
-    return out
-
-
 def _trusted(rows: list[dict]) -> list[dict]:
-    """The rows of the most trusted kind present (TRUST_ORDER)."""
-    for kind in TRUST_ORDER:
-        chosen = [r for r in rows if r["_load"]["trust"] == kind]
-        if chosen:
-            return chosen
-    return []
+    """The rows of the most trusted kind present (roofline/trust.py TRUST_ORDER)."""
+    return trust.trusted(rows, lambda r: r["_load"]["trust"])
 
 
 def measured_roofs(

@@ -13,6 +13,7 @@ from typing import NamedTuple
 import pandas as pd
 
 from roofline.model import Roof
+from analysis.intervals import excludes_one
 from analysis.tables import engine_label
 from common import schema
 from common.fmt import num, pct, si
@@ -260,7 +261,7 @@ def speedups_table(sp: pd.DataFrame) -> Table:
         "batch",
         "classes",
         "precision",
-        "speed-up over fp32 (± SD)",
+        "speed-up over fp32 (95 % CI)",
     ]
     rows = [
         [
@@ -270,12 +271,21 @@ def speedups_table(sp: pd.DataFrame) -> Table:
             _int(r["batch_size"]),
             _int(r["num_classes"]),
             r["precision"],
-            f"{r['speedup']:.2f}×"
-            + (f" ± {r['speedup_sd']:.2f}" if math.isfinite(_f(r["speedup_sd"])) else ""),
+            speedup_text(r["speedup"], r["speedup_ci95_low"], r["speedup_ci95_high"]),
         ]
         for r in sp.to_dict("records")
     ]
     return Table(headers, rows)
+
+
+def speedup_text(speedup, low, high) -> str:
+    """'2.00× (95 % CI 1.86–2.15)', '; interval includes 1' where it does (no speed-up shown),
+    or '2.00× (no CI: a point lacks its step-time CI)'."""
+    lo, hi = _f(low), _f(high)
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return f"{_f(speedup):.2f}× (no CI: a point lacks its step-time CI)"
+    both = f"{_f(speedup):.2f}× (95 % CI {lo:.2f}–{hi:.2f}"
+    return both + (")" if excludes_one([lo, hi]) else "; interval includes 1)")
 
 
 def complexity_table(cx: pd.DataFrame) -> Table:

@@ -97,7 +97,7 @@ def right_legend(fig: Figure, handles: list, width_in: float) -> None:
 def _per_env_lines(
     points: pd.DataFrame,
     y: str,
-    yerr: str | None,
+    yerr: str | tuple[str, str] | None,
     ylabel: str,
     title: str,
     logy: bool,
@@ -106,7 +106,8 @@ def _per_env_lines(
 ) -> Figure:
     """One panel per environment, one line per series (model/precision/options) in the same color in
     every panel, and one legend for the figure. Error bars (`yerr`, a ± spread) never reach below
-    zero: where the spread exceeds the value the lower bar stops at 0, and the title says so."""
+    zero: where the spread exceeds the value the lower bar stops at 0, and the title says so. A
+    (low, high) pair of columns draws that interval instead (it never reaches below 0)."""
     envs = sorted({(e, d) for e, d in zip(points["env_label"], points["device_name"])})
     pts = points[
         points[y].notna() & pd.to_numeric(points["batch_size"], errors="coerce").gt(0)
@@ -115,7 +116,7 @@ def _per_env_lines(
     names = sorted(set(pts["series"]))
     color_of = distinct_colors(names)
     legend_in = 2.6
-    clipped = bool(yerr) and bool((pts[yerr].fillna(0) > pts[y]).any())
+    clipped = isinstance(yerr, str) and bool((pts[yerr].fillna(0) > pts[y]).any())
     title += "; lower bars cut at 0 where the spread exceeds the value" if clipped else ""
     ncols = 1 if len(envs) <= 1 else 2 if len(envs) <= 4 else 3
     title = wrap(title, 5.5 * ncols + legend_in - 0.4, 12)
@@ -138,12 +139,16 @@ def _per_env_lines(
     return fig
 
 
-def _draw_series(ax, g: pd.DataFrame, y: str, yerr: str | None, color: str, by_source: bool):
+def _draw_series(ax, g: pd.DataFrame, y: str, yerr, color: str, by_source: bool):
     """One series of one panel: a line with error bars, or with `by_source` one line per intensity
     source (a measured and a modeled value are never joined)."""
     if not by_source:
         err = None
-        if yerr:
+        if isinstance(yerr, tuple):
+            v = g[y].to_numpy(dtype=float)
+            lo, hi = (g[c].to_numpy(dtype=float) for c in yerr)
+            err = np.vstack([np.nan_to_num(v - lo), np.nan_to_num(hi - v)])  # (below, above)
+        elif yerr:
             sd = g[yerr].fillna(0).to_numpy()
             err = np.vstack([np.minimum(sd, g[y].to_numpy()), sd])  # (below, above)
         ax.errorbar(
@@ -240,9 +245,9 @@ def draw_speedup_vs_batch(speedups: pd.DataFrame) -> Figure:
     return _per_env_lines(
         speedups,
         "speedup",
-        "speedup_sd",
+        ("speedup_ci95_low", "speedup_ci95_high"),
         "speed-up over fp32 (samples/s ratio)",
-        "fp16/bf16 autocast speed-up over fp32 (error bars: ±1 SD, propagated)",
+        "fp16/bf16 autocast speed-up over fp32 (error bars: 95 % CI, log scale)",
         logy=False,
         hline=1.0,
     )

@@ -90,8 +90,9 @@ METHOD = [
         "**Samples/s and its spread**: the samples/s from the pooled mean step time, then the "
         "spread of the runs: several runs of one config in one environment -> the lowest and "
         "highest run's own rate (`summary.csv` adds their ratio and the SD of the runs' rates, "
-        "ddof = 1); one run -> ± the SD over its measured steps (within run). Speed-up SDs in "
-        "the fp16/bf16 table are propagated to first order from both SDs."
+        "ddof = 1); one run -> ± the SD over its measured steps (within run). The fp16/bf16 "
+        "speed-ups' 95 % intervals are taken on the log scale from both points' step-time CIs "
+        "(never below 0), as the findings' are."
     ),
 ]
 

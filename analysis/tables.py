@@ -11,6 +11,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
+from analysis.intervals import ratio_interval
 from analysis.join import ENV_TAGS, of_kind, short, text
 from common import schema
 
@@ -26,9 +27,12 @@ def speedups(points: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
 
     Points whose config is incomplete (a run without a batch_size or num_classes param, ...) are
     left out with a note: pandas would merge their missing values as equal and pair unrelated runs.
-    SD by first-order propagation of the two independent SDs: s * sqrt((sd_h/h)^2 + (sd_f/f)^2).
+    The 95 % interval [speedup_ci95_low, speedup_ci95_high] is the findings' own
+    (analysis/findings/values.ratio_interval): on the log scale from the two points' relative 95 %
+    CIs of their mean step times (step_time_ci95_rel), so it never leaves (0, inf); NaN where
+    either point lacks that CI.
     """
-    cols = [*SPEEDUP_KEYS, "precision", "label", "speedup", "speedup_sd"]
+    cols = [*SPEEDUP_KEYS, "precision", "label", "speedup", "speedup_ci95_low", "speedup_ci95_high"]
     empty = pd.DataFrame(columns=cols)
     if points.empty:
         return empty, []
@@ -54,7 +58,7 @@ def speedups(points: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
         )
     ok = points[known]
     base = ok[ok["precision"] == "fp32"][
-        keys + ["throughput_mean_samples_per_s", "throughput_sd_samples_per_s"]
+        keys + ["throughput_mean_samples_per_s", "step_time_ci95_rel"]
     ]
     half = ok[ok["precision"].isin(["fp16", "bf16"])]
     m = half.merge(base, on=keys, suffixes=("", "_fp32"))
@@ -62,13 +66,20 @@ def speedups(points: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
         return empty, notes
     h, f = m["throughput_mean_samples_per_s"], m["throughput_mean_samples_per_s_fp32"]
     m["speedup"] = h / f
-    rel = np.sqrt(
-        (m["throughput_sd_samples_per_s"] / h) ** 2
-        + (m["throughput_sd_samples_per_s_fp32"] / f) ** 2
-    )
-    m["speedup_sd"] = m["speedup"] * rel
+    cis = [
+        ratio_interval(s, _rel(a), _rel(b)) or [np.nan, np.nan]
+        for s, a, b in zip(m["speedup"], m["step_time_ci95_rel"], m["step_time_ci95_rel_fp32"])
+    ]
+    m["speedup_ci95_low"] = [c[0] for c in cis]
+    m["speedup_ci95_high"] = [c[1] for c in cis]
     m["label"] = [point_label(r) for r in m.to_dict("records")]
     return m[cols].sort_values(keys + ["precision"]).reset_index(drop=True), notes
+
+
+def _rel(v) -> float | None:
+    """A relative 95 % half-width as ratio_interval takes it: None unless finite and >= 0."""
+    x = pd.to_numeric(v, errors="coerce")
+    return float(x) if np.isfinite(x) and x >= 0 else None
 
 
 # ------------------------------------------------------------------------------- model complexity

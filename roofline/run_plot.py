@@ -1,8 +1,9 @@
 """One train run's own roofline: a small PNG on the run's page that answers "how close to the roof?"
 without running the analysis (train/roofline_figure.py logs it as `roofline.png`).
 
-The ceilings are the latest peaks run of the device on the same server (roofline/store.py),
-each ceiling it lacks taken from the vendor table (roofline/vendor.py), as analysis does
+The ceilings are the device's peaks runs on the same server chosen as analysis chooses them
+(roofline/store.py, roofline/trust.py: each the highest of the most trusted runs), each ceiling
+it lacks taken from the vendor table (roofline/vendor.py), as analysis does
 (roofline/ceilings.py). A
 train run has counted FLOPs but no measured DRAM bytes (those need an ncu profile): its point sits
 at the byte model's *modeled* intensity (hollow triangle, as in the analysis figures), and the
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 
 from common.fmt import pct, si
 from common.plausible import roof_flag
-from roofline.ceilings import measured_over_vendor, roof_from_peaks_row, roof_from_vendor
+from roofline.ceilings import measured_over_vendor, roof_from_vendor
 from roofline.model import (
     PointEval,
     Roof,
@@ -85,10 +86,9 @@ def with_line(note: str, line: str) -> str:
     return "\n".join([*lines[:at], line, *lines[at + 1 :]])
 
 
-def run_roof(device_name: str, peaks_row: dict | None, vendor_entry) -> Roof | None:
-    """The ceilings for a run on `device_name`: the peaks run's where it measured them, else the
-    vendor entry's; None when neither knows the device."""
-    measured = roof_from_peaks_row(peaks_row, device_name) if peaks_row else None
+def run_roof(device_name: str, measured: Roof | None, vendor_entry) -> Roof | None:
+    """The ceilings for a run on `device_name`: the measured ones (roofline/store.py measured_roof)
+    where there are, else the vendor entry's; None when neither knows the device."""
     return measured_over_vendor(measured, roof_from_vendor(vendor_entry, device_name))
 
 

@@ -267,11 +267,16 @@ def test_vendor_entry_with_l2_l1_bandwidths_gives_those_ceilings():
     )
 
 
+def _ci(row: dict, rel: float) -> dict:
+    """`row` with a logged relative 95 % step-time CI."""
+    return {**row, "metrics.step_time_ci95_rel": rel}
+
+
 def test_speedups_and_failed_runs():
     runs = pd.DataFrame(
         [
-            train("a", "e", "d", 64, "fp32", 100, thr_sd=4),
-            train("b", "e", "d", 64, "bf16", 250, thr_sd=5),
+            _ci(train("a", "e", "d", 64, "fp32", 100, thr_sd=4), 0.04),
+            _ci(train("b", "e", "d", 64, "bf16", 250, thr_sd=5), 0.03),
             train("c", "e", "d", 32, "fp16", 90, thr_sd=5),  # no fp32 partner: no speed-up
             {
                 "run_id": "f",
@@ -293,9 +298,9 @@ def test_speedups_and_failed_runs():
     sp, notes = tables.speedups(pts)
     assert len(sp) == 1 and notes == [] and sp.iloc[0]["precision"] == "bf16"
     assert sp.iloc[0]["speedup"] == pytest.approx(2.5)
-    assert sp.iloc[0]["speedup_sd"] == pytest.approx(
-        2.5 * math.sqrt((5 / 250) ** 2 + (4 / 100) ** 2)
-    )
+    # log scale: 2.5 x e^(±sqrt(0.03² + 0.04²)) = 2.5 x e^(±0.05)
+    assert sp.iloc[0]["speedup_ci95_low"] == pytest.approx(2.5 * math.exp(-0.05))
+    assert sp.iloc[0]["speedup_ci95_high"] == pytest.approx(2.5 * math.exp(0.05))
     failed = tables.failed_runs(runs)
     assert list(failed["run_id"]) == ["f"] and list(failed["error"]) == ["boom"]
 
@@ -303,10 +308,10 @@ def test_speedups_and_failed_runs():
 def test_num_classes_separates_points_speedup_pairs_labels_and_rows():
     runs = pd.DataFrame(
         [
-            train("a", "e", "d", 64, "fp32", 100, thr_sd=4),
-            train("b", "e", "d", 64, "bf16", 250, thr_sd=5),
-            train("c", "e", "d", 64, "fp32", 200, thr_sd=2, num_classes=10),
-            train("f", "e", "d", 64, "bf16", 300, thr_sd=3, num_classes=10),
+            _ci(train("a", "e", "d", 64, "fp32", 100, thr_sd=4), 0.04),
+            _ci(train("b", "e", "d", 64, "bf16", 250, thr_sd=5), 0.03),
+            _ci(train("c", "e", "d", 64, "fp32", 200, thr_sd=2, num_classes=10), 0.3),
+            _ci(train("f", "e", "d", 64, "bf16", 300, thr_sd=3, num_classes=10), 0.4),
         ]
     )
     a = core.build(runs)
@@ -319,21 +324,42 @@ def test_num_classes_separates_points_speedup_pairs_labels_and_rows():
     sp = a.speedups.set_index("num_classes")
     assert len(sp) == 2  # one pair per head size, never 10 classes against 1000
     assert sp.loc[1000, "speedup"] == pytest.approx(2.5)  # 250 / 100
-    assert sp.loc[1000, "speedup_sd"] == pytest.approx(
-        2.5 * math.sqrt((5 / 250) ** 2 + (4 / 100) ** 2)
-    )
+    assert sp.loc[1000, "speedup_ci95_low"] == pytest.approx(2.5 * math.exp(-0.05))
     assert sp.loc[10, "speedup"] == pytest.approx(1.5)  # 300 / 200
-    assert sp.loc[10, "speedup_sd"] == pytest.approx(
-        1.5 * math.sqrt((3 / 300) ** 2 + (2 / 200) ** 2)
-    )
+    # 1.5 x e^(±sqrt(0.3² + 0.4²)) = 1.5 x e^(±0.5): [0.91, 2.47], which holds 1
+    assert sp.loc[10, "speedup_ci95_low"] == pytest.approx(1.5 * math.exp(-0.5))
+    assert sp.loc[10, "speedup_ci95_high"] == pytest.approx(1.5 * math.exp(0.5))
     assert sp.loc[10, "label"] == "resnet18/b64/bf16/10cls"
     md = markdown.md_table(markdown.summary_table(a.points))
     assert "| e | d | resnet18 | fp32 | 64 | 10 | one process | 1 | 200 ± 2 (within run) |" in md
     assert "| e | d | resnet18 | fp32 | 64 | 1000 | one process | 1 | 100 ± 4 (within run) |" in md
     assert sorted(markdown.summary_frame(a.points)["num_classes"]) == [10, 10, 1000, 1000]
-    assert "| e | d | resnet18 | 64 | 10 | bf16 | 1.50× ± 0.02 |" in markdown.md_table(
-        markdown.speedups_table(a.speedups)
+    md = markdown.md_table(markdown.speedups_table(a.speedups))
+    assert (
+        "| e | d | resnet18 | 64 | 10 | bf16 | 1.50× (95 % CI 0.91–2.47; interval includes 1) |"
+        in md
     )
+    assert "| e | d | resnet18 | 64 | 1000 | bf16 | 2.50× (95 % CI 2.38–2.63) |" in md
+
+
+def test_a_speedup_interval_never_leaves_its_domain():
+    """Step-time CIs of ±150 % and ±200 %: a first-order ± would reach below 0; the log-scale
+    interval stays positive, holds 1 and says so; a point without a CI gets none."""
+    runs = pd.DataFrame(
+        [
+            _ci(train("a", "e", "d", 64, "fp32", 100), 1.5),
+            _ci(train("b", "e", "d", 64, "bf16", 300), 2.0),
+            train("c", "e", "d", 32, "fp32", 100),  # no step-time CI
+            _ci(train("f", "e", "d", 32, "bf16", 200), 0.1),
+        ]
+    )
+    sp = tables.speedups(join.aggregate_repeats(join.train_runs(runs)))[0].set_index("batch_size")
+    lo, hi = sp.loc[64, "speedup_ci95_low"], sp.loc[64, "speedup_ci95_high"]
+    assert lo == pytest.approx(3 * math.exp(-2.5)) and 0 < lo < 1 < hi
+    assert math.isnan(sp.loc[32, "speedup_ci95_low"]) and sp.loc[32, "speedup"] == pytest.approx(2)
+    md = markdown.md_table(markdown.speedups_table(sp.reset_index()))
+    assert "3.00× (95 % CI 0.25–36.55; interval includes 1)" in md
+    assert "2.00× (no CI: a point lacks its step-time CI)" in md
 
 
 def _ddp(run_id, precision, thr, backend):

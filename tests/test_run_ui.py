@@ -9,7 +9,8 @@ import mlflow
 import pytest
 
 from roofline import run_plot as run_roofline
-from roofline.store import latest_peaks_row
+from roofline.store import measured_roof, peaks_rows
+from analysis import join
 from analysis.join import short
 from roofline.model import Roof
 from common import schema
@@ -121,21 +122,56 @@ def test_run_continued_from_mlflow_run_keeps_its_source_tags(tracking, monkeypat
     assert client.get_run(s.run_id).data.tags["mlflow.source.name"] == "file:///project"
 
 
-def _peaks_run(env: str, device: str, flops: float) -> str:
+def _peaks_run(env: str, device: str, flops: float, load: tuple | None = None) -> str:
+    """A peaks run; `load` = (load average at the start, at most, CPUs) as profiling.peaks logs."""
     tags = {schema.TAG_ENV_LABEL: env, schema.TAG_DEVICE_NAME: device}
     with RunSession("peaks", run_name=f"peaks-{env}", tags=tags) as s:
         s.log_metrics({"peak_flops_per_s_fp32": flops, "peak_dram_bytes_per_s": 2e10})
+        if load is not None:
+            keys = ("load_average_1m_start", "load_average_1m_max", "cpu_count")
+            s.log_metrics(dict(zip(keys, load)))
     return s.run_id
 
 
-def test_latest_peaks_row_prefers_the_same_environment(tracking):
+def test_measured_roof_prefers_the_same_environment(tracking):
     mine = _peaks_run("box", "CPU X", 1e11)
-    _peaks_run("other", "CPU X", 3e11)  # later, but another environment
+    _peaks_run("other", "CPU X", 3e11)  # higher, but another environment
     _peaks_run("box", "CPU Y", 5e11)  # another device
-    row = latest_peaks_row("CPU X", "box")
-    assert row["run_id"] == mine and row["metrics.peak_flops_per_s_fp32"] == 1e11
-    assert latest_peaks_row("CPU X", "nowhere")["metrics.peak_flops_per_s_fp32"] == 3e11
-    assert latest_peaks_row("CPU Z", "box") is None
+    assert [r["run_id"] for r in peaks_rows("CPU X", "box")] == [mine]
+    roof = measured_roof("CPU X", "box")
+    assert roof.flops_per_s == {"fp32": 1e11}
+    assert roof.sources["flops:fp32"] == f"measured: peaks run {mine[:8]}"
+    assert measured_roof("CPU X", "nowhere").flops_per_s == {"fp32": 3e11}  # every env's, highest
+    assert measured_roof("CPU Z", "box") is None
+
+
+def test_a_train_runs_page_and_the_analysis_take_the_same_ceiling(tracking, tmp_path):
+    """A quiet older peaks run (load 1 of 8 CPUs) measured 4e11 FLOP/s; a busy newer one (load 12
+    of 8 CPUs) only 1e11. The run's roofline.png and the analysis both take the quiet run's ceiling
+    (roofline/trust.py), not the latest."""
+    from train.roofline_figure import log_roofline
+
+    quiet = _peaks_run("box", "CPU Q", 4e11, load=(1.0, 8.0, 8))
+    busy = _peaks_run("box", "CPU Q", 1e11, load=(12.0, 14.0, 8))
+    assert [r["run_id"] for r in peaks_rows("CPU Q", "box")] == [busy, quiet]  # newest first
+    cfg = TrainConfig(model="resnet18", batch_size=8, image_size=64, env_label="box")
+    metrics = {"achieved_flops_per_s": 5e10, "modeled_intensity_flops_per_byte": 8.0}
+    with RunSession("train", run_name="t") as s:
+        line = log_roofline(s, cfg, "CPU Q", metrics, tmp_path)
+    page = mlflow.tracking.MlflowClient().get_run(s.run_id).data
+    src = f"measured: peaks run {quiet[:8]}"
+    assert (
+        line
+        and src in page.tags[run_roofline.TAG_ROOF]
+        and busy[:8] not in page.tags[run_roofline.TAG_ROOF]
+    )
+    by_env, _, loads = join.measured_roofs(mlflow.search_runs(search_all_experiments=True))
+    analysed = by_env[("box", "CPU Q")]
+    assert analysed.flops_per_s["fp32"] == 4e11 == measured_roof("CPU Q", "box").flops_per_s["fp32"]
+    assert analysed.sources["flops:fp32"] == src
+    assert loads[short(quiet)]["trust"] == "quiet" and loads[short(busy)]["trust"] == "busy"
+    # roofline.png's fraction of roof: 5e10 against min(4e11, 8 x 2e10) = 1.6e11
+    assert page.metrics[run_roofline.METRIC_FRACTION] == pytest.approx(5e10 / 1.6e11)
 
 
 def test_run_roofline_figure_says_how_close_to_the_roof():
@@ -167,9 +203,8 @@ def test_run_roofline_figure_says_how_close_to_the_roof():
     assert run_roofline.png(roof, "fp32", 2.5e10, 8.0, "t")[:8] == b"\x89PNG\r\n\x1a\n"
     # a peaks run without a DRAM figure takes the vendor's, and says where each came from
     vendor = {"flops_per_s": {"fp32": 9e11}, "dram_bytes_per_s": 5e10, "source": "datasheet"}
-    merged = run_roofline.run_roof(
-        "CPU X", {"run_id": "abcdef123456", "metrics.peak_flops_per_s_fp32": 1e11}, vendor
-    )
+    measured = Roof("CPU X", {"fp32": 1e11}, sources={"flops:fp32": "measured: peaks run abcdef12"})
+    merged = run_roofline.run_roof("CPU X", measured, vendor)
     assert merged.flops_per_s == {"fp32": 1e11} and merged.bytes_per_s == {"dram": 5e10}
     assert run_roofline.run_roof("CPU X", None, None) is None
 

@@ -11,8 +11,8 @@ from train.config import TrainConfig
 
 
 def log_roofline(session, cfg: TrainConfig, device_name: str, metrics: dict, tmp: Path) -> str:
-    """Log `roofline.png`: this run against its device's ceilings (the latest peaks run of the
-    device on this server, else the vendor table), tag `bound` and metric `fraction_of_roof`. Tag
+    """Log `roofline.png`: this run against its device's ceilings (its peaks runs on this server,
+    chosen as analysis chooses them: roofline/trust.py; else the vendor table), tag `bound` and metric `fraction_of_roof`. Tag
     `roofline_roof` says where the ceilings came from (`measured: peaks run <id>`, `vendor:
     <source>`), or why there is no figure (a later `python -m analysis` draws it once the device
     has ceilings). Returns the description's 'Roofline: ...' line. A failure here is one warning,
@@ -23,9 +23,9 @@ def log_roofline(session, cfg: TrainConfig, device_name: str, metrics: dict, tmp
 
         peaks = None
         if not session.offline:
-            from roofline.store import latest_peaks_row
+            from roofline.store import measured_roof
 
-            peaks = latest_peaks_row(device_name, cfg.env_label)
+            peaks = measured_roof(device_name, cfg.env_label)
         roof = run_plot.run_roof(device_name, peaks, load_vendor_lookup()(device_name))
         if roof is None:
             reason = f"none: no peaks run or vendor entry for {device_name}"

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import math
 
+from analysis.intervals import excludes_one, log_interval, ratio_interval
+
+__all__ = ["excludes_one", "finite", "log_interval", "num", "ratio_interval"]
+
 
 def num(v, positive: bool = False) -> float | None:
     """`v` as a float, or None when it is missing or no number to compute with (NaN, infinite,
@@ -24,21 +28,3 @@ def num(v, positive: bool = False) -> float | None:
 
 def finite(x) -> bool:
     return x is not None and isinstance(x, (int, float)) and math.isfinite(x)
-
-
-def ratio_interval(ratio: float, rel_a: float | None, rel_b: float | None) -> list[float] | None:
-    """The 95 % interval of `ratio` = a / b (or b / a) of two independent means whose 95 % CIs
-    have relative half-widths rel_a and rel_b: on the log scale (delta method: the half-width of
-    log a is rel_a), log ratio ± sqrt(rel_a² + rel_b²). Never below 0; None when either is unknown."""
-    if rel_a is None or rel_b is None:
-        return None
-    return log_interval(ratio, math.hypot(rel_a, rel_b))
-
-
-def log_interval(x: float, rel: float) -> list[float]:
-    """[x / e^rel, x x e^rel]: a relative 95 % half-width `rel` taken on the log scale."""
-    return [x * math.exp(-rel), x * math.exp(rel)]
-
-
-def excludes_one(interval: list[float] | None) -> bool:
-    return interval is not None and (interval[0] > 1 or interval[1] < 1)

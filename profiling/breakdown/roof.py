@@ -1,7 +1,8 @@
 """The device's ceilings for the breakdown's bounds, and the roofline maths it uses.
 
-The one place the breakdown reaches the roofline model: the latest FINISHED peaks run of the
-device on the tracking server (the same env label first), each ceiling it lacks from the vendor
+The one place the breakdown reaches the roofline model: the FINISHED peaks runs of the
+device on the tracking server (the same env label first), chosen as analysis chooses them
+(roofline/trust.py: each ceiling the highest of the most trusted runs), each ceiling it lacks from the vendor
 table, as a train run's own `roofline.png` does; where neither knows the device (a CPU without a
 peaks run), no ceilings, and the reason.
 """
@@ -85,7 +86,7 @@ def device_ceilings(
     """The ceilings of `device_name` for a run of `precision` (see the module docstring); a
     failure to read them is a Ceilings with `why`, never an exception."""
     try:
-        peaks = store.latest_peaks_row(device_name, env_label) if online else None
+        peaks = store.measured_roof(device_name, env_label) if online else None
         roof = run_plot.run_roof(
             device_name, peaks, vendor.load_vendor_lookup(peaks_file)(device_name)
         )

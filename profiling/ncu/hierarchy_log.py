@@ -2,8 +2,8 @@
 (profiling.ncu.hierarchy, with the ceiling that bounds each name), `ncu/phase_levels.csv` (per
 phase: time-weighted intensity at each level), `ncu/hierarchical_roofline.png`
 (roofline/hierarchical.py) and, when a published table's conventions are asked
-(--half-convention, --units-convention), the table in them. The ceilings are the device's latest
-peaks run on the same server, each one it lacks from the vendor table or --peaks-file, as
+(--half-convention, --units-convention), the table in them. The ceilings are the device's peaks
+runs on the same server chosen as analysis chooses them (roofline/trust.py), each one it lacks from the vendor table or --peaks-file, as
 roofline/ceilings.py merges them.
 """
 
@@ -26,7 +26,7 @@ from profiling.ncu.hierarchy import (
     phase_levels,
 )
 from profiling.ncu.summary import NcuSummary
-from roofline.ceilings import measured_over_vendor, roof_from_peaks_row, roof_from_vendor
+from roofline.ceilings import measured_over_vendor, roof_from_vendor
 from roofline.hierarchical import hierarchical_png
 from roofline.model import LEVELS, Roof
 
@@ -36,15 +36,14 @@ PHASES = "ncu/phase_levels.csv"
 
 
 def device_roof(session, device_name: str, env_label: str, peaks_file: str) -> Roof | None:
-    """The ceilings of `device_name`: measured (latest peaks run) over vendor / --peaks-file."""
+    """The ceilings of `device_name`: measured (roofline/store.py measured_roof) over vendor / --peaks-file."""
     from roofline.vendor import load_vendor_lookup
 
     measured = None
     if not session.offline:
-        from roofline.store import latest_peaks_row
+        from roofline.store import measured_roof
 
-        row = latest_peaks_row(device_name, env_label)
-        measured = roof_from_peaks_row(row, device_name) if row else None
+        measured = measured_roof(device_name, env_label)
     vendor = roof_from_vendor(load_vendor_lookup(peaks_file)(device_name), device_name)
     return measured_over_vendor(measured, vendor)
 
