@@ -107,6 +107,8 @@ def rule_for(key: str) -> Rule | None:
     """The rule of metric `key`, None for a key analysis does not read as a number."""
     if key in RULES:
         return RULES[key]
+    if key.startswith("peak_") and key.endswith("_near_best_fraction"):  # how typical a peak was
+        return Rule(0.0, False, 1.0, "a fraction of the samples")
     if key.startswith("peak_flops_per_s_"):
         return _peak(bounds.MAX_FLOPS_PER_S, _FLOPS)
     if key == "peak_dram_bytes_per_s":

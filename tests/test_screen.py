@@ -56,6 +56,10 @@ def test_problem_names_why(key, value, why):
         ("ncu_flops_total", 0.0),  # a profile of kernels without float work
         ("exposed_comm_time_s", -0.002),  # noise: the compute-only step was slower
         ("peak_l1_bytes_per_s", 9e13),  # a CPU's L1 summed over its cores
+        # how typical a peak was: a fraction, not a rate (the rate floor left real peaks runs out)
+        ("peak_flops_per_s_bf16_near_best_fraction", 1.0),
+        ("peak_dram_bytes_per_s_near_best_fraction", 0.5),
+        ("peak_flops_per_s_fp32_p10", 2.5e10),
         ("throughput_samples_per_s", math.nan),  # absent: train_notes says what that costs
         ("some_other_metric", -1.0),  # not read by analysis
     ],
