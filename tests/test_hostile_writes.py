@@ -67,3 +67,19 @@ def test_out_with_a_planted_link_is_refused_and_its_target_kept(tracking, tmp_pa
         "link or pass another --out"
     )
     assert target.read_text() == "keep me\n"
+
+
+def test_a_read_only_artifact_folder_is_not_called_a_read_only_store(tracking):
+    """Issue 32: main said "the tracking store ... is read-only" for an artifact folder on a
+    read-only file system (the sqlite store itself was writable)."""
+    import errno
+
+    from common.server import store_problem
+
+    path = "/data/mlruns/1/abc/artifacts/timing/step_times.csv"
+    err = OSError(errno.EROFS, "Read-only file system", path)
+    line = store_problem(err)
+    assert line.startswith(f"the artifact folder of {tracking} cannot be written (")
+    assert f"make {path} writable" in line and "is read-only" not in line
+    db = OSError(errno.EROFS, "Read-only file system", tracking[len("sqlite:///") :])
+    assert "is read-only" in store_problem(db)  # the database itself still is the store
