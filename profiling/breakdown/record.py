@@ -54,6 +54,7 @@ def record(
     on_progress: Callable[[str], None] | None = None,
     wrap: Callable[[object], object] | None = None,
     barrier: Callable[[], None] | None = None,
+    walls: list[float] | None = None,
 ) -> Recording:
     """Prepare `cfg` on `device`, count FLOPs and bytes per row, warm up (`cfg.warmup_iters`), and
     record `steps` steps under torch.profiler. Raises BenchError on failures of the model (out of
@@ -61,7 +62,8 @@ def record(
 
     A rank of a data-parallel job passes `wrap(prep)`, which puts the engine around the prepared
     model after counting (train.distributed.engines.wrap: the counts are the work of one process,
-    as a distributed train run's), and `barrier()`, which every rank passes before recording."""
+    as a distributed train run's), and `barrier()`, which every rank passes before recording.
+    `walls` receives each recorded step's seconds as it ends (what an interrupt leaves)."""
     from train.bench import prepare, runtime_errors
 
     say = on_progress or (lambda _text: None)
@@ -86,7 +88,8 @@ def record(
             barrier()  # every rank records the same steps together
         say(f"recording {steps} step(s) under torch.profiler")
         t0 = time.perf_counter()
-        walls, prof = _profiled(one_step, steps, device)
+        walls = [] if walls is None else walls
+        prof = _profiled(one_step, steps, device, walls)
         record_s = time.perf_counter() - t0
         tracker.detach()
     return Recording(
@@ -121,17 +124,18 @@ def _stepper(prep, tracker: Tracker, device) -> Callable[[int], float]:
     return one_step
 
 
-def _profiled(one_step: Callable[[int], float], steps: int, device):
+def _profiled(one_step: Callable[[int], float], steps: int, device, walls: list[float]):
     """`steps` steps under torch.profiler (CPU, and CUDA on a CUDA device; shapes on, stacks
-    off): (their seconds, the profiler)."""
+    off), each one's seconds appended to `walls` as it ends; the profiler."""
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
     with profile(activities=activities, record_shapes=True, with_stack=False) as prof:
-        walls = [one_step(i) for i in range(steps)]
-    return walls, prof
+        for i in range(steps):
+            walls.append(one_step(i))
+    return prof
 
 
 def _chrome_trace(prof) -> str:
