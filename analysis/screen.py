@@ -98,6 +98,12 @@ KINDS = ("train", "profile", "peaks")
 """The run kinds whose numbers analysis uses (only their FINISHED runs are checked)."""
 
 
+_CEILING_KEYS = frozenset(
+    [f"peak_flops_per_s_{d}" for d in ("fp64", "fp32", "tf32", "fp16", "bf16")]
+    + [f"peak_{level}_bytes_per_s" for level in ("dram", "l2", "l1")]
+)
+
+
 def _peak(high: float, what: str) -> Rule:
     """A peak (ceiling) rate: from bounds.MIN_RATE_PER_S (a ridge point stays finite) to `high`."""
     return Rule(bounds.MIN_RATE_PER_S, False, high, what)
@@ -109,12 +115,15 @@ def rule_for(key: str) -> Rule | None:
         return RULES[key]
     if key.startswith("peak_") and key.endswith("_near_best_fraction"):  # how typical a peak was
         return Rule(0.0, False, 1.0, "a fraction of the samples")
+    # the ceilings themselves (peak_flops_per_s_<dtype>, peak_<level>_bytes_per_s) from 1e6 up: a
+    # ridge point stays finite; a peaks run's other figures (per kernel) keep the rule of a rate
+    ceiling = key in _CEILING_KEYS
     if key.startswith("peak_flops_per_s_"):
-        return _peak(bounds.MAX_FLOPS_PER_S, _FLOPS)
+        return (_peak if ceiling else _rate)(bounds.MAX_FLOPS_PER_S, _FLOPS)
     if key == "peak_dram_bytes_per_s":
         return _peak(bounds.MAX_DRAM_BYTES_PER_S, _DRAM)
     if key.startswith("peak_") and key.endswith("_bytes_per_s"):
-        return _peak(bounds.MAX_CACHE_BYTES_PER_S, _CACHE)
+        return (_peak if ceiling else _rate)(bounds.MAX_CACHE_BYTES_PER_S, _CACHE)
     return None
 
 

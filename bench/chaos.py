@@ -454,6 +454,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"  # this process reads summary.csv
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # started in the background by a non-interactive shell (`... &`): SIGINT is ignored, the
+        # commands inherit that and the signals case's SIGINT never reached its train (issue 32's
+        # check: a train measuring for 17 min after it). A handler, unlike SIG_IGN, ends at exec.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     chosen = [c for c in CASES if not args.case or c.__name__[5:] in args.case]
     outcomes = []
     with tempfile.TemporaryDirectory(prefix="chaos-") as tmp:

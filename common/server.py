@@ -6,6 +6,7 @@ the user or stored for display goes through `redact` (a tracking URI may hold a 
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import sqlite3
@@ -64,6 +65,13 @@ def store_problem(exc: BaseException) -> str:
     text = _chain_text(exc)
     uri = display_uri()
     where = f"the tracking store {uri}"
+    folder = _artifact_path(exc)
+    if folder is not None:  # main called a read-only artifact folder a read-only tracking store
+        return (
+            f"the artifact folder of {uri} cannot be written ({redact(one_line(exc))[:160]}): make "
+            f"{folder} writable (or set the experiment's artifact location), or point "
+            "MLFLOW_TRACKING_URI at another store"
+        )
     if "readonly database" in text or "Read-only file system" in text:
         return (
             f"{where} is read-only ({one_line(exc)[:120]}): make the file and its folder "
@@ -92,6 +100,21 @@ def store_problem(exc: BaseException) -> str:
         )
     line = redact(one_line(exc))
     return f"{where}: {line.split(' Response body:')[0][:300]}"
+
+
+def _artifact_path(exc: BaseException) -> str | None:
+    """The file an OSError in `exc`'s chain could not write when it is not the tracking database
+    (an artifact under ./mlruns or the experiment's artifact location), else None."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.filename and exc.errno in (errno.EROFS, errno.EACCES):
+            db = tracking_uri()[len("sqlite:///") :] if tracking_uri().startswith("sqlite:") else ""
+            name = str(exc.filename)
+            if not db or os.path.abspath(name) != os.path.abspath(db):
+                return name
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def _chain_text(exc: BaseException) -> str:

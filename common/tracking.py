@@ -58,6 +58,19 @@ RESCUE_DIR = "roofline-spool"
 # MLflow's SQL store logs every database error with its traceback at ERROR level before raising it;
 # the session reports the error itself, in one line.
 logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
+
+
+class FirstLineOnly(logging.Filter):
+    """Keeps a log record to its first line (at most 300 characters): MLflow's system-metrics
+    monitor warned with the whole SQL INSERT and its parameters when the disk was full."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        lines = record.getMessage().strip().splitlines() or [""]
+        record.msg, record.args = lines[0][:300], ()
+        return True
+
+
+logging.getLogger("mlflow.system_metrics.system_metrics_monitor").addFilter(FirstLineOnly())
 # MLflow prints "View run <name> at: <tracking URI>/#/..." when a run on a server ends, user name and
 # password included; the commands print their own hint, redacted (common.ui.ui_hint).
 os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"

@@ -691,7 +691,7 @@ def test_no_matching_runs_is_one_line_and_nonzero(tracking, tmp_path, capsys):
     assert rc == 2
     assert [ln for ln in err if ln.startswith("error")] == err[-1:]
     assert err[-1].startswith("error: no train runs match (all experiments)")
-    # a usage error leaves no analysis run behind (issue 32 case 6: it used to leave a FAILED one)
+    # issue 32: said before the analysis run is created, so no FAILED analysis run is left
     assert mlflow.search_runs(search_all_experiments=True, output_format="list") == []
 
 

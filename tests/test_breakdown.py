@@ -973,3 +973,28 @@ def test_ddp_breakdown_under_torchrun_logs_rank_0_with_its_communication(trackin
     comm = layers[layers.module == "communication"]
     assert len(comm) and comm.time_s.sum() > 0
     assert " (rank 0 of 2): " in run.data.tags[schema.TAG_NOTE]
+
+
+def test_an_interrupted_breakdown_keeps_the_steps_it_recorded(tracking, capsys, monkeypatch):
+    """Issue 32: an interrupted breakdown kept nothing it measured (train keeps its steps). The
+    interrupt is raised after two of three recorded steps (Ctrl-C; SIGTERM and SIGHUP raise the
+    same KeyboardInterrupt through common.cli)."""
+    from profiling.breakdown import record as record_mod
+    from profiling.cli import main as profiling_main
+
+    def two_then_interrupt(one_step, steps, device, walls):
+        walls.append(one_step(0))
+        walls.append(one_step(1))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(record_mod, "_profiled", two_then_interrupt)
+    argv = ["--breakdown", *RESNET, "--warmup-iters", "1", "--iters", "3", "--no-progress"]
+    assert profiling_main(argv) == 130
+    assert "Traceback" not in capsys.readouterr().err
+    (run,) = mlflow.search_runs(experiment_ids=["0"], output_format="list")
+    assert run.info.status == "KILLED"
+    assert run.data.tags["breakdown_partial"] == "interrupted after 2 of 3 recorded step(s)"
+    assert run.data.metrics["breakdown_recorded_steps"] == 2.0
+    local = mlflow.tracking.MlflowClient().download_artifacts(run.info.run_id, "step_wall_s.csv")
+    lines = open(local).read().splitlines()
+    assert lines[0] == "step,wall_s" and len(lines) == 3 and float(lines[1].split(",")[1]) > 0

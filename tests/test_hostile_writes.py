@@ -68,3 +68,35 @@ def test_out_with_a_planted_link_is_refused_and_its_target_kept(tracking, tmp_pa
         "link or pass another --out"
     )
     assert target.read_text() == "keep me\n"
+
+
+def test_a_read_only_artifact_folder_is_not_called_a_read_only_store(tracking):
+    """Issue 32: main said "the tracking store ... is read-only" for an artifact folder on a
+    read-only file system (the sqlite store itself was writable)."""
+    import errno
+
+    from common.server import store_problem
+
+    path = "/data/mlruns/1/abc/artifacts/timing/step_times.csv"
+    err = OSError(errno.EROFS, "Read-only file system", path)
+    line = store_problem(err)
+    assert line.startswith(f"the artifact folder of {tracking} cannot be written (")
+    assert f"make {path} writable" in line and "is read-only" not in line
+    db = OSError(errno.EROFS, "Read-only file system", tracking[len("sqlite:///") :])
+    assert "is read-only" in store_problem(db)  # the database itself still is the store
+
+
+def test_the_system_metrics_monitor_warns_in_one_line(capfd):
+    """Issue 32: on a full disk MLflow's system-metrics monitor printed its whole SQL INSERT with
+    every parameter."""
+    import logging
+
+    import common.tracking  # noqa: F401 - installs the filter
+    import mlflow  # noqa: F401 - and MLflow its handler
+
+    logging.getLogger("mlflow.system_metrics.system_metrics_monitor").warning(
+        "Failed to log system metrics: (sqlite3.OperationalError) database or disk is full\n"
+        "[SQL: INSERT INTO metrics (key, value) VALUES (?, ?)]\n[parameters: ('cpu', 1.0)]"
+    )
+    err = [ln for ln in capfd.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and "database or disk is full" in err[0] and "INSERT" not in err[0]

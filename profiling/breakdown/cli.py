@@ -114,11 +114,31 @@ def _main(argv: list[str] | None) -> int:
     session = _session(cfg, device, command)
     with console.quiet(command.no_progress), tempfile.TemporaryDirectory() as tmp, session:
         _open(session, cfg, device, command)
-        rec = _record(cfg, device)
+        walls: list[float] = []
+        try:
+            rec = _record(cfg, device, walls=walls)
+        except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP: the run ends KILLED with these
+            keep_partial(session, walls, int(cfg.iters))
+            raise
         result = analyse(rec, cfg, command, session)
         log_result(session, result, Path(tmp))
     _say(result, session)
     return 0
+
+
+def keep_partial(session, walls: list[float], steps: int) -> None:
+    """What an interrupted breakdown measured: the seconds of the steps recorded so far
+    (`step_wall_s.csv`, metric `breakdown_recorded_steps`, tag `breakdown_partial`); the module
+    rows need the whole recording. Main kept nothing (train keeps its steps)."""
+    session.set_tags(
+        {"breakdown_partial": f"interrupted after {len(walls)} of {steps} recorded step(s)"}
+    )
+    if walls:
+        session.log_metrics({"breakdown_recorded_steps": float(len(walls))})
+        session.log_text(
+            "step_wall_s.csv",
+            "step,wall_s\n" + "".join(f"{i},{w!r}\n" for i, w in enumerate(walls)),
+        )
 
 
 def _session(cfg, device, command: BreakdownCommand):

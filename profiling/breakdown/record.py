@@ -61,6 +61,7 @@ def record(
     on_progress: Callable[[str], None] | None = None,
     wrap: Callable[[object], object] | None = None,
     barrier: Callable[[], None] | None = None,
+    walls: list[float] | None = None,
 ) -> Recording:
     """Prepare `cfg` on `device`, count FLOPs and bytes per row, warm up (`cfg.warmup_iters`), and
     record `steps` steps under torch.profiler. Raises BenchError on failures of the model (out of
@@ -68,7 +69,8 @@ def record(
 
     A rank of a data-parallel job passes `wrap(prep)`, which puts the engine around the prepared
     model after counting (train.distributed.engines.wrap: the counts are the work of one process,
-    as a distributed train run's), and `barrier()`, which every rank passes before recording."""
+    as a distributed train run's), and `barrier()`, which every rank passes before recording.
+    `walls` receives each recorded step's seconds as it ends (what an interrupt leaves)."""
     say = on_progress or (lambda _text: None)
     with runtime_errors(cfg, device):
         prep = prepare(cfg, device)
@@ -92,7 +94,8 @@ def record(
             barrier()  # every rank records the same steps together
         say(f"recording {steps} step(s) under torch.profiler")
         t0 = time.perf_counter()
-        walls, prof = _profiled(one_step, steps, device, lean)
+        walls = [] if walls is None else walls
+        prof = _profiled(one_step, steps, device, walls, lean)
         record_s = time.perf_counter() - t0
         tracker.detach()
     return Recording(
@@ -125,8 +128,11 @@ def _stepper(prep, tracker: Tracker, device) -> Callable[[int], float]:
     return one_step
 
 
-def _profiled(one_step: Callable[[int], float], steps: int, device, lean: bool = False):
-    """`steps` steps under the profiler (`profiler_for`): (their seconds, the profiler). On the
+def _profiled(
+    one_step: Callable[[int], float], steps: int, device, walls: list[float], lean: bool = False
+):
+    """`steps` steps under the profiler (`profiler_for`), each one's seconds appended to `walls` as
+    it ends (what an interrupt leaves); the profiler. On the
     CPU, what kineto prints to the process's stderr while it starts and stops (`USDT: ...
     profiler_start`, `ERROR: ... gpuGetDeviceCount failed with code 35`: no GPU, as expected)
     is dropped; the steps themselves run with stderr as it is."""
@@ -135,12 +141,13 @@ def _profiled(one_step: Callable[[int], float], steps: int, device, lean: bool =
     with native_stderr_muted(quiet):
         prof.__enter__()
     try:
-        walls = [one_step(i) for i in range(steps)]
+        for i in range(steps):
+            walls.append(one_step(i))
     finally:
         with native_stderr_muted(quiet):
             prof.__exit__(None, None, None)
             kineto_results(prof)  # parsed here, where kineto prints about the devices
-    return walls, prof
+    return prof
 
 
 @contextlib.contextmanager
