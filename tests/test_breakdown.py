@@ -765,8 +765,8 @@ from profiling.breakdown.record import _chrome_trace, _profiled, kineto_results
 from profiling.breakdown.events import from_kineto
 quiet = sys.argv[1] == "quiet"
 for lean in (True, False):
-    walls, prof = _profiled(lambda i: torch.randn(8).sum() and 0.0, 2, torch.device(
-        "cpu" if quiet else "meta"), lean)
+    prof = _profiled(lambda i: torch.randn(8).sum() and 0.0, 2, torch.device(
+        "cpu" if quiet else "meta"), [], lean)
     from_kineto(kineto_results(prof))
     _chrome_trace(prof, quiet)
 print("done", file=sys.stderr)
@@ -982,7 +982,7 @@ def test_an_interrupted_breakdown_keeps_the_steps_it_recorded(tracking, capsys, 
     from profiling.breakdown import record as record_mod
     from profiling.cli import main as profiling_main
 
-    def two_then_interrupt(one_step, steps, device, walls):
+    def two_then_interrupt(one_step, steps, device, walls, lean=False):
         walls.append(one_step(0))
         walls.append(one_step(1))
         raise KeyboardInterrupt
