@@ -44,9 +44,11 @@ def inline(text: str) -> str:
     return _BOLD.sub(r"<strong>\1</strong>", out)
 
 
-MAX_COLUMNS = 11
+MAX_COLUMNS = 9
 """a table of more columns is shown as parts of at most this many, the row number `#` first in
-each: MLflow's artifact viewer is about 950 px wide, and a 15-column table is not (1191 px)"""
+each: MLflow's artifact viewer is about 950 px wide (871 px beside its panels), and a 15-column
+table is not (1191 px), nor the 11-column Findings table once its samples/s carry the runs'
+range (892 px)"""
 
 
 def table_parts(table: Table, most: int = MAX_COLUMNS) -> list[Table]:

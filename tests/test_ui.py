@@ -129,7 +129,7 @@ def test_fractions_the_pages_print_as_percentages_are_logged_beside_them(trackin
 
 def test_a_wide_report_table_is_shown_as_numbered_parts_that_fit_the_artifact_viewer():
     """Item 4: the summary's 15 columns (1191 px at MLflow's ~950 px viewer) become two parts of
-    at most 11 columns, each row numbered in both; a narrow table stays as it is. The widths in a
+    at most 9 columns (`#` included), each row numbered in both; a narrow table stays as it is. The widths in a
     browser: tests/test_ui_browser.py."""
     from analysis import html
     from analysis.markdown import Table
