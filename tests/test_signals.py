@@ -118,52 +118,42 @@ def test_run_of_a_killed_process_is_failed_by_the_next_run_and_nothing_else(trac
     assert close_stale_runs() == []  # done once
 
 
+def _stale_run_spooled(tracking: str, folder=None) -> str:
+    """The id of a RUNNING run whose process is gone, its spool entry (to be completed FINISHED
+    by upload) written to `folder` (None: the default spool folder)."""
+    from common.spool import write_entry
+
+    client = mlflow.tracking.MlflowClient()
+    tag = f"{schema.host_name()}:{dead_pid()}:0.00"
+    run_id = client.create_run("0", tags={schema.TAG_PROCESS: tag}).info.run_id
+    write_entry(
+        "cut",
+        record=asdict(RunRecord("train", run_name="cut")),
+        unsent=None,
+        run_id=run_id,
+        experiment_id="0",
+        experiment=None,
+        parent_local_id=None,
+        parent_run_id=None,
+        status="FINISHED",
+        tracking_uri=tracking,
+        **({} if folder is None else {"folder": folder}),
+    )
+    return run_id
+
+
 def test_stale_run_that_the_spool_will_complete_is_left_to_upload(tracking):
     """A run cut off by an outage and spooled (its id in the spool entry) belongs to upload, which
     completes it FINISHED: the stale sweep must not fail it first."""
-    from common.spool import write_entry
-
-    client = mlflow.tracking.MlflowClient()
-    tag = f"{schema.host_name()}:{dead_pid()}:0.00"
-    run_id = client.create_run("0", tags={schema.TAG_PROCESS: tag}).info.run_id
-    write_entry(
-        "cut",
-        record=asdict(RunRecord("train", run_name="cut")),
-        unsent=None,
-        run_id=run_id,
-        experiment_id="0",
-        experiment=None,
-        parent_local_id=None,
-        parent_run_id=None,
-        status="FINISHED",
-        tracking_uri=tracking,
-    )
+    run_id = _stale_run_spooled(tracking)
     assert close_stale_runs() == []
-    assert client.get_run(run_id).info.status == "RUNNING"
+    assert mlflow.tracking.MlflowClient().get_run(run_id).info.status == "RUNNING"
 
 
-def test_a_run_spooled_into_another_folder_is_left_to_upload_too(tracking, tmp_path, monkeypatch):
+def test_a_run_spooled_into_another_folder_is_left_to_upload_too(tracking, tmp_path):
     """Issue 32: a run spooled to a folder other than the default (ROOFLINE_SPOOL_DIR, or the
     ./roofline-spool fallback) was marked FAILED ("process is gone") by the next upload from the
     default folder while its entry was safe there. Every folder spooled into is remembered."""
-    from common.spool import write_entry
-
-    client = mlflow.tracking.MlflowClient()
-    tag = f"{schema.host_name()}:{dead_pid()}:0.00"
-    run_id = client.create_run("0", tags={schema.TAG_PROCESS: tag}).info.run_id
-    other = tmp_path / "elsewhere"
-    write_entry(
-        "cut",
-        record=asdict(RunRecord("train", run_name="cut")),
-        unsent=None,
-        run_id=run_id,
-        experiment_id="0",
-        experiment=None,
-        parent_local_id=None,
-        parent_run_id=None,
-        status="FINISHED",
-        tracking_uri=tracking,
-        folder=other,
-    )
+    run_id = _stale_run_spooled(tracking, tmp_path / "elsewhere")
     assert close_stale_runs() == []  # the default folder (tracking's) holds nothing
-    assert client.get_run(run_id).info.status == "RUNNING"
+    assert mlflow.tracking.MlflowClient().get_run(run_id).info.status == "RUNNING"
