@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from common import bounds, schema
+from roofline.model import DTYPES
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,7 @@ KINDS = ("train", "profile", "peaks")
 
 
 _CEILING_KEYS = frozenset(
-    [f"peak_flops_per_s_{d}" for d in ("fp64", "fp32", "tf32", "fp16", "bf16")]
+    [f"peak_flops_per_s_{d}" for d in DTYPES]
     + [f"peak_{level}_bytes_per_s" for level in ("dram", "l2", "l1")]
 )
 
