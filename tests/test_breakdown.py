@@ -93,11 +93,10 @@ def _profiled_step(model, root: str, x, y, lean: bool = False):
     from torch.profiler import ProfilerActivity, profile
 
     from profiling.breakdown.events import from_kineto
-    from profiling.breakdown.hooks import Tracker
-    from profiling.breakdown.record import kineto_results, lean_profile
+    from profiling.breakdown.record import kineto_results, lean_profile, tracker_for
     from train.step import train_step
 
-    with Tracker(model, root, user_scope=lean, cpu_clock=lean) as tracker:
+    with tracker_for(model, root, lean) as tracker:
         parts = _step_parts(model, tracker)
         train_step(parts, x, y)
         counts = count_one(tracker, lambda: train_step(parts, x, y), x.shape[0])
@@ -106,7 +105,7 @@ def _profiled_step(model, root: str, x, y, lean: bool = False):
         with prof:
             with tracker.span(names.step_range(0)):
                 train_step(parts, x, y)
-    events = from_kineto(kineto_results(prof))
+    events = tracker.events(from_kineto(kineto_results(prof)))
     att = attribute(events, tracker.owner_of_seq)
     if lean:  # no aten op was recorded: ranges and backward nodes alone, and the CPU clock
         assert events and not any(e.name.startswith("aten::") for e in events)

@@ -29,12 +29,13 @@ import contextlib
 import time
 from typing import Callable, Iterator
 
-from profiling.breakdown import names
+from profiling.breakdown import names, stamps
+from profiling.breakdown.events import Ev
 from profiling.breakdown.owners import SeqOwners, backward_owner
 
 _FORWARD_BASE = names.LOSS  # work in the forward phase outside the model: the loss
 TICK_NS = 1_000_000  # the CPU clock's markers: at most about one per millisecond of wall time
-_wall_ns = time.perf_counter_ns
+_stamp_ns = time.time_ns  # CLOCK_REALTIME, the clock of kineto's host events (stamps.py)
 _cpu_ns = time.thread_time_ns
 
 
@@ -49,7 +50,9 @@ class Tracker:
     ranges (False for a counting pass, which only needs the owners); `nvtx`: NVTX ranges too;
     `grad_markers`: the AccumulateGrad markers; `user_scope`: ranges a profiler that records
     user scopes alone sees (`range_pair`); `cpu_clock`: `cpu: <ns>` markers of the thread's CPU
-    clock (`tick`).
+    clock (`tick`); `stamps`: module ranges and markers kept as wall-clock stamps in Python, not
+    profiler ranges (profiling.breakdown.stamps; `events` merges them), the step and phase ranges
+    staying profiler ranges.
     """
 
     def __init__(
@@ -62,12 +65,21 @@ class Tracker:
         grad_markers: bool = True,
         user_scope: bool = False,
         cpu_clock: bool = False,
+        stamps: bool = False,
     ) -> None:
         import torch
 
         self.model = model
         self.cpu_clock = cpu_clock and ranges
-        self._last_tick_ns = 0
+        self._last_tick = [0]  # wall ns of the last CPU-clock marker (a cell the wrappers share)
+        self.stamps = stamps and ranges and not nvtx
+        self.log: list[tuple] = []
+        """stamps mode: module entries and exits, grad and CPU-clock markers (profiling.breakdown.stamps)"""
+        self.anchors: list[tuple[str, int]] = []
+        self.lost_grad_markers = 0
+        self.stamped: list[Ev] = []
+        """stamps mode: the stamps as events, after `events`"""
+        """stamps mode: (step range label, wall ns just before it opened): the clocks' offset"""
         self._open_range, self._close_range = range_pair(user_scope)
         self.root = root
         self.ranges = ranges
@@ -104,13 +116,36 @@ class Tracker:
         if self.grad_markers:
             for param in self.model.parameters():
                 if param.requires_grad:
-                    owner = self.param_owner[id(param)]
-                    self._handles.append(
-                        param.register_post_accumulate_grad_hook(
-                            lambda _p, o=owner: self._grad_marker(o)
-                        )
-                    )
+                    hook = self._grad_hook(self.param_owner[id(param)])
+                    self._handles.append(param.register_post_accumulate_grad_hook(hook))
         return self
+
+    def _grad_hook(self, owner: str) -> Callable:
+        """The post-accumulate-grad hook that drops `grad: <owner>` inside the AccumulateGrad (and,
+        on the CPU clock, a `cpu: <ns>` marker when a millisecond has passed: backward has no
+        module calls to tick). Without NVTX it calls the range pair directly."""
+        if self.nvtx or not self.ranges:
+            return lambda _p: self._grad_marker(owner)
+        label = names.GRAD + owner
+        tick = self._tick if self.cpu_clock else None
+        last, now = self._last_tick, _stamp_ns
+        if self.stamps:
+            log = self.log
+
+            def stamp(_param) -> None:
+                if tick is not None and now() - last[0] >= TICK_NS:
+                    tick()
+                log.append((now(), label, 0))
+
+            return stamp
+        open_, close = self._open_range, self._close_range
+
+        def marker(_param) -> None:
+            if tick is not None and now() - last[0] >= TICK_NS:
+                tick()
+            close(open_(label))
+
+        return marker
 
     def _grad_ranges(self) -> None:
         """NVTX only: a `grad: <owner>` range around every parameter's AccumulateGrad node, so
@@ -138,7 +173,68 @@ class Tracker:
         """`forward` inside the module's range: the module innermost while it runs (an instance
         attribute, which nn.Module's call runs as it would the class's forward; forward hooks
         would add torch's hook dispatch, about 1.2 us of thread CPU per call here:
-        docs/breakdown.md, Measures)."""
+        docs/breakdown.md, Measures). Without NVTX the wrapper calls the range pair and the
+        clocks directly: every call of every module pays for each step it takes (the same
+        bench measures it)."""
+        if self.nvtx or not self.ranges or self._seq is None:
+            return self._wrapped_general(name, forward)
+        label = names.module_range(name)
+        stack, starts, owners = self.stack, self.seq_owners.starts, self.seq_owners.owners
+        seq = self._seq
+        tick = self._tick if self.cpu_clock else None
+        last, now = self._last_tick, _stamp_ns
+        tracker = self
+        if self.stamps:
+            log = self.log
+
+            def run_stamped(*args, **kwargs):
+                stack.append(name)
+                starts.append(seq())
+                owners.append(name)
+                t = now()
+                if tick is not None and t - last[0] >= TICK_NS:
+                    tick()
+                log.append((now(), label))
+                try:
+                    return forward(*args, **kwargs)
+                finally:
+                    log.append((now(), None))
+                    stack.pop()
+                    starts.append(seq())  # _note, inline
+                    owners.append(
+                        stack[-1]
+                        if stack
+                        else (_FORWARD_BASE if tracker.phase == "forward" else None)
+                    )
+                    if tick is not None and now() - last[0] >= TICK_NS:
+                        tick()
+
+            return run_stamped
+        open_, close = self._open_range, self._close_range
+
+        def run_in_range(*args, **kwargs):
+            stack.append(name)
+            starts.append(seq())
+            owners.append(name)
+            if tick is not None and now() - last[0] >= TICK_NS:
+                tick()
+            handle = open_(label)
+            try:
+                return forward(*args, **kwargs)
+            finally:
+                close(handle)
+                stack.pop()
+                starts.append(seq())  # _note, inline
+                owners.append(
+                    stack[-1] if stack else (_FORWARD_BASE if tracker.phase == "forward" else None)
+                )
+                if tick is not None and now() - last[0] >= TICK_NS:
+                    tick()
+
+        return run_in_range
+
+    def _wrapped_general(self, name: str, forward: Callable) -> Callable:
+        """`_wrapped` with NVTX ranges too, or with no ranges (a counting pass)."""
         label = names.module_range(name)
         stack, starts, owners = self.stack, self.seq_owners.starts, self.seq_owners.owners
         seq = self._seq
@@ -165,11 +261,17 @@ class Tracker:
     def _tick(self, every_ns: int = TICK_NS) -> None:
         """A `cpu: <ns>` marker (the thread's CPU clock, read here) when `every_ns` of wall time
         have passed since the last one: reading the clock costs 2.7 us of thread CPU here (a
-        system call), so it is read about once a millisecond, not at every module call."""
-        now = _wall_ns()
-        if now - self._last_tick_ns >= every_ns:
-            self._last_tick_ns = now
-            self._marker(names.CPU_CLOCK + str(_cpu_ns()))
+        system call), so it is read about once a millisecond, not at every module call. The
+        marker's wall time is taken after the CPU clock is read, so a stretch between two markers
+        never holds more CPU time than wall time."""
+        now = _stamp_ns()
+        if now - self._last_tick[0] >= every_ns:
+            self._last_tick[0] = now
+            label = names.CPU_CLOCK + str(_cpu_ns())
+            if self.stamps:
+                self.log.append((_stamp_ns(), label, 0))
+            else:
+                self._marker(label)
 
     def detach(self) -> None:
         for handle in self._handles:
@@ -235,8 +337,12 @@ class Tracker:
 
     @contextlib.contextmanager
     def span(self, label: str) -> Iterator[None]:
-        """A range of the loop around the step (`step: i`, `phase: data`)."""
+        """A range of the loop around the step (`step: i`, `phase: data`). In stamps mode the
+        instant before it opens is kept (`anchors`): the offset between the stamps' clock and
+        the profiler's."""
         self._edge()
+        if self.stamps:
+            self.anchors.append((label, _stamp_ns()))
         handle = self._push(label)
         try:
             yield
@@ -276,8 +382,24 @@ class Tracker:
         return phase_owner(self.phase)
 
     def clear(self) -> None:
-        """Forget the sequence-number map (between steps; numbers keep growing)."""
+        """Forget the sequence-number map (between steps; numbers keep growing) and the stamps."""
         self.seq_owners.clear()
+        self.log.clear()
+        self.anchors.clear()
+
+    def events(self, recorded: list[Ev]) -> list[Ev]:
+        """The profiler's events of the recorded steps with the Tracker's stamps among them, on
+        the thread of the first step range (stamps.to_events); `recorded` as it is without
+        stamps."""
+        if not self.stamps or not self.log:
+            return recorded
+        steps = [e for e in recorded if e.name.startswith(names.STEP)]
+        if not steps:
+            return recorded
+        thread = min(steps, key=lambda e: e.start_ns).thread
+        offset = stamps.offset_ns(self.anchors, steps)
+        self.stamped, self.lost_grad_markers = stamps.to_events(self.log, recorded, thread, offset)
+        return recorded + self.stamped
 
 
 def range_pair(user_scope: bool = False) -> tuple[Callable[[str], object], Callable]:

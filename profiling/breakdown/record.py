@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from profiling.breakdown import names
+from profiling.breakdown import names, stamps
 from profiling.breakdown.counts import RowCounts, count_rows
 from profiling.breakdown.events import Ev, from_kineto
 from profiling.breakdown.hooks import Tracker
@@ -62,6 +62,7 @@ def record(
     wrap: Callable[[object], object] | None = None,
     barrier: Callable[[], None] | None = None,
     walls: list[float] | None = None,
+    before_step: Callable[[int], None] | None = None,
 ) -> Recording:
     """Prepare `cfg` on `device`, count FLOPs and bytes per row, warm up (`cfg.warmup_iters`), and
     record `steps` steps under torch.profiler. Raises BenchError on failures of the model (out of
@@ -70,12 +71,14 @@ def record(
     A rank of a data-parallel job passes `wrap(prep)`, which puts the engine around the prepared
     model after counting (train.distributed.engines.wrap: the counts are the work of one process,
     as a distributed train run's), and `barrier()`, which every rank passes before recording.
-    `walls` receives each recorded step's seconds as it ends (what an interrupt leaves)."""
+    `walls` receives each recorded step's seconds as it ends (what an interrupt leaves);
+    `before_step(i)` runs before recorded step i, outside it (bench/breakdown_load.py changes the
+    machine's load there)."""
     say = on_progress or (lambda _text: None)
     with runtime_errors(cfg, device):
         prep = prepare(cfg, device)
         lean = device.type == "cpu" and wrap is None
-        tracker = Tracker(prep.model, cfg.model, user_scope=lean, cpu_clock=lean).attach()
+        tracker = tracker_for(prep.model, cfg.model, lean).attach()
         say(f"counting FLOPs and bytes per module ({cfg.model} b{cfg.batch_size})")
         t0 = time.perf_counter()
         counts = count_rows(prep, tracker)
@@ -95,20 +98,37 @@ def record(
         say(f"recording {steps} step(s) under torch.profiler")
         t0 = time.perf_counter()
         walls = [] if walls is None else walls
+        if before_step is not None:
+            inner = one_step
+
+            def one_step(i: int) -> float:
+                before_step(i)
+                return inner(i)
+
         prof = _profiled(one_step, steps, device, walls, lean)
         record_s = time.perf_counter() - t0
         tracker.detach()
+    events = tracker.events(from_kineto(kineto_results(prof)))
     return Recording(
-        events=from_kineto(kineto_results(prof)),
+        events=events,
         step_wall_s=walls,
         counts=counts,
         tracker=tracker,
         time_source="device" if device.type == "cuda" else "host",
-        trace_json=_chrome_trace(prof, quiet=device.type == "cpu"),
+        trace_json=stamps.merge_trace(
+            _chrome_trace(prof, quiet=device.type == "cpu"), tracker.stamped
+        ),
         warmup_s=warmup_s,
         count_s=count_s,
         record_s=record_s,
     )
+
+
+def tracker_for(model, root: str, lean: bool) -> Tracker:
+    """The recording's Tracker: `lean` (one process on the CPU, the lean profiler) keeps module
+    ranges and markers as Python stamps (profiling.breakdown.stamps) and reads the thread's CPU
+    clock; else every range is a profiler range (op scope, which torch.profiler records)."""
+    return Tracker(model, root, user_scope=lean, cpu_clock=lean, stamps=lean)
 
 
 def _stepper(prep, tracker: Tracker, device) -> Callable[[int], float]:
