@@ -1,25 +1,29 @@
 """Do the breakdown's shares hold on a busy machine? (issue 30 item 2)
 
-The same breakdown (the command's own record, attribute and rows; no MLflow) of one config, run
-alone and beside competing processes (busy Python loops, one per core by default), alternating
-(alone, beside, alone, beside, ...). For every top-level row of the default view (the modules a
-user reads first, forward and backward) it compares the shares between the two conditions, each
-condition the median over its runs, by both clocks: the main thread's CPU clock (what the shares
-use on the CPU) and the wall clock. The control: the same comparison between the first two runs
-alone, the spread of the measure itself.
+The same breakdown (the command's own record, attribute and rows; no MLflow) of one config, its
+recorded steps alternating between alone and beside competing processes (busy Python loops, one
+per core by default, stopped with SIGSTOP before an alone step and resumed with SIGCONT before a
+beside step): paired steps of one model in one process, so that what moves a share between the
+conditions is the load and not where this run's activations landed in memory (two breakdowns of
+one config alone differ by up to 4 points in a row's share on a quiet machine: `--control runs`).
+Each step is attributed on its own; for every top-level row of the default view (the modules a
+user reads first, forward and backward) the bench compares the median share over the alone steps
+with the median over the beside steps, by both clocks: the main thread's CPU clock (what the
+shares use on the CPU) and the wall clock. The control: the same comparison between the alone
+steps split in two (every other one), the spread of the measure itself.
 
     python -m bench.breakdown_load [--model resnet18 --batch 4 --image-size 64 --runs 2
-                                    --competitors 2 --steps 3]
+                                    --competitors 2 --steps 10]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import statistics
 import subprocess
 import sys
-import time
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")  # before anything imports deepspeed (train does)
 
@@ -41,66 +45,115 @@ def top_shares(table: list[dict], tree, clock: str) -> Shares:
     return {(r["module"], r["phase"]): r["time_s"] / step for r in table if r["module"] in top}
 
 
-def median_shares(runs: list[Shares]) -> Shares:
-    """Per row, the median of its share over runs (a row missing from a run counts 0)."""
-    keys = set().union(*runs) if runs else set()
-    return {k: statistics.median(r.get(k, 0.0) for r in runs) for k in keys}
-
-
-def largest_shift(a: Shares, b: Shares) -> tuple[tuple[str, str] | None, float]:
-    """The row whose share differs most between `a` and `b`, and by how many points."""
-    keys = set(a) | set(b)
+def paired_shift(pairs: list[tuple[Shares, Shares]]) -> tuple[tuple[str, str] | None, float, list]:
+    """The row whose share moves most from the first to the second step of a pair, in points:
+    per row the median over pairs of (second - first), a row missing from a step counting 0;
+    with that row's per-pair differences (points). Pairs of neighbouring steps of one breakdown:
+    a change of state between breakdowns, or in the middle of one (where its buffers landed,
+    whether the allocator hands out fresh pages), moves a few pairs, not the median."""
+    keys = set().union(*(set(a) | set(b) for a, b in pairs)) if pairs else set()
     if not keys:
-        return None, 0.0
-    key = max(keys, key=lambda k: (abs(a.get(k, 0.0) - b.get(k, 0.0)), k))
-    return key, 100 * abs(a.get(key, 0.0) - b.get(key, 0.0))
+        return None, 0.0, []
+    diffs = {k: [100 * (b.get(k, 0.0) - a.get(k, 0.0)) for a, b in pairs] for k in keys}
+    med = {k: statistics.median(v) for k, v in diffs.items()}
+    key = max(keys, key=lambda k: (abs(med[k]), k))
+    return key, abs(med[key]), diffs[key]
 
 
-def one_breakdown(cfg, device, steps: int) -> dict[str, Shares]:
-    """One breakdown of `cfg`: its top-level shares by both clocks."""
+def step_shares(rec) -> list[dict[str, Shares]]:
+    """Each recorded step of `rec` (record.Recording) attributed on its own: its top-level shares
+    by both clocks (`share`: as the breakdown logs them, `wall`)."""
+    from profiling.breakdown import names
     from profiling.breakdown.attribute import attribute
-    from profiling.breakdown.record import record
     from profiling.breakdown.roof import Ceilings
     from profiling.breakdown.table import ModuleTree, rows
 
-    rec = record(cfg, device, steps)
-    att = attribute(rec.events, rec.tracker.owner_of_seq, rec.time_source)
     tree = ModuleTree(rec.tracker.root, list(rec.tracker.paths), rec.tracker.leaves)
-    table = rows(tree, att, rec.counts.flops, rec.counts.bytes, rec.step_mean_s, Ceilings())
-    return {
-        "share": top_shares(table, tree, "share"),
-        "wall": top_shares(table, tree, "wall"),
-        "clock": att.share_clock,
-    }
+    ranges = sorted(
+        (e for e in rec.events if e.name.startswith(names.STEP)), key=lambda e: e.start_ns
+    )
+    out = []
+    for s, wall_s in zip(ranges, rec.step_wall_s):
+        mine = [e for e in rec.events if s.start_ns <= e.start_ns <= s.end_ns]
+        att = attribute(mine, rec.tracker.owner_of_seq, rec.time_source)
+        table = rows(tree, att, {}, {}, wall_s, Ceilings())
+        out.append(
+            {
+                "share": top_shares(table, tree, "share"),
+                "wall": top_shares(table, tree, "wall"),
+                "clock": att.share_clock,
+            }
+        )
+    return out
+
+
+def one_breakdown(cfg, device, steps: int, procs: list[subprocess.Popen]) -> list[dict]:
+    """One breakdown of `cfg` whose even recorded steps run alone (the competitors stopped) and
+    odd ones beside them (resumed): each step's shares (`step_shares`) with its condition."""
+    from profiling.breakdown.record import record
+
+    def before_step(i: int) -> None:
+        signal_all(procs, signal.SIGCONT if i % 2 else signal.SIGSTOP)
+
+    signal_all(procs, signal.SIGSTOP)
+    try:
+        rec = record(cfg, device, steps, before_step=before_step)
+    finally:
+        signal_all(procs, signal.SIGSTOP)
+    out = step_shares(rec)
+    for i, step in enumerate(out):
+        step["beside"] = bool(i % 2)
+    return out
+
+
+def signal_all(procs: list[subprocess.Popen], sig: int) -> None:
+    for p in procs:
+        p.send_signal(sig)
 
 
 def competitors(n: int) -> list[subprocess.Popen]:
-    """`n` busy Python loops (this bench's own processes; ended by `stop`)."""
-    return [
+    """`n` busy Python loops (this bench's own processes; ended by `stop`), the k-th held to the
+    k-th CPU this process may use, and this process to the first: the first loop shares the
+    training thread's CPU (it preempts it), the next ones run beside it. Unpinned, a loop resumed
+    for one 60 ms step lands on whichever CPU is free and the training thread is not preempted at
+    all (its steps' wall time equalled their CPU time, measured)."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    procs = [
         subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL)
         for _ in range(n)
     ]
+    if cpus:
+        for k, p in enumerate(procs):
+            os.sched_setaffinity(p.pid, {cpus[k % len(cpus)]})
+        os.sched_setaffinity(0, {cpus[0]})
+    return procs
 
 
 def stop(procs: list[subprocess.Popen]) -> None:
     for p in procs:
+        p.send_signal(signal.SIGCONT)  # a stopped process does not act on SIGTERM until resumed
         p.terminate()
     for p in procs:
         p.wait(timeout=30)
 
 
-def summarise(alone: list[dict], beside: list[dict]) -> list[tuple[str, str, float]]:
-    """(clock, row, points) for the largest shift between the conditions by each clock, and the
-    control (the first two alone runs against each other) by each clock."""
+def summarise(runs: list[list[dict]]) -> list[tuple[str, str, float]]:
+    """(clock, row, points) by each clock: the largest shift of a top-level row's share from an
+    alone step to the beside step after it (`paired_shift`; each run's steps in order, even alone,
+    odd beside), and the control: the same from an alone step to the next alone step."""
     out = []
     for clock in ("share", "wall"):
-        key, pts = largest_shift(
-            median_shares([r[clock] for r in alone]), median_shares([r[clock] for r in beside])
-        )
-        out.append((clock, " ".join(key) if key else "-", pts))
-        if len(alone) >= 2:
-            key, pts = largest_shift(alone[0][clock], alone[1][clock])
-            out.append((f"{clock} control", " ".join(key) if key else "-", pts))
+        for name, gap, first in ((clock, 1, 0), (f"{clock} control", 2, 0)):
+            pairs = [
+                (run[i][clock], run[i + gap][clock])
+                for run in runs
+                for i in range(first, len(run) - gap, 2)
+            ]
+            key, pts, per_pair = paired_shift(pairs)
+            row = "-"
+            if key:
+                row = f"{' '.join(key)}; per pair " + " ".join(f"{d:+.1f}" for d in per_pair)
+            out.append((name, row, pts))
     return out
 
 
@@ -115,7 +168,12 @@ def main() -> None:
     ap.add_argument("--image-size", type=int, default=64)
     ap.add_argument("--runs", type=int, default=2, help="breakdowns per condition")
     ap.add_argument("--competitors", type=int, default=os.cpu_count() or 2)
-    ap.add_argument("--steps", type=int, default=3, help="recorded steps per breakdown")
+    ap.add_argument(
+        "--steps",
+        type=int,
+        default=10,
+        help="recorded steps per breakdown, alone and beside in turn",
+    )
     ap.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default)")
     args = ap.parse_args()
 
@@ -136,22 +194,24 @@ def main() -> None:
         env_label="bench",
     )
     device = preflight(cfg)
-    alone, beside = [], []
-    for i in range(args.runs):
-        print(f"run {i + 1}/{args.runs}: alone, load {_load()}", flush=True)
-        alone.append(one_breakdown(cfg, device, args.steps))
-        procs = competitors(args.competitors)
-        try:
-            time.sleep(1.0)  # the loops are running before the breakdown starts
-            print(f"run {i + 1}/{args.runs}: beside {args.competitors} busy loops", flush=True)
-            beside.append(one_breakdown(cfg, device, args.steps))
-        finally:
-            stop(procs)
+    steps = max(2, args.steps)
+    runs: list[list[dict]] = []
+    procs = competitors(args.competitors)
+    try:
+        for i in range(args.runs):
+            print(
+                f"run {i + 1}/{args.runs}: {steps} recorded steps, alone and beside "
+                f"{args.competitors} busy loops in turn; load {_load()}",
+                flush=True,
+            )
+            runs.append(one_breakdown(cfg, device, steps, procs))
+    finally:
+        stop(procs)
     print(
-        f"\n{args.model} b{args.batch} {args.image_size}px, {args.runs} runs a condition, "
-        f"shares by {alone[0]['clock']}; load average now {_load()}"
+        f"\n{args.model} b{args.batch} {args.image_size}px, {args.runs} runs of {steps} steps, "
+        f"alone and beside in turn; shares by {runs[0][0]['clock']}; load average now {_load()}"
     )
-    for clock, row, pts in summarise(alone, beside):
+    for clock, row, pts in summarise(runs):
         verdict = "" if "control" in clock else ("  met" if pts <= GOAL_POINTS else "  NOT MET")
         name = {"share": "shares (as logged)", "wall": "wall-clock shares"}.get(clock, clock)
         print(

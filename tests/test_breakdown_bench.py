@@ -62,32 +62,53 @@ def test_verdicts_need_the_aa_control_inside_its_goal():
     assert got["overhead, thread CPU"] == "+4.0% (A/A control +1.0%)"
 
 
-def test_load_bench_median_shares_and_largest_shift():
-    from bench.breakdown_load import largest_shift, median_shares, summarise
+def test_load_bench_pairs_neighbouring_steps_and_takes_the_median_difference():
+    from bench.breakdown_load import paired_shift, summarise
+
+    pairs = [
+        ({("l1", "forward"): 0.10, ("l1", "backward"): 0.20}, {("l1", "forward"): 0.11}),
+        (
+            {("l1", "forward"): 0.10, ("l1", "backward"): 0.20},
+            {("l1", "forward"): 0.13, ("l1", "backward"): 0.21},
+        ),
+        (
+            {("l1", "forward"): 0.30, ("l1", "backward"): 0.20},
+            {("l1", "forward"): 0.32, ("l1", "backward"): 0.21},
+        ),
+    ]
+    # forward: +1, +3, +2 points, median 2; backward: -20 (missing counts 0), +1, +1, median 1
+    key, pts, per_pair = paired_shift(pairs)
+    assert key == ("l1", "forward") and pts == pytest.approx(2.0)
+    assert per_pair == pytest.approx([1.0, 3.0, 2.0])
+    assert paired_shift([]) == (None, 0.0, [])
+
+    def step(share, wall):
+        return {"share": {("a", "forward"): share}, "wall": {("a", "forward"): wall}}
+
+    # one run, steps in order: alone, beside, alone, beside, alone
+    run = [step(0.50, 0.50), step(0.51, 0.40), step(0.52, 0.52), step(0.53, 0.41), step(0.40, 0.4)]
+    out = {clock: pts for clock, _row, pts in summarise([run])}
+    assert out["share"] == pytest.approx(1.0)  # beside - alone: +1, +1
+    assert out["wall"] == pytest.approx(10.5)  # -10, -11
+    assert out["share control"] == pytest.approx(5.0)  # alone to the next alone: +2, -12
+    assert out["wall control"] == pytest.approx(5.0)  # +2, -12
+
+
+def test_overhead_across_processes_is_their_median_with_the_range():
+    from bench.breakdown_overhead import across_processes
 
     runs = [
-        {("layer1", "forward"): 0.10, ("layer1", "backward"): 0.20},
-        {("layer1", "forward"): 0.14, ("layer1", "backward"): 0.22},
-        {("layer1", "forward"): 0.11},  # a row missing from a run counts 0
+        {"cpu_ratio": 1.07, "cpu_aa": 1.0, "wall_ratio": 1.1, "wall_aa": 1.0},
+        {"cpu_ratio": 0.94, "cpu_aa": 1.01, "wall_ratio": 1.0, "wall_aa": 1.0},
+        {"cpu_ratio": 1.03, "cpu_aa": 0.99, "wall_ratio": 1.2, "wall_aa": 1.0},
     ]
-    med = median_shares(runs)
-    assert med[("layer1", "forward")] == pytest.approx(0.11)
-    assert med[("layer1", "backward")] == pytest.approx(0.20)
-    key, pts = largest_shift(med, {("layer1", "forward"): 0.12, ("layer1", "backward"): 0.23})
-    assert key == ("layer1", "backward") and pts == pytest.approx(3.0)
-    assert largest_shift({}, {}) == (None, 0.0)
-    alone = [
-        {"share": {("a", "forward"): 0.5}, "wall": {("a", "forward"): 0.5}},
-        {"share": {("a", "forward"): 0.51}, "wall": {("a", "forward"): 0.45}},
-    ]
-    beside = [
-        {"share": {("a", "forward"): 0.52}, "wall": {("a", "forward"): 0.40}},
-        {"share": {("a", "forward"): 0.52}, "wall": {("a", "forward"): 0.40}},
-    ]
-    out = {clock: pts for clock, _row, pts in summarise(alone, beside)}
-    assert out["share"] == pytest.approx(1.5)  # median alone 0.505 against 0.52
-    assert out["wall"] == pytest.approx(7.5)  # 0.475 against 0.40
-    assert out["share control"] == pytest.approx(1.0) and out["wall control"] == pytest.approx(5)
+    o = across_processes(runs)
+    assert o["cpu_ratio"] == pytest.approx(1.03) and o["wall_ratio"] == pytest.approx(1.1)
+    assert o["cpu_aa"] == pytest.approx(1.0) and o["processes"] == 3
+    assert (o["cpu_ratio_lo"], o["cpu_ratio_hi"]) == (0.94, 1.07)
+    good = {**o, "cpu_aa": 1.0}
+    got = {what: got for what, got, _goal, _met in verdicts(good, _coverage(), 0.05)}
+    assert got["overhead, thread CPU"] == "+3.0% (A/A control +0.0%, processes -6.0% to +7.0%)"
 
 
 def test_load_bench_top_shares_by_clock():
