@@ -44,6 +44,15 @@ GOALS = {
 }
 
 
+STEADY_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(4 << 30)}
+"""glibc malloc settings for the pair processes: every buffer up to 32 MiB (glibc's largest
+threshold) from the heap, and the heap kept. By default glibc maps a large buffer afresh, and
+faults its pages in, in some steps and not others (its threshold moves with what was freed), a
+state a whole process keeps: resnet18 b4 64px plain steps 55-63 ms of thread CPU by default, 48-52
+ms steady; the overhead between five processes -6.5 % to +7.5 % by default, +0.7 % to +3.1 %
+steady (docs/breakdown.md, Measures)."""
+
+
 def overhead_goal(batch: int, image_size: int) -> float:
     """The overhead the issue allows (thread CPU, paired steps): 2 % from batch 8 at 112 px up,
     5 % below (batch 4 at 64 px): a smaller step has the same per-call costs in less time."""
@@ -148,7 +157,10 @@ def overhead_in_processes(args, model: str) -> dict[str, float]:
             "--threads",
             str(args.threads),
         ]
-        done = subprocess.run(argv, capture_output=True, text=True)
+        env = dict(os.environ)
+        if args.steady_malloc:
+            env.update(STEADY_MALLOC)
+        done = subprocess.run(argv, capture_output=True, text=True, env=env)
         if done.returncode:
             raise SystemExit(f"process {i + 1} failed: {done.stderr.strip()[-1000:]}")
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
@@ -379,6 +391,12 @@ def main() -> None:
         default=5,
         help="separate processes the pairs run in, the overhead their median (a process's memory "
         "layout shifts all its steps alike)",
+    )
+    ap.add_argument(
+        "--default-malloc",
+        dest="steady_malloc",
+        action="store_false",
+        help="run the pair processes with glibc's default malloc settings, not STEADY_MALLOC",
     )
     ap.add_argument("--one-process", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--steps", type=int, default=3, help="recorded steps of the coverage run")

@@ -191,14 +191,14 @@ class Tracker:
                 stack.append(name)
                 starts.append(seq())
                 owners.append(name)
-                t = now()
-                if tick is not None and t - last[0] >= TICK_NS:
+                if tick is not None and now() - last[0] >= TICK_NS:
                     tick()
                 log.append((now(), label))
                 try:
                     return forward(*args, **kwargs)
                 finally:
-                    log.append((now(), None))
+                    t = now()
+                    log.append((t, None))
                     stack.pop()
                     starts.append(seq())  # _note, inline
                     owners.append(
@@ -206,7 +206,7 @@ class Tracker:
                         if stack
                         else (_FORWARD_BASE if tracker.phase == "forward" else None)
                     )
-                    if tick is not None and now() - last[0] >= TICK_NS:
+                    if tick is not None and t - last[0] >= TICK_NS:
                         tick()
 
             return run_stamped
