@@ -5,8 +5,11 @@
   each step timed by the main thread's CPU time (time.thread_time) and by wall time; the median
   over pairs of B/A, and an A/A control (plain vs plain, same schedule) that shows the noise
   floor of the comparison. B is the second step of a profiler session (as a recording's later
-  steps); the session's first step, whose profiler buffers are new, is shown beside it. Separate
-  processes on a shared machine swing +-40 %: only paired steps in one process say anything.
+  steps), A the second of two plain steps; the session's first step, whose profiler buffers are
+  new, is shown beside it. Separate processes on a shared machine swing +-40 %: only paired
+  steps in one process compare. But a process's memory layout shifts all its B steps against
+  its A steps alike, so the pairs run in --processes fresh processes (STEADY_MALLOC) and the
+  overhead is the median of theirs, with their range.
 * coverage: one breakdown of the config (the command's own code: record, attribute, rows): the
   share of breakdown_step_s that the named rows hold (all but `unattributed`), the share the
   model's modules hold (forward and backward), the rows' FLOPs against the step's training FLOPs
@@ -16,7 +19,7 @@
   tracking store of its own (--resnet50; minutes on a laptop CPU).
 
     python -m bench.breakdown_overhead [--models resnet18,mobilenet_v2 --batch 8 --image-size 112
-                                        --pairs 12 --resnet50]
+                                        --pairs 12 --processes 5 --default-malloc --resnet50]
 """
 
 from __future__ import annotations

@@ -997,3 +997,34 @@ def test_an_interrupted_breakdown_keeps_the_steps_it_recorded(tracking, capsys, 
     local = mlflow.tracking.MlflowClient().download_artifacts(run.info.run_id, "step_wall_s.csv")
     lines = open(local).read().splitlines()
     assert lines[0] == "step,wall_s" and len(lines) == 3 and float(lines[1].split(",")[1]) > 0
+
+
+def test_a_repeated_hint_points_at_the_row_that_said_it():
+    """`as above` only right under the row with the same hint; further down, `as for <row>`."""
+    from profiling.breakdown.text import view_text
+
+    tree = ModuleTree("net", ["net", "a", "b", "c", "d"], {"a", "b", "c", "d"})
+
+    def row(module, share, ai):
+        return {
+            "module": module,
+            "phase": "backward",
+            "kind": "module",
+            "leaf": True,
+            "share": share,
+            "time_s": share,
+            "intensity_flops_per_byte": ai,
+            "bound": "unknown",
+            "roof_fraction": math.nan,
+            "depth": 1,
+            "view": True,
+        }
+
+    table = [row("a", 0.4, 10.0), row("b", 0.3, 12.0), row("c", 0.2, 0.0), row("d", 0.1, 9.0)]
+    hints = {
+        line.split()[0]: line.split(": ", 1)[1] for line in view_text(table, tree).splitlines()[2:6]
+    }
+    assert hints["a"] == "`python -m profiling.peaks` measures the ceilings that say"
+    assert hints["b"] == "as above"
+    assert hints["c"].startswith("elementwise work")
+    assert hints["d"] == "as for a backward"

@@ -144,3 +144,33 @@ def test_stamped_and_profiler_ranges_attribute_the_same_calls():
     assert calls[("1", "backward")] == 1 and calls[("2", "backward")] == 1  # ReLU, view
     assert att.share_clock == "thread_cpu"
     assert sum(att.cpu_self_s.values()) == pytest.approx(att.step_cpu_s[0])
+
+
+def test_record_runs_before_step_and_merges_the_stamps_into_events_and_trace():
+    """record() on the CPU: `before_step(i)` once before each recorded step; the module ranges
+    come from the stamps (every module once per step, each grad marker matched) and are in the
+    trace on the step's thread."""
+    from profiling.breakdown.record import record
+    from train.bench import preflight
+    from train.config import TrainConfig
+
+    cfg = TrainConfig(
+        model="resnet18", batch_size=2, image_size=32, device="cpu", warmup_iters=1, iters=2
+    )
+    seen: list[int] = []
+    rec = record(cfg, preflight(cfg), 2, before_step=seen.append)
+    assert seen == [0, 1] and len(rec.step_wall_s) == 2
+    modules = [e for e in rec.events if e.name.startswith(names.MODULE)]
+    # resnet18's 68 modules once a step, but each of the 8 blocks calls its ReLU twice
+    assert len(rec.tracker.paths) == 68 and len(modules) == 2 * (68 + 8)
+    assert rec.tracker.lost_grad_markers == 0
+    grads = [e for e in rec.events if e.name.startswith(names.GRAD)]
+    assert len(grads) == 2 * 62  # resnet18's 62 parameter tensors, each step
+    trace = json.loads(rec.trace_json)
+    step_rows = {
+        (e["pid"], e["tid"])
+        for e in trace["traceEvents"]
+        if str(e.get("name", "")).startswith(names.STEP)
+    }
+    traced = [e for e in trace["traceEvents"] if str(e.get("name", "")).startswith(names.MODULE)]
+    assert len(traced) == len(modules) and {(e["pid"], e["tid"]) for e in traced} == step_rows

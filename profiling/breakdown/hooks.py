@@ -1,10 +1,12 @@
 """`Tracker`: which module, and which phase of the step, the work belongs to.
 
-Attached to a model, it runs every module's forward (the model's included) inside one profiler
-range named by the module's full path (profiling.breakdown.names; the module's `forward` replaced
-by a wrapper until `detach()`, cheaper than a pair of forward hooks), and registers on every
-parameter a post-accumulate-grad hook that drops a `grad: <owner>` marker inside the
-AccumulateGrad that just ran. `tracker.mark` is the step's
+Attached to a model, it runs every module's forward (the model's included) inside one range
+named by the module's full path (profiling.breakdown.names; the module's `forward` replaced by a
+wrapper until `detach()`, cheaper than a pair of forward hooks), and registers on every parameter
+a post-accumulate-grad hook that drops a `grad: <owner>` marker inside the AccumulateGrad that
+just ran. A range is a profiler range, or with `stamps` (one process on the CPU) a pair of
+wall-clock stamps kept in Python (`log`) that `events` turns into the same events after the steps
+(profiling.breakdown.stamps: a stamp costs a fraction of a recorded profiler range). `tracker.mark` is the step's
 `StepParts.mark`: it opens `phase: <name>` ranges around the phases of the one `train_step`.
 
 Backward work is tied to modules by the one rule of profiling.breakdown.owners, through

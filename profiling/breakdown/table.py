@@ -272,7 +272,8 @@ _NOT_ACTIONABLE = (names.UNATTRIBUTED, names.IDLE)
 _STEP_MOVES = {
     names.OPTIMIZER: "a foreach or fused optimizer, or a larger batch: its cost does not grow "
     "with the batch",
-    names.ZERO_GRAD: "set_to_none (torch's default) or fewer parameter tensors",
+    names.ZERO_GRAD: "set_to_none (torch's default) or fewer parameter tensors; on the CPU, an "
+    "allocator that keeps freed gradients' pages (MALLOC_MMAP_THRESHOLD_=33554432, jemalloc)",
     names.LOSS: "a fused loss; small unless the classes are many",
     names.DATA: "more loader workers, pinned memory, data prepared ahead",
     names.COMM: "larger gradient buckets, overlap with backward, a faster interconnect",

@@ -187,7 +187,8 @@ def view_text(table: list[dict], tree) -> str:
         ),
     )
     lines = [f"{'module':<30} {'phase':<9} {'share':>7} {'ms':>9} {'FLOP/B':>8}  bound"]
-    said: set[str] = set()  # a hint said once; the rows after it that share it say so
+    said: dict[str, str] = {}  # a hint said once -> the row that said it
+    previous = ""
     for title, chosen, hints in sections:
         lines.append(f"-- {title}")
         for r in chosen:
@@ -197,10 +198,13 @@ def view_text(table: list[dict], tree) -> str:
                 f"{fmt.num(r['time_s'] * 1e3):>9} {fmt.num(ai) if math.isfinite(ai) else '':>8}  "
                 f"{r['bound']}"
             )
-            hint = move_hint(r) if hints else ""
-            if hint and hint in said:
+            hint = full = move_hint(r) if hints else ""
+            if hint and hint == previous:
                 hint = "as above"
-            said.add(hint)
+            elif hint and hint in said:  # said further up, with another hint between
+                hint = f"as for {said[hint]}"
+            said.setdefault(full, f"{r['module']} {r['phase']}")
+            previous = full
             lines.append(f"{line}: {hint}" if hint else line)
     return "\n".join(lines)
 
