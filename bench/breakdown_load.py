@@ -180,19 +180,11 @@ def main() -> None:
     import torch
 
     from train.bench import preflight
-    from train.config import TrainConfig
+    from bench.breakdown_overhead import bench_config
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    cfg = TrainConfig(
-        model=args.model,
-        batch_size=args.batch,
-        image_size=args.image_size,
-        device="cpu",
-        warmup_iters=2,
-        iters=args.steps,
-        env_label="bench",
-    )
+    cfg = bench_config(args.model, args.batch, args.image_size, args.steps)
     device = preflight(cfg)
     steps = max(2, args.steps)
     runs: list[list[dict]] = []

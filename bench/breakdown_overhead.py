@@ -67,7 +67,6 @@ def paired_overhead(cfg, pairs: int) -> dict[str, float]:
     the A/A control's median ratio (plain / plain) for both."""
     from profiling.breakdown import names
     from profiling.breakdown.record import profiler_for, tracker_for
-    from train import device as dev
     from train.bench import prepare, preflight
     from train.step import no_marks, train_step
 
@@ -78,11 +77,7 @@ def paired_overhead(cfg, pairs: int) -> dict[str, float]:
         prep.step()
 
     def timed(step) -> tuple[float, float]:
-        dev.synchronize(device)
-        c0, w0 = time.thread_time(), time.perf_counter()
-        step()
-        dev.synchronize(device)
-        return time.thread_time() - c0, time.perf_counter() - w0
+        return _timed(step, device)
 
     def plain() -> tuple[float, float]:
         """The second of two plain steps: the same schedule as a recorded pair's second step."""
@@ -123,6 +118,17 @@ def paired_overhead(cfg, pairs: int) -> dict[str, float]:
         "wall_ratio_cold": cold["wall_ratio"],
         "plain_cpu_ms": statistics.median(a[0] for a, _b, _x, _y in samples) * 1e3,
     }
+
+
+def _timed(step, device) -> tuple[float, float]:
+    """(thread CPU seconds, wall seconds) of `step()`, between two device synchronisations."""
+    from train import device as dev
+
+    dev.synchronize(device)
+    c0, w0 = time.thread_time(), time.perf_counter()
+    step()
+    dev.synchronize(device)
+    return time.thread_time() - c0, time.perf_counter() - w0
 
 
 def across_processes(runs: list[dict[str, float]]) -> dict[str, float]:
@@ -287,15 +293,10 @@ def verdicts(o: dict[str, float], c: dict[str, float], overhead_max: float) -> l
     comparison cannot tell the overhead from the noise)."""
     aa_ok = abs(o["cpu_aa"] - 1) <= GOALS["aa"]
     over = o["cpu_ratio"] - 1
-    spread = (
-        f", processes {o['cpu_ratio_lo'] - 1:+.1%} to {o['cpu_ratio_hi'] - 1:+.1%}"
-        if o.get("processes", 1) > 1
-        else ""
-    )
     return [
         (
             "overhead, thread CPU",
-            f"{over:+.1%} (A/A control {o['cpu_aa'] - 1:+.1%}{spread})",
+            f"{over:+.1%} (A/A control {o['cpu_aa'] - 1:+.1%}{_spread(o)})",
             f"<= {overhead_max:.0%}, A/A within {GOALS['aa']:.0%}",
             over <= overhead_max and aa_ok,
         ),
@@ -346,6 +347,13 @@ def verdicts(o: dict[str, float], c: dict[str, float], overhead_max: float) -> l
     ]
 
 
+def _spread(o: dict[str, float]) -> str:
+    """`, processes -1.0% to +3.0%` when the overhead is a median over processes."""
+    if o.get("processes", 1) <= 1:
+        return ""
+    return f", processes {o['cpu_ratio_lo'] - 1:+.1%} to {o['cpu_ratio_hi'] - 1:+.1%}"
+
+
 def report(rows: list[tuple]) -> None:
     """One model's figures, each next to its goal and whether it is met."""
     for what, got, goal, met in rows:
@@ -357,21 +365,26 @@ def _load() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
-def _config(model: str, args):
+def bench_config(model: str, batch: int, image_size: int, steps: int):
+    """The breakdown benches' config: `model` on the CPU, two warmup steps, `steps` recorded."""
     from train.config import TrainConfig
 
     return TrainConfig(
         model=model,
-        batch_size=args.batch,
-        image_size=args.image_size,
+        batch_size=batch,
+        image_size=image_size,
         device="cpu",
         warmup_iters=2,
-        iters=args.steps,
+        iters=steps,
         env_label="bench",
     )
 
 
-def main() -> None:
+def _config(model: str, args):
+    return bench_config(model, args.batch, args.image_size, args.steps)
+
+
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="python -m bench.breakdown_overhead",
         description=__doc__,
@@ -407,45 +420,50 @@ def main() -> None:
         "--resnet50", action="store_true", help="also time the resnet50 b64 224 px command"
     )
     ap.add_argument("--resnet50-flags", default="", help="extra flags for that command")
-    args = ap.parse_args()
+    return ap
+
+
+def one_model(args, model: str) -> None:
+    """The overhead (in processes, or here with --processes 1) and the coverage of one model,
+    each figure next to its goal."""
+    from profiling.breakdown.record import native_stderr_muted
+
+    cfg = _config(model, args)
+    print(
+        f"\n{model} b{args.batch} {args.image_size}px CPU ({args.pairs} pairs in each of "
+        f"{args.processes} processes, {args.steps} recorded steps)",
+        flush=True,
+    )
+    if args.processes > 1:
+        o = overhead_in_processes(args, model)
+    else:
+        with native_stderr_muted():
+            o = paired_overhead(cfg, args.pairs)
+    with native_stderr_muted():  # kineto's lines about the absent GPU
+        c = coverage(cfg, args.steps)
+    report(verdicts(o, c, overhead_goal(args.batch, args.image_size)))
+    print(f"  load average after: {_load()}")
+
+
+def main() -> None:
+    args = _parser().parse_args()
+    import torch
 
     from profiling.breakdown.record import native_stderr_muted
 
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
     if args.one_process:  # a child of overhead_in_processes: the pairs, as JSON
-        import torch
-
-        if args.threads > 0:
-            torch.set_num_threads(args.threads)
-        cfg = _config(args.models.split(",")[0], args)
         with native_stderr_muted():
-            print(json.dumps(paired_overhead(cfg, args.pairs)))
+            print(json.dumps(paired_overhead(_config(args.models.split(",")[0], args), args.pairs)))
         return
     costs = range_costs()
     print(
         "one profiler range (thread CPU): " + ", ".join(f"{k} {v:.2f} us" for k, v in costs.items())
     )
-
-    import torch
-
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
     print(f"torch threads: {torch.get_num_threads()}; load average {_load()}")
     for model in args.models.split(","):
-        cfg = _config(model, args)
-        print(
-            f"\n{model} b{args.batch} {args.image_size}px CPU ({args.pairs} pairs in each of "
-            f"{args.processes} processes, {args.steps} recorded steps)",
-            flush=True,
-        )
-        if args.processes > 1:
-            o = overhead_in_processes(args, model)
-        else:
-            with native_stderr_muted():
-                o = paired_overhead(cfg, args.pairs)
-        with native_stderr_muted():  # kineto's lines about the absent GPU
-            c = coverage(cfg, args.steps)
-        report(verdicts(o, c, overhead_goal(args.batch, args.image_size)))
-        print(f"  load average after: {_load()}")
+        one_model(args, model)
     if args.resnet50:
         wall, rc = resnet50_wall_s(args.resnet50_flags.split())
         print(

@@ -125,29 +125,19 @@ class Tracker:
     def _grad_hook(self, owner: str) -> Callable:
         """The post-accumulate-grad hook that drops `grad: <owner>` inside the AccumulateGrad (and,
         on the CPU clock, a `cpu: <ns>` marker when a millisecond has passed: backward has no
-        module calls to tick). Without NVTX it calls the range pair directly."""
-        if self.nvtx or not self.ranges:
+        module calls to tick). With `stamps` it appends the stamp directly."""
+        if not self.stamps:
             return lambda _p: self._grad_marker(owner)
         label = names.GRAD + owner
         tick = self._tick if self.cpu_clock else None
-        last, now = self._last_tick, _stamp_ns
-        if self.stamps:
-            log = self.log
+        last, now, log = self._last_tick, _stamp_ns, self.log
 
-            def stamp(_param) -> None:
-                if tick is not None and now() - last[0] >= TICK_NS:
-                    tick()
-                log.append((now(), label, 0))
-
-            return stamp
-        open_, close = self._open_range, self._close_range
-
-        def marker(_param) -> None:
+        def stamp(_param) -> None:
             if tick is not None and now() - last[0] >= TICK_NS:
                 tick()
-            close(open_(label))
+            log.append((now(), label, 0))
 
-        return marker
+        return stamp
 
     def _grad_ranges(self) -> None:
         """NVTX only: a `grad: <owner>` range around every parameter's AccumulateGrad node, so
@@ -175,68 +165,43 @@ class Tracker:
         """`forward` inside the module's range: the module innermost while it runs (an instance
         attribute, which nn.Module's call runs as it would the class's forward; forward hooks
         would add torch's hook dispatch, about 1.2 us of thread CPU per call here:
-        docs/breakdown.md, Measures). Without NVTX the wrapper calls the range pair and the
-        clocks directly: every call of every module pays for each step it takes (the same
-        bench measures it)."""
-        if self.nvtx or not self.ranges or self._seq is None:
+        docs/breakdown.md, Measures). With `stamps` the wrapper appends the stamps and keeps the
+        sequence-number map inline: every call of every module pays for each step it takes
+        (bench/breakdown_overhead.py measures it); else `_wrapped_general`."""
+        if not self.stamps or self._seq is None:
             return self._wrapped_general(name, forward)
         label = names.module_range(name)
         stack, starts, owners = self.stack, self.seq_owners.starts, self.seq_owners.owners
-        seq = self._seq
+        seq, log = self._seq, self.log
         tick = self._tick if self.cpu_clock else None
         last, now = self._last_tick, _stamp_ns
         tracker = self
-        if self.stamps:
-            log = self.log
 
-            def run_stamped(*args, **kwargs):
-                stack.append(name)
-                starts.append(seq())
-                owners.append(name)
-                if tick is not None and now() - last[0] >= TICK_NS:
-                    tick()
-                log.append((now(), label))
-                try:
-                    return forward(*args, **kwargs)
-                finally:
-                    t = now()
-                    log.append((t, None))
-                    stack.pop()
-                    starts.append(seq())  # _note, inline
-                    owners.append(
-                        stack[-1]
-                        if stack
-                        else (_FORWARD_BASE if tracker.phase == "forward" else None)
-                    )
-                    if tick is not None and t - last[0] >= TICK_NS:
-                        tick()
-
-            return run_stamped
-        open_, close = self._open_range, self._close_range
-
-        def run_in_range(*args, **kwargs):
+        def run_stamped(*args, **kwargs):
             stack.append(name)
             starts.append(seq())
             owners.append(name)
             if tick is not None and now() - last[0] >= TICK_NS:
                 tick()
-            handle = open_(label)
+            log.append((now(), label))
             try:
                 return forward(*args, **kwargs)
             finally:
-                close(handle)
+                t = now()
+                log.append((t, None))
                 stack.pop()
                 starts.append(seq())  # _note, inline
                 owners.append(
                     stack[-1] if stack else (_FORWARD_BASE if tracker.phase == "forward" else None)
                 )
-                if tick is not None and now() - last[0] >= TICK_NS:
+                if tick is not None and t - last[0] >= TICK_NS:
                     tick()
 
-        return run_in_range
+        return run_stamped
 
     def _wrapped_general(self, name: str, forward: Callable) -> Callable:
-        """`_wrapped` with NVTX ranges too, or with no ranges (a counting pass)."""
+        """`_wrapped` with profiler ranges (CUDA, data parallel), NVTX ranges, or none (a
+        counting pass), each through `_push` and `_pop`."""
         label = names.module_range(name)
         stack, starts, owners = self.stack, self.seq_owners.starts, self.seq_owners.owners
         seq = self._seq

@@ -100,14 +100,7 @@ def record(
         say(f"recording {steps} step(s) under torch.profiler")
         t0 = time.perf_counter()
         walls = [] if walls is None else walls
-        if before_step is not None:
-            inner = one_step
-
-            def one_step(i: int) -> float:
-                before_step(i)
-                return inner(i)
-
-        prof = _profiled(one_step, steps, device, walls, lean)
+        prof = _profiled(one_step, steps, device, walls, lean, before_step)
         record_s = time.perf_counter() - t0
         tracker.detach()
     events = tracker.events(from_kineto(kineto_results(prof)))
@@ -117,9 +110,7 @@ def record(
         counts=counts,
         tracker=tracker,
         time_source="device" if device.type == "cuda" else "host",
-        trace_json=stamps.merge_trace(
-            _chrome_trace(prof, quiet=device.type == "cpu"), tracker.stamped
-        ),
+        trace_json=_trace(prof, device, tracker),
         warmup_s=warmup_s,
         count_s=count_s,
         record_s=record_s,
@@ -151,7 +142,12 @@ def _stepper(prep, tracker: Tracker, device) -> Callable[[int], float]:
 
 
 def _profiled(
-    one_step: Callable[[int], float], steps: int, device, walls: list[float], lean: bool = False
+    one_step: Callable[[int], float],
+    steps: int,
+    device,
+    walls: list[float],
+    lean: bool = False,
+    before_step: Callable[[int], None] | None = None,
 ):
     """`steps` steps under the profiler (`profiler_for`), each one's seconds appended to `walls` as
     it ends (what an interrupt leaves); the profiler. On the
@@ -164,6 +160,8 @@ def _profiled(
         prof.__enter__()
     try:
         for i in range(steps):
+            if before_step is not None:
+                before_step(i)
             walls.append(one_step(i))
     finally:
         with native_stderr_muted(quiet):
@@ -237,6 +235,11 @@ def kineto_results(prof):
     """The kineto results of torch.profiler.profile or of torch.autograd.profiler.profile."""
     inner = getattr(prof, "profiler", None)
     return inner.kineto_results if inner is not None else prof.kineto_results
+
+
+def _trace(prof, device, tracker: Tracker) -> str:
+    """The recording's Chrome trace with the Tracker's stamps in it (on the CPU)."""
+    return stamps.merge_trace(_chrome_trace(prof, quiet=device.type == "cpu"), tracker.stamped)
 
 
 def _chrome_trace(prof, quiet: bool = False) -> str:
