@@ -5,12 +5,13 @@ recorded steps alternating between alone and beside competing processes (busy Py
 per core by default, stopped with SIGSTOP before an alone step and resumed with SIGCONT before a
 beside step): paired steps of one model in one process, so that what moves a share between the
 conditions is the load and not where this run's activations landed in memory (two breakdowns of
-one config alone differ by up to 4 points in a row's share on a quiet machine: `--control runs`).
+one config alone differed by up to 9 points in a row's share on a quiet machine: docs/breakdown.md).
 Each step is attributed on its own; for every top-level row of the default view (the modules a
-user reads first, forward and backward) the bench compares the median share over the alone steps
-with the median over the beside steps, by both clocks: the main thread's CPU clock (what the
-shares use on the CPU) and the wall clock. The control: the same comparison between the alone
-steps split in two (every other one), the spread of the measure itself.
+user reads first, forward and backward) the bench takes the median, over neighbouring (alone,
+beside) pairs of steps, of the change in its share, by both clocks: the main thread's CPU clock
+(what the shares use on the CPU) and the wall clock; the loops are pinned one per CPU and this
+process to the first (`competitors`). The control: the same between an alone step and the next
+alone one, the spread of the measure itself.
 
     python -m bench.breakdown_load [--model resnet18 --batch 4 --image-size 64 --runs 2
                                     --competitors 2 --steps 10]
