@@ -64,10 +64,23 @@ def test_grad_markers_without_one_node_each_go_to_the_nearest_within_the_slack()
     assert lost == 1
 
 
-def test_offset_is_the_median_of_the_step_ranges_opening_delays():
-    events = [Ev("step: 0", 1_003, 2_000), Ev("step: 1", 5_001, 6_000), Ev("step: 2", 9_010, 9_500)]
-    anchors = [("step: 0", 1_000), ("step: 1", 5_000), ("step: 2", 9_000), ("step: 9", 1)]
-    assert offset_ns(anchors, events) == 3  # median of 3, 1, 10; step 9 has no range
+def test_offset_is_the_smallest_opening_delay_each_anchor_with_its_own_range():
+    events = [
+        Ev("step: 0", 1_003, 2_000),
+        Ev("phase: forward", 1_100, 1_500),
+        Ev("step: 1", 5_001, 6_000),
+        Ev("phase: forward", 5_200, 5_500),
+        Ev("step: 2", 9_010, 9_500),
+    ]
+    anchors = [
+        ("step: 0", 1_000),
+        ("phase: forward", 1_090),
+        ("step: 1", 5_000),
+        ("phase: forward", 5_195),  # the second phase range, not the first (1_100 - 5_195 < 0)
+        ("step: 2", 9_000),
+        ("step: 9", 1),  # no such range: left out
+    ]
+    assert offset_ns(anchors, events) == 1  # delays 3, 10, 1, 5, 10
     assert offset_ns([], events) == 0
 
 

@@ -81,7 +81,8 @@ class Tracker:
         self.lost_grad_markers = 0
         self.stamped: list[Ev] = []
         """stamps mode: the stamps as events, after `events`"""
-        """stamps mode: (step range label, wall ns just before it opened): the clocks' offset"""
+        """stamps mode: (step or phase range label, wall ns just before it opened): the clocks'
+        offset (stamps.offset_ns)"""
         self._open_range, self._close_range = range_pair(user_scope)
         self.root = root
         self.ranges = ranges
@@ -293,7 +294,10 @@ class Tracker:
         self.phase = phase
         self._note()
         self._edge()
-        handle = self._push(names.phase_range(phase))
+        label = names.phase_range(phase)
+        if self.stamps:
+            self.anchors.append((label, _stamp_ns()))
+        handle = self._push(label)
         try:
             yield
         finally:
@@ -364,7 +368,7 @@ class Tracker:
         if not steps:
             return recorded
         thread = min(steps, key=lambda e: e.start_ns).thread
-        offset = stamps.offset_ns(self.anchors, steps)
+        offset = stamps.offset_ns(self.anchors, [e for e in recorded if e.thread == thread])
         self.stamped, self.lost_grad_markers = stamps.to_events(self.log, recorded, thread, offset)
         return recorded + self.stamped
 

@@ -11,9 +11,10 @@ optimizer's), and the Tracker's phase and step ranges, a few per step.
 `to_events` turns the stamps into the same `Ev`s the profiler's ranges were, so that attribution
 does not know the difference:
 
-* the clocks: the offset that puts a stamp on kineto's timeline is the median, over the recorded
-  steps, of (the step range's start in the profiler) - (the stamp taken just before it opened);
-  on Linux both are CLOCK_REALTIME and the offset is the range's opening cost, 1 to 3 us here;
+* the clocks: the offset that puts a stamp on kineto's timeline is the smallest, over the step
+  and phase ranges of the recorded steps, of (the range's start in the profiler) - (the stamp
+  taken just before it opened); on Linux both are CLOCK_REALTIME and the difference is the
+  range's opening cost, 1 to 3 us here (`offset_ns`);
 * module ranges: an entry and its exit, nested as the calls were;
 * CPU-clock markers (`cpu: <ns>`): an instant at the stamp;
 * grad markers (`grad: <owner>`): the hook runs inside its parameter's AccumulateGrad, so the
@@ -28,7 +29,6 @@ from __future__ import annotations
 
 import bisect
 import json
-import statistics
 from typing import Iterable
 
 from profiling.breakdown import names
@@ -43,15 +43,25 @@ instant marker"""
 
 
 def offset_ns(anchors: Iterable[tuple[str, int]], events: Iterable[Ev]) -> int:
-    """The ns to add to a stamp to put it on the events' clock: the median over `anchors` (label
-    of a profiler range, stamp taken just before it opened) of the range's start less the stamp.
-    0 without a match (the clocks are then taken to be the same)."""
-    starts: dict[str, int] = {}
-    for e in events:
+    """The ns to add to a stamp to put it on the events' clock. `anchors`: (label of a profiler
+    range, stamp taken just before it opened), in time order; the k-th anchor of a label goes
+    with the k-th range of that name. Each pair's delay (the range's start less the stamp) is the
+    offset plus the time the range took to open, so the smallest delay is the closest to the
+    offset (a median let one slow opening, the profiler's first, shift every stamp of a one-step
+    recording late enough to leave its enclosing range). 0 without a match (the clocks are then
+    taken to be the same)."""
+    starts: dict[str, list[int]] = {}
+    for e in sorted(events, key=lambda e: e.start_ns):
         if e.kind == CPU:
-            starts.setdefault(e.name, e.start_ns)
-    diffs = [starts[label] - t for label, t in anchors if label in starts]
-    return int(statistics.median(diffs)) if diffs else 0
+            starts.setdefault(e.name, []).append(e.start_ns)
+    seen: dict[str, int] = {}
+    diffs = []
+    for label, t in anchors:
+        k = seen.get(label, 0)
+        seen[label] = k + 1
+        if k < len(starts.get(label, ())):
+            diffs.append(starts[label][k] - t)
+    return min(diffs) if diffs else 0
 
 
 def to_events(
