@@ -125,3 +125,60 @@ def test_load_bench_top_shares_by_clock():
     assert top_shares(table, tree, "share") == {("a", "forward"): 0.25, ("b", "forward"): 0.25}
     wall = top_shares(table, tree, "wall")  # of the step's 0.8 s
     assert wall == {("a", "forward"): pytest.approx(0.5), ("b", "forward"): pytest.approx(0.25)}
+
+
+def test_overhead_in_processes_runs_fresh_children_with_steady_malloc(monkeypatch, capsys):
+    import json
+    import os
+    import subprocess
+    from types import SimpleNamespace
+
+    from bench import breakdown_overhead as bo
+
+    figures = [
+        {
+            "cpu_ratio": 1.02,
+            "cpu_aa": 1.0,
+            "wall_ratio": 1.02,
+            "wall_aa": 1.0,
+            "plain_cpu_ms": 50.0,
+        },
+        {
+            "cpu_ratio": 1.06,
+            "cpu_aa": 1.01,
+            "wall_ratio": 1.05,
+            "wall_aa": 1.0,
+            "plain_cpu_ms": 51.0,
+        },
+    ]
+    calls = []
+
+    def fake_run(argv, **kw):
+        calls.append((argv, kw.get("env") or {}))
+        out = "noise a child printed first\n" + json.dumps(figures[len(calls) - 1]) + "\n"
+        return subprocess.CompletedProcess(argv, 0, stdout=out, stderr="")
+
+    monkeypatch.setattr(bo.subprocess, "run", fake_run)
+    args = SimpleNamespace(
+        processes=2, batch=4, image_size=64, pairs=3, threads=1, steady_malloc=True
+    )
+    o = bo.overhead_in_processes(args, "mobilenet_v2")
+    assert o["cpu_ratio"] == pytest.approx(1.04) and o["processes"] == 2
+    assert (o["cpu_ratio_lo"], o["cpu_ratio_hi"]) == (1.02, 1.06)
+    for argv, env in calls:
+        assert "--one-process" in argv and argv[argv.index("--models") + 1] == "mobilenet_v2"
+        assert env["MALLOC_MMAP_THRESHOLD_"] == str(32 << 20)
+    assert "process 2/2: +6.0% thread CPU (A/A +1.0%; plain step 51.0 ms" in capsys.readouterr().out
+
+    calls.clear()
+    args.steady_malloc = False
+    bo.overhead_in_processes(args, "mobilenet_v2")
+    for _argv, env in calls:  # the environment as it is
+        assert env.get("MALLOC_MMAP_THRESHOLD_") == os.environ.get("MALLOC_MMAP_THRESHOLD_")
+
+    def failing(argv, **kw):
+        return subprocess.CompletedProcess(argv, 1, stdout="", stderr="Traceback ...\nOSError: no")
+
+    monkeypatch.setattr(bo.subprocess, "run", failing)
+    with pytest.raises(SystemExit, match="(?s)process 1 failed: .*OSError: no"):
+        bo.overhead_in_processes(args, "resnet18")
