@@ -76,13 +76,10 @@ def paired_overhead(cfg, pairs: int) -> dict[str, float]:
     for _ in range(3):
         prep.step()
 
-    def timed(step) -> tuple[float, float]:
-        return _timed(step, device)
-
     def plain() -> tuple[float, float]:
         """The second of two plain steps: the same schedule as a recorded pair's second step."""
-        timed(lambda: train_step(prep.parts, *batch))
-        return timed(lambda: train_step(prep.parts, *batch))
+        _timed(lambda: train_step(prep.parts, *batch), device)
+        return _timed(lambda: train_step(prep.parts, *batch), device)
 
     lean = device.type == "cpu"  # what record() does for one process on the CPU
 
@@ -96,7 +93,7 @@ def paired_overhead(cfg, pairs: int) -> dict[str, float]:
             with profiler_for(device, lean):
                 for i in range(2):
                     with tracker.span(names.step_range(i)):
-                        out.append(timed(lambda: train_step(prep.parts, *batch)))
+                        out.append(_timed(lambda: train_step(prep.parts, *batch), device))
         finally:
             tracker.detach()
             prep.parts.mark = no_marks

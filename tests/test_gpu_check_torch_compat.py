@@ -42,10 +42,10 @@ class _Net(nn.Module):
         return self.fc(torch.relu(self.conv(x)).flatten(1))
 
 
-def _profiled_results():
-    """The kineto results of one profiled training step of `_Net` with module ranges."""
-    from torch.profiler import ProfilerActivity, profile
-
+@contextlib.contextmanager
+def _tracked_net():
+    """`_Net` with a Tracker attached (made here, after any monkeypatch) and one training step
+    run, so the optimizer's state exists: (tracker, a function that runs one more step)."""
     from profiling.breakdown.hooks import Tracker
     from train.step import StepParts, train_step
 
@@ -56,9 +56,17 @@ def _profiled_results():
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
         parts = StepParts(model, opt, contextlib.nullcontext, mark=tracker.mark)
         train_step(parts, x, y)
+        yield tracker, lambda: train_step(parts, x, y)
+
+
+def _profiled_results():
+    """The kineto results of one profiled training step of `_Net` with module ranges."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with _tracked_net() as (tracker, step):
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             with tracker.span(names.step_range(0)):
-                train_step(parts, x, y)
+                step()
     return prof.profiler.kineto_results
 
 
@@ -126,18 +134,10 @@ def test_without_sequence_numbers_backward_work_is_unattributed_not_lost(monkeyp
     """Counting pass: forward rows as before; every backward FLOP in (unattributed, backward);
     the total unchanged. No sequence number has an owner."""
     from tests.test_breakdown import count_one
-    from profiling.breakdown.hooks import Tracker
-    from train.step import StepParts, train_step
 
     def counted():
-        torch.manual_seed(0)
-        model = _Net()
-        x, y = torch.randn(2, 2, 4, 4), torch.tensor([0, 2])
-        with Tracker(model, "net") as tracker:
-            opt = torch.optim.SGD(model.parameters(), lr=0.01)
-            parts = StepParts(model, opt, contextlib.nullcontext, mark=tracker.mark)
-            train_step(parts, x, y)
-            return count_one(tracker, lambda: train_step(parts, x, y), 2), tracker
+        with _tracked_net() as (tracker, step):
+            return count_one(tracker, step, 2), tracker
 
     with_seq, _ = counted()
     _without_sequence_numbers(monkeypatch)

@@ -6,8 +6,9 @@ wrapper until `detach()`, cheaper than a pair of forward hooks), and registers o
 a post-accumulate-grad hook that drops a `grad: <owner>` marker inside the AccumulateGrad that
 just ran. A range is a profiler range, or with `stamps` (one process on the CPU) a pair of
 wall-clock stamps kept in Python (`log`) that `events` turns into the same events after the steps
-(profiling.breakdown.stamps: a stamp costs a fraction of a recorded profiler range). `tracker.mark` is the step's
-`StepParts.mark`: it opens `phase: <name>` ranges around the phases of the one `train_step`.
+(profiling.breakdown.stamps: a stamp costs a fraction of a recorded profiler range).
+`tracker.mark` is the step's `StepParts.mark`: it opens `phase: <name>` ranges around the phases
+of the one `train_step`.
 
 Backward work is tied to modules by the one rule of profiling.breakdown.owners, through
 autograd's sequence numbers: every autograd node created in
@@ -78,11 +79,12 @@ class Tracker:
         self.log: list[tuple] = []
         """stamps mode: module entries and exits, grad and CPU-clock markers (profiling.breakdown.stamps)"""
         self.anchors: list[tuple[str, int]] = []
-        self.lost_grad_markers = 0
-        self.stamped: list[Ev] = []
-        """stamps mode: the stamps as events, after `events`"""
         """stamps mode: (step or phase range label, wall ns just before it opened): the clocks'
         offset (stamps.offset_ns)"""
+        self.stamped: list[Ev] = []
+        """stamps mode: the stamps as events, after `events`"""
+        self.lost_grad_markers = 0
+        """stamps mode: grad markers `events` matched to no AccumulateGrad"""
         self._open_range, self._close_range = range_pair(user_scope)
         self.root = root
         self.ranges = ranges
