@@ -10,6 +10,7 @@ from common import console, fmt, plausible, schema
 from common.ui import runs_view_hint, ui_hint
 from train.bench import BenchResult
 from train.config import TrainConfig
+from train.models import model_source
 
 
 def summary_line(cfg: TrainConfig, device_name: str, metrics: dict, n_steps: int) -> str:
@@ -43,7 +44,10 @@ def run_note(
         f"Measured {len(result.step_times_s)} steps after {cfg.warmup_iters} warmup "
         f"(stop: {result.tags.get('measure_stop', 'fixed')}); "
         f"{fmt.num(m['wall_s'])} s measuring.",
-        f"Work: {fmt.si(m['train_flops_per_step'], 'FLOP')} per training step (counted), "
+        f"Model: {cfg.model} ({model_source(cfg.model)})"
+        f"{aux_text(result.tags.get(schema.TAG_AUX_LOSS, ''))}.",
+        f"Work: {fmt.si(m['train_flops_per_step'], 'FLOP')} per training step "
+        f"({coverage_text(result.tags, m)}), "
         f"{fmt.si(m['modeled_bytes_per_step'], 'B')} modeled memory traffic, "
         f"{fmt.si(m['params'])} parameters.",
     ]
@@ -56,6 +60,30 @@ def run_note(
     at = 2 if roofline else 1  # right under the numbers they question
     lines[at:at] = [f"Check: {f}." for f in flags if f]
     return "\n".join(lines)
+
+
+def aux_text(weights: str) -> str:
+    """'; trained with its auxiliary heads' losses (aux_logits=0.4, ...)' for tag aux_loss_weights."""
+    if not weights:
+        return ""
+    return (
+        f"; its auxiliary heads are trained, each loss weighted as torchvision's recipe does "
+        f"({weights.replace(',', ', ')})"
+    )
+
+
+def coverage_text(tags: dict, metrics: dict) -> str:
+    """How complete the counted FLOPs are (train/ledger.py): 'counted; every op that ran has a
+    FLOP formula or needs none', or the ops that had none and their share of the bytes."""
+    if tags.get(schema.TAG_FLOPS_COVERAGE) != "incomplete":
+        return "counted; every aten op that ran has a FLOP formula or does only elementwise work"
+    share = metrics.get(schema.METRIC_UNCOUNTED_BYTES_SHARE, 0.0)
+    ops = tags.get(schema.TAG_FLOPS_UNCOUNTED, "").replace(",", ", ")
+    return (
+        f"counted, INCOMPLETE: {ops} ran with no FLOP formula ({share:.1%} of the modeled bytes), "
+        "so their FLOPs are left out and the FLOP/s and intensity are low by them; "
+        "flops/counts_by_op.csv lists every op"
+    )
 
 
 def scaling_text(cfg: TrainConfig, result: BenchResult) -> str:
@@ -92,6 +120,8 @@ def say_result(cfg: TrainConfig, session, result: BenchResult) -> None:
     )
     if cfg.is_distributed:
         console.result(scaling_text(cfg, result))
+    if result.tags.get(schema.TAG_FLOPS_COVERAGE) == "incomplete":
+        console.warn(f"FLOPs {coverage_text(result.tags, result.metrics)}")
     if not session.offline:
         console.result(ui_hint(session.run_id, session.experiment_id))
         console.result(runs_view_hint(session.experiment_id))
