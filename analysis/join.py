@@ -78,8 +78,15 @@ FINDINGS_METRICS = [
     "gpu_power_max_w",
     "gpu_power_limit_w",
     "gpu_throttled_sample_share",
+    schema.METRIC_UNCOUNTED_BYTES_SHARE,
 ]
-FINDINGS_TAGS = ["energy_source", "energy_note", "gpu_throttle_reasons"]
+FINDINGS_TAGS = [
+    "energy_source",
+    "energy_note",
+    "gpu_throttle_reasons",
+    schema.TAG_FLOPS_COVERAGE,
+    schema.TAG_FLOPS_UNCOUNTED,
+]
 FINDINGS_PARAMS = ["workers"]
 
 PROFILE_METRICS = [

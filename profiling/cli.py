@@ -57,6 +57,7 @@ from profiling.ncu.summary import (
 from train.config import TrainConfig, add_config_args, config_from_args
 from train.data import dataset_fields, num_classes_for
 from train.models import check_model_name
+from train.ledger import qualified
 from train.phase_flops import PhaseFlops, config_phase_flops
 
 TOP_KERNELS = 25
@@ -336,6 +337,11 @@ def _count_config(config: TrainConfig) -> tuple[PhaseFlops | None, str]:
         )
     except Exception as exc:  # noqa: BLE001 - a model the meta device cannot run: say so, go on
         return None, f"the config's FLOPs could not be counted ({one_line(exc)})"
+    if counted.uncounted:  # train/ledger.py: ops that ran with no FLOP formula
+        console.warn(
+            f"the config's counted FLOPs leave out {', '.join(qualified(n) for n in counted.uncounted)} "
+            "(no FLOP formula): the capture is held against an incomplete count"
+        )
     return counted, ""
 
 

@@ -48,9 +48,14 @@ class SizeRule:
 
 
 def _maxvit_fits(size: int) -> bool:
-    """MaxViT-T's stem halves the image (rounding up) and each of its 4 blocks halves it again;
-    every block's input must divide into 7 x 7 windows: ceil(size / 2) a multiple of 112."""
-    return -(-size // 2) % 112 == 0
+    """MaxViT-T's stem and each of its 4 blocks halve the image with a 3 x 3 stride-2 convolution
+    (n -> (n - 1) // 2 + 1); every block's input must divide into 7 x 7 windows."""
+    n = (size - 1) // 2 + 1
+    for _ in range(4):
+        n = (n - 1) // 2 + 1
+        if n % 7:
+            return False
+    return True
 
 
 SIZE_RULES = {
@@ -59,9 +64,9 @@ SIZE_RULES = {
         299, 1, "its auxiliary head, which runs in training, needs a 17 x 17 input"
     ),
     "maxvit_t": SizeRule(
-        223,
+        221,
         1,
-        "every block's input must divide into 7 x 7 windows: 223-224, 447-448, ...",
+        "every block's input must divide into 7 x 7 windows: 221-224, 445-448, ... px",
         _maxvit_fits,
     ),
     "vit_b_16": SizeRule(32, 16, "whole 16 x 16 patches"),

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.findings import rules
+from common import schema
 from analysis.findings.facts import SERIES_KEYS, Facts, Peers
 from analysis.findings.records import Finding
 from analysis.findings.values import finite, num, ratio_interval
@@ -148,6 +149,9 @@ def run_anomalies(run: dict, series: list[float] | None) -> list[Finding]:
     th = throttling(run)
     if th:
         out.append(th)
+    uncounted = flops_incomplete(run)
+    if uncounted:
+        out.append(uncounted)
     peak = num(run.get("device_peak_mem_bytes"))
     total = num(run.get("device_mem_total_bytes"), positive=True)
     if peak is not None and total and peak / total >= rules.MEMORY_NEAR_CAPACITY:
@@ -161,6 +165,20 @@ def run_anomalies(run: dict, series: list[float] | None) -> list[Finding]:
             )
         )
     return out
+
+
+def flops_incomplete(run: dict) -> Finding | None:
+    """A train run whose counted FLOPs leave out ops with no formula carrying at least
+    rules.UNCOUNTED_BYTES_SHARE of its modeled bytes (tag flops_coverage, train/ledger.py)."""
+    if str(run.get(schema.TAG_FLOPS_COVERAGE) or "") != "incomplete":
+        return None
+    share = num(run.get(schema.METRIC_UNCOUNTED_BYTES_SHARE))
+    if share is None or share < rules.UNCOUNTED_BYTES_SHARE:
+        return None
+    ops = str(run.get(schema.TAG_FLOPS_UNCOUNTED) or "").replace(",", ", ") or "unnamed ops"
+    rid = run["run_id"]
+    values = {"ops": ops, "bytes_share": share, "run_id": rid}
+    return Finding("flops_incomplete", "anomaly", values, [rid], weight=2 + share)
 
 
 def quiet_runs(train: pd.DataFrame, series: dict | None = None) -> set:
@@ -194,6 +212,7 @@ def quiet_runs(train: pd.DataFrame, series: dict | None = None) -> set:
     ok &= ~(std / mean).gt(rules.STEP_CV)
     peak, total = num("device_peak_mem_bytes"), num("device_mem_total_bytes")
     ok &= ~(peak / total).ge(rules.MEMORY_NEAR_CAPACITY)
+    ok &= col(schema.TAG_FLOPS_COVERAGE).astype(str) != "incomplete"
     ids = set(train.loc[ok, "run_id"].tolist())
     return ids - set(series or {})
 
