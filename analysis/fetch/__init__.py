@@ -3,11 +3,12 @@
 `Source` reads runs with one of three readers, each returning only the keys analysis reads
 (analysis/fetch/rows.py):
 
-* sqlite.py  an sqlite file and the filters analysis writes itself: plain SELECTs with Python's
-             sqlite3, MLflow not imported (importing its SQL store costs ~3 s of CPU here);
-* sql.py     a database URI (sqlite, PostgreSQL, MySQL): plain SELECTs through MLflow's own engine,
-             tables and filter compiler (MLflow's search builds an ORM object per tag, param and
-             metric);
+* sql.py     a database's tables read with plain SELECTs over a DB-API connection (MLflow builds
+             an ORM object per tag, param and metric): SqliteReader for an sqlite file and the
+             filters analysis writes itself, with Python's sqlite3 and MLflow not imported
+             (importing its SQL store costs ~3 s of CPU here); SqlReader for any database MLflow
+             reads (sqlite, PostgreSQL, MySQL) and any filter, through MLflow's own engine and
+             filter compiler;
 * api.py     anything else (an `mlflow server`): MLflow's search API, pages requested in parallel.
 
 and keeps what it read in a local cache (segments.py), brought up to date on every analysis
@@ -25,7 +26,7 @@ from datetime import datetime
 import pandas as pd
 
 from analysis.fetch import cached_search, rows, segments
-from analysis.fetch.sqlite import SqliteReader
+from analysis.fetch.sql import SqliteReader
 from common import console, schema
 from common.errors import BenchError, UsageError, one_line
 from common.server import check_reachable, tracking_uri
@@ -78,7 +79,7 @@ class Source:
         self.mode = cache_mode
         self.jobs = jobs
         self.lite = SqliteReader.for_uri(self.uri)
-        """sqlite.py's reader (an sqlite store; MLflow not imported) for the filters it compiles."""
+        """SqliteReader (an sqlite store; MLflow not imported) for the filters it compiles."""
         self._full = None
         self.stats = cached_search.Stats()
         if cache_mode == "refresh":
@@ -86,12 +87,12 @@ class Source:
 
     @property
     def reader(self):
-        """The reader of searches with analysis's own filters: sqlite.py's where it can, else
+        """The reader of searches with analysis's own filters: SqliteReader where it can, else
         full_reader()."""
         return self.lite or self.full_reader()
 
     def full_reader(self):
-        """sql.py's reader (MLflow's store and filter compiler) for a database, else api.py's."""
+        """SqlReader (MLflow's engine and filter compiler) for a database, else api.py's."""
         if self._full is None:
             from analysis.fetch.api import ApiReader
             from analysis.fetch.sql import SqlReader
@@ -111,7 +112,7 @@ class Source:
             raise
         except Exception as exc:  # noqa: BLE001 - connection errors, server-side rejections
             msg = one_line(exc)
-            if lite:  # MLflow's tables changed under sqlite.py: MLflow's own SQL store reads them
+            if lite:  # MLflow's tables changed under SqliteReader: SqlReader reads them
                 console.warn(
                     f"reading {self.uri} with sqlite3 failed ({msg}); using MLflow's store"
                 )
