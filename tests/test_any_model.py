@@ -72,7 +72,8 @@ def test_a_timm_model_a_user_module_and_a_regnet_through_one_sweep(tracking, use
     assert set(children) == set(models)
     assert all(r.info.status == "FINISHED" for r in children.values())
     timm_run = children["timm:mobilenetv3_small_050"]
-    assert timm_run.data.tags[schema.TAG_MODEL_SOURCE].startswith("timm 1.")
+    source = timm_run.data.tags[schema.TAG_MODEL_SOURCE]
+    assert source.startswith("timm 1.") and source.endswith(" (pretrained_cfg input 224 px)")
     assert timm_run.data.tags[schema.TAG_FLOPS_COVERAGE] == "complete"
     hand = check_model("timm:mobilenetv3_small_050", 32)
     assert timm_run.data.metrics["train_flops_per_step"] == hand["hand_total"]

@@ -264,13 +264,17 @@ def build_model(spec: str, num_classes: int, image_size: int | None = None):
 
 
 def model_source(spec: str) -> str:
-    """Where the model came from, for tag `model_source`: `torchvision 0.29.1`, `timm 1.0.31`,
-    or `user: mynets:make (/path/to/mynets.py)`."""
+    """Where the model came from, for tag `model_source`: `torchvision 0.29.1`, `timm 1.0.31
+    (pretrained_cfg input 224 px)`, or `user: mynets:make (/path/to/mynets.py)`."""
     source = source_of(spec)
     if source == "user":
         module = importlib.import_module(spec.partition(":")[0])
         return f"user: {spec} ({getattr(module, '__file__', None) or 'no file'})"
     package = importlib.import_module(source)
+    if source == "timm":
+        size = timm_input_size(spec)
+        native = f" (pretrained_cfg input {size} px)" if size else ""
+        return f"timm {package.__version__}{native}"
     return f"{source} {package.__version__}"
 
 
