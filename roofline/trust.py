@@ -1,4 +1,4 @@
-"""Which peaks runs give a device's ceilings: the one rule the analysis (analysis/join.py
+"""Which peaks runs give a device's ceilings: the one rule the analysis (analysis/roofs.py
 measured_roofs) and a run's own roofline (roofline/store.py, drawn when a train run ends) share.
 
 A peaks run is quiet when the machine was lightly loaded while it measured, busy when other work
