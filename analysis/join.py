@@ -6,8 +6,7 @@ Input contract: a pandas DataFrame with MLflow's search_runs layout: `run_id`, `
 prefixed `metrics.`, `params.`, `tags.` (READ_KEYS lists every key analysis reads). Absent
 columns are treated as missing values, so hand-made frames in tests need only the columns they
 use. The key lists and the column access at the top are shared by the profile and peaks joins
-(analysis/profiles.py, analysis/roofs.py) and by analysis/fetch; the tables beside the points are
-in analysis/tables.py.
+(analysis/roofs.py) and by analysis/fetch; the tables beside the points are in analysis/tables.py.
 
 Nothing here imports mlflow, reads files or plots.
 """

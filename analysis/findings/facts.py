@@ -43,7 +43,7 @@ class Facts:
     """why its runs disagree too much to judge it ('' when they agree)."""
     device_type: str = ""
     profile: dict | None = None
-    """its profile run (analysis/profiles.py profile_intensities' run): {run_id, flops_total,
+    """its profile run (analysis/roofs.py profile_intensities' run): {run_id, flops_total,
     steps}, or None."""
     noise_rel: float = 0.0
     """for a configuration of one run: how much repeats of other configurations on the same
