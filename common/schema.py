@@ -109,6 +109,8 @@ TAG_FP32_MATH = "fp32_math"
 TAG_FLOPS_COVERAGE = "flops_coverage"
 TAG_FLOPS_UNCOUNTED = "flops_uncounted_ops"
 METRIC_UNCOUNTED_BYTES_SHARE = "flops_uncounted_bytes_share"
+# breakdown runs: the step's share in the own time of the rows that ran ops with no FLOP formula
+METRIC_UNCOUNTED_TIME_SHARE = "breakdown_flops_uncounted_time_share"
 # train runs: where the model came from (torchvision | timm | user) and what exactly
 TAG_MODEL_SOURCE = "model_source"
 # train runs of a model with auxiliary heads: each head's loss weight (aux_logits1=0.3,...)

@@ -139,5 +139,9 @@ def test_incomplete_flops_are_a_finding_and_sizes_that_differ_are_in_every_label
             "step's modeled bytes (run a"
         )
     )
+    # a breakdown of the config measured the time of the rows that ran them: that share decides
+    (timed,) = anomalies.run_anomalies(row, None, uncounted_time_share=0.12)
+    assert "carry 12.0% of the step's time (the breakdown's rows that ran them)" in timed.sentence()
+    assert anomalies.run_anomalies(row, None, uncounted_time_share=0.004) == []
     row[schema.METRIC_UNCOUNTED_BYTES_SHARE] = 0.005  # under 1 %: the run's own page says it
     assert anomalies.run_anomalies(row, None) == []

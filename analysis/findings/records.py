@@ -255,7 +255,7 @@ def _memory(v: dict) -> str:
 def _flops_incomplete(v: dict) -> str:
     return (
         f"counted FLOPs incomplete: {v['ops']} ran with no FLOP formula and carry "
-        f"{pct(v['bytes_share'])} of the step's modeled bytes (run {short(v['run_id'])}); "
+        f"{pct(v['share'])} {v['of']} (run {short(v['run_id'])}); "
         "train_flops_per_step leaves their FLOPs out, so its FLOP/s, intensity and fraction of roof "
         "are low by an unknown amount (the run's flops/counts_by_op.csv lists every op)."
     )
