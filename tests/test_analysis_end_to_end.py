@@ -372,11 +372,11 @@ def test_outputs_tables_figures_and_report(store, tmp_path):
     md = (out / "report.md").read_text()
     assert f"no peaks for {CPU}" in md
     assert (
-        "| l4 | NVIDIA L4 | resnet18 | fp32 | 64 | 1000 | one process | 1 | 700 ± 20 (within run) | 15 TFLOP/s | 200 | measured |"
+        "| l4 | NVIDIA L4 | resnet18 | fp32 | 64 | 224 px | 1000 | one process | 1 | 700 ± 20 (within run) | 15 TFLOP/s | 200 | measured |"
         in md
     )
     assert (
-        "| l4 | NVIDIA L4 | resnet18 | fp32 | 32 | 1000 | one process | 2 | 410 (runs 400–420) | 11 TFLOP/s | 50 | modeled |"
+        "| l4 | NVIDIA L4 | resnet18 | fp32 | 32 | 224 px | 1000 | one process | 2 | 410 (runs 400–420) | 11 TFLOP/s | 50 | modeled |"
         in md
     )
     assert "CUDA out of memory" in md
