@@ -4,7 +4,7 @@
     python -m analysis.gate --experiment nightly --series "a100:b64/bf16/224px/resnet50" --order-by torch_version
 
 For each series named (an env label, optionally `:` and a config key or config label; every
-device of that env label), the train runs on the tracking server in run order are tested for
+device of that env label; every series of the experiments read when none is named), the train runs on the tracking server in run order are tested for
 change points (analysis/history.py). A series regressed when its newest level (the runs after its
 last change point) is slower than the level before it by more than --max-slowdown, with the 95 %
 interval of that ratio above 1 + the threshold as well: a slowdown whose interval reaches below
@@ -48,7 +48,7 @@ class GateConfig:
         default_factory=list, metadata={"flags": ("--series",), "sep": ",", "metavar": "SERIES"}
     )
     """series to gate: ENV_LABEL or ENV_LABEL:CONFIG (a config_key or config_label such as
-    b8/fp32/64px/resnet18), repeated or comma-separated."""
+    b8/fp32/64px/resnet18), repeated or comma-separated (default: every series read)."""
     max_slowdown: str = "3%"
     """how much slower than the level before them the newest runs may be (3% or 0.03)."""
     experiments: list[str] = field(
@@ -63,8 +63,6 @@ class GateConfig:
     """the local cache of fetched runs, as for python -m analysis (auto, refresh, off)."""
 
     def __post_init__(self) -> None:
-        if not self.series:
-            raise ValueError("series: name at least one (--series ENV_LABEL[:CONFIG])")
         self.threshold = slowdown(self.max_slowdown)
         history.order_column(self.order_by)
         flags.check_choices(self)
@@ -122,7 +120,9 @@ def verdict(s: history.Series, threshold: float) -> tuple[int, str]:
 
 
 def selected(train, wanted: list[tuple[str, str]]):
-    """The train runs of the series named; UsageError for a name with none."""
+    """The train runs of the series named (all without a name); UsageError for a name with none."""
+    if not wanted:
+        return train
     keep = None
     for env, config in wanted:
         m = train["env_label"] == env
