@@ -1,27 +1,28 @@
 """Change points in one series of runs: where its mean step time steps, and how sure that is.
 
-Pure statistics on arrays (numpy; ruptures for the search, imported only when a series has a
-change to place). A series is the runs of one configuration on one environment in run order; each
-run is one value, the log of its mean step time, with its own noise: the variance of that log
-from the run's 95 % CI (`step_time_ci95_rel` / t), plus the run-to-run noise the series shows
-between neighbouring runs (`run_noise`). The runs are weighted by the inverse of that variance,
-so a run its own CI calls noisy counts less.
+Pure statistics on arrays (numpy). A series is the runs of one configuration on one environment
+in run order; each run is one value, the log of its mean step time, with its own noise: the
+variance of that log from the run's 95 % CI (`step_time_ci95_rel` / t), plus the run-to-run noise
+the series shows between neighbouring runs (`run_noise`). The runs are weighted by the inverse of
+that variance, so a run its own CI calls noisy counts less.
 
-Search: binary segmentation (ruptures.Binseg) with a weighted least-squares cost (`WeightedL2`):
-the split that explains the most weighted variance, then the same within each side. Test: each
-split in the order Binseg finds them is tested within the segment it cuts by a permutation test
-of that same statistic, the largest weighted gain over every admissible split (each side at least
-`min_side` runs): the runs of the segment shuffled `n_perm` times, the p-value the share of
-shuffles that explain as much (E-divisive's approach, Matteson & James 2014, as Apache Otava
-uses it). The choice of the split is inside the statistic, so scanning every split does not make a
-false alarm likelier than `alpha`. The first failed test ends the search. The shuffles are fixed
-per series length (`shuffles`): the same series gives the same answer everywhere.
+Search: binary segmentation, the split that explains the most weighted variance (with equal
+weights, the split ruptures.Binseg finds with its l2 cost: tests/test_history.py checks they
+agree), then the same within each side. Test: each split is tested within the segment it cuts by
+a permutation test of that same statistic, the largest weighted gain over every admissible split
+(each side at least `min_side` runs): the runs of the segment shuffled, the p-value the share of
+shuffles that explain as much (E-divisive's approach, Matteson & James 2014, as Apache Otava uses
+it). The choice of the split is inside the statistic, so scanning every split does not make a
+false alarm likelier than `alpha`. A side whose test fails is not searched further. The shuffles
+are fixed per series length (`shuffles`): the same series gives the same answer everywhere.
 
-Why ruptures and not apache-otava (the E-divisive implementation itself): otava 0.8 pins numpy
-2.2.0 and scipy < 1.17 on Python 3.11 and brings BigQuery, Slack and PostgreSQL clients; ruptures
-needs only numpy and scipy. Its import costs about a second here, so `first_tests` runs the test
-of the whole series in numpy first, over every series at once, and ruptures is imported only for
-a series that has a change.
+Why neither library runs here: apache-otava 0.8 (E-divisive itself) pins numpy 2.2.0 and scipy <
+1.17 on Python 3.11 (this project has numpy 2.4 and scipy 1.17) and brings BigQuery, Slack and
+PostgreSQL clients; ruptures 1.1.10 installs cleanly, but importing it imports scipy.stats,
+scipy.spatial and scipy.signal (7-30 s measured at this machine's load of 5-13, against the 3 s
+a whole repeat analysis may take), and its Binseg would only find the split this module's
+statistic already computes for the test. So the search is that statistic's argmax, and ruptures
+is the reference the tests hold it to (requirements-dev.txt).
 """
 
 from __future__ import annotations
@@ -137,8 +138,7 @@ def first_tests(
     ys: list[np.ndarray], owns: list[np.ndarray], min_side: int = MIN_SIDE, n_perm: int = N_PERM
 ) -> np.ndarray:
     """p-value of the test of each whole series (the first test `find` makes) for many series at
-    once, in numpy only: a scan tests every series without importing ruptures, the series of one
-    length through one array. NaN for a series too short to test."""
+    once, the series of one length through one array. NaN for a series too short to test."""
     out = np.full(len(ys), np.nan)
     by_len: dict[int, list[int]] = {}
     for i, y in enumerate(ys):
@@ -160,6 +160,18 @@ class Split:
     hi: int
 
 
+def best_split(y: np.ndarray, w: np.ndarray, min_side: int) -> int:
+    """Where the largest split of one series falls: the number of runs on its left (ties: the
+    later split, as ruptures.Binseg breaks them)."""
+    n = len(y)
+    cw, cwy = np.cumsum(w), np.cumsum(w * y)
+    k = np.arange(min_side, n - min_side + 1)
+    wl, sl = cw[k - 1], cwy[k - 1]
+    wr, sr = cw[-1] - wl, cwy[-1] - sl
+    gain = (sl / wl - sr / wr) ** 2 * wl * wr / cw[-1]
+    return int(k[len(gain) - 1 - np.argmax(gain[::-1])])
+
+
 def find(
     y: np.ndarray,
     own: np.ndarray,
@@ -168,78 +180,27 @@ def find(
     n_perm: int = N_PERM,
 ) -> list[Split]:
     """The change points of series `y` (log mean step times in run order) with the runs' own
-    variances `own`, in run order; [] when none passes its test."""
-    n = len(y)
-    if n < needed(min_side):
-        return []
+    variances `own`, in run order; [] when none passes its test. Binary segmentation: the whole
+    series is tested; where it passes, its largest split is a change and each side is searched
+    the same way."""
     w = weights(y, own)
-    algo = _binseg(y, w, min_side)
     found: list[Split] = []
-    for j in range(1, n // min_side):
-        bkps = _greedy(algo, j)
-        new = [b for b in bkps or [] if all(b != s.index for s in found)]
-        if len(new) != 1:
-            break
-        b = new[0]
-        lo = max([0] + [s.index for s in found if s.index < b])
-        hi = min([n] + [s.index for s in found if s.index > b])
+    todo = [(0, len(y))]
+    while todo:
+        lo, hi = todo.pop()
+        if hi - lo < needed(min_side):
+            continue
         p = permutation_p(y[lo:hi], w[lo:hi], min_side, n_perm)
         if p >= alpha:
-            break
-        found.append(Split(b, p, lo, hi))
+            continue
+        k = lo + best_split(y[lo:hi], w[lo:hi], min_side)
+        found.append(Split(k, p, lo, hi))
+        todo += [(lo, k), (k, hi)]
     found.sort(key=lambda s: s.index)
-    return _bounded(found, n)
+    return _bounded(found, len(y))
 
 
 def _bounded(found: list[Split], n: int) -> list[Split]:
     """The splits with lo/hi set to their neighbours' (the segments they finally separate)."""
     idx = [0] + [s.index for s in found] + [n]
     return [Split(s.index, s.p_value, idx[i], idx[i + 2]) for i, s in enumerate(found)]
-
-
-def _binseg(y: np.ndarray, w: np.ndarray, min_side: int):
-    import ruptures as rpt
-
-    return rpt.Binseg(custom_cost=weighted_l2()(), min_size=min_side, jump=1).fit(
-        np.column_stack([y, w])
-    )
-
-
-def _greedy(algo, n_bkps: int) -> list[int] | None:
-    """Binseg's first `n_bkps` breakpoints (without the series' end), None when there is no room."""
-    from ruptures.exceptions import BadSegmentationParameters
-
-    try:
-        return algo.predict(n_bkps=n_bkps)[:-1]
-    except BadSegmentationParameters:
-        return None
-
-
-@functools.lru_cache(maxsize=1)
-def weighted_l2():
-    """The ruptures cost class WeightedL2, made on first use (importing this module does not
-    import ruptures): a segment's weighted sum of squared deviations from its weighted mean, the
-    `l2` cost with a weight per sample, fit on columns (value, weight)."""
-    from ruptures.base import BaseCost
-
-    class WeightedL2(BaseCost):
-        model = "weighted_l2"
-        min_size = 1
-
-        def fit(self, signal):
-            self.signal = signal
-            y, w = signal[:, 0], signal[:, 1]
-            zero = np.zeros(1)
-            self._w = np.concatenate([zero, np.cumsum(w)])
-            self._wy = np.concatenate([zero, np.cumsum(w * y)])
-            self._wyy = np.concatenate([zero, np.cumsum(w * y * y)])
-            return self
-
-        def error(self, start: int, end: int) -> float:
-            wsum = self._w[end] - self._w[start]
-            if wsum <= 0:
-                return 0.0
-            s = self._wy[end] - self._wy[start]
-            return float(self._wyy[end] - self._wyy[start] - s * s / wsum)
-
-    return WeightedL2

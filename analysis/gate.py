@@ -17,10 +17,14 @@ Exit codes (one line per series on stdout): 0 no series regressed; 1 one or more
 
 from __future__ import annotations
 
+import io
 import sys
 from dataclasses import dataclass, field
 
+import pandas as pd
+
 from analysis import fetch, history, join, screen
+from analysis.fetch import breakdowns
 from common import console, flags, fmt
 from common.cli import ArgumentParser, cli_entry
 from common.errors import UsageError
@@ -138,15 +142,30 @@ def selected(train, wanted: list[tuple[str, str]]):
     return train[keep]
 
 
+def with_modules(found: history.History, query: fetch.Query, source: fetch.Source) -> list[str]:
+    """Each change with breakdown runs of its series on both sides gets the modules whose time
+    moved most (read only when a series has a change). Returns notes on runs left out."""
+    notes: list[str] = []
+    if not any(s.changes for s in found.series):
+        return notes
+    pairs = history.breakdown_pairs(found, breakdowns.breakdown_runs(query, source))
+    records = {r["run_id"]: r for pair in pairs.values() for r in pair}
+    kept, left_out = screen.breakdowns(breakdowns.read(list(records.values()), notes))
+    layers = {f["run_id"]: pd.read_csv(io.StringIO(f["layers"])) for f in kept if f.get("layers")}
+    history.add_modules(found, pairs, layers)
+    return notes + left_out
+
+
 def gate(cfg: GateConfig) -> int:
     envs = sorted({env for env, _ in cfg.wanted()})
     query = fetch.Query(cfg.experiments, "", envs, int(cfg.max_runs))
-    runs, _ = fetch.fetch_runs(query, fetch.Source(cfg.cache))
+    source = fetch.Source(cfg.cache)
+    runs, _ = fetch.fetch_runs(query, source)
     runs, _ = screen.runs(runs)
     runs, _ = screen.values(runs)
     train = selected(join.train_runs(runs), cfg.wanted())
     found = history.scan(train, cfg.order_by)
-    for note in found.notes:
+    for note in found.notes + with_modules(found, query, source):
         console.note(note)
     codes = []
     for s in found.series:

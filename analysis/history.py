@@ -95,6 +95,8 @@ class Change:
             f"{len(self.after.run_ids)} after"
         )
         text += f"; changed: {', '.join(why)}" if why else "; no recorded tag changed"
+        if self.modules:
+            text += f"; breakdown runs either side: {history_diff.modules_sentence(self.modules)}"
         return text + "".join(f"; {s}" for s in (self.machine, self.load) if s)
 
 
@@ -116,7 +118,8 @@ class Series:
     """per run: its start time (epoch ms) or the value of the order_by tag"""
     changes: list[Change] = field(default_factory=list)
     levels: list[Level] = field(default_factory=list)
-    """the segments between the changes, oldest first (one when none)"""
+    """the segments between the changes, oldest first (none without a change: its one level is
+    the configuration's roofline point)"""
 
     @property
     def name(self) -> str:
@@ -129,14 +132,7 @@ class Series:
                 f"needs at least {self.needs} ({self.needs // 2} on each side of a change)"
             )
         if self.status == STATUS_NONE:
-            lv = self.levels[0]
-            ci = (
-                f" ± {fmt.pct(lv.step_time_ci95_rel)}" if np.isfinite(lv.step_time_ci95_rel) else ""
-            )
-            return (
-                f"{self.name}: no change over {self.n_runs} runs (mean step time "
-                f"{fmt.duration(lv.step_time_mean_s)}{ci})"
-            )
+            return f"{self.name}: no change over {self.n_runs} runs"
         return f"{self.name}: " + "; ".join(c.sentence() for c in self.changes)
 
 
@@ -180,36 +176,47 @@ def scan(
                 f"ordered by it (e.g. {', '.join(join.short(r) for r in runs.loc[lacking, 'run_id'].head(3))})"
             )
         runs = runs[~lacking]
-    groups = [
-        (key, ordered(g, column).reset_index(drop=True))
-        for key, g in runs.groupby(SERIES_KEYS, sort=True)
+    runs = in_run_order(runs.reset_index(drop=True), column)
+    codes = runs.groupby(SERIES_KEYS, sort=False).ngroup().to_numpy()
+    edges = [0, *(np.flatnonzero(np.diff(codes)) + 1), len(runs)]
+    spans = list(zip(edges, edges[1:])) if len(runs) else []
+    y_all = np.log(runs["_step_s"].to_numpy(float))
+    own_all = cp.own_variance(
+        runs["step_time_ci95_rel"].to_numpy(float), runs["_steps"].to_numpy(float)
+    )
+    ys = [y_all[a:b] for a, b in spans]
+    first = cp.first_tests(ys, [own_all[a:b] for a, b in spans], min_side, n_perm)
+    cuts = [
+        cp.find(y_all[a:b], own_all[a:b], min_side, alpha, n_perm) if p < alpha else []
+        for (a, b), p in zip(spans, first)
     ]
-    ys = [np.log(g["_step_s"].to_numpy(float)) for _, g in groups]
-    owns = [
-        cp.own_variance(g["step_time_ci95_rel"].to_numpy(float), g["_steps"].to_numpy(float))
-        for _, g in groups
-    ]
-    first = cp.first_tests(ys, owns, min_side, n_perm)  # every series at once, numpy only
-    out = []
-    for (key, g), y, own, p in zip(groups, ys, owns, first):
-        s = _series(g, key, order_by, column, min_side)
-        if s.status == STATUS_SHORT:
-            pass
-        elif p >= alpha:
-            s.levels = [level(g)]
-        else:
-            _place(s, g, cp.find(y, own, min_side, alpha, n_perm))
-        out.append(s)
+    cols = {
+        c: runs[c].to_numpy(object)
+        for c in ["run_id", "_step_s", column, "config_label", *SERIES_KEYS]
+    }
+    out = [_series(cols, a, b, order_by, column, min_side) for a, b in spans]
+    levels = _levels(runs, spans, cuts, [bool(c) for c in cuts])  # series with a change only
+    diff = {c: runs[c].to_numpy(object) for c in history_diff.COLUMNS if c in runs}
+    for s, (a, b), splits, lv in zip(out, spans, cuts, levels):
+        if splits:
+            _place(s, [{c: v[i] for c, v in diff.items()} for i in range(a, b)], splits, lv)
     return History(out, notes, order_by)
 
 
-def ordered(g: pd.DataFrame, column: str) -> pd.DataFrame:
-    """The runs of one series in run order."""
-    g = g.sort_values([START, "run_id"], kind="stable")
+def in_run_order(runs: pd.DataFrame, column: str) -> pd.DataFrame:
+    """The runs sorted by series, then in run order within each: start time, or the rank of
+    their `column` value (value_rank, per series), then start time."""
+    keys = [*SERIES_KEYS, START, "run_id"]
     if column == START:
-        return g
-    rank = value_rank(g[column].astype(str), g[START])
-    return g.assign(_rank=rank).sort_values(["_rank", START, "run_id"], kind="stable")
+        return runs.sort_values(keys, kind="stable").reset_index(drop=True)
+    ranks = [
+        value_rank(g[column].astype(str), g[START])
+        for _, g in runs.groupby(SERIES_KEYS, sort=False)
+    ]
+    runs = runs.assign(_rank=pd.concat(ranks).reindex(runs.index))
+    return runs.sort_values([*SERIES_KEYS, "_rank", START, "run_id"], kind="stable").reset_index(
+        drop=True
+    )
 
 
 def value_rank(values: pd.Series, start: pd.Series) -> pd.Series:
@@ -227,65 +234,73 @@ def value_rank(values: pd.Series, start: pd.Series) -> pd.Series:
     return values.map(pos)
 
 
-def _series(g: pd.DataFrame, key, order_by: str, column: str, min_side: int) -> Series:
-    """The series of runs `g` (in run order), not yet tested."""
-    env, dev, config = key
-    enough = len(g) >= cp.needed(min_side)
+def _series(cols: dict, a: int, b: int, order_by: str, column: str, min_side: int) -> Series:
+    """The series of runs [a, b) (`cols`: the runs' columns in run order), not yet tested."""
+    last = b - 1
     return Series(
-        env,
-        dev,
-        config,
-        _label(g),
-        STATUS_NONE if enough else STATUS_SHORT,
-        len(g),
+        str(cols["env_label"][last]),
+        str(cols["device_name"][last]),
+        str(cols["config_key"][last]),
+        str(cols["config_label"][last] or "") or str(cols["config_key"][last]),
+        STATUS_NONE if b - a >= cp.needed(min_side) else STATUS_SHORT,
+        b - a,
         cp.needed(min_side),
         order_by,
-        list(g["run_id"]),
-        list(g["_step_s"]),
-        list(g[column]),
+        list(cols["run_id"][a:b]),
+        [float(v) for v in cols["_step_s"][a:b]],
+        list(cols[column][a:b]),
     )
 
 
-def _place(s: Series, g: pd.DataFrame, splits: list[cp.Split]) -> None:
-    """Series `s` with its change points `splits`: its levels and changes."""
-    s.levels = segments(g, [sp.index for sp in splits])
-    s.changes = [change(g, sp, s.levels[i], s.levels[i + 1]) for i, sp in enumerate(splits)]
+def _place(s: Series, rows: list[dict], splits: list[cp.Split], levels: list[Level]) -> None:
+    """Series `s` (its runs `rows`, in run order) with its change points `splits` and the levels
+    of its segments."""
+    s.levels = levels
+    loads = np.array([history_diff.per_cpu(r) for r in rows])
+    s.changes = [change(rows, loads, sp, levels[i], levels[i + 1]) for i, sp in enumerate(splits)]
     s.status = STATUS_CHANGE if s.changes else STATUS_NONE
 
 
-def _label(g: pd.DataFrame) -> str:
-    last = g.iloc[-1]
-    return str(last.get("config_label") or "") or str(last["config_key"])
+def _levels(runs: pd.DataFrame, spans: list, cuts: list[list[cp.Split]], tested: list[bool]):
+    """The levels of every segment of every tested series, from one aggregate_repeats over all
+    their runs (each segment a configuration of its own): per series, its levels oldest first."""
+    seg = np.full(len(runs), -1)
+    for n, ((a, b), splits, ok) in enumerate(zip(spans, cuts, tested)):
+        if ok:
+            seg[a:b] = np.searchsorted([sp.index for sp in splits], np.arange(b - a), side="right")
+    keep = seg >= 0
+    if not keep.any():
+        return [[] for _ in spans]
+    series = np.repeat(np.arange(len(spans)), [b - a for a, b in spans])
+    t = runs.loc[keep].assign(config_key=[f"{n}#{k}" for n, k in zip(series[keep], seg[keep])])
+    g = t.groupby("config_key", sort=False)
+    span, ids = g[START].agg(["min", "max"]), g["run_id"].agg(list)
+    points = join.aggregate_repeats(t.drop(columns=[c for c in t.columns if c.startswith("_")]))
+    by_key = {r["config_key"]: r for r in points.to_dict("records")}
+    out: list[list[Level]] = [[] for _ in spans]
+    for n, splits in enumerate(cuts):
+        for k in range(len(splits) + 1) if tested[n] else []:
+            key, r = f"{n}#{k}", by_key[f"{n}#{k}"]
+            out[n].append(
+                Level(
+                    ids[key],
+                    float(r["step_time_mean_s"]),
+                    float(r["step_time_ci95_rel"]),
+                    float(r["throughput_mean_samples_per_s"]),
+                    float(span.loc[key, "min"]),
+                    float(span.loc[key, "max"]),
+                )
+            )
+    return out
 
 
-def segments(g: pd.DataFrame, cuts: list[int]) -> list[Level]:
-    """The levels of the runs between consecutive cuts (positions in run order)."""
-    edges = [0, *cuts, len(g)]
-    return [level(g.iloc[a:b]) for a, b in zip(edges, edges[1:])]
-
-
-def level(g: pd.DataFrame) -> Level:
-    """The configuration's numbers of runs `g` (join.aggregate_repeats: the pooled mean step
-    time, samples/s from it, the 95 % CI over the runs)."""
-    p = join.aggregate_repeats(g.drop(columns=[c for c in g.columns if c.startswith("_")]))
-    row = p.iloc[0]
-    return Level(
-        list(g["run_id"]),
-        float(row["step_time_mean_s"]),
-        float(row["step_time_ci95_rel"]),
-        float(row["throughput_mean_samples_per_s"]),
-        float(g[START].min()),
-        float(g[START].max()),
-    )
-
-
-def change(g: pd.DataFrame, sp: cp.Split, before: Level, after: Level) -> Change:
+def change(rows: list[dict], loads, sp: cp.Split, before: Level, after: Level) -> Change:
+    """The change at `sp` of the series whose runs are `rows` (their load per CPU `loads`)."""
     ratio = after.step_time_mean_s / before.step_time_mean_s
     ci = ratio_interval(
         ratio, _finite(after.step_time_ci95_rel), _finite(before.step_time_ci95_rel)
     )
-    last, first = g.iloc[sp.index - 1], g.iloc[sp.index]
-    side_a, side_b = g.iloc[sp.lo : sp.index], g.iloc[sp.index : sp.hi]
+    last, first = rows[sp.index - 1], rows[sp.index]
     return Change(
         sp.index,
         sp.p_value,
@@ -297,9 +312,53 @@ def change(g: pd.DataFrame, sp: cp.Split, before: Level, after: Level) -> Change
         str(first["run_id"]),
         changed=history_diff.changed_tags(last, first),
         machine=history_diff.machine(last, first),
-        load=history_diff.load(side_a, side_b, ratio),
+        load=history_diff.load(loads[sp.lo : sp.index], loads[sp.index : sp.hi], ratio),
     )
 
 
 def _finite(v: float) -> float | None:
     return v if v is not None and np.isfinite(v) else None
+
+
+# ----------------------------------------------------------------- breakdown runs on both sides
+BD_KEYS = {
+    "env_label": "tags.env_label",
+    "device_name": "tags.device_name",
+    "config_key": "tags.config_key",
+}
+
+
+def breakdown_pairs(h: History, bd: pd.DataFrame) -> dict[tuple[int, int], tuple[dict, dict]]:
+    """(series index, change index) -> (the latest breakdown run of the series started in the
+    segment before the change, the earliest started in the segment after), for the changes with
+    a breakdown run on both sides; runs in time order only (a tag's order has no time span)."""
+    if bd is None or bd.empty or h.order_by != START:
+        return {}
+    bd = bd.assign(_start=pd.to_numeric(bd["start_time"], errors="coerce"))
+    by_series = {
+        key: g.sort_values("_start")
+        for key, g in bd.groupby([BD_KEYS[k] for k in SERIES_KEYS], sort=False)
+    }
+    out = {}
+    for i, s in enumerate(h.series):
+        g = by_series.get((s.env_label, s.device_name, s.config_key))
+        if g is None:
+            continue
+        for j, c in enumerate(s.changes):
+            nxt = s.levels[j + 2].first_start_ms if j + 2 < len(s.levels) else np.inf
+            before = g[
+                (g["_start"] >= c.before.first_start_ms) & (g["_start"] < c.after.first_start_ms)
+            ]
+            after = g[(g["_start"] >= c.after.first_start_ms) & (g["_start"] < nxt)]
+            if len(before) and len(after):
+                out[(i, j)] = (before.iloc[-1].to_dict(), after.iloc[0].to_dict())
+    return out
+
+
+def add_modules(h: History, pairs: dict, layers: dict[str, pd.DataFrame]) -> None:
+    """Each paired change's `modules`: the modules whose time moved most between the two
+    breakdown runs (`layers`: run id -> its layers.csv rows)."""
+    for (i, j), (a, b) in pairs.items():
+        la, lb = layers.get(a["run_id"]), layers.get(b["run_id"])
+        if la is not None and lb is not None:
+            h.series[i].changes[j].modules = history_diff.module_moves(la, lb)

@@ -30,26 +30,28 @@ LOAD_SHIFT_PER_CPU = 0.5
 """a change of load: the 1-minute load average per CPU (the highest while a run measured) moved
 by at least this much (half the machine's CPUs kept busy, or freed, by other work)"""
 TOP_MODULES = 3
+COLUMNS = ["run_id", *(c for c, _ in DIFF_TAGS), "load_average_1m_max", "cpu_count"]
+"""the train_runs columns a change reads of the runs either side of it"""
 
 
-def _text(row, col: str) -> str:
-    v = row.get(col) if hasattr(row, "get") else None
+def _text(row: dict, col: str) -> str:
+    v = row.get(col)
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return ""
     return str(v)
 
 
-def load_per_cpu(rows) -> np.ndarray:
-    """Each run's highest 1-minute load average while it measured, per logical CPU (NaN where a
-    run did not record it)."""
-    top = pd.to_numeric(rows.get("load_average_1m_max"), errors="coerce")
-    cpus = pd.to_numeric(rows.get("cpu_count"), errors="coerce")
-    if top is None or cpus is None:
-        return np.full(len(rows), np.nan)
-    return np.asarray(top / cpus.where(cpus > 0), dtype=float).reshape(-1)
+def per_cpu(row: dict) -> float:
+    """A run's highest 1-minute load average while it measured, per logical CPU (NaN where it
+    did not record it)."""
+    try:
+        top, cpus = float(row.get("load_average_1m_max")), float(row.get("cpu_count"))
+    except (TypeError, ValueError):
+        return math.nan
+    return top / cpus if cpus > 0 else math.nan
 
 
-def changed_tags(last: pd.Series, first: pd.Series) -> list[dict]:
+def changed_tags(last: dict, first: dict) -> list[dict]:
     """Every recorded environment tag whose value differs between run `last` (before the change)
     and `first` (after), and their load when it moved by LOAD_SHIFT_PER_CPU or more."""
     out = []
@@ -65,7 +67,7 @@ def changed_tags(last: pd.Series, first: pd.Series) -> list[dict]:
                     "after": (b[:10] if short else b) or "(none)",
                 }
             )
-    pair = load_per_cpu(pd.DataFrame([last, first]))
+    pair = np.array([per_cpu(last), per_cpu(first)])
     if np.isfinite(pair).all() and abs(pair[1] - pair[0]) >= LOAD_SHIFT_PER_CPU:
         out.append(
             {
@@ -78,7 +80,7 @@ def changed_tags(last: pd.Series, first: pd.Series) -> list[dict]:
     return out
 
 
-def machine(last: pd.Series, first: pd.Series) -> str:
+def machine(last: dict, first: dict) -> str:
     """A sentence when the change coincides with a change of machine (host or CPU model)."""
     moved = [
         f"{col.replace('_', ' ')} {_text(last, col) or '(none)'} -> {_text(first, col) or '(none)'}"
@@ -90,12 +92,11 @@ def machine(last: pd.Series, first: pd.Series) -> str:
     return f"it coincides with a change of machine ({', '.join(moved)}): compare like with like"
 
 
-def load(before: pd.DataFrame, after: pd.DataFrame, ratio: float) -> str:
+def load(before: np.ndarray, after: np.ndarray, ratio: float) -> str:
     """A sentence when the change coincides with a change of the machine's load: the median load
-    per CPU of each side's runs moved by LOAD_SHIFT_PER_CPU or more. When it moved the way the
-    step time did (busier and slower, or quieter and faster), the change may be the load's."""
-    a, b = load_per_cpu(before), load_per_cpu(after)
-    a, b = a[np.isfinite(a)], b[np.isfinite(b)]
+    per CPU (`per_cpu`) of each side's runs moved by LOAD_SHIFT_PER_CPU or more. When it moved the
+    way the step time did (busier and slower, or quieter and faster), the change may be the load's."""
+    a, b = before[np.isfinite(before)], after[np.isfinite(after)]
     if not len(a) or not len(b):
         return ""
     ma, mb = float(np.median(a)), float(np.median(b))

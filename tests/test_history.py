@@ -137,17 +137,19 @@ def test_a_change_of_machine_says_so():
     assert "change of machine (host box -> other)" in c.machine
 
 
-def test_the_search_is_ruptures_binseg_and_its_gain_the_tests_statistic():
+def test_the_split_is_the_one_ruptures_binseg_finds_and_its_gain_the_tests_statistic():
+    """With equal weights our split and gain are ruptures' Binseg with the l2 cost (the reference
+    library: requirements-dev.txt; the analysis does not import it, docs/analysis.md says why)."""
     import ruptures as rpt
 
-    y = np.log(noisy(16, 0.2, 0.02, 5) * np.repeat([1.0, 1.1], 8))
-    w = np.ones(16)
-    ours = cp._binseg(y, w, 4).predict(n_bkps=1)
-    assert ours == rpt.Binseg(model="l2", min_size=4, jump=1).fit(y).predict(n_bkps=1)
-    cost = cp.weighted_l2()().fit(np.column_stack([y, w]))
-    gains = [cost.error(0, 16) - cost.error(0, k) - cost.error(k, 16) for k in range(4, 13)]
-    assert cp.max_gain(y, w, 4) == pytest.approx(max(gains))
-    assert int(np.argmax(gains)) + 4 == ours[0]
+    for seed in range(5):
+        y = np.log(noisy(16, 0.2, 0.02, seed) * np.repeat([1.0, 1.1], [5 + seed, 11 - seed]))
+        w = np.ones(16)
+        theirs = rpt.Binseg(model="l2", min_size=4, jump=1).fit(y).predict(n_bkps=1)[0]
+        assert cp.best_split(y, w, 4) == theirs
+        cost = rpt.costs.CostL2().fit(y)
+        gains = [cost.error(0, 16) - cost.error(0, k) - cost.error(k, 16) for k in range(4, 13)]
+        assert cp.max_gain(y, w, 4) == pytest.approx(max(gains))
 
 
 def test_the_permutation_p_value_is_exact_for_the_best_possible_split():
@@ -180,3 +182,34 @@ def test_module_moves_rank_by_absolute_time_and_keep_shares():
         0.3
     )
     assert math.isclose(moves[1]["delta_ms"], -1)
+
+
+def test_breakdown_runs_either_side_name_the_modules_that_moved():
+    h = scan(planted())
+    c = h.series[0].changes[0]
+
+    def bd(run_id, start):
+        return {
+            "run_id": run_id,
+            "start_time": start,
+            "tags.env_label": "threads",
+            "tags.device_name": "CPU X",
+            "tags.config_key": schema.config_key(CONFIG),
+        }
+
+    runs = pd.DataFrame(
+        [bd("old", c.before.first_start_ms - 1), bd("b1", c.before.first_start_ms + 5),
+         bd("b2", c.after.first_start_ms - 5), bd("a1", c.after.first_start_ms + 5),
+         bd("a2", c.after.last_start_ms)]
+    )  # fmt: skip
+    pairs = history.breakdown_pairs(h, runs)
+    assert {k: (a["run_id"], b["run_id"]) for k, (a, b) in pairs.items()} == {(0, 0): ("b2", "a1")}
+    row = dict(module="layer1", phase="backward", view=True, kind="module")
+    layers = {
+        "b2": pd.DataFrame([{**row, "time_s": 0.010, "share": 0.05}]),
+        "a1": pd.DataFrame([{**row, "time_s": 0.030, "share": 0.12}]),
+    }
+    history.add_modules(h, pairs, layers)
+    assert c.modules[0]["delta_ms"] == pytest.approx(20)
+    assert "layer1 backward 10 -> 30 ms (5.0% -> 12.0% of the step)" in c.sentence()
+    assert history.breakdown_pairs(scan(planted(), order_by="torch_version"), runs) == {}
