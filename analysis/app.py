@@ -27,6 +27,8 @@ from analysis import (
     figures,
     findings,
     hierarchy,
+    history,
+    history_report,
     html,
     report,
     screen,
@@ -89,6 +91,9 @@ class AnalysisConfig:
     use_incomplete_profiles: bool = False
     """let a profile that missed a training phase (tag ncu_missing_phase: a forward-only capture)
     give the measured intensity of its config's points; by default they keep the modeled one."""
+    order_by: str = "start_time"
+    """the run order of "What changed over time": start_time, or a tag (torch_version,
+    driver_version, git_commit, ...)."""
 
     def __post_init__(self) -> None:
         if not str(self.out).strip():
@@ -100,6 +105,7 @@ class AnalysisConfig:
             raise ValueError(f"jobs must be >= 0 (0 = automatic), got {self.jobs}")
         self.jobs = int(self.jobs)
         flags.check_choices(self)
+        history.order_column(self.order_by)
         for label in self.env_labels:  # the one rule train, sweep and peaks apply
             schema.check_label(label, "--env-label")
 
@@ -116,6 +122,8 @@ class Result:
     source: fetch.Source
     """what was read, and how (the cache's counts)."""
     findings: findings.Findings | None = None
+    history: history.History | None = None
+    """the change points of every series (analysis/history.py)"""
     drawn_figures: list[str] | None = None
     """file names of the figures drawn (the others were copied from the figure cache)."""
 
@@ -175,6 +183,7 @@ def _run(cfg: AnalysisConfig, vendor_lookup, n_jobs: int, pool) -> Result:
         f"{analysis.counts['peaks']} peaks runs into {analysis.counts['points']} points"
     )
 
+    hist = _history(cfg, analysis, query, source, timings)
     t = time.perf_counter()
     out_dir = Path(cfg.out)
     variability, var_title = _variability(analysis, cfg, source, timings)
@@ -186,7 +195,7 @@ def _run(cfg: AnalysisConfig, vendor_lookup, n_jobs: int, pool) -> Result:
 
         # the findings are built while the pool draws
         screened = analysis.runs if analysis.runs is not None else runs  # the screen's leavings
-        found = _findings(cfg, analysis, screened, breakdowns, source, out_dir, timings)
+        found = _findings(cfg, analysis, screened, breakdowns, source, out_dir, timings, hist)
 
         t = time.perf_counter()
         drawn, files = _drawn(analysis, out_dir, pending, n_jobs)
@@ -201,11 +210,23 @@ def _run(cfg: AnalysisConfig, vendor_lookup, n_jobs: int, pool) -> Result:
         )
         files += _write_report(
             analysis, out_dir, drawn, query.describe(), var_title, breakdowns, found, source.note(),
-            hier,
+            hier, hist,
         )  # fmt: skip
     timings["report_s"] = time.perf_counter() - t
     timings["total_s"] = time.perf_counter() - t0
-    return Result(analysis, out_dir, files, timings, source, found, drawn_names)
+    return Result(analysis, out_dir, files, timings, source, found, drawn_names, hist)
+
+
+def _history(cfg, analysis, query, source, timings: dict) -> history.History:
+    """Every series' change points, with the breakdown modules that moved at each (read only for
+    a series with a change); its notes go to "What is missing"."""
+    from analysis.gate import with_modules
+
+    t = time.perf_counter()
+    found = history.scan(analysis.train, cfg.order_by)
+    analysis.notes += found.notes + with_modules(found, query, source)
+    timings["history_s"] = time.perf_counter() - t
+    return found
 
 
 def _fetch(query: fetch.Query, source: fetch.Source) -> tuple:
@@ -258,6 +279,7 @@ def _write_report(
     found,
     last_note: str | None = None,
     hierarchies: list[dict] = (),
+    changes: history.History | None = None,
 ) -> list[Path]:
     """The table files, report.md and report.html (figures embedded, the Findings section first,
     the breakdown section included) under `out_dir`; `last_note` ends "What is missing"."""
@@ -281,6 +303,13 @@ def _write_report(
     )
     drawn["hierarchical"] = [(h["title"], str(h["path"].relative_to(out_dir))) for h in hierarchies]
     files += [h["path"] for h in hierarchies]
+    if changes is not None:
+        pngs = history_report.figures(changes, out_dir / "figures")
+        drawn["history"] = [(title, str(p.relative_to(out_dir))) for title, p in pngs]
+        files += [p for _, p in pngs]
+        blocks = breakdown.insert_section(
+            blocks, history_report.section(changes, drawn["history"]), before="Failed runs"
+        )
     first = report.first_section(blocks)
     blocks[first:first] = findings.report.blocks(found)
     md_path, html_path = out_dir / "report.md", out_dir / "report.html"
@@ -291,7 +320,7 @@ def _write_report(
 
 
 def _findings(
-    cfg, analysis, runs, breakdowns: list[dict], source, out_dir: Path, timings: dict
+    cfg, analysis, runs, breakdowns: list[dict], source, out_dir: Path, timings: dict, changes=None
 ) -> findings.Findings:
     """The findings engine over the joined analysis, with the step-time series of variable runs and
     the fetched breakdown runs; writes findings.json."""
@@ -301,7 +330,10 @@ def _findings(
     timings["findings_s"] = time.perf_counter() - t
     path = out_dir / "findings.json"
     out_dir.mkdir(parents=True, exist_ok=True)
-    path.write_text(json_text(found.to_json()))
+    data = found.to_json()
+    if changes is not None:  # the change points over time (analysis/history_report.py)
+        data["changes"] = history_report.to_json(changes)
+    path.write_text(json_text(data))
     return found
 
 

@@ -85,7 +85,8 @@ class Change:
     def sentence(self) -> str:
         """One line naming every number: ratio, interval, levels, p, runs, what changed."""
         iv = self.ratio_ci95
-        ci = f" (95 % CI {fmt.num(iv[0])}-{fmt.num(iv[1])}x)" if iv else " (no CI)"
+        ci = f" (95 % CI {fmt.num(iv[0])}-{fmt.num(iv[1])}x" if iv else " (no CI"
+        ci += ", interval includes 1)" if iv and iv[0] <= 1 <= iv[1] else ")"
         why = [f"{c['name']} {c['before']} -> {c['after']}" for c in self.changed]
         text = (
             f"{'slower' if self.slower else 'faster'} from run {self.at_run_id[:8]}: mean step time "

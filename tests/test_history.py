@@ -213,3 +213,23 @@ def test_breakdown_runs_either_side_name_the_modules_that_moved():
     assert c.modules[0]["delta_ms"] == pytest.approx(20)
     assert "layer1 backward 10 -> 30 ms (5.0% -> 12.0% of the step)" in c.sentence()
     assert history.breakdown_pairs(scan(planted(), order_by="torch_version"), runs) == {}
+
+
+def test_the_report_section_figure_and_json_carry_each_change(tmp_path):
+    import json
+
+    from analysis import history_report
+
+    h = scan(planted() + [run_row(i, "steady", t) for i, t in enumerate(noisy(16, 0.2, 0.02, 1))])
+    pngs = history_report.figures(h, tmp_path)
+    assert [t for t, _ in pngs] == ["Step time over time: threads: b8/fp32/64px/resnet18"]
+    assert pngs[0][1].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    blocks = history_report.section(h, [(t, p.name) for t, p in pngs])
+    assert blocks[0] == ("h2", "What changed over time")
+    assert "2 series: 1 with a change, 1 without" in blocks[1][1]
+    table = next(b[1] for b in blocks if b[0] == "table")
+    assert table.rows[0][1] == "threads-" and table.rows[0][-1] == "threads 2 → 1"
+    assert blocks[-1] == ("figure", pngs[0][0], pngs[0][1].name)
+    (rec,) = json.loads(json.dumps(history_report.to_json(h)))  # plain JSON values only
+    assert rec["at_run_id"] == "threads-008" and rec["changed"][0]["tag"] == "torch_threads"
+    assert rec["before"]["run_ids"][-1] == "threads-007" and rec["p_value"] < 0.05
