@@ -290,16 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.server:
         shutil.copyfile(pristine, folder / "mlflow.db")
         behind_a_server(steps, folder, uri, env, flags, args)
-    load = os.getloadavg()
-    print(
-        f"analysis of {args.runs} runs ({os.cpu_count()} CPUs, load average "
-        f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f} at the end):"
-    )
-    for line in steps.lines:
-        print("  " + line)
-    if not args.keep:
-        shutil.rmtree(folder, ignore_errors=True)
-    return 0
+    return steps.report(f"analysis of {args.runs} runs", folder, args.keep)
 
 
 HISTORY_SERIES = 500
@@ -320,16 +311,9 @@ def history_bench(folder: Path, args, env: dict) -> int:
     steps = Steps()
     steps.run("first", ["history", "refresh"], env)
     steps.run("repeat", ["history", "auto"], env)
-    load = os.getloadavg()
-    print(
-        f"change-point scan of {args.runs} runs in {HISTORY_SERIES} series ({os.cpu_count()} "
-        f"CPUs, load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} at the end):"
+    return steps.report(
+        f"change-point scan of {args.runs} runs in {HISTORY_SERIES} series", folder, args.keep
     )
-    for line in steps.lines:
-        print("  " + line)
-    if not args.keep:
-        shutil.rmtree(folder, ignore_errors=True)
-    return 0
 
 
 def fleet(folder: Path, n_runs: int) -> Path:
@@ -358,6 +342,20 @@ class Steps:
 
     def __init__(self) -> None:
         self.lines: list[str] = []
+
+    def report(self, title: str, folder: Path, keep: str) -> int:
+        """Print `title` with the machine's CPUs and load, then the result lines; remove `folder`
+        unless kept."""
+        load = os.getloadavg()
+        print(
+            f"{title} ({os.cpu_count()} CPUs, load average "
+            f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f} at the end):"
+        )
+        for line in self.lines:
+            print("  " + line)
+        if not keep:
+            shutil.rmtree(folder, ignore_errors=True)
+        return 0
 
     def run(self, name: str, child_args: list[str], env: dict) -> dict:
         print(f"  {name} ...", flush=True)
