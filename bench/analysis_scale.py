@@ -108,21 +108,28 @@ def history_scan(cache: str) -> dict:
     (planted: the series whose change names the torch upgrade fleet_store plants)."""
     from analysis import fetch, history, join, screen
 
-    t, timings = time.perf_counter(), {}
+    timings: dict[str, float] = {}
+    clock = [time.perf_counter(), time.process_time()]
+
+    def lap(name: str) -> None:  # wall and CPU seconds of a stage (the CPU: load-independent)
+        now = [time.perf_counter(), time.process_time()]
+        timings[f"{name}_s"], timings[f"{name}_cpu_s"] = now[0] - clock[0], now[1] - clock[1]
+        clock[:] = now
+
     source = fetch.Source(cache)
     runs, _ = fetch.fetch_runs(fetch.Query([fleet_store.HISTORY_EXPERIMENT]), source)
-    timings["fetch_s"], t = time.perf_counter() - t, time.perf_counter()
+    lap("fetch")
     runs, _ = screen.values(screen.runs(runs)[0])
     train = join.train_runs(runs)
-    timings["join_s"], t = time.perf_counter() - t, time.perf_counter()
+    lap("join")
     found = history.scan(train)
-    timings["scan_s"] = time.perf_counter() - t
+    lap("scan")
     changed = [s for s in found.series if s.changes]
     planted = [
         s for s in changed if any(c["tag"] == "torch_version" for x in s.changes for c in x.changed)
     ]
     return {
-        "timings_s": {**timings, "total_s": sum(timings.values())},
+        "timings_s": timings,
         "series": len(found.series),
         "train_runs": len(train),
         "changed": len(changed),

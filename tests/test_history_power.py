@@ -4,6 +4,7 @@ seeded), are the numbers docs/analysis.md states, and the false alarms stay at t
 
 from __future__ import annotations
 
+import functools
 import re
 
 import pytest
@@ -13,6 +14,7 @@ from bench import history_power as hp
 from tests.conftest import ROOT
 
 DOC = ROOT / "docs" / "analysis.md"
+rate = functools.lru_cache(maxsize=None)(hp.rate)  # each cell computed once for both tests
 
 
 def doc_table() -> tuple[list[float], dict[tuple[str, int], list[str]]]:
@@ -33,7 +35,7 @@ def test_the_documented_rates_of_8_runs_a_side_are_the_generators(step):
     noises, rows = doc_table()
     assert len(noises) >= 4 and (step, 8) in rows, "regenerate: python -m bench.history_power"
     value = 0.0 if step.startswith("none") else 0.05
-    got = [f"{hp.rate(value, 8, n):.1%}" for n in noises]
+    got = [f"{rate(value, 8, n):.1%}" for n in noises]
     assert got == rows[(step, 8)], f"docs/analysis.md's table differs: {got}"
 
 
@@ -42,5 +44,5 @@ def test_false_alarms_stay_at_the_tests_level_and_a_quiet_machines_step_is_found
     at most 5 % + two standard errors); a 5 % step with 8 runs a side and 2 % noise is found at
     least 90 % of the time (docs/analysis.md: what a machine needs for the 95 % goal)."""
     for noise in (0.01, 0.05):
-        assert hp.rate(0.0, 8, noise) <= cp.ALPHA + 2 * (cp.ALPHA * 0.95 / hp.REPS) ** 0.5
-    assert hp.rate(0.05, 8, 0.02) >= 0.90
+        assert rate(0.0, 8, noise) <= cp.ALPHA + 2 * (cp.ALPHA * 0.95 / hp.REPS) ** 0.5
+    assert rate(0.05, 8, 0.02) >= 0.90
