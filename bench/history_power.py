@@ -88,8 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=REPS, help="series per cell")
     p.add_argument("--noise-from", default="", help="a tracking URI holding a steady series")
     p.add_argument("--series", default="", help="its env label")
+    p.add_argument("--noises", default="", help="comma-separated noise SDs instead of the default")
     args = p.parse_args(argv)
-    noises, share = list(NOISES), OWN_SHARE
+    noises, share = [float(n) for n in args.noises.split(",") if n] or list(NOISES), OWN_SHARE
     if args.noise_from:
         m = measured_noise(args.noise_from, args.series)
         print("measured: " + json.dumps(m))
