@@ -54,7 +54,7 @@ def needed(min_side: int = MIN_SIDE) -> int:
 def own_variance(ci95_rel: np.ndarray, steps: np.ndarray) -> np.ndarray:
     """Each run's variance of its log mean step time from its own 95 % CI half-width (relative,
     Student t over its `steps`): (ci / t)². 0 where a run has no CI (the run-to-run noise alone)."""
-    from train.timing import t_quantile_975
+    from common.stats import t_quantile_975
 
     dof = np.where(np.isfinite(steps) & (steps >= 2), steps - 1, 30).astype(int)
     t = np.array([t_quantile_975(int(d)) for d in dof]) if len(dof) else np.zeros(0)

@@ -23,7 +23,7 @@ import pandas as pd
 
 from analysis import changepoints as cp
 from analysis import history_diff, join
-from analysis.intervals import ratio_interval
+from common.stats import ratio_interval
 from common import fmt
 
 SERIES_KEYS = ["env_label", "device_name", "config_key"]

@@ -1,6 +1,6 @@
 """The figure of one series with a change (analysis/history.py): each run's mean step time against
 its place in run order (start time, or a tag's order), the change points marked, each level drawn
-across its runs with its 95 % interval (on the log scale, analysis/intervals.py)."""
+across its runs with its 95 % interval (on the log scale, common/stats.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from analysis import history
-from analysis.intervals import log_interval
+from common.stats import log_interval
 from common import fmt
 
 

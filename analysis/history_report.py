@@ -68,20 +68,19 @@ def changes_table(h: history.History) -> Table:
     return Table(headers, rows)
 
 
-def section(h: history.History, drawn: list[tuple[str, str]]) -> list[tuple]:
-    """The report blocks (analysis/report.py's Block format) of the section."""
-    out: list[tuple] = [("h2", "What changed over time")]
+def body(h: history.History, figure_blocks: list[tuple]) -> list[tuple]:
+    """The blocks of the section (analysis/report.py's Block format; the heading is SECTIONS'):
+    what it is, the changes' table, each changed series' sentence, then `figure_blocks`."""
     order = "start time" if h.order_by == history.START else f"by tag {h.order_by}"
-    out.append(("p", INTRO.format(order=order, alpha=history.cp.ALPHA, counts=counts_line(h))))
+    out: list[tuple] = [
+        ("p", INTRO.format(order=order, alpha=history.cp.ALPHA, counts=counts_line(h)))
+    ]
     changed = [s for s in h.series if s.changes]
     if not changed:
         return out + [("p", "No series has a change point.")]
     out.append(("table", changes_table(h)))
-    for s in changed:
-        out.append(("p", s.summary()))
-    for title, rel in drawn:
-        out.append(("figure", title, rel))
-    return out
+    out += [("p", s.summary()) for s in changed]
+    return out + list(figure_blocks)
 
 
 def figures(h: history.History, folder: Path) -> list[tuple[str, Path]]:

@@ -224,9 +224,8 @@ def test_the_report_section_figure_and_json_carry_each_change(tmp_path):
     pngs = history_report.figures(h, tmp_path)
     assert [t for t, _ in pngs] == ["Step time over time: threads: b8/fp32/64px/resnet18"]
     assert pngs[0][1].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    blocks = history_report.section(h, [(t, p.name) for t, p in pngs])
-    assert blocks[0] == ("h2", "What changed over time")
-    assert "2 series: 1 with a change, 1 without" in blocks[1][1]
+    blocks = history_report.body(h, [("figure", t, p.name) for t, p in pngs])
+    assert "2 series: 1 with a change, 1 without" in blocks[0][1]
     table = next(b[1] for b in blocks if b[0] == "table")
     assert table.rows[0][1] == "threads-" and table.rows[0][-1] == "threads 2 → 1"
     assert blocks[-1] == ("figure", pngs[0][0], pngs[0][1].name)
