@@ -168,7 +168,7 @@ def scan(
     notes: list[str] = []
     if runs.empty:
         return History([], notes, order_by)
-    runs = runs[runs["_step_s"].gt(0) & (runs["config_key"] != "")]
+    runs = runs[runs["run_step_time_s"].gt(0) & (runs["config_key"] != "")]
     if column != START:
         lacking = runs[column].isna() | (runs[column].astype(str) == "")
         if lacking.any():
@@ -181,9 +181,9 @@ def scan(
     codes = runs.groupby(SERIES_KEYS, sort=False).ngroup().to_numpy()
     edges = [0, *(np.flatnonzero(np.diff(codes)) + 1), len(runs)]
     spans = list(zip(edges, edges[1:])) if len(runs) else []
-    y_all = np.log(runs["_step_s"].to_numpy(float))
+    y_all = np.log(runs["run_step_time_s"].to_numpy(float))
     own_all = cp.own_variance(
-        runs["step_time_ci95_rel"].to_numpy(float), runs["_steps"].to_numpy(float)
+        runs["step_time_ci95_rel"].to_numpy(float), runs["run_measured_steps"].to_numpy(float)
     )
     ys = [y_all[a:b] for a, b in spans]
     first = cp.first_tests(ys, [own_all[a:b] for a, b in spans], min_side, n_perm)
@@ -193,7 +193,7 @@ def scan(
     ]
     cols = {
         c: runs[c].to_numpy(object)
-        for c in ["run_id", "_step_s", column, "config_label", *SERIES_KEYS]
+        for c in ["run_id", "run_step_time_s", column, "config_label", *SERIES_KEYS]
     }
     out = [_series(cols, a, b, order_by, column, min_side) for a, b in spans]
     levels = _levels(runs, spans, cuts, [bool(c) for c in cuts])  # series with a change only
@@ -248,7 +248,7 @@ def _series(cols: dict, a: int, b: int, order_by: str, column: str, min_side: in
         cp.needed(min_side),
         order_by,
         list(cols["run_id"][a:b]),
-        [float(v) for v in cols["_step_s"][a:b]],
+        [float(v) for v in cols["run_step_time_s"][a:b]],
         list(cols[column][a:b]),
     )
 
