@@ -82,16 +82,23 @@ class HandCount(TorchDispatchMode):
 
 
 # ------------------------------------------------------------------ one model, both counts
-def check_model(spec: str, size: int, batch: int = 2, num_classes: int = 1000) -> dict:
-    """One training step of `spec` at `size` px on the meta device, counted at once by the
-    project's meta-device count (train.phase_flops.count_phase_flops, the train run's counter) and
-    by HandCount around the model's forward. Returns plain data (a spawned worker's answer)."""
-    from train.models import build_on_meta
+def check_model(
+    spec: str, size: int, batch: int = 2, num_classes: int = 1000, device: str = "meta"
+) -> dict:
+    """One training step of `spec` at `size` px on `device`, counted at once by the project's
+    count (train.phase_flops.count_phase_flops: the train run's counter, on the meta device
+    profiling's too) and by HandCount around the model's forward. "meta" allocates nothing; "cpu"
+    runs the real step, faster for small models with many batch norms (the meta device's are
+    Python). Returns plain data (a spawned worker's answer)."""
+    from train.models import build_model, build_on_meta
     from train.phase_flops import count_phase_flops
     from train.step import aux_heads, make_optimizer
 
     torch.set_num_threads(1)
-    model, how = build_on_meta(spec, num_classes, size)
+    if device == "meta":
+        model, how = build_on_meta(spec, num_classes, size)
+    else:
+        model, how = build_model(spec, num_classes, size).to(device), device
     model.train()
     hand, heads = HandCount(), {}
     forward = model.forward
@@ -103,7 +110,7 @@ def check_model(spec: str, size: int, batch: int = 2, num_classes: int = 1000) -
         return out
 
     model.forward = counted_forward
-    with torch.device("meta"):
+    with torch.device(device):
         x = torch.randn(batch, 3, size, size)
         y = torch.randint(0, num_classes, (batch,))
     counted = count_phase_flops(model, x, y, make_optimizer("sgd", model.parameters(), 0.01))
