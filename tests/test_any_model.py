@@ -59,12 +59,13 @@ def test_inception_v3_at_the_default_224_px_is_refused_in_one_line(tracking, cap
     assert _runs() == []
 
 
-def test_a_timm_model_a_user_module_and_a_regnet_through_one_sweep(tracking, user_module, capsys):
+def test_a_timm_model_and_a_regnet_through_one_sweep(tracking, capsys):
     """RegNet's constructor reads tensor values: its memory check (the model built on the meta
-    device) ended in a traceback; it now runs without --no-memory-check and says how it sized it."""
+    device) ended in a traceback; it now runs without --no-memory-check. (The user module trains
+    above and breaks down below.)"""
     from train.sweep.__main__ import main as sweep_main
 
-    models = ["timm:mobilenetv3_small_050", user_module, "regnet_x_400mf"]
+    models = ["timm:mobilenetv3_small_050", "regnet_x_400mf"]
     argv = ["--models", *models, "--batch-sizes", "2", "--image-size", "32", "--device", "cpu"]
     argv += ["--warmup-iters", "1", "--iters", "1", "--no-progress", "--experiment", "anynet"]
     assert sweep_main(argv) == 0
@@ -80,20 +81,27 @@ def test_a_timm_model_a_user_module_and_a_regnet_through_one_sweep(tracking, use
     assert "Traceback" not in capsys.readouterr().err  # a sweep's children say no notes
 
 
-@pytest.mark.parametrize("model", [USER, "regnet_x_400mf"])
-def test_a_user_module_and_a_regnet_break_down(tracking, user_module, model, capsys):
+def test_a_regnet_s_memory_check_sizes_it_and_says_how(capsys):
+    from types import SimpleNamespace
+
+    from train.memory_check import _sized
+
+    cfg = SimpleNamespace(model="regnet_x_400mf", num_classes=1000, image_size=32)
+    params, nbytes = _sized(cfg)
+    assert params == 5_495_976 and nbytes == 4 * params  # torchvision's RegNet_X_400MF: 5.5 M
+    err = capsys.readouterr().err
+    assert "memory check: regnet_x_400mf sized with its parameters on the meta device" in err
+
+
+def test_a_user_module_breaks_down(tracking, user_module, capsys):
     import pandas as pd
 
     from profiling.cli import main as profiling_main
 
-    argv = ["--breakdown", "--model", model, *SMALL, "--warmup-iters", "1", "--iters", "2"]
+    argv = ["--breakdown", "--model", user_module, *SMALL, "--warmup-iters", "1", "--iters", "2"]
     assert profiling_main(argv) == 0
     (run,) = _runs("breakdown")
-    err = capsys.readouterr().err
-    assert run.info.status == "FINISHED" and "Traceback" not in err
-    if model != USER:
-        assert f"memory check: {model} sized with its parameters on the meta device" in err
-        return
+    assert run.info.status == "FINISHED" and "Traceback" not in capsys.readouterr().err
     art = mlflow.artifacts.download_artifacts(run_id=run.info.run_id, artifact_path="layers.csv")
     layers = pd.read_csv(art)
     convs = layers[layers.module.isin(["0", "3"]) & (layers.phase == "forward")]
