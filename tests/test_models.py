@@ -172,6 +172,11 @@ def test_inception_v3_below_299_px_is_refused_in_one_line():
     with pytest.raises(UsageError, match=r"a multiple of 14 .* use --image-size 56"):
         check_image_size("vit_h_14", 50)
     check_image_size("vit_h_14", 42)  # 3 x 3 patches of 14: allowed
+    from train.complexity.config import ComplexityConfig
+    from train.complexity.measure import preflight
+
+    with pytest.raises(UsageError, match=r"^inception_v3 trains at 299 px or more"):
+        preflight(ComplexityConfig(models=["resnet18", "inception_v3"], device="cpu"))
 
 
 def test_a_user_factory_gets_the_classes_and_the_image_size(user_module):
