@@ -1,4 +1,4 @@
-"""The GPU check (bench/gpu_check.py, issue 34): its CPU form end to end, as CI runs it, and the
+"""The GPU check (gpu_check/check.py, issue 34): its CPU form end to end, as CI runs it, and the
 parts a GPU day depends on: files after every step, a step past its limit, the deadline, the
 bundle's size cap, the capture's checks, the second call's sizing."""
 
@@ -14,7 +14,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from bench import gpu_check, gpu_check_steps
+from gpu_check import check as gpu_check
+from gpu_check import steps as gpu_check_steps
 from tests.conftest import ROOT
 
 
@@ -23,11 +24,11 @@ def _files(out: Path) -> dict[str, Path]:
 
 
 def test_the_cpu_rehearsal_runs_every_step_it_can_and_returns_at_most_8_files(tmp_path):
-    """`python -m bench.gpu_check --device cpu --tiny --out DIR`: exit 0, the files parse, the
+    """`python -m gpu_check --device cpu --tiny --out DIR`: exit 0, the files parse, the
     NVIDIA-only steps are skipped naming why, the others ran and measured."""
     out = tmp_path / "out"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "ROOFLINE_"))}
-    argv = [sys.executable, "-m", "bench.gpu_check", "--device", "cpu", "--tiny"]
+    argv = [sys.executable, "-m", "gpu_check", "--device", "cpu", "--tiny"]
     argv += ["--out", str(out), "--root", str(tmp_path / "root"), "--deadline-s", "900"]
     done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
@@ -273,7 +274,7 @@ def test_sigterm_stops_the_running_step_and_still_writes_the_files(tmp_path):
     import time
 
     out = tmp_path / "out"
-    argv = [sys.executable, "-m", "bench.gpu_check", "--device", "cpu", "--only", "versions"]
+    argv = [sys.executable, "-m", "gpu_check", "--device", "cpu", "--only", "versions"]
     argv += ["--out", str(out), "--root", str(tmp_path / "root")]
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120

@@ -1,7 +1,7 @@
 """The layer rule of docs/architecture.md, read from the code.
 
-common <- roofline <- train <- profiling <- analysis, with bench and tests on top: a package
-imports only packages to its left (bench and tests import anything, each other included). Every
+common <- roofline <- train <- profiling <- analysis <- gpu_check, with bench and tests on top: a
+package imports only packages to its left (bench and tests import anything, each other included). Every
 `import` and `from ... import` counts, at module level and inside functions alike (the walk is
 tests/test_import_cycles.py's `import_edges`); a failure names the file, the line and the edge.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 from tests.conftest import ROOT
 from tests.test_import_cycles import import_edges
 
-LAYERS = ("common", "roofline", "train", "profiling", "analysis")
+LAYERS = ("common", "roofline", "train", "profiling", "analysis", "gpu_check")
 TOP = ("bench", "tests")
 
 
@@ -63,8 +63,10 @@ MLFLOW_MODULES = {
     "analysis/fetch/__init__.py",
     "analysis/fetch/api.py",
     "analysis/fetch/sql.py",
+    "gpu_check/steps.py",
 }
-"""the modules that import mlflow, as docs/architecture.md lists them: none in train or profiling."""
+"""the modules that import mlflow, as docs/architecture.md lists them: none in train or profiling
+(the GPU check's steps read the runs they made)."""
 
 
 def test_the_roofline_maths_is_pure_and_the_named_modules_alone_talk_to_mlflow():

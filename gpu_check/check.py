@@ -1,8 +1,8 @@
 """The GPU check in one command (issue 34; docs/gpu.md): everything the project measures, run once
 on a machine with an NVIDIA GPU within a deadline, and returned as at most 8 files.
 
-    python -m bench.gpu_check --out DIR [--deadline-s 480] [--device cuda|cpu] [--tiny]
-    python -m bench.gpu_check --out DIR2 --only capture-resnet50 [--prior DIR]
+    python -m gpu_check --out DIR [--deadline-s 480] [--device cuda|cpu] [--tiny]
+    python -m gpu_check --out DIR2 --only capture-resnet50 [--prior DIR]
 
 Steps, in order, each in a child process with its own time limit (cut to what the deadline leaves):
 versions (nvidia-smi, driver, ncu, torch, CUDA, cuDNN), setup (the carried wheels of
@@ -255,7 +255,7 @@ class Check:
 
     def child(self, name: str, limit: float) -> tuple[int, bool]:
         """Run `--child name` with a time limit; (exit code, ran past the limit)."""
-        argv = [sys.executable, "-m", "bench.gpu_check_steps", "--child", name]
+        argv = [sys.executable, "-m", "gpu_check.steps", "--child", name]
         argv += ["--root", str(self.root)]
         argv += ["--device", self.args.device, "--limit-s", f"{limit:.0f}"]
         argv += ["--tiny"] if self.args.tiny else []
@@ -500,7 +500,7 @@ def _tar(root: Path, files: list[Path], left_out: list[Path]) -> bytes:
 # ------------------------------------------------------------------------------ command line
 def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
-        prog="python -m bench.gpu_check",
+        prog="python -m gpu_check",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -1,4 +1,4 @@
-"""The steps of the GPU check (bench/gpu_check.py), each run as `python -m bench.gpu_check_steps
+"""The steps of the GPU check (gpu_check/check.py), each run as `python -m gpu_check.steps
 --child NAME --root ROOT --device D [--tiny]` in a process of its own, with the project importable and the
 tracking store under ROOT. Each writes ROOT/results/NAME.json: {"status": ok | failed, "reason",
 "ratios": {name: number}, "facts": {name: value}}, rewritten as it goes (the train matrix after
@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.gpu_check import CAPTURE_TOLERANCE, EXPERIMENT, find_ncu, parse, sizes
+from gpu_check.check import CAPTURE_TOLERANCE, EXPERIMENT, find_ncu, parse, sizes
 
 
 class Result:
