@@ -10,7 +10,7 @@ Two ways in:
 * ``--breakdown``: not ncu at all: where the step's time goes per module and phase, on any device
   (profiling/breakdown/cli.py, docs/breakdown.md).
 
-This module holds the flags, the config and the run both paths log (profiling.ncu.summary's metrics,
+This module holds the flags, the config and the run both paths log (profiling.ncu.totals's metrics,
 tags and kernel tables). The CUDA check is injectable: ``main(argv, probe=...)`` takes a callable
 ``probe(device, env_label)`` returning profiling.ncu.gpu.GpuInfo; the default asks torch. Tests pass
 a stand-in probe and put a stand-in ``ncu`` on PATH, so the whole capture path runs without a GPU
@@ -45,7 +45,7 @@ from profiling.ncu.capture_set import ImportOptions
 from profiling.ncu.hierarchy import TableOptions
 from profiling.ncu.hierarchy_log import log_hierarchy
 from profiling.ncu.import_path import check_import_file, import_paths, import_report
-from profiling.ncu.summary import (
+from profiling.ncu.totals import (
     NcuSummary,
     require_counters,
     roofline_warning,

@@ -25,7 +25,7 @@ from profiling.ncu.hierarchy import (
     kernels_by_name,
     phase_levels,
 )
-from profiling.ncu.summary import NcuSummary
+from profiling.ncu.totals import NcuSummary
 from roofline.ceilings import measured_over_vendor, roof_from_vendor
 from roofline.hierarchical import hierarchical_png
 from roofline.model import LEVELS, Roof
