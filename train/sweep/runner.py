@@ -27,7 +27,7 @@ from train.sweep.spec import (
     plan_sweep,
 )
 from train.sweep.state import SweepState, reconcile, save_ledger, sweep_lock
-from train.sweep.summary import (
+from train.sweep.outcomes import (
     ChildOutcome,
     all_failed,
     parent_metrics,
