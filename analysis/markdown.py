@@ -106,10 +106,10 @@ def summary_frame(points: pd.DataFrame) -> pd.DataFrame:
 
 
 def _samples_text(p: dict) -> str:
-    """A point's samples/s as the run's description writes it (train/summary.py), then its runs'
+    """A point's samples/s as the run's description writes it (train/result_text.py), then its runs'
     range (the spread shown, not averaged away) or, for one run, ± its within-run SD."""
     thr, sd = _f(p["throughput_mean_samples_per_s"]), _f(p["throughput_sd_samples_per_s"])
-    thr_txt = num(thr)  # as the run's description writes it (train/summary.py)
+    thr_txt = num(thr)  # as the run's description writes it (train/result_text.py)
     lo, hi = (
         _f(p.get("throughput_min_run_samples_per_s")),
         _f(p.get("throughput_max_run_samples_per_s")),

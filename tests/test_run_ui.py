@@ -306,7 +306,7 @@ def _result(**metrics):
 
 def test_description_flags_a_wide_confidence_interval_and_superlinear_scaling():
     """Issue 24 item 3: the same words as the report, right under the numbers they question."""
-    from train.summary import run_note
+    from train.result_text import run_note
 
     cfg = TrainConfig(model="resnet18", batch_size=2, image_size=32, env_label="x")
     quiet = run_note(cfg, "CPU X", _result(step_time_ci95_rel=0.5), roofline="Roofline: r")

@@ -1,7 +1,7 @@
 """One `train` run: pre-flight, the run session, the measurement, and its record logged.
 
 `run` opens a `common.tracking.RunSession` (a context manager) around `train.bench`'s measurement
-and logs the plain data it returns (`BenchResult`); the words are train/summary.py's, the figure
+and logs the plain data it returns (`BenchResult`); the words are train/result_text.py's, the figure
 train/roofline_figure.py's, a distributed run's scaling baseline train/distributed/baseline.py's.
 Callers: `python -m train` (train/__main__.py), a sweep's children (train/sweep/runner.py) and a
 torchrun job's rank 0 (train/distributed/job.py).
@@ -25,7 +25,7 @@ from train.distributed.baseline import compare_scaling
 from train.distributed.failures import NoGuard
 from train.distributed.launch import run_job
 from train.roofline_figure import log_roofline
-from train.summary import run_note
+from train.result_text import run_note
 
 Measure = Callable[..., BenchResult]
 """`measure(cfg, device, progress=...)`: what makes the BenchResult of a run"""
