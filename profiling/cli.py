@@ -29,7 +29,7 @@ from typing import Callable
 from common import console, flags, fmt, schema
 from common.cli import ArgumentParser, cli_entry, optional
 from common.errors import BenchError, UsageError, one_line
-from common.record import dataset_input
+from common.run_record import dataset_input
 from common.tracking import RunSession
 from profiling.breakdown.cli import main as breakdown_main
 from profiling.breakdown.ncu import has_module_ranges

@@ -55,7 +55,7 @@ def _imported_names(path: Path) -> set[str]:
 
 
 MLFLOW_MODULES = {
-    "common/record.py",
+    "common/run_record.py",
     "common/runs.py",
     "common/server.py",
     "common/tracking.py",

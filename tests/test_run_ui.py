@@ -14,7 +14,7 @@ from analysis import join
 from analysis.join import short
 from roofline.model import Roof
 from common import schema
-from common.record import dataset_input, system_metrics_interval
+from common.run_record import dataset_input, system_metrics_interval
 from common.tracking import RunSession
 from common.upload import upload_spooled
 from tests.helpers import TINY, make_cifar10, make_image_folder

@@ -38,7 +38,7 @@ class BatchSource:
 
 
 def dataset_fields(data: str, image_size: int, num_classes: int, seed: int) -> dict:
-    """The data source of a run as a dataset input's fields (common.record.dataset_input): its
+    """The data source of a run as a dataset input's fields (common.run_record.dataset_input): its
     name, a 16-hex-digit digest, and where it comes from. Folders are `local` with their resolved
     path (the digest hashes the path, not the images); synthetic and fake data are `code`: made by
     this program from the image size, classes and seed, which the digest hashes."""

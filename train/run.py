@@ -16,7 +16,7 @@ from typing import Callable
 
 from common import schema
 from common.envinfo import environment_tags
-from common.record import dataset_input
+from common.run_record import dataset_input
 from common.tracking import RunSession
 from train.bench import BenchResult, preflight, run_benchmark, run_header, step_times_csv
 from train.config import TrainConfig

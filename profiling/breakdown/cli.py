@@ -20,7 +20,7 @@ from common import console, flags, schema
 from common.cli import ArgumentParser, cli_entry
 from common.envinfo import environment_tags
 from common.errors import UsageError, one_line
-from common.record import dataset_input
+from common.run_record import dataset_input
 from common.tracking import RunSession
 from profiling.breakdown import figures
 from profiling.breakdown.attribute import attribute

@@ -9,7 +9,7 @@ from typing import Callable
 
 from common import console, schema
 from common.errors import one_line
-from common.record import context_tags
+from common.run_record import context_tags
 from common.runs import mlflow_client, redirect_run
 from common.server import is_unreachable
 from common.tracking import RunSession
