@@ -62,7 +62,7 @@ def paired_shift(pairs: list[tuple[Shares, Shares]]) -> tuple[tuple[str, str] | 
 
 
 def step_shares(rec) -> list[dict[str, Shares]]:
-    """Each recorded step of `rec` (record.Recording) attributed on its own: its top-level shares
+    """Each recorded step of `rec` (recording.Recording) attributed on its own: its top-level shares
     by both clocks (`share`: as the breakdown logs them, `wall`)."""
     from profiling.breakdown import names
     from profiling.breakdown.attribute import attribute
@@ -91,7 +91,7 @@ def step_shares(rec) -> list[dict[str, Shares]]:
 def one_breakdown(cfg, device, steps: int, procs: list[subprocess.Popen]) -> list[dict]:
     """One breakdown of `cfg` whose even recorded steps run alone (the competitors stopped) and
     odd ones beside them (resumed): each step's shares (`step_shares`) with its condition."""
-    from profiling.breakdown.record import record
+    from profiling.breakdown.recording import record
 
     def before_step(i: int) -> None:
         signal_all(procs, signal.SIGCONT if i % 2 else signal.SIGSTOP)

@@ -66,7 +66,7 @@ def paired_overhead(cfg, pairs: int) -> dict[str, float]:
     """Median over pairs of breakdown-step / plain-step, by thread CPU time and by wall time, and
     the A/A control's median ratio (plain / plain) for both."""
     from profiling.breakdown import names
-    from profiling.breakdown.record import profiler_for, tracker_for
+    from profiling.breakdown.recording import profiler_for, tracker_for
     from train.bench import prepare, preflight
     from train.step import no_marks, train_step
 
@@ -221,7 +221,7 @@ def coverage(cfg, steps: int) -> dict[str, float]:
     """One breakdown of `cfg` (no MLflow): the shares, FLOPs, parts and trace size."""
     from profiling.breakdown import names
     from profiling.breakdown.attribute import attribute
-    from profiling.breakdown.record import record
+    from profiling.breakdown.recording import record
     from profiling.breakdown.roof import Ceilings
     from profiling.breakdown.table import ModuleTree, coverage as shares, rows
     from profiling.breakdown.trace import bound_trace
@@ -423,7 +423,7 @@ def _parser() -> argparse.ArgumentParser:
 def one_model(args, model: str) -> None:
     """The overhead (in processes, or here with --processes 1) and the coverage of one model,
     each figure next to its goal."""
-    from profiling.breakdown.record import native_stderr_muted
+    from profiling.breakdown.recording import native_stderr_muted
 
     cfg = _config(model, args)
     print(
@@ -446,7 +446,7 @@ def main() -> None:
     args = _parser().parse_args()
     import torch
 
-    from profiling.breakdown.record import native_stderr_muted
+    from profiling.breakdown.recording import native_stderr_muted
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)

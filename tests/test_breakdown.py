@@ -93,7 +93,7 @@ def _profiled_step(model, root: str, x, y, lean: bool = False):
     from torch.profiler import ProfilerActivity, profile
 
     from profiling.breakdown.events import from_kineto
-    from profiling.breakdown.record import kineto_results, lean_profile, tracker_for
+    from profiling.breakdown.recording import kineto_results, lean_profile, tracker_for
     from train.step import train_step
 
     with tracker_for(model, root, lean) as tracker:
@@ -760,7 +760,7 @@ def test_summary_names_the_largest_leaves_and_the_optimizer_first_then_stages():
 
 _KINETO_SCRIPT = """
 import sys, time, torch
-from profiling.breakdown.record import _chrome_trace, _profiled, kineto_results
+from profiling.breakdown.recording import _chrome_trace, _profiled, kineto_results
 from profiling.breakdown.events import from_kineto
 quiet = sys.argv[1] == "quiet"
 for lean in (True, False):
@@ -978,7 +978,7 @@ def test_an_interrupted_breakdown_keeps_the_steps_it_recorded(tracking, capsys, 
     """Issue 32: an interrupted breakdown kept nothing it measured (train keeps its steps). The
     interrupt is raised after two of three recorded steps (Ctrl-C; SIGTERM and SIGHUP raise the
     same KeyboardInterrupt through common.cli)."""
-    from profiling.breakdown import record as record_mod
+    from profiling.breakdown import recording as record_mod
     from profiling.cli import main as profiling_main
 
     def two_then_interrupt(one_step, steps, device, walls, lean=False, before_step=None):

@@ -119,8 +119,8 @@ def test_stamped_and_profiler_ranges_attribute_the_same_calls():
 
     from profiling.breakdown.attribute import attribute
     from profiling.breakdown.events import from_kineto
-    from profiling.breakdown.record import kineto_results, lean_profile, native_stderr_muted
-    from profiling.breakdown.record import tracker_for
+    from profiling.breakdown.recording import kineto_results, lean_profile, native_stderr_muted
+    from profiling.breakdown.recording import tracker_for
     from train.step import StepParts, train_step
 
     torch.manual_seed(0)
@@ -163,7 +163,7 @@ def test_record_runs_before_step_and_merges_the_stamps_into_events_and_trace():
     """record() on the CPU: `before_step(i)` once before each recorded step; the module ranges
     come from the stamps (every module once per step, each grad marker matched) and are in the
     trace on the step's thread."""
-    from profiling.breakdown.record import record
+    from profiling.breakdown.recording import record
     from train.bench import preflight
     from train.config import TrainConfig
 

@@ -24,7 +24,7 @@ from common.run_record import dataset_input
 from common.tracking import RunSession
 from profiling.breakdown import figures
 from profiling.breakdown.attribute import attribute
-from profiling.breakdown.record import record
+from profiling.breakdown.recording import record
 from profiling.breakdown.roof import device_ceilings
 from profiling.breakdown.table import ModuleTree, coverage, parts_metrics, rows
 from profiling.breakdown.text import (

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from common import fmt
 from profiling.breakdown import names
 from profiling.breakdown.attribute import Attribution
-from profiling.breakdown.record import Recording
+from profiling.breakdown.recording import Recording
 from profiling.breakdown.roof import Ceilings
 from profiling.breakdown.table import (
     COLUMNS,
