@@ -24,7 +24,7 @@ from analysis.markdown import Table
 from common import schema
 from common.errors import one_line
 from common.fmt import si
-from profiling.ncu.hierarchy import add_bounds
+from profiling.hierarchy.table import add_bounds
 from roofline.ceilings import roof_from_vendor
 from roofline.model import LEVELS
 
@@ -85,7 +85,7 @@ def collect(runs, roofs: dict, vendor_lookup, folder: Path, notes: list[str]) ->
         table = add_bounds(table.drop(columns=["bound", "compute_ceiling"], errors="ignore"), roof)
         label = r.get(f"tags.{schema.TAG_CONFIG_LABEL}") or r["run_id"][:8]
         title = f"Hierarchical roofline: {label} on {dev} ({env or 'no env_label'})"
-        from roofline.hierarchical import hierarchical_png  # matplotlib: only when drawing
+        from profiling.hierarchy.figure import hierarchical_png  # matplotlib: only when drawing
 
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"hierarchical_{r['run_id'][:12]}.png"

@@ -42,8 +42,8 @@ from profiling.ncu.completeness import CountCheck, check_against_count
 from profiling.ncu.counting import TIME_FROM_CYCLES
 from profiling.ncu.gpu import GpuInfo, cuda_probe
 from profiling.ncu.capture_set import ImportOptions
-from profiling.ncu.hierarchy import TableOptions
-from profiling.ncu.hierarchy_log import log_hierarchy
+from profiling.hierarchy.table import TableOptions
+from profiling.hierarchy.log import log_hierarchy
 from profiling.ncu.import_path import check_import_file, import_paths, import_report
 from profiling.ncu.totals import (
     NcuSummary,

@@ -16,7 +16,7 @@ from common.errors import UsageError
 from profiling.breakdown.cli import BreakdownCommand
 from profiling.cli import ProfileCommand
 from profiling.ncu.capture_set import ImportOptions
-from profiling.ncu.hierarchy import TableOptions
+from profiling.hierarchy.table import TableOptions
 from profiling.cli import main as profiling_main
 from profiling.ncu.command import CaptureOptions
 from profiling.peaks.__main__ import main as peaks_main
