@@ -34,6 +34,8 @@ import sys
 import tempfile
 import time
 
+from bench.pairing import alternating
+
 os.environ.setdefault("DS_ACCELERATOR", "cpu")  # before anything imports deepspeed (train does)
 
 GOALS = {
@@ -100,13 +102,8 @@ def paired_overhead(cfg, pairs: int) -> dict[str, float]:
         return out
 
     recorded()  # the profiler's first start is slow: not in a pair
-    samples = []
-    for i in range(pairs):  # the order alternates: A B, B A, ... and A A' likewise
-        if i % 2 == 0:
-            a, b = plain(), recorded()
-        else:
-            b, a = recorded(), plain()
-        samples.append((a, b, plain(), plain()))
+    # each pair alternates (A B, B A, ...), then its A A' control runs right after it
+    samples = [(a, b, plain(), plain()) for a, b in alternating(plain, recorded, pairs)]
     warm = pair_ratios([(a, b[1], x, y) for a, b, x, y in samples])
     cold = pair_ratios([(a, b[0], x, y) for a, b, x, y in samples])
     return {

@@ -182,3 +182,23 @@ def test_overhead_in_processes_runs_fresh_children_with_steady_malloc(monkeypatc
     monkeypatch.setattr(bo.subprocess, "run", failing)
     with pytest.raises(SystemExit, match="(?s)process 1 failed: .*OSError: no"):
         bo.overhead_in_processes(args, "resnet18")
+
+
+def test_the_shared_pairing_alternates_and_runs_the_callers_work_between_pairs():
+    """bench/pairing.py: A B, B A, A B; what the caller does with a pair runs before the next."""
+    from bench.pairing import alternating, pairs
+
+    log: list[str] = []
+
+    def a() -> float:
+        log.append("A")
+        return 3.0
+
+    def b() -> float:
+        log.append("B")
+        return 2.0
+
+    for _ in alternating(a, b, 3):
+        log.append("|")
+    assert "".join(log) == "AB|BA|AB|"
+    assert pairs(a, b, 2) == [1.5, 1.5]
