@@ -93,18 +93,29 @@ def one_breakdown(cfg, device, steps: int, procs: list[subprocess.Popen]) -> lis
     odd ones beside them (resumed): each step's shares (`step_shares`) with its condition."""
     from profiling.breakdown.recording import record
 
-    def before_step(i: int) -> None:
-        signal_all(procs, signal.SIGCONT if i % 2 else signal.SIGSTOP)
-
-    signal_all(procs, signal.SIGSTOP)
+    signal_all(procs, signal.SIGSTOP)  # step 0 alone
     try:
-        rec = record(cfg, device, steps, before_step=before_step)
+        rec = record(cfg, device, steps, walls=Alternating(procs))
     finally:
         signal_all(procs, signal.SIGSTOP)
     out = step_shares(rec)
     for i, step in enumerate(out):
         step["beside"] = bool(i % 2)
     return out
+
+
+class Alternating(list):
+    """The `walls` list record() appends each recorded step's seconds to as it ends: after step i
+    it stops the competitors before an even step (alone) and resumes them before an odd one
+    (beside), between the two steps as the recording's loop runs them."""
+
+    def __init__(self, procs: list[subprocess.Popen]) -> None:
+        super().__init__()
+        self.procs = procs
+
+    def append(self, wall_s: float) -> None:
+        super().append(wall_s)
+        signal_all(self.procs, signal.SIGCONT if len(self) % 2 else signal.SIGSTOP)
 
 
 def signal_all(procs: list[subprocess.Popen], sig: int) -> None:

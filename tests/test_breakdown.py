@@ -981,7 +981,7 @@ def test_an_interrupted_breakdown_keeps_the_steps_it_recorded(tracking, capsys, 
     from profiling.breakdown import recording as record_mod
     from profiling.cli import main as profiling_main
 
-    def two_then_interrupt(one_step, steps, device, walls, lean=False, before_step=None):
+    def two_then_interrupt(one_step, steps, device, walls, lean=False):
         walls.append(one_step(0))
         walls.append(one_step(1))
         raise KeyboardInterrupt

@@ -202,3 +202,23 @@ def test_the_shared_pairing_alternates_and_runs_the_callers_work_between_pairs()
         log.append("|")
     assert "".join(log) == "AB|BA|AB|"
     assert pairs(a, b, 2) == [1.5, 1.5]
+
+
+def test_the_load_bench_stops_the_loops_before_alone_steps_and_resumes_them_before_beside_ones():
+    """bench/breakdown_load.py's walls list: step 0 alone (stopped before record), then after each
+    step the next one's condition: odd steps beside (SIGCONT), even ones alone (SIGSTOP)."""
+    import signal
+
+    from bench.breakdown_load import Alternating
+
+    class Proc:
+        sent: list[int] = []
+
+        def send_signal(self, sig: int) -> None:
+            self.sent.append(sig)
+
+    walls = Alternating([Proc()])
+    for wall_s in (0.1, 0.2, 0.3):
+        walls.append(wall_s)
+    assert walls == [0.1, 0.2, 0.3]
+    assert Proc.sent == [signal.SIGCONT, signal.SIGSTOP, signal.SIGCONT]
