@@ -1,4 +1,4 @@
-"""The report's hierarchical roofline section (issue 29): for the latest FINISHED profile run of
+"""The report's hierarchical roofline section: for the latest FINISHED profile run of
 each (environment, device, configuration) that logged `ncu/kernels_by_name.csv`, its kernels drawn
 at DRAM, L2 and L1 intensity under the ceilings analysis holds that environment to (the measured
 peaks run over the vendor table, as for every other figure; the vendor table alone for a profile
@@ -73,7 +73,7 @@ def collect(runs, roofs: dict, vendor_lookup, folder: Path, notes: list[str]) ->
         try:
             table = pd.read_csv(io.StringIO(_download_text(r["run_id"], TABLE)))
             phases = pd.read_csv(io.StringIO(_download_text(r["run_id"], PHASES)))
-        except Exception as exc:  # noqa: BLE001 - a profile made before issue 29, a server error
+        except Exception as exc:  # noqa: BLE001 - a profile made before these tables, a server error
             notes.append(
                 f"profile run {r['run_id'][:8]} has no readable {TABLE} ({one_line(exc)[:120]}): "
                 "no hierarchical roofline for it (profiles logged before this version have none)"

@@ -1,4 +1,4 @@
-"""roofline.png for train runs made before their device had ceilings (issue 24).
+"""roofline.png for train runs made before their device had ceilings.
 
 A train run draws its own roofline.png when it ends (train/roofline_figure.py), against the
 latest peaks run of its device, else the vendor table. The usual order is the other one: train

@@ -92,7 +92,7 @@ NAME_PARAMS = ("model", "precision", "optimizer")
 schema.MAX_LABEL_CHARS characters, as every name this project writes is."""
 
 NAME_TAGS = (schema.TAG_ENV_LABEL, schema.TAG_DEVICE_NAME)
-"""Tags that name where it was measured, bounded as NAME_PARAMS (issue 32: a 10,000-character env
+"""Tags that name where it was measured, bounded as NAME_PARAMS (a 10,000-character env
 label appeared whole 9 times in report.md; one with a line break forged console lines)."""
 
 KINDS = ("train", "profile", "peaks")
@@ -488,7 +488,7 @@ def _layers_text(text: str, who: str) -> tuple[str, list[str]]:
     return df[ok].to_csv(index=False), [note]
 
 
-# --- prices (issue 32): a --prices row is a user value like any other -------------------------
+# --- prices: a --prices row is a user value like any other -------------------------
 MAX_USD_PER_HOUR = 1e5
 """USD per device-hour: 100,000 is ~1,000x an 8-GPU machine's on-demand price; above it (1e308)
 a cost per million samples or per epoch leaves float range or means nothing."""

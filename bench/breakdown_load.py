@@ -1,4 +1,4 @@
-"""Do the breakdown's shares hold on a busy machine? (issue 30 item 2)
+"""Do the breakdown's shares hold on a busy machine?
 
 The same breakdown (the command's own record, attribute and rows; no MLflow) of one config, its
 recorded steps alternating between alone and beside competing processes (busy Python loops, one

@@ -1,4 +1,4 @@
-"""The breakdown's measures (issue 20), side by side in one run, each next to its goal.
+"""The breakdown's measures, side by side in one run, each next to its goal.
 
 * overhead: plain training steps against breakdown steps (the Tracker's module ranges and the
   profiler the command uses: on the CPU the lean one), in one process, in pairs (A B, B A, ...),

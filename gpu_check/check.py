@@ -1,4 +1,4 @@
-"""The GPU check in one command (issue 34; docs/gpu.md): everything the project measures, run once
+"""The GPU check in one command (docs/gpu.md): everything the project measures, run once
 on a machine with an NVIDIA GPU within a deadline, and returned as at most 8 files.
 
     python -m gpu_check --out DIR [--deadline-s 480] [--device cuda|cpu] [--tiny]

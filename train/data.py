@@ -153,7 +153,7 @@ def checked_image_loader(path: str):
 
 def is_image_file(path: str) -> bool:
     """ImageFolder's own test (an image extension), on a regular file only: a FIFO named `x.png`
-    made the loader wait for a writer forever (issue 32); a device or socket is no image either."""
+    made the loader wait for a writer forever; a device or socket is no image either."""
     from torchvision.datasets.folder import IMG_EXTENSIONS
 
     if not path.lower().endswith(IMG_EXTENSIONS):

@@ -193,7 +193,7 @@ def train_filters(query: Query) -> list[tuple[str | None, str]]:
 def any_train_run(query: Query) -> bool:
     """Whether any train run matches `query` (one search of at most one run per env label): asked
     before an analysis run is created, so that a label or filter matching nothing leaves no FAILED
-    analysis run behind (issue 32)."""
+    analysis run behind."""
     from mlflow.tracking import MlflowClient
 
     ids = experiment_ids(query.experiments)

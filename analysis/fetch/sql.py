@@ -196,7 +196,7 @@ class SqlReader:
     def _metrics_since(self, session, since_ms: int) -> set[str]:
         """Ids of the runs with a latest metric stamped at or after `since_ms`: a metric logged
         (or overwritten) after its run ended changes neither status nor end time, and `--cache
-        auto` kept the old value (issue 32). One pass over latest_metrics (a row per run and key)."""
+        auto` kept the old value. One pass over latest_metrics (a row per run and key)."""
         import sqlalchemy as sa
 
         lm = self.m.SqlLatestMetric

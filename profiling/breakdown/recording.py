@@ -8,7 +8,7 @@ times its steps. The Tracker's module ranges and phase marks are on from the fir
 
 On a CUDA device, or in a data-parallel job, the profiler records CPU and CUDA activity with
 shapes on and Python stacks off (stacks name modules `Conv2d_0`, cover forward only and grow the
-trace 78 %: issue 20). One process on the CPU records only what host attribution reads, user
+trace 78 %). One process on the CPU records only what host attribution reads, user
 scopes (the Tracker's step and phase ranges, the optimizer's) and backward nodes: no aten op,
 whose recording cost lands in the step it measures (`lean_profile`; docs/breakdown.md,
 Measures); there the Tracker keeps module ranges and markers as Python stamps

@@ -1,4 +1,4 @@
-"""The hierarchical roofline logged with a `profile` run (issue 29): `ncu/kernels_by_name.csv`
+"""The hierarchical roofline logged with a `profile` run: `ncu/kernels_by_name.csv`
 (profiling.hierarchy.table, with the ceiling that bounds each name), `ncu/phase_levels.csv` (per
 phase: time-weighted intensity at each level), `ncu/hierarchical_roofline.png`
 (profiling/hierarchy/figure.py) and, when a published table's conventions are asked
