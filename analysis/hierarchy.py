@@ -23,7 +23,7 @@ from analysis import join
 from analysis.markdown import Table
 from common import schema
 from common.errors import one_line
-from common.fmt import si
+from common.fmt import short_id, si
 from profiling.hierarchy.table import add_bounds
 from roofline.ceilings import roof_from_vendor
 from roofline.model import LEVELS
@@ -75,7 +75,7 @@ def collect(runs, roofs: dict, vendor_lookup, folder: Path, notes: list[str]) ->
             phases = pd.read_csv(io.StringIO(_download_text(r["run_id"], PHASES)))
         except Exception as exc:  # noqa: BLE001 - a profile made before these tables, a server error
             notes.append(
-                f"profile run {r['run_id'][:8]} has no readable {TABLE} ({one_line(exc)[:120]}): "
+                f"profile run {short_id(r['run_id'])} has no readable {TABLE} ({one_line(exc)[:120]}): "
                 "no hierarchical roofline for it (profiles logged before this version have none)"
             )
             continue
@@ -83,7 +83,7 @@ def collect(runs, roofs: dict, vendor_lookup, folder: Path, notes: list[str]) ->
         if roof is None and vendor_lookup is not None:
             roof = roof_from_vendor(vendor_lookup(dev), dev)
         table = add_bounds(table.drop(columns=["bound", "compute_ceiling"], errors="ignore"), roof)
-        label = r.get(f"tags.{schema.TAG_CONFIG_LABEL}") or r["run_id"][:8]
+        label = r.get(f"tags.{schema.TAG_CONFIG_LABEL}") or short_id(r["run_id"])
         title = f"Hierarchical roofline: {label} on {dev} ({env or 'no env_label'})"
         from profiling.hierarchy.figure import hierarchical_png  # matplotlib: only when drawing
 
@@ -155,7 +155,9 @@ def section(items: list[dict], out_dir: Path) -> list[tuple]:
         return []
     out: list[tuple] = [("h2", "Hierarchical roofline (profile runs)"), ("p", INTRO)]
     for it in items:
-        out.append(("p", f"**{it['label']}** on {it['device']}, profile run `{it['run_id'][:8]}`:"))
+        out.append(
+            ("p", f"**{it['label']}** on {it['device']}, profile run `{short_id(it['run_id'])}`:")
+        )
         out.append(("figure", it["title"], str(it["path"].relative_to(out_dir))))
         out.append(("table", kernels_table(it["table"])))
         out.append(("table", phases_table(it["phases"])))

@@ -23,6 +23,7 @@ from train.timing import t_quantile_975
 from train.config import data_kind
 from roofline.model import PointEval, Roof, evaluate_point
 from common import schema
+from common.fmt import short_id
 
 GROUP_KEYS = list(schema.POINT_KEYS)
 # the config params kept on a point: the fields config_key hashes (one list, so a new key field reaches the join)
@@ -150,10 +151,6 @@ def text(df: pd.DataFrame, name: str) -> pd.Series:
     return col(df, name, "").fillna("").astype(str)
 
 
-def short(run_id: str) -> str:
-    return str(run_id)[:8]
-
-
 def of_kind(runs: pd.DataFrame, kind: str, status: str | None = "FINISHED") -> pd.DataFrame:
     mask = text(runs, f"tags.{schema.TAG_RUN_KIND}") == kind
     if status is not None:
@@ -257,14 +254,14 @@ def train_notes(train: pd.DataFrame) -> list[str]:
     for m, what in consequence.items():
         lack = train[train[m].isna()]
         if len(lack):
-            ex = ", ".join(short(r) for r in lack["run_id"].head(3))
+            ex = ", ".join(short_id(r) for r in lack["run_id"].head(3))
             notes.append(f"{len(lack)} train run(s) lack metric {m} (e.g. {ex}): {what}")
     no_key = train[train["config_key"] == ""]
     if len(no_key):
         notes.append(
             f"{len(no_key)} train run(s) have no config_key tag and incomplete config params: each is "
             "its own point (never averaged with another run), without a profile run or a speed-up "
-            f"(e.g. {', '.join(short(r) for r in no_key['run_id'].head(3))})"
+            f"(e.g. {', '.join(short_id(r) for r in no_key['run_id'].head(3))})"
         )
     return notes
 
@@ -499,20 +496,20 @@ def profile_notes(runs: pd.DataFrame, use_incomplete: bool = False) -> list[str]
         notes.append(
             f"{int(cut.sum())} profile run(s) were imported from a truncated ncu file "
             f"(--allow-truncated, tag {schema.TAG_NCU_TRUNCATED}; e.g. "
-            f"{', '.join(short(r) for r in pr.loc[cut, 'run_id'].head(3))}): their totals cover only "
+            f"{', '.join(short_id(r) for r in pr.loc[cut, 'run_id'].head(3))}): their totals cover only "
             "part of the profile, so they give no intensity; import the whole file to place them"
         )
     unusable = unusable[~cut.loc[unusable.index]]
     if len(unusable):
         notes.append(
             f"{len(unusable)} profile run(s) lack ncu_flops_total/ncu_dram_bytes (e.g. "
-            f"{', '.join(short(r) for r in unusable['run_id'].head(3))}): their configs use the modeled intensity"
+            f"{', '.join(short_id(r) for r in unusable['run_id'].head(3))}): their configs use the modeled intensity"
         )
     no_key = pr[_config_keys(pr) == ""]
     if len(no_key):
         notes.append(
             f"{len(no_key)} profile run(s) have no config_key: not joined "
-            f"(e.g. {', '.join(short(r) for r in no_key['run_id'].head(3))})"
+            f"(e.g. {', '.join(short_id(r) for r in no_key['run_id'].head(3))})"
         )
     return phase_notes + notes
 
@@ -527,7 +524,7 @@ def _missing_phase_notes(pr: pd.DataFrame, use_incomplete: bool) -> list[str]:
     return [
         f"{len(phased)} profile run(s) missed a training phase (tag "
         f"{schema.TAG_NCU_MISSING_PHASE}: {what}; e.g. "
-        f"{', '.join(short(r) for r in phased['run_id'].head(3))}): their intensity is "
+        f"{', '.join(short_id(r) for r in phased['run_id'].head(3))}): their intensity is "
         + (
             "used, as --use-incomplete-profiles asks"
             if use_incomplete
@@ -613,7 +610,7 @@ def measured_roofs(
         chosen = _trusted([r for (_, d), rs in by_key.items() if d == dev for r in rs])
         envs = ", ".join(sorted({str(r.get(f"tags.{schema.TAG_ENV_LABEL}") or "") for r in chosen}))
         by_dev[dev] = (envs, highest(chosen, dev))
-    return by_env, by_dev, {short(r["run_id"]): r["_load"] for r in rows}
+    return by_env, by_dev, {short_id(r["run_id"]): r["_load"] for r in rows}
 
 
 def choose_roofs(

@@ -16,7 +16,7 @@ from roofline.model import Roof
 from analysis.intervals import excludes_one
 from analysis.tables import engine_label
 from common import schema
-from common.fmt import num, pct, si
+from common.fmt import num, pct, short_id, si
 
 SUMMARY_COLUMNS = [
     *schema.WHERE_KEYS,
@@ -332,7 +332,7 @@ def failed_table(failed: pd.DataFrame) -> Table:
     headers = ["run", "kind", "status", "environment", "device", "name", "error"]
     rows = [
         [
-            r["run_id"][:8],
+            short_id(r["run_id"]),
             r["run_kind"],
             r["status"],
             r["env_label"],

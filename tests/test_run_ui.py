@@ -11,7 +11,7 @@ import pytest
 from roofline import run_plot as run_roofline
 from roofline.store import measured_roof, peaks_rows
 from analysis import join
-from analysis.join import short
+from common.fmt import short_id
 from roofline.model import Roof
 from common import schema
 from common.run_record import dataset_input, system_metrics_interval
@@ -169,7 +169,7 @@ def test_a_train_runs_page_and_the_analysis_take_the_same_ceiling(tracking, tmp_
     analysed = by_env[("box", "CPU Q")]
     assert analysed.flops_per_s["fp32"] == 4e11 == measured_roof("CPU Q", "box").flops_per_s["fp32"]
     assert analysed.sources["flops:fp32"] == src
-    assert loads[short(quiet)]["trust"] == "quiet" and loads[short(busy)]["trust"] == "busy"
+    assert loads[short_id(quiet)]["trust"] == "quiet" and loads[short_id(busy)]["trust"] == "busy"
     # roofline.png's fraction of roof: 5e10 against min(4e11, 8 x 2e10) = 1.6e11
     assert page.metrics[run_roofline.METRIC_FRACTION] == pytest.approx(5e10 / 1.6e11)
 
@@ -218,7 +218,7 @@ def test_train_run_logs_its_roofline_against_the_peaks_run(tracking):
     (run,) = mlflow.search_runs(
         filter_string="tags.run_kind = 'train'", search_all_experiments=True, output_format="list"
     )
-    assert run.data.tags["roofline_roof"] == f"measured: peaks run {short(peaks)}"
+    assert run.data.tags["roofline_roof"] == f"measured: peaks run {short_id(peaks)}"
     # issue 21 item 4: the description's second line carries the bound and the fraction of roof
     m, t = run.data.metrics, run.data.tags
     truth = m["achieved_flops_per_s"] / min(m["modeled_intensity_flops_per_byte"] * 2e10, 1e11)

@@ -28,6 +28,7 @@ from analysis.fetch import cached_search, rows, segments
 from analysis.fetch.sqlite import SqliteReader
 from common import console, schema
 from common.errors import BenchError, UsageError, one_line
+from common.fmt import short_id
 from common.server import check_reachable, tracking_uri
 
 
@@ -310,7 +311,7 @@ def fetch_complexity(query: Query, source: Source | None = None) -> tuple[list[d
             text = _download_text(r["run_id"], COMPLEXITY_CSV)
         except Exception as exc:  # noqa: BLE001 - missing artifact, server-side error
             notes.append(
-                f"complexity run {r['run_id'][:8]} ({r[env_col] or 'no env_label'}) has no readable "
+                f"complexity run {short_id(r['run_id'])} ({r[env_col] or 'no env_label'}) has no readable "
                 f"{COMPLEXITY_CSV} ({one_line(exc)[:160]}): not in the report"
             )
             continue

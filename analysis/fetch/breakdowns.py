@@ -12,6 +12,7 @@ import json
 
 from common import console, schema
 from common.errors import one_line
+from common.fmt import short_id
 
 SUMMARY = "breakdown.json"
 LAYERS = "layers.csv"
@@ -51,7 +52,7 @@ def fetch_breakdowns(query, source=None, notes: list[str] | None = None) -> list
             layers = _download_text(r["run_id"], LAYERS)
         except Exception as exc:  # noqa: BLE001 - missing artifact, bad JSON, server error
             notes.append(
-                f"breakdown run {r['run_id'][:8]} ({r[cols['env_label']] or 'no env_label'}) has "
+                f"breakdown run {short_id(r['run_id'])} ({r[cols['env_label']] or 'no env_label'}) has "
                 f"no readable {SUMMARY} or {LAYERS} ({one_line(exc)[:160]}): not in the report"
             )
             continue
