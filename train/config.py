@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 from dataclasses import asdict, dataclass, field
 
 from common import flags, schema
 from common.ui import run_name
 
-DEVICES = ("auto", "cpu", "cuda", "mps")
-OPTIMIZERS = ("sgd", "adam", "adamw")
+PRECISION = {"choices": schema.PRECISIONS}
+DEVICE = {
+    "choices": ("auto", "cpu", "cuda", "mps"),
+    "choices_pattern": (r"cuda:\d+", "cuda:N (N = 0, 1, ...)"),
+}
+OPTIMIZER = {"choices": ("sgd", "adam", "adamw")}
+"""the choices of the fields TrainConfig shares with the complexity command's config, declared
+once (common.flags: the flags' choices and check_choices come from them; cuda:-1, cuda:abc: no)"""
 # numeric configuration fields logged again as metrics `config_<field>` (TrainConfig.config_metrics)
 CONFIG_METRICS = ("batch_size", "image_size")
 ENGINES = (schema.NOT_DISTRIBUTED, "ddp", "deepspeed")
@@ -36,10 +41,10 @@ class TrainConfig:
     resnet34, resnet50, vgg16, mobilenet_v2."""
     batch_size: int = field(default=16, metadata={"flags": ("--batch", "--batch-size")})
     """samples per step (per process in a data-parallel run)."""
-    precision: str = field(default="fp32", metadata={"choices": schema.PRECISIONS})
+    precision: str = field(default="fp32", metadata=PRECISION)
     """fp32 (IEEE FP32: TF32 off on CUDA), fp16/bf16 through torch.autocast (fp16 adds a GradScaler
     on CUDA), or tf32 (fp32 tensors, convolutions and matmuls on TF32 tensor cores; CUDA sm_80+)."""
-    device: str = "auto"
+    device: str = field(default="auto", metadata=DEVICE)
     """auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps."""
     warmup_iters: int = 5
     """steps run before measuring (not timed; include torch.compile's compilation)."""
@@ -68,7 +73,7 @@ class TrainConfig:
     env_label: str = flags.env_label()
     lr: float = 0.01
     """learning rate."""
-    optimizer: str = field(default="sgd", metadata={"choices": OPTIMIZERS})
+    optimizer: str = field(default="sgd", metadata=OPTIMIZER)
     """sgd (momentum 0.9), adam (no weight decay) or adamw (weight decay 0.01)."""
     num_classes: int = 1000
     """classifier outputs (set from the data set's classes for folder/cifar10 data)."""
@@ -76,7 +81,9 @@ class TrainConfig:
     """none (one process), or the data-parallel engine of a torchrun job: ddp (PyTorch
     DistributedDataParallel) or deepspeed (DeepSpeed's engine, ZeRO stage zero_stage); batch_size
     is per process."""
-    zero_stage: int = field(default=0, metadata={"choices": ZERO_STAGES})
+    zero_stage: int = field(
+        default=0, metadata={"choices": ZERO_STAGES, "choices_text": "0, 1, 2 or 3"}
+    )
     """deepspeed: ZeRO stage 0 (plain data parallel), 1 (optimizer state partitioned), 2 (+
     gradients) or 3 (+ parameters). 0 for ddp."""
     world_size: int = field(default=1, metadata={"flags": ()})
@@ -92,6 +99,10 @@ class TrainConfig:
         self.precision = str(self.precision).lower()
         self.device = str(self.device).lower()
         self.optimizer = str(self.optimizer).lower()
+        self.distributed = str(self.distributed).strip().lower() or schema.NOT_DISTRIBUTED
+        self.backend = str(self.backend).strip().lower()
+        self.zero_stage, self.world_size = int(self.zero_stage), int(self.world_size)
+        self.collective_timeout_s = float(self.collective_timeout_s)
         if str(self.iters).strip().lower() == "auto":
             self.iters = "auto"
         else:
@@ -115,7 +126,7 @@ class TrainConfig:
         for name in ("warmup_iters", "workers"):
             if int(getattr(self, name)) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        check_choices(self.precision, self.device, self.optimizer)
+        flags.check_choices(self)  # precision, device, optimizer, distributed, zero_stage, backend
         if not (math.isfinite(self.lr) and self.lr > 0):  # inf: every weight becomes nan
             raise ValueError(f"lr must be a finite number > 0, got {self.lr}")
         if self.compile and self.warmup_iters < 1:
@@ -128,22 +139,10 @@ class TrainConfig:
         self._check_distributed()
 
     def _check_distributed(self) -> None:
-        self.distributed = str(self.distributed).strip().lower() or schema.NOT_DISTRIBUTED
-        self.backend = str(self.backend).strip().lower()
-        self.zero_stage, self.world_size = int(self.zero_stage), int(self.world_size)
-        self.collective_timeout_s = float(self.collective_timeout_s)
-        if self.distributed not in ENGINES:
-            raise ValueError(
-                f"distributed must be one of {', '.join(ENGINES)}, got {self.distributed!r}"
-            )
-        if self.zero_stage not in ZERO_STAGES:
-            raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {self.zero_stage}")
         if self.zero_stage and self.distributed != "deepspeed":
             raise ValueError(
                 f"zero_stage {self.zero_stage} needs distributed=deepspeed (ZeRO is DeepSpeed's)"
             )
-        if self.backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if self.world_size < 1:
             raise ValueError(f"world_size must be a positive integer, got {self.world_size}")
         if not self.collective_timeout_s > 0:
@@ -249,21 +248,6 @@ def data_kind(data: str) -> str:
     if data in ("synthetic", "fake"):
         return data
     return "cifar10" if data.startswith("cifar10:") else "folder"
-
-
-def check_choices(precision: str, device: str, optimizer: str) -> None:
-    """ValueError naming the field when a precision, device or optimizer is not one we know
-    (lower-case values; shared by TrainConfig and the complexity command's config)."""
-    if precision not in schema.PRECISIONS:
-        raise ValueError(
-            f"precision must be one of {', '.join(schema.PRECISIONS)}, got {precision!r}"
-        )
-    if device not in DEVICES and not re.fullmatch(r"cuda:\d+", device):  # cuda:-1, cuda:abc: no
-        raise ValueError(
-            f"device must be one of {', '.join(DEVICES)} or cuda:N (N = 0, 1, ...), got {device!r}"
-        )
-    if optimizer not in OPTIMIZERS:
-        raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
 
 
 def add_config_args(
