@@ -126,7 +126,7 @@ def _loops(args: argparse.Namespace, cfg, ctx, prep, devnull):
         ctx.barrier()
         bar = tqdm(total=args.iters, mininterval=0.5, leave=False, file=devnull)
         t0 = time.perf_counter()
-        measure_steps(cfg, prep, bar)
+        measure_steps(prep, bar)
         dev.synchronize(ctx.device)
         elapsed = time.perf_counter() - t0
         bar.close()

@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     if mode:
         return profile(cfg, mode)
     session, result = run(cfg, command.run_options())
-    say_result(cfg, session, result)
+    say_result(session)
     return 0
 
 

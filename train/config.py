@@ -17,7 +17,7 @@ DEVICE = {
 OPTIMIZER = {"choices": ("sgd", "adam", "adamw")}
 """the choices of the fields TrainConfig shares with the complexity command's config, declared
 once (common.flags: the flags' choices and check_choices come from them; cuda:-1, cuda:abc: no)"""
-# numeric configuration fields logged again as metrics `config_<field>` (TrainConfig.config_metrics)
+# numeric configuration fields logged again as metrics `config_<field>` (TrainConfig.header)
 CONFIG_METRICS = ("batch_size", "image_size")
 ENGINES = (schema.NOT_DISTRIBUTED, "ddp", "deepspeed")
 BACKENDS = ("auto", "nccl", "gloo")
@@ -34,7 +34,12 @@ _FLAG_TOKENS = (("channels_last", "cl"), ("compile", "compiled"))
 class TrainConfig:
     """One benchmark configuration. Field names are the MLflow param names (docs/schema.md); each
     field's docstring is its flag's help (add_config_args) and MLproject's entry points pass every
-    field (tests/test_mlproject.py holds them to the same names and defaults)."""
+    field (tests/test_mlproject.py holds them to the same names and defaults).
+
+    Two facts are derived once, when it is built, as plain attributes (not fields: neither is a
+    param nor in the keys): `is_distributed` (a data-parallel run: an engine is given, even at
+    world size 1) and `data_kind` (synthetic | fake | folder | cifar10). `distributed` and `data`
+    are not changed after that (dataclasses.replace builds a new config)."""
 
     model: str = "resnet18"
     """torchvision classification model name (torchvision.models.list_models), e.g. resnet18,
@@ -136,6 +141,8 @@ class TrainConfig:
         if not self.data:
             raise ValueError("data must be synthetic, fake, a folder path or cifar10:<path>")
         self.env_label = schema.env_label(self.env_label)
+        self.is_distributed = schema.is_distributed({"distributed": self.distributed})
+        self.data_kind = data_kind(self.data)
         self._check_distributed()
 
     def _check_distributed(self) -> None:
@@ -163,16 +170,6 @@ class TrainConfig:
                 "compile with distributed=deepspeed is not supported (DeepSpeed compiles through "
                 "its engine): use distributed=ddp, or compile=false"
             )
-
-    @property
-    def is_distributed(self) -> bool:
-        """A data-parallel run (an engine is given), even at world size 1."""
-        return schema.is_distributed(asdict(self))
-
-    @property
-    def data_kind(self) -> str:
-        """synthetic | fake | folder | cifar10"""
-        return data_kind(self.data)
 
     def params(self) -> dict:
         """MLflow params of this config (everything but env_label, which is a tag; the
@@ -235,10 +232,51 @@ class TrainConfig:
         `b8/bf16/cl/224px/resnet18/adam`, `ddp/2proc/b2/fp32/32px/resnet18/gloo`."""
         return "/".join(self.identity())
 
-    def config_metrics(self) -> dict[str, float]:
-        """The numeric configuration values also logged as metrics, so that the UI sorts them as
-        numbers (params are text: 16 < 4 < 64 < 8)."""
-        return {f"config_{name}": float(getattr(self, name)) for name in CONFIG_METRICS}
+    def header(self, device=None, intensity_source: str = "modeled") -> RunHeader:
+        """What a run of this config is created with, derived once (build it after
+        train.bench.preflight, which resolves what the keys hold): the params (`device`, resolved,
+        as the device param when given), the tags (config_key, config_label, where its intensity
+        comes from; a distributed config's single-process key and batch scope), the numeric values
+        also logged as metrics (so that the UI sorts them as numbers: params are text, 16 < 4 < 64
+        < 8) and its name's parts."""
+        identity = tuple(self.identity())
+        params = self.params()
+        tags = {
+            schema.TAG_CONFIG_KEY: self.config_key(),
+            schema.TAG_CONFIG_LABEL: "/".join(identity),
+            schema.TAG_INTENSITY_SOURCE: intensity_source,
+        }
+        if device is not None:
+            params["device"] = str(device)
+        if self.is_distributed:
+            params["global_batch_size"] = self.batch_size * self.world_size
+            tags[schema.TAG_BASE_CONFIG_KEY] = self.single_process_key()
+            tags[schema.TAG_BATCH_SCOPE] = "per_process"
+        metrics = {f"config_{name}": float(getattr(self, name)) for name in CONFIG_METRICS}
+        return RunHeader(params, tags, metrics, identity)
+
+
+@dataclass(frozen=True)
+class RunHeader:
+    """A run's config as it is logged, derived once by TrainConfig.header: what the run is created
+    with and what its texts name it by (label, key, name) afterwards."""
+
+    params: dict
+    tags: dict[str, str]
+    metrics: dict[str, float]
+    identity: tuple[str, ...]
+
+    @property
+    def label(self) -> str:
+        return self.tags[schema.TAG_CONFIG_LABEL]
+
+    @property
+    def key(self) -> str:
+        return self.tags[schema.TAG_CONFIG_KEY]
+
+    def run_name(self, device: str | None = None, repeat: int | None = None, kind: str = "") -> str:
+        """As TrainConfig.run_name, from the parts derived once."""
+        return run_name(list(self.identity), device, repeat, kind)
 
 
 def data_kind(data: str) -> str:

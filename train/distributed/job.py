@@ -61,7 +61,7 @@ def run_rank(
                 session, result = run(cfg, options, measure=measure, guard=guard)
         finally:
             ctx.close()
-    say_result(cfg, session, result)
+    say_result(session)
     return 0
 
 
