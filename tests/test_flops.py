@@ -346,12 +346,13 @@ def test_an_op_the_ledger_does_not_know_is_reported_not_assumed_harmless():
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam", "adamw"])
 def test_every_op_of_a_cnn_step_is_known_to_the_ledger(optimizer):
-    """resnet18 and mobilenet_v3_small on the CPU, each optimizer: no op with no formula."""
+    """mobilenet_v3_small on the CPU with each optimizer, resnet18 with SGD (a model's ops do not
+    depend on the optimizer, nor the optimizer's on the model): no op with no formula."""
     import torchvision
 
     from train.step import make_optimizer
 
-    for name in ("resnet18", "mobilenet_v3_small"):
+    for name in ("mobilenet_v3_small", *(["resnet18"] if optimizer == "sgd" else [])):
         model = torchvision.models.get_model(name, num_classes=10)
         x, y = torch.randn(2, 3, 32, 32), torch.randint(0, 10, (2,))
         opt = make_optimizer(optimizer, model.parameters(), 0.01)
