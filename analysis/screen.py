@@ -159,14 +159,7 @@ def _param_problem(text) -> str | None:
     return None
 
 
-def _name_problem(text) -> str | None:
-    if not isinstance(text, str):
-        return None  # absent (NaN)
-    if len(text) > schema.MAX_LABEL_CHARS:
-        return f"{len(text)} characters long, where a name is at most {schema.MAX_LABEL_CHARS}"
-    if not text.isprintable():
-        return "holds a character that is not printable (a line break, a control character)"
-    return None
+_name_problem = schema.name_problem  # the one name rule, which commands apply where names enter
 
 
 def _param_why(name: str, value) -> str | None:

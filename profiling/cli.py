@@ -134,11 +134,15 @@ def _config(args: argparse.Namespace) -> TrainConfig:
             f"profiling measures CUDA kernels: --device must be cuda or cuda:N, got {args.device!r}"
         )
     workload = args.import_opts.workload
+    if args.device_name:
+        _checked_name(args.device_name, "--device-name")  # logged as the run's device_name
     if (workload or args.phase) and not import_paths(args):
         raise UsageError(
             "--workload and --phase describe imported files: they go with --import PATH (a capture "
             "runs python -m train on a torchvision --model and marks its phases itself)"
         )
+    if workload:
+        _not_a_model(workload)
     # an unknown model is bad input (exit 2, no run), on the import path as on the capture path;
     # the canonical spelling keeps config_key equal to that of `python -m train` (its preflight does the same)
     args.model = workload or check_model_name(args.model)
@@ -146,6 +150,27 @@ def _config(args: argparse.Namespace) -> TrainConfig:
     # the same num_classes as `python -m train` derives, so config_key joins with its timing runs
     config.num_classes = num_classes_for(config.data, config.num_classes)
     return config
+
+
+def _checked_name(text: str, what: str) -> None:
+    try:
+        schema.check_name(text, what)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _not_a_model(workload: str) -> None:
+    """UsageError for a --workload that is a torchvision model: its import would be logged under
+    the model's config key while skipping the check against its counted FLOPs."""
+    try:
+        model = check_model_name(workload)
+    except UsageError:
+        return
+    raise UsageError(
+        f"--workload {workload} is the torchvision model {model}: give --model {model} instead, "
+        "so that the import is checked against its counted training FLOPs (--workload names "
+        "programs that are not torchvision models)"
+    )
 
 
 def _options(args: argparse.Namespace) -> CaptureOptions:
@@ -204,10 +229,13 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo]) -> int:
     return 0
 
 
-def _checked_summary(report, capability, counters) -> NcuSummary:
-    check_values(report)  # units, signs, finiteness: before anything is summed
+def _checked_summary(report, capability, counters, files: int = 0) -> NcuSummary:
+    """The summary of a capture's report, or of an import of `files` files (each file's values
+    were checked as it was read: profiling.ncu.capture_set.read_files)."""
+    if not files:
+        check_values(report)  # units, signs, finiteness: before anything is summed
     summary = summarize(report, capability, counters)
-    check_rates(summary.kernels, report.source)  # no kernel faster than any GPU
+    check_rates(summary.kernels, report.source, in_set=files > 1)  # no kernel faster than any GPU
     require_counters(summary, report.source)
     return summary
 
@@ -218,7 +246,8 @@ def _imported(args: argparse.Namespace) -> tuple:
     check_import_file(args)
     try:
         report, device_name, capability, counters, extra, files = import_report(args)
-        return report, device_name, _checked_summary(report, capability, counters), extra, files
+        summary = _checked_summary(report, capability, counters, len(files))
+        return report, device_name, summary, extra, files
     except UsageError:
         raise
     except BenchError as err:
