@@ -25,6 +25,7 @@ import pandas as pd
 
 from common import bounds, schema
 from roofline.model import DTYPES
+from roofline.trust import LOAD_BOUNDS
 
 
 @dataclass(frozen=True)
@@ -370,10 +371,12 @@ VALUE_RULES: dict[str, Rule] = {
     "gpu_power_max_w": Rule(),
     "gpu_power_limit_w": Rule(),
     "gpu_throttled_sample_share": Rule(0.0, False, 1.0, "1 (a share)"),
-    # the load a peaks run measured under (profiling/peaks/load.py): which ceilings to trust
-    "load_average_1m_start": Rule(),
-    "load_average_1m_max": Rule(),
-    "cpu_count": Rule(0.0, True),
+    # the load a peaks run measured under (profiling/peaks/load.py): which ceilings to trust, by
+    # the rule a run's own roofline applies too (roofline/trust.py)
+    **{
+        key: Rule(low, strict, high, f"{high:g}")
+        for key, (low, strict, high) in LOAD_BOUNDS.items()
+    },
 }
 """Per metric key whose bad value is left out on its own: the run is kept (the one value gate
 decides per key: a key of RULES leaves its run out, a key here only its value), the value blanked

@@ -5,7 +5,10 @@ A peaks run is quiet when the machine was lightly loaded while it measured, busy
 competed with it, or 'not recorded' (runs made before peaks runs logged their load). The ceilings
 come from the quiet runs when there are any, else those that recorded no load, else the busy ones;
 among them each ceiling is the highest measured: a busy machine measures a ceiling too low, never
-too high. Pure: no store, no plotting.
+too high. A load figure that is no measurement (negative, not finite, 1e9 CPUs) is read as not
+recorded, by the one value rule `load_value` that analysis/screen.py applies too: main's run page
+took a run with a load average of -1 or 1e9 CPUs for a quiet one while the analysis blanked the
+value, and the two named different ceilings. Pure: no store, no plotting.
 """
 
 from __future__ import annotations
@@ -29,6 +32,30 @@ TRUST_ORDER = ("quiet", "not recorded", "busy")
 recorded no load, else the busy ones; among them, each ceiling is the highest measured."""
 
 
+MAX_LOAD_AVERAGE = 1e6
+"""The highest load average a machine reports: a million runnable tasks (Linux's 1-minute load
+average counts the tasks running or waiting to run)."""
+MAX_CPU_COUNT = 65536
+"""The most logical CPUs a machine has: 8x Linux's largest NR_CPUS configuration (8,192)."""
+LOAD_BOUNDS: dict[str, tuple[float, bool, float]] = {
+    "load_average_1m_start": (0.0, False, MAX_LOAD_AVERAGE),
+    "load_average_1m_max": (0.0, False, MAX_LOAD_AVERAGE),
+    "cpu_count": (1.0, False, MAX_CPU_COUNT),
+}
+"""What each of PEAKS_LOAD_METRICS may be (least, whether only above it, most): the value rule of
+every reader (this module for a run's own roofline, analysis/screen.py for the analysis)."""
+
+
+def load_value(key: str, value) -> float:
+    """`value` of load metric `key` as a float, NaN when it is absent or no measurement
+    (LOAD_BOUNDS): such a run's load is 'not recorded' in every reader."""
+    v = _float(value)
+    low, strict, high = LOAD_BOUNDS[key]
+    if not math.isfinite(v) or v < low or (strict and v <= low) or v > high:
+        return math.nan
+    return v
+
+
 def load_trust(start: float, top: float, cpus: float) -> str:
     """quiet | busy | not recorded, from the load averages at the start and at most, and the CPUs."""
     if not (math.isfinite(start) and math.isfinite(top) and math.isfinite(cpus) and cpus > 0):
@@ -46,8 +73,9 @@ def _float(v) -> float:
 
 
 def load_metrics(row: dict) -> dict[str, float]:
-    """A peaks run's PEAKS_LOAD_METRICS from its row (`metrics.<key>`), NaN where it lacks one."""
-    return {k: _float(row.get(f"metrics.{k}")) for k in PEAKS_LOAD_METRICS}
+    """A peaks run's PEAKS_LOAD_METRICS from its row (`metrics.<key>`), NaN where it lacks one or
+    holds no measurement (load_value)."""
+    return {k: load_value(k, row.get(f"metrics.{k}")) for k in PEAKS_LOAD_METRICS}
 
 
 def row_trust(row: dict) -> str:
