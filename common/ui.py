@@ -17,10 +17,13 @@ MLflow 3.17's UI (read from its JavaScript bundle; docs/ui.md):
 
 Marking writes two experiment tags, once per process and experiment, only when they differ; a
 store that refuses them costs a line, never the run (the link then falls back to filter and sort).
+A saved view of the same key that the project did not write (another user's) is left as it is,
+with a line, and the link falls back the same way (main overwrote it silently).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Sequence
@@ -40,6 +43,9 @@ KEEP_KINDS = ("genai_development", "finetuning", "forecasting", "classification"
 VIEW_KEY = "train-fastest"
 TAG_VIEW = f"mlflow.sharedViewState.{VIEW_KEY}"
 """the experiment tag holding the view the printed link opens"""
+TAG_VIEW_DIGEST = "roofline_bench.view_digest"
+"""the experiment tag holding a digest of the view the project wrote into TAG_VIEW: a view that
+no longer matches it was saved over by someone else"""
 RUNS_VIEW_SORT = "throughput_samples_per_s"
 """the metric the runs view a command links to is sorted by, fastest first"""
 RUN_NAME_COLUMN = "attributes.`Run Name`"
@@ -76,10 +82,35 @@ def runs_view_state(run_kind: str = "train") -> dict:
     }
 
 
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def foreign_view(current: dict[str, str]) -> bool:
+    """True when the experiment's TAG_VIEW is a view this project did not write: it differs from
+    what the digest tag says was written, or (written before the digest tag existed) shows other
+    runs or another order than the project's view."""
+    view = current.get(TAG_VIEW)
+    if view is None or view == json.dumps(runs_view_state(), sort_keys=True):
+        return False
+    if TAG_VIEW_DIGEST in current:
+        return current[TAG_VIEW_DIGEST] != _digest(view)
+    try:
+        state = json.loads(view)
+    except ValueError:
+        return True
+    ours = runs_view_state()
+    return not isinstance(state, dict) or any(
+        state.get(k) != ours[k] for k in ("searchFilter", "orderByKey")
+    )
+
+
 def experiment_tags(current: dict[str, str]) -> dict[str, str]:
     """The tags to write to an experiment that has `current`: the model-development mark (unless a
-    user chose a kind) and the saved view, each only when it differs."""
-    want = {TAG_VIEW: json.dumps(runs_view_state(), sort_keys=True)}
+    user chose a kind) and the saved view with its digest (unless the experiment holds another
+    view under its key: foreign_view), each only when it differs."""
+    view = json.dumps(runs_view_state(), sort_keys=True)
+    want = {} if foreign_view(current) else {TAG_VIEW: view, TAG_VIEW_DIGEST: _digest(view)}
     if current.get(TAG_EXPERIMENT_KIND) not in KEEP_KINDS:
         want[TAG_EXPERIMENT_KIND] = MODEL_DEVELOPMENT
     return {k: v for k, v in want.items() if current.get(k) != v}
@@ -91,10 +122,16 @@ def mark_experiment(client, experiment_id: str) -> bool:
     key = f"{display_uri()} {experiment_id}"
     if key not in _marked:
         try:
-            exp = client.get_experiment(experiment_id)
-            for name, value in experiment_tags(dict(exp.tags)).items():
+            current = dict(client.get_experiment(experiment_id).tags)
+            for name, value in experiment_tags(current).items():
                 client.set_experiment_tag(experiment_id, name, value)
-            _marked[key] = True
+            _marked[key] = not foreign_view(current)
+            if not _marked[key]:
+                console.note(
+                    f"experiment {experiment_id} holds a saved view {VIEW_KEY!r} this project did "
+                    "not write (another user's?): left as it is; the link below shows the train "
+                    "runs without the chosen columns"
+                )
         except Exception as exc:  # noqa: BLE001 - the run matters more than how the UI opens
             console.note(
                 f"experiment {experiment_id} keeps MLflow's default view ({redact(one_line(exc))[:160]}): "

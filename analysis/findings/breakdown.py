@@ -35,6 +35,9 @@ class Breakdown:
     """part -> share of the step (0..1)."""
     layers: pd.DataFrame = field(default_factory=pd.DataFrame)
     """leaf module rows of layers.csv (modules without children: no time counted twice)."""
+    data: str = ""
+    """the breakdown run's `data` param: with `synthetic` data no loader ran, so no worker can
+    remove its data wait."""
 
     def share(self, parts) -> float | None:
         known = [self.fractions[p] for p in parts if p in self.fractions]
@@ -59,6 +62,8 @@ def _one(f: dict) -> Breakdown:
     summary = f.get("summary") if isinstance(f.get("summary"), dict) else {}
     metrics = summary.get("metrics") if isinstance(summary.get("metrics"), dict) else {}
     b = Breakdown(str(f["run_id"]), num(metrics.get("breakdown_step_s"), positive=True))
+    params = f.get("params") if isinstance(f.get("params"), dict) else {}
+    b.data = str(params.get("data") or "")
     for part in PARTS:
         v = num(metrics.get(f"breakdown_{part}_fraction"))
         if v is not None:
