@@ -204,9 +204,7 @@ def _run(cfg: AnalysisConfig, vendor_lookup, n_jobs: int, pool) -> Result:
             analysis, out_dir, drawn, query.describe(), var_title, breakdowns, found, source.note(),
             hier,
         )  # fmt: skip
-        removed = out_files.tidy(out_dir, files)  # an earlier analysis' files there: not this one's
-    if removed:
-        console.info(f"removed {len(removed)} file(s) an earlier analysis wrote into {out_dir}")
+        out_files.tidy(out_dir, files)  # the files an earlier analysis wrote there: not this one's
     timings["report_s"] = time.perf_counter() - t
     timings["total_s"] = time.perf_counter() - t0
     return Result(analysis, out_dir, files, timings, source, found, drawn_names)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from common import console
+
 MANIFEST = ".analysis-files"
 
 
@@ -38,7 +40,8 @@ def _inside(out_dir: Path, rel: str) -> Path | None:
 
 def tidy(out_dir: Path, written: list[Path]) -> list[str]:
     """Remove what the previous analysis into `out_dir` wrote and this one (`written`) did not;
-    list `written` as this analysis' files. Returns the relative paths removed."""
+    list `written` as this analysis' files. Returns the relative paths removed (and says how
+    many)."""
     now = sorted({str(Path(p).relative_to(out_dir)) for p in written})
     removed = []
     for rel in sorted(set(_listed(out_dir)) - set(now)):
@@ -47,4 +50,6 @@ def tidy(out_dir: Path, written: list[Path]) -> list[str]:
             path.unlink()
             removed.append(rel)
     (out_dir / MANIFEST).write_text("".join(f"{rel}\n" for rel in now), encoding="utf-8")
+    if removed:
+        console.info(f"removed {len(removed)} file(s) an earlier analysis wrote into {out_dir}")
     return removed
