@@ -13,7 +13,6 @@ import pytest
 
 from analysis import core
 from common import ui
-from common.errors import UsageError
 from common.tracking import RunSession
 from profiling import cli
 from profiling.breakdown.table import ModuleTree
@@ -94,14 +93,16 @@ def test_a_deleted_experiment_is_a_usage_error_before_any_run(tracking, tmp_path
     ]
 
 
-def test_a_5000_character_experiment_is_a_usage_error(tracking):
-    with pytest.raises(UsageError) as err:
-        with RunSession("train", experiment="e" * 5000):
-            pass
-    assert str(err.value) == (
-        "experiment name 'eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee'... is 5,000 characters long: "
-        "use at most 256"
-    )
+def test_a_5000_character_experiment_is_a_usage_error(tracking, tmp_path, capsys):
+    """main: `cannot use the tracking store ...: 'name' exceeds the maximum length of 500
+    characters`, exit 1, as a store error."""
+    code = cli.main(import_argv(small_set(tmp_path / "set")) + ["--experiment", "e" * 5000])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert [ln for ln in err.splitlines() if ln.startswith("error:")] == [
+        "error: experiment name 'eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee'... is 5,000 characters "
+        "long: use at most 256"
+    ]
     assert not mlflow.search_runs(search_all_experiments=True, output_format="list")
 
 

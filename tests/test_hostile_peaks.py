@@ -11,11 +11,9 @@ import math
 import tracemalloc
 
 import mlflow
-import pytest
 
 from analysis import app, join, screen
 from common.cli import cli_entry
-from common.errors import UsageError
 from common.tracking import RunSession
 from roofline import vendor
 from roofline.store import measured_roof
@@ -102,7 +100,13 @@ def _peaks_file(tmp_path, *entries) -> str:
     return str(path)
 
 
-def test_an_alias_naming_a_built_in_device_is_refused(tmp_path):
+def vendor_error(capsys, argv) -> str:
+    """The one error line of `python -m roofline.vendor <argv>` (exit 2)."""
+    assert cli_entry(vendor.main)(argv) == 2
+    return one_error(capsys)
+
+
+def test_an_alias_naming_a_built_in_device_is_refused(tmp_path, capsys):
     """main: the entry replaced the H100 (source "vendor: me"): 1502044.9 % of its roof."""
     path = _peaks_file(
         tmp_path,
@@ -114,31 +118,30 @@ def test_an_alias_naming_a_built_in_device_is_refused(tmp_path):
             "source": "me",
         },  # fmt: skip
     )
-    with pytest.raises(UsageError) as err:
-        vendor.lookup(H100, path)
-    assert str(err.value) == (
-        f"peaks file {path}, entry 1 (My box): alias {H100!r} names the built-in {H100}, which it "
-        "would replace: to override that device, give its name as device_name; an alias only adds "
-        "another name of the entry's own device"
+    assert vendor_error(capsys, [H100, "--peaks-file", path]) == (
+        f"error: peaks file {path}, entry 1 (My box): alias {H100!r} names the built-in {H100}, "
+        "which it would replace: to override that device, give its name as device_name; an alias "
+        "only adds another name of the entry's own device"
     )
 
 
-def test_two_entries_of_one_name_are_refused(tmp_path):
+def test_two_entries_of_one_name_are_refused(tmp_path, capsys):
     """main: the first entry won, silently."""
     box = {"device_name": "Box", "flops_per_s": {"fp32": 1e12}, "dram_bytes_per_s": 1e11}
     path = _peaks_file(tmp_path, {**box, "source": "a"}, {**box, "source": "b"})
-    with pytest.raises(UsageError) as err:
-        vendor.load_overrides(path)
-    assert str(err.value) == (
-        f"peaks file {path}: entries 1 and 2 both answer to 'Box' (their device_name, an alias, or "
-        "the built-in device they override): keep one"
+    assert vendor_error(capsys, ["Box", "--peaks-file", path]) == (
+        f"error: peaks file {path}: entries 1 and 2 both answer to 'Box' (their device_name, an "
+        "alias, or the built-in device they override): keep one"
     )
 
 
-def test_an_override_far_from_the_datasheet_is_refused_and_a_near_one_kept(tmp_path):
+def test_an_override_far_from_the_datasheet_is_refused_and_a_near_one_kept(tmp_path, capsys):
     far = _peaks_file(tmp_path, {"device_name": H100, "flops_per_s": {"fp32": 6.7e7}})
-    with pytest.raises(UsageError, match=r"flops_per_s\[fp32\] = 6.7e\+07 is 1e-06 times the datasheet's 6.7e\+13 for NVIDIA H100 80GB HBM3: a unit slip\?"):  # fmt: skip
-        vendor.load_overrides(far)
+    assert vendor_error(capsys, [H100, "--peaks-file", far]) == (
+        f"error: peaks file {far}, entry 1 ({H100}): flops_per_s[fp32] = 6.7e+07 is 1e-06 times "
+        f"the datasheet's 6.7e+13 for {H100}: a unit slip? (figures are FLOP/s and byte/s; an "
+        "override stays within 10x of the datasheet)"
+    )
     near = _peaks_file(tmp_path, {"device_name": H100, "flops_per_s": {"fp32": 5.0e13}})
     assert vendor.lookup(H100, near).flops_per_s == {"fp32": 5.0e13}
 
