@@ -1,26 +1,25 @@
-"""Which peaks runs give a device's ceilings: the one rule the analysis (analysis/join.py
+"""Which peaks runs give a device's ceilings: the one rule the analysis (analysis/roofs.py
 measured_roofs) and a run's own roofline (roofline/store.py, drawn when a train run ends) share.
 
 A peaks run is quiet when the machine was lightly loaded while it measured, busy when other work
 competed with it, or 'not recorded' (runs made before peaks runs logged their load). The ceilings
 come from the quiet runs when there are any, else those that recorded no load, else the busy ones;
 among them each ceiling is the highest measured: a busy machine measures a ceiling too low, never
-too high. A load figure that is no measurement (negative, not finite, 1e9 CPUs) is read as not
-recorded, by the one value rule `load_value` that analysis/screen.py applies too: main's run page
-took a run with a load average of -1 or 1e9 CPUs for a quiet one while the analysis blanked the
-value, and the two named different ceilings. Pure: no store, no plotting.
+too high. A load figure that is no measurement (negative, not finite, 1e9 CPUs) reads as not
+recorded, by the one value rule common.load.load_value that analysis/screen.py applies too, so
+the run page and the report name the same ceilings. Pure: no store, no plotting.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Callable
 
+from common.load import LOAD_METRICS, load_value
 from roofline.ceilings import roof_from_peaks_row
 from roofline.model import Roof
 
-PEAKS_LOAD_METRICS = ["load_average_1m_start", "load_average_1m_max", "cpu_count"]
-"""what a peaks run logs of the machine's load while it measured (profiling/peaks/load.py)"""
+PEAKS_LOAD_METRICS = list(LOAD_METRICS)
+"""what a peaks run logs of the machine's load while it measured (common/load.py)"""
 LOAD_QUIET_START = 0.5
 """a peaks run is trusted when the 1-minute load average when it started measuring was at most
 this many times the machine's logical CPUs (other work was light) ..."""
@@ -32,49 +31,19 @@ TRUST_ORDER = ("quiet", "not recorded", "busy")
 recorded no load, else the busy ones; among them, each ceiling is the highest measured."""
 
 
-MAX_LOAD_AVERAGE = 1e6
-"""The highest load average a machine reports: a million runnable tasks (Linux's 1-minute load
-average counts the tasks running or waiting to run)."""
-MAX_CPU_COUNT = 65536
-"""The most logical CPUs a machine has: 8x Linux's largest NR_CPUS configuration (8,192)."""
-LOAD_BOUNDS: dict[str, tuple[float, bool, float]] = {
-    "load_average_1m_start": (0.0, False, MAX_LOAD_AVERAGE),
-    "load_average_1m_max": (0.0, False, MAX_LOAD_AVERAGE),
-    "cpu_count": (1.0, False, MAX_CPU_COUNT),
-}
-"""What each of PEAKS_LOAD_METRICS may be (least, whether only above it, most): the value rule of
-every reader (this module for a run's own roofline, analysis/screen.py for the analysis)."""
-
-
-def load_value(key: str, value) -> float:
-    """`value` of load metric `key` as a float, NaN when it is absent or no measurement
-    (LOAD_BOUNDS): such a run's load is 'not recorded' in every reader."""
-    v = _float(value)
-    low, strict, high = LOAD_BOUNDS[key]
-    if not math.isfinite(v) or v < low or (strict and v <= low) or v > high:
-        return math.nan
-    return v
-
-
-def load_trust(start: float, top: float, cpus: float) -> str:
-    """quiet | busy | not recorded, from the load averages at the start and at most, and the CPUs."""
-    if not (math.isfinite(start) and math.isfinite(top) and math.isfinite(cpus) and cpus > 0):
+def load_trust(start: float | None, top: float | None, cpus: float | None) -> str:
+    """quiet | busy | not recorded, from the load averages at the start and at most, and the CPUs
+    (None where not recorded)."""
+    if start is None or top is None or cpus is None or cpus <= 0:
         return "not recorded"
     if start <= LOAD_QUIET_START * cpus and top <= LOAD_QUIET_MAX * cpus:
         return "quiet"
     return "busy"
 
 
-def _float(v) -> float:
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return math.nan
-
-
-def load_metrics(row: dict) -> dict[str, float]:
-    """A peaks run's PEAKS_LOAD_METRICS from its row (`metrics.<key>`), NaN where it lacks one or
-    holds no measurement (load_value)."""
+def load_metrics(row: dict) -> dict[str, float | None]:
+    """A peaks run's PEAKS_LOAD_METRICS from its row (`metrics.<key>`), None where it lacks one or
+    holds no measurement (common.load.load_value)."""
     return {k: load_value(k, row.get(f"metrics.{k}")) for k in PEAKS_LOAD_METRICS}
 
 

@@ -1,7 +1,7 @@
 """Hostile round five, ceilings and the YAML a user gives: a `--peaks-file` or sweep file of
 nested aliases is refused before it expands (common/textfile.py), a peaks file entry cannot
 replace a built-in device under another name nor be given twice (roofline/vendor.py), and a
-peaks run's load is judged by one value rule in every reader (roofline/trust.py LOAD_BOUNDS,
+peaks run's load is judged by one value rule in every reader (common/load.py LOAD_BOUNDS,
 used by roofline/store.py for a run's own roofline and by analysis/screen.py)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import tracemalloc
 
 import mlflow
 
-from analysis import app, join, screen
+from analysis import app, roofs, screen
 from common.cli import cli_entry
 from common.tracking import RunSession
 from roofline import vendor
@@ -167,7 +167,7 @@ def test_a_load_that_is_no_measurement_reads_as_not_recorded_in_every_reader(tra
     page = measured_roof("CPU Q", "box")
     frame, _ = screen.runs(mlflow.search_runs(search_all_experiments=True))
     frame, lines = screen.values(frame)
-    by_env, _, loads = join.measured_roofs(frame)
+    by_env, _, loads = roofs.measured_roofs(frame)
     analysed = by_env[("box", "CPU Q")]
     assert page.flops_per_s["fp32"] == analysed.flops_per_s["fp32"] == 2e11
     assert (
