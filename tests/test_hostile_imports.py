@@ -169,6 +169,21 @@ def test_text_is_bounded_per_import_as_it_is_decompressed(tmp_path, monkeypatch)
         read_ncu_csv(big)
 
 
+def test_a_row_repeated_under_one_result_is_refused_at_its_bound(tracking, tmp_path, capsys):
+    """A gzip of one details row copied over and over (11 MB for 2 GiB): one result, so neither
+    the results bound nor (at 551 bytes a line) the lines bound stopped it before 1 GiB of text,
+    368 s here. A result's rows are bounded (MAX_ROWS_PER_RESULT, 10,000), so its first 5.5 MB."""
+    folder = small_set(tmp_path / "set")
+    lines = _cut(FILES[0])
+    head = next(i for i, line in enumerate(lines) if line.startswith('"ID",'))
+    body = "".join(lines[: head + 1]) + lines[-1] * 10_001
+    (folder / "zz_extra.gz").write_bytes(gzip.compress(body.encode(), 1))
+    line = refused(capsys, import_argv(folder))
+    assert line.startswith(
+        "error: --import: zz_extra.gz holds more than 10,000 rows for result 29 (a profiled kernel"
+    )
+
+
 def test_300_files_as_300_paths_are_refused_before_one_is_read(tracking, tmp_path, capsys):
     """main: the 256-file bound applied per PATH; 300 files given as 300 PATHs were read (975 MB)."""
     paths = []

@@ -32,6 +32,11 @@ MAX_RESULTS = 250_000
 """The most results (kernel launches) one import holds, all files together: a training step
 launches hundreds to tens of thousands of kernels, and a capture set of 20 one-metric files
 repeats them once per file."""
+MAX_ROWS_PER_RESULT = 10_000
+"""The most rows one result (kernel launch) of a details page holds: a `--set full` kernel prints
+1,131 metrics and a few dozen rule rows. A row repeated under one result ID (a gzip of one row
+copied over and over: 11 MB for 2 GiB) is refused after its first 10,000 copies, where the text
+and line bounds alone let the parser read 1 GiB first (368 s here)."""
 READ_AHEAD_BYTES = 4 * 1024**2
 """How far ahead of the parser a file is decompressed and its line ends counted: a file of
 newlines shows more line ends in its first 4 MiB than MAX_LINES, and is refused there."""
@@ -79,6 +84,16 @@ class ReadBudget:
         if self.results < 0:
             raise self._refuse(
                 source, f"holds more than {self.limits[2]:,} results (kernel launches), {_ALL}"
+            )
+
+    def check_rows(self, rows: int, result: str, source: str) -> None:
+        """Refuse a details page's result `result` once it holds more than MAX_ROWS_PER_RESULT
+        rows (`rows`, counted by the parser)."""
+        if rows > MAX_ROWS_PER_RESULT:
+            raise self._refuse(
+                source,
+                f"holds more than {MAX_ROWS_PER_RESULT:,} rows for result {result[:40]} (a "
+                "profiled kernel prints about a thousand metrics)",
             )
 
     def check_size(self, path: Path) -> None:

@@ -461,6 +461,7 @@ def _parse_details(
     wanted = _cached(keep)
     by_key: dict[tuple[str, str], NcuKernel] = {}
     names: dict[tuple[str, str], set[str]] = {}
+    rows_of: dict[tuple[str, str], int] = {}  # each result's rows, for budget.check_rows
     for row in rows:
         if len(row) < i_val + 1 or len(row) > width or not row[i_id].strip():
             report.program_lines += 1  # program output that happened to sit inside the table
@@ -479,6 +480,8 @@ def _parse_details(
             if len(names) > 2:
                 del names[next(iter(names))]
             report.kernels.append(k)
+        rows_of[key] = rows_of.get(key, 0) + 1
+        budget.check_rows(rows_of[key], row[i_id], report.source)
         name = row[i_name].strip()
         if not name:  # a rule row (Rule Name/Description set, no metric)
             continue
