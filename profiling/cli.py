@@ -20,13 +20,14 @@ a stand-in probe and put a stand-in ``ncu`` on PATH, so the whole capture path r
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from common import console, flags, fmt, schema
+from common import console, flags, fmt, out_folder, schema
 from common.cli import ArgumentParser, cli_entry, optional
 from common.errors import BenchError, UsageError, one_line
 from common.record import dataset_input
@@ -205,7 +206,10 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo]) -> int:
 
     run_name = config.run_name(kind="ncu")
     tags = _run_tags(args, config, importing)
-    with RunSession("profile", experiment=args.experiment, run_name=run_name, tags=tags) as session:
+    with (
+        _capture_folder(args, importing),
+        RunSession("profile", experiment=args.experiment, run_name=run_name, tags=tags) as session,
+    ):
         session.log_params(_run_params(args, config, opts, importing))
         if not importing:  # an imported report's input data is whatever the profiled run used
             fields = dataset_fields(config.data, config.image_size, config.num_classes, config.seed)
@@ -227,6 +231,19 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo]) -> int:
             log_ncu_layers(session, report, summary, config, device_name)
     console.result(_summary_line(f"profile run {session.run_id}", summary, device_name))
     return 0
+
+
+OUT_MARKER = ".profile-out"
+"""The file that marks an --out folder as this command's (common.out_folder.claim)."""
+
+
+def _capture_folder(args: argparse.Namespace, importing: bool):
+    """A capture's --out (its ncu log goes there) claimed and locked while it runs: new, empty or
+    an earlier capture's, outside a git checkout that does not ignore it. An import writes none."""
+    if importing:
+        return contextlib.nullcontext()
+    what = "python -m profiling"
+    return out_folder.locked(out_folder.claim(args.out, "--out", OUT_MARKER, what), "--out", what)
 
 
 def _checked_summary(report, capability, counters, files: int = 0) -> NcuSummary:
