@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Callable
 
 from common.load import LOAD_METRICS, load_value
-from roofline.ceilings import roof_from_peaks_row
+from roofline.ceilings import ceiling_problem, roof_from_peaks_row
 from roofline.model import Roof
 
 PEAKS_LOAD_METRICS = list(LOAD_METRICS)
@@ -79,5 +79,7 @@ def highest(rows: list[dict], dev: str) -> Roof:
 def best_roof(rows: list[dict], dev: str) -> Roof | None:
     """The ceilings of `dev` from its peaks runs `rows` (analysis rows): each the highest among
     the most trusted runs that measured any; None when none measured one."""
-    rows = [r for r in rows if not roof_from_peaks_row(r, dev).is_empty()]
+    rows = [
+        r for r in rows if ceiling_problem(r) is None and not roof_from_peaks_row(r, dev).is_empty()
+    ]
     return highest(trusted(rows), dev) if rows else None

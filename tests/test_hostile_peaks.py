@@ -177,3 +177,22 @@ def test_a_load_that_is_no_measurement_reads_as_not_recorded_in_every_reader(tra
     )
     assert sorted(load["trust"] for load in loads.values()) == ["not recorded"] * 3 + ["quiet"]
     assert any("cpu_count = 1e+09" in ln and "above 65536" in ln for ln in lines)
+
+
+def test_a_peaks_run_with_one_ceiling_that_is_no_peak_is_read_by_no_reader(tracking):
+    """main: a quiet peaks run whose fp32 ceiling was -1 gave the run page its DRAM bandwidth (the
+    bad ceiling alone was skipped there: roofline/ceilings.py), while the analysis left the whole
+    run out (analysis/screen.py) and took the other run's: the two named different ceilings."""
+    keys = ("load_average_1m_start", "load_average_1m_max", "cpu_count")
+    good = _peaks_run(2e11, (1.0, 8.0, 8))  # dram 2e10
+    with RunSession("peaks", run_name="p", tags={"device_name": "CPU Q", "env_label": "box"}) as s:
+        s.log_metrics({"peak_flops_per_s_fp32": -1.0, "peak_dram_bytes_per_s": 9e10})
+        s.log_metrics(dict(zip(keys, (1.0, 8.0, 8))))
+    page = measured_roof("CPU Q", "box")
+    frame, lines = screen.runs(mlflow.search_runs(search_all_experiments=True))
+    frame, _ = screen.values(frame)
+    analysed = roofs.measured_roofs(frame)[0][("box", "CPU Q")]
+    assert page.bytes_per_s["dram"] == analysed.bytes_per_s["dram"] == 2e10
+    assert page.sources == analysed.sources
+    assert page.sources["bytes:dram"] == f"measured: peaks run {good[:8]}"
+    assert any(f"left out peaks run {s.run_id[:8]}" in ln for ln in lines)
