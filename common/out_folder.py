@@ -90,7 +90,8 @@ def claim(given: str | os.PathLike, flag: str, marker: str, what: str) -> Path:
 @contextlib.contextmanager
 def locked(folder: Path, flag: str, what: str) -> Iterator[None]:
     """Hold an exclusive lock on `folder` itself while the body runs; UsageError when another
-    process holds it (another `what` writing there)."""
+    process holds it (another `what` writing there). Not common.locks.locked: that one locks a
+    lock file it writes its holder's pid into, and --out gets no file but the command's own."""
     fd = os.open(folder, os.O_RDONLY)
     try:
         try:
