@@ -35,7 +35,7 @@ from roofline.style import (
     SOURCE_MARKER,
     flops_label,
     log_ticks,
-    plain_text,
+    finish,
 )
 
 
@@ -214,6 +214,6 @@ def png(
 
     fig = draw(roof, precision, achieved_flops_per_s, intensity, title)
     buf = io.BytesIO()
-    plain_text(fig)
+    finish(fig)
     FigureCanvasAgg(fig).print_png(buf)
     return buf.getvalue()
