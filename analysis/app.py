@@ -341,10 +341,15 @@ def _variability(
     return (label, by_env), caption
 
 
+REPORT_FOLDER = "report"
+REPORT_ARTIFACT = f"{REPORT_FOLDER}/report.html"
+"""where the analysis run holds its report (the link the command prints opens it)"""
+
+
 def _log(session, cfg: AnalysisConfig, result: Result) -> None:
     for path in result.files:
         rel = path.relative_to(result.out_dir)
-        session.log_file(str(Path("report") / rel), path)
+        session.log_file(str(Path(REPORT_FOLDER) / rel), path)
     c = result.analysis.counts
     session.log_metrics(
         {
@@ -523,6 +528,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{summary_line(result)}; report: {result.out_dir / 'report.html'} "
         f"({result.timings_s['total_s']:.1f} s){where}"
     )
+    if where:
+        ui.say_links("analysis", session.run_id, session.experiment_id, REPORT_ARTIFACT)
     return 0
 
 

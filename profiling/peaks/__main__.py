@@ -248,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     console.result(
         summary_line(device, name, result, vendor, config, _where(session, config), total_s)
     )
+    if config.track and not session.offline:
+        ui.say_links("peaks", session.run_id, session.experiment_id)
     return 0
 
 
