@@ -377,7 +377,7 @@ VALUE_RULES: dict[str, Rule] = {
     "gpu_power_max_w": Rule(),
     "gpu_power_limit_w": Rule(),
     "gpu_throttled_sample_share": Rule(0.0, False, 1.0, "1 (a share)"),
-    # the load a peaks run measured under (profiling/peaks/load.py): which ceilings to trust
+    # the load a peaks run measured under (common/load.py): which ceilings to trust
     "load_average_1m_start": Rule(),
     "load_average_1m_max": Rule(),
     "cpu_count": Rule(0.0, True),

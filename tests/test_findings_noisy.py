@@ -25,7 +25,7 @@ from analysis import app, join
 from common import schema
 from common.tracking import RunSession
 from profiling.breakdown.names import PARTS
-from profiling.peaks import load
+from common import load
 from train.timing import t_quantile_975
 
 EXP = "noisy"

@@ -19,6 +19,7 @@ from typing import Callable, ContextManager
 from common import schema
 from common.envinfo import environment_report
 from common.errors import BenchError, one_line
+from common.load import LoadSampler
 from train import device as dev
 from train import energy, memory_check
 from train import flops as fl
@@ -204,6 +205,8 @@ class Measured:
     wall_s: float
     cpu_user_s: float
     cpu_sys_s: float
+    load: dict[str, float] = field(default_factory=dict)
+    """the machine's load while they ran (common.load: load_average_1m_start, _max, cpu_count)"""
 
 
 @contextlib.contextmanager
@@ -252,6 +255,15 @@ def measure_steps(
     cpu0 = dev.cpu_times_s()
     t0 = time.perf_counter()
     bar.set_description(f"{cfg.model} b{cfg.batch_size} {what}")
+    with LoadSampler() as load:
+        times, stop = _steps(cfg, prep, clock, bar, times)
+    wall_s = time.perf_counter() - t0
+    cpu1 = dev.cpu_times_s()
+    return Measured(times, stop, wall_s, cpu1[0] - cpu0[0], cpu1[1] - cpu0[1], load.metrics())
+
+
+def _steps(cfg: TrainConfig, prep: Prepared, clock, bar, times):
+    """(step times, stop reason) of the measured steps: a fixed number, or until converged."""
     if cfg.iters == "auto":
         times, stop = measure_until(
             prep.step,
@@ -268,9 +280,7 @@ def measure_steps(
     else:
         on_step = lambda i, dt: (bar.update(1), bar.set_postfix_str(f"{dt * 1e3:.1f} ms/step"))  # noqa: E731
         times, stop = measure(prep.step, cfg.iters, clock, on_step=on_step, times=times), "fixed"
-    wall_s = time.perf_counter() - t0
-    cpu1 = dev.cpu_times_s()
-    return Measured(times, stop, wall_s, cpu1[0] - cpu0[0], cpu1[1] - cpu0[1])
+    return times, stop
 
 
 def run_benchmark(
@@ -330,6 +340,7 @@ def bench_result(
         cpu_user_s=measured.cpu_user_s,
         cpu_sys_s=measured.cpu_sys_s,
         wall_s=measured.wall_s,
+        **measured.load,
         count_wall_s=count_s,
     )
     if len(times) >= 2:

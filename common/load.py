@@ -1,8 +1,9 @@
-"""The machine's load while a peaks run measures: the 1-minute load average (os.getloadavg) when
-measuring starts and the highest seen while it runs, sampled every `interval_s` by a daemon thread,
-and the logical CPUs it compares with. Logged as metrics `load_average_1m_start`,
-`load_average_1m_max` and `cpu_count`; analysis trusts a peaks run measured under low load over
-one measured on a busy machine (roofline/ceilings.py `trusted`, docs/peaks.md)."""
+"""The machine's load while a peaks run or a train run measures: the 1-minute load average
+(os.getloadavg) when measuring starts and the highest seen while it runs, sampled every
+`interval_s` by a daemon thread, and the logical CPUs it compares with. Logged as metrics
+`load_average_1m_start`, `load_average_1m_max` and `cpu_count`; analysis trusts a peaks run
+measured under low load over one measured on a busy machine (roofline/trust.py, docs/peaks.md),
+and says the load where it calls a configuration unstable."""
 
 from __future__ import annotations
 
