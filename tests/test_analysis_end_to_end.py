@@ -648,13 +648,22 @@ def test_cli_tracks_outputs_as_artifacts_of_an_analysis_run(store, tmp_path, cap
     rc = app.cli(["--experiment", EXP, "--out", str(tmp_path / "o")])
     assert rc == 0
     summary = capsys.readouterr().out.strip().splitlines()
-    assert len(summary) == 1 and summary[0].startswith(
+    assert len(summary) == 3 and summary[0].startswith(
         "analysed 5 train, 1 profile, 1 peaks runs (2 environment(s)) -> 4 points"
     )
     runs = mlflow.search_runs(
         experiment_names=[EXP], filter_string="tags.run_kind = 'analysis'", output_format="list"
     )
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    # then its report's link and the link of the view that holds it (common.ui.say_links)
+    report = (
+        f"/runs/{runs[0].info.run_id}/artifacts/report/report.html?workflowType=machine_learning"
+    )
+    assert summary[1].startswith("see it with `mlflow ui") and summary[1].endswith(report)
+    assert (
+        summary[2].startswith("analyses and their reports: http")
+        and "viewStateShareKey=analyses" in summary[2]
+    )
     client = mlflow.tracking.MlflowClient()
     top = {f.path for f in client.list_artifacts(runs[0].info.run_id, "report")}
     assert {

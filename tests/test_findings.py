@@ -770,5 +770,6 @@ def test_every_sentence_renders():
         "energy",
         "parts",
         "top_layers",
+        "breakdown_above_roof",
     }
     assert math.isclose(1.0, 1.0)

@@ -13,6 +13,7 @@ from analysis.findings import rules
 from analysis.findings.breakdown import Breakdown
 from analysis.findings.values import finite, num
 from common import schema
+from common.fmt import ci95
 
 SERIES_KEYS = schema.comparison_keys("batch_size")
 """a batch series: points equal in all of these (same place, model and config), differing in batch."""
@@ -183,10 +184,7 @@ def instability(f: Facts) -> str:
         )
     workers = {str(r.get("workers") or "") for r in f.runs}
     if f.step_ci_rel is not None and f.step_ci_rel > rules.UNSTABLE_CI and len(workers) == 1:
-        why.append(
-            f"the 95% CI of its mean step time is ±{f.step_ci_rel:.0%} (over "
-            f"±{rules.UNSTABLE_CI:.0%})"
-        )
+        why.append(f"its mean step time's {ci95(f.step_ci_rel)} is over ±{rules.UNSTABLE_CI:.0%}")
     return "; ".join(why)
 
 

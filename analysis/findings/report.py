@@ -48,8 +48,8 @@ def configs_table(findings: Findings) -> Table:
                 c["device_name"],
                 c["label"],
                 _samples(c),
-                c["bound"],
-                pct(c.get("fraction_of_roof")),
+                bound_text(c),
+                fraction_text(c),
                 f"×{num(c['headroom_factor'])}" if c.get("headroom_factor") else "",
                 f"{c['ceiling']['kind']} {c['ceiling']['dtype'] or ''}".strip(),
                 usd or "no price",
@@ -58,6 +58,30 @@ def configs_table(findings: Findings) -> Table:
             ]
         )
     return Table(headers, rows)
+
+
+BOUND_WORDS = {
+    "compute": "compute-bound",
+    "memory": "memory-bound",
+    "latency": "latency/launch-bound",
+    "data": "data-bound",
+    "host": "host-bound",
+}
+"""a record's bound as every page says it (a train run's tag `bound` is `memory-bound`)"""
+UNRELIABLE = "unreliable"
+"""what follows a number of an unstable configuration wherever it is shown"""
+
+
+def bound_text(c: dict) -> str:
+    """`memory-bound`, `memory-bound (unreliable: unstable)` for an unstable configuration."""
+    b = BOUND_WORDS.get(str(c.get("bound")), str(c.get("bound") or "unknown"))
+    return f"{b} ({UNRELIABLE}: unstable)" if c.get("unstable") else b
+
+
+def fraction_text(c: dict) -> str:
+    """`3.0%`, `3.0% (unreliable)` for an unstable configuration; '' without one."""
+    frac = pct(c.get("fraction_of_roof"))
+    return f"{frac} ({UNRELIABLE})" if frac and c.get("unstable") else frac
 
 
 def _samples(c: dict) -> str:
