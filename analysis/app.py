@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from analysis import answers
 from analysis import (
     breakdown,
     core,
@@ -282,12 +283,61 @@ def _write_report(
     drawn["hierarchical"] = [(h["title"], str(h["path"].relative_to(out_dir))) for h in hierarchies]
     files += [h["path"] for h in hierarchies]
     first = report.first_section(blocks)
-    blocks[first:first] = findings.report.blocks(found)
+    blocks[first:first] = _answers(analysis, found) + findings.report.blocks(found)
     md_path, html_path = out_dir / "report.md", out_dir / "report.html"
     md_path.write_text(report.markdown_text(blocks))
     images = {rel: (out_dir / rel).read_bytes() for section in drawn.values() for _, rel in section}
     html_path.write_text(html.render(blocks, images), encoding="utf-8")
     return files + [md_path, html_path]
+
+
+def _answers(analysis: core.Analysis, found) -> list:
+    """The report's first screen (analysis/answers.py) from the findings and the train runs."""
+    if found is None:
+        return []
+    body = answers.blocks(
+        found.configs, list(analysis.notes), run_names(analysis.train), loads(analysis.train)
+    )
+    return [("h2", "The answers"), *body] if body else []
+
+
+def _tell_experiment(session, result: Result) -> None:
+    """The analysis's answer as the first paragraph of its experiment's description, which MLflow
+    shows above every tab of the experiment page (common.ui.set_answer: only while the
+    description is the commands' own), and as the run's tag `analysis_fastest` (a column of the
+    analyses' saved view)."""
+    if session.offline or not result.findings or not result.findings.configs:
+        return
+    text = answers.answer_paragraph(result.findings.configs, run_names(result.analysis.train))
+    session.set_tags({"analysis_fastest": text[:4900]})
+    from common.runs import mlflow_client
+
+    link = ui.run_path(session.run_id, session.experiment_id, REPORT_ARTIFACT)
+    ui.set_answer(
+        mlflow_client(), session.experiment_id, f"{ui.ANSWER_MARK} ([report]({link})): {text}"
+    )
+
+
+def run_names(train) -> dict[str, str]:
+    """run id -> its name, for the train runs read."""
+    if train.empty or "run_name" not in train:
+        return {}
+    return dict(zip(train["run_id"], train["run_name"].astype(str)))
+
+
+def loads(train) -> dict[str, str]:
+    """env label -> the highest 1-minute load average its train runs recorded while they measured,
+    with its CPUs (`up to 12.7 on 2 CPUs`); environments whose runs recorded none are left out."""
+    if train.empty or "load_average_1m_max" not in train:
+        return {}
+    out = {}
+    for env, g in train.groupby("env_label"):
+        top = g["load_average_1m_max"].dropna()
+        if not top.empty:
+            cpus = g["cpu_count"].dropna()
+            on = f" on {int(cpus.max())} CPUs" if not cpus.empty else ""
+            out[str(env)] = f"1-minute load average up to {top.max():.1f}{on}"
+    return out
 
 
 def _findings(
@@ -517,6 +567,7 @@ def main(argv: list[str] | None = None) -> int:
             _log(session, cfg, result)
             _draw_run_rooflines(result)
             session.set_note(run_note(cfg, result))
+            _tell_experiment(session, result)
             _raise_if_no_points(result)
         where = f"; logged to run {session.run_id}" if session.run_id else ""
     else:

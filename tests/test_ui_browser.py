@@ -387,7 +387,7 @@ def printed_link(store, monkeypatch) -> str:
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", store.url)
     hint = runs_view_hint(store.experiment_id)
-    assert hint.startswith("train runs fastest first: http")
+    assert hint.startswith("train runs, fastest first: http")
     return hint.split(": ", 1)[1]
 
 
@@ -606,3 +606,144 @@ def test_from_mlflows_home_the_answers_take_the_clicks_docs_ui_md_states(ui_stor
         screenshot(page, f"home_{link}.png")
         ctx.close()
     assert all(walks[p] <= stated[p] for p in walks), (walks, stated)
+
+
+def _findings(store) -> dict:
+    return json.loads((store.report_dir / "findings.json").read_text())
+
+
+def test_the_report_opens_on_the_answers_on_one_screen(ui_store, page):
+    """Item 1: the report, opened in MLflow's artifact view at 1280 x 900 in a fresh browser,
+    answers on its first screen: the instability in one line (the busy environment's run is
+    unstable), then per environment the fastest configuration with its samples/s, bound and
+    fraction of roof, and its breakdown's largest row."""
+    from analysis.answers import fastest, instability_line
+    from analysis.findings.report import bound_text, fraction_text
+    from profiling.breakdown.names import row_label
+
+    doc = _findings(ui_store)
+    page.goto(run_url(ui_store, ui_store.analysis.info.run_id, "/artifacts/report/report.html"))
+    frame = page.frame_locator("iframe.mlflow-html-iframe")
+    frame.get_by_role("heading", name="Training performance and roofline report").wait_for()
+    top = page.locator("iframe.mlflow-html-iframe").bounding_box()["y"]
+
+    def on_screen(locator) -> str:
+        box = locator.bounding_box()
+        assert box and top <= box["y"] and box["y"] + box["height"] <= HEIGHT, box
+        return locator.inner_text()
+
+    unstable = [c for c in doc["configs"] if c["unstable"]]
+    assert unstable and instability_line(doc["configs"], {})  # the busy run: unstable
+    line = on_screen(frame.locator("p", has_text="configurations are unstable").first)
+    assert f"{len(unstable)} of {len(doc['configs'])} configurations are unstable" in line
+    for (env, _), c in fastest(doc["configs"]).items():
+        item = on_screen(frame.locator("li", has_text=f"{env} (").first)
+        assert c["label"] in item and f"{fmt.num(c['throughput_samples_per_s'])} samples/s" in item
+        assert bound_text(c) in item and fraction_text(c) in item
+        (found,) = [f for f in c["findings"] if f["kind"] == "top_layers"]
+        largest = found["values"]["layers"][0]
+        assert (
+            f"{row_label(largest['module'], largest['phase'])} {fmt.pct(largest['share'])}" in item
+        )
+        assert ("unreliable" in item) == bool(c["unstable"])
+    screenshot(page, "report_first_screen.png")
+
+
+def test_one_value_per_number_in_every_place(ui_store, page):
+    """Item 2: the busy environment's unstable configuration and each breakdown say the same
+    number wherever it appears: the run page, its tags and metrics, what the command printed,
+    the report, summary.csv and findings.json (bound and fraction of an unstable configuration
+    shown with its instability; one clock for a breakdown's shares; one ranking of its largest
+    rows; the mean step time as the step time; one uncertainty, named the same way)."""
+    import pandas as pd
+
+    from analysis.findings.report import bound_text, fraction_text
+    from profiling.breakdown.names import row_label
+
+    doc = _findings(ui_store)
+    report = (ui_store.report_dir / "report.md").read_text()
+    csv = pd.read_csv(ui_store.report_dir / "summary.csv")
+    (run,) = ui_store.busy
+    m, tags = run.data.metrics, run.data.tags
+    note = tags["mlflow.note.content"]
+    (c,) = [c for c in doc["configs"] if c["env_label"] == run.data.tags["env_label"]]
+    (row,) = csv[csv["env_label"] == tags["env_label"]].to_dict("records")
+    assert c["unstable"] and "step_time_s" not in m  # the mean is the step time
+    samples, ms = fmt.num(m["throughput_samples_per_s"]), fmt.num(m["step_time_mean_s"] * 1e3)
+    ci, frac = fmt.ci95(m["step_time_ci95_rel"]), fmt.pct(m["fraction_of_roof"])
+    printed = ui_store.said["train busy"].splitlines()[0]
+    assert printed.startswith(note.splitlines()[0])  # the console says the description's line
+    assert f"{samples} samples/s, {ms} ms/step (mean of 4, {ci})" in note
+    assert f"Roofline: {tags['bound']}, {frac} of roof" in note
+    assert f"{m['fraction_of_roof_pct']:g}%" == frac
+    for v in (c["throughput_samples_per_s"], row["throughput_mean_samples_per_s"]):
+        assert fmt.num(v) == samples
+    assert fmt.ci95(c["step_time_ci95_rel"]) == fmt.ci95(row["step_time_ci95_rel"]) == ci
+    assert bound_text(c).startswith(tags["bound"]) and row["bound"] == tags["bound"]
+    assert fmt.pct(c["fraction_of_roof"]) == fmt.pct(row["fraction_of_roof"]) == frac
+    assert fraction_text(c) == f"{frac} (unreliable)"
+    assert (
+        f"{tags['bound']} (unreliable: unstable)" in report and f"{samples} (1 run, {ci})" in report
+    )
+    page.goto(run_url(ui_store, run.info.run_id))  # the run page renders the description
+    page.get_by_text(f"{samples} samples/s, {ms} ms/step", exact=False).first.wait_for()
+    page.get_by_text(f"Roofline: {tags['bound']}, {frac} of roof", exact=False).first.wait_for()
+    for env, b in ui_store.breakdowns.items():
+        _one_breakdown(b, ui_store, doc, row_label)
+
+
+def _one_breakdown(b, store, doc, row_label) -> None:
+    """A breakdown's shares by one clock, named, and its largest rows in one order: its
+    description (and what the command printed), its tags, breakdown.json, findings.json and the
+    report."""
+    m, tags = b.data.metrics, b.data.tags
+    note = tags["mlflow.note.content"]
+    path = find_artifact(store.client, b.info.run_id, "breakdown.json")
+    dst = store.report_dir / f"bd-{b.info.run_id[:8]}"
+    dst.mkdir(exist_ok=True)
+    body = json.loads(
+        Path(store.client.download_artifacts(b.info.run_id, path, str(dst))).read_text()
+    )
+    clock = body["share_clock_name"]
+    assert clock == "the main thread's CPU clock"  # one process on the CPU
+    top = [f"{row_label(r['module'], r['phase'])} {fmt.pct(r['share'])}" for r in body["top"]]
+    assert tags["breakdown_largest_3"] == f"{'; '.join(top)} (by {clock})"
+    assert tags["breakdown_largest"] == f"{top[0]} (CPU clock)"
+    assert (
+        note.splitlines()[0]
+        .split(f"largest, shares by {clock}: ")[1]
+        .startswith(body["top"][0]["module"])
+    )
+    printed = store.said["breakdown" if tags["env_label"] == QUIET else "breakdown busy"]
+    assert printed.splitlines()[0] == note.splitlines()[0]
+    opt = fmt.pct(m["breakdown_optimizer_fraction"])
+    assert f"optimizer {opt}" in note.split("Step parts, by the main thread's CPU clock")[1]
+    (c,) = [
+        c
+        for c in doc["configs"]
+        if c["env_label"] == tags["env_label"] and c["config_key"] == tags["config_key"]
+    ]
+    (found,) = [f for f in c["findings"] if f["kind"] == "top_layers"]
+    assert [
+        f"{row_label(r['module'], r['phase'])} {fmt.pct(r['share'])}"
+        for r in found["values"]["layers"]
+    ] == top
+    assert "; ".join(top[:1]) in (store.report_dir / "report.md").read_text()
+
+
+def test_a_breakdown_with_a_row_above_its_roof_names_it(ui_store):
+    """Item 3: the busy environment's breakdown, against a compute ceiling measured on a busy
+    machine that its rows exceed: its description, its tag, the analysis's findings and the
+    report name the rows above their roof and say that the ceiling looks too low."""
+    b = ui_store.breakdowns[BUSY]
+    note, tag = b.data.tags["mlflow.note.content"], b.data.tags["breakdown_above_roof"]
+    para = next(line for line in note.splitlines() if line.startswith("Above the roof: "))
+    assert (
+        para == tag
+        and "The ceiling looks too low: the peaks run that measured it ran on a busy machine"
+        in para
+    )
+    assert f"(measured: peaks run {ui_store.busy_peaks_id[:8]})" in para
+    (c,) = [c for c in _findings(ui_store)["configs"] if c["env_label"] == BUSY]
+    (f,) = [f for f in c["findings"] if f["kind"] == "breakdown_above_roof"]
+    assert para in f["sentence"] and para in (ui_store.report_dir / "report.md").read_text()

@@ -185,7 +185,9 @@ def _by(v: dict) -> str:
 
 def _parts(v: dict) -> str:
     parts = ", ".join(f"{k.replace('_', ' ')} {pct(f)}" for k, f in v["parts"].items())
-    return f"its {ms(v['step_s'])} step (breakdown run {short(v['breakdown_run'])}{_by(v)}): {parts}."
+    return (
+        f"its {ms(v['step_s'])} step (breakdown run {short(v['breakdown_run'])}{_by(v)}): {parts}."
+    )
 
 
 def _top_layers(v: dict) -> str:
@@ -313,7 +315,8 @@ def _unstable(v: dict) -> str:
     return (
         f"unstable: {v['why']}; runs {runs}. Its numbers say more about the machine than the "
         "configuration: rerun it on a quiet machine with more iterations (--iters auto measures "
-        "until the mean is known to ±5%); no bound, move or anomaly is drawn from it."
+        "until the mean is known to ±2%); its bound and fraction of roof are shown marked "
+        "unreliable, and no move or anomaly is drawn from it."
     )
 
 
