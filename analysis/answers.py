@@ -198,3 +198,36 @@ def answer_paragraph(configs: Sequence[dict], run_names: Mapping[str, str]) -> s
             f"{roof_text(c)}"
         )
     return "; ".join(lines) + "."
+
+
+def run_names(train) -> dict[str, str]:
+    """run id -> its name, for the train runs read (a frame of analysis.Analysis.train)."""
+    if train.empty or "run_name" not in train:
+        return {}
+    return dict(zip(train["run_id"], train["run_name"].astype(str)))
+
+
+def loads(train) -> dict[str, str]:
+    """env label -> the highest 1-minute load average its train runs recorded while they
+    measured, with its CPUs (`1-minute load average up to 12.7 on 2 CPUs`); environments whose
+    runs recorded none are left out."""
+    if train.empty or "load_average_1m_max" not in train:
+        return {}
+    out = {}
+    for env, g in train.groupby("env_label"):
+        top = g["load_average_1m_max"].dropna()
+        if not top.empty:
+            cpus = g["cpu_count"].dropna() if "cpu_count" in g else top.iloc[:0]
+            on = f" on {int(cpus.max())} CPUs" if not cpus.empty else ""
+            out[str(env)] = f"1-minute load average up to {top.max():.1f}{on}"
+    return out
+
+
+def unstable_keys(configs: Sequence[dict]) -> frozenset:
+    """(env_label, device_name, config_key) of the unstable configurations: what the tables mark
+    unreliable."""
+    return frozenset(
+        (c["env_label"], c["device_name"], str(c["config_key"]))
+        for c in configs
+        if c.get("unstable")
+    )

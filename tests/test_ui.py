@@ -149,7 +149,9 @@ def test_fractions_the_pages_print_as_percentages_are_logged_beside_them(trackin
         "x": 2.0,
         "fraction_of_roof_pct": 71.6,
     }
-    shown = ui.with_percents({"throughput_samples_per_s": 2.80684018652, "step_time_mean_s": 2.85018})
+    shown = ui.with_percents(
+        {"throughput_samples_per_s": 2.80684018652, "step_time_mean_s": 2.85018}
+    )
     assert shown["samples_per_s"] == 2.81 and shown["step_time_mean_ms"] == 2850.0
     assert ui.with_percents({"scaling_efficiency": float("nan")}).keys() == {"scaling_efficiency"}
     with RunSession("train", experiment="pct") as s:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from analysis.findings.values import num
+from common.stats import as_float
 from profiling.breakdown.names import PARTS  # the step's parts
 
 DATA_PARTS = ("data_wait", "h2d_copy")
@@ -66,9 +66,9 @@ def latest(fetched: list[dict]) -> dict[tuple[str, str, str], Breakdown]:
 def _one(f: dict) -> Breakdown:
     summary = f.get("summary") if isinstance(f.get("summary"), dict) else {}
     metrics = summary.get("metrics") if isinstance(summary.get("metrics"), dict) else {}
-    b = Breakdown(str(f["run_id"]), num(metrics.get("breakdown_step_s"), positive=True))
+    b = Breakdown(str(f["run_id"]), as_float(metrics.get("breakdown_step_s"), positive=True))
     for part in PARTS:
-        v = num(metrics.get(f"breakdown_{part}_fraction"))
+        v = as_float(metrics.get(f"breakdown_{part}_fraction"), nonnegative=True)
         if v is not None:
             b.fractions[part] = v
     if f.get("layers"):
@@ -84,7 +84,7 @@ def _one(f: dict) -> Breakdown:
 def _top_row(t: dict) -> dict | None:
     """One row of breakdown.json's `top` as the findings keep it (a share that is no fraction of
     the step: left out)."""
-    share = num(t.get("share"))
+    share = as_float(t.get("share"), nonnegative=True)
     if share is None or not 0 <= share <= 1:
         return None
     return {

@@ -106,9 +106,9 @@ def by_samples(configs) -> list[dict]:
     )
 
 
-def blocks(findings: Findings) -> list[tuple]:
-    """The Findings section: headlines, one row per configuration, then every finding."""
-    out: list[tuple] = [("h2", "Findings"), ("p", INTRO)]
+def section(findings: Findings) -> list[tuple]:
+    """The Findings section's body: headlines, one row per configuration, then every finding."""
+    out: list[tuple] = [("p", INTRO)]
     if not findings.configs:
         return out + [("p", "No configuration to judge: no FINISHED train run.")]
     out += [
