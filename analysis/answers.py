@@ -9,6 +9,9 @@
    makes one).
 3. What is missing: how many lines, the first of them.
 
+Short: the artifact viewer shows the report about 510 px wide and 670 px high at 1280 x 900 on a
+first visit (tests/test_ui_browser.py holds it to that).
+
 Everything here is read from the findings records (analysis/findings: the configuration's one
 statistic, findings.json's numbers, its breakdown's findings): the first screen never computes a
 number of its own, so it cannot disagree with the tables below it. Pure.
@@ -20,10 +23,11 @@ from collections.abc import Mapping, Sequence
 
 from analysis.findings.report import UNRELIABLE, bound_text, fraction_text, samples_cell
 from common import fmt
-from profiling.breakdown.names import row_label
+from profiling.breakdown.names import SHORT_CLOCKS, row_label
 
-SHOWN_MISSING = 2
-"""lines of "What is missing" the first screen repeats (the section below has them all)"""
+MISSING_CHARS = 140
+"""the first line of "What is missing" as the first screen repeats it (the section below has them
+all, whole)"""
 MOVE_TOPICS = ("move",)
 
 
@@ -50,42 +54,46 @@ def instability_line(configs: Sequence[dict], loads: Mapping[str, str]) -> str:
     why = []
     cis = [c["step_time_ci95_rel"] for c in bad if c.get("step_time_ci95_rel") is not None]
     if cis:
-        why.append(f"mean step times known only to {fmt.ci95(max(cis))} (over ±50%)")
+        why.append(f"mean step times to {fmt.ci95(max(cis))} at worst (over ±50%)")
     spreads = [
         c["throughput_spread_ratio"] for c in bad if (c.get("throughput_spread_ratio") or 1) > 1.5
     ]
     if spreads:
-        why.append(f"runs that disagree up to ×{fmt.num(max(spreads))} in samples/s")
+        why.append(f"runs up to ×{fmt.num(max(spreads))} apart in samples/s")
     envs = sorted({c["env_label"] for c in bad})
     load = "; ".join(f"{e}: {loads[e]}" for e in envs if loads.get(e))
-    load = f" (machine load {load})" if load else " (no run recorded the machine's load)"
+    load = f"; machine load {load}" if load else "; no run recorded the machine's load"
+    verb = "is" if len(bad) == 1 else "are"
     return (
-        f"**{UNRELIABLE.capitalize()}: {len(bad)} of {len(configs)} configurations are unstable**: "
-        f"{' and '.join(why) or 'their runs disagree'}{load}. Rerun them on a quiet machine with "
-        "`--iters auto` (it measures until the mean is known to ±2%); the answers below stand "
-        f"on these runs, their numbers marked {UNRELIABLE}."
+        f"**{UNRELIABLE.capitalize()}: {len(bad)} of {len(configs)} configurations {verb} "
+        f"unstable** ({' and '.join(why) or 'their runs disagree'}{load}): rerun on a quiet "
+        f"machine with `--iters auto`. Their numbers below are marked {UNRELIABLE}."
     )
 
 
 def samples_text(c: dict) -> str:
-    """`2.81 samples/s (1 run, 95% CI ±79.4%)`: the findings table's cell (samples_cell)."""
-    return samples_cell(c).replace(" (", " samples/s (", 1)
+    """`2.81 samples/s (1 run, 95% CI ±79.4%)`: the findings table's cell (samples_cell) without
+    its mark (the first screen says it once, after the roof)."""
+    return samples_cell({**c, "unstable": None}).replace(" (", " samples/s (", 1)
 
 
 def roof_text(c: dict) -> str:
-    """`memory-bound at 3.0% of its roof`, marked unreliable when unstable; above its roof or
-    without a ceiling, said so."""
+    """`memory-bound at 3.0% of its roof`, `; unreliable: unstable` when unstable; above its roof
+    or without a ceiling, said so."""
+    bound = bound_text({**c, "unstable": None})
     if (c.get("ceiling") or {}).get("too_low"):
-        return f"{bound_text(c)}, above its roof: the ceiling is too low (see its findings)"
-    frac = fraction_text(c)
-    return f"{bound_text(c)} at {frac} of its roof" if frac else f"{bound_text(c)}, no ceiling"
+        text = f"{bound}, above its roof: its ceiling is too low"
+    else:
+        frac = fraction_text({**c, "unstable": None})
+        text = f"{bound} at {frac} of its roof" if frac else f"{bound}, no ceiling"
+    return text + (f"; {UNRELIABLE}: unstable" if c.get("unstable") else "")
 
 
 def move_text(c: dict) -> str:
     """What would move it: its first measured move, else what its roof findings say, else that
     nothing measured says (an unstable configuration: measure it again first)."""
     if c.get("unstable"):
-        return "measure it again on a quiet machine first: no move is drawn from unstable runs"
+        return "measure it again first (no move is drawn from unstable runs)"
     for f in _findings(c):
         if f["topic"] in MOVE_TOPICS:
             return f["sentence"]
@@ -132,18 +140,16 @@ def step_text(c: dict) -> str:
     breakdown."""
     top = _finding(c, "top_layers")
     if top is None:
-        return f"no breakdown of it yet: `{breakdown_command(c)}` makes one."
+        return f"no breakdown yet: `{breakdown_command(c)}`."
     v = top["values"]
     rows = ", ".join(
         f"{row_label(r['module'], r['phase'])} {fmt.pct(r['share'])}" for r in v["layers"]
     )
-    clock = f", shares by {v['clock']}" if v.get("clock") else ""
+    clock = f", {SHORT_CLOCKS.get(v['clock'], v['clock'])}" if v.get("clock") else ""
     above = (
-        " Some rows sit above their roof (its findings say why)."
-        if _finding(c, "breakdown_above_roof")
-        else ""
+        "; rows above their roof: see its findings" if _finding(c, "breakdown_above_roof") else ""
     )
-    return f"{rows} (breakdown run {str(v['breakdown_run'])[:8]}{clock}).{above}"
+    return f"{rows} (breakdown {str(v['breakdown_run'])[:8]}{clock}{above})."
 
 
 def _end(text: str) -> str:
@@ -151,13 +157,13 @@ def _end(text: str) -> str:
 
 
 def env_item(c: dict, run_names: Mapping[str, str]) -> str:
-    """One environment's answer, in one list item."""
+    """One environment's answer, in one list item, short enough that two fit MLflow's artifact
+    viewer (about 510 px wide on a first visit) on one screen."""
     names = [run_names[r] for r in c.get("run_ids") or [] if run_names.get(r)]
-    named = f" (run `{names[0]}`{' and others' if len(names) > 1 else ''})" if names else ""
+    named = f" (`{names[0]}`{' and others' if len(names) > 1 else ''})" if names else ""
     return (
-        f"**{c['env_label']}** ({c['device_name']}): fastest **{c['label']}**{named}: "
-        f"{samples_text(c)}; {roof_text(c)}. **What would move it**: {_end(move_text(c))} "
-        f"**Where its step's time goes**: {step_text(c)}"
+        f"**{c['env_label']}**: **{c['label']}**{named}, {samples_text(c)}, {roof_text(c)}. "
+        f"**Would move it**: {_end(move_text(c))} **Its step**: {step_text(c)}"
     )
 
 
@@ -176,13 +182,10 @@ def blocks(
         out.append(("p", line))
     best = fastest(configs)
     items = [env_item(c, run_names) for _, c in sorted(best.items())]
-    out += [("p", "**The fastest configuration of each environment**"), ("list", items)]
+    out += [("p", "**Fastest configuration per environment**"), ("list", items)]
     if missing:
-        shown = "; ".join(missing[:SHOWN_MISSING])
-        more = (
-            f" ({len(missing) - SHOWN_MISSING} more below)" if len(missing) > SHOWN_MISSING else ""
-        )
-        out.append(("p", f"**What is missing** ({len(missing)} lines, all below): {shown}{more}."))
+        first = missing[0] if len(missing[0]) <= MISSING_CHARS else missing[0][:MISSING_CHARS] + "…"
+        out.append(("p", f"**What is missing**: {len(missing)} lines (below), first: {first}"))
     return out
 
 
@@ -190,8 +193,9 @@ def answer_paragraph(configs: Sequence[dict], run_names: Mapping[str, str]) -> s
     """The fastest configuration of each environment as the report's first screen says it, in
     one paragraph (the experiment's description, the analysis run's tag `analysis_fastest`)."""
     best = fastest(configs)
-    lines = []
-    for (env, _dev), c in sorted(best.items()):
+    lines = []  # the fastest environment first: the description shows its first line
+    for c in sorted(best.values(), key=lambda c: -c["throughput_samples_per_s"]):
+        env = c["env_label"]
         names = [run_names[r] for r in c.get("run_ids") or [] if run_names.get(r)]
         lines.append(
             f"fastest on {env}: {names[0] if names else c['label']}, {samples_text(c)}, "

@@ -165,6 +165,21 @@ class Section:
     body: Callable[[Report], list[Block] | None]
 
 
+def _read(r: Report) -> list[Block]:
+    """What the report was made from: the store, the runs of each kind, the points."""
+    c = r.analysis.counts
+    return [
+        ("p", f"Generated {r.generated} from `{r.source}`; runs: {r.query}."),
+        (
+            "p",
+            f"Runs used: {c.get('train', 0)} finished train, {c.get('profile', 0)} profile, "
+            f"{c.get('peaks', 0)} peaks; {c.get('failed', 0)} failed (listed below). "
+            f"Points (environment × config): {c.get('points', 0)}, {c.get('measured_points', 0)} "
+            f"with measured intensity, {c.get('modeled_points', 0)} with modeled intensity.",
+        ),
+    ]
+
+
 def _findings(r: Report) -> list[Block] | None:
     return None if r.findings is None else findings_report.section(r.findings)
 
@@ -251,6 +266,7 @@ def _failed(r: Report) -> list[Block]:
 
 SECTIONS: tuple[Section, ...] = (
     Section("The answers", _answers),
+    Section("What was read", _read),
     Section("Findings", _findings),
     Section("Implausible values", _implausible),
     Section("What is missing", _missing),
@@ -273,20 +289,10 @@ SECTIONS: tuple[Section, ...] = (
 
 
 def report_blocks(r: Report, sections: Sequence[Section] = SECTIONS) -> list[Block]:
-    """The report as blocks (report.md and report.html render the same blocks): its title, what
-    was read, then each section that has a body, in the order of `sections`."""
-    c = r.analysis.counts
-    out: list[Block] = [
-        ("h1", "Training performance and roofline report"),
-        ("p", f"Generated {r.generated} from `{r.source}`; runs: {r.query}."),
-        (
-            "p",
-            f"Runs used: {c.get('train', 0)} finished train, {c.get('profile', 0)} profile, "
-            f"{c.get('peaks', 0)} peaks; {c.get('failed', 0)} failed (listed below). "
-            f"Points (environment × config): {c.get('points', 0)}, {c.get('measured_points', 0)} "
-            f"with measured intensity, {c.get('modeled_points', 0)} with modeled intensity.",
-        ),
-    ]
+    """The report as blocks (report.md and report.html render the same blocks): its title, then
+    each section that has a body, in the order of `sections` (the answers first, then what was
+    read: the first screen is the answers')."""
+    out: list[Block] = [("h1", "Training performance and roofline report")]
     for section in sections:
         body = section.body(r)
         if body is not None:

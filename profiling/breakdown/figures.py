@@ -66,23 +66,7 @@ def layer_roofline(
     above: AboveRoof | None = None,
     clock: str = "",
 ) -> bytes:
-    """See the module docstring (PNG bytes of `layer_roofline_figure`)."""
-    return _png(
-        layer_roofline_figure(table, ceilings, title, time_what, unit, bytes_what, above, clock)
-    )
-
-
-def layer_roofline_figure(
-    table: list[dict],
-    ceilings: Ceilings,
-    title: str,
-    time_what: str,
-    unit: str = "modules",
-    bytes_what: str = "modeled byte",
-    above: AboveRoof | None = None,
-    clock: str = "",
-):
-    """The layer roofline (module docstring) as a Figure. `time_what` says which clock the times
+    """The layer roofline (module docstring) as PNG bytes. `time_what` says which clock the times
     are (host, kernels); `unit` what a point is (modules, kernels); `bytes_what` the bytes
     (modeled, DRAM measured); `above` the rows above their roof (ringed, and said in the
     subtitle); `clock` what the shares are of. The numbers are the largest rows in the order the
@@ -118,7 +102,7 @@ def layer_roofline_figure(
     _key(fig, table, number, above)
     if flat:
         _flat_bars(fig, flat[:FLAT_ROWS], len(flat), number)
-    return fig
+    return _png(fig)
 
 
 ABOVE_VERDICT = {

@@ -91,18 +91,11 @@ def largest_tags(table: list[dict], clock: str) -> dict[str, str]:
     ]
     if not rows:
         return {}
-    short = SHORT_CLOCKS.get(clock, clock)
+    short = names.SHORT_CLOCKS.get(clock, clock)
     return {
         "breakdown_largest": f"{rows[0]} ({short})",
         "breakdown_largest_3": f"{'; '.join(rows)} (by {clock})",
     }
-
-
-SHORT_CLOCKS = {
-    "the main thread's CPU clock": "CPU clock",
-    "the wall clock": "wall clock",
-    "kernel time on the device": "kernel time",
-}
 
 
 def description(result: BreakdownResult) -> str:
