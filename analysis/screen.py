@@ -292,7 +292,7 @@ def _shown(text: str) -> str:
     return f"{text[:40]!r}" if _name_problem(text) else text
 
 
-def series(values_by_run: dict[str, list[float]], key: str = schema.STEP_SERIES):
+def series(values_by_run: dict[str, list[float]], key: str = "step_time_s"):
     """(the per-step series without values that are not a step time, one line per run that had
     some). A step time is finite, > 0 and at most common.bounds.MAX_STEP_S."""
     clean, lines = {}, []
@@ -379,7 +379,8 @@ VALUE_RULES: dict[str, Rule] = {
     "gpu_power_max_w": Rule(),
     "gpu_power_limit_w": Rule(),
     "gpu_throttled_sample_share": Rule(0.0, False, 1.0, "1 (a share)"),
-    # the load a peaks run measured under (common/load.py): which ceilings to trust
+    # the load a peaks or train run measured under (common/load.py): which ceilings to trust,
+    # whether a step-time change coincides with a change of load (analysis/history.py)
     "load_average_1m_start": Rule(),
     "load_average_1m_max": Rule(),
     "cpu_count": Rule(0.0, True),

@@ -18,8 +18,8 @@ from typing import Callable, ContextManager
 
 from common import schema
 from common.envinfo import environment_report
-from common.errors import BenchError, one_line
 from common.load import LoadSampler
+from common.errors import BenchError, one_line
 from train import device as dev
 from train import energy, memory_check
 from train import flops as fl
@@ -62,12 +62,12 @@ class BenchResult:
     params: dict = field(default_factory=dict)
     """params known once measured (a distributed run's `nodes`)"""
     more_series: dict[str, list[float]] = field(default_factory=dict)
-    """metric histories besides the step times (a distributed run's compute-only steps)"""
+    """metric histories besides step_time_s (a distributed run's compute-only steps)"""
 
     @property
     def series(self) -> dict[str, list[float]]:
         """metric histories: name -> one value per step"""
-        return {schema.STEP_SERIES: self.step_times_s, **self.more_series}
+        return {"step_time_s": self.step_times_s, **self.more_series}
 
 
 def run_header(cfg: TrainConfig, device) -> tuple[dict, dict[str, str]]:
@@ -206,7 +206,7 @@ class Measured:
     cpu_user_s: float
     cpu_sys_s: float
     load: dict[str, float] = field(default_factory=dict)
-    """the machine's load while they ran (common.load: load_average_1m_start, _max, cpu_count)"""
+    """the machine's load over the steps (common.load: load_average_1m_start, _max, cpu_count)"""
 
 
 @contextlib.contextmanager
@@ -252,20 +252,20 @@ def measure_steps(
     device = prep.device
     clock = make_clock(lambda: dev.synchronize(device))
     dev.synchronize(device)
-    cpu0 = dev.cpu_times_s()
-    t0 = time.perf_counter()
-    bar.set_description(f"{cfg.model} b{cfg.batch_size} {what}")
     with LoadSampler() as load:
-        times, stop = _steps(cfg, prep, clock, bar, times)
-    wall_s = time.perf_counter() - t0
-    cpu1 = dev.cpu_times_s()
-    return Measured(times, stop, wall_s, cpu1[0] - cpu0[0], cpu1[1] - cpu0[1], load.metrics())
+        cpu0 = dev.cpu_times_s()
+        t0 = time.perf_counter()
+        bar.set_description(f"{cfg.model} b{cfg.batch_size} {what}")
+        times, stop = _timed_steps(cfg, prep, bar, clock, times)
+        wall_s = time.perf_counter() - t0
+        cpu1 = dev.cpu_times_s()
+    return Measured(times, stop, wall_s, cpu1[0] - cpu0[0], cpu1[1] - cpu0[1], load=load.metrics())
 
 
-def _steps(cfg: TrainConfig, prep: Prepared, clock, bar, times):
-    """(step times, stop reason) of the measured steps: a fixed number, or until converged."""
+def _timed_steps(cfg: TrainConfig, prep: Prepared, bar, clock, times) -> tuple[list[float], str]:
+    """measure_steps' steps: (step times, why measuring stopped)."""
     if cfg.iters == "auto":
-        times, stop = measure_until(
+        return measure_until(
             prep.step,
             clock,
             target_rel=cfg.ci_target,
@@ -277,10 +277,8 @@ def _steps(cfg: TrainConfig, prep: Prepared, clock, bar, times):
                 bar.set_postfix_str(f"{dt * 1e3:.1f} ms/step, CI ±{rel:.1%}"),
             ),
         )
-    else:
-        on_step = lambda i, dt: (bar.update(1), bar.set_postfix_str(f"{dt * 1e3:.1f} ms/step"))  # noqa: E731
-        times, stop = measure(prep.step, cfg.iters, clock, on_step=on_step, times=times), "fixed"
-    return times, stop
+    on_step = lambda i, dt: (bar.update(1), bar.set_postfix_str(f"{dt * 1e3:.1f} ms/step"))  # noqa: E731
+    return measure(prep.step, cfg.iters, clock, on_step=on_step, times=times), "fixed"
 
 
 def run_benchmark(
@@ -340,8 +338,8 @@ def bench_result(
         cpu_user_s=measured.cpu_user_s,
         cpu_sys_s=measured.cpu_sys_s,
         wall_s=measured.wall_s,
-        **measured.load,
         count_wall_s=count_s,
+        **measured.load,
     )
     if len(times) >= 2:
         metrics["step_time_ci95_rel"] = ci95_half_width_rel(times)

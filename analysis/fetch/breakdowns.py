@@ -17,10 +17,17 @@ SUMMARY = "breakdown.json"
 LAYERS = "layers.csv"
 
 
-def fetch_breakdowns(query, source=None, notes: list[str] | None = None) -> list[dict]:
-    """[{run_id, env_label, device_name, config_key, params: {...}, summary: dict, layers: csv
-    text}]. A run whose artifacts cannot be read is a line appended to `notes`, never an error."""
-    from analysis.fetch import Source, _download_text, experiment_ids
+COLUMNS = {
+    "env_label": f"tags.{schema.TAG_ENV_LABEL}",
+    "device_name": f"tags.{schema.TAG_DEVICE_NAME}",
+    "config_key": f"tags.{schema.TAG_CONFIG_KEY}",
+}
+
+
+def breakdown_runs(query, source=None):
+    """The FINISHED breakdown runs of the query's experiments (and env labels), latest first: the
+    search's frame with the COLUMNS filled ('' where a run lacks one)."""
+    from analysis.fetch import Source, experiment_ids
 
     source = source or Source()
     kind = f"tags.{schema.TAG_RUN_KIND}"
@@ -29,29 +36,44 @@ def fetch_breakdowns(query, source=None, notes: list[str] | None = None) -> list
         f"{kind} = 'breakdown' AND attributes.status = 'FINISHED'",
         query.max_runs,
     )
-    notes = [] if notes is None else notes
     if df.empty:
-        return []
-    cols = {
-        "env_label": f"tags.{schema.TAG_ENV_LABEL}",
-        "device_name": f"tags.{schema.TAG_DEVICE_NAME}",
-        "config_key": f"tags.{schema.TAG_CONFIG_KEY}",
-    }
-    for c in cols.values():
+        return df
+    for c in COLUMNS.values():
         if c not in df:
             df[c] = ""
-    df = df.fillna({c: "" for c in cols.values()})
+    df = df.fillna({c: "" for c in COLUMNS.values()})
     if query.env_labels:
-        df = df[df[cols["env_label"]].isin(query.env_labels)]
-    latest = df.groupby(list(cols.values()), sort=True).head(1)  # the latest first
+        df = df[df[COLUMNS["env_label"]].isin(query.env_labels)]
+    return df
+
+
+def fetch_breakdowns(query, source=None, notes: list[str] | None = None) -> list[dict]:
+    """[{run_id, env_label, device_name, config_key, params: {...}, summary: dict, layers: csv
+    text}] of the latest breakdown run per (env_label, device_name, config_key). A run whose
+    artifacts cannot be read is a line appended to `notes`, never an error."""
+    notes = [] if notes is None else notes
+    df = breakdown_runs(query, source)
+    if df.empty:
+        return []
+    latest = df.groupby(list(COLUMNS.values()), sort=True).head(1)  # the latest first
+    out = read(latest.to_dict("records"), notes)
+    console.info(f"fetched {len(out)} breakdown run(s)")
+    return out
+
+
+def read(records: list[dict], notes: list[str]) -> list[dict]:
+    """fetch_breakdowns' dicts of the breakdown runs `records` (rows of breakdown_runs), their two
+    artifacts read; a run whose artifacts cannot be read is a line in `notes`."""
+    from analysis.fetch import _download_text
+
     out = []
-    for r in latest.to_dict("records"):
+    for r in records:
         try:
             summary = json.loads(_download_text(r["run_id"], SUMMARY))
             layers = _download_text(r["run_id"], LAYERS)
         except Exception as exc:  # noqa: BLE001 - missing artifact, bad JSON, server error
             notes.append(
-                f"breakdown run {r['run_id'][:8]} ({r[cols['env_label']] or 'no env_label'}) has "
+                f"breakdown run {r['run_id'][:8]} ({r[COLUMNS['env_label']] or 'no env_label'}) has "
                 f"no readable {SUMMARY} or {LAYERS} ({one_line(exc)[:160]}): not in the report"
             )
             continue
@@ -59,11 +81,10 @@ def fetch_breakdowns(query, source=None, notes: list[str] | None = None) -> list
         out.append(
             {
                 "run_id": r["run_id"],
-                **{name: str(r[c]) for name, c in cols.items()},
+                **{name: str(r[c]) for name, c in COLUMNS.items()},
                 "params": params,
                 "summary": summary,
                 "layers": layers,
             }
         )
-    console.info(f"fetched {len(out)} breakdown run(s)")
     return out
