@@ -17,10 +17,9 @@ MAX_BARS = 40  # the latest runs beyond this are in the table, not the figure
 def parts_by_run(runs: pd.DataFrame, path: Path) -> Path:
     """Horizontal bars (environment and config on the left, the step's time on the right, in s or ms), each split
     into the step's parts as shares of the step. Writes `path` (PNG) and returns it."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from roofline.style import finish
+    from roofline.style import write_png
 
     runs = runs.sort_values(["env_label", "config_label"]).head(MAX_BARS).reset_index(drop=True)
     n = len(runs)
@@ -61,6 +60,5 @@ def parts_by_run(runs: pd.DataFrame, path: Path) -> Path:
     ax.tick_params(axis="x", labelsize=8.2)
     ax.legend(fontsize=8.2, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
     path.parent.mkdir(parents=True, exist_ok=True)
-    finish(fig)
-    FigureCanvasAgg(fig).print_png(str(path))
+    write_png(fig, path)
     return path

@@ -29,7 +29,7 @@ from roofline.style import (  # noqa: E402
     distinct_colors,
     env_title,
     log_ticks,
-    finish,
+    write_png,
     FIGURE_WIDTH_IN,
     new_figure,
 )
@@ -41,8 +41,7 @@ DPI = 110
 def save(fig: Figure, path: Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    finish(fig)
-    fig.savefig(path, dpi=DPI)
+    write_png(fig, path, dpi=DPI)
     return path
 
 

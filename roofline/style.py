@@ -14,6 +14,7 @@ matplotlib's object API on the Agg canvas: no pyplot, no global state.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -98,6 +99,41 @@ def finish(fig) -> None:
     legible at the viewer's width (`legible`)."""
     plain_text(fig)
     legible(fig)
+
+
+def titles(fig) -> list[str]:
+    """The figure's title and each panel's, as drawn (empty ones left out)."""
+    heads = [fig.get_suptitle()]
+    for ax in fig.axes:
+        heads += [ax.get_title(loc) for loc in ("left", "center", "right")]
+    return [h for h in heads if h.strip()]
+
+
+def _words(fig) -> list[str]:
+    """Every text the figure says but its ticks: titles, axis labels, legends, notes."""
+    out = [t.get_text() for t in fig.texts]
+    out += [t.get_text() for legend in fig.legends for t in legend.get_texts()]
+    for ax in fig.axes:
+        out += [ax.get_xlabel(), ax.get_ylabel(), *(t.get_text() for t in ax.texts)]
+        legend = ax.get_legend()
+        out += [t.get_text() for t in legend.get_texts()] if legend else []
+    heads = set(titles(fig))
+    return [t for t in out if t.strip() and t not in heads]
+
+
+def write_png(fig, target=None, dpi: float | None = None):
+    """`fig` finished (`finish`) and written as PNG to `target` (a path, returned), or returned
+    as bytes when there is none; its titles in the PNG's `Title` text and its other words in
+    `Description`: what a figure says can be read back without looking at it
+    (tests/test_ui_browser.py holds a figure's title to the run page's numbers). Every figure the
+    project draws is written here."""
+    import io
+
+    finish(fig)
+    meta = {"Title": "\n".join(titles(fig)), "Description": "\n".join(_words(fig))}
+    out = io.BytesIO() if target is None else Path(target)
+    fig.savefig(out, format="png", dpi=dpi or fig.dpi, metadata=meta)
+    return out.getvalue() if target is None else out
 
 
 def new_figure(

@@ -17,7 +17,7 @@ from common import schema
 from common.record import dataset_input, system_metrics_interval
 from common.tracking import RunSession
 from common.upload import upload_spooled
-from tests.helpers import TINY, make_cifar10, make_image_folder
+from tests.helpers import TINY, make_cifar10, make_image_folder, png_text
 from train.config import TrainConfig
 from train.data import dataset_fields
 
@@ -200,7 +200,11 @@ def test_run_roofline_figure_says_how_close_to_the_roof():
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert "this run at modeled intensity 8 FLOP/B" in labels
     assert "achieved 25 GFLOP/s" in labels and any(lb.startswith("DRAM 20 GB/s") for lb in labels)
-    assert run_roofline.png(roof, "fp32", 2.5e10, 8.0, "t")[:8] == b"\x89PNG\r\n\x1a\n"
+    image = run_roofline.png(roof, "fp32", 2.5e10, 8.0, "t")
+    assert image[:8] == b"\x89PNG\r\n\x1a\n"
+    said = png_text(image)  # what the figure says, read back (roofline.style.write_png)
+    assert said["Title"] == f"t\n{ax.get_title()}"
+    assert "achieved 25 GFLOP/s" in said["Description"].splitlines()
     # a peaks run without a DRAM figure takes the vendor's, and says where each came from
     vendor = {"flops_per_s": {"fp32": 9e11}, "dram_bytes_per_s": 5e10, "source": "datasheet"}
     measured = Roof("CPU X", {"fp32": 1e11}, sources={"flops:fp32": "measured: peaks run abcdef12"})

@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import io
 import math
 import textwrap
 
@@ -42,14 +41,9 @@ ABOVE_EDGE = "crimson"  # the ring of a point above its roof
 
 
 def _png(fig) -> bytes:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from roofline.style import write_png
 
-    from roofline.style import finish
-
-    buf = io.BytesIO()
-    finish(fig)
-    FigureCanvasAgg(fig).print_png(buf)
-    return buf.getvalue()
+    return write_png(fig)
 
 
 def _ok(x) -> bool:
