@@ -26,6 +26,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import urllib.parse
 import uuid
@@ -711,11 +712,24 @@ def test_one_value_per_number_in_every_place(ui_store, page):
     assert (
         f"{tags['bound']} (unreliable: unstable)" in report and f"{samples} (1 run, {ci})" in report
     )
+    said = _figure_says(ui_store, run.info.run_id, "roofline.png")  # the figure's title
+    assert f"{tags['bound']}, {frac} of roof at its modeled intensity" in said["Title"]
     page.goto(run_url(ui_store, run.info.run_id))  # the run page renders the description
     page.get_by_text(f"{samples} samples/s, {ms} ms/step", exact=False).first.wait_for()
     page.get_by_text(f"Roofline: {tags['bound']}, {frac} of roof", exact=False).first.wait_for()
     for env, b in ui_store.breakdowns.items():
         _one_breakdown(b, ui_store, doc, row_label)
+
+
+def _figure_says(store, run_id: str, name: str) -> dict[str, str]:
+    """What a run's figure `name` says (its titles, its other words), read from the PNG the run
+    logged (roofline.style.write_png)."""
+    from tests.helpers import png_text
+
+    dst = store.report_dir / f"fig-{run_id[:8]}"
+    dst.mkdir(exist_ok=True)
+    path = find_artifact(store.client, run_id, name)
+    return png_text(Path(store.client.download_artifacts(run_id, path, str(dst))))
 
 
 def _one_breakdown(b, store, doc, row_label) -> None:
@@ -744,6 +758,16 @@ def _one_breakdown(b, store, doc, row_label) -> None:
     assert printed.splitlines()[0] == note.splitlines()[0]
     opt = fmt.pct(m["breakdown_optimizer_fraction"])
     assert f"optimizer {opt}" in note.split("Step parts, by the main thread's CPU clock")[1]
+    parts = _figure_says(store, b.info.run_id, "step_parts.png")
+    assert f"optimizer {opt}" in parts["Description"].splitlines()  # its legend
+    assert f"share of the step by {clock}" in parts["Description"].replace("\n", " ")
+    layers = _figure_says(store, b.info.run_id, "layer_roofline.png")
+    assert f"shares by {clock}" in layers["Title"].replace("\n", " ")
+    key = [  # the key's lines ' 1 optimizer 36.9%', a row above its roof marked ' ^'
+        m.group(1).removesuffix(" ^")
+        for m in re.finditer(r"^ ?\d+ (\S.*)$", layers["Description"], re.M)
+    ]
+    assert key[: len(top)] == top  # numbered in the description's order, with its shares
     (c,) = [
         c
         for c in doc["configs"]
@@ -760,7 +784,8 @@ def _one_breakdown(b, store, doc, row_label) -> None:
 def test_a_breakdown_with_a_row_above_its_roof_names_it(ui_store):
     """Item 3: the busy environment's breakdown, against a compute ceiling measured on a busy
     machine that its rows exceed: its description, its tag, the analysis's findings and the
-    report name the rows above their roof and say that the ceiling looks too low."""
+    report name the rows above their roof and say that the ceiling looks too low; its
+    layer_roofline.png says so in its title."""
     b = ui_store.breakdowns[BUSY]
     note, tag = b.data.tags["mlflow.note.content"], b.data.tags["breakdown_above_roof"]
     para = next(line for line in note.splitlines() if line.startswith("Above the roof: "))
@@ -773,3 +798,5 @@ def test_a_breakdown_with_a_row_above_its_roof_names_it(ui_store):
     (c,) = [c for c in _findings(ui_store)["configs"] if c["env_label"] == BUSY]
     (f,) = [f for f in c["findings"] if f["kind"] == "breakdown_above_roof"]
     assert para in f["sentence"] and para in (ui_store.report_dir / "report.md").read_text()
+    title = _figure_says(ui_store, b.info.run_id, "layer_roofline.png")["Title"]
+    assert "above the roof, the ceiling looks too low" in title.replace("\n", " ")  # and ringed
