@@ -15,7 +15,7 @@ import pandas as pd
 from roofline.model import Roof
 from analysis.tables import engine_label
 from common import schema
-from common.fmt import ci95, num, pct, si
+from common.fmt import ci95, num, pct, short_id, si
 from common.stats import excludes_one
 
 SUMMARY_COLUMNS = [
@@ -382,7 +382,7 @@ def failed_table(failed: pd.DataFrame) -> Table:
     headers = ["run", "kind", "status", "environment", "device", "name", "error"]
     rows = [
         [
-            r["run_id"][:8],
+            short_id(r["run_id"]),
             r["run_kind"],
             r["status"],
             r["env_label"],

@@ -9,7 +9,7 @@ MLflow 3.17's UI (read from its JavaScript bundle; docs/ui.md):
 - the experiment tag `mlflow.experimentKind` (`custom_model_development`) is the experiment's kind
   as the UI's kind selector shows and sets it; the open-source 3.17.2 build derives the kind it acts
   on from workflowType instead (its `Z0()` flag is hard-wired on), so the tag alone does not change
-  what a fresh browser opens there. The project writes it all the same.
+  what a fresh browser opens there. The project writes it all the same: the kind selector shows it.
 - saved views: the experiment tags `mlflow.sharedViewState.<key>`, each `{name, createdAt,
   updatedAt, state}` with the runs page's state as JSON text (filter, sort, visible columns, their
   order and widths): the Views menu lists them by name, and a link's `viewStateShareKey=<key>`

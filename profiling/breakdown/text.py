@@ -11,7 +11,7 @@ from common import fmt
 from profiling.breakdown import names
 from profiling.breakdown.above import AboveRoof
 from profiling.breakdown.attribute import Attribution
-from profiling.breakdown.record import Recording
+from profiling.breakdown.recording import Recording
 from profiling.breakdown.roof import Ceilings
 from profiling.breakdown.table import (
     COLUMNS,
@@ -25,7 +25,6 @@ from profiling.breakdown.table import (
     view_top,
 )
 from profiling.breakdown.trace import kept_phrase
-from train.config import TrainConfig
 
 
 @dataclass(frozen=True)
@@ -33,7 +32,8 @@ class BreakdownResult:
     """A recording attributed, placed on the roofline and described: everything the run logs
     (profiling/breakdown/cli.py: analyse makes it, log_result logs it)."""
 
-    cfg: TrainConfig
+    config_label: str
+    config_key: str
     device_name: str
     rec: Recording
     att: Attribution
@@ -60,7 +60,7 @@ class BreakdownResult:
         return share_clock_name(self.att.share_clock, self.rec.time_source)
 
 
-def summary_line(cfg, device_name, table, tree, metrics, clock: str) -> str:
+def summary_line(label: str, device_name, table, tree, metrics, clock: str) -> str:
     """`<config> on <device>: <ms>/step (mean of K); largest, by <clock>: <the 3 rows a user acts
     on, each with its share, bound, intensity and what would move it>. Stage totals: <the top
     level's 3>`. `clock`: what every share is of (BreakdownResult.share_clock)."""
@@ -75,7 +75,7 @@ def summary_line(cfg, device_name, table, tree, metrics, clock: str) -> str:
         f"{r['module']} {r['phase']} {fmt.pct(r['share'])}" for r in top_rows(table, tree)
     )
     return (
-        f"{cfg.config_label()} on {device_name}: {fmt.duration(metrics['breakdown_step_s'])}"
+        f"{label} on {device_name}: {fmt.duration(metrics['breakdown_step_s'])}"
         f"/step (mean of {steps} recorded); largest, shares by {clock}: {largest}. "
         f"Stage totals: {stages}."
     )
@@ -149,11 +149,11 @@ def layers_csv(table: list[dict]) -> str:
 
 def breakdown_json(result: BreakdownResult) -> str:
     """The run's record as JSON: config, device, ceilings, metrics, the default view, the top rows."""
-    cfg, c = result.cfg, result.ceilings
+    c = result.ceilings
     view = [r for r in result.table if r["view"]]
     body = {
-        "config_label": cfg.config_label(),
-        "config_key": cfg.config_key(),
+        "config_label": result.config_label,
+        "config_key": result.config_key,
         "device_name": result.device_name,
         "time_source": result.rec.time_source,
         "step_wall_s": result.rec.step_wall_s,

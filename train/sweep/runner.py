@@ -9,7 +9,7 @@ from typing import Callable
 
 from common import console, schema
 from common.errors import one_line
-from common.record import context_tags
+from common.run_record import context_tags
 from common.runs import mlflow_client, redirect_run
 from common.server import is_unreachable
 from common.tracking import RunSession
@@ -28,7 +28,7 @@ from train.sweep.spec import (
     plan_sweep,
 )
 from train.sweep.state import SweepState, reconcile, save_ledger, sweep_lock
-from train.sweep.summary import (
+from train.sweep.outcomes import (
     ChildOutcome,
     all_failed,
     parent_metrics,
@@ -90,8 +90,9 @@ def _run(
         bar = _bar(len(todo), progress)
         try:
             for cfg, r, key in todo:
-                bar.set_description_str(plan.label(cfg, r))
-                outcome = _run_child(plan, cfg, r, key, experiment, parent, system_metrics)
+                label = plan.label(cfg, r)
+                bar.set_description_str(label)
+                outcome = _run_child(plan, cfg, r, key, label, experiment, parent, system_metrics)
                 outcomes.append(outcome)
                 if outcome.status in ("FINISHED", "SKIPPED"):  # SKIPPED: finished elsewhere
                     state.done.add((key, r))
@@ -171,12 +172,13 @@ def _run_child(
     cfg: TrainConfig,
     repeat: int,
     key: str,
+    label: str,
     experiment,
     parent,
     system_metrics: bool = True,
 ) -> ChildOutcome:
-    """One child run. Any exception (not an interrupt) becomes a FAILED child with its one-line reason."""
-    label = plan.label(cfg, repeat)
+    """One child run (`label`: plan.label's). Any exception (not an interrupt) becomes a FAILED
+    child with its one-line reason."""
     n_before = len(parent.children)
     extra_tags = {
         TAG_SWEEP_NAME: plan.spec.name,
@@ -213,7 +215,7 @@ def _run_child(
     m = result.metrics
     return ChildOutcome(
         label,
-        cfg.config_key(),
+        session.record.tags[schema.TAG_CONFIG_KEY],  # the run's, as its header logged it
         key,
         repeat,
         status,
