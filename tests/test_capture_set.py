@@ -434,7 +434,7 @@ def test_a_kernel_above_its_roof_is_named_with_why(deepcam_table):
     report's kernel table and named in one sentence (ncu's replayed, clock-locked times only slow
     a kernel: the ceiling is too low), as a train point above its roof is."""
     from analysis.hierarchy import above_roof, kernels_table
-    from profiling.ncu.hierarchy import add_bounds
+    from profiling.hierarchy.table import add_bounds
     from roofline.model import Roof
 
     table = deepcam_table
