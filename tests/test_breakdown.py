@@ -932,11 +932,9 @@ def test_resnet18_parts_trace_and_figures(resnet_runs):
     shares = {(r["module"], r["phase"]): r["share"] for r in body["view"]}
     rows_opt = shares[("optimizer", "optimizer")] + shares.get(("zero_grad", "other"), 0.0)
     assert m["breakdown_optimizer_fraction"] == pytest.approx(rows_opt, abs=0.01)
-    assert (
-        by_kind["breakdown"]
-        .data.tags["breakdown_largest"]
-        .endswith("(by the main thread's CPU clock)")
-    )
+    bd_tags = by_kind["breakdown"].data.tags  # the largest row, then the three, with their clock
+    assert bd_tags["breakdown_largest"].endswith("% (CPU clock)")
+    assert bd_tags["breakdown_largest_3"].endswith("(by the main thread's CPU clock)")
     layers = pd.read_csv(art / "layers.csv")
     assert (layers.calls == layers.calls.round()).all()  # whole numbers: 2.0, not 1.99999...
     assert (layers.cpu_time_s <= layers.time_s * 1.001 + 1e-6).all()
