@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from analysis import answers
 from analysis import (
     breakdown,
     core,
@@ -303,7 +304,8 @@ def _write_report(
         analysis.runs, analysis.roofs, vendor_lookup, out_dir / "figures"
     )
     b = breakdown.build(breakdowns)
-    files = report.write_tables(analysis, out_dir) + breakdown.write_files(b, out_dir)
+    shaky = answers.unstable_keys(found.configs) if found is not None else frozenset()
+    files = report.write_tables(analysis, out_dir, shaky) + breakdown.write_files(b, out_dir)
     figs = {**drawn, "hierarchical": [(h["title"], h["figure"]) for h in hier]}
     if not b.runs.empty:  # breakdown_plot imports matplotlib (through profiling.breakdown)
         from analysis import breakdown_plot
@@ -336,6 +338,24 @@ def _write_report(
         ),
     )
     return rep, files + [h["path"] for h in hier] + report.write(rep, out_dir)
+
+
+def _tell_experiment(session, result: Result) -> None:
+    """The analysis's answer as the first paragraph of its experiment's description, which MLflow
+    shows above every tab of the experiment page (common.ui.set_answer: only while the
+    description is the commands' own), and as the run's tag `analysis_fastest` (a column of the
+    analyses' saved view)."""
+    if session.offline or not result.findings or not result.findings.configs:
+        return
+    names = answers.run_names(result.analysis.train)
+    text = answers.answer_paragraph(result.findings.configs, names)
+    session.set_tags({"analysis_fastest": text[:4900]})
+    from common.runs import mlflow_client
+
+    link = ui.run_path(session.run_id, session.experiment_id, REPORT_ARTIFACT)
+    ui.set_answer(
+        mlflow_client(), session.experiment_id, f"{ui.ANSWER_MARK} ([report]({link})): {text}"
+    )
 
 
 def _findings(
@@ -393,10 +413,15 @@ def _variability(
     return Variability((label, by_env), caption, tuple(notes))
 
 
+REPORT_FOLDER = "report"
+REPORT_ARTIFACT = f"{REPORT_FOLDER}/report.html"
+"""where the analysis run holds its report (the link the command prints opens it)"""
+
+
 def _log(session, cfg: AnalysisConfig, result: Result) -> None:
     for path in result.files:
         rel = path.relative_to(result.out_dir)
-        session.log_file(str(Path("report") / rel), path)
+        session.log_file(str(Path(REPORT_FOLDER) / rel), path)
     c = result.analysis.counts
     session.log_metrics(
         {
@@ -562,6 +587,7 @@ def _analyse(cfg: AnalysisConfig) -> int:
             _log(session, cfg, result)
             _draw_run_rooflines(result)
             session.set_note(run_note(cfg, result))
+            _tell_experiment(session, result)
             _raise_if_no_points(result)
         where = f"; logged to run {session.run_id}" if session.run_id else ""
     else:
@@ -574,6 +600,8 @@ def _analyse(cfg: AnalysisConfig) -> int:
         f"{summary_line(result)}; report: {result.out_dir / 'report.html'} "
         f"({result.timings_s['total_s']:.1f} s){where}"
     )
+    if where:
+        ui.say_links("analysis", session.run_id, session.experiment_id, REPORT_ARTIFACT)
     return 0
 
 

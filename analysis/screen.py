@@ -287,7 +287,7 @@ def _shown(text: str) -> str:
     return f"{text[:40]!r}" if _name_problem(text) else text
 
 
-def series(values_by_run: dict[str, list[float]], key: str = "step_time_s"):
+def series(values_by_run: dict[str, list[float]], key: str = schema.STEP_SERIES):
     """(the per-step series without values that are not a step time, one line per run that had
     some). A step time is finite, > 0 and at most common.bounds.MAX_STEP_S."""
     clean, lines = {}, []

@@ -50,6 +50,14 @@ TAG_NCU_TRUNCATED = "ncu_truncated"
 TAG_NCU_MISSING_PHASE = "ncu_missing_phase"
 
 # distributed train runs (docs/schema.md)
+STEP_SERIES = "steps/step_time_s"
+"""a train run's per-step times (metric history, step = measured iteration): named apart from
+the summaries so that no page shows the last step's time as "the" step time (step_time_mean_s is);
+MLflow's charts put it in a section `steps`"""
+COMPUTE_ONLY_SERIES = "steps/compute_only_step_time_s"
+"""a data-parallel run's per-step times without gradient synchronisation"""
+OLD_STEP_SERIES = "step_time_s"
+"""what runs logged before STEP_SERIES call their per-step times (analysis reads both)"""
 TAG_BASE_CONFIG_KEY = "base_config_key"  # config_key of the same work per process in one process
 TAG_BATCH_SCOPE = "batch_size_scope"  # "per_process": batch_size is each process's batch
 

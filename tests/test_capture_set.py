@@ -436,3 +436,28 @@ def test_raw_pages_split_by_metric_merge_back(ncu_dir, tmp_path):
     whole = read_files([str(src)], [None])[0].report
     assert merged.page == "raw" and len(merged.kernels) == len(whole.kernels) > 1
     assert [k.metrics for k in merged.kernels] == [k.metrics for k in whole.kernels]
+
+
+def test_a_kernel_above_its_roof_is_named_with_why(deepcam_table):
+    """Item 3: a profile's kernel whose FLOP/s exceed the ceiling that bounds it is marked in the
+    report's kernel table and named in one sentence (ncu's replayed, clock-locked times only slow
+    a kernel: the ceiling is too low), as a train point above its roof is."""
+    from analysis.hierarchy import above_roof, kernels_table
+    from profiling.hierarchy.table import add_bounds
+    from roofline.model import Roof
+
+    table = deepcam_table
+    rates = (table["flops"] / table["time_s"]).dropna()
+    low = Roof(
+        "V100", {"fp32": float(rates.median()), "fp16": float(rates.median())}, {"dram": 1e15}
+    )
+    bounded = add_bounds(table, low)
+    over = bounded[bounded["roof_fraction"] > 1]
+    assert len(over) > 0 and (bounded["roof_fraction"].dropna() <= 1).any()
+    text = above_roof(bounded)
+    assert text.startswith(f"Above the roof: {len(over)} kernel name(s) exceed the ceiling")
+    assert "The ceiling looks too low: ncu times each kernel at locked clocks" in text
+    cells = [row[-1] for row in kernels_table(bounded, top=len(bounded)).rows]
+    assert sum("above its roof (" in c for c in cells) == len(over)
+    high = Roof("V100", {"fp32": 1e18, "fp16": 1e18}, {"dram": 1e18, "l2": 1e18, "l1": 1e18})
+    assert above_roof(add_bounds(table, high)) == ""

@@ -129,8 +129,8 @@ def test_the_projects_own_view_is_still_brought_up_to_date(tracking):
     with RunSession("train", experiment="ours"):
         pass
     tags = client.get_experiment(eid).tags
-    assert json.loads(tags[ui.TAG_VIEW]) == ui.runs_view_state()
-    assert ui.TAG_VIEW_DIGEST in tags and not ui.foreign_view(tags)
+    assert tags[ui.TAG_VIEW] == ui.VIEWS["train"].envelope()
+    assert ui.digest_tag(ui.VIEWS["train"]) in tags and not ui.foreign_view(tags)
 
 
 # ---------------------------------------------------------------- a reused --out

@@ -201,7 +201,8 @@ def _synthetic(b: bd.Breakdown) -> bool:
 
 
 def breakdown_facts(b: bd.Breakdown) -> list[Finding]:
-    """Where the step goes: its parts, and the layers that take the most time with their bound."""
+    """Where the step goes: its parts, the rows that take the most time with their bound (in
+    the breakdown's own ranking), and its rows above their roof."""
     out = []
     if b.fractions and b.step_s:
         parts = dict(sorted(b.fractions.items(), key=lambda kv: -kv[1]))
@@ -209,15 +210,15 @@ def breakdown_facts(b: bd.Breakdown) -> list[Finding]:
             Finding(
                 "parts",
                 "breakdown",
-                {"parts": parts, "step_s": b.step_s, "breakdown_run": b.run_id},
+                {"parts": parts, "step_s": b.step_s, "breakdown_run": b.run_id, "clock": b.clock},
                 [b.run_id],
             )
         )
-    top = bd.top_layers(b.layers)
+    top = bd.top_layers(b)
     if top:
-        out.append(
-            Finding(
-                "top_layers", "breakdown", {"layers": top, "breakdown_run": b.run_id}, [b.run_id]
-            )
-        )
+        values = {"layers": top, "breakdown_run": b.run_id, "clock": b.clock}
+        out.append(Finding("top_layers", "breakdown", values, [b.run_id]))
+    if b.above_roof:
+        values = {"sentence": b.above_roof, "breakdown_run": b.run_id}
+        out.append(Finding("breakdown_above_roof", "breakdown", values, [b.run_id]))
     return out

@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     console.result(line)
     if session is not None and not session.offline:
-        console.result(ui.ui_hint(session.run_id, session.experiment_id))
+        ui.say_links("complexity", session.run_id, session.experiment_id)
     return 0
 
 
