@@ -12,7 +12,6 @@ import argparse
 import contextlib
 import datetime as dt
 import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,12 +29,13 @@ from analysis import (
     hierarchy,
     history,
     history_report,
+    out_files,
     report,
     screen,
 )
 from analysis.fetch.breakdowns import fetch_breakdowns
 from analysis.findings.records import json_text
-from common import console, flags, schema, ui
+from common import console, flags, out_folder, schema, ui
 from common.cli import ArgumentParser, cli_entry
 from common.errors import BenchError, UsageError
 from common.server import check_reachable, display_uri, tracking_uri
@@ -226,6 +226,7 @@ def _run(cfg: AnalysisConfig, vendor_lookup, n_jobs: int, pool) -> Result:
             vendor_lookup, hist,
         )  # fmt: skip
         files += written
+        out_files.tidy(out_dir, files)  # the files an earlier analysis wrote there: not this one's
     timings["report_s"] = time.perf_counter() - t
     timings["total_s"] = time.perf_counter() - t0
     return Result(analysis, out_dir, files, timings, source, found, drawn_names, rep, hist)
@@ -481,30 +482,23 @@ def writing(out_dir: Path):
         ) from None
 
 
-def check_out_dir(out: str) -> None:
-    """UsageError unless `out` is a folder (made when missing) this process can write in: found
-    before any run is fetched or created, not after."""
+def check_out_dir(out: str) -> Path:
+    """--out as the analysis' folder (common.out_folder.claim: new, empty or an earlier analysis'
+    folder, never in a git checkout that does not ignore it), before any run is fetched or
+    created; UsageError in one line otherwise (a file, a folder it cannot write, a planted link)."""
     path = Path(out)
     if path.exists() and not path.is_dir():
         raise UsageError(
             f"--out {out} is a file: pass a folder for the report (it is created when missing)"
         )
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=path):
-            pass
-    except OSError as exc:
-        raise UsageError(
-            f"--out {out}: cannot write there ({exc.strerror or type(exc).__name__}): pass a "
-            "folder you can write to"
-        ) from None
-    link = planted_link(path)
+    link = planted_link(path) if path.is_dir() else None
     if link is not None:
         raise UsageError(
             f"--out {out} holds a link {link} -> {os.readlink(link)}: analysis writes only its own "
             "files there and never through a link (it would overwrite the link's target); remove "
             "the link or pass another --out"
         )
+    return out_folder.claim(out, "--out", out_files.MANIFEST, "analysis")
 
 
 def planted_link(out: Path, limit: int = 100_000) -> Path | None:
@@ -553,7 +547,12 @@ def main(argv: list[str] | None = None) -> int:
     check_store()
     if cfg.experiments:  # a typo must not become an experiment holding a FAILED analysis run
         fetch.experiment_ids(cfg.experiments)
-    check_out_dir(cfg.out)
+    with out_folder.locked(check_out_dir(cfg.out), "--out", "analysis"):
+        return _analyse(cfg)
+
+
+def _analyse(cfg: AnalysisConfig) -> int:
+    """The analysis of main, its --out claimed and locked: the last checks, then the run."""
     findings.read_prices(cfg.prices)
     if cfg.peaks_file:  # a missing or bad file: one line, before any run (main: a FAILED run)
         vendor.load_overrides(cfg.peaks_file)

@@ -126,6 +126,7 @@ READ_KEYS = {
         "device_memory_source",
         "profile_steps",
         "data",
+        "workload",  # an imported profile of a program that is not a torchvision model
     ],
     "metrics": [
         *TRAIN_METRICS,

@@ -213,6 +213,32 @@ def env_label(text: str | None) -> str:
     return check_label(label, "env_label")
 
 
+def name_problem(text) -> str | None:
+    """Why `text` is no name (of a model, precision, device or environment), or None: a name is
+    one line of printable text of at most MAX_LABEL_CHARS characters. The rule analysis/screen.py
+    applies to every name it reads from a store, and each command to the names it takes (None
+    for a value that is absent, not a string)."""
+    if not isinstance(text, str):
+        return None
+    if len(text) > MAX_LABEL_CHARS:
+        return f"{len(text)} characters long, where a name is at most {MAX_LABEL_CHARS}"
+    if not text.isprintable():
+        return "holds a character that is not printable (a line break, a control character)"
+    return None
+
+
+def check_name(text: str, what: str) -> str:
+    """`text` if it is a name (name_problem), else ValueError naming `what` and why."""
+    why = name_problem(text)
+    if why:
+        shown = f"{text[:40]!r}{'...' if len(text) > 40 else ''}"
+        raise ValueError(
+            f"{what} {shown}: {why}; give one line of printable text of at most "
+            f"{MAX_LABEL_CHARS} characters"
+        )
+    return text
+
+
 def check_label(text: str, what: str) -> str:
     """`text` if it is a usable label (env label, sweep name), else ValueError saying why: at most
     MAX_LABEL_CHARS characters of one line of printable text (no control characters), no comma

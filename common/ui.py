@@ -21,11 +21,14 @@ MLflow 3.17's UI (read from its JavaScript bundle; docs/ui.md):
 - `mlflow.experiment.primaryMetric.name`: the chart view draws that metric first.
 
 Marking writes the experiment's tags once per process, only those that differ; a store that
-refuses them costs a line, never the run (the link then falls back to filter and sort).
+refuses them costs a line, never the run (the link then falls back to filter and sort). A saved
+view under one of the project's keys that the project did not write (another user's) is left as
+it is, with a line, and the links fall back the same way.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Sequence
@@ -43,6 +46,9 @@ KEEP_KINDS = ("genai_development", "finetuning", "forecasting", "classification"
 """kinds a user (or Databricks AutoML) chose explicitly: left as they are. The UI's own guesses
 (`*_inferred`, `no_inferred_type`), "" and `automl` are replaced."""
 
+TAG_VIEW_DIGEST = "roofline_bench.view_digest"
+"""prefix of the experiment tags `<prefix>.<view key>` holding a digest of the view the project
+wrote under that key: a view that no longer matches it was saved over by someone else"""
 RUNS_VIEW_SORT = "throughput_samples_per_s"
 """the metric the train runs' view is sorted by, fastest first"""
 RUN_NAME_COLUMN = "attributes.`Run Name`"
@@ -167,6 +173,42 @@ def runs_view_state(run_kind: str = "train") -> dict:
     return VIEWS[run_kind].state()
 
 
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def digest_tag(view: View) -> str:
+    return f"{TAG_VIEW_DIGEST}.{view.key}"
+
+
+def _state_of(text: str):
+    """The runs page state a saved view's tag holds: MLflow's envelope or a bare state."""
+    state = json.loads(text)
+    if isinstance(state, dict) and isinstance(state.get("state"), str):
+        state = json.loads(state["state"])
+    return state
+
+
+def foreign_view(current: dict[str, str], view: View | None = None) -> bool:
+    """True when the experiment holds, under `view`'s key (the train runs' by default), a view this
+    project did not write: it differs from what its digest tag says was written, or (written
+    before the digest tags existed) shows other runs or another order than the project's view."""
+    view = view or VIEWS["train"]
+    text = current.get(view.tag)
+    if text is None or text == view.envelope():
+        return False
+    if digest_tag(view) in current:
+        return current[digest_tag(view)] != _digest(text)
+    try:
+        state = _state_of(text)
+    except ValueError:
+        return True
+    ours = view.state()
+    return not isinstance(state, dict) or any(
+        state.get(k) != ours[k] for k in ("searchFilter", "orderByKey")
+    )
+
+
 def experiment_note(experiment_id: str, answer: str = "") -> str:
     """The experiment's description the commands write: a link to each kind's view (relative:
     the experiment page shows it on every tab, the GenAI overview of a fresh browser included),
@@ -184,10 +226,14 @@ def _ours(note: str | None) -> bool:
 
 def experiment_tags(current: dict[str, str], experiment_id: str = "") -> dict[str, str]:
     """The tags to write to an experiment that has `current`: the model-development mark (unless a
-    user chose a kind), the saved views, the chart view's primary metric (unless one is set), and,
-    with `experiment_id`, the description with the views' links (unless a user wrote one), each
-    only when it differs. An answer the analysis put in the description is kept."""
-    want = {v.tag: v.envelope() for v in VIEWS.values()}
+    user chose a kind), the saved views with their digests (except one another user saved under
+    the same key: foreign_view), the chart view's primary metric (unless one is set), and, with
+    `experiment_id`, the description with the views' links (unless a user wrote one), each only
+    when it differs. An answer the analysis put in the description is kept."""
+    want = {}
+    for v in VIEWS.values():
+        if not foreign_view(current, v):
+            want |= {v.tag: v.envelope(), digest_tag(v): _digest(v.envelope())}
     if current.get(TAG_EXPERIMENT_KIND) not in KEEP_KINDS:
         want[TAG_EXPERIMENT_KIND] = MODEL_DEVELOPMENT
     if not current.get(PRIMARY_METRIC):
@@ -215,10 +261,17 @@ def mark_experiment(client, experiment_id: str) -> bool:
     key = f"{display_uri()} {experiment_id}"
     if key not in _marked:
         try:
-            exp = client.get_experiment(experiment_id)
-            for name, value in experiment_tags(dict(exp.tags), experiment_id).items():
+            current = dict(client.get_experiment(experiment_id).tags)
+            for name, value in experiment_tags(current, experiment_id).items():
                 client.set_experiment_tag(experiment_id, name, value)
-            _marked[key] = True
+            foreign = [v.key for v in VIEWS.values() if foreign_view(current, v)]
+            _marked[key] = not foreign
+            for view_key in foreign:
+                console.note(
+                    f"experiment {experiment_id} holds a saved view {view_key!r} this project did "
+                    "not write (another user's?): left as it is; the links show the runs without "
+                    "the chosen columns"
+                )
         except Exception as exc:  # noqa: BLE001 - the run matters more than how the UI opens
             console.note(
                 f"experiment {experiment_id} keeps MLflow's default view ({redact(one_line(exc))[:160]}): "

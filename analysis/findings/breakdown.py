@@ -35,6 +35,9 @@ class Breakdown:
     """part -> share of the step (0..1)."""
     layers: pd.DataFrame = field(default_factory=pd.DataFrame)
     """leaf module rows of layers.csv (modules without children: no time counted twice)."""
+    data: str = ""
+    """the breakdown run's `data` param: with `synthetic` data no loader ran, so no worker can
+    remove its data wait."""
     top: list[dict] = field(default_factory=list)
     """the largest rows as the breakdown ranked them (breakdown.json `top`: leaf modules and the
     step's own rows such as the optimizer, by share): the one ranking every place shows"""
@@ -67,6 +70,8 @@ def _one(f: dict) -> Breakdown:
     summary = f.get("summary") if isinstance(f.get("summary"), dict) else {}
     metrics = summary.get("metrics") if isinstance(summary.get("metrics"), dict) else {}
     b = Breakdown(str(f["run_id"]), as_float(metrics.get("breakdown_step_s"), positive=True))
+    params = f.get("params") if isinstance(f.get("params"), dict) else {}
+    b.data = str(params.get("data") or "")
     for part in PARTS:
         v = as_float(metrics.get(f"breakdown_{part}_fraction"), nonnegative=True)
         if v is not None:

@@ -223,7 +223,9 @@ def view_text(table: list[dict], tree) -> str:
             False,
         ),
     )
-    lines = [f"{'module':<30} {'phase':<9} {'share':>7} {'ms':>9} {'FLOP/B':>8}  bound"]
+    cells = module_cells([r["module"] for _, rows, _ in sections for r in rows])
+    width = max(len(c) for c in [*cells.values(), " " * MODULE_CHARS])
+    lines = [f"{'module':<{width}} {'phase':<9} {'share':>7} {'ms':>9} {'FLOP/B':>8}  bound"]
     said: dict[str, str] = {}  # a hint said once -> the row that said it
     previous = ""
     for title, chosen, hints in sections:
@@ -231,7 +233,7 @@ def view_text(table: list[dict], tree) -> str:
         for r in chosen:
             ai = r["intensity_flops_per_byte"]
             line = (
-                f"{r['module'][:30]:<30} {r['phase']:<9} {fmt.pct(r['share']):>7} "
+                f"{cells[r['module']]:<{width}} {r['phase']:<9} {fmt.pct(r['share']):>7} "
                 f"{fmt.num(r['time_s'] * 1e3):>9} {fmt.num(ai) if math.isfinite(ai) else '':>8}  "
                 f"{r['bound']}"
             )
@@ -244,6 +246,21 @@ def view_text(table: list[dict], tree) -> str:
             previous = full
             lines.append(f"{line}: {hint}" if hint else line)
     return "\n".join(lines)
+
+
+MODULE_CHARS = 30
+"""The module column's width on the console; a longer name keeps its end after '...'."""
+
+
+def module_cells(names: list[str]) -> dict[str, str]:
+    """Each module name as the console's column shows it: whole when it fits MODULE_CHARS, else
+    '...' and its last characters (where names differ: `...er_layer_1.self_attention`); whole
+    names for all when two shortened ones would read alike (main cut at 30 characters with no
+    mark: two rows read `encoder.layers.encoder_layer_1`)."""
+    short = {n: n if len(n) <= MODULE_CHARS else "..." + n[3 - MODULE_CHARS :] for n in names}
+    if len(set(short.values())) < len(short):
+        return {n: n for n in names}
+    return short
 
 
 def _by_time(rows) -> list[dict]:
