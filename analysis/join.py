@@ -21,7 +21,7 @@ import pandas as pd
 from common import schema
 from common.stats import mean_ci95_rel
 from common.fmt import short_id
-from roofline.trust import PEAKS_LOAD_METRICS
+from roofline.ceilings import PEAKS_LOAD_METRICS
 from train.config import data_kind
 
 GROUP_KEYS = list(schema.POINT_KEYS)

@@ -375,7 +375,7 @@ VALUE_RULES: dict[str, Rule] = {
     "gpu_power_limit_w": Rule(),
     "gpu_throttled_sample_share": Rule(0.0, False, 1.0, "1 (a share)"),
     # the load a peaks or train run measured under (common/load.py): which ceilings to trust, by
-    # the rule a run's own roofline applies too (roofline/trust.py), and whether a step-time
+    # the rule a run's own roofline applies too (roofline/ceilings.py), and whether a step-time
     # change coincides with a change of load (analysis/history.py)
     **{
         key: Rule(low, strict, high, f"{high:g}")

@@ -2,12 +2,12 @@
 measuring starts and the highest seen while it runs, sampled every `interval_s` by a daemon thread,
 and the logical CPUs it compares with. Logged as metrics `load_average_1m_start`,
 `load_average_1m_max` and `cpu_count` by peaks runs (analysis trusts a peaks run measured under
-low load over one measured on a busy machine: roofline/trust.py, docs/peaks.md) and by train runs
+low load over one measured on a busy machine: roofline/ceilings.py, docs/peaks.md) and by train runs
 over their measured steps (a step-time change that coincides with a change of load is laid at the
 load's door: analysis/history.py). Standard library only.
 
 Whoever reads those figures back reads them by one value rule, `load_value` (LOAD_BOUNDS): a run's
-own roofline (roofline/trust.py) and the analysis (analysis/screen.py) alike. A figure that is no
+own roofline (roofline/ceilings.py) and the analysis (analysis/screen.py) alike. A figure that is no
 measurement (negative, not finite, 1e9 CPUs) reads as not recorded in both; a run page once took
 a load average of -1 or 1e9 CPUs for a quiet run while the analysis blanked it, and the two named
 different ceilings.
@@ -33,7 +33,7 @@ LOAD_BOUNDS: dict[str, tuple[float, bool, float]] = {
     "cpu_count": (1.0, False, MAX_CPU_COUNT),
 }
 """What each of LOAD_METRICS may be (least, whether only above it, most): the value rule of every
-reader (roofline/trust.py for a run's own roofline, analysis/screen.py for the analysis)."""
+reader (roofline/ceilings.py for a run's own roofline, analysis/screen.py for the analysis)."""
 
 
 def load_value(key: str, value) -> float | None:

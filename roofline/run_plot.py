@@ -2,7 +2,7 @@
 without running the analysis (train/roofline_figure.py logs it as `roofline.png`).
 
 The ceilings are the device's peaks runs on the same server chosen as analysis chooses them
-(roofline/store.py, roofline/trust.py: each the highest of the most trusted runs), each ceiling
+(roofline/store.py, roofline/ceilings.py: each the highest of the most trusted runs), each ceiling
 it lacks taken from the vendor table (roofline/vendor.py), as analysis does
 (roofline/ceilings.py). A
 train run has counted FLOPs but no measured DRAM bytes (those need an ncu profile): its point sits

@@ -160,7 +160,7 @@ def test_a_reused_out_loses_the_files_of_the_earlier_analysis_only(tmp_path):
 
 # ---------------------------------------------------------------- docs/peaks.md
 def test_docs_say_the_trust_rule_chooses_the_ceilings_not_the_latest_run():
-    """main: docs/peaks.md said analysis uses the latest peaks run, while roofline/trust.py takes
+    """main: docs/peaks.md said analysis uses the latest peaks run, while roofline/ceilings.py takes
     the highest of the most trusted."""
     text = " ".join((ROOT / "docs" / "peaks.md").read_text().split())
     assert "analysis uses the **latest**" not in text

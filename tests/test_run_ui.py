@@ -152,7 +152,7 @@ def test_measured_roof_prefers_the_same_environment(tracking):
 def test_a_train_runs_page_and_the_analysis_take_the_same_ceiling(tracking, tmp_path):
     """A quiet older peaks run (load 1 of 8 CPUs) measured 4e11 FLOP/s; a busy newer one (load 12
     of 8 CPUs) only 1e11. The run's roofline.png and the analysis both take the quiet run's ceiling
-    (roofline/trust.py), not the latest."""
+    (roofline/ceilings.py), not the latest."""
     from train.roofline_figure import log_roofline
 
     quiet = _peaks_run("box", "CPU Q", 4e11, load=(1.0, 8.0, 8))

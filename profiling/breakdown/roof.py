@@ -2,7 +2,7 @@
 
 The one place the breakdown reaches the roofline model: the FINISHED peaks runs of the
 device on the tracking server (the same env label first), chosen as analysis chooses them
-(roofline/trust.py: each ceiling the highest of the most trusted runs), each ceiling it lacks from the vendor
+(roofline/ceilings.py: each ceiling the highest of the most trusted runs), each ceiling it lacks from the vendor
 table, as a train run's own `roofline.png` does; where neither knows the device (a CPU without a
 peaks run), no ceilings, and the reason.
 """
@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 from common.errors import one_line
-from roofline import run_plot, store, trust, vendor
+from roofline import ceilings, run_plot, store, vendor
 from roofline.model import MEMORY_BOUND, Roof, ceiling_dtype, classify_bound, fraction_of_roof
 from roofline.model import is_finite_positive as _ok
 
@@ -45,7 +45,7 @@ class Ceilings:
     """the roofline package's roof these ceilings were read from (None: made here, `as_roof`)"""
     peaks_load: dict[str, float] = field(default_factory=dict)
     """the peaks run that measured the compute ceiling: its load while it measured
-    (roofline.trust.PEAKS_LOAD_METRICS) and `trust` (quiet | busy | not recorded) via
+    (roofline.ceilings.PEAKS_LOAD_METRICS) and `trust` (quiet | busy | not recorded) via
     `load_phrase`; empty for a vendor ceiling"""
     vendor_flops_per_s: float = math.nan
     """the vendor table's figure for the same compute ceiling (NaN: none, or the ceiling is it)"""
@@ -56,7 +56,7 @@ class Ceilings:
         m = self.peaks_load
         if not m:
             return ""
-        kind = trust.load_trust(
+        kind = ceilings.load_trust(
             m.get("load_average_1m_start", math.nan),
             m.get("load_average_1m_max", math.nan),
             m.get("cpu_count", math.nan),
@@ -111,7 +111,7 @@ def device_ceilings(
     failure to read them is a Ceilings with `why`, never an exception."""
     try:
         rows = store.peaks_rows(device_name, env_label) if online else []
-        peaks = trust.best_roof(rows, device_name) if rows else None
+        peaks = ceilings.best_roof(rows, device_name) if rows else None
         listed = vendor.load_vendor_lookup(peaks_file)(device_name)
         roof = run_plot.run_roof(device_name, peaks, listed)
     except Exception as exc:  # noqa: BLE001 - the breakdown stands without bounds
@@ -147,13 +147,13 @@ def device_ceilings(
 
 def _evidence(roof: Roof, dtype: str, rows: list[dict], listed) -> tuple[dict, float]:
     """What says whether the compute ceiling of `dtype` could be too low: the load of the peaks
-    run that measured it (trust.PEAKS_LOAD_METRICS, from its analysis row) and the vendor table's
+    run that measured it (ceilings.PEAKS_LOAD_METRICS, from its analysis row) and the vendor table's
     figure for it (NaN: none, or it is the ceiling)."""
     src = roof.sources.get(f"flops:{dtype}", "")
     load: dict[str, float] = {}
     for row in rows:
         if src == f"measured: peaks run {str(row['run_id'])[:8]}":
-            load = trust.load_metrics(row)
+            load = ceilings.load_metrics(row)
             break
     entry = getattr(listed, "flops_per_s", None) or {}
     v = entry.get(dtype, math.nan) if isinstance(entry, dict) else math.nan
