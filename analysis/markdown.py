@@ -13,7 +13,7 @@ from typing import NamedTuple
 import pandas as pd
 
 from roofline.model import Roof
-from analysis.intervals import excludes_one
+from common.intervals import excludes_one
 from analysis.tables import engine_label
 from common import schema
 from common.fmt import num, pct, si

@@ -11,7 +11,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from analysis.intervals import ratio_interval
+from common.intervals import ratio_interval
 from analysis.join import ENV_TAGS, of_kind, short, text
 from common import schema
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from analysis.intervals import excludes_one, log_interval, ratio_interval
+from common.intervals import excludes_one, log_interval, ratio_interval
 
 __all__ = ["excludes_one", "finite", "log_interval", "num", "ratio_interval"]
 

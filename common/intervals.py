@@ -1,6 +1,6 @@
 """Intervals of ratios of positive quantities, on the log scale so they never leave (0, inf): the
-one rule the findings (analysis/findings) and the tables beside them (analysis/tables.py speed-ups)
-share. Pure; imports nothing of the project, so every analysis module can import it.
+one rule the findings (analysis/findings), the tables beside them (analysis/tables.py speed-ups)
+and the what-if checks (train/whatif) share. Pure; imports nothing of the project.
 """
 
 from __future__ import annotations
