@@ -10,6 +10,7 @@ import mlflow
 import pytest
 
 import train.run
+from bench.whatif_overhead import overhead
 from common import schema
 from common.envinfo import device_name
 from common.errors import UsageError
@@ -161,6 +162,8 @@ def test_predictions_first_verdicts_and_an_interrupted_whatif_resumes(store, mon
     assert len(started) == 11 and at_ms < min(started)  # 10 finished, 1 killed by the Ctrl-C
     assert run.info.status == "FINISHED" and run.data.tags["whatif_compile_verdict"] == "missed"
     assert json.loads(logged)["moves"][0]["predicted_high"] == pytest.approx(1 / 0.6)
+    cost = overhead(out.run_id, mlflow.tracking.MlflowClient())  # bench/whatif_overhead.py's
+    assert cost["train_runs"] == 11 and 0 < cost["train_runs_s"] < cost["loop_s"]
 
 
 def test_budget_leaves_out_what_will_not_fit_with_a_line(store, capsys):

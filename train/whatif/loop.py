@@ -20,6 +20,7 @@ from train import device as dev
 from train.run import Measure
 from train.sweep.runner import Hooks, run_sweep
 from train.sweep.spec import plan_sweep
+from train.sweep.state import existing_state
 from train.sweep.summary import ChildOutcome
 from train.whatif import measured as meas
 from train.whatif import plan as planning
@@ -100,7 +101,7 @@ def run_whatif(req: Request, measure: Measure | None = None) -> Outcome:
         else:
             console.info(f"resuming what-if run {session.run_id}: its logged predictions stand")
         _say_predictions(logged)
-        left_out = budget.fit(_todo(sweep_plan), by_name)
+        left_out = budget.fit(_todo(sweep_plan, experiment), by_name)
         for line in left_out:
             console.warn(line)
         hooks = Hooks(
@@ -170,10 +171,11 @@ def _load(when: str) -> dict[str, float]:
         return {}
 
 
-def _todo(sweep_plan) -> list[str]:
-    """Every planned run's sweep key (the budget counts what is still to do from them: the sweep
-    itself skips what is done)."""
-    return [key for _, _, key in sweep_plan.runs]
+def _todo(sweep_plan, experiment: str) -> list[str]:
+    """The sweep key of every planned run not finished by an earlier invocation (what the budget
+    has to fit)."""
+    done = existing_state(sweep_plan.spec.name, sweep_plan.env_label, experiment).done
+    return [key for _, r, key in sweep_plan.runs if (key, r) not in done]
 
 
 def _say_predictions(logged: dict) -> None:
