@@ -1,0 +1,59 @@
+"""The what-if runs analysis reads (`python -m train.whatif`, docs/whatif.md).
+
+One search for FINISHED `whatif` runs in the query's experiments (and env labels), through the run
+cache like every search, the latest per (env_label, device_name, config_key), and each one's
+`whatif/table.json` (its checks as logged: the report shows them as they are, never recomputed).
+"""
+
+from __future__ import annotations
+
+import json
+
+from common import console, schema
+from common.errors import one_line
+
+TABLE = "whatif/table.json"
+
+
+def fetch_whatifs(query, source=None, notes: list[str] | None = None) -> list[dict]:
+    """[{run_id, env_label, device_name, config_key, config_label, rows: [table rows]}]. A run
+    whose table cannot be read is a line appended to `notes`, never an error."""
+    from analysis.fetch import Source, _download_text, experiment_ids
+
+    source = source or Source()
+    df = source.search(
+        experiment_ids(query.experiments),
+        f"tags.{schema.TAG_RUN_KIND} = 'whatif' AND attributes.status = 'FINISHED'",
+        query.max_runs,
+    )
+    notes = [] if notes is None else notes
+    if df.empty:
+        return []
+    cols = {
+        "env_label": f"tags.{schema.TAG_ENV_LABEL}",
+        "device_name": f"tags.{schema.TAG_DEVICE_NAME}",
+        "config_key": f"tags.{schema.TAG_CONFIG_KEY}",
+        "config_label": f"tags.{schema.TAG_CONFIG_LABEL}",
+    }
+    for c in cols.values():
+        if c not in df:
+            df[c] = ""
+    df = df.fillna({c: "" for c in cols.values()})
+    if query.env_labels:
+        df = df[df[cols["env_label"]].isin(query.env_labels)]
+    latest = df.groupby([cols[k] for k in ("env_label", "device_name", "config_key")]).head(1)
+    out = []
+    for r in latest.to_dict("records"):
+        try:
+            rows = json.loads(_download_text(r["run_id"], TABLE))
+            if not isinstance(rows, list):
+                raise ValueError("not a list of rows")
+        except Exception as exc:  # noqa: BLE001 - missing artifact, bad JSON, server error
+            notes.append(
+                f"what-if run {r['run_id'][:8]} has no readable {TABLE} ({one_line(exc)[:160]}): "
+                "its checks are not in the report"
+            )
+            continue
+        out.append({"run_id": r["run_id"], **{k: str(r[c]) for k, c in cols.items()}, "rows": rows})
+    console.info(f"fetched {len(out)} what-if run(s)")
+    return out
