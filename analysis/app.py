@@ -467,6 +467,7 @@ def check_store() -> None:
         raise BenchError(
             f"{exc}: start it, or point MLFLOW_TRACKING_URI at a store that works"
         ) from None
+    fetch.check_store_opens()  # a store MLflow refuses (a folder store, a damaged sqlite file)
 
 
 def main(argv: list[str] | None = None) -> int:

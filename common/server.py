@@ -82,6 +82,12 @@ def store_problem(exc: BaseException) -> str:
             f"{where} cannot be written ({redact(one_line(exc))[:160]}): make the store and its "
             "artifact folder writable, or point MLFLOW_TRACKING_URI at another store"
         )
+    if "MLFLOW_ALLOW_FILE_STORE" in text:  # MLflow 3 refuses a folder store unless told to
+        return (
+            f"{where} is a folder store, which this MLflow keeps in maintenance mode: copy its runs "
+            "into a database with `mlflow migrate-filestore` and point MLFLOW_TRACKING_URI at it, "
+            "or set MLFLOW_ALLOW_FILE_STORE=true to use the folder as it is"
+        )
     if "file is not a database" in text or "database disk image is malformed" in text:
         return (
             f"{where} is not a readable sqlite database ({one_line(exc)[:120]}): move the file away "

@@ -53,16 +53,36 @@ def tracking(template_db, tmp_path, monkeypatch):
     db = tmp_path / "mlflow.db"
     shutil.copyfile(template_db, db)
     uri = f"sqlite:///{db}"
+    _point_at(uri, tmp_path, monkeypatch)
+    yield uri
+    mlflow.set_tracking_uri(None)
+
+
+@pytest.fixture
+def tracking_postgres(tmp_path, monkeypatch):
+    """The PostgreSQL database ROOFLINE_TEST_POSTGRES_URI names as the tracking store, read and
+    written directly (no server); shared by the session's tests, so each makes its own experiment."""
+    import mlflow
+
+    uri = os.environ.get("ROOFLINE_TEST_POSTGRES_URI")
+    if not uri:
+        pytest.skip("set ROOFLINE_TEST_POSTGRES_URI=postgresql://user:pass@host/db to test it")
+    _point_at(uri, tmp_path, monkeypatch)
+    yield uri
+    mlflow.set_tracking_uri(None)
+
+
+def _point_at(uri: str, tmp_path: Path, monkeypatch) -> None:
+    """MLflow at `uri`, run in `tmp_path`, with this test's own spool and run cache."""
+    import mlflow
+
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("ROOFLINE_SPOOL_DIR", str(tmp_path / "spool"))
     monkeypatch.setenv("ROOFLINE_CACHE_DIR", str(tmp_path / "cache"))  # analysis's run cache
-    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
-    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
-    monkeypatch.delenv("MLFLOW_EXPERIMENT_ID", raising=False)
+    for name in ("MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID"):
+        monkeypatch.delenv(name, raising=False)
     mlflow.set_tracking_uri(uri)
-    yield uri
-    mlflow.set_tracking_uri(None)
 
 
 SERVER_BACKENDS = ["sqlite", "postgresql"]

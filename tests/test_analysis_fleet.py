@@ -22,8 +22,7 @@ from mlflow.tracking import MlflowClient
 from analysis import app, core, fetch, join
 from analysis.fetch import cached_search, rows, segments
 from analysis.fetch.api import ApiReader, OVERLAP_MS
-from analysis.fetch.sql import SqlReader
-from analysis.fetch.sqlite import SqliteReader
+from analysis.fetch.sql import SqliteReader, SqlReader
 from bench import fleet_store
 
 TRAIN = "tags.run_kind = 'train'"
@@ -177,6 +176,13 @@ def check_reader_reads_what_mlflow_reads(reader, client):
 
 def test_sql_reader_reads_what_mlflow_reads(tracking):
     check_reader_reads_what_mlflow_reads(sql_reader(), MlflowClient())
+
+
+def test_sql_reader_reads_a_postgresql_store_as_mlflow_does(tracking_postgres):
+    """The same SELECTs with psycopg's `%s` placeholders, and the cache through them."""
+    assert sql_reader().mark == "%s"
+    check_reader_reads_what_mlflow_reads(sql_reader(), MlflowClient())
+    check_cache_follows_a_fleet(sql_reader, "sql")
 
 
 @pytest.mark.server

@@ -1,7 +1,7 @@
-"""analysis/fetch/sqlite.py: an sqlite store read with Python's sqlite3, MLflow not imported.
+"""SqliteReader (analysis/fetch/sql.py): an sqlite store read with sqlite3, MLflow not imported.
 
 The reference is MLflow's own search (tests/test_analysis_fleet.py's `truth`): for every filter the
-reader compiles it returns exactly that, the cache follows a fleet through it as through sql.py,
+reader compiles it returns exactly that, the cache follows a fleet through it as through SqlReader,
 Source hands other filters to MLflow's compiler and falls back when a query fails, and a whole
 analysis of an sqlite store that only reads the cache never imports MLflow.
 """
@@ -19,9 +19,7 @@ from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
 from analysis import fetch
-from analysis.fetch import sqlite
-from analysis.fetch.sql import SqlReader
-from analysis.fetch.sqlite import SqliteReader, parse_filter
+from analysis.fetch.sql import SqliteReader, SqlReader, parse_filter, sqlite_path
 from tests.test_analysis_fleet import (
     TRAIN,
     check_cache_follows_a_fleet,
@@ -64,10 +62,10 @@ def test_the_filters_it_compiles_and_those_it_leaves_to_mlflow():
         assert parse_filter(other) is None, other
         assert not SqliteReader.understands(other)
     assert SqliteReader.understands("") and SqliteReader.understands(TRAIN)
-    assert sqlite.sqlite_path("sqlite:////abs/m.db") == "/abs/m.db"
-    assert sqlite.sqlite_path("sqlite:///rel.db") == "rel.db"
+    assert sqlite_path("sqlite:////abs/m.db") == "/abs/m.db"
+    assert sqlite_path("sqlite:///rel.db") == "rel.db"
     for uri in ["sqlite:///:memory:", "sqlite:///m.db?mode=ro", "postgresql://h/db", "http://h"]:
-        assert sqlite.sqlite_path(uri) is None, uri
+        assert sqlite_path(uri) is None, uri
 
 
 def test_it_reads_what_mlflow_reads(tracking):

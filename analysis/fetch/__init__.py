@@ -3,11 +3,12 @@
 `Source` reads runs with one of three readers, each returning only the keys analysis reads
 (analysis/fetch/rows.py):
 
-* sqlite.py  an sqlite file and the filters analysis writes itself: plain SELECTs with Python's
-             sqlite3, MLflow not imported (importing its SQL store costs ~3 s of CPU here);
-* sql.py     a database URI (sqlite, PostgreSQL, MySQL): plain SELECTs through MLflow's own engine,
-             tables and filter compiler (MLflow's search builds an ORM object per tag, param and
-             metric);
+* sql.py     a database's tables read with plain SELECTs over a DB-API connection (MLflow builds
+             an ORM object per tag, param and metric): SqliteReader for an sqlite file and the
+             filters analysis writes itself, with Python's sqlite3 and MLflow not imported
+             (importing its SQL store costs ~3 s of CPU here); SqlReader for any database MLflow
+             reads (sqlite, PostgreSQL, MySQL) and any filter, through MLflow's own engine and
+             filter compiler;
 * api.py     anything else (an `mlflow server`): MLflow's search API, pages requested in parallel.
 
 and keeps what it read in a local cache (segments.py), brought up to date on every analysis
@@ -23,10 +24,10 @@ from datetime import datetime
 import pandas as pd
 
 from analysis.fetch import cached_search, rows, segments
-from analysis.fetch.sqlite import SqliteReader
+from analysis.fetch.sql import SqliteReader
 from common import console, schema
 from common.errors import BenchError, UsageError, one_line
-from common.server import check_reachable, tracking_uri
+from common.server import check_reachable, store_problem, tracking_uri
 
 
 @dataclass
@@ -76,7 +77,7 @@ class Source:
         self.mode = cache_mode
         self.jobs = jobs
         self.lite = SqliteReader.for_uri(self.uri)
-        """sqlite.py's reader (an sqlite store; MLflow not imported) for the filters it compiles."""
+        """SqliteReader (an sqlite store; MLflow not imported) for the filters it compiles."""
         self._full = None
         self.stats = cached_search.Stats()
         if cache_mode == "refresh":
@@ -84,16 +85,17 @@ class Source:
 
     @property
     def reader(self):
-        """The reader of searches with analysis's own filters: sqlite.py's where it can, else
+        """The reader of searches with analysis's own filters: SqliteReader where it can, else
         full_reader()."""
         return self.lite or self.full_reader()
 
     def full_reader(self):
-        """sql.py's reader (MLflow's store and filter compiler) for a database, else api.py's."""
+        """SqlReader (MLflow's engine and filter compiler) for a database, else api.py's."""
         if self._full is None:
             from analysis.fetch.api import ApiReader
             from analysis.fetch.sql import SqlReader
 
+            client()  # a store MLflow cannot open: one line
             self._full = SqlReader.for_current() or ApiReader(self.jobs)
         return self._full
 
@@ -109,7 +111,7 @@ class Source:
             raise
         except Exception as exc:  # noqa: BLE001 - connection errors, server-side rejections
             msg = one_line(exc)
-            if lite:  # MLflow's tables changed under sqlite.py: MLflow's own SQL store reads them
+            if lite:  # MLflow's tables changed under SqliteReader: SqlReader reads them
                 console.warn(
                     f"reading {self.uri} with sqlite3 failed ({msg}); using MLflow's store"
                 )
@@ -192,15 +194,32 @@ def any_train_run(query: Query) -> bool:
     """Whether any train run matches `query` (one search of at most one run per env label): asked
     before an analysis run is created, so that a label or filter matching nothing leaves no FAILED
     analysis run behind (issue 32)."""
-    from mlflow.tracking import MlflowClient
-
     ids = experiment_ids(query.experiments)
-    client = MlflowClient()
+    mlflow_client = client()
     for _, train_filter in train_filters(query):
         for lo in range(0, len(ids), 100):
-            if client.search_runs(ids[lo : lo + 100], train_filter, max_results=1):
+            if mlflow_client.search_runs(ids[lo : lo + 100], train_filter, max_results=1):
                 return True
     return False
+
+
+def client():
+    """An MlflowClient of the tracking store. A store MLflow cannot open (a folder store, which
+    MLflow 3 keeps in maintenance mode; a damaged sqlite file) is a BenchError of one line saying
+    what to do (common.server.store_problem), as train, import and peaks say it."""
+    from mlflow.tracking import MlflowClient
+
+    try:
+        return MlflowClient()
+    except Exception as exc:  # noqa: BLE001 - whatever the store raised on opening
+        raise BenchError(f"cannot use {store_problem(exc)}") from exc
+
+
+def check_store_opens() -> None:
+    """client()'s line, asked before analysis writes anything; an sqlite store SqliteReader reads
+    is not opened with MLflow (which is then not imported)."""
+    if SqliteReader.for_uri(tracking_uri()) is None:
+        client()
 
 
 def experiment_ids(names: list[str]) -> list[str]:
@@ -210,15 +229,13 @@ def experiment_ids(names: list[str]) -> list[str]:
     ids = lite.lookup_experiments(names) if lite is not None else None
     if ids is not None:
         return ids
-    from mlflow.tracking import MlflowClient
-
     try:
         check_reachable()  # a server that is down: seconds, not MLflow's minutes of retries
     except ConnectionError as exc:
         raise BenchError(
             f"{exc}: start it, or point MLFLOW_TRACKING_URI at a store that works"
         ) from None
-    client = MlflowClient()
+    mlflow_client = client()
     ids, missing = [], []
     try:
         if not names:
@@ -227,9 +244,11 @@ def experiment_ids(names: list[str]) -> list[str]:
 
             return [e.experiment_id for e in mlflow.search_experiments(ViewType.ACTIVE_ONLY)]
         for name in names:
-            exp = client.get_experiment_by_name(name)
+            exp = mlflow_client.get_experiment_by_name(name)
             (ids.append(exp.experiment_id) if exp is not None else missing.append(name))
-        known = [e.name for e in client.search_experiments(max_results=20)] if missing else []
+        known = (
+            [e.name for e in mlflow_client.search_experiments(max_results=20)] if missing else []
+        )
     except Exception as exc:  # noqa: BLE001 - unreachable server, bad URI
         raise BenchError(f"cannot read experiments from {tracking_uri()}: {one_line(exc)}") from exc
     if missing:

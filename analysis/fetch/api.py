@@ -213,7 +213,7 @@ def _entity_record(run) -> tuple:
 
 def _json_record(run: dict) -> tuple:
     """(info, {column: value}) of a run as the REST API's JSON has it, only the keys analysis
-    reads. Metric values may come as strings ("NaN", "Infinity"): float() reads those."""
+    reads. Metric values may come as strings ("NaN", "Infinity"): rows.metric reads those."""
     i, d = run.get("info", {}), run.get("data", {})
     data = {}
     for kind in ("tags", "params"):
@@ -222,7 +222,7 @@ def _json_record(run: dict) -> tuple:
                 data[f"{kind}.{kv['key']}"] = kv.get("value", "")
     for m in d.get("metrics", ()):
         if rows.keeps("metrics", m["key"]):
-            data[f"metrics.{m['key']}"] = float(m.get("value", "nan"))
+            data[f"metrics.{m['key']}"] = rows.metric(m.get("value"))
     info = (
         i["run_id"],
         i.get("experiment_id"),

@@ -55,7 +55,7 @@ def frame(info: list[tuple], columns: dict[str, list]) -> pd.DataFrame:
     for name in sorted(columns):
         values = columns[name]
         if name.startswith("metrics."):
-            cols[name] = np.array([np.nan if v is None else v for v in values], dtype=float)
+            cols[name] = np.array(values, dtype=float)  # None (absent): NaN
         else:
             cols[name] = pd.Series(values, dtype=object)
     return order(pd.DataFrame(cols, columns=list(cols)))
@@ -81,7 +81,7 @@ class Columns(dict):
     def fill(self, kind: str, result: list[tuple]) -> None:
         """put() for every (run_id, key, value[, is_nan]) row of a query, as `kind`.`key` (the
         same, in one loop: this runs once per row of a scan, millions of times)."""
-        pos, n, nan = self.pos, self.n, float("nan")
+        pos, n = self.pos, self.n
         for row in result:
             i = pos.get(row[0])
             if i is None:
@@ -90,7 +90,18 @@ class Columns(dict):
             col = self.get(name)
             if col is None:
                 col = self[name] = [None] * n
-            col[i] = (nan if row[3] else float(row[2])) if kind == "metrics" else row[2]
+            col[i] = metric(row[2], row[3]) if kind == "metrics" else row[2]
+
+
+def metric(value, is_nan=False) -> float:
+    """A metric's value as a float, the one place a reader turns one into a number: NaN where
+    MLflow flagged it NaN (its SQL store keeps NaN as 0 with is_nan set) or it is absent (None);
+    a string as the REST API may send one ("NaN", "Infinity") read by float(). Whether the number
+    is plausible is analysis/screen.py's to say."""
+    return _NAN if is_nan or value is None else float(value)
+
+
+_NAN = float("nan")
 
 
 def _num(value) -> float:
