@@ -21,10 +21,12 @@ ORIGINAL = "original"
 """the name of the original configuration's row in a what-if's records"""
 DEFAULT_RUN_S = 60.0
 """what one run is guessed to take when the original run has no start and end time"""
-COMPILE_PRIOR_S = 120.0
-"""what torch.compile adds to one run before anything measured it here: resnet18 and
-mobilenet_v2 at batch 8, 64 px, compiled in 40-80 s on the project's 2-core CPU (docs/whatif.md);
-replaced by the measured time of a compiled run once one ran in this invocation"""
+COMPILE_PRIOR_S = 600.0
+"""what torch.compile adds to one run before a compiled run was measured in this invocation: the
+first compiled run of resnet18 and of mobilenet_v2 (batch 8, 64 px, one torch thread) took 514 s
+and 705 s on the project's 2-core CPU at load average 12-14, the next ones 50-60 s (inductor's
+cache on disk; docs/whatif.md). Replaced by the measured time of the last compiled run here once
+one ran (an overestimate for the runs after the first)."""
 
 
 def lower_precisions(device) -> list[str]:
