@@ -27,7 +27,6 @@ from analysis import (
     figures,
     findings,
     hierarchy,
-    html,
     report,
     screen,
 )
@@ -118,6 +117,23 @@ class Result:
     findings: findings.Findings | None = None
     drawn_figures: list[str] | None = None
     """file names of the figures drawn (the others were copied from the figure cache)."""
+    report: report.Report | None = None
+    """everything the report says (analysis/report.py)."""
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """The report's "What is missing", in order."""
+        return self.report.missing if self.report is not None else self.analysis.notes
+
+
+@dataclass(frozen=True)
+class Variability:
+    """The step-time box plot: its figure's argument (config label, step times per environment)
+    or None, its caption, and what is missing for it."""
+
+    figure: tuple | None = None
+    caption: str = ""
+    notes: tuple[str, ...] = ()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -167,8 +183,9 @@ def _run(cfg: AnalysisConfig, vendor_lookup, n_jobs: int, pool) -> Result:
         pool.warm()
 
     t = time.perf_counter()
-    analysis = core.build(runs, vendor_lookup, complexity, cfg.use_incomplete_profiles)
-    analysis.notes[:0] = fetch_notes
+    analysis = core.build(
+        runs, vendor_lookup, complexity, cfg.use_incomplete_profiles, notes=fetch_notes
+    )
     timings["join_s"] = time.perf_counter() - t
     console.info(
         f"joined {analysis.counts['train']} train, {analysis.counts['profile']} profile, "
@@ -177,16 +194,15 @@ def _run(cfg: AnalysisConfig, vendor_lookup, n_jobs: int, pool) -> Result:
 
     t = time.perf_counter()
     out_dir = Path(cfg.out)
-    variability, var_title = _variability(analysis, cfg, source, timings)
+    variability = _variability(analysis, cfg, source, timings)
     cache = figure_cache.FigureCache.for_mode(cfg.cache)
     with writing(out_dir):
-        jobs = figures.plan(analysis, out_dir / "figures", variability)
+        jobs = figures.plan(analysis, out_dir / "figures", variability.figure)
         pending = figures.Pending(jobs, n_jobs, cache, pool)
         timings["figures_s"] = time.perf_counter() - t
 
         # the findings are built while the pool draws
-        screened = analysis.runs if analysis.runs is not None else runs  # the screen's leavings
-        found = _findings(cfg, analysis, screened, breakdowns, source, out_dir, timings)
+        found = _findings(cfg, analysis, breakdowns, source, out_dir, timings)
 
         t = time.perf_counter()
         drawn, files = _drawn(analysis, out_dir, pending, n_jobs)
@@ -195,17 +211,14 @@ def _run(cfg: AnalysisConfig, vendor_lookup, n_jobs: int, pool) -> Result:
         timings["figures_s"] += time.perf_counter() - t
 
         t = time.perf_counter()
-        # the cache's housekeeping note goes after what the runs lack, never first
-        hier = hierarchy.collect(
-            screened, analysis.roofs, vendor_lookup, out_dir / "figures", analysis.notes
-        )
-        files += _write_report(
-            analysis, out_dir, drawn, query.describe(), var_title, breakdowns, found, source.note(),
-            hier,
+        rep, written = _write_report(
+            analysis, out_dir, drawn, query.describe(), variability, breakdowns, found, source,
+            vendor_lookup,
         )  # fmt: skip
+        files += written
     timings["report_s"] = time.perf_counter() - t
     timings["total_s"] = time.perf_counter() - t0
-    return Result(analysis, out_dir, files, timings, source, found, drawn_names)
+    return Result(analysis, out_dir, files, timings, source, found, drawn_names, rep)
 
 
 def _fetch(query: fetch.Query, source: fetch.Source) -> tuple:
@@ -253,51 +266,58 @@ def _write_report(
     out_dir: Path,
     drawn: dict,
     query: str,
-    var_title: str,
+    variability: Variability,
     breakdowns: list[dict],
-    found,
-    last_note: str | None = None,
-    hierarchies: list[dict] = (),
-) -> list[Path]:
-    """The table files, report.md and report.html (figures embedded, the Findings section first,
-    the breakdown section included) under `out_dir`; `last_note` ends "What is missing"."""
+    found: findings.Findings,
+    source: fetch.Source,
+    vendor_lookup,
+) -> tuple[report.Report, list[Path]]:
+    """The Report (everything it says: the analysis, the findings, the breakdown runs, the
+    profiles' hierarchical rooflines, the figures) and the files written from it under `out_dir`:
+    the tables, report.md and report.html (figures embedded). "What is missing" ends with what
+    the steps after the join add, the cache's housekeeping note last."""
+    hier, hier_notes = hierarchy.collect(
+        analysis.runs, analysis.roofs, vendor_lookup, out_dir / "figures"
+    )
     b = breakdown.build(breakdowns)
-    missing = list(found.missing) if found is not None else []  # findings the numbers cannot carry
-    analysis.notes += b.notes + missing + ([last_note] if last_note else [])
     files = report.write_tables(analysis, out_dir) + breakdown.write_files(b, out_dir)
+    figs = {**drawn, "hierarchical": [(h["title"], h["figure"]) for h in hier]}
     if not b.runs.empty:  # breakdown_plot imports matplotlib (through profiling.breakdown)
         from analysis import breakdown_plot
 
         png = breakdown_plot.parts_by_run(b.runs, out_dir / "figures" / "breakdown_parts.png")
-        drawn["breakdown"] = [("Step parts per breakdown run", str(png.relative_to(out_dir)))]
+        figs["breakdown"] = [("Step parts per breakdown run", str(png.relative_to(out_dir)))]
         files.append(png)
-    generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    blocks = report.report_blocks(analysis, drawn, display_uri(), query, generated, var_title)
-    blocks = breakdown.insert_section(
-        blocks, breakdown.section(b, next(iter(drawn.get("breakdown", [])), None))
+    last = source.note()
+    rep = report.Report(
+        analysis,
+        figs,
+        display_uri(),
+        query,
+        dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        variability.caption,
+        found,
+        b,
+        tuple(hier),
+        notes=(
+            *variability.notes,
+            *hier_notes,
+            *b.notes,
+            *found.missing,
+            *([last] if last else []),
+        ),
     )
-    blocks = breakdown.insert_section(
-        blocks, hierarchy.section(hierarchies, out_dir), before="Failed runs"
-    )
-    drawn["hierarchical"] = [(h["title"], str(h["path"].relative_to(out_dir))) for h in hierarchies]
-    files += [h["path"] for h in hierarchies]
-    first = report.first_section(blocks)
-    blocks[first:first] = findings.report.blocks(found)
-    md_path, html_path = out_dir / "report.md", out_dir / "report.html"
-    md_path.write_text(report.markdown_text(blocks))
-    images = {rel: (out_dir / rel).read_bytes() for section in drawn.values() for _, rel in section}
-    html_path.write_text(html.render(blocks, images), encoding="utf-8")
-    return files + [md_path, html_path]
+    return rep, files + [h["path"] for h in hier] + report.write(rep, out_dir)
 
 
 def _findings(
-    cfg, analysis, runs, breakdowns: list[dict], source, out_dir: Path, timings: dict
+    cfg, analysis, breakdowns: list[dict], source, out_dir: Path, timings: dict
 ) -> findings.Findings:
     """The findings engine over the joined analysis, with the step-time series of variable runs and
     the fetched breakdown runs; writes findings.json."""
     t = time.perf_counter()
     series = fetch.fetch_series(findings.series_wanted(analysis.train), source=source)
-    found = findings.build(analysis, runs, findings.read_prices(cfg.prices), breakdowns, series)
+    found = findings.build(analysis, findings.read_prices(cfg.prices), breakdowns, series)
     timings["findings_s"] = time.perf_counter() - t
     path = out_dir / "findings.json"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -307,20 +327,21 @@ def _findings(
 
 def _variability(
     analysis: core.Analysis, cfg: AnalysisConfig, source: fetch.Source, timings: dict
-) -> tuple:
-    """(config label, step times per environment) for the step-time box plot, and its caption;
-    (None, "") when no config has train runs. Fetches the series of the plotted runs only."""
+) -> Variability:
+    """The step-time box plot of the config run in the most environments (or the one asked for);
+    fetches the series of the plotted runs only."""
     key = core.variability_config(analysis, cfg.variability_config or None)
+    notes = []
     if cfg.variability_config and key is None:
-        analysis.notes.append(
+        notes.append(
             f"--variability-config {cfg.variability_config}: no train run has that config_key"
         )
     if not key:
-        return None, ""
+        return Variability(notes=tuple(notes))
     vr = core.variability_runs(analysis, key)
     t = time.perf_counter()
     series, dropped = screen.series(fetch.fetch_series(list(vr["run_id"]), source=source))
-    analysis.notes += dropped
+    notes += dropped
     timings["series_fetch_s"] = time.perf_counter() - t
     by_env: dict[tuple[str, str], list[float]] = {}
     for r in vr.to_dict("records"):
@@ -329,7 +350,7 @@ def _variability(
         )
     empty = [e for e, v in by_env.items() if not v]
     if empty:
-        analysis.notes.append(
+        notes.append(
             f"no step_time_s series logged for config {key} in {', '.join(e for e, _ in empty)}"
         )
     pts = analysis.points
@@ -338,7 +359,7 @@ def _variability(
         f"Config `{label}` (config_key {key}), the config run in the most environments; "
         f"per-step times of up to 5 latest runs per environment."
     )
-    return (label, by_env), caption
+    return Variability((label, by_env), caption, tuple(notes))
 
 
 def _log(session, cfg: AnalysisConfig, result: Result) -> None:
@@ -518,7 +539,7 @@ def main(argv: list[str] | None = None) -> int:
         result = run(cfg)
         _raise_if_no_points(result)
         where = ""
-    for note in result.analysis.notes:
+    for note in result.notes:
         console.note(note)
     console.result(
         f"{summary_line(result)}; report: {result.out_dir / 'report.html'} "

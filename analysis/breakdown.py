@@ -256,8 +256,9 @@ def shifts_table(sh: pd.DataFrame) -> Table:
 
 
 def section(b: Breakdowns, figure: tuple[str, str] | None) -> list[tuple]:
-    """The report blocks of the section (analysis/report.py's Block format)."""
-    out: list[tuple] = [("h2", "Where the step's time goes")]
+    """The body of the report's section "Where the step's time goes" (analysis/report.py's Block
+    format)."""
+    out: list[tuple] = []
     if b.runs.empty:
         return out + [
             (
@@ -287,15 +288,6 @@ def section(b: Breakdowns, figure: tuple[str, str] | None) -> list[tuple]:
             ("table", shifts_table(b.shifts)),
         ]
     return out
-
-
-def insert_section(
-    blocks: list[tuple], extra: list[tuple], before: str = "Model complexity"
-) -> list[tuple]:
-    """`blocks` with `extra` inserted before the h2 titled `before` (else before the last h2)."""
-    heads = [i for i, blk in enumerate(blocks) if blk[0] == "h2"]
-    at = next((i for i in heads if blocks[i][1] == before), heads[-1] if heads else len(blocks))
-    return blocks[:at] + extra + blocks[at:]
 
 
 def write_files(b: Breakdowns, out_dir: Path) -> list[Path]:

@@ -1,7 +1,9 @@
 """The analysis as one pure function: runs DataFrame -> points, roofs, tables and notes.
 
 `build()` takes the runs (mlflow.search_runs layout, see analysis/join.py) and an injected vendor
-lookup, so tests can pass a stub and nothing here touches MLflow, files or plots.
+lookup, so tests can pass a stub and nothing here touches MLflow, files or plots. The Analysis it
+returns is frozen: the findings, the figures and the report read it and never change it (what
+they add to the report is theirs: analysis/report.py's Report).
 """
 
 from __future__ import annotations
@@ -9,33 +11,35 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 import pandas as pd
 
-from analysis import join, scaling, screen, tables
+from analysis import join, roofs, scaling, screen, tables
 from common import plausible
 from roofline.model import TENSOR_PRECISIONS, Roof
 
 
-@dataclass
+@dataclass(frozen=True)
 class Analysis:
-    """Everything the figures and the report are drawn from."""
+    """The joined numbers every figure, finding and table is drawn from, built once."""
 
     points: pd.DataFrame
     """one row per (env_label, device_name, config_key): samples/s mean ± SD, achieved FLOP/s,
     intensity and its source, ceiling, bound, fraction of roof (raw SI values)."""
     train: pd.DataFrame
-    """one row per FINISHED train run."""
+    """one row per FINISHED train run, with its own rates (join.RUN_RATE_COLUMNS)."""
     roofs: dict[tuple[str, str], dict[str, Roof | None]]
-    """(env_label, device_name) -> {'measured', 'vendor', 'roof'} (roof = used for the fraction of roof)."""
+    """(env_label, device_name) -> {'measured', 'vendor', 'roof', 'peaks_runs'} (roof = used for
+    the fraction of roof; analysis/roofs.py choose_roofs)."""
     environments: pd.DataFrame
     failed: pd.DataFrame
     speedups: pd.DataFrame
-    notes: list[str] = field(default_factory=list)
+    notes: tuple[str, ...] = ()
+    """what is missing, one line each: what the fetch said, then the screen's and the joins'."""
     counts: dict[str, int] = field(default_factory=dict)
     complexity: pd.DataFrame = field(default_factory=pd.DataFrame)
     """rows of the latest complexity run's models.csv per environment (tables.complexity_table)."""
     scaling: pd.DataFrame = field(default_factory=pd.DataFrame)
     """one row per data-parallel point: samples/s, ideal, scaling efficiency, exposed
     communication against world size (analysis/scaling.py)."""
-    flags: list[str] = field(default_factory=list)
+    flags: tuple[str, ...] = ()
     """implausible values (common.plausible): a point above its roof, scaling over 100 %, a wide CI"""
     runs: pd.DataFrame | None = None
     """the fetched runs without those analysis/screen.py left out: what the findings read"""
@@ -43,15 +47,18 @@ class Analysis:
 
 def build(
     runs: pd.DataFrame,
-    vendor_lookup: join.VendorLookup | None = None,
+    vendor_lookup: roofs.VendorLookup | None = None,
     complexity: list[dict] | None = None,
     use_incomplete_profiles: bool = False,
+    notes: tuple[str, ...] | list[str] = (),
 ) -> Analysis:
     """Join train, profile and peaks runs into roofline points; `complexity` are the models.csv
     tables of complexity runs (fetch.fetch_complexity); `use_incomplete_profiles` lets a profile
-    that missed a training phase give its intensity. Never raises on missing data: what is
-    missing ends up in `notes` and as empty cells. Runs holding a value that is not a measurement
-    are left out first (analysis/screen.py), each named in `notes`."""
+    that missed a training phase give its intensity; `notes`: what the fetch said, first in the
+    analysis' notes. Never raises on missing data: what is missing ends up in `notes` and as
+    empty cells. Runs holding a value that is not a measurement are left out first
+    (analysis/screen.py), each named in `notes`."""
+    fetched = list(notes)
     runs, notes = screen.runs(runs)
     n_screened = len(notes)
     runs, value_notes = screen.values(runs)  # a bad value of a key that leaves its run in
@@ -60,7 +67,7 @@ def build(
     notes += running_notes
     train = join.train_runs(runs)
     notes += join.train_notes(train)
-    points, roofs, point_notes = _roofline_points(
+    points, env_roofs, point_notes = _roofline_points(
         runs, train, vendor_lookup, use_incomplete_profiles
     )
     notes += point_notes
@@ -87,15 +94,15 @@ def build(
             ["env_label", "device_name", "model", "precision", "batch_size"]
         ).reset_index(drop=True),
         train=train,
-        roofs=roofs,
+        roofs=env_roofs,
         environments=tables.environments(train),
         failed=failed,
         speedups=speedups,
-        notes=notes,
+        notes=tuple(fetched + notes),
         counts=counts,
         complexity=complexity_rows,
         scaling=scaled,
-        flags=implausible(points, scaled, train),
+        flags=tuple(implausible(points, scaled, train)),
         runs=runs,
     )
 
@@ -120,23 +127,23 @@ def _run_counts(runs: pd.DataFrame) -> tuple[dict[str, int], list[str]]:
 def _roofline_points(
     runs: pd.DataFrame,
     train: pd.DataFrame,
-    vendor_lookup: join.VendorLookup | None,
+    vendor_lookup: roofs.VendorLookup | None,
     use_incomplete_profiles: bool = False,
 ) -> tuple[pd.DataFrame, dict, list[str]]:
     """(points, roofs, notes): the train runs' repeats averaged, placed at their intensity under
     their environment's roof, labelled; a profile that missed a training phase gives no intensity
     unless `use_incomplete_profiles`."""
     points = join.aggregate_repeats(train)
-    profiles = join.profile_intensities(runs, use_incomplete_profiles)
-    notes = join.profile_notes(runs, use_incomplete_profiles)
-    notes += tables.unplaced_notes(runs, points, profiles)
-    points = join.attach_intensity(points, profiles)
+    measured = roofs.profile_intensities(runs, use_incomplete_profiles)
+    notes = roofs.profile_notes(runs, use_incomplete_profiles)
+    notes += tables.unplaced_notes(runs, points, measured)
+    points = roofs.attach_intensity(points, measured)
     envs = sorted({(e, d) for e, d in zip(points["env_label"], points["device_name"])})
-    roofs, roof_notes = join.choose_roofs(envs, runs, vendor_lookup)
+    env_roofs, roof_notes = roofs.choose_roofs(envs, runs, vendor_lookup)
     notes += roof_notes
-    points = join.evaluate(points, roofs)
+    points = roofs.evaluate(points, env_roofs)
     points["label"] = [tables.point_label(r) for r in points.to_dict("records")]
-    return points, roofs, notes + _point_notes(points)
+    return points, env_roofs, notes + _point_notes(points)
 
 
 def _point_notes(points: pd.DataFrame) -> list[str]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -62,12 +63,13 @@ def _latest_profiles(runs: pd.DataFrame | None) -> pd.DataFrame:
     return prof.groupby(keys, sort=False).head(1).head(MAX_PROFILES)
 
 
-def collect(runs, roofs: dict, vendor_lookup, folder: Path, notes: list[str]) -> list[dict]:
-    """[{run_id, label, device, title, path, table, phases}] of the profile runs whose tables can
-    be read, each figure drawn into `folder`; a run whose table cannot be read is one note."""
+def collect(runs, roofs: dict, vendor_lookup, folder: Path) -> tuple[list[dict], list[str]]:
+    """([{run_id, label, device, title, path, figure, table, phases}] of the profile runs whose
+    tables can be read, each figure drawn into `folder` (`figure`: its path relative to the
+    report, folder's parent), one note per run whose table cannot be read)."""
     from analysis.fetch import _download_text
 
-    items = []
+    items, notes = [], []
     for r in _latest_profiles(runs).to_dict("records"):
         env, dev = r[f"tags.{schema.TAG_ENV_LABEL}"], r[f"tags.{schema.TAG_DEVICE_NAME}"]
         try:
@@ -97,11 +99,12 @@ def collect(runs, roofs: dict, vendor_lookup, folder: Path, notes: list[str]) ->
                 device=dev,
                 title=title,
                 path=path,
+                figure=str(path.relative_to(folder.parent)),
                 table=table,
                 phases=phases,
             )
         )
-    return items
+    return items, notes
 
 
 def _num(v, unit: str = "") -> str:
@@ -149,14 +152,15 @@ def phases_table(phases: pd.DataFrame) -> Table:
     return Table([*heads, "time-weighted AI DRAM", "AI L2", "AI L1"], rows)
 
 
-def section(items: list[dict], out_dir: Path) -> list[tuple]:
-    """The report blocks: a heading, the intro, per profile its line, figure and two tables."""
+def section(items: Sequence[dict]) -> list[tuple] | None:
+    """The section's body: the intro, per profile its line, figure and two tables; None without
+    profiles (no section)."""
     if not items:
-        return []
-    out: list[tuple] = [("h2", "Hierarchical roofline (profile runs)"), ("p", INTRO)]
+        return None
+    out: list[tuple] = [("p", INTRO)]
     for it in items:
         out.append(("p", f"**{it['label']}** on {it['device']}, profile run `{it['run_id'][:8]}`:"))
-        out.append(("figure", it["title"], str(it["path"].relative_to(out_dir))))
+        out.append(("figure", it["title"], it["figure"]))
         out.append(("table", kernels_table(it["table"])))
         out.append(("table", phases_table(it["phases"])))
     return out

@@ -13,10 +13,10 @@ from typing import NamedTuple
 import pandas as pd
 
 from roofline.model import Roof
-from common.intervals import excludes_one
 from analysis.tables import engine_label
 from common import schema
 from common.fmt import num, pct, si
+from common.stats import excludes_one
 
 SUMMARY_COLUMNS = [
     *schema.WHERE_KEYS,

@@ -1,16 +1,24 @@
 """The report (report.md, report.html) and the table files (CSV with raw SI values, Markdown for
 reading).
 
-`report_blocks` is pure (an Analysis in, the report as a list of blocks out; the tables come from
-analysis/markdown.py); `markdown_text` renders the blocks as report.md, analysis/html.py as
-report.html; `write_tables` is the edge that writes the table files.
+The report is one ordered list of sections, `SECTIONS`: each a heading and a pure function that
+writes its body from a `Report` (everything the report says, gathered once and frozen);
+`report_blocks` lays them out as blocks, `markdown_text` renders the blocks as report.md,
+analysis/html.py as report.html. The tables come from analysis/markdown.py. `write` and
+`write_tables` are the edges that write the files.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+from analysis import breakdown, hierarchy, html
+from analysis.breakdown import Breakdowns
 from analysis.core import Analysis
+from analysis.findings import Findings
+from analysis.findings import report as findings_report
 from analysis.scaling import scaling_csv
 from common.fmt import csv_frame
 from analysis.markdown import (
@@ -38,6 +46,16 @@ SCALING_INTRO = (
     "against world size, with the ideal (world size × the baseline's samples/s, dashed); scaling "
     "efficiency (filled) and the share of the step spent in communication that compute does not "
     "hide (hollow, dotted), both out of 1. Raw values: `scaling.csv`, next to this report."
+)
+
+ROOFLINES_INTRO = (
+    "Filled circles: intensity measured with Nsight Compute; hollow triangles: modeled "
+    "intensity. Solid ceilings: measured peaks; dashed: vendor / peaks file."
+)
+
+SUMMARY_INTRO = (
+    "Raw SI values, run ids and every roofline quantity: `summary.csv`, next to this "
+    "report (the analysis run's artifact `report/summary.csv`)."
 )
 
 METHOD = [
@@ -103,58 +121,148 @@ Block = tuple
 marks, `code` and **bold**; everything else in it is plain text (user text included)."""
 
 
-def report_blocks(
-    analysis: Analysis,
-    figures: dict[str, list[tuple[str, str]]],
-    source: str,
-    query: str,
-    generated: str,
-    variability_title: str = "",
-) -> list[Block]:
-    """The report as blocks (report.md and report.html render the same blocks): figures are
-    relative paths (title, path) grouped by section key."""
+@dataclass(frozen=True)
+class Report:
+    """Everything the report says, gathered once (analysis/app.py) and read by every section:
+    the analysis, what was built beside it (findings, breakdown runs, hierarchical rooflines) and
+    the figures drawn. Frozen: a section reads it and never changes it."""
 
-    def figs(key: str) -> list[Block]:
-        return [("figure", t, p) for t, p in figures.get(key, [])]
+    analysis: Analysis
+    figures: Mapping[str, Sequence[tuple[str, str]]]
+    """(title, path relative to the report) of each figure drawn, by section key
+    (analysis/figures.py SECTION_ORDER, "breakdown", "hierarchical")."""
+    source: str
+    """the tracking store read, as shown"""
+    query: str
+    """what was read of it (fetch.Query.describe)"""
+    generated: str
+    """when, as shown"""
+    variability_caption: str = ""
+    findings: Findings | None = None
+    """the findings (analysis/findings); None: no Findings section"""
+    breakdown: Breakdowns | None = None
+    """the breakdown runs (analysis/breakdown.py); None: no breakdown section"""
+    hierarchies: tuple[dict, ...] = ()
+    """the profile runs' hierarchical rooflines (analysis/hierarchy.py collect)"""
+    notes: tuple[str, ...] = ()
+    """what the steps after the join add to "What is missing", in order"""
 
-    out = _opening(analysis, source, query, generated) + figs("roofline")
-    out += [
-        ("h2", "Summary"),
-        (
-            "p",
-            "Raw SI values, run ids and every roofline quantity: `summary.csv`, next to this "
-            "report (the analysis run's artifact `report/summary.csv`).",
-        ),
-        ("table", summary_table(analysis.points)),
-        ("h2", "Throughput vs batch size"),
-    ]
-    out += figs("throughput")
-    out += [("h2", "Step-time variability")]
-    out += [("p", variability_title)] if variability_title else []
-    out += figs("variability") or [("p", "No step_time_s series to plot.")]
-    out += [("h2", "Intensity vs batch size")] + figs("intensity")
-    out += _speedups(analysis, figs("speedup"))
-    if not analysis.scaling.empty:
-        out += [("h2", "Scaling with world size"), ("p", SCALING_INTRO)]
-        out += figs("scaling") + [("table", scaling_table(analysis.scaling))]
-    out += _complexity(analysis)
-    out += [("h2", "Failed runs")]
-    out += (
-        [("table", failed_table(analysis.failed))]
-        if not analysis.failed.empty
-        else [("p", "None.")]
-    )
-    out += [("h2", "Method"), ("list", METHOD)]
-    return out
+    @property
+    def missing(self) -> tuple[str, ...]:
+        """ "What is missing": the analysis' notes, then the later steps'."""
+        return (*self.analysis.notes, *self.notes)
+
+    def figs(self, key: str) -> list[Block]:
+        return [("figure", t, p) for t, p in self.figures.get(key, [])]
 
 
-def _opening(analysis: Analysis, source: str, query: str, generated: str) -> list[Block]:
-    """Title, what was read, what is missing, the environments, their ceilings and the rooflines'
-    legend."""
-    c = analysis.counts
-    return [
+@dataclass(frozen=True)
+class Section:
+    """One section of the report: its heading and the function that writes its body from the
+    Report (a list of blocks; None leaves the section out, heading and all)."""
+
+    title: str
+    body: Callable[[Report], list[Block] | None]
+
+
+def _findings(r: Report) -> list[Block] | None:
+    return None if r.findings is None else findings_report.section(r.findings)
+
+
+def _implausible(r: Report) -> list[Block]:
+    if r.analysis.flags:
+        return [("list", list(r.analysis.flags))]
+    return [("p", "None: no point above its roof, no scaling over 100%, no CI over ±50%.")]
+
+
+def _missing(r: Report) -> list[Block]:
+    if r.missing:
+        return [("list", list(r.missing))]
+    return [("p", "Nothing: every point has an intensity and a roof.")]
+
+
+def _rooflines(r: Report) -> list[Block]:
+    return [("p", ROOFLINES_INTRO), *r.figs("roofline")]
+
+
+def _summary(r: Report) -> list[Block]:
+    return [("p", SUMMARY_INTRO), ("table", summary_table(r.analysis.points))]
+
+
+def _variability(r: Report) -> list[Block]:
+    caption = [("p", r.variability_caption)] if r.variability_caption else []
+    return caption + (r.figs("variability") or [("p", "No step_time_s series to plot.")])
+
+
+def _speedups(r: Report) -> list[Block]:
+    if r.analysis.speedups.empty:
+        return [
+            (
+                "p",
+                "No configuration has both an fp32 and an fp16/bf16 run in the same environment.",
+            )
+        ]
+    return r.figs("speedup") + [("table", speedups_table(r.analysis.speedups))]
+
+
+def _scaling(r: Report) -> list[Block] | None:
+    if r.analysis.scaling.empty:
+        return None
+    return [("p", SCALING_INTRO), *r.figs("scaling"), ("table", scaling_table(r.analysis.scaling))]
+
+
+def _breakdown(r: Report) -> list[Block] | None:
+    if r.breakdown is None:
+        return None
+    return breakdown.section(r.breakdown, next(iter(r.figures.get("breakdown", [])), None))
+
+
+def _complexity(r: Report) -> list[Block]:
+    if r.analysis.complexity.empty:
+        return [
+            (
+                "p",
+                "No `complexity` run in these experiments (`python -m train.complexity` logs one).",
+            )
+        ]
+    return [("p", COMPLEXITY_INTRO), ("table", complexity_table(r.analysis.complexity))]
+
+
+def _failed(r: Report) -> list[Block]:
+    if r.analysis.failed.empty:
+        return [("p", "None.")]
+    return [("table", failed_table(r.analysis.failed))]
+
+
+SECTIONS: tuple[Section, ...] = (
+    Section("Findings", _findings),
+    Section("Implausible values", _implausible),
+    Section("What is missing", _missing),
+    Section("Environments", lambda r: [("table", environments_table(r.analysis.environments))]),
+    Section("Ceilings", lambda r: [("table", roofs_table(r.analysis.roofs))]),
+    Section("Rooflines", _rooflines),
+    Section("Summary", _summary),
+    Section("Throughput vs batch size", lambda r: r.figs("throughput")),
+    Section("Step-time variability", _variability),
+    Section("Intensity vs batch size", lambda r: r.figs("intensity")),
+    Section("fp16/bf16 speed-up over fp32", _speedups),
+    Section("Scaling with world size", _scaling),
+    Section("Where the step's time goes", _breakdown),
+    Section("Model complexity", _complexity),
+    Section("Hierarchical roofline (profile runs)", lambda r: hierarchy.section(r.hierarchies)),
+    Section("Failed runs", _failed),
+    Section("Method", lambda r: [("list", METHOD)]),
+)
+"""The report, in order: one entry per section (docs/analysis.md, "Adding a report section")."""
+
+
+def report_blocks(r: Report, sections: Sequence[Section] = SECTIONS) -> list[Block]:
+    """The report as blocks (report.md and report.html render the same blocks): its title, what
+    was read, then each section that has a body, in the order of `sections`."""
+    c = r.analysis.counts
+    out: list[Block] = [
         ("h1", "Training performance and roofline report"),
-        ("p", f"Generated {generated} from `{source}`; runs: {query}."),
+        ("p", f"Generated {r.generated} from `{r.source}`; runs: {r.query}."),
         (
             "p",
             f"Runs used: {c.get('train', 0)} finished train, {c.get('profile', 0)} profile, "
@@ -162,54 +270,12 @@ def _opening(analysis: Analysis, source: str, query: str, generated: str) -> lis
             f"Points (environment × config): {c.get('points', 0)}, {c.get('measured_points', 0)} "
             f"with measured intensity, {c.get('modeled_points', 0)} with modeled intensity.",
         ),
-        ("h2", "Implausible values"),
-        ("list", list(analysis.flags))
-        if analysis.flags
-        else ("p", "None: no point above its roof, no scaling over 100%, no CI over ±50%."),
-        ("h2", "What is missing"),
-        ("list", list(analysis.notes))
-        if analysis.notes
-        else ("p", "Nothing: every point has an intensity and a roof."),
-        ("h2", "Environments"),
-        ("table", environments_table(analysis.environments)),
-        ("h2", "Ceilings"),
-        ("table", roofs_table(analysis.roofs)),
-        ("h2", "Rooflines"),
-        (
-            "p",
-            "Filled circles: intensity measured with Nsight Compute; hollow triangles: modeled "
-            "intensity. Solid ceilings: measured peaks; dashed: vendor / peaks file.",
-        ),
     ]
-
-
-def _speedups(analysis: Analysis, figs: list[Block]) -> list[Block]:
-    out: list[Block] = [("h2", "fp16/bf16 speed-up over fp32")]
-    if analysis.speedups.empty:
-        return out + [
-            (
-                "p",
-                "No configuration has both an fp32 and an fp16/bf16 run in the same environment.",
-            )
-        ]
-    return out + figs + [("table", speedups_table(analysis.speedups))]
-
-
-def _complexity(analysis: Analysis) -> list[Block]:
-    out: list[Block] = [("h2", "Model complexity")]
-    if analysis.complexity.empty:
-        return out + [
-            (
-                "p",
-                "No `complexity` run in these experiments (`python -m train.complexity` logs one).",
-            )
-        ]
-    return out + [("p", COMPLEXITY_INTRO), ("table", complexity_table(analysis.complexity))]
-
-
-def first_section(blocks: list[Block]) -> int:
-    """Index of the report's first section heading: a section inserted there comes first."""
-    return next((i for i, b in enumerate(blocks) if b[0] == "h2"), len(blocks))
+    for section in sections:
+        body = section.body(r)
+        if body is not None:
+            out += [("h2", section.title), *body]
+    return out
 
 
 def markdown_text(blocks: list[Block]) -> str:
@@ -258,3 +324,14 @@ def write_tables(analysis: Analysis, out_dir: Path) -> list[Path]:
         csv_frame(analysis.failed).to_csv(fl, index=False)
         paths.append(fl)
     return paths
+
+
+def write(r: Report, out_dir: Path) -> list[Path]:
+    """report.md and report.html under `out_dir`, the figures embedded in report.html from their
+    files there."""
+    blocks = report_blocks(r)
+    md_path, html_path = out_dir / "report.md", out_dir / "report.html"
+    md_path.write_text(markdown_text(blocks))
+    images = {rel: (out_dir / rel).read_bytes() for figs in r.figures.values() for _, rel in figs}
+    html_path.write_text(html.render(blocks, images), encoding="utf-8")
+    return [md_path, html_path]

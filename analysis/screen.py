@@ -24,7 +24,11 @@ import numpy as np
 import pandas as pd
 
 from common import bounds, schema
+from common.stats import as_float
 from roofline.model import DTYPES
+
+MLFLOW_INF = 1.7e308
+"""MLflow stores +-inf as +-1.7976931348623157e308: a stored value this large is an infinity."""
 
 
 @dataclass(frozen=True)
@@ -136,7 +140,7 @@ def problem(key: str, value: float) -> str | None:
     v = float(value)
     if not math.isfinite(v):
         return "not a finite number"
-    if abs(v) >= 1.7e308:  # MLflow stores +-inf as +-1.7976931348623157e308
+    if abs(v) >= MLFLOW_INF:
         return "infinite (as MLflow stores inf)"
     if v < rule.low or (rule.strict and v <= rule.low):
         if rule.low == 0.0:
@@ -179,7 +183,7 @@ def run_problems(row: dict) -> list[str]:
     """Every reason one run (a runs-frame row) holds no measurement: `metrics.<key> = value: why`."""
     out = []  # a count against its time first: it names the figure that made a ratio absurd
     for count, time_key, high, what in RATIOS:
-        c, t = _num(row.get(f"metrics.{count}")), _num(row.get(f"metrics.{time_key}"))
+        c, t = _stored(row.get(f"metrics.{count}")), _stored(row.get(f"metrics.{time_key}"))
         if c is not None and t is not None and t > 0 and c / t > high:
             out.append(
                 f"{count} = {c:.3g} in {time_key} = {t:.3g}: {c / t:.3g} per second, above {what}"
@@ -200,12 +204,10 @@ def run_problems(row: dict) -> list[str]:
     return out
 
 
-def _num(value) -> float | None:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) and abs(v) < 1.7e308 else None
+def _stored(value) -> float | None:
+    """`value` as a float (common.stats.as_float), MLflow's stored infinity missing too."""
+    v = as_float(value)
+    return None if v is None or abs(v) >= MLFLOW_INF else v
 
 
 def _show(value) -> str:
@@ -225,7 +227,7 @@ def _suspects(frame: pd.DataFrame) -> pd.Series:
             v = pd.to_numeric(frame[col], errors="coerce").astype(float)
             present = v.notna()
             low = (v <= rule.low) if rule.strict else (v < rule.low)
-            out = ~np.isfinite(v) | (v.abs() >= 1.7e308) | low | (v > rule.high)
+            out = ~np.isfinite(v) | (v.abs() >= MLFLOW_INF) | low | (v > rule.high)
             bad |= present & out
         elif col.startswith("params.") and col[7:] in WHOLE_PARAMS + NAME_PARAMS:
             # few distinct values (batch sizes, model names): each checked once
@@ -336,7 +338,7 @@ def complexity(rows: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
             value = row.get(col)
             if value is None or (isinstance(value, float) and math.isnan(value)):
                 continue
-            v = _num(value)
+            v = _stored(value)
             why = (
                 "not a finite number"
                 if v is None
@@ -395,7 +397,7 @@ def _why(rule: Rule, value) -> str | None:
         v = float(value)
     except (TypeError, ValueError):
         return "not a number"
-    if not math.isfinite(v) or abs(v) >= 1.7e308:
+    if not math.isfinite(v) or abs(v) >= MLFLOW_INF:
         return "not a finite number"
     if v < rule.low or (rule.strict and v <= rule.low):
         return "negative" if v < 0 else f"not above {rule.low:g}"
@@ -418,7 +420,11 @@ def values(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
             continue
         v = pd.to_numeric(frame[col], errors="coerce").astype(float)
         low = (v <= rule.low) if rule.strict else (v < rule.low)
-        bad = checked & v.notna() & (~np.isfinite(v) | (v.abs() >= 1.7e308) | low | (v > rule.high))
+        bad = (
+            checked
+            & v.notna()
+            & (~np.isfinite(v) | (v.abs() >= MLFLOW_INF) | low | (v > rule.high))
+        )
         if not bad.any():
             continue
         out = out.copy() if out is frame else out

@@ -11,9 +11,9 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from common.intervals import ratio_interval
 from analysis.join import ENV_TAGS, of_kind, short, text
 from common import schema
+from common.stats import as_float, ratio_interval
 
 DEFAULT_NUM_CLASSES = 1000  # torchvision's ImageNet head; other values are named in labels
 
@@ -28,7 +28,7 @@ def speedups(points: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     Points whose config is incomplete (a run without a batch_size or num_classes param, ...) are
     left out with a note: pandas would merge their missing values as equal and pair unrelated runs.
     The 95 % interval [speedup_ci95_low, speedup_ci95_high] is the findings' own
-    (analysis/findings/values.ratio_interval): on the log scale from the two points' relative 95 %
+    (common.stats.ratio_interval): on the log scale from the two points' relative 95 %
     CIs of their mean step times (step_time_ci95_rel), so it never leaves (0, inf); NaN where
     either point lacks that CI.
     """
@@ -67,19 +67,14 @@ def speedups(points: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     h, f = m["throughput_mean_samples_per_s"], m["throughput_mean_samples_per_s_fp32"]
     m["speedup"] = h / f
     cis = [
-        ratio_interval(s, _rel(a), _rel(b)) or [np.nan, np.nan]
+        ratio_interval(s, as_float(a, nonnegative=True), as_float(b, nonnegative=True))
+        or [np.nan, np.nan]
         for s, a, b in zip(m["speedup"], m["step_time_ci95_rel"], m["step_time_ci95_rel_fp32"])
     ]
     m["speedup_ci95_low"] = [c[0] for c in cis]
     m["speedup_ci95_high"] = [c[1] for c in cis]
     m["label"] = [point_label(r) for r in m.to_dict("records")]
     return m[cols].sort_values(keys + ["precision"]).reset_index(drop=True), notes
-
-
-def _rel(v) -> float | None:
-    """A relative 95 % half-width as ratio_interval takes it: None unless finite and >= 0."""
-    x = pd.to_numeric(v, errors="coerce")
-    return float(x) if np.isfinite(x) and x >= 0 else None
 
 
 # ------------------------------------------------------------------------------- model complexity

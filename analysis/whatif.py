@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 
 from common import fmt
+from common.stats import as_float
 from roofline.scoring import VERDICTS, Calibration, calibration, check_text
 
 
@@ -177,4 +178,4 @@ def save_figure(whatifs: list[dict], path: Path) -> Path:
 
 
 def _pos(x) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x) and x > 0
+    return as_float(x, positive=True) is not None

@@ -6,7 +6,7 @@ Pure: no mlflow, no files. Each flag is one line naming the value, the threshold
 
 from __future__ import annotations
 
-import math
+from common.stats import as_float
 
 CI_WIDE_REL = 0.5
 """a 95 % confidence half-width of the mean step time over ±50 % of the mean: the mean (and every
@@ -19,13 +19,15 @@ OVER_ONE = 1.0
 """scaling efficiency and fraction of roof cannot exceed 1 when the baseline and ceilings are right"""
 
 
-def _finite(x) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)
+def _figure(value) -> float | None:
+    """The measured figure a flag is about (common.stats.as_float), never text: a flag names a
+    number, and a param or a label is none."""
+    return None if isinstance(value, str) else as_float(value)
 
 
 def ci_flag(step_time_ci95_rel) -> str:
     """'' or why a run's confidence interval is too wide to trust its mean."""
-    if not (_finite(step_time_ci95_rel) and step_time_ci95_rel > CI_WIDE_REL):
+    if (_figure(step_time_ci95_rel) or 0.0) <= CI_WIDE_REL:
         return ""
     return (
         f"the 95% confidence interval of the mean step time is ±{step_time_ci95_rel:.0%}, wider "
@@ -36,7 +38,7 @@ def ci_flag(step_time_ci95_rel) -> str:
 
 def scaling_flag(scaling_efficiency) -> str:
     """'' or why a scaling efficiency over 100 % is not a real speed-up."""
-    if not (_finite(scaling_efficiency) and scaling_efficiency > OVER_ONE):
+    if (_figure(scaling_efficiency) or 0.0) <= OVER_ONE:
         return ""
     return (
         f"scaling efficiency {scaling_efficiency:.0%} is over 100%: the world-size-1 baseline ran "
@@ -47,7 +49,7 @@ def scaling_flag(scaling_efficiency) -> str:
 
 def roof_flag(fraction_of_roof) -> str:
     """'' or why a point above its roof means a ceiling or an intensity is off."""
-    if not (_finite(fraction_of_roof) and fraction_of_roof > OVER_ONE):
+    if (_figure(fraction_of_roof) or 0.0) <= OVER_ONE:
         return ""
     return (
         f"{fraction_of_roof:.0%} of roof is over 100%: the ceiling is too low (a vendor figure, "

@@ -9,19 +9,11 @@ as roofline/vendor.py's VendorPeaks (or a dict with its fields).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from common import bounds
+from common.stats import as_float
 from roofline.model import DTYPES, LEVELS, Roof, is_finite_positive
-
-
-def _number(value: Any) -> float:
-    """A metric value as a float (NaN when it is none)."""
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return math.nan
 
 
 def roof_from_peaks_row(row: dict, device: str) -> Roof:
@@ -31,13 +23,13 @@ def roof_from_peaks_row(row: dict, device: str) -> Roof:
     roof = Roof(device)
     src = f"measured: peaks run {str(row['run_id'])[:8]}"
     for dtype in DTYPES:
-        v = _number(row.get(f"metrics.peak_flops_per_s_{dtype}"))
-        if bounds.MIN_RATE_PER_S <= v <= bounds.MAX_FLOPS_PER_S:
+        v = as_float(row.get(f"metrics.peak_flops_per_s_{dtype}"))
+        if v is not None and bounds.MIN_RATE_PER_S <= v <= bounds.MAX_FLOPS_PER_S:
             roof.flops_per_s[dtype] = v
             roof.sources[f"flops:{dtype}"] = src
     for level in LEVELS:
-        v = _number(row.get(f"metrics.peak_{level}_bytes_per_s"))
-        if bounds.MIN_RATE_PER_S <= v <= bounds.MAX_CACHE_BYTES_PER_S:
+        v = as_float(row.get(f"metrics.peak_{level}_bytes_per_s"))
+        if v is not None and bounds.MIN_RATE_PER_S <= v <= bounds.MAX_CACHE_BYTES_PER_S:
             roof.bytes_per_s[level] = v
             roof.sources[f"bytes:{level}"] = src
     return roof

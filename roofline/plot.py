@@ -2,8 +2,8 @@
 Figures on the Agg canvas; analysis/plots.py saves them as PNG). Canvas and encodings come from
 roofline/style.py, label placement from roofline/labels.py. The points are analysis's rows
 (`intensity_flops_per_byte`, `achieved_flops_per_s`, `intensity_source`, `ceiling_dtype`, ...:
-analysis/join.py), the roofs `Roof`s (roofline/ceilings.py). Both figures share every drawing
-step here (roofs, points, labels, axes, legend); the two builders are at the end.
+analysis/join.py and analysis/roofs.py), the roofs `Roof`s (roofline/ceilings.py). Both figures
+share every drawing step here (roofs, points, labels, axes, legend); the two builders are at the end.
 """
 
 from __future__ import annotations

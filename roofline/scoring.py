@@ -20,6 +20,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from common.stats import as_float
 from roofline.whatif import MAX_WIDTH
 
 VERDICTS = ("held", "beaten", "missed", "not predicted", "not judged")
@@ -130,4 +131,4 @@ def _one(knob: str, rows: list[dict]) -> Calibration:
 
 
 def _pos(x) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x) and x > 0
+    return as_float(x, positive=True) is not None

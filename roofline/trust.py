@@ -1,4 +1,4 @@
-"""Which peaks runs give a device's ceilings: the one rule the analysis (analysis/join.py
+"""Which peaks runs give a device's ceilings: the one rule the analysis (analysis/roofs.py
 measured_roofs) and a run's own roofline (roofline/store.py, drawn when a train run ends) share.
 
 A peaks run is quiet when the machine was lightly loaded while it measured, busy when other work
@@ -10,9 +10,9 @@ too high. Pure: no store, no plotting.
 
 from __future__ import annotations
 
-import math
 from typing import Callable
 
+from common.stats import as_float
 from roofline.ceilings import roof_from_peaks_row
 from roofline.model import Roof
 
@@ -29,25 +29,19 @@ TRUST_ORDER = ("quiet", "not recorded", "busy")
 recorded no load, else the busy ones; among them, each ceiling is the highest measured."""
 
 
-def load_trust(start: float, top: float, cpus: float) -> str:
-    """quiet | busy | not recorded, from the load averages at the start and at most, and the CPUs."""
-    if not (math.isfinite(start) and math.isfinite(top) and math.isfinite(cpus) and cpus > 0):
+def load_trust(start: float | None, top: float | None, cpus: float | None) -> str:
+    """quiet | busy | not recorded, from the load averages at the start and at most, and the CPUs
+    (None where not recorded)."""
+    if start is None or top is None or cpus is None or cpus <= 0:
         return "not recorded"
     if start <= LOAD_QUIET_START * cpus and top <= LOAD_QUIET_MAX * cpus:
         return "quiet"
     return "busy"
 
 
-def _float(v) -> float:
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return math.nan
-
-
-def load_metrics(row: dict) -> dict[str, float]:
-    """A peaks run's PEAKS_LOAD_METRICS from its row (`metrics.<key>`), NaN where it lacks one."""
-    return {k: _float(row.get(f"metrics.{k}")) for k in PEAKS_LOAD_METRICS}
+def load_metrics(row: dict) -> dict[str, float | None]:
+    """A peaks run's PEAKS_LOAD_METRICS from its row (`metrics.<key>`), None where it lacks one."""
+    return {k: as_float(row.get(f"metrics.{k}")) for k in PEAKS_LOAD_METRICS}
 
 
 def row_trust(row: dict) -> str:

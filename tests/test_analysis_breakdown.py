@@ -114,7 +114,7 @@ def test_section_compares_runs_that_differ_in_one_field(store, tmp_path):  # noq
     assert "`figures/breakdown_parts.png`" in section
     assert md.index("## Where the step's time goes") < md.index("## Model complexity")
     assert (out / "figures" / "breakdown_parts.png").read_bytes()[:4] == b"\x89PNG"
-    assert not any("breakdown" in n for n in res.analysis.notes)
+    assert not any("breakdown" in n for n in res.notes)
 
 
 def test_a_run_with_a_bad_step_time_is_left_out_with_a_note(store, tmp_path):  # noqa: F811

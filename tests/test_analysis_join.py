@@ -8,7 +8,7 @@ import re
 import pandas as pd
 import pytest
 
-from analysis import app, core, fetch, join, markdown, plots, report, tables
+from analysis import app, core, fetch, join, markdown, plots, report, roofs, tables
 from common import schema
 from common.errors import UsageError
 from roofline import ceilings, vendor
@@ -154,8 +154,8 @@ def test_profile_gives_measured_intensity_for_its_device_only():
         ]
     )
     all_runs = pd.concat([runs, prof], ignore_index=True)
-    pts = join.attach_intensity(
-        join.aggregate_repeats(join.train_runs(all_runs)), join.profile_intensities(all_runs)
+    pts = roofs.attach_intensity(
+        join.aggregate_repeats(join.train_runs(all_runs)), roofs.profile_intensities(all_runs)
     )
     pts = pts.set_index("env_label")
     assert (
@@ -185,8 +185,8 @@ def test_train_run_without_config_key_tag_still_joins_by_params():
         "metrics.ncu_dram_bytes": 1e10,
     }
     runs = pd.DataFrame([row, prof])
-    pts = join.attach_intensity(
-        join.aggregate_repeats(join.train_runs(runs)), join.profile_intensities(runs)
+    pts = roofs.attach_intensity(
+        join.aggregate_repeats(join.train_runs(runs)), roofs.profile_intensities(runs)
     )
     assert (
         pts.iloc[0]["intensity_source"] == "measured"
@@ -227,10 +227,10 @@ def test_roof_precedence_latest_measured_then_other_env_then_vendor():
             else None
         )
 
-    roofs, notes = join.choose_roofs(
+    chosen, notes = roofs.choose_roofs(
         [("a", "GPU"), ("b", "GPU"), ("d", "VendorOnly"), ("e", "None")], runs, lookup
     )
-    a = roofs[("a", "GPU")]["roof"]
+    a = chosen[("a", "GPU")]["roof"]
     assert (
         a.flops_per_s == {"fp32": 12e12, "bf16": 60e12} and a.dram_bytes_per_s == 120e9
     )  # latest run; bf16 from vendor
@@ -238,16 +238,16 @@ def test_roof_precedence_latest_measured_then_other_env_then_vendor():
         a.sources["flops:fp32"] == "measured: peaks run new"
         and a.sources["flops:bf16"] == "vendor: datasheet"
     )
-    assert roofs[("a", "GPU")]["vendor"].peak("fp32") == 15e12  # kept for the dashed vendor lines
+    assert chosen[("a", "GPU")]["vendor"].peak("fp32") == 15e12  # kept for the dashed vendor lines
     assert (
-        roofs[("b", "GPU")]["roof"].flops_per_s["fp32"] == 12e12
+        chosen[("b", "GPU")]["roof"].flops_per_s["fp32"] == 12e12
     )  # same device, other env's peaks
     assert any("b: no peaks run of its own; using the measured peaks of 'a'" in n for n in notes)
     assert (
-        roofs[("d", "VendorOnly")]["measured"] is None
-        and roofs[("d", "VendorOnly")]["roof"].peak("fp32") == 15e12
+        chosen[("d", "VendorOnly")]["measured"] is None
+        and chosen[("d", "VendorOnly")]["roof"].peak("fp32") == 15e12
     )
-    assert roofs[("e", "None")]["roof"] is None
+    assert chosen[("e", "None")]["roof"] is None
     assert any(n.startswith("no peaks for None (env e)") for n in notes)
     assert vendor_calls == ["GPU", "VendorOnly", "None"]  # one lookup per device
 
@@ -756,7 +756,9 @@ def test_profile_and_peaks_runs_that_place_nothing_are_listed_with_what_would_pl
     assert any(
         n.startswith("peaks run k1abcdef (NVIDIA L4, env l4box) gave no roof") for n in a.notes
     )
-    md = report.markdown_text(report.report_blocks(a, {}, "sqlite:///x.db", "all", "now"))
+    md = report.markdown_text(
+        report.report_blocks(report.Report(a, {}, "sqlite:///x.db", "all", "now"))
+    )
     assert "placed no point" in md and "Nothing: every point" not in md
 
 
@@ -768,7 +770,7 @@ def test_html_from_a_label_is_escaped_in_the_report():
     a = core.build(pd.DataFrame([t, peaks("k1", bad, "Tesla T4", 2, peak_flops_per_s_fp32=3e13)]))
     figs = {"roofline": [(f"Roofline, {bad} (NVIDIA L4)", "figures/roofline_x.png")]}
     md = report.markdown_text(
-        report.report_blocks(a, figs, "sqlite:///x.db", f"env label(s) {bad}", "now")
+        report.report_blocks(report.Report(a, figs, "sqlite:///x.db", f"env label(s) {bad}", "now"))
     )
     assert "<img" not in md and "<b>" not in md
     assert md.count("&lt;img src=x onerror=alert(1)&gt;") >= 4  # query, note, tables, figure
@@ -798,4 +800,4 @@ def test_a_profile_missing_a_phase_stays_off_the_training_point_unless_asked():
         "1 profile run(s) missed a training phase (tag ncu_missing_phase: backward; e.g. p1): "
         "their intensity is used, as --use-incomplete-profiles asks" in used.notes
     )
-    assert join.profile_intensities(runs).empty
+    assert roofs.profile_intensities(runs).empty

@@ -130,7 +130,9 @@ def test_report_table_csv_and_figure(analysis, tmp_path):
     assert path.name == "scaling_vs_world_size.png" and path.stat().st_size > 10_000
     text = report.markdown_text(
         report.report_blocks(
-            analysis, {"scaling": [(title, "figures/" + path.name)]}, "src", "q", "now"
+            report.Report(
+                analysis, {"scaling": [(title, "figures/" + path.name)]}, "src", "q", "now"
+            )
         )
     )
     assert "## Scaling with world size" in text and "figures/scaling_vs_world_size.png" in text
@@ -147,7 +149,7 @@ def test_no_distributed_runs_no_section():
     a = core.build(pd.DataFrame([run("single", 100.0)]))
     assert a.scaling.empty
     assert "Scaling with world size" not in report.markdown_text(
-        report.report_blocks(a, {}, "s", "q", "now")
+        report.report_blocks(report.Report(a, {}, "s", "q", "now"))
     )
     assert not [j for j in figures.plan(a, Path("/nonexistent")) if j.section == "scaling"]
 

@@ -485,7 +485,9 @@ def test_analysis_tables_the_two_jobs_against_the_single_process_run(store, tmp_
         assert row["baseline"] == "single-process run" and row["world_size"] == 2
         assert row["scaling_efficiency"] == pytest.approx(m["scaling_efficiency"])
         assert row["exposed_comm_time_share"] == pytest.approx(m["exposed_comm_time_share"])
-    text = report.markdown_text(report.report_blocks(analysis, {}, "store", EXPERIMENT, "now"))
+    text = report.markdown_text(
+        report.report_blocks(report.Report(analysis, {}, "store", EXPERIMENT, "now"))
+    )
     assert "## Scaling with world size" in text and "| resnet18/b2/fp32/32px/zero2 | 2 |" in text
 
 

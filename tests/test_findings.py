@@ -112,12 +112,10 @@ def breakdown_run(rid, env, dev, batch, precision, fractions: dict, step_s=1.0, 
 
 def analyse(rows, price_table=None, breakdowns=None, series=None):
     """core.build and the findings, the breakdown runs through analysis/screen.py as app does
-    (its lines join the analysis' notes)."""
-    runs = pd.DataFrame(rows)
-    a = core.build(runs, None)
+    (its lines open the analysis' notes, as the fetch's do)."""
     breakdowns, lines = screen.breakdowns(breakdowns or [])
-    a.notes += lines
-    return a, build(a, runs, price_table, breakdowns, series)
+    a = core.build(pd.DataFrame(rows), None, notes=lines)
+    return a, build(a, price_table, breakdowns, series)
 
 
 def config(found, label, env="box"):
@@ -736,9 +734,7 @@ def test_findings_json_contract_and_report_section_first():
             assert key in c, key
         assert 0 < c["fraction_of_roof"] <= 1 and c["batch_size"] == 8
         assert all({"kind", "sentence", "values", "run_ids"} <= set(f) for f in c["findings"])
-    blocks = report.report_blocks(a, {}, "sqlite:///x", "q", "now")
-    at = report.first_section(blocks)
-    blocks[at:at] = freport.blocks(found)
+    blocks = report.report_blocks(report.Report(a, {}, "sqlite:///x", "q", "now", findings=found))
     h2s = [b[1] for b in blocks if b[0] == "h2"]
     assert h2s[0] == "Findings" and "What is missing" in h2s, h2s
     md = report.markdown_text(blocks)

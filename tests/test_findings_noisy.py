@@ -21,12 +21,12 @@ import mlflow
 import pandas as pd
 import pytest
 
-from analysis import app, join
+from analysis import app, roofs
 from common import schema
 from common.tracking import RunSession
 from profiling.breakdown.names import PARTS
 from profiling.peaks import load
-from train.timing import t_quantile_975
+from common.stats import t_quantile_975
 
 EXP = "noisy"
 CPU = "Test CPU 9000"
@@ -254,7 +254,7 @@ def test_single_run_configurations_equal_their_run_pages(noisy):
 
 
 def test_the_highest_ceiling_of_the_quietest_peaks_runs():
-    """join.measured_roofs: quiet runs first (load at the start <= 0.5 x CPUs, at most 1.5 x CPUs
+    """roofs.measured_roofs: quiet runs first (load at the start <= 0.5 x CPUs, at most 1.5 x CPUs
     while measuring), then runs that recorded no load, then busy ones; among them each ceiling
     the highest, whatever run came last."""
 
@@ -273,17 +273,17 @@ def test_the_highest_ceiling_of_the_quietest_peaks_runs():
         row("busy", 3, 20e10, 30e9, (3.0, 9.0)),  # higher, but measured beside other work
         row("unknown", 4, 15e10, 20e9),
     ]
-    roofs, notes = join.choose_roofs([("e", CPU)], pd.DataFrame(rows), None)
-    roof = roofs[("e", CPU)]["roof"]
+    chosen, notes = roofs.choose_roofs([("e", CPU)], pd.DataFrame(rows), None)
+    roof = chosen[("e", CPU)]["roof"]
     assert roof.flops_per_s["fp32"] == 9e10 and roof.sources["flops:fp32"].endswith("quietold")
     assert roof.bytes_per_s["dram"] == 12e9 and roof.sources["bytes:dram"].endswith("quietnew")
-    assert roofs[("e", CPU)]["peaks_runs"]["busy"]["trust"] == "busy"
+    assert chosen[("e", CPU)]["peaks_runs"]["busy"]["trust"] == "busy"
     assert not any("busy" in n for n in notes)  # its ceilings are not used: nothing to say
     # without quiet runs, the ones that recorded no load; without those, the busy ones
-    roofs, _ = join.choose_roofs([("e", CPU)], pd.DataFrame(rows[2:]), None)
-    assert roofs[("e", CPU)]["roof"].flops_per_s["fp32"] == 15e10
-    roofs, notes = join.choose_roofs([("e", CPU)], pd.DataFrame(rows[2:3]), None)
-    assert roofs[("e", CPU)]["roof"].flops_per_s["fp32"] == 20e10
+    chosen, _ = roofs.choose_roofs([("e", CPU)], pd.DataFrame(rows[2:]), None)
+    assert chosen[("e", CPU)]["roof"].flops_per_s["fp32"] == 15e10
+    chosen, notes = roofs.choose_roofs([("e", CPU)], pd.DataFrame(rows[2:3]), None)
+    assert chosen[("e", CPU)]["roof"].flops_per_s["fp32"] == 20e10
     assert any("peaks run busy (e) measured while the machine was busy" in n for n in notes)
 
 

@@ -70,6 +70,7 @@ MLFLOW_MODULES = {
 def test_the_roofline_maths_is_pure_and_the_named_modules_alone_talk_to_mlflow():
     """roofline/model.py neither plots nor reads a store; MLFLOW_MODULES alone import mlflow."""
     assert not _imported_names(ROOT / "roofline" / "model.py") & {"mlflow", "matplotlib", "pandas"}
+    assert _imported_names(ROOT / "common" / "stats.py") <= {"__future__", "math"}  # stdlib alone
     talks = {
         p.relative_to(ROOT).as_posix()
         for pkg in LAYERS

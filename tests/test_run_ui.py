@@ -10,7 +10,7 @@ import pytest
 
 from roofline import run_plot as run_roofline
 from roofline.store import measured_roof, peaks_rows
-from analysis import join
+from analysis import roofs
 from analysis.join import short
 from roofline.model import Roof
 from common import schema
@@ -165,7 +165,7 @@ def test_a_train_runs_page_and_the_analysis_take_the_same_ceiling(tracking, tmp_
         and src in page.tags[run_roofline.TAG_ROOF]
         and busy[:8] not in page.tags[run_roofline.TAG_ROOF]
     )
-    by_env, _, loads = join.measured_roofs(mlflow.search_runs(search_all_experiments=True))
+    by_env, _, loads = roofs.measured_roofs(mlflow.search_runs(search_all_experiments=True))
     analysed = by_env[("box", "CPU Q")]
     assert analysed.flops_per_s["fp32"] == 4e11 == measured_roof("CPU Q", "box").flops_per_s["fp32"]
     assert analysed.sources["flops:fp32"] == src

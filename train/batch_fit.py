@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from train.timing import t_quantile_975
+from common.stats import t_quantile_975
 
 MIN_RUNS = 3
 """a fixed-time fit needs at least this many runs (one more than the line's two parameters, for

@@ -9,6 +9,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from common import schema
+from common.stats import mean_ci95_rel
 
 
 def make_clock(synchronize: Callable[[], None]) -> Callable[[], float]:
@@ -80,8 +81,9 @@ def measure_until(
         rel = math.inf
         if n >= 2:
             mean = total / n
-            var = max(0.0, (total_sq - n * mean * mean) / (n - 1))
-            rel = t_quantile_975(n - 1) * math.sqrt(var / n) / mean
+            rel = mean_ci95_rel(
+                n, math.sqrt(max(0.0, (total_sq - n * mean * mean) / (n - 1))), mean
+            )
         if on_step is not None:
             on_step(n - 1, dt, rel)
         if n >= min_iters and rel <= target_rel:
@@ -116,53 +118,9 @@ def summarize(step_times_s: Sequence[float], batch_size: int) -> dict[str, float
 
 
 def ci95_half_width_rel(step_times_s: Sequence[float]) -> float:
-    """Half-width of the 95 % confidence interval of the mean step time, relative to the mean.
-
-    Student t for small samples, normal quantile beyond 30 (accurate to < 1 % of the width).
-    """
+    """Half-width of the 95 % confidence interval of the mean step time, relative to the mean
+    (common.stats.mean_ci95_rel over the steps)."""
     t = np.asarray(step_times_s, dtype=float)
-    n = t.size
-    if n < 2:
+    if t.size < 2:
         return math.inf
-    q = t_quantile_975(n - 1)
-    return float(q * t.std(ddof=1) / math.sqrt(n) / t.mean())
-
-
-# two-sided 95 % Student t quantiles for 1..30 degrees of freedom
-_T975 = (
-    12.706,
-    4.303,
-    3.182,
-    2.776,
-    2.571,
-    2.447,
-    2.365,
-    2.306,
-    2.262,
-    2.228,
-    2.201,
-    2.179,
-    2.160,
-    2.145,
-    2.131,
-    2.120,
-    2.110,
-    2.101,
-    2.093,
-    2.086,
-    2.080,
-    2.074,
-    2.069,
-    2.064,
-    2.060,
-    2.056,
-    2.052,
-    2.048,
-    2.045,
-    2.042,
-)
-
-
-def t_quantile_975(dof: int) -> float:
-    """The 97.5 % quantile of Student's t with `dof` degrees of freedom (table, then 1.96 + 2.4 / dof)."""
-    return _T975[dof - 1] if dof <= len(_T975) else 1.960 + 2.4 / dof
+    return float(mean_ci95_rel(t.size, float(t.std(ddof=1)), float(t.mean())))

@@ -10,10 +10,11 @@ import math
 import numpy as np
 import pandas as pd
 
+from analysis import join
 from analysis.findings import rules
 from analysis.findings.facts import SERIES_KEYS, Facts, Peers
 from analysis.findings.records import Finding
-from analysis.findings.values import finite, num, ratio_interval
+from common.stats import as_float, ratio_interval
 
 
 def batch_drop(f: Facts, peers: Peers) -> list[Finding]:
@@ -83,7 +84,8 @@ def bimodality(times) -> dict | None:
     smaller peak, and each side of the valley holds rules.BIMODAL_MIN_SHARE of the steps (and 3
     steps). On drawn samples normal and uniform steps never passed, exponential ones 4 to 13 % of
     the time at 20-50 steps and never from 200 (docs/analysis.md)."""
-    t = np.sort(np.asarray([x for x in times if finite(x) and x > 0], dtype=float))
+    positive = [x for x in times if as_float(x, positive=True) is not None]
+    t = np.sort(np.asarray(positive, dtype=float))
     n = t.size
     if n < 10:
         return None
@@ -122,9 +124,9 @@ def run_anomalies(run: dict, series: list[float] | None) -> list[Finding]:
     """Variability, bimodal steps, throttling and memory near capacity of one train run."""
     rid = run["run_id"]
     out = []
-    mean = num(run.get("step_time_mean_s"), positive=True)
-    std = num(run.get("step_time_std_s"))
-    steps = num(run.get("measured_iters"))
+    mean = as_float(run.get("step_time_mean_s"), positive=True)
+    std = as_float(run.get("step_time_std_s"), nonnegative=True)
+    steps = as_float(run.get("measured_iters"), nonnegative=True)
     if mean and std is not None and std / mean > rules.STEP_CV:
         out.append(
             Finding(
@@ -148,8 +150,8 @@ def run_anomalies(run: dict, series: list[float] | None) -> list[Finding]:
     th = throttling(run)
     if th:
         out.append(th)
-    peak = num(run.get("device_peak_mem_bytes"))
-    total = num(run.get("device_mem_total_bytes"), positive=True)
+    peak = as_float(run.get("device_peak_mem_bytes"), nonnegative=True)
+    total = as_float(run.get("device_mem_total_bytes"), positive=True)
     if peak is not None and total and peak / total >= rules.MEMORY_NEAR_CAPACITY:
         out.append(
             Finding(
@@ -171,12 +173,6 @@ def quiet_runs(train: pd.DataFrame, series: dict | None = None) -> set:
     if train.empty or "run_id" not in train:
         return set()
 
-    def col(name: str) -> pd.Series:
-        return train[name] if name in train else pd.Series(np.nan, index=train.index)
-
-    def num(name: str) -> pd.Series:
-        return pd.to_numeric(col(name), errors="coerce").astype(float)
-
     ok = pd.Series(True, index=train.index)
     for name, positive in (
         ("step_time_mean_s", True),
@@ -185,14 +181,15 @@ def quiet_runs(train: pd.DataFrame, series: dict | None = None) -> set:
         ("device_peak_mem_bytes", False),
         ("device_mem_total_bytes", True),
     ):
-        x = num(name)
+        x = join.numeric(train, name)
         good = np.isfinite(x) & (x.gt(0) if positive else x.ge(0))
-        ok &= col(name).isna() | good
+        ok &= join.col(train, name).isna() | good
     for k in THROTTLE_KEYS:
-        ok &= col(f"gpu_{k}").isna()
-    mean, std = num("step_time_mean_s"), num("step_time_std_s")
+        ok &= join.col(train, f"gpu_{k}").isna()
+    mean, std = join.numeric(train, "step_time_mean_s"), join.numeric(train, "step_time_std_s")
     ok &= ~(std / mean).gt(rules.STEP_CV)
-    peak, total = num("device_peak_mem_bytes"), num("device_mem_total_bytes")
+    peak = join.numeric(train, "device_peak_mem_bytes")
+    total = join.numeric(train, "device_mem_total_bytes")
     ok &= ~(peak / total).ge(rules.MEMORY_NEAR_CAPACITY)
     ids = set(train.loc[ok, "run_id"].tolist())
     return ids - set(series or {})
@@ -216,7 +213,7 @@ def throttling(run: dict) -> Finding | None:
     """Clock throttling from a run's NVML sample summaries (train/energy.py), or None."""
     if all(not isinstance(v := run.get(k), (int, float)) or v != v for k in _GPU_KEYS):
         return None  # no NVML samples (not a CUDA run, or logged before runs kept them)
-    v = {k: num(run.get(f"gpu_{k}")) for k in THROTTLE_KEYS}
+    v = {k: as_float(run.get(f"gpu_{k}"), nonnegative=True) for k in THROTTLE_KEYS}
     hits = []
     if v["sm_clock_median_hz"] and v["sm_clock_base_hz"]:
         hits.append(v["sm_clock_median_hz"] < rules.THROTTLE_CLOCK * v["sm_clock_base_hz"])
@@ -248,9 +245,9 @@ def profile_disagreement(p: dict, profile: dict | None) -> Finding | None:
     """The profile run's FLOPs per step against the train runs' counted training FLOPs per step."""
     if not profile:
         return None
-    flops = num(profile.get("metrics.ncu_flops_total"), positive=True)
-    steps = num(profile.get("params.profile_steps"), positive=True)
-    train = num(p.get("train_flops_per_step"), positive=True)
+    flops = as_float(profile.get("flops_total"), positive=True)
+    steps = as_float(profile.get("steps"), positive=True)
+    train = as_float(p.get("train_flops_per_step"), positive=True)
     if not (flops and steps and train):
         return None
     per_step = flops / steps

@@ -22,6 +22,7 @@ import numpy as np
 from analysis.findings import rules
 from analysis.findings.breakdown import DATA_PARTS, HOST_PARTS
 from analysis.findings.facts import SERIES_KEYS, Facts, run_step
+from common.stats import as_float
 from roofline.model import COMPUTE_BOUND, MEMORY_BOUND
 from train.batch_fit import line as _line
 from train.batch_fit import unfit as _unfit
@@ -96,11 +97,7 @@ def classify(f: Facts) -> tuple[str, dict]:
         return side, {}
     why = (
         f"no ceiling for {p.get('device_name')} (no peaks run, no vendor entry)"
-        if not _finite(p.get("peak_flops_per_s"))
+        if as_float(p.get("peak_flops_per_s")) is None
         else "no intensity (no profile run, no modeled intensity)"
     )
     return "unknown", {"why": why}
-
-
-def _finite(x) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from analysis.findings.values import num
+from common.stats import as_float
 from profiling.breakdown.names import PARTS  # the step's parts
 
 DATA_PARTS = ("data_wait", "h2d_copy")
@@ -58,9 +58,9 @@ def latest(fetched: list[dict]) -> dict[tuple[str, str, str], Breakdown]:
 def _one(f: dict) -> Breakdown:
     summary = f.get("summary") if isinstance(f.get("summary"), dict) else {}
     metrics = summary.get("metrics") if isinstance(summary.get("metrics"), dict) else {}
-    b = Breakdown(str(f["run_id"]), num(metrics.get("breakdown_step_s"), positive=True))
+    b = Breakdown(str(f["run_id"]), as_float(metrics.get("breakdown_step_s"), positive=True))
     for part in PARTS:
-        v = num(metrics.get(f"breakdown_{part}_fraction"))
+        v = as_float(metrics.get(f"breakdown_{part}_fraction"), nonnegative=True)
         if v is not None:
             b.fractions[part] = v
     if f.get("layers"):

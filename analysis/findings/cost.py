@@ -5,7 +5,7 @@ epoch the same for 1,281,167 samples. samples/s derives from the mean step time 
 every rate from the mean), so the cost is proportional to the mean step time and carries its 95 %
 confidence interval (the configuration's step_time_ci95_rel, analysis/join.py: one run -> its own;
 several runs -> over their mean step times, Student t), taken on the log scale so that it never
-goes below 0 (values.log_interval). `devices`: the data-parallel world size on GPUs (one GPU per
+goes below 0 (common.stats.log_interval). `devices`: the data-parallel world size on GPUs (one GPU per
 process); 1 on a CPU, where every process shares the one priced machine.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from analysis.findings.prices import IMAGENET_1K_TRAIN_IMAGES, PriceTable
 from analysis.findings.records import Finding
-from analysis.findings.values import log_interval, num
+from common.stats import as_float, log_interval
 
 NO_ENERGY = (
     "not measured: these train runs record no energy (logged before train runs measured it, or "
@@ -80,7 +80,7 @@ def energy(runs: list[dict]) -> tuple[dict, Finding | None]:
     runs = sorted(runs, key=lambda r: r.get("start_time") or 0)
     vals, sources = [], []
     for r in runs:
-        e = num(r.get("energy_j_per_sample"))
+        e = as_float(r.get("energy_j_per_sample"), nonnegative=True)
         if e is not None:
             vals.append(e)
             sources.append(r.get("energy_source") or "")

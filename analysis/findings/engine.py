@@ -9,18 +9,16 @@ from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
-from analysis import join
 from analysis.findings import anomalies, bound, facts, moves, rules
 from analysis.findings import breakdown as bd
 from analysis.findings import cost as costs
 from analysis.findings.prices import PriceTable
 from analysis.findings.records import Finding, plain
-from analysis.findings.values import num
 from common import schema
+from common.stats import as_float
 from roofline.model import MEMORY_BOUND
 
 KNOB_FIELDS = list(schema.CONFIG_KEY_FIELDS)
-PROFILE_COLUMNS = ["run_id", "metrics.ncu_flops_total", "params.profile_steps"]
 TOPIC_ORDER = {"bound": 0, "anomaly": 1, "move": 2, "breakdown": 3, "cost": 4}
 
 
@@ -66,13 +64,6 @@ class Findings:
         return {"configs": configs, "missing": list(self.missing)}
 
 
-def records(frame: pd.DataFrame, cols: list[str]) -> list[dict]:
-    """frame[cols].to_dict("records"), the same values, by whole columns (to_dict boxes each value
-    of a pyarrow-backed string column one at a time: 1 s over 100,000 runs here)."""
-    values = [frame[c].tolist() for c in cols]
-    return [dict(zip(cols, row)) for row in zip(*values)]
-
-
 def series_wanted(train: pd.DataFrame, limit: int = 200) -> list[str]:
     """Runs whose step-time series the bimodality test needs: those with a CV over rules.STEP_CV
     (latest first, at most `limit`)."""
@@ -98,20 +89,15 @@ class Context:
 
 def build(
     analysis,
-    runs: pd.DataFrame,
     prices: PriceTable | None = None,
     breakdowns: list[dict] | None = None,
     series: dict[str, list[float]] | None = None,
 ) -> Findings:
-    """Findings for every point of `analysis` (core.Analysis): one record of facts per point
-    (facts.py), the guarded fixed-time fits of the batch series, then each point's rules against
-    its peers. `runs`: the runs frame (profile runs are read from it); `breakdowns`:
-    analysis.fetch.breakdowns.fetch_breakdowns' list; `series`: train run id -> step times (for the
-    runs `series_wanted` names)."""
-    pr = join.of_kind(runs, "profile")
-    pr = pr[[c for c in PROFILE_COLUMNS if c in pr.columns]]
-    profiles = {r["run_id"]: r for r in pr.to_dict("records")}
-    found = facts.build(analysis, bd.latest(breakdowns or []), profiles)
+    """Findings for every point of `analysis` (core.Analysis, read and never changed): one record
+    of facts per point (facts.py), the guarded fixed-time fits of the batch series, then each
+    point's rules against its peers. `breakdowns`: analysis.fetch.breakdowns.fetch_breakdowns'
+    list (screened); `series`: train run id -> step times (for the runs `series_wanted` names)."""
+    found = facts.build(analysis, bd.latest(breakdowns or []))
     fits, missing = bound.fixed_time_fits(found)
     found = [replace(f, fit=fits.get(f.idx)) for f in found]
     quiet = anomalies.quiet_runs(analysis.train, series)
@@ -130,7 +116,7 @@ def config_record(f: facts.Facts, ctx: Context) -> dict:
         p["env_label"],
         p["device_name"],
         f.device_type,
-        num(p.get("world_size"), positive=True) or 1,
+        as_float(p.get("world_size"), positive=True) or 1,
         (f.throughput, f.step_ci_rel),
         ctx.prices,
     )
@@ -179,7 +165,7 @@ def unstable(f: facts.Facts) -> Finding:
     runs = [
         {"run_id": r["run_id"], "run_name": str(r.get("run_name") or ""), "samples_per_s": x}
         for r in f.runs
-        if (x := facts.run_rate(r, f.point)) is not None
+        if (x := facts.run_rate(r)) is not None
     ]
     values = {
         "why": f.unstable,
@@ -195,7 +181,7 @@ def roof_findings(f: facts.Facts, ctx: Context) -> tuple[str, list[Finding]]:
     """(its bound, [the bound finding, and the ceiling-too-low or far-below-the-roof one])."""
     p = f.point
     kind, vals = bound.classify(f)
-    frac = None if f.above_roof else f.fraction
+    frac = f.roof_fraction
     roof = {
         "fraction_of_roof": frac,
         "ceiling_kind": str(p.get("roof_source") or "none"),
@@ -207,14 +193,14 @@ def roof_findings(f: facts.Facts, ctx: Context) -> tuple[str, list[Finding]]:
         **roof,
         "roof_side": ROOF_SIDE.get(str(p.get("bound") or "")),
         "ceiling_too_low": f.above_roof,
-        "headroom_factor": 1 / frac if frac else None,
+        "headroom_factor": f.headroom,
         **{k: p.get(k) for k in BOUND_POINT_KEYS},
     }
     out = [Finding("bound", "bound", values, f.run_ids)]
     if f.above_roof:
         out.append(ceiling_low(f, ctx.analysis.roofs.get((f.env, f.device), {})))
     elif frac is not None and frac < rules.FAR_BELOW_ROOF and kind in ("compute", "memory"):
-        out.append(Finding("roof_far", "bound", {**roof, "headroom_factor": 1 / frac}, f.run_ids))
+        out.append(Finding("roof_far", "bound", {**roof, "headroom_factor": f.headroom}, f.run_ids))
     return kind, out
 
 
@@ -274,7 +260,6 @@ def _ceiling(roof, key: str) -> float | None:
 def _fields(f: facts.Facts, kind: str, ctx: Context) -> dict:
     """The record's fields (knobs, where, the one statistic, spread, bound and roof)."""
     p = f.point
-    frac = None if f.above_roof or f.unstable else f.fraction
     roof = ctx.analysis.roofs.get((f.env, f.device), {}).get("roof")
     return {
         **{k: _value(p.get(k)) for k in KNOB_FIELDS},
@@ -296,8 +281,8 @@ def _fields(f: facts.Facts, kind: str, ctx: Context) -> dict:
         "unstable": f.unstable or None,
         "bound": kind,
         "roof_side": ROOF_SIDE.get(str(p.get("bound") or "")),
-        "fraction_of_roof": frac,
-        "headroom_factor": 1 / frac if frac else None,
+        "fraction_of_roof": f.roof_fraction,
+        "headroom_factor": f.headroom,
         "ceiling": {
             "dtype": p.get("ceiling_dtype"),
             "kind": str(p.get("roof_source") or "none"),
@@ -314,8 +299,7 @@ def _value(v):
     """A knob as JSON shows it: whole numbers as ints, 'true'/'false' as booleans."""
     if isinstance(v, str) and v.lower() in ("true", "false"):
         return v.lower() == "true"
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        return v
-    return int(x) if math.isfinite(x) and x.is_integer() else (x if math.isfinite(x) else None)
+    x = as_float(v)
+    if x is None:
+        return None if isinstance(v, float) else v  # NaN: not logged; text: as it is
+    return int(x) if x.is_integer() else x

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 
 from analysis.findings import rules
 from analysis.findings.breakdown import Breakdown
-from analysis.findings.values import finite, num
+from common.stats import as_float
 from common import schema
 
 SERIES_KEYS = schema.comparison_keys("batch_size")
@@ -34,7 +34,8 @@ class Facts:
     step_ci_rel: float | None
     """relative half-width of the 95 % CI of step_s (over its runs; one run: its own)."""
     fraction: float | None
-    """fraction of roof at this point (may be over 1: then the ceiling is too low)."""
+    """fraction of roof at this point (may be over 1: then the ceiling is too low; the findings
+    state `roof_fraction`)."""
     breakdown: Breakdown | None = None
     fit: dict | None = None
     """the guarded fixed-time fit of its batch series (bound.fixed_time_fits), or None."""
@@ -42,7 +43,8 @@ class Facts:
     """why its runs disagree too much to judge it ('' when they agree)."""
     device_type: str = ""
     profile: dict | None = None
-    """its profile run's row (analysis/join.profile_intensities' run), or None."""
+    """its profile run (analysis/roofs.py profile_intensities' run): {run_id, flops_total,
+    steps}, or None."""
     noise_rel: float = 0.0
     """for a configuration of one run: how much repeats of other configurations on the same
     environment and device disagree (the log of their largest highest-over-lowest run ratio), as
@@ -76,12 +78,24 @@ class Facts:
     @property
     def spread(self) -> float | None:
         """highest over lowest run samples/s (1 for one run): the point's throughput_spread_ratio."""
-        x = self.point.get("throughput_spread_ratio")
-        return float(x) if finite(x) and x >= 1 else None
+        x = as_float(self.point.get("throughput_spread_ratio"))
+        return x if x is not None and x >= 1 else None
 
     @property
     def above_roof(self) -> bool:
         return self.fraction is not None and self.fraction > 1
+
+    @property
+    def roof_fraction(self) -> float | None:
+        """The fraction of roof the findings state: none above the roof (the ceiling is too low,
+        `ceiling_low` says so) or for an unstable configuration (no bound is judged)."""
+        return None if self.above_roof or self.unstable else self.fraction
+
+    @property
+    def headroom(self) -> float | None:
+        """1 / roof_fraction: the factor the roof still allows."""
+        frac = self.roof_fraction
+        return 1 / frac if frac else None
 
     def key(self, keys) -> tuple:
         return tuple(norm(self.point.get(k, "")) for k in keys)
@@ -102,9 +116,9 @@ def norm(v) -> str:
         return str(v).strip().lower()
 
 
-def build(analysis, breakdowns: dict, profiles: dict) -> list[Facts]:
+def build(analysis, breakdowns: dict) -> list[Facts]:
     """The facts of every point of `analysis` (core.Analysis); `breakdowns`: (env, device,
-    config_key) -> Breakdown; `profiles`: profile run id -> its row."""
+    config_key) -> Breakdown."""
     by_run = {r["run_id"]: r for r in _rows(analysis.train)}
     out = []
     for idx, p in enumerate(analysis.points.to_dict("records")):
@@ -113,13 +127,13 @@ def build(analysis, breakdowns: dict, profiles: dict) -> list[Facts]:
             idx=idx,
             point=p,
             runs=runs,
-            throughput=num(p.get("throughput_mean_samples_per_s"), positive=True),
-            step_s=num(p.get("step_time_mean_s"), positive=True),
-            step_ci_rel=num(p.get("step_time_ci95_rel")),
-            fraction=num(p.get("fraction_of_roof"), positive=True),
+            throughput=as_float(p.get("throughput_mean_samples_per_s"), positive=True),
+            step_s=as_float(p.get("step_time_mean_s"), positive=True),
+            step_ci_rel=as_float(p.get("step_time_ci95_rel"), nonnegative=True),
+            fraction=as_float(p.get("fraction_of_roof"), positive=True),
             breakdown=breakdowns.get((p["env_label"], p["device_name"], p["config_key"])),
             device_type=next((str(r["device_type"]) for r in runs if r.get("device_type")), ""),
-            profile=profiles.get(p.get("profile_run_id") or ""),
+            profile=_profile(p),
         )
         out.append(replace(f, unstable=instability(f)))
     return with_noise(out)
@@ -146,28 +160,26 @@ def _rows(train) -> list[dict]:
     return [dict(zip(cols, row)) for row in zip(*values)]
 
 
+def _profile(p: dict) -> dict | None:
+    """The point's profile run: its id, FLOPs and steps, or None when it has none."""
+    run_id = p.get("profile_run_id") or ""
+    if not run_id:
+        return None
+    return {
+        "run_id": run_id,
+        "flops_total": p.get("profile_flops_total"),
+        "steps": p.get("profile_steps"),
+    }
+
+
 def run_step(r: dict) -> float | None:
-    """One run's mean step time, or None."""
-    x = r.get("step_time_mean_s")
-    return float(x) if finite(x) and x > 0 else None
+    """One run's logged mean step time, or None."""
+    return as_float(r.get("step_time_mean_s"), positive=True)
 
 
-def run_rate(r: dict, p: dict) -> float | None:
-    """One run's own samples/s: batch x world size / its mean step time (its logged rate when it
-    logged no step time)."""
-    step, per_step = run_step(r), _num(p.get("batch_size")) * (_num(p.get("world_size")) or 1.0)
-    if step and per_step and per_step > 0:
-        return per_step / step
-    x = r.get("throughput_samples_per_s")
-    return float(x) if finite(x) and x > 0 else None
-
-
-def _num(v) -> float:
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        return math.nan
-    return x if math.isfinite(x) else math.nan
+def run_rate(r: dict) -> float | None:
+    """One run's own samples/s, as the join computed it (analysis/join.py run_rates)."""
+    return as_float(r.get("run_samples_per_s"), positive=True)
 
 
 def instability(f: Facts) -> str:
@@ -196,7 +208,7 @@ def _disagreement(f: Facts) -> tuple[float, float]:
     moves.worker_moves, not noise); (1, 1) with fewer than two such runs."""
     groups: dict[str, list[float]] = {}
     for r in f.runs:
-        if (x := run_rate(r, f.point)) is not None:
+        if (x := run_rate(r)) is not None:
             groups.setdefault(str(r.get("workers") or ""), []).append(x)
     pairs = [(min(g), max(g)) for g in groups.values() if len(g) >= 2]
     return max(pairs, key=lambda p: p[1] / p[0]) if pairs else (1.0, 1.0)

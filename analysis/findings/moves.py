@@ -10,8 +10,8 @@ import math
 from analysis.findings import breakdown as bd
 from analysis.findings.facts import Facts, Peers, run_step
 from analysis.findings.records import KNOB_TEXT, Finding
-from analysis.findings.values import excludes_one, finite, ratio_interval
 from common import schema
+from common.stats import as_float, excludes_one, ratio_interval
 
 KNOBS = ("precision", "batch_size", "channels_last", "compile")
 PRECISIONS = ("fp32", "fp16", "bf16")
@@ -39,7 +39,7 @@ def knob_moves(f: Facts, peers: Peers, missing: list[str]) -> list[Finding]:
 def speedup(knob, frm, to, side: tuple, run_ids) -> Finding:
     """samples/s at `to` over samples/s at `frm`; side = (t0, ci0, t1, ci1): the two samples/s
     and the relative 95 % half-widths of their mean step times; the interval on the log scale
-    (values.ratio_interval)."""
+    (common.stats.ratio_interval)."""
     t0, ci0, t1, ci1 = side
     s = t1 / t0
     return Finding(
@@ -113,10 +113,10 @@ def worker_moves(f: Facts, missing: list[str]) -> list[Finding]:
 def _pooled(runs: list[dict]) -> tuple[float, float | None]:
     """(mean step time over the runs' measured steps, the relative 95 % CI: the one run's own, or
     the largest of several runs' own: a conservative stand-in for the CI of their pool)."""
-    n = [r.get("measured_iters") if finite(r.get("measured_iters")) else 1.0 for r in runs]
+    n = [1.0 if (k := as_float(r.get("measured_iters"))) is None else k for r in runs]
     mean = sum(k * run_step(r) for k, r in zip(n, runs)) / sum(n)
     cis = [r.get("step_time_ci95_rel") for r in runs]
-    return mean, max(cis) if all(finite(c) for c in cis) else None
+    return mean, max(cis) if all(as_float(c) is not None for c in cis) else None
 
 
 def peak_ratio_moves(precision: str, device_type: str, measured, have: set[str]) -> list[Finding]:

@@ -68,9 +68,9 @@ def _samples(c: dict) -> str:
     return f"{text} ({num(lo)}–{num(hi)})" if text and lo and hi and hi > lo else text
 
 
-def blocks(findings: Findings) -> list[tuple]:
-    """The Findings section: headlines, one row per configuration, then every finding."""
-    out: list[tuple] = [("h2", "Findings"), ("p", INTRO)]
+def section(findings: Findings) -> list[tuple]:
+    """The Findings section's body: headlines, one row per configuration, then every finding."""
+    out: list[tuple] = [("p", INTRO)]
     if not findings.configs:
         return out + [("p", "No configuration to judge: no FINISHED train run.")]
     out += [

@@ -29,6 +29,7 @@ import math
 import re
 from collections import defaultdict
 
+from common.stats import as_float
 from profiling.breakdown import names
 from profiling.breakdown.attribute import Attribution, Key
 from profiling.breakdown.owners import SeqOwners, backward_owner
@@ -124,10 +125,10 @@ def ncu_rows(kernels, per_kernel: list[dict], ceilings: Ceilings) -> tuple[list[
     flops: dict[Key, float] = defaultdict(float)
     dram: dict[Key, float] = defaultdict(float)
     for key, q in zip(owners, per_kernel):
-        self_s[key] += _num(q.get("time_s"))
+        self_s[key] += as_float(q.get("time_s")) or 0.0  # a kernel missing a count adds none
         calls[key] += 1
-        flops[key] += _num(q.get("flops_total"))
-        dram[key] += _num(q.get("dram_bytes"))
+        flops[key] += as_float(q.get("flops_total")) or 0.0
+        dram[key] += as_float(q.get("dram_bytes")) or 0.0
     tree = tree_of(
         outermost_module(kernels), {k[0] for k in owners if k[0] not in names.SPECIAL_ROWS}
     )
@@ -140,7 +141,7 @@ def kernel_points(per_kernel: list[dict], owners: list[Key], total_s: float) -> 
     """One figure point per kernel (profiling.breakdown.figures.layer_roofline's row format)."""
     out = []
     for q, (module, phase) in zip(per_kernel, owners):
-        t, f, b = _num(q.get("time_s")), _num(q.get("flops_total")), _num(q.get("dram_bytes"))
+        t, f, b = (as_float(q.get(k)) or 0.0 for k in ("time_s", "flops_total", "dram_bytes"))
         out.append(
             {
                 "module": f"{module} {str(q.get('kernel', ''))[:24]}",
@@ -155,11 +156,3 @@ def kernel_points(per_kernel: list[dict], owners: list[Key], total_s: float) -> 
             }
         )
     return out
-
-
-def _num(v) -> float:
-    try:
-        v = float(v)
-    except (TypeError, ValueError):
-        return 0.0
-    return v if math.isfinite(v) else 0.0

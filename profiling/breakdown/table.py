@@ -21,6 +21,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from common import fmt
+from common.stats import as_float
 from profiling.breakdown import names
 from profiling.breakdown.attribute import Attribution, Key
 from profiling.breakdown.roof import Ceilings, bound, roof_fraction
@@ -265,7 +266,9 @@ def top_rows(table: list[dict], tree: ModuleTree, n: int = 3) -> list[dict]:
     """The `n` rows of the default view's top level (its leaf additions left out) with the
     largest shares."""
     top = set(view_top(table, tree))
-    return sorted((r for r in table if r["module"] in top), key=lambda r: -_num(r["share"]))[:n]
+    return sorted(
+        (r for r in table if r["module"] in top), key=lambda r: -(as_float(r["share"]) or 0.0)
+    )[:n]
 
 
 _NOT_ACTIONABLE = (names.UNATTRIBUTED, names.IDLE)
@@ -290,7 +293,7 @@ def answer_rows(table: list[dict], n: int = 3) -> list[dict]:
         if (r["kind"] == "module" and r["leaf"])
         or (r["kind"] == "step" and r["module"] not in _NOT_ACTIONABLE)
     ]
-    return sorted(mine, key=lambda r: -_num(r["share"]))[:n]
+    return sorted(mine, key=lambda r: -(as_float(r["share"]) or 0.0))[:n]
 
 
 def move_hint(r: dict) -> str:
@@ -308,10 +311,6 @@ def move_hint(r: dict) -> str:
     if isinstance(frac, float) and math.isfinite(frac) and frac < LOW_ROOF:
         return f"at {fmt.pct(frac)} of its roof: a faster kernel (channels_last, bf16, another algorithm)"
     return "near its compute roof: lower precision (bf16) or less work"
-
-
-def _num(x) -> float:
-    return x if isinstance(x, (int, float)) and math.isfinite(x) else 0.0
 
 
 def row_phrase(r: dict) -> str:

@@ -9,19 +9,17 @@ over the original with its 95 % interval on the log scale. Pure.
 * unstable: the runs' samples/s range wider than x UNSTABLE_SPREAD (highest over lowest), or a CI
   wider than ±CI_WIDE_REL (common.plausible, the findings' rule);
 * the speed-up: samples/s of the move over samples/s of the original; its interval
-  common.intervals.ratio_interval (log ratio ± the two relative half-widths added in quadrature).
+  common.stats.ratio_interval (log ratio ± the two relative half-widths added in quadrature).
 """
 
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass
 
 from common import plausible
-from common.intervals import ratio_interval
+from common.stats import as_float, mean_ci95_rel, ratio_interval
 from roofline.scoring import Measured
-from train.timing import t_quantile_975
 
 
 @dataclass(frozen=True)
@@ -60,19 +58,16 @@ class Side:
 def side(label: str, runs: list[dict], per_step: float) -> Side:
     """A configuration's numbers from its FINISHED runs (dicts with run_id, step_time_mean_s and
     measured_iters; those without a positive step time are left out)."""
-    ok = [r for r in runs if _pos(r.get("step_time_mean_s"))]
+    ok = [r for r in runs if as_float(r.get("step_time_mean_s"), positive=True)]
     ids = tuple(str(r["run_id"]) for r in ok)
     if not ok:
         return Side(label, ids, per_step, None, None, None)
     means = [float(r["step_time_mean_s"]) for r in ok]
-    steps = [float(r["measured_iters"]) if _pos(r.get("measured_iters")) else 1.0 for r in ok]
+    steps = [as_float(r.get("measured_iters"), positive=True) or 1.0 for r in ok]
     pooled = sum(m * n for m, n in zip(means, steps)) / sum(steps)
     ci = None
     if len(means) >= 2:
-        n = len(means)
-        ci = (
-            t_quantile_975(n - 1) * statistics.stdev(means) / math.sqrt(n) / statistics.fmean(means)
-        )
+        ci = mean_ci95_rel(len(means), statistics.stdev(means), statistics.fmean(means))
     return Side(label, ids, per_step, pooled, ci, max(means) / min(means))
 
 
@@ -86,7 +81,3 @@ def measured(orig: Side, move: Side) -> Measured:
     interval = ratio_interval(s, orig.ci_rel, move.ci_rel)
     lo, hi = interval if interval else (None, None)
     return Measured(s, lo, hi, why)
-
-
-def _pos(x) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x) and x > 0

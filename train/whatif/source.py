@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import csv
 import io
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,6 +20,7 @@ from common import plausible, schema
 from common.errors import UsageError, one_line
 from common.runs import all_experiment_ids, artifact_text, mlflow_client
 from common.server import display_uri
+from common.stats import as_float
 from roofline.ceilings import measured_over_vendor, roof_from_vendor
 from roofline.model import Roof
 from roofline.whatif import BatchFit, Original, Row
@@ -140,7 +140,9 @@ def _original(cfg: TrainConfig, tags: dict, metrics: dict) -> Original:
 
 
 def _usable(x, plausible_max: float) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x) and 0 < x <= plausible_max
+    """A positive number (common.stats.as_float) no larger than `plausible_max`."""
+    v = as_float(x, positive=True)
+    return v is not None and v <= plausible_max
 
 
 def _add_breakdown(src: Source, run, client) -> None:
@@ -229,12 +231,9 @@ def _row(rec: dict) -> Row:
 
 
 def _number(text: str, name: str, high: float) -> float:
-    try:
-        x = float(text)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} {text!r} is not a number") from None
-    if not (math.isfinite(x) and 0 <= x <= high):
-        raise ValueError(f"{name} {text!r} is not in [0, {high:g}]")
+    x = as_float(text, nonnegative=True)
+    if x is None or x > high:
+        raise ValueError(f"{name} {text!r} is not a number in [0, {high:g}]")
     return x
 
 
