@@ -29,8 +29,10 @@ from analysis import (
     hierarchy,
     report,
     screen,
+    whatif,
 )
 from analysis.fetch.breakdowns import fetch_breakdowns
+from analysis.fetch.whatifs import fetch_whatifs
 from analysis.findings.records import json_text
 from common import console, flags, schema, ui
 from common.cli import ArgumentParser, cli_entry
@@ -177,7 +179,7 @@ def _run(cfg: AnalysisConfig, vendor_lookup, n_jobs: int, pool) -> Result:
         vendor_lookup = vendor.load_vendor_lookup(cfg.peaks_file)
     query = cfg.query()
     source = fetch.Source(cfg.cache)
-    runs, complexity, breakdowns, fetch_notes = _fetch(query, source)
+    runs, complexity, breakdowns, whatifs, fetch_notes = _fetch(query, source)
     timings["fetch_s"] = time.perf_counter() - t0
     if pool is not None and source.stats.fetched:
         pool.warm()
@@ -202,7 +204,7 @@ def _run(cfg: AnalysisConfig, vendor_lookup, n_jobs: int, pool) -> Result:
         timings["figures_s"] = time.perf_counter() - t
 
         # the findings are built while the pool draws
-        found = _findings(cfg, analysis, breakdowns, source, out_dir, timings)
+        found = _findings(cfg, analysis, breakdowns, whatifs, source, out_dir, timings)
 
         t = time.perf_counter()
         drawn, files = _drawn(analysis, out_dir, pending, n_jobs)
@@ -213,7 +215,7 @@ def _run(cfg: AnalysisConfig, vendor_lookup, n_jobs: int, pool) -> Result:
         t = time.perf_counter()
         rep, written = _write_report(
             analysis, out_dir, drawn, query.describe(), variability, breakdowns, found, source,
-            vendor_lookup,
+            vendor_lookup, whatifs,
         )  # fmt: skip
         files += written
     timings["report_s"] = time.perf_counter() - t
@@ -222,8 +224,8 @@ def _run(cfg: AnalysisConfig, vendor_lookup, n_jobs: int, pool) -> Result:
 
 
 def _fetch(query: fetch.Query, source: fetch.Source) -> tuple:
-    """(runs, complexity tables, breakdown runs, notes on what was read); UsageError when no train
-    run matches."""
+    """(runs, complexity tables, breakdown runs, what-if runs, notes on what was read); UsageError
+    when no train run matches."""
     runs, notes = fetch.fetch_runs(query, source)
     n_train = 0 if runs.empty else int((runs.get("tags.run_kind") == "train").sum())
     if n_train == 0:
@@ -231,7 +233,8 @@ def _fetch(query: fetch.Query, source: fetch.Source) -> tuple:
     complexity, complexity_notes = fetch.fetch_complexity(query, source)
     notes += complexity_notes
     breakdowns, screened = screen.breakdowns(fetch_breakdowns(query, source, notes))
-    return runs, complexity, breakdowns, notes + screened
+    whatifs, screened_whatifs = screen.whatifs(fetch_whatifs(query, source, notes))
+    return runs, complexity, breakdowns, whatifs, notes + screened + screened_whatifs
 
 
 def no_match(query: fetch.Query) -> str:
@@ -271,6 +274,7 @@ def _write_report(
     found: findings.Findings,
     source: fetch.Source,
     vendor_lookup,
+    whatifs: list[dict] = (),
 ) -> tuple[report.Report, list[Path]]:
     """The Report (everything it says: the analysis, the findings, the breakdown runs, the
     profiles' hierarchical rooflines, the figures) and the files written from it under `out_dir`:
@@ -288,6 +292,12 @@ def _write_report(
         png = breakdown_plot.parts_by_run(b.runs, out_dir / "figures" / "breakdown_parts.png")
         figs["breakdown"] = [("Step parts per breakdown run", str(png.relative_to(out_dir)))]
         files.append(png)
+    if whatifs:  # the predicted-vs-measured figure of "How good is the advice"
+        png = whatif.save_figure(list(whatifs), out_dir / "figures" / "whatif_checks.png")
+        figs["whatif"] = [
+            ("What-if checks: predicted against measured", str(png.relative_to(out_dir)))
+        ]
+        files.append(png)
     last = source.note()
     rep = report.Report(
         analysis,
@@ -299,6 +309,7 @@ def _write_report(
         found,
         b,
         tuple(hier),
+        whatifs=tuple(whatifs),
         notes=(
             *variability.notes,
             *hier_notes,
@@ -311,13 +322,13 @@ def _write_report(
 
 
 def _findings(
-    cfg, analysis, breakdowns: list[dict], source, out_dir: Path, timings: dict
+    cfg, analysis, breakdowns: list[dict], whatifs: list[dict], source, out_dir: Path, timings: dict
 ) -> findings.Findings:
-    """The findings engine over the joined analysis, with the step-time series of variable runs and
-    the fetched breakdown runs; writes findings.json."""
+    """The findings engine over the joined analysis, with the step-time series of variable runs,
+    the fetched breakdown runs and the what-if runs' checks; writes findings.json."""
     t = time.perf_counter()
     series = fetch.fetch_series(findings.series_wanted(analysis.train), source=source)
-    found = findings.build(analysis, findings.read_prices(cfg.prices), breakdowns, series)
+    found = findings.build(analysis, findings.read_prices(cfg.prices), breakdowns, series, whatifs)
     timings["findings_s"] = time.perf_counter() - t
     path = out_dir / "findings.json"
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from analysis import breakdown, hierarchy, html
+from analysis import breakdown, hierarchy, html, whatif
 from analysis.breakdown import Breakdowns
 from analysis.core import Analysis
 from analysis.findings import Findings
@@ -144,6 +144,8 @@ class Report:
     """the breakdown runs (analysis/breakdown.py); None: no breakdown section"""
     hierarchies: tuple[dict, ...] = ()
     """the profile runs' hierarchical rooflines (analysis/hierarchy.py collect)"""
+    whatifs: tuple[dict, ...] = ()
+    """the what-if runs' checks as logged (analysis/fetch/whatifs.py, screened)"""
     notes: tuple[str, ...] = ()
     """what the steps after the join add to "What is missing", in order"""
 
@@ -167,6 +169,10 @@ class Section:
 
 def _findings(r: Report) -> list[Block] | None:
     return None if r.findings is None else findings_report.section(r.findings)
+
+
+def _advice(r: Report) -> list[Block]:
+    return whatif.section(list(r.whatifs), next(iter(r.figures.get("whatif", [])), None))
 
 
 def _implausible(r: Report) -> list[Block]:
@@ -236,6 +242,7 @@ def _failed(r: Report) -> list[Block]:
 
 SECTIONS: tuple[Section, ...] = (
     Section("Findings", _findings),
+    Section("How good is the advice", _advice),
     Section("Implausible values", _implausible),
     Section("What is missing", _missing),
     Section("Environments", lambda r: [("table", environments_table(r.analysis.environments))]),

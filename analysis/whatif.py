@@ -51,42 +51,87 @@ def knobs(whatifs: list[dict]) -> list[Calibration]:
     return calibration([r for w in whatifs for r in w["rows"]])
 
 
-def section_lines(whatifs: list[dict], figure: str | None = None) -> list[str]:
-    """The Markdown of "How good is the advice" (the report's section body)."""
+def attach(found: list, rows: list[dict]) -> None:
+    """Give each "What would move it" finding of a configuration (analysis/findings/moves.py) the
+    check of the what-if move it names, where its latest what-if run checked one: the finding's
+    `check` value, which its sentence ends with."""
+    for f in found:
+        if f.topic != "move" or not rows:
+            continue
+        v = f.values
+        knob, to = MOVE_KNOBS.get(f.kind, (v.get("knob"), None))
+        hit = matching(rows, knob, v.get("to") if to is None else to)
+        if hit:
+            v["check"] = line(hit[0])
+
+
+MOVE_KNOBS = {
+    "peak_ratio": ("precision", None),
+    "fusion": ("compile", True),
+    "data_wait": ("workers", None),
+}
+"""the what-if knob (and the value it moves to; None: the finding's `to`) of each move finding
+that is not a measured one-knob speed-up (`speedup` findings name their knob)"""
+
+INTRO = (
+    "{n} checks of predictions in {runs} what-if run(s) (`python -m train.whatif`, "
+    "docs/whatif.md): {counts}. Each prediction was logged before its move ran; it holds when the "
+    "measured speed-up's 95% interval overlaps the predicted interval; a predicted interval wider "
+    "than x2 counts as not predicted, unstable runs or a measured interval wider than x2 as not "
+    "judged (docs/schema.md, Definitions)."
+)
+CAL_HEADERS = [
+    "knob",
+    "checks",
+    "held",
+    "beaten",
+    "missed",
+    "not predicted",
+    "not judged",
+    "median abs. log error",
+    "median width",
+]
+NONE_YET = (
+    "No what-if run in these experiments: `python -m train.whatif RUN_ID` predicts each move of a "
+    "configuration, runs it and scores the prediction (docs/whatif.md)."
+)
+
+
+def section(whatifs: list[dict], figure: tuple[str, str] | None = None) -> list[tuple]:
+    """The blocks of "How good is the advice" (analysis/report.py): the counts, the table per
+    knob, the knobs that keep missing, the figure, then each what-if run's checks."""
+    from analysis.markdown import Table
+
     rows = [r for w in whatifs for r in w["rows"]]
     if not rows:
-        return [
-            "No what-if run in these experiments: `python -m train.whatif RUN_ID` predicts each "
-            "move of a configuration, runs it and scores the prediction (docs/whatif.md)."
-        ]
+        return [("p", NONE_YET)]
     counts = ", ".join(f"{n} {v}" for v in VERDICTS if (n := sum(r["verdict"] == v for r in rows)))
-    out = [
-        f"{len(rows)} checks of predictions in {len(whatifs)} what-if run(s): {counts}. A "
-        "prediction holds when the measured speed-up's 95% interval overlaps the predicted one; "
-        "one wider than x2 counts as not predicted, a measurement of unstable runs (or wider than "
-        "x2) as not judged (docs/schema.md, Definitions).",
-        "",
-        "| knob | checks | held | beaten | missed | not predicted | not judged | median abs. log "
-        "error | median width |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+    out: list[tuple] = [("p", INTRO.format(n=len(rows), runs=len(whatifs), counts=counts))]
     cals = knobs(whatifs)
-    for c in cals:
-        n = c.counts
-        err = "" if c.median_abs_log_error is None else fmt.num(c.median_abs_log_error)
-        width = "" if c.median_width is None else f"x{fmt.num(c.median_width)}"
-        out.append(
-            f"| {c.knob} | {c.n} | {n['held']} | {n['beaten']} | {n['missed']} | "
-            f"{n['not predicted']} | {n['not judged']} | {err} | {width} |"
-        )
-    out.append("")
-    out += _missing_knobs(cals, rows)
-    for w in whatifs:
-        out.append(f"- **{w['env_label']}, {w['config_label']}** (what-if run {w['run_id'][:8]}):")
-        out += [f"  - {line(r)}" for r in w["rows"]]
+    out.append(("table", Table(CAL_HEADERS, [_cal_row(c) for c in cals])))
+    out += [("p", text) for text in _missing_knobs(cals, rows)]
     if figure:
-        out += ["", f"![Predicted against measured speed-ups]({figure})"]
+        out.append(("figure", *figure))
+    for w in whatifs:
+        head = f"**{w['env_label']}, {w['config_label']}** (what-if run {w['run_id'][:8]}):"
+        out += [("p", head), ("list", [_listed(r) for r in w["rows"]])]
     return out
+
+
+def _listed(row: dict) -> str:
+    why = row.get("why") if row["verdict"] in ("not predicted", "not judged") else ""
+    return line(row) + (f" ({why})" if why else "")
+
+
+def _cal_row(c: Calibration) -> list:
+    n = c.counts
+    err = "" if c.median_abs_log_error is None else fmt.num(c.median_abs_log_error)
+    width = "" if c.median_width is None else f"x{fmt.num(c.median_width)}"
+    return [c.knob, c.n, n["held"], n["beaten"], n["missed"], n["not predicted"]] + [
+        n["not judged"],
+        err,
+        width,
+    ]
 
 
 def _missing_knobs(cals: list[Calibration], rows: list[dict]) -> list[str]:
@@ -101,7 +146,7 @@ def _missing_knobs(cals: list[Calibration], rows: list[dict]) -> list[str]:
             f"hold (median abs. log error {fmt.num(c.median_abs_log_error)}). The model assumed: "
             f"{assumed}."
         )
-    return out + ([""] if out else [])
+    return out
 
 
 def draw(whatifs: list[dict]):
@@ -110,56 +155,43 @@ def draw(whatifs: list[dict]):
     with its 95 % interval; the y = x line; colour by knob, marker by verdict."""
     from matplotlib.figure import Figure
 
-    from roofline.style import distinct_colors, log_ticks
+    from roofline.style import distinct_colors
 
-    pts = [
-        r
-        for w in whatifs
-        for r in w["rows"]
-        if _pos(r.get("predicted_low")) and _pos(r.get("measured"))
-    ]
+    pts = [r for w in whatifs for r in w["rows"] if _pos(r.get("predicted_low"))]
+    pts = [r for r in pts if _pos(r.get("measured"))]
     fig = Figure(figsize=(6.4, 5.2), dpi=100)
     fig.subplots_adjust(left=0.14, right=0.97, top=0.9, bottom=0.12)
     ax = fig.add_subplot()
-    knob_list = list(dict.fromkeys(r["knob"] for r in pts))
-    color = distinct_colors(knob_list)
-    marker = {"held": "o", "beaten": "^", "missed": "v", "not predicted": "s", "not judged": "x"}
+    color = distinct_colors(list(dict.fromkeys(r["knob"] for r in pts)))
+    marker = {"held": "o", "beaten": "^", "missed": "v", "not judged": "x"}
     for r in pts:
         lo, hi, m = r["predicted_low"], r["predicted_high"], r["measured"]
         x = math.sqrt(lo * hi)
-        yerr = (
-            [[m - r["measured_low"]], [r["measured_high"] - m]]
-            if _pos(r.get("measured_low"))
-            else None
-        )
+        ok = _pos(r.get("measured_low"))
         ax.errorbar(
             [x],
             [m],
             xerr=[[x - lo], [hi - x]],
-            yerr=yerr,
-            fmt=marker.get(r["verdict"], "o"),
+            yerr=[[m - r["measured_low"]], [r["measured_high"] - m]] if ok else None,
+            fmt=marker.get(r["verdict"], "s"),
             color=color[r["knob"]],
             capsize=3,
             ms=6,
             label=f"{r['knob']}: {r['verdict']}",
         )
-    values = [
-        v
-        for r in pts
-        for v in (
-            r["predicted_low"],
-            r["predicted_high"],
-            r["measured"],
-            r.get("measured_low"),
-            r.get("measured_high"),
-        )
-        if _pos(v)
-    ] or [0.5, 2.0]
-    lo_ax, hi_ax = min(values + [1.0]) / 1.2, max(values + [1.0]) * 1.2
-    ax.plot(
-        [lo_ax, hi_ax], [lo_ax, hi_ax], color="0.5", lw=1, ls="--", label="measured = predicted"
-    )
-    ax.set(xscale="log", yscale="log", xlim=(lo_ax, hi_ax), ylim=(lo_ax, hi_ax))
+    _axes(ax, pts)
+    return fig
+
+
+def _axes(ax, pts: list[dict]) -> None:
+    """Equal log axes over every value drawn (and 1), the y = x line, the labels, the legend."""
+    from roofline.style import log_ticks
+
+    keys = ("predicted_low", "predicted_high", "measured", "measured_low", "measured_high")
+    values = [r[k] for r in pts for k in keys if _pos(r.get(k))] + [1.0]
+    lo, hi = min(values) / 1.2, max(values) * 1.2
+    ax.plot([lo, hi], [lo, hi], color="0.5", lw=1, ls="--", label="measured = predicted")
+    ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi))
     for axis in (ax.xaxis, ax.yaxis):
         log_ticks(axis, lambda v: f"x{v:g}")
     ax.set_xlabel("predicted speed-up (interval)")
@@ -168,7 +200,6 @@ def draw(whatifs: list[dict]):
     handles, labels = ax.get_legend_handles_labels()
     uniq = dict(zip(labels, handles))
     ax.legend(uniq.values(), uniq.keys(), fontsize=7, loc="upper left")
-    return fig
 
 
 def save_figure(whatifs: list[dict], path: Path) -> Path:

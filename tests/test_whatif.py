@@ -173,8 +173,8 @@ def test_breakdown_rows_that_are_no_numbers_are_left_out_with_a_line():
     rows, notes = parse_rows(text, "bd1")
     assert [r.module for r in rows] == ["conv1", "optimizer"] and rows[0].leaf
     assert notes == [
-        "breakdown run bd1: layers.csv row 3 left out: share 'nan' is not in [0, 1]",
-        "breakdown run bd1: layers.csv row 4 left out: share '1.5' is not in [0, 1]",
+        "breakdown run bd1: layers.csv row 3 left out: share 'nan' is not a number in [0, 1]",
+        "breakdown run bd1: layers.csv row 4 left out: share '1.5' is not a number in [0, 1]",
     ]
     assert parse_rows("module,phase\nx,y\n", "bd2")[1] == [
         "breakdown run bd2: layers.csv lacks the columns kind, leaf, share, flops, bytes"

@@ -118,7 +118,12 @@ def plant_peaks(bf16: float) -> None:
         )
 
 
-def test_predictions_first_verdicts_and_an_interrupted_whatif_resumes(store, monkeypatch):
+def _args(r: dict) -> tuple:
+    keys = ("move", "predicted_low", "predicted_high", "measured", "measured_low", "measured_high")
+    return (*(r[k] for k in keys), r["verdict"])
+
+
+def test_predictions_first_verdicts_and_an_interrupted_whatif_resumes(store, tmp_path):
     """Interrupted in its second pass, then run again with other ceilings in the store: the
     finished runs are not run again, the logged predictions stand, every verdict is the planted
     one, and the predictions were sent before any counterfactual started."""
@@ -164,6 +169,38 @@ def test_predictions_first_verdicts_and_an_interrupted_whatif_resumes(store, mon
     assert json.loads(logged)["moves"][0]["predicted_high"] == pytest.approx(1 / 0.6)
     cost = overhead(out.run_id, mlflow.tracking.MlflowClient())  # bench/whatif_overhead.py's
     assert cost["train_runs"] == 11 and 0 < cost["train_runs_s"] < cost["loop_s"]
+    the_report_shows_the_checks_as_logged(out.rows, tmp_path)
+
+
+def the_report_shows_the_checks_as_logged(rows: list[dict], tmp_path) -> None:
+    """python -m analysis over the same store: "How good is the advice" and the moves of "What
+    would move it" print the what-if table's own numbers (check_text of its rows), the figure is
+    drawn, and findings.json's move findings carry their check."""
+    from analysis import app
+    from roofline.scoring import check_text
+
+    cfg = app.config_from_args(
+        app.build_parser().parse_args(["--no-track", "--jobs", "1", "--out", str(tmp_path / "r")])
+    )
+    result = app.run(cfg)
+    md = (tmp_path / "r" / "report.md").read_text()
+    advice = md[md.index("## How good is the advice") : md.index("## Implausible values")]
+    for r in rows:
+        want = check_text(
+            r["move"], r["predicted_low"], r["predicted_high"], r["measured"], r["measured_low"],
+            r["measured_high"], r["verdict"],
+        )  # fmt: skip
+        assert f"- {want}" in advice, want
+    assert "| compile | 1 | 0 | 0 | 1 | 0 | 0 |" in advice  # per knob: 1 check, missed
+    assert (tmp_path / "r" / "figures" / "whatif_checks.png").stat().st_size > 0
+    checked = [
+        f.values["check"]
+        for c in result.findings.configs
+        for f in c["findings"]
+        if f.topic == "move" and "check" in f.values
+    ]
+    assert checked and set(checked) <= {check_text(*_args(r)) for r in rows}
+    assert f"Checked by a what-if: {checked[0]}." in md
 
 
 def test_budget_leaves_out_what_will_not_fit_with_a_line(store, capsys):
