@@ -17,8 +17,12 @@ from roofline.scoring import VERDICTS, Calibration, calibration, check_text
 
 
 def by_point(whatifs: list[dict]) -> dict[tuple[str, str, str], list[dict]]:
-    """(env_label, device_name, config_key) -> the check rows of its latest what-if run."""
-    return {(w["env_label"], w["device_name"], w["config_key"]): w["rows"] for w in whatifs}
+    """(env_label, device_name, config_key) -> the check rows of its latest what-if run
+    (`whatifs` newest first, as fetched)."""
+    out: dict[tuple[str, str, str], list[dict]] = {}
+    for w in whatifs:
+        out.setdefault((w["env_label"], w["device_name"], w["config_key"]), w["rows"])
+    return out
 
 
 def line(row: dict) -> str:

@@ -24,6 +24,7 @@ from common.stats import as_float
 from roofline.whatif import MAX_WIDTH
 
 VERDICTS = ("held", "beaten", "missed", "not predicted", "not judged")
+JUDGED = ("held", "beaten", "missed")
 KEEPS_MISSING_MIN = 2
 """a knob 'keeps missing' when at least this many of its predictions were judged ..."""
 KEEPS_MISSING_SHARE = 0.5
@@ -85,8 +86,9 @@ def check_text(name: str, low, high, speedup, m_low, m_high, verdict_: str) -> s
 @dataclass(frozen=True)
 class Calibration:
     """How good the predictions of one knob were over checks (the report's "How good is the
-    advice"): counts per verdict, the median |log(measured / predicted midpoint)| over the
-    predicted and measured moves, the median width (high / low) of the predicted intervals."""
+    advice"): counts per verdict, the median |log(measured / predicted midpoint)| over the judged
+    checks (held, beaten, missed: nothing is concluded from a check not judged), the median width
+    (high / low) of the predicted intervals."""
 
     knob: str
     n: int
@@ -97,7 +99,7 @@ class Calibration:
 
     @property
     def judged(self) -> int:
-        return sum(self.counts[v] for v in ("held", "beaten", "missed"))
+        return sum(self.counts[v] for v in JUDGED)
 
 
 def calibration(checks: list[dict]) -> list[Calibration]:
@@ -116,9 +118,9 @@ def _one(knob: str, rows: list[dict]) -> Calibration:
         lo, hi, m = r.get("predicted_low"), r.get("predicted_high"), r.get("measured")
         if _pos(lo) and _pos(hi):
             widths.append(hi / lo)
-            if _pos(m) and r["verdict"] != "not predicted":
+            if _pos(m) and r["verdict"] in JUDGED:
                 errors.append(abs(math.log(m / math.sqrt(lo * hi))))
-    judged = counts["held"] + counts["beaten"] + counts["missed"]
+    judged = sum(counts[v] for v in JUDGED)
     keeps = judged >= KEEPS_MISSING_MIN and (judged - counts["held"]) / judged > KEEPS_MISSING_SHARE
     return Calibration(
         knob,

@@ -1,8 +1,9 @@
 """The what-if runs analysis reads (`python -m train.whatif`, docs/whatif.md).
 
 One search for FINISHED `whatif` runs in the query's experiments (and env labels), through the run
-cache like every search, the latest per (env_label, device_name, config_key), and each one's
-`whatif/table.json` (its checks as logged: the report shows them as they are, never recomputed).
+cache like every search, newest first, and each one's `whatif/table.json` (its checks as logged:
+the report shows them as they are, never recomputed). "How good is the advice" counts every one;
+a configuration's moves show the checks of its latest.
 """
 
 from __future__ import annotations
@@ -41,9 +42,8 @@ def fetch_whatifs(query, source=None, notes: list[str] | None = None) -> list[di
     df = df.fillna({c: "" for c in cols.values()})
     if query.env_labels:
         df = df[df[cols["env_label"]].isin(query.env_labels)]
-    latest = df.groupby([cols[k] for k in ("env_label", "device_name", "config_key")]).head(1)
     out = []
-    for r in latest.to_dict("records"):
+    for r in df.to_dict("records"):
         try:
             rows = json.loads(_download_text(r["run_id"], TABLE))
             if not isinstance(rows, list):
