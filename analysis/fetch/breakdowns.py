@@ -15,34 +15,47 @@ from common.errors import one_line
 
 SUMMARY = "breakdown.json"
 LAYERS = "layers.csv"
+WHERE = {
+    "env_label": f"tags.{schema.TAG_ENV_LABEL}",
+    "device_name": f"tags.{schema.TAG_DEVICE_NAME}",
+    "config_key": f"tags.{schema.TAG_CONFIG_KEY}",
+}
+"""a configuration's place: name -> its tag column"""
 
 
-def fetch_breakdowns(query, source=None, notes: list[str] | None = None) -> list[dict]:
-    """[{run_id, env_label, device_name, config_key, params: {...}, summary: dict, layers: csv
-    text}]. A run whose artifacts cannot be read is a line appended to `notes`, never an error."""
-    from analysis.fetch import Source, _download_text, experiment_ids
+def finished_of_kind(kind: str, query, source, cols: dict[str, str]):
+    """The FINISHED runs of run kind `kind` in the query's experiments (newest first, through the
+    run cache), the tag columns `cols` present ('' where a run lacks the tag), those of the
+    query's env labels only."""
+    from analysis.fetch import Source, experiment_ids
 
     source = source or Source()
-    kind = f"tags.{schema.TAG_RUN_KIND}"
     df = source.search(
         experiment_ids(query.experiments),
-        f"{kind} = 'breakdown' AND attributes.status = 'FINISHED'",
+        f"tags.{schema.TAG_RUN_KIND} = '{kind}' AND attributes.status = 'FINISHED'",
         query.max_runs,
     )
-    notes = [] if notes is None else notes
     if df.empty:
-        return []
-    cols = {
-        "env_label": f"tags.{schema.TAG_ENV_LABEL}",
-        "device_name": f"tags.{schema.TAG_DEVICE_NAME}",
-        "config_key": f"tags.{schema.TAG_CONFIG_KEY}",
-    }
+        return df
     for c in cols.values():
         if c not in df:
             df[c] = ""
     df = df.fillna({c: "" for c in cols.values()})
     if query.env_labels:
         df = df[df[cols["env_label"]].isin(query.env_labels)]
+    return df
+
+
+def fetch_breakdowns(query, source=None, notes: list[str] | None = None) -> list[dict]:
+    """[{run_id, env_label, device_name, config_key, params: {...}, summary: dict, layers: csv
+    text}]. A run whose artifacts cannot be read is a line appended to `notes`, never an error."""
+    from analysis.fetch import _download_text
+
+    notes = [] if notes is None else notes
+    cols = dict(WHERE)
+    df = finished_of_kind("breakdown", query, source, cols)
+    if df.empty:
+        return []
     latest = df.groupby(list(cols.values()), sort=True).head(1)  # the latest first
     out = []
     for r in latest.to_dict("records"):

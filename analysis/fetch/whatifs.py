@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+from analysis.fetch.breakdowns import WHERE, finished_of_kind
 from common import console, schema
 from common.errors import one_line
 
@@ -19,29 +20,13 @@ TABLE = "whatif/table.json"
 def fetch_whatifs(query, source=None, notes: list[str] | None = None) -> list[dict]:
     """[{run_id, env_label, device_name, config_key, config_label, rows: [table rows]}]. A run
     whose table cannot be read is a line appended to `notes`, never an error."""
-    from analysis.fetch import Source, _download_text, experiment_ids
+    from analysis.fetch import _download_text
 
-    source = source or Source()
-    df = source.search(
-        experiment_ids(query.experiments),
-        f"tags.{schema.TAG_RUN_KIND} = 'whatif' AND attributes.status = 'FINISHED'",
-        query.max_runs,
-    )
     notes = [] if notes is None else notes
+    cols = {**WHERE, "config_label": f"tags.{schema.TAG_CONFIG_LABEL}"}
+    df = finished_of_kind("whatif", query, source, cols)
     if df.empty:
         return []
-    cols = {
-        "env_label": f"tags.{schema.TAG_ENV_LABEL}",
-        "device_name": f"tags.{schema.TAG_DEVICE_NAME}",
-        "config_key": f"tags.{schema.TAG_CONFIG_KEY}",
-        "config_label": f"tags.{schema.TAG_CONFIG_LABEL}",
-    }
-    for c in cols.values():
-        if c not in df:
-            df[c] = ""
-    df = df.fillna({c: "" for c in cols.values()})
-    if query.env_labels:
-        df = df[df[cols["env_label"]].isin(query.env_labels)]
     out = []
     for r in df.to_dict("records"):
         try:
