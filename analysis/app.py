@@ -27,6 +27,8 @@ from analysis import (
     figures,
     findings,
     hierarchy,
+    history,
+    history_report,
     report,
     screen,
     whatif,
@@ -90,6 +92,9 @@ class AnalysisConfig:
     use_incomplete_profiles: bool = False
     """let a profile that missed a training phase (tag ncu_missing_phase: a forward-only capture)
     give the measured intensity of its config's points; by default they keep the modeled one."""
+    order_by: str = "start_time"
+    """the run order of "What changed over time": start_time, or a tag (torch_version,
+    driver_version, git_commit, ...)."""
 
     def __post_init__(self) -> None:
         if not str(self.out).strip():
@@ -101,6 +106,7 @@ class AnalysisConfig:
             raise ValueError(f"jobs must be >= 0 (0 = automatic), got {self.jobs}")
         self.jobs = int(self.jobs)
         flags.check_choices(self)
+        history.order_column(self.order_by)
         for label in self.env_labels:  # the one rule train, sweep and peaks apply
             schema.check_label(label, "--env-label")
 
@@ -121,6 +127,8 @@ class Result:
     """file names of the figures drawn (the others were copied from the figure cache)."""
     report: report.Report | None = None
     """everything the report says (analysis/report.py)."""
+    history: history.History | None = None
+    """the change points of every series (analysis/history.py)"""
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -194,6 +202,7 @@ def _run(cfg: AnalysisConfig, vendor_lookup, n_jobs: int, pool) -> Result:
         f"{analysis.counts['peaks']} peaks runs into {analysis.counts['points']} points"
     )
 
+    hist = _history(cfg, analysis, query, source, timings)
     t = time.perf_counter()
     out_dir = Path(cfg.out)
     variability = _variability(analysis, cfg, source, timings)
@@ -204,7 +213,7 @@ def _run(cfg: AnalysisConfig, vendor_lookup, n_jobs: int, pool) -> Result:
         timings["figures_s"] = time.perf_counter() - t
 
         # the findings are built while the pool draws
-        found = _findings(cfg, analysis, breakdowns, whatifs, source, out_dir, timings)
+        found = _findings(cfg, analysis, breakdowns, source, out_dir, timings, hist, whatifs)
 
         t = time.perf_counter()
         drawn, files = _drawn(analysis, out_dir, pending, n_jobs)
@@ -215,12 +224,24 @@ def _run(cfg: AnalysisConfig, vendor_lookup, n_jobs: int, pool) -> Result:
         t = time.perf_counter()
         rep, written = _write_report(
             analysis, out_dir, drawn, query.describe(), variability, breakdowns, found, source,
-            vendor_lookup, whatifs,
+            vendor_lookup, hist, whatifs,
         )  # fmt: skip
         files += written
     timings["report_s"] = time.perf_counter() - t
     timings["total_s"] = time.perf_counter() - t0
-    return Result(analysis, out_dir, files, timings, source, found, drawn_names, rep)
+    return Result(analysis, out_dir, files, timings, source, found, drawn_names, rep, hist)
+
+
+def _history(cfg, analysis, query, source, timings: dict) -> history.History:
+    """Every series' change points, with the breakdown modules that moved at each (read only for
+    a series with a change); its notes (for "What is missing") in its `notes`."""
+    from analysis.gate import with_modules
+
+    t = time.perf_counter()
+    found = history.scan(analysis.train, cfg.order_by)
+    found.notes += with_modules(found, query, source)
+    timings["history_s"] = time.perf_counter() - t
+    return found
 
 
 def _fetch(query: fetch.Query, source: fetch.Source) -> tuple:
@@ -274,6 +295,7 @@ def _write_report(
     found: findings.Findings,
     source: fetch.Source,
     vendor_lookup,
+    changes: history.History | None = None,
     whatifs: list[dict] = (),
 ) -> tuple[report.Report, list[Path]]:
     """The Report (everything it says: the analysis, the findings, the breakdown runs, the
@@ -292,12 +314,10 @@ def _write_report(
         png = breakdown_plot.parts_by_run(b.runs, out_dir / "figures" / "breakdown_parts.png")
         figs["breakdown"] = [("Step parts per breakdown run", str(png.relative_to(out_dir)))]
         files.append(png)
-    if whatifs:  # the predicted-vs-measured figure of "How good is the advice"
-        png = whatif.save_figure(list(whatifs), out_dir / "figures" / "whatif_checks.png")
-        figs["whatif"] = [
-            ("What-if checks: predicted against measured", str(png.relative_to(out_dir)))
-        ]
-        files.append(png)
+    figs["whatif"] = whatif.figures(list(whatifs), out_dir, files)
+    pngs = history_report.figures(changes, out_dir / "figures") if changes is not None else []
+    figs["history"] = [(title, str(p.relative_to(out_dir))) for title, p in pngs]
+    files += [p for _, p in pngs]
     last = source.note()
     rep = report.Report(
         analysis,
@@ -310,7 +330,9 @@ def _write_report(
         b,
         tuple(hier),
         whatifs=tuple(whatifs),
+        history=changes,
         notes=(
+            *(changes.notes if changes is not None else ()),
             *variability.notes,
             *hier_notes,
             *b.notes,
@@ -322,7 +344,7 @@ def _write_report(
 
 
 def _findings(
-    cfg, analysis, breakdowns: list[dict], whatifs: list[dict], source, out_dir: Path, timings: dict
+    cfg, analysis, breakdowns, source, out_dir: Path, timings: dict, changes=None, whatifs=()
 ) -> findings.Findings:
     """The findings engine over the joined analysis, with the step-time series of variable runs,
     the fetched breakdown runs and the what-if runs' checks; writes findings.json."""
@@ -332,7 +354,10 @@ def _findings(
     timings["findings_s"] = time.perf_counter() - t
     path = out_dir / "findings.json"
     out_dir.mkdir(parents=True, exist_ok=True)
-    path.write_text(json_text(found.to_json()))
+    data = found.to_json()
+    if changes is not None:  # the change points over time (analysis/history_report.py)
+        data["changes"] = history_report.to_json(changes)
+    path.write_text(json_text(data))
     return found
 
 

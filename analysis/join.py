@@ -79,6 +79,11 @@ FINDINGS_METRICS = [
     "gpu_throttled_sample_share",
 ]
 FINDINGS_TAGS = ["energy_source", "energy_note", "gpu_throttle_reasons"]
+# what the history (analysis/history.py) reads besides: the tags that can change under a series
+# (torch's intra-op threads, the project's commit) and the machine's load while a run measured
+# (common/load.py; train runs log it as peaks runs do)
+HISTORY_TAGS = {"torch_threads": "torch_threads", "git_commit": "mlflow.source.git.commit"}
+HISTORY_METRICS = PEAKS_LOAD_METRICS
 FINDINGS_PARAMS = ["workers"]
 
 PROFILE_METRICS = [
@@ -107,6 +112,7 @@ READ_KEYS = {
         "mlflow.parentRunId",
         *ENV_TAGS,
         *FINDINGS_TAGS,
+        *HISTORY_TAGS.values(),
     ],
     "params": [
         *CONFIG_PARAMS,
@@ -211,7 +217,9 @@ def train_runs(runs: pd.DataFrame) -> pd.DataFrame:
     out["backend"] = text(tr, "params.backend").mask(out["distributed"] == "none", "none")
     base = text(tr, f"tags.{schema.TAG_BASE_CONFIG_KEY}")
     out["base_config_key"] = base.where(base != "", out["config_key"])
-    for m in [*TRAIN_METRICS, *DIST_METRICS, *FINDINGS_METRICS]:
+    for name, tag in HISTORY_TAGS.items():
+        out[name] = text(tr, f"tags.{tag}")
+    for m in [*TRAIN_METRICS, *DIST_METRICS, *FINDINGS_METRICS, *HISTORY_METRICS]:
         out[m] = numeric(tr, f"metrics.{m}")
     ci = out["step_time_ci95_rel"]
     out["step_time_ci95_rel"] = ci.where(ci.notna(), own_ci(out))

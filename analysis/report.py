@@ -14,10 +14,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from analysis import breakdown, hierarchy, html, whatif
+from analysis import breakdown, hierarchy, history_report, html, whatif
 from analysis.breakdown import Breakdowns
 from analysis.core import Analysis
 from analysis.findings import Findings
+from analysis.history import History
 from analysis.findings import report as findings_report
 from analysis.scaling import scaling_csv
 from common.fmt import csv_frame
@@ -146,6 +147,8 @@ class Report:
     """the profile runs' hierarchical rooflines (analysis/hierarchy.py collect)"""
     whatifs: tuple[dict, ...] = ()
     """the what-if runs' checks as logged (analysis/fetch/whatifs.py, screened)"""
+    history: History | None = None
+    """every series' change points (analysis/history.py); None: no "What changed over time" """
     notes: tuple[str, ...] = ()
     """what the steps after the join add to "What is missing", in order"""
 
@@ -257,6 +260,10 @@ SECTIONS: tuple[Section, ...] = (
     Section("Where the step's time goes", _breakdown),
     Section("Model complexity", _complexity),
     Section("Hierarchical roofline (profile runs)", lambda r: hierarchy.section(r.hierarchies)),
+    Section(
+        "What changed over time",
+        lambda r: history_report.body(r.history, r.figs("history")) if r.history else None,
+    ),
     Section("Failed runs", _failed),
     Section("Method", lambda r: [("list", METHOD)]),
 )

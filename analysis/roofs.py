@@ -164,7 +164,7 @@ def attach_intensity(points: pd.DataFrame, profiles: pd.DataFrame) -> pd.DataFra
 # ------------------------------------------------------------------------------- roofs
 def peaks_load(row: dict) -> dict:
     """A peaks run's record for the ceilings it gives: run id, start (epoch ms), the load average
-    it logged at the start and at most while measuring (profiling/peaks/load.py), the CPUs, and
+    it logged at the start and at most while measuring (common/load.py), the CPUs, and
     `trust`: quiet | busy | not recorded (roofline/trust.py, the rule a run's own roofline uses)."""
     return {
         "run_id": str(row["run_id"]),

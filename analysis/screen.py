@@ -379,7 +379,8 @@ VALUE_RULES: dict[str, Rule] = {
     "gpu_power_max_w": Rule(),
     "gpu_power_limit_w": Rule(),
     "gpu_throttled_sample_share": Rule(0.0, False, 1.0, "1 (a share)"),
-    # the load a peaks run measured under (profiling/peaks/load.py): which ceilings to trust
+    # the load a peaks or train run measured under (common/load.py): which ceilings to trust,
+    # whether a step-time change coincides with a change of load (analysis/history.py)
     "load_average_1m_start": Rule(),
     "load_average_1m_max": Rule(),
     "cpu_count": Rule(0.0, True),

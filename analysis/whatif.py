@@ -212,5 +212,15 @@ def save_figure(whatifs: list[dict], path: Path) -> Path:
     return save(draw(whatifs), path)
 
 
+def figures(whatifs: list[dict], out_dir: Path, files: list[Path]) -> list[tuple[str, str]]:
+    """The section's figure under out_dir/figures, when there are what-if runs: [(title, path
+    relative to the report)], its file appended to `files`."""
+    if not whatifs:
+        return []
+    png = save_figure(whatifs, out_dir / "figures" / "whatif_checks.png")
+    files.append(png)
+    return [("What-if checks: predicted against measured", str(png.relative_to(out_dir)))]
+
+
 def _pos(x) -> bool:
     return as_float(x, positive=True) is not None

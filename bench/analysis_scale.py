@@ -3,6 +3,7 @@
     python -m bench.analysis_scale                         # 10,000 runs in sqlite
     python -m bench.analysis_scale --runs 100000 --server  # 100,000 runs, also behind `mlflow server`
     python -m bench.analysis_scale --keep /tmp/b           # keep (and reuse) the store and reports
+    python -m bench.analysis_scale --history               # the change-point scan: 10,000 runs in 500 series
 
 The store (bench/fleet_store.py) is written straight into a new sqlite database with MLflow's table
 models (`write_bulk`: 10,000 runs in about 40 s here, 100,000 in minutes; logging them one
@@ -50,6 +51,8 @@ def child(argv: list[str]) -> int:
     t0 = time.perf_counter()
     if argv[0] == "analysis":  # what `python -m analysis` imports before it reads a run
         import analysis.app  # noqa: F401
+    elif argv[0] == "history":
+        import analysis.history  # noqa: F401
     else:
         import mlflow  # noqa: F401 - imported up front so that import time is reported on its own
     out: dict = {"import_s": time.perf_counter() - t0}
@@ -69,6 +72,8 @@ def child(argv: list[str]) -> int:
             figures=sum(p.suffix == ".png" for p in res.files),
             imported=sorted(m for m in ("mlflow", "matplotlib") if m in sys.modules),
         )
+    elif argv[0] == "history":
+        out.update(history_scan(argv[1]))
     elif argv[0] == "before":
         import mlflow
 
@@ -95,6 +100,45 @@ def child(argv: list[str]) -> int:
     out["peak_rss_bytes"] = peak_rss()
     print("RESULT " + json.dumps(out), flush=True)
     return 0
+
+
+def history_scan(cache: str) -> dict:
+    """The change-point scan of the history store: fetch (through the run cache, `cache` mode),
+    screen and join, then analysis.history.scan over every series; its seconds and what it found
+    (planted: the series whose change names the torch upgrade fleet_store plants)."""
+    from analysis import fetch, history, join, screen
+
+    timings: dict[str, float] = {}
+    clock = [time.perf_counter(), time.process_time()]
+
+    def lap(name: str) -> None:  # wall and CPU seconds of a stage (the CPU: load-independent)
+        now = [time.perf_counter(), time.process_time()]
+        timings[f"{name}_s"], timings[f"{name}_cpu_s"] = now[0] - clock[0], now[1] - clock[1]
+        clock[:] = now
+
+    source = fetch.Source(cache)
+    runs, _ = fetch.fetch_runs(fetch.Query([fleet_store.HISTORY_EXPERIMENT]), source)
+    lap("fetch")
+    runs, _ = screen.values(screen.runs(runs)[0])
+    train = join.train_runs(runs)
+    lap("join")
+    found = history.scan(train)
+    lap("scan")
+    changed = [s for s in found.series if s.changes]
+    planted = [
+        s for s in changed if any(c["tag"] == "torch_version" for x in s.changes for c in x.changed)
+    ]
+    return {
+        "timings_s": timings,
+        "series": len(found.series),
+        "train_runs": len(train),
+        "changed": len(changed),
+        "planted_found": len(planted),
+        "at_the_planted_run": sum(s.changes[0].index == len(s.run_ids) // 2 for s in planted),
+        "from_cache": source.stats.from_cache,
+        "fetched": source.stats.fetched,
+        "imported": sorted(m for m in ("ruptures", "mlflow", "matplotlib") if m in sys.modules),
+    }
 
 
 def peak_rss(pid: int | str = "self") -> int:
@@ -165,7 +209,17 @@ def fmt(r: dict) -> str:
         **(r.get("timings_s") or {"in_process_s": r["in_process_s"]}),
     }
     parts.append("[" + ", ".join(f"{k[:-2]} {v:.2f}" for k, v in steps.items()) + "]")
-    if "fetched" in r:
+    if "series" in r:
+        parts.append(
+            f"{r['train_runs']} train runs in {r['series']} series: {r['changed']} with a change, "
+            f"{r['planted_found']} of them the planted one ({r['at_the_planted_run']} at its run)"
+        )
+    if "fetched" in r and "drawn" not in r:
+        parts.append(f"{r['from_cache']} runs from the cache, {r['fetched']} fetched")
+        parts.append(
+            "imported " + (", ".join(r["imported"]) or "none of ruptures, mlflow, matplotlib")
+        )
+    elif "fetched" in r:
         parts.append(f"{r['from_cache']} runs from the cache, {r['fetched']} fetched")
         parts.append(
             f"drew {r['drawn']} of {r['figures']} figures; read with {r['reader']}; imported "
@@ -204,6 +258,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--before", action="store_true", help="time the old fetch above 20,000 runs too"
     )
+    ap.add_argument(
+        "--history",
+        action="store_true",
+        help="only the change-point scan: --runs runs in 500 series (fleet_store.history_specs)",
+    )
     return ap
 
 
@@ -218,6 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ, MLFLOW_TRACKING_URI=uri, ROOFLINE_CACHE_DIR=str(folder / "cache"))
     env.pop("MLFLOW_RUN_ID", None)
     env.setdefault("DS_ACCELERATOR", "cpu")
+    if args.history:
+        return history_bench(folder, args, env)
     pristine = fleet(folder, args.runs)
     steps = Steps()
     flags = ["--no-track", "--experiment", fleet_store.EXPERIMENT, "--max-runs", str(args.runs)]
@@ -236,16 +297,30 @@ def main(argv: list[str] | None = None) -> int:
     if args.server:
         shutil.copyfile(pristine, folder / "mlflow.db")
         behind_a_server(steps, folder, uri, env, flags, args)
-    load = os.getloadavg()
-    print(
-        f"analysis of {args.runs} runs ({os.cpu_count()} CPUs, load average "
-        f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f} at the end):"
+    return steps.report(f"analysis of {args.runs} runs", folder, args.keep)
+
+
+HISTORY_SERIES = 500
+
+
+def history_bench(folder: Path, args, env: dict) -> int:
+    """The change-point scan of --runs runs in HISTORY_SERIES series: first (the cache refreshed)
+    and repeat (read from the cache), each in a process of its own."""
+    db = folder / "history.db"
+    env = dict(env, MLFLOW_TRACKING_URI=f"sqlite:///{db}")
+    if not db.exists():
+        t = time.perf_counter()
+        specs = fleet_store.history_specs(HISTORY_SERIES, args.runs // HISTORY_SERIES)
+        fleet_store.write_bulk(
+            f"sqlite:///{db}", str(folder / "artifacts"), specs, fleet_store.HISTORY_EXPERIMENT
+        )
+        print(f"wrote {len(specs)} train runs in {time.perf_counter() - t:.0f} s", flush=True)
+    steps = Steps()
+    steps.run("first", ["history", "refresh"], env)
+    steps.run("repeat", ["history", "auto"], env)
+    return steps.report(
+        f"change-point scan of {args.runs} runs in {HISTORY_SERIES} series", folder, args.keep
     )
-    for line in steps.lines:
-        print("  " + line)
-    if not args.keep:
-        shutil.rmtree(folder, ignore_errors=True)
-    return 0
 
 
 def fleet(folder: Path, n_runs: int) -> Path:
@@ -274,6 +349,20 @@ class Steps:
 
     def __init__(self) -> None:
         self.lines: list[str] = []
+
+    def report(self, title: str, folder: Path, keep: str) -> int:
+        """Print `title` with the machine's CPUs and load, then the result lines; remove `folder`
+        unless kept."""
+        load = os.getloadavg()
+        print(
+            f"{title} ({os.cpu_count()} CPUs, load average "
+            f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f} at the end):"
+        )
+        for line in self.lines:
+            print("  " + line)
+        if not keep:
+            shutil.rmtree(folder, ignore_errors=True)
+        return 0
 
     def run(self, name: str, child_args: list[str], env: dict) -> dict:
         print(f"  {name} ...", flush=True)

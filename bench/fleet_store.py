@@ -179,6 +179,39 @@ def _train_metrics(
     }
 
 
+HISTORY_EXPERIMENT = "bench-history"
+HISTORY_PLANTED_EVERY = 20
+"""one series in this many has a planted change halfway: 10 % slower from the torch upgrade"""
+
+
+def history_specs(n_series: int = 500, runs_per_series: int = 20, seed: int = 0) -> list[dict]:
+    """A nightly fleet's history for the change-point scan (analysis/history.py): `n_series`
+    series (50 environments x models x batch sizes) of `runs_per_series` train runs each, run
+    round-robin (night after night), each run's mean step time with 2 % run-to-run noise and a
+    ±1 % CI of its own; every HISTORY_PLANTED_EVERY-th series gets 10 % slower from its middle
+    run on, where torch goes from 2.14.1 to 2.15.0."""
+    from common.schema import config_key
+
+    rng = random.Random(seed)
+    combos = [(m, b) for m in MODELS for b in BATCHES[:3]]
+    series = [(f"node-{k // len(combos):03d}", *combos[k % len(combos)]) for k in range(n_series)]
+    out = []
+    for night in range(runs_per_series):
+        for k, (env, m, b) in enumerate(series):
+            planted = k % HISTORY_PLANTED_EVERY == 0 and night >= runs_per_series // 2
+            params = _params(m, b, "fp32", "cuda")
+            tags = {"config_key": config_key(params), **_env_tags(env, "NVIDIA L4", "cuda")}
+            tags["torch_version"] = "2.15.0" if planted else "2.14.1"
+            mean = (
+                3 * MODELS[m] * b / 10e12 * (1.10 if planted else 1.0) * rng.lognormvariate(0, 0.02)
+            )
+            steps = [mean] * STEPS
+            metrics = _train_metrics(MODELS[m], b, steps, 3 * MODELS[m] * b, 50.0)
+            metrics.update(step_time_ci95_rel=0.01, measured_iters=float(STEPS))
+            out.append({"name": f"train-{len(out) + 1}", **_spec("train", tags, params, metrics)})
+    return out
+
+
 def _profile_runs(gpu_configs: list, n_profile: int, rng: random.Random) -> Iterator[dict]:
     """Profile runs for `n_profile` GPU configs drawn at random."""
     from common.schema import config_key

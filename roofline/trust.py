@@ -17,7 +17,7 @@ from roofline.ceilings import roof_from_peaks_row
 from roofline.model import Roof
 
 PEAKS_LOAD_METRICS = ["load_average_1m_start", "load_average_1m_max", "cpu_count"]
-"""what a peaks run logs of the machine's load while it measured (profiling/peaks/load.py)"""
+"""what a peaks run logs of the machine's load while it measured (common/load.py)"""
 LOAD_QUIET_START = 0.5
 """a peaks run is trusted when the 1-minute load average when it started measuring was at most
 this many times the machine's logical CPUs (other work was light) ..."""

@@ -10,6 +10,8 @@ import pytest
 
 from analysis.app import AnalysisConfig
 from analysis.app import main as analysis_main
+from analysis.gate import GateConfig
+from analysis.gate import main as gate_main
 from common import flags
 from common.cli import ArgumentParser
 from common.errors import UsageError
@@ -72,6 +74,7 @@ ENTRY_POINTS = {
     ),
     "analysis": (analysis_main, [], [(AnalysisConfig, None)]),
     "train.whatif": (whatif_main, [], [(WhatifCommand, None)]),
+    "analysis.gate": (gate_main, [], [(GateConfig, None)]),
 }
 OPTION_LINE = re.compile(r"^  (-.*?)(?:  |$)")
 

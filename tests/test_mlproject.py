@@ -238,6 +238,7 @@ OTHER_ENTRIES = {
     "peaks": ("profiling.peaks.__main__", "PeaksConfig"),
     "complexity": ("train.complexity.__main__", "ComplexityConfig"),
     "analyze": ("analysis.app", "AnalysisConfig"),
+    "gate": ("analysis.gate", "GateConfig"),
 }
 
 

@@ -42,6 +42,7 @@ def test_every_parameter_is_used_once_and_every_flag_exists():
         "peaks": "profiling.peaks.__main__",
         "complexity": "train.complexity.__main__",
         "analyze": "analysis.app",
+        "gate": "analysis.gate",
         "distributed": "train.__main__",
         "breakdown": "profiling.breakdown.cli",
         "whatif": "train.whatif.__main__",

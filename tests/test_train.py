@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import mlflow
 import numpy as np
@@ -119,6 +120,9 @@ def test_run_logs_the_schema(tracking, capsys):
     for key in ("max_rss_bytes", "cpu_user_s", "wall_s", "step_time_p95_s", "step_time_std_s"):
         assert math.isfinite(m[key]) and m[key] >= 0
     assert "device_peak_mem_bytes" not in m  # CPU reports no device allocator peak
+    # the machine's load over the measured steps (common/load.py), as a peaks run logs it
+    assert m["cpu_count"] == os.cpu_count() and m["load_average_1m_max"] >= 0
+    assert m["load_average_1m_max"] >= m["load_average_1m_start"] >= 0
 
     arts = {a.path for a in client.list_artifacts(run.info.run_id)}
     arts |= {a.path for a in client.list_artifacts(run.info.run_id, "flops")}

@@ -18,6 +18,7 @@ from typing import Callable, ContextManager
 
 from common import schema
 from common.envinfo import environment_report
+from common.load import LoadSampler
 from common.errors import BenchError, one_line
 from train import device as dev
 from train import energy, memory_check
@@ -204,6 +205,8 @@ class Measured:
     wall_s: float
     cpu_user_s: float
     cpu_sys_s: float
+    load: dict[str, float] = field(default_factory=dict)
+    """the machine's load over the steps (common.load: load_average_1m_start, _max, cpu_count)"""
 
 
 @contextlib.contextmanager
@@ -249,11 +252,20 @@ def measure_steps(
     device = prep.device
     clock = make_clock(lambda: dev.synchronize(device))
     dev.synchronize(device)
-    cpu0 = dev.cpu_times_s()
-    t0 = time.perf_counter()
-    bar.set_description(f"{cfg.model} b{cfg.batch_size} {what}")
+    with LoadSampler() as load:
+        cpu0 = dev.cpu_times_s()
+        t0 = time.perf_counter()
+        bar.set_description(f"{cfg.model} b{cfg.batch_size} {what}")
+        times, stop = _timed_steps(cfg, prep, bar, clock, times)
+        wall_s = time.perf_counter() - t0
+        cpu1 = dev.cpu_times_s()
+    return Measured(times, stop, wall_s, cpu1[0] - cpu0[0], cpu1[1] - cpu0[1], load=load.metrics())
+
+
+def _timed_steps(cfg: TrainConfig, prep: Prepared, bar, clock, times) -> tuple[list[float], str]:
+    """measure_steps' steps: (step times, why measuring stopped)."""
     if cfg.iters == "auto":
-        times, stop = measure_until(
+        return measure_until(
             prep.step,
             clock,
             target_rel=cfg.ci_target,
@@ -265,12 +277,8 @@ def measure_steps(
                 bar.set_postfix_str(f"{dt * 1e3:.1f} ms/step, CI ±{rel:.1%}"),
             ),
         )
-    else:
-        on_step = lambda i, dt: (bar.update(1), bar.set_postfix_str(f"{dt * 1e3:.1f} ms/step"))  # noqa: E731
-        times, stop = measure(prep.step, cfg.iters, clock, on_step=on_step, times=times), "fixed"
-    wall_s = time.perf_counter() - t0
-    cpu1 = dev.cpu_times_s()
-    return Measured(times, stop, wall_s, cpu1[0] - cpu0[0], cpu1[1] - cpu0[1])
+    on_step = lambda i, dt: (bar.update(1), bar.set_postfix_str(f"{dt * 1e3:.1f} ms/step"))  # noqa: E731
+    return measure(prep.step, cfg.iters, clock, on_step=on_step, times=times), "fixed"
 
 
 def run_benchmark(
@@ -331,6 +339,7 @@ def bench_result(
         cpu_sys_s=measured.cpu_sys_s,
         wall_s=measured.wall_s,
         count_wall_s=count_s,
+        **measured.load,
     )
     if len(times) >= 2:
         metrics["step_time_ci95_rel"] = ci95_half_width_rel(times)

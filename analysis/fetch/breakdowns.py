@@ -15,18 +15,25 @@ from common.errors import one_line
 
 SUMMARY = "breakdown.json"
 LAYERS = "layers.csv"
-WHERE = {
+
+
+COLUMNS = {
     "env_label": f"tags.{schema.TAG_ENV_LABEL}",
     "device_name": f"tags.{schema.TAG_DEVICE_NAME}",
     "config_key": f"tags.{schema.TAG_CONFIG_KEY}",
 }
-"""a configuration's place: name -> its tag column"""
+
+
+def breakdown_runs(query, source=None):
+    """The FINISHED breakdown runs of the query's experiments (and env labels), latest first: the
+    search's frame with the COLUMNS filled ('' where a run lacks one)."""
+    return finished_of_kind("breakdown", query, source, COLUMNS)
 
 
 def finished_of_kind(kind: str, query, source, cols: dict[str, str]):
-    """The FINISHED runs of run kind `kind` in the query's experiments (newest first, through the
-    run cache), the tag columns `cols` present ('' where a run lacks the tag), those of the
-    query's env labels only."""
+    """The FINISHED runs of run kind `kind` in the query's experiments (and env labels), latest
+    first, through the run cache: the search's frame with the tag columns `cols` filled ('' where
+    a run lacks one). Breakdown and what-if runs (analysis/fetch/whatifs.py) are read so."""
     from analysis.fetch import Source, experiment_ids
 
     source = source or Source()
@@ -48,23 +55,31 @@ def finished_of_kind(kind: str, query, source, cols: dict[str, str]):
 
 def fetch_breakdowns(query, source=None, notes: list[str] | None = None) -> list[dict]:
     """[{run_id, env_label, device_name, config_key, params: {...}, summary: dict, layers: csv
-    text}]. A run whose artifacts cannot be read is a line appended to `notes`, never an error."""
-    from analysis.fetch import _download_text
-
+    text}] of the latest breakdown run per (env_label, device_name, config_key). A run whose
+    artifacts cannot be read is a line appended to `notes`, never an error."""
     notes = [] if notes is None else notes
-    cols = dict(WHERE)
-    df = finished_of_kind("breakdown", query, source, cols)
+    df = breakdown_runs(query, source)
     if df.empty:
         return []
-    latest = df.groupby(list(cols.values()), sort=True).head(1)  # the latest first
+    latest = df.groupby(list(COLUMNS.values()), sort=True).head(1)  # the latest first
+    out = read(latest.to_dict("records"), notes)
+    console.info(f"fetched {len(out)} breakdown run(s)")
+    return out
+
+
+def read(records: list[dict], notes: list[str]) -> list[dict]:
+    """fetch_breakdowns' dicts of the breakdown runs `records` (rows of breakdown_runs), their two
+    artifacts read; a run whose artifacts cannot be read is a line in `notes`."""
+    from analysis.fetch import _download_text
+
     out = []
-    for r in latest.to_dict("records"):
+    for r in records:
         try:
             summary = json.loads(_download_text(r["run_id"], SUMMARY))
             layers = _download_text(r["run_id"], LAYERS)
         except Exception as exc:  # noqa: BLE001 - missing artifact, bad JSON, server error
             notes.append(
-                f"breakdown run {r['run_id'][:8]} ({r[cols['env_label']] or 'no env_label'}) has "
+                f"breakdown run {r['run_id'][:8]} ({r[COLUMNS['env_label']] or 'no env_label'}) has "
                 f"no readable {SUMMARY} or {LAYERS} ({one_line(exc)[:160]}): not in the report"
             )
             continue
@@ -72,11 +87,10 @@ def fetch_breakdowns(query, source=None, notes: list[str] | None = None) -> list
         out.append(
             {
                 "run_id": r["run_id"],
-                **{name: str(r[c]) for name, c in cols.items()},
+                **{name: str(r[c]) for name, c in COLUMNS.items()},
                 "params": params,
                 "summary": summary,
                 "layers": layers,
             }
         )
-    console.info(f"fetched {len(out)} breakdown run(s)")
     return out

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from analysis.fetch.breakdowns import WHERE, finished_of_kind
+from analysis.fetch.breakdowns import COLUMNS, finished_of_kind
 from common import console, schema
 from common.errors import one_line
 
@@ -23,7 +23,7 @@ def fetch_whatifs(query, source=None, notes: list[str] | None = None) -> list[di
     from analysis.fetch import _download_text
 
     notes = [] if notes is None else notes
-    cols = {**WHERE, "config_label": f"tags.{schema.TAG_CONFIG_LABEL}"}
+    cols = {**COLUMNS, "config_label": f"tags.{schema.TAG_CONFIG_LABEL}"}
     df = finished_of_kind("whatif", query, source, cols)
     if df.empty:
         return []

@@ -22,7 +22,7 @@ from profiling.peaks import facts, gemm, measure, sizing
 from profiling.peaks.config import PeaksConfig
 from profiling.peaks.dtypes import dtype_availability, select_dtypes
 from profiling.peaks.results import PeaksResult, summary_line, vendor_fields
-from profiling.peaks.load import LoadSampler
+from common.load import LoadSampler
 from profiling.peaks.sampling import Measurement
 from profiling.peaks.stream import STREAM_ELEMENT_BYTES, l2_copies_per_launch
 from roofline.vendor import find

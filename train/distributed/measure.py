@@ -98,6 +98,7 @@ def run_distributed_benchmark(cfg: TrainConfig, ctx, progress: bool = True) -> B
         measured.wall_s,
         sum(r.cpu_user_s for r in records),
         sum(r.cpu_sys_s for r in records),
+        load=measured.load,  # rank 0's machine
     )
     result = bench_result(
         cfg, prep, counts, forward, job, count_s, samples_per_step=cfg.batch_size * ctx.world_size

@@ -1,8 +1,11 @@
-"""The machine's load while a peaks run measures: the 1-minute load average (os.getloadavg) when
+"""The machine's load while something measures: the 1-minute load average (os.getloadavg) when
 measuring starts and the highest seen while it runs, sampled every `interval_s` by a daemon thread,
 and the logical CPUs it compares with. Logged as metrics `load_average_1m_start`,
-`load_average_1m_max` and `cpu_count`; analysis trusts a peaks run measured under low load over
-one measured on a busy machine (roofline/ceilings.py `trusted`, docs/peaks.md)."""
+`load_average_1m_max` and `cpu_count` by peaks runs (analysis trusts a peaks run measured under
+low load over one measured on a busy machine: roofline/trust.py, docs/peaks.md) and by train runs
+over their measured steps (a step-time change that coincides with a change of load is laid at the
+load's door: analysis/history.py). Standard library only.
+"""
 
 from __future__ import annotations
 
