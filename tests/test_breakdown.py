@@ -1028,3 +1028,11 @@ def test_a_repeated_hint_points_at_the_row_that_said_it():
     assert hints["b"] == "as above"
     assert hints["c"].startswith("elementwise work")
     assert hints["d"] == "as for a backward"
+
+
+def test_the_breakdown_writes_every_column_the_model_reads():
+    """profiling/breakdown's layers.csv columns hold common.schema.BREAKDOWN_ROW_FIELDS, the
+    fields train.whatif reads (it may not import profiling)."""
+    from profiling.breakdown.table import COLUMNS
+
+    assert set(schema.BREAKDOWN_ROW_FIELDS) <= set(COLUMNS)

@@ -277,7 +277,7 @@ def log_result(session, result: BreakdownResult, tmp: Path) -> None:
     session.log_metrics(result.metrics)
     session.set_tags({"breakdown_roof": c.source or f"none: {c.why}"})
     session.set_note(description(result))
-    session.log_text("layers.csv", layers_csv(result.table))
+    session.log_text(schema.BREAKDOWN_LAYERS_ARTIFACT, layers_csv(result.table))
     session.log_text("breakdown.json", breakdown_json(result))
     trace = tmp / "trace.json.gz"
     trace.write_bytes(result.trace_gz)

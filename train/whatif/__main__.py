@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from common import console, flags
+from common import console, flags, ui
 from common.cli import ArgumentParser, cli_entry
 from train import whatif as package
 from train.whatif.loop import Request, run_whatif
@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     for line in out.no_move:
         console.result(f"no move: {line}")
     console.result(f"what-if run {out.run_id}: whatif/table.csv, whatif/predictions.json")
+    console.result(ui.ui_hint(out.run_id, out.session.experiment_id))
     return 0
 
 
