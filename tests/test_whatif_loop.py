@@ -35,7 +35,7 @@ LAYERS = (
 )
 # mean step time per configuration and repeat: bf16 x1.5 (predicted x1.31-1.67: held),
 # channels_last x1.5 (predicted x1: beaten), compile x0.5 (predicted x1-1.43: missed), twice the
-# batch unstable (100 ms, then 300 ms: not judged)
+# batch unstable (100 ms, then 300 ms: not judged), half the batch fails (FAILED, not judged)
 STEPS = {
     "original": (0.100, 0.1002),
     "bf16": (0.0667, 0.0668),
@@ -43,7 +43,9 @@ STEPS = {
     "compile": (0.200, 0.2004),
     "batch_x2": (0.100, 0.300),
 }
-MOVES = ["bf16", "channels_last", "compile", "batch_x2"]
+MOVES = ["bf16", "channels_last", "compile", "batch_x2", "batch_half"]
+FAILS = "planted: a batch norm at batch 1"
+REASON = f"RuntimeError: {FAILS}"  # the FAILED run's one-line reason
 
 
 def which(cfg: TrainConfig) -> str:
@@ -53,7 +55,7 @@ def which(cfg: TrainConfig) -> str:
         return "channels_last"
     if cfg.compile:
         return "compile"
-    return "batch_x2" if cfg.batch_size == 4 else "original"
+    return {4: "batch_x2", 1: "batch_half"}.get(cfg.batch_size, "original")
 
 
 class StandIn:
@@ -68,8 +70,10 @@ class StandIn:
         if self.stop_after is not None and len(self.calls) >= self.stop_after:
             raise KeyboardInterrupt
         name = which(cfg)
-        step = STEPS[name][sum(c == name for c in self.seen + self.calls) % 2]
         self.calls.append(name)
+        if name == "batch_half":
+            raise RuntimeError(FAILS)
+        step = STEPS[name][sum(c == name for c in self.seen + self.calls[:-1]) % 2]
         times = [step * (1 + 1e-4 * i) for i in (-1, 0, 1)]
         metrics = summarize(times, cfg.batch_size)
         metrics.update(
@@ -125,10 +129,11 @@ def _args(r: dict) -> tuple:
 
 def test_predictions_first_verdicts_and_an_interrupted_whatif_resumes(store, tmp_path):
     """Interrupted in its second pass, then run again with other ceilings in the store: the
-    finished runs are not run again, the logged predictions stand, every verdict is the planted
-    one, and the predictions were sent before any counterfactual started."""
+    finished runs are not run again (the failed one is), the logged predictions stand, every
+    verdict is the planted one, a failing move is FAILED with its reason while the others go on,
+    and the predictions were sent before any counterfactual started."""
     req = Request(store, repeats=2, moves=MOVES, experiment=EXP, progress=False)
-    first = StandIn(stop_after=6)  # the original and 4 moves, the original again, then Ctrl-C
+    first = StandIn(stop_after=7)  # the original and 5 moves, the original again, then Ctrl-C
     with pytest.raises(KeyboardInterrupt):
         run_whatif(req, measure=first)
     (wi,) = mlflow.search_runs(
@@ -140,7 +145,7 @@ def test_predictions_first_verdicts_and_an_interrupted_whatif_resumes(store, tmp
 
     again = StandIn(after=first)
     out = run_whatif(req, measure=again)
-    assert again.calls == MOVES  # the second pass of the moves; nothing finished ran again
+    assert again.calls == ["batch_half", *MOVES]  # the failed run, then the second pass
     assert out.run_id == wi.info.run_id and artifact_text(out.run_id, PREDICTIONS) == logged
     rows = {r["move"]: r for r in out.rows}
     assert {m: r["verdict"] for m, r in rows.items()} == {
@@ -148,27 +153,36 @@ def test_predictions_first_verdicts_and_an_interrupted_whatif_resumes(store, tmp
         "channels_last": "beaten",
         "compile": "missed",
         "batch_x2": "not judged",
+        "batch_half": "not judged",
     }
     bf16 = rows["bf16"]
     assert (bf16["predicted_low"], bf16["predicted_high"]) == pytest.approx((1 / 0.762, 1 / 0.6))
     assert bf16["measured"] == pytest.approx(0.1001 / 0.06675, rel=1e-6)
     assert "batch_x2 is unstable" in rows["batch_x2"]["why"]
+    assert f"its runs did not measure: failed: {REASON}" in rows["batch_half"]["why"]
     assert len(bf16["move_runs"]) == 2 and len(bf16["original_runs"]) == 2
 
     run = mlflow.tracking.MlflowClient().get_run(out.run_id)
     at_ms = run.data.metrics[PREDICTED_AT_MS]
-    started = [
-        r.info.start_time
+    trains = [
+        r
         for r in mlflow.search_runs(
             experiment_names=[EXP], filter_string="tags.run_kind = 'train'", output_format="list"
         )
         if r.info.run_id != store
     ]
-    assert len(started) == 11 and at_ms < min(started)  # 10 finished, 1 killed by the Ctrl-C
+    assert at_ms < min(r.info.start_time for r in trains)
+    ended = sorted((r.info.status, r.data.tags.get("error", "")) for r in trains)
+    # 10 finished, 1 killed by the Ctrl-C, batch_half's 2 runs and the rerun of its first FAILED
+    assert ended == [
+        *[("FAILED", REASON)] * 3,
+        *[("FINISHED", "")] * 10,
+        ("KILLED", "interrupted by the user"),
+    ]
     assert run.info.status == "FINISHED" and run.data.tags["whatif_compile_verdict"] == "missed"
     assert json.loads(logged)["moves"][0]["predicted_high"] == pytest.approx(1 / 0.6)
     cost = overhead(out.run_id, mlflow.tracking.MlflowClient())  # bench/whatif_overhead.py's
-    assert cost["train_runs"] == 11 and 0 < cost["train_runs_s"] < cost["loop_s"]
+    assert cost["train_runs"] == 14 and 0 < cost["train_runs_s"] < cost["loop_s"]
     the_report_shows_the_checks_as_logged(out.rows, tmp_path)
 
 
