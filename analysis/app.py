@@ -491,7 +491,7 @@ def check_out_dir(out: str) -> None:
 def planted_link(out: Path, limit: int = 100_000) -> Path | None:
     """The first symbolic link inside `out` (not following links; at most `limit` entries looked
     at). Analysis makes none: one there was put by someone else, and writing report files through
-    it overwrote the file it points to (issue 32)."""
+    would overwrite the file it points to."""
     seen = 0
     for folder, dirs, files in os.walk(out):
         for name in sorted(dirs + files):

@@ -24,7 +24,7 @@ import pandas as pd
 
 from analysis.markdown import Table
 from common import schema
-from common.fmt import csv_frame, num, pct
+from common.fmt import csv_frame, num, pct, short_id
 from profiling.breakdown.names import PARTS
 
 # fields a comparison pairs runs on (two runs that differ in exactly one of them, and agree on the
@@ -99,7 +99,7 @@ def build(fetched: list[dict]) -> Breakdowns:
             v = m.get(f"breakdown_{p}_fraction", 0.0)
             row[f"{p}_fraction"] = float(v) if v is not None else math.nan
         run_rows.append(row)
-        who = f"breakdown run {f['run_id'][:8]} ({f.get('env_label') or 'no env_label'})"
+        who = f"breakdown run {short_id(f['run_id'])} ({f.get('env_label') or 'no env_label'})"
         layers, bad = _layers(f.get("layers") or "", who)
         notes += bad
         if layers is not None:

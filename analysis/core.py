@@ -13,6 +13,7 @@ import pandas as pd
 
 from analysis import join, roofs, scaling, screen, tables
 from common import plausible
+from common.fmt import short_id
 from roofline.model import TENSOR_PRECISIONS, Roof
 
 
@@ -195,7 +196,7 @@ def implausible(points: pd.DataFrame, scaling_rows: pd.DataFrame, train: pd.Data
             train,
             "step_time_ci95_rel",
             plausible.ci_flag,
-            lambda r: f"{r['env_label']}: train run {str(r['run_id'])[:8]} ({r['run_name']})",
+            lambda r: f"{r['env_label']}: train run {short_id(r['run_id'])} ({r['run_name']})",
         ),
     ]
     for frame, column, flag, name in kinds:

@@ -173,7 +173,7 @@ class FigureCache:
         kept = self.folder / f"{key}.png"
         try:
             data = kept.read_bytes() if kept.is_file() else b""
-            if not whole_png(data):  # cut, emptied or overwritten: drawn again (issue 32)
+            if not whole_png(data):  # cut, emptied or overwritten: drawn again
                 kept.unlink(missing_ok=True)
                 return False
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""The report's hierarchical roofline section (issue 29): for the latest FINISHED profile run of
+"""The report's hierarchical roofline section: for the latest FINISHED profile run of
 each (environment, device, configuration) that logged `ncu/kernels_by_name.csv`, its kernels drawn
 at DRAM, L2 and L1 intensity under the ceilings analysis holds that environment to (the measured
 peaks run over the vendor table, as for every other figure; the vendor table alone for a profile
@@ -24,8 +24,8 @@ from analysis import join
 from analysis.markdown import Table
 from common import schema
 from common.errors import one_line
-from common.fmt import si
-from profiling.ncu.hierarchy import add_bounds
+from common.fmt import short_id, si
+from profiling.hierarchy.table import add_bounds
 from roofline.ceilings import roof_from_vendor
 from roofline.model import LEVELS
 
@@ -75,9 +75,9 @@ def collect(runs, roofs: dict, vendor_lookup, folder: Path) -> tuple[list[dict],
         try:
             table = pd.read_csv(io.StringIO(_download_text(r["run_id"], TABLE)))
             phases = pd.read_csv(io.StringIO(_download_text(r["run_id"], PHASES)))
-        except Exception as exc:  # noqa: BLE001 - a profile made before issue 29, a server error
+        except Exception as exc:  # noqa: BLE001 - a profile made before these tables, a server error
             notes.append(
-                f"profile run {r['run_id'][:8]} has no readable {TABLE} ({one_line(exc)[:120]}): "
+                f"profile run {short_id(r['run_id'])} has no readable {TABLE} ({one_line(exc)[:120]}): "
                 "no hierarchical roofline for it (profiles logged before this version have none)"
             )
             continue
@@ -85,9 +85,9 @@ def collect(runs, roofs: dict, vendor_lookup, folder: Path) -> tuple[list[dict],
         if roof is None and vendor_lookup is not None:
             roof = roof_from_vendor(vendor_lookup(dev), dev)
         table = add_bounds(table.drop(columns=["bound", "compute_ceiling"], errors="ignore"), roof)
-        label = r.get(f"tags.{schema.TAG_CONFIG_LABEL}") or r["run_id"][:8]
+        label = r.get(f"tags.{schema.TAG_CONFIG_LABEL}") or short_id(r["run_id"])
         title = f"Hierarchical roofline: {label} on {dev} ({env or 'no env_label'})"
-        from roofline.hierarchical import hierarchical_png  # matplotlib: only when drawing
+        from profiling.hierarchy.figure import hierarchical_png  # matplotlib: only when drawing
 
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"hierarchical_{r['run_id'][:12]}.png"
@@ -159,7 +159,9 @@ def section(items: Sequence[dict]) -> list[tuple] | None:
         return None
     out: list[tuple] = [("p", INTRO)]
     for it in items:
-        out.append(("p", f"**{it['label']}** on {it['device']}, profile run `{it['run_id'][:8]}`:"))
+        out.append(
+            ("p", f"**{it['label']}** on {it['device']}, profile run `{short_id(it['run_id'])}`:")
+        )
         out.append(("figure", it["title"], it["figure"]))
         out.append(("table", kernels_table(it["table"])))
         out.append(("table", phases_table(it["phases"])))

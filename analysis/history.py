@@ -25,6 +25,7 @@ from analysis import changepoints as cp
 from analysis import history_diff, join
 from common.stats import ratio_interval
 from common import fmt
+from common.fmt import short_id
 
 SERIES_KEYS = ["env_label", "device_name", "config_key"]
 START = "start_time"
@@ -89,7 +90,7 @@ class Change:
         ci += ", interval includes 1)" if iv and iv[0] <= 1 <= iv[1] else ")"
         why = [f"{c['name']} {c['before']} -> {c['after']}" for c in self.changed]
         text = (
-            f"{'slower' if self.slower else 'faster'} from run {self.at_run_id[:8]}: mean step time "
+            f"{'slower' if self.slower else 'faster'} from run {short_id(self.at_run_id)}: mean step time "
             f"{fmt.duration(self.before.step_time_mean_s)} -> "
             f"{fmt.duration(self.after.step_time_mean_s)}, {fmt.num(self.ratio)}x{ci}, "
             f"p = {fmt.num(self.p_value, 2)}; {len(self.before.run_ids)} runs before, "
@@ -174,7 +175,7 @@ def scan(
         if lacking.any():
             notes.append(
                 f"{int(lacking.sum())} train run(s) lack tag {order_by}: left out of the history "
-                f"ordered by it (e.g. {', '.join(join.short(r) for r in runs.loc[lacking, 'run_id'].head(3))})"
+                f"ordered by it (e.g. {', '.join(short_id(r) for r in runs.loc[lacking, 'run_id'].head(3))})"
             )
         runs = runs[~lacking]
     runs = in_run_order(runs.reset_index(drop=True), column)

@@ -10,7 +10,7 @@ from pathlib import Path
 from analysis import history
 from analysis.markdown import Table
 from common import fmt
-from common.fmt import slug
+from common.fmt import short_id, slug
 
 MAX_FIGURES = 12
 """series drawn at most (the largest slowdowns first); every change is in the table and the JSON"""
@@ -56,7 +56,7 @@ def changes_table(h: history.History) -> Table:
             rows.append(
                 [
                     s.name,
-                    c.at_run_id[:8],
+                    short_id(c.at_run_id),
                     f"{fmt.duration(c.before.step_time_mean_s)} → {fmt.duration(c.after.step_time_mean_s)}",
                     f"{fmt.num(c.ratio)}×"
                     + (f" ({fmt.num(iv[0])}–{fmt.num(iv[1])})" if iv else ""),

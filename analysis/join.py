@@ -20,6 +20,7 @@ import pandas as pd
 
 from common import schema
 from common.stats import mean_ci95_rel
+from common.fmt import short_id
 from roofline.trust import PEAKS_LOAD_METRICS
 from train.config import data_kind
 
@@ -153,10 +154,6 @@ def text(df: pd.DataFrame, name: str) -> pd.Series:
     return col(df, name, "").fillna("").astype(str)
 
 
-def short(run_id: str) -> str:
-    return str(run_id)[:8]
-
-
 def of_kind(runs: pd.DataFrame, kind: str, status: str | None = "FINISHED") -> pd.DataFrame:
     mask = text(runs, f"tags.{schema.TAG_RUN_KIND}") == kind
     if status is not None:
@@ -262,14 +259,14 @@ def train_notes(train: pd.DataFrame) -> list[str]:
     for m, what in consequence.items():
         lack = train[train[m].isna()]
         if len(lack):
-            ex = ", ".join(short(r) for r in lack["run_id"].head(3))
+            ex = ", ".join(short_id(r) for r in lack["run_id"].head(3))
             notes.append(f"{len(lack)} train run(s) lack metric {m} (e.g. {ex}): {what}")
     no_key = train[train["config_key"] == ""]
     if len(no_key):
         notes.append(
             f"{len(no_key)} train run(s) have no config_key tag and incomplete config params: each is "
             "its own point (never averaged with another run), without a profile run or a speed-up "
-            f"(e.g. {', '.join(short(r) for r in no_key['run_id'].head(3))})"
+            f"(e.g. {', '.join(short_id(r) for r in no_key['run_id'].head(3))})"
         )
     return notes
 

@@ -15,7 +15,7 @@ import pandas as pd
 from roofline.model import Roof
 from analysis.tables import engine_label
 from common import schema
-from common.fmt import num, pct, si
+from common.fmt import num, pct, short_id, si
 from common.stats import excludes_one
 
 SUMMARY_COLUMNS = [
@@ -106,10 +106,10 @@ def summary_frame(points: pd.DataFrame) -> pd.DataFrame:
 
 
 def _samples_text(p: dict) -> str:
-    """A point's samples/s as the run's description writes it (train/summary.py), then its runs'
+    """A point's samples/s as the run's description writes it (train/result_text.py), then its runs'
     range (the spread shown, not averaged away) or, for one run, ± its within-run SD."""
     thr, sd = _f(p["throughput_mean_samples_per_s"]), _f(p["throughput_sd_samples_per_s"])
-    thr_txt = num(thr)  # as the run's description writes it (train/summary.py)
+    thr_txt = num(thr)  # as the run's description writes it (train/result_text.py)
     lo, hi = (
         _f(p.get("throughput_min_run_samples_per_s")),
         _f(p.get("throughput_max_run_samples_per_s")),
@@ -332,7 +332,7 @@ def failed_table(failed: pd.DataFrame) -> Table:
     headers = ["run", "kind", "status", "environment", "device", "name", "error"]
     rows = [
         [
-            r["run_id"][:8],
+            short_id(r["run_id"]),
             r["run_kind"],
             r["status"],
             r["env_label"],

@@ -16,6 +16,7 @@ import pandas as pd
 from analysis import join
 from common import schema
 from common.stats import as_float
+from common.fmt import short_id
 from roofline import ceilings, trust
 from roofline.model import PointEval, Roof, evaluate_point
 from roofline.trust import highest
@@ -97,20 +98,20 @@ def profile_notes(runs: pd.DataFrame, use_incomplete: bool = False) -> list[str]
         notes.append(
             f"{int(cut.sum())} profile run(s) were imported from a truncated ncu file "
             f"(--allow-truncated, tag {schema.TAG_NCU_TRUNCATED}; e.g. "
-            f"{', '.join(join.short(r) for r in pr.loc[cut, 'run_id'].head(3))}): their totals cover only "
+            f"{', '.join(short_id(r) for r in pr.loc[cut, 'run_id'].head(3))}): their totals cover only "
             "part of the profile, so they give no intensity; import the whole file to place them"
         )
     unusable = unusable[~cut.loc[unusable.index]]
     if len(unusable):
         notes.append(
             f"{len(unusable)} profile run(s) lack ncu_flops_total/ncu_dram_bytes (e.g. "
-            f"{', '.join(join.short(r) for r in unusable['run_id'].head(3))}): their configs use the modeled intensity"
+            f"{', '.join(short_id(r) for r in unusable['run_id'].head(3))}): their configs use the modeled intensity"
         )
     no_key = pr[join.config_keys(pr) == ""]
     if len(no_key):
         notes.append(
             f"{len(no_key)} profile run(s) have no config_key: not joined "
-            f"(e.g. {', '.join(join.short(r) for r in no_key['run_id'].head(3))})"
+            f"(e.g. {', '.join(short_id(r) for r in no_key['run_id'].head(3))})"
         )
     return phase_notes + notes
 
@@ -125,7 +126,7 @@ def _missing_phase_notes(pr: pd.DataFrame, use_incomplete: bool) -> list[str]:
     return [
         f"{len(phased)} profile run(s) missed a training phase (tag "
         f"{schema.TAG_NCU_MISSING_PHASE}: {what}; e.g. "
-        f"{', '.join(join.short(r) for r in phased['run_id'].head(3))}): their intensity is "
+        f"{', '.join(short_id(r) for r in phased['run_id'].head(3))}): their intensity is "
         + (
             "used, as --use-incomplete-profiles asks"
             if use_incomplete
@@ -204,7 +205,7 @@ def measured_roofs(
         chosen = _trusted([r for (_, d), rs in by_key.items() if d == dev for r in rs])
         envs = ", ".join(sorted({str(r.get(f"tags.{schema.TAG_ENV_LABEL}") or "") for r in chosen}))
         by_dev[dev] = (envs, highest(chosen, dev))
-    return by_env, by_dev, {join.short(r["run_id"]): r["_load"] for r in rows}
+    return by_env, by_dev, {short_id(r["run_id"]): r["_load"] for r in rows}
 
 
 def choose_roofs(

@@ -1,4 +1,4 @@
-"""roofline.png for train runs made before their device had ceilings (issue 24).
+"""roofline.png for train runs made before their device had ceilings.
 
 A train run draws its own roofline.png when it ends (train/roofline_figure.py), against the
 latest peaks run of its device, else the vendor table. The usual order is the other one: train
@@ -32,6 +32,7 @@ import pandas as pd
 from common.ui import with_percents
 from common.errors import one_line
 from common.runs import mlflow_client
+from common.fmt import short_id
 from roofline import run_plot
 from roofline.model import Roof, is_finite_positive
 
@@ -99,7 +100,7 @@ def apply(todo: list[Redraw], client=None) -> tuple[dict[str, str], list[str]]:
                 done[item.run_id] = item.sources
             except Exception as exc:  # noqa: BLE001 - one run's failure is a note, not the analysis'
                 notes.append(
-                    f"train run {item.run_id[:8]}: could not log its roofline.png ({one_line(exc)[:200]})"
+                    f"train run {short_id(item.run_id)}: could not log its roofline.png ({one_line(exc)[:200]})"
                 )
     return done, notes
 

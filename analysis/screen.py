@@ -25,6 +25,7 @@ import pandas as pd
 
 from common import bounds, schema
 from common.stats import as_float
+from common.fmt import short_id
 from roofline.model import DTYPES
 
 MLFLOW_INF = 1.7e308
@@ -96,7 +97,7 @@ NAME_PARAMS = ("model", "precision", "optimizer")
 schema.MAX_LABEL_CHARS characters, as every name this project writes is."""
 
 NAME_TAGS = (schema.TAG_ENV_LABEL, schema.TAG_DEVICE_NAME)
-"""Tags that name where it was measured, bounded as NAME_PARAMS (issue 32: a 10,000-character env
+"""Tags that name where it was measured, bounded as NAME_PARAMS (a 10,000-character env
 label appeared whole 9 times in report.md; one with a line break forged console lines)."""
 
 KINDS = ("train", "profile", "peaks")
@@ -276,7 +277,7 @@ def runs(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
         )
         more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
         lines.append(
-            f"left out {kind[idx]} run {str(r['run_id'])[:8]}"
+            f"left out {kind[idx]} run {short_id(r['run_id'])}"
             + (f" ({who})" if who else "")
             + f": {found[0]}{more}; it is not a measurement (a damaged or hand-made run?)"
         )
@@ -306,7 +307,7 @@ def series(values_by_run: dict[str, list[float]], key: str = "step_time_s"):
             bad = next(v for v in values if v not in kept)
             lines.append(
                 f"left out {len(values) - len(kept)} of {len(values)} {key} values of run "
-                f"{str(run_id)[:8]} (e.g. {_show(bad)}): a step time is positive, finite and under a year"
+                f"{short_id(run_id)} (e.g. {_show(bad)}): a step time is positive, finite and under a year"
             )
         clean[run_id] = kept
     return clean, lines
@@ -354,7 +355,7 @@ def complexity(rows: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
                 drop.append(idx)
                 lines.append(
                     f"left out the complexity row of {str(row.get('model'))[:40]} "
-                    f"(env {row.get('env_label')}, run {str(row.get('run_id'))[:8]}): "
+                    f"(env {row.get('env_label')}, run {short_id(row.get('run_id'))}): "
                     f"{col} = {str(value)[:40]}: {why}"
                 )
                 break
@@ -430,7 +431,7 @@ def values(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
             continue
         out = out.copy() if out is frame else out
         for idx in frame.index[bad]:
-            rid = str(frame.at[idx, "run_id"])[:8]
+            rid = short_id(frame.at[idx, "run_id"])
             lines.append(
                 f"left out {key} = {_show(frame.at[idx, col])} of {kind[idx]} run {rid}: "
                 f"{_why(rule, frame.at[idx, col])}; the run's other numbers are kept"
@@ -450,7 +451,7 @@ def breakdowns(fetched: list[dict]) -> tuple[list[dict], list[str]]:
     left out (the text rewritten without them; an unreadable file is dropped)."""
     kept, lines = [], []
     for f in fetched or []:
-        who = f"breakdown run {str(f.get('run_id'))[:8]} ({f.get('env_label') or 'no env_label'})"
+        who = f"breakdown run {short_id(f.get('run_id'))} ({f.get('env_label') or 'no env_label'})"
         summary = f.get("summary") if isinstance(f.get("summary"), dict) else {}
         metrics = dict(summary.get("metrics") if isinstance(summary.get("metrics"), dict) else {})
         why = _why(_STEP, metrics.get("breakdown_step_s")) or (
@@ -495,7 +496,7 @@ def _layers_text(text: str, who: str) -> tuple[str, list[str]]:
     return df[ok].to_csv(index=False), [note]
 
 
-# --- prices (issue 32): a --prices row is a user value like any other -------------------------
+# --- prices: a --prices row is a user value like any other -------------------------
 MAX_USD_PER_HOUR = 1e5
 """USD per device-hour: 100,000 is ~1,000x an 8-GPU machine's on-demand price; above it (1e308)
 a cost per million samples or per epoch leaves float range or means nothing."""

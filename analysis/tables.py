@@ -11,9 +11,10 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from analysis.join import ENV_TAGS, of_kind, short, text
+from analysis.join import ENV_TAGS, of_kind, text
 from common import schema
 from common.stats import as_float, ratio_interval
+from common.fmt import short_id
 
 DEFAULT_NUM_CLASSES = 1000  # torchvision's ImageNet head; other values are named in labels
 
@@ -106,14 +107,14 @@ def complexity_table(entries: list[dict], models: Iterable[str]) -> tuple[pd.Dat
             df = pd.read_csv(io.StringIO(e["csv"]))
         except (ValueError, pd.errors.ParserError) as exc:
             notes.append(
-                f"complexity run {short(e['run_id'])}: models.csv unreadable ({str(exc).splitlines()[0]}); "
+                f"complexity run {short_id(e['run_id'])}: models.csv unreadable ({str(exc).splitlines()[0]}); "
                 "not in the report"
             )
             continue
         missing = [c for c in COMPLEXITY_COLUMNS if c not in df.columns]
         if missing:
             notes.append(
-                f"complexity run {short(e['run_id'])}: models.csv lacks {', '.join(missing)}; not in the report"
+                f"complexity run {short_id(e['run_id'])}: models.csv lacks {', '.join(missing)}; not in the report"
             )
             continue
         for k in ("env_label", "device_name", "device_memory_source", "run_id"):
@@ -248,7 +249,7 @@ def unplaced_notes(runs: pd.DataFrame, points: pd.DataFrame, profiles: pd.DataFr
         label = point_label(fields)
         env = p["profile_env_label"]
         notes.append(
-            f"profile run {short(p['profile_run_id'])} ({label} on {p['device_name']}"
+            f"profile run {short_id(p['profile_run_id'])} ({label} on {p['device_name']}"
             f"{', env ' + env if env else ''}) placed no point: no finished train run of that config "
             f"on that device; time it there ({_train_command(row, env)})"
         )
@@ -260,7 +261,7 @@ def unplaced_notes(runs: pd.DataFrame, points: pd.DataFrame, profiles: pd.DataFr
     ):
         if dev not in devices:
             notes.append(
-                f"peaks run {short(run_id)} ({dev or 'unknown device'}{', env ' + env if env else ''}) "
+                f"peaks run {short_id(run_id)} ({dev or 'unknown device'}{', env ' + env if env else ''}) "
                 f"gave no roof: no finished train run on {dev or 'its device'}; time a config there "
                 f"(python -m train --env-label {env or '<label>'} ...)"
             )

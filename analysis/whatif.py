@@ -117,7 +117,9 @@ def section(whatifs: list[dict], figure: tuple[str, str] | None = None) -> list[
     if figure:
         out.append(("figure", *figure))
     for w in whatifs:
-        head = f"**{w['env_label']}, {w['config_label']}** (what-if run {w['run_id'][:8]}):"
+        head = (
+            f"**{w['env_label']}, {w['config_label']}** (what-if run {fmt.short_id(w['run_id'])}):"
+        )
         out += [("p", head), ("list", [_listed(r) for r in w["rows"]])]
     return out
 

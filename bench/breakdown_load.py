@@ -1,4 +1,4 @@
-"""Do the breakdown's shares hold on a busy machine? (issue 30 item 2)
+"""Do the breakdown's shares hold on a busy machine?
 
 The same breakdown (the command's own record, attribute and rows; no MLflow) of one config, its
 recorded steps alternating between alone and beside competing processes (busy Python loops, one
@@ -62,7 +62,7 @@ def paired_shift(pairs: list[tuple[Shares, Shares]]) -> tuple[tuple[str, str] | 
 
 
 def step_shares(rec) -> list[dict[str, Shares]]:
-    """Each recorded step of `rec` (record.Recording) attributed on its own: its top-level shares
+    """Each recorded step of `rec` (recording.Recording) attributed on its own: its top-level shares
     by both clocks (`share`: as the breakdown logs them, `wall`)."""
     from profiling.breakdown import names
     from profiling.breakdown.attribute import attribute
@@ -91,20 +91,31 @@ def step_shares(rec) -> list[dict[str, Shares]]:
 def one_breakdown(cfg, device, steps: int, procs: list[subprocess.Popen]) -> list[dict]:
     """One breakdown of `cfg` whose even recorded steps run alone (the competitors stopped) and
     odd ones beside them (resumed): each step's shares (`step_shares`) with its condition."""
-    from profiling.breakdown.record import record
+    from profiling.breakdown.recording import record
 
-    def before_step(i: int) -> None:
-        signal_all(procs, signal.SIGCONT if i % 2 else signal.SIGSTOP)
-
-    signal_all(procs, signal.SIGSTOP)
+    signal_all(procs, signal.SIGSTOP)  # step 0 alone
     try:
-        rec = record(cfg, device, steps, before_step=before_step)
+        rec = record(cfg, device, steps, walls=Alternating(procs))
     finally:
         signal_all(procs, signal.SIGSTOP)
     out = step_shares(rec)
     for i, step in enumerate(out):
         step["beside"] = bool(i % 2)
     return out
+
+
+class Alternating(list):
+    """The `walls` list record() appends each recorded step's seconds to as it ends: after step i
+    it stops the competitors before an even step (alone) and resumes them before an odd one
+    (beside), between the two steps as the recording's loop runs them."""
+
+    def __init__(self, procs: list[subprocess.Popen]) -> None:
+        super().__init__()
+        self.procs = procs
+
+    def append(self, wall_s: float) -> None:
+        super().append(wall_s)
+        signal_all(self.procs, signal.SIGCONT if len(self) % 2 else signal.SIGSTOP)
 
 
 def signal_all(procs: list[subprocess.Popen], sig: int) -> None:

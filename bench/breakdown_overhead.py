@@ -1,4 +1,4 @@
-"""The breakdown's measures (issue 20), side by side in one run, each next to its goal.
+"""The breakdown's measures, side by side in one run, each next to its goal.
 
 * overhead: plain training steps against breakdown steps (the Tracker's module ranges and the
   profiler the command uses: on the CPU the lean one), in one process, in pairs (A B, B A, ...),
@@ -34,6 +34,8 @@ import sys
 import tempfile
 import time
 
+from bench.pairing import alternating
+
 os.environ.setdefault("DS_ACCELERATOR", "cpu")  # before anything imports deepspeed (train does)
 
 GOALS = {
@@ -66,7 +68,7 @@ def paired_overhead(cfg, pairs: int) -> dict[str, float]:
     """Median over pairs of breakdown-step / plain-step, by thread CPU time and by wall time, and
     the A/A control's median ratio (plain / plain) for both."""
     from profiling.breakdown import names
-    from profiling.breakdown.record import profiler_for, tracker_for
+    from profiling.breakdown.recording import profiler_for, tracker_for
     from train.bench import prepare, preflight
     from train.step import no_marks, train_step
 
@@ -100,13 +102,8 @@ def paired_overhead(cfg, pairs: int) -> dict[str, float]:
         return out
 
     recorded()  # the profiler's first start is slow: not in a pair
-    samples = []
-    for i in range(pairs):  # the order alternates: A B, B A, ... and A A' likewise
-        if i % 2 == 0:
-            a, b = plain(), recorded()
-        else:
-            b, a = recorded(), plain()
-        samples.append((a, b, plain(), plain()))
+    # each pair alternates (A B, B A, ...), then its A A' control runs right after it
+    samples = [(a, b, plain(), plain()) for a, b in alternating(plain, recorded, pairs)]
     warm = pair_ratios([(a, b[1], x, y) for a, b, x, y in samples])
     cold = pair_ratios([(a, b[0], x, y) for a, b, x, y in samples])
     return {
@@ -221,7 +218,7 @@ def coverage(cfg, steps: int) -> dict[str, float]:
     """One breakdown of `cfg` (no MLflow): the shares, FLOPs, parts and trace size."""
     from profiling.breakdown import names
     from profiling.breakdown.attribute import attribute
-    from profiling.breakdown.record import record
+    from profiling.breakdown.recording import record
     from profiling.breakdown.roof import Ceilings
     from profiling.breakdown.table import ModuleTree, coverage as shares, rows
     from profiling.breakdown.trace import bound_trace
@@ -423,7 +420,7 @@ def _parser() -> argparse.ArgumentParser:
 def one_model(args, model: str) -> None:
     """The overhead (in processes, or here with --processes 1) and the coverage of one model,
     each figure next to its goal."""
-    from profiling.breakdown.record import native_stderr_muted
+    from profiling.breakdown.recording import native_stderr_muted
 
     cfg = _config(model, args)
     print(
@@ -446,7 +443,7 @@ def main() -> None:
     args = _parser().parse_args()
     import torch
 
-    from profiling.breakdown.record import native_stderr_muted
+    from profiling.breakdown.recording import native_stderr_muted
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)

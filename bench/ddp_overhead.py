@@ -66,7 +66,8 @@ def launch(args: argparse.Namespace) -> int:
 
 
 def worker(args: argparse.Namespace) -> None:
-    from bench.overhead import harness_cost_s, pairs
+    from bench.overhead import harness_cost_s
+    from bench.pairing import pairs
     from train import device as dev
     from train.timing import make_clock
 
@@ -125,7 +126,7 @@ def _loops(args: argparse.Namespace, cfg, ctx, prep, devnull):
         ctx.barrier()
         bar = tqdm(total=args.iters, mininterval=0.5, leave=False, file=devnull)
         t0 = time.perf_counter()
-        measure_steps(cfg, prep, bar)
+        measure_steps(prep, bar)
         dev.synchronize(ctx.device)
         elapsed = time.perf_counter() - t0
         bar.close()
@@ -146,7 +147,7 @@ def _loops(args: argparse.Namespace, cfg, ctx, prep, devnull):
 
 
 def _report(args, cfg, ctx, ratios, control, step_s: float, noop_s: float) -> None:
-    from bench.overhead import describe
+    from bench.pairing import describe
 
     print(
         f"{cfg.model} b{cfg.batch_size} per process, {cfg.image_size}px, DDP on "

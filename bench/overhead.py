@@ -22,6 +22,8 @@ import os
 import statistics
 import time
 
+from bench.pairing import describe, pairs
+
 os.environ.setdefault("DS_ACCELERATOR", "cpu")  # before anything imports deepspeed (train does)
 
 
@@ -109,24 +111,6 @@ def harness_s(step, n: int, clock, out, finish=lambda: None) -> float:
 def harness_cost_s(clock, out, n: int = 2000) -> float:
     """Seconds per step of the harness's loop (harness_s) around a step that does nothing."""
     return harness_s(lambda: None, n, clock, out) / n
-
-
-def pairs(a_fn, b_fn, rounds: int) -> list[float]:
-    """a/b wall-time ratios of `rounds` pairs of blocks, in alternating order (A B, B A, ...)."""
-    out = []
-    for r in range(rounds):
-        if r % 2 == 0:
-            a, b = a_fn(), b_fn()
-        else:
-            b, a = b_fn(), a_fn()
-        out.append(a / b)
-    return out
-
-
-def describe(ratios: list[float]) -> str:
-    """The median ratio and its interquartile range."""
-    q = statistics.quantiles(ratios, n=4)
-    return f"{statistics.median(ratios):.4f} (IQR {q[0]:.4f}-{q[2]:.4f})"
 
 
 if __name__ == "__main__":

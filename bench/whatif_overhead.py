@@ -44,7 +44,7 @@ def parse(argv=None) -> argparse.Namespace:
 
 def overhead(whatif_run_id: str, client) -> dict:
     """The loop's wall time, its train runs' and the overhead fraction, from the store."""
-    from train.whatif.record import TAG_SWEEP
+    from train.whatif.runlog import TAG_SWEEP
 
     run = client.get_run(whatif_run_id)
     sweep = run.data.tags[TAG_SWEEP]

@@ -35,4 +35,4 @@ MIN_RATE_PER_S = 1e6
 """The slowest ceiling (FLOP/s or byte/s) a device's peak can be: a million per second, ~1,000x
 below a 1990s PC. Below it a derived quantity leaves float range: a DRAM peak of 1e-300 byte/s made
 the ridge point 1e312 FLOP/byte (inf) and every analysis ended in `OverflowError: cannot convert
-float infinity to integer` (issue 32). With it every ridge is at most MAX_FLOPS_PER_S / 1e6."""
+float infinity to integer`. With it every ridge is at most MAX_FLOPS_PER_S / 1e6."""

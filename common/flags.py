@@ -10,8 +10,11 @@ written under the field (or metadata `doc`: the shared fields below), its type t
 * anything else (`int | str`, a union the dataclass converts) stays text.
 
 Metadata refines a field: `flags` (the option strings; `()`: no flag), `parse` (the argparse
-type, replacing the annotation's), `choices`, `metavar`, `nargs`/`const`, `negation` (a second
-flag that stores false, `--no-track`), `hidden` (accepted, left out of --help).
+type, replacing the annotation's), `choices` (the flag's choices and what `check_choices` holds the
+config to: declared once; `choices_pattern` = (regex, its words) admits values beyond them, the
+flag then takes any text; `choices_text` words them in the error), `metavar`, `nargs`/`const`,
+`negation` (a second flag that stores false, `--no-track`), `hidden` (accepted, left out of
+--help).
 
 `build(cls, args)` makes the config from parsed flags; the dataclass validates (ValueError naming
 the field), once, and the command says it in one line. `overrides=True` (a command whose flags
@@ -138,7 +141,7 @@ def add_field_flag(group, cls: type, f: Field, overrides: bool = False) -> None:
         kw.update(nargs="+", action="extend", default=None)
     if convert is str_bool:
         kw.update(nargs="?", const=True)
-    choices = meta.get("choices")
+    choices = None if "choices_pattern" in meta else meta.get("choices")
     if (nullable or overrides) and not listed:
         convert = optional(convert)
         choices = [*choices, None] if choices is not None else None
@@ -213,14 +216,18 @@ def _items(cls: type, f: Field, value):
 
 
 def check_choices(config) -> None:
-    """ValueError naming the first field of `config` whose value is not among its `choices`."""
+    """ValueError naming the first field of `config` whose value is not among its `choices` (nor
+    matches its `choices_pattern`)."""
     for f in fields(config):
-        choices = f.metadata.get("choices")
+        meta = f.metadata
+        choices, pattern = meta.get("choices"), meta.get("choices_pattern")
         value = getattr(config, f.name)
-        if choices is not None and value not in choices:
-            raise ValueError(
-                f"{f.name} must be one of {', '.join(map(str, choices))}, got {value!r}"
-            )
+        if choices is None or value in choices:
+            continue
+        if pattern and re.fullmatch(pattern[0], str(value)):
+            continue
+        listed = "one of " + ", ".join(map(str, choices)) + (f" or {pattern[1]}" if pattern else "")
+        raise ValueError(f"{f.name} must be {meta.get('choices_text', listed)}, got {value!r}")
 
 
 def _flag_message(cls: type, text: str) -> str:

@@ -53,6 +53,12 @@ def pct(value: float | None) -> str:
 SLUG_MAX_CHARS = 60
 
 
+def short_id(run_id) -> str:
+    """A run id as text names it: its first 8 characters (unique among a store's runs in practice;
+    the whole id is in every file and link)."""
+    return str(run_id)[:8]
+
+
 def slug(text: str) -> str:
     """A file-name-safe version of an environment label (or any user text): at most SLUG_MAX_CHARS
     characters; a longer one is cut and ends with a hash of the whole text, so that two long labels

@@ -194,7 +194,7 @@ else's (MLflow would add its 66 tables to it)."""
 
 def check_sqlite_is_mlflow(uri: str) -> None:
     """UsageError when `sqlite:///FILE` names an sqlite database that holds tables but not MLflow's
-    (issue 32: analysis and upload created MLflow's tables inside it). A missing or empty file (a
+    (analysis and upload would create MLflow's tables inside it). A missing or empty file (a
     new store) and a file that is not sqlite (common.server.store_problem says so) pass."""
     path = uri[len("sqlite:///") :].split("?")[0]
     if not path or path == ":memory:" or not os.path.isfile(path) or os.path.getsize(path) == 0:

@@ -55,7 +55,7 @@ MAX_FOLDERS = 100
 def remember_folder(folder: Path) -> None:
     """Note `folder` (a spool folder other than the default) in `folders_file`, so that every later
     command knows the runs spooled there will be completed: an upload from the default folder
-    marked such a run FAILED ("process is gone") while its entry was safe there (issue 32). Never
+    marked such a run FAILED ("process is gone") while its entry was safe there. Never
     raises: a home that cannot be written only loses the note."""
     folder = folder.resolve()
     if folder == spool_dir().resolve():

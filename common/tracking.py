@@ -17,7 +17,7 @@ Every entry point (train, profile, peaks, analysis, sweep, complexity) records i
   (common/upload.py) sends spooled runs once the store works again, through the session's public
   `continue_run`, `create_run`, `send` and `terminate`.
 
-What a run holds is common/record.py's; the writes to runs no session holds and the ending of runs
+What a run holds is common/run_record.py's; the writes to runs no session holds and the ending of runs
 whose process died are common/runs.py's. Whether the server answers, and which one is in use, is
 common/server.py's. Callers import each name from the module that defines it. Only these modules
 (and analysis/fetch/, which reads) import mlflow. RunSession is one state machine (open, batch,
@@ -39,7 +39,7 @@ from typing import Any
 
 from common import console, schema, spool
 from common.errors import BenchError, Terminated, one_line
-from common.record import (
+from common.run_record import (
     RunRecord,
     context_tags,
     dataset_entity,

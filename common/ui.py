@@ -9,7 +9,7 @@ MLflow 3.17's UI (read from its JavaScript bundle; docs/ui.md):
 - the experiment tag `mlflow.experimentKind` (`custom_model_development`) is the experiment's kind
   as the UI's kind selector shows and sets it; the open-source 3.17.2 build derives the kind it acts
   on from workflowType instead (its `Z0()` flag is hard-wired on), so the tag alone does not change
-  what a fresh browser opens there. The project writes it all the same (issue 31).
+  what a fresh browser opens there. The project writes it all the same: the kind selector shows it.
 - the runs page reads `viewStateShareKey=<key>` from its URL and takes the view kept in the
   experiment tag `mlflow.sharedViewState.<key>` (JSON): the search facets (filter, sort) and the
   table's state (visible columns, their order and widths, Group by). A URL alone carries only the

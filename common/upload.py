@@ -12,7 +12,7 @@ from pathlib import Path
 from common import console, schema
 from common.cli import ArgumentParser, cli_entry
 from common.errors import BenchError, UsageError, one_line
-from common.record import RunRecord
+from common.run_record import RunRecord
 from common.runs import close_stale_runs, experiment_id_for, mlflow_client
 from common.server import check_reachable, is_unreachable, redact, store_problem
 from common.spool import entry_lock, save_entry, spool_dir, spooled_runs, unreadable_entries

@@ -10,7 +10,7 @@ Two ways in:
 * ``--breakdown``: not ncu at all: where the step's time goes per module and phase, on any device
   (profiling/breakdown/cli.py, docs/breakdown.md).
 
-This module holds the flags, the config and the run both paths log (profiling.ncu.summary's metrics,
+This module holds the flags, the config and the run both paths log (profiling.ncu.totals's metrics,
 tags and kernel tables). The CUDA check is injectable: ``main(argv, probe=...)`` takes a callable
 ``probe(device, env_label)`` returning profiling.ncu.gpu.GpuInfo; the default asks torch. Tests pass
 a stand-in probe and put a stand-in ``ncu`` on PATH, so the whole capture path runs without a GPU
@@ -29,7 +29,7 @@ from typing import Callable
 from common import console, flags, fmt, schema
 from common.cli import ArgumentParser, cli_entry, optional
 from common.errors import BenchError, UsageError, one_line
-from common.record import dataset_input
+from common.run_record import dataset_input
 from common.tracking import RunSession
 from profiling.breakdown.cli import main as breakdown_main
 from profiling.breakdown.ncu import has_module_ranges
@@ -42,10 +42,10 @@ from profiling.ncu.completeness import CountCheck, check_against_count
 from profiling.ncu.counting import TIME_FROM_CYCLES
 from profiling.ncu.gpu import GpuInfo, cuda_probe
 from profiling.ncu.capture_set import ImportOptions
-from profiling.ncu.hierarchy import TableOptions
-from profiling.ncu.hierarchy_log import log_hierarchy
+from profiling.hierarchy.table import TableOptions
+from profiling.hierarchy.log import log_hierarchy
 from profiling.ncu.import_path import check_import_file, import_paths, import_report
-from profiling.ncu.summary import (
+from profiling.ncu.totals import (
     NcuSummary,
     require_counters,
     roofline_warning,
@@ -54,10 +54,10 @@ from profiling.ncu.summary import (
     top_kernels,
     top_kernels_text,
 )
-from train.config import TrainConfig, add_config_args, config_from_args
+from train.config import RunHeader, TrainConfig, add_config_args, config_from_args
 from train.data import dataset_fields, num_classes_for
 from train.models import check_model_name
-from train.phase_flops import PhaseFlops, config_phase_flops
+from train.phase_flops import config_phase_flops
 
 TOP_KERNELS = 25
 
@@ -178,10 +178,11 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo]) -> int:
         return dry_run(args, config, opts)
     imported = _imported(args) if importing else None
 
-    run_name = config.run_name(kind="ncu")
-    tags = _run_tags(args, config, importing)
+    header = config.header(intensity_source="measured")  # the train runs' key and label
+    run_name = header.run_name(kind="ncu")
+    tags = _run_tags(args, header, config.env_label, importing)
     with RunSession("profile", experiment=args.experiment, run_name=run_name, tags=tags) as session:
-        session.log_params(_run_params(args, config, opts, importing))
+        session.log_params(_run_params(args, header, opts, importing))
         if not importing:  # an imported report's input data is whatever the profiled run used
             fields = dataset_fields(config.data, config.image_size, config.num_classes, config.seed)
             session.log_input(dataset_input(**fields, context="profile"))
@@ -225,23 +226,22 @@ def _imported(args: argparse.Namespace) -> tuple:
         raise UsageError(one_line(err)) from None
 
 
-def _run_tags(args: argparse.Namespace, config: TrainConfig, importing: bool) -> dict:
-    """The tags a profile run is created with: its config, machine, and where its counters came from."""
+def _run_tags(args: argparse.Namespace, header: RunHeader, env_label: str, importing: bool) -> dict:
+    """The tags a profile run is created with: its config (key, label, measured intensity),
+    machine, and where its counters came from."""
     return {
-        schema.TAG_CONFIG_KEY: config.config_key(),
-        schema.TAG_CONFIG_LABEL: config.config_label(),
-        **_env_label_tag(args, config, importing),
+        **header.tags,
+        **_env_label_tag(args, env_label, importing),
         schema.TAG_DEVICE_TYPE: "cuda",
-        schema.TAG_INTENSITY_SOURCE: "measured",
         "ncu_source": "import" if importing else "capture",
     }
 
 
 def _run_params(
-    args: argparse.Namespace, config: TrainConfig, opts: CaptureOptions, importing: bool
+    args: argparse.Namespace, header: RunHeader, opts: CaptureOptions, importing: bool
 ) -> dict:
     """The config's params, and the imported file's name or the options ncu ran with."""
-    params = {**config.params(), "profile_steps": opts.profile_steps}
+    params = {**header.params, "profile_steps": opts.profile_steps}
     if importing:
         params["ncu_import_file"] = ", ".join(Path(p).name for p in import_paths(args))[:500]
         if args.import_opts.workload:
@@ -276,6 +276,7 @@ def _log_summary(
     kernel tables and the run's description. The capture is held against the config's counted
     training FLOPs first (a missed phase makes it incomplete)."""
     importing = bool(import_paths(args))
+    label = session.record.tags[schema.TAG_CONFIG_LABEL]  # the config's header, logged
     warnings, tags = list(summary.warnings), summary.mlflow_tags()
     incomplete = roofline_warning(summary, source)
     if incomplete:
@@ -285,7 +286,7 @@ def _log_summary(
     if gap:
         tags["ncu_tensor_undercount"], warning = gap
         warnings.append(warning)
-    check, count_line = _check_count(summary, config, args, source, tags)
+    check, count_line = _check_count(summary, config, label, args, source, tags)
     warnings += [count_line] if count_line else []
     for warning in warnings:
         console.warn(warning)
@@ -303,10 +304,10 @@ def _log_summary(
         )
     how = f"imported from {source}" if importing else "captured"
     phases = ", ".join(sorted({p for p in summary.kernels["phase"].dropna()})) or "all kernels"
-    title = f"Hierarchical roofline: {config.config_label()} on {device_name}, {phases}\n({how})"
+    title = f"Hierarchical roofline: {label} on {device_name}, {phases}\n({how})"
     levels = log_hierarchy(session, summary, device_name, config.env_label, args.table_opts, title)
     session.set_note(
-        _summary_line(f"ncu profile of {config.config_label()} ({how})", summary, device_name)
+        _summary_line(f"ncu profile of {label} ({how})", summary, device_name)
         + (f"\nRoofline: {incomplete}" if incomplete else "")
         + (f"\nRoofline: {count_line}" if count_line else "")
         + (f"\n{levels}" if levels else "")
@@ -323,25 +324,10 @@ def _log_summary(
         )
 
 
-def _count_config(config: TrainConfig) -> tuple[PhaseFlops | None, str]:
-    """(the config's training FLOPs per phase, why not) from shapes alone (train.phase_flops)."""
-    console.info(f"counting the training FLOPs of {config.config_label()} (shapes only) ...")
-    try:
-        counted = config_phase_flops(
-            config.model,
-            config.batch_size,
-            config.image_size,
-            config.num_classes,
-            config.optimizer,
-        )
-    except Exception as exc:  # noqa: BLE001 - a model the meta device cannot run: say so, go on
-        return None, f"the config's FLOPs could not be counted ({one_line(exc)})"
-    return counted, ""
-
-
 def _check_count(
     summary: NcuSummary,
     config: TrainConfig,
+    label: str,
     args: argparse.Namespace,
     source: str,
     tags: dict[str, str],
@@ -358,7 +344,18 @@ def _check_count(
         console.note(f"{source}: count check skipped: {why}")
         counted, uncounted = None, why
     else:
-        counted, uncounted = _count_config(config)
+        console.info(f"counting the training FLOPs of {label} (shapes only) ...")
+        counted, uncounted = None, ""
+        try:  # from shapes alone (train.phase_flops)
+            counted = config_phase_flops(
+                config.model,
+                config.batch_size,
+                config.image_size,
+                config.num_classes,
+                config.optimizer,
+            )
+        except Exception as exc:  # noqa: BLE001 - a model the meta device cannot run: say so, go on
+            uncounted = f"the config's FLOPs could not be counted ({one_line(exc)})"
     check = check_against_count(summary, counted, args.profile_steps, uncounted)
     _mark_incomplete(tags, check)
     return check, check.warning(source)
@@ -379,11 +376,11 @@ def _mark_incomplete(tags: dict[str, str], check: CountCheck) -> None:
         )
 
 
-def _env_label_tag(args: argparse.Namespace, config: TrainConfig, importing: bool) -> dict:
+def _env_label_tag(args: argparse.Namespace, env_label: str, importing: bool) -> dict:
     """The env_label tag: a capture's machine is this one; an import's is the profiled machine,
     which only --env-label knows (this host's name would be wrong), so without it there is none."""
     if not importing or args.env_label:
-        return {schema.TAG_ENV_LABEL: config.env_label}
+        return {schema.TAG_ENV_LABEL: env_label}
     console.note(
         "no --env-label: the import is logged without env_label (this machine did not profile "
         "it); pass --env-label as the profiled machine's train runs have it"

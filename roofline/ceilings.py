@@ -13,6 +13,7 @@ from typing import Any
 
 from common import bounds
 from common.stats import as_float
+from common.fmt import short_id
 from roofline.model import DTYPES, LEVELS, Roof, is_finite_positive
 
 
@@ -21,7 +22,7 @@ def roof_from_peaks_row(row: dict, device: str) -> Roof:
     `metrics.peak_<level>_bytes_per_s`), each sourced 'measured: peaks run <id>'; a value that is
     no device's peak (outside common.bounds: 1e-300 made the ridge point infinite) is left out."""
     roof = Roof(device)
-    src = f"measured: peaks run {str(row['run_id'])[:8]}"
+    src = f"measured: peaks run {short_id(row['run_id'])}"
     for dtype in DTYPES:
         v = as_float(row.get(f"metrics.peak_flops_per_s_{dtype}"))
         if v is not None and bounds.MIN_RATE_PER_S <= v <= bounds.MAX_FLOPS_PER_S:

@@ -93,7 +93,7 @@ def _profiled_step(model, root: str, x, y, lean: bool = False):
     from torch.profiler import ProfilerActivity, profile
 
     from profiling.breakdown.events import from_kineto
-    from profiling.breakdown.record import kineto_results, lean_profile, tracker_for
+    from profiling.breakdown.recording import kineto_results, lean_profile, tracker_for
     from train.step import train_step
 
     with tracker_for(model, root, lean) as tracker:
@@ -735,14 +735,12 @@ def _answer_table(optimizer_share: float) -> tuple[list[dict], ModuleTree]:
 
 
 def test_summary_names_the_largest_leaves_and_the_optimizer_first_then_stages():
-    from types import SimpleNamespace
-
     from profiling.breakdown.text import summary_line, view_text
 
-    cfg = SimpleNamespace(config_label=lambda: "net/b4")
+    label = "net/b4"
     metrics = {"breakdown_recorded_steps": 3.0, "breakdown_step_s": 2.37}
     table, tree = _answer_table(0.177)
-    line = summary_line(cfg, "cpu", table, tree, metrics)
+    line = summary_line(label, "cpu", table, tree, metrics)
     assert line.startswith("net/b4 on cpu: 2.37 s/step (mean of 3 recorded); largest: ")
     largest, stages = line.split("largest: ")[1].split(" Stage totals: ")
     names_in_order = [part.split(" ")[0] for part in largest.split("; ")]
@@ -752,7 +750,7 @@ def test_summary_names_the_largest_leaves_and_the_optimizer_first_then_stages():
     assert "layer2.conv backward 25.0%, compute-bound at 30 FLOP/B (near its compute roof" in line
     assert stages == "layer1 backward 30.0%, layer2 backward 25.0%."
     small, _ = _answer_table(0.05)  # not among the three largest: not named
-    assert "optimizer" not in summary_line(cfg, "cpu", small, tree, metrics)
+    assert "optimizer" not in summary_line(label, "cpu", small, tree, metrics)
     printed = view_text(table, tree).splitlines()
     assert printed[1].startswith("-- largest rows") and printed[2].startswith("layer2.conv ")
     assert "fusing it with its neighbours" in next(p for p in printed if p.startswith("layer1.bn"))
@@ -760,7 +758,7 @@ def test_summary_names_the_largest_leaves_and_the_optimizer_first_then_stages():
 
 _KINETO_SCRIPT = """
 import sys, time, torch
-from profiling.breakdown.record import _chrome_trace, _profiled, kineto_results
+from profiling.breakdown.recording import _chrome_trace, _profiled, kineto_results
 from profiling.breakdown.events import from_kineto
 quiet = sys.argv[1] == "quiet"
 for lean in (True, False):
@@ -978,10 +976,10 @@ def test_an_interrupted_breakdown_keeps_the_steps_it_recorded(tracking, capsys, 
     """Issue 32: an interrupted breakdown kept nothing it measured (train keeps its steps). The
     interrupt is raised after two of three recorded steps (Ctrl-C; SIGTERM and SIGHUP raise the
     same KeyboardInterrupt through common.cli)."""
-    from profiling.breakdown import record as record_mod
+    from profiling.breakdown import recording as record_mod
     from profiling.cli import main as profiling_main
 
-    def two_then_interrupt(one_step, steps, device, walls, lean=False, before_step=None):
+    def two_then_interrupt(one_step, steps, device, walls, lean=False):
         walls.append(one_step(0))
         walls.append(one_step(1))
         raise KeyboardInterrupt

@@ -182,3 +182,43 @@ def test_overhead_in_processes_runs_fresh_children_with_steady_malloc(monkeypatc
     monkeypatch.setattr(bo.subprocess, "run", failing)
     with pytest.raises(SystemExit, match="(?s)process 1 failed: .*OSError: no"):
         bo.overhead_in_processes(args, "resnet18")
+
+
+def test_the_shared_pairing_alternates_and_runs_the_callers_work_between_pairs():
+    """bench/pairing.py: A B, B A, A B; what the caller does with a pair runs before the next."""
+    from bench.pairing import alternating, pairs
+
+    log: list[str] = []
+
+    def a() -> float:
+        log.append("A")
+        return 3.0
+
+    def b() -> float:
+        log.append("B")
+        return 2.0
+
+    for _ in alternating(a, b, 3):
+        log.append("|")
+    assert "".join(log) == "AB|BA|AB|"
+    assert pairs(a, b, 2) == [1.5, 1.5]
+
+
+def test_the_load_bench_stops_the_loops_before_alone_steps_and_resumes_them_before_beside_ones():
+    """bench/breakdown_load.py's walls list: step 0 alone (stopped before record), then after each
+    step the next one's condition: odd steps beside (SIGCONT), even ones alone (SIGSTOP)."""
+    import signal
+
+    from bench.breakdown_load import Alternating
+
+    class Proc:
+        sent: list[int] = []
+
+        def send_signal(self, sig: int) -> None:
+            self.sent.append(sig)
+
+    walls = Alternating([Proc()])
+    for wall_s in (0.1, 0.2, 0.3):
+        walls.append(wall_s)
+    assert walls == [0.1, 0.2, 0.3]
+    assert Proc.sent == [signal.SIGCONT, signal.SIGSTOP, signal.SIGCONT]

@@ -33,7 +33,7 @@ from profiling.breakdown.ncu import has_module_ranges, kernel_owner, ncu_rows, s
 from profiling.breakdown.owners import SeqOwners
 from profiling.breakdown.roof import Ceilings
 from profiling.ncu.parse import NcuKernel, read_ncu_csv
-from profiling.ncu.summary import summarize
+from profiling.ncu.totals import summarize
 
 L4_CSV = "l4_resnet18_bs64_train_step_details_nvtx.csv"
 PUSH_POP = "thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg"

@@ -119,8 +119,8 @@ def test_stamped_and_profiler_ranges_attribute_the_same_calls():
 
     from profiling.breakdown.attribute import attribute
     from profiling.breakdown.events import from_kineto
-    from profiling.breakdown.record import kineto_results, lean_profile, native_stderr_muted
-    from profiling.breakdown.record import tracker_for
+    from profiling.breakdown.recording import kineto_results, lean_profile, native_stderr_muted
+    from profiling.breakdown.recording import tracker_for
     from train.step import StepParts, train_step
 
     torch.manual_seed(0)
@@ -159,20 +159,20 @@ def test_stamped_and_profiler_ranges_attribute_the_same_calls():
     assert sum(att.cpu_self_s.values()) == pytest.approx(att.step_cpu_s[0])
 
 
-def test_record_runs_before_step_and_merges_the_stamps_into_events_and_trace():
-    """record() on the CPU: `before_step(i)` once before each recorded step; the module ranges
+def test_record_fills_the_given_walls_and_merges_the_stamps_into_events_and_trace():
+    """record() on the CPU: each recorded step's seconds go into the given `walls`; the module ranges
     come from the stamps (every module once per step, each grad marker matched) and are in the
     trace on the step's thread."""
-    from profiling.breakdown.record import record
+    from profiling.breakdown.recording import record
     from train.bench import preflight
     from train.config import TrainConfig
 
     cfg = TrainConfig(
         model="resnet18", batch_size=2, image_size=32, device="cpu", warmup_iters=1, iters=2
     )
-    seen: list[int] = []
-    rec = record(cfg, preflight(cfg), 2, before_step=seen.append)
-    assert seen == [0, 1] and len(rec.step_wall_s) == 2
+    seen: list[float] = []
+    rec = record(cfg, preflight(cfg), 2, walls=seen)
+    assert rec.step_wall_s is seen and len(seen) == 2
     modules = [e for e in rec.events if e.name.startswith(names.MODULE)]
     # resnet18's 68 modules once a step, but each of the 8 blocks calls its ReLU twice
     assert len(rec.tracker.paths) == 68 and len(modules) == 2 * (68 + 8)

@@ -14,9 +14,9 @@ from common.errors import BenchError, UsageError
 from profiling.ncu.capture_set import combine, phases_of, read_files
 from profiling.ncu.chips.devices import chip_capability, resolve_chip
 from profiling.ncu.counting import TIME_FROM_CYCLES, kernel_time, tensor_inst_flops
-from profiling.ncu.hierarchy import TableOptions, convention_table, kernels_by_name, phase_levels
+from profiling.hierarchy.table import TableOptions, convention_table, kernels_by_name, phase_levels
 from profiling.ncu.parse import read_ncu_csv
-from profiling.ncu.summary import summarize
+from profiling.ncu.totals import summarize
 from tests.conftest import NCU_FIXTURES
 
 DEEPCAM = "deepcam_v100_o2_adam_bw"

@@ -18,7 +18,7 @@ from common.errors import UsageError
 from profiling.breakdown.cli import BreakdownCommand
 from profiling.cli import ProfileCommand
 from profiling.ncu.capture_set import ImportOptions
-from profiling.ncu.hierarchy import TableOptions
+from profiling.hierarchy.table import TableOptions
 from profiling.cli import main as profiling_main
 from profiling.ncu.command import CaptureOptions
 from profiling.peaks.__main__ import main as peaks_main
@@ -219,3 +219,28 @@ def test_bad_values_are_one_line_usage_errors_naming_the_flag():
 def test_check_choices_names_the_field():
     with pytest.raises(ValueError, match="^kind must be one of a, b, got 'c'$"):
         flags.check_choices(Example(kind="c"))
+
+
+def test_choices_with_a_pattern_take_any_text_as_a_flag_and_are_checked_by_the_config():
+    """One declaration: `choices` (+ `choices_pattern`, `choices_text`) gives the flag's choices
+    and check_choices' rule and words (TrainConfig's device, precision and zero_stage use it)."""
+
+    @dataclass
+    class Picked:
+        where: str = field(
+            default="cpu", metadata={"choices": ("cpu",), "choices_pattern": (r"gpu:\d+", "gpu:N")}
+        )
+        """where."""
+        stage: int = field(default=0, metadata={"choices": (0, 1), "choices_text": "0 or 1"})
+        """a stage."""
+
+    parser = ArgumentParser(prog="picked")
+    flags.add_flags(parser, Picked)
+    assert parser.parse_args(["--where", "anything"]).where == "anything"  # no argparse choices
+    with pytest.raises(UsageError, match="argument --stage: invalid choice: 2"):
+        parser.parse_args(["--stage", "2"])  # argparse's choices
+    flags.check_choices(Picked(where="gpu:3"))
+    with pytest.raises(ValueError, match="^where must be one of cpu or gpu:N, got 'gpu:x'$"):
+        flags.check_choices(Picked(where="gpu:x"))
+    with pytest.raises(ValueError, match="^stage must be 0 or 1, got 2$"):
+        flags.check_choices(Picked(stage=2))

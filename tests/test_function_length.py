@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.conftest import ROOT
 
-PACKAGES = ("common", "roofline", "train", "profiling", "analysis", "bench")
+PACKAGES = ("common", "roofline", "train", "profiling", "analysis", "gpu_check", "bench")
 MAX_LINES = 60
 WHY_LONG = re.compile(r"\b(long|lines)\b", re.IGNORECASE)
 """what a first docstring line says when it explains the length ("... long because ...")."""

@@ -1,4 +1,4 @@
-"""The GPU check (bench/gpu_check.py, issue 34): its CPU form end to end, as CI runs it, and the
+"""The GPU check (gpu_check/check.py, issue 34): its CPU form end to end, as CI runs it, and the
 parts a GPU day depends on: files after every step, a step past its limit, the deadline, the
 bundle's size cap, the capture's checks, the second call's sizing."""
 
@@ -14,7 +14,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from bench import gpu_check, gpu_check_steps
+from gpu_check import check as gpu_check
+from gpu_check import steps as gpu_check_steps
 from tests.conftest import ROOT
 
 
@@ -23,11 +24,11 @@ def _files(out: Path) -> dict[str, Path]:
 
 
 def test_the_cpu_rehearsal_runs_every_step_it_can_and_returns_at_most_8_files(tmp_path):
-    """`python -m bench.gpu_check --device cpu --tiny --out DIR`: exit 0, the files parse, the
+    """`python -m gpu_check --device cpu --tiny --out DIR`: exit 0, the files parse, the
     NVIDIA-only steps are skipped naming why, the others ran and measured."""
     out = tmp_path / "out"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "ROOFLINE_"))}
-    argv = [sys.executable, "-m", "bench.gpu_check", "--device", "cpu", "--tiny"]
+    argv = [sys.executable, "-m", "gpu_check", "--device", "cpu", "--tiny"]
     argv += ["--out", str(out), "--root", str(tmp_path / "root"), "--deadline-s", "900"]
     done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
@@ -94,6 +95,7 @@ def test_capture_steps_without_ncu_are_skipped_on_cuda_and_cpu(tmp_path, monkeyp
     check.ncu = None
     assert check.skip_reason("capture").startswith("ncu not found (PATH, /usr/local/cuda*/bin/ncu")
     assert check.skip_reason("energy") is None and check.skip_reason("train") is None
+    check.close()  # its folders' locks: the next check takes the same folders
     check = _check(tmp_path, "--device", "cpu")
     assert check.skip_reason("energy") == (
         "NVML energy needs an NVIDIA GPU; this check runs on --device cpu"
@@ -103,8 +105,8 @@ def test_capture_steps_without_ncu_are_skipped_on_cuda_and_cpu(tmp_path, monkeyp
 def test_the_bundle_leaves_out_the_largest_files_to_fit(tmp_path, monkeypatch):
     root = tmp_path / "root"
     (root / "logs").mkdir(parents=True)
-    (root / "logs" / "small.txt").write_text("kept\n")
-    (root / "big.bin").write_bytes(os.urandom(300_000))
+    (root / "logs" / "versions.txt").write_text("kept\n")
+    (root / "mlflow.db").write_bytes(os.urandom(300_000))
     (root / "site").mkdir()
     (root / "site" / "wheel.py").write_text("installed wheels never travel back\n")
     monkeypatch.setattr(gpu_check, "BUNDLE_MAX_BYTES", 100_000)
@@ -113,13 +115,13 @@ def test_the_bundle_leaves_out_the_largest_files_to_fit(tmp_path, monkeypatch):
     path = tmp_path / "b.tar.gz"
     path.write_bytes(data)
     with tarfile.open(path) as tar:
-        assert set(tar.getnames()) == {"logs/small.txt", "LEFT_OUT.txt"}
+        assert set(tar.getnames()) == {"logs/versions.txt", "LEFT_OUT.txt"}
         left = tar.extractfile("LEFT_OUT.txt").read().decode()
-    assert left == "big.bin (300000 bytes)\n"
+    assert left == "mlflow.db (300000 bytes)\n"
 
 
 def test_only_unknown_step_is_refused():
-    with pytest.raises(SystemExit, match="unknown step"):
+    with pytest.raises(gpu_check.Refused, match="unknown step"):
         gpu_check.step_names("capture-resnet51")
     assert gpu_check.step_names("capture-resnet50") == ["setup", "capture-resnet50"]
     assert gpu_check.step_names("versions") == ["versions"]
@@ -268,25 +270,28 @@ def test_the_energy_steps_flags_make_a_valid_train_config():
 
 def test_sigterm_stops_the_running_step_and_still_writes_the_files(tmp_path):
     """A job runner's `timeout` sends SIGTERM: the step's process group is stopped, steps.json
-    says so, exit 130."""
+    says so, exit 143 (128 + 15) and one line on stderr."""
     import signal
     import time
 
     out = tmp_path / "out"
-    argv = [sys.executable, "-m", "bench.gpu_check", "--device", "cpu", "--only", "versions"]
+    argv = [sys.executable, "-m", "gpu_check", "--device", "cpu", "--only", "versions"]
     argv += ["--out", str(out), "--root", str(tmp_path / "root")]
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while not (tmp_path / "root" / "logs" / "versions.txt").exists():
         assert time.monotonic() < deadline and proc.poll() is None
         time.sleep(0.1)
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=60) == 130
+    assert proc.wait(timeout=60) == 143
+    assert proc.stderr.read().decode().splitlines() == [
+        "gpu check: stopped by SIGTERM after 0 step(s)"
+    ]
     steps = json.loads((out / "steps.json").read_text())["steps"]
     assert steps[-1] == {
         "name": "interrupted",
         "status": "failed",
-        "reason": "Ctrl-C or SIGTERM",
+        "reason": "stopped by SIGTERM",
         "seconds": 0.0,
     }
 

@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from tests.conftest import ROOT
 
-PACKAGES = ("common", "roofline", "train", "profiling", "analysis", "bench")
+PACKAGES = ("common", "roofline", "train", "profiling", "analysis", "gpu_check", "bench")
 
 # Cycles allowed while a split is under way (none now: the peaks package split removed the last).
 KNOWN_CYCLES: set[frozenset[str]] = set()

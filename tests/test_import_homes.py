@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.conftest import ROOT
 
-PACKAGES = ("common", "train", "profiling", "analysis", "bench", "tests", "roofline")
+PACKAGES = ("common", "train", "profiling", "analysis", "gpu_check", "bench", "tests", "roofline")
 
 
 def defined_names(path: Path) -> set[str]:

@@ -1,7 +1,7 @@
 """The layer rule of docs/architecture.md, read from the code.
 
-common <- roofline <- train <- profiling <- analysis, with bench and tests on top: a package
-imports only packages to its left (bench and tests import anything, each other included). Every
+common <- roofline <- train <- profiling <- analysis <- gpu_check, with bench and tests on top: a
+package imports only packages to its left (bench and tests import anything, each other included). Every
 `import` and `from ... import` counts, at module level and inside functions alike (the walk is
 tests/test_import_cycles.py's `import_edges`); a failure names the file, the line and the edge.
 """
@@ -9,12 +9,13 @@ tests/test_import_cycles.py's `import_edges`); a failure names the file, the lin
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from tests.conftest import ROOT
 from tests.test_import_cycles import import_edges
 
-LAYERS = ("common", "roofline", "train", "profiling", "analysis")
+LAYERS = ("common", "roofline", "train", "profiling", "analysis", "gpu_check")
 TOP = ("bench", "tests")
 
 
@@ -55,7 +56,7 @@ def _imported_names(path: Path) -> set[str]:
 
 
 MLFLOW_MODULES = {
-    "common/record.py",
+    "common/run_record.py",
     "common/runs.py",
     "common/server.py",
     "common/tracking.py",
@@ -63,8 +64,10 @@ MLFLOW_MODULES = {
     "analysis/fetch/__init__.py",
     "analysis/fetch/api.py",
     "analysis/fetch/sql.py",
+    "gpu_check/steps.py",
 }
-"""the modules that import mlflow, as docs/architecture.md lists them: none in train or profiling."""
+"""the modules that import mlflow, as docs/architecture.md lists them: none in train or profiling
+(the GPU check's steps read the runs they made)."""
 
 
 def test_the_roofline_maths_is_pure_and_the_named_modules_alone_talk_to_mlflow():
@@ -106,3 +109,35 @@ def test_a_function_level_import_of_a_package_above_is_named_with_file_and_line(
         "(profiling may import only common, roofline, train)",
         "train/run.py:5: train.run imports analysis.fig (train may import only common, roofline)",
     ]
+
+
+ROOMS = {
+    "bench": {"pairing.py"},  # the benchmarks of the tool's own cost share one A/B pairing
+    "gpu_check": {"__main__.py", "check.py", "steps.py", "folders.py", "children.py"},
+    "profiling/hierarchy": {"table.py", "figure.py", "log.py"},  # the hierarchical roofline
+    "tests": {"chaos.py", "config_walk.py"},  # the robustness suite and the walk, run by hand
+}
+"""where docs/architecture.md says a feature lives: each folder holds at least these files"""
+ISSUE_CITATION = re.compile(r"\bissues? ?#?\d+", re.IGNORECASE)
+
+
+def test_every_package_is_a_room_of_the_layers_and_holds_what_it_is_named_for():
+    """A new top-level package is placed in LAYERS or TOP; the GPU check and the robustness suite
+    left bench/ (it holds the overhead benchmarks alone); no two product modules share a name
+    that means two things (summary.py, record.py); no product line cites an issue number."""
+    packages = {p.parent.name for p in ROOT.glob("*/*.py")}
+    assert packages == set(LAYERS + TOP)
+    for folder, files in ROOMS.items():
+        assert files <= {p.name for p in (ROOT / folder).glob("*.py")}, folder
+    product = [p for pkg in LAYERS + ("bench",) for p in (ROOT / pkg).rglob("*.py")]
+    assert not {p.name for p in (ROOT / "bench").glob("*.py")} & {"gpu_check.py", "chaos.py"}
+    assert not [p for p in product if p.name in ("summary.py", "record.py")]
+    cited = [
+        f"{p.relative_to(ROOT)}:{n}"
+        for p in product
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if ISSUE_CITATION.search(line)
+    ]
+    assert not cited, (
+        "product lines citing an issue number (say the reason instead):\n" + "\n".join(cited)
+    )

@@ -18,7 +18,7 @@ from profiling.ncu.completeness import (
 )
 from profiling.ncu.names import is_relevant, op_counter
 from profiling.ncu.parse import NcuKernel, NcuReport, read_ncu_csv
-from profiling.ncu.summary import summarize
+from profiling.ncu.totals import summarize
 from train.phase_flops import PhaseFlops
 
 L4 = "l4_resnet18_bs64_train_step_details_nvtx.csv"

@@ -23,7 +23,7 @@ from profiling.ncu.names import is_relevant, op_counter
 from profiling.ncu.parse import NcuKernel, NcuReport, read_ncu_csv
 from profiling.ncu.plan import plan_metrics, tensor_counters_for
 from profiling.ncu.report_import import load_ncu_rep
-from profiling.ncu.summary import (
+from profiling.ncu.totals import (
     require_counters,
     roofline_warning,
     summarize,

@@ -254,7 +254,7 @@ def test_the_classifier_is_pure_and_imports_no_capture_code():
 
     code = (
         "import sys, profiling.ncu.parse, profiling.ncu.messages as p; "
-        "bad = [m for m in ('mlflow', 'profiling.ncu.command', 'profiling.ncu.summary', 'profiling.cli') if m in sys.modules]; "
+        "bad = [m for m in ('mlflow', 'profiling.ncu.command', 'profiling.ncu.totals', 'profiling.cli') if m in sys.modules]; "
         "assert not bad, bad; "
         "assert p.classify_ncu_output('==ERROR== ERR_NVGPUCTRPERM', 1) == p.PERM_MESSAGE"
     )

@@ -11,10 +11,10 @@ import pytest
 from roofline import run_plot as run_roofline
 from roofline.store import measured_roof, peaks_rows
 from analysis import roofs
-from analysis.join import short
+from common.fmt import short_id
 from roofline.model import Roof
 from common import schema
-from common.record import dataset_input, system_metrics_interval
+from common.run_record import dataset_input, system_metrics_interval
 from common.tracking import RunSession
 from common.upload import upload_spooled
 from tests.helpers import TINY, make_cifar10, make_image_folder
@@ -44,7 +44,11 @@ def test_config_label_names_what_differs_and_numbers_are_metrics():
         env_label="x",
     )
     assert other.config_label() == "b8/bf16/cl/64px/resnet18/adam/10cls"
-    assert cfg.config_metrics() == {"config_batch_size": 8.0, "config_image_size": 64.0}
+    header = cfg.header("cpu")  # derived once for a run: what the run is created with
+    assert header.metrics == {"config_batch_size": 8.0, "config_image_size": 64.0}
+    assert header.params == {**cfg.params(), "device": "cpu"}
+    assert (header.label, header.key) == (cfg.config_label(), cfg.config_key())
+    assert header.run_name("cpu", 1) == cfg.run_name("cpu", 1)
 
 
 def test_name_and_label_carry_every_knob_that_changes_the_numbers_and_nothing_else():
@@ -156,8 +160,13 @@ def test_a_train_runs_page_and_the_analysis_take_the_same_ceiling(tracking, tmp_
     assert [r["run_id"] for r in peaks_rows("CPU Q", "box")] == [busy, quiet]  # newest first
     cfg = TrainConfig(model="resnet18", batch_size=8, image_size=64, env_label="box")
     metrics = {"achieved_flops_per_s": 5e10, "modeled_intensity_flops_per_byte": 8.0}
-    with RunSession("train", run_name="t") as s:
-        line = log_roofline(s, cfg, "CPU Q", metrics, tmp_path)
+    tags = {  # what a train run's session holds when it draws its figure
+        schema.TAG_ENV_LABEL: cfg.env_label,
+        schema.TAG_DEVICE_NAME: "CPU Q",
+        schema.TAG_CONFIG_LABEL: cfg.config_label(),
+    }
+    with RunSession("train", run_name="t", tags=tags) as s:
+        line = log_roofline(s, cfg.precision, metrics, tmp_path)
     page = mlflow.tracking.MlflowClient().get_run(s.run_id).data
     src = f"measured: peaks run {quiet[:8]}"
     assert (
@@ -169,7 +178,7 @@ def test_a_train_runs_page_and_the_analysis_take_the_same_ceiling(tracking, tmp_
     analysed = by_env[("box", "CPU Q")]
     assert analysed.flops_per_s["fp32"] == 4e11 == measured_roof("CPU Q", "box").flops_per_s["fp32"]
     assert analysed.sources["flops:fp32"] == src
-    assert loads[short(quiet)]["trust"] == "quiet" and loads[short(busy)]["trust"] == "busy"
+    assert loads[short_id(quiet)]["trust"] == "quiet" and loads[short_id(busy)]["trust"] == "busy"
     # roofline.png's fraction of roof: 5e10 against min(4e11, 8 x 2e10) = 1.6e11
     assert page.metrics[run_roofline.METRIC_FRACTION] == pytest.approx(5e10 / 1.6e11)
 
@@ -218,7 +227,7 @@ def test_train_run_logs_its_roofline_against_the_peaks_run(tracking):
     (run,) = mlflow.search_runs(
         filter_string="tags.run_kind = 'train'", search_all_experiments=True, output_format="list"
     )
-    assert run.data.tags["roofline_roof"] == f"measured: peaks run {short(peaks)}"
+    assert run.data.tags["roofline_roof"] == f"measured: peaks run {short_id(peaks)}"
     # issue 21 item 4: the description's second line carries the bound and the fraction of roof
     m, t = run.data.metrics, run.data.tags
     truth = m["achieved_flops_per_s"] / min(m["modeled_intensity_flops_per_byte"] * 2e10, 1e11)
@@ -306,12 +315,15 @@ def _result(**metrics):
 
 def test_description_flags_a_wide_confidence_interval_and_superlinear_scaling():
     """Issue 24 item 3: the same words as the report, right under the numbers they question."""
-    from train.summary import run_note
+    from train.result_text import run_note
+
+    def tags(c):  # the run's tags run_note reads: its device name and config label
+        return {schema.TAG_DEVICE_NAME: "CPU X", schema.TAG_CONFIG_LABEL: c.config_label()}
 
     cfg = TrainConfig(model="resnet18", batch_size=2, image_size=32, env_label="x")
-    quiet = run_note(cfg, "CPU X", _result(step_time_ci95_rel=0.5), roofline="Roofline: r")
+    quiet = run_note(cfg, tags(cfg), _result(step_time_ci95_rel=0.5), roofline="Roofline: r")
     assert "Check:" not in quiet  # ±50 % is the limit, not over it
-    note = run_note(cfg, "CPU X", _result(step_time_ci95_rel=2.86), roofline="Roofline: r")
+    note = run_note(cfg, tags(cfg), _result(step_time_ci95_rel=2.86), roofline="Roofline: r")
     lines = note.splitlines()
     assert "±286.0% at 95% confidence" in lines[0]
     assert lines[1] == "Roofline: r"
@@ -319,7 +331,7 @@ def test_description_flags_a_wide_confidence_interval_and_superlinear_scaling():
     ddp = _ddp_config("x")
     res = _result(scaling_efficiency=1.684, scaling_baseline_n_runs=2.0)
     res.tags.update(scaling_baseline="single-process run", scaling_baseline_run_id="abc")
-    text = run_note(ddp, "CPU X", res)
+    text = run_note(ddp, tags(ddp), res)
     assert "Check: scaling efficiency 168% is over 100%" in text.splitlines()[1]
     assert (
         "scaling efficiency 168.4% against the mean samples/s of 2 single-process run(s), newest abc"

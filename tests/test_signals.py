@@ -15,7 +15,7 @@ import mlflow
 import pytest
 
 from common import schema
-from common.record import RunRecord
+from common.run_record import RunRecord
 from common.runs import STALE_REASON, close_stale_runs, process_tag
 from common.tracking import RunSession
 from tests.conftest import ROOT

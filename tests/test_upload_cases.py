@@ -15,7 +15,7 @@ import uuid
 import mlflow
 
 from common import schema
-from common.record import dataset_input
+from common.run_record import dataset_input
 from common.runs import STALE_REASON
 from common.spool import spool_dir, spooled_runs
 from common.tracking import RunSession
@@ -154,7 +154,7 @@ def test_four_sessions_logging_one_new_dataset_at_once_all_succeed(tracking):
     (main: 16 of 20 such rounds had a log_inputs fail with `UNIQUE constraint failed: datasets...`)."""
     import threading
 
-    from common.record import RunRecord
+    from common.run_record import RunRecord
 
     client = mlflow.tracking.MlflowClient()
     failures = []

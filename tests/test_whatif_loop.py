@@ -22,7 +22,7 @@ from train.run import RunOptions
 from train.timing import summarize
 from train.whatif.__main__ import main
 from train.whatif.loop import Request, run_whatif
-from train.whatif.record import PREDICTED_AT_MS, PREDICTIONS
+from train.whatif.runlog import PREDICTED_AT_MS, PREDICTIONS
 
 EXP = "whatif-test"
 LABEL = "wi-box"

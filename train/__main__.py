@@ -19,7 +19,7 @@ from train.distributed.job import run_rank
 from train.memory_check import ENV as MEMORY_CHECK_ENV
 from train.profile_mode import ProfileMode, profile
 from train.run import RunOptions, run
-from train.summary import say_result
+from train.result_text import say_result
 
 
 @dataclass
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     if mode:
         return profile(cfg, mode)
     session, result = run(cfg, command.run_options())
-    say_result(cfg, session, result)
+    say_result(session)
     return 0
 
 

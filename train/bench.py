@@ -1,8 +1,8 @@
 """The benchmark: prepare a config, count its work, warm up, measure, and summarise.
 
-A train run's record is plain data made here: `run_header` (params and tags, known before anything
-is measured) and `run_benchmark`'s `BenchResult` (tags, metrics, series and texts); `train.run.run`
-(train/run.py) only opens a `common.tracking.RunSession` and logs them. Profile mode
+A train run's record is plain data: its header (TrainConfig.header: params and tags, known before
+anything is measured) and `run_benchmark`'s `BenchResult` made here (tags, metrics, series and
+texts); `train.run.run` (train/run.py) only opens a `common.tracking.RunSession` and logs them. Profile mode
 (train/profile_mode.py) reuses the same preparation and the same `train_step`. The single-process
 and the distributed benchmark (train/distributed/measure.py) share its steps (setup, warm_up,
 measure_steps, bench_result); the counting, timing and data code is in train/flops.py,
@@ -68,21 +68,6 @@ class BenchResult:
     def series(self) -> dict[str, list[float]]:
         """metric histories: name -> one value per step"""
         return {"step_time_s": self.step_times_s, **self.more_series}
-
-
-def run_header(cfg: TrainConfig, device) -> tuple[dict, dict[str, str]]:
-    """The params and tags of a train run of `cfg` on `device`, known before it measures."""
-    params = {**cfg.params(), "device": str(device)}
-    tags = {
-        schema.TAG_CONFIG_KEY: cfg.config_key(),
-        schema.TAG_CONFIG_LABEL: cfg.config_label(),
-        schema.TAG_INTENSITY_SOURCE: "modeled",
-    }
-    if cfg.is_distributed:
-        params["global_batch_size"] = cfg.batch_size * cfg.world_size
-        tags[schema.TAG_BASE_CONFIG_KEY] = cfg.single_process_key()
-        tags[schema.TAG_BATCH_SCOPE] = "per_process"
-    return params, tags
 
 
 def step_times_csv(step_times_s: list[float]) -> str:
@@ -223,11 +208,10 @@ def runtime_errors(cfg: TrainConfig, device):
 
 def setup(cfg: TrainConfig, device) -> tuple[Prepared, fl.StepCounts, fl.ForwardProfile, float]:
     """`prepare` and `count_work`: the prepared step, its counts, DeepSpeed's forward profile and
-    the seconds counting took."""
+    the seconds counting took (inside the caller's `runtime_errors`)."""
     wall0 = time.perf_counter()
-    with runtime_errors(cfg, device):
-        prep = prepare(cfg, device)
-        counts, forward = count_work(prep)
+    prep = prepare(cfg, device)
+    counts, forward = count_work(prep)
     return prep, counts, forward, time.perf_counter() - wall0
 
 
@@ -244,26 +228,27 @@ def warm_up(prep: Prepared, steps: int, bar) -> float | None:
 
 
 def measure_steps(
-    cfg: TrainConfig, prep: Prepared, bar, what: str = "measure", times: list[float] | None = None
+    prep: Prepared, bar, what: str = "measure", times: list[float] | None = None
 ) -> Measured:
-    """The measured steps of `cfg` (a fixed number, or until converged with iters=auto), each timed
-    between two device-synchronised clock reads (train.timing); CPU and wall time around them.
-    `times`: a list each step time is appended to as it is measured (kept when interrupted)."""
-    device = prep.device
+    """The measured steps of `prep.cfg` (a fixed number, or until converged with iters=auto), each
+    timed between two device-synchronised clock reads (train.timing); CPU and wall time around
+    them. `times`: a list each step time is appended to as it is measured (kept when interrupted)."""
+    cfg, device = prep.cfg, prep.device
     clock = make_clock(lambda: dev.synchronize(device))
     dev.synchronize(device)
     with LoadSampler() as load:
         cpu0 = dev.cpu_times_s()
         t0 = time.perf_counter()
         bar.set_description(f"{cfg.model} b{cfg.batch_size} {what}")
-        times, stop = _timed_steps(cfg, prep, bar, clock, times)
+        times, stop = _timed_steps(prep, bar, clock, times)
         wall_s = time.perf_counter() - t0
         cpu1 = dev.cpu_times_s()
     return Measured(times, stop, wall_s, cpu1[0] - cpu0[0], cpu1[1] - cpu0[1], load=load.metrics())
 
 
-def _timed_steps(cfg: TrainConfig, prep: Prepared, bar, clock, times) -> tuple[list[float], str]:
-    """measure_steps' steps: (step times, why measuring stopped)."""
+def _timed_steps(prep: Prepared, bar, clock, times) -> tuple[list[float], str]:
+    """measure_steps' steps of `prep.cfg`: (step times, why measuring stopped)."""
+    cfg = prep.cfg
     if cfg.iters == "auto":
         return measure_until(
             prep.step,
@@ -294,24 +279,29 @@ def run_benchmark(
     caller keeps them when the measurement is interrupted (SIGTERM, Ctrl-C) or fails mid-way.
     `on_measure(expected_s)` is called once warmup is over, just before the measured steps, with
     how long they are expected to last (the last warmup step's time x the steps; None without
-    warmup): train.run.run starts its system metrics there."""
-    prep, counts, forward, count_s = setup(cfg, device)
-    if cfg.compile:
-        prep.parts.model = compile_model(prep.model)
-    dev.reset_peak_memory(device)
-    with progress_bar(cfg, progress) as bar, runtime_errors(cfg, device):
-        last_warmup_s = warm_up(prep, cfg.warmup_iters, bar)
-        if on_measure is not None:
-            on_measure(_expected_measure_s(cfg, last_warmup_s))
-        with energy.meter_for(device) as meter:  # energy and NVML samples (train/energy.py)
-            measured = measure_steps(cfg, prep, bar, times=step_times)
-    result = bench_result(cfg, prep, counts, forward, measured, count_s)
+    warmup): train.run.run starts its system metrics there. One `runtime_errors` block holds it
+    all, preparation to the last measured step."""
+    with runtime_errors(cfg, device):
+        prep, counts, forward, count_s = setup(cfg, device)
+        if cfg.compile:
+            prep.parts.model = compile_model(prep.model)
+        dev.reset_peak_memory(device)
+        with progress_bar(cfg, progress) as bar:
+            last_warmup_s = warm_up(prep, cfg.warmup_iters, bar)
+            if on_measure is not None:  # the measured steps' expected seconds (None: unknown)
+                s, expected = last_warmup_s, None
+                if s is not None:
+                    auto = cfg.iters == "auto"
+                    expected = min(cfg.max_time_s, cfg.max_iters * s) if auto else cfg.iters * s
+                on_measure(expected)
+            with energy.meter_for(device) as meter:  # energy and NVML samples (train/energy.py)
+                measured = measure_steps(prep, bar, times=step_times)
+    result = bench_result(prep, counts, forward, measured, count_s)
     meter.add_to(result, len(measured.times) * cfg.batch_size)
     return result
 
 
 def bench_result(
-    cfg: TrainConfig,
     prep: Prepared,
     counts: fl.StepCounts,
     forward: fl.ForwardProfile,
@@ -322,7 +312,7 @@ def bench_result(
     """The run record of measured steps: summary statistics, work per step and per sample, memory,
     CPU and wall time, artifacts. `samples_per_step` (default: the batch) is what throughput counts:
     a distributed run's global batch. Memory figures are this process's."""
-    times = measured.times
+    cfg, times = prep.cfg, measured.times
     metrics = summarize(times, samples_per_step or cfg.batch_size)
     metrics.update(
         measured_iters=float(len(times)),
@@ -356,15 +346,6 @@ def bench_result(
     if prep.fp32_math:
         tags[schema.TAG_FP32_MATH] = prep.fp32_math
     return BenchResult(metrics, times, texts, tags)
-
-
-def _expected_measure_s(cfg: TrainConfig, step_s: float | None) -> float | None:
-    """Seconds the measured steps should take at `step_s` per step (None when unknown)."""
-    if step_s is None:
-        return None
-    if cfg.iters == "auto":
-        return min(cfg.max_time_s, cfg.max_iters * step_s)
-    return cfg.iters * step_s
 
 
 def _runtime_error(exc: BaseException, cfg: TrainConfig, device) -> BenchError:

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 from dataclasses import asdict, dataclass, field
 
 from common import flags, schema
 from common.ui import run_name
 
-DEVICES = ("auto", "cpu", "cuda", "mps")
-OPTIMIZERS = ("sgd", "adam", "adamw")
-# numeric configuration fields logged again as metrics `config_<field>` (TrainConfig.config_metrics)
+PRECISION = {"choices": schema.PRECISIONS}
+DEVICE = {
+    "choices": ("auto", "cpu", "cuda", "mps"),
+    "choices_pattern": (r"cuda:\d+", "cuda:N (N = 0, 1, ...)"),
+}
+OPTIMIZER = {"choices": ("sgd", "adam", "adamw")}
+"""the choices of the fields TrainConfig shares with the complexity command's config, declared
+once (common.flags: the flags' choices and check_choices come from them; cuda:-1, cuda:abc: no)"""
+# numeric configuration fields logged again as metrics `config_<field>` (TrainConfig.header)
 CONFIG_METRICS = ("batch_size", "image_size")
 ENGINES = (schema.NOT_DISTRIBUTED, "ddp", "deepspeed")
 BACKENDS = ("auto", "nccl", "gloo")
@@ -29,17 +34,22 @@ _FLAG_TOKENS = (("channels_last", "cl"), ("compile", "compiled"))
 class TrainConfig:
     """One benchmark configuration. Field names are the MLflow param names (docs/schema.md); each
     field's docstring is its flag's help (add_config_args) and MLproject's entry points pass every
-    field (tests/test_mlproject.py holds them to the same names and defaults)."""
+    field (tests/test_mlproject.py holds them to the same names and defaults).
+
+    Two facts are derived once, when it is built, as plain attributes (not fields: neither is a
+    param nor in the keys): `is_distributed` (a data-parallel run: an engine is given, even at
+    world size 1) and `data_kind` (synthetic | fake | folder | cifar10). `distributed` and `data`
+    are not changed after that (dataclasses.replace builds a new config)."""
 
     model: str = "resnet18"
     """torchvision classification model name (torchvision.models.list_models), e.g. resnet18,
     resnet34, resnet50, vgg16, mobilenet_v2."""
     batch_size: int = field(default=16, metadata={"flags": ("--batch", "--batch-size")})
     """samples per step (per process in a data-parallel run)."""
-    precision: str = field(default="fp32", metadata={"choices": schema.PRECISIONS})
+    precision: str = field(default="fp32", metadata=PRECISION)
     """fp32 (IEEE FP32: TF32 off on CUDA), fp16/bf16 through torch.autocast (fp16 adds a GradScaler
     on CUDA), or tf32 (fp32 tensors, convolutions and matmuls on TF32 tensor cores; CUDA sm_80+)."""
-    device: str = "auto"
+    device: str = field(default="auto", metadata=DEVICE)
     """auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps."""
     warmup_iters: int = 5
     """steps run before measuring (not timed; include torch.compile's compilation)."""
@@ -68,7 +78,7 @@ class TrainConfig:
     env_label: str = flags.env_label()
     lr: float = 0.01
     """learning rate."""
-    optimizer: str = field(default="sgd", metadata={"choices": OPTIMIZERS})
+    optimizer: str = field(default="sgd", metadata=OPTIMIZER)
     """sgd (momentum 0.9), adam (no weight decay) or adamw (weight decay 0.01)."""
     num_classes: int = 1000
     """classifier outputs (set from the data set's classes for folder/cifar10 data)."""
@@ -76,7 +86,9 @@ class TrainConfig:
     """none (one process), or the data-parallel engine of a torchrun job: ddp (PyTorch
     DistributedDataParallel) or deepspeed (DeepSpeed's engine, ZeRO stage zero_stage); batch_size
     is per process."""
-    zero_stage: int = field(default=0, metadata={"choices": ZERO_STAGES})
+    zero_stage: int = field(
+        default=0, metadata={"choices": ZERO_STAGES, "choices_text": "0, 1, 2 or 3"}
+    )
     """deepspeed: ZeRO stage 0 (plain data parallel), 1 (optimizer state partitioned), 2 (+
     gradients) or 3 (+ parameters). 0 for ddp."""
     world_size: int = field(default=1, metadata={"flags": ()})
@@ -92,6 +104,10 @@ class TrainConfig:
         self.precision = str(self.precision).lower()
         self.device = str(self.device).lower()
         self.optimizer = str(self.optimizer).lower()
+        self.distributed = str(self.distributed).strip().lower() or schema.NOT_DISTRIBUTED
+        self.backend = str(self.backend).strip().lower()
+        self.zero_stage, self.world_size = int(self.zero_stage), int(self.world_size)
+        self.collective_timeout_s = float(self.collective_timeout_s)
         if str(self.iters).strip().lower() == "auto":
             self.iters = "auto"
         else:
@@ -115,7 +131,7 @@ class TrainConfig:
         for name in ("warmup_iters", "workers"):
             if int(getattr(self, name)) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        check_choices(self.precision, self.device, self.optimizer)
+        flags.check_choices(self)  # precision, device, optimizer, distributed, zero_stage, backend
         if not (math.isfinite(self.lr) and self.lr > 0):  # inf: every weight becomes nan
             raise ValueError(f"lr must be a finite number > 0, got {self.lr}")
         if self.compile and self.warmup_iters < 1:
@@ -125,25 +141,15 @@ class TrainConfig:
         if not self.data:
             raise ValueError("data must be synthetic, fake, a folder path or cifar10:<path>")
         self.env_label = schema.env_label(self.env_label)
+        self.is_distributed = schema.is_distributed({"distributed": self.distributed})
+        self.data_kind = data_kind(self.data)
         self._check_distributed()
 
     def _check_distributed(self) -> None:
-        self.distributed = str(self.distributed).strip().lower() or schema.NOT_DISTRIBUTED
-        self.backend = str(self.backend).strip().lower()
-        self.zero_stage, self.world_size = int(self.zero_stage), int(self.world_size)
-        self.collective_timeout_s = float(self.collective_timeout_s)
-        if self.distributed not in ENGINES:
-            raise ValueError(
-                f"distributed must be one of {', '.join(ENGINES)}, got {self.distributed!r}"
-            )
-        if self.zero_stage not in ZERO_STAGES:
-            raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {self.zero_stage}")
         if self.zero_stage and self.distributed != "deepspeed":
             raise ValueError(
                 f"zero_stage {self.zero_stage} needs distributed=deepspeed (ZeRO is DeepSpeed's)"
             )
-        if self.backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if self.world_size < 1:
             raise ValueError(f"world_size must be a positive integer, got {self.world_size}")
         if not self.collective_timeout_s > 0:
@@ -164,16 +170,6 @@ class TrainConfig:
                 "compile with distributed=deepspeed is not supported (DeepSpeed compiles through "
                 "its engine): use distributed=ddp, or compile=false"
             )
-
-    @property
-    def is_distributed(self) -> bool:
-        """A data-parallel run (an engine is given), even at world size 1."""
-        return schema.is_distributed(asdict(self))
-
-    @property
-    def data_kind(self) -> str:
-        """synthetic | fake | folder | cifar10"""
-        return data_kind(self.data)
 
     def params(self) -> dict:
         """MLflow params of this config (everything but env_label, which is a tag; the
@@ -236,10 +232,51 @@ class TrainConfig:
         `b8/bf16/cl/224px/resnet18/adam`, `ddp/2proc/b2/fp32/32px/resnet18/gloo`."""
         return "/".join(self.identity())
 
-    def config_metrics(self) -> dict[str, float]:
-        """The numeric configuration values also logged as metrics, so that the UI sorts them as
-        numbers (params are text: 16 < 4 < 64 < 8)."""
-        return {f"config_{name}": float(getattr(self, name)) for name in CONFIG_METRICS}
+    def header(self, device=None, intensity_source: str = "modeled") -> RunHeader:
+        """What a run of this config is created with, derived once (build it after
+        train.bench.preflight, which resolves what the keys hold): the params (`device`, resolved,
+        as the device param when given), the tags (config_key, config_label, where its intensity
+        comes from; a distributed config's single-process key and batch scope), the numeric values
+        also logged as metrics (so that the UI sorts them as numbers: params are text, 16 < 4 < 64
+        < 8) and its name's parts."""
+        identity = tuple(self.identity())
+        params = self.params()
+        tags = {
+            schema.TAG_CONFIG_KEY: self.config_key(),
+            schema.TAG_CONFIG_LABEL: "/".join(identity),
+            schema.TAG_INTENSITY_SOURCE: intensity_source,
+        }
+        if device is not None:
+            params["device"] = str(device)
+        if self.is_distributed:
+            params["global_batch_size"] = self.batch_size * self.world_size
+            tags[schema.TAG_BASE_CONFIG_KEY] = self.single_process_key()
+            tags[schema.TAG_BATCH_SCOPE] = "per_process"
+        metrics = {f"config_{name}": float(getattr(self, name)) for name in CONFIG_METRICS}
+        return RunHeader(params, tags, metrics, identity)
+
+
+@dataclass(frozen=True)
+class RunHeader:
+    """A run's config as it is logged, derived once by TrainConfig.header: what the run is created
+    with and what its texts name it by (label, key, name) afterwards."""
+
+    params: dict
+    tags: dict[str, str]
+    metrics: dict[str, float]
+    identity: tuple[str, ...]
+
+    @property
+    def label(self) -> str:
+        return self.tags[schema.TAG_CONFIG_LABEL]
+
+    @property
+    def key(self) -> str:
+        return self.tags[schema.TAG_CONFIG_KEY]
+
+    def run_name(self, device: str | None = None, repeat: int | None = None, kind: str = "") -> str:
+        """As TrainConfig.run_name, from the parts derived once."""
+        return run_name(list(self.identity), device, repeat, kind)
 
 
 def data_kind(data: str) -> str:
@@ -249,21 +286,6 @@ def data_kind(data: str) -> str:
     if data in ("synthetic", "fake"):
         return data
     return "cifar10" if data.startswith("cifar10:") else "folder"
-
-
-def check_choices(precision: str, device: str, optimizer: str) -> None:
-    """ValueError naming the field when a precision, device or optimizer is not one we know
-    (lower-case values; shared by TrainConfig and the complexity command's config)."""
-    if precision not in schema.PRECISIONS:
-        raise ValueError(
-            f"precision must be one of {', '.join(schema.PRECISIONS)}, got {precision!r}"
-        )
-    if device not in DEVICES and not re.fullmatch(r"cuda:\d+", device):  # cuda:-1, cuda:abc: no
-        raise ValueError(
-            f"device must be one of {', '.join(DEVICES)} or cuda:N (N = 0, 1, ...), got {device!r}"
-        )
-    if optimizer not in OPTIMIZERS:
-        raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
 
 
 def add_config_args(

@@ -38,7 +38,7 @@ class BatchSource:
 
 
 def dataset_fields(data: str, image_size: int, num_classes: int, seed: int) -> dict:
-    """The data source of a run as a dataset input's fields (common.record.dataset_input): its
+    """The data source of a run as a dataset input's fields (common.run_record.dataset_input): its
     name, a 16-hex-digit digest, and where it comes from. Folders are `local` with their resolved
     path (the digest hashes the path, not the images); synthetic and fake data are `code`: made by
     this program from the image size, classes and seed, which the digest hashes."""
@@ -153,7 +153,7 @@ def checked_image_loader(path: str):
 
 def is_image_file(path: str) -> bool:
     """ImageFolder's own test (an image extension), on a regular file only: a FIFO named `x.png`
-    made the loader wait for a writer forever (issue 32); a device or socket is no image either."""
+    made the loader wait for a writer forever; a device or socket is no image either."""
     from torchvision.datasets.folder import IMG_EXTENSIONS
 
     if not path.lower().endswith(IMG_EXTENSIONS):

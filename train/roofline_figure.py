@@ -5,18 +5,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from common import console
+from common import console, schema
 from common.errors import one_line
-from train.config import TrainConfig
 
 
-def log_roofline(session, cfg: TrainConfig, device_name: str, metrics: dict, tmp: Path) -> str:
-    """Log `roofline.png`: this run against its device's ceilings (its peaks runs on this server,
+def log_roofline(session, precision: str, metrics: dict, tmp: Path) -> str:
+    """Log `roofline.png`: the run of `session` (its device, environment and config as its tags
+    name them; `precision`'s ceiling) against its device's ceilings (its peaks runs on this server,
     chosen as analysis chooses them: roofline/trust.py; else the vendor table), tag `bound` and metric `fraction_of_roof`. Tag
     `roofline_roof` says where the ceilings came from (`measured: peaks run <id>`, `vendor:
     <source>`), or why there is no figure (a later `python -m analysis` draws it once the device
     has ceilings). Returns the description's 'Roofline: ...' line. A failure here is one warning,
     never a failed run."""
+    tags = session.record.tags
+    device_name = tags[schema.TAG_DEVICE_NAME]
     try:
         from roofline import run_plot  # matplotlib, imported when a run draws its figure
         from roofline.vendor import load_vendor_lookup
@@ -25,7 +27,7 @@ def log_roofline(session, cfg: TrainConfig, device_name: str, metrics: dict, tmp
         if not session.offline:
             from roofline.store import measured_roof
 
-            peaks = measured_roof(device_name, cfg.env_label)
+            peaks = measured_roof(device_name, tags[schema.TAG_ENV_LABEL])
         roof = run_plot.run_roof(device_name, peaks, load_vendor_lookup()(device_name))
         if roof is None:
             reason = f"none: no peaks run or vendor entry for {device_name}"
@@ -36,10 +38,10 @@ def log_roofline(session, cfg: TrainConfig, device_name: str, metrics: dict, tmp
             )
         figure = run_plot.run_figure(
             roof,
-            cfg.precision,
+            precision,
             metrics["achieved_flops_per_s"],
             metrics["modeled_intensity_flops_per_byte"],
-            f"{cfg.config_label()} on {device_name}",
+            f"{tags[schema.TAG_CONFIG_LABEL]} on {device_name}",
         )
         path = tmp / "roofline.png"
         path.write_bytes(figure.png)

@@ -1,7 +1,7 @@
 """One `train` run: pre-flight, the run session, the measurement, and its record logged.
 
 `run` opens a `common.tracking.RunSession` (a context manager) around `train.bench`'s measurement
-and logs the plain data it returns (`BenchResult`); the words are train/summary.py's, the figure
+and logs the plain data it returns (`BenchResult`); the words are train/result_text.py's, the figure
 train/roofline_figure.py's, a distributed run's scaling baseline train/distributed/baseline.py's.
 Callers: `python -m train` (train/__main__.py), a sweep's children (train/sweep/runner.py) and a
 torchrun job's rank 0 (train/distributed/job.py).
@@ -14,18 +14,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from common import schema
 from common.envinfo import environment_tags
-from common.record import dataset_input
+from common.run_record import dataset_input
 from common.tracking import RunSession
-from train.bench import BenchResult, preflight, run_benchmark, run_header, step_times_csv
+from train.bench import BenchResult, preflight, run_benchmark, step_times_csv
 from train.config import TrainConfig
 from train.data import dataset_fields
 from train.distributed.baseline import compare_scaling
 from train.distributed.failures import NoGuard
 from train.distributed.launch import run_job
 from train.roofline_figure import log_roofline
-from train.summary import run_note
+from train.result_text import run_note
 
 Measure = Callable[..., BenchResult]
 """`measure(cfg, device, progress=...)`: what makes the BenchResult of a run"""
@@ -81,23 +80,23 @@ def run(
     options = options or RunOptions()
     child = child or SweepChild(parent=None)
     device = preflight(cfg)
-    params, tags = run_header(cfg, device)
+    header = cfg.header(device)
     if measure is None and cfg.is_distributed:
         measure = run_job
     guard = guard or NoGuard()
     session = RunSession(
         "train",
         experiment=options.experiment,
-        run_name=cfg.run_name(device.type, child.repeat),
+        run_name=header.run_name(device.type, child.repeat),
         tags=environment_tags(str(device), cfg.env_label),
         parent=child.parent,
         system_metrics=options.system_metrics,
         run_id=child.run_id,
     )
     with tempfile.TemporaryDirectory() as tmp, guard.hold(session.end), session:
-        session.log_params({**params, **child.params})
-        session.set_tags({**tags, **child.tags})
-        session.log_metrics(cfg.config_metrics())
+        session.log_params({**header.params, **child.params})
+        session.set_tags({**header.tags, **child.tags})
+        session.log_metrics(header.metrics)
         fields = dataset_fields(cfg.data, cfg.image_size, cfg.num_classes, cfg.seed)
         session.log_input(dataset_input(**fields, context="train"))
         session.flush()
@@ -139,10 +138,9 @@ def log_result(
         compare_scaling(session, cfg, result)
     session.log_params(result.params)
     session.set_tags(result.tags)
-    device_name = session.record.tags[schema.TAG_DEVICE_NAME]
     session.log_metrics(result.metrics)
-    roofline_line = log_roofline(session, cfg, device_name, result.metrics, tmp)
-    session.set_note(run_note(cfg, device_name, result, note_extra, roofline_line))
+    roofline_line = log_roofline(session, cfg.precision, result.metrics, tmp)
+    session.set_note(run_note(cfg, session.record.tags, result, note_extra, roofline_line))
     for name, values in result.series.items():
         session.log_series(name, values)
     for path, text in result.texts.items():

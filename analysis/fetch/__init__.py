@@ -27,6 +27,7 @@ from analysis.fetch import cached_search, rows, segments
 from analysis.fetch.sql import SqliteReader
 from common import console, schema
 from common.errors import BenchError, UsageError, one_line
+from common.fmt import short_id
 from common.server import check_reachable, store_problem, tracking_uri
 
 
@@ -193,7 +194,7 @@ def train_filters(query: Query) -> list[tuple[str | None, str]]:
 def any_train_run(query: Query) -> bool:
     """Whether any train run matches `query` (one search of at most one run per env label): asked
     before an analysis run is created, so that a label or filter matching nothing leaves no FAILED
-    analysis run behind (issue 32)."""
+    analysis run behind."""
     ids = experiment_ids(query.experiments)
     mlflow_client = client()
     for _, train_filter in train_filters(query):
@@ -327,7 +328,7 @@ def fetch_complexity(query: Query, source: Source | None = None) -> tuple[list[d
             text = _download_text(r["run_id"], COMPLEXITY_CSV)
         except Exception as exc:  # noqa: BLE001 - missing artifact, server-side error
             notes.append(
-                f"complexity run {r['run_id'][:8]} ({r[env_col] or 'no env_label'}) has no readable "
+                f"complexity run {short_id(r['run_id'])} ({r[env_col] or 'no env_label'}) has no readable "
                 f"{COMPLEXITY_CSV} ({one_line(exc)[:160]}): not in the report"
             )
             continue

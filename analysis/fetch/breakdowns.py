@@ -12,6 +12,7 @@ import json
 
 from common import console, schema
 from common.errors import one_line
+from common.fmt import short_id
 
 SUMMARY = "breakdown.json"
 LAYERS = "layers.csv"
@@ -79,7 +80,7 @@ def read(records: list[dict], notes: list[str]) -> list[dict]:
             layers = _download_text(r["run_id"], LAYERS)
         except Exception as exc:  # noqa: BLE001 - missing artifact, bad JSON, server error
             notes.append(
-                f"breakdown run {r['run_id'][:8]} ({r[COLUMNS['env_label']] or 'no env_label'}) has "
+                f"breakdown run {short_id(r['run_id'])} ({r[COLUMNS['env_label']] or 'no env_label'}) has "
                 f"no readable {SUMMARY} or {LAYERS} ({one_line(exc)[:160]}): not in the report"
             )
             continue

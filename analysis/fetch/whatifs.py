@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 from analysis.fetch.breakdowns import COLUMNS, finished_of_kind
-from common import console, schema
+from common import console, fmt, schema
 from common.errors import one_line
 
 TABLE = "whatif/table.json"
@@ -35,7 +35,7 @@ def fetch_whatifs(query, source=None, notes: list[str] | None = None) -> list[di
                 raise ValueError("not a list of rows")
         except Exception as exc:  # noqa: BLE001 - missing artifact, bad JSON, server error
             notes.append(
-                f"what-if run {r['run_id'][:8]} has no readable {TABLE} ({one_line(exc)[:160]}): "
+                f"what-if run {fmt.short_id(r['run_id'])} has no readable {TABLE} ({one_line(exc)[:160]}): "
                 "its checks are not in the report"
             )
             continue

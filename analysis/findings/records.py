@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
-from common.fmt import num, pct, si
+from common.fmt import num, pct, short_id, si
 
 TOPICS = ("bound", "move", "anomaly", "breakdown", "cost")
 
@@ -66,10 +66,6 @@ def json_text(doc: dict) -> str:
     return "{\n" + ",\n".join(parts) + "\n}\n"
 
 
-def short(run_id: str) -> str:
-    return str(run_id)[:8]
-
-
 def ms(seconds: float) -> str:
     return f"{num(seconds * 1e3)} ms"
 
@@ -116,12 +112,12 @@ def _bound(v: dict) -> str:
     if b == "data":
         return (
             f"data-bound: it waits for data {pct(v['data_share'])} of the step (breakdown run "
-            f"{short(v['breakdown_run'])}); {roof}{head}."
+            f"{short_id(v['breakdown_run'])}); {roof}{head}."
         )
     if b == "host":
         return (
             f"host-bound: host overhead is {pct(v['host_share'])} of the step (breakdown run "
-            f"{short(v['breakdown_run'])}); {roof}{head}."
+            f"{short_id(v['breakdown_run'])}); {roof}{head}."
         )
     return f"bound unknown: {v.get('why', 'no ceiling and no breakdown')}."
 
@@ -160,14 +156,14 @@ def _peak_ratio(v: dict) -> str:
     return (
         f"no {v['to']} run of this config; the device's measured {v['to']}/{v['from']} peak ratio "
         f"is {times(v['ratio'])} ({si(v['peak_to'], 'FLOP/s')} vs {si(v['peak_from'], 'FLOP/s')}, "
-        f"peaks run {short(v['peaks_run'])}): the most {v['to']} could give compute-bound work."
+        f"peaks run {short_id(v['peaks_run'])}): the most {v['to']} could give compute-bound work."
     )
 
 
 def _fusion(v: dict) -> str:
     return (
         f"memory-bound normalisation and elementwise layers take {pct(v['share'])} of the step "
-        f"({v['layers']} layer rows, breakdown run {short(v['breakdown_run'])}): fusing them "
+        f"({v['layers']} layer rows, breakdown run {short_id(v['breakdown_run'])}): fusing them "
         f"(torch.compile) could remove up to that share, at most {times(v['max_speedup'])}."
     )
 
@@ -175,14 +171,14 @@ def _fusion(v: dict) -> str:
 def _data_wait(v: dict) -> str:
     return (
         f"the step waits for data {pct(v['share'])} of the time (breakdown run "
-        f"{short(v['breakdown_run'])}, {v['workers'] or '?'} loader workers): more workers could "
+        f"{short_id(v['breakdown_run'])}, {v['workers'] or '?'} loader workers): more workers could "
         f"remove up to that share, at most {times(v['max_speedup'])}."
     )
 
 
 def _parts(v: dict) -> str:
     parts = ", ".join(f"{k.replace('_', ' ')} {pct(f)}" for k, f in v["parts"].items())
-    return f"its {ms(v['step_s'])} step (breakdown run {short(v['breakdown_run'])}): {parts}."
+    return f"its {ms(v['step_s'])} step (breakdown run {short_id(v['breakdown_run'])}): {parts}."
 
 
 def _top_layers(v: dict) -> str:
@@ -191,7 +187,7 @@ def _top_layers(v: dict) -> str:
         + (f", {r['bound']}" if r.get("bound") else "")
         for r in v["layers"]
     )
-    return f"most time (breakdown run {short(v['breakdown_run'])}): {rows}."
+    return f"most time (breakdown run {short_id(v['breakdown_run'])}): {rows}."
 
 
 def _batch_drop(v: dict) -> str:
@@ -212,7 +208,7 @@ def _peer_gap(v: dict) -> str:
 def _variability(v: dict) -> str:
     return (
         f"step time varies: CV {pct(v['cv'])} over {int(v['steps'])} steps "
-        f"(SD {ms(v['std_s'])} around a mean of {ms(v['mean_s'])}, run {short(v['run_id'])})."
+        f"(SD {ms(v['std_s'])} around a mean of {ms(v['mean_s'])}, run {short_id(v['run_id'])})."
     )
 
 
@@ -220,7 +216,7 @@ def _bimodal(v: dict) -> str:
     return (
         f"bimodal steps: {pct(v['slow_share'])} of the steps take {ms(v['slow_mean_s'])} against "
         f"{ms(v['fast_mean_s'])} for the rest (the step-time density dips to "
-        f"{pct(v['valley_depth'])} of the smaller peak between them, run {short(v['run_id'])})."
+        f"{pct(v['valley_depth'])} of the smaller peak between them, run {short_id(v['run_id'])})."
     )
 
 
@@ -243,15 +239,13 @@ def _throttle(v: dict) -> str:
         )
     if v.get("power_max_w") is not None and v.get("power_limit_w") is not None:
         bits.append(f"power up to {num(v['power_max_w'])} W of a {num(v['power_limit_w'])} W limit")
-    return (
-        f"clock throttling during the measured steps (run {short(v['run_id'])}): {'; '.join(bits)}."
-    )
+    return f"clock throttling during the measured steps (run {short_id(v['run_id'])}): {'; '.join(bits)}."
 
 
 def _memory(v: dict) -> str:
     return (
         f"device memory near capacity: {si(v['peak_bytes'], 'B')} allocated at peak of "
-        f"{si(v['total_bytes'], 'B')} ({pct(v['share'])}, run {short(v['run_id'])})."
+        f"{si(v['total_bytes'], 'B')} ({pct(v['share'])}, run {short_id(v['run_id'])})."
     )
 
 
@@ -259,7 +253,7 @@ def _profile(v: dict) -> str:
     return (
         f"profile and train runs disagree: the profile counted {si(v['profile_flops_per_step'], 'FLOP')} "
         f"per step, {times(v['ratio'])} the {si(v['train_flops_per_step'], 'FLOP')} the train runs "
-        f"counted (profile run {short(v['profile_run'])}): its intensity rests on other work "
+        f"counted (profile run {short_id(v['profile_run'])}): its intensity rests on other work "
         "(backward kernels missed, another config?)."
     )
 
@@ -299,7 +293,7 @@ def _date(ms_since_epoch) -> str:
 
 def _unstable(v: dict) -> str:
     runs = ", ".join(
-        f"{short(r['run_id'])}{' (' + r['run_name'] + ')' if r['run_name'] else ''} "
+        f"{short_id(r['run_id'])}{' (' + r['run_name'] + ')' if r['run_name'] else ''} "
         f"{num(r['samples_per_s'])} samples/s"
         for r in v["runs"]
     )

@@ -1,4 +1,4 @@
-"""Where a training step's time goes: a per-module, per-phase, time-weighted roofline (issue 20).
+"""Where a training step's time goes: a per-module, per-phase, time-weighted roofline.
 
 `python -m profiling --breakdown <train config flags>` runs warmup, then a few recorded steps of the
 project's one `train.step.train_step` under torch.profiler, with one profiler range per module

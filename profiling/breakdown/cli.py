@@ -20,11 +20,11 @@ from common import console, flags, schema
 from common.cli import ArgumentParser, cli_entry
 from common.envinfo import environment_tags
 from common.errors import UsageError, one_line
-from common.record import dataset_input
+from common.run_record import dataset_input
 from common.tracking import RunSession
 from profiling.breakdown import figures
 from profiling.breakdown.attribute import attribute
-from profiling.breakdown.record import record
+from profiling.breakdown.recording import record
 from profiling.breakdown.roof import device_ceilings
 from profiling.breakdown.table import ModuleTree, coverage, parts_metrics, rows
 from profiling.breakdown.text import (
@@ -36,8 +36,8 @@ from profiling.breakdown.text import (
     view_text,
 )
 from profiling.breakdown.trace import bound_trace
-from train.bench import preflight, run_header
-from train.config import add_config_args, config_from_args
+from train.bench import preflight
+from train.config import RunHeader, add_config_args, config_from_args
 from train.data import dataset_fields
 from train.distributed import context, engines
 from train.distributed.failures import Guard
@@ -111,16 +111,17 @@ def _main(argv: list[str] | None) -> int:
     cfg, device = _config(args)
     if cfg.is_distributed:
         return _distributed(cfg, device, command)
-    session = _session(cfg, device, command)
+    header = cfg.header(device)
+    session = _session(header, cfg.env_label, device, command)
     with console.quiet(command.no_progress), tempfile.TemporaryDirectory() as tmp, session:
-        _open(session, cfg, device, command)
+        _open(session, header, cfg, command)
         walls: list[float] = []
         try:
             rec = _record(cfg, device, walls=walls)
         except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP: the run ends KILLED with these
             keep_partial(session, walls, int(cfg.iters))
             raise
-        result = analyse(rec, cfg, command, session)
+        result = analyse(rec, command, session)
         log_result(session, result, Path(tmp))
     _say(result, session)
     return 0
@@ -141,21 +142,21 @@ def keep_partial(session, walls: list[float], steps: int) -> None:
         )
 
 
-def _session(cfg, device, command: BreakdownCommand):
+def _session(header: RunHeader, env_label: str, device, command: BreakdownCommand):
     return RunSession(
         "breakdown",
         experiment=command.experiment,
-        run_name=cfg.run_name(device.type, kind="breakdown"),
-        tags=environment_tags(str(device), cfg.env_label),
+        run_name=header.run_name(device.type, kind="breakdown"),
+        tags=environment_tags(str(device), env_label),
     )
 
 
-def _open(session, cfg, device, command: BreakdownCommand) -> None:
-    """What the run holds before it measures: the train runs' params and tags, the data input."""
-    params, tags = run_header(cfg, device)
-    session.log_params({**params, "trace_steps": command.trace_steps})
-    session.set_tags(tags)
-    session.log_metrics(cfg.config_metrics())
+def _open(session, header: RunHeader, cfg, command: BreakdownCommand) -> None:
+    """What the run holds before it measures: the train runs' params and tags (the config's
+    header), the data input."""
+    session.log_params({**header.params, "trace_steps": command.trace_steps})
+    session.set_tags(header.tags)
+    session.log_metrics(header.metrics)
     fields = dataset_fields(cfg.data, cfg.image_size, cfg.num_classes, cfg.seed)
     session.log_input(dataset_input(**fields, context="breakdown"))
     session.flush()
@@ -200,14 +201,15 @@ def _distributed(cfg, device, command: BreakdownCommand) -> int:
                 if ctx.rank != 0:
                     guard.blamed(rec)
                     return 0
-                session = _session(cfg, ctx.device, command)
+                header = cfg.header(ctx.device)
+                session = _session(header, cfg.env_label, ctx.device, command)
                 with tempfile.TemporaryDirectory() as tmp, guard.hold(session.end), session:
-                    _open(session, cfg, ctx.device, command)
+                    _open(session, header, cfg, command)
                     session.log_params({"nodes": ctx.nodes})
                     with guard.released():
                         recording = guard.blamed(rec)
                     result = analyse(
-                        recording, cfg, command, session, rank=f"rank 0 of {ctx.world_size}"
+                        recording, command, session, rank=f"rank 0 of {ctx.world_size}"
                     )
                     log_result(session, result, Path(tmp))
         finally:
@@ -216,24 +218,26 @@ def _distributed(cfg, device, command: BreakdownCommand) -> int:
     return 0
 
 
-def analyse(rec, cfg, command: BreakdownCommand, session, rank: str = "") -> BreakdownResult:
-    """Attribute, place on the roofline and describe a recording: everything the run logs."""
+def analyse(rec, command: BreakdownCommand, session, rank: str = "") -> BreakdownResult:
+    """Attribute, place on the roofline and describe a recording: everything the run logs (its
+    config, device and environment as the run's header and tags name them)."""
     att = attribute(rec.events, rec.tracker.owner_of_seq, rec.time_source)
     problem = rec.counts.check()
     if problem:
         console.warn(f"the module rows do not add up to the step's counted work: {problem}")
     device_name = session.record.tags[schema.TAG_DEVICE_NAME]
+    label = session.record.tags[schema.TAG_CONFIG_LABEL]  # the config's header, logged
     ceilings = device_ceilings(
         device_name,
-        cfg.env_label,
-        cfg.precision,
+        session.record.tags[schema.TAG_ENV_LABEL],
+        session.record.params["precision"],
         online=not session.offline,
         peaks_file=command.peaks_file,
     )
     tree = ModuleTree(rec.tracker.root, list(rec.tracker.paths), rec.tracker.leaves)
     step_s = rec.step_mean_s
     table = rows(tree, att, rec.counts.flops, rec.counts.bytes, step_s, ceilings)
-    about = f"breakdown of {cfg.config_label()} on {device_name}" + (f" ({rank})" if rank else "")
+    about = f"breakdown of {label} on {device_name}" + (f" ({rank})" if rank else "")
     trace_gz, trace_facts = bound_trace(
         rec.trace_json, command.trace_steps, rec.tracker.owner_of_seq, about
     )
@@ -253,9 +257,12 @@ def analyse(rec, cfg, command: BreakdownCommand, session, rank: str = "") -> Bre
         "breakdown_warmup_s": rec.warmup_s,
         "breakdown_record_s": rec.record_s,
     }
-    summary = summary_line(cfg, device_name + (f" ({rank})" if rank else ""), table, tree, metrics)
+    summary = summary_line(
+        label, device_name + (f" ({rank})" if rank else ""), table, tree, metrics
+    )
     return BreakdownResult(
-        cfg,
+        label,
+        session.record.tags[schema.TAG_CONFIG_KEY],
         device_name,
         rec,
         att,

@@ -383,7 +383,7 @@ def range_pair(user_scope: bool = False) -> tuple[Callable[[str], object], Calla
       range: a profiler that records ops records it;
     * `user_scope=True`: the user-scope pair behind record_function without its dispatcher ops
       (`_record_function_with_args_enter`, about 1 us), which a profiler recording user scopes and
-      backward nodes alone (record.py's host recording) still sees.
+      backward nodes alone (recording.py's host recording) still sees.
 
     Either falls back to `torch.autograd.profiler.record_function` (user scope) on a torch
     without them."""

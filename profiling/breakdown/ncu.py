@@ -116,7 +116,7 @@ def outermost_module(kernels) -> str:
 
 def ncu_rows(kernels, per_kernel: list[dict], ceilings: Ceilings) -> tuple[list[dict], list[Key]]:
     """layers.csv rows from a capture's kernels (NcuKernel list) and their measured quantities
-    (profiling.ncu.summary's kernel rows, same order: time_s, flops_total, dram_bytes). Returns
+    (profiling.ncu.totals's kernel rows, same order: time_s, flops_total, dram_bytes). Returns
     the rows and each kernel's (row, phase)."""
     seqs = SeqOwners(seq_map(kernels).items())
     owners = [kernel_owner(k, seqs) for k in kernels]

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from common import fmt
 from profiling.breakdown import names
 from profiling.breakdown.attribute import Attribution
-from profiling.breakdown.record import Recording
+from profiling.breakdown.recording import Recording
 from profiling.breakdown.roof import Ceilings
 from profiling.breakdown.table import (
     COLUMNS,
@@ -23,7 +23,6 @@ from profiling.breakdown.table import (
     view_top,
 )
 from profiling.breakdown.trace import kept_phrase
-from train.config import TrainConfig
 
 
 @dataclass(frozen=True)
@@ -31,7 +30,8 @@ class BreakdownResult:
     """A recording attributed, placed on the roofline and described: everything the run logs
     (profiling/breakdown/cli.py: analyse makes it, log_result logs it)."""
 
-    cfg: TrainConfig
+    config_label: str
+    config_key: str
     device_name: str
     rec: Recording
     att: Attribution
@@ -51,7 +51,7 @@ class BreakdownResult:
     """which recorded steps trace.json.gz holds (trace.bound_trace's facts)."""
 
 
-def summary_line(cfg, device_name, table, tree, metrics) -> str:
+def summary_line(label: str, device_name, table, tree, metrics) -> str:
     """`<config> on <device>: <ms>/step (mean of K); largest: <the 3 rows a user acts on, each
     with its share, bound, intensity and what would move it>. Stage totals: <the top level's 3>`."""
     steps = int(metrics["breakdown_recorded_steps"])
@@ -65,7 +65,7 @@ def summary_line(cfg, device_name, table, tree, metrics) -> str:
         f"{r['module']} {r['phase']} {fmt.pct(r['share'])}" for r in top_rows(table, tree)
     )
     return (
-        f"{cfg.config_label()} on {device_name}: {fmt.duration(metrics['breakdown_step_s'])}"
+        f"{label} on {device_name}: {fmt.duration(metrics['breakdown_step_s'])}"
         f"/step (mean of {steps} recorded); largest: {largest}. Stage totals: {stages}."
     )
 
@@ -120,11 +120,11 @@ def layers_csv(table: list[dict]) -> str:
 
 def breakdown_json(result: BreakdownResult) -> str:
     """The run's record as JSON: config, device, ceilings, metrics, the default view, the top rows."""
-    cfg, c = result.cfg, result.ceilings
+    c = result.ceilings
     view = [r for r in result.table if r["view"]]
     body = {
-        "config_label": cfg.config_label(),
-        "config_key": cfg.config_key(),
+        "config_label": result.config_label,
+        "config_key": result.config_key,
         "device_name": result.device_name,
         "time_source": result.rec.time_source,
         "step_wall_s": result.rec.step_wall_s,

@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass, field
 
 from common import schema
-from profiling.ncu.summary import NcuSummary
+from profiling.ncu.totals import NcuSummary
 from train.phase_flops import PhaseFlops
 
 PHASE_MIN_RATIO = 0.25

@@ -1,7 +1,7 @@
 """Read an Nsight Compute report (.ncu-rep) with NVIDIA's `ncu_report` package (PyPI `ncu-report`).
 
 The package reads reports on any machine, GPU or not. The result has the same shape as a parsed
-CSV (profiling.ncu.parse.NcuReport), so profiling.ncu.summary aggregates both the same way.
+CSV (profiling.ncu.parse.NcuReport), so profiling.ncu.totals aggregates both the same way.
 
 Reports made with `ncu --set full` (or `--set detailed`/`roofline`) carry FLOP counts only as rates:
 ``smsp__sass_thread_inst_executed_op_<op>_pred_on.sum.per_cycle_elapsed``; the count is that rate

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from common import flags, schema
 from common.cli import str_bool
-from train.config import check_choices
+from train.config import DEVICE, OPTIMIZER, PRECISION
 
 DEFAULT_MODELS = ("resnet18", "resnet50", "vgg16", "mobilenet_v2")
 DEFAULT_BATCH_SIZES = (16, 32, 64, 128)
@@ -27,11 +27,11 @@ class ComplexityConfig:
     """batch sizes to predict memory, FLOPs and intensity for (positive integers)."""
     image_size: int = 224
     """input height = width in pixels (>= 32)."""
-    optimizer: str = "sgd"
+    optimizer: str = field(default="sgd", metadata=OPTIMIZER)
     """sgd (momentum 0.9: one state tensor per parameter), adam or adamw (two each, plus a step counter)."""
-    precision: str = "fp32"
+    precision: str = field(default="fp32", metadata=PRECISION)
     """fp32, or fp16/bf16 through torch.autocast, as in training runs."""
-    device: str = "auto"
+    device: str = field(default="auto", metadata=DEVICE)
     """auto, cpu, cuda, cuda:N or mps: where the model is measured."""
     num_classes: int = 1000
     """classifier outputs."""
@@ -70,7 +70,7 @@ class ComplexityConfig:
             self.precision.lower(),
             self.device.lower(),
         )
-        check_choices(self.precision, self.device, self.optimizer)
+        flags.check_choices(self)
         self.validate_rss = _auto_bool(self.validate_rss)
         if self.device_memory is not None and str(self.device_memory).strip() == "":
             self.device_memory = None

@@ -126,7 +126,7 @@ def release_groups() -> None:
     (DeepSpeed keeps its groups in module globals and its engine in reference cycles) had gloo
     worker threads take the GIL as they freed their last work; a thread that asks for the GIL while
     Python finalizes is ended with a forced unwind, which C++ turns into `terminate called without
-    an active exception` (exit -6) after the rank's work was done: the flaky abort of issue 32.
+    an active exception` (exit -6) after the rank's work was done: a flaky abort.
     Also run at exit (registered by `start`), when the engine, out of scope, is collectable."""
     import gc
     import sys

@@ -19,7 +19,7 @@ from train.distributed.launch import write_result
 from train.distributed.measure import run_distributed_benchmark
 from train.profile_mode import ProfileMode, check_profile_mode, profile_ranks, require_cuda
 from train.run import RunOptions, run
-from train.summary import say_result
+from train.result_text import say_result
 
 
 def run_rank(
@@ -61,7 +61,7 @@ def run_rank(
                 session, result = run(cfg, options, measure=measure, guard=guard)
         finally:
             ctx.close()
-    say_result(cfg, session, result)
+    say_result(session)
     return 0
 
 

@@ -55,8 +55,8 @@ class RankRecord:
 def run_distributed_benchmark(cfg: TrainConfig, ctx, progress: bool = True) -> BenchResult | None:
     """Measure `cfg` on every rank of `ctx`; rank 0 returns the run record, the others None."""
     device = ctx.device
-    prep, counts, forward, count_s = setup(cfg, device)
     with runtime_errors(cfg, device):
+        prep, counts, forward, count_s = setup(cfg, device)
         sync = engines.wrap(prep, cfg, ctx)
     if cfg.compile:
         prep.parts.model = compile_model(prep.parts.model)
@@ -69,12 +69,12 @@ def run_distributed_benchmark(cfg: TrainConfig, ctx, progress: bool = True) -> B
     ):
         warm_up(prep, cfg.warmup_iters, bar)
         ctx.barrier()  # every rank starts measuring together (outside the timed steps)
-        measured = measure_steps(cfg, prep, bar)
+        measured = measure_steps(prep, bar)
         if sync.no_sync is not None:
             prep.parts.grad_sync = sync.no_sync
             warm_up(prep, 1, bar)  # the first step of the new mode is not timed
             ctx.barrier()
-            compute = measure_steps(cfg, prep, bar, "compute-only")
+            compute = measure_steps(prep, bar, "compute-only")
     mine = RankRecord(
         ctx.rank,
         ctx.ranks[ctx.rank].host,
@@ -101,7 +101,7 @@ def run_distributed_benchmark(cfg: TrainConfig, ctx, progress: bool = True) -> B
         load=measured.load,  # rank 0's machine
     )
     result = bench_result(
-        cfg, prep, counts, forward, job, count_s, samples_per_step=cfg.batch_size * ctx.world_size
+        prep, counts, forward, job, count_s, samples_per_step=cfg.batch_size * ctx.world_size
     )
     result.metrics.update(rank_metrics(records, cfg.batch_size * ctx.world_size))
     result.tags[TAG_COMPUTE_ONLY] = sync.how

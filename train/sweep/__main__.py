@@ -12,7 +12,7 @@ from train import sweep as package
 from train.config import add_config_args
 from train.sweep.spec import AXIS_ALIASES, CONFIG_FIELDS, SweepSpec, load_spec_file, plan_sweep
 from train.sweep.state import check_same_spec, existing_state
-from train.sweep.summary import all_failed, closing_lines, summary_table
+from train.sweep.outcomes import all_failed, closing_lines, summary_table
 
 
 @dataclass

@@ -10,7 +10,7 @@ from typing import Callable
 
 from common import console, schema
 from common.errors import one_line
-from common.record import context_tags
+from common.run_record import context_tags
 from common.runs import mlflow_client, redirect_run
 from common.server import is_unreachable
 from common.tracking import RunSession
@@ -28,7 +28,7 @@ from train.sweep.spec import (
     plan_sweep,
 )
 from train.sweep.state import SweepState, reconcile, save_ledger, sweep_lock
-from train.sweep.summary import (
+from train.sweep.outcomes import (
     ChildOutcome,
     all_failed,
     parent_metrics,
@@ -106,15 +106,14 @@ def _run(
         bar = _bar(len(todo), progress)
         try:
             for cfg, r, key in todo:
-                bar.set_description_str(plan.label(cfg, r))
+                label = plan.label(cfg, r)
+                bar.set_description_str(label)
                 why = hooks.skip(cfg, r, key) if hooks.skip is not None else None
                 if why:
-                    outcome = ChildOutcome(
-                        plan.label(cfg, r), cfg.config_key(), key, r, "NOT_RUN", error=why
-                    )
+                    outcome = ChildOutcome(label, cfg.config_key(), key, r, "NOT_RUN", error=why)
                 else:
                     outcome = _run_child(
-                        plan, cfg, r, key, experiment, parent, system_metrics, hooks.measure
+                        plan, cfg, r, key, label, experiment, parent, system_metrics, hooks.measure
                     )
                 outcomes.append(outcome)
                 if outcome.status in ("FINISHED", "SKIPPED"):  # SKIPPED: finished elsewhere
@@ -193,13 +192,14 @@ def _run_child(
     cfg: TrainConfig,
     repeat: int,
     key: str,
+    label: str,
     experiment,
     parent,
     system_metrics: bool = True,
     measure: Measure | None = None,
 ) -> ChildOutcome:
-    """One child run. Any exception (not an interrupt) becomes a FAILED child with its one-line reason."""
-    label = plan.label(cfg, repeat)
+    """One child run (`label`: plan.label's). Any exception (not an interrupt) becomes a FAILED
+    child with its one-line reason."""
     n_before = len(parent.children)
     extra_tags = {
         TAG_SWEEP_NAME: plan.spec.name,
@@ -239,7 +239,7 @@ def _run_child(
     m = result.metrics
     return ChildOutcome(
         label,
-        cfg.config_key(),
+        session.record.tags[schema.TAG_CONFIG_KEY],  # the run's, as its header logged it
         key,
         repeat,
         status,

@@ -14,6 +14,6 @@ predicted or not judged (roofline/scoring.py). See docs/whatif.md.
 * `source`: what the store holds of the original (its config, breakdown rows, ceilings, fit).
 * `plan`: the moves, the sweep that runs them, the budget.
 * `measured`: each configuration's numbers from its runs, a move's speed-up and interval; pure.
-* `record`: the `whatif` run's predictions and checks.
+* `runlog`: the `whatif` run's predictions and checks.
 * `loop`: the whole what-if; `__main__`: the command line.
 """

@@ -8,7 +8,7 @@ from common import console, flags, ui
 from common.cli import ArgumentParser, cli_entry
 from train import whatif as package
 from train.whatif.loop import Request, run_whatif
-from train.whatif.record import table_text
+from train.whatif.runlog import table_text
 
 
 @dataclass

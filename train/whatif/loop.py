@@ -21,10 +21,10 @@ from train.run import Measure
 from train.sweep.runner import Hooks, run_sweep
 from train.sweep.spec import plan_sweep
 from train.sweep.state import existing_state
-from train.sweep.summary import ChildOutcome
+from train.sweep.outcomes import ChildOutcome
 from train.whatif import measured as meas
 from train.whatif import plan as planning
-from train.whatif import record, source
+from train.whatif import runlog, source
 
 DONE = ("FINISHED", "SKIPPED")
 """outcomes whose run measured (now, or in an earlier invocation)"""
@@ -83,9 +83,9 @@ def run_whatif(req: Request, measure: Measure | None = None) -> Outcome:
     experiment = req.experiment or client.get_experiment(src.experiment_id).name
     exp_id = client.get_experiment_by_name(experiment)
     earlier = (
-        record.find(client, exp_id.experiment_id, spec.name, src.cfg.env_label) if exp_id else None
+        runlog.find(client, exp_id.experiment_id, spec.name, src.cfg.env_label) if exp_id else None
     )
-    logged = record.read_predictions(client, earlier) if earlier is not None else None
+    logged = runlog.read_predictions(client, earlier) if earlier is not None else None
     session = _session(src, spec.name, experiment, earlier)
     budget = planning.Budget(
         req.budget_s, planning.rows(sweep_plan, moves), src.duration_s or planning.DEFAULT_RUN_S, t0
@@ -97,7 +97,7 @@ def run_whatif(req: Request, measure: Measure | None = None) -> Outcome:
                 predict(m, src.rows, src.original, src.roof, src.fit, src.no_rows_why)
                 for m in moves
             ]
-            logged = record.log_predictions(session, src, preds, no_move, _load("start"))
+            logged = runlog.log_predictions(session, src, preds, no_move, _load("start"))
         else:
             console.info(f"resuming what-if run {session.run_id}: its logged predictions stand")
         _say_predictions(logged)
@@ -119,7 +119,7 @@ def run_whatif(req: Request, measure: Measure | None = None) -> Outcome:
         rows = checks(logged, outcomes, budget.row_of, client, src.cfg.batch_size)
         session.log_metrics(_load("end"))
         head = f"What-if of {src.cfg.config_label()} on {src.device_name} (run {src.run_id})"
-        record.log_checks(session, rows, record.note(head, rows, logged.get("no_move", [])))
+        runlog.log_checks(session, rows, runlog.note(head, rows, logged.get("no_move", [])))
     return Outcome(session.run_id, rows, logged.get("no_move", []), left_out, session)
 
 
@@ -133,10 +133,10 @@ def _session(src: source.Source, sweep_name: str, experiment: str, earlier) -> R
         schema.TAG_HOST: schema.host_name(),
         schema.TAG_CONFIG_KEY: src.cfg.config_key(),
         schema.TAG_CONFIG_LABEL: src.cfg.config_label(),
-        record.TAG_OF: src.run_id,
-        record.TAG_SWEEP: sweep_name,
-        record.TAG_BREAKDOWN: src.breakdown_run or "none",
-        record.TAG_ROOF: "; ".join(sorted(set(src.roof.sources.values()))) if src.roof else "none",
+        runlog.TAG_OF: src.run_id,
+        runlog.TAG_SWEEP: sweep_name,
+        runlog.TAG_BREAKDOWN: src.breakdown_run or "none",
+        runlog.TAG_ROOF: "; ".join(sorted(set(src.roof.sources.values()))) if src.roof else "none",
     }
     earlier_id = earlier.info.run_id if earlier is not None else None
     env_run = os.environ.get("MLFLOW_RUN_ID")

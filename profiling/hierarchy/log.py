@@ -1,7 +1,7 @@
-"""The hierarchical roofline logged with a `profile` run (issue 29): `ncu/kernels_by_name.csv`
-(profiling.ncu.hierarchy, with the ceiling that bounds each name), `ncu/phase_levels.csv` (per
+"""The hierarchical roofline logged with a `profile` run: `ncu/kernels_by_name.csv`
+(profiling.hierarchy.table, with the ceiling that bounds each name), `ncu/phase_levels.csv` (per
 phase: time-weighted intensity at each level), `ncu/hierarchical_roofline.png`
-(roofline/hierarchical.py) and, when a published table's conventions are asked
+(profiling/hierarchy/figure.py) and, when a published table's conventions are asked
 (--half-convention, --units-convention), the table in them. The ceilings are the device's peaks
 runs on the same server chosen as analysis chooses them (roofline/trust.py), each one it lacks from the vendor table or --peaks-file, as
 roofline/ceilings.py merges them.
@@ -18,16 +18,16 @@ import pandas as pd
 
 from common import console
 from common.errors import one_line
-from profiling.ncu.hierarchy import (
+from profiling.hierarchy.table import (
     TableOptions,
     add_bounds,
     convention_table,
     kernels_by_name,
     phase_levels,
 )
-from profiling.ncu.summary import NcuSummary
+from profiling.ncu.totals import NcuSummary
 from roofline.ceilings import measured_over_vendor, roof_from_vendor
-from roofline.hierarchical import hierarchical_png
+from profiling.hierarchy.figure import hierarchical_png
 from roofline.model import LEVELS, Roof
 
 FIGURE = "ncu/hierarchical_roofline.png"

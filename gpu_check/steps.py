@@ -1,4 +1,4 @@
-"""The steps of the GPU check (bench/gpu_check.py), each run as `python -m bench.gpu_check_steps
+"""The steps of the GPU check (gpu_check/check.py), each run as `python -m gpu_check.steps
 --child NAME --root ROOT --device D [--tiny]` in a process of its own, with the project importable and the
 tracking store under ROOT. Each writes ROOT/results/NAME.json: {"status": ok | failed, "reason",
 "ratios": {name: number}, "facts": {name: value}}, rewritten as it goes (the train matrix after
@@ -16,7 +16,11 @@ import sys
 import time
 from pathlib import Path
 
-from bench.gpu_check import CAPTURE_TOLERANCE, EXPERIMENT, find_ncu, parse, sizes
+from gpu_check.check import CAPTURE_TOLERANCE, EXPERIMENT, STOP_GRACE_S, find_ncu, parse, sizes
+from gpu_check.children import end_group_if_orphaned, watch_parent
+
+INTERRUPTED = {129: "SIGHUP", 130: "SIGINT", 143: "SIGTERM"}
+"""the exit codes of a project command stopped by a signal (common.cli: 128 + its number)"""
 
 
 class Result:
@@ -36,11 +40,27 @@ class Result:
 
 
 def run_child(args) -> int:
+    """One step; 130 when a signal stopped it (the check's SIGINT, or the check's death: then what
+    is left of this process group goes too, gpu_check/children.py)."""
+    parent = os.getppid()
+    watch_parent(parent, STOP_GRACE_S)
+    try:
+        return _run_step(args)
+    finally:
+        end_group_if_orphaned(parent)
+
+
+def _run_step(args) -> int:
     root = Path(args.root)
     result = Result(root, args.child)
     result.save()
     try:
         STEP_FUNCTIONS[args.child](args, root, result)
+    except KeyboardInterrupt as exc:  # the step stops at once: no further config starts
+        result.problems.append(f"stopped ({exc})" if str(exc) else "stopped by SIGINT")
+        result.save()
+        print(f"gpu check step {args.child}: {result.problems[-1]}", flush=True)
+        return 130
     except Exception as exc:  # noqa: BLE001 - a bug or a torch the project does not know: record it
         import traceback
 
@@ -50,6 +70,10 @@ def run_child(args) -> int:
         )
     result.save(done=True)
     return 0 if not result.problems else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_child(parse(argv))
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -68,12 +92,16 @@ def latest_run(kind: str):
 
 
 def quiet_main(fn, argv: list[str]) -> int:
-    """A project CLI's exit code (SystemExit from argparse included)."""
+    """A project CLI's exit code (SystemExit from argparse included); KeyboardInterrupt when a
+    signal stopped it (exit 129, 130 or 143), so that the step stops there."""
     print("$ " + " ".join(argv), flush=True)
     try:
-        return int(fn(argv) or 0)
+        rc = int(fn(argv) or 0)
     except SystemExit as exc:
-        return int(exc.code or 0) if isinstance(exc.code, int) else 2
+        rc = int(exc.code or 0) if isinstance(exc.code, int) else 2
+    if rc in INTERRUPTED:
+        raise KeyboardInterrupt(f"{INTERRUPTED[rc]} during: {' '.join(argv[:4])} ...")
+    return rc
 
 
 def label(model: str, batch: int, precision: str, channels_last: bool) -> str:
@@ -465,4 +493,4 @@ STEP_FUNCTIONS = {
 }
 
 if __name__ == "__main__":
-    sys.exit(run_child(parse(sys.argv[1:])))
+    sys.exit(main())

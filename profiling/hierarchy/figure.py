@@ -10,7 +10,7 @@ compute ceilings, coloured by dtype as every figure of the project. A ceiling th
 named in the legend ("no L1 ceiling known"), never invented.
 
 Input is plain data (a DataFrame of kernel_name, time_s, flops_per_s and
-intensity_<level>_flops_per_byte per row; a `Roof`): profiling/ncu/hierarchy.py builds it.
+intensity_<level>_flops_per_byte per row; a `Roof`): profiling/hierarchy/table.py builds it.
 """
 
 from __future__ import annotations

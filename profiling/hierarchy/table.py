@@ -5,7 +5,7 @@ ceiling bounds it; per phase, time-weighted intensity at each level.
 After Yang, Kurth & Williams ("Hierarchical Roofline analysis for GPUs", CCPE 2020) and NERSC's
 DeepCAM tables (Yang et al., arXiv 2009.05257): a name's launches are summed, its intensity at a
 level is its FLOPs over its bytes at that level. Pure: pandas in, pandas out (the figure is
-roofline/hierarchical.py, the logging profiling/cli.py).
+profiling/hierarchy/figure.py, the logging profiling/hierarchy/log.py).
 
 Half precision: ncu's counters cannot tell a packed half instruction (HFMA2: two useful lanes)
 from a scalar one (NVIDIA's metric database has one raw counter each for hadd, hmul and hfma on

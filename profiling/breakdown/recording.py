@@ -8,7 +8,7 @@ times its steps. The Tracker's module ranges and phase marks are on from the fir
 
 On a CUDA device, or in a data-parallel job, the profiler records CPU and CUDA activity with
 shapes on and Python stacks off (stacks name modules `Conv2d_0`, cover forward only and grow the
-trace 78 %: issue 20). One process on the CPU records only what host attribution reads, user
+trace 78 %). One process on the CPU records only what host attribution reads, user
 scopes (the Tracker's step and phase ranges, the optimizer's) and backward nodes: no aten op,
 whose recording cost lands in the step it measures (`lean_profile`; docs/breakdown.md,
 Measures); there the Tracker keeps module ranges and markers as Python stamps
@@ -64,7 +64,6 @@ def record(
     wrap: Callable[[object], object] | None = None,
     barrier: Callable[[], None] | None = None,
     walls: list[float] | None = None,
-    before_step: Callable[[int], None] | None = None,
 ) -> Recording:
     """Prepare `cfg` on `device`, count FLOPs and bytes per row, warm up (`cfg.warmup_iters`), and
     record `steps` steps under torch.profiler. Raises BenchError on failures of the model (out of
@@ -73,9 +72,7 @@ def record(
     A rank of a data-parallel job passes `wrap(prep)`, which puts the engine around the prepared
     model after counting (train.distributed.engines.wrap: the counts are the work of one process,
     as a distributed train run's), and `barrier()`, which every rank passes before recording.
-    `walls` receives each recorded step's seconds as it ends (what an interrupt leaves);
-    `before_step(i)` runs before recorded step i, outside it (bench/breakdown_load.py changes the
-    machine's load there)."""
+    `walls` receives each recorded step's seconds as it ends (what an interrupt leaves)."""
     say = on_progress or (lambda _text: None)
     with runtime_errors(cfg, device):
         prep = prepare(cfg, device)
@@ -100,7 +97,7 @@ def record(
         say(f"recording {steps} step(s) under torch.profiler")
         t0 = time.perf_counter()
         walls = [] if walls is None else walls
-        prof = _profiled(one_step, steps, device, walls, lean, before_step)
+        prof = _profiled(one_step, steps, device, walls, lean)
         record_s = time.perf_counter() - t0
         tracker.detach()
     events = tracker.events(from_kineto(kineto_results(prof)))
@@ -147,7 +144,6 @@ def _profiled(
     device,
     walls: list[float],
     lean: bool = False,
-    before_step: Callable[[int], None] | None = None,
 ):
     """`steps` steps under the profiler (`profiler_for`), each one's seconds appended to `walls` as
     it ends (what an interrupt leaves); the profiler. On the
@@ -160,8 +156,6 @@ def _profiled(
         prof.__enter__()
     try:
         for i in range(steps):
-            if before_step is not None:
-                before_step(i)
             walls.append(one_step(i))
     finally:
         with native_stderr_muted(quiet):

@@ -1,4 +1,4 @@
-"""`python -m bench.chaos`: the hostile week of issue 15, end to end, against temporary stores.
+"""`python -m tests.chaos`: the hostile week of issue 15, end to end, against temporary stores.
 
 Every case runs the real commands in subprocesses (`python -m train`, `python -m train.sweep`,
 `python -m common.upload`) against a fresh sqlite store or a real `mlflow server`, does something
@@ -447,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(
-        prog="python -m bench.chaos", description=__doc__.split("\n\n")[0]
+        prog="python -m tests.chaos", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument(
         "--case", action="append", choices=[c.__name__[5:] for c in CASES], help="only these cases"

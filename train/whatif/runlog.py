@@ -185,7 +185,7 @@ def table_text(rows: list[dict]) -> str:
         meas = "" if m is None else f"x{m:.3g}"
         if m is not None and r["measured_low"] is not None:
             meas += f" ({r['measured_low']:.3g}-{r['measured_high']:.3g})"
-        runs = " ".join(i[:8] for i in r["move_runs"])
+        runs = " ".join(fmt.short_id(i) for i in r["move_runs"])
         lines.append(f"| {r['move']} | {pred} | {meas} | {r['verdict']} | {runs} |")
     return "\n".join(lines)
 

@@ -1,8 +1,8 @@
-"""The GPU check in one command (issue 34; docs/gpu.md): everything the project measures, run once
+"""The GPU check in one command (docs/gpu.md): everything the project measures, run once
 on a machine with an NVIDIA GPU within a deadline, and returned as at most 8 files.
 
-    python -m bench.gpu_check --out DIR [--deadline-s 480] [--device cuda|cpu] [--tiny]
-    python -m bench.gpu_check --out DIR2 --only capture-resnet50 [--prior DIR]
+    python -m gpu_check --out DIR [--deadline-s 480] [--device cuda|cpu] [--tiny]
+    python -m gpu_check --out DIR2 --only capture-resnet50 [--prior DIR]
 
 Steps, in order, each in a child process with its own time limit (cut to what the deadline leaves):
 versions (nvidia-smi, driver, ncu, torch, CUDA, cuDNN), setup (the carried wheels of
@@ -43,9 +43,19 @@ import signal
 import subprocess
 import sys
 import tarfile
-import tempfile
 import time
 from pathlib import Path
+
+from gpu_check.children import run_captured, spawn, stop_group
+from gpu_check.folders import (
+    Refused,
+    lock,
+    make_root,
+    open_out,
+    own_files,
+    root_path,
+    stale_results,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 WHEELS = REPO / ".device-wheels"
@@ -154,9 +164,14 @@ class Check:
     """One call: the steps run, their results, and the files in --out rewritten after each."""
 
     def __init__(self, args: argparse.Namespace) -> None:
+        """The folders taken (gpu_check/folders.py: Refused, in one line, before anything is
+        written, when --root or --out is not the check's to write) and locked."""
         self.args = args
-        self.out = Path(args.out).resolve()
-        self.root = Path(args.root or tempfile.mkdtemp(prefix="gpu-check-")).resolve()
+        root = root_path(args.root)
+        self.out = open_out(args.out)
+        self.locks = [lock(self.out, "--out")]
+        self.root = make_root(root)
+        self.locks.append(lock(self.root, "--root"))
         self.t0 = time.monotonic()
         self.started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
         self.steps: list[dict] = []
@@ -165,9 +180,14 @@ class Check:
         self.site = self.root / "site"
         for sub in ("logs", "results", "ncu", "cache", "spool", "mpl"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
-        for stale in (self.root / "results").glob("*.json"):  # a root used before: its results
+        for stale in stale_results(self.root, STEPS + SECOND_CALL):  # a root used before
             stale.unlink()
-        self.out.mkdir(parents=True, exist_ok=True)
+
+    def close(self) -> None:
+        """Release the folders' locks."""
+        for fd in self.locks:
+            os.close(fd)
+        self.locks = []
 
     def left_s(self) -> float:
         return self.args.deadline_s - (time.monotonic() - self.t0)
@@ -255,7 +275,7 @@ class Check:
 
     def child(self, name: str, limit: float) -> tuple[int, bool]:
         """Run `--child name` with a time limit; (exit code, ran past the limit)."""
-        argv = [sys.executable, "-m", "bench.gpu_check_steps", "--child", name]
+        argv = [sys.executable, "-m", "gpu_check.steps", "--child", name]
         argv += ["--root", str(self.root)]
         argv += ["--device", self.args.device, "--limit-s", f"{limit:.0f}"]
         argv += ["--tiny"] if self.args.tiny else []
@@ -264,20 +284,13 @@ class Check:
         if self.args.prior:
             argv += ["--prior", str(Path(self.args.prior).resolve())]
         with open(self.root / "logs" / f"{name}.txt", "ab") as log:
-            proc = subprocess.Popen(
-                argv,
-                cwd=self.root,
-                env=self.env(),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+            proc = spawn(argv, cwd=self.root, env=self.env(), stdout=log, stderr=subprocess.STDOUT)
             try:
                 return proc.wait(timeout=limit), False
             except subprocess.TimeoutExpired:
                 stop_group(proc, STOP_GRACE_S)
                 return proc.returncode if proc.returncode is not None else -9, True
-            except KeyboardInterrupt:  # Ctrl-C or SIGTERM here: the step's group too
+            except KeyboardInterrupt:  # a signal stops the check (Stopped): the step's group too
                 stop_group(proc, STOP_GRACE_S)
                 raise
 
@@ -297,7 +310,7 @@ class Check:
         argv += ["--no-compile"]  # byte-compiling 48 packages takes longer than importing a few
         argv += ["--target", str(self.site), *map(str, wheels)]
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=limit)
+            done = run_captured(argv, timeout=limit)
         except subprocess.TimeoutExpired:
             return "failed", f"pip install of {len(wheels)} wheels ran past {limit:.0f} s", {}
         (self.root / "logs" / "setup.txt").write_text(done.stdout + done.stderr)
@@ -328,10 +341,8 @@ class Check:
             "print(json.dumps({m: v(m, d) for m, d in %r}))\n" % (IMPORTS,)
         )
         try:
-            done = subprocess.run(
+            done = run_captured(
                 [sys.executable, "-c", code],
-                capture_output=True,
-                text=True,
                 timeout=max(10, limit / 2),
                 env=self.env(),
                 cwd=self.root,
@@ -390,19 +401,6 @@ def record(name: str, status: str, reason: str, seconds: float, **extra) -> dict
     )
     print(line, flush=True)
     return {"name": name, "status": status, "reason": reason, "seconds": round(seconds, 1), **extra}
-
-
-def stop_group(proc: subprocess.Popen, grace_s: float) -> None:
-    """SIGINT to the child's process group (as Ctrl-C: ncu writes what it has), SIGKILL later."""
-    for sig, wait_s in ((signal.SIGINT, grace_s), (signal.SIGKILL, 10.0)):
-        try:
-            os.killpg(proc.pid, sig)
-            proc.wait(timeout=wait_s)
-            return
-        except (ProcessLookupError, PermissionError):
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def read_result(root: Path, name: str) -> dict:
@@ -465,10 +463,10 @@ def tail_lines(path: Path, n: int) -> list[str]:
 
 
 def bundle(root: Path) -> bytes:
-    """The root as tar.gz (without the installed wheels), at most BUNDLE_MAX_BYTES: the largest
-    files are left out (and named in LEFT_OUT.txt inside) until it fits."""
-    files = [p for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink()]
-    files = [p for p in files if p.relative_to(root).parts[0] not in ("site", "mpl")]
+    """What the check wrote in its root as tar.gz (gpu_check/folders.py's own_files: not the
+    installed wheels, nothing it did not write), at most BUNDLE_MAX_BYTES: the largest files are
+    left out (and named in LEFT_OUT.txt inside) until it fits."""
+    files = own_files(root, STEPS + SECOND_CALL)
     left_out: list[Path] = []
     while True:
         data = _tar(root, files, left_out)
@@ -500,7 +498,7 @@ def _tar(root: Path, files: list[Path], left_out: list[Path]) -> bytes:
 # ------------------------------------------------------------------------------ command line
 def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
-        prog="python -m bench.gpu_check",
+        prog="python -m gpu_check",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -518,38 +516,67 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def step_names(only: str | None) -> list[str]:
-    if not only:
+    """The steps to run: all, or those --only names (Refused when it names none, or one that is
+    no step)."""
+    if only is None:
         return list(STEPS)
+    known = ", ".join(STEPS + SECOND_CALL)
     names = [n.strip() for n in only.replace(" ", ",").split(",") if n.strip()]
+    if not names:
+        raise Refused(f"--only {only!r} names no step; steps: {known}")
     bad = [n for n in names if n not in STEPS + SECOND_CALL]
     if bad:
-        raise SystemExit(
-            f"error: --only: unknown step(s) {', '.join(bad)}; steps: {', '.join(STEPS + SECOND_CALL)}"
-        )
+        raise Refused(f"--only: unknown step(s) {', '.join(bad)}; steps: {known}")
     # the carried wheels come first whenever a step needs mlflow
     return (["setup"] if "setup" not in names and set(names) - {"versions"} else []) + names
 
 
+class Stopped(KeyboardInterrupt):
+    """SIGINT, SIGTERM or SIGHUP to the check: the running step's group is stopped, no other
+    step starts, and the check exits 128 + the signal's number."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+        self.name = signal.Signals(signum).name
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _stop(signum, frame) -> None:
+    for sig in STOP_SIGNALS:  # once: the stop itself is not interrupted
+        signal.signal(sig, signal.SIG_IGN)
+    raise Stopped(signum)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The check; 2 and one line on stderr for what it refuses (before anything is written), 128 +
+    the signal's number when stopped by one."""
     args = parse(argv)
-    if not args.out:
-        print("error: --out DIR is required", file=sys.stderr)
-        return 2
-    if not args.deadline_s > 0:
-        print("error: --deadline-s must be > 0", file=sys.stderr)
-        return 2
-    check = Check(args)
-    signal.signal(signal.SIGTERM, _interrupt)  # `timeout` and job runners send SIGTERM
     try:
-        return check.run(step_names(args.only))
-    except KeyboardInterrupt:
-        check.steps.append(record("interrupted", "failed", "Ctrl-C or SIGTERM", 0.0))
+        if not args.out:
+            raise Refused("--out DIR is required")
+        if not args.deadline_s > 0:
+            raise Refused("--deadline-s must be > 0")
+        names = step_names(args.only)
+        check = Check(args)
+    except Refused as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    before = {sig: signal.signal(sig, _stop) for sig in STOP_SIGNALS}  # `timeout` sends SIGTERM
+    try:
+        return check.run(names)
+    except Stopped as stop:
+        check.steps.append(record("interrupted", "failed", f"stopped by {stop.name}", 0.0))
         check.write()
-        return 130
-
-
-def _interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt
+        done = len(check.steps) - 1
+        print(f"gpu check: stopped by {stop.name} after {done} step(s)", file=sys.stderr)
+        return 128 + stop.signum
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+        check.close()
 
 
 if __name__ == "__main__":

@@ -11,6 +11,9 @@ from common.ui import runs_view_hint, ui_hint
 from train.bench import BenchResult
 from train.config import TrainConfig
 
+DATA_PARALLEL = "Data parallel: "
+"""how the description's scaling line starts (run_note writes it, say_result prints it)"""
+
 
 def summary_line(cfg: TrainConfig, device_name: str, metrics: dict, n_steps: int) -> str:
     """The one-line result of a train run, in readable units: what the command prints and the
@@ -28,17 +31,19 @@ def summary_line(cfg: TrainConfig, device_name: str, metrics: dict, n_steps: int
 
 
 def run_note(
-    cfg: TrainConfig, device_name: str, result: BenchResult, extra: str = "", roofline: str = ""
+    cfg: TrainConfig, tags: dict, result: BenchResult, extra: str = "", roofline: str = ""
 ) -> str:
     """The description of a train run (tag mlflow.note.content): the summary line, its bound and
     fraction of roof (`roofline`: train/roofline_figure.py's line), then the data, the steps
-    measured and the work counted, in plain text."""
+    measured and the work counted, in plain text. `tags`: the run's (its device name and config
+    label, as logged)."""
     m = result.metrics
+    label = tags[schema.TAG_CONFIG_LABEL]
     lines = [
-        summary_line(cfg, device_name, m, len(result.step_times_s)),
+        summary_line(cfg, tags[schema.TAG_DEVICE_NAME], m, len(result.step_times_s)),
         *([roofline] if roofline else []),
         "",
-        f"Configuration: {cfg.config_label()} ({cfg.optimizer}, lr {cfg.lr}, seed {cfg.seed}).",
+        f"Configuration: {label} ({cfg.optimizer}, lr {cfg.lr}, seed {cfg.seed}).",
         f"Data: {result.tags.get('data_description', cfg.data)}.",
         f"Measured {len(result.step_times_s)} steps after {cfg.warmup_iters} warmup "
         f"(stop: {result.tags.get('measure_stop', 'fixed')}); "
@@ -48,7 +53,7 @@ def run_note(
         f"{fmt.si(m['params'])} parameters.",
     ]
     if cfg.is_distributed:
-        lines.append(f"Data parallel: {scaling_text(cfg, result)}.")
+        lines.append(f"{DATA_PARALLEL}{scaling_text(cfg, result)}.")
     if extra:
         lines.append(extra)
     flags = [plausible.ci_flag(m.get("step_time_ci95_rel"))]
@@ -82,16 +87,15 @@ def scaling_text(cfg: TrainConfig, result: BenchResult) -> str:
     return "; ".join(parts)
 
 
-def say_result(cfg: TrainConfig, session, result: BenchResult) -> None:
-    """Print the summary line with where the run is, the scaling line of a distributed run, and how
-    to open the run in the UI."""
+def say_result(session) -> None:
+    """Print what the run's description (run_note, as logged) says first: its summary line, with
+    where the run is, and a distributed run's scaling line; then how to open the run in the UI."""
     where = f"kept offline in {session.spool_path}" if session.offline else f"run {session.run_id}"
-    device_name = session.record.tags[schema.TAG_DEVICE_NAME]
-    console.result(
-        f"{summary_line(cfg, device_name, result.metrics, len(result.step_times_s))}; {where}"
-    )
-    if cfg.is_distributed:
-        console.result(scaling_text(cfg, result))
+    note = session.record.tags[schema.TAG_NOTE].splitlines()
+    console.result(f"{note[0]}; {where}")
+    for line in note:
+        if line.startswith(DATA_PARALLEL):
+            console.result(line.removeprefix(DATA_PARALLEL).removesuffix("."))
     if not session.offline:
         console.result(ui_hint(session.run_id, session.experiment_id))
         console.result(runs_view_hint(session.experiment_id))

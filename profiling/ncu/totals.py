@@ -319,7 +319,7 @@ def top_kernels(summary: NcuSummary, n: int = 25) -> pd.DataFrame:
 
 def top_kernels_text(top: pd.DataFrame) -> str:
     """`top_kernels` as a fixed-width text table, the full kernel name last on each line: the
-    UI's CSV view cuts names at its column width (issue 24), its text view keeps the whole line."""
+    UI's CSV view cuts names at its column width, its text view keeps the whole line."""
     head = (
         f"{'time share':>10}  {'time ms':>9}  {'launches':>8}  {'GFLOP':>9}  {'FLOP/B':>8}  kernel"
     )
