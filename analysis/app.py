@@ -12,12 +12,12 @@ import argparse
 import contextlib
 import datetime as dt
 import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from analysis import answers
 from analysis import (
     breakdown,
     core,
@@ -29,6 +29,7 @@ from analysis import (
     hierarchy,
     history,
     history_report,
+    out_files,
     report,
     screen,
     whatif,
@@ -36,7 +37,7 @@ from analysis import (
 from analysis.fetch.breakdowns import fetch_breakdowns
 from analysis.fetch.whatifs import fetch_whatifs
 from analysis.findings.records import json_text
-from common import console, flags, schema, ui
+from common import console, flags, out_folder, schema, ui
 from common.cli import ArgumentParser, cli_entry
 from common.errors import BenchError, UsageError
 from common.server import check_reachable, display_uri, tracking_uri
@@ -227,6 +228,7 @@ def _run(cfg: AnalysisConfig, vendor_lookup, n_jobs: int, pool) -> Result:
             vendor_lookup, hist, whatifs,
         )  # fmt: skip
         files += written
+        out_files.tidy(out_dir, files)  # the files an earlier analysis wrote there: not this one's
     timings["report_s"] = time.perf_counter() - t
     timings["total_s"] = time.perf_counter() - t0
     return Result(analysis, out_dir, files, timings, source, found, drawn_names, rep, hist)
@@ -306,7 +308,8 @@ def _write_report(
         analysis.runs, analysis.roofs, vendor_lookup, out_dir / "figures"
     )
     b = breakdown.build(breakdowns)
-    files = report.write_tables(analysis, out_dir) + breakdown.write_files(b, out_dir)
+    shaky = answers.unstable_keys(found.configs) if found is not None else frozenset()
+    files = report.write_tables(analysis, out_dir, shaky) + breakdown.write_files(b, out_dir)
     figs = {**drawn, "hierarchical": [(h["title"], h["figure"]) for h in hier]}
     if not b.runs.empty:  # breakdown_plot imports matplotlib (through profiling.breakdown)
         from analysis import breakdown_plot
@@ -341,6 +344,24 @@ def _write_report(
         ),
     )
     return rep, files + [h["path"] for h in hier] + report.write(rep, out_dir)
+
+
+def _tell_experiment(session, result: Result) -> None:
+    """The analysis's answer as the first paragraph of its experiment's description, which MLflow
+    shows above every tab of the experiment page (common.ui.set_answer: only while the
+    description is the commands' own), and as the run's tag `analysis_fastest` (a column of the
+    analyses' saved view)."""
+    if session.offline or not result.findings or not result.findings.configs:
+        return
+    names = answers.run_names(result.analysis.train)
+    text = answers.answer_paragraph(result.findings.configs, names)
+    session.set_tags({"analysis_fastest": text[:4900]})
+    from common.runs import mlflow_client
+
+    link = ui.run_path(session.run_id, session.experiment_id, REPORT_ARTIFACT)
+    ui.set_answer(
+        mlflow_client(), session.experiment_id, f"{ui.ANSWER_MARK} ([report]({link})): {text}"
+    )
 
 
 def _findings(
@@ -398,10 +419,15 @@ def _variability(
     return Variability((label, by_env), caption, tuple(notes))
 
 
+REPORT_FOLDER = "report"
+REPORT_ARTIFACT = f"{REPORT_FOLDER}/report.html"
+"""where the analysis run holds its report (the link the command prints opens it)"""
+
+
 def _log(session, cfg: AnalysisConfig, result: Result) -> None:
     for path in result.files:
         rel = path.relative_to(result.out_dir)
-        session.log_file(str(Path("report") / rel), path)
+        session.log_file(str(Path(REPORT_FOLDER) / rel), path)
     c = result.analysis.counts
     session.log_metrics(
         {
@@ -462,30 +488,23 @@ def writing(out_dir: Path):
         ) from None
 
 
-def check_out_dir(out: str) -> None:
-    """UsageError unless `out` is a folder (made when missing) this process can write in: found
-    before any run is fetched or created, not after."""
+def check_out_dir(out: str) -> Path:
+    """--out as the analysis' folder (common.out_folder.claim: new, empty or an earlier analysis'
+    folder, never in a git checkout that does not ignore it), before any run is fetched or
+    created; UsageError in one line otherwise (a file, a folder it cannot write, a planted link)."""
     path = Path(out)
     if path.exists() and not path.is_dir():
         raise UsageError(
             f"--out {out} is a file: pass a folder for the report (it is created when missing)"
         )
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=path):
-            pass
-    except OSError as exc:
-        raise UsageError(
-            f"--out {out}: cannot write there ({exc.strerror or type(exc).__name__}): pass a "
-            "folder you can write to"
-        ) from None
-    link = planted_link(path)
+    link = planted_link(path) if path.is_dir() else None
     if link is not None:
         raise UsageError(
             f"--out {out} holds a link {link} -> {os.readlink(link)}: analysis writes only its own "
             "files there and never through a link (it would overwrite the link's target); remove "
             "the link or pass another --out"
         )
+    return out_folder.claim(out, "--out", out_files.MANIFEST, "analysis")
 
 
 def planted_link(out: Path, limit: int = 100_000) -> Path | None:
@@ -534,7 +553,12 @@ def main(argv: list[str] | None = None) -> int:
     check_store()
     if cfg.experiments:  # a typo must not become an experiment holding a FAILED analysis run
         fetch.experiment_ids(cfg.experiments)
-    check_out_dir(cfg.out)
+    with out_folder.locked(check_out_dir(cfg.out), "--out", "analysis"):
+        return _analyse(cfg)
+
+
+def _analyse(cfg: AnalysisConfig) -> int:
+    """The analysis of main, its --out claimed and locked: the last checks, then the run."""
     findings.read_prices(cfg.prices)
     if cfg.peaks_file:  # a missing or bad file: one line, before any run (main: a FAILED run)
         vendor.load_overrides(cfg.peaks_file)
@@ -569,6 +593,7 @@ def main(argv: list[str] | None = None) -> int:
             _log(session, cfg, result)
             _draw_run_rooflines(result)
             session.set_note(run_note(cfg, result))
+            _tell_experiment(session, result)
             _raise_if_no_points(result)
         where = f"; logged to run {session.run_id}" if session.run_id else ""
     else:
@@ -581,6 +606,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{summary_line(result)}; report: {result.out_dir / 'report.html'} "
         f"({result.timings_s['total_s']:.1f} s){where}"
     )
+    if where:
+        ui.say_links("analysis", session.run_id, session.experiment_id, REPORT_ARTIFACT)
     return 0
 
 

@@ -65,6 +65,9 @@ DIST_CARRIED = [
 # step-time CI, energy (train/energy.py), device memory and the NVML samples' summaries
 FINDINGS_METRICS = [
     "step_time_ci95_rel",
+    "load_average_1m_start",  # the machine's load while a train run measured (common/load.py)
+    "load_average_1m_max",
+    "cpu_count",
     "measured_iters",
     "energy_j_per_sample",
     "device_peak_mem_bytes",
@@ -123,6 +126,7 @@ READ_KEYS = {
         "device_memory_source",
         "profile_steps",
         "data",
+        "workload",  # an imported profile of a program that is not a torchvision model
     ],
     "metrics": [
         *TRAIN_METRICS,

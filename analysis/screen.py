@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from common import bounds, schema
+from common.load import LOAD_BOUNDS
 from common.stats import as_float
 from common.fmt import short_id
 from roofline.model import DTYPES
@@ -164,14 +165,7 @@ def _param_problem(text) -> str | None:
     return None
 
 
-def _name_problem(text) -> str | None:
-    if not isinstance(text, str):
-        return None  # absent (NaN)
-    if len(text) > schema.MAX_LABEL_CHARS:
-        return f"{len(text)} characters long, where a name is at most {schema.MAX_LABEL_CHARS}"
-    if not text.isprintable():
-        return "holds a character that is not printable (a line break, a control character)"
-    return None
+_name_problem = schema.name_problem  # the one name rule, which commands apply where names enter
 
 
 def _param_why(name: str, value) -> str | None:
@@ -293,7 +287,7 @@ def _shown(text: str) -> str:
     return f"{text[:40]!r}" if _name_problem(text) else text
 
 
-def series(values_by_run: dict[str, list[float]], key: str = "step_time_s"):
+def series(values_by_run: dict[str, list[float]], key: str = schema.STEP_SERIES):
     """(the per-step series without values that are not a step time, one line per run that had
     some). A step time is finite, > 0 and at most common.bounds.MAX_STEP_S."""
     clean, lines = {}, []
@@ -380,11 +374,13 @@ VALUE_RULES: dict[str, Rule] = {
     "gpu_power_max_w": Rule(),
     "gpu_power_limit_w": Rule(),
     "gpu_throttled_sample_share": Rule(0.0, False, 1.0, "1 (a share)"),
-    # the load a peaks or train run measured under (common/load.py): which ceilings to trust,
-    # whether a step-time change coincides with a change of load (analysis/history.py)
-    "load_average_1m_start": Rule(),
-    "load_average_1m_max": Rule(),
-    "cpu_count": Rule(0.0, True),
+    # the load a peaks or train run measured under (common/load.py): which ceilings to trust, by
+    # the rule a run's own roofline applies too (roofline/trust.py), and whether a step-time
+    # change coincides with a change of load (analysis/history.py)
+    **{
+        key: Rule(low, strict, high, f"{high:g}")
+        for key, (low, strict, high) in LOAD_BOUNDS.items()
+    },
 }
 """Per metric key whose bad value is left out on its own: the run is kept (the one value gate
 decides per key: a key of RULES leaves its run out, a key here only its value), the value blanked

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from common.stats import as_float
 
+from common.fmt import ci95
+
 CI_WIDE_REL = 0.5
 """a 95 % confidence half-width of the mean step time over ±50 % of the mean: the mean (and every
 rate made from it) is not a number to compare"""
@@ -30,9 +32,8 @@ def ci_flag(step_time_ci95_rel) -> str:
     if (_figure(step_time_ci95_rel) or 0.0) <= CI_WIDE_REL:
         return ""
     return (
-        f"the 95% confidence interval of the mean step time is ±{step_time_ci95_rel:.0%}, wider "
-        f"than ±{CI_WIDE_REL:.0%}: the mean is not reliable (measure more steps: --iters auto, "
-        "or a quieter machine)"
+        f"the mean step time's {ci95(step_time_ci95_rel)} is wider than ±{CI_WIDE_REL:.0%}: the "
+        "mean is not reliable (measure more steps: --iters auto, or a quieter machine)"
     )
 
 

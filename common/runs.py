@@ -11,7 +11,10 @@ from __future__ import annotations
 import os
 
 from common import console, schema, spool
-from common.errors import one_line
+from common.errors import UsageError, one_line
+
+MAX_EXPERIMENT_CHARS = 256
+"""The longest experiment name: MLflow's SQL stores keep it in a column of 256 characters."""
 
 
 def mlflow_client(client=None):
@@ -31,7 +34,14 @@ def experiment_id_for(name: str | None, create: bool = False, client=None) -> st
     client = mlflow_client(client)
     name = name or os.environ.get("MLFLOW_EXPERIMENT_NAME")
     if name:
+        check_experiment_name(name)
         exp = client.get_experiment_by_name(name)
+        if exp is not None and exp.lifecycle_stage == "deleted":
+            raise UsageError(
+                f"experiment {name!r} is deleted on this tracking server: restore it (mlflow "
+                f"experiments restore --experiment-id {exp.experiment_id}) or give another "
+                "--experiment"
+            )
         if exp is not None:
             return exp.experiment_id
         if not create:
@@ -47,6 +57,20 @@ def experiment_id_for(name: str | None, create: bool = False, client=None) -> st
                 raise
             return exp.experiment_id
     return os.environ.get("MLFLOW_EXPERIMENT_ID") or "0"
+
+
+def check_experiment_name(name: str) -> str:
+    """`name` if it can name an experiment, else UsageError: one printable line of at most
+    MAX_EXPERIMENT_CHARS characters (main: a 5,000-character name ended as a store error, exit 1)."""
+    shown = f"{name[:40]!r}{'...' if len(name) > 40 else ''}"
+    if len(name) > MAX_EXPERIMENT_CHARS:
+        raise UsageError(
+            f"experiment name {shown} is {len(name):,} characters long: use at most "
+            f"{MAX_EXPERIMENT_CHARS}"
+        )
+    if not name.isprintable():
+        raise UsageError(f"experiment name {shown} holds a line break or control character")
+    return name
 
 
 def process_tag(pid: int | None = None) -> str:

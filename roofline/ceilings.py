@@ -9,6 +9,7 @@ as roofline/vendor.py's VendorPeaks (or a dict with its fields).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from common import bounds
@@ -30,10 +31,33 @@ def roof_from_peaks_row(row: dict, device: str) -> Roof:
             roof.sources[f"flops:{dtype}"] = src
     for level in LEVELS:
         v = as_float(row.get(f"metrics.peak_{level}_bytes_per_s"))
-        if v is not None and bounds.MIN_RATE_PER_S <= v <= bounds.MAX_CACHE_BYTES_PER_S:
+        if v is not None and bounds.MIN_RATE_PER_S <= v <= _max_bytes_per_s(level):
             roof.bytes_per_s[level] = v
             roof.sources[f"bytes:{level}"] = src
     return roof
+
+
+def _max_bytes_per_s(level: str) -> float:
+    """The highest bandwidth a `level` ceiling may be (analysis/screen.py's bound for its key)."""
+    return bounds.MAX_DRAM_BYTES_PER_S if level == "dram" else bounds.MAX_CACHE_BYTES_PER_S
+
+
+def ceiling_problem(row: dict) -> str | None:
+    """Why the peaks run `row` measured no ceilings at all, or None: one of its ceilings is there
+    (not absent, not NaN) but no device's peak (not finite, or outside the bounds
+    roof_from_peaks_row reads: those analysis/screen.py applies to the same keys, which leaves such
+    a run out whole). Every reader of peaks runs leaves it out then (roofline/trust.best_roof for a
+    run's own roofline), so that no reader takes its other ceilings while another does not."""
+    keys = [(f"peak_flops_per_s_{d}", bounds.MAX_FLOPS_PER_S) for d in DTYPES]
+    keys += [(f"peak_{lv}_bytes_per_s", _max_bytes_per_s(lv)) for lv in LEVELS]
+    for key, high in keys:
+        value = row.get(f"metrics.{key}")
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            continue
+        v = as_float(value)
+        if v is None or not bounds.MIN_RATE_PER_S <= v <= high:
+            return f"{key} = {value!r} is no peak"
+    return None
 
 
 def roof_from_vendor(entry: Any, device: str, label: str = "vendor") -> Roof | None:

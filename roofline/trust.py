@@ -5,18 +5,20 @@ A peaks run is quiet when the machine was lightly loaded while it measured, busy
 competed with it, or 'not recorded' (runs made before peaks runs logged their load). The ceilings
 come from the quiet runs when there are any, else those that recorded no load, else the busy ones;
 among them each ceiling is the highest measured: a busy machine measures a ceiling too low, never
-too high. Pure: no store, no plotting.
+too high. A load figure that is no measurement (negative, not finite, 1e9 CPUs) reads as not
+recorded, by the one value rule common.load.load_value that analysis/screen.py applies too, so
+the run page and the report name the same ceilings. Pure: no store, no plotting.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
-from common.stats import as_float
-from roofline.ceilings import roof_from_peaks_row
+from common.load import LOAD_METRICS, load_value
+from roofline.ceilings import ceiling_problem, roof_from_peaks_row
 from roofline.model import Roof
 
-PEAKS_LOAD_METRICS = ["load_average_1m_start", "load_average_1m_max", "cpu_count"]
+PEAKS_LOAD_METRICS = list(LOAD_METRICS)
 """what a peaks run logs of the machine's load while it measured (common/load.py)"""
 LOAD_QUIET_START = 0.5
 """a peaks run is trusted when the 1-minute load average when it started measuring was at most
@@ -40,8 +42,9 @@ def load_trust(start: float | None, top: float | None, cpus: float | None) -> st
 
 
 def load_metrics(row: dict) -> dict[str, float | None]:
-    """A peaks run's PEAKS_LOAD_METRICS from its row (`metrics.<key>`), None where it lacks one."""
-    return {k: as_float(row.get(f"metrics.{k}")) for k in PEAKS_LOAD_METRICS}
+    """A peaks run's PEAKS_LOAD_METRICS from its row (`metrics.<key>`), None where it lacks one or
+    holds no measurement (common.load.load_value)."""
+    return {k: load_value(k, row.get(f"metrics.{k}")) for k in PEAKS_LOAD_METRICS}
 
 
 def row_trust(row: dict) -> str:
@@ -76,5 +79,7 @@ def highest(rows: list[dict], dev: str) -> Roof:
 def best_roof(rows: list[dict], dev: str) -> Roof | None:
     """The ceilings of `dev` from its peaks runs `rows` (analysis rows): each the highest among
     the most trusted runs that measured any; None when none measured one."""
-    rows = [r for r in rows if not roof_from_peaks_row(r, dev).is_empty()]
+    rows = [
+        r for r in rows if ceiling_problem(r) is None and not roof_from_peaks_row(r, dev).is_empty()
+    ]
     return highest(trusted(rows), dev) if rows else None

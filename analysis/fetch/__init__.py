@@ -353,11 +353,16 @@ def _download_text(run_id: str, path: str) -> str:
 
 
 def fetch_series(
-    run_ids: list[str], key: str = "step_time_s", source: Source | None = None
+    run_ids: list[str], key: str = schema.STEP_SERIES, source: Source | None = None
 ) -> dict[str, list[float]]:
-    """The per-step values of metric `key` for each run, ordered by step (then time)."""
+    """The per-step values of metric `key` for each run, ordered by step (then time); for the step
+    times, a run logged before they were named schema.STEP_SERIES gets its `step_time_s`."""
     source = source or Source("off")
     try:
-        return source.reader.series(list(run_ids), key)
+        out = source.reader.series(list(run_ids), key)
+        older = [r for r in run_ids if not out.get(r)] if key == schema.STEP_SERIES else []
+        if older:
+            out.update(source.reader.series(older, schema.OLD_STEP_SERIES))
+        return out
     except Exception as exc:  # noqa: BLE001 - connection errors, server-side rejections
         raise BenchError(f"cannot read metric {key} on {source.uri}: {one_line(exc)}") from exc

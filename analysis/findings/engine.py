@@ -134,15 +134,17 @@ def config_record(f: facts.Facts, ctx: Context) -> dict:
 
 
 def judged(f: facts.Facts, ctx: Context) -> tuple[str, list[Finding]]:
-    """(its bound, its findings but cost and energy): an unstable configuration gets only the
-    finding that names it and its breakdown's facts."""
+    """(its bound, its findings but cost and energy): an unstable configuration keeps the side of
+    the ridge it sits on and its fraction of roof, shown as unreliable everywhere (the run's page
+    shows them too), and gets only the finding that names it and its breakdown's facts."""
     b = f.breakdown
     if f.unstable:
         ctx.missing.append(
-            f"{f.env}: {f.label} is unstable ({f.unstable}): no bound, move or anomaly finding "
-            "drawn from it"
+            f"{f.env}: {f.label} is unstable ({f.unstable}): its bound and fraction of roof are "
+            "shown as unreliable; no move or anomaly finding is drawn from it"
         )
-        return "unstable", [unstable(f)] + (moves.breakdown_facts(b) if b is not None else [])
+        side = ROOF_SIDE.get(str(f.point.get("bound") or ""), "unknown")
+        return side, [unstable(f)] + (moves.breakdown_facts(b) if b is not None else [])
     kind, fs = roof_findings(f, ctx)
     peers = ctx.peers
     fs += anomalies.batch_drop(f, peers) + anomalies.peer_gap(f, peers)

@@ -14,6 +14,7 @@ from common.run_record import context_tags
 from common.runs import mlflow_client, redirect_run
 from common.server import is_unreachable
 from common.tracking import RunSession
+from common.ui import say_links
 from train.config import TrainConfig
 from train.run import Measure, RunOptions, SweepChild
 from train.run import run as run_train
@@ -128,6 +129,8 @@ def _run(
             bar.close()
             _settle_elsewhere(outcomes, parent)
             _summarize(parent, plan, outcomes, time.perf_counter() - t0)
+    if not parent.offline:
+        say_links("sweep", parent.run_id, parent.experiment_id)
     return outcomes
 
 

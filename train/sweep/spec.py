@@ -8,11 +8,12 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from common import schema
-from common.errors import UsageError, one_line
+from common import schema, textfile
+from common.errors import UsageError
 from train.config import TrainConfig
 from train.models import check_model_name
 
@@ -31,6 +32,9 @@ AXIS_ALIASES = {
 }
 CONFIG_FIELDS = {f.name for f in fields(TrainConfig)}
 LABEL_AXES = ("model", "batch_size", "precision", "image_size")  # always in a child's label
+MAX_RUNS = 10_000
+"""The most runs one sweep plans (configurations x repeats): a week of 1-minute runs. The matrix's
+size is checked before any configuration is made: ten axes of ten values are 10^10 of them."""
 
 
 @dataclass
@@ -78,6 +82,13 @@ class SweepSpec:
         if int(self.repeats) < 1:
             raise ValueError(f"repeats must be a positive integer, got {self.repeats}")
         self.repeats = int(self.repeats)
+        runs = math.prod(len(v) for v in self.matrix.values()) * self.repeats
+        if runs > MAX_RUNS:
+            raise ValueError(
+                f"matrix: {' x '.join(str(len(v)) for v in self.matrix.values())} values x "
+                f"{self.repeats} repeats are {runs:,} runs, more than the {MAX_RUNS:,} of one "
+                "sweep: split it into sweeps of fewer axes or values"
+            )
         if not self.name:
             self.name = "sweep-" + self.digest()
         try:
@@ -217,30 +228,17 @@ def plan_sweep(spec: SweepSpec, env_label: str | None = None) -> Plan:
     return Plan(spec, label, [(cfg, r, sweep_key(cfg)) for cfg, r in planned])
 
 
-def _yaml_problem(exc: Exception) -> str:
-    """What a YAML error says went wrong and where (its message ends with a source excerpt)."""
-    problem, mark = getattr(exc, "problem", None), getattr(exc, "problem_mark", None)
-    if not problem or mark is None:
-        return one_line(exc)
-    where = f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
-    context, cmark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
-    if context and cmark is not None:
-        where += f" ({context} at line {cmark.line + 1}, column {cmark.column + 1})"
-    return where
-
-
 def load_spec_file(path: str) -> dict:
-    """A sweep file (YAML or JSON): {name?, repeats?, matrix: {axis: [values]}, base?: {field: value}}."""
-    import yaml
-
+    """A sweep file (YAML or JSON): {name?, repeats?, matrix: {axis: [values]}, base?: {field: value}}.
+    Read as every user file is (common.textfile: a regular file, at most 1 Mi characters, YAML
+    without aliases)."""
     p = Path(path).expanduser()
-    if not p.is_file():
-        raise UsageError(f"sweep file {p} does not exist")
+    text = textfile.read_text(p, "sweep file", "--matrix")
     try:
-        data = yaml.safe_load(p.read_text())  # YAML is a superset of JSON
-    except yaml.YAMLError as exc:
+        data = textfile.load_yaml(text)  # YAML is a superset of JSON
+    except ValueError as exc:
         raise UsageError(
-            f"sweep file {p} is not valid YAML/JSON: {_yaml_problem(exc)}; fix that line "
+            f"sweep file {p} is not valid YAML/JSON: {exc}; fix that line "
             "(indent with spaces, close every [ and {)"
         ) from None
     if not isinstance(data, dict) or not isinstance(data.get("matrix"), dict):
