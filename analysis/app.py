@@ -32,8 +32,10 @@ from analysis import (
     out_files,
     report,
     screen,
+    whatif,
 )
 from analysis.fetch.breakdowns import fetch_breakdowns
+from analysis.fetch.whatifs import fetch_whatifs
 from analysis.findings.records import json_text
 from common import console, flags, out_folder, schema, ui
 from common.cli import ArgumentParser, cli_entry
@@ -186,7 +188,7 @@ def _run(cfg: AnalysisConfig, vendor_lookup, n_jobs: int, pool) -> Result:
         vendor_lookup = vendor.load_vendor_lookup(cfg.peaks_file)
     query = cfg.query()
     source = fetch.Source(cfg.cache)
-    runs, complexity, breakdowns, fetch_notes = _fetch(query, source)
+    runs, complexity, breakdowns, whatifs, fetch_notes = _fetch(query, source)
     timings["fetch_s"] = time.perf_counter() - t0
     if pool is not None and source.stats.fetched:
         pool.warm()
@@ -212,7 +214,7 @@ def _run(cfg: AnalysisConfig, vendor_lookup, n_jobs: int, pool) -> Result:
         timings["figures_s"] = time.perf_counter() - t
 
         # the findings are built while the pool draws
-        found = _findings(cfg, analysis, breakdowns, source, out_dir, timings, hist)
+        found = _findings(cfg, analysis, breakdowns, source, out_dir, timings, hist, whatifs)
 
         t = time.perf_counter()
         drawn, files = _drawn(analysis, out_dir, pending, n_jobs)
@@ -223,7 +225,7 @@ def _run(cfg: AnalysisConfig, vendor_lookup, n_jobs: int, pool) -> Result:
         t = time.perf_counter()
         rep, written = _write_report(
             analysis, out_dir, drawn, query.describe(), variability, breakdowns, found, source,
-            vendor_lookup, hist,
+            vendor_lookup, hist, whatifs,
         )  # fmt: skip
         files += written
         out_files.tidy(out_dir, files)  # the files an earlier analysis wrote there: not this one's
@@ -245,8 +247,8 @@ def _history(cfg, analysis, query, source, timings: dict) -> history.History:
 
 
 def _fetch(query: fetch.Query, source: fetch.Source) -> tuple:
-    """(runs, complexity tables, breakdown runs, notes on what was read); UsageError when no train
-    run matches."""
+    """(runs, complexity tables, breakdown runs, what-if runs, notes on what was read); UsageError
+    when no train run matches."""
     runs, notes = fetch.fetch_runs(query, source)
     n_train = 0 if runs.empty else int((runs.get("tags.run_kind") == "train").sum())
     if n_train == 0:
@@ -254,7 +256,8 @@ def _fetch(query: fetch.Query, source: fetch.Source) -> tuple:
     complexity, complexity_notes = fetch.fetch_complexity(query, source)
     notes += complexity_notes
     breakdowns, screened = screen.breakdowns(fetch_breakdowns(query, source, notes))
-    return runs, complexity, breakdowns, notes + screened
+    whatifs, screened_whatifs = screen.whatifs(fetch_whatifs(query, source, notes))
+    return runs, complexity, breakdowns, whatifs, notes + screened + screened_whatifs
 
 
 def no_match(query: fetch.Query) -> str:
@@ -295,6 +298,7 @@ def _write_report(
     source: fetch.Source,
     vendor_lookup,
     changes: history.History | None = None,
+    whatifs: list[dict] = (),
 ) -> tuple[report.Report, list[Path]]:
     """The Report (everything it says: the analysis, the findings, the breakdown runs, the
     profiles' hierarchical rooflines, the figures) and the files written from it under `out_dir`:
@@ -313,6 +317,7 @@ def _write_report(
         png = breakdown_plot.parts_by_run(b.runs, out_dir / "figures" / "breakdown_parts.png")
         figs["breakdown"] = [("Step parts per breakdown run", str(png.relative_to(out_dir)))]
         files.append(png)
+    figs["whatif"] = whatif.figures(list(whatifs), out_dir, files)
     pngs = history_report.figures(changes, out_dir / "figures") if changes is not None else []
     figs["history"] = [(title, str(p.relative_to(out_dir))) for title, p in pngs]
     files += [p for _, p in pngs]
@@ -327,6 +332,7 @@ def _write_report(
         found,
         b,
         tuple(hier),
+        whatifs=tuple(whatifs),
         history=changes,
         notes=(
             *(changes.notes if changes is not None else ()),
@@ -359,13 +365,13 @@ def _tell_experiment(session, result: Result) -> None:
 
 
 def _findings(
-    cfg, analysis, breakdowns: list[dict], source, out_dir: Path, timings: dict, changes=None
+    cfg, analysis, breakdowns, source, out_dir: Path, timings: dict, changes=None, whatifs=()
 ) -> findings.Findings:
-    """The findings engine over the joined analysis, with the step-time series of variable runs and
-    the fetched breakdown runs; writes findings.json."""
+    """The findings engine over the joined analysis, with the step-time series of variable runs,
+    the fetched breakdown runs and the what-if runs' checks; writes findings.json."""
     t = time.perf_counter()
     series = fetch.fetch_series(findings.series_wanted(analysis.train), source=source)
-    found = findings.build(analysis, findings.read_prices(cfg.prices), breakdowns, series)
+    found = findings.build(analysis, findings.read_prices(cfg.prices), breakdowns, series, whatifs)
     timings["findings_s"] = time.perf_counter() - t
     path = out_dir / "findings.json"
     out_dir.mkdir(parents=True, exist_ok=True)

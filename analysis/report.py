@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from analysis import answers, breakdown, hierarchy, history_report, html
+from analysis import answers, breakdown, hierarchy, history_report, html, whatif
 from analysis.breakdown import Breakdowns
 from analysis.core import Analysis
 from analysis.findings import Findings
@@ -145,6 +145,8 @@ class Report:
     """the breakdown runs (analysis/breakdown.py); None: no breakdown section"""
     hierarchies: tuple[dict, ...] = ()
     """the profile runs' hierarchical rooflines (analysis/hierarchy.py collect)"""
+    whatifs: tuple[dict, ...] = ()
+    """the what-if runs' checks as logged (analysis/fetch/whatifs.py, screened)"""
     history: History | None = None
     """every series' change points (analysis/history.py); None: no "What changed over time" """
     notes: tuple[str, ...] = ()
@@ -185,6 +187,10 @@ def _read(r: Report) -> list[Block]:
 
 def _findings(r: Report) -> list[Block] | None:
     return None if r.findings is None else findings_report.section(r.findings)
+
+
+def _advice(r: Report) -> list[Block]:
+    return whatif.section(list(r.whatifs), next(iter(r.figures.get("whatif", [])), None))
 
 
 def _answers(r: Report) -> list[Block] | None:
@@ -271,6 +277,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("The answers", _answers),
     Section("What was read", _read),
     Section("Findings", _findings),
+    Section("How good is the advice", _advice),
     Section("Implausible values", _implausible),
     Section("What is missing", _missing),
     Section("Environments", lambda r: [("table", environments_table(r.analysis.environments))]),

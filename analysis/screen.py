@@ -505,3 +505,47 @@ def price_problem(usd: float) -> str | None:
     if usd > MAX_USD_PER_HOUR:
         return f"is above {MAX_USD_PER_HOUR:,.0f} US dollars per device-hour (a typo?)"
     return None
+
+
+SPEEDUP = Rule(0.0, True, 1e6, "a million times faster")
+"""a what-if's predicted or measured speed-up: a positive ratio of samples/s"""
+WHATIF_NUMBERS = ("predicted_low", "predicted_high", "measured", "measured_low", "measured_high")
+
+
+def whatifs(fetched: list[dict]) -> tuple[list[dict], list[str]]:
+    """(the what-if runs as analysis/fetch/whatifs.py fetched them, one line per thing left out):
+    a check row without a move, a knob or a known verdict is left out; a speed-up that is not a
+    positive number in range, or an interval whose low end is above its high end, is blanked (the
+    pair both) and the row kept."""
+    from roofline.scoring import VERDICTS
+
+    kept, lines = [], []
+    for f in fetched or []:
+        who = f"what-if run {str(f.get('run_id'))[:8]} ({f.get('env_label') or 'no env_label'})"
+        rows = []
+        for r in f.get("rows") or []:
+            if not (isinstance(r, dict) and r.get("move") and r.get("knob")):
+                lines.append(f"{who}: a check row without a move: left out")
+                continue
+            if r.get("verdict") not in VERDICTS:
+                lines.append(f"{who}: {r['move']}'s verdict {r.get('verdict')!r} is none: left out")
+                continue
+            rows.append(_checked(dict(r), who, lines))
+        kept.append({**f, "rows": rows})
+    return kept, lines
+
+
+def _checked(r: dict, who: str, lines: list[str]) -> dict:
+    for key in WHATIF_NUMBERS:
+        if (why := _why(SPEEDUP, r.get(key))) is not None:
+            lines.append(f"{who}: {r['move']}'s {key} {r.get(key)!r} is {why}: left blank")
+            r[key] = None
+    for lo, hi in (("predicted_low", "predicted_high"), ("measured_low", "measured_high")):
+        a, b = r.get(lo), r.get(hi)
+        if (a is None) != (b is None) or (a is not None and float(a) > float(b)):
+            if a is not None or b is not None:
+                lines.append(
+                    f"{who}: {r['move']}'s {lo}-{hi} {a!r}-{b!r} is no interval: left blank"
+                )
+            r[lo] = r[hi] = None
+    return r

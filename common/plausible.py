@@ -13,6 +13,10 @@ from common.fmt import ci95
 CI_WIDE_REL = 0.5
 """a 95 % confidence half-width of the mean step time over ±50 % of the mean: the mean (and every
 rate made from it) is not a number to compare"""
+UNSTABLE_SPREAD = 1.5
+"""a configuration is unstable when its fastest run is more than 1.5 x its slowest in samples/s
+(or its mean step time's CI is wider than CI_WIDE_REL): the machine, not the configuration, set
+its numbers (docs/schema.md, "Definitions"); the findings and the what-if verdicts use it"""
 OVER_ONE = 1.0
 """scaling efficiency and fraction of roof cannot exceed 1 when the baseline and ceilings are right"""
 

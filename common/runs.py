@@ -133,7 +133,7 @@ def close_stale_runs(
     try:
         client = mlflow_client(client)
         if experiment_ids is None:
-            experiment_ids = _all_experiment_ids(client)
+            experiment_ids = all_experiment_ids(client)
         kept = _spooled_ids()
         host = schema.host_name()
         filt = f"attributes.status = 'RUNNING' and tags.{schema.TAG_PROCESS} LIKE {schema.filter_literal(host + ':%', 'host name')}"
@@ -161,7 +161,9 @@ def close_stale_runs(
     return closed
 
 
-def _all_experiment_ids(client) -> list[str]:
+def all_experiment_ids(client=None) -> list[str]:
+    """The ids of every active experiment of the store (paged)."""
+    client = mlflow_client(client)
     ids, token = [], None
     while True:
         page = client.search_experiments(max_results=1000, page_token=token)
@@ -243,6 +245,27 @@ def all_runs(experiment_id: str, filter_string: str, order_by: list[str]) -> lis
         max_results=50_000,
         order_by=order_by,
     )
+
+
+def artifact_text(run_id: str, path: str, client=None) -> str:
+    """One small artifact of a run as text (without MLflow's progress bar on stderr): what a
+    command reads of another's run (a breakdown's layers.csv, a what-if's predictions)."""
+    import tempfile
+
+    client = mlflow_client(client)
+    bar = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+    before = os.environ.get(bar)
+    os.environ[bar] = "false"
+    try:
+        with tempfile.TemporaryDirectory(prefix="artifact-") as tmp:
+            local = client.download_artifacts(run_id, path, tmp)
+            with open(local, encoding="utf-8") as fh:
+                return fh.read()
+    finally:
+        if before is None:
+            os.environ.pop(bar, None)
+        else:
+            os.environ[bar] = before
 
 
 def latest_finished_run(experiment_id: str, filter_string: str, client=None):

@@ -42,6 +42,7 @@ ENTRY_POINTS = {
     "sweep": "sweep",
     "complexity": "complexity",
     "breakdown": "breakdown",
+    "whatif": "whatif",
 }
 # why a profile's ncu input looks cut short (an import with --allow-truncated): no intensity from it
 TAG_NCU_TRUNCATED = "ncu_truncated"
@@ -61,7 +62,16 @@ OLD_STEP_SERIES = "step_time_s"
 TAG_BASE_CONFIG_KEY = "base_config_key"  # config_key of the same work per process in one process
 TAG_BATCH_SCOPE = "batch_size_scope"  # "per_process": batch_size is each process's batch
 
-RUN_KINDS = ("train", "profile", "peaks", "analysis", "sweep", "complexity", "breakdown")
+RUN_KINDS = ("train", "profile", "peaks", "analysis", "sweep", "complexity", "breakdown", "whatif")
+
+# --- what other commands read of a breakdown run (docs/schema.md, `breakdown` runs) -------------
+# profiling/breakdown writes them (its layers.csv has these columns and more); train.whatif reads
+# them as plain data (it may not import profiling): one list both hold to.
+BREAKDOWN_LAYERS_ARTIFACT = "layers.csv"
+BREAKDOWN_ROW_FIELDS = ("module", "phase", "kind", "leaf", "share", "flops", "bytes")
+"""the layers.csv columns the what-if model reads: the row, its share of the step (by the
+breakdown's share clock), its counted FLOPs and modeled bytes per step"""
+BREAKDOWN_STEP_METRIC = "breakdown_step_s"
 
 # --- the measured configuration ----------------------------------------------------------------
 # Fields that change what the device computes. Two runs with equal values do the same work per

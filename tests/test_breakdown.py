@@ -1047,6 +1047,14 @@ def test_a_repeated_hint_points_at_the_row_that_said_it():
     assert hints["d"] == "as for a backward"
 
 
+def test_the_breakdown_writes_every_column_the_model_reads():
+    """profiling/breakdown's layers.csv columns hold common.schema.BREAKDOWN_ROW_FIELDS, the
+    fields train.whatif reads (it may not import profiling)."""
+    from profiling.breakdown.table import COLUMNS
+
+    assert set(schema.BREAKDOWN_ROW_FIELDS) <= set(COLUMNS)
+
+
 def _above_table() -> list[dict]:
     """Leaf rows at 2e10 and 5e9 FLOP/s against a 1e10 FLOP/s roof (DRAM 1e9 B/s: ridge 10)."""
 

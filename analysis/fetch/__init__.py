@@ -18,8 +18,6 @@ complexity artifacts are read uncached, for the few runs that need them.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -349,23 +347,9 @@ def fetch_complexity(query: Query, source: Source | None = None) -> tuple[list[d
 
 def _download_text(run_id: str, path: str) -> str:
     """One small artifact as text (without MLflow's progress bar on stderr)."""
-    import mlflow
+    from common.runs import artifact_text
 
-    bar = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
-    before = os.environ.get(bar)
-    os.environ[bar] = "false"
-    try:
-        with tempfile.TemporaryDirectory(prefix="analysis-") as tmp:
-            local = mlflow.artifacts.download_artifacts(
-                run_id=run_id, artifact_path=path, dst_path=tmp
-            )
-            with open(local, encoding="utf-8") as fh:
-                return fh.read()
-    finally:
-        if before is None:
-            os.environ.pop(bar, None)
-        else:
-            os.environ[bar] = before
+    return artifact_text(run_id, path)
 
 
 def fetch_series(

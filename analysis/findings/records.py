@@ -26,7 +26,10 @@ class Finding:
     """ranking for the headline: the log of the factor it could gain, or how large the anomaly is."""
 
     def sentence(self) -> str:
-        return SENTENCES[self.kind](self.values)
+        """The finding's words; a move a what-if checked ends with its check (analysis/whatif.py)."""
+        text = SENTENCES[self.kind](self.values)
+        check = self.values.get("check")
+        return f"{text} Checked by a what-if: {check}." if check else text
 
     def to_json(self) -> dict:
         return {

@@ -296,7 +296,7 @@ def log_result(session, result: BreakdownResult, tmp: Path) -> None:
         tags["breakdown_above_roof"] = result.above.sentence[:4900]
     session.set_tags(tags)
     session.set_note(description(result))
-    session.log_text("layers.csv", layers_csv(result.table))
+    session.log_text(schema.BREAKDOWN_LAYERS_ARTIFACT, layers_csv(result.table))
     session.log_text("breakdown.json", breakdown_json(result))
     trace = tmp / "trace.json.gz"
     trace.write_bytes(result.trace_gz)

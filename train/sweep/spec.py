@@ -48,6 +48,10 @@ class SweepSpec:
     """fields shared by every configuration (device, iters, image_size, data, ...)."""
     repeats: int = 1
     """runs per configuration; repeats of one configuration go to different passes over the matrix."""
+    variants: list[dict] = field(default_factory=list)
+    """configurations given one by one instead of crossed: each a dict of fields over the base,
+    crossed with the matrix (which may then be empty). A what-if's original and its one-knob
+    moves (train/whatif); empty: the matrix alone."""
     name: str | None = None
     """the sweep's name; re-running a sweep of the same name resumes it. Default: a hash of the spec."""
     env_label: str | None = None
@@ -60,7 +64,8 @@ class SweepSpec:
             for k, v in self.matrix.items()
         }
         self.base = {AXIS_ALIASES.get(k, k): v for k, v in self.base.items()}
-        for key in [*self.matrix, *self.base]:
+        self.variants = [{AXIS_ALIASES.get(k, k): v for k, v in d.items()} for d in self.variants]
+        for key in [*self.matrix, *self.base, *(k for d in self.variants for k in d)]:
             if key not in CONFIG_FIELDS:
                 raise ValueError(
                     f"matrix: unknown field {key!r}; use TrainConfig fields such as model, batch_size, precision"
@@ -95,8 +100,11 @@ class SweepSpec:
         schema.check_label(self.name, "sweep name")  # bounded like an env label
 
     def digest(self) -> str:
+        ident = {"matrix": self.matrix, "base": self.base, "repeats": self.repeats}
+        if self.variants:  # a sweep without variants keeps the name it always had
+            ident["variants"] = self.variants
         blob = json.dumps(
-            {"matrix": self.matrix, "base": self.base, "repeats": self.repeats},
+            ident,
             sort_keys=True,
             default=str,
         )
@@ -109,8 +117,9 @@ class SweepSpec:
         """
         axes = list(self.matrix)
         out, seen = [], set()
-        for combo in itertools.product(*(self.matrix[a] for a in axes)):
-            values = {**self.base, **dict(zip(axes, combo))}
+        combos = itertools.product(self.variants or [{}], *(self.matrix[a] for a in axes))
+        for variant, *combo in combos:
+            values = {**self.base, **variant, **dict(zip(axes, combo))}
             if self.env_label:
                 values["env_label"] = self.env_label
             try:
@@ -131,11 +140,14 @@ class SweepSpec:
 
     def run_params(self) -> dict:
         """The parent run's params: what identifies the sweep besides its name."""
-        return {
+        out = {
             "sweep_matrix": json.dumps(self.matrix, sort_keys=True),
             "sweep_base": json.dumps(self.base, sort_keys=True, default=str),
             "sweep_repeats": self.repeats,
         }
+        if self.variants:
+            out["sweep_variants"] = json.dumps(self.variants, sort_keys=True, default=str)
+        return out
 
 
 def unique(values) -> list:
@@ -191,7 +203,11 @@ class Plan:
         return len(self.runs) // self.spec.repeats
 
     def label(self, cfg: TrainConfig, repeat: int) -> str:
-        return child_label(cfg, repeat, self.axes)
+        """`resnet18 b2 fp32 32px #0`, with every other matrix axis, and each field a variant
+        sets where this configuration's value is not the base's (`compile=True`)."""
+        set_ = dict.fromkeys(k for d in self.spec.variants for k in d if k not in self.axes)
+        differ = [k for k in set_ if str(getattr(cfg, k)) != str(self.spec.base.get(k))]
+        return child_label(cfg, repeat, [*self.axes, *differ])
 
 
 def plan_sweep(spec: SweepSpec, env_label: str | None = None) -> Plan:
