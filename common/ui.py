@@ -324,8 +324,8 @@ def runs_view_hint(experiment_id: str | None, kind: str = "train") -> str:
 def say_links(kind: str, run_id: str | None, experiment_id: str | None, artifact: str = "") -> None:
     """What every command ends with: the link to its own run (or to its `artifact`, the analysis's
     report) and the link to the view that holds it (its kind's saved view). The one
-    link-printing function: train, breakdown, peaks, analysis, sweep and complexity call it (the
-    what-if command is to, under kind "whatif")."""
+    link-printing function: train, breakdown, peaks, analysis, sweep, complexity and whatif call
+    it."""
     if run_id:
         console.result(ui_hint(run_id, experiment_id, artifact))
     hint = runs_view_hint(experiment_id, kind) if kind in VIEWS else ""

@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     for line in out.no_move:
         console.result(f"no move: {line}")
     console.result(f"what-if run {out.run_id}: whatif/table.csv, whatif/predictions.json")
-    console.result(ui.ui_hint(out.run_id, out.session.experiment_id))
+    ui.say_links("whatif", out.run_id, out.session.experiment_id)
     return 0
 
 
