@@ -9,9 +9,7 @@ description and artifacts) around the one `run`; every computation is in the mod
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +38,7 @@ from analysis.findings.records import json_text
 from common import console, flags, out_folder, schema, ui
 from common.cli import ArgumentParser, cli_entry
 from common.errors import BenchError, UsageError
-from common.server import check_reachable, display_uri, tracking_uri
+from common.server import display_uri
 from common.tracking import RunSession
 from roofline import vendor
 
@@ -208,7 +206,7 @@ def _run(cfg: AnalysisConfig, vendor_lookup, n_jobs: int, pool) -> Result:
     out_dir = Path(cfg.out)
     variability = _variability(analysis, cfg, source, timings)
     cache = figure_cache.FigureCache.for_mode(cfg.cache)
-    with writing(out_dir):
+    with out_files.writing(out_dir):
         jobs = figures.plan(analysis, out_dir / "figures", variability.figure)
         pending = figures.Pending(jobs, n_jobs, cache, pool)
         timings["figures_s"] = time.perf_counter() - t
@@ -473,87 +471,14 @@ def _raise_if_no_points(result: Result) -> None:
         )
 
 
-@contextlib.contextmanager
-def writing(out_dir: Path):
-    """An OSError while writing figures, tables or the report (a full disk, a quota, a folder
-    made read-only after the start) becomes one line naming the folder and the reason; the
-    analysis run then ends FAILED with it. Raised in a figure process too (the pool re-raises it)."""
-    try:
-        yield
-    except OSError as exc:
-        where = exc.filename or out_dir
-        raise BenchError(
-            f"cannot write the report into --out {out_dir}: {where}: "
-            f"{exc.strerror or type(exc).__name__}; free space there (or a quota) or pass another --out"
-        ) from None
-
-
-def check_out_dir(out: str) -> Path:
-    """--out as the analysis' folder (common.out_folder.claim: new, empty or an earlier analysis'
-    folder, never in a git checkout that does not ignore it), before any run is fetched or
-    created; UsageError in one line otherwise (a file, a folder it cannot write, a planted link)."""
-    path = Path(out)
-    if path.exists() and not path.is_dir():
-        raise UsageError(
-            f"--out {out} is a file: pass a folder for the report (it is created when missing)"
-        )
-    link = planted_link(path) if path.is_dir() else None
-    if link is not None:
-        raise UsageError(
-            f"--out {out} holds a link {link} -> {os.readlink(link)}: analysis writes only its own "
-            "files there and never through a link (it would overwrite the link's target); remove "
-            "the link or pass another --out"
-        )
-    return out_folder.claim(out, "--out", out_files.MANIFEST, "analysis")
-
-
-def planted_link(out: Path, limit: int = 100_000) -> Path | None:
-    """The first symbolic link inside `out` (not following links; at most `limit` entries looked
-    at). Analysis makes none: one there was put by someone else, and writing report files through
-    would overwrite the file it points to."""
-    seen = 0
-    for folder, dirs, files in os.walk(out):
-        for name in sorted(dirs + files):
-            if os.path.islink(os.path.join(folder, name)):
-                return Path(folder) / name
-        seen += len(dirs) + len(files)
-        if seen > limit:
-            break
-    return None
-
-
-def check_store() -> None:
-    """Before an analysis run exists: a tracking URI that can never work (common.server.check_uri),
-    a sqlite file that does not exist (MLflow would create an empty store there, and the analysis
-    run would be its only run) and a server that does not answer (the run would be kept offline
-    for nothing) each end the command in one line."""
-    uri = tracking_uri()
-    if uri.startswith("sqlite:"):
-        from sqlalchemy.engine import make_url
-
-        path = make_url(uri).database
-        if path and path != ":memory:" and not Path(path).exists():
-            raise UsageError(
-                f"no tracking store at {path} ({display_uri()}): analysis reads runs and makes no "
-                "store; point MLFLOW_TRACKING_URI at the store the runs were logged to"
-            )
-    try:
-        check_reachable()
-    except ConnectionError as exc:
-        raise BenchError(
-            f"{exc}: start it, or point MLFLOW_TRACKING_URI at a store that works"
-        ) from None
-    fetch.check_store_opens()  # a store MLflow refuses (a folder store, a damaged sqlite file)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     cfg = config_from_args(args)
     fetch.check_filter(cfg.filter)  # bad input ends here, before an analysis run exists
-    check_store()
+    fetch.check_store()
     if cfg.experiments:  # a typo must not become an experiment holding a FAILED analysis run
         fetch.experiment_ids(cfg.experiments)
-    with out_folder.locked(check_out_dir(cfg.out), "--out", "analysis"):
+    with out_folder.locked(out_files.check_out_dir(cfg.out), "--out", "analysis"):
         return _analyse(cfg)
 
 

@@ -10,10 +10,12 @@ the folder (never a link, never through one); a user's own files there are not o
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
-from common import console
+from common import console, out_folder
+from common.errors import BenchError, UsageError
 
 MANIFEST = ".analysis-files"
 
@@ -53,3 +55,52 @@ def tidy(out_dir: Path, written: list[Path]) -> list[str]:
     if removed:
         console.info(f"removed {len(removed)} file(s) an earlier analysis wrote into {out_dir}")
     return removed
+
+
+@contextlib.contextmanager
+def writing(out_dir: Path):
+    """An OSError while writing figures, tables or the report (a full disk, a quota, a folder
+    made read-only after the start) becomes one line naming the folder and the reason; the
+    analysis run then ends FAILED with it. Raised in a figure process too (the pool re-raises it)."""
+    try:
+        yield
+    except OSError as exc:
+        where = exc.filename or out_dir
+        raise BenchError(
+            f"cannot write the report into --out {out_dir}: {where}: "
+            f"{exc.strerror or type(exc).__name__}; free space there (or a quota) or pass another --out"
+        ) from None
+
+
+def check_out_dir(out: str) -> Path:
+    """--out as the analysis' folder (common.out_folder.claim: new, empty or an earlier analysis'
+    folder, never in a git checkout that does not ignore it), before any run is fetched or
+    created; UsageError in one line otherwise (a file, a folder it cannot write, a planted link)."""
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise UsageError(
+            f"--out {out} is a file: pass a folder for the report (it is created when missing)"
+        )
+    link = planted_link(path) if path.is_dir() else None
+    if link is not None:
+        raise UsageError(
+            f"--out {out} holds a link {link} -> {os.readlink(link)}: analysis writes only its own "
+            "files there and never through a link (it would overwrite the link's target); remove "
+            "the link or pass another --out"
+        )
+    return out_folder.claim(out, "--out", MANIFEST, "analysis")
+
+
+def planted_link(out: Path, limit: int = 100_000) -> Path | None:
+    """The first symbolic link inside `out` (not following links; at most `limit` entries looked
+    at). Analysis makes none: one there was put by someone else, and writing report files through
+    would overwrite the file it points to."""
+    seen = 0
+    for folder, dirs, files in os.walk(out):
+        for name in sorted(dirs + files):
+            if os.path.islink(os.path.join(folder, name)):
+                return Path(folder) / name
+        seen += len(dirs) + len(files)
+        if seen > limit:
+            break
+    return None

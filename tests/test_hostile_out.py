@@ -63,7 +63,7 @@ def test_a_folder_an_earlier_analysis_made_is_taken_again(tracking, tmp_path, ca
     out = tmp_path / "report"
     out_folder.claim(out, "--out", out_files.MANIFEST, "analysis")
     (out / "summary.csv").write_text("an earlier analysis' table\n")
-    assert app.check_out_dir(str(out)) == out.resolve()
+    assert out_files.check_out_dir(str(out)) == out.resolve()
     assert (out / out_files.MANIFEST).is_file()
 
 
@@ -81,7 +81,10 @@ def test_no_folder_inside_a_git_checkout_unless_git_ignores_it(tracking, tmp_pat
         "(or one git ignores)"
     )
     assert not (repo / "docs").exists() and no_runs()
-    assert app.check_out_dir(str(repo / "analysis_report")) == (repo / "analysis_report").resolve()
+    assert (
+        out_files.check_out_dir(str(repo / "analysis_report"))
+        == (repo / "analysis_report").resolve()
+    )
 
 
 def test_a_second_analysis_on_one_out_is_refused_while_the_first_writes(tracking, tmp_path, capsys):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 
 import pandas as pd
 
@@ -28,7 +29,7 @@ from analysis.fetch.sql import SqliteReader
 from common import console, schema
 from common.errors import BenchError, UsageError, one_line
 from common.fmt import short_id
-from common.server import check_reachable, store_problem, tracking_uri
+from common.server import check_reachable, display_uri, store_problem, tracking_uri
 
 
 @dataclass
@@ -214,6 +215,30 @@ def client():
         return MlflowClient()
     except Exception as exc:  # noqa: BLE001 - whatever the store raised on opening
         raise BenchError(f"cannot use {store_problem(exc)}") from exc
+
+
+def check_store() -> None:
+    """Before an analysis run exists: a tracking URI that can never work (common.server.check_uri),
+    a sqlite file that does not exist (MLflow would create an empty store there, and the analysis
+    run would be its only run) and a server that does not answer (the run would be kept offline
+    for nothing) each end the command in one line."""
+    uri = tracking_uri()
+    if uri.startswith("sqlite:"):
+        from sqlalchemy.engine import make_url
+
+        path = make_url(uri).database
+        if path and path != ":memory:" and not Path(path).exists():
+            raise UsageError(
+                f"no tracking store at {path} ({display_uri()}): analysis reads runs and makes no "
+                "store; point MLFLOW_TRACKING_URI at the store the runs were logged to"
+            )
+    try:
+        check_reachable()
+    except ConnectionError as exc:
+        raise BenchError(
+            f"{exc}: start it, or point MLFLOW_TRACKING_URI at a store that works"
+        ) from None
+    check_store_opens()  # a store MLflow refuses (a folder store, a damaged sqlite file)
 
 
 def check_store_opens() -> None:
