@@ -9,15 +9,13 @@ description and artifacts) around the one `run`; every computation is in the mod
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
-import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from analysis import answers
 from analysis import (
     breakdown,
     core,
@@ -29,15 +27,18 @@ from analysis import (
     hierarchy,
     history,
     history_report,
+    out_files,
     report,
     screen,
+    whatif,
 )
 from analysis.fetch.breakdowns import fetch_breakdowns
+from analysis.fetch.whatifs import fetch_whatifs
 from analysis.findings.records import json_text
-from common import console, flags, schema, ui
+from common import console, flags, out_folder, schema, ui
 from common.cli import ArgumentParser, cli_entry
 from common.errors import BenchError, UsageError
-from common.server import check_reachable, display_uri, tracking_uri
+from common.server import display_uri
 from common.tracking import RunSession
 from roofline import vendor
 
@@ -185,7 +186,7 @@ def _run(cfg: AnalysisConfig, vendor_lookup, n_jobs: int, pool) -> Result:
         vendor_lookup = vendor.load_vendor_lookup(cfg.peaks_file)
     query = cfg.query()
     source = fetch.Source(cfg.cache)
-    runs, complexity, breakdowns, fetch_notes = _fetch(query, source)
+    runs, complexity, breakdowns, whatifs, fetch_notes = _fetch(query, source)
     timings["fetch_s"] = time.perf_counter() - t0
     if pool is not None and source.stats.fetched:
         pool.warm()
@@ -205,13 +206,13 @@ def _run(cfg: AnalysisConfig, vendor_lookup, n_jobs: int, pool) -> Result:
     out_dir = Path(cfg.out)
     variability = _variability(analysis, cfg, source, timings)
     cache = figure_cache.FigureCache.for_mode(cfg.cache)
-    with writing(out_dir):
+    with out_files.writing(out_dir):
         jobs = figures.plan(analysis, out_dir / "figures", variability.figure)
         pending = figures.Pending(jobs, n_jobs, cache, pool)
         timings["figures_s"] = time.perf_counter() - t
 
         # the findings are built while the pool draws
-        found = _findings(cfg, analysis, breakdowns, source, out_dir, timings, hist)
+        found = _findings(cfg, analysis, breakdowns, source, out_dir, timings, hist, whatifs)
 
         t = time.perf_counter()
         drawn, files = _drawn(analysis, out_dir, pending, n_jobs)
@@ -222,9 +223,10 @@ def _run(cfg: AnalysisConfig, vendor_lookup, n_jobs: int, pool) -> Result:
         t = time.perf_counter()
         rep, written = _write_report(
             analysis, out_dir, drawn, query.describe(), variability, breakdowns, found, source,
-            vendor_lookup, hist,
+            vendor_lookup, hist, whatifs,
         )  # fmt: skip
         files += written
+        out_files.tidy(out_dir, files)  # the files an earlier analysis wrote there: not this one's
     timings["report_s"] = time.perf_counter() - t
     timings["total_s"] = time.perf_counter() - t0
     return Result(analysis, out_dir, files, timings, source, found, drawn_names, rep, hist)
@@ -243,8 +245,8 @@ def _history(cfg, analysis, query, source, timings: dict) -> history.History:
 
 
 def _fetch(query: fetch.Query, source: fetch.Source) -> tuple:
-    """(runs, complexity tables, breakdown runs, notes on what was read); UsageError when no train
-    run matches."""
+    """(runs, complexity tables, breakdown runs, what-if runs, notes on what was read); UsageError
+    when no train run matches."""
     runs, notes = fetch.fetch_runs(query, source)
     n_train = 0 if runs.empty else int((runs.get("tags.run_kind") == "train").sum())
     if n_train == 0:
@@ -252,7 +254,8 @@ def _fetch(query: fetch.Query, source: fetch.Source) -> tuple:
     complexity, complexity_notes = fetch.fetch_complexity(query, source)
     notes += complexity_notes
     breakdowns, screened = screen.breakdowns(fetch_breakdowns(query, source, notes))
-    return runs, complexity, breakdowns, notes + screened
+    whatifs, screened_whatifs = screen.whatifs(fetch_whatifs(query, source, notes))
+    return runs, complexity, breakdowns, whatifs, notes + screened + screened_whatifs
 
 
 def no_match(query: fetch.Query) -> str:
@@ -293,6 +296,7 @@ def _write_report(
     source: fetch.Source,
     vendor_lookup,
     changes: history.History | None = None,
+    whatifs: list[dict] = (),
 ) -> tuple[report.Report, list[Path]]:
     """The Report (everything it says: the analysis, the findings, the breakdown runs, the
     profiles' hierarchical rooflines, the figures) and the files written from it under `out_dir`:
@@ -302,7 +306,8 @@ def _write_report(
         analysis.runs, analysis.roofs, vendor_lookup, out_dir / "figures"
     )
     b = breakdown.build(breakdowns)
-    files = report.write_tables(analysis, out_dir) + breakdown.write_files(b, out_dir)
+    shaky = answers.unstable_keys(found.configs) if found is not None else frozenset()
+    files = report.write_tables(analysis, out_dir, shaky) + breakdown.write_files(b, out_dir)
     figs = {**drawn, "hierarchical": [(h["title"], h["figure"]) for h in hier]}
     if not b.runs.empty:  # breakdown_plot imports matplotlib (through profiling.breakdown)
         from analysis import breakdown_plot
@@ -310,6 +315,7 @@ def _write_report(
         png = breakdown_plot.parts_by_run(b.runs, out_dir / "figures" / "breakdown_parts.png")
         figs["breakdown"] = [("Step parts per breakdown run", str(png.relative_to(out_dir)))]
         files.append(png)
+    figs["whatif"] = whatif.figures(list(whatifs), out_dir, files)
     pngs = history_report.figures(changes, out_dir / "figures") if changes is not None else []
     figs["history"] = [(title, str(p.relative_to(out_dir))) for title, p in pngs]
     files += [p for _, p in pngs]
@@ -324,6 +330,7 @@ def _write_report(
         found,
         b,
         tuple(hier),
+        whatifs=tuple(whatifs),
         history=changes,
         notes=(
             *(changes.notes if changes is not None else ()),
@@ -337,14 +344,32 @@ def _write_report(
     return rep, files + [h["path"] for h in hier] + report.write(rep, out_dir)
 
 
+def _tell_experiment(session, result: Result) -> None:
+    """The analysis's answer as the first paragraph of its experiment's description, which MLflow
+    shows above every tab of the experiment page (common.ui.set_answer: only while the
+    description is the commands' own), and as the run's tag `analysis_fastest` (a column of the
+    analyses' saved view)."""
+    if session.offline or not result.findings or not result.findings.configs:
+        return
+    names = answers.run_names(result.analysis.train)
+    text = answers.answer_paragraph(result.findings.configs, names)
+    session.set_tags({"analysis_fastest": text[:4900]})
+    from common.runs import mlflow_client
+
+    link = ui.run_path(session.run_id, session.experiment_id, REPORT_ARTIFACT)
+    ui.set_answer(
+        mlflow_client(), session.experiment_id, f"{ui.ANSWER_MARK} ([report]({link})): {text}"
+    )
+
+
 def _findings(
-    cfg, analysis, breakdowns: list[dict], source, out_dir: Path, timings: dict, changes=None
+    cfg, analysis, breakdowns, source, out_dir: Path, timings: dict, changes=None, whatifs=()
 ) -> findings.Findings:
-    """The findings engine over the joined analysis, with the step-time series of variable runs and
-    the fetched breakdown runs; writes findings.json."""
+    """The findings engine over the joined analysis, with the step-time series of variable runs,
+    the fetched breakdown runs and the what-if runs' checks; writes findings.json."""
     t = time.perf_counter()
     series = fetch.fetch_series(findings.series_wanted(analysis.train), source=source)
-    found = findings.build(analysis, findings.read_prices(cfg.prices), breakdowns, series)
+    found = findings.build(analysis, findings.read_prices(cfg.prices), breakdowns, series, whatifs)
     timings["findings_s"] = time.perf_counter() - t
     path = out_dir / "findings.json"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -392,10 +417,15 @@ def _variability(
     return Variability((label, by_env), caption, tuple(notes))
 
 
+REPORT_FOLDER = "report"
+REPORT_ARTIFACT = f"{REPORT_FOLDER}/report.html"
+"""where the analysis run holds its report (the link the command prints opens it)"""
+
+
 def _log(session, cfg: AnalysisConfig, result: Result) -> None:
     for path in result.files:
         rel = path.relative_to(result.out_dir)
-        session.log_file(str(Path("report") / rel), path)
+        session.log_file(str(Path(REPORT_FOLDER) / rel), path)
     c = result.analysis.counts
     session.log_metrics(
         {
@@ -441,94 +471,19 @@ def _raise_if_no_points(result: Result) -> None:
         )
 
 
-@contextlib.contextmanager
-def writing(out_dir: Path):
-    """An OSError while writing figures, tables or the report (a full disk, a quota, a folder
-    made read-only after the start) becomes one line naming the folder and the reason; the
-    analysis run then ends FAILED with it. Raised in a figure process too (the pool re-raises it)."""
-    try:
-        yield
-    except OSError as exc:
-        where = exc.filename or out_dir
-        raise BenchError(
-            f"cannot write the report into --out {out_dir}: {where}: "
-            f"{exc.strerror or type(exc).__name__}; free space there (or a quota) or pass another --out"
-        ) from None
-
-
-def check_out_dir(out: str) -> None:
-    """UsageError unless `out` is a folder (made when missing) this process can write in: found
-    before any run is fetched or created, not after."""
-    path = Path(out)
-    if path.exists() and not path.is_dir():
-        raise UsageError(
-            f"--out {out} is a file: pass a folder for the report (it is created when missing)"
-        )
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=path):
-            pass
-    except OSError as exc:
-        raise UsageError(
-            f"--out {out}: cannot write there ({exc.strerror or type(exc).__name__}): pass a "
-            "folder you can write to"
-        ) from None
-    link = planted_link(path)
-    if link is not None:
-        raise UsageError(
-            f"--out {out} holds a link {link} -> {os.readlink(link)}: analysis writes only its own "
-            "files there and never through a link (it would overwrite the link's target); remove "
-            "the link or pass another --out"
-        )
-
-
-def planted_link(out: Path, limit: int = 100_000) -> Path | None:
-    """The first symbolic link inside `out` (not following links; at most `limit` entries looked
-    at). Analysis makes none: one there was put by someone else, and writing report files through
-    would overwrite the file it points to."""
-    seen = 0
-    for folder, dirs, files in os.walk(out):
-        for name in sorted(dirs + files):
-            if os.path.islink(os.path.join(folder, name)):
-                return Path(folder) / name
-        seen += len(dirs) + len(files)
-        if seen > limit:
-            break
-    return None
-
-
-def check_store() -> None:
-    """Before an analysis run exists: a tracking URI that can never work (common.server.check_uri),
-    a sqlite file that does not exist (MLflow would create an empty store there, and the analysis
-    run would be its only run) and a server that does not answer (the run would be kept offline
-    for nothing) each end the command in one line."""
-    uri = tracking_uri()
-    if uri.startswith("sqlite:"):
-        from sqlalchemy.engine import make_url
-
-        path = make_url(uri).database
-        if path and path != ":memory:" and not Path(path).exists():
-            raise UsageError(
-                f"no tracking store at {path} ({display_uri()}): analysis reads runs and makes no "
-                "store; point MLFLOW_TRACKING_URI at the store the runs were logged to"
-            )
-    try:
-        check_reachable()
-    except ConnectionError as exc:
-        raise BenchError(
-            f"{exc}: start it, or point MLFLOW_TRACKING_URI at a store that works"
-        ) from None
-    fetch.check_store_opens()  # a store MLflow refuses (a folder store, a damaged sqlite file)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     cfg = config_from_args(args)
     fetch.check_filter(cfg.filter)  # bad input ends here, before an analysis run exists
-    check_store()
+    fetch.check_store()
     if cfg.experiments:  # a typo must not become an experiment holding a FAILED analysis run
         fetch.experiment_ids(cfg.experiments)
-    check_out_dir(cfg.out)
+    with out_folder.locked(out_files.check_out_dir(cfg.out), "--out", "analysis"):
+        return _analyse(cfg)
+
+
+def _analyse(cfg: AnalysisConfig) -> int:
+    """The analysis of main, its --out claimed and locked: the last checks, then the run."""
     findings.read_prices(cfg.prices)
     if cfg.peaks_file:  # a missing or bad file: one line, before any run (main: a FAILED run)
         vendor.load_overrides(cfg.peaks_file)
@@ -563,6 +518,7 @@ def main(argv: list[str] | None = None) -> int:
             _log(session, cfg, result)
             _draw_run_rooflines(result)
             session.set_note(run_note(cfg, result))
+            _tell_experiment(session, result)
             _raise_if_no_points(result)
         where = f"; logged to run {session.run_id}" if session.run_id else ""
     else:
@@ -575,6 +531,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{summary_line(result)}; report: {result.out_dir / 'report.html'} "
         f"({result.timings_s['total_s']:.1f} s){where}"
     )
+    if where:
+        ui.say_links("analysis", session.run_id, session.experiment_id, REPORT_ARTIFACT)
     return 0
 
 

@@ -17,16 +17,15 @@ MAX_BARS = 40  # the latest runs beyond this are in the table, not the figure
 def parts_by_run(runs: pd.DataFrame, path: Path) -> Path:
     """Horizontal bars (environment and config on the left, the step's time on the right, in s or ms), each split
     into the step's parts as shares of the step. Writes `path` (PNG) and returns it."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from roofline.style import plain_text
+    from roofline.style import write_png
 
     runs = runs.sort_values(["env_label", "config_label"]).head(MAX_BARS).reset_index(drop=True)
     n = len(runs)
-    height = 1.3 + 0.32 * n  # inches: the legend above, the axis label below, a row per bar
-    fig = Figure(figsize=(9.0, height), dpi=100)
-    fig.subplots_adjust(left=0.34, right=0.88, top=1 - 0.45 / height, bottom=0.6 / height)
+    height = 1.6 + 0.32 * n  # inches: the legend above, the axis label below, a row per bar
+    fig = Figure(figsize=(8.4, height), dpi=100)
+    fig.subplots_adjust(left=0.38, right=0.88, top=1 - 0.75 / height, bottom=0.7 / height)
     ax = fig.add_subplot()
     y = list(range(n))[::-1]
     left = [0.0] * n
@@ -41,7 +40,7 @@ def parts_by_run(runs: pd.DataFrame, path: Path) -> Path:
         left = [a + b for a, b in zip(left, w)]
     ax.set_yticks(y)
     ax.set_yticklabels(
-        [f"{e} · {c}"[:52] for e, c in zip(runs["env_label"], runs["config_label"])], fontsize=7
+        [f"{e} · {c}"[:44] for e, c in zip(runs["env_label"], runs["config_label"])], fontsize=8.2
     )
     for yi, t in zip(y, runs["step_s"]):
         ax.text(
@@ -49,16 +48,17 @@ def parts_by_run(runs: pd.DataFrame, path: Path) -> Path:
             yi,
             fmt.duration(t),
             va="center",
-            fontsize=7,
+            fontsize=8.2,
             transform=ax.get_yaxis_transform(),
         )
     ax.set_xlim(0, 1)
-    ax.set_xlabel("share of the step (mean of the recorded steps)", fontsize=8)
-    ax.tick_params(axis="x", labelsize=7)
-    ax.legend(
-        fontsize=7, ncol=len(PARTS), loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False
+    ax.set_xlabel(
+        "share of the step by each run's share clock (the main thread's CPU clock on the CPU, "
+        "else the wall clock; mean of the recorded steps)",
+        fontsize=8.2,
     )
+    ax.tick_params(axis="x", labelsize=8.2)
+    ax.legend(fontsize=8.2, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
     path.parent.mkdir(parents=True, exist_ok=True)
-    plain_text(fig)
-    FigureCanvasAgg(fig).print_png(str(path))
+    write_png(fig, path)
     return path

@@ -87,6 +87,9 @@ def collect(runs, roofs: dict, vendor_lookup, folder: Path) -> tuple[list[dict],
         table = add_bounds(table.drop(columns=["bound", "compute_ceiling"], errors="ignore"), roof)
         label = r.get(f"tags.{schema.TAG_CONFIG_LABEL}") or short_id(r["run_id"])
         title = f"Hierarchical roofline: {label} on {dev} ({env or 'no env_label'})"
+        n_over = int((pd.to_numeric(table["roof_fraction"], errors="coerce") > 1).sum())
+        if n_over:
+            title += f": {n_over} kernel name(s) above their roof (the report says why)"
         from profiling.hierarchy.figure import hierarchical_png  # matplotlib: only when drawing
 
         folder.mkdir(parents=True, exist_ok=True)
@@ -129,11 +132,43 @@ def kernels_table(table: pd.DataFrame, top: int = TOP) -> Table:
                 f"{100 * share:.1f} %" if isinstance(share, float) and math.isfinite(share) else "",
                 _num(r.get("flops"), "FLOP"),
                 *[_num(r.get(f"intensity_{lv}_flops_per_byte")) for lv in LEVELS],
-                r.get("bound") if isinstance(r.get("bound"), str) else "",
+                _bound(r),
             ]
         )
     heads = ["kernel", "phase", "launches", "time share", "FLOPs", "AI DRAM", "AI L2", "AI L1"]
     return Table([*heads, "bound"], rows)
+
+
+def _bound(r: dict) -> str:
+    """The ceiling that bounds a kernel, and `above its roof (2.1x)` when its FLOP/s exceed it."""
+    bound = r.get("bound") if isinstance(r.get("bound"), str) else ""
+    frac = r.get("roof_fraction")
+    if isinstance(frac, float) and math.isfinite(frac) and frac > 1:
+        return f"{bound}, above its roof ({frac:.1f}x)"
+    return bound
+
+
+def above_roof(table: pd.DataFrame) -> str:
+    """One sentence naming a profile's kernels above their roof and which evidence says why ('' when
+    none is): ncu replays each kernel at locked clocks with flushed caches, which only slows it,
+    so a kernel above its roof points at the ceiling, as a train point above its roof does."""
+    if "roof_fraction" not in table:
+        return ""
+    over = table[pd.to_numeric(table["roof_fraction"], errors="coerce") > 1]
+    if over.empty:
+        return ""
+    over = over.sort_values("roof_fraction", ascending=False)
+    named = ", ".join(
+        f"{str(r['kernel_name'])[:40]} {r['roof_fraction']:.1f}x ({r['bound']})"
+        for r in over.head(3).to_dict("records")
+    )
+    more = f" and {len(over) - 3} more" if len(over) > 3 else ""
+    return (
+        f"Above the roof: {len(over)} kernel name(s) exceed the ceiling that bounds them: {named}"
+        f"{more}. The ceiling looks too low: ncu times each kernel at locked clocks with flushed "
+        "caches, which only lowers its FLOP/s; measure the device's ceilings with `python -m "
+        "profiling.peaks` on a quiet machine (or give them with --peaks-file)."
+    )
 
 
 def phases_table(phases: pd.DataFrame) -> Table:
@@ -162,6 +197,9 @@ def section(items: Sequence[dict]) -> list[tuple] | None:
         out.append(
             ("p", f"**{it['label']}** on {it['device']}, profile run `{short_id(it['run_id'])}`:")
         )
+        above = above_roof(it["table"])
+        if above:
+            out.append(("p", above))
         out.append(("figure", it["title"], it["figure"]))
         out.append(("table", kernels_table(it["table"])))
         out.append(("table", phases_table(it["phases"])))

@@ -15,10 +15,9 @@ from common import fmt
 
 def series_figure(s: history.Series, path: Path) -> Path:
     """Writes `path` (PNG) and returns it."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from roofline.style import plain_text
+    from roofline.style import write_png
 
     fig = Figure(figsize=(8.0, 3.6), dpi=100)
     ax = fig.add_subplot()
@@ -53,6 +52,5 @@ def series_figure(s: history.Series, path: Path) -> Path:
     ax.legend(fontsize=7, loc="best", frameon=True, framealpha=0.8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    plain_text(fig)
-    FigureCanvasAgg(fig).print_png(str(path))
+    write_png(fig, path)
     return path

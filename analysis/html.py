@@ -17,9 +17,11 @@ import re
 from analysis.markdown import Table
 
 STYLE = """
-body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1.5em auto;
-       max-width: 1800px; padding: 0 1em; line-height: 1.45; color: #1a1a1a; }
-h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 1.6em; border-bottom: 1px solid #ddd; }
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0.6em auto;
+       max-width: 1800px; padding: 0 1em; line-height: 1.4; color: #1a1a1a; font-size: 14px; }
+h1 { font-size: 1.35em; margin: 0.2em 0 0.4em; }
+h2 { font-size: 1.15em; margin-top: 1.4em; border-bottom: 1px solid #ddd; }
+p, li { margin: 0.35em 0; }
 code { background: #f3f3f3; padding: 0 0.2em; border-radius: 3px; font-size: 0.92em; }
 .table { overflow-x: auto; }
 table { border-collapse: collapse; font-size: 0.8em; margin: 0.5em 0; }

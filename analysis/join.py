@@ -21,7 +21,7 @@ import pandas as pd
 from common import schema
 from common.stats import mean_ci95_rel
 from common.fmt import short_id
-from roofline.trust import PEAKS_LOAD_METRICS
+from roofline.ceilings import PEAKS_LOAD_METRICS
 from train.config import data_kind
 
 GROUP_KEYS = list(schema.POINT_KEYS)
@@ -65,6 +65,9 @@ DIST_CARRIED = [
 # step-time CI, energy (train/energy.py), device memory and the NVML samples' summaries
 FINDINGS_METRICS = [
     "step_time_ci95_rel",
+    "load_average_1m_start",  # the machine's load while a train run measured (common/load.py)
+    "load_average_1m_max",
+    "cpu_count",
     "measured_iters",
     "energy_j_per_sample",
     "device_peak_mem_bytes",
@@ -130,6 +133,7 @@ READ_KEYS = {
         "device_memory_source",
         "profile_steps",
         "data",
+        "workload",  # an imported profile of a program that is not a torchvision model
     ],
     "metrics": [
         *TRAIN_METRICS,

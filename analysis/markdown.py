@@ -15,7 +15,7 @@ import pandas as pd
 from roofline.model import Roof
 from analysis.tables import engine_label
 from common import schema
-from common.fmt import num, pct, short_id, si
+from common.fmt import ci95, num, pct, short_id, si
 from common.stats import excludes_one
 
 SUMMARY_COLUMNS = [
@@ -105,36 +105,85 @@ def summary_frame(points: pd.DataFrame) -> pd.DataFrame:
     return df[SUMMARY_COLUMNS]
 
 
-def _samples_text(p: dict) -> str:
-    """A point's samples/s as the run's description writes it (train/result_text.py), then its runs'
-    range (the spread shown, not averaged away) or, for one run, ± its within-run SD."""
-    thr, sd = _f(p["throughput_mean_samples_per_s"]), _f(p["throughput_sd_samples_per_s"])
-    thr_txt = num(thr)  # as the run's description writes it (train/result_text.py)
-    lo, hi = (
-        _f(p.get("throughput_min_run_samples_per_s")),
-        _f(p.get("throughput_max_run_samples_per_s")),
+def samples_phrase(thr, n_runs, lo=None, hi=None, ci_rel=None, unreliable=False) -> str:
+    """A configuration's samples/s as every page writes it: `2.81 (1 run, 95% CI ±79.4%)`,
+    `5.1 (3 runs 4.2–6.0, 95% CI ±12%)` (the runs' range, the spread shown, not averaged away,
+    and the one uncertainty, named the same way everywhere), `, unreliable` when unstable."""
+    runs = int(_f(n_runs)) if math.isfinite(_f(n_runs)) else 0
+    lo, hi = _f(lo), _f(hi)
+    spread = f" {num(lo)}–{num(hi)}" if runs > 1 and math.isfinite(lo) and hi > lo else ""
+    ci = ci95(_f(ci_rel))
+    inner = f"{runs} run{'s' if runs != 1 else ''}{spread}" + (f", {ci}" if ci else "")
+    return f"{num(_f(thr))} ({inner})" + (", unreliable" if unreliable else "")
+
+
+def _samples_text(p: dict, unreliable: bool = False) -> str:
+    """A point's samples/s (samples_phrase)."""
+    return samples_phrase(
+        p["throughput_mean_samples_per_s"],
+        p.get("n_runs"),
+        p.get("throughput_min_run_samples_per_s"),
+        p.get("throughput_max_run_samples_per_s"),
+        p.get("step_time_ci95_rel"),
+        unreliable,
     )
-    if p["throughput_sd_kind"] != "within run" and math.isfinite(lo) and hi > lo:
-        thr_txt += f" (runs {num(lo)}–{num(hi)})"  # the spread shown, not averaged away
-    elif math.isfinite(sd):
-        thr_txt += f" ± {num(sd, 2)}" + (
-            " (within run)" if p["throughput_sd_kind"] == "within run" else ""
-        )
-    return thr_txt
 
 
-def summary_table(points: pd.DataFrame) -> Table:
+KNOB_COLUMNS = {
+    "image_size": "image",
+    "channels_last": "channels_last",
+    "compile": "compile",
+    "optimizer": "optimizer",
+    "num_classes": "classes",
+    "workers": "workers",
+}
+"""knobs the summary shows a column for when its points differ in them (beside model, precision,
+batch and engine, always shown): two rows `resnet18 fp32 8` that differ in channels_last showed
+nothing that told them apart"""
+
+
+def knob_columns(points: pd.DataFrame) -> list[str]:
+    """The KNOB_COLUMNS the points differ in."""
+    return [k for k in KNOB_COLUMNS if k in points and points[k].astype(str).nunique() > 1]
+
+
+def by_samples(points: pd.DataFrame) -> pd.DataFrame:
+    """The points fastest first within each environment (and device)."""
+    order = pd.to_numeric(points["throughput_mean_samples_per_s"], errors="coerce")
+    return (
+        points.assign(_order=-order.fillna(-1))
+        .sort_values(["env_label", "device_name", "_order"], kind="stable")
+        .drop(columns="_order")
+    )
+
+
+KNOB_UNITS = {"image_size": " px"}
+"""the unit a knob's cell names after its value"""
+
+
+def _knob(v, unit: str = "") -> str:
+    """A knob's value for a cell: whole numbers without '.0' (then `unit`), '' when missing."""
+    f = _f(v)
+    if math.isfinite(f) and f.is_integer():
+        return f"{int(f)}{unit}"
+    return "" if str(v) in ("nan", "None", "<NA>", "") else str(v)
+
+
+def summary_table(points: pd.DataFrame, unstable: frozenset = frozenset()) -> Table:
+    """One row per point, fastest first within each environment, with every knob its points
+    differ in; the bound and fraction of an unstable configuration (`unstable`: (env_label,
+    device_name, config_key)) marked unreliable, as everywhere."""
+    knobs = knob_columns(points)
     headers = [
         "environment",
         "device",
         "model",
         "precision",
         "batch",
-        "image",
-        "classes",
+        *(KNOB_COLUMNS[k] for k in knobs),
         "engine",
         "runs",
-        "samples/s (runs' range)",
+        "samples/s (runs, their range, 95% CI)",
         "achieved",
         "intensity (FLOP/B)",
         "intensity source",
@@ -143,8 +192,9 @@ def summary_table(points: pd.DataFrame) -> Table:
         "fraction of roof",
     ]
     rows = []
-    for p in points.to_dict("records"):
-        thr_txt = _samples_text(p)
+    for p in by_samples(points).to_dict("records"):
+        shaky = (p["env_label"], p["device_name"], p["config_key"]) in unstable
+        thr_txt = _samples_text(p, shaky)
         ach = _f(p["achieved_flops_per_s"])
         peak = _f(p.get("peak_flops_per_s"))
         ceiling = (
@@ -155,6 +205,9 @@ def summary_table(points: pd.DataFrame) -> Table:
         bound = p["bound"] or ("no peaks" if not math.isfinite(peak) else "")
         if p.get("hier_limiter"):
             bound += f" (hierarchical: {p['hier_limiter']})"
+        frac = pct(_f(p.get("fraction_of_roof")))
+        if shaky:
+            bound, frac = f"{bound} (unreliable: unstable)", f"{frac} (unreliable)" if frac else ""
         rows.append(
             [
                 p["env_label"],
@@ -162,8 +215,7 @@ def summary_table(points: pd.DataFrame) -> Table:
                 p["model"],
                 p["precision"],
                 _int(p["batch_size"]),
-                f"{_int(p.get('image_size'))} px" if _int(p.get("image_size")) else "",
-                _int(p.get("num_classes")),
+                *(_knob(p.get(k), KNOB_UNITS.get(k, "")) for k in knobs),
                 engine_label(p) or "one process",
                 int(p["n_runs"]),
                 thr_txt,
@@ -172,7 +224,7 @@ def summary_table(points: pd.DataFrame) -> Table:
                 p["intensity_source"],
                 ceiling,
                 bound,
-                pct(_f(p.get("fraction_of_roof"))),
+                frac,
             ]
         )
     return Table(headers, rows)

@@ -29,8 +29,9 @@ from roofline.style import (  # noqa: E402
     distinct_colors,
     env_title,
     log_ticks,
+    write_png,
+    FIGURE_WIDTH_IN,
     new_figure,
-    plain_text,
 )
 
 
@@ -40,8 +41,7 @@ DPI = 110
 def save(fig: Figure, path: Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    plain_text(fig)
-    fig.savefig(path, dpi=DPI)
+    write_png(fig, path, dpi=DPI)
     return path
 
 
@@ -60,20 +60,22 @@ def wrap(text: str, width_in: float, fontsize: float) -> str:
     )
 
 
-def _panels(
-    n: int, width_each: float = 5.5, height_each: float = 4.0, right: float = 0.25, top=0.75
-):
-    ncols = 1 if n == 1 else 2 if n <= 4 else 3
+def _panels(n: int, height_each: float = 3.6, top=0.75, legend_rows: int = 0):
+    """`n` panels, at most two a row, in a figure FIGURE_WIDTH_IN wide (legible at the viewer's
+    width) with room below for an axis label and a legend of `legend_rows` rows."""
+    ncols = 1 if n == 1 else 2
     nrows = math.ceil(n / ncols)
+    bottom = 0.65 + (0.3 + LEGEND_ROW_IN * legend_rows if legend_rows else 0.0)
     fig, axes = new_figure(
-        width_each * ncols + right,
-        height_each * nrows + top - 0.75,
+        FIGURE_WIDTH_IN,
+        height_each * nrows + top - 0.75 + bottom,
         nrows,
         ncols,
         left=0.9,
-        right=right,
+        right=0.3,
         top=top,
-        bottom=0.65,
+        bottom=bottom,
+        wspace=0.32,
     )
     flat = list(axes.flat)
     for ax in flat[n:]:
@@ -81,15 +83,23 @@ def _panels(
     return fig, flat[:n]
 
 
-def right_legend(fig: Figure, handles: list, width_in: float) -> None:
-    """One legend for the figure in its right margin of `width_in` inches, below the title."""
-    width = fig.get_size_inches()[0]
+LEGEND_ROW_IN = 0.24  # a legend row at 8 points
+LEGEND_COLS = 3
+
+
+def legend_rows(handles: list, ncol: int = LEGEND_COLS) -> int:
+    return math.ceil(len(handles) / ncol) if handles else 0
+
+
+def bottom_legend(fig: Figure, handles: list, ncol: int = LEGEND_COLS) -> None:
+    """One legend for the figure in its bottom margin (`_panels(..., legend_rows)` made room)."""
     fig.legend(
         handles=handles,
-        fontsize=8,
-        loc="upper left",
+        fontsize=8.2,
+        loc="lower center",
+        ncol=ncol,
         frameon=False,
-        bbox_to_anchor=(1 - (width_in - 0.15) / width, fig.subplotpars.top),
+        bbox_to_anchor=(0.5, 0.01),
     )
 
 
@@ -115,13 +125,14 @@ def _per_env_lines(
     pts = pts.assign(series=[_series_label(r) for r in pts.to_dict("records")])
     names = sorted(set(pts["series"]))
     color_of = distinct_colors(names)
-    legend_in = 2.6
     clipped = isinstance(yerr, str) and bool((pts[yerr].fillna(0) > pts[y]).any())
     title += "; lower bars cut at 0 where the spread exceeds the value" if clipped else ""
-    ncols = 1 if len(envs) <= 1 else 2 if len(envs) <= 4 else 3
-    title = wrap(title, 5.5 * ncols + legend_in - 0.4, 12)
+    title = wrap(title, FIGURE_WIDTH_IN - 0.4, 11)
+    handles = _series_handles(names, color_of, marker_by_source)
     fig, axes = _panels(
-        max(len(envs), 1), right=legend_in, top=0.5 + 0.22 * (title.count("\n") + 1)
+        max(len(envs), 1),
+        top=0.5 + 0.22 * (title.count("\n") + 1),
+        legend_rows=legend_rows(handles),
     )
     if not envs:
         axes[0].text(0.5, 0.5, "no data", ha="center", va="center", transform=axes[0].transAxes)
@@ -132,10 +143,9 @@ def _per_env_lines(
         if hline is not None:
             ax.axhline(hline, color="gray", lw=1, ls="--")
         _format_panel(ax, sub, env_title(env, dev), ylabel, logy)
-    handles = _series_handles(names, color_of, marker_by_source)
     if handles:
-        right_legend(fig, handles, legend_in)
-    fig.suptitle(title, fontsize=12)
+        bottom_legend(fig, handles)
+    fig.suptitle(title, fontsize=11)
     return fig
 
 
@@ -170,7 +180,8 @@ def _draw_series(ax, g: pd.DataFrame, y: str, yerr, color: str, by_source: bool)
 
 
 def _format_panel(ax, sub: pd.DataFrame, title: str, ylabel: str, logy: bool) -> None:
-    """Batch sizes on a log2 x axis (or a note that the panel has none), labels, title, grid."""
+    """Batch sizes on a log2 x axis (or a note that the panel has none), labels, title, grid; a
+    log y axis with plain ticks when `logy` (what the figure's title then says)."""
     batches = sorted(set(int(b) for b in sub["batch_size"].dropna()))
     ax.set_title(title, fontsize=10)
     if not batches:
@@ -246,9 +257,10 @@ def draw_speedup_vs_batch(speedups: pd.DataFrame) -> Figure:
         speedups,
         "speedup",
         ("speedup_ci95_low", "speedup_ci95_high"),
-        "speed-up over fp32 (samples/s ratio)",
-        "fp16/bf16 autocast speed-up over fp32 (error bars: 95 % CI, log scale)",
-        logy=False,
+        "speed-up over fp32 (samples/s ratio, log axis)",
+        "fp16/bf16 autocast speed-up over fp32 (log axis: 2x and 0.5x equally far from 1; "
+        "error bars: the ratio's 95 % CI)",
+        logy=True,
         hline=1.0,
     )
 
@@ -262,7 +274,7 @@ def step_time_variability(
 ) -> Path:
     """Box plot of per-step times, one box per environment (all measured steps of the plotted runs)."""
     keys = [k for k in sorted(series) if series[k]]
-    width = max(6.0, 1.8 * len(keys) + 2)
+    width = min(FIGURE_WIDTH_IN, max(6.0, 1.8 * len(keys) + 2))
     title = wrap(title, width - 0.4, 11)
     top = 0.3 + 0.2 * (title.count("\n") + 1)
     fig, axes = new_figure(width, 5.0 + top, left=0.9, bottom=1.0, top=top)
@@ -278,7 +290,7 @@ def step_time_variability(
                 f"{name}\nn={len(d)}, median {si(float(np.median(d)), 's')}"
                 + (f"\nCV {100 * cv:.1f}%" if np.isfinite(cv) else "")
             )
-        ax.set_xticks(range(1, len(keys) + 1), names, fontsize=8)
+        ax.set_xticks(range(1, len(keys) + 1), names, fontsize=8.2)
         lo, hi = min(float(d.min()) for d in data), max(float(d.max()) for d in data)
         if lo > 0 and hi / lo > 20:  # environments orders of magnitude apart: log scale
             ax.set_yscale("log")

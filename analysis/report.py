@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from analysis import breakdown, hierarchy, history_report, html
+from analysis import answers, breakdown, hierarchy, history_report, html, whatif
 from analysis.breakdown import Breakdowns
 from analysis.core import Analysis
 from analysis.findings import Findings
@@ -145,6 +145,8 @@ class Report:
     """the breakdown runs (analysis/breakdown.py); None: no breakdown section"""
     hierarchies: tuple[dict, ...] = ()
     """the profile runs' hierarchical rooflines (analysis/hierarchy.py collect)"""
+    whatifs: tuple[dict, ...] = ()
+    """the what-if runs' checks as logged (analysis/fetch/whatifs.py, screened)"""
     history: History | None = None
     """every series' change points (analysis/history.py); None: no "What changed over time" """
     notes: tuple[str, ...] = ()
@@ -168,8 +170,42 @@ class Section:
     body: Callable[[Report], list[Block] | None]
 
 
+def _read(r: Report) -> list[Block]:
+    """What the report was made from: the store, the runs of each kind, the points."""
+    c = r.analysis.counts
+    return [
+        ("p", f"Generated {r.generated} from `{r.source}`; runs: {r.query}."),
+        (
+            "p",
+            f"Runs used: {c.get('train', 0)} finished train, {c.get('profile', 0)} profile, "
+            f"{c.get('peaks', 0)} peaks; {c.get('failed', 0)} failed (listed below). "
+            f"Points (environment × config): {c.get('points', 0)}, {c.get('measured_points', 0)} "
+            f"with measured intensity, {c.get('modeled_points', 0)} with modeled intensity.",
+        ),
+    ]
+
+
 def _findings(r: Report) -> list[Block] | None:
     return None if r.findings is None else findings_report.section(r.findings)
+
+
+def _advice(r: Report) -> list[Block]:
+    return whatif.section(list(r.whatifs), next(iter(r.figures.get("whatif", [])), None))
+
+
+def _answers(r: Report) -> list[Block] | None:
+    """The first screen (analysis/answers.py): read from the findings and the train runs."""
+    if r.findings is None:
+        return None
+    train = r.analysis.train
+    return answers.blocks(
+        r.findings.configs, r.missing, answers.run_names(train), answers.loads(train)
+    )
+
+
+def unstable(r: Report) -> frozenset:
+    """What the tables mark unreliable (answers.unstable_keys of the findings)."""
+    return answers.unstable_keys(r.findings.configs) if r.findings is not None else frozenset()
 
 
 def _implausible(r: Report) -> list[Block]:
@@ -189,7 +225,7 @@ def _rooflines(r: Report) -> list[Block]:
 
 
 def _summary(r: Report) -> list[Block]:
-    return [("p", SUMMARY_INTRO), ("table", summary_table(r.analysis.points))]
+    return [("p", SUMMARY_INTRO), ("table", summary_table(r.analysis.points, unstable(r)))]
 
 
 def _variability(r: Report) -> list[Block]:
@@ -238,7 +274,10 @@ def _failed(r: Report) -> list[Block]:
 
 
 SECTIONS: tuple[Section, ...] = (
+    Section("The answers", _answers),
+    Section("What was read", _read),
     Section("Findings", _findings),
+    Section("How good is the advice", _advice),
     Section("Implausible values", _implausible),
     Section("What is missing", _missing),
     Section("Environments", lambda r: [("table", environments_table(r.analysis.environments))]),
@@ -264,20 +303,10 @@ SECTIONS: tuple[Section, ...] = (
 
 
 def report_blocks(r: Report, sections: Sequence[Section] = SECTIONS) -> list[Block]:
-    """The report as blocks (report.md and report.html render the same blocks): its title, what
-    was read, then each section that has a body, in the order of `sections`."""
-    c = r.analysis.counts
-    out: list[Block] = [
-        ("h1", "Training performance and roofline report"),
-        ("p", f"Generated {r.generated} from `{r.source}`; runs: {r.query}."),
-        (
-            "p",
-            f"Runs used: {c.get('train', 0)} finished train, {c.get('profile', 0)} profile, "
-            f"{c.get('peaks', 0)} peaks; {c.get('failed', 0)} failed (listed below). "
-            f"Points (environment × config): {c.get('points', 0)}, {c.get('measured_points', 0)} "
-            f"with measured intensity, {c.get('modeled_points', 0)} with modeled intensity.",
-        ),
-    ]
+    """The report as blocks (report.md and report.html render the same blocks): its title, then
+    each section that has a body, in the order of `sections` (the answers first, then what was
+    read: the first screen is the answers')."""
+    out: list[Block] = [("h1", "Training performance and roofline report")]
     for section in sections:
         body = section.body(r)
         if body is not None:
@@ -307,12 +336,14 @@ def markdown_text(blocks: list[Block]) -> str:
     return "\n".join(out)
 
 
-def write_tables(analysis: Analysis, out_dir: Path) -> list[Path]:
+def write_tables(analysis: Analysis, out_dir: Path, shaky: frozenset = frozenset()) -> list[Path]:
+    """summary.csv (raw SI values), summary.md (the report's summary table: `shaky`, the unstable
+    configurations, marked unreliable) and the other tables the analysis has."""
     out_dir.mkdir(parents=True, exist_ok=True)
     csv = out_dir / "summary.csv"
     csv_frame(summary_frame(analysis.points)).to_csv(csv, index=False)
     md = out_dir / "summary.md"
-    md.write_text(md_table(summary_table(analysis.points)) + "\n")
+    md.write_text(md_table(summary_table(analysis.points, shaky)) + "\n")
     paths = [csv, md]
     if not analysis.speedups.empty:
         sp = out_dir / "speedups.csv"

@@ -2,7 +2,7 @@
 analysis/join.py): its measured intensity from profile runs (the latest usable profile run per
 config and device name; otherwise the train runs' modeled intensity holds), the roof it is held
 against (per environment and device each ceiling the highest of the most trusted peaks runs,
-roofline/trust.py, else of another environment with the same device, else the vendor table), and
+roofline/ceilings.py, else of another environment with the same device, else the vendor table), and
 the point evaluated under that roof (roofline/model.py).
 """
 
@@ -17,9 +17,9 @@ from analysis import join
 from common import schema
 from common.stats import as_float
 from common.fmt import short_id
-from roofline import ceilings, trust
+from roofline import ceilings
 from roofline.model import PointEval, Roof, evaluate_point
-from roofline.trust import highest
+from roofline.ceilings import highest
 
 VendorLookup = Callable[[str], Any]
 
@@ -166,19 +166,19 @@ def attach_intensity(points: pd.DataFrame, profiles: pd.DataFrame) -> pd.DataFra
 def peaks_load(row: dict) -> dict:
     """A peaks run's record for the ceilings it gives: run id, start (epoch ms), the load average
     it logged at the start and at most while measuring (common/load.py), the CPUs, and
-    `trust`: quiet | busy | not recorded (roofline/trust.py, the rule a run's own roofline uses)."""
+    `trust`: quiet | busy | not recorded (roofline/ceilings.py, the rule a run's own roofline uses)."""
     return {
         "run_id": str(row["run_id"]),
         "start_time": as_float(row.get("_start")),
         "env_label": str(row.get(f"tags.{schema.TAG_ENV_LABEL}") or ""),
-        **trust.load_metrics(row),
-        "trust": trust.row_trust(row),
+        **ceilings.load_metrics(row),
+        "trust": ceilings.row_trust(row),
     }
 
 
 def _trusted(rows: list[dict]) -> list[dict]:
-    """The rows of the most trusted kind present (roofline/trust.py TRUST_ORDER)."""
-    return trust.trusted(rows, lambda r: r["_load"]["trust"])
+    """The rows of the most trusted kind present (roofline/ceilings.py TRUST_ORDER)."""
+    return ceilings.trusted(rows, lambda r: r["_load"]["trust"])
 
 
 def measured_roofs(

@@ -10,11 +10,11 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from analysis.plots import right_legend, save
+from analysis.plots import LEGEND_ROW_IN, bottom_legend, legend_rows, save
 from analysis.scaling import BASE_SAME_ENGINE
-from roofline.style import distinct_colors, env_title, log_ticks, new_figure
+from roofline.style import FIGURE_WIDTH_IN, distinct_colors, env_title, log_ticks, new_figure
 
-PANEL_W, PANEL_H, LEGEND_W = 5.0, 3.6, 3.0
+PANEL_H = 3.4
 
 
 def scaling_vs_world_size(rows: pd.DataFrame, path: Path) -> Path:
@@ -24,23 +24,25 @@ def scaling_vs_world_size(rows: pd.DataFrame, path: Path) -> Path:
     envs = sorted({(e, d) for e, d in zip(rows["env_label"], rows["device_name"])}) or [("", "")]
     names = sorted(set(rows["series"]))
     color_of = distinct_colors(names)
+    handles = _legend_handles(names, color_of)
+    bottom = 0.95 + LEGEND_ROW_IN * legend_rows(handles)
     fig, axes = new_figure(
-        PANEL_W * len(envs) + LEGEND_W,
-        2 * PANEL_H + 0.6,
+        FIGURE_WIDTH_IN,
+        2 * PANEL_H + 0.75 + bottom,
         2,
         len(envs),
         left=0.9,
-        right=LEGEND_W,
+        right=0.3,
         top=0.75,
-        bottom=0.65,
+        bottom=bottom,
     )
     for i, (env, dev) in enumerate(envs):
         sub = rows[(rows["env_label"] == env) & (rows["device_name"] == dev)]
         _draw_env(axes[0][i], axes[1][i], sub, color_of)
         axes[0][i].set_title(env_title(env, dev), fontsize=10)
-    right_legend(fig, _legend_handles(names, color_of), LEGEND_W)
+    bottom_legend(fig, handles)
     fig.suptitle(
-        "Data-parallel scaling: samples/s, efficiency and exposed communication", fontsize=12
+        "Data-parallel scaling: samples/s, efficiency and exposed communication", fontsize=11
     )
     return save(fig, path)
 

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from common import bounds, schema
+from common.load import LOAD_BOUNDS
 from common.stats import as_float
 from common.fmt import short_id
 from roofline.model import DTYPES
@@ -164,14 +165,7 @@ def _param_problem(text) -> str | None:
     return None
 
 
-def _name_problem(text) -> str | None:
-    if not isinstance(text, str):
-        return None  # absent (NaN)
-    if len(text) > schema.MAX_LABEL_CHARS:
-        return f"{len(text)} characters long, where a name is at most {schema.MAX_LABEL_CHARS}"
-    if not text.isprintable():
-        return "holds a character that is not printable (a line break, a control character)"
-    return None
+_name_problem = schema.name_problem  # the one name rule, which commands apply where names enter
 
 
 def _param_why(name: str, value) -> str | None:
@@ -293,7 +287,7 @@ def _shown(text: str) -> str:
     return f"{text[:40]!r}" if _name_problem(text) else text
 
 
-def series(values_by_run: dict[str, list[float]], key: str = "step_time_s"):
+def series(values_by_run: dict[str, list[float]], key: str = schema.STEP_SERIES):
     """(the per-step series without values that are not a step time, one line per run that had
     some). A step time is finite, > 0 and at most common.bounds.MAX_STEP_S."""
     clean, lines = {}, []
@@ -381,11 +375,13 @@ VALUE_RULES: dict[str, Rule] = {
     "gpu_power_limit_w": Rule(),
     "gpu_throttled_sample_share": Rule(0.0, False, 1.0, "1 (a share)"),
     schema.METRIC_UNCOUNTED_BYTES_SHARE: Rule(0.0, False, 1.0, "1 (a share)"),
-    # the load a peaks or train run measured under (common/load.py): which ceilings to trust,
-    # whether a step-time change coincides with a change of load (analysis/history.py)
-    "load_average_1m_start": Rule(),
-    "load_average_1m_max": Rule(),
-    "cpu_count": Rule(0.0, True),
+    # the load a peaks or train run measured under (common/load.py): which ceilings to trust, by
+    # the rule a run's own roofline applies too (roofline/ceilings.py), and whether a step-time
+    # change coincides with a change of load (analysis/history.py)
+    **{
+        key: Rule(low, strict, high, f"{high:g}")
+        for key, (low, strict, high) in LOAD_BOUNDS.items()
+    },
 }
 """Per metric key whose bad value is left out on its own: the run is kept (the one value gate
 decides per key: a key of RULES leaves its run out, a key here only its value), the value blanked
@@ -510,3 +506,47 @@ def price_problem(usd: float) -> str | None:
     if usd > MAX_USD_PER_HOUR:
         return f"is above {MAX_USD_PER_HOUR:,.0f} US dollars per device-hour (a typo?)"
     return None
+
+
+SPEEDUP = Rule(0.0, True, 1e6, "a million times faster")
+"""a what-if's predicted or measured speed-up: a positive ratio of samples/s"""
+WHATIF_NUMBERS = ("predicted_low", "predicted_high", "measured", "measured_low", "measured_high")
+
+
+def whatifs(fetched: list[dict]) -> tuple[list[dict], list[str]]:
+    """(the what-if runs as analysis/fetch/whatifs.py fetched them, one line per thing left out):
+    a check row without a move, a knob or a known verdict is left out; a speed-up that is not a
+    positive number in range, or an interval whose low end is above its high end, is blanked (the
+    pair both) and the row kept."""
+    from roofline.scoring import VERDICTS
+
+    kept, lines = [], []
+    for f in fetched or []:
+        who = f"what-if run {str(f.get('run_id'))[:8]} ({f.get('env_label') or 'no env_label'})"
+        rows = []
+        for r in f.get("rows") or []:
+            if not (isinstance(r, dict) and r.get("move") and r.get("knob")):
+                lines.append(f"{who}: a check row without a move: left out")
+                continue
+            if r.get("verdict") not in VERDICTS:
+                lines.append(f"{who}: {r['move']}'s verdict {r.get('verdict')!r} is none: left out")
+                continue
+            rows.append(_checked(dict(r), who, lines))
+        kept.append({**f, "rows": rows})
+    return kept, lines
+
+
+def _checked(r: dict, who: str, lines: list[str]) -> dict:
+    for key in WHATIF_NUMBERS:
+        if (why := _why(SPEEDUP, r.get(key))) is not None:
+            lines.append(f"{who}: {r['move']}'s {key} {r.get(key)!r} is {why}: left blank")
+            r[key] = None
+    for lo, hi in (("predicted_low", "predicted_high"), ("measured_low", "measured_high")):
+        a, b = r.get(lo), r.get(hi)
+        if (a is None) != (b is None) or (a is not None and float(a) > float(b)):
+            if a is not None or b is not None:
+                lines.append(
+                    f"{who}: {r['move']}'s {lo}-{hi} {a!r}-{b!r} is no interval: left blank"
+                )
+            r[lo] = r[hi] = None
+    return r

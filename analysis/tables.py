@@ -232,6 +232,19 @@ def _train_command(params: dict, env: str) -> str:
     return " ".join(parts + [f"--env-label {env or '<label>'}"])
 
 
+def _how_to_place(row: dict, env: str) -> str:
+    """What would give a profile run its point: timing its config with `python -m train`, or,
+    for an imported --workload (no torchvision model; main suggested `python -m train --model
+    <workload>`), nothing this project can time."""
+    workload = str(row.get("params.workload") or "")
+    if workload and workload == str(row.get("params.model") or ""):
+        return (
+            f"it profiles --workload {workload}, which python -m train cannot time (it times "
+            "torchvision models): its counters are in the profile run, without a roofline point"
+        )
+    return f"time it there ({_train_command(row, env)})"
+
+
 def unplaced_notes(runs: pd.DataFrame, points: pd.DataFrame, profiles: pd.DataFrame) -> list[str]:
     """Profile runs whose intensity joined no point, and peaks runs whose device has no point: each
     with what would place it (timing that config, or any config, on that device)."""
@@ -252,7 +265,7 @@ def unplaced_notes(runs: pd.DataFrame, points: pd.DataFrame, profiles: pd.DataFr
         notes.append(
             f"profile run {short_id(p['profile_run_id'])} ({label} on {p['device_name']}"
             f"{', env ' + env if env else ''}) placed no point: no finished train run of that config "
-            f"on that device; time it there ({_train_command(row, env)})"
+            f"on that device; {_how_to_place(row, env)}"
         )
     pk = of_kind(runs, "peaks")
     for run_id, env, dev in zip(

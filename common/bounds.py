@@ -22,6 +22,8 @@ MAX_DRAM_BYTES_PER_S = 1e14
 MAX_CACHE_BYTES_PER_S = 1e16
 """10 PB/s for an L2 or L1 level: on-chip caches are faster than DRAM, and a CPU's L1 summed over
 all cores reaches ~100 TB/s (192 cores x 192 B/cycle x 3.7 GHz), so 100x that."""
+MAX_CLOCK_HZ = 1e11
+"""100 GHz for a clock (cycles per second): ~30x the fastest GPU or CPU boost clock (~3 GHz)."""
 MAX_STEP_S = 3.2e7
 """One year for one training step (or one profiled step's kernels): no benchmark runs longer."""
 MAX_SAMPLES_PER_S = MAX_DRAM_BYTES_PER_S / 3

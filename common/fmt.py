@@ -44,6 +44,15 @@ def duration(seconds: float | None) -> str:
     return f"{num(seconds * 1e3)} ms"
 
 
+def ci95(rel: float | None) -> str:
+    """The one way a page names an uncertainty: the 95 % confidence interval of the mean step time
+    as a share of it, `95% CI ±79.4%` ('' when missing). Every rate made from that mean (samples/s,
+    FLOP/s) carries the same relative interval."""
+    if rel is None or not isinstance(rel, (int, float)) or not math.isfinite(rel):
+        return ""
+    return f"95% CI ±{num(100 * rel)}%"
+
+
 def pct(value: float | None) -> str:
     if value is None or not isinstance(value, (int, float)) or not math.isfinite(value):
         return ""

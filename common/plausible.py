@@ -8,9 +8,15 @@ from __future__ import annotations
 
 from common.stats import as_float
 
+from common.fmt import ci95
+
 CI_WIDE_REL = 0.5
 """a 95 % confidence half-width of the mean step time over ±50 % of the mean: the mean (and every
 rate made from it) is not a number to compare"""
+UNSTABLE_SPREAD = 1.5
+"""a configuration is unstable when its fastest run is more than 1.5 x its slowest in samples/s
+(or its mean step time's CI is wider than CI_WIDE_REL): the machine, not the configuration, set
+its numbers (docs/schema.md, "Definitions"); the findings and the what-if verdicts use it"""
 OVER_ONE = 1.0
 """scaling efficiency and fraction of roof cannot exceed 1 when the baseline and ceilings are right"""
 
@@ -26,9 +32,8 @@ def ci_flag(step_time_ci95_rel) -> str:
     if (_figure(step_time_ci95_rel) or 0.0) <= CI_WIDE_REL:
         return ""
     return (
-        f"the 95% confidence interval of the mean step time is ±{step_time_ci95_rel:.0%}, wider "
-        f"than ±{CI_WIDE_REL:.0%}: the mean is not reliable (measure more steps: --iters auto, "
-        "or a quieter machine)"
+        f"the mean step time's {ci95(step_time_ci95_rel)} is wider than ±{CI_WIDE_REL:.0%}: the "
+        "mean is not reliable (measure more steps: --iters auto, or a quieter machine)"
     )
 
 

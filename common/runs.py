@@ -11,7 +11,10 @@ from __future__ import annotations
 import os
 
 from common import console, schema, spool
-from common.errors import one_line
+from common.errors import UsageError, one_line
+
+MAX_EXPERIMENT_CHARS = 256
+"""The longest experiment name: MLflow's SQL stores keep it in a column of 256 characters."""
 
 
 def mlflow_client(client=None):
@@ -31,7 +34,14 @@ def experiment_id_for(name: str | None, create: bool = False, client=None) -> st
     client = mlflow_client(client)
     name = name or os.environ.get("MLFLOW_EXPERIMENT_NAME")
     if name:
+        check_experiment_name(name)
         exp = client.get_experiment_by_name(name)
+        if exp is not None and exp.lifecycle_stage == "deleted":
+            raise UsageError(
+                f"experiment {name!r} is deleted on this tracking server: restore it (mlflow "
+                f"experiments restore --experiment-id {exp.experiment_id}) or give another "
+                "--experiment"
+            )
         if exp is not None:
             return exp.experiment_id
         if not create:
@@ -47,6 +57,20 @@ def experiment_id_for(name: str | None, create: bool = False, client=None) -> st
                 raise
             return exp.experiment_id
     return os.environ.get("MLFLOW_EXPERIMENT_ID") or "0"
+
+
+def check_experiment_name(name: str) -> str:
+    """`name` if it can name an experiment, else UsageError: one printable line of at most
+    MAX_EXPERIMENT_CHARS characters (main: a 5,000-character name ended as a store error, exit 1)."""
+    shown = f"{name[:40]!r}{'...' if len(name) > 40 else ''}"
+    if len(name) > MAX_EXPERIMENT_CHARS:
+        raise UsageError(
+            f"experiment name {shown} is {len(name):,} characters long: use at most "
+            f"{MAX_EXPERIMENT_CHARS}"
+        )
+    if not name.isprintable():
+        raise UsageError(f"experiment name {shown} holds a line break or control character")
+    return name
 
 
 def process_tag(pid: int | None = None) -> str:
@@ -109,7 +133,7 @@ def close_stale_runs(
     try:
         client = mlflow_client(client)
         if experiment_ids is None:
-            experiment_ids = _all_experiment_ids(client)
+            experiment_ids = all_experiment_ids(client)
         kept = _spooled_ids()
         host = schema.host_name()
         filt = f"attributes.status = 'RUNNING' and tags.{schema.TAG_PROCESS} LIKE {schema.filter_literal(host + ':%', 'host name')}"
@@ -137,7 +161,9 @@ def close_stale_runs(
     return closed
 
 
-def _all_experiment_ids(client) -> list[str]:
+def all_experiment_ids(client=None) -> list[str]:
+    """The ids of every active experiment of the store (paged)."""
+    client = mlflow_client(client)
     ids, token = [], None
     while True:
         page = client.search_experiments(max_results=1000, page_token=token)
@@ -219,6 +245,27 @@ def all_runs(experiment_id: str, filter_string: str, order_by: list[str]) -> lis
         max_results=50_000,
         order_by=order_by,
     )
+
+
+def artifact_text(run_id: str, path: str, client=None) -> str:
+    """One small artifact of a run as text (without MLflow's progress bar on stderr): what a
+    command reads of another's run (a breakdown's layers.csv, a what-if's predictions)."""
+    import tempfile
+
+    client = mlflow_client(client)
+    bar = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+    before = os.environ.get(bar)
+    os.environ[bar] = "false"
+    try:
+        with tempfile.TemporaryDirectory(prefix="artifact-") as tmp:
+            local = client.download_artifacts(run_id, path, tmp)
+            with open(local, encoding="utf-8") as fh:
+                return fh.read()
+    finally:
+        if before is None:
+            os.environ.pop(bar, None)
+        else:
+            os.environ[bar] = before
 
 
 def latest_finished_run(experiment_id: str, filter_string: str, client=None):

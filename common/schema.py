@@ -42,6 +42,7 @@ ENTRY_POINTS = {
     "sweep": "sweep",
     "complexity": "complexity",
     "breakdown": "breakdown",
+    "whatif": "whatif",
 }
 # why a profile's ncu input looks cut short (an import with --allow-truncated): no intensity from it
 TAG_NCU_TRUNCATED = "ncu_truncated"
@@ -50,10 +51,27 @@ TAG_NCU_TRUNCATED = "ncu_truncated"
 TAG_NCU_MISSING_PHASE = "ncu_missing_phase"
 
 # distributed train runs (docs/schema.md)
+STEP_SERIES = "steps/step_time_s"
+"""a train run's per-step times (metric history, step = measured iteration): named apart from
+the summaries so that no page shows the last step's time as "the" step time (step_time_mean_s is);
+MLflow's charts put it in a section `steps`"""
+COMPUTE_ONLY_SERIES = "steps/compute_only_step_time_s"
+"""a data-parallel run's per-step times without gradient synchronisation"""
+OLD_STEP_SERIES = "step_time_s"
+"""what runs logged before STEP_SERIES call their per-step times (analysis reads both)"""
 TAG_BASE_CONFIG_KEY = "base_config_key"  # config_key of the same work per process in one process
 TAG_BATCH_SCOPE = "batch_size_scope"  # "per_process": batch_size is each process's batch
 
-RUN_KINDS = ("train", "profile", "peaks", "analysis", "sweep", "complexity", "breakdown")
+RUN_KINDS = ("train", "profile", "peaks", "analysis", "sweep", "complexity", "breakdown", "whatif")
+
+# --- what other commands read of a breakdown run (docs/schema.md, `breakdown` runs) -------------
+# profiling/breakdown writes them (its layers.csv has these columns and more); train.whatif reads
+# them as plain data (it may not import profiling): one list both hold to.
+BREAKDOWN_LAYERS_ARTIFACT = "layers.csv"
+BREAKDOWN_ROW_FIELDS = ("module", "phase", "kind", "leaf", "share", "flops", "bytes")
+"""the layers.csv columns the what-if model reads: the row, its share of the step (by the
+breakdown's share clock), its counted FLOPs and modeled bytes per step"""
+BREAKDOWN_STEP_METRIC = "breakdown_step_s"
 
 # --- the measured configuration ----------------------------------------------------------------
 # Fields that change what the device computes. Two runs with equal values do the same work per
@@ -214,6 +232,32 @@ def env_label(text: str | None) -> str:
                 "give --env-label"
             )
     return check_label(label, "env_label")
+
+
+def name_problem(text) -> str | None:
+    """Why `text` is no name (of a model, precision, device or environment), or None: a name is
+    one line of printable text of at most MAX_LABEL_CHARS characters. The rule analysis/screen.py
+    applies to every name it reads from a store, and each command to the names it takes (None
+    for a value that is absent, not a string)."""
+    if not isinstance(text, str):
+        return None
+    if len(text) > MAX_LABEL_CHARS:
+        return f"{len(text)} characters long, where a name is at most {MAX_LABEL_CHARS}"
+    if not text.isprintable():
+        return "holds a character that is not printable (a line break, a control character)"
+    return None
+
+
+def check_name(text: str, what: str) -> str:
+    """`text` if it is a name (name_problem), else ValueError naming `what` and why."""
+    why = name_problem(text)
+    if why:
+        shown = f"{text[:40]!r}{'...' if len(text) > 40 else ''}"
+        raise ValueError(
+            f"{what} {shown}: {why}; give one line of printable text of at most "
+            f"{MAX_LABEL_CHARS} characters"
+        )
+    return text
 
 
 def check_label(text: str, what: str) -> str:

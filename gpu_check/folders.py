@@ -17,6 +17,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from common.out_folder import git_checkout_of  # the rule every command's --out follows
+
 MARKER = ".gpu-check-root"
 """The file that says a folder is a GPU check's root (written when the check takes the folder)."""
 ROOT_ENTRIES = ("mlflow.db", "mlruns", "ncu", "logs", "results", "report", "cache", "spool")
@@ -27,14 +29,6 @@ mpl/, the installed wheels and matplotlib's cache, are written but not packed)."
 
 class Refused(Exception):
     """A folder the check must not write into: one line saying which and why."""
-
-
-def git_checkout_of(path: Path) -> Path | None:
-    """The git checkout `path` is in (the nearest folder at or above it holding `.git`), or None."""
-    for folder in (path, *path.parents):
-        if (folder / ".git").exists():
-            return folder
-    return None
 
 
 def root_path(given: str | None) -> Path | None:

@@ -20,13 +20,14 @@ a stand-in probe and put a stand-in ``ncu`` on PATH, so the whole capture path r
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from common import console, flags, fmt, schema
+from common import console, flags, fmt, out_folder, schema
 from common.cli import ArgumentParser, cli_entry, optional
 from common.errors import BenchError, UsageError, one_line
 from common.run_record import dataset_input
@@ -135,11 +136,15 @@ def _config(args: argparse.Namespace) -> TrainConfig:
             f"profiling measures CUDA kernels: --device must be cuda or cuda:N, got {args.device!r}"
         )
     workload = args.import_opts.workload
+    if args.device_name:
+        _checked_name(args.device_name, "--device-name")  # logged as the run's device_name
     if (workload or args.phase) and not import_paths(args):
         raise UsageError(
             "--workload and --phase describe imported files: they go with --import PATH (a capture "
             "runs python -m train on a torchvision --model and marks its phases itself)"
         )
+    if workload:
+        _not_a_model(workload)
     # an unknown model is bad input (exit 2, no run), on the import path as on the capture path;
     # the canonical spelling keeps config_key equal to that of `python -m train` (its preflight does the same)
     args.model = workload or check_model_name(args.model)
@@ -147,6 +152,27 @@ def _config(args: argparse.Namespace) -> TrainConfig:
     # the same num_classes as `python -m train` derives, so config_key joins with its timing runs
     config.num_classes = num_classes_for(config.data, config.num_classes)
     return config
+
+
+def _checked_name(text: str, what: str) -> None:
+    try:
+        schema.check_name(text, what)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _not_a_model(workload: str) -> None:
+    """UsageError for a --workload that is a torchvision model: its import would be logged under
+    the model's config key while skipping the check against its counted FLOPs."""
+    try:
+        model = check_model_name(workload)
+    except UsageError:
+        return
+    raise UsageError(
+        f"--workload {workload} is the torchvision model {model}: give --model {model} instead, "
+        "so that the import is checked against its counted training FLOPs (--workload names "
+        "programs that are not torchvision models)"
+    )
 
 
 def _options(args: argparse.Namespace) -> CaptureOptions:
@@ -182,7 +208,10 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo]) -> int:
     header = config.header(intensity_source="measured")  # the train runs' key and label
     run_name = header.run_name(kind="ncu")
     tags = _run_tags(args, header, config.env_label, importing)
-    with RunSession("profile", experiment=args.experiment, run_name=run_name, tags=tags) as session:
+    with (
+        _capture_folder(args, importing),
+        RunSession("profile", experiment=args.experiment, run_name=run_name, tags=tags) as session,
+    ):
         session.log_params(_run_params(args, header, opts, importing))
         if not importing:  # an imported report's input data is whatever the profiled run used
             fields = dataset_fields(config.data, config.image_size, config.num_classes, config.seed)
@@ -206,10 +235,26 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo]) -> int:
     return 0
 
 
-def _checked_summary(report, capability, counters) -> NcuSummary:
-    check_values(report)  # units, signs, finiteness: before anything is summed
+OUT_MARKER = ".profile-out"
+"""The file that marks an --out folder as this command's (common.out_folder.claim)."""
+
+
+def _capture_folder(args: argparse.Namespace, importing: bool):
+    """A capture's --out (its ncu log goes there) claimed and locked while it runs: new, empty or
+    an earlier capture's, outside a git checkout that does not ignore it. An import writes none."""
+    if importing:
+        return contextlib.nullcontext()
+    what = "python -m profiling"
+    return out_folder.locked(out_folder.claim(args.out, "--out", OUT_MARKER, what), "--out", what)
+
+
+def _checked_summary(report, capability, counters, files: int = 0) -> NcuSummary:
+    """The summary of a capture's report, or of an import of `files` files (each file's values
+    were checked as it was read: profiling.ncu.capture_set.read_files)."""
+    if not files:
+        check_values(report)  # units, signs, finiteness: before anything is summed
     summary = summarize(report, capability, counters)
-    check_rates(summary.kernels, report.source)  # no kernel faster than any GPU
+    check_rates(summary.kernels, report.source, in_set=files > 1)  # no kernel faster than any GPU
     require_counters(summary, report.source)
     return summary
 
@@ -220,7 +265,8 @@ def _imported(args: argparse.Namespace) -> tuple:
     check_import_file(args)
     try:
         report, device_name, capability, counters, extra, files = import_report(args)
-        return report, device_name, _checked_summary(report, capability, counters), extra, files
+        summary = _checked_summary(report, capability, counters, len(files))
+        return report, device_name, summary, extra, files
     except UsageError:
         raise
     except BenchError as err:

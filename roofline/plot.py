@@ -16,7 +16,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from roofline.labels import ABOVE_RIGHT_END, POINT, POINT_FONT, RIDGE, SLOPE, Labels
+from roofline.labels import ABOVE_RIGHT_END, CEILING_FONT, POINT, POINT_FONT, RIDGE, SLOPE, Labels
 from roofline.model import LEVELS, Roof
 from roofline.style import (
     DTYPE_COLORS,
@@ -25,14 +25,17 @@ from roofline.style import (
     SOURCE_MARKER,
     distinct_colors,
     env_title,
+    FIGURE_WIDTH_IN,
     flops_label,
     log_ticks,
     new_figure,
 )
 from common.fmt import si
 
+LEGEND_FONT = 8.2  # legible at the viewer's width (roofline.style.min_font_pt of these figures)
+
 MAX_LABELS = 40  # point labels per roofline panel; beyond that the table carries them
-LEGEND_IN = 3.4  # inches right of a roofline's axes for its legend
+LEGEND_IN = 2.3  # inches below a roofline's axes for its axis label and legend (two columns)
 
 
 def source_style(roof: Roof, key: str) -> str:
@@ -155,7 +158,11 @@ def _draw_ceiling(ax, roof, peak, kind, dts, x_span, ridge_here: bool, ridge_lin
         ax.axvline(ridge, color=c, ls=":", lw=1.0, alpha=0.7, gid=f"{pen.gid}ridge:{name}")
         if pen.labels is not None:
             pen.labels.place(
-                f"ridge {name}\n{ridge:.3g} FLOP/B", (ridge, peak), RIDGE, color=c, fontsize=7
+                f"ridge {name}\n{ridge:.3g} FLOP/B",
+                (ridge, peak),
+                RIDGE,
+                color=c,
+                fontsize=CEILING_FONT,
             )
 
 
@@ -296,9 +303,10 @@ def _legend_roofline(ax, pts, extra_handles, levels: bool, roofs: list[Roof] = (
             )
     ax.legend(
         handles=handles + extra_handles,
-        fontsize=8,
-        loc="upper left",
-        bbox_to_anchor=(1.02, 1.0),
+        fontsize=LEGEND_FONT,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.11),
+        ncol=2,
         borderaxespad=0,
         framealpha=0.9,
     )
@@ -315,7 +323,9 @@ def draw_roofline_env(
     against (`roofset['roof']`: measured ceilings, the vendor table filling the others) for the
     ceiling dtypes its points use plus every measured one, with the ridges of the dtypes in use; and,
     thinner, the vendor values a measured ceiling replaced. Returns (figure, points drawn)."""
-    fig, axes = new_figure(10 + LEGEND_IN, 6.5, left=1.3, right=LEGEND_IN, top=0.75)
+    fig, axes = new_figure(
+        FIGURE_WIDTH_IN, 5.6 + LEGEND_IN, left=1.25, right=0.3, bottom=LEGEND_IN, top=0.85
+    )
     ax = axes[0][0]
     pts = _plotted(points)
     roof = roofset["roof"]  # measured ceilings, the vendor table filling the others
@@ -336,12 +346,7 @@ def draw_roofline_env(
             "arithmetic intensity (FLOP per DRAM byte; hollow squares/diamonds: per L2/L1 byte)"
         )
     n_lab = _label_points(labels, pts)
-    extra = [
-        Line2D([], [], ls="none", marker="o", color=c, label=p)
-        for p, c in PRECISION_COLORS.items()
-        if (pts["precision"] == p).any()
-    ]
-    _legend_roofline(ax, pts, extra, levels=True, roofs=roofs)
+    _legend_roofline(ax, pts, _precision_handles(pts), levels=True, roofs=roofs)
     title = f"Roofline: {env_title(env, device)}"
     if roof is None:
         title += f"\nno peaks for {device}: no ceilings drawn"
@@ -349,7 +354,7 @@ def draw_roofline_env(
         title += (
             f"\n{n_lab} of {len(pts)} points labelled (the others overlap; all are in summary.csv)"
         )
-    ax.set_title(title, fontsize=11)
+    ax.set_title(title, fontsize=10.5)
     return fig, len(pts)
 
 
@@ -381,7 +386,9 @@ def draw_roofline_combined(points: pd.DataFrame, roofs: dict) -> tuple[Figure, i
     """All environments on one roofline (color = environment): each environment's roof (the one its
     efficiencies use) for the dtypes its points use, each ceiling solid or dashed by its own source,
     ridges named in the ceiling labels. Returns (figure, points drawn)."""
-    fig, axes = new_figure(11 + LEGEND_IN, 7, left=1.3, right=LEGEND_IN, top=0.75)
+    fig, axes = new_figure(
+        FIGURE_WIDTH_IN, 5.8 + LEGEND_IN, left=1.25, right=0.3, bottom=LEGEND_IN, top=0.85
+    )
     ax = axes[0][0]
     pts = _plotted(points)
     envs = sorted(roofs)
@@ -403,10 +410,13 @@ def draw_roofline_combined(points: pd.DataFrame, roofs: dict) -> tuple[Figure, i
             colors[f"{env} | {dev}"], env, labels if len(envs) <= 6 else None, f"{env}|{dev}|"
         )
         _draw_roof(ax, only, (x_lo, x_hi), used, used, pen, ridge_lines=False)
+    by_precision = len(envs) == 1  # one environment: colour = precision, as its own figure
     _draw_points(
         ax,
         pts,
-        [colors[f"{e} | {d}"] for e, d in zip(pts["env_label"], pts["device_name"])],
+        [PRECISION_COLORS.get(p, "black") for p in pts["precision"]]
+        if by_precision
+        else [colors[f"{e} | {d}"] for e, d in zip(pts["env_label"], pts["device_name"])],
         levels=False,
     )
     n_lab = _label_points(labels, pts) if len(pts) <= 3 * MAX_LABELS else 0
@@ -414,9 +424,25 @@ def draw_roofline_combined(points: pd.DataFrame, roofs: dict) -> tuple[Figure, i
         Line2D([], [], color=colors[f"{e} | {d}"], marker="o", label=env_title(e, d))
         for e, d in envs
     ]
+    if by_precision:
+        extra = [
+            Line2D([], [], color=colors[f"{e} | {d}"], label=f"ceilings: {env_title(e, d)}")
+            for e, d in envs
+        ] + _precision_handles(pts)
     _legend_roofline(ax, pts, extra, levels=False)
-    title = "Roofline: all environments"
+    title = "Roofline: all environments" + (
+        "" if by_precision else " (colour: environment; each label names its precision)"
+    )
     if len(pts) > n_lab:
         title += f"\n{n_lab} of {len(pts)} points labelled (per-environment figures and summary.csv name them)"
-    ax.set_title(title, fontsize=11)
+    ax.set_title(title, fontsize=10.5)
     return fig, len(pts)
+
+
+def _precision_handles(pts: pd.DataFrame) -> list:
+    """One legend entry per precision the points use, in its colour."""
+    return [
+        Line2D([], [], ls="none", marker="o", color=c, label=p)
+        for p, c in PRECISION_COLORS.items()
+        if (pts["precision"] == p).any()
+    ]

@@ -2,7 +2,7 @@
 without running the analysis (train/roofline_figure.py logs it as `roofline.png`).
 
 The ceilings are the device's peaks runs on the same server chosen as analysis chooses them
-(roofline/store.py, roofline/trust.py: each the highest of the most trusted runs), each ceiling
+(roofline/store.py, roofline/ceilings.py: each the highest of the most trusted runs), each ceiling
 it lacks taken from the vendor table (roofline/vendor.py), as analysis does
 (roofline/ceilings.py). A
 train run has counted FLOPs but no measured DRAM bytes (those need an ncu profile): its point sits
@@ -13,7 +13,6 @@ the true intensity is. Both are labelled so.
 
 from __future__ import annotations
 
-import io
 import math
 from dataclasses import dataclass, field
 
@@ -35,7 +34,7 @@ from roofline.style import (
     SOURCE_MARKER,
     flops_label,
     log_ticks,
-    plain_text,
+    write_png,
 )
 
 
@@ -210,10 +209,4 @@ def png(
     roof: Roof, precision: str, achieved_flops_per_s: float, intensity: float, title: str
 ) -> bytes:
     """`draw` as PNG bytes."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    fig = draw(roof, precision, achieved_flops_per_s, intensity, title)
-    buf = io.BytesIO()
-    plain_text(fig)
-    FigureCanvasAgg(fig).print_png(buf)
-    return buf.getvalue()
+    return write_png(draw(roof, precision, achieved_flops_per_s, intensity, title))

@@ -3,7 +3,7 @@ the profiles' bounds: the roofline package's only access to the tracking store.
 
 One search over every experiment of the tracking server: FINISHED `peaks` runs whose `device_name`
 is the run's, those of the same `env_label` when there are any, else those of every environment;
-among them the ceilings are chosen by roofline/trust.py, the rule the analysis uses too (each
+among them the ceilings are chosen by roofline/ceilings.py, the rule the analysis uses too (each
 ceiling the highest of the most trusted runs: quiet, then load not recorded, then busy).
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from common import schema
 from common.runs import mlflow_client
-from roofline import trust
+from roofline import ceilings
 from roofline.model import Roof
 
 MAX_PEAKS_RUNS = 200
@@ -46,6 +46,6 @@ def peaks_rows(device_name: str, env_label: str, client=None) -> list[dict]:
 
 
 def measured_roof(device_name: str, env_label: str, client=None) -> Roof | None:
-    """The device's measured ceilings (trust.best_roof over peaks_rows), or None when no peaks run
+    """The device's measured ceilings (ceilings.best_roof over peaks_rows), or None when no peaks run
     measured one."""
-    return trust.best_roof(peaks_rows(device_name, env_label, client), device_name)
+    return ceilings.best_roof(peaks_rows(device_name, env_label, client), device_name)

@@ -14,6 +14,7 @@ matplotlib's object API on the Agg canvas: no pyplot, no global state.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -46,6 +47,93 @@ def plain_text(fig) -> None:
     for text in fig.findobj(Text):
         if "$" in text.get_text():
             text.set_parse_math(False)
+
+
+VIEWER_PX = 600.0
+"""the width MLflow's artifact viewer shows a figure at on a first visit (the Assistant panel open;
+about 950 px once it is closed): every figure is drawn to be read there"""
+LEGIBLE_PX = 8.0
+"""the smallest text height, in pixels at VIEWER_PX, that a figure may carry"""
+FIGURE_WIDTH_IN = 8.4
+"""the widest figure the project draws, in inches: at VIEWER_PX its 8-point text is LEGIBLE_PX"""
+
+
+def min_font_pt(fig, shown_px: float = VIEWER_PX) -> float:
+    """The smallest font size (points) legible in `fig` shown `shown_px` wide: LEGIBLE_PX there."""
+    return LEGIBLE_PX * 72.0 * fig.get_size_inches()[0] / shown_px
+
+
+def _texts(fig) -> list[Text]:
+    return [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+
+
+def legible(fig) -> None:
+    """Raise every text of `fig` below `min_font_pt` to it (tick labels through tick_params, which
+    keeps it for ticks made later): a figure shrunk to the viewer's width stays readable. The
+    figures are drawn at most FIGURE_WIDTH_IN wide, so this moves little."""
+    low = min_font_pt(fig)
+    FigureCanvasAgg(fig).draw()  # tick labels exist once drawn
+    for ax in fig.axes:
+        for name, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
+            for which, ticks in (
+                ("major", axis.get_majorticklabels()),
+                ("minor", axis.get_minorticklabels()),
+            ):
+                if ticks and ticks[0].get_fontsize() < low:
+                    ax.tick_params(axis=name, which=which, labelsize=low)
+    for text in _texts(fig):
+        if text.get_fontsize() < low:
+            text.set_fontsize(low)
+
+
+def smallest_text_px(fig, shown_px: float = VIEWER_PX) -> tuple[float, str]:
+    """The smallest text of `fig` as pixels high when the figure is shown `shown_px` wide, and
+    that text (what tests hold against LEGIBLE_PX)."""
+    FigureCanvasAgg(fig).draw()
+    scale = shown_px / fig.get_size_inches()[0] / 72.0
+    return min(((t.get_fontsize() * scale, t.get_text()) for t in _texts(fig)), default=(99.0, ""))
+
+
+def finish(fig) -> None:
+    """What every figure gets before it is saved: its text drawn as written (`plain_text`) and
+    legible at the viewer's width (`legible`)."""
+    plain_text(fig)
+    legible(fig)
+
+
+def titles(fig) -> list[str]:
+    """The figure's title and each panel's, as drawn (empty ones left out)."""
+    heads = [fig.get_suptitle()]
+    for ax in fig.axes:
+        heads += [ax.get_title(loc) for loc in ("left", "center", "right")]
+    return [h for h in heads if h.strip()]
+
+
+def _words(fig) -> list[str]:
+    """Every text the figure says but its ticks: titles, axis labels, legends, notes."""
+    out = [t.get_text() for t in fig.texts]
+    out += [t.get_text() for legend in fig.legends for t in legend.get_texts()]
+    for ax in fig.axes:
+        out += [ax.get_xlabel(), ax.get_ylabel(), *(t.get_text() for t in ax.texts)]
+        legend = ax.get_legend()
+        out += [t.get_text() for t in legend.get_texts()] if legend else []
+    heads = set(titles(fig))
+    return [t for t in out if t.strip() and t not in heads]
+
+
+def write_png(fig, target=None, dpi: float | None = None):
+    """`fig` finished (`finish`) and written as PNG to `target` (a path, returned), or returned
+    as bytes when there is none; its titles in the PNG's `Title` text and its other words in
+    `Description`: what a figure says can be read back without looking at it
+    (tests/test_ui_browser.py holds a figure's title to the run page's numbers). Every figure the
+    project draws is written here."""
+    import io
+
+    finish(fig)
+    meta = {"Title": "\n".join(titles(fig)), "Description": "\n".join(_words(fig))}
+    out = io.BytesIO() if target is None else Path(target)
+    fig.savefig(out, format="png", dpi=dpi or fig.dpi, metadata=meta)
+    return out.getvalue() if target is None else out
 
 
 def new_figure(

@@ -19,8 +19,9 @@ import sys
 from pathlib import Path
 from typing import Callable, Iterable
 
+from common import schema, textfile
 from common.cli import ArgumentParser
-from common.errors import UsageError, one_line
+from common.errors import UsageError
 from roofline.datasheets import BUILTIN, Entry, VendorPeaks
 from roofline.model import DTYPES
 from roofline.names import candidates, close_names, find_entry, name_key, normalize
@@ -45,10 +46,6 @@ _ENTRY_FIELDS = {
 _OPTIONAL_FIELDS = ("l2_bytes_per_s", "l1_bytes_per_s")
 
 
-MAX_PEAKS_FILE_CHARS = 2**20
-"""The longest peaks file read (1 Mi characters; the built-in table is ~20 kB)."""
-
-
 def load_overrides(path: str | os.PathLike) -> list[Entry]:
     """Entries from a user file (JSON, or YAML for .yaml/.yml). Raises UsageError naming the problem.
 
@@ -58,34 +55,34 @@ def load_overrides(path: str | os.PathLike) -> list[Entry]:
     device needs the first four (the cache bandwidths stay optional).
     """
     p = Path(path).expanduser()
-    return [_user_entry(item, p, i) for i, item in enumerate(_file_items(p), 1)]
+    entries = [_user_entry(item, p, i) for i, item in enumerate(_file_items(p), 1)]
+    _refuse_clashes(entries, p)
+    return entries
+
+
+def _refuse_clashes(entries: list[Entry], p: Path) -> None:
+    """UsageError when two entries answer to one name (main: the first won, silently)."""
+    seen: dict[str, int] = {}
+    for i, entry in enumerate(entries, 1):
+        for n in entry.names:
+            first = seen.setdefault(normalize(n), i)
+            if first != i:
+                raise UsageError(
+                    f"peaks file {p}: entries {first} and {i} both answer to {n!r} (their "
+                    f"device_name, an alias, or the built-in device they override): keep one"
+                )
 
 
 def _file_items(p: Path) -> list:
-    """The entries a peaks file lists, parsed but not checked."""
-    if not p.exists():
-        raise UsageError(
-            f"peaks file {p} does not exist (set by --peaks-file or ${PEAKS_FILE_ENV})"
-        )
-    if not p.is_file():  # /dev/zero "did not exist"; reading it would never end
-        raise UsageError(
-            f"peaks file {p} is not a file (a folder, device or pipe): give a JSON/YAML file"
-        )
-    try:
-        with p.open(encoding="utf-8-sig") as fh:
-            text = fh.read(MAX_PEAKS_FILE_CHARS + 1)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"peaks file {p} cannot be read: {one_line(exc)}") from None
-    if len(text) > MAX_PEAKS_FILE_CHARS:
-        raise UsageError(f"peaks file {p} is larger than 1 MiB: a peaks file lists a few devices")
+    """The entries a peaks file lists, parsed (JSON, or YAML without aliases: common.textfile)
+    but not checked."""
+    text = textfile.read_text(p, "peaks file", f"set by --peaks-file or ${PEAKS_FILE_ENV}")
     try:
         if p.suffix.lower() in (".yaml", ".yml"):
-            import yaml
-
-            data = yaml.safe_load(text)
+            data = textfile.load_yaml(text)
         else:
             data = json.loads(text)
-    except Exception as exc:  # noqa: BLE001 - json/yaml errors: report them in one line
+    except (ValueError, RecursionError) as exc:  # json/yaml errors: report them in one line
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise UsageError(
             f"peaks file {p} is not valid {p.suffix.lstrip('.').upper() or 'JSON'}: {first}"
@@ -111,10 +108,8 @@ def _user_entry(item, p: Path, i: int) -> Entry:
     name = item.get("device_name")
     if not isinstance(name, str) or not name.strip():
         raise UsageError(f"{where}: device_name is required")
-    aliases = item.get("aliases") or []
-    if isinstance(aliases, str):
-        aliases = [aliases]
     base = find_entry(name, list(BUILTIN))
+    aliases = _aliases(item, base, f"{where} ({name})")
     fields_ = {
         "device_name": name,
         "flops_per_s": item.get("flops_per_s", base.peaks.flops_per_s if base else None),
@@ -132,8 +127,57 @@ def _user_entry(item, p: Path, i: int) -> Entry:
         peaks = VendorPeaks(**fields_)
     except ValueError as exc:
         raise UsageError(f"{where} ({name}): {exc}") from None
-    extra = tuple(str(a) for a in aliases) + (base.names if base else ())
+    if base:
+        _near_datasheet(peaks, base.peaks, f"{where} ({name})")
+    extra = tuple(aliases) + (base.names if base else ())
     return Entry(peaks, tuple(dict.fromkeys(extra)), origin=str(p))
+
+
+def _aliases(item: dict, base: Entry | None, where: str) -> list[str]:
+    """The entry's aliases, each a name (common.schema.check_name). UsageError for an alias that
+    names a built-in device other than the one the entry's device_name overrides: it replaced
+    that device silently (main: an H100 with a user's figures and 'source: me', 1502044.9 % of
+    its roof)."""
+    aliases = item.get("aliases") or []
+    aliases = [str(a) for a in ([aliases] if isinstance(aliases, str) else aliases)]
+    for alias in [item["device_name"], *aliases]:
+        try:
+            schema.check_name(alias, "name")
+        except ValueError as exc:
+            raise UsageError(f"{where}: {exc}") from None
+    for alias in aliases:
+        hit = [e for e in candidates(alias, list(BUILTIN)) if e is not base]
+        if hit:
+            raise UsageError(
+                f"{where}: alias {alias!r} names the built-in {hit[0].peaks.device_name}, which it "
+                "would replace: to override that device, give its name as device_name; an alias "
+                "only adds another name of the entry's own device"
+            )
+    return aliases
+
+
+NEAR_DATASHEET = 10.0
+"""How far (a factor, either way) an entry may put a built-in device's figure from its datasheet:
+a power cap or a boost clock moves a peak by tens of percent, a unit slip (TFLOP/s for FLOP/s) by
+a million."""
+
+
+def _near_datasheet(peaks: VendorPeaks, sheet: VendorPeaks, where: str) -> None:
+    """UsageError for a figure of an entry overriding built-in `sheet` more than NEAR_DATASHEET
+    times away from the datasheet's."""
+    pairs = [
+        (f"flops_per_s[{d}]", v, sheet.flops_per_s.get(d)) for d, v in peaks.flops_per_s.items()
+    ]
+    pairs += [
+        (k, getattr(peaks, k), getattr(sheet, k)) for k in ("dram_bytes_per_s", *_OPTIONAL_FIELDS)
+    ]
+    for key, mine, theirs in pairs:
+        if mine and theirs and not theirs / NEAR_DATASHEET <= mine <= theirs * NEAR_DATASHEET:
+            raise UsageError(
+                f"{where}: {key} = {mine:.3g} is {mine / theirs:.3g} times the datasheet's "
+                f"{theirs:.3g} for {sheet.device_name}: a unit slip? (figures are FLOP/s and "
+                f"byte/s; an override stays within {NEAR_DATASHEET:g}x of the datasheet)"
+            )
 
 
 def _table(overrides: str | os.PathLike | None) -> list[Entry]:

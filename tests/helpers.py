@@ -72,3 +72,14 @@ def use_uri(monkeypatch, uri: str) -> None:
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     mlflow.set_tracking_uri(uri)
+
+
+def png_text(data) -> dict[str, str]:
+    """The `Title` and `Description` that roofline.style.write_png put in a PNG (bytes or a
+    path): what a figure says, read back without looking at it."""
+    import io
+
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data) if isinstance(data, bytes) else data) as image:
+        return {k: str(image.text.get(k, "")) for k in ("Title", "Description")}

@@ -372,11 +372,12 @@ def test_outputs_tables_figures_and_report(store, tmp_path):
     md = (out / "report.md").read_text()
     assert f"no peaks for {CPU}" in md
     assert (
-        "| l4 | NVIDIA L4 | resnet18 | fp32 | 64 | 224 px | 1000 | one process | 1 | 700 ± 20 (within run) | 15 TFLOP/s | 200 | measured |"
+        # one uncertainty, the 95% CI of the mean step time (this run logged none), named so everywhere
+        "| l4 | NVIDIA L4 | resnet18 | fp32 | 64 | one process | 1 | 700 (1 run) | 15 TFLOP/s | 200 | measured |"
         in md
     )
     assert (
-        "| l4 | NVIDIA L4 | resnet18 | fp32 | 32 | 224 px | 1000 | one process | 2 | 410 (runs 400–420) | 11 TFLOP/s | 50 | modeled |"
+        "| l4 | NVIDIA L4 | resnet18 | fp32 | 32 | one process | 2 | 410 (2 runs 400–420, 95% CI ±31%) | 11 TFLOP/s | 50 | modeled |"
         in md
     )
     assert "CUDA out of memory" in md
@@ -390,7 +391,7 @@ def test_outputs_tables_figures_and_report(store, tmp_path):
         assert f'src="data:image/png;base64,{data}"' in page
     assert re.findall(r'\b(?:src|href)="(?!data:image/png;base64,)', page) == []
     assert "<td>RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB</td>" in page
-    assert "<td>700 ± 20 (within run)</td>" in page
+    assert "<td>700 (1 run)</td>" in page
     # the variability figure shows the config both environments ran: resnet18 b32 fp32
     assert "resnet18/b32/fp32" in md.split("## Step-time variability")[1].split("##")[0]
     assert (out / "summary.md").read_text().startswith("| environment |")
@@ -648,13 +649,22 @@ def test_cli_tracks_outputs_as_artifacts_of_an_analysis_run(store, tmp_path, cap
     rc = app.cli(["--experiment", EXP, "--out", str(tmp_path / "o")])
     assert rc == 0
     summary = capsys.readouterr().out.strip().splitlines()
-    assert len(summary) == 1 and summary[0].startswith(
+    assert len(summary) == 3 and summary[0].startswith(
         "analysed 5 train, 1 profile, 1 peaks runs (2 environment(s)) -> 4 points"
     )
     runs = mlflow.search_runs(
         experiment_names=[EXP], filter_string="tags.run_kind = 'analysis'", output_format="list"
     )
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    # then its report's link and the link of the view that holds it (common.ui.say_links)
+    report = (
+        f"/runs/{runs[0].info.run_id}/artifacts/report/report.html?workflowType=machine_learning"
+    )
+    assert summary[1].startswith("see it with `mlflow ui") and summary[1].endswith(report)
+    assert (
+        summary[2].startswith("analyses and their reports: http")
+        and "viewStateShareKey=analyses" in summary[2]
+    )
     client = mlflow.tracking.MlflowClient()
     top = {f.path for f in client.list_artifacts(runs[0].info.run_id, "report")}
     assert {

@@ -381,8 +381,9 @@ def test_cli_cache_modes_and_the_report_note(tracking, tmp_path, monkeypatch, ca
     assert "local cache" not in (tmp_path / "off" / "report.md").read_text()
     assert app.main([*argv, str(tmp_path / "a1")]) == 0
     assert app.main([*argv, str(tmp_path / "a2")]) == 0
-    # one segment per search: train, profile, peaks, complexity and breakdown runs (empty ones too)
-    assert sorted(p.suffix for p in folder.rglob("*.*")) == [".json"] * 5 + [".parquet"] * 5
+    # one segment per search: train, profile, peaks, complexity, breakdown and what-if runs (empty
+    # ones too)
+    assert sorted(p.suffix for p in folder.rglob("*.*")) == [".json"] * 6 + [".parquet"] * 6
     md = (tmp_path / "a2" / "report.md").read_text()
     assert f"runs read through the local cache {folder}" in md
     assert "1 from the cache, 0 fetched now" in md  # train: 1 run; profile, peaks: none

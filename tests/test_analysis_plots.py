@@ -250,3 +250,86 @@ def test_roofline_and_variability_texts_stay_inside_the_figure(analysis, tmp_pat
     )
     assert len(drawn) == 3
     assert [texts_outside(f) for f in drawn] == [[], [], []]
+
+
+def _overlapping(fig) -> list[tuple[str, str]]:
+    """Pairs of point labels (texts in an axes) whose drawn boxes overlap."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    out = []
+    for ax in fig.axes:
+        boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in ax.texts if t.get_text()]
+        for (a, ba), (b, bb) in itertools.combinations(boxes, 2):
+            if ba.overlaps(bb):
+                out.append((a, b))
+    return out
+
+
+def test_every_figure_is_legible_at_the_artifact_viewers_width_and_labels_do_not_overlap(
+    analysis, tmp_path, monkeypatch
+):
+    """MLflow's artifact viewer shows a figure about 600 px wide on a first visit (900 px once
+    its Assistant panel is closed): every text of every figure is at least 8 px high there, no
+    figure is wider than the width that keeps its 8-point text so, and no two point labels
+    overlap. The figures: the analysis's (both rooflines, the batch panels, the speed-up, the
+    variability box plot), the breakdown's two and a train run's own roofline."""
+    from profiling.breakdown import figures as bd
+    from profiling.breakdown.roof import Ceilings
+    from roofline import run_plot
+    from roofline.style import FIGURE_WIDTH_IN, LEGIBLE_PX, finish, smallest_text_px
+    from tests.test_breakdown import _above_table
+
+    drawn = []
+    monkeypatch.setattr(plots, "save", lambda fig, path: drawn.append(fig) or path)
+    monkeypatch.setattr(bd, "_png", lambda fig: drawn.append(fig) or b"")
+    plots.roofline_combined(analysis.points, analysis.roofs, tmp_path / "a.png")
+    env = next(iter(analysis.roofs))
+    plots.roofline_env(analysis.points, *env, analysis.roofs[env], tmp_path / "b.png")
+    plots.throughput_vs_batch(analysis.points, tmp_path / "c.png")
+    plots.intensity_vs_batch(analysis.points, tmp_path / "d.png")
+    plots.step_time_variability({env: [0.1, 0.11, 0.12]}, "variability", tmp_path / "e.png")
+    c = Ceilings(peak_flops_per_s=1e10, dram_bytes_per_s=1e9, source="vendor: test")
+    c.flops_per_s = {"fp32": 1e10}
+    bd.layer_roofline(_above_table(), c, "breakdown of net/b8 on a CPU", "host time", clock="x")
+    bd.parts_bar({"breakdown_step_s": 1.0, "breakdown_forward_fraction": 1.0}, "t", "x")
+    drawn.append(run_plot.draw(analysis.roofs[env]["roof"], "fp32", 1e12, 30.0, "a run"))
+    assert len(drawn) == 8
+    for fig in drawn:
+        finish(fig)  # what every figure gets before it is saved
+        width = fig.get_size_inches()[0]
+        assert width <= FIGURE_WIDTH_IN + 1e-6, (fig._suptitle, width)
+        px, text = smallest_text_px(fig)
+        assert px >= LEGIBLE_PX - 1e-6, (px, text)
+        assert px <= 2.2 * LEGIBLE_PX  # figures drawn for the viewer: text not raised to fit
+        assert _overlapping(fig) == []
+
+
+def test_axes_are_what_their_titles_say_and_precisions_have_their_own_colours(analysis):
+    """speedup_vs_batch.png said "log scale" over a linear axis; roofline_all.png drew bf16 and
+    fp32 points of one environment in one colour."""
+    from matplotlib.colors import to_hex
+
+    from roofline.style import PRECISION_COLORS
+
+    sp = pd.DataFrame(
+        [
+            {
+                "env_label": "gpu-box",
+                "device_name": GPU,
+                "label": "resnet18/b64/bf16",
+                "batch_size": 64,
+                "speedup": 2.0,
+                "speedup_ci95_low": 1.5,
+                "speedup_ci95_high": 2.6,
+            }
+        ]
+    )
+    fig = plots.draw_speedup_vs_batch(sp)
+    assert "log axis" in fig._suptitle.get_text() and fig.axes[0].get_yscale() == "log"
+    fig, _ = roofline_plot.draw_roofline_combined(analysis.points, analysis.roofs)
+    colours = {
+        to_hex(ln.get_color())
+        for ln in fig.axes[0].get_lines()
+        if str(ln.get_gid()).startswith("points:")
+    }
+    assert colours == {PRECISION_COLORS["fp32"], PRECISION_COLORS["bf16"]}

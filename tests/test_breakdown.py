@@ -525,7 +525,8 @@ def test_default_view_opens_a_container_holding_most_of_the_modules():
 def test_layer_roofline_draws_each_leaf_row_where_it_is_with_its_area_its_time(monkeypatch):
     """The figure's points, read back from matplotlib: one per leaf row with counted FLOPs, at
     (intensity, achieved FLOP/s), area = MAX_AREA_PT2 x its time over the longest, coloured by
-    phase, the biggest numbered first; a row without FLOPs is in the note, the ceiling drawn."""
+    phase, numbered as the description ranks the rows (by share, the optimizer and rows without
+    FLOPs included); a row without FLOPs is a bar under its number, the ceiling drawn."""
     from matplotlib.colors import to_rgba
 
     from profiling.breakdown import figures
@@ -555,7 +556,7 @@ def test_layer_roofline_draws_each_leaf_row_where_it_is_with_its_area_its_time(m
     c = Ceilings(peak_flops_per_s=1e10, dram_bytes_per_s=1e9, source="vendor: test")  # ridge 10
     c.flops_per_s = {"fp32": 1e10}
     figures.layer_roofline(table, c, "t", "host time")
-    (ax,) = figs[0].axes
+    ax, bars = figs[0].axes
     drawn = {}
     for coll in ax.collections:
         color = tuple(coll.get_facecolor()[0][:3])
@@ -569,9 +570,10 @@ def test_layer_roofline_draws_each_leaf_row_where_it_is_with_its_area_its_time(m
         (1.0, 1e8): (pytest.approx(top / 4), pytest.approx(orange)),
     }
     labels = sorted((t.get_text(), t.xy) for t in ax.texts)  # each number points at its point
-    assert labels == [("1", (20.0, 2e9)), ("2", (40.0, 2e9)), ("3", (1.0, 1e8))]
-    notes = " ".join(t.get_text() for t in figs[0].texts)
-    assert "bn fwd 30.0%" in notes and "1  conv bwd 40.0%" in notes
+    assert labels == [("1", (20.0, 2e9)), ("3", (40.0, 2e9)), ("4", (1.0, 1e8))]
+    key = " ".join(t.get_text() for t in figs[0].texts)
+    assert " 1 conv bwd 40.0%" in key and " 2 bn fwd 30.0%" in key and " 4 fc bwd 10.0%" in key
+    assert [t.get_text() for t in bars.texts] == ["2: bn fwd 30.0%"]  # no FLOPs: a bar
     # the roofline package's drawer (roofline.plot.draw_ceilings): the DRAM slope up to the
     # fp32 roof at the ridge (10 FLOP/B), the roof from there, the ridge dotted
     lines = {line.get_gid(): line for line in ax.lines}
@@ -590,12 +592,19 @@ def test_times_in_s_or_ms_by_magnitude(monkeypatch):
     assert fmt.duration(5e-5) == "0.05 ms" and fmt.duration(float("nan")) == ""
     figs = []
     monkeypatch.setattr(figures, "_png", lambda fig: figs.append(fig) or b"")
-    figures.parts_bar({"forward": 1.0, "backward": 1.37}, 2.37, "t")
+    metrics = {
+        "breakdown_step_s": 2.37,
+        "breakdown_forward_fraction": 0.4,
+        "breakdown_backward_fraction": 0.6,
+    }
+    figures.parts_bar(metrics, "t", "the main thread's CPU clock")
     (ax,) = figs[0].axes
-    assert "(2.37 s, mean of the recorded steps)" in ax.get_xlabel()
-    assert "e+" not in ax.get_xlabel()
-    legend = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert "forward 1 s (42.2%)" in legend and "backward 1.37 s (57.8%)" in legend
+    label = ax.get_xlabel().replace("\n", " ")
+    assert "(the step: 2.37 s of wall time, mean of the recorded steps)" in label
+    assert "by the main thread's CPU clock" in label
+    assert "e+" not in label
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]  # the logged shares, as said
+    assert "forward 40.0%" in legend and "backward 60.0%" in legend
 
 
 def test_point_labels_do_not_overlap_even_where_points_coincide():
@@ -740,9 +749,11 @@ def test_summary_names_the_largest_leaves_and_the_optimizer_first_then_stages():
     label = "net/b4"
     metrics = {"breakdown_recorded_steps": 3.0, "breakdown_step_s": 2.37}
     table, tree = _answer_table(0.177)
-    line = summary_line(label, "cpu", table, tree, metrics)
-    assert line.startswith("net/b4 on cpu: 2.37 s/step (mean of 3 recorded); largest: ")
-    largest, stages = line.split("largest: ")[1].split(" Stage totals: ")
+    line = summary_line(label, "cpu", table, tree, metrics, "the wall clock")
+    assert line.startswith(
+        "net/b4 on cpu: 2.37 s/step (mean of 3 recorded); largest, shares by the wall clock: "
+    )
+    largest, stages = line.split("the wall clock: ")[1].split(" Stage totals: ")
     names_in_order = [part.split(" ")[0] for part in largest.split("; ")]
     assert names_in_order == ["layer2.conv", "layer1.conv", "optimizer"]  # unattributed is not one
     assert "optimizer 17.7%, memory-bound at 0 FLOP/B (a foreach or fused optimizer" in largest
@@ -750,7 +761,7 @@ def test_summary_names_the_largest_leaves_and_the_optimizer_first_then_stages():
     assert "layer2.conv backward 25.0%, compute-bound at 30 FLOP/B (near its compute roof" in line
     assert stages == "layer1 backward 30.0%, layer2 backward 25.0%."
     small, _ = _answer_table(0.05)  # not among the three largest: not named
-    assert "optimizer" not in summary_line(label, "cpu", small, tree, metrics)
+    assert "optimizer" not in summary_line(label, "cpu", small, tree, metrics, "the wall clock")
     printed = view_text(table, tree).splitlines()
     assert printed[1].startswith("-- largest rows") and printed[2].startswith("layer2.conv ")
     assert "fusing it with its neighbours" in next(p for p in printed if p.startswith("layer1.bn"))
@@ -910,12 +921,20 @@ def test_resnet18_parts_trace_and_figures(resnet_runs):
     for png in ("layer_roofline.png", "step_parts.png"):
         assert (art / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     note = by_kind["breakdown"].data.tags[schema.TAG_NOTE]
-    assert note.startswith("b2/fp32/32px/resnet18 on ") and "largest: " in note
+    assert note.startswith("b2/fp32/32px/resnet18 on ") and "largest, shares by " in note
     assert "Stage totals: " in note and "ui.perfetto.dev" in note
     kept = data["breakdown"]["kept"][0]
     assert f"trace.json.gz holds recorded step {kept} of 2 (" in note
     assert "shares by the main thread's CPU clock" in note  # one CPU process: the CPU clock
+    assert "Step parts, by the main thread's CPU clock as every share here: " in note
     assert body["share_clock"] == "thread_cpu"
+    # one clock for every share: the optimizer part is its rows' shares (the step, zero_grad)
+    shares = {(r["module"], r["phase"]): r["share"] for r in body["view"]}
+    rows_opt = shares[("optimizer", "optimizer")] + shares.get(("zero_grad", "other"), 0.0)
+    assert m["breakdown_optimizer_fraction"] == pytest.approx(rows_opt, abs=0.01)
+    bd_tags = by_kind["breakdown"].data.tags  # the largest row, then the three, with their clock
+    assert bd_tags["breakdown_largest"].endswith("% (CPU clock)")
+    assert bd_tags["breakdown_largest_3"].endswith("(by the main thread's CPU clock)")
     layers = pd.read_csv(art / "layers.csv")
     assert (layers.calls == layers.calls.round()).all()  # whole numbers: 2.0, not 1.99999...
     assert (layers.cpu_time_s <= layers.time_s * 1.001 + 1e-6).all()
@@ -1026,3 +1045,87 @@ def test_a_repeated_hint_points_at_the_row_that_said_it():
     assert hints["b"] == "as above"
     assert hints["c"].startswith("elementwise work")
     assert hints["d"] == "as for a backward"
+
+
+def test_the_breakdown_writes_every_column_the_model_reads():
+    """profiling/breakdown's layers.csv columns hold common.schema.BREAKDOWN_ROW_FIELDS, the
+    fields train.whatif reads (it may not import profiling)."""
+    from profiling.breakdown.table import COLUMNS
+
+    assert set(schema.BREAKDOWN_ROW_FIELDS) <= set(COLUMNS)
+
+
+def _above_table() -> list[dict]:
+    """Leaf rows at 2e10 and 5e9 FLOP/s against a 1e10 FLOP/s roof (DRAM 1e9 B/s: ridge 10)."""
+
+    def row(module, phase, time_s, calls, flops, ai):
+        achieved = flops / time_s
+        attainable = min(1e10, ai * 1e9)
+        return {
+            "module": module,
+            "phase": phase,
+            "kind": "module",
+            "leaf": True,
+            "time_s": time_s,
+            "calls": calls,
+            "share": time_s / 0.1,
+            "flops": flops,
+            "intensity_flops_per_byte": ai,
+            "achieved_flops_per_s": achieved,
+            "roof_fraction": achieved / attainable,
+        }
+
+    return [
+        row("layer1.conv", "forward", 0.01, 1.0, 2e8, 50.0),  # 2e10: 2x its compute ceiling
+        row("layer2.conv", "backward", 0.02, 2.0, 1e8, 40.0),  # 5e9: under it
+        row("fc", "backward", 1e-5, 1.0, 3e5, 20.0),  # 3e10 in 10 us: a short one
+    ]
+
+
+def test_rows_above_their_roof_are_named_with_the_evidence_that_says_why():
+    """A row above the ceiling that bounds it is named as a train point above its roof is: which
+    rows, by how much, and where the evidence points (a busy peaks run, a vendor figure above the
+    measured one: the ceiling; microseconds per call: the row's time)."""
+    from profiling.breakdown.above import above_roof
+
+    c = Ceilings(peak_flops_per_s=1e10, dram_bytes_per_s=1e9, source="measured: peaks run abcd1234")
+    c.peaks_load = {"load_average_1m_start": 3.9, "load_average_1m_max": 4.2, "cpu_count": 2.0}
+    c.vendor_flops_per_s = 4e10
+    table = _above_table()
+    a = above_roof(table[:2], c)
+    assert [r["module"] for r in a.rows] == ["layer1.conv"] and a.verdict == "ceiling"
+    text = a.sentence
+    assert text.startswith(
+        "Above the roof: 1 row reaches 2.0x its ceiling, fp32 10 GFLOP/s compute (measured: "
+        "peaks run abcd1234): layer1.conv fwd 2.0x (20 GFLOP/s)."
+    )
+    assert "ran on a busy machine (busy: 1-minute load average 3.90 at its start" in text
+    assert "the vendor figure is 40 GFLOP/s (4.0x the measured one; every row is under it)" in text
+    both = above_roof(table, c)  # the 10-us row: its time may be too short
+    assert both.verdict == "either" and [r["module"] for r in both.rows] == ["fc", "layer1.conv"]
+    assert "1 of them take under 0.05 ms per call (down to 0.01 ms)" in both.sentence
+    quiet = Ceilings(peak_flops_per_s=1e10, dram_bytes_per_s=1e9, source="vendor: datasheet")
+    assert above_roof(table[2:], quiet).verdict == "time"
+    assert above_roof(table[:1], quiet).verdict == "unknown"
+    assert above_roof(table[1:2], c) is None  # under its roof: nothing to say
+    assert above_roof(table, Ceilings()) is None  # no ceilings, no roof to be above
+
+
+def test_a_row_above_its_roof_is_ringed_in_the_figure_and_said_in_its_subtitle(monkeypatch):
+    from profiling.breakdown import figures
+    from profiling.breakdown.above import above_roof
+
+    c = Ceilings(peak_flops_per_s=1e10, dram_bytes_per_s=1e9, source="vendor: test")
+    c.flops_per_s = {"fp32": 1e10}
+    table = _above_table()[:2]
+    figs = []
+    monkeypatch.setattr(figures, "_png", lambda fig: figs.append(fig) or b"")
+    figures.layer_roofline(table, c, "t", "host time", above=above_roof(table, c), clock="x")
+    ax = figs[0].axes[0]
+    rings = [coll for coll in ax.collections if coll.get_label().startswith("above its roof")]
+    assert len(rings) == 1 and [tuple(o) for o in rings[0].get_offsets()] == [(50.0, 2e10)]
+    assert "Ringed: 1 above the roof, nothing measured says why" in ax.get_title().replace(
+        "\n", " "
+    )
+    key = " ".join(t.get_text() for t in figs[0].texts)
+    assert " 2 layer1.conv fwd 10.0% ^" in key and "^ above its roof" in key

@@ -92,7 +92,9 @@ def test_a_file_lacking_a_launch_is_refused_naming_it(ncu_dir, tmp_path):
 
     paths = _copy_two(ncu_dir, tmp_path, drop_launch_1425)
     with pytest.raises(
-        BenchError, match=r"^b.csv has no launch 1425 where a.gz has one \(1 launches"
+        BenchError,
+        match=r"^b.csv holds 1,425 launches where a.gz holds 1,426: launch 1425 is missing from "
+        r"it \(1 launches differ\)",
     ):
         combine(read_files(paths, [None, None]), "set")
 
@@ -364,6 +366,10 @@ def test_no_chip_of_nvidias_metric_database_tells_packed_from_scalar_half_instru
 
 
 def test_a_metric_in_two_files_keeps_the_first_value_and_says_so(ncu_dir, tmp_path, capsys):
+    """A file that adds a counter (L2 bytes) and repeats one with another value (DRAM bytes of
+    launch 3, doubled): the first file's value is kept, with a note. (A file that adds no
+    counter and differs is refused: tests/test_hostile_imports.py.)"""
+
     def double_launch_3(text):
         lines = text.splitlines(keepends=True)
         i = next(n for n, ln in enumerate(lines) if ln.startswith('"3",'))
@@ -375,11 +381,14 @@ def test_a_metric_in_two_files_keeps_the_first_value_and_says_so(ncu_dir, tmp_pa
     src = ncu_dir / DEEPCAM / "out.dram__bytes.sum.gz"
     shutil.copy(src, tmp_path / "a.gz")
     text = gzip.decompress(src.read_bytes()).decode()
-    (tmp_path / "b.csv").write_text(double_launch_3(text))
+    l2 = gzip.decompress((ncu_dir / DEEPCAM / "out.lts__t_bytes.sum.gz").read_bytes()).decode()
+    rows = l2[l2.index('"ID",') :].split("\n", 1)[1].replace('","42680","', '","40338","')
+    (tmp_path / "b.csv").write_text(double_launch_3(text) + rows)  # one process: its PID
     paths = [str(tmp_path / "a.gz"), str(tmp_path / "b.csv")]
     report = combine(read_files(paths, [None, None]), "set")
     first = read_ncu_csv(src).kernels[3].metrics["dram__bytes.sum"]
     assert report.kernels[3].metrics["dram__bytes.sum"] == first
+    assert "lts__t_bytes.sum" in report.kernels[3].metrics
     assert "note: 1 launches of the set have another dram__bytes.sum in a later file: kept the " \
         "value of a.gz" in capsys.readouterr().err  # fmt: skip
 
@@ -427,3 +436,28 @@ def test_raw_pages_split_by_metric_merge_back(ncu_dir, tmp_path):
     whole = read_files([str(src)], [None])[0].report
     assert merged.page == "raw" and len(merged.kernels) == len(whole.kernels) > 1
     assert [k.metrics for k in merged.kernels] == [k.metrics for k in whole.kernels]
+
+
+def test_a_kernel_above_its_roof_is_named_with_why(deepcam_table):
+    """Item 3: a profile's kernel whose FLOP/s exceed the ceiling that bounds it is marked in the
+    report's kernel table and named in one sentence (ncu's replayed, clock-locked times only slow
+    a kernel: the ceiling is too low), as a train point above its roof is."""
+    from analysis.hierarchy import above_roof, kernels_table
+    from profiling.hierarchy.table import add_bounds
+    from roofline.model import Roof
+
+    table = deepcam_table
+    rates = (table["flops"] / table["time_s"]).dropna()
+    low = Roof(
+        "V100", {"fp32": float(rates.median()), "fp16": float(rates.median())}, {"dram": 1e15}
+    )
+    bounded = add_bounds(table, low)
+    over = bounded[bounded["roof_fraction"] > 1]
+    assert len(over) > 0 and (bounded["roof_fraction"].dropna() <= 1).any()
+    text = above_roof(bounded)
+    assert text.startswith(f"Above the roof: {len(over)} kernel name(s) exceed the ceiling")
+    assert "The ceiling looks too low: ncu times each kernel at locked clocks" in text
+    cells = [row[-1] for row in kernels_table(bounded, top=len(bounded)).rows]
+    assert sum("above its roof (" in c for c in cells) == len(over)
+    high = Roof("V100", {"fp32": 1e18, "fp16": 1e18}, {"dram": 1e18, "l2": 1e18, "l1": 1e18})
+    assert above_roof(add_bounds(table, high)) == ""

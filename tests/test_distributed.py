@@ -444,7 +444,7 @@ def check_exposed_communication(run) -> None:
         m["exposed_comm_time_s"] / m["step_time_mean_s"]
     )
     history = mlflow.tracking.MlflowClient().get_metric_history(
-        run.info.run_id, "compute_only_step_time_s"
+        run.info.run_id, "steps/compute_only_step_time_s"
     )
     assert len(history) == 3
 

@@ -736,9 +736,12 @@ def test_findings_json_contract_and_report_section_first():
         assert all({"kind", "sentence", "values", "run_ids"} <= set(f) for f in c["findings"])
     blocks = report.report_blocks(report.Report(a, {}, "sqlite:///x", "q", "now", findings=found))
     h2s = [b[1] for b in blocks if b[0] == "h2"]
-    assert h2s[0] == "Findings" and "What is missing" in h2s, h2s
+    assert h2s[:3] == ["The answers", "What was read", "Findings"] and "What is missing" in h2s
     md = report.markdown_text(blocks)
-    assert md.index("## Findings") < md.index("## What is missing")
+    assert md.index("## The answers") < md.index("## Findings") < md.index("## What is missing")
+    answer = md.split("## The answers")[1].split("## Findings")[0]
+    assert "- **box**: **resnet18/b8/bf16**" in answer  # ×1.25 the fp32: the fastest
+    assert h2s[1] == "What was read"
     assert "bf16 instead of fp32: ×1.25" in md
     assert freport.description_lines(found)[0].startswith(
         "- box (Test CPU 9000), resnet18/b8/fp32: bf16 instead of fp32: ×1.25"
@@ -766,5 +769,6 @@ def test_every_sentence_renders():
         "energy",
         "parts",
         "top_layers",
+        "breakdown_above_roof",
     }
     assert math.isclose(1.0, 1.0)

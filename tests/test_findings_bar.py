@@ -61,9 +61,10 @@ def test_the_bar(bar_store, tmp_path, capsys):
         run = by_cfg[key]
         assert c["model"] == "resnet18" and c["image_size"] == 32 and c["env_label"] == ENV
         assert c["ceiling"]["kind"] == "measured"
-        if c["bound"] == "unstable":  # 4 steps on a busy machine: said so, with its runs
+        if c["unstable"]:  # 4 steps on a busy machine: said so, with its runs
             (f,) = [f for f in c["findings"] if f["kind"] == "unstable"]
-            assert f["run_ids"] == [run.info.run_id] and c["fraction_of_roof"] is None
+            assert f["run_ids"] == [run.info.run_id]
+            assert c["bound"] == c["roof_side"]  # shown as the run's page shows it, unreliable
         elif c["ceiling"]["too_low"]:  # the peaks run measured while the machine was busier
             assert c["fraction_of_roof"] is None
             assert [f for f in c["findings"] if f["kind"] == "ceiling_low"]
@@ -93,7 +94,7 @@ def test_the_bar(bar_store, tmp_path, capsys):
             if f["kind"] == "speedup" and f["values"]["knob"] == "precision"
         ]
         if not found:  # claimed only when stable and its interval excludes 1: else said why
-            unstable = {configs[(batch, p)]["bound"] for p in ("fp32", "bf16")} & {"unstable"}
+            unstable = any(configs[(batch, p)]["unstable"] for p in ("fp32", "bf16"))
             said = [m for m in doc["missing"] if f"resnet18/b{batch}/" in m]
             assert unstable or [m for m in said if "no speed-up is claimed" in m], doc["missing"]
             continue
@@ -106,9 +107,10 @@ def test_the_bar(bar_store, tmp_path, capsys):
         assert "bf16 instead of fp32: ×" in finding["sentence"]
 
     html = (out / "report.html").read_text()
-    assert re.findall(r"<h2>(.*?)</h2>", html)[0] == "Findings"
+    first = ["The answers", "What was read", "Findings"]  # the answers, then the findings
+    assert re.findall(r"<h2>(.*?)</h2>", html)[:3] == first
     md = (out / "report.md").read_text()
-    assert re.findall(r"^## (.*)$", md, re.M)[0] == "Findings"
+    assert re.findall(r"^## (.*)$", md, re.M)[:3] == first
     (analysis,) = mlflow.search_runs(
         experiment_names=[EXP], filter_string="tags.run_kind = 'analysis'", output_format="list"
     )

@@ -189,11 +189,13 @@ def test_noisy_repeats_give_only_findings_the_numbers_carry(noisy):
 
     # the unstable configuration: named, with its runs and what to do; nothing drawn from it
     (b2,) = [c for c in doc["configs"] if c["batch_size"] == 2]
-    assert b2["bound"] == "unstable" and b2["throughput_spread_ratio"] == pytest.approx(100)
+    assert b2["unstable"] and b2["throughput_spread_ratio"] == pytest.approx(100)
+    assert b2["bound"] == b2["roof_side"]  # its bound shown, marked unreliable (not withheld)
     (f,) = [f for f in b2["findings"] if f["kind"] == "unstable"]
     assert set(f["run_ids"]) == set(ids["b2"])
     assert all(rid[:8] in f["sentence"] for rid in ids["b2"]) and "--iters auto" in f["sentence"]
     assert not [g for g in b2["findings"] if g["topic"] in ("bound", "move")]
+    assert "(unreliable: unstable)" in md.split("## What is missing")[0]
     assert "is unstable" in md.split("## What is missing")[1]
 
     # no latency from a step time that falls as the batch grows; no fixed time above a step

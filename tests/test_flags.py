@@ -31,6 +31,8 @@ from train.complexity.config import ComplexityConfig
 from train.config import DISTRIBUTED_FIELDS, TrainConfig
 from train.sweep.__main__ import SweepCommand
 from train.sweep.__main__ import main as sweep_main
+from train.whatif.__main__ import WhatifCommand
+from train.whatif.__main__ import main as whatif_main
 
 ONE_PROCESS = [n for n in TrainConfig.__dataclass_fields__ if n not in DISTRIBUTED_FIELDS]
 # entry point: (its main, the arguments before --help, its config classes with the fields it takes)
@@ -71,6 +73,7 @@ ENTRY_POINTS = {
         [(ComplexityConfig, None), (ComplexityCommand, None)],
     ),
     "analysis": (analysis_main, [], [(AnalysisConfig, None)]),
+    "train.whatif": (whatif_main, [], [(WhatifCommand, None)]),
     "analysis.gate": (gate_main, [], [(GateConfig, None)]),
 }
 OPTION_LINE = re.compile(r"^  (-.*?)(?:  |$)")

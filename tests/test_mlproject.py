@@ -254,6 +254,18 @@ def test_other_entry_points_build_their_config_from_their_defaults(name):
         assert got == {**asdict(TrainConfig()), "iters": 3}
 
 
+def test_whatif_entry_point_passes_its_run_and_defaults():
+    """`mlflow run -e whatif -P run_id=...`: the run id is the command's RUN_ID, and the other
+    parameters' defaults are WhatifCommand's (empty moves: every move)."""
+    from train.whatif.__main__ import WhatifCommand, build_parser
+
+    ep = entry_point("whatif")
+    values = {k: shlex.quote(str(v.get("default", "abc123"))) for k, v in ep["parameters"].items()}
+    args = build_parser().parse_args(shlex.split(ep["command"].format(**values))[3:])
+    assert args.run_id == "abc123"
+    assert flags.build(WhatifCommand, args) == WhatifCommand(no_progress=True)
+
+
 def test_sweep_entry_point_defaults_give_no_config_flag():
     """The sweep's empty parameters are "not given": the sweep file's base or TrainConfig decides."""
     args = parsed_defaults("sweep")

@@ -72,10 +72,16 @@ def refused(capsys) -> str:
             FFMA0,
             FFMA0.replace('"159,383,552"', '"1e300"'),
             1,
-            "2e+300 FLOPs in 96.99 us is 2.06e+304 FLOP/s, above the 1e+19 no GPU reaches",
+            "_ffma_pred_on.sum = 1e+300 is more than a year of the fastest device's work",
+        ),
+        (
+            FFMA0,
+            FFMA0.replace('"159,383,552"', '"1e20"'),
+            1,
+            "2e+20 FLOPs in 96.99 us is 2.06e+24 FLOP/s, above the 1e+19 no GPU reaches",
         ),
     ],
-    ids=["furlong", "negative-dram", "negative-time", "inf", "1e300"],
+    ids=["furlong", "negative-dram", "negative-time", "inf", "1e300", "1e20"],
 )
 def test_an_import_that_is_not_a_measurement_fails_naming_kernel_and_metric(
     tracking, ncu_dir, tmp_path, old, new, count, says, capsys

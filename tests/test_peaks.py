@@ -148,8 +148,9 @@ def test_tiny_measurement_logs_a_peaks_run(capsys, tracking):
     captured = capsys.readouterr()
     out, err = captured.out.strip().splitlines(), captured.err
     assert (
-        len(out) == 1 and out[0].startswith("peaks cpu [") and "fp32" in out[0] and "DRAM" in out[0]
+        len(out) == 3 and out[0].startswith("peaks cpu [") and "fp32" in out[0] and "DRAM" in out[0]
     )
+    assert out[1].startswith("see it with `mlflow ui") and "viewStateShareKey=peaks" in out[2]
 
     (run,) = mlflow.search_runs(experiment_names=["peaks-test"], output_format="list")
     assert run.info.status == "FINISHED" and run.info.run_id in out[0]

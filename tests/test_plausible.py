@@ -11,7 +11,7 @@ from common import plausible
 
 def test_thresholds_are_strict_and_missing_values_pass_silently():
     assert plausible.ci_flag(0.5) == "" and plausible.ci_flag(0.51).startswith(
-        "the 95% confidence interval of the mean step time is ±51%, wider than ±50%"
+        "the mean step time's 95% CI ±51% is wider than ±50%"
     )
     assert plausible.scaling_flag(1.0) == "" and "414% is over 100%" in plausible.scaling_flag(
         4.138

@@ -45,6 +45,7 @@ def test_every_parameter_is_used_once_and_every_flag_exists():
         "gate": "analysis.gate",
         "distributed": "train.__main__",
         "breakdown": "profiling.breakdown.cli",
+        "whatif": "train.whatif.__main__",
     }
     for name, ep in entry_points().items():
         command = ep["command"]

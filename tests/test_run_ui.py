@@ -17,7 +17,7 @@ from common import schema
 from common.run_record import dataset_input, system_metrics_interval
 from common.tracking import RunSession
 from common.upload import upload_spooled
-from tests.helpers import TINY, make_cifar10, make_image_folder
+from tests.helpers import TINY, make_cifar10, make_image_folder, png_text
 from train.config import TrainConfig
 from train.data import dataset_fields
 
@@ -152,7 +152,7 @@ def test_measured_roof_prefers_the_same_environment(tracking):
 def test_a_train_runs_page_and_the_analysis_take_the_same_ceiling(tracking, tmp_path):
     """A quiet older peaks run (load 1 of 8 CPUs) measured 4e11 FLOP/s; a busy newer one (load 12
     of 8 CPUs) only 1e11. The run's roofline.png and the analysis both take the quiet run's ceiling
-    (roofline/trust.py), not the latest."""
+    (roofline/ceilings.py), not the latest."""
     from train.roofline_figure import log_roofline
 
     quiet = _peaks_run("box", "CPU Q", 4e11, load=(1.0, 8.0, 8))
@@ -209,7 +209,11 @@ def test_run_roofline_figure_says_how_close_to_the_roof():
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert "this run at modeled intensity 8 FLOP/B" in labels
     assert "achieved 25 GFLOP/s" in labels and any(lb.startswith("DRAM 20 GB/s") for lb in labels)
-    assert run_roofline.png(roof, "fp32", 2.5e10, 8.0, "t")[:8] == b"\x89PNG\r\n\x1a\n"
+    image = run_roofline.png(roof, "fp32", 2.5e10, 8.0, "t")
+    assert image[:8] == b"\x89PNG\r\n\x1a\n"
+    said = png_text(image)  # what the figure says, read back (roofline.style.write_png)
+    assert said["Title"] == f"t\n{ax.get_title()}"
+    assert "achieved 25 GFLOP/s" in said["Description"].splitlines()
     # a peaks run without a DRAM figure takes the vendor's, and says where each came from
     vendor = {"flops_per_s": {"fp32": 9e11}, "dram_bytes_per_s": 5e10, "source": "datasheet"}
     measured = Roof("CPU X", {"fp32": 1e11}, sources={"flops:fp32": "measured: peaks run abcdef12"})
@@ -325,9 +329,9 @@ def test_description_flags_a_wide_confidence_interval_and_superlinear_scaling():
     assert "Check:" not in quiet  # ±50 % is the limit, not over it
     note = run_note(cfg, tags(cfg), _result(step_time_ci95_rel=2.86), roofline="Roofline: r")
     lines = note.splitlines()
-    assert "±286.0% at 95% confidence" in lines[0]
+    assert "(mean of 8, 95% CI ±286%)" in lines[0]  # the one way every page names it
     assert lines[1] == "Roofline: r"
-    assert lines[2].startswith("Check: the 95% confidence interval of the mean step time is ±286%")
+    assert lines[2].startswith("Check: the mean step time's 95% CI ±286% is wider than ±50%")
     ddp = _ddp_config("x")
     res = _result(scaling_efficiency=1.684, scaling_baseline_n_runs=2.0)
     res.tags.update(scaling_baseline="single-process run", scaling_baseline_run_id="abc")

@@ -125,7 +125,7 @@ def test_a_name_param_that_is_no_name_leaves_its_run_out():
 def test_series_keeps_step_times_only():
     clean, lines = screen.series({"r" * 32: [0.1, -1.0, math.inf, 1.7976931348623157e308, 0.2]})
     assert clean == {"r" * 32: [0.1, 0.2]}
-    assert lines and "3 of 5 step_time_s values of run rrrrrrrr" in lines[0]
+    assert lines and "3 of 5 steps/step_time_s values of run rrrrrrrr" in lines[0]
 
 
 def test_complexity_rows_that_are_not_counts_are_left_out():

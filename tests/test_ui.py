@@ -19,16 +19,29 @@ def _experiment_tags(name: str) -> dict:
 
 
 def test_a_run_marks_its_experiment_and_gives_it_the_saved_view(tracking):
+    """The saved views as MLflow 3.17 saves one (its Views menu lists only these), one per run
+    kind; the description with their links; samples/s as the chart view's first chart."""
     with RunSession("train", experiment="fresh", run_name="b2-fp32-32px-resnet18-cpu") as s:
         s.log_metrics({"throughput_samples_per_s": 10.0})
     tags = _experiment_tags("fresh")
     assert tags["mlflow.experimentKind"] == "custom_model_development"
-    view = json.loads(tags["mlflow.sharedViewState.train-fastest"])
+    assert tags["mlflow.experiment.primaryMetric.name"] == "throughput_samples_per_s"
+    envelope = json.loads(tags["mlflow.sharedViewState.train-fastest"])
+    assert envelope["name"] == "Train runs, fastest first"
+    assert isinstance(envelope["createdAt"], int) and isinstance(envelope["state"], str)
+    view = json.loads(envelope["state"])
+    for kind in ("breakdown", "analysis", "peaks", "sweep", "whatif"):
+        other = json.loads(json.loads(tags[ui.VIEWS[kind].tag])["state"])
+        assert other["searchFilter"] == f"tags.run_kind = '{kind}'"
+    note = tags["mlflow.note.content"]
+    assert note.endswith(ui.NOTE_SIGNATURE)
+    for kind in ("train", "breakdown", "analysis", "peaks"):
+        assert f"({ui.runs_view_path(s.experiment_id, kind=kind)})" in note
     assert view["searchFilter"] == "tags.run_kind = 'train'"
     assert (
         view["orderByKey"] == "metrics.`throughput_samples_per_s`" and view["orderByAsc"] is False
     )
-    assert view["selectedColumns"][0] == "metrics.`throughput_samples_per_s`"
+    assert view["selectedColumns"][:2] == ["metrics.`samples_per_s`", "tags.`bound`"]
     assert "metrics.`fraction_of_roof_pct`" in view["selectedColumns"]
     assert view["columnOrder"][0] == "attributes.`Run Name`"
     assert view["columnWidths"]["attributes.`Run Name`"] >= 250  # whole names, not 22 characters
@@ -36,6 +49,23 @@ def test_a_run_marks_its_experiment_and_gives_it_the_saved_view(tracking):
     assert link.endswith(
         f"#/experiments/{s.experiment_id}/runs?viewStateShareKey=train-fastest&workflowType=machine_learning"
     )
+
+
+def test_a_description_a_user_wrote_is_kept_and_the_analysis_answer_survives_marking(tracking):
+    client = mlflow.MlflowClient()
+    eid = client.create_experiment("noted", tags={"mlflow.note.content": "my own notes"})
+    assert "mlflow.note.content" not in ui.experiment_tags(client.get_experiment(eid).tags, eid)
+    eid2 = client.create_experiment("ours")
+    ui.set_answer(client, eid2, f"{ui.ANSWER_MARK}: fastest b8 2.81 samples/s")
+    note = client.get_experiment(eid2).tags["mlflow.note.content"]
+    assert note.startswith(ui.ANSWER_MARK) and note.endswith(ui.NOTE_SIGNATURE)
+    assert (
+        ui.experiment_tags(client.get_experiment(eid2).tags, eid2).get("mlflow.note.content")
+        is None
+    )
+    client.set_experiment_tag(eid, "mlflow.note.content", "my own notes")
+    ui.set_answer(client, eid, f"{ui.ANSWER_MARK}: x")
+    assert client.get_experiment(eid).tags["mlflow.note.content"] == "my own notes"
 
 
 @pytest.mark.parametrize(
@@ -52,7 +82,7 @@ def test_a_kind_a_user_chose_is_kept_and_a_guess_replaced(tracking, before, afte
     with RunSession("train", experiment="mine"):
         pass
     assert _experiment_tags("mine")["mlflow.experimentKind"] == after
-    assert ui.experiment_tags(client.get_experiment(eid).tags) == {}  # nothing left to write
+    assert ui.experiment_tags(client.get_experiment(eid).tags, eid) == {}  # nothing left to write
 
 
 def test_a_store_that_refuses_the_marks_keeps_the_run_and_the_link_falls_back(
@@ -119,6 +149,10 @@ def test_fractions_the_pages_print_as_percentages_are_logged_beside_them(trackin
         "x": 2.0,
         "fraction_of_roof_pct": 71.6,
     }
+    shown = ui.with_percents(
+        {"throughput_samples_per_s": 2.80684018652, "step_time_mean_s": 2.85018}
+    )
+    assert shown["samples_per_s"] == 2.81 and shown["step_time_mean_ms"] == 2850.0
     assert ui.with_percents({"scaling_efficiency": float("nan")}).keys() == {"scaling_efficiency"}
     with RunSession("train", experiment="pct") as s:
         s.log_metrics({"fraction_of_roof": 0.0104, "scaling_efficiency": 1.23456})

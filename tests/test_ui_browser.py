@@ -26,6 +26,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import urllib.parse
 import uuid
@@ -34,6 +35,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from common import fmt
 from tests.conftest import ROOT
 from tests.helpers import TINY
 
@@ -41,6 +43,7 @@ CHROMIUM = os.environ.get("ROOFLINE_CHROMIUM", "/usr/bin/chromium")
 SCREENSHOTS = os.environ.get("ROOFLINE_SCREENSHOTS") == "1"
 SHOTS_DIR = ROOT / "docs" / "img"
 TIMEOUT_MS = 60_000  # the first page load compiles the UI's bundle in a loaded CI box
+WIDTH, HEIGHT = 1280, 900  # the first screen every check is of
 
 
 def _missing_browser() -> str:
@@ -81,36 +84,85 @@ def _ddp_job(url: str, tmp: Path, argv: list[str]) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
 
 
-def _peaks_run(exp: str, env_label: str) -> str:
+def _peaks_run(exp: str, env_label: str, flops: float, dram: float, load: float) -> str:
     """A peaks run of this CPU logged after the train runs (the usual order), with illustrative
-    round ceilings (a measured one takes minutes here)."""
+    round ceilings (a measured one takes minutes here) and the machine's 1-minute load while it
+    measured (on 2 CPUs: 0.4 is quiet, 3.9 busy)."""
     from common import schema
     from common.envinfo import device_name
     from common.tracking import RunSession
 
     tags = {schema.TAG_ENV_LABEL: env_label, schema.TAG_DEVICE_NAME: device_name("cpu")}
     with RunSession("peaks", experiment=exp, run_name=f"peaks-cpu-{env_label}", tags=tags) as s:
-        s.log_metrics({"peak_flops_per_s_fp32": 1.0e11, "peak_dram_bytes_per_s": 2.0e10})
+        s.log_metrics({"peak_flops_per_s_fp32": flops, "peak_dram_bytes_per_s": dram})
+        s.log_metrics(
+            {"load_average_1m_start": load, "load_average_1m_max": load + 0.2, "cpu_count": 2.0}
+        )
         s.set_note("peaks cpu (illustrative ceilings for the UI test)")
     return s.run_id
+
+
+QUIET, BUSY = "ui-box", "busy-box"
+"""the two environments of the store: a quiet machine and a busy one"""
+QUIET_STEP_S = {"2": [0.05, 0.0505, 0.0495, 0.05], "4": [0.01, 0.0101, 0.0099, 0.01]}
+BUSY_STEP_S = [0.3, 2.2, 0.25, 1.9]  # a busy machine's steps: the mean's 95% CI is over ±50%
+"""The machine's clock is a stand-in (a test cannot choose the load of the box it runs on): each
+measured step of a train run (train.timing.timed_steps) still runs, and takes these seconds.
+Quiet: the batch's steps alike (b4 the fastest configuration, at 400 samples/s); busy: steps that
+disagree, so its runs are unstable. The breakdowns keep their real clock."""
+
+
+def _stand_in_clock(schedule: list[float]):
+    """train.timing.timed_steps with `schedule` as its clock (the list is read at each step)."""
+
+    def timed_steps(step, clock):
+        i = 0
+        while True:
+            step()
+            yield schedule[i % len(schedule)]
+            i += 1
+
+    return timed_steps
+
+
+def _said(out: dict, name: str, call, argv) -> int:
+    """Run a command's main with `argv`, keep what it printed on stdout under `name`."""
+    import contextlib
+    import io
+    import sys
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        code = call(argv)
+    out[name] = out.get(name, "") + buf.getvalue()
+    sys.stdout.write(buf.getvalue())
+    return code
 
 
 @pytest.fixture(scope="module")
 def ui_store(mlflow_server, tmp_path_factory):
     """A store like issue 24's, made with the project's own commands against the shared server in
-    a fresh experiment: train runs (b2, b4, bf16 channels-last), a sweep of b2 with two repeats, a
-    2-process DDP run of b2, a complexity run, then a peaks run (after the train runs: none of
-    them could draw its roofline when it ran), then an analysis, which draws them."""
+    a fresh experiment, in two environments. The quiet one (`ui-box`): train runs (b2, b4, bf16
+    channels-last), a sweep of b2 with two repeats, a 2-process DDP run of b2, a complexity run,
+    a breakdown of its fastest configuration (b4), then a peaks run (after the train runs: none
+    of them could draw its roofline when it ran). The busy one (`busy-box`): a train run of b2
+    whose steps disagree, its breakdown, and a peaks run measured on a busy machine with a
+    compute ceiling the breakdown's rows exceed. Then an analysis, which draws the train runs'
+    rooflines. What each command printed is kept (`said`)."""
     import mlflow
 
     from analysis.app import main as analyze
+    from profiling.cli import main as profiling
+    from train import timing
     from train.__main__ import main as train
     from train.complexity.__main__ import main as complexity
     from train.sweep.__main__ import main as sweep
 
     tmp = tmp_path_factory.mktemp("ui")
     exp = f"ui-{uuid.uuid4().hex[:8]}"
-    fast = [*TINY[: TINY.index("--iters") + 1], "2", *TINY[TINY.index("--iters") + 2 :]]
+    fast = [*TINY[: TINY.index("--iters") + 1], "4", *TINY[TINY.index("--iters") + 2 :]]
+    said: dict[str, str] = {}
+    clock: list[float] = []
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MLFLOW_TRACKING_URI", mlflow_server.url)
         mp.setenv("ROOFLINE_SPOOL_DIR", str(tmp / "spool"))
@@ -118,27 +170,42 @@ def ui_store(mlflow_server, tmp_path_factory):
         mp.delenv("ROOFLINE_PEAKS_FILE", raising=False)
         for name in ("MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID"):
             mp.delenv(name, raising=False)
+        mp.setattr(timing, "timed_steps", _stand_in_clock(clock))
         mp.chdir(tmp)
         mlflow.set_tracking_uri(mlflow_server.url)
         try:
-            common = ["--experiment", exp, "--env-label", "ui-box"]
-            assert train([*fast, *common]) == 0
+            common = ["--experiment", exp, "--env-label", QUIET]
+            clock[:] = QUIET_STEP_S["2"]
+            assert _said(said, "train", train, [*fast, *common]) == 0
             b4 = list(fast)
             b4[b4.index("--batch") + 1] = "4"
-            assert train([*b4, *common]) == 0
+            clock[:] = QUIET_STEP_S["4"]
+            assert _said(said, "train b4", train, [*b4, *common]) == 0
             bf16 = [*fast, "--precision", "bf16", "--channels-last", *common]
+            clock[:] = [t * 1.3 for t in QUIET_STEP_S["2"]]
             assert train(bf16) == 0
             sweep_argv = [
                 *("--models", "resnet18", "--batch-sizes", "2", "--image-size", "32"),
-                *("--iters", "2", "--warmup-iters", "1", "--device", "cpu", "--repeats", "2"),
+                *("--iters", "4", "--warmup-iters", "1", "--device", "cpu", "--repeats", "2"),
                 *("--no-progress", "--name", f"{exp}-sweep", *common),
             ]
-            assert sweep(sweep_argv) == 0
+            clock[:] = QUIET_STEP_S["2"]
+            assert _said(said, "sweep", sweep, sweep_argv) == 0
             _ddp_job(mlflow_server.url, tmp, [*fast, *common])
             cx = ["--no-progress", "--models", "resnet18", "--batch-sizes", "2"]
             assert complexity([*cx, "--image-size", "32", "--validate-rss", "false", *common]) == 0
-            peaks_id = _peaks_run(exp, "ui-box")
-            assert analyze(["--experiment", exp, "--out", str(tmp / "report"), "--jobs", "1"]) == 0
+            busy = ["--experiment", exp, "--env-label", BUSY]
+            clock[:] = BUSY_STEP_S
+            assert _said(said, "train busy", train, [*fast, *busy]) == 0
+            peaks_id = _peaks_run(exp, QUIET, 1e12, 1e11, 0.4)
+            busy_peaks_id = _peaks_run(exp, BUSY, 5e8, 2e10, 3.9)
+            one = ["--iters", "1", "--no-progress"]
+            bd = ["--breakdown", *b4[: b4.index("--iters")], *one, *common]
+            assert _said(said, "breakdown", profiling, bd) == 0
+            bd_busy = ["--breakdown", *fast[: fast.index("--iters")], *one, *busy]
+            assert _said(said, "breakdown busy", profiling, bd_busy) == 0
+            report = ["--experiment", exp, "--out", str(tmp / "report"), "--jobs", "1"]
+            assert _said(said, "analysis", analyze, report) == 0
             client = mlflow.MlflowClient(mlflow_server.url)
             eid = client.get_experiment_by_name(exp).experiment_id
             runs = client.search_runs([eid])
@@ -149,17 +216,24 @@ def ui_store(mlflow_server, tmp_path_factory):
         by_kind.setdefault(r.data.tags.get("run_kind"), []).append(r)
     sweep_id = by_kind["sweep"][0].info.run_id
     train_runs = sorted(by_kind["train"], key=lambda r: r.info.start_time)
-    standalone = [r for r in train_runs if r.data.tags.get("mlflow.parentRunId") != sweep_id]
+    quiet = [r for r in train_runs if r.data.tags["env_label"] == QUIET]
+    standalone = [r for r in quiet if r.data.tags.get("mlflow.parentRunId") != sweep_id]
     return SimpleNamespace(
         url=mlflow_server.url,
         client=client,
         experiment_id=eid,
         peaks_id=peaks_id,
+        busy_peaks_id=busy_peaks_id,
         train=train_runs,
+        quiet=quiet,
+        busy=[r for r in train_runs if r.data.tags["env_label"] == BUSY],
         standalone=[r for r in standalone if r.data.params.get("distributed", "none") == "none"],
         ddp=[r for r in standalone if r.data.params.get("distributed") == "ddp"],
-        children=[r for r in train_runs if r.data.tags.get("mlflow.parentRunId") == sweep_id],
+        children=[r for r in quiet if r.data.tags.get("mlflow.parentRunId") == sweep_id],
         analysis=by_kind["analysis"][0],
+        breakdowns={r.data.tags["env_label"]: r for r in by_kind["breakdown"]},
+        report_dir=tmp / "report",
+        said=said,
     )
 
 
@@ -179,7 +253,7 @@ def browser():
 def page(browser):
     """A fresh browser context: an EMPTY profile (no local storage, no cookies), as a new user's
     first visit; nothing is preset, so the screenshots show what that user sees."""
-    ctx = browser.new_context(viewport={"width": 1400, "height": 900})
+    ctx = browser.new_context(viewport={"width": WIDTH, "height": HEIGHT})
     ctx.set_default_timeout(TIMEOUT_MS)
     pg = ctx.new_page()
     yield pg
@@ -195,7 +269,7 @@ def screenshot(page, name: str, height: int = 900) -> None:
     """docs/img/<name> with ROOFLINE_SCREENSHOTS=1; `height`: a taller window for a long page."""
     if SCREENSHOTS:
         SHOTS_DIR.mkdir(parents=True, exist_ok=True)
-        page.set_viewport_size({"width": 1400, "height": height})
+        page.set_viewport_size({"width": WIDTH, "height": height})
         page.wait_for_timeout(500)  # the layout follows the new size
         page.screenshot(path=str(SHOTS_DIR / name))
 
@@ -304,7 +378,7 @@ def test_runs_that_measure_differently_have_different_names_in_the_compare_view(
     screenshot(page, "compare_view.png")
 
 
-SAMPLES_COL = "metrics.`throughput_samples_per_s`"
+SAMPLES_COL = "metrics.`samples_per_s`"
 PCT_COL = "metrics.`fraction_of_roof_pct`"
 
 
@@ -314,7 +388,7 @@ def printed_link(store, monkeypatch) -> str:
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", store.url)
     hint = runs_view_hint(store.experiment_id)
-    assert hint.startswith("train runs fastest first: http")
+    assert hint.startswith("train runs, fastest first: http")
     return hint.split(": ", 1)[1]
 
 
@@ -342,10 +416,18 @@ def test_the_printed_link_shows_the_train_runs_fastest_first_with_samples_per_s(
     names = [r.info.run_name for r in fastest]
     heads = {r.data.tags["config_label"]: r.info.run_name[:20] for r in fastest}
     assert len(set(heads.values())) == len(heads), heads  # configurations differ early
-    links = [page.get_by_role("link", name=n, exact=True).first for n in names]
+    # the run's link (two environments may have runs of one name): its id is in the link
+    links = [page.locator(f'a[href*="/runs/{r.info.run_id}"]').first for r in fastest]
     links[0].wait_for()
     tops = [link.bounding_box()["y"] for link in links]
-    assert tops == sorted(tops), list(zip(names, tops))  # fastest first
+    rates = [r.data.metrics["throughput_samples_per_s"] for r in fastest]
+    slower_above = [
+        (names[i], names[j])
+        for i in range(len(fastest))
+        for j in range(i + 1, len(fastest))
+        if rates[i] > rates[j] and tops[i] > tops[j]  # runs of equal samples/s in any order
+    ]
+    assert not slower_above, list(zip(names, rates, tops))  # fastest first
     assert page.get_by_role("link", name="complexity-resnet18-32px-cpu").count() == 0
     cut = [n for n, link in zip(names, links) if link.evaluate(ELLIPSIS_JS)]
     assert not cut, f"names cut in the runs table: {cut}"
@@ -356,7 +438,7 @@ def test_the_printed_link_shows_the_train_runs_fastest_first_with_samples_per_s(
     cell = page.locator(f'.ag-row[row-index="{top_row}"] .ag-cell[col-id="{SAMPLES_COL}"]').last
     assert on_first_screen(page, cell)
     best = fastest[0].data.metrics["throughput_samples_per_s"]
-    assert float(cell.inner_text()) == pytest.approx(best, rel=1e-6)
+    assert cell.inner_text().strip() == fmt.num(best)  # as every page prints it, not 2.80684018...
     pct = page.locator(f'.ag-row[row-index="{top_row}"] .ag-cell[col-id="{PCT_COL}"]').last
     assert pct.inner_text().strip() == f"{fastest[0].data.metrics['fraction_of_roof_pct']:g}"
     assert len(pct.inner_text().strip().split(".")[-1]) <= 2  # 71.6, not 0.7157...
@@ -441,8 +523,9 @@ def test_train_run_made_before_the_peaks_run_shows_its_roofline_figure(ui_store,
     """Item 2: every train run (made before the peaks run) has roofline.png after the analysis,
     drawn against the peaks run, its bound and fraction of roof as tag and metric."""
     for r in ui_store.train:
-        assert r.info.start_time < ui_store.client.get_run(ui_store.peaks_id).info.start_time
-        assert r.data.tags["roofline_roof"] == f"measured: peaks run {ui_store.peaks_id[:8]}"
+        peaks = ui_store.peaks_id if r.data.tags["env_label"] == QUIET else ui_store.busy_peaks_id
+        assert r.info.start_time < ui_store.client.get_run(peaks).info.start_time
+        assert r.data.tags["roofline_roof"] == f"measured: peaks run {peaks[:8]}"
         assert r.data.tags["bound"] in ("memory-bound", "compute-bound")
         assert 0 < r.data.metrics["fraction_of_roof"]
     run_id = ui_store.standalone[0].info.run_id
@@ -454,3 +537,266 @@ def test_train_run_made_before_the_peaks_run_shows_its_roofline_figure(ui_store,
     images = wait_images(page, img)
     assert images and all(done and width > 0 for done, width in images), images
     screenshot(page, "run_roofline.png")
+
+
+def doc_clicks() -> dict[str, int]:
+    """The clicks docs/ui.md says each path from MLflow's home takes (its table "path | clicks")."""
+    import re
+
+    text = (ROOT / "docs" / "ui.md").read_text()
+    return {
+        m.group(1).strip(): int(m.group(2))
+        for m in re.finditer(r"^\| (home → [^|]+?) \| (\d+) \|", text, re.M)
+    }
+
+
+class Walk:
+    """A walk from MLflow's home page in a fresh browser, counting the clicks it takes; a link
+    that opens a new tab (the description's do) continues in that tab."""
+
+    def __init__(self, page, store):
+        self.page, self.store, self.clicks = page, store, 0
+        page.goto(f"{store.url}/")
+
+    def click(self, locator, new_tab: bool = False):
+        if new_tab:
+            with self.page.context.expect_page() as opened:
+                locator.click()
+            self.page = opened.value
+        else:
+            locator.click()
+        self.clicks += 1
+        return self.page
+
+    def to_experiment(self) -> None:
+        """Home -> the experiment (one click on its name in "Recent Experiments"), then MLflow's
+        "Detect Issues" pop-over of its GenAI overview: a fresh browser must click it away before
+        anything else on the page takes a click (the one click MLflow forces)."""
+        name = self.store.client.get_experiment(self.store.experiment_id).name
+        self.click(self.page.get_by_role("link", name=name, exact=True).first)
+        self.answer = self.page.locator("p", has_text="Latest analysis").first
+        self.answer.wait_for()  # the experiment's description, above the GenAI Overview too
+        got_it = self.page.get_by_role("button", name="Got it")
+        got_it.wait_for()
+        link = self.page.locator('a[href*="viewStateShareKey=train-fastest"]').first
+        with pytest.raises(Exception, match="intercepts pointer events|Timeout"):
+            link.click(trial=True, timeout=3_000)  # the pop-over takes every click
+        self.click(got_it)
+
+
+def test_from_mlflows_home_the_answers_take_the_clicks_docs_ui_md_states(ui_store, browser):
+    """Item 4: the real paths from MLflow's home page in a fresh browser, walked click by click
+    and held against docs/ui.md's table: home -> the fastest configuration (the train runs'
+    view, fastest on top) and home -> the breakdown's answer (the breakdowns' view, the three
+    largest rows of each). MLflow's GenAI overview forces one click ("Got it") on the way."""
+    stated = doc_clicks()
+    assert set(stated) >= {
+        "home → the latest analysis's answer",
+        "home → fastest configuration",
+        "home → where its step's time goes",
+    }
+    fastest = max(ui_store.train, key=lambda r: r.data.metrics["throughput_samples_per_s"])
+    walks = {}
+    for path, link, shows in (
+        ("home → fastest configuration", "train-fastest", [fastest.info.run_name]),
+        (
+            "home → where its step's time goes",
+            "breakdowns",
+            [b.data.tags["breakdown_largest"] for b in ui_store.breakdowns.values()],
+        ),
+    ):
+        ctx = browser.new_context(viewport={"width": WIDTH, "height": HEIGHT})
+        ctx.set_default_timeout(TIMEOUT_MS)
+        walk = Walk(ctx.new_page(), ui_store)
+        walk.to_experiment()
+        # one click from home: the latest analysis's answer, the fastest of all first
+        box = walk.answer.bounding_box()  # (the pop-over takes the clicks, not the sight)
+        assert box and 0 <= box["y"] < 200, box  # its first line at the top of the page
+        assert walk.answer.inner_text().startswith(
+            f"Latest analysis (report): fastest on {fastest.data.tags['env_label']}: "
+            f"{fastest.info.run_name}, {fmt.num(fastest.data.metrics['throughput_samples_per_s'])} "
+            "samples/s"
+        )
+        walks["home → the latest analysis's answer"] = 1
+        page = walk.click(walk.page.locator(f'a[href*="viewStateShareKey={link}"]').first, True)
+        for text in shows:
+            cell = page.get_by_text(text, exact=True).first
+            cell.wait_for()
+            assert on_first_screen(page, cell), text
+        if link == "train-fastest":  # the fastest on top: the first row of the table
+            first = page.locator('.ag-row[row-index="0"]').first
+            assert fastest.info.run_name in first.inner_text()
+        walks[path] = walk.clicks
+        screenshot(page, f"home_{link}.png")
+        ctx.close()
+    assert all(walks[p] <= stated[p] for p in walks), (walks, stated)
+
+
+def _findings(store) -> dict:
+    return json.loads((store.report_dir / "findings.json").read_text())
+
+
+def test_the_report_opens_on_the_answers_on_one_screen(ui_store, page):
+    """Item 1: the report, opened in MLflow's artifact view at 1280 x 900 in a fresh browser,
+    answers on its first screen: the instability in one line (the busy environment's run is
+    unstable), then per environment the fastest configuration with its samples/s, bound and
+    fraction of roof, and its breakdown's largest row."""
+    from analysis.answers import fastest, instability_line
+    from analysis.findings.report import bound_text, fraction_text
+    from profiling.breakdown.names import row_label
+
+    doc = _findings(ui_store)
+    page.goto(run_url(ui_store, ui_store.analysis.info.run_id, "/artifacts/report/report.html"))
+    frame = page.frame_locator("iframe.mlflow-html-iframe")
+    frame.get_by_role("heading", name="Training performance and roofline report").wait_for()
+    viewer = page.locator("iframe.mlflow-html-iframe").bounding_box()
+    top, bottom = viewer["y"], min(HEIGHT, viewer["y"] + viewer["height"])
+
+    def on_screen(locator) -> str:
+        """Its text, once it is inside the viewer's first screen (no scrolling)."""
+        box = locator.bounding_box()
+        assert box and top <= box["y"] and box["y"] + box["height"] <= bottom, (box, viewer)
+        return locator.inner_text()
+
+    unstable = [c for c in doc["configs"] if c["unstable"]]
+    assert unstable and instability_line(doc["configs"], {})  # the busy run: unstable
+    line = on_screen(frame.locator("p", has_text="unstable").first)
+    assert f"{len(unstable)} of {len(doc['configs'])} configurations" in line
+    for (env, _), c in fastest(doc["configs"]).items():
+        item = on_screen(frame.locator("li", has_text=f"{env}: ").first)
+        assert c["label"] in item and f"{fmt.num(c['throughput_samples_per_s'])} samples/s" in item
+        bound, frac = bound_text({**c, "unstable": None}), fraction_text({**c, "unstable": None})
+        assert f"{bound} at {frac} of its roof" in item  # the table's words, marked once
+        (found,) = [f for f in c["findings"] if f["kind"] == "top_layers"]
+        largest = found["values"]["layers"][0]
+        assert (
+            f"{row_label(largest['module'], largest['phase'])} {fmt.pct(largest['share'])}" in item
+        )
+        assert ("unreliable" in item) == bool(c["unstable"])
+    screenshot(page, "report_first_screen.png")
+
+
+def test_one_value_per_number_in_every_place(ui_store, page):
+    """Item 2: the busy environment's unstable configuration and each breakdown say the same
+    number wherever it appears: the run page, its tags and metrics, what the command printed,
+    the report, summary.csv and findings.json (bound and fraction of an unstable configuration
+    shown with its instability; one clock for a breakdown's shares; one ranking of its largest
+    rows; the mean step time as the step time; one uncertainty, named the same way)."""
+    import pandas as pd
+
+    from analysis.findings.report import bound_text, fraction_text
+    from profiling.breakdown.names import row_label
+
+    doc = _findings(ui_store)
+    report = (ui_store.report_dir / "report.md").read_text()
+    csv = pd.read_csv(ui_store.report_dir / "summary.csv")
+    (run,) = ui_store.busy
+    m, tags = run.data.metrics, run.data.tags
+    note = tags["mlflow.note.content"]
+    (c,) = [c for c in doc["configs"] if c["env_label"] == run.data.tags["env_label"]]
+    (row,) = csv[csv["env_label"] == tags["env_label"]].to_dict("records")
+    assert c["unstable"] and "step_time_s" not in m  # the mean is the step time
+    samples, ms = fmt.num(m["throughput_samples_per_s"]), fmt.num(m["step_time_mean_s"] * 1e3)
+    ci, frac = fmt.ci95(m["step_time_ci95_rel"]), fmt.pct(m["fraction_of_roof"])
+    printed = ui_store.said["train busy"].splitlines()[0]
+    assert printed.startswith(note.splitlines()[0])  # the console says the description's line
+    assert f"{samples} samples/s, {ms} ms/step (mean of 4, {ci})" in note
+    assert f"Roofline: {tags['bound']}, {frac} of roof" in note
+    assert f"{m['fraction_of_roof_pct']:g}%" == frac
+    for v in (c["throughput_samples_per_s"], row["throughput_mean_samples_per_s"]):
+        assert fmt.num(v) == samples
+    assert fmt.ci95(c["step_time_ci95_rel"]) == fmt.ci95(row["step_time_ci95_rel"]) == ci
+    assert bound_text(c).startswith(tags["bound"]) and row["bound"] == tags["bound"]
+    assert fmt.pct(c["fraction_of_roof"]) == fmt.pct(row["fraction_of_roof"]) == frac
+    assert fraction_text(c) == f"{frac} (unreliable)"
+    assert (
+        f"{tags['bound']} (unreliable: unstable)" in report and f"{samples} (1 run, {ci})" in report
+    )
+    said = _figure_says(ui_store, run.info.run_id, "roofline.png")  # the figure's title
+    assert f"{tags['bound']}, {frac} of roof at its modeled intensity" in said["Title"]
+    page.goto(run_url(ui_store, run.info.run_id))  # the run page renders the description
+    page.get_by_text(f"{samples} samples/s, {ms} ms/step", exact=False).first.wait_for()
+    page.get_by_text(f"Roofline: {tags['bound']}, {frac} of roof", exact=False).first.wait_for()
+    for env, b in ui_store.breakdowns.items():
+        _one_breakdown(b, ui_store, doc, row_label)
+
+
+def _figure_says(store, run_id: str, name: str) -> dict[str, str]:
+    """What a run's figure `name` says (its titles, its other words), read from the PNG the run
+    logged (roofline.style.write_png)."""
+    from tests.helpers import png_text
+
+    dst = store.report_dir / f"fig-{run_id[:8]}"
+    dst.mkdir(exist_ok=True)
+    path = find_artifact(store.client, run_id, name)
+    return png_text(Path(store.client.download_artifacts(run_id, path, str(dst))))
+
+
+def _one_breakdown(b, store, doc, row_label) -> None:
+    """A breakdown's shares by one clock, named, and its largest rows in one order: its
+    description (and what the command printed), its tags, breakdown.json, findings.json and the
+    report."""
+    m, tags = b.data.metrics, b.data.tags
+    note = tags["mlflow.note.content"]
+    path = find_artifact(store.client, b.info.run_id, "breakdown.json")
+    dst = store.report_dir / f"bd-{b.info.run_id[:8]}"
+    dst.mkdir(exist_ok=True)
+    body = json.loads(
+        Path(store.client.download_artifacts(b.info.run_id, path, str(dst))).read_text()
+    )
+    clock = body["share_clock_name"]
+    assert clock == "the main thread's CPU clock"  # one process on the CPU
+    top = [f"{row_label(r['module'], r['phase'])} {fmt.pct(r['share'])}" for r in body["top"]]
+    assert tags["breakdown_largest_3"] == f"{'; '.join(top)} (by {clock})"
+    assert tags["breakdown_largest"] == f"{top[0]} (CPU clock)"
+    assert (
+        note.splitlines()[0]
+        .split(f"largest, shares by {clock}: ")[1]
+        .startswith(body["top"][0]["module"])
+    )
+    printed = store.said["breakdown" if tags["env_label"] == QUIET else "breakdown busy"]
+    assert printed.splitlines()[0] == note.splitlines()[0]
+    opt = fmt.pct(m["breakdown_optimizer_fraction"])
+    assert f"optimizer {opt}" in note.split("Step parts, by the main thread's CPU clock")[1]
+    parts = _figure_says(store, b.info.run_id, "step_parts.png")
+    assert f"optimizer {opt}" in parts["Description"].splitlines()  # its legend
+    assert f"share of the step by {clock}" in parts["Description"].replace("\n", " ")
+    layers = _figure_says(store, b.info.run_id, "layer_roofline.png")
+    assert f"shares by {clock}" in layers["Title"].replace("\n", " ")
+    key = [  # the key's lines ' 1 optimizer 36.9%', a row above its roof marked ' ^'
+        m.group(1).removesuffix(" ^")
+        for m in re.finditer(r"^ ?\d+ (\S.*)$", layers["Description"], re.M)
+    ]
+    assert key[: len(top)] == top  # numbered in the description's order, with its shares
+    (c,) = [
+        c
+        for c in doc["configs"]
+        if c["env_label"] == tags["env_label"] and c["config_key"] == tags["config_key"]
+    ]
+    (found,) = [f for f in c["findings"] if f["kind"] == "top_layers"]
+    assert [
+        f"{row_label(r['module'], r['phase'])} {fmt.pct(r['share'])}"
+        for r in found["values"]["layers"]
+    ] == top
+    assert "; ".join(top[:1]) in (store.report_dir / "report.md").read_text()
+
+
+def test_a_breakdown_with_a_row_above_its_roof_names_it(ui_store):
+    """Item 3: the busy environment's breakdown, against a compute ceiling measured on a busy
+    machine that its rows exceed: its description, its tag, the analysis's findings and the
+    report name the rows above their roof and say that the ceiling looks too low; its
+    layer_roofline.png says so in its title."""
+    b = ui_store.breakdowns[BUSY]
+    note, tag = b.data.tags["mlflow.note.content"], b.data.tags["breakdown_above_roof"]
+    para = next(line for line in note.splitlines() if line.startswith("Above the roof: "))
+    assert (
+        para == tag
+        and "The ceiling looks too low: the peaks run that measured it ran on a busy machine"
+        in para
+    )
+    assert f"(measured: peaks run {ui_store.busy_peaks_id[:8]})" in para
+    (c,) = [c for c in _findings(ui_store)["configs"] if c["env_label"] == BUSY]
+    (f,) = [f for f in c["findings"] if f["kind"] == "breakdown_above_roof"]
+    assert para in f["sentence"] and para in (ui_store.report_dir / "report.md").read_text()
+    title = _figure_says(ui_store, b.info.run_id, "layer_roofline.png")["Title"]
+    assert "above the roof, the ceiling looks too low" in title.replace("\n", " ")  # and ringed

@@ -65,12 +65,12 @@ class BenchResult:
     params: dict = field(default_factory=dict)
     """params known once measured (a distributed run's `nodes`)"""
     more_series: dict[str, list[float]] = field(default_factory=dict)
-    """metric histories besides step_time_s (a distributed run's compute-only steps)"""
+    """metric histories besides the step times (a distributed run's compute-only steps)"""
 
     @property
     def series(self) -> dict[str, list[float]]:
         """metric histories: name -> one value per step"""
-        return {"step_time_s": self.step_times_s, **self.more_series}
+        return {schema.STEP_SERIES: self.step_times_s, **self.more_series}
 
 
 def step_times_csv(step_times_s: list[float]) -> str:

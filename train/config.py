@@ -319,3 +319,18 @@ def config_flags(values) -> list[str]:
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """A TrainConfig from parsed flags; UsageError names the bad field."""
     return flags.build(TrainConfig, args)
+
+
+def config_from_params(params: dict) -> TrainConfig:
+    """The TrainConfig a run's params describe (MLflow keeps them as text: "8", "false"), read by
+    the flags' own converters; a field the run did not log keeps its default. UsageError names a
+    bad value."""
+    from common.cli import ArgumentParser  # raises UsageError instead of exiting
+
+    parser = ArgumentParser(prog="the run's params", add_help=False)
+    add_config_args(parser)
+    argv: list[str] = []
+    for f in flags.flag_fields(TrainConfig):
+        if f.name in params and params[f.name] not in (None, ""):
+            argv += [flags.flag_names(f)[0], str(params[f.name])]
+    return config_from_args(parser.parse_args(argv))

@@ -7,7 +7,7 @@ Every step time and rate shown is the mean's (docs/schema.md, "Definitions"): ms
 from __future__ import annotations
 
 from common import console, fmt, plausible, schema
-from common.ui import runs_view_hint, ui_hint
+from common.ui import say_links
 from train.bench import BenchResult
 from train.config import TrainConfig
 from train.models import model_source
@@ -21,7 +21,7 @@ def summary_line(cfg: TrainConfig, device_name: str, metrics: dict, n_steps: int
     first line of the run's description."""
     m = metrics
     rel = m.get("step_time_ci95_rel")
-    ci = f", ±{rel:.1%} at 95% confidence" if rel is not None else ""
+    ci = f", {fmt.ci95(rel)}" if rel is not None else ""
     ranks = f" x {cfg.world_size} processes ({cfg.distributed})" if cfg.is_distributed else ""
     return (
         f"{cfg.model} b{cfg.batch_size} {cfg.precision} {cfg.image_size}px on {device_name}{ranks}: "
@@ -128,5 +128,4 @@ def say_result(session) -> None:
     if tags.get(schema.TAG_FLOPS_COVERAGE) == "incomplete":
         console.warn(f"FLOPs {coverage_text(tags, metrics)}")
     if not session.offline:
-        console.result(ui_hint(session.run_id, session.experiment_id))
-        console.result(runs_view_hint(session.experiment_id))
+        say_links("train", session.run_id, session.experiment_id)

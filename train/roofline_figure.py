@@ -12,7 +12,7 @@ from common.errors import one_line
 def log_roofline(session, precision: str, metrics: dict, tmp: Path) -> str:
     """Log `roofline.png`: the run of `session` (its device, environment and config as its tags
     name them; `precision`'s ceiling) against its device's ceilings (its peaks runs on this server,
-    chosen as analysis chooses them: roofline/trust.py; else the vendor table), tag `bound` and metric `fraction_of_roof`. Tag
+    chosen as analysis chooses them: roofline/ceilings.py; else the vendor table), tag `bound` and metric `fraction_of_roof`. Tag
     `roofline_roof` says where the ceilings came from (`measured: peaks run <id>`, `vendor:
     <source>`), or why there is no figure (a later `python -m analysis` draws it once the device
     has ceilings). Returns the description's 'Roofline: ...' line. A failure here is one warning,

@@ -18,10 +18,9 @@ complexity artifacts are read uncached, for the few runs that need them.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 
 import pandas as pd
 
@@ -30,7 +29,7 @@ from analysis.fetch.sql import SqliteReader
 from common import console, schema
 from common.errors import BenchError, UsageError, one_line
 from common.fmt import short_id
-from common.server import check_reachable, store_problem, tracking_uri
+from common.server import check_reachable, display_uri, store_problem, tracking_uri
 
 
 @dataclass
@@ -218,6 +217,30 @@ def client():
         raise BenchError(f"cannot use {store_problem(exc)}") from exc
 
 
+def check_store() -> None:
+    """Before an analysis run exists: a tracking URI that can never work (common.server.check_uri),
+    a sqlite file that does not exist (MLflow would create an empty store there, and the analysis
+    run would be its only run) and a server that does not answer (the run would be kept offline
+    for nothing) each end the command in one line."""
+    uri = tracking_uri()
+    if uri.startswith("sqlite:"):
+        from sqlalchemy.engine import make_url
+
+        path = make_url(uri).database
+        if path and path != ":memory:" and not Path(path).exists():
+            raise UsageError(
+                f"no tracking store at {path} ({display_uri()}): analysis reads runs and makes no "
+                "store; point MLFLOW_TRACKING_URI at the store the runs were logged to"
+            )
+    try:
+        check_reachable()
+    except ConnectionError as exc:
+        raise BenchError(
+            f"{exc}: start it, or point MLFLOW_TRACKING_URI at a store that works"
+        ) from None
+    check_store_opens()  # a store MLflow refuses (a folder store, a damaged sqlite file)
+
+
 def check_store_opens() -> None:
     """client()'s line, asked before analysis writes anything; an sqlite store SqliteReader reads
     is not opened with MLflow (which is then not imported)."""
@@ -349,31 +372,22 @@ def fetch_complexity(query: Query, source: Source | None = None) -> tuple[list[d
 
 def _download_text(run_id: str, path: str) -> str:
     """One small artifact as text (without MLflow's progress bar on stderr)."""
-    import mlflow
+    from common.runs import artifact_text
 
-    bar = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
-    before = os.environ.get(bar)
-    os.environ[bar] = "false"
-    try:
-        with tempfile.TemporaryDirectory(prefix="analysis-") as tmp:
-            local = mlflow.artifacts.download_artifacts(
-                run_id=run_id, artifact_path=path, dst_path=tmp
-            )
-            with open(local, encoding="utf-8") as fh:
-                return fh.read()
-    finally:
-        if before is None:
-            os.environ.pop(bar, None)
-        else:
-            os.environ[bar] = before
+    return artifact_text(run_id, path)
 
 
 def fetch_series(
-    run_ids: list[str], key: str = "step_time_s", source: Source | None = None
+    run_ids: list[str], key: str = schema.STEP_SERIES, source: Source | None = None
 ) -> dict[str, list[float]]:
-    """The per-step values of metric `key` for each run, ordered by step (then time)."""
+    """The per-step values of metric `key` for each run, ordered by step (then time); for the step
+    times, a run logged before they were named schema.STEP_SERIES gets its `step_time_s`."""
     source = source or Source("off")
     try:
-        return source.reader.series(list(run_ids), key)
+        out = source.reader.series(list(run_ids), key)
+        older = [r for r in run_ids if not out.get(r)] if key == schema.STEP_SERIES else []
+        if older:
+            out.update(source.reader.series(older, schema.OLD_STEP_SERIES))
+        return out
     except Exception as exc:  # noqa: BLE001 - connection errors, server-side rejections
         raise BenchError(f"cannot read metric {key} on {source.uri}: {one_line(exc)}") from exc

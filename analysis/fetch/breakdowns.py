@@ -28,23 +28,29 @@ COLUMNS = {
 def breakdown_runs(query, source=None):
     """The FINISHED breakdown runs of the query's experiments (and env labels), latest first: the
     search's frame with the COLUMNS filled ('' where a run lacks one)."""
+    return finished_of_kind("breakdown", query, source, COLUMNS)
+
+
+def finished_of_kind(kind: str, query, source, cols: dict[str, str]):
+    """The FINISHED runs of run kind `kind` in the query's experiments (and env labels), latest
+    first, through the run cache: the search's frame with the tag columns `cols` filled ('' where
+    a run lacks one). Breakdown and what-if runs (analysis/fetch/whatifs.py) are read so."""
     from analysis.fetch import Source, experiment_ids
 
     source = source or Source()
-    kind = f"tags.{schema.TAG_RUN_KIND}"
     df = source.search(
         experiment_ids(query.experiments),
-        f"{kind} = 'breakdown' AND attributes.status = 'FINISHED'",
+        f"tags.{schema.TAG_RUN_KIND} = '{kind}' AND attributes.status = 'FINISHED'",
         query.max_runs,
     )
     if df.empty:
         return df
-    for c in COLUMNS.values():
+    for c in cols.values():
         if c not in df:
             df[c] = ""
-    df = df.fillna({c: "" for c in COLUMNS.values()})
+    df = df.fillna({c: "" for c in cols.values()})
     if query.env_labels:
-        df = df[df[COLUMNS["env_label"]].isin(query.env_labels)]
+        df = df[df[cols["env_label"]].isin(query.env_labels)]
     return df
 
 

@@ -22,8 +22,10 @@ import numpy as np
 from analysis.findings import rules
 from analysis.findings.breakdown import DATA_PARTS, HOST_PARTS
 from analysis.findings.facts import SERIES_KEYS, Facts, run_step
-from common.stats import as_float, t_quantile_975
+from common.stats import as_float
 from roofline.model import COMPUTE_BOUND, MEMORY_BOUND
+from train.batch_fit import line as _line
+from train.batch_fit import unfit as _unfit
 
 
 def fixed_time_fits(facts: list[Facts]) -> tuple[dict[int, dict], list[str]]:
@@ -61,40 +63,6 @@ def _batch(f: Facts) -> float:
         return float(f.point.get("batch_size"))
     except (TypeError, ValueError):
         return math.nan
-
-
-def _line(xy: np.ndarray) -> dict:
-    """Least squares step = fixed + per_sample x batch, with the intercept's standard error."""
-    x, y = xy[:, 0], xy[:, 1]
-    per_sample, fixed = np.polyfit(x, y, 1)
-    n = len(x)
-    se = math.inf
-    if n > 2:
-        resid = y - (fixed + per_sample * x)
-        s2 = float(resid @ resid) / (n - 2)
-        sxx = float(((x - x.mean()) ** 2).sum())
-        se = math.sqrt(s2 * (1 / n + x.mean() ** 2 / sxx))
-    q = t_quantile_975(n - 2) if n > 2 else math.inf
-    return {"fixed": float(fixed), "per_sample": float(per_sample), "ci": q * se, "n": n}
-
-
-def _unfit(line: dict, n: int, steps: list[float]) -> str | None:
-    """Why the fixed-time model does not hold for `line`, or None when it does."""
-    if n < rules.FIT_MIN_RUNS:
-        return f"{n} runs are too few for a confidence interval of the fixed time (need {rules.FIT_MIN_RUNS})"
-    if line["per_sample"] <= 0:
-        return (
-            f"step time falls as the batch grows (slope {line['per_sample'] * 1e3:.3g} ms per "
-            "sample): the runs were disturbed, not the model; rerun the series on a quiet machine"
-        )
-    if not 0 <= line["fixed"] <= min(steps):
-        return f"its intercept ({line['fixed'] * 1e3:.3g} ms) lies outside [0, the step time]"
-    if line["fixed"] - line["ci"] <= 0:
-        return (
-            f"the 95% CI of its intercept ({line['fixed'] * 1e3:.3g} ± {line['ci'] * 1e3:.3g} ms) "
-            "includes zero; more runs per batch would narrow it"
-        )
-    return None
 
 
 def _fit_values(line: dict, step_s: float, batches: list[int]) -> dict:

@@ -38,6 +38,17 @@ class Breakdown:
     """leaf module rows of layers.csv (modules without children: no time counted twice)."""
     uncounted_time_share: float | None = None
     """the step's share in the rows that ran ops with no FLOP formula (None: not recorded)."""
+    data: str = ""
+    """the breakdown run's `data` param: with `synthetic` data no loader ran, so no worker can
+    remove its data wait."""
+    top: list[dict] = field(default_factory=list)
+    """the largest rows as the breakdown ranked them (breakdown.json `top`: leaf modules and the
+    step's own rows such as the optimizer, by share): the one ranking every place shows"""
+    clock: str = ""
+    """the clock every share of the run is by, as the run says it (breakdown.json
+    `share_clock_name`; '' for runs made before it said)"""
+    above_roof: str = ""
+    """the run's paragraph on rows above their roof ('' when none is)"""
 
     def share(self, parts) -> float | None:
         known = [self.fractions[p] for p in parts if p in self.fractions]
@@ -62,6 +73,8 @@ def _one(f: dict) -> Breakdown:
     summary = f.get("summary") if isinstance(f.get("summary"), dict) else {}
     metrics = summary.get("metrics") if isinstance(summary.get("metrics"), dict) else {}
     b = Breakdown(str(f["run_id"]), as_float(metrics.get("breakdown_step_s"), positive=True))
+    params = f.get("params") if isinstance(f.get("params"), dict) else {}
+    b.data = str(params.get("data") or "")
     for part in PARTS:
         v = as_float(metrics.get(f"breakdown_{part}_fraction"), nonnegative=True)
         if v is not None:
@@ -71,7 +84,26 @@ def _one(f: dict) -> Breakdown:
     )
     if f.get("layers"):
         b.layers = parse_layers(str(f["layers"]))
+    b.top = [_top_row(t) for t in summary.get("top") or [] if isinstance(t, dict)]
+    b.top = [t for t in b.top if t is not None]
+    b.clock = str(summary.get("share_clock_name") or "")
+    above = summary.get("above_roof")
+    b.above_roof = str(above.get("sentence") or "") if isinstance(above, dict) else ""
     return b
+
+
+def _top_row(t: dict) -> dict | None:
+    """One row of breakdown.json's `top` as the findings keep it (a share that is no fraction of
+    the step: left out)."""
+    share = as_float(t.get("share"), nonnegative=True)
+    if share is None or not 0 <= share <= 1:
+        return None
+    return {
+        "module": str(t.get("module") or ""),
+        "phase": str(t.get("phase") or ""),
+        "share": share,
+        "bound": str(t.get("bound") or ""),
+    }
 
 
 def parse_layers(text: str) -> pd.DataFrame:
@@ -109,7 +141,12 @@ def fusable_share(layers: pd.DataFrame) -> tuple[float, int]:
     return float(rows["share"].sum()), len(rows)
 
 
-def top_layers(layers: pd.DataFrame, n: int = 3) -> list[dict]:
+def top_layers(b: Breakdown, n: int = 3) -> list[dict]:
+    """The `n` largest rows in the breakdown's own order (its description's, its tags' and its
+    figure's); a run made before breakdown.json ranked them: its leaf module rows by share."""
+    if b.top:
+        return b.top[:n]
+    layers = b.layers
     if layers.empty:
         return []
     top = layers.sort_values("share", ascending=False).head(n)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
+from analysis import whatif
 from analysis.findings import anomalies, bound, facts, moves, rules
 from analysis.findings import breakdown as bd
 from analysis.findings import cost as costs
@@ -92,11 +93,14 @@ def build(
     prices: PriceTable | None = None,
     breakdowns: list[dict] | None = None,
     series: dict[str, list[float]] | None = None,
+    whatifs: list[dict] | None = None,
 ) -> Findings:
     """Findings for every point of `analysis` (core.Analysis, read and never changed): one record
     of facts per point (facts.py), the guarded fixed-time fits of the batch series, then each
     point's rules against its peers. `breakdowns`: analysis.fetch.breakdowns.fetch_breakdowns'
-    list (screened); `series`: train run id -> step times (for the runs `series_wanted` names)."""
+    list (screened); `series`: train run id -> step times (for the runs `series_wanted` names);
+    `whatifs`: analysis.fetch.whatifs' list (screened): each move finding of a configuration a
+    what-if checked carries that check (analysis/whatif.py attach)."""
     found = facts.build(analysis, bd.latest(breakdowns or []))
     fits, missing = bound.fixed_time_fits(found)
     found = [replace(f, fit=fits.get(f.idx)) for f in found]
@@ -105,6 +109,9 @@ def build(
         analysis, facts.Peers(found), prices or PriceTable(), series or {}, quiet, missing
     )
     configs = [config_record(f, ctx) for f in found]
+    checks = whatif.by_point(whatifs or [])
+    for f, c in zip(found, configs):
+        whatif.attach(c["findings"], checks.get((f.env, f.device, str(f.point["config_key"])), []))
     return Findings(configs, missing)
 
 
@@ -127,15 +134,17 @@ def config_record(f: facts.Facts, ctx: Context) -> dict:
 
 
 def judged(f: facts.Facts, ctx: Context) -> tuple[str, list[Finding]]:
-    """(its bound, its findings but cost and energy): an unstable configuration gets only the
-    finding that names it and its breakdown's facts."""
+    """(its bound, its findings but cost and energy): an unstable configuration keeps the side of
+    the ridge it sits on and its fraction of roof, shown as unreliable everywhere (the run's page
+    shows them too), and gets only the finding that names it and its breakdown's facts."""
     b = f.breakdown
     if f.unstable:
         ctx.missing.append(
-            f"{f.env}: {f.label} is unstable ({f.unstable}): no bound, move or anomaly finding "
-            "drawn from it"
+            f"{f.env}: {f.label} is unstable ({f.unstable}): its bound and fraction of roof are "
+            "shown as unreliable; no move or anomaly finding is drawn from it"
         )
-        return "unstable", [unstable(f)] + (moves.breakdown_facts(b) if b is not None else [])
+        side = ROOF_SIDE.get(str(f.point.get("bound") or ""), "unknown")
+        return side, [unstable(f)] + (moves.breakdown_facts(b) if b is not None else [])
     kind, fs = roof_findings(f, ctx)
     peers = ctx.peers
     fs += anomalies.batch_drop(f, peers) + anomalies.peer_gap(f, peers)

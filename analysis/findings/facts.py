@@ -13,6 +13,7 @@ from analysis.findings import rules
 from analysis.findings.breakdown import Breakdown
 from common.stats import as_float
 from common import schema
+from common.fmt import ci95
 
 SERIES_KEYS = schema.comparison_keys("batch_size")
 """a batch series: points equal in all of these (same place, model and config), differing in batch."""
@@ -88,8 +89,9 @@ class Facts:
     @property
     def roof_fraction(self) -> float | None:
         """The fraction of roof the findings state: none above the roof (the ceiling is too low,
-        `ceiling_low` says so) or for an unstable configuration (no bound is judged)."""
-        return None if self.above_roof or self.unstable else self.fraction
+        `ceiling_low` says so); an unstable configuration's is stated as the run's page states
+        it, and every table marks it unreliable."""
+        return None if self.above_roof else self.fraction
 
     @property
     def headroom(self) -> float | None:
@@ -195,10 +197,7 @@ def instability(f: Facts) -> str:
         )
     workers = {str(r.get("workers") or "") for r in f.runs}
     if f.step_ci_rel is not None and f.step_ci_rel > rules.UNSTABLE_CI and len(workers) == 1:
-        why.append(
-            f"the 95% CI of its mean step time is ±{f.step_ci_rel:.0%} (over "
-            f"±{rules.UNSTABLE_CI:.0%})"
-        )
+        why.append(f"its mean step time's {ci95(f.step_ci_rel)} is over ±{rules.UNSTABLE_CI:.0%}")
     return "; ".join(why)
 
 

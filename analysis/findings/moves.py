@@ -12,9 +12,12 @@ from analysis.findings.facts import Facts, Peers, run_step
 from analysis.findings.records import KNOB_TEXT, Finding
 from common import schema
 from common.stats import as_float, excludes_one, ratio_interval
+from train.config import data_kind
 
 KNOBS = ("precision", "batch_size", "channels_last", "compile")
 PRECISIONS = ("fp32", "fp16", "bf16")
+MIN_WAIT_SHARE = 0.0005
+"""The least data wait offered as a move: a smaller one prints as 0.0 %."""
 
 
 def knob_moves(f: Facts, peers: Peers, missing: list[str]) -> list[Finding]:
@@ -172,7 +175,9 @@ def breakdown_moves(b: bd.Breakdown, workers: str) -> list[Finding]:
             )
         )
     wait = b.share(bd.DATA_PARTS)
-    if wait is not None and 0 < wait < 1:
+    # synthetic data has no loader (main offered "more workers could remove up to 0.0 %"); a wait
+    # that rounds to 0.0 % is nothing to remove
+    if wait is not None and MIN_WAIT_SHARE <= wait < 1 and not _synthetic(b):
         out.append(
             Finding(
                 "data_wait",
@@ -190,8 +195,14 @@ def breakdown_moves(b: bd.Breakdown, workers: str) -> list[Finding]:
     return out
 
 
+def _synthetic(b: bd.Breakdown) -> bool:
+    """The breakdown ran on synthetic data (its `data` param says so: one resident batch)."""
+    return bool(b.data) and data_kind(b.data) == "synthetic"
+
+
 def breakdown_facts(b: bd.Breakdown) -> list[Finding]:
-    """Where the step goes: its parts, and the layers that take the most time with their bound."""
+    """Where the step goes: its parts, the rows that take the most time with their bound (in
+    the breakdown's own ranking), and its rows above their roof."""
     out = []
     if b.fractions and b.step_s:
         parts = dict(sorted(b.fractions.items(), key=lambda kv: -kv[1]))
@@ -199,15 +210,15 @@ def breakdown_facts(b: bd.Breakdown) -> list[Finding]:
             Finding(
                 "parts",
                 "breakdown",
-                {"parts": parts, "step_s": b.step_s, "breakdown_run": b.run_id},
+                {"parts": parts, "step_s": b.step_s, "breakdown_run": b.run_id, "clock": b.clock},
                 [b.run_id],
             )
         )
-    top = bd.top_layers(b.layers)
+    top = bd.top_layers(b)
     if top:
-        out.append(
-            Finding(
-                "top_layers", "breakdown", {"layers": top, "breakdown_run": b.run_id}, [b.run_id]
-            )
-        )
+        values = {"layers": top, "breakdown_run": b.run_id, "clock": b.clock}
+        out.append(Finding("top_layers", "breakdown", values, [b.run_id]))
+    if b.above_roof:
+        values = {"sentence": b.above_roof, "breakdown_run": b.run_id}
+        out.append(Finding("breakdown_above_roof", "breakdown", values, [b.run_id]))
     return out

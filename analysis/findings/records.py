@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from common.fmt import num, pct, short_id, si
+from profiling.breakdown.names import row_label
 
 TOPICS = ("bound", "move", "anomaly", "breakdown", "cost")
 
@@ -25,7 +26,10 @@ class Finding:
     """ranking for the headline: the log of the factor it could gain, or how large the anomaly is."""
 
     def sentence(self) -> str:
-        return SENTENCES[self.kind](self.values)
+        """The finding's words; a move a what-if checked ends with its check (analysis/whatif.py)."""
+        text = SENTENCES[self.kind](self.values)
+        check = self.values.get("check")
+        return f"{text} Checked by a what-if: {check}." if check else text
 
     def to_json(self) -> dict:
         return {
@@ -173,18 +177,27 @@ def _data_wait(v: dict) -> str:
     )
 
 
+def _by(v: dict) -> str:
+    """`, shares by the main thread's CPU clock` where the breakdown said its clock."""
+    return f", shares by {v['clock']}" if v.get("clock") else ""
+
+
 def _parts(v: dict) -> str:
     parts = ", ".join(f"{k.replace('_', ' ')} {pct(f)}" for k, f in v["parts"].items())
-    return f"its {ms(v['step_s'])} step (breakdown run {short_id(v['breakdown_run'])}): {parts}."
+    return f"its {ms(v['step_s'])} step (breakdown run {short_id(v['breakdown_run'])}{_by(v)}): {parts}."
 
 
 def _top_layers(v: dict) -> str:
     rows = "; ".join(
-        f"{r['module']} ({r['phase']}) {pct(r['share'])}"
-        + (f", {r['bound']}" if r.get("bound") else "")
+        f"{row_label(r['module'], r['phase'])} {pct(r['share'])}"
+        + (f", {r['bound']}" if r.get("bound") and r["bound"] not in ("n/a", "unknown") else "")
         for r in v["layers"]
     )
-    return f"most time (breakdown run {short_id(v['breakdown_run'])}): {rows}."
+    return f"largest rows (breakdown run {short_id(v['breakdown_run'])}{_by(v)}): {rows}."
+
+
+def _breakdown_above_roof(v: dict) -> str:
+    return f"breakdown run {short_id(v['breakdown_run'])}: {v['sentence']}"
 
 
 def _batch_drop(v: dict) -> str:
@@ -306,7 +319,8 @@ def _unstable(v: dict) -> str:
     return (
         f"unstable: {v['why']}; runs {runs}. Its numbers say more about the machine than the "
         "configuration: rerun it on a quiet machine with more iterations (--iters auto measures "
-        "until the mean is known to ±5%); no bound, move or anomaly is drawn from it."
+        "until the mean is known to ±2%); its bound and fraction of roof are shown marked "
+        "unreliable, and no move or anomaly is drawn from it."
     )
 
 
@@ -343,6 +357,7 @@ SENTENCES: dict[str, Callable[[dict], str]] = {
     "profile_disagrees": _profile,
     "ceiling_low": _ceiling_low,
     "unstable": _unstable,
+    "breakdown_above_roof": _breakdown_above_roof,
     "cost": _cost,
     "energy": _energy,
 }

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from analysis.findings.engine import Findings
 from analysis.findings.records import Finding
-from analysis.markdown import Table
+from analysis.markdown import Table, samples_phrase
 from common.fmt import num, pct
 
 MAX_LISTED = 300
@@ -27,7 +27,7 @@ def configs_table(findings: Findings) -> Table:
         "env",
         "device",
         "config",
-        "samples/s (runs' range)",
+        "samples/s (runs, their range, 95% CI)",
         "bound",
         "fraction of roof",
         "headroom",
@@ -37,7 +37,7 @@ def configs_table(findings: Findings) -> Table:
         "J / sample",
     ]
     rows = []
-    for c in findings.configs:
+    for c in by_samples(findings.configs):
         ci = c.get("usd_per_million_samples_ci95")
         usd = num(c.get("usd_per_million_samples"))
         if usd and ci:
@@ -47,9 +47,9 @@ def configs_table(findings: Findings) -> Table:
                 c["env_label"],
                 c["device_name"],
                 c["label"],
-                _samples(c),
-                c["bound"],
-                pct(c.get("fraction_of_roof")),
+                samples_cell(c),
+                bound_text(c),
+                fraction_text(c),
                 f"×{num(c['headroom_factor'])}" if c.get("headroom_factor") else "",
                 f"{c['ceiling']['kind']} {c['ceiling']['dtype'] or ''}".strip(),
                 usd or "no price",
@@ -60,12 +60,50 @@ def configs_table(findings: Findings) -> Table:
     return Table(headers, rows)
 
 
-def _samples(c: dict) -> str:
-    """The configuration's samples/s (from its pooled mean step time) and, where its runs
-    disagree, the lowest and highest run's."""
-    text = num(c.get("throughput_samples_per_s"))
-    lo, hi = c.get("throughput_min_run_samples_per_s"), c.get("throughput_max_run_samples_per_s")
-    return f"{text} ({num(lo)}–{num(hi)})" if text and lo and hi and hi > lo else text
+BOUND_WORDS = {
+    "compute": "compute-bound",
+    "memory": "memory-bound",
+    "latency": "latency/launch-bound",
+    "data": "data-bound",
+    "host": "host-bound",
+}
+"""a record's bound as every page says it (a train run's tag `bound` is `memory-bound`)"""
+UNRELIABLE = "unreliable"
+"""what follows a number of an unstable configuration wherever it is shown"""
+
+
+def bound_text(c: dict) -> str:
+    """`memory-bound`, `memory-bound (unreliable: unstable)` for an unstable configuration."""
+    b = BOUND_WORDS.get(str(c.get("bound")), str(c.get("bound") or "unknown"))
+    return f"{b} ({UNRELIABLE}: unstable)" if c.get("unstable") else b
+
+
+def fraction_text(c: dict) -> str:
+    """`3.0%`, `3.0% (unreliable)` for an unstable configuration; '' without one."""
+    frac = pct(c.get("fraction_of_roof"))
+    return f"{frac} ({UNRELIABLE})" if frac and c.get("unstable") else frac
+
+
+def samples_cell(c: dict) -> str:
+    """The configuration's samples/s (from its pooled mean step time) with its runs' range where
+    they disagree and its 95% CI, as every table writes it (analysis.markdown.samples_phrase);
+    marked unreliable when unstable."""
+    return samples_phrase(
+        c.get("throughput_samples_per_s"),
+        len(c.get("run_ids") or []),
+        c.get("throughput_min_run_samples_per_s"),
+        c.get("throughput_max_run_samples_per_s"),
+        c.get("step_time_ci95_rel"),
+        bool(c.get("unstable")),
+    )
+
+
+def by_samples(configs) -> list[dict]:
+    """The configurations fastest first within each environment and device."""
+    return sorted(
+        configs,
+        key=lambda c: (c["env_label"], c["device_name"], -(c.get("throughput_samples_per_s") or 0)),
+    )
 
 
 def section(findings: Findings) -> list[tuple]:

@@ -4,6 +4,8 @@ writes the rules out with these numbers)."""
 from __future__ import annotations
 
 from common.plausible import CI_WIDE_REL
+from common.plausible import UNSTABLE_SPREAD as _SPREAD
+from train.batch_fit import MIN_RUNS as MIN_FIT_RUNS
 
 DATA_BOUND_SHARE = 0.25
 """data-bound: a breakdown run of the config spends at least this share of its step waiting for
@@ -17,10 +19,9 @@ straight line through step time against batch size over the config's batch serie
 not grow with the work: launches, dispatch, synchronisation). Only from a fit the model holds
 for: a positive slope, an intercept inside [0, the step time] and its 95 % CI above zero
 (bound.fixed_time_fits)."""
-FIT_MIN_RUNS = 3
-"""a fixed-time fit needs at least this many runs (one more than the line's two parameters, for
-the intercept's confidence interval)."""
-UNSTABLE_SPREAD = 1.5
+FIT_MIN_RUNS = MIN_FIT_RUNS
+"""a fixed-time fit needs at least this many runs (train/batch_fit.py, the fit's one home)."""
+UNSTABLE_SPREAD = _SPREAD
 """a configuration is unstable when its fastest run is more than 1.5 x its slowest in samples/s:
 the machine, not the configuration, set its numbers; no bound, move or anomaly finding is drawn
 from it."""

@@ -78,6 +78,9 @@ class Attribution:
     (`cpu_clock`); empty without markers"""
     step_cpu_s: list[float] = field(default_factory=list)
     """each recorded step's range by the main thread's CPU clock (empty without markers)"""
+    parts_cpu_s: dict[str, float] = field(default_factory=dict)
+    """the step's parts (`parts_s`) by the main thread's CPU clock (empty without markers): what
+    the parts' shares are of when the rows' shares are by that clock (`share_clock`)"""
 
     @property
     def share_clock(self) -> str:
@@ -269,6 +272,7 @@ def _host_times(tree: _Tree, owner: list[Key], steps: set[int], out: Attribution
     comm = _merged((e.start_ns, e.end_ns) for e in tree.ev if e.thread != main and is_comm(e.name))
     self_ns: dict[Key, int] = defaultdict(int)
     parts_ns: dict[str, int] = defaultdict(int)
+    spans: list[tuple[str, int]] = []  # (part, event): what the CPU clock maps again
     comm_by_part: dict[str, int] = defaultdict(int)
     for i in tree.order:  # parents before children
         e = tree.ev[i]
@@ -289,12 +293,13 @@ def _host_times(tree: _Tree, owner: list[Key], steps: set[int], out: Attribution
         self_ns[key] += own
         if name.startswith(names.PHASE):
             phase = name[len(names.PHASE) :]
-            if phase in _PART_OF_PHASE:
-                parts_ns[_PART_OF_PHASE[phase]] += e.duration_ns
-            elif phase == "data":
-                parts_ns["data_wait"] += e.duration_ns
+            part = _PART_OF_PHASE.get(phase, "data_wait" if phase == "data" else "")
+            if part:
+                parts_ns[part] += e.duration_ns
+                spans.append((part, i))
         elif name.startswith(names.ZERO_GRAD_PREFIX):
             parts_ns["optimizer"] += e.duration_ns
+            spans.append(("optimizer", i))
         elif key[0] == names.COMM and (
             tree.parent[i] < 0 or owner[tree.parent[i]][0] != names.COMM
         ):
@@ -307,7 +312,7 @@ def _host_times(tree: _Tree, owner: list[Key], steps: set[int], out: Attribution
     parts_ns["host_overhead"] = total - sum(parts_ns.values())
     out.self_s = {k: v / n / 1e9 for k, v in self_ns.items()}
     out.parts_s = {p: parts_ns.get(p, 0) / n / 1e9 for p in names.PARTS}
-    _cpu_times(tree, owner, steps, out, n)
+    _cpu_times(tree, owner, steps, out, n, spans if not comm_by_part else [])
 
 
 def cpu_clock(points: list[tuple[int, int]]) -> Callable[[int], float] | None:
@@ -335,9 +340,13 @@ def cpu_clock(points: list[tuple[int, int]]) -> Callable[[int], float] | None:
     return at
 
 
-def _cpu_times(tree: _Tree, owner: list[Key], steps: set[int], out: Attribution, n: int) -> None:
+def _cpu_times(
+    tree: _Tree, owner: list[Key], steps: set[int], out: Attribution, n: int, spans
+) -> None:
     """Every event's own stretches by the main thread's CPU clock (`cpu: <ns>` markers), charged
-    to its owner as `_host_times` charges wall time; nothing without markers."""
+    to its owner as `_host_times` charges wall time, and the parts' `spans` ((part, event) as
+    `_host_times` cut them; host_overhead the rest of the steps) likewise; nothing without
+    markers."""
     main = tree.ev[next(iter(steps))].thread
     at = cpu_clock(
         [
@@ -356,6 +365,13 @@ def _cpu_times(tree: _Tree, owner: list[Key], steps: set[int], out: Attribution,
     out.cpu_self_s = {k: v / n / 1e9 for k, v in cpu_ns.items()}
     ordered = sorted(steps, key=lambda i: tree.ev[i].start_ns)
     out.step_cpu_s = [(at(tree.ev[i].end_ns) - at(tree.ev[i].start_ns)) / 1e9 for i in ordered]
+    if not spans:
+        return
+    parts_ns: dict[str, float] = defaultdict(float)
+    for part, i in spans:
+        parts_ns[part] += at(tree.ev[i].end_ns) - at(tree.ev[i].start_ns)
+    parts_ns["host_overhead"] = sum(out.step_cpu_s) * 1e9 - sum(parts_ns.values())
+    out.parts_cpu_s = {p: parts_ns.get(p, 0.0) / n / 1e9 for p in names.PARTS}
 
 
 _BACKWARD = names.phase_range("backward")

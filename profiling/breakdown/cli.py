@@ -22,14 +22,17 @@ from common.envinfo import environment_tags
 from common.errors import UsageError, one_line
 from common.run_record import dataset_input
 from common.tracking import RunSession
+from common.ui import say_links
 from profiling.breakdown import figures
 from profiling.breakdown.attribute import attribute
 from profiling.breakdown.recording import record
 from profiling.breakdown.roof import device_ceilings
-from profiling.breakdown.table import ModuleTree, coverage, parts_metrics, rows
+from profiling.breakdown.above import above_roof
+from profiling.breakdown.table import ModuleTree, coverage, parts_metrics, rows, share_clock_name
 from profiling.breakdown.text import (
     BreakdownResult,
     breakdown_json,
+    largest_tags,
     description,
     layers_csv,
     summary_line,
@@ -167,6 +170,8 @@ def _say(result: BreakdownResult, session) -> None:
     console.result(view_text(result.table, result.tree))
     where = f"kept offline in {session.spool_path}" if session.offline else f"run {session.run_id}"
     console.result(f"breakdown {where}: layers.csv, breakdown.json, trace.json.gz, figures")
+    if not session.offline:
+        say_links("breakdown", session.run_id, session.experiment_id)
 
 
 def _record(cfg, device, **kw):
@@ -243,7 +248,7 @@ def analyse(rec, command: BreakdownCommand, session, rank: str = "") -> Breakdow
     )
     parts_sum = sum(att.parts_s.values())
     metrics = {
-        **parts_metrics(att.parts_s, step_s),
+        **parts_metrics(att, step_s),
         **coverage(table, step_s),
         "breakdown_parts_sum_s": parts_sum,
         "breakdown_parts_sum_fraction": parts_sum / step_s if step_s > 0 else math.nan,
@@ -258,9 +263,9 @@ def analyse(rec, command: BreakdownCommand, session, rank: str = "") -> Breakdow
         "breakdown_warmup_s": rec.warmup_s,
         "breakdown_record_s": rec.record_s,
     }
-    summary = summary_line(
-        label, device_name + (f" ({rank})" if rank else ""), table, tree, metrics
-    )
+    clock = share_clock_name(att.share_clock, rec.time_source)
+    where = device_name + (f" ({rank})" if rank else "")
+    summary = summary_line(label, where, table, tree, metrics, clock)
     return BreakdownResult(
         label,
         session.record.tags[schema.TAG_CONFIG_KEY],
@@ -276,6 +281,7 @@ def analyse(rec, command: BreakdownCommand, session, rank: str = "") -> Breakdow
         about,
         problem,
         trace_facts,
+        above_roof(table, ceilings, rec.time_source),
     )
 
 
@@ -283,9 +289,15 @@ def log_result(session, result: BreakdownResult, tmp: Path) -> None:
     """Metrics, description and artifacts of the run (figures: a failure is one warning)."""
     c = result.ceilings
     session.log_metrics(result.metrics)
-    session.set_tags({"breakdown_roof": c.source or f"none: {c.why}"})
+    tags = {
+        "breakdown_roof": c.source or f"none: {c.why}",
+        **largest_tags(result.table, result.share_clock),
+    }
+    if result.above is not None:  # the run's page and the analysis say it as the description does
+        tags["breakdown_above_roof"] = result.above.sentence[:4900]
+    session.set_tags(tags)
     session.set_note(description(result))
-    session.log_text("layers.csv", layers_csv(result.table))
+    session.log_text(schema.BREAKDOWN_LAYERS_ARTIFACT, layers_csv(result.table))
     session.log_text("breakdown.json", breakdown_json(result))
     trace = tmp / "trace.json.gz"
     trace.write_bytes(result.trace_gz)
@@ -295,13 +307,18 @@ def log_result(session, result: BreakdownResult, tmp: Path) -> None:
         for name, image in (
             (
                 "layer_roofline.png",
-                figures.layer_roofline(result.table, c, result.about, what),
+                figures.layer_roofline(
+                    result.table,
+                    c,
+                    result.about,
+                    what,
+                    above=result.above,
+                    clock=result.share_clock,
+                ),
             ),
             (
                 "step_parts.png",
-                figures.parts_bar(
-                    result.att.parts_s, result.metrics["breakdown_step_s"], result.about
-                ),
+                figures.parts_bar(result.metrics, result.about, result.share_clock),
             ),
         ):
             path = tmp / name

@@ -30,6 +30,22 @@ SPECIAL_ROWS = (LOSS, OPTIMIZER, ZERO_GRAD, DATA, COMM, UNATTRIBUTED, IDLE)
 
 # the phase column of a row
 PHASES = ("forward", "backward", "optimizer", "data", "other")
+SHORT_PHASE = {"forward": "fwd", "backward": "bwd", "optimizer": "opt"}
+
+
+SHORT_CLOCKS = {
+    "the main thread's CPU clock": "CPU clock",
+    "the wall clock": "wall clock",
+    "kernel time on the device": "kernel time",
+}
+"""the clock a breakdown's shares are by (table.share_clock_name), where a short name fits"""
+
+
+def row_label(module: str, phase: str) -> str:
+    """A row as the figures, tags and the report name it: `layer4.1.conv1 bwd`, `optimizer` (its
+    phase not said twice), `zero_grad other`."""
+    return module if phase == module else f"{module} {SHORT_PHASE.get(phase, phase)}"
+
 
 # the parts of the whole step (metrics breakdown_<part>_s), in the stacked bar's order
 PARTS = (

@@ -12,6 +12,7 @@ from pathlib import Path
 from common import console
 from common.errors import one_line
 from profiling.breakdown import figures, names
+from profiling.breakdown.above import above_roof
 from profiling.breakdown.ncu import kernel_points, ncu_rows
 from profiling.breakdown.roof import device_ceilings
 from profiling.breakdown.text import layers_csv
@@ -34,13 +35,20 @@ def log_ncu_layers(session, report, summary, cfg, device_name: str) -> None:
             f"{cfg.config_label()} on {device_name}, ncu kernel time (replayed, not training time)"
         )
         what = "ncu kernel time"
+        kernels = kernel_points(per_kernel, owners, total)
+        above = above_roof(table, ceilings, "ncu")
+        above_k = above_roof(kernels, ceilings, "ncu")
+        clock = "ncu kernel time (replayed)"
         tmp = _scratch()
         for name, image in (
-            ("layer_roofline.png", figures.layer_roofline(table, ceilings, about, what)),
+            (
+                "layer_roofline.png",
+                figures.layer_roofline(table, ceilings, about, what, above=above, clock=clock),
+            ),
             (
                 "kernel_roofline.png",
                 figures.layer_roofline(
-                    kernel_points(per_kernel, owners, total), ceilings, about, what, unit="kernels"
+                    kernels, ceilings, about, what, unit="kernels", above=above_k, clock=clock
                 ),
             ),
         ):
@@ -51,6 +59,11 @@ def log_ncu_layers(session, report, summary, cfg, device_name: str) -> None:
             {
                 "breakdown_modules": f"{len(modules)} module rows from {len(owners)} kernels",
                 "breakdown_roof": ceilings.source or f"none: {ceilings.why}",
+                **{
+                    tag: a.sentence[:4900]
+                    for tag, a in (("breakdown_above_roof", above), ("kernels_above_roof", above_k))
+                    if a is not None
+                },
             }
         )
     except Exception as exc:  # noqa: BLE001 - the counters stand without the per-module rows

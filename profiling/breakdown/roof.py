@@ -2,7 +2,7 @@
 
 The one place the breakdown reaches the roofline model: the FINISHED peaks runs of the
 device on the tracking server (the same env label first), chosen as analysis chooses them
-(roofline/trust.py: each ceiling the highest of the most trusted runs), each ceiling it lacks from the vendor
+(roofline/ceilings.py: each ceiling the highest of the most trusted runs), each ceiling it lacks from the vendor
 table, as a train run's own `roofline.png` does; where neither knows the device (a CPU without a
 peaks run), no ceilings, and the reason.
 """
@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 from common.errors import one_line
-from roofline import run_plot, store, vendor
+from roofline import ceilings, run_plot, store, vendor
 from roofline.model import MEMORY_BOUND, Roof, ceiling_dtype, classify_bound, fraction_of_roof
 from roofline.model import is_finite_positive as _ok
 
@@ -43,6 +43,30 @@ class Ceilings:
 
     roof: Roof | None = None
     """the roofline package's roof these ceilings were read from (None: made here, `as_roof`)"""
+    peaks_load: dict[str, float] = field(default_factory=dict)
+    """the peaks run that measured the compute ceiling: its load while it measured
+    (roofline.ceilings.PEAKS_LOAD_METRICS) and `trust` (quiet | busy | not recorded) via
+    `load_phrase`; empty for a vendor ceiling"""
+    vendor_flops_per_s: float = math.nan
+    """the vendor table's figure for the same compute ceiling (NaN: none, or the ceiling is it)"""
+
+    def load_phrase(self) -> str:
+        """`busy: 1-minute load average 2.03 at its start, up to 2.35, on 2 CPUs`, '' when the
+        compute ceiling was not measured."""
+        m = self.peaks_load
+        if not m:
+            return ""
+        kind = ceilings.load_trust(
+            m.get("load_average_1m_start", math.nan),
+            m.get("load_average_1m_max", math.nan),
+            m.get("cpu_count", math.nan),
+        )
+        if kind == "not recorded":
+            return "its load not recorded"
+        return (
+            f"{kind}: 1-minute load average {m['load_average_1m_start']:.2f} at its start, up to "
+            f"{m['load_average_1m_max']:.2f}, on {int(m['cpu_count'])} CPUs"
+        )
 
     def as_roof(self) -> Roof:
         """The ceilings as the roofline package's one roof type (what its drawer draws)."""
@@ -86,10 +110,10 @@ def device_ceilings(
     """The ceilings of `device_name` for a run of `precision` (see the module docstring); a
     failure to read them is a Ceilings with `why`, never an exception."""
     try:
-        peaks = store.measured_roof(device_name, env_label) if online else None
-        roof = run_plot.run_roof(
-            device_name, peaks, vendor.load_vendor_lookup(peaks_file)(device_name)
-        )
+        rows = store.peaks_rows(device_name, env_label) if online else []
+        peaks = ceilings.best_roof(rows, device_name) if rows else None
+        listed = vendor.load_vendor_lookup(peaks_file)(device_name)
+        roof = run_plot.run_roof(device_name, peaks, listed)
     except Exception as exc:  # noqa: BLE001 - the breakdown stands without bounds
         return Ceilings(why=f"the ceilings could not be read: {one_line(exc)[:200]}")
     if roof is None:
@@ -107,6 +131,7 @@ def device_ceilings(
     )
     keys = (f"flops:{dtype}", "bytes:dram")
     out.source = "; ".join(sorted({roof.sources[k] for k in keys if roof.sources.get(k)}))
+    out.peaks_load, out.vendor_flops_per_s = _evidence(roof, dtype, rows, listed)
     if not out.known:
         missing = [
             k
@@ -118,3 +143,19 @@ def device_ceilings(
         ]
         out.why = f"the ceilings of {device_name} lack {' and '.join(missing)}"
     return out
+
+
+def _evidence(roof: Roof, dtype: str, rows: list[dict], listed) -> tuple[dict, float]:
+    """What says whether the compute ceiling of `dtype` could be too low: the load of the peaks
+    run that measured it (ceilings.PEAKS_LOAD_METRICS, from its analysis row) and the vendor table's
+    figure for it (NaN: none, or it is the ceiling)."""
+    src = roof.sources.get(f"flops:{dtype}", "")
+    load: dict[str, float] = {}
+    for row in rows:
+        if src == f"measured: peaks run {str(row['run_id'])[:8]}":
+            load = ceilings.load_metrics(row)
+            break
+    entry = getattr(listed, "flops_per_s", None) or {}
+    v = entry.get(dtype, math.nan) if isinstance(entry, dict) else math.nan
+    vendor_v = float(v) if _ok(v) and src.startswith("measured") else math.nan
+    return load, vendor_v

@@ -234,14 +234,39 @@ def mark_view(table: list[dict], tree: ModuleTree) -> None:
         r["view"] = r["kind"] == "step" or r["module"] in chosen
 
 
-def parts_metrics(parts_s: dict[str, float], step_s: float) -> dict[str, float]:
-    """breakdown_step_s, breakdown_<part>_s and breakdown_<part>_fraction (of breakdown_step_s)."""
+def parts_metrics(att: Attribution, step_s: float) -> dict[str, float]:
+    """breakdown_step_s, breakdown_<part>_s (wall seconds) and breakdown_<part>_fraction: each
+    part's share of the step by the clock the rows' shares use (`share_clock`): of the recorded
+    steps' mean CPU time (breakdown_step_cpu_s, logged then) on the CPU clock, else of
+    breakdown_step_s. One clock for every share the breakdown shows."""
     out = {"breakdown_step_s": step_s}
+    cpu = att.share_clock == "thread_cpu" and bool(att.parts_cpu_s)
+    step_cpu = sum(att.step_cpu_s) / len(att.step_cpu_s) if cpu else math.nan
+    if cpu:
+        out["breakdown_step_cpu_s"] = step_cpu
     for part in names.PARTS:
-        v = parts_s.get(part, 0.0)
+        v = att.parts_s.get(part, 0.0)
         out[f"breakdown_{part}_s"] = v
-        out[f"breakdown_{part}_fraction"] = v / step_s if step_s > 0 else math.nan
+        if cpu:
+            frac = att.parts_cpu_s.get(part, 0.0) / step_cpu if step_cpu > 0 else math.nan
+        else:
+            frac = v / step_s if step_s > 0 else math.nan
+        out[f"breakdown_{part}_fraction"] = frac
     return out
+
+
+SHARE_CLOCKS = {
+    "thread_cpu": "the main thread's CPU clock",
+    "wall": "the wall clock",
+}
+"""Attribution.share_clock -> how the text names it"""
+
+
+def share_clock_name(clock: str, time_source: str = "host") -> str:
+    """The clock every share is by, as the run's description, figures and the report say it."""
+    if time_source == "device":
+        return "kernel time on the device"
+    return SHARE_CLOCKS.get(clock, clock)
 
 
 def coverage(table: list[dict], step_s: float) -> dict[str, float]:
@@ -305,9 +330,11 @@ def move_hint(r: dict) -> str:
         return "elementwise work (no counted FLOPs): fusing it with its neighbours"
     if r["bound"] == "unknown":
         return "`python -m profiling.peaks` measures the ceilings that say"
+    frac = r.get("roof_fraction", math.nan)
+    if isinstance(frac, float) and frac > 1:
+        return f"above its roof ({frac:.1f}x): the description's 'Above the roof' says why"
     if r["bound"] == "memory-bound":
         return "more reuse per byte: a larger batch, channels_last, fusion"
-    frac = r.get("roof_fraction", math.nan)
     if isinstance(frac, float) and math.isfinite(frac) and frac < LOW_ROOF:
         return f"at {fmt.pct(frac)} of its roof: a faster kernel (channels_last, bf16, another algorithm)"
     return "near its compute roof: lower precision (bf16) or less work"

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from common import fmt
 from profiling.breakdown import names
+from profiling.breakdown.above import AboveRoof
 from profiling.breakdown.attribute import Attribution
 from profiling.breakdown.recording import Recording
 from profiling.breakdown.roof import Ceilings
@@ -19,6 +20,7 @@ from profiling.breakdown.table import (
     answer_rows,
     move_hint,
     row_phrase,
+    share_clock_name,
     top_rows,
     view_top,
 )
@@ -49,11 +51,19 @@ class BreakdownResult:
     """why the module rows do not add up to the step's counted work; empty when they do."""
     trace: dict
     """which recorded steps trace.json.gz holds (trace.bound_trace's facts)."""
+    above: AboveRoof | None = None
+    """the rows above their roof and why (profiling.breakdown.above), None when none is."""
+
+    @property
+    def share_clock(self) -> str:
+        """The clock every share of the run is by, as the text names it."""
+        return share_clock_name(self.att.share_clock, self.rec.time_source)
 
 
-def summary_line(label: str, device_name, table, tree, metrics) -> str:
-    """`<config> on <device>: <ms>/step (mean of K); largest: <the 3 rows a user acts on, each
-    with its share, bound, intensity and what would move it>. Stage totals: <the top level's 3>`."""
+def summary_line(label: str, device_name, table, tree, metrics, clock: str) -> str:
+    """`<config> on <device>: <ms>/step (mean of K); largest, by <clock>: <the 3 rows a user acts
+    on, each with its share, bound, intensity and what would move it>. Stage totals: <the top
+    level's 3>`. `clock`: what every share is of (BreakdownResult.share_clock)."""
     steps = int(metrics["breakdown_recorded_steps"])
     phrases, said = [], set()
     for r in answer_rows(table):
@@ -66,8 +76,26 @@ def summary_line(label: str, device_name, table, tree, metrics) -> str:
     )
     return (
         f"{label} on {device_name}: {fmt.duration(metrics['breakdown_step_s'])}"
-        f"/step (mean of {steps} recorded); largest: {largest}. Stage totals: {stages}."
+        f"/step (mean of {steps} recorded); largest, shares by {clock}: {largest}. "
+        f"Stage totals: {stages}."
     )
+
+
+def largest_tags(table: list[dict], clock: str) -> dict[str, str]:
+    """The largest rows as the run's tags (columns of the breakdowns' saved view, short enough to
+    read there): `breakdown_largest` the largest (`optimizer 9.5% (CPU clock)`),
+    `breakdown_largest_3` the three, each with the clock of its share."""
+    rows = [
+        f"{names.row_label(r['module'], r['phase'])} {fmt.pct(r['share'])}"
+        for r in answer_rows(table)
+    ]
+    if not rows:
+        return {}
+    short = names.SHORT_CLOCKS.get(clock, clock)
+    return {
+        "breakdown_largest": f"{rows[0]} ({short})",
+        "breakdown_largest_3": f"{'; '.join(rows)} (by {clock})",
+    }
 
 
 def description(result: BreakdownResult) -> str:
@@ -81,9 +109,10 @@ def description(result: BreakdownResult) -> str:
     roof = f"Ceilings: {c.dtype}, {c.source}." if c.known else f"Bound unknown: {c.why}."
     lines = [
         result.summary,
+        *([result.above.sentence] if result.above else []),
         "",
-        f"Step parts: {parts} (they add up to {fmt.pct(m['breakdown_parts_sum_fraction'])} of "
-        "breakdown_step_s).",
+        f"Step parts, by {result.share_clock} as every share here: {parts} (by the wall clock "
+        f"they add up to {fmt.pct(m['breakdown_parts_sum_fraction'])} of breakdown_step_s).",
         f"Rows: {fmt.pct(m['breakdown_attributed_fraction'])} of the step named, "
         f"{fmt.pct(m['breakdown_module_fraction'])} in the model's modules; "
         f"{fmt.si(m['breakdown_flops_per_step'], 'FLOP')} counted per step, "
@@ -152,6 +181,14 @@ def breakdown_json(result: BreakdownResult) -> str:
             for r in top_rows(result.table, result.tree)
         ],
         "share_clock": result.att.share_clock,
+        "share_clock_name": result.share_clock,
+        "above_roof": None
+        if result.above is None
+        else {
+            "rows": result.above.rows,
+            "verdict": result.above.verdict,
+            "sentence": result.above.sentence,
+        },
         "trace": {k: v for k, v in result.trace.items() if k in ("kept", "kept_ms", "median_ms")},
         "view": view,
         "counts_check": result.counts_check or "ok",
@@ -186,7 +223,9 @@ def view_text(table: list[dict], tree) -> str:
             False,
         ),
     )
-    lines = [f"{'module':<30} {'phase':<9} {'share':>7} {'ms':>9} {'FLOP/B':>8}  bound"]
+    cells = module_cells([r["module"] for _, rows, _ in sections for r in rows])
+    width = max(len(c) for c in [*cells.values(), " " * MODULE_CHARS])
+    lines = [f"{'module':<{width}} {'phase':<9} {'share':>7} {'ms':>9} {'FLOP/B':>8}  bound"]
     said: dict[str, str] = {}  # a hint said once -> the row that said it
     previous = ""
     for title, chosen, hints in sections:
@@ -194,7 +233,7 @@ def view_text(table: list[dict], tree) -> str:
         for r in chosen:
             ai = r["intensity_flops_per_byte"]
             line = (
-                f"{r['module'][:30]:<30} {r['phase']:<9} {fmt.pct(r['share']):>7} "
+                f"{cells[r['module']]:<{width}} {r['phase']:<9} {fmt.pct(r['share']):>7} "
                 f"{fmt.num(r['time_s'] * 1e3):>9} {fmt.num(ai) if math.isfinite(ai) else '':>8}  "
                 f"{r['bound']}"
             )
@@ -207,6 +246,21 @@ def view_text(table: list[dict], tree) -> str:
             previous = full
             lines.append(f"{line}: {hint}" if hint else line)
     return "\n".join(lines)
+
+
+MODULE_CHARS = 30
+"""The module column's width on the console; a longer name keeps its end after '...'."""
+
+
+def module_cells(names: list[str]) -> dict[str, str]:
+    """Each module name as the console's column shows it: whole when it fits MODULE_CHARS, else
+    '...' and its last characters (where names differ: `...er_layer_1.self_attention`); whole
+    names for all when two shortened ones would read alike (main cut at 30 characters with no
+    mark: two rows read `encoder.layers.encoder_layer_1`)."""
+    short = {n: n if len(n) <= MODULE_CHARS else "..." + n[3 - MODULE_CHARS :] for n in names}
+    if len(set(short.values())) < len(short):
+        return {n: n for n in names}
+    return short
 
 
 def _by_time(rows) -> list[dict]:

@@ -15,12 +15,10 @@ intensity_<level>_flops_per_byte per row; a `Roof`): profiling/hierarchy/table.p
 
 from __future__ import annotations
 
-import io
 import math
 import re
 
 import pandas as pd
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.lines import Line2D
 from matplotlib.ticker import NullFormatter
 
@@ -28,7 +26,7 @@ from common.fmt import si
 from roofline.labels import POINT_FONT, Labels
 from roofline.model import LEVELS, Roof, is_finite_positive
 from roofline.plot import source_style
-from roofline.style import DTYPE_COLORS, flops_label, log_ticks, new_figure
+from roofline.style import DTYPE_COLORS, flops_label, log_ticks, new_figure, write_png
 
 LEVEL_COLORS = {"dram": "#d62728", "l2": "#bcbd22", "l1": "#17becf"}
 """one colour per memory level, none of them a dtype's (roofline/style.py DTYPE_COLORS)."""
@@ -220,6 +218,4 @@ def draw_hierarchical(table: pd.DataFrame, roof: Roof | None, title: str):
 
 def hierarchical_png(table: pd.DataFrame, roof: Roof | None, title: str) -> bytes:
     """`draw_hierarchical` as PNG bytes."""
-    buf = io.BytesIO()
-    FigureCanvasAgg(draw_hierarchical(table, roof, title)).print_png(buf)
-    return buf.getvalue()
+    return write_png(draw_hierarchical(table, roof, title))

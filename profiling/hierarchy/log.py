@@ -3,7 +3,7 @@
 phase: time-weighted intensity at each level), `ncu/hierarchical_roofline.png`
 (profiling/hierarchy/figure.py) and, when a published table's conventions are asked
 (--half-convention, --units-convention), the table in them. The ceilings are the device's peaks
-runs on the same server chosen as analysis chooses them (roofline/trust.py), each one it lacks from the vendor table or --peaks-file, as
+runs on the same server chosen as analysis chooses them (roofline/ceilings.py), each one it lacks from the vendor table or --peaks-file, as
 roofline/ceilings.py merges them.
 """
 

@@ -111,24 +111,29 @@ def ceiling_of(row: dict) -> str:
 
 
 def add_bounds(table: pd.DataFrame, roof: Roof | None) -> pd.DataFrame:
-    """`table` (kernels_by_name) with the compute ceiling each name meets and the ceiling that
+    """`table` (kernels_by_name) with the compute ceiling each name meets, the ceiling that
     bounds it (`bound`: dram, l2, l1 or compute; "" where the roof or its intensities lack), as
-    roofline.model.hierarchical_limiter says."""
+    roofline.model.hierarchical_limiter says, and its achieved FLOP/s over that ceiling's
+    attainable (`roof_fraction`: over 1 is a kernel above its roof)."""
     out = table.copy()
-    ceilings, bounds = [], []
+    ceilings, bounds, fractions = [], [], []
     for row in out.to_dict("records"):
         dtype = ceiling_of(row)
         peak = roof.peak(dtype) if roof is not None else math.nan
         if not is_finite_positive(peak) and roof is not None:
             dtype, peak = "fp32", roof.peak("fp32")
         ai = {lv: row[f"intensity_{lv}_flops_per_byte"] for lv in LEVELS}
-        level = ""
+        level, attainable = "", math.nan
         if roof is not None and is_finite_positive(peak):
-            level, _ = hierarchical_limiter(ai, roof.bytes_per_s, peak)
+            level, attainable = hierarchical_limiter(ai, roof.bytes_per_s, peak)
         ceilings.append(dtype)
         bounds.append(level)
+        t, f = row.get("time_s"), row.get("flops")
+        ok = is_finite_positive(t) and is_finite_positive(f) and is_finite_positive(attainable)
+        fractions.append(f / t / attainable if ok else math.nan)
     out["compute_ceiling"] = ceilings
     out["bound"] = bounds
+    out["roof_fraction"] = fractions
     return out
 
 

@@ -9,7 +9,10 @@ summed work) refuse, naming the kernel and the metric:
 * a unit that is not the one ncu writes for that counter (bytes in byte/Kbyte/Mbyte/..., times in
   second/msecond/usecond/nsecond, instruction counts in inst, ...): a unit outside this vocabulary
   cannot be scaled, and a known unit on the wrong counter means the columns are not what they say;
-* a negative or non-finite value (counters count up from zero; `n/a` is handled by the summary);
+* a negative or non-finite value (counters count up from zero; `n/a` is handled by the summary),
+  a clock rate of 0, a value no kernel of a year on the fastest device reaches (1e308 cycles made
+  a kernel time of 7.7e298 s), and a kernel lacking a counter the other kernels of its file have
+  (an empty value left that kernel's bytes out of a total called complete);
 * a kernel that would do more FLOPs, or move more bytes, in its measured time than any GPU can:
   above common.bounds (10 EFLOP/s, 100 TB/s of DRAM, 10 PB/s of cache bandwidth; each at least 10x
   the fastest figure of the vendor table, roofline.datasheets).
@@ -62,16 +65,38 @@ def _kernel(k: NcuKernel | dict, source: str) -> str:
     return f"{source}: kernel {kid} ({short})"
 
 
-def _fix(source: str) -> str:
+def _fix(source: str, in_set: bool = False) -> str:
+    if in_set:  # one file of a capture set: that file, not the set, is the one to replace
+        return (
+            f"this is not what Nsight Compute writes (an edited or damaged file?): export {source} "
+            "again from its capture, or leave it out of the set"
+        )
     return (
         "this is not what Nsight Compute writes (an edited or damaged file?): export the report "
         f"again (`ncu --import report.ncu-rep --csv --page raw > {source}`) or import the .ncu-rep"
     )
 
 
-def check_values(report: NcuReport) -> None:
-    """BenchError naming the first kernel and counter with a unit ncu does not write for it, or a
-    negative or non-finite value."""
+def _most(name: str, unit: str) -> tuple[float, float, str]:
+    """(the least and the most counter `name` (base unit `unit`) can read for one kernel, what
+    the most is): a kernel of a year (bounds.MAX_STEP_S) on the fastest device."""
+    year = bounds.MAX_STEP_S
+    if name == CYCLE_RATE:
+        return 0.0, bounds.MAX_CLOCK_HZ, f"{bounds.MAX_CLOCK_HZ:.0e} cycles per second"
+    if unit == "second":
+        return -1.0, year, "a year"
+    if unit == "cycle":
+        return -1.0, year * bounds.MAX_CLOCK_HZ, "a year of cycles at the fastest clock"
+    if unit == "%" or unit.endswith("/cycle"):
+        return -1.0, math.inf, ""
+    return -1.0, year * bounds.MAX_FLOPS_PER_S, "a year of the fastest device's work"
+
+
+def check_values(report: NcuReport, in_set: bool = False) -> None:
+    """BenchError naming the first kernel and counter with a unit ncu does not write for it, a
+    value that is negative, not finite, a zero clock rate or more than a kernel of a year can
+    count, or a kernel lacking a counter others of the file have (check_same_metrics). `in_set`:
+    the report is one file of a capture set (the advice names that file)."""
     src = report.source or "the ncu output"
     for k in report.kernels:
         for name, value in k.metrics.items():
@@ -90,8 +115,35 @@ def check_values(report: NcuReport) -> None:
                 what = "is not finite" if math.isinf(value) else "is negative"
                 raise BenchError(
                     f"{_kernel(k, src)}: metric {name} = {value:g} {what}; a counter counts up "
-                    f"from 0 and a time is positive; {_fix(src)}"
+                    f"from 0 and a time is positive; {_fix(src, in_set)}"
                 )
+            low, high, most = _most(name, unit)
+            if value <= low or value > high:
+                what = "is no clock rate" if value <= low else f"is more than {most}"
+                raise BenchError(
+                    f"{_kernel(k, src)}: metric {name} = {value:g} {what}; {_fix(src, in_set)}"
+                )
+    if not report.truncated:  # a cut file's last result lacks counters: refuse_truncated says so
+        check_same_metrics(report, in_set)
+
+
+def check_same_metrics(report: NcuReport, in_set: bool = False) -> None:
+    """BenchError naming the first kernel that lacks a counter (a metric the summary reads) that
+    another kernel of the same file has: ncu writes every metric it collected for every result
+    (`n/a` where a value is unavailable), so a gap is an edited or damaged file, and it would
+    leave that kernel out of a total."""
+    src = report.source or "the ncu output"
+    names = {n for k in report.kernels for n in k.metrics if _checked(n)}
+    for k in report.kernels:
+        lacking = sorted(n for n in names - k.metrics.keys())
+        if lacking:
+            others = sum(1 for j in report.kernels if lacking[0] in j.metrics)
+            raise BenchError(
+                f"{_kernel(k, src)}: no value of {lacking[0]}"
+                + (f" (and {len(lacking) - 1} more)" if len(lacking) > 1 else "")
+                + f", which {others} other kernels of the file have (an empty cell?); "
+                + _fix(src, in_set)
+            )
 
 
 RATES = (
@@ -103,15 +155,29 @@ RATES = (
 """(kernel column, what it counts, highest rate any GPU reaches, unit): common/bounds.py."""
 
 
-def check_rates(kernels: pd.DataFrame, source: str) -> None:
+def _fix_set(source: str) -> str:
+    return (
+        "this is not what Nsight Compute writes (an edited or damaged file, or files of different "
+        f"captures?): export the files of {source} that hold these counters again from their capture"
+    )
+
+
+def check_rates(kernels: pd.DataFrame, source: str, in_set: bool = False) -> None:
     """BenchError naming the first kernel (a row of NcuSummary.kernels) that does more work in its
-    measured time than any GPU can."""
+    measured time than any GPU can, or runs longer than a year (a time from cycles: 1e308 cycles
+    made 7.7e298 s). `in_set`: `source` names a capture set (its kernels merged from files)."""
     if "time_s" not in kernels:
         return
+    fix = _fix_set(source) if in_set else _fix(source or "report.csv")
     for row in kernels.to_dict("records"):
         t = row.get("time_s")
         if t is None or not (t > 0):
             continue
+        if t > bounds.MAX_STEP_S:
+            raise BenchError(
+                f"{_kernel(row, source or 'the ncu output')}: a kernel time of {t:.3g} s is more "
+                f"than a year (common/bounds.py); {fix}"
+            )
         for col, what, high, unit in RATES:
             v = row.get(col)
             if v is None or not math.isfinite(v) or v / t <= high:
@@ -119,5 +185,5 @@ def check_rates(kernels: pd.DataFrame, source: str) -> None:
             raise BenchError(
                 f"{_kernel(row, source or 'the ncu output')}: {v:.3g} {what} in {t * 1e6:.4g} us is "
                 f"{v / t:.3g} {unit}, above the {high:.0e} no GPU reaches (common/bounds.py: at "
-                f"least 10x the fastest figure of the vendor table); {_fix(source or 'report.csv')}"
+                f"least 10x the fastest figure of the vendor table); {fix}"
             )

@@ -32,8 +32,7 @@ def check_import_file(args: argparse.Namespace) -> None:
     """UsageError, before any run exists, when a PATH of --import is nothing --import could read
     or the --phase labels do not fit the paths."""
     paths = import_paths(args)
-    phases_of(paths, args.phase)
-    check_import_paths(paths, MAX_IMPORT_BYTES)
+    check_import_paths(paths, MAX_IMPORT_BYTES, phases_of(paths, args.phase))
 
 
 def import_report(

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import io
 import math
 import re
 import zlib
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from common.errors import BenchError
+from profiling.ncu.budget import CountedReader, ReadBudget
 from profiling.ncu.messages import messages_reason
 from profiling.ncu.names import DEVICE_NAME_METRIC
 from profiling.ncu.nvtx import kernel_phase, nvtx_ranges
@@ -139,10 +141,11 @@ read one at a time, so memory stays bounded by this, not by the file's size."""
 class _Lines:
     """The lines of a text stream without their line ends, refusing one longer than `limit`
     characters as soon as it is seen (without reading the rest of it). Remembers whether the input
-    ended with a line end and what its last non-blank line was, for truncation_reason."""
+    ended with a line end and what its last non-blank line was, for truncation_reason. Each line
+    is taken from `budget` (profiling.ncu.budget: the lines one import may read)."""
 
-    def __init__(self, chunks: Iterable[str], source: str, limit: int):
-        self.chunks, self.source, self.limit = chunks, source, limit
+    def __init__(self, chunks: Iterable[str], source: str, limit: int, budget: ReadBudget):
+        self.chunks, self.source, self.limit, self.budget = chunks, source, limit, budget
         self.number = 0  # physical line number of the last line read (1-based)
         self.ends = False
         self.last = ""
@@ -161,6 +164,7 @@ class _Lines:
                 self.ends = body.endswith(("\n", "\r"))
             # splitlines, as the text was split before lines were streamed (\x0b, \x1c, ...)
             for line in chunk.splitlines():
+                self.budget.take_line(self.source)
                 if line.strip():
                     self.last = line
                 yield line
@@ -178,16 +182,23 @@ def read_ncu_csv(
     path: str | Path,
     keep: Callable[[str], bool] | None = None,
     max_line_chars: int = MAX_LINE_CHARS,
+    budget: ReadBudget | None = None,
 ) -> NcuReport:
     """Read an ncu CSV file (see parse_ncu_csv) line by line, in memory bounded by the kept
-    metrics and `max_line_chars`. Decodes UTF-8 with or without BOM; a gzipped file (its first
-    bytes say so, whatever its name) is read through gzip."""
+    metrics and `max_line_chars`, and in text, lines and results by `budget` (one import's,
+    shared by its files; default: a whole import's for this file alone). Decodes UTF-8 with or
+    without BOM; a gzipped file (its first bytes say so, whatever its name) is read through gzip."""
     p = Path(path)
-    opener = gzip.open if is_gzip(p) else open
+    budget = budget or ReadBudget()
+    gz = is_gzip(p)
     try:
-        with opener(p, "rt", encoding="utf-8-sig", errors="replace", newline="") as fh:
-            lines = _Lines(_read_chunks(fh, max_line_chars), p.name, max_line_chars)
-            return _parse_lines(lines, keep, p.name)
+        if not gz:
+            budget.check_size(p)  # before it is opened
+        raw = gzip.GzipFile(p, "rb") if gz else open(p, "rb")
+        counted = io.BufferedReader(CountedReader(raw, budget, p.name))
+        with io.TextIOWrapper(counted, encoding="utf-8-sig", errors="replace", newline="") as fh:
+            lines = _Lines(_read_chunks(fh, max_line_chars), p.name, max_line_chars, budget)
+            return _parse_lines(lines, keep, p.name, budget)
     except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
         raise BenchError(
             f"cannot read {p.name}: a damaged or cut gzip file ({exc}); copy it again"
@@ -213,6 +224,7 @@ def parse_ncu_csv(
     keep: Callable[[str], bool] | None = None,
     source: str = "<text>",
     max_line_chars: int = MAX_LINE_CHARS,
+    budget: ReadBudget | None = None,
 ) -> NcuReport:
     """Parse the text ncu wrote with ``--csv`` (log file or captured stdout).
 
@@ -223,10 +235,13 @@ def parse_ncu_csv(
     if text.startswith("\ufeff"):
         text = text[1:]
     chunks = (m.group(0) for m in re.finditer(r"[^\n\r]*(?:\r\n|\n|\r)|[^\n\r]+$", text))
-    return _parse_lines(_Lines(chunks, source, max_line_chars), keep, source)
+    budget = budget or ReadBudget()
+    return _parse_lines(_Lines(chunks, source, max_line_chars, budget), keep, source, budget)
 
 
-def _parse_lines(lines: _Lines, keep: Callable[[str], bool] | None, source: str) -> NcuReport:
+def _parse_lines(
+    lines: _Lines, keep: Callable[[str], bool] | None, source: str, budget: ReadBudget
+) -> NcuReport:
     """The parser behind read_ncu_csv and parse_ncu_csv: one pass over `lines`."""
     messages: list[str] = []
     program = 0
@@ -257,10 +272,10 @@ def _parse_lines(lines: _Lines, keep: Callable[[str], bool] | None, source: str)
         )
         last_names: list[set[str]] = []
         if all(c in header for c in DETAILS_COLUMNS):
-            last_names = _parse_details(header, rows, report, keep)
+            last_names = _parse_details(header, rows, report, keep, budget)
             candidates = seen.count - 1
         else:
-            units_row = _parse_raw(header, rows, report, keep)
+            units_row = _parse_raw(header, rows, report, keep, budget)
             candidates = seen.count - 1 - int(units_row)
     except csv.Error as exc:  # a field over csv's limit (131,072 characters) on a shorter line
         raise NcuParseError(
@@ -431,10 +446,11 @@ def _cached(keep: Callable[[str], bool] | None) -> Callable[[str], bool]:
 
 
 def _parse_details(
-    header: list[str], rows: Iterable[list[str]], report: NcuReport, keep
+    header: list[str], rows: Iterable[list[str]], report: NcuReport, keep, budget: ReadBudget
 ) -> list[set[str]]:
     """Fill `report` from a details page; the metric names of its last two results (every name,
-    kept or not), for truncation_reason."""
+    kept or not), for truncation_reason: only the last two results' names are kept (all of them
+    held 4.56 GB for 3 M results)."""
     report.page = "details"
     pp, se = _nvtx_columns(header)
     report.has_nvtx = pp is not None or se is not None
@@ -445,6 +461,7 @@ def _parse_details(
     wanted = _cached(keep)
     by_key: dict[tuple[str, str], NcuKernel] = {}
     names: dict[tuple[str, str], set[str]] = {}
+    rows_of: dict[tuple[str, str], int] = {}  # each result's rows, for budget.check_rows
     for row in rows:
         if len(row) < i_val + 1 or len(row) > width or not row[i_id].strip():
             report.program_lines += 1  # program output that happened to sit inside the table
@@ -457,19 +474,27 @@ def _parse_details(
             except NcuParseError:
                 report.program_lines += 1
                 continue
+            budget.take_result(report.source)
             by_key[key] = k
             names[key] = set()
+            if len(names) > 2:
+                del names[next(iter(names))]
             report.kernels.append(k)
+        rows_of[key] = rows_of.get(key, 0) + 1
+        budget.check_rows(rows_of[key], row[i_id], report.source)
         name = row[i_name].strip()
         if not name:  # a rule row (Rule Name/Description set, no metric)
             continue
-        names[key].add(name)
+        if key in names:
+            names[key].add(name)
         if wanted(name):
             _store(k, name, row[i_unit], row[i_val], report)
     return list(names.values())[-2:]
 
 
-def _parse_raw(header: list[str], rows: Iterable[list[str]], report: NcuReport, keep) -> bool:
+def _parse_raw(
+    header: list[str], rows: Iterable[list[str]], report: NcuReport, keep, budget: ReadBudget
+) -> bool:
     """Fill `report` from a raw page; True when the units row was seen."""
     report.page = "raw"
     if "Kernel Name" not in header:
@@ -500,6 +525,7 @@ def _parse_raw(header: list[str], rows: Iterable[list[str]], report: NcuReport, 
         except NcuParseError:
             report.program_lines += 1
             continue
+        budget.take_result(report.source)
         for i, h in metric_cols:
             _store(k, h, units[i] if units else "", row[i], report)
         report.kernels.append(k)

@@ -245,10 +245,16 @@ def main(argv: list[str] | None = None) -> int:
     phases.lap("logging")
     console.note(phases.text())
     total_s = sum(phases.seconds.values())
-    console.result(
-        summary_line(device, name, result, vendor, config, _where(session, config), total_s)
-    )
+    line = summary_line(device, name, result, vendor, config, _where(session, config), total_s)
+    _say(line, session, config)
     return 0
+
+
+def _say(line: str, session, config: PeaksConfig) -> None:
+    """The summary line, then the run's link and its view's."""
+    console.result(line)
+    if config.track and not session.offline:
+        ui.say_links("peaks", session.run_id, session.experiment_id)
 
 
 def _array_sizes(config: PeaksConfig, n: int, dtypes, hw) -> tuple[int, int, list[str]]:

@@ -4,11 +4,12 @@ line (see the package docstring and docs/complexity.md)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from common import console, flags, schema, ui
+from common import console, flags, out_folder, schema, ui
 from common.cli import ArgumentParser, cli_entry
 from common.envinfo import environment_report, environment_tags
 from common.tracking import RunSession
@@ -127,6 +128,19 @@ def run(
     return session, result
 
 
+OUT_MARKER = ".complexity-out"
+"""The file that marks an --out folder as this command's (common.out_folder.claim)."""
+
+
+def _out_folder(out: str | None):
+    """--out claimed (new, empty or this command's, outside a git checkout) and locked while the
+    command runs; nothing without --out."""
+    if not out:
+        return contextlib.nullcontext()
+    what = "python -m train.complexity"
+    return out_folder.locked(out_folder.claim(out, "--out", OUT_MARKER, what), "--out", what)
+
+
 def _write_out(out_dir: str | None, texts: dict[str, str]) -> None:
     if not out_dir:
         return
@@ -161,13 +175,14 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     cfg = config_from_args(args)
     command = flags.build(ComplexityCommand, args)
-    session, result = run(
-        cfg,
-        experiment=command.experiment,
-        progress=not command.no_progress,
-        track=command.track,
-        out_dir=command.out,
-    )
+    with _out_folder(command.out):
+        session, result = run(
+            cfg,
+            experiment=command.experiment,
+            progress=not command.no_progress,
+            track=command.track,
+            out_dir=command.out,
+        )
     console.result(markdown(result))
     line = summary_line(result)
     if session is not None:
@@ -178,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     console.result(line)
     if session is not None and not session.offline:
-        console.result(ui.ui_hint(session.run_id, session.experiment_id))
+        ui.say_links("complexity", session.run_id, session.experiment_id)
     return 0
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from common import schema
 from train import device as dev
 from train.bench import (
     BenchResult,
@@ -109,7 +110,7 @@ def run_distributed_benchmark(cfg: TrainConfig, ctx, progress: bool = True) -> B
     result.texts["timing/step_times_by_rank.csv"] = by_rank_csv(records)
     if compute is not None:
         compute_slowest = slowest_per_step([r.compute_only_times for r in records])
-        result.more_series["compute_only_step_time_s"] = compute_slowest
+        result.more_series[schema.COMPUTE_ONLY_SERIES] = compute_slowest
         result.texts["timing/compute_only_step_times.csv"] = step_times_csv(compute_slowest)
     return result
 

@@ -9,12 +9,13 @@ from dataclasses import dataclass
 
 from common import fmt
 
-STATUSES = ("FINISHED", "FAILED", "SKIPPED", "OFFLINE", "ELSEWHERE")
+STATUSES = ("FINISHED", "FAILED", "SKIPPED", "OFFLINE", "ELSEWHERE", "NOT_RUN")
 """FINISHED: measured now; FAILED: with its one-line reason; SKIPPED: finished by an earlier
 invocation of the sweep, or by one running beside it (its run id and numbers are those of that
 run); OFFLINE: measured now and kept in the spool (the server was unreachable); ELSEWHERE: being
 measured by another invocation of the sweep running at the same time (another spool folder or
-machine: its run id), claimed in the store first (train/sweep/claims.py)."""
+machine: its run id), claimed in the store first (train/sweep/claims.py); NOT_RUN: left out this
+time by the caller (a what-if's --budget-s: the reason is its error), done by a later invocation."""
 
 
 @dataclass
@@ -89,6 +90,7 @@ def closing_lines(name: str, outcomes: list[ChildOutcome], wall_s: float) -> lis
         f"sweep {name}: {n['FINISHED']} finished, {n['SKIPPED']} skipped (done before), "
         f"{n['FAILED']} failed, {n['OFFLINE']} kept offline"
         + (f", {n['ELSEWHERE']} measured by another invocation" if n["ELSEWHERE"] else "")
+        + (f", {n['NOT_RUN']} not run" if n["NOT_RUN"] else "")
         + f", in {wall_s:.0f} s"
     ]
     lines += [f"  failed: {o.label}: {o.error}" for o in outcomes if o.status == "FAILED"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass, field
 from typing import Callable
 
 from common import console, schema
@@ -13,8 +14,9 @@ from common.run_record import context_tags
 from common.runs import mlflow_client, redirect_run
 from common.server import is_unreachable
 from common.tracking import RunSession
+from common.ui import say_links
 from train.config import TrainConfig
-from train.run import RunOptions, SweepChild
+from train.run import Measure, RunOptions, SweepChild
 from train.run import run as run_train
 from train.sweep.claims import TAG_SWEEP_CHILD, Claim, child_tag, claim_child
 from train.sweep.spec import (
@@ -36,6 +38,20 @@ from train.sweep.outcomes import (
 )
 
 
+@dataclass
+class Hooks:
+    """What a caller built on the sweep adds to it (train/whatif: a what-if's counterfactuals)."""
+
+    measure: Measure | None = None
+    """makes each child's BenchResult (train.run.run's `measure`); None: the real benchmark"""
+    skip: Callable[[TrainConfig, int, str], str | None] | None = None
+    """asked right before each child still to do (configuration, repeat, sweep_key): a reason
+    leaves it unrun this time (status NOT_RUN, the reason as its error; a later invocation may
+    run it)"""
+    parent_tags: dict = field(default_factory=dict)
+    """more tags for the parent run (`mlflow.parentRunId`: nested under the caller's run)"""
+
+
 def run_sweep(
     spec: SweepSpec,
     *,
@@ -44,6 +60,7 @@ def run_sweep(
     progress: bool = True,
     system_metrics: bool = True,
     on_child_done: Callable[[ChildOutcome], None] | None = None,
+    hooks: Hooks | None = None,
 ) -> list[ChildOutcome]:
     """Run (or resume) the sweep; returns one outcome per planned (configuration, repeat), in plan
     order. Bad input (a model name, a configuration, another matrix under this name) raises
@@ -54,11 +71,11 @@ def run_sweep(
         f"{spec.repeats} repeat(s)"
     )
     with sweep_lock(spec.name, plan.env_label):
-        return _run(plan, experiment, progress, system_metrics, on_child_done)
+        return _run(plan, experiment, progress, system_metrics, on_child_done, hooks or Hooks())
 
 
 def _run(
-    plan: Plan, experiment, progress: bool, system_metrics: bool, on_child_done
+    plan: Plan, experiment, progress: bool, system_metrics: bool, on_child_done, hooks: Hooks
 ) -> list[ChildOutcome]:
     spec = plan.spec
     state = reconcile(spec, plan.env_label, experiment)
@@ -71,6 +88,7 @@ def _run(
         TAG_SWEEP_NAME: spec.name,
         schema.TAG_ENV_LABEL: plan.env_label,
         schema.TAG_HOST: schema.host_name(),
+        **hooks.parent_tags,
     }
     _point_mlflow_run_to_parent(plan, state, tags)
     parent = RunSession(
@@ -91,7 +109,13 @@ def _run(
             for cfg, r, key in todo:
                 label = plan.label(cfg, r)
                 bar.set_description_str(label)
-                outcome = _run_child(plan, cfg, r, key, label, experiment, parent, system_metrics)
+                why = hooks.skip(cfg, r, key) if hooks.skip is not None else None
+                if why:
+                    outcome = ChildOutcome(label, cfg.config_key(), key, r, "NOT_RUN", error=why)
+                else:
+                    outcome = _run_child(
+                        plan, cfg, r, key, label, experiment, parent, system_metrics, hooks.measure
+                    )
                 outcomes.append(outcome)
                 if outcome.status in ("FINISHED", "SKIPPED"):  # SKIPPED: finished elsewhere
                     state.done.add((key, r))
@@ -105,6 +129,8 @@ def _run(
             bar.close()
             _settle_elsewhere(outcomes, parent)
             _summarize(parent, plan, outcomes, time.perf_counter() - t0)
+    if not parent.offline:
+        say_links("sweep", parent.run_id, parent.experiment_id)
     return outcomes
 
 
@@ -173,6 +199,7 @@ def _run_child(
     experiment,
     parent,
     system_metrics: bool = True,
+    measure: Measure | None = None,
 ) -> ChildOutcome:
     """One child run (`label`: plan.label's). Any exception (not an interrupt) becomes a FAILED
     child with its one-line reason."""
@@ -197,7 +224,10 @@ def _run_child(
     try:
         with console.quiet():
             session, result = run_train(
-                cfg, RunOptions(experiment, progress=False, system_metrics=system_metrics), child
+                cfg,
+                RunOptions(experiment, progress=False, system_metrics=system_metrics),
+                child,
+                measure,
             )
     except Exception as exc:  # noqa: BLE001 - isolation is the point; KeyboardInterrupt still stops the sweep
         reason = one_line(exc)

@@ -8,11 +8,12 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from common import schema
-from common.errors import UsageError, one_line
+from common import schema, textfile
+from common.errors import UsageError
 from train.config import TrainConfig
 from train.models import check_model_name
 
@@ -31,6 +32,9 @@ AXIS_ALIASES = {
 }
 CONFIG_FIELDS = {f.name for f in fields(TrainConfig)}
 LABEL_AXES = ("model", "batch_size", "precision", "image_size")  # always in a child's label
+MAX_RUNS = 10_000
+"""The most runs one sweep plans (configurations x repeats): a week of 1-minute runs. The matrix's
+size is checked before any configuration is made: ten axes of ten values are 10^10 of them."""
 
 
 @dataclass
@@ -44,6 +48,10 @@ class SweepSpec:
     """fields shared by every configuration (device, iters, image_size, data, ...)."""
     repeats: int = 1
     """runs per configuration; repeats of one configuration go to different passes over the matrix."""
+    variants: list[dict] = field(default_factory=list)
+    """configurations given one by one instead of crossed: each a dict of fields over the base,
+    crossed with the matrix (which may then be empty). A what-if's original and its one-knob
+    moves (train/whatif); empty: the matrix alone."""
     name: str | None = None
     """the sweep's name; re-running a sweep of the same name resumes it. Default: a hash of the spec."""
     env_label: str | None = None
@@ -56,7 +64,8 @@ class SweepSpec:
             for k, v in self.matrix.items()
         }
         self.base = {AXIS_ALIASES.get(k, k): v for k, v in self.base.items()}
-        for key in [*self.matrix, *self.base]:
+        self.variants = [{AXIS_ALIASES.get(k, k): v for k, v in d.items()} for d in self.variants]
+        for key in [*self.matrix, *self.base, *(k for d in self.variants for k in d)]:
             if key not in CONFIG_FIELDS:
                 raise ValueError(
                     f"matrix: unknown field {key!r}; use TrainConfig fields such as model, batch_size, precision"
@@ -73,6 +82,13 @@ class SweepSpec:
         if int(self.repeats) < 1:
             raise ValueError(f"repeats must be a positive integer, got {self.repeats}")
         self.repeats = int(self.repeats)
+        runs = math.prod(len(v) for v in self.matrix.values()) * self.repeats
+        if runs > MAX_RUNS:
+            raise ValueError(
+                f"matrix: {' x '.join(str(len(v)) for v in self.matrix.values())} values x "
+                f"{self.repeats} repeats are {runs:,} runs, more than the {MAX_RUNS:,} of one "
+                "sweep: split it into sweeps of fewer axes or values"
+            )
         if not self.name:
             self.name = "sweep-" + self.digest()
         try:
@@ -84,8 +100,11 @@ class SweepSpec:
         schema.check_label(self.name, "sweep name")  # bounded like an env label
 
     def digest(self) -> str:
+        ident = {"matrix": self.matrix, "base": self.base, "repeats": self.repeats}
+        if self.variants:  # a sweep without variants keeps the name it always had
+            ident["variants"] = self.variants
         blob = json.dumps(
-            {"matrix": self.matrix, "base": self.base, "repeats": self.repeats},
+            ident,
             sort_keys=True,
             default=str,
         )
@@ -98,8 +117,9 @@ class SweepSpec:
         """
         axes = list(self.matrix)
         out, seen = [], set()
-        for combo in itertools.product(*(self.matrix[a] for a in axes)):
-            values = {**self.base, **dict(zip(axes, combo))}
+        combos = itertools.product(self.variants or [{}], *(self.matrix[a] for a in axes))
+        for variant, *combo in combos:
+            values = {**self.base, **variant, **dict(zip(axes, combo))}
             if self.env_label:
                 values["env_label"] = self.env_label
             try:
@@ -120,11 +140,14 @@ class SweepSpec:
 
     def run_params(self) -> dict:
         """The parent run's params: what identifies the sweep besides its name."""
-        return {
+        out = {
             "sweep_matrix": json.dumps(self.matrix, sort_keys=True),
             "sweep_base": json.dumps(self.base, sort_keys=True, default=str),
             "sweep_repeats": self.repeats,
         }
+        if self.variants:
+            out["sweep_variants"] = json.dumps(self.variants, sort_keys=True, default=str)
+        return out
 
 
 def unique(values) -> list:
@@ -180,7 +203,11 @@ class Plan:
         return len(self.runs) // self.spec.repeats
 
     def label(self, cfg: TrainConfig, repeat: int) -> str:
-        return child_label(cfg, repeat, self.axes)
+        """`resnet18 b2 fp32 32px #0`, with every other matrix axis, and each field a variant
+        sets where this configuration's value is not the base's (`compile=True`)."""
+        set_ = dict.fromkeys(k for d in self.spec.variants for k in d if k not in self.axes)
+        differ = [k for k in set_ if str(getattr(cfg, k)) != str(self.spec.base.get(k))]
+        return child_label(cfg, repeat, [*self.axes, *differ])
 
 
 def plan_sweep(spec: SweepSpec, env_label: str | None = None) -> Plan:
@@ -201,30 +228,17 @@ def plan_sweep(spec: SweepSpec, env_label: str | None = None) -> Plan:
     return Plan(spec, label, [(cfg, r, sweep_key(cfg)) for cfg, r in planned])
 
 
-def _yaml_problem(exc: Exception) -> str:
-    """What a YAML error says went wrong and where (its message ends with a source excerpt)."""
-    problem, mark = getattr(exc, "problem", None), getattr(exc, "problem_mark", None)
-    if not problem or mark is None:
-        return one_line(exc)
-    where = f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
-    context, cmark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
-    if context and cmark is not None:
-        where += f" ({context} at line {cmark.line + 1}, column {cmark.column + 1})"
-    return where
-
-
 def load_spec_file(path: str) -> dict:
-    """A sweep file (YAML or JSON): {name?, repeats?, matrix: {axis: [values]}, base?: {field: value}}."""
-    import yaml
-
+    """A sweep file (YAML or JSON): {name?, repeats?, matrix: {axis: [values]}, base?: {field: value}}.
+    Read as every user file is (common.textfile: a regular file, at most 1 Mi characters, YAML
+    without aliases)."""
     p = Path(path).expanduser()
-    if not p.is_file():
-        raise UsageError(f"sweep file {p} does not exist")
+    text = textfile.read_text(p, "sweep file", "--matrix")
     try:
-        data = yaml.safe_load(p.read_text())  # YAML is a superset of JSON
-    except yaml.YAMLError as exc:
+        data = textfile.load_yaml(text)  # YAML is a superset of JSON
+    except ValueError as exc:
         raise UsageError(
-            f"sweep file {p} is not valid YAML/JSON: {_yaml_problem(exc)}; fix that line "
+            f"sweep file {p} is not valid YAML/JSON: {exc}; fix that line "
             "(indent with spaces, close every [ and {)"
         ) from None
     if not isinstance(data, dict) or not isinstance(data.get("matrix"), dict):

@@ -216,10 +216,13 @@ def check_same_spec(spec: SweepSpec, state: SweepState, env_label: str) -> None:
         "sweep_matrix": "matrix",
         "sweep_base": "base configuration",
         "sweep_repeats": "repeats",
+        "sweep_variants": "list of configurations",
     }
     changed = []
     for key, what in names.items():
-        if key in old:
+        if key == "sweep_variants" and (key in old) != (key in new):
+            changed.append(what)  # one of the two lists its configurations one by one
+        elif key in old:
             try:
                 same = parsed(key, old[key]) == parsed(key, str(new[key]))
             except (ValueError, TypeError):
