@@ -143,7 +143,9 @@ def _roofline_points(
     env_roofs, roof_notes = roofs.choose_roofs(envs, runs, vendor_lookup)
     notes += roof_notes
     points = roofs.evaluate(points, env_roofs)
-    points["label"] = [tables.point_label(r) for r in points.to_dict("records")]
+    sizes = points["image_size"] if "image_size" in points else pd.Series(dtype=float)
+    differ = pd.to_numeric(sizes, errors="coerce").nunique() > 1
+    points["label"] = [tables.point_label(r, differ) for r in points.to_dict("records")]
     return points, env_roofs, notes + _point_notes(points)
 
 

@@ -81,8 +81,15 @@ FINDINGS_METRICS = [
     "gpu_power_max_w",
     "gpu_power_limit_w",
     "gpu_throttled_sample_share",
+    schema.METRIC_UNCOUNTED_BYTES_SHARE,
 ]
-FINDINGS_TAGS = ["energy_source", "energy_note", "gpu_throttle_reasons"]
+FINDINGS_TAGS = [
+    "energy_source",
+    "energy_note",
+    "gpu_throttle_reasons",
+    schema.TAG_FLOPS_COVERAGE,
+    schema.TAG_FLOPS_UNCOUNTED,
+]
 # what the history (analysis/history.py) reads besides: the tags that can change under a series
 # (torch's intra-op threads, the project's commit) and the machine's load while a run measured
 # (common/load.py; train runs log it as peaks runs do)

@@ -157,11 +157,15 @@ def by_samples(points: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def _knob(v) -> str:
-    """A knob's value for a cell: whole numbers without '.0', '' when missing."""
+KNOB_UNITS = {"image_size": " px"}
+"""the unit a knob's cell names after its value"""
+
+
+def _knob(v, unit: str = "") -> str:
+    """A knob's value for a cell: whole numbers without '.0' (then `unit`), '' when missing."""
     f = _f(v)
     if math.isfinite(f) and f.is_integer():
-        return str(int(f))
+        return f"{int(f)}{unit}"
     return "" if str(v) in ("nan", "None", "<NA>", "") else str(v)
 
 
@@ -211,7 +215,7 @@ def summary_table(points: pd.DataFrame, unstable: frozenset = frozenset()) -> Ta
                 p["model"],
                 p["precision"],
                 _int(p["batch_size"]),
-                *(_knob(p.get(k)) for k in knobs),
+                *(_knob(p.get(k), KNOB_UNITS.get(k, "")) for k in knobs),
                 engine_label(p) or "one process",
                 int(p["n_runs"]),
                 thr_txt,

@@ -374,6 +374,7 @@ VALUE_RULES: dict[str, Rule] = {
     "gpu_power_max_w": Rule(),
     "gpu_power_limit_w": Rule(),
     "gpu_throttled_sample_share": Rule(0.0, False, 1.0, "1 (a share)"),
+    schema.METRIC_UNCOUNTED_BYTES_SHARE: Rule(0.0, False, 1.0, "1 (a share)"),
     # the load a peaks or train run measured under (common/load.py): which ceilings to trust, by
     # the rule a run's own roofline applies too (roofline/ceilings.py), and whether a step-time
     # change coincides with a change of load (analysis/history.py)

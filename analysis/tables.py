@@ -179,14 +179,15 @@ def failed_runs(runs: pd.DataFrame, devices: set[str] | None = None) -> pd.DataF
     return out[cols].reset_index(drop=True)
 
 
-def point_label(row: pd.Series | dict) -> str:
+def point_label(row: pd.Series | dict, sizes_differ: bool = False) -> str:
     """'model/b<batch>/<precision>' plus non-default options (image size, classes, channels_last,
-    compile) and a data-parallel point's engine and world size."""
+    compile) and a data-parallel point's engine and world size; the image size always when
+    `sizes_differ` (the points labelled together differ in it: 224 px is then said too)."""
     b = row.get("batch_size")
     b = int(b) if b is not None and pd.notna(b) else "?"
     label = f"{row.get('model') or '?'}/b{b}/{row.get('precision') or '?'}"
     size = row.get("image_size")
-    if size is not None and pd.notna(size) and int(size) != 224:
+    if size is not None and pd.notna(size) and (sizes_differ or int(size) != 224):
         label += f"/{int(size)}px"
     classes = row.get("num_classes")
     if classes is not None and pd.notna(classes) and int(classes) != DEFAULT_NUM_CLASSES:

@@ -122,6 +122,17 @@ PRECISIONS = ("fp32", "fp16", "bf16", "tf32")
 tensor-core math (CUDA sm_80+). New values only ever append: fp32 keeps its config_key."""
 # CUDA runs: the fp32 math in force, read back from torch (ieee | tf32 | cudnn=…,matmul=…)
 TAG_FP32_MATH = "fp32_math"
+# train runs: whether every aten op of the counted step had a FLOP formula or needs none
+# (complete | incomplete; train/ledger.py), the ops without one, and their share of the bytes
+TAG_FLOPS_COVERAGE = "flops_coverage"
+TAG_FLOPS_UNCOUNTED = "flops_uncounted_ops"
+METRIC_UNCOUNTED_BYTES_SHARE = "flops_uncounted_bytes_share"
+# breakdown runs: the step's share in the own time of the rows that ran ops with no FLOP formula
+METRIC_UNCOUNTED_TIME_SHARE = "breakdown_flops_uncounted_time_share"
+# train runs: where the model came from (torchvision | timm | user) and what exactly
+TAG_MODEL_SOURCE = "model_source"
+# train runs of a model with auxiliary heads: each head's loss weight (aux_logits1=0.3,...)
+TAG_AUX_LOSS = "aux_loss_weights"
 
 _KEY_RE = re.compile(r"^[/\w.\- ]*$")
 

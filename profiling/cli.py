@@ -58,6 +58,7 @@ from profiling.ncu.totals import (
 from train.config import RunHeader, TrainConfig, add_config_args, config_from_args
 from train.data import dataset_fields, num_classes_for
 from train.models import check_model_name
+from train.ledger import qualified
 from train.phase_flops import config_phase_flops
 
 TOP_KERNELS = 25
@@ -402,6 +403,12 @@ def _check_count(
             )
         except Exception as exc:  # noqa: BLE001 - a model the meta device cannot run: say so, go on
             uncounted = f"the config's FLOPs could not be counted ({one_line(exc)})"
+        if counted is not None and counted.uncounted:  # train/ledger.py: ops with no formula
+            left_out = ", ".join(qualified(n) for n in counted.uncounted)
+            console.warn(
+                f"the config's counted FLOPs leave out {left_out} (no FLOP formula): "
+                "the capture is held against an incomplete count"
+            )
     check = check_against_count(summary, counted, args.profile_steps, uncounted)
     _mark_incomplete(tags, check)
     return check, check.warning(source)

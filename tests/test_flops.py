@@ -235,3 +235,129 @@ def test_resnet18_b64_32px_phase_split_is_the_l4_fixture_s_config():
 
     phases = config_phase_flops("resnet18", 64, 32, 1000)
     assert phases.forward == 4_803_002_368 and phases.backward == 9_297_723_392
+
+
+# ---------------------------------------------------------------- attention, on every path
+def _tiny_vit():
+    from torchvision.models.vision_transformer import VisionTransformer
+
+    torch.manual_seed(0)  # 32 px, 16 px patches: 4 tokens + the class token, 2 heads of 16
+    return VisionTransformer(32, 16, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64)
+
+
+def _vit_step(model, x, y):
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    return lambda: (F.cross_entropy(model(x), y).backward(), opt.step())
+
+
+def test_attention_forward_and_backward_by_hand():
+    """One attention call of batch 2, 3 heads, 5 queries and keys, head size 4: forward Q K^T +
+    P V = 2*2*3*5*5*(4 + 4); backward, by the convention, 2 x that (the four gradient products,
+    not the scores a fused kernel recomputes). Values of head size 6: 2*2*3*5*5*(4 + 6)."""
+    assert fl.attention_flop((2, 3, 5, 4), (2, 3, 5, 4), (2, 3, 5, 6)) == 3000
+    assert (
+        fl.attention_backward_flop((2, 3, 5, 6), (2, 3, 5, 4), (2, 3, 5, 4), (2, 3, 5, 6)) == 6000
+    )
+    q = torch.randn(2, 3, 5, 4, requires_grad=True)
+    k = torch.randn(2, 3, 5, 4, requires_grad=True)
+    v = torch.randn(2, 3, 5, 4, requires_grad=True)
+    fwd = 2 * 2 * 3 * 5 * 5 * (4 + 4)
+    counts = count(lambda: F.scaled_dot_product_attention(q, k, v).sum().backward())
+    assert counts.train_flops == 3 * fwd
+    assert counts.ledger.ops["_scaled_dot_product_flash_attention_for_cpu"].flops == fwd
+    assert (
+        counts.ledger.ops["_scaled_dot_product_flash_attention_for_cpu_backward"].flops == 2 * fwd
+    )
+
+
+def test_a_vit_counts_the_same_on_the_cpu_the_math_backend_and_the_meta_device():
+    """One count per configuration whichever path computes it: the train run's counter on the CPU
+    (fused flash attention), FlopCounterMode with attention forced to the math backend, the meta
+    device (profiling's phase count), and the breakdown's row counter."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from profiling.breakdown.counts import _row_counter_class
+    from train.phase_flops import count_phase_flops
+
+    model, x, y = _tiny_vit(), torch.randn(2, 3, 32, 32), torch.randint(0, 1000, (2,))
+    step = _vit_step(model, x, y)
+    step()  # the optimizer's state exists from here on
+    ours = count(step, 2)
+    assert ours.ledger.complete and ours.ledger.ops["_scaled_dot_product_flash_attention_for_cpu"]
+    conv_fix = {torch.ops.aten.convolution_backward: fl.conv_backward_flop}
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False, custom_mapping=conv_fix) as m:
+        step()
+    assert ours.train_flops == m.get_total_flops()
+
+    class OneRow:
+        def current(self):
+            return ("all", "forward")
+
+    with _row_counter_class()(OneRow()) as rows:
+        step()
+    assert sum(rows.flops.values()) == ours.train_flops
+
+    meta_model = _tiny_vit().to("meta")
+    opt = torch.optim.SGD(meta_model.parameters(), lr=0.01, momentum=0.9)
+    phases = count_phase_flops(meta_model, x.to("meta"), y.to("meta"), opt)
+    assert phases.total == ours.train_flops and phases.uncounted == ()
+
+
+def test_without_the_attention_formulas_the_ledger_names_the_two_attention_ops(monkeypatch):
+    """torch 2.14.1 alone does not count the CPU's attention kernels: the ledger says so."""
+    attention = set(fl.ATTENTION_FORWARD_OPS + fl.ATTENTION_BACKWARD_OPS)
+    stock = fl.flop_formulas
+    monkeypatch.setattr(
+        fl,
+        "flop_formulas",
+        lambda: {k: v for k, v in stock().items() if k.__name__ not in attention},
+    )
+    model, x, y = _tiny_vit(), torch.randn(2, 3, 32, 32), torch.randint(0, 1000, (2,))
+    ledger = count(_vit_step(model, x, y), 2).ledger
+    names = [
+        "_scaled_dot_product_flash_attention_for_cpu",
+        "_scaled_dot_product_flash_attention_for_cpu_backward",
+    ]
+    assert sorted(ledger.uncounted()) == names and not ledger.complete
+    assert ledger.tags() == {
+        "flops_coverage": "incomplete",
+        "flops_uncounted_ops": ",".join(f"aten.{n}" for n in ledger.uncounted()),
+    }
+    assert 0 < ledger.metrics()["flops_uncounted_bytes_share"] < 0.5
+    assert (
+        "aten._scaled_dot_product_flash_attention_for_cpu (2 calls" in ledger.describe_uncounted()
+    )
+    assert ",no formula,0," in ledger.csv()
+
+
+def test_an_op_the_ledger_does_not_know_is_reported_not_assumed_harmless():
+    from train.ledger import ELEMENTWISE, NO_ARITHMETIC, NO_FORMULA, op_kind
+
+    aten, registry = torch.ops.aten, fl.flop_registry()
+    assert op_kind(aten.linalg_cholesky_ex.default, registry) == NO_FORMULA  # real arithmetic
+    assert op_kind(aten._fft_r2c.default, registry) == NO_FORMULA
+    assert op_kind(aten.mv.default, registry) == NO_FORMULA  # a matrix-vector product
+    assert op_kind(aten._native_multi_head_attention.default, registry) == NO_FORMULA
+    assert op_kind(aten.gelu_backward.default, registry) == ELEMENTWISE
+    assert op_kind(aten.cat.default, registry) == NO_ARITHMETIC
+    assert op_kind(aten._foreach_add_.List, registry) == ELEMENTWISE
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam", "adamw"])
+def test_every_op_of_a_cnn_step_is_known_to_the_ledger(optimizer):
+    """mobilenet_v3_small on the CPU with each optimizer, resnet18 with SGD (a model's ops do not
+    depend on the optimizer, nor the optimizer's on the model): no op with no formula."""
+    import torchvision
+
+    from train.step import make_optimizer
+
+    for name in ("mobilenet_v3_small", *(["resnet18"] if optimizer == "sgd" else [])):
+        model = torchvision.models.get_model(name, num_classes=10)
+        x, y = torch.randn(2, 3, 32, 32), torch.randint(0, 10, (2,))
+        opt = make_optimizer(optimizer, model.parameters(), 0.01)
+        step = lambda: (F.cross_entropy(model(x), y).backward(), opt.step())  # noqa: E731
+        step()
+        ledger = count(step, 2).ledger
+        assert ledger.complete, f"{name}/{optimizer}: {ledger.describe_uncounted()}"
+        assert ledger.ops["convolution_backward"].calls > 0

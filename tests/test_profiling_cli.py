@@ -800,7 +800,10 @@ def test_unknown_model_is_a_usage_error_on_both_paths(
     )
     assert cli.main(["--model", "notamodel", *where, "--experiment", "prof"], probe=gpu()) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["error: unknown model 'notamodel': see torchvision.models.list_models()"]
+    assert err == [
+        "error: unknown model 'notamodel': see torchvision.models.list_models(), timm:NAME or "
+        "module:callable"
+    ]
     assert mlflow.search_runs(experiment_names=["prof"], output_format="list") == []
     assert not argv_file.exists()  # ncu never ran
 

@@ -376,9 +376,15 @@ def test_out_of_memory_ends_failed_with_advice(tracking, capsys, monkeypatch):
     assert "step_time_median_s" not in run.data.metrics  # never FINISHED with partial numbers
 
 
-def test_model_that_cannot_run_at_this_size_fails_cleanly(tracking, capsys):
-    code, line = error_of(capsys, arg("--model", "vit_b_16"))  # ViT needs 224 px
-    assert code == 1 and "vit_b_16 failed to train at batch 2, 32px" in line
+def test_model_that_cannot_run_at_this_size_fails_cleanly(tracking, capsys, tmp_path, monkeypatch):
+    # a user's model sized for 224 px only (torchvision's ViTs are built for the run's size)
+    (tmp_path / "fixed_nets.py").write_text(
+        "import torch.nn as nn\n\n\ndef make(num_classes=1000):\n"
+        "    return nn.Sequential(nn.Flatten(), nn.Linear(3 * 224 * 224, num_classes))\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, line = error_of(capsys, arg("--model", "fixed_nets:make"))
+    assert code == 1 and "fixed_nets:make failed to train at batch 2, 32px" in line
     assert only_run().info.status == "FAILED"
 
 

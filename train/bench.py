@@ -25,8 +25,8 @@ from train import energy, memory_check
 from train import flops as fl
 from train.config import TrainConfig
 from train.data import BatchSource, check_data, open_source, synthetic_source
-from train.models import build_model, check_model_name
-from train.step import StepParts, make_optimizer, train_step
+from train.models import build_model, check_image_size, check_model_name
+from train.step import StepParts, aux_heads, make_optimizer, train_step
 from train.timing import ci95_half_width_rel, make_clock, measure, measure_until, summarize
 
 COUNT_BATCHES = (
@@ -44,6 +44,9 @@ class Prepared:
     source: BatchSource
     fp32_math: str | None = None
     """CUDA: the fp32 math in force (device.set_fp32_math), logged as tag fp32_math; None elsewhere."""
+    aux_heads: dict[str, float] = field(default_factory=dict)
+    """auxiliary heads the model's output carries and their loss weights (train.step.aux_heads),
+    seen in the first counted step"""
 
     def step(self) -> None:
         train_step(self.parts, *self.source.next())
@@ -79,6 +82,7 @@ def preflight(cfg: TrainConfig):
     """Cheap checks before a run is created: model name, device, precision, data path; a
     distributed config's backend is resolved (auto -> nccl or gloo)."""
     cfg.model = check_model_name(cfg.model)
+    check_image_size(cfg.model, cfg.image_size)
     device = dev.resolve_device(cfg.device)
     dev.check_precision(cfg.precision, device)
     if cfg.is_distributed:
@@ -105,7 +109,7 @@ def prepare(cfg: TrainConfig, device) -> Prepared:
         raise BenchError(
             f"data set has {source.num_classes} classes but {cfg.num_classes} were expected from its folders"
         )
-    model = build_model(cfg.model, cfg.num_classes).to(device)
+    model = build_model(cfg.model, cfg.num_classes, cfg.image_size).to(device)
     if cfg.channels_last:
         model = model.to(memory_format=torch.channels_last)
     model.train()
@@ -150,7 +154,14 @@ def count_steps(
         ).next()
         for b in sizes
     }
-    train_step(prep.parts, *batches[sizes[0]])
+    # the first step: uncounted; what the model's output carries besides its logits is seen here
+    seen = prep.model.register_forward_hook(
+        lambda _m, _i, out: prep.aux_heads.update(aux_heads(out))
+    )
+    try:
+        train_step(prep.parts, *batches[sizes[0]])
+    finally:
+        seen.remove()
     counts = {}
     for b, (x, y) in batches.items():
         with around(b) if around is not None else contextlib.nullcontext():
@@ -339,12 +350,16 @@ def bench_result(
     texts = {
         "timing/step_times.csv": step_times_csv(times),
         "flops/deepspeed_forward_profile.txt": forward.report,
-        "flops/counts_by_op.csv": _counts_csv(counts),
+        "flops/counts_by_op.csv": counts.ledger.csv(),
         "environment.txt": environment_report(),
     }
     tags = {"data_description": prep.source.description, "measure_stop": measured.stop}
+    metrics.update(counts.ledger.metrics())
+    tags.update(counts.ledger.tags())
     if prep.fp32_math:
         tags[schema.TAG_FP32_MATH] = prep.fp32_math
+    if prep.aux_heads:
+        tags[schema.TAG_AUX_LOSS] = ",".join(f"{k}={w}" for k, w in prep.aux_heads.items())
     return BenchResult(metrics, times, texts, tags)
 
 
@@ -357,19 +372,6 @@ def _runtime_error(exc: BaseException, cfg: TrainConfig, device) -> BenchError:
     return BenchError(
         f"{cfg.model} failed to train at batch {cfg.batch_size}, {cfg.image_size}px, {cfg.precision} on {device.type}: {one_line(exc)}"
     )
-
-
-def _counts_csv(counts: fl.StepCounts) -> str:
-    ops = sorted(
-        set(counts.flops_by_op) | set(counts.bytes_by_op),
-        key=lambda k: -counts.bytes_by_op.get(k, 0.0),
-    )
-    lines = ["aten_op,train_flops_per_step,modeled_bytes_per_step"]
-    lines += [
-        f"{op},{counts.flops_by_op.get(op, 0.0):.0f},{counts.bytes_by_op.get(op, 0.0):.0f}"
-        for op in ops
-    ]
-    return "\n".join(lines) + "\n"
 
 
 def progress_bar(cfg: TrainConfig, enabled: bool, extra_steps: int = 0):

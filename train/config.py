@@ -42,8 +42,9 @@ class TrainConfig:
     are not changed after that (dataclasses.replace builds a new config)."""
 
     model: str = "resnet18"
-    """torchvision classification model name (torchvision.models.list_models), e.g. resnet18,
-    resnet34, resnet50, vgg16, mobilenet_v2."""
+    """a torchvision classifier (torchvision.models.list_models: resnet18, vit_b_16, ...), a timm
+    model as timm:NAME (timm:convnext_atto), or your own as package.module:callable (a function or
+    class returning an nn.Module classifier; given num_classes and image_size where it takes them)."""
     batch_size: int = field(default=16, metadata={"flags": ("--batch", "--batch-size")})
     """samples per step (per process in a data-parallel run)."""
     precision: str = field(default="fp32", metadata=PRECISION)

@@ -3,11 +3,14 @@
 * Forward FLOPs, MACs and parameters per sample: DeepSpeed's FlopsProfiler (module hooks plus
   patched torch.nn.functional; it counts convolutions and matmuls as 2 x MACs and adds
   elementwise work such as batch norm, ReLU and pooling). It does not see backward.
-* Training FLOPs per step: dispatch-level counting of forward + loss + backward + optimizer with
-  torch.utils.flop_counter.FlopCounterMode, which counts matmuls, convolutions and attention
-  (2 FLOPs per multiply-add) and nothing elementwise. torch 2.14.1's formula for
+* Training FLOPs per step: dispatch-level counting of forward + loss + backward + optimizer
+  (`counting_mode`) with torch.utils.flop_counter's formulas, which count matmuls, convolutions
+  and attention (2 FLOPs per multiply-add) and nothing elementwise. torch 2.14.1's formula for
   `aten.convolution_backward` ignores `groups` in the weight-gradient term; we register a
-  corrected one (see `conv_backward_flop`).
+  corrected one (see `conv_backward_flop`). It has none for the CPU's and MPS's attention
+  kernels and counts the recomputed scores in the CUDA ones' backward; we register formulas for
+  all of them by one convention (the attention section). Every op that ran goes into the step's
+  coverage ledger (train/ledger.py), which names any op that had no formula.
 * Modeled bytes per step: for every aten op, the bytes of its tensor inputs plus its tensor
   outputs (compulsory traffic, no reuse between ops). Views and uninitialised allocations move
   no data and are skipped. This is a model, labelled `modeled`, never presented as measured.
@@ -27,6 +30,9 @@ import textwrap
 from dataclasses import dataclass, field
 from functools import lru_cache
 from math import prod
+
+from train.ledger import COUNTED, Ledger, OpLine, op_kind, op_name
+from train.ledger import extrapolate as extrapolate_ledger
 
 
 # ------------------------------------------------------------------ conv backward correction
@@ -95,17 +101,92 @@ def torch_conv_backward_counts_groups() -> bool:
     return theirs == _conv_fwd_flops(x, w, go, False)
 
 
-def flop_counter_mode():
-    """FlopCounterMode with the corrected convolution_backward formula (unless torch has fixed it)."""
+# ------------------------------------------------------------------ attention
+# The convention (docs/schema.md, "Definitions"): attention is counted as its math path computes
+# it, whichever kernel runs. Forward: the scores Q K^T and the output P V, 2 FLOPs per
+# multiply-add (torch's sdpa_flop_count). Backward: the four matmuls of the gradients of Q, K, V
+# and P (2 x forward), without the scores a flash or memory-efficient kernel recomputes (torch's
+# own formulas for the CUDA kernels add that recomputation, 5/4 of ours): so one configuration
+# counts the same on a CPU, a GPU, MPS and the meta device (where attention takes the math path).
+ATTENTION_FORWARD_OPS = (
+    "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_attention_math_for_mps",
+)
+"""attention kernels whose forward torch 2.14.1's FlopCounterMode does not know"""
+ATTENTION_BACKWARD_OPS = (
+    "_scaled_dot_product_flash_attention_for_cpu_backward",
+    "_scaled_dot_product_flash_attention_backward",
+    "_scaled_dot_product_efficient_attention_backward",
+    "_scaled_dot_product_cudnn_attention_backward",
+    "_scaled_dot_product_fused_attention_overrideable_backward",
+)
+"""backward kernels taking (grad_out, query, key, value, ...): counted 2 x their forward"""
+ATTENTION_FORWARD_LIKE = ("_scaled_dot_product_fused_attention_overrideable",)
+"""forward kernels taking (query, key, value, ...) that torch may not know"""
+
+
+def attention_flop(query_shape, key_shape, value_shape, *_args, **_kw) -> int:
+    """Forward FLOPs of one attention call: Q K^T and P V (torch's sdpa_flop_count)."""
+    from torch.utils.flop_counter import sdpa_flop_count
+
+    return sdpa_flop_count(query_shape, key_shape, value_shape)
+
+
+def attention_backward_flop(_grad_out_shape, query_shape, key_shape, value_shape, *_a, **_kw):
+    """Backward FLOPs of one attention call by the convention above: 2 x its forward."""
+    return 2 * attention_flop(query_shape, key_shape, value_shape)
+
+
+def _raw_backward(forward_packet, with_bias: bool):
+    """A raw (tensor-taking) backward formula for a varlen-capable kernel: 2 x torch's own raw
+    forward formula of the same query, key, value (bias) and sequence arguments. The backward
+    kernels take (grad_out, query, key, value, [bias,] out, [logsumexp,] cum_seq_q, cum_seq_k,
+    max_q, max_k, ...); the forward ones (query, key, value, [bias,] cum_seq_q, cum_seq_k, max_q,
+    max_k, ...)."""
+
+    def formula(_grad_out, query, key, value, *rest, out_val=None, **_kw):
+        from torch.utils.flop_counter import flop_registry
+
+        before = (rest[0],) if with_bias else ()
+        return 2 * flop_registry[forward_packet](query, key, value, *before, *rest[2:6])
+
+    formula._get_raw = True
+    return formula
+
+
+def flop_formulas() -> dict:
+    """The formulas the project adds to or changes in torch's FlopCounterMode registry: the
+    grouped convolution_backward (unless torch has fixed it) and attention by the convention."""
     import torch
+
+    aten = torch.ops.aten
+    custom = {}
+    if not torch_conv_backward_counts_groups():
+        custom[aten.convolution_backward] = conv_backward_flop
+    for name in ATTENTION_FORWARD_OPS + ATTENTION_FORWARD_LIKE:
+        if hasattr(aten, name):
+            custom[getattr(aten, name)] = attention_flop
+    for name in ATTENTION_BACKWARD_OPS:
+        if hasattr(aten, name):
+            custom[getattr(aten, name)] = attention_backward_flop
+    custom[aten._flash_attention_backward] = _raw_backward(aten._flash_attention_forward, False)
+    custom[aten._efficient_attention_backward] = _raw_backward(
+        aten._efficient_attention_forward, True
+    )
+    return custom
+
+
+def flop_registry() -> dict:
+    """Every FLOP formula the project counts with: torch's registry with flop_formulas() applied
+    (keys: aten op overload packets; formulas called as formula(*args, **kwargs, out_val=out))."""
+    return flop_counter_mode().flop_registry
+
+
+def flop_counter_mode():
+    """FlopCounterMode with the project's formulas (flop_formulas)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    custom = (
-        {}
-        if torch_conv_backward_counts_groups()
-        else {torch.ops.aten.convolution_backward: conv_backward_flop}
-    )
-    return FlopCounterMode(display=False, custom_mapping=custom)
+    return FlopCounterMode(display=False, custom_mapping=flop_formulas())
 
 
 # ------------------------------------------------------------------ byte model
@@ -146,88 +227,106 @@ def op_bytes(func, args, kwargs, out) -> tuple[int, int] | None:
     return read, written
 
 
-def _byte_counter_class():
+# ------------------------------------------------------------------ the counting mode
+# aten queries FlopCounterMode leaves to the default handling (they return sizes, not tensors)
+_QUERIES = (
+    "sym_is_contiguous",
+    "is_contiguous",
+    "is_strides_like_format",
+    "is_non_overlapping_and_dense",
+    "size",
+    "sym_size",
+    "stride",
+    "sym_stride",
+    "storage_offset",
+    "sym_storage_offset",
+    "numel",
+    "sym_numel",
+    "dim",
+)
+
+
+def counting_mode(registry=None, count_bytes: bool = True):
+    """A `CountingMode` (a TorchDispatchMode): with it open, every aten op is run and entered in
+    its `ledger` (train/ledger.py); FLOPs by `registry` (default: flop_registry()), bytes by the
+    byte model unless `count_bytes` is False (the meta device's phase counts need none)."""
+    import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    class ByteCounter(TorchDispatchMode):
-        """Counts bytes read (tensor inputs) and written (tensor outputs) per aten op."""
+    registry = flop_registry() if registry is None else registry
+    queries = {getattr(torch.ops.aten, q).default for q in _QUERIES}
+    queries.add(torch.ops.prim.layout.default)
+
+    class CountingMode(TorchDispatchMode):
+        """Counts FLOPs, bytes and calls per aten op into `self.ledger`."""
 
         def __init__(self):
             super().__init__()
-            self.read_bytes = 0
-            self.written_bytes = 0
-            self.by_op: dict[str, int] = {}
+            self.ledger = Ledger()
+            self._kinds: dict = {}
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            moved = op_bytes(func, args, kwargs, out)
-            if moved is None:
-                return out
-            read, written = moved
-            name = func.overloadpacket.__name__
-            self.read_bytes += read
-            self.written_bytes += written
-            self.by_op[name] = self.by_op.get(name, 0) + read + written
+            kwargs = kwargs or {}
+            if func in queries or isinstance(func, torch._ops.HigherOrderOperator):
+                return NotImplemented
+            out = func(*args, **kwargs)
+            kind = self._kinds.get(func)
+            if kind is None:
+                kind = self._kinds[func] = op_kind(func, registry)
+            name = op_name(func)
+            line = self.ledger.ops.get(name)
+            if line is None:
+                line = self.ledger.ops[name] = OpLine(kind)
+            line.calls += 1
+            if kind == COUNTED:
+                line.flops += float(registry[func.overloadpacket](*args, **kwargs, out_val=out))
+            if count_bytes:
+                moved = op_bytes(func, args, kwargs, out)
+                if moved is not None:
+                    line.bytes += float(sum(moved))
             return out
 
-    return ByteCounter
+    return CountingMode()
 
 
 @dataclass
 class StepCounts:
-    """Counts for one training step at `batch_size` (all raw units)."""
+    """Counts for one training step at `batch_size` (all raw units), with its coverage ledger."""
 
     batch_size: int
     train_flops: float
     modeled_bytes: float
-    flops_by_op: dict[str, float] = field(default_factory=dict)
-    bytes_by_op: dict[str, float] = field(default_factory=dict)
+    ledger: Ledger = field(default_factory=Ledger)
+    """every aten op that ran: calls, kind, FLOPs, bytes (train/ledger.py)"""
 
     @property
     def modeled_intensity_flops_per_byte(self) -> float:
         return self.train_flops / self.modeled_bytes if self.modeled_bytes else float("nan")
 
+    @property
+    def flops_by_op(self) -> dict[str, float]:
+        return {n: line.flops for n, line in self.ledger.ops.items() if line.kind == COUNTED}
+
+    @property
+    def bytes_by_op(self) -> dict[str, float]:
+        return {n: line.bytes for n, line in self.ledger.ops.items() if line.bytes}
+
 
 def count_step(run_step, batch_size: int) -> StepCounts:
-    """Count FLOPs and modeled bytes of one call of `run_step()` (a full training step)."""
-    counter_cls = _byte_counter_class()
-    with flop_counter_mode() as fc, counter_cls() as bc:
+    """Count FLOPs and modeled bytes of one call of `run_step()` (a full training step), op by
+    op (counting_mode)."""
+    with counting_mode() as mode:
         run_step()
-    flops_by_op = {
-        str(k).split(".")[-1]: float(v) for k, v in fc.get_flop_counts().get("Global", {}).items()
-    }
-    return StepCounts(
-        batch_size=batch_size,
-        train_flops=float(fc.get_total_flops()),
-        modeled_bytes=float(bc.read_bytes + bc.written_bytes),
-        flops_by_op=flops_by_op,
-        bytes_by_op={k: float(v) for k, v in bc.by_op.items()},
-    )
+    ledger = mode.ledger
+    return StepCounts(batch_size, ledger.flops, ledger.bytes, ledger)
 
 
 def extrapolate(a: StepCounts, b: StepCounts, batch_size: int) -> StepCounts:
     """The line through two counts, evaluated at `batch_size` (exact for batch-affine counts)."""
     if a.batch_size == b.batch_size:
         raise ValueError("need two different batch sizes to extrapolate")
-
-    def line(va: float, vb: float) -> float:
-        slope = (vb - va) / (b.batch_size - a.batch_size)
-        return va + slope * (batch_size - a.batch_size)
-
-    keys = lambda da, db: set(da) | set(db)  # noqa: E731
-    return StepCounts(
-        batch_size=batch_size,
-        train_flops=line(a.train_flops, b.train_flops),
-        modeled_bytes=line(a.modeled_bytes, b.modeled_bytes),
-        flops_by_op={
-            k: line(a.flops_by_op.get(k, 0.0), b.flops_by_op.get(k, 0.0))
-            for k in keys(a.flops_by_op, b.flops_by_op)
-        },
-        bytes_by_op={
-            k: line(a.bytes_by_op.get(k, 0.0), b.bytes_by_op.get(k, 0.0))
-            for k in keys(a.bytes_by_op, b.bytes_by_op)
-        },
-    )
+    ledger = extrapolate_ledger(a.ledger, b.ledger, batch_size, a.batch_size, b.batch_size)
+    return StepCounts(batch_size, ledger.flops, ledger.bytes, ledger)
 
 
 # ------------------------------------------------------------------ DeepSpeed forward profile

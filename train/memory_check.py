@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import os
 
-from common.errors import BenchError, UsageError
+from common import console
+from common.errors import BenchError, UsageError, one_line
 from common.fmt import si
 from train.complexity.saved_tensors import SavedTensorRecorder
-from train.models import build_model
+from train.models import build_on_meta
 
 ENV = "ROOFLINE_MEMORY_CHECK"
 
@@ -96,14 +97,30 @@ OPTIMIZER_STATES = {"sgd": 1, "adam": 2, "adamw": 2}
 """Tensors of parameter size each optimizer keeps (SGD's momentum; Adam's two moments)."""
 
 
-def _param_bytes(model_name: str, num_classes: int) -> tuple[int, int]:
-    """(parameters, their bytes) of the model built on the meta device: nothing is allocated."""
-    import torch
-
-    with torch.device("meta"):
-        model = build_model(model_name, num_classes)
+def _param_bytes(model_name: str, num_classes: int, image_size: int | None = None):
+    """(parameters, their bytes) of the model built on the meta device (train.models.build_on_meta:
+    nothing is allocated), and how it was built."""
+    model, how = build_on_meta(model_name, num_classes, image_size)
     params = list(model.parameters())
-    return sum(p.numel() for p in params), sum(p.numel() * p.element_size() for p in params)
+    return sum(p.numel() for p in params), sum(p.numel() * p.element_size() for p in params), how
+
+
+def _sized(cfg) -> tuple[int, int] | None:
+    """(parameters, bytes) of cfg's model; None, said on the console, when it cannot be built on
+    the meta device: the check is then left to the counted steps (`check`)."""
+    try:
+        n, nbytes, how = _param_bytes(cfg.model, cfg.num_classes, cfg.image_size)
+    except UsageError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a constructor the meta device cannot run: say so
+        console.note(
+            f"memory check: {cfg.model} cannot be built on the meta device ({one_line(exc)}); "
+            "its weights are not checked before the run, its activations are after the counted steps"
+        )
+        return None
+    if how != "meta":
+        console.note(f"memory check: {cfg.model} sized with its {how}")
+    return n, nbytes
 
 
 def check_weights(cfg, device, available: tuple[int | None, str] | None = None) -> None:
@@ -115,12 +132,15 @@ def check_weights(cfg, device, available: tuple[int | None, str] | None = None) 
     free, what = available if available is not None else available_bytes(device)
     if free is None:
         return
-    n, nbytes = _param_bytes(cfg.model, cfg.num_classes)
+    sized = _sized(cfg)
+    if sized is None:
+        return
+    n, nbytes = sized
     states = OPTIMIZER_STATES.get(cfg.optimizer, 2)
     need = nbytes * (2 + states)  # weights + gradients + optimizer state
     if need <= free:
         return
-    n_default, _ = _param_bytes(cfg.model, 1000)
+    n_default, _, _ = _param_bytes(cfg.model, 1000, cfg.image_size)
     if cfg.num_classes > 1000 and n > 2 * n_default:
         advice = (
             f"--num-classes {cfg.num_classes} makes it {n / n_default:,.0f}x the size it has with "

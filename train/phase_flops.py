@@ -3,12 +3,16 @@
 The count `python -m profiling` holds a captured profile against (profiling.ncu.completeness): one
 training step of the config's model, batch, image size, classes and optimizer, run through
 train.step.train_step (the step the benchmark and profile mode run) on PyTorch's meta device (no
-data, no arithmetic: shapes only, so any model and batch counts in about a second), under
-FlopCounterMode with the corrected grouped-convolution formula (train.flops.flop_counter_mode), one
-counter per phase through the step's phase marks. FlopCounterMode counts matmuls, convolutions and
-attention (2 FLOPs per multiply-add) and nothing elementwise, so the optimizer's count is 0.
-The counts equal those of the same step on the CPU (tests/test_flops.py). Precision and memory
-format do not change them (autocast changes the dtype, not the shapes); fp32 is counted.
+data, no arithmetic: shapes only, so any model and batch counts in about a second), with the
+train run's counter (train.flops.counting_mode: torch's formulas with the project's grouped
+convolution and attention ones), one counter per phase through the step's phase marks. It counts
+matmuls, convolutions and attention (2 FLOPs per multiply-add) and nothing elementwise, so the
+optimizer's count is 0. Attention takes the math path on the meta device and a fused kernel on a
+CPU or GPU; the attention formulas count both the same (docs/schema.md, "Definitions"), so the
+counts equal those of the same step on the CPU (tests/test_flops.py, for a CNN and a ViT).
+Precision and memory format do not change them (autocast changes the dtype, not the shapes);
+fp32 is counted. A model whose constructor cannot run on the meta device (RegNet's) is built with
+train.models.build_on_meta's fallback.
 """
 
 from __future__ import annotations
@@ -16,8 +20,8 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
-from train.flops import flop_counter_mode
-from train.models import build_model
+from train.flops import counting_mode
+from train.models import build_on_meta, build_model
 from train.step import StepParts, make_optimizer, train_step
 
 
@@ -31,6 +35,8 @@ class PhaseFlops:
     """autograd's backward pass."""
     optimizer: float
     """the optimizer step (0: FlopCounterMode counts no elementwise work)."""
+    uncounted: tuple[str, ...] = ()
+    """ops that ran with no FLOP formula (train/ledger.py): the count leaves them out."""
 
     @property
     def total(self) -> float:
@@ -45,18 +51,20 @@ class PhaseFlops:
 def count_phase_flops(model, inputs, targets, optimizer) -> PhaseFlops:
     """FLOPs per phase of one train_step of `model` on (`inputs`, `targets`) with `optimizer`."""
     counts = {"forward": 0.0, "backward": 0.0, "optimizer": 0.0}
+    uncounted: dict[str, None] = {}
 
     @contextlib.contextmanager
     def mark(name: str):
         if name not in counts:  # "train_step" encloses the phases
             yield
             return
-        with flop_counter_mode() as counter:
+        with counting_mode(count_bytes=False) as counter:
             yield
-        counts[name] += float(counter.get_total_flops())
+        counts[name] += counter.ledger.flops
+        uncounted.update(dict.fromkeys(counter.ledger.uncounted()))
 
     train_step(StepParts(model, optimizer, contextlib.nullcontext, mark=mark), inputs, targets)
-    return PhaseFlops(**counts)
+    return PhaseFlops(**counts, uncounted=tuple(uncounted))
 
 
 def config_phase_flops(
@@ -71,10 +79,14 @@ def config_phase_flops(
     shapes only; "cpu" runs the real step, for checking)."""
     import torch
 
+    torch.manual_seed(0)
+    if device == "meta":
+        model, _how = build_on_meta(model_name, num_classes, image_size)
+    else:
+        with torch.device(device):
+            model = build_model(model_name, num_classes, image_size)
+    model.train()
     with torch.device(device):
-        torch.manual_seed(0)
-        model = build_model(model_name, num_classes)
-        model.train()
         inputs = torch.randn(batch_size, 3, image_size, image_size)
         targets = torch.randint(0, num_classes, (batch_size,))
     opt = make_optimizer(optimizer, model.parameters(), 0.01)

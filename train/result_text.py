@@ -10,6 +10,7 @@ from common import console, fmt, plausible, schema
 from common.ui import say_links
 from train.bench import BenchResult
 from train.config import TrainConfig
+from train.models import model_source
 
 DATA_PARALLEL = "Data parallel: "
 """how the description's scaling line starts (run_note writes it, say_result prints it)"""
@@ -48,7 +49,10 @@ def run_note(
         f"Measured {len(result.step_times_s)} steps after {cfg.warmup_iters} warmup "
         f"(stop: {result.tags.get('measure_stop', 'fixed')}); "
         f"{fmt.num(m['wall_s'])} s measuring.",
-        f"Work: {fmt.si(m['train_flops_per_step'], 'FLOP')} per training step (counted), "
+        f"Model: {cfg.model} ({model_source(cfg.model)})"
+        f"{aux_text(result.tags.get(schema.TAG_AUX_LOSS, ''))}.",
+        f"Work: {fmt.si(m['train_flops_per_step'], 'FLOP')} per training step "
+        f"({coverage_text(result.tags, m)}), "
         f"{fmt.si(m['modeled_bytes_per_step'], 'B')} modeled memory traffic, "
         f"{fmt.si(m['params'])} parameters.",
     ]
@@ -61,6 +65,30 @@ def run_note(
     at = 2 if roofline else 1  # right under the numbers they question
     lines[at:at] = [f"Check: {f}." for f in flags if f]
     return "\n".join(lines)
+
+
+def aux_text(weights: str) -> str:
+    """'; trained with its auxiliary heads' losses (aux_logits=0.4, ...)' for tag aux_loss_weights."""
+    if not weights:
+        return ""
+    return (
+        f"; its auxiliary heads are trained, each loss weighted as torchvision's recipe does "
+        f"({weights.replace(',', ', ')})"
+    )
+
+
+def coverage_text(tags: dict, metrics: dict) -> str:
+    """How complete the counted FLOPs are (train/ledger.py): 'counted; every op that ran has a
+    FLOP formula or needs none', or the ops that had none and their share of the bytes."""
+    if tags.get(schema.TAG_FLOPS_COVERAGE) != "incomplete":
+        return "counted; every aten op that ran has a FLOP formula or does only elementwise work"
+    share = metrics.get(schema.METRIC_UNCOUNTED_BYTES_SHARE, 0.0)
+    ops = tags.get(schema.TAG_FLOPS_UNCOUNTED, "").replace(",", ", ")
+    return (
+        f"counted, INCOMPLETE: {ops} ran with no FLOP formula ({share:.1%} of the modeled bytes), "
+        "so their FLOPs are left out and the FLOP/s and intensity are low by them; "
+        "flops/counts_by_op.csv lists every op"
+    )
 
 
 def scaling_text(cfg: TrainConfig, result: BenchResult) -> str:
@@ -96,5 +124,8 @@ def say_result(session) -> None:
     for line in note:
         if line.startswith(DATA_PARALLEL):
             console.result(line.removeprefix(DATA_PARALLEL).removesuffix("."))
+    tags, metrics = session.record.tags, session.record.metrics
+    if tags.get(schema.TAG_FLOPS_COVERAGE) == "incomplete":
+        console.warn(f"FLOPs {coverage_text(tags, metrics)}")
     if not session.offline:
         say_links("train", session.run_id, session.experiment_id)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from common.envinfo import environment_tags
+from common.schema import TAG_MODEL_SOURCE
 from common.run_record import dataset_input
 from common.tracking import RunSession
 from train.bench import BenchResult, preflight, run_benchmark, step_times_csv
@@ -23,6 +24,7 @@ from train.data import dataset_fields
 from train.distributed.baseline import compare_scaling
 from train.distributed.failures import NoGuard
 from train.distributed.launch import run_job
+from train.models import model_source
 from train.roofline_figure import log_roofline
 from train.result_text import run_note
 
@@ -95,7 +97,7 @@ def run(
     )
     with tempfile.TemporaryDirectory() as tmp, guard.hold(session.end), session:
         session.log_params({**header.params, **child.params})
-        session.set_tags({**header.tags, **child.tags})
+        session.set_tags({**header.tags, TAG_MODEL_SOURCE: model_source(cfg.model), **child.tags})
         session.log_metrics(header.metrics)
         fields = dataset_fields(cfg.data, cfg.image_size, cfg.num_classes, cfg.seed)
         session.log_input(dataset_input(**fields, context="train"))

@@ -67,18 +67,39 @@ def logits_of(output):
     return getattr(output, "logits", output)
 
 
+AUX_LOSS_WEIGHTS = {"aux_logits1": 0.3, "aux_logits2": 0.3, "aux_logits": 0.4}
+"""The weight of each auxiliary head's loss in torchvision's training recipe
+(references/classification/train.py): GoogLeNet 0.3 for each of its two heads, Inception-v3 0.4
+for its one."""
+
+
+def aux_heads(output) -> dict[str, float]:
+    """{head: weight} of the auxiliary heads a classifier output carries (empty for most)."""
+    return {k: w for k, w in AUX_LOSS_WEIGHTS.items() if getattr(output, k, None) is not None}
+
+
+def classifier_loss(output, targets):
+    """Cross-entropy of the main logits, plus each auxiliary head's cross-entropy times its
+    recipe weight (AUX_LOSS_WEIGHTS): the models' standard objective, so their auxiliary heads
+    are trained (forward and backward) as in real training."""
+    import torch.nn.functional as F
+
+    loss = F.cross_entropy(logits_of(output), targets)
+    for head, weight in aux_heads(output).items():
+        loss = loss + weight * F.cross_entropy(getattr(output, head), targets)
+    return loss
+
+
 def train_step(parts: StepParts, inputs, targets):
     """Clear gradients, forward and loss (under autocast), backward, optimizer step. Returns the
     loss (not synchronised)."""
-    import torch.nn.functional as F
-
     mark = parts.mark
     with mark("train_step"):
         parts.zero_grad()
         with parts.grad_sync():
             with mark("forward"):
                 with parts.autocast():
-                    loss = F.cross_entropy(logits_of(parts.model(inputs)), targets)
+                    loss = classifier_loss(parts.model(inputs), targets)
             with mark("backward"):
                 parts.backward(loss)
         with mark("optimizer"):

@@ -12,6 +12,7 @@ import pandas as pd
 
 from analysis import join
 from analysis.findings import rules
+from common import schema
 from analysis.findings.facts import SERIES_KEYS, Facts, Peers
 from analysis.findings.records import Finding
 from common.stats import as_float, ratio_interval
@@ -120,8 +121,11 @@ def bimodality(times) -> dict | None:
     return best
 
 
-def run_anomalies(run: dict, series: list[float] | None) -> list[Finding]:
-    """Variability, bimodal steps, throttling and memory near capacity of one train run."""
+def run_anomalies(
+    run: dict, series: list[float] | None, uncounted_time_share: float | None = None
+) -> list[Finding]:
+    """Variability, bimodal steps, throttling, memory near capacity and counted FLOPs that left
+    ops out (`uncounted_time_share`: a breakdown's, flops_incomplete) of one train run."""
     rid = run["run_id"]
     out = []
     mean = as_float(run.get("step_time_mean_s"), positive=True)
@@ -150,6 +154,9 @@ def run_anomalies(run: dict, series: list[float] | None) -> list[Finding]:
     th = throttling(run)
     if th:
         out.append(th)
+    uncounted = flops_incomplete(run, uncounted_time_share)
+    if uncounted:
+        out.append(uncounted)
     peak = as_float(run.get("device_peak_mem_bytes"), nonnegative=True)
     total = as_float(run.get("device_mem_total_bytes"), positive=True)
     if peak is not None and total and peak / total >= rules.MEMORY_NEAR_CAPACITY:
@@ -163,6 +170,26 @@ def run_anomalies(run: dict, series: list[float] | None) -> list[Finding]:
             )
         )
     return out
+
+
+def flops_incomplete(run: dict, time_share: float | None = None) -> Finding | None:
+    """A train run whose counted FLOPs leave out ops with no formula (tag flops_coverage,
+    train/ledger.py) when their share of the step is at least rules.UNCOUNTED_SHARE: their time
+    share where a breakdown of the config measured it (`time_share`: the own time of the rows
+    that ran them), else their share of the run's modeled bytes."""
+    if str(run.get(schema.TAG_FLOPS_COVERAGE) or "") != "incomplete":
+        return None
+    of = "of the step's time (the breakdown's rows that ran them)"
+    share = as_float(time_share, nonnegative=True)
+    if share is None:
+        of = "of the step's modeled bytes"
+        share = as_float(run.get(schema.METRIC_UNCOUNTED_BYTES_SHARE), nonnegative=True)
+    if share is None or share < rules.UNCOUNTED_SHARE:
+        return None
+    ops = str(run.get(schema.TAG_FLOPS_UNCOUNTED) or "").replace(",", ", ") or "unnamed ops"
+    rid = run["run_id"]
+    values = {"ops": ops, "share": share, "of": of, "run_id": rid}
+    return Finding("flops_incomplete", "anomaly", values, [rid], weight=2 + share)
 
 
 def quiet_runs(train: pd.DataFrame, series: dict | None = None) -> set:
@@ -191,6 +218,7 @@ def quiet_runs(train: pd.DataFrame, series: dict | None = None) -> set:
     peak = join.numeric(train, "device_peak_mem_bytes")
     total = join.numeric(train, "device_mem_total_bytes")
     ok &= ~(peak / total).ge(rules.MEMORY_NEAR_CAPACITY)
+    ok &= join.col(train, schema.TAG_FLOPS_COVERAGE, "").astype(str) != "incomplete"
     ids = set(train.loc[ok, "run_id"].tolist())
     return ids - set(series or {})
 

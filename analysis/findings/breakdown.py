@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from common import schema
 from common.stats import as_float
 from profiling.breakdown.names import PARTS  # the step's parts
 
@@ -35,6 +36,8 @@ class Breakdown:
     """part -> share of the step (0..1)."""
     layers: pd.DataFrame = field(default_factory=pd.DataFrame)
     """leaf module rows of layers.csv (modules without children: no time counted twice)."""
+    uncounted_time_share: float | None = None
+    """the step's share in the rows that ran ops with no FLOP formula (None: not recorded)."""
     data: str = ""
     """the breakdown run's `data` param: with `synthetic` data no loader ran, so no worker can
     remove its data wait."""
@@ -76,6 +79,9 @@ def _one(f: dict) -> Breakdown:
         v = as_float(metrics.get(f"breakdown_{part}_fraction"), nonnegative=True)
         if v is not None:
             b.fractions[part] = v
+    b.uncounted_time_share = as_float(
+        metrics.get(schema.METRIC_UNCOUNTED_TIME_SHARE), nonnegative=True
+    )
     if f.get("layers"):
         b.layers = parse_layers(str(f["layers"]))
     b.top = [_top_row(t) for t in summary.get("top") or [] if isinstance(t, dict)]

@@ -155,7 +155,8 @@ def judged(f: facts.Facts, ctx: Context) -> tuple[str, list[Finding]]:
         fs += moves.breakdown_moves(b, workers) + moves.breakdown_facts(b)
     for r in f.runs:
         if r["run_id"] not in ctx.quiet:
-            fs += anomalies.run_anomalies(r, ctx.series.get(r["run_id"]))
+            time_share = b.uncounted_time_share if b is not None else None
+            fs += anomalies.run_anomalies(r, ctx.series.get(r["run_id"]), time_share)
     prof = anomalies.profile_disagreement(f.point, f.profile)
     return kind, fs + ([prof] if prof else [])
 

@@ -259,6 +259,15 @@ def _memory(v: dict) -> str:
     )
 
 
+def _flops_incomplete(v: dict) -> str:
+    return (
+        f"counted FLOPs incomplete: {v['ops']} ran with no FLOP formula and carry "
+        f"{pct(v['share'])} {v['of']} (run {short_id(v['run_id'])}); "
+        "train_flops_per_step leaves their FLOPs out, so its FLOP/s, intensity and fraction of roof "
+        "are low by an unknown amount (the run's flops/counts_by_op.csv lists every op)."
+    )
+
+
 def _profile(v: dict) -> str:
     return (
         f"profile and train runs disagree: the profile counted {si(v['profile_flops_per_step'], 'FLOP')} "
@@ -344,6 +353,7 @@ SENTENCES: dict[str, Callable[[dict], str]] = {
     "bimodal": _bimodal,
     "throttle": _throttle,
     "memory_near_capacity": _memory,
+    "flops_incomplete": _flops_incomplete,
     "profile_disagrees": _profile,
     "ceiling_low": _ceiling_low,
     "unstable": _unstable,

@@ -55,3 +55,10 @@ MEMORY_NEAR_CAPACITY = 0.90
 PROFILE_TRAIN_AGREE = (0.75, 1.33)
 """profile and train runs agree when the profile's FLOPs per step (ncu_flops_total / profile_steps)
 are within this ratio of the train run's counted training FLOPs per step."""
+UNCOUNTED_SHARE = 0.01
+"""counted FLOPs incomplete: ops that ran with no FLOP formula (train/ledger.py) hold at least
+1 % of the step: of its time where a breakdown of the config measured the rows that ran them,
+else of its modeled bytes. An attention kernel moves little and computes much (vit_b_16 at
+batch 2, 224 px, on a CPU with torch 2.14.1's formulas alone: its two attention kernels carry
+2.6 % of the modeled bytes and 4.1 % of the FLOPs), so a share this small can hide FLOPs that
+matter; below it, the run's own page names them."""

@@ -254,6 +254,7 @@ def analyse(rec, command: BreakdownCommand, session, rank: str = "") -> Breakdow
         "breakdown_parts_sum_fraction": parts_sum / step_s if step_s > 0 else math.nan,
         "breakdown_train_flops_per_step": rec.counts.train_flops,
         "breakdown_modeled_bytes_per_step": rec.counts.modeled_bytes,
+        schema.METRIC_UNCOUNTED_TIME_SHARE: rec.counts.uncounted_time_share(att.self_s, step_s),
         "breakdown_recorded_steps": float(len(rec.step_wall_s)),
         "breakdown_trace_steps": float(trace_facts["trace_steps"]),
         "breakdown_trace_bytes": float(trace_facts["trace_bytes"]),

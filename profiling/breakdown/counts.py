@@ -27,22 +27,26 @@ from dataclasses import dataclass, field
 
 from profiling.breakdown.attribute import Key
 from train.bench import COUNT_BATCHES, count_steps
-from train.flops import flop_counter_mode, op_bytes
+from train.flops import flop_registry, op_bytes
+from train.ledger import NO_FORMULA, op_kind, op_name
 
 
 def _row_counter_class():
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    registry = flop_counter_mode().flop_registry
+    registry = flop_registry()
 
     class RowCounter(TorchDispatchMode):
-        """FLOPs and modeled bytes of every aten op, summed per `tracker.current()`."""
+        """FLOPs and modeled bytes of every aten op, summed per `tracker.current()`, and the ops
+        with no FLOP formula (train/ledger.py) each row ran."""
 
         def __init__(self, tracker):
             super().__init__()
             self.tracker = tracker
             self.flops: dict[Key, float] = defaultdict(float)
             self.bytes: dict[Key, float] = defaultdict(float)
+            self.uncounted: dict[Key, set[str]] = defaultdict(set)
+            self._kinds: dict = {}
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
@@ -51,6 +55,12 @@ def _row_counter_class():
             formula = registry.get(func.overloadpacket)
             if formula is not None:
                 self.flops[key] += float(formula(*args, **kwargs, out_val=out))
+            else:
+                kind = self._kinds.get(func) or self._kinds.setdefault(
+                    func, op_kind(func, registry)
+                )
+                if kind == NO_FORMULA:
+                    self.uncounted[key].add(op_name(func))
             moved = op_bytes(func, args, kwargs, out)
             if moved is not None:
                 self.bytes[key] += float(sum(moved))
@@ -70,6 +80,15 @@ class RowCounts:
     """the train run's count of the same step (FlopCounterMode's total)"""
     modeled_bytes: float = 0.0
     """the train run's byte-model total of the same step"""
+    uncounted: dict[Key, set[str]] = field(default_factory=dict)
+    """rows that ran ops with no FLOP formula (train/ledger.py), and those ops"""
+
+    def uncounted_time_share(self, self_s: dict[Key, float], step_s: float) -> float:
+        """The share of the step in the own time of the rows that ran ops with no FLOP formula:
+        at most those ops' time share (their rows hold other ops too); 0 when there are none."""
+        if step_s <= 0:
+            return 0.0
+        return sum(self_s.get(k, 0.0) for k in self.uncounted) / step_s
 
     def check(self) -> str:
         """'' when the rows add up to the train run's totals (within 1e-9), else why not."""
@@ -95,12 +114,17 @@ def extrapolate(a: RowCounts, b: RowCounts, batch_size: int) -> RowCounts:
     def rows(da: dict, db: dict) -> dict:
         return {k: line(da.get(k, 0.0), db.get(k, 0.0)) for k in set(da) | set(db)}
 
+    uncounted = {
+        k: a.uncounted.get(k, set()) | b.uncounted.get(k, set())
+        for k in set(a.uncounted) | set(b.uncounted)
+    }
     return RowCounts(
         batch_size,
         rows(a.flops, b.flops),
         rows(a.bytes, b.bytes),
         line(a.train_flops, b.train_flops),
         line(a.modeled_bytes, b.modeled_bytes),
+        uncounted,
     )
 
 
@@ -132,6 +156,7 @@ def count_rows(prep, tracker) -> RowCounts:
             dict(modes[b].bytes),
             counts[b].train_flops,
             counts[b].modeled_bytes,
+            dict(modes[b].uncounted),
         )
         for b in sizes
     }

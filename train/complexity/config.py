@@ -22,7 +22,8 @@ class ComplexityConfig:
     a flag of `python -m train.complexity` (common.flags)."""
 
     models: list[str] = field(default_factory=lambda: list(DEFAULT_MODELS))
-    """torchvision classifier names (torchvision.models.list_models), space or comma separated."""
+    """models as --model of python -m train names them (torchvision names, timm:NAME,
+    package.module:callable), space or comma separated."""
     batch_sizes: list[int] = field(default_factory=lambda: list(DEFAULT_BATCH_SIZES))
     """batch sizes to predict memory, FLOPs and intensity for (positive integers)."""
     image_size: int = 224

@@ -10,7 +10,7 @@ from common.errors import BenchError, UsageError, one_line
 from train import device as dev
 from train.complexity.config import ComplexityConfig
 from train.config import TrainConfig
-from train.models import check_model_name
+from train.models import check_image_size, check_model_name
 
 
 @dataclass
@@ -36,6 +36,8 @@ class ComplexityResult:
 def preflight(cfg: ComplexityConfig):
     """Cheap checks before any run is created: model names, device, precision, RSS on CPU only."""
     cfg.models = list(dict.fromkeys(check_model_name(m) for m in cfg.models))
+    for model in cfg.models:  # inception_v3 below 299 px: one line, not a shape error mid-run
+        check_image_size(model, cfg.image_size)
     device = dev.resolve_device(cfg.device)
     dev.check_precision(cfg.precision, device)
     if cfg.validate_rss is True and device.type != "cpu":

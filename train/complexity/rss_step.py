@@ -146,7 +146,7 @@ def measure(
 
     device = torch.device("cpu")
     torch.manual_seed(0)
-    model = build_model(model_name, num_classes).to(device)
+    model = build_model(model_name, num_classes, image_size).to(device)
     model.train()
     parts = StepParts(
         model,
