@@ -25,7 +25,7 @@ run: setup
 test: setup
 	$(VENV)/bin/ruff check --select F,E9 --output-format concise .
 	$(VENV)/bin/ruff format --check .
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
 
 ui: setup
 	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///mlflow.db
