@@ -137,7 +137,7 @@ def test_mlflow_run_breakdown_entry(tracking, tmp_path):
     assert run.info.status == "FINISHED" and run.data.tags["run_kind"] == "breakdown"
     assert run.data.params["batch"] == "2" and run.data.params["batch_size"] == "2"
     assert run.data.tags["mlflow.project.entryPoint"] == "breakdown"
-    assert run.data.metrics["breakdown_step_s"] > 0 and "largest: " in done.stdout
+    assert run.data.metrics["breakdown_step_s"] > 0 and "; largest, shares by " in done.stdout
 
 
 @pytest.mark.skipif(
