@@ -5,12 +5,16 @@ counted FLOPs against the hand count (tests/hand_count.py)."""
 
 from __future__ import annotations
 
+import sys
+
 import mlflow
 import pytest
 
 from common import schema
+from common.errors import UsageError
 from tests.hand_count import check_model
 from tests.test_models import USER, USER_MODULE
+from train.whatif.loop import Request, run_whatif
 
 SMALL = ["--batch", "2", "--image-size", "32", "--device", "cpu", "--no-progress"]
 QUICK = [*SMALL, "--warmup-iters", "1", "--iters", "1", "--no-system-metrics"]
@@ -28,7 +32,9 @@ def _runs(kind: str = "train"):
     return [r for r in found if r.data.tags.get(schema.TAG_RUN_KIND) == kind]
 
 
-def test_a_user_module_trains_counts_and_records_where_it_came_from(tracking, user_module, capsys):
+def test_a_user_module_trains_counts_and_records_where_it_came_from(
+    tracking, user_module, tmp_path
+):
     from train.__main__ import main as train_main
 
     assert train_main(["--model", user_module, "--num-classes", "7", *QUICK]) == 0
@@ -45,6 +51,13 @@ def test_a_user_module_trains_counts_and_records_where_it_came_from(tracking, us
     note = tags[schema.TAG_NOTE]
     assert f"Model: {user_module} (user: {user_module} (" in note
     assert "counted; every aten op that ran has a FLOP formula" in note
+    a_whatif_of_it_trains_the_same_model(run.info.run_id, user_module, "user: ")
+    # run from a folder where the module cannot be imported: refused before anything is logged
+    sys.path.remove(str(tmp_path))
+    sys.modules.pop("anynet_user_nets")
+    with pytest.raises(UsageError, match=r"cannot import anynet_user_nets \(ModuleNotFoundError"):
+        run_whatif(Request(run.info.run_id, repeats=2, moves=["channels_last"], progress=False))
+    assert len(_runs("whatif")) == 1
 
 
 def test_inception_v3_at_the_default_224_px_is_refused_in_one_line(tracking, capsys):
@@ -79,6 +92,35 @@ def test_a_timm_model_and_a_regnet_through_one_sweep(tracking, capsys):
     hand = check_model("timm:mobilenetv3_small_050", 32)
     assert timm_run.data.metrics["train_flops_per_step"] == hand["hand_total"]
     assert "Traceback" not in capsys.readouterr().err  # a sweep's children say no notes
+    a_whatif_of_it_trains_the_same_model(timm_run.info.run_id, "timm:mobilenetv3_small_050", "timm")
+
+
+def a_whatif_of_it_trains_the_same_model(run_id: str, spec: str, source: str) -> None:
+    """python -m train.whatif of the run (one move, two repeats, a stand-in measurement: the
+    real one is the train runs above): every counterfactual builds `spec` and records its source."""
+    from train.bench import BenchResult
+    from train.timing import summarize
+
+    built = []
+
+    def measure(cfg, device, progress=True):
+        built.append(cfg.model)
+        times = [0.0100, 0.0101, 0.0099]
+        metrics = {**summarize(times, cfg.batch_size), "measured_iters": 3.0, "wall_s": sum(times)}
+        flops = {"params": 1e3, "train_flops_per_step": 1e6, "modeled_bytes_per_step": 1e5}
+        rates = {"achieved_flops_per_s": 1e8, "modeled_intensity_flops_per_byte": 10.0}
+        return BenchResult({**metrics, **flops, **rates}, times)
+
+    out = run_whatif(Request(run_id, repeats=2, moves=["channels_last"], progress=False), measure)
+    assert built == [spec] * 4  # the original and the move, twice
+    ((row,), (wi,)) = out.rows, [r for r in _runs("whatif") if r.info.run_id == out.run_id]
+    assert wi.info.status == "FINISHED" and row["move"] == "channels_last"
+    assert row["measured"] == pytest.approx(1.0) and len(row["move_runs"]) == 2
+    ran = set(row["move_runs"] + row["original_runs"])
+    children = [r for r in _runs() if r.info.run_id in ran]
+    assert len(children) == 4
+    assert {r.data.params["model"] for r in children} == {spec}
+    assert all(r.data.tags[schema.TAG_MODEL_SOURCE].startswith(source) for r in children)
 
 
 def test_a_regnet_s_memory_check_sizes_it_and_says_how(capsys):
