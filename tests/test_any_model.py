@@ -8,12 +8,14 @@ from __future__ import annotations
 import sys
 
 import mlflow
+import torch
 import pytest
 
 from common import schema
 from common.errors import UsageError
 from tests.hand_count import check_model
 from tests.test_models import USER, USER_MODULE
+from train.sweep.spec import plan_sweep
 from train.whatif.loop import Request, run_whatif
 
 SMALL = ["--batch", "2", "--image-size", "32", "--device", "cpu", "--no-progress"]
@@ -92,12 +94,20 @@ def test_a_timm_model_and_a_regnet_through_one_sweep(tracking, capsys):
     hand = check_model("timm:mobilenetv3_small_050", 32)
     assert timm_run.data.metrics["train_flops_per_step"] == hand["hand_total"]
     assert "Traceback" not in capsys.readouterr().err  # a sweep's children say no notes
-    a_whatif_of_it_trains_the_same_model(timm_run.info.run_id, "timm:mobilenetv3_small_050", "timm")
+    # a what-if of the timm run (below for the user module, run) plans its counterfactuals with it
+    from train.whatif import plan as planning
+    from train.whatif import source as whatif_source
+
+    src = whatif_source.read(timm_run.info.run_id)
+    moves, _ = planning.choose(src.original, torch.device("cpu"), ["channels_last", "batch_x2"])
+    planned = plan_sweep(planning.spec(src.cfg, moves, 2, src.run_id)).runs
+    assert len(planned) == 6 and {c.model for c, _, _ in planned} == {"timm:mobilenetv3_small_050"}
 
 
 def a_whatif_of_it_trains_the_same_model(run_id: str, spec: str, source: str) -> None:
     """python -m train.whatif of the run (one move, two repeats, a stand-in measurement: the
-    real one is the train runs above): every counterfactual builds `spec` and records its source."""
+    real one is the train run above): every counterfactual builds `spec` and records its source.
+    (Run for real on a user module and a timm model, 32 px, batch 2: docs/whatif.md.)"""
     from train.bench import BenchResult
     from train.timing import summarize
 
