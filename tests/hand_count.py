@@ -146,3 +146,37 @@ def trains_at(spec: str, size: int, batch: int = 2) -> bool:
     except Exception:  # noqa: BLE001 - any failure is "does not train at this size"
         return False
     return True
+
+
+# ------------------------------------------------------------------ a second count: fvcore
+FVCORE_CONTRACTIONS = ("conv", "linear", "matmul", "bmm", "einsum", "addmm")
+"""fvcore's operator names for the contractions; the rest it counts (batch_norm, layer_norm,
+pooling: flops of its own) are elementwise, 0 by the project's convention"""
+
+
+def fvcore_forward(spec: str, size: int, batch: int = 2) -> tuple[int, list[str]]:
+    """fvcore's count of one forward pass of `spec` at `size` px (FlopCountAnalysis traces the
+    model with torch.jit.trace): 2 x its contractions, since fvcore counts one flop per fused
+    multiply-add. Returns (FLOPs, the ops it saw but does not count, e.g. attention)."""
+    import warnings
+
+    from fvcore.nn import FlopCountAnalysis
+
+    from train.models import build_model
+
+    model = build_model(spec, 1000, size).train()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.jit's deprecation, fvcore's "unsupported op"
+        counted = FlopCountAnalysis(model, torch.randn(batch, 3, size, size))
+        counted.unsupported_ops_warnings(False)
+        counted.uncalled_modules_warnings(False)
+        by_op = counted.by_operator()
+        skipped = sorted(counted.unsupported_ops())
+    return 2 * sum(by_op.get(op, 0) for op in FVCORE_CONTRACTIONS), skipped
+
+
+def attention_flops(batch: int, tokens: int, dim: int, layers: int) -> int:
+    """Forward FLOPs of a transformer's attention matmuls (Q K^T and P V) as the math path
+    computes them: 2 products of tokens x tokens x dim (over the heads) per layer, 2 per
+    multiply-add."""
+    return 2 * 2 * batch * tokens * tokens * dim * layers
