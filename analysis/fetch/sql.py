@@ -62,7 +62,7 @@ class Tables:
     """The SELECTs of a search on MLflow's tables; a reader supplies `_connection()` (a context
     yielding a DB-API connection), `mark` (its placeholder) and `_listing`."""
 
-    kind = "sql"  # a listing of every matching run: cached_search's rules for a database apply
+    kind = "sql"  # a listing of every matching run: search_cached's rules for a database apply
     mark = "?"
 
     def _connection(self):
