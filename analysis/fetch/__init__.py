@@ -33,6 +33,7 @@ from common.fmt import short_id
 from common.server import (
     check_reachable,
     display_uri,
+    sqlite_file,
     store_problem,
     tracking_uri,
 )
@@ -354,16 +355,12 @@ def check_store() -> None:
     a sqlite file that does not exist (MLflow would create an empty store there, and the analysis
     run would be its only run) and a server that does not answer (the run would be kept offline
     for nothing) each end the command in one line."""
-    uri = tracking_uri()
-    if uri.startswith("sqlite:"):
-        from sqlalchemy.engine import make_url
-
-        path = make_url(uri).database
-        if path and path != ":memory:" and not Path(path).exists():
-            raise UsageError(
-                f"no tracking store at {path} ({display_uri()}): analysis reads runs and makes no "
-                "store; point MLFLOW_TRACKING_URI at the store the runs were logged to"
-            )
+    path = sqlite_file(tracking_uri())
+    if path is not None and not Path(path).exists():
+        raise UsageError(
+            f"no tracking store at {path} ({display_uri()}): analysis reads runs and makes no "
+            "store; point MLFLOW_TRACKING_URI at the store the runs were logged to"
+        )
     try:
         check_reachable()
     except ConnectionError as exc:
