@@ -361,13 +361,18 @@ def check_store() -> None:
             f"no tracking store at {path} ({display_uri()}): analysis reads runs and makes no "
             "store; point MLFLOW_TRACKING_URI at the store the runs were logged to"
         )
+    _check_answers()
+    check_store_opens()  # a store MLflow refuses (a folder store, a damaged sqlite file)
+
+
+def _check_answers() -> None:
+    """common.server.check_reachable, a server that does not answer a BenchError of one line."""
     try:
         check_reachable()
     except ConnectionError as exc:
         raise BenchError(
             f"{exc}: start it, or point MLFLOW_TRACKING_URI at a store that works"
         ) from None
-    check_store_opens()  # a store MLflow refuses (a folder store, a damaged sqlite file)
 
 
 def check_store_opens() -> None:
@@ -384,12 +389,7 @@ def experiment_ids(names: list[str]) -> list[str]:
     ids = lite.lookup_experiments(names) if lite is not None else None
     if ids is not None:
         return ids
-    try:
-        check_reachable()  # a server that is down: seconds, not MLflow's minutes of retries
-    except ConnectionError as exc:
-        raise BenchError(
-            f"{exc}: start it, or point MLFLOW_TRACKING_URI at a store that works"
-        ) from None
+    _check_answers()  # a server that is down: seconds, not MLflow's minutes of retries
     mlflow_client = client()
     ids, missing = [], []
     try:
