@@ -22,10 +22,15 @@ setup: $(VENV)/.installed
 run: setup
 	$(PY) -m train --model resnet18 --batch 16 --device cpu
 
+# Two test processes (pytest-xdist): most of the suite's time is child processes importing torch,
+# mlflow and deepspeed, one core each. --dist loadfile keeps a file's tests, and so its module
+# fixtures, in one process. TEST_WORKERS=0 runs them in this process, one at a time.
+TEST_WORKERS ?= 2
+
 test: setup
 	$(VENV)/bin/ruff check --select F,E9 --output-format concise .
 	$(VENV)/bin/ruff format --check .
-	$(PY) -m pytest -q --durations=25
+	$(PY) -m pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadfile
 
 ui: setup
 	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///mlflow.db

@@ -149,7 +149,7 @@ def step_text(c: dict) -> str:
     above = (
         "; rows above their roof: see its findings" if _finding(c, "breakdown_above_roof") else ""
     )
-    return f"{rows} (breakdown {str(v['breakdown_run'])[:8]}{clock}{above})."
+    return f"{rows} (breakdown {fmt.short_id(v['breakdown_run'])}{clock}{above})."
 
 
 def _end(text: str) -> str:

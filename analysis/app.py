@@ -80,7 +80,7 @@ class AnalysisConfig:
     environments)."""
     jobs: int = field(default=0, metadata={"parse": whole})
     """processes drawing figures (0: up to 4 on Linux, 1 elsewhere)."""
-    cache: str = field(default="auto", metadata={"choices": fetch.cached_search.MODES})
+    cache: str = field(default="auto", metadata={"choices": fetch.CACHE_MODES})
     """the local cache of fetched runs ($ROOFLINE_CACHE_DIR, default ~/.cache/roofline-bench):
     auto = use it and fetch only what changed, refresh = forget this tracking server's cache and
     fetch everything, off = fetch everything, keep nothing (docs/analysis.md)."""

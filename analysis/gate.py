@@ -63,7 +63,7 @@ class GateConfig:
     """the run order: start_time, or a tag (torch_version, driver_version, git_commit, ...)."""
     max_runs: int = 10000
     """at most this many train runs, latest first."""
-    cache: str = field(default="auto", metadata={"choices": fetch.cached_search.MODES})
+    cache: str = field(default="auto", metadata={"choices": fetch.CACHE_MODES})
     """the local cache of fetched runs, as for python -m analysis (auto, refresh, off)."""
 
     def __post_init__(self) -> None:

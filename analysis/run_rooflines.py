@@ -15,7 +15,7 @@ sweep; the vendor table already gives a run its figure at train time where the d
 and analysis is the step that already joins runs with the device's measured ceilings.
 
 `plan` is pure; `apply` is the only function that writes to the tracking server. The local cache
-of fetched runs does not see tag changes (analysis/fetch/cached_search.py), so the runs done are
+of fetched runs does not see tag changes (analysis/fetch/__init__.py search_cached), so the runs done are
 kept in a small ledger beside it and not redone at each analysis.
 """
 

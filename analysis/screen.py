@@ -522,7 +522,7 @@ def whatifs(fetched: list[dict]) -> tuple[list[dict], list[str]]:
 
     kept, lines = [], []
     for f in fetched or []:
-        who = f"what-if run {str(f.get('run_id'))[:8]} ({f.get('env_label') or 'no env_label'})"
+        who = f"what-if run {short_id(f.get('run_id'))} ({f.get('env_label') or 'no env_label'})"
         rows = []
         for r in f.get("rows") or []:
             if not (isinstance(r, dict) and r.get("move") and r.get("knob")):

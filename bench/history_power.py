@@ -31,8 +31,6 @@ NOISES = (0.01, 0.02, 0.03, 0.05)
 OWN_SHARE = 0.5
 """the share of a run's noise SD its own CI carries (this machine's runs: see --noise-from)"""
 REPS = 1000
-HEADLINE = dict(step=0.05, side=8)
-"""the cell the issue names: a 5 % step with 8 runs on each side"""
 
 
 def rate(

@@ -2,8 +2,8 @@
 
 `mark_failed`, `fail_pending_run` and `redirect_run` end or point runs that `mlflow run` created or a
 killed process left; `process_tag` / `process_gone` / `close_stale_runs` find runs left RUNNING by a
-process of this host that is gone (`kill -9`) and end them FAILED; `latest_finished_run` and
-`finished_runs` are the reads a run makes of others, `all_runs` what a resumed sweep reads. The session itself is common/tracking.py's.
+process of this host that is gone (`kill -9`) and end them FAILED; `finished_runs`
+is the read a run makes of others, `all_runs` what a resumed sweep reads. The session itself is common/tracking.py's.
 """
 
 from __future__ import annotations
@@ -266,17 +266,3 @@ def artifact_text(run_id: str, path: str, client=None) -> str:
             os.environ.pop(bar, None)
         else:
             os.environ[bar] = before
-
-
-def latest_finished_run(experiment_id: str, filter_string: str, client=None):
-    """The newest FINISHED run of `experiment_id` matching `filter_string` (an MLflow search
-    filter), or None: the one read a run makes of others (a distributed train run's world-size-1
-    baseline, train/distributed/baseline.py)."""
-    client = mlflow_client(client)
-    runs = client.search_runs(
-        [experiment_id],
-        filter_string=f"attributes.status = 'FINISHED' and {filter_string}",
-        max_results=1,
-        order_by=["attributes.start_time DESC"],
-    )
-    return runs[0] if runs else None

@@ -192,12 +192,24 @@ MLFLOW_TABLES = ("alembic_version", "experiments", "runs")
 else's (MLflow would add its 66 tables to it)."""
 
 
+def sqlite_file(uri: str) -> str | None:
+    """The database file an sqlite URI names, as SQLAlchemy (which MLflow opens it with) reads it:
+    `sqlite:///rel.db` is rel.db in the working folder, `sqlite:////abs.db` is /abs.db, a query
+    string (`?mode=ro`) is not part of it, a driver may be named (`sqlite+pysqlite:`). None for an
+    in-memory database (`sqlite://`, `sqlite:///:memory:`) and for any other URI."""
+    scheme, sep, rest = uri.partition("://")
+    if not sep or scheme.lower().split("+")[0] != "sqlite":
+        return None
+    path = rest.split("?", 1)[0].partition("/")[2]  # sqlite://<no host>/<path>
+    return path if path and path != ":memory:" else None
+
+
 def check_sqlite_is_mlflow(uri: str) -> None:
     """UsageError when `sqlite:///FILE` names an sqlite database that holds tables but not MLflow's
     (analysis and upload would create MLflow's tables inside it). A missing or empty file (a
     new store) and a file that is not sqlite (common.server.store_problem says so) pass."""
-    path = uri[len("sqlite:///") :].split("?")[0]
-    if not path or path == ":memory:" or not os.path.isfile(path) or os.path.getsize(path) == 0:
+    path = sqlite_file(uri)
+    if path is None or not os.path.isfile(path) or os.path.getsize(path) == 0:
         return
     try:
         con = sqlite3.connect(f"file:{urllib.parse.quote(path)}?mode=ro", uri=True)

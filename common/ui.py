@@ -140,10 +140,8 @@ VIEWS = {
     "whatif": View("whatifs", "What-if runs: advice checked", "whatif", {}, rank=1),
 }
 """the saved view of each run kind a command prints the link of"""
-VIEW_KEY = VIEWS["train"].key
 TAG_VIEW = VIEWS["train"].tag
 """the experiment tag holding the train runs' view (the link `python -m train` prints)"""
-RUNS_VIEW_COLUMNS = VIEWS["train"].columns
 
 NOTE_SIGNATURE = (
     "_These links are written by dnn-roofline-bench's commands; edit this description and they "

@@ -32,9 +32,6 @@ from common.cli import ArgumentParser, cli_entry, optional
 from common.errors import BenchError, UsageError, one_line
 from common.run_record import dataset_input
 from common.tracking import RunSession
-from profiling.breakdown.cli import main as breakdown_main
-from profiling.breakdown.ncu import has_module_ranges
-from profiling.breakdown.ncu_log import log_ncu_layers
 from profiling.ncu.capture import DEFAULT_OUT, capture, dry_run
 from profiling.ncu.checks import check_rates, check_values
 from profiling.ncu.chips.devices import parse_capability
@@ -143,11 +140,12 @@ def _config(args: argparse.Namespace) -> TrainConfig:
             "--workload and --phase describe imported files: they go with --import PATH (a capture "
             "runs python -m train on a torchvision --model and marks its phases itself)"
         )
-    if workload:
-        _not_a_model(workload)
+    importing = bool(import_paths(args))
     # an unknown model is bad input (exit 2, no run), on the import path as on the capture path;
-    # the canonical spelling keeps config_key equal to that of `python -m train` (its preflight does the same)
-    args.model = workload or check_model_name(args.model)
+    # the canonical spelling keeps config_key equal to that of `python -m train` (its preflight
+    # does the same). Both ask torchvision (30 s and 900 MB here): an import asks it once its
+    # files are read (_check_model), so a file refused never pays for it.
+    args.model = workload or (args.model if importing else check_model_name(args.model))
     config = config_from_args(args)
     # the same num_classes as `python -m train` derives, so config_key joins with its timing runs
     config.num_classes = num_classes_for(config.data, config.num_classes)
@@ -159,6 +157,16 @@ def _checked_name(text: str, what: str) -> None:
         schema.check_name(text, what)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+
+
+def _check_model(args: argparse.Namespace, config: TrainConfig) -> None:
+    """An import's model checks, made once its files are read: a --workload is no torchvision
+    model (_not_a_model), a --model is one, in its canonical spelling (check_model_name)."""
+    workload = args.import_opts.workload
+    if workload:
+        _not_a_model(workload)
+    else:
+        config.model = args.model = check_model_name(config.model)
 
 
 def _not_a_model(workload: str) -> None:
@@ -186,7 +194,9 @@ def main(argv: list[str] | None = None, *, probe: Callable[..., GpuInfo] | None 
     """Entry point; `probe` replaces the CUDA check (tests). `--breakdown` runs the breakdown
     instead (profiling/breakdown/cli.py)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "--breakdown" in argv:
+    if "--breakdown" in argv:  # imported here: its figures' matplotlib costs seconds at startup
+        from profiling.breakdown.cli import main as breakdown_main
+
         return breakdown_main([a for a in argv if a != "--breakdown"])
     return cli_entry(lambda a: _main(a, probe or cuda_probe))(argv)
 
@@ -204,6 +214,8 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo]) -> int:
     if args.dry_run:
         return dry_run(args, config, opts)
     imported = _imported(args) if importing else None
+    if importing:
+        _check_model(args, config)
 
     header = config.header(intensity_source="measured")  # the train runs' key and label
     run_name = header.run_name(kind="ncu")
@@ -229,10 +241,19 @@ def _main(argv: list[str] | None, probe: Callable[..., GpuInfo]) -> int:
             )
             summary = _checked_summary(report, capability, counters)
         _log_summary(session, args, config, summary, device_name, report.source, cautioned)
-        if has_module_ranges(report.kernels):  # --nvtx-modules: the breakdown's rows, measured
-            log_ncu_layers(session, report, summary, config, device_name)
+        _log_layers(session, report, summary, config, device_name)
     console.result(_summary_line(f"profile run {session.run_id}", summary, device_name))
     return 0
+
+
+def _log_layers(session, report, summary, config, device_name) -> None:
+    """--nvtx-modules: the breakdown's rows, measured (imported here: the breakdown's figures
+    bring matplotlib and pandas, seconds at startup that an import refused should not pay)."""
+    from profiling.breakdown.ncu import has_module_ranges
+    from profiling.breakdown.ncu_log import log_ncu_layers
+
+    if has_module_ranges(report.kernels):
+        log_ncu_layers(session, report, summary, config, device_name)
 
 
 OUT_MARKER = ".profile-out"

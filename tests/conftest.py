@@ -59,17 +59,41 @@ def tracking(template_db, tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def tracking_postgres(tmp_path, monkeypatch):
+def tracking_postgres(request, tmp_path, monkeypatch):
     """The PostgreSQL database ROOFLINE_TEST_POSTGRES_URI names as the tracking store, read and
     written directly (no server); shared by the session's tests, so each makes its own experiment."""
     import mlflow
 
-    uri = os.environ.get("ROOFLINE_TEST_POSTGRES_URI")
-    if not uri:
-        pytest.skip("set ROOFLINE_TEST_POSTGRES_URI=postgresql://user:pass@host/db to test it")
+    uri = request.getfixturevalue("postgres_uri")
     _point_at(uri, tmp_path, monkeypatch)
     yield uri
     mlflow.set_tracking_uri(None)
+
+
+@pytest.fixture(scope="session")
+def postgres_uri(tmp_path_factory) -> str:
+    """ROOFLINE_TEST_POSTGRES_URI with MLflow's tables in it, made once for every test process.
+
+    `pytest -n N` (make test) runs N sessions against the one database: the first to take the
+    lock creates the tables, the others find them (two creating them at once collide).
+    """
+    import fcntl
+
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    uri = os.environ.get("ROOFLINE_TEST_POSTGRES_URI")
+    if not uri:
+        pytest.skip(
+            "set ROOFLINE_TEST_POSTGRES_URI=postgresql://user:pass@host/db to test a PostgreSQL backend"
+        )
+    # under xdist the base temp is pytest-N/popen-gwK: its parent is shared by the workers
+    lock = tmp_path_factory.getbasetemp().parent / "postgres-schema.lock"
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        SqlAlchemyStore(
+            uri, str(tmp_path_factory.mktemp("postgres-artifacts"))
+        ).search_experiments()
+    return uri
 
 
 def _point_at(uri: str, tmp_path: Path, monkeypatch) -> None:
@@ -98,11 +122,7 @@ def mlflow_server(request, tmp_path_factory):
 
     root = tmp_path_factory.mktemp(f"server-{request.param}")
     if request.param == "postgresql":
-        backend = os.environ.get("ROOFLINE_TEST_POSTGRES_URI")
-        if not backend:
-            pytest.skip(
-                "set ROOFLINE_TEST_POSTGRES_URI=postgresql://user:pass@host/db to test a PostgreSQL backend"
-            )
+        backend = request.getfixturevalue("postgres_uri")
     else:
         backend = f"sqlite:///{root / 'server.db'}"
     server = MlflowServer(backend, root / "artifacts").start()
@@ -134,7 +154,28 @@ def gpu_available() -> bool:
         return False
 
 
+# The files that take longest (make test's --durations), dispatched first: `make test` hands
+# whole files to its two processes in collection order, and one of these started last would run
+# on alone while the other process idles.
+SLOW_FILES_FIRST = (
+    "test_distributed.py",
+    "test_sweep.py",
+    "test_mlproject.py",
+    "test_train.py",
+    "test_complexity.py",
+    "test_ui_browser.py",
+    "test_gpu_check.py",
+    "test_breakdown.py",
+)
+
+
+def _slow_first(item) -> int:
+    name = item.path.name
+    return SLOW_FILES_FIRST.index(name) if name in SLOW_FILES_FIRST else len(SLOW_FILES_FIRST)
+
+
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=_slow_first)  # stable: a file's tests keep their order and stay together
     if gpu_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")

@@ -20,7 +20,7 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
 from analysis import app, core, fetch, join
-from analysis.fetch import cached_search, rows, segments
+from analysis.fetch import rows, segments
 from analysis.fetch.api import ApiReader, OVERLAP_MS
 from analysis.fetch.sql import SqliteReader, SqlReader
 from bench import fleet_store
@@ -226,9 +226,9 @@ def test_an_http_server_is_read_through_the_search_api_and_a_database_directly(t
 
 # ------------------------------------------------------------------------ the cache
 def search_through_cache(make_reader, exp, filter_string=TRAIN, cap=None, mode="auto"):
-    stats = cached_search.Stats()
+    stats = fetch.CacheStats()
     uri = mlflow.get_tracking_uri()
-    return cached_search.search(make_reader(), uri, [exp], filter_string, cap, mode, stats), stats
+    return fetch.search_cached(make_reader(), uri, [exp], filter_string, cap, mode, stats), stats
 
 
 def check_cache_follows_a_fleet(make_reader, kind):

@@ -19,7 +19,7 @@ from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
 from analysis import fetch
-from analysis.fetch.sql import SqliteReader, SqlReader, parse_filter, sqlite_path
+from analysis.fetch.sql import SqliteReader, SqlReader, parse_filter
 from tests.test_analysis_fleet import (
     TRAIN,
     check_cache_follows_a_fleet,
@@ -62,13 +62,11 @@ def test_the_filters_it_compiles_and_those_it_leaves_to_mlflow():
         assert parse_filter(other) is None, other
         assert not SqliteReader.understands(other)
     assert SqliteReader.understands("") and SqliteReader.understands(TRAIN)
-    assert sqlite_path("sqlite:////abs/m.db") == "/abs/m.db"
-    assert sqlite_path("sqlite:///rel.db") == "rel.db"
-    for uri in ["sqlite:///:memory:", "sqlite:///m.db?mode=ro", "postgresql://h/db", "http://h"]:
-        assert sqlite_path(uri) is None, uri
 
 
 def test_it_reads_what_mlflow_reads(tracking):
+    assert SqliteReader.for_uri(tracking) is not None  # the file: common.server.sqlite_file
+    assert SqliteReader.for_uri(tracking + "?timeout=5") is None  # query options: MLflow's engine
     client = MlflowClient()
     exp, t0, a = fleet_of_kinds(client)
     gone = new_run(client, exp, "train", "deleted", start=t0 + 7)

@@ -10,9 +10,13 @@ under a second. Every refusal is one `error:` line on stderr, exit 2, before any
 from __future__ import annotations
 
 import gzip
+import os
 import struct
+import subprocess
+import sys
 import tracemalloc
 import zlib
+from pathlib import Path
 
 import mlflow
 import pytest
@@ -154,6 +158,62 @@ def test_results_are_bounded_per_import_all_files_together(tracking, tmp_path, c
         "only the profiled step (ncu --launch-skip/--launch-count, --metrics) or check that it is "
         "the right file"
     )
+
+
+def results_gzip(path, results: int) -> None:
+    """A gzip of DeepCAM's header and `results` one-row results with distinct IDs and short
+    cells (the parser reads each as a result): 6 MB of text in 0.3 MB for 100,001."""
+    lines = _cut(FILES[0], 0)
+    row = '","1","p","h","k","t","1","7","s","dram__bytes.sum","byte","1"\n'
+    body = "".join(lines) + "".join(f'"{i}{row}' for i in range(results))
+    path.write_bytes(gzip.compress(body.encode(), 1))
+
+
+def test_a_small_gzip_of_many_results_is_refused_before_one_is_built(
+    tracking, tmp_path, capsys, monkeypatch
+):
+    """main: a 1.9 MB gzip of 250,001 one-row results was refused at the results bound after 96 s,
+    500 MB traced and +1 GB RSS, every result built first (about 130 us and 2 KB each here). Each
+    file's results are counted in a dry run before it is parsed (budget.refuse_many_results): the
+    parser builds none of the bomb's."""
+    from profiling.ncu import budget, parse
+
+    folder = small_set(tmp_path / "set")
+    results_gzip(folder / "zz_extra.gz", budget.MAX_RESULTS + 1)
+    assert (folder / "zz_extra.gz").stat().st_size < 1e6
+    built = []
+    build = parse._kernel_from_row
+    monkeypatch.setattr(parse, "_kernel_from_row", lambda *a: (built.append(1), build(*a))[1])
+    line = refused(capsys, import_argv(folder))
+    assert line.startswith(
+        "error: --import: zz_extra.gz holds more than 100,000 results (kernel launches), the most "
+        "one import reads (all files together); it is not the export of one profiled step"
+    )
+    assert len(built) == len(FILES) * LAUNCHES  # the small set's, none of the bomb's
+
+
+def test_a_refused_file_pays_for_neither_torch_nor_matplotlib(tmp_path):
+    """main imported torchvision (to check that a --workload is no torchvision model) and the
+    breakdown's matplotlib before reading a file: a refused file cost 51.8 s and 918 MB RSS here
+    (load 9.5). The model is checked once the files are read, the figures' modules when drawn."""
+    bad = tmp_path / "bad.csv"
+    bad.write_text("hello\n")
+    code = (
+        "import sys\n"
+        "from profiling import cli\n"
+        f"code = cli.main(['--import', {str(bad)!r}, '--workload', 'deepcam', *{V100!r}])\n"
+        "heavy = ('torch', 'torchvision', 'matplotlib', 'mlflow')\n"
+        "print('EXIT', code, [m for m in heavy if m in sys.modules])\n"
+    )
+    env = dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'm.db'}")
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=root, env=env
+    )
+    assert done.stdout.strip() == "EXIT 2 []", done.stdout + done.stderr[-2000:]
+    errors = [ln for ln in done.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith("error: bad.csv is not Nsight Compute CSV")
+    assert "Traceback" not in done.stderr and not (tmp_path / "m.db").exists()
 
 
 def test_text_is_bounded_per_import_as_it_is_decompressed(tmp_path, monkeypatch):

@@ -133,3 +133,30 @@ def test_an_analysis_that_can_find_nothing_leaves_no_run(tracking, tmp_path, cap
     assert app.cli([*argv, "--out", str(tmp_path / "o")]) == 2
     assert last_error(capsys).startswith(says)
     assert no_runs()
+
+
+@pytest.mark.parametrize(
+    "uri,path",
+    [
+        ("sqlite:///rel/m.db", "rel/m.db"),  # relative to the working folder
+        ("sqlite:////abs/m.db", "/abs/m.db"),
+        ("sqlite:///m.db?mode=ro&timeout=5", "m.db"),  # the query is not part of the file
+        ("sqlite+pysqlite:///m.db", "m.db"),  # a driver named
+        ("sqlite://", None),  # in memory
+        ("sqlite:///:memory:", None),
+        ("sqlite:///", None),
+        ("postgresql://h/db", None),
+        ("http://h:5000", None),
+        ("runs/folder", None),
+    ],
+)
+def test_a_sqlite_uri_names_the_file_sqlalchemy_opens(uri, path):
+    """One reading of an sqlite URI's file for analysis's store check, SqliteReader and the check
+    that a database is MLflow's, as SQLAlchemy (which MLflow opens it with) reads it."""
+    from sqlalchemy.engine import make_url
+
+    from common.server import sqlite_file
+
+    assert sqlite_file(uri) == path
+    if uri.startswith("sqlite"):
+        assert make_url(uri).database in (path, None, ":memory:", "")

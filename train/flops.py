@@ -307,10 +307,6 @@ class StepCounts:
     def flops_by_op(self) -> dict[str, float]:
         return {n: line.flops for n, line in self.ledger.ops.items() if line.kind == COUNTED}
 
-    @property
-    def bytes_by_op(self) -> dict[str, float]:
-        return {n: line.bytes for n, line in self.ledger.ops.items() if line.bytes}
-
 
 def count_step(run_step, batch_size: int) -> StepCounts:
     """Count FLOPs and modeled bytes of one call of `run_step()` (a full training step), op by

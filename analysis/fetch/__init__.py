@@ -11,25 +11,32 @@
              filter compiler;
 * api.py     anything else (an `mlflow server`): MLflow's search API, pages requested in parallel.
 
-and keeps what it read in a local cache (segments.py), brought up to date on every analysis
-(cached_search.py): see docs/analysis.md, "Fleet scale". Metric series (the readers' `series`) and the
+and keeps what it read in a local cache (segments.py: the files), brought up to date on every
+analysis (search_cached, below: what to fetch): see docs/analysis.md, "Fleet scale". Metric series (the readers' `series`) and the
 complexity artifacts are read uncached, for the few runs that need them.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
 
-from analysis.fetch import cached_search, rows, segments
+from analysis.fetch import rows, segments
 from analysis.fetch.sql import SqliteReader
 from common import console, schema
 from common.errors import BenchError, UsageError, one_line
 from common.fmt import short_id
-from common.server import check_reachable, display_uri, store_problem, tracking_uri
+from common.server import (
+    check_reachable,
+    display_uri,
+    sqlite_file,
+    store_problem,
+    tracking_uri,
+)
 
 
 @dataclass
@@ -63,6 +70,134 @@ class Query:
         return "; ".join(parts)
 
 
+# ------------------------------------------------------------------------ the local cache
+CACHE_MODES = ("auto", "refresh", "off")
+"""--cache: "auto" uses and updates the cache, "refresh" forgets it first (segments.clear, by
+Source) and fills it anew, "off" searches without it."""
+
+
+@dataclass
+class CacheStats:
+    """What the cached searches of one analysis did."""
+
+    from_cache: int = 0
+    fetched: int = 0
+    filled: int = 0
+    """segments filled by a full search."""
+    refreshed: int = 0
+    """segments brought up to date incrementally."""
+    oldest_fill_ms: int | None = None
+    unsaved: str = ""
+    """why a segment could not be written (the analysis goes on without keeping it)."""
+
+    def saw_fill(self, filled_ms: int) -> None:
+        if self.oldest_fill_ms is None or filled_ms < self.oldest_fill_ms:
+            self.oldest_fill_ms = filled_ms
+
+
+def _save(seg: segments.Segment, stats: CacheStats, runs_changed: bool = True) -> None:
+    try:
+        segments.save(seg, runs_changed)
+    except OSError as exc:  # a read-only or full disk: analyse anyway, say so in the note
+        stats.unsaved = f"{type(exc).__name__}: {exc}"
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def search_cached(
+    reader,
+    uri: str,
+    experiment_ids: list[str],
+    filter_string: str,
+    cap: int | None,
+    mode: str,
+    stats: CacheStats,
+) -> pd.DataFrame:
+    """What `reader.search` would return for the same arguments, answered from the local cache
+    brought up to date first: the runs `filter_string` matches in the experiments, latest first,
+    at most `cap`. With mode "auto" each experiment's segment for that filter is
+
+    * filled by a full search the first time (or when it cannot serve `cap`, or analysis now reads
+      other keys), capped at `cap` per experiment: the latest `cap` of a union of experiments are
+      among the latest `cap` of each;
+    * else refreshed: `reader.changes` reports the runs that are new or changed since the segment's
+      last refresh and those that are gone, and only those are fetched. analysis/fetch/sql.py lists
+      every matching run (exact, cheap on a database); analysis/fetch/api.py asks the server for
+      runs started or ended since the last refresh, runs that had not ended, and deleted runs.
+
+    Mode "off" searches without the cache. `stats` counts runs taken from the cache and fetched,
+    for the report's note."""
+    if mode == "off":
+        out = reader.search(experiment_ids, filter_string, cap)
+        stats.fetched += len(out)
+        return out
+    stored = {e: segments.load(uri, e, filter_string) for e in experiment_ids}
+    usable = {e: s for e, s in stored.items() if s is not None and s.serves(cap)}
+    parts = []
+    if usable:
+        parts += _refresh(reader, list(usable.values()), filter_string, cap, stats)
+    for e in experiment_ids:
+        if e in usable and usable[e].serves(cap):
+            continue
+        now = _now_ms()  # before the search: a run that ends during it is seen next time
+        runs = reader.search([e], filter_string, cap)
+        complete = cap is None or len(runs) < cap
+        seg = segments.Segment(
+            uri,
+            e,
+            filter_string,
+            runs,
+            cap,
+            complete,
+            None if complete else float(runs["start_time"].min()),
+            now,
+            now,
+        )
+        _save(seg, stats)
+        stats.fetched += len(runs)
+        stats.filled += 1
+        stats.saw_fill(now)
+        parts.append(runs)
+    parts = [p for p in parts if not p.empty]
+    out = rows.order(pd.concat(parts, ignore_index=True)) if parts else rows.empty()
+    return out if cap is None else out.head(cap).reset_index(drop=True)
+
+
+def _refresh(reader, segs: list, filter_string: str, cap, stats: CacheStats) -> list[pd.DataFrame]:
+    """Bring `segs` (one filter, several experiments) up to date with one `reader.changes` call;
+    returns the runs of those that still serve `cap`. A capped segment left with fewer than `cap`
+    runs (some were deleted) does not: the caller fills it again."""
+    now = _now_ms()
+    cached = pd.concat([s.runs for s in segs], ignore_index=True)
+    known = rows.Known(
+        cached[["run_id", "status", "start_time", "end_time"]],
+        min(s.refreshed_ms for s in segs),
+        {str(s.experiment_id): None if s.complete else s.start_from for s in segs},
+        {i for s in segs for i in s.deleted},
+    )
+    fresh, gone, deleted = reader.changes([s.experiment_id for s in segs], filter_string, known)
+    out = []
+    for s in segs:
+        mine = fresh[fresh["experiment_id"] == str(s.experiment_id)]
+        known = set(s.runs["run_id"]) | set(s.deleted)
+        before = len(s.runs)
+        kept = s.runs[~s.runs["run_id"].isin(gone | set(mine["run_id"]))]
+        s.runs = rows.order(pd.concat([kept, mine], ignore_index=True) if len(mine) else kept)
+        s.deleted = sorted(known & deleted)
+        s.refreshed_ms = now
+        if not s.serves(cap):
+            continue  # filled again by the caller
+        _save(s, stats, runs_changed=len(kept) < before or len(mine) > 0)
+        stats.from_cache += len(kept)
+        stats.fetched += len(mine)
+        stats.refreshed += 1
+        stats.saw_fill(s.filled_ms)
+        out.append(s.runs)
+    return out
+
+
 FETCH_JOBS = 4  # requests in flight at once against an HTTP server
 
 
@@ -71,17 +206,15 @@ class Source:
     the cache, "refresh": forget it and fill it anew, "off": no cache) and what was read."""
 
     def __init__(self, cache_mode: str = "auto", jobs: int = FETCH_JOBS):
-        if cache_mode not in cached_search.MODES:
-            raise UsageError(
-                f"--cache must be one of {', '.join(cached_search.MODES)}, got {cache_mode!r}"
-            )
+        if cache_mode not in CACHE_MODES:
+            raise UsageError(f"--cache must be one of {', '.join(CACHE_MODES)}, got {cache_mode!r}")
         self.uri = tracking_uri()
         self.mode = cache_mode
         self.jobs = jobs
         self.lite = SqliteReader.for_uri(self.uri)
         """SqliteReader (an sqlite store; MLflow not imported) for the filters it compiles."""
         self._full = None
-        self.stats = cached_search.Stats()
+        self.stats = CacheStats()
         if cache_mode == "refresh":
             segments.clear(self.uri)
 
@@ -106,7 +239,7 @@ class Source:
         lite = self.lite is not None and self.lite.understands(filter_string)
         reader = self.lite if lite else self.full_reader()
         try:
-            return cached_search.search(
+            return search_cached(
                 reader, self.uri, experiment_ids, filter_string, cap, self.mode, self.stats
             )
         except BenchError:
@@ -222,23 +355,24 @@ def check_store() -> None:
     a sqlite file that does not exist (MLflow would create an empty store there, and the analysis
     run would be its only run) and a server that does not answer (the run would be kept offline
     for nothing) each end the command in one line."""
-    uri = tracking_uri()
-    if uri.startswith("sqlite:"):
-        from sqlalchemy.engine import make_url
+    path = sqlite_file(tracking_uri())
+    if path is not None and not Path(path).exists():
+        raise UsageError(
+            f"no tracking store at {path} ({display_uri()}): analysis reads runs and makes no "
+            "store; point MLFLOW_TRACKING_URI at the store the runs were logged to"
+        )
+    _check_answers()
+    check_store_opens()  # a store MLflow refuses (a folder store, a damaged sqlite file)
 
-        path = make_url(uri).database
-        if path and path != ":memory:" and not Path(path).exists():
-            raise UsageError(
-                f"no tracking store at {path} ({display_uri()}): analysis reads runs and makes no "
-                "store; point MLFLOW_TRACKING_URI at the store the runs were logged to"
-            )
+
+def _check_answers() -> None:
+    """common.server.check_reachable, a server that does not answer a BenchError of one line."""
     try:
         check_reachable()
     except ConnectionError as exc:
         raise BenchError(
             f"{exc}: start it, or point MLFLOW_TRACKING_URI at a store that works"
         ) from None
-    check_store_opens()  # a store MLflow refuses (a folder store, a damaged sqlite file)
 
 
 def check_store_opens() -> None:
@@ -255,12 +389,7 @@ def experiment_ids(names: list[str]) -> list[str]:
     ids = lite.lookup_experiments(names) if lite is not None else None
     if ids is not None:
         return ids
-    try:
-        check_reachable()  # a server that is down: seconds, not MLflow's minutes of retries
-    except ConnectionError as exc:
-        raise BenchError(
-            f"{exc}: start it, or point MLFLOW_TRACKING_URI at a store that works"
-        ) from None
+    _check_answers()  # a server that is down: seconds, not MLflow's minutes of retries
     mlflow_client = client()
     ids, missing = [], []
     try:

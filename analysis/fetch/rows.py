@@ -22,7 +22,7 @@ TERMINAL = ("FINISHED", "FAILED", "KILLED")
 
 @dataclass
 class Known:
-    """What the cache holds, for a reader's `changes` (analysis/fetch/cached_search.py)."""
+    """What the cache holds, for a reader's `changes` (analysis/fetch/__init__.py search_cached)."""
 
     runs: pd.DataFrame
     """run_id, status, start_time and end_time of the cached runs."""

@@ -10,7 +10,8 @@ A segment holds every run the filter matches in that experiment (`complete`) or 
 them and every later one (runs started at or after `start_from`). `keys` is a digest of the keys
 analysis reads (analysis.join.READ_KEYS): a segment written when analysis read other keys is not
 used. Files are replaced atomically, so a reader never sees half a segment. Nothing here talks to
-MLflow: analysis/fetch/cached_search.py decides what to fetch and keeps the segments current.
+MLflow: search_cached (analysis/fetch/__init__.py) decides what to fetch and keeps the segments
+current.
 """
 
 from __future__ import annotations

@@ -43,6 +43,7 @@ import pandas as pd
 
 from analysis import join
 from analysis.fetch import rows
+from common.server import sqlite_file
 
 CHUNK = 500  # ids per IN (...) list: under sqlite's limit on bound parameters (999 before 3.32)
 SCAN_FROM = 5000  # from this many runs on, a table's rows with the wanted keys are read in one scan
@@ -62,7 +63,7 @@ class Tables:
     """The SELECTs of a search on MLflow's tables; a reader supplies `_connection()` (a context
     yielding a DB-API connection), `mark` (its placeholder) and `_listing`."""
 
-    kind = "sql"  # a listing of every matching run: cached_search's rules for a database apply
+    kind = "sql"  # a listing of every matching run: search_cached's rules for a database apply
     mark = "?"
 
     def _connection(self):
@@ -265,8 +266,9 @@ class SqliteReader(Tables):
 
     @classmethod
     def for_uri(cls, uri: str) -> SqliteReader | None:
-        """A reader of `uri`'s database when it is an sqlite file holding MLflow's tables."""
-        path = sqlite_path(uri)
+        """A reader of `uri`'s database when it is an sqlite file holding MLflow's tables (and the
+        URI sets no query options, which MLflow's engine reads)."""
+        path = None if "?" in uri else sqlite_file(uri)
         if path is None or not os.path.isfile(path):
             return None
         try:
@@ -334,15 +336,6 @@ class SqliteReader(Tables):
             sql.append(f"LIMIT {self.mark}")
             args.append(int(max_results))
         return self._rows(con, " ".join(sql), args)
-
-
-def sqlite_path(uri: str) -> str | None:
-    """The database file of an `sqlite:///<path>` URI (as SQLAlchemy reads it: `sqlite:////abs`
-    is /abs), None for any other URI, an in-memory database or one with query options."""
-    if not uri.startswith("sqlite:///") or "?" in uri:
-        return None
-    path = uri[len("sqlite:///") :]
-    return path if path and path != ":memory:" else None
 
 
 def parse_filter(filter_string: str) -> list[tuple[str, str, str]] | None:

@@ -13,8 +13,6 @@ from typing import Callable
 from common.fmt import num, pct, short_id, si
 from profiling.breakdown.names import row_label
 
-TOPICS = ("bound", "move", "anomaly", "breakdown", "cost")
-
 
 @dataclass
 class Finding:

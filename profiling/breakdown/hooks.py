@@ -295,16 +295,10 @@ class Tracker:
         outer = self.phase
         self.phase = phase
         self._note()
-        self._edge()
-        label = names.phase_range(phase)
-        if self.stamps:
-            self.anchors.append((label, _stamp_ns()))
-        handle = self._push(label)
         try:
-            yield
+            with self.span(names.phase_range(phase)):
+                yield
         finally:
-            self._pop(handle)
-            self._edge()
             self.phase = outer
             self._note()
 

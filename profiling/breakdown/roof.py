@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 from common.errors import one_line
+from common.fmt import short_id
 from roofline import ceilings, run_plot, store, vendor
 from roofline.model import MEMORY_BOUND, Roof, ceiling_dtype, classify_bound, fraction_of_roof
 from roofline.model import is_finite_positive as _ok
@@ -152,7 +153,7 @@ def _evidence(roof: Roof, dtype: str, rows: list[dict], listed) -> tuple[dict, f
     src = roof.sources.get(f"flops:{dtype}", "")
     load: dict[str, float] = {}
     for row in rows:
-        if src == f"measured: peaks run {str(row['run_id'])[:8]}":
+        if src == f"measured: peaks run {short_id(row['run_id'])}":
             load = ceilings.load_metrics(row)
             break
     entry = getattr(listed, "flops_per_s", None) or {}

@@ -13,8 +13,7 @@ import math
 import shutil
 import tempfile
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from common import console
 from common.errors import one_line
@@ -27,8 +26,10 @@ from profiling.hierarchy.table import (
 )
 from profiling.ncu.totals import NcuSummary
 from roofline.ceilings import measured_over_vendor, roof_from_vendor
-from profiling.hierarchy.figure import hierarchical_png
 from roofline.model import LEVELS, Roof
+
+if TYPE_CHECKING:  # a type only: pandas costs seconds at startup
+    import pandas as pd
 
 FIGURE = "ncu/hierarchical_roofline.png"
 TABLE = "ncu/kernels_by_name.csv"
@@ -72,6 +73,8 @@ def log_hierarchy(
         session.log_text(
             f"ncu/{options.table_name}", convention_table(table, options).to_csv(index=False)
         )
+    from profiling.hierarchy.figure import hierarchical_png  # matplotlib: only when drawn
+
     _log_figure(session, hierarchical_png, table, roof, title)
     return levels_line(levels)
 

@@ -24,13 +24,15 @@ export has hundreds of others, in units this project never reads. Pure: no mlflo
 from __future__ import annotations
 
 import math
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from common import bounds
 from common.errors import BenchError
 from profiling.ncu.names import CYCLE_RATE, TIME_METRIC, is_relevant
 from profiling.ncu.parse import NcuKernel, NcuReport
+
+if TYPE_CHECKING:  # a type only: pandas costs seconds at startup
+    import pandas as pd
 
 COUNT_UNITS = ("inst", "op", "ops", "flop", "warp", "thread", "request", "transaction", "block")
 """Units ncu writes for event counts (tensor ops counters among them)."""

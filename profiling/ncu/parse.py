@@ -27,10 +27,11 @@ import zlib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from sys import intern
 from typing import Callable, Iterable
 
 from common.errors import BenchError
-from profiling.ncu.budget import CountedReader, ReadBudget
+from profiling.ncu.budget import CountedReader, ReadBudget, refuse_many_results
 from profiling.ncu.messages import messages_reason
 from profiling.ncu.names import DEVICE_NAME_METRIC
 from profiling.ncu.nvtx import kernel_phase, nvtx_ranges
@@ -61,7 +62,7 @@ class NcuParseError(BenchError):
     """The input is not Nsight Compute CSV output (or not a table we can read)."""
 
 
-@dataclass
+@dataclass(slots=True)
 class NcuKernel:
     """One profiled result (a kernel launch; a range in range replay modes)."""
 
@@ -194,6 +195,8 @@ def read_ncu_csv(
     try:
         if not gz:
             budget.check_size(p)  # before it is opened
+        with gzip.GzipFile(p, "rb") if gz else open(p, "rb") as raw:
+            refuse_many_results(raw, budget, p.name)  # before the parser builds one result
         raw = gzip.GzipFile(p, "rb") if gz else open(p, "rb")
         counted = io.BufferedReader(CountedReader(raw, budget, p.name))
         with io.TextIOWrapper(counted, encoding="utf-8-sig", errors="replace", newline="") as fh:
@@ -409,7 +412,7 @@ def _id_columns(header: list[str]) -> list[tuple[str, int]]:
 def _kernel_from_row(
     row: list[str], idcols: list[tuple[str, int]], pp: int | None, se: int | None
 ) -> NcuKernel:
-    attrs = {c: row[i].strip() for c, i in idcols}
+    attrs = {c: intern(row[i].strip()) for c, i in idcols}  # one copy of what rows repeat
     try:
         rid = int(attrs.get("ID", "").replace(",", ""))
     except ValueError as exc:
@@ -482,7 +485,7 @@ def _parse_details(
             report.kernels.append(k)
         rows_of[key] = rows_of.get(key, 0) + 1
         budget.check_rows(rows_of[key], row[i_id], report.source)
-        name = row[i_name].strip()
+        name = intern(row[i_name].strip())
         if not name:  # a rule row (Rule Name/Description set, no metric)
             continue
         if key in names:
