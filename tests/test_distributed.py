@@ -122,6 +122,20 @@ def test_deepspeed_autocasts_only_the_half_precisions(precision, autocast):
     assert got == ({"enabled": True, "dtype": autocast} if autocast else None)
 
 
+def test_deepspeed_on_the_cpu_does_not_build_its_shared_memory_all_reduce(monkeypatch):
+    """DeepSpeed's CPU backend would compile deepspeed_shm_comm (100 s of g++ in a new
+    environment) that ZeRO's collectives never call: marked incompatible, DeepSpeed's own
+    build_shm_op gives None (it loads or builds the op without the mark)."""
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    import deepspeed
+    from deepspeed.comm.torch import build_shm_op
+
+    from train.distributed.engines import skip_shm_all_reduce
+
+    skip_shm_all_reduce(deepspeed)
+    assert build_shm_op() is None
+
+
 def test_backend_follows_the_device():
     import torch
 

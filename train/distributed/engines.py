@@ -171,6 +171,14 @@ def deepspeed_config(cfg: TrainConfig) -> dict:
     return config
 
 
+def skip_shm_all_reduce(deepspeed) -> None:
+    """DeepSpeed's CPU backend compiles a shared-memory all-reduce (deepspeed_shm_comm: two g++
+    jobs, 100 s here, on the first run in a new environment) that only its inference_all_reduce
+    calls; ZeRO's collectives go through torch.distributed (gloo on the CPU). Marked incompatible,
+    it is not built, and the run starts at once."""
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+
+
 def _deepspeed(prep, cfg: TrainConfig, ctx) -> GradSync:
     os.environ["DS_ACCELERATOR"] = fl.deepspeed_accelerator(ctx.device)  # before deepspeed loads
     import deepspeed
@@ -179,6 +187,8 @@ def _deepspeed(prep, cfg: TrainConfig, ctx) -> GradSync:
     if not ctx.env.torchrun:  # a one-process job: DeepSpeed reads torchrun's variables itself
         for name, value in (("RANK", 0), ("LOCAL_RANK", 0), ("WORLD_SIZE", 1)):
             os.environ.setdefault(name, str(value))
+    if ctx.device.type == "cpu":
+        skip_shm_all_reduce(deepspeed)
     deepspeed.init_distributed(dist_backend=ctx.backend)  # adopts the process group made in context
     engine, optimizer, _, _ = deepspeed.initialize(
         model=prep.model, optimizer=prep.parts.optimizer, config=deepspeed_config(cfg)
