@@ -135,12 +135,12 @@ def _config(args: argparse.Namespace) -> TrainConfig:
     workload = args.import_opts.workload
     if args.device_name:
         _checked_name(args.device_name, "--device-name")  # logged as the run's device_name
-    if (workload or args.phase) and not import_paths(args):
+    importing = bool(import_paths(args))
+    if (workload or args.phase) and not importing:
         raise UsageError(
             "--workload and --phase describe imported files: they go with --import PATH (a capture "
             "runs python -m train on a torchvision --model and marks its phases itself)"
         )
-    importing = bool(import_paths(args))
     # an unknown model is bad input (exit 2, no run), on the import path as on the capture path;
     # the canonical spelling keeps config_key equal to that of `python -m train` (its preflight
     # does the same). Both ask torchvision (30 s and 900 MB here): an import asks it once its
